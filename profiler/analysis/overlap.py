@@ -1,0 +1,209 @@
+"""The numbers of ``../shared/METRICS.md``: copy occupancy, overlap and exposure.
+
+Pure functions over the loader's frames.  ``device_metrics`` gives the
+``devices`` object of ``profile-step analyze --json``; ``class_metrics`` is
+the one definition of the copy-class numbers, reused for NVTX ranges, steps
+and layers (with ``spans=None``: no occupancy there).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from profiler.analysis.intervals import Intervals, length_by_group, measure_within, union
+
+OFFLOAD_CLASSES = ("h2d", "d2h", "offload")
+OTHER_CLASSES = ("d2d", "p2p", "other")
+CLASS_ORDER = ("h2d", "d2h", "d2d", "p2p", "other")
+
+
+def valid(ops: pl.DataFrame) -> pl.DataFrame:
+    """Ops that can be measured: ``end >= start`` (zero-length ones included)."""
+    return ops.filter(pl.col("end") >= pl.col("start"))
+
+
+def invalid_counts(*frames: pl.DataFrame) -> dict[int, int]:
+    """Per device, ops with ``end < start`` or a missing time."""
+    bad = pl.concat(
+        [
+            f.select("device", "start", "end").filter(
+                (pl.col("end") < pl.col("start")) | pl.col("start").is_null() | pl.col("end").is_null()
+            )
+            for f in frames
+        ]
+    )
+    return dict(bad.group_by("device").len().iter_rows()) if bad.height else {}
+
+
+def _union(df: pl.DataFrame) -> Intervals:
+    return union(df["device"].to_numpy(), df["start"].to_numpy(), df["end"].to_numpy())
+
+
+@dataclass(frozen=True)
+class KernelSets:
+    """Unions of a device's kernels: compute, NCCL, and all kernels."""
+
+    compute: Intervals
+    nccl: Intervals
+    any: Intervals
+
+    @staticmethod
+    def of(kernels: pl.DataFrame) -> KernelSets:
+        """From valid kernels with an ``is_nccl`` column."""
+        return KernelSets(
+            compute=_union(kernels.filter(~pl.col("is_nccl"))),
+            nccl=_union(kernels.filter(pl.col("is_nccl"))),
+            any=_union(kernels),
+        )
+
+
+def windows(*frames: pl.DataFrame) -> dict[int, tuple[int, int]]:
+    """Per device ``(w0, w1)``: first start and last end over valid ops."""
+    ops = pl.concat([valid(f).select("device", "start", "end") for f in frames])
+    agg = ops.group_by("device").agg(pl.col("start").min(), pl.col("end").max())
+    return {int(d): (int(s), int(e)) for d, s, e in agg.iter_rows()}
+
+
+def _sum_by(iv: Intervals, values: np.ndarray) -> dict[int, int]:
+    """Sum *values* (one per interval of *iv*) per group."""
+    if len(iv) == 0:
+        return {}
+    frame = pl.DataFrame({"g": iv.group, "v": values})
+    return dict(frame.group_by("g").agg(pl.col("v").sum()).iter_rows())
+
+
+def class_metrics(
+    copies: pl.DataFrame,
+    kernels: KernelSets,
+    devices: list[int],
+    spans: dict[int, int] | None,
+    full: bool = True,
+) -> dict[int, dict[str, Any]]:
+    """METRICS.md copy-class numbers per device for the valid *copies* given.
+
+    ``full=False`` gives only count, bytes and busy_ns (d2d, p2p, other);
+    ``spans=None`` leaves out occupancy (NVTX ranges have no window).
+    """
+    agg = copies.group_by("device").agg(
+        pl.len().alias("count"),
+        pl.col("bytes").sum().alias("bytes"),
+        (pl.col("end") - pl.col("start")).sum().alias("duration_sum_ns"),
+        (pl.col("host_kind") == "pageable").sum().alias("pageable_count"),
+    )
+    per_dev = {row["device"]: row for row in agg.iter_rows(named=True)}
+    c = _union(copies)
+    busy = length_by_group(c)
+    overlap = {}
+    if full:
+        for key, ks in (("compute", kernels.compute), ("nccl", kernels.nccl), ("any", kernels.any)):
+            overlap[key] = _sum_by(c, measure_within(ks, c.group, c.start, c.end))
+    out: dict[int, dict[str, Any]] = {}
+    for d in devices:
+        row = per_dev.get(d, {})
+        b = busy.get(d, 0)
+        m: dict[str, Any] = {
+            "count": int(row.get("count") or 0),
+            "bytes": int(row.get("bytes") or 0),
+        }
+        if not full:
+            m["busy_ns"] = b
+            out[d] = m
+            continue
+        dur = int(row.get("duration_sum_ns") or 0)
+        ov_any = overlap["any"].get(d, 0)
+        m["duration_sum_ns"] = dur
+        m["busy_ns"] = b
+        if spans is not None:
+            span = spans.get(d, 0)
+            m["occupancy"] = b / span if span else 0
+        m["overlap_compute_ns"] = overlap["compute"].get(d, 0)
+        m["overlap_nccl_ns"] = overlap["nccl"].get(d, 0)
+        m["overlap_any_ns"] = ov_any
+        m["exposed_ns"] = b - ov_any
+        m["hidden_fraction"] = ov_any / b if b else None
+        m["gbps"] = m["bytes"] / dur if dur else None
+        m["pageable_count"] = int(row.get("pageable_count") or 0)
+        out[d] = m
+    return out
+
+
+def offload_class_frames(copies: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    """The copies of each class of METRICS.md, ``offload`` being h2d and d2h together."""
+    frames = {c: copies.filter(pl.col("cls") == c) for c in CLASS_ORDER}
+    frames["offload"] = copies.filter(pl.col("cls").is_in(["h2d", "d2h"]))
+    return frames
+
+
+def stream_metrics(copies: pl.DataFrame, spans: dict[int, int]) -> dict[int, list[dict[str, Any]]]:
+    """Per device, one entry per copy-carrying stream: classes, busy_ns, occupancy."""
+    if copies.height == 0:
+        return {}
+    keyed = copies.with_columns(
+        pl.struct("device", "stream").rank("dense").cast(pl.Int64).alias("key")
+    )
+    iv = union(keyed["key"].to_numpy(), keyed["start"].to_numpy(), keyed["end"].to_numpy())
+    busy = length_by_group(iv)
+    order = {c: i for i, c in enumerate(CLASS_ORDER)}
+    per_stream = (
+        keyed.group_by("key", "device", "stream")
+        .agg(pl.col("cls").unique())
+        .sort("device", "stream")
+    )
+    out: dict[int, list[dict[str, Any]]] = {}
+    for key, dev, stream, classes in per_stream.iter_rows():
+        b = busy.get(int(key), 0)
+        span = spans.get(dev, 0)
+        out.setdefault(int(dev), []).append(
+            {
+                "stream": int(stream),
+                "classes": sorted(classes, key=order.__getitem__),
+                "busy_ns": b,
+                "occupancy": b / span if span else 0,
+            }
+        )
+    return out
+
+
+def device_metrics(
+    kernels: pl.DataFrame,
+    copies: pl.DataFrame,
+    memsets: pl.DataFrame,
+    only_device: int | None = None,
+) -> dict[str, dict[str, Any]]:
+    """The ``devices`` object of METRICS.md, keyed by decimal deviceId."""
+    if only_device is not None:
+        kernels, copies, memsets = (
+            f.filter(pl.col("device") == only_device) for f in (kernels, copies, memsets)
+        )
+    invalid = invalid_counts(kernels, copies, memsets)
+    kernels, copies, memsets = valid(kernels), valid(copies), valid(memsets)
+    win = windows(kernels, copies, memsets)
+    devices = sorted(set(win) | set(invalid))
+    spans = {d: w1 - w0 for d, (w0, w1) in win.items()}
+    ks = KernelSets.of(kernels)
+    frames = offload_class_frames(copies)
+    per_class = {
+        c: class_metrics(frames[c], ks, devices, spans, full=c in OFFLOAD_CLASSES)
+        for c in (*OFFLOAD_CLASSES, *OTHER_CLASSES)
+    }
+    kernel_counts = kernels.group_by("device", "is_nccl").len()
+    counts = {(d, n): c for d, n, c in kernel_counts.iter_rows()}
+    compute_busy, nccl_busy = length_by_group(ks.compute), length_by_group(ks.nccl)
+    streams = stream_metrics(copies, spans)
+    out: dict[str, dict[str, Any]] = {}
+    for d in devices:
+        w = win.get(d)
+        out[str(d)] = {
+            "window_ns": list(w) if w else None,
+            "span_ns": spans.get(d, 0),
+            "invalid_ops": invalid.get(d, 0),
+            "compute": {"count": counts.get((d, False), 0), "busy_ns": compute_busy.get(d, 0)},
+            "nccl": {"count": counts.get((d, True), 0), "busy_ns": nccl_busy.get(d, 0)},
+            "copies": {c: per_class[c][d] for c in per_class},
+            "streams": streams.get(d, []),
+        }
+    return out

@@ -1,0 +1,1 @@
+"""Turning analysis results into text for people and machines."""

@@ -1,0 +1,93 @@
+"""Terminal tables: the same numbers as the JSON, in units chosen for people."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def ms(ns: int | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.3f}"
+
+
+def mib(b: int | None) -> str:
+    return "-" if b is None else f"{b / 2**20:.2f}"
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def gbps(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A plain, aligned table: first column left, the others right."""
+    cells = [list(headers), *[list(map(str, r)) for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def fmt(r: list[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ).rstrip()
+
+    sep = "  ".join("-" * w for w in widths)
+    return "\n".join([fmt(cells[0]), sep, *(fmt(r) for r in cells[1:])])
+
+
+OFFLOAD_HEADERS = (
+    "copies", "count", "MiB", "GB/s", "busy ms", "occupancy",
+    "w/ compute ms", "w/ NCCL ms", "exposed ms", "hidden", "pageable",
+)
+
+
+def offload_rows(copies: dict[str, dict[str, Any]], with_occupancy: bool = True) -> list[list[str]]:
+    """One row per h2d / d2h / offload class."""
+    rows = []
+    for cls in ("h2d", "d2h", "offload"):
+        m = copies[cls]
+        rows.append([
+            cls, str(m["count"]), mib(m["bytes"]), gbps(m["gbps"]), ms(m["busy_ns"]),
+            pct(m.get("occupancy")) if with_occupancy else "-",
+            ms(m["overlap_compute_ns"]), ms(m["overlap_nccl_ns"]), ms(m["exposed_ns"]),
+            pct(m["hidden_fraction"]), str(m["pageable_count"]),
+        ])
+    return rows
+
+
+def render_devices(doc: dict[str, Any]) -> str:
+    """The readable form of ``analyze --json``."""
+    info = doc.get("trace", {})
+    head = f"{info.get('path', '')}  (nsys {info.get('nsys_version') or '?'}, " \
+           f"schema {info.get('schema_version') or '?'})"
+    devices = doc["devices"]
+    if not devices:
+        return head + "\nNo GPU activity in this trace (a CPU-only run?): no kernels, copies or memsets."
+    out = [head]
+    gpus = info.get("gpus", {})
+    for dev, d in devices.items():
+        name = gpus.get(dev, "")
+        out.append("")
+        w = d["window_ns"]
+        span = f"{ms(d['span_ns'])} ms" if w else "no valid ops"
+        out.append(f"Device {dev}{' (' + name + ')' if name else ''}: window {span}"
+                   + (f", {d['invalid_ops']} invalid ops ignored" if d["invalid_ops"] else ""))
+        out.append(f"  compute: {d['compute']['count']} kernels, busy {ms(d['compute']['busy_ns'])} ms"
+                   f"   NCCL: {d['nccl']['count']} kernels, busy {ms(d['nccl']['busy_ns'])} ms")
+        out.append(table(OFFLOAD_HEADERS, offload_rows(d["copies"])))
+        others = [
+            [c, str(d["copies"][c]["count"]), mib(d["copies"][c]["bytes"]), ms(d["copies"][c]["busy_ns"])]
+            for c in ("d2d", "p2p", "other") if d["copies"][c]["count"]
+        ]
+        if others:
+            out.append("")
+            out.append(table(("other copies", "count", "MiB", "busy ms"), others))
+        if d["streams"]:
+            out.append("")
+            out.append(table(
+                ("copy stream", "classes", "busy ms", "occupancy"),
+                [[str(s["stream"]), ",".join(s["classes"]), ms(s["busy_ns"]), pct(s["occupancy"])]
+                 for s in d["streams"]],
+            ))
+    return "\n".join(out)

@@ -1,0 +1,343 @@
+"""One loader for every Nsight Systems SQLite export (nsys 2022.4 to 2026.x).
+
+``open_trace(path)`` validates the file and returns a ``Trace`` whose
+properties are typed polars frames, read on first use.  Schema differences
+between nsys versions are handled here and nowhere else: tables that are
+absent give empty frames, columns that are absent read as NULL, renamed
+columns are found under their other names.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import polars as pl
+
+from profiler.errors import InputError
+from profiler.trace import sqlite_io
+
+I64 = pl.Int64
+STR = pl.String
+
+KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
+MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
+MEMSET_TABLE = "CUPTI_ACTIVITY_KIND_MEMSET"
+RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
+NVTX_TABLE = "NVTX_EVENTS"
+# Tables only an nsys export has; one of them is enough to recognise one.
+NSYS_MARKER_TABLES = (
+    "META_DATA_EXPORT",
+    "StringIds",
+    "TARGET_INFO_GPU",
+    KERNEL_TABLE,
+    MEMCPY_TABLE,
+    RUNTIME_TABLE,
+    NVTX_TABLE,
+)
+
+# Logical column -> names it has had across nsys versions (first found wins).
+ALIASES: dict[str, tuple[str, ...]] = {
+    "deviceId": ("deviceId", "device", "deviceID"),
+    "streamId": ("streamId", "stream", "streamID"),
+    "correlationId": ("correlationId", "correlationID"),
+    "globalPid": ("globalPid", "globalTid", "processId"),
+    "globalTid": ("globalTid", "globalThreadId"),
+    "shortName": ("shortName", "name"),
+    "demangledName": ("demangledName", "demangled", "mangledName"),
+    "bytes": ("bytes", "size"),
+    "copyKind": ("copyKind", "kind"),
+    "srcKind": ("srcKind", "srcMemKind"),
+    "dstKind": ("dstKind", "dstMemKind"),
+    "nameId": ("nameId", "name"),
+    "textId": ("textId",),
+    "text": ("text",),
+    "domainId": ("domainId",),
+    "endGlobalTid": ("endGlobalTid",),
+    "rangeId": ("rangeId",),
+    "eventType": ("eventType",),
+}
+
+# copyKind (ENUM_CUDA_MEMCPY_OPER) -> copy class of METRICS.md.
+COPY_CLASSES = ("h2d", "d2h", "d2d", "p2p", "other")
+_COPY_KIND_CLASS = {1: "h2d", 2: "d2h", 8: "d2d", 10: "p2p"}
+# ENUM_CUDA_MEM_KIND of the host side of h2d / d2h copies.
+HOST_KINDS = {0: "pageable", 1: "pinned"}
+# NVTX_EVENTS.eventType values.
+NVTX_PUSH_POP, NVTX_START_END, NVTX_MARK = 59, 60, 34
+NVTX_DOMAIN_CREATE = 75
+
+
+# Columns every GPU activity table shares: output name -> (logical column, dtype).
+OP_SPEC: dict[str, tuple[str, pl.DataType]] = {
+    "device": ("deviceId", I64),
+    "stream": ("streamId", I64),
+    "start": ("start", I64),
+    "end": ("end", I64),
+    "correlation_id": ("correlationId", I64),
+    "global_pid": ("globalPid", I64),
+}
+
+
+def _pid(expr: pl.Expr) -> pl.Expr:
+    """The process id packed in bits 24..47 of a serialized GlobalId."""
+    return (expr // (1 << 24)) % (1 << 24)
+
+
+def _tid(expr: pl.Expr) -> pl.Expr:
+    """The thread id packed in bits 0..23 of a serialized GlobalId."""
+    return expr % (1 << 24)
+
+
+def nccl_flag(name: pl.Expr) -> pl.Expr:
+    """METRICS.md: a kernel is NCCL when its name, less a leading ``void ``, starts with nccl."""
+    return name.str.strip_prefix("void ").str.to_lowercase().str.starts_with("nccl").fill_null(False)
+
+
+def copy_class(kind: pl.Expr) -> pl.Expr:
+    """METRICS.md copy direction from ``copyKind``."""
+    return kind.replace_strict(_COPY_KIND_CLASS, default="other", return_dtype=STR)
+
+
+@dataclass
+class Trace:
+    """An opened export; each frame is read on first access and kept."""
+
+    path: Path
+    tables: dict[str, list[str]] = field(repr=False)
+    row_counts: dict[str, int] = field(repr=False)
+    meta: dict[str, str] = field(default_factory=dict, repr=False)
+
+    # --- export facts -------------------------------------------------------
+    @property
+    def nsys_version(self) -> str | None:
+        return self.meta.get("EXPORT_PRODUCT_VERSION")
+
+    @property
+    def schema_version(self) -> str | None:
+        return self.meta.get("EXPORT_SCHEMA_VERSION")
+
+    def has(self, table: str) -> bool:
+        return table in self.tables
+
+    # --- helpers ------------------------------------------------------------
+    def _col(self, table: str, logical: str) -> str:
+        """SQL for a logical column of *table*: its present name, or NULL."""
+        cols = self.tables.get(table, [])
+        for name in ALIASES.get(logical, (logical,)):
+            if name in cols:
+                return f'"{name}"'
+        return "NULL"
+
+    def _read(self, table: str, spec: dict[str, tuple[str, pl.DataType]]) -> pl.DataFrame:
+        """Read logical columns ``out_name -> (logical column, dtype)`` of *table*."""
+        schema = {name: dtype for name, (_, dtype) in spec.items()}
+        if table not in self.tables:
+            return pl.DataFrame(schema=schema)
+        exprs = {name: self._col(table, logical) for name, (logical, _) in spec.items()}
+        try:
+            return sqlite_io.read_columns(
+                self.path, table, exprs, schema, n_rows=self.row_counts.get(table)
+            )
+        except sqlite3.DatabaseError as exc:
+            raise InputError(self.path, f"table {table} cannot be read ({exc})") from None
+
+    def _strings(self, table: str, id_columns: list[str]) -> pl.DataFrame:
+        """StringIds rows referenced by *id_columns* of *table*: (id, value)."""
+        empty = pl.DataFrame(schema={"id": I64, "value": STR})
+        if "StringIds" not in self.tables or table not in self.tables:
+            return empty
+        cols = [c for c in (self._col(table, c) for c in id_columns) if c != "NULL"]
+        if not cols:
+            return empty
+        used = " UNION ".join(f'SELECT {c} FROM "{table}"' for c in cols)
+        try:
+            return sqlite_io.read_columns(
+                self.path,
+                "StringIds",
+                {"id": "id", "value": "value"},
+                {"id": I64, "value": STR},
+                where=f"id IN ({used})",
+            )
+        except sqlite3.DatabaseError as exc:
+            raise InputError(self.path, f"StringIds cannot be read ({exc})") from None
+
+    # --- GPU activity -------------------------------------------------------
+    @cached_property
+    def kernels(self) -> pl.DataFrame:
+        """device, stream, start, end, correlation_id, pid, name, is_nccl."""
+        spec = {
+            **OP_SPEC,
+            "short_id": ("shortName", I64),
+            "demangled_id": ("demangledName", I64),
+        }
+        raw = self._read(KERNEL_TABLE, spec)
+        names = self._strings(KERNEL_TABLE, ["shortName", "demangledName"])
+        short = names.rename({"id": "short_id", "value": "short"})
+        demangled = names.rename({"id": "demangled_id", "value": "demangled"})
+        df = raw.join(short, on="short_id", how="left").join(
+            demangled, on="demangled_id", how="left"
+        )
+        name = pl.coalesce("short", "demangled")
+        return df.select(
+            "device",
+            "stream",
+            "start",
+            "end",
+            "correlation_id",
+            _pid(pl.col("global_pid")).alias("pid"),
+            name.alias("name"),
+            nccl_flag(name).alias("is_nccl"),
+        )
+
+    @cached_property
+    def copies(self) -> pl.DataFrame:
+        """device, stream, start, end, correlation_id, pid, bytes, copy_kind, cls,
+        src_kind, dst_kind, host_kind."""
+        spec = {
+            **OP_SPEC,
+            "bytes": ("bytes", I64),
+            "copy_kind": ("copyKind", I64),
+            "src_kind": ("srcKind", I64),
+            "dst_kind": ("dstKind", I64),
+        }
+        df = self._read(MEMCPY_TABLE, spec)
+        cls = copy_class(pl.col("copy_kind"))
+        host = (
+            pl.when(cls == "h2d")
+            .then(pl.col("src_kind"))
+            .when(cls == "d2h")
+            .then(pl.col("dst_kind"))
+            .otherwise(None)
+        )
+        return df.with_columns(
+            _pid(pl.col("global_pid")).alias("pid"),
+            cls.alias("cls"),
+            host.replace_strict(HOST_KINDS, default="other", return_dtype=STR).alias("host_kind"),
+        ).drop("global_pid")
+
+    @cached_property
+    def memsets(self) -> pl.DataFrame:
+        """device, stream, start, end, correlation_id, pid, bytes."""
+        df = self._read(MEMSET_TABLE, {**OP_SPEC, "bytes": ("bytes", I64)})
+        return df.with_columns(_pid(pl.col("global_pid")).alias("pid")).drop("global_pid")
+
+    # --- host side ----------------------------------------------------------
+    @cached_property
+    def runtime(self) -> pl.DataFrame:
+        """CUDA API calls: start, end, global_tid, pid, tid, correlation_id, name."""
+        spec = {
+            "start": ("start", I64),
+            "end": ("end", I64),
+            "global_tid": ("globalTid", I64),
+            "correlation_id": ("correlationId", I64),
+            "name_id": ("nameId", I64),
+        }
+        df = self._read(RUNTIME_TABLE, spec)
+        names = self._strings(RUNTIME_TABLE, ["nameId"]).rename({"id": "name_id", "value": "name"})
+        return df.join(names, on="name_id", how="left").select(
+            "start",
+            "end",
+            "global_tid",
+            _pid(pl.col("global_tid")).alias("pid"),
+            _tid(pl.col("global_tid")).alias("tid"),
+            "correlation_id",
+            "name",
+        )
+
+    @cached_property
+    def nvtx(self) -> pl.DataFrame:
+        """NVTX events: start, end, event_type, text, domain_id, domain, global_tid,
+        end_global_tid, pid, tid, range_id.  ``text`` is the message, registered or not."""
+        spec = {
+            "start": ("start", I64),
+            "end": ("end", I64),
+            "event_type": ("eventType", I64),
+            "raw_text": ("text", STR),
+            "text_id": ("textId", I64),
+            "domain_id": ("domainId", I64),
+            "global_tid": ("globalTid", I64),
+            "end_global_tid": ("endGlobalTid", I64),
+            "range_id": ("rangeId", I64),
+        }
+        df = self._read(NVTX_TABLE, spec)
+        strings = self._strings(NVTX_TABLE, ["textId"]).rename({"id": "text_id", "value": "reg"})
+        df = df.join(strings, on="text_id", how="left").with_columns(
+            pl.coalesce("raw_text", "reg").alias("text")
+        )
+        domains = (
+            df.filter(pl.col("event_type") == NVTX_DOMAIN_CREATE)
+            .group_by("domain_id")
+            .agg(pl.col("text").first().alias("domain"))
+        )
+        return df.join(domains, on="domain_id", how="left").select(
+            "start",
+            "end",
+            "event_type",
+            "text",
+            "domain_id",
+            "domain",
+            "global_tid",
+            "end_global_tid",
+            _pid(pl.col("global_tid")).alias("pid"),
+            _tid(pl.col("global_tid")).alias("tid"),
+            "range_id",
+        )
+
+    # --- target facts -------------------------------------------------------
+    @cached_property
+    def devices(self) -> pl.DataFrame:
+        """GPUs named in the export: id, name, total_memory, bus."""
+        spec = {
+            "id": ("id", I64),
+            "name": ("name", STR),
+            "total_memory": ("totalMemory", I64),
+            "bus": ("busLocation", STR),
+        }
+        for table in ("TARGET_INFO_GPU", "TARGET_INFO_CUDA_DEVICE"):
+            if table in self.tables:
+                return self._read(table, spec).unique("id", keep="first").sort("id")
+        return pl.DataFrame(schema={n: t for n, (_, t) in spec.items()})
+
+    @cached_property
+    def streams(self) -> pl.DataFrame:
+        """CUDA streams: stream, pid, context, priority, flag."""
+        spec = {
+            "stream": ("streamId", I64),
+            "pid": ("processId", I64),
+            "context": ("contextId", I64),
+            "priority": ("priority", I64),
+            "flag": ("flag", I64),
+        }
+        return self._read("TARGET_INFO_CUDA_STREAM", spec)
+
+
+def open_trace(path: str | Path) -> Trace:
+    """Validate *path* as an nsys SQLite export and return a lazily-read Trace."""
+    path = Path(path)
+    sqlite_io.check_sqlite_file(path)
+    try:
+        con = sqlite_io.connect_ro(path)
+        try:
+            tables = sqlite_io.table_columns(con)
+            if not any(t in tables for t in NSYS_MARKER_TABLES):
+                raise InputError(path, "is an SQLite database but not an Nsight Systems export")
+            meta: dict[str, str] = {}
+            if "META_DATA_EXPORT" in tables:
+                meta = {
+                    str(k): str(v)
+                    for k, v in con.execute("SELECT name, value FROM META_DATA_EXPORT")
+                    if v is not None
+                }
+            counts = {
+                t: sqlite_io.count_rows(con, t)
+                for t in (KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE, RUNTIME_TABLE, NVTX_TABLE)
+                if t in tables
+            }
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        raise InputError(path, f"cannot be read as SQLite ({exc})") from None
+    return Trace(path=path, tables=tables, row_counts=counts, meta=meta)

@@ -1,0 +1,171 @@
+"""Finding the nsys binary and exporting ``.nsys-rep`` reports to SQLite."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from profiler.errors import InputError, NsysNotFound
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# Where scripts/install-nsys.sh puts Nsight Systems.
+LOCAL_PREFIX = PROJECT_ROOT / ".tools" / "nsys"
+LOCAL_NSYS = LOCAL_PREFIX / "usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys"
+INSTALL_HINT = "install it with: bash scripts/install-nsys.sh (or pass --nsys PATH / set $NSYS)"
+REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+REPORT_MAGIC = b"NVIDIA Tegra Profiler Report"
+
+
+def nsys_candidates(explicit: str | None = None) -> list[Path]:
+    """Places to look for nsys, in order: --nsys, $NSYS, PATH, the project prefix, usual installs."""
+    found: list[Path] = []
+    if explicit:
+        return [Path(explicit)]
+    if os.environ.get("NSYS"):
+        return [Path(os.environ["NSYS"])]
+    on_path = shutil.which("nsys")
+    if on_path:
+        found.append(Path(on_path))
+    found.append(LOCAL_NSYS)
+    found.append(Path("/usr/local/cuda/bin/nsys"))
+    found += [Path(p) for p in sorted(glob.glob("/opt/nvidia/nsight-systems/*/bin/nsys"), reverse=True)]
+    found += [Path(p) for p in sorted(glob.glob("/opt/nvidia/nsight-systems-cli/*/bin/nsys"), reverse=True)]
+    return found
+
+
+def find_nsys(explicit: str | None = None) -> Path:
+    """The first executable nsys among ``nsys_candidates``; NsysNotFound otherwise."""
+    for cand in nsys_candidates(explicit):
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return cand
+    if explicit or os.environ.get("NSYS"):
+        where = explicit or os.environ["NSYS"]
+        raise NsysNotFound(f"nsys not found at {where}; {INSTALL_HINT}")
+    raise NsysNotFound(f"nsys not found; {INSTALL_HINT}")
+
+
+def nsys_version(nsys: Path) -> str:
+    """``2023.4.4.54-...`` from ``nsys --version``."""
+    out = subprocess.run([str(nsys), "--version"], capture_output=True, text=True, check=False)
+    m = re.search(r"version\s+(\S+)", out.stdout + out.stderr)
+    return m.group(1) if m else (out.stdout.strip() or "unknown")
+
+
+def is_report(path: Path) -> bool:
+    """True for an nsys report (by suffix, or by its header)."""
+    if path.suffix in REPORT_SUFFIXES:
+        return True
+    try:
+        with path.open("rb") as fh:
+            return fh.read(len(REPORT_MAGIC)) == REPORT_MAGIC
+    except OSError:
+        return False
+
+
+def _report_key(report: Path) -> str:
+    st = report.stat()
+    return hashlib.sha1(f"{report.name}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:10]
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "profile-step" / "exports"
+
+
+def _is_export_of(sqlite: Path, report: Path) -> bool:
+    """An existing SQLite file that nsys exported from this report, after its last change."""
+    import sqlite3
+
+    from profiler.trace.sqlite_io import connect_ro
+
+    try:
+        if sqlite.stat().st_mtime_ns < report.stat().st_mtime_ns:
+            return False
+        con = connect_ro(sqlite)
+        try:
+            rows = dict(con.execute("SELECT name, value FROM META_DATA_EXPORT"))
+        finally:
+            con.close()
+    except (OSError, sqlite3.DatabaseError):
+        return False
+    source = rows.get("EXPORT_PARAM_INPUT_PATH_ABS") or rows.get("EXPORT_PARAM_INPUT_FILE") or ""
+    return Path(str(source)).name == report.name
+
+
+def export_paths(report: Path) -> list[Path]:
+    """Where the export of *report* may live, in order of preference."""
+    key = _report_key(report)
+    return [
+        report.with_suffix(".sqlite"),
+        report.with_name(f"{report.stem}.{key}.sqlite"),
+        _cache_dir() / f"{report.stem}.{key}.sqlite",
+    ]
+
+
+def export_report(report: Path, nsys_path: str | None = None) -> Path:
+    """The SQLite export of *report*: reused when present, else made with nsys.
+
+    Never writes over a file that exists: when ``REPORT.sqlite`` is there but
+    is not this report's export, the export goes to ``REPORT.<key>.sqlite``
+    (or to the user cache when the report's folder is not writable).
+    """
+    report = Path(report)
+    if not report.is_file():
+        raise InputError(report, "no such file")
+    candidates = export_paths(report)
+    for cand in candidates:
+        if cand.exists() and _is_export_of(cand, report):
+            return cand
+    nsys = find_nsys(nsys_path)
+    for target in candidates:
+        if target.exists():
+            continue
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if not os.access(target.parent, os.W_OK):
+                continue
+        except OSError:
+            continue
+        return _export_to(nsys, report, target)
+    raise InputError(report, "no writable place for its SQLite export")
+
+
+def _export_to(nsys: Path, report: Path, target: Path) -> Path:
+    """Export into a temporary file beside *target*, then link it into place."""
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=".partial.sqlite",
+                                    dir=target.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    tmp.unlink()
+    try:
+        proc = subprocess.run(
+            [str(nsys), "export", "--type", "sqlite", "--quiet", "true", "--lazy", "true",
+             "--output", str(tmp), str(report)],
+            capture_output=True, text=True, check=False,
+        )
+        if proc.returncode != 0 or not tmp.exists():
+            raise InputError(report, f"nsys export failed: {_first_error(proc.stdout + proc.stderr)}")
+        try:
+            os.link(tmp, target)  # never replaces a file that appeared meanwhile
+        except FileExistsError:
+            if not _is_export_of(target, report):
+                raise InputError(report, f"{target} appeared during export; not replaced") from None
+        return target
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _first_error(text: str) -> str:
+    """The most telling line of nsys's output (progress bars stripped)."""
+    lines = [ln.strip() for ln in re.split(r"[\r\n]+", text) if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith("Processing")]
+    for ln in lines:
+        if re.search(r"error|newer|version|cannot|unsupported|failed", ln, re.I):
+            return ln
+    return lines[-1] if lines else "no output"
