@@ -51,12 +51,18 @@ for deb in "$work"/debs/*.deb; do dpkg -x "$deb" "$prefix.partial"; done
 rm -rf "$prefix"
 mv "$prefix.partial" "$prefix"
 
-# nsys looks for the importer in a sibling host-linux-x64/.
-ln -sfn "$host" "$(dirname "$target")/host-linux-x64"
+# nsys looks for the importer in a sibling host-linux-x64/ (relative link: the
+# prefix may move).
+ln -sfn ../../nsight-systems/host-linux-x64 "$(dirname "$target")/host-linux-x64"
 ln -sf /usr/lib/x86_64-linux-gnu/libssh.so.4 "$host/libssh.so"
 # `nsys recipe` insists on this folder, which Debian ships without.
 mkdir -p "$target/python/packages/nsys_recipe/third_party"
+# `nsys stats` runs its reports in an embedded Python that imports its helper
+# modules from host-linux-x64/python/lib; Debian puts them elsewhere.
+cp "$target/python/lib/nsysstats.py" "$target/python/lib/gpustats.py" "$host/python/lib/"
 
 "$target/nsys" --version >&2
+# Check the pieces the project relies on before calling the install complete.
+"$target/nsys" export --help >/dev/null
 touch "$prefix/.complete"
 echo "$target/nsys"

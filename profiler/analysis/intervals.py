@@ -10,6 +10,7 @@ empty intervals, touching intervals merged.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -155,7 +156,7 @@ def measure_within(b: Intervals, group: object, start: object, end: object) -> n
     if s.size == 0 or len(b) == 0:
         return out
     bounds = np.flatnonzero(np.r_[True, b.group[1:] != b.group[:-1], True])
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+    for lo, hi in itertools.pairwise(bounds):
         idx = np.flatnonzero(g == b.group[lo])
         if idx.size == 0:
             continue

@@ -144,25 +144,21 @@ class Trace:
         except sqlite3.DatabaseError as exc:
             raise InputError(self.path, f"table {table} cannot be read ({exc})") from None
 
-    def _strings(self, table: str, id_columns: list[str]) -> pl.DataFrame:
-        """StringIds rows referenced by *id_columns* of *table*: (id, value)."""
+    def _strings(self, *ids: pl.Series) -> pl.DataFrame:
+        """The StringIds rows (id, value) for the ids in *ids* (NULLs ignored)."""
         empty = pl.DataFrame(schema={"id": I64, "value": STR})
-        if "StringIds" not in self.tables or table not in self.tables:
+        wanted = pl.concat([i.cast(I64) for i in ids]).drop_nulls().unique()
+        if "StringIds" not in self.tables or wanted.len() == 0:
             return empty
-        cols = [c for c in (self._col(table, c) for c in id_columns) if c != "NULL"]
-        if not cols:
-            return empty
-        used = " UNION ".join(f'SELECT {c} FROM "{table}"' for c in cols)
+        where = f"id IN ({','.join(map(str, wanted.to_list()))})" if wanted.len() <= 20_000 else ""
         try:
-            return sqlite_io.read_columns(
-                self.path,
-                "StringIds",
-                {"id": "id", "value": "value"},
-                {"id": I64, "value": STR},
-                where=f"id IN ({used})",
+            strings = sqlite_io.read_columns(
+                self.path, "StringIds", {"id": "id", "value": "value"}, {"id": I64, "value": STR},
+                where=where,
             )
         except sqlite3.DatabaseError as exc:
             raise InputError(self.path, f"StringIds cannot be read ({exc})") from None
+        return strings.filter(pl.col("id").is_in(wanted.implode())) if not where else strings
 
     # --- GPU activity -------------------------------------------------------
     @cached_property
@@ -174,13 +170,18 @@ class Trace:
             "demangled_id": ("demangledName", I64),
         }
         raw = self._read(KERNEL_TABLE, spec)
-        names = self._strings(KERNEL_TABLE, ["shortName", "demangledName"])
-        short = names.rename({"id": "short_id", "value": "short"})
-        demangled = names.rename({"id": "demangled_id", "value": "demangled"})
-        df = raw.join(short, on="short_id", how="left").join(
-            demangled, on="demangled_id", how="left"
-        )
+        # Names are resolved once per distinct (short, demangled) pair, then joined back.
+        pairs = raw.select("short_id", "demangled_id").unique()
+        strings = self._strings(pairs["short_id"], pairs["demangled_id"])
+        short = strings.rename({"id": "short_id", "value": "short"})
+        demangled = strings.rename({"id": "demangled_id", "value": "demangled"})
         name = pl.coalesce("short", "demangled")
+        pairs = (
+            pairs.join(short, on="short_id", how="left")
+            .join(demangled, on="demangled_id", how="left")
+            .select("short_id", "demangled_id", name.alias("name"), nccl_flag(name).alias("is_nccl"))
+        )
+        df = raw.join(pairs, on=["short_id", "demangled_id"], how="left", nulls_equal=True)
         return df.select(
             "device",
             "stream",
@@ -188,8 +189,8 @@ class Trace:
             "end",
             "correlation_id",
             _pid(pl.col("global_pid")).alias("pid"),
-            name.alias("name"),
-            nccl_flag(name).alias("is_nccl"),
+            "name",
+            "is_nccl",
         )
 
     @cached_property
@@ -236,7 +237,7 @@ class Trace:
             "name_id": ("nameId", I64),
         }
         df = self._read(RUNTIME_TABLE, spec)
-        names = self._strings(RUNTIME_TABLE, ["nameId"]).rename({"id": "name_id", "value": "name"})
+        names = self._strings(df["name_id"]).rename({"id": "name_id", "value": "name"})
         return df.join(names, on="name_id", how="left").select(
             "start",
             "end",
@@ -263,7 +264,7 @@ class Trace:
             "range_id": ("rangeId", I64),
         }
         df = self._read(NVTX_TABLE, spec)
-        strings = self._strings(NVTX_TABLE, ["textId"]).rename({"id": "text_id", "value": "reg"})
+        strings = self._strings(df["text_id"]).rename({"id": "text_id", "value": "reg"})
         df = df.join(strings, on="text_id", how="left").with_columns(
             pl.coalesce("raw_text", "reg").alias("text")
         )

@@ -7,6 +7,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -128,12 +129,20 @@ def export_report(report: Path, nsys_path: str | None = None) -> Path:
             continue
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            if not os.access(target.parent, os.W_OK):
-                continue
         except OSError:
             continue
-        return _export_to(nsys, report, target)
+        if _writable(target.parent):
+            return _export_to(nsys, report, target)
     raise InputError(report, "no writable place for its SQLite export")
+
+
+def _writable(folder: Path) -> bool:
+    """Writable, and not marked read-only (root ignores the mode bits; we respect them)."""
+    try:
+        mode = folder.stat().st_mode
+    except OSError:
+        return False
+    return os.access(folder, os.W_OK) and bool(mode & stat.S_IWUSR)
 
 
 def _export_to(nsys: Path, report: Path, target: Path) -> Path:

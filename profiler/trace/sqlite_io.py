@@ -72,11 +72,23 @@ def table_columns(con: sqlite3.Connection) -> dict[str, list[str]]:
 
 
 def _read_adbc(uri: str, sql: str) -> pl.DataFrame:
-    import adbc_driver_sqlite.dbapi as adbc
+    """One query through the ADBC driver manager's low-level API: an Arrow C
+    stream that polars imports directly (no pyarrow/pandas import cost)."""
+    import adbc_driver_manager as adbc
+    import adbc_driver_sqlite
 
-    with adbc.connect(uri) as con, con.cursor() as cur:
-        cur.execute(sql)
-        return pl.from_arrow(cur.fetch_arrow_table())  # type: ignore[return-value]
+    with (
+        adbc.AdbcDatabase(driver=adbc_driver_sqlite._driver_path(), uri=uri) as db,
+        adbc.AdbcConnection(db) as con,
+        adbc.AdbcStatement(con) as stmt,
+    ):
+        stmt.set_sql_query(sql)
+        stream, _ = stmt.execute_query()
+        df = pl.DataFrame(stream)
+    for name, dtype in df.schema.items():
+        if dtype == pl.String:  # SQLite text need not be UTF-8: refuse it here, not later
+            df.get_column(name).cast(pl.Binary).cast(pl.String, strict=True)
+    return df
 
 
 def _read_sqlite3(path: Path, sql: str, names: Sequence[str]) -> pl.DataFrame:
@@ -149,6 +161,9 @@ def _conform(df: pl.DataFrame, names: Sequence[str], schema: dict[str, pl.DataTy
         col = df.get_column(name)
         if col.dtype == pl.Null or len(col) == 0:
             col = pl.Series(name, [None] * len(col), dtype=dtype)
+        elif col.dtype == pl.Binary and dtype == pl.String:  # BLOBs where text was expected
+            col = pl.Series(name, [None if v is None else v.decode("utf-8", "replace") for v in col],
+                            dtype=pl.String)
         elif col.dtype != dtype:
             col = col.cast(dtype, strict=False)
         out.append(col)

@@ -1,0 +1,48 @@
+"""Baseline (a): read only the columns analyze needs, nothing else, with one reader.
+
+    python benchmarks/read_baseline.py {connectorx,adbc,sqlite3} EXPORT
+"""
+
+from __future__ import annotations
+
+import sys
+
+QUERIES = {
+    "kernels": "SELECT deviceId, streamId, start, end, correlationId, globalPid, shortName, demangledName "
+               "FROM CUPTI_ACTIVITY_KIND_KERNEL",
+    "copies": "SELECT deviceId, streamId, start, end, correlationId, globalPid, bytes, copyKind, srcKind, "
+              "dstKind FROM CUPTI_ACTIVITY_KIND_MEMCPY",
+    "memsets": "SELECT deviceId, streamId, start, end, correlationId, globalPid, bytes "
+               "FROM CUPTI_ACTIVITY_KIND_MEMSET",
+}
+
+
+def main() -> None:
+    reader, path = sys.argv[1], sys.argv[2]
+    import polars as pl
+
+    rows = 0
+    for sql in QUERIES.values():
+        if reader == "connectorx":
+            import connectorx as cx
+
+            df = cx.read_sql(f"sqlite://{path}", sql, return_type="polars")
+        elif reader == "adbc":
+            import adbc_driver_sqlite.dbapi as adbc
+
+            with adbc.connect(f"file:{path}?mode=ro") as con, con.cursor() as cur:
+                cur.execute(sql)
+                df = pl.from_arrow(cur.fetch_arrow_table())
+        else:
+            import sqlite3
+
+            con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            cur = con.execute(sql)
+            names = [d[0] for d in cur.description]
+            df = pl.DataFrame(cur.fetchall(), schema=names, orient="row")
+        rows += df.height
+    print(rows)
+
+
+if __name__ == "__main__":
+    main()

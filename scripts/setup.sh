@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Everything profile-step needs on a fresh Debian/Ubuntu machine, idempotent:
+#   - a virtual environment .venv with the package, JAX (CPU or whatever pip
+#     gives), the nvtx binding and the test tools;
+#   - Nsight Systems 2023.4.4 in .tools/nsys (scripts/install-nsys.sh);
+#   - with --browser: Debian's chromium + chromium-driver for the dashboard tests.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+browser=0
+for arg in "$@"; do
+  case "$arg" in
+    --browser) browser=1 ;;
+    *) echo "setup.sh: unknown option $arg" >&2; exit 2 ;;
+  esac
+done
+
+py=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv with $($py --version)" >&2
+  "$py" -m venv .venv
+fi
+stamp=.venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)
+if [ ! -f "$stamp" ]; then
+  echo "setup: installing Python packages (jax, polars, dash, nvtx, pytest, ...)" >&2
+  .venv/bin/python -m pip install -q --disable-pip-version-check -U pip
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[capture,recipes,test]'
+  rm -f .venv/.installed-*
+  touch "$stamp"
+fi
+
+nsys=$(bash scripts/install-nsys.sh | tail -n1)
+echo "setup: nsys at $nsys" >&2
+
+if [ "$browser" = 1 ] && ! { command -v chromium >/dev/null && command -v chromedriver >/dev/null; }; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "setup: installing Debian's chromium and chromium-driver" >&2
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null
+  else
+    echo "setup: chromium is missing; run: sudo apt-get install chromium chromium-driver" >&2
+    exit 1
+  fi
+fi

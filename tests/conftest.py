@@ -1,0 +1,58 @@
+"""Shared fixtures: the real nsys, ../shared/traces, and a CLI runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from profiler.errors import NsysNotFound
+from profiler.trace.nsys import find_nsys
+from profiler.trace.synthetic import ExportBuilder
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_TRACES = ROOT.parent / "shared" / "traces"
+
+
+@pytest.fixture(scope="session")
+def shared_traces() -> Path:
+    """../shared/traces, or a clean skip where this checkout has no ../shared."""
+    if not (SHARED_TRACES / "CATALOG.tsv").is_file():
+        pytest.skip("../shared/traces is absent")
+    return SHARED_TRACES
+
+
+@pytest.fixture(scope="session")
+def nsys() -> Path:
+    """The real nsys; missing is a failure in CI (which installs it), a skip elsewhere."""
+    try:
+        return find_nsys()
+    except NsysNotFound as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must have nsys: {exc}")
+        pytest.skip(str(exc))
+
+
+@pytest.fixture
+def build(tmp_path: Path):
+    """Write an ExportBuilder to a fresh file and return its path."""
+    counter = iter(range(1_000_000))
+
+    def _write(builder: ExportBuilder, name: str | None = None) -> Path:
+        return builder.write(tmp_path / (name or f"export{next(counter)}.sqlite"))
+
+    return _write
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+            timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run ``profile-step`` as a user would, in a subprocess."""
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("PROFILE_STEP_DEBUG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "profiler.cli", *args],
+        capture_output=True, text=True, cwd=cwd or ROOT, env=full_env, timeout=timeout,
+    )

@@ -1,0 +1,145 @@
+"""Bad input: one line naming the file and the problem, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from profiler.trace.synthetic import ExportBuilder
+from tests.conftest import run_cli
+
+
+def assert_one_line_error(proc, path: Path, words: str) -> None:
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert str(path) in lines[0]
+    assert words in lines[0], lines[0]
+
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "nope.sqlite"
+    assert_one_line_error(run_cli("analyze", str(path)), path, "no such file")
+
+
+def test_directory(tmp_path):
+    assert_one_line_error(run_cli("analyze", str(tmp_path)), tmp_path, "is a directory")
+
+
+def test_not_sqlite(tmp_path):
+    path = tmp_path / "notes.sqlite"
+    path.write_text("hello, I am text\n" * 20)
+    assert_one_line_error(run_cli("analyze", str(path)), path, "not an SQLite database")
+
+
+def test_empty_file(tmp_path):
+    path = tmp_path / "empty.sqlite"
+    path.touch()
+    assert_one_line_error(run_cli("analyze", str(path)), path, "is empty")
+
+
+def test_sqlite_but_not_nsys(tmp_path):
+    path = tmp_path / "other.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE people (name TEXT)")
+    con.execute("INSERT INTO people VALUES ('ada')")
+    con.commit()
+    con.close()
+    assert_one_line_error(run_cli("analyze", str(path)), path, "not an Nsight Systems export")
+
+
+def test_truncated_export(tmp_path):
+    b = ExportBuilder()
+    for i in range(3000):
+        b.kernel(i * 10, i * 10 + 5, f"kernel_{i % 50}")
+        b.copy(i * 10, i * 10 + 8, "d2h")
+    full = b.write(tmp_path / "full.sqlite")
+    data = full.read_bytes()
+    path = tmp_path / "cut.sqlite"
+    path.write_bytes(data[: len(data) // 2])
+    assert_one_line_error(run_cli("analyze", str(path)), path, "truncated")
+
+
+def test_corrupt_pages(tmp_path):
+    b = ExportBuilder()
+    for i in range(3000):
+        b.kernel(i * 10, i * 10 + 5, f"kernel_{i % 50}")
+    full = b.write(tmp_path / "full.sqlite")
+    data = bytearray(full.read_bytes())
+    data[8192:len(data) - 4096] = b"\xff" * (len(data) - 4096 - 8192)  # keep the header, wreck the pages
+    path = tmp_path / "corrupt.sqlite"
+    path.write_bytes(bytes(data))
+    proc = run_cli("analyze", str(path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and str(path) in proc.stderr
+
+
+def test_garbage_report(tmp_path, nsys):
+    path = tmp_path / "broken.nsys-rep"
+    path.write_bytes(b"NVIDIA Tegra Profiler Report 1.\n" + b"\x00garbage" * 100)
+    proc = run_cli("analyze", str(path))
+    assert_one_line_error(proc, path, "nsys export failed")
+    assert not list(tmp_path.glob("*.sqlite")), "a failed export leaves nothing behind"
+
+
+def test_cpu_only_export_is_valid(tmp_path):
+    b = ExportBuilder()
+    b.nvtx(0, 100, "step_0")
+    path = b.write(tmp_path / "cpu.sqlite")
+    proc = run_cli("analyze", "--json", str(path))
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout)["devices"] == {}
+    proc = run_cli("analyze", str(path))
+    assert proc.returncode == 0 and "No GPU activity" in proc.stdout
+
+
+def test_no_nsys_for_a_report(tmp_path):
+    path = tmp_path / "r.nsys-rep"
+    path.write_bytes(b"NVIDIA Tegra Profiler Report 1.\n")
+    proc = run_cli("analyze", "--nsys", str(tmp_path / "no-nsys"), str(path))
+    assert proc.returncode == 2
+    assert "install-nsys.sh" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_input_is_never_written(tmp_path):
+    """A read-only export in a read-only folder: analysis works and nothing appears or changes."""
+    b = ExportBuilder()
+    b.kernel(0, 10, "k")
+    b.copy(0, 20, "h2d")
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    path = b.write(folder / "t.sqlite")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    path.chmod(0o444)
+    folder.chmod(0o555)
+    try:
+        proc = run_cli("analyze", "--json", str(path))
+        assert proc.returncode == 0, proc.stderr
+        assert sorted(p.name for p in folder.iterdir()) == ["t.sqlite"]
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == digest
+    finally:
+        folder.chmod(0o755)
+
+
+@pytest.mark.parametrize("text", ["\udcff".encode("utf-8", "surrogatepass"), b"\xff\xfe bad utf8"])
+def test_invalid_utf8_names(tmp_path, text):
+    b = ExportBuilder()
+    b.kernel(0, 10, "placeholder")
+    path = b.write(tmp_path / "u.sqlite")
+    con = sqlite3.connect(path)
+    # stored both as TEXT holding bytes that are not UTF-8, and as a BLOB
+    con.execute("UPDATE StringIds SET value = CAST(? AS TEXT) WHERE value = 'placeholder'", (text,))
+    con.execute("INSERT INTO StringIds VALUES (4242, ?)", (text,))
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = 4242")
+    con.commit()
+    con.close()
+    proc = run_cli("analyze", "--json", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["devices"]["0"]["compute"]["count"] == 1
+
+
