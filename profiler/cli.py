@@ -11,7 +11,7 @@ from typing import Any
 
 from profiler.errors import ProfilerError
 
-SUBCOMMANDS = ("analyze",)
+SUBCOMMANDS = ("analyze", "run")
 
 
 def _json_dump(doc: Any) -> str:
@@ -29,6 +29,55 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from profiler.analysis.summary import run_summary
+    from profiler.capture.run import RunRequest, RunResult, run_all
+    from profiler.report.text import render_devices, render_policy_table
+    from profiler.trace import open_trace
+
+    policies = [p for p in args.policy or []]
+    for group in args.policies or []:
+        policies += [p.strip() for p in group.split(",") if p.strip()]
+    req = RunRequest(
+        script=Path(args.script), script_args=list(args.script_args),
+        policies=list(dict.fromkeys(policies)) or [os.environ.get("PROFILE_STEP_POLICY") or "default"],
+        runs_dir=Path(args.runs_dir), nsys=args.nsys, nsys_args=args.nsys_arg or [],
+        keep_warmup=args.keep_warmup, lhs=args.lhs, pipelined_offload=args.pipelined_offload,
+        async_limit=args.async_limit, python=args.python, policy_arg=args.policy_arg,
+    )
+    rows: list[dict[str, Any]] = []
+
+    def show(res: RunResult) -> None:
+        row: dict[str, Any] = {"policy": res.policy, "status": res.status, "exit_code": res.exit_code,
+                               "run_dir": str(res.run_dir)}
+        print(f"\n== policy {res.policy}: {res.status} (exit {res.exit_code}) -> {res.run_dir}")
+        if res.sqlite is not None:
+            try:
+                summary = run_summary(open_trace(res.sqlite))
+            except ProfilerError as exc:
+                print(f"   analysis failed: {exc}")
+            else:
+                row.update(summary)
+                med = summary["median_step_ns"]
+                print(f"   {summary['steps']} captured steps"
+                      + (f", median {med / 1e6:.3f} ms" if med is not None else "")
+                      + (f", {summary['warmup_steps']} warm-up steps kept" if summary["warmup_steps"] else ""))
+                if not args.no_summary:
+                    print(render_devices(summary["analysis"]))
+        elif res.status != "interrupted":
+            print(f"   no trace was written; see {res.run_dir / 'output.log'}")
+        rows.append(row)
+
+    results = run_all(req, on_result=show)
+    if len(rows) > 1:
+        print("\n" + render_policy_table(rows))
+    if any(r.status == "interrupted" for r in results):
+        return 130
+    return next((r.exit_code for r in results if r.exit_code != 0), 0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="profile-step",
@@ -44,20 +93,40 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--device", type=int, default=None, help="only this deviceId")
     a.add_argument("--nsys", default=None, help="nsys binary (to export a .nsys-rep)")
     a.set_defaults(func=cmd_analyze)
+
+    r = sub.add_parser(
+        "run", help="profile a training script under nsys, once per policy",
+        description="Run SCRIPT under nsys profile (NVTX capture range: warm-up stays out) once per "
+        "policy, export SQLite, and show the copy-overlap summary. The policy reaches the script "
+        "as $PROFILE_STEP_POLICY (and as `--policy-arg FLAG NAME` when asked).",
+    )
+    r.add_argument("--policy", action="append", metavar="NAME", help="an offload policy (repeatable)")
+    r.add_argument("--policies", action="append", metavar="A,B,C", help="several policies at once")
+    r.add_argument("--runs-dir", default="runs", help="where run folders go (default: runs/)")
+    r.add_argument("--nsys", default=None, help="nsys binary")
+    r.add_argument("--nsys-arg", action="append", metavar="OPT",
+                   help="an nsys profile option, overriding the default of the same name (repeatable), "
+                   "e.g. --nsys-arg=--sample=process-tree")
+    r.add_argument("--keep-warmup", action="store_true",
+                   help="capture from the start (compilation and warm-up included)")
+    r.add_argument("--lhs", action="store_true", help="XLA latency hiding scheduler on")
+    r.add_argument("--pipelined-offload", action="store_true", help="XLA pipelined host offloading on")
+    r.add_argument("--async-limit", type=int, metavar="N", help="XLA parallel async compute limit")
+    r.add_argument("--python", default=None, help="interpreter for a .py script (default: this one)")
+    r.add_argument("--policy-arg", default=None, metavar="FLAG",
+                   help="also pass the policy to the script as FLAG NAME (e.g. --policy-arg=--policy)")
+    r.add_argument("--no-summary", action="store_true", help="only the one-line result per policy")
+    r.add_argument("script", help="the training script (.py, or an executable)")
+    r.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
+    r.set_defaults(func=cmd_run)
     return p
 
 
 def normalize_argv(argv: Sequence[str]) -> list[str]:
-    """``profile-step train.py ...`` means ``profile-step run train.py ...``."""
+    """``profile-step [run options] train.py ...`` means ``profile-step run [run options] train.py ...``."""
     argv = list(argv)
-    for i, tok in enumerate(argv):
-        if tok.startswith("-"):
-            if tok in ("-h", "--help"):
-                return argv
-            continue
-        if tok not in SUBCOMMANDS:
-            return [*argv[:i], "run", *argv[i:]] if "run" in SUBCOMMANDS else argv
-        return argv
+    if argv and argv[0] not in SUBCOMMANDS and argv[0] not in ("-h", "--help"):
+        return ["run", *argv]
     return argv
 
 

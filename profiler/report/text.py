@@ -22,14 +22,14 @@ def gbps(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A plain, aligned table: first column left, the others right."""
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: Sequence[int] = (0,)) -> str:
+    """A plain, aligned table: the *left* columns (the first by default) left, the others right."""
     cells = [list(headers), *[list(map(str, r)) for r in rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
 
     def fmt(r: list[str]) -> str:
         return "  ".join(
-            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+            c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
         ).rstrip()
 
     sep = "  ".join("-" * w for w in widths)
@@ -91,3 +91,18 @@ def render_devices(doc: dict[str, Any]) -> str:
                  for s in d["streams"]],
             ))
     return "\n".join(out)
+
+
+def render_policy_table(rows: list[dict[str, Any]]) -> str:
+    """One line per policy run: status, steps, step time, offloaded bytes, busy/exposed copy time."""
+    headers = ("policy", "status", "exit", "steps", "median step ms", "offload MiB", "copy busy ms",
+               "exposed ms", "hidden", "run")
+    body = []
+    for r in rows:
+        off = r.get("offload") or {}
+        body.append([
+            r["policy"], r["status"], str(r["exit_code"]), str(r.get("steps", "-")),
+            ms(r.get("median_step_ns")), mib(off.get("bytes")), ms(off.get("busy_ns")),
+            ms(off.get("exposed_ns")), pct(off.get("hidden_fraction")), r["run_dir"],
+        ])
+    return table(headers, body, left=(0, 1, len(headers) - 1))

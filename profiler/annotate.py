@@ -1,0 +1,134 @@
+"""NVTX ranges for training scripts profiled by ``profile-step``.
+
+Import it from a training script (it needs only the ``nvtx`` binding, and is a
+no-op without it)::
+
+    from profiler import annotate
+
+    policy = annotate.policy_name(default="none")   # the policy profile-step asks for
+    for i in range(warmup_steps):
+        with annotate.warmup(i):                     # compilation, autotuning: not captured
+            run_step()
+    with annotate.capture(policy):                   # nsys records only inside this range
+        for i in range(steps):
+            with annotate.step(i):
+                run_step()
+
+Range names (domain ``profile-step``): ``policy=NAME``, ``step=N``,
+``layer=NAME``, ``warmup=N``.  ``profile-step`` starts nsys with an NVTX
+capture range on ``profile-step:capture``, so everything before ``capture()``
+stays out of the trace unless ``--keep-warmup`` is given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+DOMAIN = "profile-step"
+CAPTURE_RANGE = "profile-step:capture"
+POLICY_ENV = "PROFILE_STEP_POLICY"
+RUN_DIR_ENV = "PROFILE_STEP_RUN_DIR"
+POLICY_PREFIX, STEP_PREFIX, LAYER_PREFIX, WARMUP_PREFIX = "policy=", "step=", "layer=", "warmup="
+
+try:  # the binding is optional: without it the ranges are no-ops
+    import nvtx as _nvtx
+except ImportError:  # pragma: no cover - exercised only without the capture extra
+    _nvtx = None
+
+
+def available() -> bool:
+    """True when NVTX ranges are really emitted."""
+    return _nvtx is not None
+
+
+@contextmanager
+def nvtx_range(message: str, color: str | None = None) -> Iterator[None]:
+    """A push/pop range in the profile-step domain."""
+    if _nvtx is None:
+        yield
+        return
+    with _nvtx.annotate(message, color=color, domain=DOMAIN):
+        yield
+
+
+def policy_name(default: str = "none") -> str:
+    """The offload policy profile-step runs this process for (``$PROFILE_STEP_POLICY``)."""
+    return os.environ.get(POLICY_ENV) or default
+
+
+@contextmanager
+def capture(policy: str | None = None, **facts: Any) -> Iterator[None]:
+    """The captured part of the run, labelled with its policy.
+
+    Also writes what only the running process knows (JAX version, devices,
+    memory kinds, *facts*) beside the trace, for the run's manifest.
+    """
+    policy = policy or policy_name()
+    write_runtime_facts(policy=policy, **facts)
+    with nvtx_range(CAPTURE_RANGE), nvtx_range(POLICY_PREFIX + policy, color="purple"):
+        yield
+
+
+def step(index: int) -> Any:
+    """One training step."""
+    return nvtx_range(f"{STEP_PREFIX}{index}", color="green")
+
+
+def layer(name: str | int) -> Any:
+    """A layer, when the script dispatches layers from Python."""
+    return nvtx_range(f"{LAYER_PREFIX}{name}", color="blue")
+
+
+def warmup(index: int) -> Any:
+    """A warm-up step (compilation, autotuning): excluded from the capture and from summaries."""
+    return nvtx_range(f"{WARMUP_PREFIX}{index}", color="yellow")
+
+
+def _binding_version() -> str | None:
+    if _nvtx is None:
+        return None
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("nvtx")
+    except PackageNotFoundError:
+        return None
+
+
+def write_runtime_facts(**facts: Any) -> None:
+    """Write ``runtime.json`` into ``$PROFILE_STEP_RUN_DIR`` (when profile-step set it)."""
+    run_dir = os.environ.get(RUN_DIR_ENV)
+    if not run_dir:
+        return
+    doc: dict[str, Any] = {
+        "python": platform.python_version(),
+        "executable": sys.executable,
+        "nvtx_binding": _binding_version(),
+        **facts,
+    }
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        try:
+            import jaxlib
+
+            doc["jax"] = jax.__version__
+            doc["jaxlib"] = jaxlib.__version__
+            doc["backend"] = jax.default_backend()
+            doc["devices"] = [
+                {"id": d.id, "kind": d.device_kind, "platform": d.platform,
+                 "memory_kinds": [m.kind for m in d.addressable_memories()]}
+                for d in jax.local_devices()
+            ]
+        except Exception as exc:  # facts are best effort; never break the user's run
+            doc["jax_error"] = repr(exc)
+    path = os.path.join(run_dir, "runtime.json")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(doc, fh, indent=2, default=str)
+    os.replace(tmp, path)

@@ -1,0 +1,1 @@
+"""Running a training script under nsys: command line, XLA flags, run directories."""

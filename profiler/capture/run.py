@@ -1,0 +1,237 @@
+"""Profile a training script under nsys, once per offload policy."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from profiler.annotate import POLICY_ENV, RUN_DIR_ENV
+from profiler.capture import nsys_command, rundir, xla_flags
+from profiler.errors import InputError, ProfilerError
+from profiler.trace.nsys import find_nsys, nsys_version
+
+# Environment variables worth recording in a manifest (by prefix).
+ENV_PREFIXES = ("XLA_", "JAX_", "TF_XLA", "TF_CPP", "TF_GPU", "NCCL_", "CUDA_", "NVIDIA_", "PROFILE_STEP_",
+                "NSYS_", "OMPI_COMM_WORLD_", "SLURM_PROCID", "LOCAL_RANK", "RANK", "WORLD_SIZE")
+INTERRUPT_GRACE_S = 120
+
+
+@dataclass
+class RunRequest:
+    """Everything ``profile-step run`` was asked to do."""
+
+    script: Path
+    script_args: list[str] = field(default_factory=list)
+    policies: list[str] = field(default_factory=lambda: ["default"])
+    runs_dir: Path = Path("runs")
+    nsys: str | None = None
+    nsys_args: list[str] = field(default_factory=list)
+    keep_warmup: bool = False
+    lhs: bool = False
+    pipelined_offload: bool = False
+    async_limit: int | None = None
+    python: str | None = None
+    policy_arg: str | None = None
+
+
+@dataclass
+class RunResult:
+    policy: str
+    run_dir: Path
+    exit_code: int
+    status: str  # ok | failed | interrupted | no-trace
+    sqlite: Path | None
+    manifest: dict[str, Any]
+
+
+def program(req: RunRequest, policy: str) -> list[str]:
+    """The command nsys launches: the script (with Python for .py files) and its arguments."""
+    script = str(req.script)
+    cmd = [req.python or sys.executable, script] if req.script.suffix == ".py" else [script]
+    cmd += req.script_args
+    if req.policy_arg:
+        cmd += [req.policy_arg, policy]
+    return cmd
+
+
+def run_env(req: RunRequest, policy: str, run_dir: Path, plan: xla_flags.FlagPlan) -> dict[str, str]:
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = plan.after
+    env.setdefault("JAX_TRACEBACK_IN_LOCATIONS_LIMIT", "-1")
+    env[POLICY_ENV] = policy
+    env[RUN_DIR_ENV] = str(run_dir)
+    env["PYTHONUNBUFFERED"] = "1"
+    # keep the project importable for scripts that `from profiler import annotate`
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def git_facts(script: Path) -> dict[str, Any] | None:
+    """Commit and dirtiness of the repository holding *script*, if any."""
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", "-C", str(script.parent), *args], capture_output=True,
+                                 text=True, timeout=10, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return None
+    status = git("status", "--porcelain", "--", str(script.resolve()))
+    return {"commit": commit, "script_modified": bool(status), "root": git("rev-parse", "--show-toplevel")}
+
+
+def _tee(stream, log_path: Path, echo: Callable[[str], None]) -> threading.Thread:
+    def pump() -> None:
+        with log_path.open("w", encoding="utf-8", errors="replace") as log:
+            for line in iter(stream.readline, ""):
+                log.write(line)
+                log.flush()
+                echo(line)
+
+    t = threading.Thread(target=pump, daemon=True)
+    t.start()
+    return t
+
+
+def _wait(proc: subprocess.Popen[str]) -> tuple[int, bool]:
+    """Wait for nsys; on Ctrl-C pass SIGINT on once and wait for it to save what it has."""
+    interrupted = False
+    while True:
+        try:
+            return proc.wait(), interrupted
+        except KeyboardInterrupt:
+            if interrupted:  # a second Ctrl-C: stop waiting politely
+                proc.kill()
+                return proc.wait(), True
+            interrupted = True
+            print("profile-step: interrupted; letting nsys save what it captured "
+                  "(Ctrl-C again to kill)", file=sys.stderr)
+            try:
+                proc.send_signal(signal.SIGINT)
+            except ProcessLookupError:
+                pass
+            try:
+                return proc.wait(timeout=INTERRUPT_GRACE_S), True
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                return proc.wait(), True
+            except KeyboardInterrupt:
+                proc.kill()
+                return proc.wait(), True
+
+
+def check_request(req: RunRequest) -> Path:
+    """Fail before anything starts: the script must exist, nsys must be there."""
+    if not req.script.exists():
+        raise InputError(req.script, "no such training script")
+    if req.script.is_dir():
+        raise InputError(req.script, "is a directory, not a training script")
+    if req.script.suffix != ".py" and not os.access(req.script, os.X_OK):
+        raise InputError(req.script, "is neither a .py file nor executable")
+    try:
+        nsys_command.parse_user_options(req.nsys_args)
+    except ValueError as exc:
+        raise ProfilerError(f"--nsys-arg: {exc}") from None
+    return find_nsys(req.nsys)
+
+
+def run_policy(req: RunRequest, policy: str, nsys: Path, nsys_ver: str,
+               echo: Callable[[str], None] = lambda s: print(s, end="", flush=True)) -> RunResult:
+    """One profiled run of the script for *policy*."""
+    run_dir = rundir.create(req.runs_dir, policy)
+    plan = xla_flags.plan(os.environ.get("XLA_FLAGS", ""), req.lhs, req.pipelined_offload,
+                          req.async_limit)
+    prog = program(req, policy)
+    cmd = nsys_command.build(nsys, run_dir / rundir.TRACE_STEM, prog, req.nsys_args, req.keep_warmup)
+    env = run_env(req, policy, run_dir, plan)
+    manifest: dict[str, Any] = {
+        "tool": "profile-step",
+        "status": "running",
+        "policy": policy,
+        "script": str(req.script.resolve()),
+        "script_args": req.script_args,
+        "program": prog,
+        "nsys_command": cmd,
+        "nsys_command_line": shlex.join(cmd),
+        "cwd": os.getcwd(),
+        "keep_warmup": req.keep_warmup,
+        "xla_flags": {"before": plan.before, "final": plan.after, "set_by_profile_step": plan.set_by_preset,
+                      "kept_from_user": plan.kept_from_user},
+        "environment": {k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES)},
+        "versions": {"nsys": nsys_ver, "profile_step_python": platform.python_version()},
+        "host": {"name": socket.gethostname(), "platform": platform.platform(),
+                 "machine": platform.machine()},
+        "git": git_facts(req.script),
+        "started": rundir.now(),
+    }
+    rundir.write_json(run_dir / rundir.MANIFEST, manifest)
+    print(f"profile-step: policy {policy}: {shlex.join(cmd)}", file=sys.stderr, flush=True)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, errors="replace", bufsize=1)
+    pump = _tee(proc.stdout, run_dir / rundir.LOG, echo)
+    code, interrupted = _wait(proc)
+    pump.join(timeout=10)
+
+    sqlite = run_dir / f"{rundir.TRACE_STEM}.sqlite"
+    report = run_dir / f"{rundir.TRACE_STEM}.nsys-rep"
+    if interrupted:
+        status = "interrupted"
+    elif code != 0:
+        status = "failed"
+    elif not sqlite.exists():
+        status = "no-trace"
+    else:
+        status = "ok"
+    runtime = {}
+    runtime_file = run_dir / "runtime.json"
+    if runtime_file.exists():
+        import json
+
+        try:
+            runtime = json.loads(runtime_file.read_text())
+        except ValueError:
+            runtime = {}
+    manifest.update({
+        "status": status,
+        "exit_code": code,
+        "finished": rundir.now(),
+        "files": {"report": report.name if report.exists() else None,
+                  "sqlite": sqlite.name if sqlite.exists() else None, "log": rundir.LOG},
+        "runtime": runtime,
+    })
+    manifest["versions"].update({k: runtime.get(k) for k in ("python", "jax", "jaxlib", "nvtx_binding")})
+    manifest["devices"] = runtime.get("devices")
+    rundir.write_json(run_dir / rundir.MANIFEST, manifest)
+    if not interrupted:
+        run_dir = rundir.finish(run_dir)
+    return RunResult(policy, run_dir, code, status,
+                     run_dir / sqlite.name if (run_dir / sqlite.name).exists() else None, manifest)
+
+
+def run_all(req: RunRequest, on_result: Callable[[RunResult], None] | None = None) -> list[RunResult]:
+    """Every policy in turn; stops after an interrupted run."""
+    nsys = check_request(req)
+    ver = nsys_version(nsys)
+    results = []
+    for policy in req.policies:
+        res = run_policy(req, policy, nsys, ver)
+        results.append(res)
+        if on_result:
+            on_result(res)
+        if res.status == "interrupted":
+            break
+    return results

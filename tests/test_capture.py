@@ -1,0 +1,169 @@
+"""profile-step run: the real nsys on the CPU, real exports, real run folders."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from profiler.analysis.steps import annotated_ranges, step_summary
+from profiler.capture import nsys_command, xla_flags
+from profiler.trace import open_trace
+from tests.conftest import ROOT, run_cli
+
+STEPS = ROOT / "tests" / "scripts" / "steps.py"
+TRAIN = ROOT / "examples" / "train.py"
+
+
+def runs_in(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_dir())
+
+
+# --- pure parts -------------------------------------------------------------------------------
+
+
+def test_xla_flags_merge_keeps_users_flags():
+    plan = xla_flags.plan("--xla_dump_to=/tmp/d --xla_gpu_enable_latency_hiding_scheduler=false",
+                          lhs=True, pipelined_offload=True, async_limit=8)
+    flags = xla_flags.parse(plan.after)
+    assert flags["--xla_dump_to"] == "/tmp/d"
+    assert flags["--xla_gpu_enable_latency_hiding_scheduler"] == "true"  # asked for explicitly: wins
+    assert flags["--xla_gpu_enable_pipelined_host_offloading"] == "true"
+    assert flags["--xla_gpu_experimental_parallel_async_compute_limit"] == "8"
+    assert flags["--xla_gpu_enable_command_buffer"] == ""
+    assert plan.kept_from_user == {"--xla_dump_to": "/tmp/d"}
+
+
+def test_xla_flags_users_command_buffer_setting_wins():
+    plan = xla_flags.plan("--xla_gpu_enable_command_buffer=FUSION")
+    assert xla_flags.parse(plan.after) == {"--xla_gpu_enable_command_buffer": "FUSION"}
+    assert plan.set_by_preset == {}
+
+
+def test_nsys_command_user_options_override_defaults(tmp_path):
+    cmd = nsys_command.build(Path("/x/nsys"), tmp_path / "trace", ["python", "t.py"],
+                             ["--trace=cuda,nvtx", "-s cpu", "--gpu-metrics-device=0"])
+    assert cmd[:2] == ["/x/nsys", "profile"]
+    assert "--trace=cuda,nvtx" in cmd and "--trace=cuda,nvtx,osrt,cublas,cudnn" not in cmd
+    assert "--sample=cpu" in cmd and "--sample=none" not in cmd
+    assert "--gpu-metrics-device=0" in cmd
+    assert "--capture-range=nvtx" in cmd
+    assert cmd[-2:] == ["python", "t.py"]
+    keep = nsys_command.build(Path("nsys"), tmp_path / "t", ["p"], keep_warmup=True)
+    assert not any(a.startswith("--capture-range") for a in keep)
+
+
+# --- with the real nsys -----------------------------------------------------------------------
+
+
+@pytest.mark.nsys
+def test_example_two_policies_end_to_end(nsys, tmp_path):
+    """The example, tiny, 2 policies, 3 steps: ranges, warm-up left out, manifest complete."""
+    runs = tmp_path / "runs"
+    proc = run_cli("--policies", "none,offload_qkv", "--runs-dir", str(runs), "--nsys", str(nsys),
+                   str(TRAIN), "--layers", "2", "--steps", "3", "--dispatch", "per-layer")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    folders = runs_in(runs)
+    assert [f.name.split("-")[1] for f in folders] == ["none", "offload_qkv"]
+    assert not any(f.name.endswith(".partial") for f in folders)
+    for folder, policy in zip(folders, ["none", "offload_qkv"], strict=True):
+        man = json.loads((folder / "manifest.json").read_text())
+        assert man["status"] == "ok" and man["exit_code"] == 0 and man["policy"] == policy
+        for key in ("nsys_command", "xla_flags", "environment", "versions", "host", "started",
+                    "finished", "script", "script_args", "files"):
+            assert man[key], key
+        assert man["versions"]["jax"] and man["versions"]["nsys"].startswith("2023.4")
+        assert man["environment"]["PROFILE_STEP_POLICY"] == policy
+        assert "--xla_gpu_enable_command_buffer=" in man["xla_flags"]["final"]
+        assert (folder / "output.log").read_text().count("step ") >= 3
+        trace = open_trace(folder / "trace.sqlite")
+        summary = step_summary(trace.nvtx)
+        assert summary["policy"] == policy
+        assert summary["steps"] == 3
+        assert summary["warmup_steps"] == 0, "warm-up must stay out of the capture"
+        layers = annotated_ranges(trace.nvtx, "layer=")
+        assert sorted(set(layers["value"])) == ["0", "1"]
+        assert layers.height == 3 * 2 * 2  # 3 steps x 2 layers x (forward + backward)
+    assert "policy" in proc.stdout and "median step ms" in proc.stdout  # the table across policies
+
+
+@pytest.mark.nsys
+def test_keep_warmup_captures_warmup(nsys, tmp_path):
+    proc = run_cli("--keep-warmup", "--runs-dir", str(tmp_path), "--nsys", str(nsys), str(STEPS),
+                   "--warmup", "2")
+    assert proc.returncode == 0, proc.stderr
+    (folder,) = runs_in(tmp_path)
+    assert step_summary(open_trace(folder / "trace.sqlite").nvtx)["warmup_steps"] == 2
+
+
+@pytest.mark.nsys
+def test_failing_script_exit_code_comes_through(nsys, tmp_path):
+    proc = run_cli("--policy", "p1", "--runs-dir", str(tmp_path), "--nsys", str(nsys), str(STEPS),
+                   "--fail-at", "2")
+    assert proc.returncode == 1
+    (folder,) = runs_in(tmp_path)
+    man = json.loads((folder / "manifest.json").read_text())
+    assert man["status"] == "failed" and man["exit_code"] == 1
+    assert "failing at step 2" in (folder / "output.log").read_text()
+    assert "failed (exit 1)" in proc.stdout
+    # what nsys captured before the crash is kept and readable
+    assert step_summary(open_trace(folder / "trace.sqlite").nvtx)["steps"] == 2
+
+
+@pytest.mark.nsys
+def test_two_concurrent_runs_both_land(nsys, tmp_path):
+    args = [sys.executable, "-m", "profiler.cli", "--runs-dir", str(tmp_path), "--nsys", str(nsys),
+            str(STEPS)]
+    procs = [subprocess.Popen([*args[:3], "--policy", "same", *args[3:]], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    folders = runs_in(tmp_path)
+    assert len(folders) == 2
+    for folder in folders:
+        assert json.loads((folder / "manifest.json").read_text())["status"] == "ok"
+        assert step_summary(open_trace(folder / "trace.sqlite").nvtx)["steps"] == 3
+
+
+@pytest.mark.nsys
+def test_ctrl_c_keeps_what_was_captured(nsys, tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "profiler.cli", "--runs-dir", str(tmp_path), "--nsys", str(nsys),
+         str(STEPS), "--forever", "--sleep", "0.02"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    deadline = time.time() + 120
+    for line in proc.stdout:
+        if "READY" in line or time.time() > deadline:
+            break
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 130, err
+    (folder,) = runs_in(tmp_path)
+    assert folder.name.endswith(".partial"), "an interrupted run is clearly marked"
+    man = json.loads((folder / "manifest.json").read_text())
+    assert man["status"] == "interrupted"
+    assert "profile-step: interrupted" in err
+    if (folder / "trace.sqlite").exists():
+        assert step_summary(open_trace(folder / "trace.sqlite").nvtx)["steps"] >= 3
+
+
+def test_missing_script_fails_before_nsys(tmp_path):
+    proc = run_cli("--runs-dir", str(tmp_path / "runs"), str(tmp_path / "nope.py"))
+    assert proc.returncode == 2
+    assert "nope.py: no such training script" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_no_nsys_is_one_clear_line(tmp_path):
+    proc = run_cli("--runs-dir", str(tmp_path / "runs"), "--nsys", str(tmp_path / "missing-nsys"), str(STEPS))
+    assert proc.returncode == 2
+    assert "install-nsys.sh" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
