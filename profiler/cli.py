@@ -61,9 +61,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             else:
                 row.update(summary)
                 med = summary["median_step_ns"]
+                kept = summary["warmup_steps"]
                 print(f"   {summary['steps']} captured steps"
                       + (f", median {med / 1e6:.3f} ms" if med is not None else "")
-                      + (f", {summary['warmup_steps']} warm-up steps kept" if summary["warmup_steps"] else ""))
+                      + (f", {kept} warm-up steps kept" if kept else ""))
                 if not args.no_summary:
                     print(render_devices(summary["analysis"]))
         elif res.status != "interrupted":

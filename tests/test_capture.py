@@ -143,7 +143,7 @@ def test_ctrl_c_keeps_what_was_captured(nsys, tmp_path):
         if "READY" in line or time.time() > deadline:
             break
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
-    out, err = proc.communicate(timeout=180)
+    _out, err = proc.communicate(timeout=180)
     assert proc.returncode == 130, err
     (folder,) = runs_in(tmp_path)
     assert folder.name.endswith(".partial"), "an interrupted run is clearly marked"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+import re
 import shlex
 import signal
 import socket
@@ -94,13 +96,19 @@ def git_facts(script: Path) -> dict[str, Any] | None:
     return {"commit": commit, "script_modified": bool(status), "root": git("rev-parse", "--show-toplevel")}
 
 
+NSYS_PROGRESS = re.compile(r"^\s*(\[\d+/\d+\]\s*)?\[[= ]*\d+%")
+
+
 def _tee(stream, log_path: Path, echo: Callable[[str], None]) -> threading.Thread:
+    """Copy the child's output into the log, and to the console without nsys's progress bars."""
+
     def pump() -> None:
         with log_path.open("w", encoding="utf-8", errors="replace") as log:
             for line in iter(stream.readline, ""):
                 log.write(line)
                 log.flush()
-                echo(line)
+                if not NSYS_PROGRESS.match(line.split("\r")[-1]):
+                    echo(line)
 
     t = threading.Thread(target=pump, daemon=True)
     t.start()
@@ -120,10 +128,8 @@ def _wait(proc: subprocess.Popen[str]) -> tuple[int, bool]:
             interrupted = True
             print("profile-step: interrupted; letting nsys save what it captured "
                   "(Ctrl-C again to kill)", file=sys.stderr)
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGINT)
-            except ProcessLookupError:
-                pass
             try:
                 return proc.wait(timeout=INTERRUPT_GRACE_S), True
             except subprocess.TimeoutExpired:
