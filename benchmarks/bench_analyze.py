@@ -26,8 +26,14 @@ def measure(cmd: list[str], cwd: Path) -> tuple[float, float]:
     """(seconds, peak RSS MiB) of one run of *cmd*, measured by GNU time."""
     if not Path("/usr/bin/time").exists():
         raise SystemExit("needs GNU time: apt-get install time")
-    proc = subprocess.run(["/usr/bin/time", "-f", "%e %M", *cmd], cwd=cwd, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True, check=False)
+    proc = subprocess.run(
+        ["/usr/bin/time", "-f", "%e %M", *cmd],
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"failed: {' '.join(cmd)}: {proc.stderr[-500:]}")
     wall, kib = proc.stderr.strip().splitlines()[-1].split()
@@ -57,9 +63,19 @@ def main() -> None:
         nsys = find_nsys()
         stats = [str(nsys), "stats", "--format", "csv", "--output", "-"]
         cmds["(b) nsys stats cuda_gpu_mem_time_sum (copies only)"] = [
-            *stats, "--report", "cuda_gpu_mem_time_sum", export]
+            *stats,
+            "--report",
+            "cuda_gpu_mem_time_sum",
+            export,
+        ]
         cmds["(b) nsys stats cuda_gpu_kern_sum + cuda_gpu_mem_time_sum"] = [
-            *stats, "--report", "cuda_gpu_kern_sum", "--report", "cuda_gpu_mem_time_sum", export]
+            *stats,
+            "--report",
+            "cuda_gpu_kern_sum",
+            "--report",
+            "cuda_gpu_mem_time_sum",
+            export,
+        ]
     except Exception as exc:
         print(f"(b) skipped: {exc}")
     tmp = HERE / "data"

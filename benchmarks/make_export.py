@@ -47,11 +47,21 @@ def make(path: Path, n_kernels: int, n_copies: int, n_memsets: int, seed: int = 
             create(con, enum)
             con.executemany(f"INSERT INTO {enum} VALUES (?, ?, ?)", rows)
         create(con, "META_DATA_EXPORT")
-        con.executemany("INSERT INTO META_DATA_EXPORT VALUES (?, ?)",
-                        [("EXPORT_PRODUCT_VERSION", "2023.4.4.54"), ("EXPORT_SCHEMA_VERSION", "3.7.2")])
+        con.executemany(
+            "INSERT INTO META_DATA_EXPORT VALUES (?, ?)",
+            [("EXPORT_PRODUCT_VERSION", "2023.4.4.54"), ("EXPORT_SCHEMA_VERSION", "3.7.2")],
+        )
         names = create(con, "TARGET_INFO_GPU")
-        insert(con, "TARGET_INFO_GPU", names, {"vmId": np.array([0, 0]), "id": np.array([0, 1]),
-                                                "name": np.array(["NVIDIA H200", "NVIDIA H200"])})
+        insert(
+            con,
+            "TARGET_INFO_GPU",
+            names,
+            {
+                "vmId": np.array([0, 0]),
+                "id": np.array([0, 1]),
+                "name": np.array(["NVIDIA H200", "NVIDIA H200"]),
+            },
+        )
 
         def timeline(n: int, mean_gap: int, mean_len: int) -> tuple[np.ndarray, np.ndarray]:
             start = np.cumsum(rng.integers(1, 2 * mean_gap, n)) + 1_000_000_000
@@ -63,37 +73,80 @@ def make(path: Path, n_kernels: int, n_copies: int, n_memsets: int, seed: int = 
         nccl = rng.random(n_kernels) < 0.01
         short = np.where(nccl, rng.integers(501, 521, n_kernels), rng.integers(1, 501, n_kernels))
         names = create(con, "CUPTI_ACTIVITY_KIND_KERNEL")
-        insert(con, "CUPTI_ACTIVITY_KIND_KERNEL", names, {
-            "start": ks, "end": ke, "deviceId": dev, "contextId": np.ones(n_kernels, int),
-            "streamId": rng.integers(0, 4, n_kernels) + 7, "correlationId": np.arange(n_kernels),
-            "globalPid": np.full(n_kernels, global_tid(100, 0)), "demangledName": short, "shortName": short,
-            **{c: np.zeros(n_kernels, int) for c in (
-                "registersPerThread", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ",
-                "staticSharedMemory", "dynamicSharedMemory", "localMemoryPerThread", "localMemoryTotal",
-                "gridId")},
-        })
+        insert(
+            con,
+            "CUPTI_ACTIVITY_KIND_KERNEL",
+            names,
+            {
+                "start": ks,
+                "end": ke,
+                "deviceId": dev,
+                "contextId": np.ones(n_kernels, int),
+                "streamId": rng.integers(0, 4, n_kernels) + 7,
+                "correlationId": np.arange(n_kernels),
+                "globalPid": np.full(n_kernels, global_tid(100, 0)),
+                "demangledName": short,
+                "shortName": short,
+                **{
+                    c: np.zeros(n_kernels, int)
+                    for c in (
+                        "registersPerThread",
+                        "gridX",
+                        "gridY",
+                        "gridZ",
+                        "blockX",
+                        "blockY",
+                        "blockZ",
+                        "staticSharedMemory",
+                        "dynamicSharedMemory",
+                        "localMemoryPerThread",
+                        "localMemoryTotal",
+                        "gridId",
+                    )
+                },
+            },
+        )
         # copies: 4 copy streams per device, spread over the same time
         span = int(ke.max() - ks.min())
         cs, ce = timeline(n_copies, span // n_copies // 2, span // n_copies // 2)
         kind = rng.choice([1, 2], n_copies)
         names = create(con, "CUPTI_ACTIVITY_KIND_MEMCPY")
-        insert(con, "CUPTI_ACTIVITY_KIND_MEMCPY", names, {
-            "start": cs, "end": ce, "deviceId": rng.integers(0, 2, n_copies),
-            "contextId": np.ones(n_copies, int), "streamId": rng.integers(0, 4, n_copies) + 20,
-            "correlationId": np.arange(n_copies) + n_kernels,
-            "globalPid": np.full(n_copies, global_tid(100, 0)),
-            "bytes": rng.integers(1 << 16, 1 << 24, n_copies), "copyKind": kind,
-            "srcKind": np.where(kind == 1, 1, 2), "dstKind": np.where(kind == 2, 1, 2),
-        })
+        insert(
+            con,
+            "CUPTI_ACTIVITY_KIND_MEMCPY",
+            names,
+            {
+                "start": cs,
+                "end": ce,
+                "deviceId": rng.integers(0, 2, n_copies),
+                "contextId": np.ones(n_copies, int),
+                "streamId": rng.integers(0, 4, n_copies) + 20,
+                "correlationId": np.arange(n_copies) + n_kernels,
+                "globalPid": np.full(n_copies, global_tid(100, 0)),
+                "bytes": rng.integers(1 << 16, 1 << 24, n_copies),
+                "copyKind": kind,
+                "srcKind": np.where(kind == 1, 1, 2),
+                "dstKind": np.where(kind == 2, 1, 2),
+            },
+        )
         ms, me = timeline(n_memsets, span // max(n_memsets, 1), 500)
         names = create(con, "CUPTI_ACTIVITY_KIND_MEMSET")
-        insert(con, "CUPTI_ACTIVITY_KIND_MEMSET", names, {
-            "start": ms, "end": me, "deviceId": rng.integers(0, 2, n_memsets),
-            "contextId": np.ones(n_memsets, int), "streamId": np.full(n_memsets, 7),
-            "correlationId": np.arange(n_memsets) + n_kernels + n_copies,
-            "globalPid": np.full(n_memsets, global_tid(100, 0)), "value": np.zeros(n_memsets, int),
-            "bytes": np.full(n_memsets, 4096),
-        })
+        insert(
+            con,
+            "CUPTI_ACTIVITY_KIND_MEMSET",
+            names,
+            {
+                "start": ms,
+                "end": me,
+                "deviceId": rng.integers(0, 2, n_memsets),
+                "contextId": np.ones(n_memsets, int),
+                "streamId": np.full(n_memsets, 7),
+                "correlationId": np.arange(n_memsets) + n_kernels + n_copies,
+                "globalPid": np.full(n_memsets, global_tid(100, 0)),
+                "value": np.zeros(n_memsets, int),
+                "bytes": np.full(n_memsets, 4096),
+            },
+        )
     con.close()
     tmp.rename(path)
     return path

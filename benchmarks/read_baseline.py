@@ -1,6 +1,6 @@
 """Baseline (a): read only the columns analyze needs, nothing else, with one reader.
 
-    python benchmarks/read_baseline.py {connectorx,adbc,sqlite3} EXPORT
+python benchmarks/read_baseline.py {connectorx,adbc,sqlite3} EXPORT
 """
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import sys
 
 QUERIES = {
     "kernels": "SELECT deviceId, streamId, start, end, correlationId, globalPid, shortName, demangledName "
-               "FROM CUPTI_ACTIVITY_KIND_KERNEL",
+    "FROM CUPTI_ACTIVITY_KIND_KERNEL",
     "copies": "SELECT deviceId, streamId, start, end, correlationId, globalPid, bytes, copyKind, srcKind, "
-              "dstKind FROM CUPTI_ACTIVITY_KIND_MEMCPY",
+    "dstKind FROM CUPTI_ACTIVITY_KIND_MEMCPY",
     "memsets": "SELECT deviceId, streamId, start, end, correlationId, globalPid, bytes "
-               "FROM CUPTI_ACTIVITY_KIND_MEMSET",
+    "FROM CUPTI_ACTIVITY_KIND_MEMSET",
 }
 
 

@@ -77,12 +77,19 @@ def init_params(key, vocab: int, d: int, ffn: int, layers: int, dtype) -> dict:
 
     blocks = []
     for i in range(layers):
-        k = keys[1 + 6 * i: 7 + 6 * i]
-        blocks.append({
-            "wq": w(k[0], (d, d)), "wk": w(k[1], (d, d)), "wv": w(k[2], (d, d)), "wo": w(k[3], (d, d)),
-            "w1": w(k[4], (d, ffn)), "w2": w(k[5], (ffn, d)),
-            "ln1": jnp.ones((d,), dtype), "ln2": jnp.ones((d,), dtype),
-        })
+        k = keys[1 + 6 * i : 7 + 6 * i]
+        blocks.append(
+            {
+                "wq": w(k[0], (d, d)),
+                "wk": w(k[1], (d, d)),
+                "wv": w(k[2], (d, d)),
+                "wo": w(k[3], (d, d)),
+                "w1": w(k[4], (d, ffn)),
+                "w2": w(k[5], (ffn, d)),
+                "ln1": jnp.ones((d,), dtype),
+                "ln2": jnp.ones((d,), dtype),
+            }
+        )
     return {"embed": w(keys[0], (vocab, d)), "blocks": blocks}
 
 
@@ -185,8 +192,12 @@ def per_layer_step(layer, lr: float):
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--policy", choices=POLICIES, default=None,
-                    help="offload policy (default: $PROFILE_STEP_POLICY, else none)")
+    ap.add_argument(
+        "--policy",
+        choices=POLICIES,
+        default=None,
+        help="offload policy (default: $PROFILE_STEP_POLICY, else none)",
+    )
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--d-model", type=int, default=64)
     ap.add_argument("--heads", type=int, default=4)
@@ -214,12 +225,18 @@ def main(argv: list[str] | None = None) -> int:
     params = init_params(jax.random.key(0), args.vocab, args.d_model, args.ffn, args.layers, dtype)
     tokens = jax.random.randint(jax.random.key(1), (args.batch, args.seq), 0, args.vocab)
     layer = make_layer(policy, args.heads)
-    step = per_layer_step(layer, args.lr) if args.dispatch == "per-layer" else \
-        fused_step(layer, args.scan, args.lr)
+    step = (
+        per_layer_step(layer, args.lr)
+        if args.dispatch == "per-layer"
+        else fused_step(layer, args.scan, args.lr)
+    )
 
-    print(f"train.py: policy={policy} backend={jax.default_backend()} layers={args.layers} "
-          f"d_model={args.d_model} seq={args.seq} batch={args.batch} scan={args.scan} "
-          f"dispatch={args.dispatch}", flush=True)
+    print(
+        f"train.py: policy={policy} backend={jax.default_backend()} layers={args.layers} "
+        f"d_model={args.d_model} seq={args.seq} batch={args.batch} scan={args.scan} "
+        f"dispatch={args.dispatch}",
+        flush=True,
+    )
     for i in range(args.warmup):
         with annotate.warmup(i):
             params, loss = step(params, tokens)

@@ -121,8 +121,12 @@ def write_runtime_facts(**facts: Any) -> None:
             doc["jaxlib"] = jaxlib.__version__
             doc["backend"] = jax.default_backend()
             doc["devices"] = [
-                {"id": d.id, "kind": d.device_kind, "platform": d.platform,
-                 "memory_kinds": [m.kind for m in d.addressable_memories()]}
+                {
+                    "id": d.id,
+                    "kind": d.device_kind,
+                    "platform": d.platform,
+                    "memory_kinds": [m.kind for m in d.addressable_memories()],
+                }
                 for d in jax.local_devices()
             ]
         except Exception as exc:  # facts are best effort; never break the user's run

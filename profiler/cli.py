@@ -20,12 +20,20 @@ def _json_dump(doc: Any) -> str:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     from profiler.analysis.summary import analyze
-    from profiler.report.text import render_devices
+    from profiler.report.text import render_devices, render_groups
     from profiler.trace import load_trace
 
     trace = load_trace(args.trace, nsys=args.nsys)
-    doc = analyze(trace, device=args.device)
-    print(_json_dump(doc) if args.json else render_devices(doc))
+    doc = analyze(
+        trace, device=args.device, by=args.by, layer_pattern=args.layer_pattern, step_range=args.step_range
+    )
+    if args.json:
+        print(_json_dump(doc))
+    else:
+        print(render_devices(doc))
+        if args.by:
+            print()
+            print(render_groups(doc, args.by))
     return 0
 
 
@@ -41,17 +49,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     for group in args.policies or []:
         policies += [p.strip() for p in group.split(",") if p.strip()]
     req = RunRequest(
-        script=Path(args.script), script_args=list(args.script_args),
+        script=Path(args.script),
+        script_args=list(args.script_args),
         policies=list(dict.fromkeys(policies)) or [os.environ.get("PROFILE_STEP_POLICY") or "default"],
-        runs_dir=Path(args.runs_dir), nsys=args.nsys, nsys_args=args.nsys_arg or [],
-        keep_warmup=args.keep_warmup, lhs=args.lhs, pipelined_offload=args.pipelined_offload,
-        async_limit=args.async_limit, python=args.python, policy_arg=args.policy_arg,
+        runs_dir=Path(args.runs_dir),
+        nsys=args.nsys,
+        nsys_args=args.nsys_arg or [],
+        keep_warmup=args.keep_warmup,
+        lhs=args.lhs,
+        pipelined_offload=args.pipelined_offload,
+        async_limit=args.async_limit,
+        python=args.python,
+        policy_arg=args.policy_arg,
     )
     rows: list[dict[str, Any]] = []
 
     def show(res: RunResult) -> None:
-        row: dict[str, Any] = {"policy": res.policy, "status": res.status, "exit_code": res.exit_code,
-                               "run_dir": str(res.run_dir)}
+        row: dict[str, Any] = {
+            "policy": res.policy,
+            "status": res.status,
+            "exit_code": res.exit_code,
+            "run_dir": str(res.run_dir),
+        }
         print(f"\n== policy {res.policy}: {res.status} (exit {res.exit_code}) -> {res.run_dir}")
         if res.sqlite is not None:
             try:
@@ -62,9 +81,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                 row.update(summary)
                 med = summary["median_step_ns"]
                 kept = summary["warmup_steps"]
-                print(f"   {summary['steps']} captured steps"
-                      + (f", median {med / 1e6:.3f} ms" if med is not None else "")
-                      + (f", {kept} warm-up steps kept" if kept else ""))
+                print(
+                    f"   {summary['steps']} captured steps"
+                    + (f", median {med / 1e6:.3f} ms" if med is not None else "")
+                    + (f", {kept} warm-up steps kept" if kept else "")
+                )
                 if not args.no_summary:
                     print(render_devices(summary["analysis"]))
         elif res.status != "interrupted":
@@ -93,10 +114,30 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--json", action="store_true", help="print the METRICS.md JSON")
     a.add_argument("--device", type=int, default=None, help="only this deviceId")
     a.add_argument("--nsys", default=None, help="nsys binary (to export a .nsys-rep)")
+    a.add_argument(
+        "--by",
+        choices=("step", "layer", "range", "op"),
+        default=None,
+        help="also break copies down per step, layer, NVTX range name or XLA operation",
+    )
+    a.add_argument(
+        "--layer-pattern",
+        default=None,
+        metavar="REGEX",
+        help="regex whose first group names the layer in XLA op_name paths "
+        "(default: layer_N, layers, decoder_N, block_N)",
+    )
+    a.add_argument(
+        "--step-range",
+        default=None,
+        metavar="REGEX",
+        help="NVTX range names that mark steps (default: profile-step's step=N ranges)",
+    )
     a.set_defaults(func=cmd_analyze)
 
     r = sub.add_parser(
-        "run", help="profile a training script under nsys, once per policy",
+        "run",
+        help="profile a training script under nsys, once per policy",
         description="Run SCRIPT under nsys profile (NVTX capture range: warm-up stays out) once per "
         "policy, export SQLite, and show the copy-overlap summary. The policy reaches the script "
         "as $PROFILE_STEP_POLICY (and as `--policy-arg FLAG NAME` when asked).",
@@ -105,17 +146,26 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--policies", action="append", metavar="A,B,C", help="several policies at once")
     r.add_argument("--runs-dir", default="runs", help="where run folders go (default: runs/)")
     r.add_argument("--nsys", default=None, help="nsys binary")
-    r.add_argument("--nsys-arg", action="append", metavar="OPT",
-                   help="an nsys profile option, overriding the default of the same name (repeatable), "
-                   "e.g. --nsys-arg=--sample=process-tree")
-    r.add_argument("--keep-warmup", action="store_true",
-                   help="capture from the start (compilation and warm-up included)")
+    r.add_argument(
+        "--nsys-arg",
+        action="append",
+        metavar="OPT",
+        help="an nsys profile option, overriding the default of the same name (repeatable), "
+        "e.g. --nsys-arg=--sample=process-tree",
+    )
+    r.add_argument(
+        "--keep-warmup", action="store_true", help="capture from the start (compilation and warm-up included)"
+    )
     r.add_argument("--lhs", action="store_true", help="XLA latency hiding scheduler on")
     r.add_argument("--pipelined-offload", action="store_true", help="XLA pipelined host offloading on")
     r.add_argument("--async-limit", type=int, metavar="N", help="XLA parallel async compute limit")
     r.add_argument("--python", default=None, help="interpreter for a .py script (default: this one)")
-    r.add_argument("--policy-arg", default=None, metavar="FLAG",
-                   help="also pass the policy to the script as FLAG NAME (e.g. --policy-arg=--policy)")
+    r.add_argument(
+        "--policy-arg",
+        default=None,
+        metavar="FLAG",
+        help="also pass the policy to the script as FLAG NAME (e.g. --policy-arg=--policy)",
+    )
     r.add_argument("--no-summary", action="store_true", help="only the one-line result per policy")
     r.add_argument("script", help="the training script (.py, or an executable)")
     r.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
@@ -151,8 +201,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a bug: still one line, the traceback on request
         if os.environ.get("PROFILE_STEP_DEBUG"):
             raise
-        print(f"profile-step: internal error: {type(exc).__name__}: {exc} "
-              "(set PROFILE_STEP_DEBUG=1 for a traceback)", file=sys.stderr)
+        print(
+            f"profile-step: internal error: {type(exc).__name__}: {exc} "
+            "(set PROFILE_STEP_DEBUG=1 for a traceback)",
+            file=sys.stderr,
+        )
         return 3
 
 

@@ -47,12 +47,17 @@ def build(tmp_path: Path):
     return _write
 
 
-def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-            timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
     """Run ``profile-step`` as a user would, in a subprocess."""
     full_env = {**os.environ, **(env or {})}
     full_env.pop("PROFILE_STEP_DEBUG", None)
     return subprocess.run(
         [sys.executable, "-m", "profiler.cli", *args],
-        capture_output=True, text=True, cwd=cwd or ROOT, env=full_env, timeout=timeout,
+        capture_output=True,
+        text=True,
+        cwd=cwd or ROOT,
+        env=full_env,
+        timeout=timeout,
     )

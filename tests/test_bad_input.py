@@ -71,7 +71,7 @@ def test_corrupt_pages(tmp_path):
         b.kernel(i * 10, i * 10 + 5, f"kernel_{i % 50}")
     full = b.write(tmp_path / "full.sqlite")
     data = bytearray(full.read_bytes())
-    data[8192:len(data) - 4096] = b"\xff" * (len(data) - 4096 - 8192)  # keep the header, wreck the pages
+    data[8192 : len(data) - 4096] = b"\xff" * (len(data) - 4096 - 8192)  # keep the header, wreck the pages
     path = tmp_path / "corrupt.sqlite"
     path.write_bytes(bytes(data))
     proc = run_cli("analyze", str(path))
@@ -141,5 +141,3 @@ def test_invalid_utf8_names(tmp_path, text):
     proc = run_cli("analyze", "--json", str(path))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["devices"]["0"]["compute"]["count"] == 1
-
-

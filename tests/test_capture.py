@@ -29,8 +29,12 @@ def runs_in(folder: Path) -> list[Path]:
 
 
 def test_xla_flags_merge_keeps_users_flags():
-    plan = xla_flags.plan("--xla_dump_to=/tmp/d --xla_gpu_enable_latency_hiding_scheduler=false",
-                          lhs=True, pipelined_offload=True, async_limit=8)
+    plan = xla_flags.plan(
+        "--xla_dump_to=/tmp/d --xla_gpu_enable_latency_hiding_scheduler=false",
+        lhs=True,
+        pipelined_offload=True,
+        async_limit=8,
+    )
     flags = xla_flags.parse(plan.after)
     assert flags["--xla_dump_to"] == "/tmp/d"
     assert flags["--xla_gpu_enable_latency_hiding_scheduler"] == "true"  # asked for explicitly: wins
@@ -47,8 +51,12 @@ def test_xla_flags_users_command_buffer_setting_wins():
 
 
 def test_nsys_command_user_options_override_defaults(tmp_path):
-    cmd = nsys_command.build(Path("/x/nsys"), tmp_path / "trace", ["python", "t.py"],
-                             ["--trace=cuda,nvtx", "-s cpu", "--gpu-metrics-device=0"])
+    cmd = nsys_command.build(
+        Path("/x/nsys"),
+        tmp_path / "trace",
+        ["python", "t.py"],
+        ["--trace=cuda,nvtx", "-s cpu", "--gpu-metrics-device=0"],
+    )
     assert cmd[:2] == ["/x/nsys", "profile"]
     assert "--trace=cuda,nvtx" in cmd and "--trace=cuda,nvtx,osrt,cublas,cudnn" not in cmd
     assert "--sample=cpu" in cmd and "--sample=none" not in cmd
@@ -66,8 +74,21 @@ def test_nsys_command_user_options_override_defaults(tmp_path):
 def test_example_two_policies_end_to_end(nsys, tmp_path):
     """The example, tiny, 2 policies, 3 steps: ranges, warm-up left out, manifest complete."""
     runs = tmp_path / "runs"
-    proc = run_cli("--policies", "none,offload_qkv", "--runs-dir", str(runs), "--nsys", str(nsys),
-                   str(TRAIN), "--layers", "2", "--steps", "3", "--dispatch", "per-layer")
+    proc = run_cli(
+        "--policies",
+        "none,offload_qkv",
+        "--runs-dir",
+        str(runs),
+        "--nsys",
+        str(nsys),
+        str(TRAIN),
+        "--layers",
+        "2",
+        "--steps",
+        "3",
+        "--dispatch",
+        "per-layer",
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     folders = runs_in(runs)
     assert [f.name.split("-")[1] for f in folders] == ["none", "offload_qkv"]
@@ -75,8 +96,18 @@ def test_example_two_policies_end_to_end(nsys, tmp_path):
     for folder, policy in zip(folders, ["none", "offload_qkv"], strict=True):
         man = json.loads((folder / "manifest.json").read_text())
         assert man["status"] == "ok" and man["exit_code"] == 0 and man["policy"] == policy
-        for key in ("nsys_command", "xla_flags", "environment", "versions", "host", "started",
-                    "finished", "script", "script_args", "files"):
+        for key in (
+            "nsys_command",
+            "xla_flags",
+            "environment",
+            "versions",
+            "host",
+            "started",
+            "finished",
+            "script",
+            "script_args",
+            "files",
+        ):
             assert man[key], key
         assert man["versions"]["jax"] and man["versions"]["nsys"].startswith("2023.4")
         assert man["environment"]["PROFILE_STEP_POLICY"] == policy
@@ -95,8 +126,9 @@ def test_example_two_policies_end_to_end(nsys, tmp_path):
 
 @pytest.mark.nsys
 def test_keep_warmup_captures_warmup(nsys, tmp_path):
-    proc = run_cli("--keep-warmup", "--runs-dir", str(tmp_path), "--nsys", str(nsys), str(STEPS),
-                   "--warmup", "2")
+    proc = run_cli(
+        "--keep-warmup", "--runs-dir", str(tmp_path), "--nsys", str(nsys), str(STEPS), "--warmup", "2"
+    )
     assert proc.returncode == 0, proc.stderr
     (folder,) = runs_in(tmp_path)
     assert step_summary(open_trace(folder / "trace.sqlite").nvtx)["warmup_steps"] == 2
@@ -104,8 +136,9 @@ def test_keep_warmup_captures_warmup(nsys, tmp_path):
 
 @pytest.mark.nsys
 def test_failing_script_exit_code_comes_through(nsys, tmp_path):
-    proc = run_cli("--policy", "p1", "--runs-dir", str(tmp_path), "--nsys", str(nsys), str(STEPS),
-                   "--fail-at", "2")
+    proc = run_cli(
+        "--policy", "p1", "--runs-dir", str(tmp_path), "--nsys", str(nsys), str(STEPS), "--fail-at", "2"
+    )
     assert proc.returncode == 1
     (folder,) = runs_in(tmp_path)
     man = json.loads((folder / "manifest.json").read_text())
@@ -118,10 +151,26 @@ def test_failing_script_exit_code_comes_through(nsys, tmp_path):
 
 @pytest.mark.nsys
 def test_two_concurrent_runs_both_land(nsys, tmp_path):
-    args = [sys.executable, "-m", "profiler.cli", "--runs-dir", str(tmp_path), "--nsys", str(nsys),
-            str(STEPS)]
-    procs = [subprocess.Popen([*args[:3], "--policy", "same", *args[3:]], cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    args = [
+        sys.executable,
+        "-m",
+        "profiler.cli",
+        "--runs-dir",
+        str(tmp_path),
+        "--nsys",
+        str(nsys),
+        str(STEPS),
+    ]
+    procs = [
+        subprocess.Popen(
+            [*args[:3], "--policy", "same", *args[3:]],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     folders = runs_in(tmp_path)
@@ -134,9 +183,24 @@ def test_two_concurrent_runs_both_land(nsys, tmp_path):
 @pytest.mark.nsys
 def test_ctrl_c_keeps_what_was_captured(nsys, tmp_path):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "profiler.cli", "--runs-dir", str(tmp_path), "--nsys", str(nsys),
-         str(STEPS), "--forever", "--sleep", "0.02"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "profiler.cli",
+            "--runs-dir",
+            str(tmp_path),
+            "--nsys",
+            str(nsys),
+            str(STEPS),
+            "--forever",
+            "--sleep",
+            "0.02",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     deadline = time.time() + 120
     for line in proc.stdout:

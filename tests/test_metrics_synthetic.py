@@ -206,8 +206,13 @@ def test_missing_tables(build):
 
 def test_missing_columns_read_as_null(build):
     # An older schema without srcKind/dstKind and without globalPid: no pageable copies known.
-    b = ExportBuilder(omit={"CUPTI_ACTIVITY_KIND_MEMCPY.srcKind", "CUPTI_ACTIVITY_KIND_MEMCPY.dstKind",
-                            "CUPTI_ACTIVITY_KIND_KERNEL.globalPid"})
+    b = ExportBuilder(
+        omit={
+            "CUPTI_ACTIVITY_KIND_MEMCPY.srcKind",
+            "CUPTI_ACTIVITY_KIND_MEMCPY.dstKind",
+            "CUPTI_ACTIVITY_KIND_KERNEL.globalPid",
+        }
+    )
     b.copy(0, 10, "h2d", host=PAGEABLE)
     b.kernel(0, 5, "k")
     dev = devices_of(build(b))["0"]

@@ -30,9 +30,7 @@ def sql_totals(path: Path) -> dict[tuple[int, int], tuple[int, int]]:
     """(deviceId, copyKind) -> (count, bytes) of valid copies, by plain SQL."""
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        has = con.execute(
-            "SELECT 1 FROM sqlite_master WHERE name='CUPTI_ACTIVITY_KIND_MEMCPY'"
-        ).fetchone()
+        has = con.execute("SELECT 1 FROM sqlite_master WHERE name='CUPTI_ACTIVITY_KIND_MEMCPY'").fetchone()
         if not has:
             return {}
         rows = con.execute(
@@ -103,9 +101,22 @@ def test_overlapping_streams_trace_has_hidden_copies(shared_traces):
 def nsys_stats_mem_time(nsys: Path, path: Path, tmp: Path) -> dict[str, tuple[int, int]]:
     """Operation -> (total ns, count) from ``nsys stats --report cuda_gpu_mem_time_sum``."""
     proc = subprocess.run(
-        [str(nsys), "stats", "--report", "cuda_gpu_mem_time_sum", "--format", "csv", "--output", "-",
-         str(path)],
-        capture_output=True, text=True, cwd=tmp, check=False, timeout=300,
+        [
+            str(nsys),
+            "stats",
+            "--report",
+            "cuda_gpu_mem_time_sum",
+            "--format",
+            "csv",
+            "--output",
+            "-",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp,
+        check=False,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("Time", '"Time')) or ln[:1].isdigit()]
@@ -119,8 +130,13 @@ def nsys_stats_mem_time(nsys: Path, path: Path, tmp: Path) -> dict[str, tuple[in
 @pytest.mark.skipif(not EXPORTS, reason="../shared/traces is absent")
 @pytest.mark.parametrize(
     "name",
-    [n for n in EXPORTS if n.startswith(
-        ("apma_hzy", "gpu4__nsys_vectorAdd_streams", "gpubootcamp__jacobi_memcpy_sys", "finch__bte2dgpu"))],
+    [
+        n
+        for n in EXPORTS
+        if n.startswith(
+            ("apma_hzy", "gpu4__nsys_vectorAdd_streams", "gpubootcamp__jacobi_memcpy_sys", "finch__bte2dgpu")
+        )
+    ],
 )
 def test_duration_sums_equal_nsys_stats(nsys, shared_traces, name, tmp_path):
     """Our duration_sum_ns and count per direction equal nsys's own cuda_gpu_mem_time_sum."""

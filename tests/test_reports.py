@@ -55,8 +55,14 @@ def test_read_only_folder_exports_to_cache(nsys, report, tmp_path):
     folder = report.parent
     folder.chmod(0o555)
     try:
-        proc = run_cli("analyze", "--json", "--nsys", str(nsys), str(report),
-                       env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+        proc = run_cli(
+            "analyze",
+            "--json",
+            "--nsys",
+            str(nsys),
+            str(report),
+            env={"XDG_CACHE_HOME": str(tmp_path / "cache")},
+        )
     finally:
         folder.chmod(0o755)
     assert proc.returncode == 0, proc.stderr

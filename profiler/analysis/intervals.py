@@ -120,20 +120,17 @@ def union(group: object, start: object, end: object) -> Intervals:
 
 def intersect(a: Intervals, b: Intervals) -> Intervals:
     """``a ∩ b`` per group."""
-    return _sweep([(a.group, a.start, a.end), (b.group, b.start, b.end)],
-                  lambda c: (c[0] > 0) & (c[1] > 0))
+    return _sweep([(a.group, a.start, a.end), (b.group, b.start, b.end)], lambda c: (c[0] > 0) & (c[1] > 0))
 
 
 def difference(a: Intervals, b: Intervals) -> Intervals:
     """``a \\ b`` per group."""
-    return _sweep([(a.group, a.start, a.end), (b.group, b.start, b.end)],
-                  lambda c: (c[0] > 0) & (c[1] == 0))
+    return _sweep([(a.group, a.start, a.end), (b.group, b.start, b.end)], lambda c: (c[0] > 0) & (c[1] == 0))
 
 
 def join(a: Intervals, b: Intervals) -> Intervals:
     """``a ∪ b`` per group."""
-    return _sweep([(a.group, a.start, a.end), (b.group, b.start, b.end)],
-                  lambda c: (c[0] > 0) | (c[1] > 0))
+    return _sweep([(a.group, a.start, a.end), (b.group, b.start, b.end)], lambda c: (c[0] > 0) | (c[1] > 0))
 
 
 def length_by_group(iv: Intervals) -> dict[int, int]:

@@ -79,56 +79,75 @@ def _sum_by(iv: Intervals, values: np.ndarray) -> dict[int, int]:
 def class_metrics(
     copies: pl.DataFrame,
     kernels: KernelSets,
-    devices: list[int],
+    keys: list[int],
     spans: dict[int, int] | None,
     full: bool = True,
+    key: str = "device",
 ) -> dict[int, dict[str, Any]]:
-    """METRICS.md copy-class numbers per device for the valid *copies* given.
+    """METRICS.md copy-class numbers of the valid *copies* given, per value of column *key*.
 
+    *key* is ``device`` for the device view, or an integer group id (a range
+    name on a device, a step, a layer) whose copies all lie on one device;
+    overlap is always measured against all kernels of that device.
     ``full=False`` gives only count, bytes and busy_ns (d2d, p2p, other);
-    ``spans=None`` leaves out occupancy (NVTX ranges have no window).
+    ``spans=None`` leaves out occupancy (groups other than devices have no window).
     """
-    agg = copies.group_by("device").agg(
+    agg = copies.group_by(key).agg(
+        pl.col("device").first().alias("_device"),
         pl.len().alias("count"),
         pl.col("bytes").sum().alias("bytes"),
         (pl.col("end") - pl.col("start")).sum().alias("duration_sum_ns"),
         (pl.col("host_kind") == "pageable").sum().alias("pageable_count"),
     )
-    per_dev = {row["device"]: row for row in agg.iter_rows(named=True)}
-    c = _union(copies)
+    per_key = {row[key]: row for row in agg.iter_rows(named=True)}
+    c = union(copies[key].to_numpy(), copies["start"].to_numpy(), copies["end"].to_numpy())
     busy = length_by_group(c)
-    overlap = {}
+    overlap: dict[str, dict[int, int]] = {}
     if full:
-        for key, ks in (("compute", kernels.compute), ("nccl", kernels.nccl), ("any", kernels.any)):
-            overlap[key] = _sum_by(c, measure_within(ks, c.group, c.start, c.end))
+        dev_of = c.group
+        if key != "device" and len(c):
+            sorted_keys = np.array(sorted(per_key), dtype=np.int64)
+            devs = np.array([per_key[k]["_device"] for k in sorted_keys], dtype=np.int64)
+            dev_of = devs[np.searchsorted(sorted_keys, c.group)]
+        for name, ks in (("compute", kernels.compute), ("nccl", kernels.nccl), ("any", kernels.any)):
+            overlap[name] = _sum_by(c, measure_within(ks, dev_of, c.start, c.end))
     out: dict[int, dict[str, Any]] = {}
-    for d in devices:
-        row = per_dev.get(d, {})
-        b = busy.get(d, 0)
+    for k in keys:
+        row = per_key.get(k, {})
+        b = busy.get(k, 0)
         m: dict[str, Any] = {
             "count": int(row.get("count") or 0),
             "bytes": int(row.get("bytes") or 0),
         }
         if not full:
             m["busy_ns"] = b
-            out[d] = m
+            out[k] = m
             continue
         dur = int(row.get("duration_sum_ns") or 0)
-        ov_any = overlap["any"].get(d, 0)
+        ov_any = overlap["any"].get(k, 0)
         m["duration_sum_ns"] = dur
         m["busy_ns"] = b
         if spans is not None:
-            span = spans.get(d, 0)
+            span = spans.get(k, 0)
             m["occupancy"] = b / span if span else 0
-        m["overlap_compute_ns"] = overlap["compute"].get(d, 0)
-        m["overlap_nccl_ns"] = overlap["nccl"].get(d, 0)
+        m["overlap_compute_ns"] = overlap["compute"].get(k, 0)
+        m["overlap_nccl_ns"] = overlap["nccl"].get(k, 0)
         m["overlap_any_ns"] = ov_any
         m["exposed_ns"] = b - ov_any
         m["hidden_fraction"] = ov_any / b if b else None
         m["gbps"] = m["bytes"] / dur if dur else None
         m["pageable_count"] = int(row.get("pageable_count") or 0)
-        out[d] = m
+        out[k] = m
     return out
+
+
+def offload_metrics(
+    copies: pl.DataFrame, kernels: KernelSets, keys: list[int], key: str, spans: dict[int, int] | None = None
+) -> dict[int, dict[str, dict[str, Any]]]:
+    """Per key: the h2d, d2h and offload copy-class metrics."""
+    frames = offload_class_frames(copies)
+    per_class = {c: class_metrics(frames[c], kernels, keys, spans, True, key) for c in OFFLOAD_CLASSES}
+    return {k: {c: per_class[c][k] for c in OFFLOAD_CLASSES} for k in keys}
 
 
 def offload_class_frames(copies: pl.DataFrame) -> dict[str, pl.DataFrame]:
@@ -142,16 +161,12 @@ def stream_metrics(copies: pl.DataFrame, spans: dict[int, int]) -> dict[int, lis
     """Per device, one entry per copy-carrying stream: classes, busy_ns, occupancy."""
     if copies.height == 0:
         return {}
-    keyed = copies.with_columns(
-        pl.struct("device", "stream").rank("dense").cast(pl.Int64).alias("key")
-    )
+    keyed = copies.with_columns(pl.struct("device", "stream").rank("dense").cast(pl.Int64).alias("key"))
     iv = union(keyed["key"].to_numpy(), keyed["start"].to_numpy(), keyed["end"].to_numpy())
     busy = length_by_group(iv)
     order = {c: i for i, c in enumerate(CLASS_ORDER)}
     per_stream = (
-        keyed.group_by("key", "device", "stream")
-        .agg(pl.col("cls").unique())
-        .sort("device", "stream")
+        keyed.group_by("key", "device", "stream").agg(pl.col("cls").unique()).sort("device", "stream")
     )
     out: dict[int, list[dict[str, Any]]] = {}
     for key, dev, stream, classes in per_stream.iter_rows():

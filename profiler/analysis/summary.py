@@ -18,12 +18,40 @@ def trace_info(trace: Trace) -> dict[str, Any]:
     }
 
 
-def analyze(trace: Trace, device: int | None = None) -> dict[str, Any]:
-    """METRICS.md ``devices`` plus a ``trace`` block describing the export."""
-    return {
+def analyze(
+    trace: Trace,
+    device: int | None = None,
+    by: str | None = None,
+    layer_pattern: str | None = None,
+    step_range: str | None = None,
+) -> dict[str, Any]:
+    """METRICS.md ``devices`` plus a ``trace`` block; with *by*, the per-group view too:
+    ``ranges`` (METRICS.md), ``steps``, ``layers`` or ``ops``."""
+    doc: dict[str, Any] = {
         "trace": trace_info(trace),
         "devices": device_metrics(trace.kernels, trace.copies, trace.memsets, device),
     }
+    if by is None:
+        return doc
+    from profiler.analysis.breakdown import Breakdown
+    from profiler.analysis.xla_names import DEFAULT_LAYER_PATTERN
+
+    bd = Breakdown(trace, layer_pattern or DEFAULT_LAYER_PATTERN, step_range)
+    if by == "range":
+        groups: Any = bd.by_range()
+    elif by == "step":
+        groups = bd.by_step()
+    elif by == "layer":
+        groups = bd.by_layer()
+    elif by == "op":
+        groups = bd.by_op()
+    else:
+        raise ValueError(f"unknown view {by!r}")
+    if device is not None and isinstance(groups, list):
+        groups = [g for g in groups if g["device"] == str(device)]
+    doc[{"range": "ranges", "step": "steps", "layer": "layers", "op": "ops"}[by]] = groups
+    doc["attribution"] = bd.facts()
+    return doc
 
 
 def offload_totals(devices: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -39,5 +67,9 @@ def run_summary(trace: Trace) -> dict[str, Any]:
     from profiler.analysis.steps import step_summary
 
     doc = analyze(trace)
-    return {**step_summary(trace.nvtx), "devices": doc["devices"], "offload": offload_totals(doc["devices"]),
-            "analysis": doc}
+    return {
+        **step_summary(trace.nvtx),
+        "devices": doc["devices"],
+        "offload": offload_totals(doc["devices"]),
+        "analysis": doc,
+    }

@@ -9,10 +9,21 @@ from pathlib import Path
 from profiler.annotate import CAPTURE_RANGE, DOMAIN
 
 # Short options of nsys profile that take a value, and their long names.
-SHORT = {"-t": "--trace", "-s": "--sample", "-o": "--output", "-c": "--capture-range",
-         "-f": "--force-overwrite", "-b": "--backtrace", "-d": "--duration", "-y": "--delay",
-         "-w": "--show-output", "-e": "--env-var", "-n": "--inherit-environment", "-p": "--nvtx-capture",
-         "-x": "--stop-on-exit"}
+SHORT = {
+    "-t": "--trace",
+    "-s": "--sample",
+    "-o": "--output",
+    "-c": "--capture-range",
+    "-f": "--force-overwrite",
+    "-b": "--backtrace",
+    "-d": "--duration",
+    "-y": "--delay",
+    "-w": "--show-output",
+    "-e": "--env-var",
+    "-n": "--inherit-environment",
+    "-p": "--nvtx-capture",
+    "-x": "--stop-on-exit",
+}
 
 
 def default_options(keep_warmup: bool) -> dict[str, str]:
@@ -27,11 +38,13 @@ def default_options(keep_warmup: bool) -> dict[str, str]:
         "--force-overwrite": "false",
     }
     if not keep_warmup:
-        opts.update({
-            "--capture-range": "nvtx",
-            "--nvtx-capture": f"{CAPTURE_RANGE}@{DOMAIN}",
-            "--capture-range-end": "stop",
-        })
+        opts.update(
+            {
+                "--capture-range": "nvtx",
+                "--nvtx-capture": f"{CAPTURE_RANGE}@{DOMAIN}",
+                "--capture-range-end": "stop",
+            }
+        )
     return opts
 
 
@@ -57,8 +70,9 @@ def parse_user_options(args: Sequence[str]) -> dict[str, str | None]:
     return out
 
 
-def build(nsys: Path, output: Path, program: Sequence[str], user_args: Sequence[str] = (),
-          keep_warmup: bool = False) -> list[str]:
+def build(
+    nsys: Path, output: Path, program: Sequence[str], user_args: Sequence[str] = (), keep_warmup: bool = False
+) -> list[str]:
     """The full command: ``nsys profile [defaults, overridden by the user's] -o OUTPUT program...``."""
     opts: dict[str, str | None] = dict(default_options(keep_warmup))
     opts.update(parse_user_options(user_args))

@@ -23,8 +23,23 @@ from profiler.errors import InputError, ProfilerError
 from profiler.trace.nsys import find_nsys, nsys_version
 
 # Environment variables worth recording in a manifest (by prefix).
-ENV_PREFIXES = ("XLA_", "JAX_", "TF_XLA", "TF_CPP", "TF_GPU", "NCCL_", "CUDA_", "NVIDIA_", "PROFILE_STEP_",
-                "NSYS_", "OMPI_COMM_WORLD_", "SLURM_PROCID", "LOCAL_RANK", "RANK", "WORLD_SIZE")
+ENV_PREFIXES = (
+    "XLA_",
+    "JAX_",
+    "TF_XLA",
+    "TF_CPP",
+    "TF_GPU",
+    "NCCL_",
+    "CUDA_",
+    "NVIDIA_",
+    "PROFILE_STEP_",
+    "NSYS_",
+    "OMPI_COMM_WORLD_",
+    "SLURM_PROCID",
+    "LOCAL_RANK",
+    "RANK",
+    "WORLD_SIZE",
+)
 INTERRUPT_GRACE_S = 120
 
 
@@ -81,10 +96,16 @@ def run_env(req: RunRequest, policy: str, run_dir: Path, plan: xla_flags.FlagPla
 
 def git_facts(script: Path) -> dict[str, Any] | None:
     """Commit and dirtiness of the repository holding *script*, if any."""
+
     def git(*args: str) -> str | None:
         try:
-            out = subprocess.run(["git", "-C", str(script.parent), *args], capture_output=True,
-                                 text=True, timeout=10, check=False)
+            out = subprocess.run(
+                ["git", "-C", str(script.parent), *args],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            )
         except (OSError, subprocess.TimeoutExpired):
             return None
         return out.stdout.strip() if out.returncode == 0 else None
@@ -126,8 +147,10 @@ def _wait(proc: subprocess.Popen[str]) -> tuple[int, bool]:
                 proc.kill()
                 return proc.wait(), True
             interrupted = True
-            print("profile-step: interrupted; letting nsys save what it captured "
-                  "(Ctrl-C again to kill)", file=sys.stderr)
+            print(
+                "profile-step: interrupted; letting nsys save what it captured (Ctrl-C again to kill)",
+                file=sys.stderr,
+            )
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGINT)
             try:
@@ -155,12 +178,16 @@ def check_request(req: RunRequest) -> Path:
     return find_nsys(req.nsys)
 
 
-def run_policy(req: RunRequest, policy: str, nsys: Path, nsys_ver: str,
-               echo: Callable[[str], None] = lambda s: print(s, end="", flush=True)) -> RunResult:
+def run_policy(
+    req: RunRequest,
+    policy: str,
+    nsys: Path,
+    nsys_ver: str,
+    echo: Callable[[str], None] = lambda s: print(s, end="", flush=True),
+) -> RunResult:
     """One profiled run of the script for *policy*."""
     run_dir = rundir.create(req.runs_dir, policy)
-    plan = xla_flags.plan(os.environ.get("XLA_FLAGS", ""), req.lhs, req.pipelined_offload,
-                          req.async_limit)
+    plan = xla_flags.plan(os.environ.get("XLA_FLAGS", ""), req.lhs, req.pipelined_offload, req.async_limit)
     prog = program(req, policy)
     cmd = nsys_command.build(nsys, run_dir / rundir.TRACE_STEM, prog, req.nsys_args, req.keep_warmup)
     env = run_env(req, policy, run_dir, plan)
@@ -175,19 +202,27 @@ def run_policy(req: RunRequest, policy: str, nsys: Path, nsys_ver: str,
         "nsys_command_line": shlex.join(cmd),
         "cwd": os.getcwd(),
         "keep_warmup": req.keep_warmup,
-        "xla_flags": {"before": plan.before, "final": plan.after, "set_by_profile_step": plan.set_by_preset,
-                      "kept_from_user": plan.kept_from_user},
+        "xla_flags": {
+            "before": plan.before,
+            "final": plan.after,
+            "set_by_profile_step": plan.set_by_preset,
+            "kept_from_user": plan.kept_from_user,
+        },
         "environment": {k: v for k, v in sorted(env.items()) if k.startswith(ENV_PREFIXES)},
         "versions": {"nsys": nsys_ver, "profile_step_python": platform.python_version()},
-        "host": {"name": socket.gethostname(), "platform": platform.platform(),
-                 "machine": platform.machine()},
+        "host": {
+            "name": socket.gethostname(),
+            "platform": platform.platform(),
+            "machine": platform.machine(),
+        },
         "git": git_facts(req.script),
         "started": rundir.now(),
     }
     rundir.write_json(run_dir / rundir.MANIFEST, manifest)
     print(f"profile-step: policy {policy}: {shlex.join(cmd)}", file=sys.stderr, flush=True)
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, errors="replace", bufsize=1)
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1
+    )
     pump = _tee(proc.stdout, run_dir / rundir.LOG, echo)
     code, interrupted = _wait(proc)
     pump.join(timeout=10)
@@ -211,21 +246,32 @@ def run_policy(req: RunRequest, policy: str, nsys: Path, nsys_ver: str,
             runtime = json.loads(runtime_file.read_text())
         except ValueError:
             runtime = {}
-    manifest.update({
-        "status": status,
-        "exit_code": code,
-        "finished": rundir.now(),
-        "files": {"report": report.name if report.exists() else None,
-                  "sqlite": sqlite.name if sqlite.exists() else None, "log": rundir.LOG},
-        "runtime": runtime,
-    })
+    manifest.update(
+        {
+            "status": status,
+            "exit_code": code,
+            "finished": rundir.now(),
+            "files": {
+                "report": report.name if report.exists() else None,
+                "sqlite": sqlite.name if sqlite.exists() else None,
+                "log": rundir.LOG,
+            },
+            "runtime": runtime,
+        }
+    )
     manifest["versions"].update({k: runtime.get(k) for k in ("python", "jax", "jaxlib", "nvtx_binding")})
     manifest["devices"] = runtime.get("devices")
     rundir.write_json(run_dir / rundir.MANIFEST, manifest)
     if not interrupted:
         run_dir = rundir.finish(run_dir)
-    return RunResult(policy, run_dir, code, status,
-                     run_dir / sqlite.name if (run_dir / sqlite.name).exists() else None, manifest)
+    return RunResult(
+        policy,
+        run_dir,
+        code,
+        status,
+        run_dir / sqlite.name if (run_dir / sqlite.name).exists() else None,
+        manifest,
+    )
 
 
 def run_all(req: RunRequest, on_result: Callable[[RunResult], None] | None = None) -> list[RunResult]:

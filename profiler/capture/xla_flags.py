@@ -34,8 +34,13 @@ class FlagPlan:
     kept_from_user: dict[str, str | None]
 
 
-def plan(user_flags: str, lhs: bool = False, pipelined_offload: bool = False,
-         async_limit: int | None = None, command_buffers_off: bool = True) -> FlagPlan:
+def plan(
+    user_flags: str,
+    lhs: bool = False,
+    pipelined_offload: bool = False,
+    async_limit: int | None = None,
+    command_buffers_off: bool = True,
+) -> FlagPlan:
     """Merge presets into *user_flags*.
 
     Presets asked for on the command line win over the same flag in

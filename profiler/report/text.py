@@ -37,8 +37,17 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: Sequence[
 
 
 OFFLOAD_HEADERS = (
-    "copies", "count", "MiB", "GB/s", "busy ms", "occupancy",
-    "w/ compute ms", "w/ NCCL ms", "exposed ms", "hidden", "pageable",
+    "copies",
+    "count",
+    "MiB",
+    "GB/s",
+    "busy ms",
+    "occupancy",
+    "w/ compute ms",
+    "w/ NCCL ms",
+    "exposed ms",
+    "hidden",
+    "pageable",
 )
 
 
@@ -47,20 +56,31 @@ def offload_rows(copies: dict[str, dict[str, Any]], with_occupancy: bool = True)
     rows = []
     for cls in ("h2d", "d2h", "offload"):
         m = copies[cls]
-        rows.append([
-            cls, str(m["count"]), mib(m["bytes"]), gbps(m["gbps"]), ms(m["busy_ns"]),
-            pct(m.get("occupancy")) if with_occupancy else "-",
-            ms(m["overlap_compute_ns"]), ms(m["overlap_nccl_ns"]), ms(m["exposed_ns"]),
-            pct(m["hidden_fraction"]), str(m["pageable_count"]),
-        ])
+        rows.append(
+            [
+                cls,
+                str(m["count"]),
+                mib(m["bytes"]),
+                gbps(m["gbps"]),
+                ms(m["busy_ns"]),
+                pct(m.get("occupancy")) if with_occupancy else "-",
+                ms(m["overlap_compute_ns"]),
+                ms(m["overlap_nccl_ns"]),
+                ms(m["exposed_ns"]),
+                pct(m["hidden_fraction"]),
+                str(m["pageable_count"]),
+            ]
+        )
     return rows
 
 
 def render_devices(doc: dict[str, Any]) -> str:
     """The readable form of ``analyze --json``."""
     info = doc.get("trace", {})
-    head = f"{info.get('path', '')}  (nsys {info.get('nsys_version') or '?'}, " \
-           f"schema {info.get('schema_version') or '?'})"
+    head = (
+        f"{info.get('path', '')}  (nsys {info.get('nsys_version') or '?'}, "
+        f"schema {info.get('schema_version') or '?'})"
+    )
     devices = doc["devices"]
     if not devices:
         return head + "\nNo GPU activity in this trace (a CPU-only run?): no kernels, copies or memsets."
@@ -71,38 +91,125 @@ def render_devices(doc: dict[str, Any]) -> str:
         out.append("")
         w = d["window_ns"]
         span = f"{ms(d['span_ns'])} ms" if w else "no valid ops"
-        out.append(f"Device {dev}{' (' + name + ')' if name else ''}: window {span}"
-                   + (f", {d['invalid_ops']} invalid ops ignored" if d["invalid_ops"] else ""))
-        out.append(f"  compute: {d['compute']['count']} kernels, busy {ms(d['compute']['busy_ns'])} ms"
-                   f"   NCCL: {d['nccl']['count']} kernels, busy {ms(d['nccl']['busy_ns'])} ms")
+        out.append(
+            f"Device {dev}{' (' + name + ')' if name else ''}: window {span}"
+            + (f", {d['invalid_ops']} invalid ops ignored" if d["invalid_ops"] else "")
+        )
+        out.append(
+            f"  compute: {d['compute']['count']} kernels, busy {ms(d['compute']['busy_ns'])} ms"
+            f"   NCCL: {d['nccl']['count']} kernels, busy {ms(d['nccl']['busy_ns'])} ms"
+        )
         out.append(table(OFFLOAD_HEADERS, offload_rows(d["copies"])))
         others = [
             [c, str(d["copies"][c]["count"]), mib(d["copies"][c]["bytes"]), ms(d["copies"][c]["busy_ns"])]
-            for c in ("d2d", "p2p", "other") if d["copies"][c]["count"]
+            for c in ("d2d", "p2p", "other")
+            if d["copies"][c]["count"]
         ]
         if others:
             out.append("")
             out.append(table(("other copies", "count", "MiB", "busy ms"), others))
         if d["streams"]:
             out.append("")
-            out.append(table(
-                ("copy stream", "classes", "busy ms", "occupancy"),
-                [[str(s["stream"]), ",".join(s["classes"]), ms(s["busy_ns"]), pct(s["occupancy"])]
-                 for s in d["streams"]],
-            ))
+            out.append(
+                table(
+                    ("copy stream", "classes", "busy ms", "occupancy"),
+                    [
+                        [str(s["stream"]), ",".join(s["classes"]), ms(s["busy_ns"]), pct(s["occupancy"])]
+                        for s in d["streams"]
+                    ],
+                )
+            )
     return "\n".join(out)
 
 
 def render_policy_table(rows: list[dict[str, Any]]) -> str:
     """One line per policy run: status, steps, step time, offloaded bytes, busy/exposed copy time."""
-    headers = ("policy", "status", "exit", "steps", "median step ms", "offload MiB", "copy busy ms",
-               "exposed ms", "hidden", "run")
+    headers = (
+        "policy",
+        "status",
+        "exit",
+        "steps",
+        "median step ms",
+        "offload MiB",
+        "copy busy ms",
+        "exposed ms",
+        "hidden",
+        "run",
+    )
     body = []
     for r in rows:
         off = r.get("offload") or {}
-        body.append([
-            r["policy"], r["status"], str(r["exit_code"]), str(r.get("steps", "-")),
-            ms(r.get("median_step_ns")), mib(off.get("bytes")), ms(off.get("busy_ns")),
-            ms(off.get("exposed_ns")), pct(off.get("hidden_fraction")), r["run_dir"],
-        ])
+        body.append(
+            [
+                r["policy"],
+                r["status"],
+                str(r["exit_code"]),
+                str(r.get("steps", "-")),
+                ms(r.get("median_step_ns")),
+                mib(off.get("bytes")),
+                ms(off.get("busy_ns")),
+                ms(off.get("exposed_ns")),
+                pct(off.get("hidden_fraction")),
+                r["run_dir"],
+            ]
+        )
     return table(headers, body, left=(0, 1, len(headers) - 1))
+
+
+def _group_row(name: str, dev: str, c: dict[str, Any]) -> list[str]:
+    off = c["offload"]
+    return [
+        name,
+        dev,
+        mib(c["d2h"]["bytes"]),
+        mib(c["h2d"]["bytes"]),
+        ms(off["busy_ns"]),
+        pct(off["hidden_fraction"]),
+        ms(off["exposed_ns"]),
+    ]
+
+
+GROUP_HEADERS = ("device", "d2h MiB", "h2d MiB", "copy ms", "hidden", "exposed ms")
+
+
+def render_groups(doc: dict[str, Any], by: str) -> str:
+    """The per-step / per-layer / per-range / per-op table of ``analyze --by``."""
+    facts = doc.get("attribution") or {}
+    notes = []
+    if facts.get("open_ranges"):
+        notes.append(f"{facts['open_ranges']} NVTX ranges were still open at the end (extended to the end)")
+    if facts.get("cross_thread_ranges"):
+        notes.append(f"{facts['cross_thread_ranges']} start/end ranges ended on another thread (left out)")
+    if facts.get("malformed_xla_ranges"):
+        notes.append(f"{facts['malformed_xla_ranges']} XLA-like range names could not be parsed")
+    if by == "step":
+        steps = doc["steps"]
+        if not steps["steps"]:
+            return "No step ranges in this trace (profile-step's step=N, or --step-range REGEX)."
+        rows = []
+        for s in steps["steps"]:
+            for dev, c in (s["devices"] or {"-": None}).items():
+                base = _group_row(s["name"], dev, c) if c else [s["name"], dev, "-", "-", "-", "-", "-"]
+                rows.append([*base[:2], ms(s["duration_ns"]), *base[2:], s["excluded"] or ""])
+        out = table(
+            ("step", "device", "step ms", *GROUP_HEADERS[1:], "excluded"),
+            rows,
+            left=(0, 1, len(GROUP_HEADERS) + 2),
+        )
+        notes.append(
+            f"steps attributed by {steps['attribution']}; median step {ms(steps['median_step_ns'])} ms"
+        )
+    else:
+        key = {"layer": "layers", "range": "ranges", "op": "ops"}[by]
+        groups = doc[key]
+        if not groups:
+            return f"No {key} with GPU activity in this trace."
+        rows = []
+        for g in groups:
+            label = g["name"] + (" (index inferred)" if g.get("inferred_index") else "")
+            top = ", ".join(f"{t['name'][:40]} {ms(t['overlap_ns'])}" for t in g.get("top_kernels", []))
+            rows.append([*_group_row(label, g["device"] or "-", g["copies"]), top])
+        out = table((by, *GROUP_HEADERS, "kernels that hid the copies (ms)"), rows, left=(0, 1, 7))
+        if by == "layer" and facts.get("policy"):
+            notes.append(f"policy {facts['policy']}")
+    return "\n".join([out, *(f"note: {n}" for n in notes)])

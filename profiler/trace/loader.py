@@ -138,9 +138,7 @@ class Trace:
             return pl.DataFrame(schema=schema)
         exprs = {name: self._col(table, logical) for name, (logical, _) in spec.items()}
         try:
-            return sqlite_io.read_columns(
-                self.path, table, exprs, schema, n_rows=self.row_counts.get(table)
-            )
+            return sqlite_io.read_columns(self.path, table, exprs, schema, n_rows=self.row_counts.get(table))
         except sqlite3.DatabaseError as exc:
             raise InputError(self.path, f"table {table} cannot be read ({exc})") from None
 
@@ -153,7 +151,10 @@ class Trace:
         where = f"id IN ({','.join(map(str, wanted.to_list()))})" if wanted.len() <= 20_000 else ""
         try:
             strings = sqlite_io.read_columns(
-                self.path, "StringIds", {"id": "id", "value": "value"}, {"id": I64, "value": STR},
+                self.path,
+                "StringIds",
+                {"id": "id", "value": "value"},
+                {"id": I64, "value": STR},
                 where=where,
             )
         except sqlite3.DatabaseError as exc:

@@ -147,16 +147,28 @@ def _writable(folder: Path) -> bool:
 
 def _export_to(nsys: Path, report: Path, target: Path) -> Path:
     """Export into a temporary file beside *target*, then link it into place."""
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=".partial.sqlite",
-                                    dir=target.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=".partial.sqlite", dir=target.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     tmp.unlink()
     try:
         proc = subprocess.run(
-            [str(nsys), "export", "--type", "sqlite", "--quiet", "true", "--lazy", "true",
-             "--output", str(tmp), str(report)],
-            capture_output=True, text=True, check=False,
+            [
+                str(nsys),
+                "export",
+                "--type",
+                "sqlite",
+                "--quiet",
+                "true",
+                "--lazy",
+                "true",
+                "--output",
+                str(tmp),
+                str(report),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if proc.returncode != 0 or not tmp.exists():
             raise InputError(report, f"nsys export failed: {_first_error(proc.stdout + proc.stderr)}")

@@ -60,9 +60,7 @@ def check_sqlite_file(path: Path) -> None:
     change_counter, n_pages = struct.unpack(">II", header[24:32])
     valid_for = struct.unpack(">I", header[92:96])[0]
     if n_pages and valid_for == change_counter and size < n_pages * page_size:
-        raise InputError(
-            path, f"is truncated ({size} bytes, the header promises {n_pages * page_size})"
-        )
+        raise InputError(path, f"is truncated ({size} bytes, the header promises {n_pages * page_size})")
 
 
 def table_columns(con: sqlite3.Connection) -> dict[str, list[str]]:
@@ -162,8 +160,9 @@ def _conform(df: pl.DataFrame, names: Sequence[str], schema: dict[str, pl.DataTy
         if col.dtype == pl.Null or len(col) == 0:
             col = pl.Series(name, [None] * len(col), dtype=dtype)
         elif col.dtype == pl.Binary and dtype == pl.String:  # BLOBs where text was expected
-            col = pl.Series(name, [None if v is None else v.decode("utf-8", "replace") for v in col],
-                            dtype=pl.String)
+            col = pl.Series(
+                name, [None if v is None else v.decode("utf-8", "replace") for v in col], dtype=pl.String
+            )
         elif col.dtype != dtype:
             col = col.cast(dtype, strict=False)
         out.append(col)

@@ -19,52 +19,125 @@ DDL: dict[str, list[str]] = {
     "StringIds": ["id INTEGER NOT NULL PRIMARY KEY", "value TEXT NOT NULL"],
     "META_DATA_EXPORT": ["name TEXT NOT NULL", "value TEXT"],
     "TARGET_INFO_GPU": [
-        "vmId INTEGER NOT NULL", "id INTEGER NOT NULL", "name TEXT", "busLocation TEXT",
-        "isDiscrete INTEGER", "l2CacheSize INTEGER", "totalMemory INTEGER", "memoryBandwidth INTEGER",
-        "clockRate INTEGER", "smCount INTEGER", "uuid TEXT", "chipName TEXT", "cuDevice INTEGER",
+        "vmId INTEGER NOT NULL",
+        "id INTEGER NOT NULL",
+        "name TEXT",
+        "busLocation TEXT",
+        "isDiscrete INTEGER",
+        "l2CacheSize INTEGER",
+        "totalMemory INTEGER",
+        "memoryBandwidth INTEGER",
+        "clockRate INTEGER",
+        "smCount INTEGER",
+        "uuid TEXT",
+        "chipName TEXT",
+        "cuDevice INTEGER",
     ],
     "TARGET_INFO_CUDA_STREAM": [
-        "streamId INTEGER NOT NULL", "hwId INTEGER NOT NULL", "vmId INTEGER NOT NULL",
-        "processId INTEGER NOT NULL", "contextId INTEGER NOT NULL", "priority INTEGER NOT NULL",
+        "streamId INTEGER NOT NULL",
+        "hwId INTEGER NOT NULL",
+        "vmId INTEGER NOT NULL",
+        "processId INTEGER NOT NULL",
+        "contextId INTEGER NOT NULL",
+        "priority INTEGER NOT NULL",
         "flag INTEGER NOT NULL",
     ],
     "CUPTI_ACTIVITY_KIND_KERNEL": [
-        "start INTEGER NOT NULL", "end INTEGER NOT NULL", "deviceId INTEGER NOT NULL",
-        "contextId INTEGER NOT NULL", "greenContextId INTEGER", "streamId INTEGER NOT NULL",
-        "correlationId INTEGER", "globalPid INTEGER", "demangledName INTEGER NOT NULL",
-        "shortName INTEGER NOT NULL", "mangledName INTEGER", "launchType INTEGER",
-        "cacheConfig INTEGER", "registersPerThread INTEGER NOT NULL", "gridX INTEGER NOT NULL",
-        "gridY INTEGER NOT NULL", "gridZ INTEGER NOT NULL", "blockX INTEGER NOT NULL",
-        "blockY INTEGER NOT NULL", "blockZ INTEGER NOT NULL", "staticSharedMemory INTEGER NOT NULL",
-        "dynamicSharedMemory INTEGER NOT NULL", "localMemoryPerThread INTEGER NOT NULL",
-        "localMemoryTotal INTEGER NOT NULL", "gridId INTEGER NOT NULL", "sharedMemoryExecuted INTEGER",
-        "graphNodeId INTEGER", "sharedMemoryLimitConfig INTEGER",
+        "start INTEGER NOT NULL",
+        "end INTEGER NOT NULL",
+        "deviceId INTEGER NOT NULL",
+        "contextId INTEGER NOT NULL",
+        "greenContextId INTEGER",
+        "streamId INTEGER NOT NULL",
+        "correlationId INTEGER",
+        "globalPid INTEGER",
+        "demangledName INTEGER NOT NULL",
+        "shortName INTEGER NOT NULL",
+        "mangledName INTEGER",
+        "launchType INTEGER",
+        "cacheConfig INTEGER",
+        "registersPerThread INTEGER NOT NULL",
+        "gridX INTEGER NOT NULL",
+        "gridY INTEGER NOT NULL",
+        "gridZ INTEGER NOT NULL",
+        "blockX INTEGER NOT NULL",
+        "blockY INTEGER NOT NULL",
+        "blockZ INTEGER NOT NULL",
+        "staticSharedMemory INTEGER NOT NULL",
+        "dynamicSharedMemory INTEGER NOT NULL",
+        "localMemoryPerThread INTEGER NOT NULL",
+        "localMemoryTotal INTEGER NOT NULL",
+        "gridId INTEGER NOT NULL",
+        "sharedMemoryExecuted INTEGER",
+        "graphNodeId INTEGER",
+        "sharedMemoryLimitConfig INTEGER",
     ],
     "CUPTI_ACTIVITY_KIND_MEMCPY": [
-        "start INTEGER NOT NULL", "end INTEGER NOT NULL", "deviceId INTEGER NOT NULL",
-        "contextId INTEGER NOT NULL", "greenContextId INTEGER", "streamId INTEGER NOT NULL",
-        "correlationId INTEGER", "globalPid INTEGER", "bytes INTEGER NOT NULL",
-        "copyKind INTEGER NOT NULL", "deprecatedSrcId INTEGER", "srcKind INTEGER", "dstKind INTEGER",
-        "srcDeviceId INTEGER", "srcContextId INTEGER", "dstDeviceId INTEGER", "dstContextId INTEGER",
-        "migrationCause INTEGER", "graphNodeId INTEGER", "virtualAddress INTEGER",
+        "start INTEGER NOT NULL",
+        "end INTEGER NOT NULL",
+        "deviceId INTEGER NOT NULL",
+        "contextId INTEGER NOT NULL",
+        "greenContextId INTEGER",
+        "streamId INTEGER NOT NULL",
+        "correlationId INTEGER",
+        "globalPid INTEGER",
+        "bytes INTEGER NOT NULL",
+        "copyKind INTEGER NOT NULL",
+        "deprecatedSrcId INTEGER",
+        "srcKind INTEGER",
+        "dstKind INTEGER",
+        "srcDeviceId INTEGER",
+        "srcContextId INTEGER",
+        "dstDeviceId INTEGER",
+        "dstContextId INTEGER",
+        "migrationCause INTEGER",
+        "graphNodeId INTEGER",
+        "virtualAddress INTEGER",
     ],
     "CUPTI_ACTIVITY_KIND_MEMSET": [
-        "start INTEGER NOT NULL", "end INTEGER NOT NULL", "deviceId INTEGER NOT NULL",
-        "contextId INTEGER NOT NULL", "greenContextId INTEGER", "streamId INTEGER NOT NULL",
-        "correlationId INTEGER", "globalPid INTEGER", "value INTEGER NOT NULL",
-        "bytes INTEGER NOT NULL", "graphNodeId INTEGER", "memKind INTEGER",
+        "start INTEGER NOT NULL",
+        "end INTEGER NOT NULL",
+        "deviceId INTEGER NOT NULL",
+        "contextId INTEGER NOT NULL",
+        "greenContextId INTEGER",
+        "streamId INTEGER NOT NULL",
+        "correlationId INTEGER",
+        "globalPid INTEGER",
+        "value INTEGER NOT NULL",
+        "bytes INTEGER NOT NULL",
+        "graphNodeId INTEGER",
+        "memKind INTEGER",
     ],
     "CUPTI_ACTIVITY_KIND_RUNTIME": [
-        "start INTEGER NOT NULL", "end INTEGER NOT NULL", "eventClass INTEGER NOT NULL",
-        "globalTid INTEGER", "correlationId INTEGER", "nameId INTEGER NOT NULL",
-        "returnValue INTEGER NOT NULL", "callchainId INTEGER",
+        "start INTEGER NOT NULL",
+        "end INTEGER NOT NULL",
+        "eventClass INTEGER NOT NULL",
+        "globalTid INTEGER",
+        "correlationId INTEGER",
+        "nameId INTEGER NOT NULL",
+        "returnValue INTEGER NOT NULL",
+        "callchainId INTEGER",
     ],
     "NVTX_EVENTS": [
-        "start INTEGER NOT NULL", "end INTEGER", "eventType INTEGER NOT NULL", "rangeId INTEGER",
-        "category INTEGER", "color INTEGER", "text TEXT", "globalTid INTEGER", "endGlobalTid INTEGER",
-        "textId INTEGER", "domainId INTEGER", "uint64Value INTEGER", "int64Value INTEGER",
-        "doubleValue REAL", "uint32Value INTEGER", "int32Value INTEGER", "floatValue REAL",
-        "jsonTextId INTEGER", "jsonText TEXT",
+        "start INTEGER NOT NULL",
+        "end INTEGER",
+        "eventType INTEGER NOT NULL",
+        "rangeId INTEGER",
+        "category INTEGER",
+        "color INTEGER",
+        "text TEXT",
+        "globalTid INTEGER",
+        "endGlobalTid INTEGER",
+        "textId INTEGER",
+        "domainId INTEGER",
+        "uint64Value INTEGER",
+        "int64Value INTEGER",
+        "doubleValue REAL",
+        "uint32Value INTEGER",
+        "int32Value INTEGER",
+        "floatValue REAL",
+        "jsonTextId INTEGER",
+        "jsonText TEXT",
     ],
 }
 
@@ -72,19 +145,26 @@ COPY_KINDS = {"h2d": 1, "d2h": 2, "d2d": 8, "p2p": 10}
 # The enum tables nsys writes into every export (nsys's own reports join them).
 ENUMS: dict[str, list[tuple[int, str, str]]] = {
     "ENUM_CUDA_MEMCPY_OPER": [
-        (0, "CUDA_MEMCPY_KIND_UNKNOWN", "Unknown"), (1, "CUDA_MEMCPY_KIND_HTOD", "Host-to-Device"),
-        (2, "CUDA_MEMCPY_KIND_DTOH", "Device-to-Host"), (3, "CUDA_MEMCPY_KIND_HTOA", "Host-to-Array"),
-        (4, "CUDA_MEMCPY_KIND_ATOH", "Array-to-Host"), (5, "CUDA_MEMCPY_KIND_ATOA", "Array-to-Array"),
-        (6, "CUDA_MEMCPY_KIND_ATOD", "Array-to-Device"), (7, "CUDA_MEMCPY_KIND_DTOA", "Device-to-Array"),
-        (8, "CUDA_MEMCPY_KIND_DTOD", "Device-to-Device"), (9, "CUDA_MEMCPY_KIND_HTOH", "Host-to-Host"),
+        (0, "CUDA_MEMCPY_KIND_UNKNOWN", "Unknown"),
+        (1, "CUDA_MEMCPY_KIND_HTOD", "Host-to-Device"),
+        (2, "CUDA_MEMCPY_KIND_DTOH", "Device-to-Host"),
+        (3, "CUDA_MEMCPY_KIND_HTOA", "Host-to-Array"),
+        (4, "CUDA_MEMCPY_KIND_ATOH", "Array-to-Host"),
+        (5, "CUDA_MEMCPY_KIND_ATOA", "Array-to-Array"),
+        (6, "CUDA_MEMCPY_KIND_ATOD", "Array-to-Device"),
+        (7, "CUDA_MEMCPY_KIND_DTOA", "Device-to-Array"),
+        (8, "CUDA_MEMCPY_KIND_DTOD", "Device-to-Device"),
+        (9, "CUDA_MEMCPY_KIND_HTOH", "Host-to-Host"),
         (10, "CUDA_MEMCPY_KIND_PTOP", "Peer-to-Peer"),
         (11, "CUDA_MEMCPY_KIND_UVM_HTOD", "Unified Host-to-Device"),
         (12, "CUDA_MEMCPY_KIND_UVM_DTOH", "Unified Device-to-Host"),
         (13, "CUDA_MEMCPY_KIND_UVM_DTOD", "Unified Device-to-Device"),
     ],
     "ENUM_CUDA_MEM_KIND": [
-        (0, "CUDA_MEMOPR_MEMORY_KIND_PAGEABLE", "Pageable"), (1, "CUDA_MEMOPR_MEMORY_KIND_PINNED", "Pinned"),
-        (2, "CUDA_MEMOPR_MEMORY_KIND_DEVICE", "Device"), (3, "CUDA_MEMOPR_MEMORY_KIND_ARRAY", "Array"),
+        (0, "CUDA_MEMOPR_MEMORY_KIND_PAGEABLE", "Pageable"),
+        (1, "CUDA_MEMOPR_MEMORY_KIND_PINNED", "Pinned"),
+        (2, "CUDA_MEMOPR_MEMORY_KIND_DEVICE", "Device"),
+        (3, "CUDA_MEMOPR_MEMORY_KIND_ARRAY", "Array"),
         (4, "CUDA_MEMOPR_MEMORY_KIND_MANAGED", "Managed"),
         (5, "CUDA_MEMOPR_MEMORY_KIND_DEVICE_STATIC", "Device Static"),
         (6, "CUDA_MEMOPR_MEMORY_KIND_MANAGED_STATIC", "Managed Static"),
@@ -135,31 +215,69 @@ class ExportBuilder:
 
     def gpu(self, device: int, name: str = "NVIDIA H200", total_memory: int = 150_000_000_000) -> None:
         self.rows["TARGET_INFO_GPU"].append(
-            {"vmId": VM_BITS, "id": device, "name": name, "totalMemory": total_memory,
-             "busLocation": f"0000:{device:02x}:00.0", "cuDevice": device}
+            {
+                "vmId": VM_BITS,
+                "id": device,
+                "name": name,
+                "totalMemory": total_memory,
+                "busLocation": f"0000:{device:02x}:00.0",
+                "cuDevice": device,
+            }
         )
 
     def kernel(
-        self, start: int, end: int, name: str = "fusion", *, device: int = 0, stream: int = 7,
-        demangled: str | None = None, short_id: int | None = None, correlation: int | None = None,
+        self,
+        start: int,
+        end: int,
+        name: str = "fusion",
+        *,
+        device: int = 0,
+        stream: int = 7,
+        demangled: str | None = None,
+        short_id: int | None = None,
+        correlation: int | None = None,
         pid: int = 100,
     ) -> int:
         """Add a kernel; returns its correlationId."""
         corr = self.next_correlation() if correlation is None else correlation
-        self.rows["CUPTI_ACTIVITY_KIND_KERNEL"].append({
-            "start": start, "end": end, "deviceId": device, "contextId": 1, "streamId": stream,
-            "correlationId": corr, "globalPid": global_tid(pid, 0),
-            "demangledName": self.string(demangled if demangled is not None else name),
-            "shortName": short_id if short_id is not None else self.string(name),
-            "registersPerThread": 32, "gridX": 1, "gridY": 1, "gridZ": 1, "blockX": 128, "blockY": 1,
-            "blockZ": 1, "staticSharedMemory": 0, "dynamicSharedMemory": 0, "localMemoryPerThread": 0,
-            "localMemoryTotal": 0, "gridId": corr,
-        })
+        self.rows["CUPTI_ACTIVITY_KIND_KERNEL"].append(
+            {
+                "start": start,
+                "end": end,
+                "deviceId": device,
+                "contextId": 1,
+                "streamId": stream,
+                "correlationId": corr,
+                "globalPid": global_tid(pid, 0),
+                "demangledName": self.string(demangled if demangled is not None else name),
+                "shortName": short_id if short_id is not None else self.string(name),
+                "registersPerThread": 32,
+                "gridX": 1,
+                "gridY": 1,
+                "gridZ": 1,
+                "blockX": 128,
+                "blockY": 1,
+                "blockZ": 1,
+                "staticSharedMemory": 0,
+                "dynamicSharedMemory": 0,
+                "localMemoryPerThread": 0,
+                "localMemoryTotal": 0,
+                "gridId": corr,
+            }
+        )
         return corr
 
     def copy(
-        self, start: int, end: int, kind: str | int = "d2h", nbytes: int = 1 << 20, *,
-        device: int = 0, stream: int = 20, host: int | None = PINNED, correlation: int | None = None,
+        self,
+        start: int,
+        end: int,
+        kind: str | int = "d2h",
+        nbytes: int = 1 << 20,
+        *,
+        device: int = 0,
+        stream: int = 20,
+        host: int | None = PINNED,
+        correlation: int | None = None,
         pid: int = 100,
     ) -> int:
         """Add a memcpy (*kind* a class name or a raw copyKind); returns its correlationId."""
@@ -170,41 +288,100 @@ class ExportBuilder:
             src = host if host is not None else PINNED
         elif ck == 2:
             dst = host if host is not None else PINNED
-        self.rows["CUPTI_ACTIVITY_KIND_MEMCPY"].append({
-            "start": start, "end": end, "deviceId": device, "contextId": 1, "streamId": stream,
-            "correlationId": corr, "globalPid": global_tid(pid, 0), "bytes": nbytes, "copyKind": ck,
-            "srcKind": src, "dstKind": dst,
-        })
+        self.rows["CUPTI_ACTIVITY_KIND_MEMCPY"].append(
+            {
+                "start": start,
+                "end": end,
+                "deviceId": device,
+                "contextId": 1,
+                "streamId": stream,
+                "correlationId": corr,
+                "globalPid": global_tid(pid, 0),
+                "bytes": nbytes,
+                "copyKind": ck,
+                "srcKind": src,
+                "dstKind": dst,
+            }
+        )
         return corr
 
-    def memset(self, start: int, end: int, nbytes: int = 4096, *, device: int = 0, stream: int = 7,
-               correlation: int | None = None, pid: int = 100) -> int:
+    def memset(
+        self,
+        start: int,
+        end: int,
+        nbytes: int = 4096,
+        *,
+        device: int = 0,
+        stream: int = 7,
+        correlation: int | None = None,
+        pid: int = 100,
+    ) -> int:
         corr = self.next_correlation() if correlation is None else correlation
-        self.rows["CUPTI_ACTIVITY_KIND_MEMSET"].append({
-            "start": start, "end": end, "deviceId": device, "contextId": 1, "streamId": stream,
-            "correlationId": corr, "globalPid": global_tid(pid, 0), "value": 0, "bytes": nbytes,
-        })
+        self.rows["CUPTI_ACTIVITY_KIND_MEMSET"].append(
+            {
+                "start": start,
+                "end": end,
+                "deviceId": device,
+                "contextId": 1,
+                "streamId": stream,
+                "correlationId": corr,
+                "globalPid": global_tid(pid, 0),
+                "value": 0,
+                "bytes": nbytes,
+            }
+        )
         return corr
 
-    def runtime(self, start: int, end: int, correlation: int, *, name: str = "cudaLaunchKernel",
-                pid: int = 100, tid: int = 100) -> None:
-        self.rows["CUPTI_ACTIVITY_KIND_RUNTIME"].append({
-            "start": start, "end": end, "eventClass": 1, "globalTid": global_tid(pid, tid),
-            "correlationId": correlation, "nameId": self.string(name), "returnValue": 0,
-        })
+    def runtime(
+        self,
+        start: int,
+        end: int,
+        correlation: int,
+        *,
+        name: str = "cudaLaunchKernel",
+        pid: int = 100,
+        tid: int = 100,
+    ) -> None:
+        self.rows["CUPTI_ACTIVITY_KIND_RUNTIME"].append(
+            {
+                "start": start,
+                "end": end,
+                "eventClass": 1,
+                "globalTid": global_tid(pid, tid),
+                "correlationId": correlation,
+                "nameId": self.string(name),
+                "returnValue": 0,
+            }
+        )
 
-    def nvtx(self, start: int, end: int | None, text: str | None, *, pid: int = 100, tid: int = 100,
-             event_type: int = 59, registered: bool = False, domain_id: int = 0,
-             end_tid: int | None = None, range_id: int | None = None) -> None:
+    def nvtx(
+        self,
+        start: int,
+        end: int | None,
+        text: str | None,
+        *,
+        pid: int = 100,
+        tid: int = 100,
+        event_type: int = 59,
+        registered: bool = False,
+        domain_id: int = 0,
+        end_tid: int | None = None,
+        range_id: int | None = None,
+    ) -> None:
         """An NVTX event: push/pop range (59) by default; 60 start/end, 34 mark, 75 domain."""
-        self.rows["NVTX_EVENTS"].append({
-            "start": start, "end": end, "eventType": event_type,
-            "text": None if registered else text,
-            "textId": self.string(text) if registered and text is not None else None,
-            "globalTid": global_tid(pid, tid),
-            "endGlobalTid": global_tid(pid, end_tid) if end_tid is not None else None,
-            "domainId": domain_id, "rangeId": range_id,
-        })
+        self.rows["NVTX_EVENTS"].append(
+            {
+                "start": start,
+                "end": end,
+                "eventType": event_type,
+                "text": None if registered else text,
+                "textId": self.string(text) if registered and text is not None else None,
+                "globalTid": global_tid(pid, tid),
+                "endGlobalTid": global_tid(pid, end_tid) if end_tid is not None else None,
+                "domainId": domain_id,
+                "rangeId": range_id,
+            }
+        )
 
     def domain(self, domain_id: int, name: str, *, pid: int = 100, tid: int = 100) -> None:
         self.nvtx(0, None, name, pid=pid, tid=tid, event_type=75, domain_id=domain_id)

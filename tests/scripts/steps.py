@@ -1,6 +1,6 @@
 """A tiny CPU-only 'training' script for capture tests: annotated steps, no JAX.
 
-    steps.py [--steps N] [--fail-at N] [--sleep S] [--exit-code N] [--forever]
+steps.py [--steps N] [--fail-at N] [--sleep S] [--exit-code N] [--forever]
 """
 
 import argparse

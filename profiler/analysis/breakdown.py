@@ -1,0 +1,291 @@
+"""Copy metrics per NVTX range name, per step, per layer and per XLA operation.
+
+Every view assigns copies to named groups through the attribution of
+``attribution.py`` and then measures each group with the one definition of
+the copy-class numbers (``overlap.offload_metrics``), against all kernels of
+the device.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from profiler.analysis import attribution
+from profiler.analysis.intervals import measure_within, union
+from profiler.analysis.overlap import KernelSets, offload_metrics, valid
+from profiler.analysis.xla_names import DEFAULT_LAYER_PATTERN, parse_xla
+from profiler.annotate import DOMAIN, LAYER_PREFIX, POLICY_PREFIX, STEP_PREFIX, WARMUP_PREFIX
+from profiler.trace.loader import Trace
+
+OUTLIER_FACTOR = 2.0  # a step slower than this times the median is left out of summaries
+TOP_KERNELS = 3
+
+
+@dataclass
+class Breakdown:
+    """Attribution of one trace, computed once and shared by every view."""
+
+    trace: Trace
+    layer_pattern: str = DEFAULT_LAYER_PATTERN
+    step_range: str | None = None  # a regex for user step ranges; default: profile-step's step=N
+
+    @cached_property
+    def ops(self) -> pl.DataFrame:
+        return attribution.gpu_ops(self.trace)
+
+    @cached_property
+    def kernel_sets(self) -> KernelSets:
+        return KernelSets.of(valid(self.trace.kernels))
+
+    @cached_property
+    def ranges(self) -> attribution.Ranges:
+        end = self.ops["end"].max() if self.ops.height else None
+        rng = attribution.nvtx_ranges(self.trace.nvtx, int(end) if end is not None else None)
+        parsed = rng.ranges.with_columns(parse_xla(pl.col("name"), self.layer_pattern))
+        return attribution.Ranges(parsed, rng.cross_thread, rng.open)
+
+    @cached_property
+    def pairs(self) -> pl.DataFrame:
+        """(op_id, range_id) of every enclosing range, by launch thread and time."""
+        return attribution.attribute(self.ops, self.ranges.ranges)
+
+    @cached_property
+    def policy(self) -> str | None:
+        names = self.ranges.ranges.filter(
+            (pl.col("domain") == DOMAIN) & pl.col("name").str.starts_with(POLICY_PREFIX)
+        )["name"].unique(maintain_order=True)
+        return names[0].removeprefix(POLICY_PREFIX) if names.len() == 1 else None
+
+    def facts(self) -> dict[str, Any]:
+        """What the attribution had to leave out or guess, for the reader."""
+        r = self.ranges.ranges
+        launched = self.ops["launch_start"].is_not_null().sum() if self.ops.height else 0
+        return {
+            "policy": self.policy,
+            "ranges": r.height,
+            "open_ranges": self.ranges.open,
+            "cross_thread_ranges": self.ranges.cross_thread,
+            "malformed_xla_ranges": int((r["xla_kind"] == "malformed").sum()) if r.height else 0,
+            "gpu_ops": self.ops.height,
+            "gpu_ops_without_launch": int(self.ops.height - launched),
+            "gpu_ops_in_a_range": self.pairs["op_id"].n_unique() if self.pairs.height else 0,
+        }
+
+    # --- measuring groups -------------------------------------------------------------------
+    def measure(self, assigned: pl.DataFrame, order: list[str] | None = None) -> list[dict[str, Any]]:
+        """METRICS.md h2d/d2h/offload numbers per (group, device) for *assigned* (op_id, group).
+
+        Groups are listed for every device on which any of their ops ran;
+        each copy counts once per group.
+        """
+        assigned = assigned.select("op_id", "group").unique()
+        ops = assigned.join(self.ops, on="op_id")
+        present = ops.group_by("group", "device").agg(pl.col("start").min().alias("first"))
+        if present.height == 0:
+            return []
+        rank = {g: i for i, g in enumerate(order)} if order else None
+        present = (
+            present.sort("device", "first")
+            if rank is None
+            else present.with_columns(
+                pl.col("group").replace_strict(rank, default=len(rank)).alias("_o")
+            ).sort("device", "_o", "first")
+        )
+        present = present.with_row_index("key").with_columns(pl.col("key").cast(pl.Int64))
+        copies = ops.filter(pl.col("cls").is_in(["h2d", "d2h"])).join(
+            present.select("group", "device", "key"), on=["group", "device"]
+        )
+        keys = present["key"].to_list()
+        metrics = offload_metrics(copies, self.kernel_sets, keys, key="key")
+        top = self._top_kernels(copies)
+        return [
+            {"name": g, "device": str(d), "copies": metrics[k], "top_kernels": top.get(k, [])}
+            for k, g, d in present.select("key", "group", "device").iter_rows()
+        ]
+
+    def _top_kernels(self, copies: pl.DataFrame) -> dict[int, list[dict[str, Any]]]:
+        """Per group key, the kernels that overlapped its copies most (by overlapped time)."""
+        if copies.height == 0:
+            return {}
+        kernels = self.ops.filter(pl.col("kind") == "kernel")
+        out: dict[int, list[dict[str, Any]]] = {}
+        for (key,), grp in copies.group_by(["key"]):
+            dev = grp["device"][0]
+            cu = union(np.zeros(grp.height, dtype=np.int64), grp["start"].to_numpy(), grp["end"].to_numpy())
+            lo, hi = int(grp["start"].min()), int(grp["end"].max())
+            cand = kernels.filter((pl.col("device") == dev) & (pl.col("end") > lo) & (pl.col("start") < hi))
+            if cand.height == 0:
+                continue
+            ov = measure_within(
+                cu, np.zeros(cand.height, dtype=np.int64), cand["start"].to_numpy(), cand["end"].to_numpy()
+            )
+            best = (
+                cand.with_columns(pl.Series("ov", ov))
+                .filter(pl.col("ov") > 0)
+                .group_by("name")
+                .agg(pl.col("ov").sum(), pl.len().alias("kernels"))
+                .sort("ov", descending=True)
+                .head(TOP_KERNELS)
+            )
+            out[int(key)] = [
+                {"name": n, "overlap_ns": int(o), "kernels": int(c)} for n, o, c in best.iter_rows()
+            ]
+        return out
+
+    # --- views --------------------------------------------------------------------------------
+    def by_range(self) -> list[dict[str, Any]]:
+        """METRICS.md ``ranges``: per range name and device, copies of any range of that name."""
+        assigned = self.pairs.join(
+            self.ranges.ranges.select("range_id", pl.col("name").alias("group")), on="range_id"
+        )
+        return [{k: v for k, v in r.items() if k != "top_kernels"} for r in self.measure(assigned)]
+
+    def step_ranges(self) -> pl.DataFrame:
+        """The step range instances, in time order, with an index."""
+        r = self.ranges.ranges
+        if self.step_range:
+            sel = r.filter(pl.col("name").str.contains(self.step_range))
+        else:
+            sel = r.filter((pl.col("domain") == DOMAIN) & pl.col("name").str.starts_with(STEP_PREFIX))
+        return sel.sort("start").with_row_index("index")
+
+    def by_step(self) -> dict[str, Any]:
+        """Per step instance: duration, copy metrics; warm-up and outlier steps flagged and excluded."""
+        steps = self.step_ranges()
+        if steps.height == 0:
+            return {"steps": [], "attribution": None, "excluded": []}
+        ids = steps.select("range_id", "index", "name", "start", "end")
+        assigned = self.pairs.join(ids, on="range_id")
+        how = "launch thread"
+        if self.ops.height == 0:
+            how = "nothing (no GPU ops)"
+        elif assigned.height == 0:
+            assigned = attribution.attribute_by_time(self.ops, steps).join(ids, on="range_id")
+            how = "GPU time window (no launches on the step ranges' threads)"
+        label = {i: f"{n}#{i}" if self.step_range else n for i, n in ids.select("index", "name").iter_rows()}
+        assigned = assigned.with_columns(pl.col("index").replace_strict(label).alias("group"))
+        rows = {(r["name"], r["device"]): r for r in self.measure(assigned)}
+        durations = (steps["end"] - steps["start"]).to_numpy()
+        median = float(np.median(durations))
+        out, excluded = [], []
+        for idx, name, start, end in steps.select("index", "name", "start", "end").iter_rows():
+            dur = end - start
+            reason = None
+            if name.startswith(WARMUP_PREFIX):
+                reason = "warm-up"
+            elif median > 0 and dur > OUTLIER_FACTOR * median and steps.height >= 3:
+                reason = f"outlier: {dur / median:.1f}x the median step"
+            lab = label[idx]
+            per_dev = {d: r["copies"] for (g, d), r in rows.items() if g == lab}
+            out.append(
+                {
+                    "name": lab,
+                    "index": idx,
+                    "start_ns": start,
+                    "end_ns": end,
+                    "duration_ns": dur,
+                    "excluded": reason,
+                    "devices": per_dev,
+                }
+            )
+            if reason:
+                excluded.append({"name": lab, "reason": reason})
+        return {"steps": out, "attribution": how, "excluded": excluded, "median_step_ns": int(median)}
+
+    @cached_property
+    def layer_ranges(self) -> pl.DataFrame:
+        """range_id, start, layer, inferred: ``layer=N`` ranges and XLA thunks that name a layer."""
+        r = self.ranges.ranges
+        annotated = r.filter(
+            (pl.col("domain") == DOMAIN) & pl.col("name").str.starts_with(LAYER_PREFIX)
+        ).select(
+            "range_id",
+            "start",
+            pl.col("name").str.strip_prefix(LAYER_PREFIX).alias("layer"),
+            pl.lit(False).alias("inferred"),
+        )
+        thunks = self._number_repeats(
+            r.filter((pl.col("xla_kind") == "thunk") & pl.col("layer").is_not_null())
+        )
+        return pl.concat([annotated, thunks.select("range_id", "start", "layer", "inferred")])
+
+    def layer_assignment(self) -> pl.DataFrame:
+        """op_id -> layer: the innermost (latest-starting) enclosing layer range wins."""
+        return (
+            self.pairs.join(self.layer_ranges, on="range_id")
+            .sort("start", descending=True)
+            .unique("op_id", keep="first")
+            .select("op_id", "layer", "inferred")
+        )
+
+    def _number_repeats(self, thunks: pl.DataFrame) -> pl.DataFrame:
+        """Under lax.scan one thunk repeats once per layer: number repeats in launch order per step.
+
+        Applies to layer names without a number (``layers``); backward-pass
+        thunks (``transpose(`` in the op_name path) run the layers in reverse.
+        """
+        if thunks.height == 0:
+            return thunks.with_columns(pl.lit(False).alias("inferred"))
+        scan_like = ~pl.col("layer").str.contains(r"\d")
+        # one execution of the step: the enclosing XlaModule range, else the step range
+        r = self.ranges.ranges
+        bounds = r.filter(pl.col("xla_kind") == "module")["start"].sort().to_numpy()
+        if bounds.size == 0:
+            bounds = self.step_ranges()["start"].sort().to_numpy()
+        step_of = np.searchsorted(bounds, thunks["start"].to_numpy(), side="right") - 1
+        t = thunks.with_columns(pl.Series("_step", step_of)).sort("start")
+        t = t.with_columns(
+            pl.int_range(pl.len()).over("_step", "global_tid", "hlo_op").alias("_k"),
+            pl.len().over("_step", "global_tid", "hlo_op").alias("_n"),
+        )
+        k = pl.when(pl.col("backward")).then(pl.col("_n") - 1 - pl.col("_k")).otherwise(pl.col("_k"))
+        return t.with_columns(
+            pl.when(scan_like)
+            .then(pl.format("{}[{}]", pl.col("layer"), k))
+            .otherwise(pl.col("layer"))
+            .alias("layer"),
+            scan_like.alias("inferred"),
+        ).drop("_step", "_k", "_n")
+
+    def by_layer(self) -> list[dict[str, Any]]:
+        """Per layer and device; layers without GPU activity (a CPU run) are listed with zeros."""
+        lr = self.layer_ranges
+        inferred = dict(lr.group_by("layer").agg(pl.col("inferred").any()).iter_rows())
+        order = sorted(inferred, key=_natural_key)
+        rows = self.measure(self.layer_assignment().rename({"layer": "group"}), order=order)
+        seen = {r["name"] for r in rows}
+        rows += [
+            {"name": name, "device": None, "copies": self.zero_metrics(), "top_kernels": []}
+            for name in order
+            if name not in seen
+        ]
+        for r in rows:
+            r["inferred_index"] = bool(inferred.get(r["name"], False))
+            r["policy"] = self.policy
+        return rows
+
+    def zero_metrics(self) -> dict[str, dict[str, Any]]:
+        """The h2d/d2h/offload numbers of a group without copies."""
+        empty = self.ops.clear().with_columns(pl.lit(0, pl.Int64).alias("key"))
+        return offload_metrics(empty, self.kernel_sets, [0], key="key")[0]
+
+    def by_op(self) -> list[dict[str, Any]]:
+        """Per XLA instruction (thunk ``hlo_op``), else per innermost range name."""
+        r = self.ranges.ranges.with_columns(pl.coalesce("hlo_op", "name").alias("op"))
+        assigned = (
+            self.pairs.join(r.select("range_id", "start", "op"), on="range_id")
+            .sort("start", descending=True)
+            .unique("op_id", keep="first")
+            .select("op_id", pl.col("op").alias("group"))
+        )
+        return self.measure(assigned)
+
+
+def _natural_key(text: str) -> list[Any]:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
