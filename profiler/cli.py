@@ -11,7 +11,7 @@ from typing import Any
 
 from profiler.errors import ProfilerError
 
-SUBCOMMANDS = ("analyze", "run")
+SUBCOMMANDS = ("analyze", "run", "record", "compare")
 
 
 def _json_dump(doc: Any) -> str:
@@ -100,6 +100,50 @@ def cmd_run(args: argparse.Namespace) -> int:
     return next((r.exit_code for r in results if r.exit_code != 0), 0)
 
 
+def cmd_record(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from profiler.errors import InputError
+    from profiler.report.sides import load_runs
+    from profiler.report.store import record
+
+    if not Path(args.run).exists():
+        raise InputError(args.run, "no such trace or run folder")
+    for run in load_runs(args.run, Path(args.db), args.nsys):
+        rid = record(Path(args.db), run, args.label)
+        print(
+            f"recorded {run['policy']} ({Path(run['trace']).name}) as {rid}"
+            + (f" under label {args.label}" if args.label else "")
+            + f" in {args.db}"
+        )
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from profiler.analysis.compare import DEFAULT_THRESHOLDS, compare, parse_threshold
+    from profiler.report.compare_text import render_markdown, render_terminal
+    from profiler.report.sides import load_runs
+
+    try:
+        thresholds = [parse_threshold(t) for t in (args.fail_on or DEFAULT_THRESHOLDS)]
+    except ValueError as exc:
+        raise ProfilerError(f"--fail-on: {exc}") from None
+    base = load_runs(args.base, Path(args.db), args.nsys)
+    head = load_runs(args.head, Path(args.db), args.nsys)
+    result = compare(base, head, thresholds)
+    if args.format == "json":
+        print(_json_dump(result))
+    elif args.format == "markdown":
+        print(render_markdown(result), end="")
+    else:
+        print(render_terminal(result))
+    if not result["policies"]:
+        return 2
+    return 0 if result["passed"] else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="profile-step",
@@ -170,6 +214,31 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("script", help="the training script (.py, or an executable)")
     r.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
     r.set_defaults(func=cmd_run)
+
+    rec = sub.add_parser("record", help="store a run's analyzed metrics in the results database")
+    rec.add_argument("run", help="a trace, a run folder, or a folder of runs")
+    rec.add_argument("--label", default=None, help="a label to compare by later (main, pr-123, ...)")
+    rec.add_argument("--db", default="results.db", help="results database (default: results.db)")
+    rec.add_argument("--nsys", default=None, help="nsys binary (to export a .nsys-rep)")
+    rec.set_defaults(func=cmd_record)
+
+    cmp = sub.add_parser(
+        "compare",
+        help="compare two runs (or labels) and gate on overlap regressions",
+        description="Exit code 0: no threshold crossed; 1: a threshold crossed; 2: bad input.",
+    )
+    cmp.add_argument("base", help="trace, run folder, folder of runs, or a label in --db")
+    cmp.add_argument("head", help="trace, run folder, folder of runs, or a label in --db")
+    cmp.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    cmp.add_argument(
+        "--fail-on",
+        action="append",
+        metavar="METRIC:+N%",
+        help="a threshold (repeatable); default: exposed_ns:+10%%, step_ns:+5%%, hidden_fraction:-0.05",
+    )
+    cmp.add_argument("--db", default="results.db", help="results database for labels")
+    cmp.add_argument("--nsys", default=None, help="nsys binary (to export a .nsys-rep)")
+    cmp.set_defaults(func=cmd_compare)
     return p
 
 

@@ -1,0 +1,197 @@
+"""Comparing two sets of runs (base and head) and gating on thresholds.
+
+Pure functions over ``run_metrics.collect`` documents.  Runs are matched by
+policy, layers by name.  A threshold ``METRIC:+N%`` fails when head is more
+than N% above base (``-N%``: below), ``METRIC:+N`` when more than N above in
+the metric's own unit; equal to the threshold passes.  When both sides have
+two or more included steps, per-step values are compared and a change
+smaller than the step-to-step noise (twice the larger standard deviation)
+never fails.  A relative limit on a zero base (perfectly hidden copies) is
+crossed by any change in the failing direction.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_THRESHOLDS = ("exposed_ns:+10%", "step_ns:+5%", "hidden_fraction:-0.05")
+
+# metric -> (label, unit, per-step key or None)
+METRICS: dict[str, tuple[str, str, str | None]] = {
+    "step_ns": ("step time", "ns", "duration_ns"),
+    "exposed_ns": ("exposed copy time", "ns", "exposed_ns"),
+    "hidden_fraction": ("hidden", "fraction", "hidden_fraction"),
+    "busy_ns": ("copy busy time", "ns", "busy_ns"),
+    "d2h_bytes": ("d2h bytes", "bytes", None),
+    "h2d_bytes": ("h2d bytes", "bytes", None),
+    "d2h_gbps": ("d2h GB/s", "GB/s", None),
+    "h2d_gbps": ("h2d GB/s", "GB/s", None),
+}
+LAYER_METRICS = ("exposed_ns", "hidden_fraction", "d2h_bytes", "h2d_bytes", "busy_ns")
+
+
+@dataclass(frozen=True)
+class Threshold:
+    metric: str
+    direction: int  # +1: fail on increase, -1: fail on decrease
+    amount: float
+    relative: bool
+
+    @property
+    def text(self) -> str:
+        sign = "+" if self.direction > 0 else "-"
+        return f"{self.metric}:{sign}{self.amount:g}{'%' if self.relative else ''}"
+
+
+def parse_threshold(spec: str) -> Threshold:
+    m = re.fullmatch(r"\s*(\w+)\s*:\s*([+-])\s*(\d+(?:\.\d+)?)\s*(%?)\s*", spec)
+    if not m or m.group(1) not in METRICS:
+        raise ValueError(
+            f"bad threshold {spec!r}: expected METRIC:+N%, METRIC:-N or similar, "
+            f"METRIC one of {', '.join(METRICS)}"
+        )
+    return Threshold(m.group(1), 1 if m.group(2) == "+" else -1, float(m.group(3)), m.group(4) == "%")
+
+
+def _included(run: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for s in run.get("steps", []) if not s.get("excluded")]
+
+
+def per_step(run: dict[str, Any], metric: str) -> list[float]:
+    """The metric's value in each included step (empty when it has no per-step form)."""
+    key = METRICS[metric][2]
+    if key is None:
+        return []
+    return [s[key] for s in _included(run) if s.get(key) is not None]
+
+
+def run_value(run: dict[str, Any], metric: str) -> float | None:
+    """A run's headline value: per-step median when steps exist, else the whole-trace value."""
+    steps = per_step(run, metric)
+    if steps:
+        return float(statistics.median(steps))
+    copies = run["copies"]
+    return {
+        "step_ns": run.get("median_step_ns"),
+        "exposed_ns": copies["offload"]["exposed_ns"],
+        "hidden_fraction": copies["offload"]["hidden_fraction"],
+        "busy_ns": copies["offload"]["busy_ns"],
+        "d2h_bytes": copies["d2h"]["bytes"],
+        "h2d_bytes": copies["h2d"]["bytes"],
+        "d2h_gbps": copies["d2h"]["gbps"],
+        "h2d_gbps": copies["h2d"]["gbps"],
+    }[metric]
+
+
+def layer_value(layer: dict[str, Any], metric: str) -> float | None:
+    if metric in ("d2h_bytes", "h2d_bytes"):
+        return layer[metric[:3]]["bytes"]
+    return layer["offload"][metric]
+
+
+def delta(base: float | None, head: float | None) -> dict[str, Any]:
+    d = None if base is None or head is None else head - base
+    rel = d / base if d is not None and base else None
+    return {"base": base, "head": head, "delta": d, "relative": rel}
+
+
+def noise(base: dict[str, Any], head: dict[str, Any], metric: str) -> float | None:
+    """Twice the larger per-step standard deviation, when both sides have two or more steps."""
+    b, h = per_step(base, metric), per_step(head, metric)
+    if len(b) < 2 or len(h) < 2:
+        return None
+    return 2 * max(statistics.stdev(b), statistics.stdev(h))
+
+
+def crossed(t: Threshold, d: dict[str, Any], spread: float | None) -> tuple[bool, str | None]:
+    """(failed, note) for one threshold on one metric delta."""
+    if d["delta"] is None:
+        return False, "not measurable"
+    change = d["delta"] * t.direction  # > 0: in the failing direction
+    # a relative limit on a zero base: any change in the failing direction crosses it
+    limit = abs(d["base"]) * t.amount / 100 if t.relative else t.amount
+    if change <= 0 or change - limit <= 1e-9 * max(1.0, abs(limit)):  # at the limit passes
+        return False, None
+    if spread is not None and abs(d["delta"]) < spread:
+        return False, "within step-to-step noise"
+    return True, None
+
+
+def _by_policy(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for r in runs:
+        out[r["policy"]] = r  # later runs of a policy replace earlier ones
+    return out
+
+
+def compare(
+    base_runs: list[dict[str, Any]], head_runs: list[dict[str, Any]], thresholds: list[Threshold]
+) -> dict[str, Any]:
+    """The comparison document: per policy and per layer, deltas, gate results and a verdict."""
+    base, head = _by_policy(base_runs), _by_policy(head_runs)
+    policies = [p for p in base if p in head]
+    result: dict[str, Any] = {
+        "thresholds": [t.text for t in thresholds],
+        "missing": {
+            "in_head": [p for p in base if p not in head],
+            "in_base": [p for p in head if p not in base],
+        },
+        "policies": [],
+        "failures": [],
+    }
+    for p in policies:
+        b, h = base[p], head[p]
+        metrics = {}
+        for m in METRICS:
+            d = delta(run_value(b, m), run_value(h, m))
+            d["noise"] = noise(b, h, m)
+            metrics[m] = d
+        checks = []
+        for t in thresholds:
+            failed, note = crossed(t, metrics[t.metric], metrics[t.metric]["noise"])
+            checks.append({"threshold": t.text, "failed": failed, "note": note})
+            if failed:
+                result["failures"].append({"policy": p, "threshold": t.text, **metrics[t.metric]})
+        bl, hl = b.get("layers", {}), h.get("layers", {})
+        layers = [
+            {
+                "layer": name,
+                "inferred_index": hl[name].get("inferred_index", False),
+                **{m: delta(layer_value(bl[name], m), layer_value(hl[name], m)) for m in LAYER_METRICS},
+            }
+            for name in hl
+            if name in bl
+        ]
+        result["policies"].append(
+            {
+                "policy": p,
+                "steps": {"base": len(_included(b)), "head": len(_included(h))},
+                "metrics": metrics,
+                "checks": checks,
+                "layers": layers,
+                "layers_missing": {
+                    "in_head": [n for n in bl if n not in hl],
+                    "in_base": [n for n in hl if n not in bl],
+                },
+                "runs": {"base": _provenance(b), "head": _provenance(h)},
+            }
+        )
+    result["passed"] = not result["failures"]
+    return result
+
+
+def _provenance(run: dict[str, Any]) -> dict[str, Any]:
+    man = run.get("manifest") or {}
+    versions = man.get("versions") or {}
+    return {
+        "trace": run["trace"],
+        "command": man.get("nsys_command_line"),
+        "xla_flags": (man.get("xla_flags") or {}).get("final"),
+        "nsys": versions.get("nsys") or run.get("nsys_version"),
+        "jax": versions.get("jax"),
+        "gpus": run.get("gpus") or [],
+        "git": (man.get("git") or {}).get("commit"),
+    }

@@ -1,0 +1,90 @@
+"""The numbers of one profiled run that record, compare and the dashboard share.
+
+A *run* is one trace (plus its manifest when profile-step made it): its policy,
+its steps, its copies per direction over all devices, and its layers.  All
+numbers come from ``overlap``/``breakdown``; nothing is computed twice.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from profiler.analysis.breakdown import Breakdown
+from profiler.analysis.overlap import device_metrics
+from profiler.trace.loader import Trace
+
+DIRECTIONS = ("h2d", "d2h", "offload")
+SUM_KEYS = (
+    "count",
+    "bytes",
+    "duration_sum_ns",
+    "busy_ns",
+    "overlap_compute_ns",
+    "overlap_nccl_ns",
+    "overlap_any_ns",
+    "exposed_ns",
+)
+
+
+def totals(per_device: list[dict[str, Any]]) -> dict[str, Any]:
+    """Copy-class metrics summed over devices; ratios recomputed from the sums."""
+    out: dict[str, Any] = {k: sum(m.get(k, 0) for m in per_device) for k in SUM_KEYS}
+    out["hidden_fraction"] = out["overlap_any_ns"] / out["busy_ns"] if out["busy_ns"] else None
+    out["gbps"] = out["bytes"] / out["duration_sum_ns"] if out["duration_sum_ns"] else None
+    return out
+
+
+def find_manifest(trace_path: Path) -> dict[str, Any] | None:
+    """The manifest.json of the run folder holding *trace_path*, if any."""
+    cand = trace_path.parent / "manifest.json"
+    try:
+        return json.loads(cand.read_text()) if cand.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def collect(trace: Trace, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One run's summary: policy, steps, per-direction totals, per-layer totals."""
+    bd = Breakdown(trace)
+    devices = device_metrics(trace.kernels, trace.copies, trace.memsets)
+    steps = bd.by_step()
+    layers: dict[str, dict[str, Any]] = {}
+    for row in bd.by_layer():
+        entry = layers.setdefault(row["name"], {"inferred_index": row["inferred_index"], "per_device": []})
+        entry["per_device"].append(row["copies"])
+    policy = (manifest or {}).get("policy") or bd.policy or "default"
+    step_rows = []
+    for s in steps["steps"]:
+        off = totals([c["offload"] for c in s["devices"].values()])
+        step_rows.append(
+            {
+                "name": s["name"],
+                "duration_ns": s["duration_ns"],
+                "excluded": s["excluded"],
+                "exposed_ns": off["exposed_ns"],
+                "busy_ns": off["busy_ns"],
+                "hidden_fraction": off["hidden_fraction"],
+            }
+        )
+    included = [s["duration_ns"] for s in step_rows if not s["excluded"]]
+    return {
+        "policy": policy,
+        "trace": str(trace.path),
+        "nsys_version": trace.nsys_version,
+        "manifest": manifest,
+        "gpus": sorted(set(trace.devices["name"].drop_nulls().to_list())),
+        "steps": step_rows,
+        "median_step_ns": int(statistics.median(included)) if included else None,
+        "copies": {d: totals([dev["copies"][d] for dev in devices.values()]) for d in DIRECTIONS},
+        "devices": {dev: {d: m["copies"][d] for d in DIRECTIONS} for dev, m in devices.items()},
+        "layers": {
+            name: {
+                "inferred_index": v["inferred_index"],
+                **{d: totals([c[d] for c in v["per_device"]]) for d in DIRECTIONS},
+            }
+            for name, v in layers.items()
+        },
+    }

@@ -1,0 +1,45 @@
+"""What ``compare`` and ``record`` accept as a run: a trace, a run folder, a runs folder, a label."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from profiler.analysis.run_metrics import collect, find_manifest
+from profiler.capture.rundir import MANIFEST, PARTIAL_SUFFIX, TRACE_STEM
+from profiler.errors import InputError
+from profiler.report.store import load_label
+from profiler.trace import load_trace
+
+
+def run_folders(path: Path) -> list[Path]:
+    """*path* itself when it is a run folder, else its finished run folders in time order."""
+    if (path / MANIFEST).is_file():
+        return [path]
+    return sorted(
+        d
+        for d in path.iterdir()
+        if d.is_dir() and (d / MANIFEST).is_file() and not d.name.endswith(PARTIAL_SUFFIX)
+    )
+
+
+def trace_of(run_dir: Path) -> Path:
+    for name in (f"{TRACE_STEM}.sqlite", f"{TRACE_STEM}.nsys-rep"):
+        if (run_dir / name).is_file():
+            return run_dir / name
+    raise InputError(run_dir, "this run has no trace (see its manifest.json and output.log)")
+
+
+def load_runs(arg: str, db: Path, nsys: str | None = None) -> list[dict[str, Any]]:
+    """The runs *arg* names, analyzed (or read back from the results database)."""
+    path = Path(arg)
+    if path.is_dir():
+        folders = run_folders(path)
+        if not folders:
+            raise InputError(path, "holds no profile-step run (no manifest.json)")
+        return [collect(load_trace(trace_of(f), nsys), find_manifest(trace_of(f))) for f in folders]
+    if path.exists():
+        return [collect(load_trace(path, nsys), find_manifest(path))]
+    if db.is_file():
+        return load_label(db, arg)
+    raise InputError(arg, f"is neither a trace, a run folder, nor a label (no results database {db})")

@@ -1,0 +1,180 @@
+"""record and compare: golden Markdown, thresholds at the boundary, noise, the database, real runs."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from profiler.analysis.compare import compare, crossed, delta, parse_threshold
+from profiler.analysis.run_metrics import collect
+from profiler.trace import open_trace
+from tests.conftest import ROOT, run_cli
+from tests.training_traces import training_export
+
+GOLDEN = ROOT / "tests" / "golden" / "compare_layer_regression.md"
+
+
+@pytest.fixture
+def pair(build):
+    base = build(training_export(exposed={1: 10_000}), "base.sqlite")  # layer 1: 10 us exposed per step
+    head = build(training_export(exposed={1: 40_000}), "head.sqlite")  # ... then 40 us
+    return base, head
+
+
+def test_golden_markdown(pair):
+    proc = run_cli("compare", "--format", "markdown", str(pair[0]), str(pair[1]))
+    assert proc.returncode == 1, proc.stderr
+    if not GOLDEN.exists():  # written once for a person to read and commit; never passes silently
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(proc.stdout)
+        pytest.fail(f"wrote {GOLDEN}: read it, then commit it")
+    assert proc.stdout == GOLDEN.read_text()
+
+
+def test_regression_is_found_in_the_right_layer(pair):
+    cmp = compare(
+        [collect(open_trace(pair[0]))], [collect(open_trace(pair[1]))], [parse_threshold("exposed_ns:+10%")]
+    )
+    assert not cmp["passed"]
+    (pol,) = cmp["policies"]
+    assert pol["metrics"]["exposed_ns"]["base"] == 10_000 and pol["metrics"]["exposed_ns"]["head"] == 40_000
+    layers = {lay["layer"]: lay for lay in pol["layers"]}
+    assert layers["1"]["exposed_ns"]["delta"] == 4 * 30_000  # 4 steps
+    assert layers["0"]["exposed_ns"]["delta"] == 0 and layers["2"]["exposed_ns"]["delta"] == 0
+
+
+def test_same_run_passes(pair):
+    proc = run_cli("compare", str(pair[0]), str(pair[0]))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "no overlap regression" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("spec", "base", "head", "failed"),
+    [
+        ("exposed_ns:+5%", 100.0, 105.0, False),  # exactly at the limit passes
+        ("exposed_ns:+5%", 100.0, 105.0001, True),
+        ("step_ns:+5", 100.0, 105.0, False),
+        ("step_ns:+5", 100.0, 105.5, True),
+        ("hidden_fraction:-0.05", 0.90, 0.85, False),
+        ("hidden_fraction:-0.05", 0.90, 0.8499, True),
+        ("hidden_fraction:-0.05", 0.90, 0.99, False),  # improving never fails
+        ("exposed_ns:+5%", 0.0, 10.0, True),  # all hidden before: any exposure is a regression
+        ("exposed_ns:+5%", 0.0, 0.0, False),
+    ],
+)
+def test_threshold_boundaries(spec, base, head, failed):
+    assert crossed(parse_threshold(spec), delta(base, head), None)[0] is failed
+
+
+def test_noise_suppresses_small_changes():
+    t = parse_threshold("step_ns:+1%")
+    assert crossed(t, delta(1000.0, 1020.0), None) == (True, None)
+    assert crossed(t, delta(1000.0, 1020.0), 50.0) == (False, "within step-to-step noise")
+    assert crossed(t, delta(1000.0, 1100.0), 50.0) == (True, None)
+
+
+def test_noisy_steps_do_not_fail(build):
+    jitter = (0, 300_000, 0, 300_000, 150_000)
+    base = build(training_export(steps=5, step_jitter=jitter), "b.sqlite")
+    head = build(
+        training_export(steps=5, step_jitter=(60_000, 360_000, 60_000, 360_000, 210_000)), "h.sqlite"
+    )
+    proc = run_cli("compare", "--fail-on", "step_ns:+2%", "--format", "json", str(base), str(head))
+    doc = json.loads(proc.stdout)
+    check = doc["policies"][0]["checks"][0]
+    assert check == {"threshold": "step_ns:+2%", "failed": False, "note": "within step-to-step noise"}
+    assert proc.returncode == 0
+
+
+@pytest.mark.parametrize("bad", ["exposed:+5%", "exposed_ns+5%", "exposed_ns:5%", "step_ns:+x"])
+def test_bad_threshold_is_input_error(pair, bad):
+    proc = run_cli("compare", "--fail-on", bad, str(pair[0]), str(pair[1]))
+    assert proc.returncode == 2 and "--fail-on" in proc.stderr
+
+
+def test_database_round_trip(pair, tmp_path):
+    db = tmp_path / "results.db"
+    for path, label in ((pair[0], "main"), (pair[1], "pr-1")):
+        proc = run_cli("record", "--db", str(db), "--label", label, str(path))
+        assert proc.returncode == 0, proc.stderr
+    again = run_cli("record", "--db", str(db), "--label", "main", str(pair[0]))
+    assert again.returncode == 0
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 2, (
+        "re-recording replaces, never duplicates"
+    )
+    assert con.execute("SELECT count(*) FROM layers WHERE direction='offload'").fetchone()[0] == 6
+    assert con.execute("SELECT count(*) FROM steps").fetchone()[0] == 8
+    con.close()
+    by_label = run_cli("compare", "--db", str(db), "--format", "json", "main", "pr-1")
+    by_file = run_cli("compare", "--format", "json", str(pair[0]), str(pair[1]))
+    assert by_label.returncode == by_file.returncode == 1
+    assert (
+        json.loads(by_label.stdout)["policies"][0]["metrics"]
+        == json.loads(by_file.stdout)["policies"][0]["metrics"]
+    )
+
+
+def test_bad_sides(pair, tmp_path):
+    db = tmp_path / "empty.db"
+    sqlite3.connect(db).close()
+    proc = run_cli("compare", "--db", str(db), "main", str(pair[1]))
+    assert proc.returncode == 2 and "empty" in proc.stderr
+    run_cli("record", "--db", str(db), "--label", "main", str(pair[0]))
+    proc = run_cli("compare", "--db", str(db), "nope", str(pair[1]))
+    assert proc.returncode == 2 and "no runs labelled 'nope'" in proc.stderr and "main" in proc.stderr
+    proc = run_cli("compare", str(tmp_path / "missing"), str(pair[1]))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    corrupt = tmp_path / "c.sqlite"
+    corrupt.write_bytes(b"junk" * 100)
+    proc = run_cli("compare", str(corrupt), str(pair[1]))
+    assert proc.returncode == 2 and "not an SQLite database" in proc.stderr
+
+
+def test_different_policies_and_layers(build):
+    base = build(training_export(policy="offload_qkv", layers=3), "b.sqlite")
+    head = build(training_export(policy="offload_mlp", layers=2), "h.sqlite")
+    proc = run_cli("compare", "--format", "markdown", str(base), str(head))
+    assert proc.returncode == 2
+    assert "Missing in head: `offload_qkv`" in proc.stdout and "Missing in base: `offload_mlp`" in proc.stdout
+    head2 = build(training_export(policy="offload_qkv", layers=2), "h2.sqlite")
+    proc = run_cli("compare", "--format", "markdown", str(base), str(head2))
+    assert proc.returncode == 0, proc.stdout
+    assert "Layers missing in head: `2`" in proc.stdout
+
+
+@pytest.mark.nsys
+def test_compare_two_real_cpu_runs(nsys, tmp_path):
+    runs = {}
+    for side in ("base", "head"):
+        proc = run_cli(
+            "--policies",
+            "none,offload_qkv",
+            "--runs-dir",
+            str(tmp_path / side),
+            "--nsys",
+            str(nsys),
+            "--no-summary",
+            str(ROOT / "tests" / "scripts" / "steps.py"),
+            "--steps",
+            "4",
+        )
+        assert proc.returncode == 0, proc.stderr
+        runs[side] = tmp_path / side
+    proc = run_cli(
+        "compare",
+        "--format",
+        "markdown",
+        "--fail-on",
+        "exposed_ns:+10%",
+        str(runs["base"]),
+        str(runs["head"]),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "`none`" in proc.stdout and "`offload_qkv`" in proc.stdout
+    assert "nsys 2023.4" in proc.stdout and "profile --trace=" in proc.stdout
+    assert Path(runs["base"]).is_dir()
