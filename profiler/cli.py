@@ -11,7 +11,7 @@ from typing import Any
 
 from profiler.errors import ProfilerError
 
-SUBCOMMANDS = ("analyze", "run", "record", "compare")
+SUBCOMMANDS = ("analyze", "run", "record", "compare", "dashboard")
 
 
 def _json_dump(doc: Any) -> str:
@@ -144,6 +144,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0 if result["passed"] else 1
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from dashboards.app import default_paths, serve
+
+    root = Path(__file__).resolve().parents[1]
+    paths = [Path(p) for p in args.paths] or default_paths(root)
+    serve(paths, host=args.host, port=args.port, allow_remote=args.allow_remote, nsys=args.nsys)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="profile-step",
@@ -239,6 +250,18 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--db", default="results.db", help="results database for labels")
     cmp.add_argument("--nsys", default=None, help="nsys binary (to export a .nsys-rep)")
     cmp.set_defaults(func=cmd_compare)
+
+    dsh = sub.add_parser("dashboard", help="the web app: runs, policies, layers, timeline, copy streams")
+    dsh.add_argument(
+        "paths",
+        nargs="*",
+        help="run folders, folders of runs, traces (default: the project's sample_traces/ and ./runs)",
+    )
+    dsh.add_argument("--host", default="127.0.0.1")
+    dsh.add_argument("--port", type=int, default=8050)
+    dsh.add_argument("--allow-remote", action="store_true", help="allow binding to a non-localhost address")
+    dsh.add_argument("--nsys", default=None, help="nsys binary (to export .nsys-rep files)")
+    dsh.set_defaults(func=cmd_dashboard)
     return p
 
 

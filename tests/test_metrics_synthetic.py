@@ -52,8 +52,24 @@ def test_concurrent_copies_on_two_streams(build):
     assert dev["copies"]["h2d"]["hidden_fraction"] is None
     assert dev["copies"]["h2d"]["gbps"] is None
     assert dev["streams"] == [
-        {"stream": 20, "classes": ["d2h"], "busy_ns": 100, "occupancy": pytest.approx(0.4)},
-        {"stream": 21, "classes": ["d2h"], "busy_ns": 100, "occupancy": pytest.approx(0.4)},
+        {
+            "stream": 20,
+            "classes": ["d2h"],
+            "busy_ns": 100,
+            "occupancy": pytest.approx(0.4),
+            "bytes": 1000,
+            "duration_sum_ns": 100,
+            "gbps": pytest.approx(10.0),
+        },
+        {
+            "stream": 21,
+            "classes": ["d2h"],
+            "busy_ns": 100,
+            "occupancy": pytest.approx(0.4),
+            "bytes": 3000,
+            "duration_sum_ns": 100,
+            "gbps": pytest.approx(30.0),
+        },
     ]
 
 
@@ -116,7 +132,17 @@ def test_zero_length_and_invalid_ops(build):
     assert (h2d["count"], h2d["bytes"], h2d["duration_sum_ns"], h2d["busy_ns"]) == (1, 64, 0, 0)
     assert h2d["hidden_fraction"] is None and h2d["gbps"] is None
     assert dev["copies"]["d2h"]["count"] == 0
-    assert dev["streams"] == [{"stream": 20, "classes": ["h2d"], "busy_ns": 0, "occupancy": 0.0}]
+    assert dev["streams"] == [
+        {
+            "stream": 20,
+            "classes": ["h2d"],
+            "busy_ns": 0,
+            "occupancy": 0.0,
+            "bytes": 64,
+            "duration_sum_ns": 0,
+            "gbps": None,
+        }
+    ]
 
 
 @pytest.mark.parametrize(
@@ -189,9 +215,13 @@ def test_streams_list_classes_in_order(build):
     b.copy(20, 30, "h2d", stream=5)
     b.kernel(0, 40, "k")
     dev = devices_of(build(b))["0"]
-    assert dev["streams"] == [
-        {"stream": 5, "classes": ["h2d", "d2h", "d2d"], "busy_ns": 25, "occupancy": pytest.approx(25 / 40)}
-    ]
+    (s,) = dev["streams"]
+    assert (s["stream"], s["classes"], s["busy_ns"], s["occupancy"]) == (
+        5,
+        ["h2d", "d2h", "d2d"],
+        25,
+        25 / 40,
+    )
 
 
 def test_missing_tables(build):

@@ -158,7 +158,8 @@ def offload_class_frames(copies: pl.DataFrame) -> dict[str, pl.DataFrame]:
 
 
 def stream_metrics(copies: pl.DataFrame, spans: dict[int, int]) -> dict[int, list[dict[str, Any]]]:
-    """Per device, one entry per copy-carrying stream: classes, busy_ns, occupancy."""
+    """Per device, one entry per copy-carrying stream: classes, busy_ns, occupancy (METRICS.md),
+    and bytes, duration_sum_ns, gbps (achieved copy bandwidth on the stream)."""
     if copies.height == 0:
         return {}
     keyed = copies.with_columns(pl.struct("device", "stream").rank("dense").cast(pl.Int64).alias("key"))
@@ -166,10 +167,16 @@ def stream_metrics(copies: pl.DataFrame, spans: dict[int, int]) -> dict[int, lis
     busy = length_by_group(iv)
     order = {c: i for i, c in enumerate(CLASS_ORDER)}
     per_stream = (
-        keyed.group_by("key", "device", "stream").agg(pl.col("cls").unique()).sort("device", "stream")
+        keyed.group_by("key", "device", "stream")
+        .agg(
+            pl.col("cls").unique(),
+            pl.col("bytes").sum(),
+            (pl.col("end") - pl.col("start")).sum().alias("dur"),
+        )
+        .sort("device", "stream")
     )
     out: dict[int, list[dict[str, Any]]] = {}
-    for key, dev, stream, classes in per_stream.iter_rows():
+    for key, dev, stream, classes, nbytes, dur in per_stream.iter_rows():
         b = busy.get(int(key), 0)
         span = spans.get(dev, 0)
         out.setdefault(int(dev), []).append(
@@ -178,6 +185,9 @@ def stream_metrics(copies: pl.DataFrame, spans: dict[int, int]) -> dict[int, lis
                 "classes": sorted(classes, key=order.__getitem__),
                 "busy_ns": b,
                 "occupancy": b / span if span else 0,
+                "bytes": int(nbytes or 0),
+                "duration_sum_ns": int(dur or 0),
+                "gbps": nbytes / dur if dur else None,
             }
         )
     return out

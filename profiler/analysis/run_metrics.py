@@ -53,8 +53,11 @@ def collect(trace: Trace, manifest: dict[str, Any] | None = None) -> dict[str, A
     steps = bd.by_step()
     layers: dict[str, dict[str, Any]] = {}
     for row in bd.by_layer():
-        entry = layers.setdefault(row["name"], {"inferred_index": row["inferred_index"], "per_device": []})
+        entry = layers.setdefault(
+            row["name"], {"inferred_index": row["inferred_index"], "per_device": [], "top_kernels": []}
+        )
         entry["per_device"].append(row["copies"])
+        entry["top_kernels"] += row["top_kernels"]
     policy = (manifest or {}).get("policy") or bd.policy or "default"
     step_rows = []
     for s in steps["steps"]:
@@ -80,9 +83,15 @@ def collect(trace: Trace, manifest: dict[str, Any] | None = None) -> dict[str, A
         "median_step_ns": int(statistics.median(included)) if included else None,
         "copies": {d: totals([dev["copies"][d] for dev in devices.values()]) for d in DIRECTIONS},
         "devices": {dev: {d: m["copies"][d] for d in DIRECTIONS} for dev, m in devices.items()},
+        "streams": {dev: m["streams"] for dev, m in devices.items()},
+        "compute": {
+            dev: {"compute": m["compute"], "nccl": m["nccl"], "span_ns": m["span_ns"]}
+            for dev, m in devices.items()
+        },
         "layers": {
             name: {
                 "inferred_index": v["inferred_index"],
+                "top_kernels": sorted(v["top_kernels"], key=lambda t: -t["overlap_ns"])[:5],
                 **{d: totals([c[d] for c in v["per_device"]]) for d in DIRECTIONS},
             }
             for name, v in layers.items()

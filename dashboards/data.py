@@ -1,0 +1,268 @@
+"""Runs the dashboard shows, and their analysis cached on disk.
+
+The dashboard only ever refers to a run by an opaque id; paths are found once,
+under the folders it was started with, and never taken from the browser.
+Each trace's analysis (``run_metrics.collect``, the same code as
+``profile-step analyze``/``compare``) is cached beside it, in an SQLite results
+file written through sqlite-utils (``<trace>.profile-step.db``), with its GPU
+ops and NVTX step/layer ranges in Parquet for the timeline.  The cache is
+reused until the trace's size or modification time changes; a folder that is
+not writable gets its cache under ``~/.cache/profile-step/dashboard``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import sqlite_utils
+
+from profiler.analysis.breakdown import Breakdown
+from profiler.analysis.run_metrics import collect
+from profiler.capture.rundir import MANIFEST, PARTIAL_SUFFIX
+from profiler.errors import ProfilerError
+from profiler.report import store
+from profiler.trace import load_trace
+
+CACHE_VERSION = "1"
+CACHE_SUFFIXES = (".profile-step.db", ".ops.parquet", ".ranges.parquet")
+TRACE_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
+
+
+@dataclass
+class RunRef:
+    """A run the dashboard knows: an id, its trace, and its manifest when profile-step made it."""
+
+    id: str
+    trace: Path
+    name: str
+    manifest: dict[str, Any] | None = None
+    partial: bool = False
+
+
+def _ref(trace: Path, name: str, run_dir: Path | None = None) -> RunRef:
+    manifest = None
+    if run_dir is not None:
+        try:
+            manifest = json.loads((run_dir / MANIFEST).read_text())
+        except (OSError, ValueError):
+            manifest = None
+    rid = hashlib.sha1(str(trace.resolve()).encode()).hexdigest()[:12]
+    partial = run_dir is not None and run_dir.name.endswith(PARTIAL_SUFFIX)
+    return RunRef(rid, trace, name, manifest, partial)
+
+
+def _trace_in(run_dir: Path) -> Path:
+    for name in ("trace.sqlite", "trace.nsys-rep"):
+        if (run_dir / name).is_file():
+            return run_dir / name
+    return run_dir / "trace.sqlite"  # missing: shown as an error card
+
+
+def _is_trace(path: Path) -> bool:
+    return (
+        path.suffix in TRACE_SUFFIXES
+        and not path.name.endswith(CACHE_SUFFIXES)
+        and ".partial." not in path.name
+    )
+
+
+def discover(paths: list[Path]) -> list[RunRef]:
+    """Runs under *paths*: run folders, folders of runs, trace files (one level deep)."""
+    refs: dict[str, RunRef] = {}
+
+    def add(ref: RunRef) -> None:
+        refs.setdefault(ref.id, ref)
+
+    for path in paths:
+        if path.is_file():
+            add(_ref(path, path.name))
+            continue
+        if not path.is_dir():
+            continue
+        if (path / MANIFEST).is_file():
+            add(_ref(_trace_in(path), path.name, path))
+            continue
+        for child in sorted(path.iterdir()):
+            if child.is_dir() and (child / MANIFEST).is_file():
+                add(_ref(_trace_in(child), child.name, child))
+            elif child.is_dir():
+                for f in sorted(child.iterdir()):
+                    if f.is_file() and _is_trace(f):
+                        add(_ref(f, f"{child.name}/{f.name}"))
+            elif child.is_file() and _is_trace(child):
+                # a report whose export sits beside it is shown once, as the export
+                if child.suffix != ".sqlite" and child.with_suffix(".sqlite").is_file():
+                    continue
+                add(_ref(child, child.name))
+    return list(refs.values())
+
+
+def _writable(folder: Path) -> bool:
+    try:
+        return os.access(folder, os.W_OK) and bool(folder.stat().st_mode & stat.S_IWUSR)
+    except OSError:
+        return False
+
+
+def cache_base(trace: Path) -> Path:
+    """``<trace>`` beside it, or a per-trace name in the user cache when its folder is read-only."""
+    if _writable(trace.parent):
+        return trace
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "profile-step" / "dashboard"
+    base.mkdir(parents=True, exist_ok=True)
+    return base / (hashlib.sha1(str(trace.resolve()).encode()).hexdigest()[:16] + "-" + trace.name)
+
+
+def _stamp(trace: Path) -> dict[str, Any]:
+    st = trace.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "version": CACHE_VERSION}
+
+
+@dataclass
+class Analysis:
+    """One run's cached analysis: the summary and, lazily, the ops for the timeline."""
+
+    summary: dict[str, Any]
+    ops_path: Path
+    ranges_path: Path
+    _ops: pl.DataFrame | None = field(default=None, repr=False)
+    _ranges: pl.DataFrame | None = field(default=None, repr=False)
+
+    @property
+    def ops(self) -> pl.DataFrame:
+        if self._ops is None:
+            self._ops = pl.read_parquet(self.ops_path)
+        return self._ops
+
+    @property
+    def ranges(self) -> pl.DataFrame:
+        if self._ranges is None:
+            self._ranges = pl.read_parquet(self.ranges_path)
+        return self._ranges
+
+
+def _read_cache(base: Path, trace: Path) -> dict[str, Any] | None:
+    db_path = Path(str(base) + ".profile-step.db")
+    if not db_path.is_file():
+        return None
+    try:
+        db = sqlite_utils.Database(db_path)
+        meta = {r["key"]: r["value"] for r in db["meta"].rows} if db["meta"].exists() else {}
+        if meta.get("stamp") != json.dumps(_stamp(trace), sort_keys=True):
+            return None
+        row = next(iter(db.query("SELECT summary_json FROM runs LIMIT 1")), None)
+        return json.loads(row["summary_json"]) if row else None
+    except Exception:  # a damaged cache is rebuilt, never trusted
+        return None
+
+
+def analyze_run(ref: RunRef, nsys: str | None = None) -> Analysis:
+    """The run's analysis, from the cache when it is current, else computed and cached."""
+    if not ref.trace.exists():
+        raise ProfilerError(
+            f"{ref.trace}: no trace in this run"
+            + (f" (status {ref.manifest.get('status')})" if ref.manifest else "")
+        )
+    trace_file = ref.trace
+    if trace_file.suffix != ".sqlite":
+        trace_file = load_trace(ref.trace, nsys).path  # a report: analyze its (cached) export
+    base = cache_base(trace_file)
+    ops_path, ranges_path = Path(str(base) + ".ops.parquet"), Path(str(base) + ".ranges.parquet")
+    summary = _read_cache(base, trace_file)
+    if summary is not None and ops_path.is_file() and ranges_path.is_file():
+        return Analysis(summary, ops_path, ranges_path)
+    trace = load_trace(trace_file, nsys)
+    summary = collect(trace, ref.manifest)
+    bd = Breakdown(trace)
+    layers = bd.layer_assignment()
+    ops = bd.ops.join(layers.select("op_id", "layer"), on="op_id", how="left").select(
+        "op_id", "kind", "device", "stream", "start", "end", "name", "is_nccl", "cls", "bytes", "layer"
+    )
+    r = bd.ranges.ranges
+    steps = bd.step_ranges().select(pl.lit("step").alias("lane"), "name", "start", "end")
+    layer_ranges = bd.layer_ranges.join(r.select("range_id", "end"), on="range_id").select(
+        pl.lit("layer").alias("lane"), pl.col("layer").alias("name"), "start", "end"
+    )
+    ranges = pl.concat([steps, layer_ranges])
+    _write_atomic(ops_path, ops.write_parquet)
+    _write_atomic(ranges_path, ranges.write_parquet)
+    db_path = Path(str(base) + ".profile-step.db")
+    tmp = db_path.with_name(f".{db_path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    store.record(tmp, summary, label="dashboard-cache")
+    db = sqlite_utils.Database(tmp)
+    db["meta"].insert({"key": "stamp", "value": json.dumps(_stamp(trace_file), sort_keys=True)}, pk="key")
+    db.close()
+    os.replace(tmp, db_path)
+    return Analysis(summary, ops_path, ranges_path)
+
+
+def _write_atomic(path: Path, writer: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    writer(tmp)
+    os.replace(tmp, path)
+
+
+class RunStore:
+    """The dashboard's runs, analyzed in the background, each at most once at a time."""
+
+    def __init__(self, paths: list[Path], nsys: str | None = None) -> None:
+        self.paths = paths
+        self.nsys = nsys
+        self.refs = {r.id: r for r in discover(paths)}
+        self.results: dict[str, Analysis] = {}
+        self.errors: dict[str, str] = {}
+        self.current: str | None = None
+        self._lock = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {r: threading.Lock() for r in self.refs}
+
+    def get(self, run_id: str) -> Analysis:
+        """The analysis of *run_id* (raises ProfilerError with a one-line reason)."""
+        if run_id not in self.refs:
+            raise ProfilerError(f"unknown run {run_id!r}")
+        with self._locks[run_id]:
+            if run_id in self.results:
+                return self.results[run_id]
+            if run_id in self.errors:
+                raise ProfilerError(self.errors[run_id])
+            self.current = self.refs[run_id].name
+            try:
+                res = analyze_run(self.refs[run_id], self.nsys)
+            except ProfilerError as exc:
+                self.errors[run_id] = str(exc)
+                raise
+            except Exception as exc:  # a broken run must not take the app down
+                self.errors[run_id] = (
+                    f"{self.refs[run_id].trace}: cannot be analyzed ({type(exc).__name__}: {exc})"
+                )
+                raise ProfilerError(self.errors[run_id]) from None
+            finally:
+                self.current = None
+            self.results[run_id] = res
+            return res
+
+    def warm_up(self) -> threading.Thread:
+        """Analyze every run in a background thread (progress in ``progress()``)."""
+
+        def work() -> None:
+            for rid in list(self.refs):
+                try:
+                    self.get(rid)
+                except ProfilerError:
+                    pass
+
+        t = threading.Thread(target=work, daemon=True)
+        t.start()
+        return t
+
+    def progress(self) -> tuple[int, int, str | None]:
+        done = len(self.results) + len(self.errors)
+        return done, len(self.refs), self.current
