@@ -260,13 +260,14 @@ def create_app(store: RunStore) -> dash.Dash:
             for t in info["top_kernels"]
         ] or [html.Li("no kernel overlapped these copies")]
         copies = figures.layer_copies(run.ops, layer)
+        off = info["offload"]
         return html.Div(
             id="layer-detail-box",
             children=[
                 html.H4(f"Layer {layer}"),
                 html.P(
-                    f"offload: {info['offload']['count']} copies, {info['offload']['bytes'] / 2**20:.2f} MiB, "
-                    f"busy {info['offload']['busy_ns'] / 1e6:.3f} ms, exposed {info['offload']['exposed_ns'] / 1e6:.3f} ms"
+                    f"offload: {off['count']} copies, {off['bytes'] / 2**20:.2f} MiB, "
+                    f"busy {off['busy_ns'] / 1e6:.3f} ms, exposed {off['exposed_ns'] / 1e6:.3f} ms"
                 ),
                 html.Strong("Kernels that overlapped them"),
                 html.Ul(kernels),

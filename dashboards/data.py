@@ -12,6 +12,7 @@ not writable gets its cache under ``~/.cache/profile-step/dashboard``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -254,10 +255,8 @@ class RunStore:
 
         def work() -> None:
             for rid in list(self.refs):
-                try:
+                with contextlib.suppress(ProfilerError):
                     self.get(rid)
-                except ProfilerError:
-                    pass
 
         t = threading.Thread(target=work, daemon=True)
         t.start()

@@ -1,4 +1,4 @@
-"""The dashboard in a real headless Chromium: runs, policies, a layer click, numbers against analyze --json."""
+"""The dashboard in a real headless Chromium: runs, policies, a layer click, numbers = analyze --json."""
 
 from __future__ import annotations
 
