@@ -31,7 +31,17 @@ def insert(con: sqlite3.Connection, table: str, names: list[str], columns: dict[
     con.executemany(f'INSERT INTO "{table}" VALUES ({marks})', zip(*data, strict=True))
 
 
-def make(path: Path, n_kernels: int, n_copies: int, n_memsets: int, seed: int = 0) -> Path:
+def make(
+    path: Path,
+    n_kernels: int,
+    n_copies: int,
+    n_memsets: int,
+    seed: int = 0,
+    annotate: bool = False,
+    steps: int = 10,
+    layers: int = 48,
+    policy: str = "offload_qkv",
+) -> Path:
     rng = np.random.default_rng(seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".partial")
@@ -147,9 +157,69 @@ def make(path: Path, n_kernels: int, n_copies: int, n_memsets: int, seed: int = 
                 "bytes": np.full(n_memsets, 4096),
             },
         )
+        if annotate:
+            add_annotations(con, rng, ks, ke, cs, ce, n_kernels, n_copies, steps, layers, policy)
     con.close()
     tmp.rename(path)
     return path
+
+
+def add_annotations(
+    con: sqlite3.Connection,
+    rng: np.random.Generator,
+    ks: np.ndarray,
+    ke: np.ndarray,
+    cs: np.ndarray,
+    ce: np.ndarray,
+    n_kernels: int,
+    n_copies: int,
+    steps: int,
+    layers: int,
+    policy: str,
+) -> None:
+    """profile-step's NVTX ranges (policy, steps, layers) and a CUDA launch for every kernel and copy."""
+    tid = global_tid(100, 100)
+    t0, t1 = int(min(ks.min(), cs.min())) - 10_000, int(max(ke.max(), ce.max()))
+    names = create(con, "CUPTI_ACTIVITY_KIND_RUNTIME")
+    con.execute(
+        "INSERT INTO StringIds VALUES (9001, 'cudaLaunchKernel'), (9002, 'cudaMemcpyAsync'), "
+        "(9003, 'profile-step')"
+    )
+    launch = np.concatenate([ks, cs]) - 2000
+    insert(
+        con,
+        "CUPTI_ACTIVITY_KIND_RUNTIME",
+        names,
+        {
+            "start": launch,
+            "end": launch + 500,
+            "eventClass": np.ones(launch.size, int),
+            "globalTid": np.full(launch.size, tid),
+            "correlationId": np.arange(n_kernels + n_copies),
+            "nameId": np.r_[np.full(n_kernels, 9001), np.full(n_copies, 9002)],
+            "returnValue": np.zeros(launch.size, int),
+        },
+    )
+    names = create(con, "NVTX_EVENTS")
+    rows = [(t0 - 1, None, 75, "profile-step", 1), (t0, t1 + 1, 59, f"policy={policy}", 1)]
+    edges = np.linspace(t0, t1 + 1, steps + 1).astype(np.int64)
+    for s in range(steps):
+        rows.append((int(edges[s]), int(edges[s + 1]), 59, f"step={s}", 1))
+        ledges = np.linspace(edges[s], edges[s + 1], layers + 1).astype(np.int64)
+        rows += [(int(ledges[i]), int(ledges[i + 1]), 59, f"layer={i}", 1) for i in range(layers)]
+    insert(
+        con,
+        "NVTX_EVENTS",
+        names,
+        {
+            "start": np.array([r[0] for r in rows]),
+            "end": np.array([r[1] for r in rows], dtype=object),
+            "eventType": np.array([r[2] for r in rows]),
+            "text": np.array([r[3] for r in rows], dtype=object),
+            "globalTid": np.full(len(rows), tid),
+            "domainId": np.array([r[4] for r in rows]),
+        },
+    )
 
 
 def main() -> None:
@@ -158,10 +228,15 @@ def main() -> None:
     p.add_argument("--kernels", type=int, default=1_000_000)
     p.add_argument("--copies", type=int, default=200_000)
     p.add_argument("--memsets", type=int, default=20_000)
+    p.add_argument(
+        "--annotate", action="store_true", help="add NVTX policy/step/layer ranges and CUDA launches"
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--policy", default="offload_qkv")
     a = p.parse_args()
     if a.out.exists():
         raise SystemExit(f"{a.out} exists; not overwritten")
-    make(a.out, a.kernels, a.copies, a.memsets)
+    make(a.out, a.kernels, a.copies, a.memsets, seed=a.seed, annotate=a.annotate, policy=a.policy)
     print(a.out)
 
 

@@ -6,13 +6,15 @@ the range (``start <= t < end``) on the same thread.  Push/pop ranges and
 start/end ranges that end on the thread they started on take part; a
 start/end range that ends on another thread is reported and left out.
 Ranges still open at the end of the capture extend to the end of the trace
-and are reported.  The matching is one inequality join in polars.
+and are reported.  The matching is a binary search per thread over ops sorted
+by launch time (memory proportional to the pairs found).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 from profiler.trace.loader import NVTX_PUSH_POP, NVTX_START_END, Trace
@@ -107,19 +109,58 @@ def gpu_ops(trace: Trace) -> pl.DataFrame:
     )
 
 
+def _contained(
+    point_key: np.ndarray,
+    point_t: np.ndarray,
+    point_id: np.ndarray,
+    range_key: np.ndarray,
+    range_start: np.ndarray,
+    range_end: np.ndarray,
+    range_id: np.ndarray,
+) -> pl.DataFrame:
+    """(op_id, range_id) for every point with ``start <= t < end`` of a range with the same key.
+
+    Per key, points are sorted by time; each range then covers one contiguous
+    block of them, found by binary search and expanded with NumPy.  Memory
+    and time grow with the number of pairs produced, never with ops x ranges.
+    """
+    out_ops, out_ranges = [], []
+    for key in np.intersect1d(np.unique(point_key), np.unique(range_key)):
+        pm = point_key == key
+        order = np.argsort(point_t[pm], kind="stable")
+        t, ids = point_t[pm][order], point_id[pm][order]
+        rm = range_key == key
+        lo = np.searchsorted(t, range_start[rm], side="left")
+        hi = np.searchsorted(t, range_end[rm], side="left")
+        counts = np.maximum(hi - lo, 0)
+        total = int(counts.sum())
+        if total == 0:
+            continue
+        first = np.repeat(lo, counts)
+        offset = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+        out_ops.append(ids[first + offset])
+        out_ranges.append(np.repeat(range_id[rm], counts))
+    if not out_ops:
+        return pl.DataFrame(schema={"op_id": I64, "range_id": I64})
+    return pl.DataFrame(
+        {"op_id": np.concatenate(out_ops), "range_id": np.concatenate(out_ranges)},
+        schema={"op_id": I64, "range_id": I64},
+    )
+
+
 def attribute(ops: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     """(op_id, range_id) for every range that encloses an op's launch on the launching thread."""
-    launched = ops.filter(pl.col("launch_start").is_not_null()).select("op_id", "launch_start", "launch_gtid")
-    if launched.height == 0 or ranges.height == 0:
-        return pl.DataFrame(schema={"op_id": I64, "range_id": I64})
-    return launched.join_where(
-        ranges.select(
-            "range_id", "global_tid", pl.col("start").alias("r_start"), pl.col("end").alias("r_end")
-        ),
-        pl.col("launch_gtid") == pl.col("global_tid"),
-        pl.col("launch_start") >= pl.col("r_start"),
-        pl.col("launch_start") < pl.col("r_end"),
-    ).select("op_id", "range_id")
+    launched = ops.filter(pl.col("launch_start").is_not_null() & pl.col("launch_gtid").is_not_null())
+    rng = ranges.filter(pl.col("global_tid").is_not_null())
+    return _contained(
+        launched["launch_gtid"].to_numpy(),
+        launched["launch_start"].to_numpy(),
+        launched["op_id"].to_numpy(),
+        rng["global_tid"].to_numpy(),
+        rng["start"].to_numpy(),
+        rng["end"].to_numpy(),
+        rng["range_id"].to_numpy(),
+    )
 
 
 def attribute_by_time(ops: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
@@ -128,20 +169,14 @@ def attribute_by_time(ops: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     A fallback for ranges pushed on a thread that launches nothing itself
     (a training loop whose runtime dispatches from worker threads).
     """
-    if ops.height == 0 or ranges.height == 0:
-        return pl.DataFrame(schema={"op_id": I64, "range_id": I64})
-    return (
-        ops.select("op_id", "pid", pl.col("start").alias("op_start"))
-        .join_where(
-            ranges.select(
-                "range_id",
-                pl.col("pid").alias("r_pid"),
-                pl.col("start").alias("r_start"),
-                pl.col("end").alias("r_end"),
-            ),
-            pl.col("pid") == pl.col("r_pid"),
-            pl.col("op_start") >= pl.col("r_start"),
-            pl.col("op_start") < pl.col("r_end"),
-        )
-        .select("op_id", "range_id")
+    o = ops.filter(pl.col("pid").is_not_null())
+    r = ranges.filter(pl.col("pid").is_not_null())
+    return _contained(
+        o["pid"].to_numpy(),
+        o["start"].to_numpy(),
+        o["op_id"].to_numpy(),
+        r["pid"].to_numpy(),
+        r["start"].to_numpy(),
+        r["end"].to_numpy(),
+        r["range_id"].to_numpy(),
     )

@@ -1,0 +1,141 @@
+"""Dashboard speed in a real headless Chromium, with the analysis cached.
+
+    python benchmarks/bench_dashboard.py [--repeat 3]
+
+Makes two annotated exports of 1,000,000 GPU events each (800k kernels, 200k
+copies; 10 steps x 48 layers) under benchmarks/data/dash/, analyzes them once
+(cache beside them), starts the dashboard on them and measures, in Chromium:
+the first view (page load until the runs table and the policy figure are
+drawn), switching the per-layer view between the two runs, clicking a layer,
+and drawing one step's timeline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.make_export import make  # noqa: E402
+from dashboards.data import RunStore  # noqa: E402
+
+DATA = HERE / "data" / "dash"
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def graph_ready(graph: str, n: int = 1) -> str:
+    return (
+        f"document.querySelector('#{graph} .js-plotly-plot') && "
+        f"document.querySelector('#{graph} .js-plotly-plot').data.length >= {n}"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=3)
+    a = ap.parse_args()
+    DATA.mkdir(parents=True, exist_ok=True)
+    for name, seed, policy in (("a.sqlite", 0, "offload_qkv"), ("b.sqlite", 1, "offload_mlp")):
+        if not (DATA / name).exists():
+            make(DATA / name, 800_000, 200_000, 20_000, seed=seed, annotate=True, policy=policy)
+    t = time.perf_counter()
+    store = RunStore([DATA])
+    for rid in store.refs:
+        store.get(rid)
+    print(f"analysis (cold or cached) of both runs: {time.perf_counter() - t:.1f} s")
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "dashboards", str(DATA), "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=dict(os.environ),
+    )
+    url = f"http://127.0.0.1:{port}/"
+    for _ in range(200):
+        try:
+            urllib.request.urlopen(url, timeout=1)
+            break
+        except OSError:
+            time.sleep(0.1)
+    from playwright.sync_api import sync_playwright
+
+    results: dict[str, list[float]] = {
+        "first view": [],
+        "switch run (per-layer view)": [],
+        "click a layer": [],
+        "step timeline": [],
+    }
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=FLAGS)
+            for _ in range(a.repeat):
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                t0 = time.perf_counter()
+                page.goto(url)
+                page.wait_for_function("document.querySelectorAll('#runs tr').length >= 4", timeout=120_000)
+                page.wait_for_function(graph_ready("policy-graph", 4), timeout=120_000)
+                results["first view"].append(time.perf_counter() - t0)
+
+                page.get_by_text("Per layer", exact=True).click()
+                page.wait_for_function(graph_ready("layer-graph", 4), timeout=120_000)
+                before = page.evaluate(
+                    "JSON.stringify(document.querySelector('#layer-graph .js-plotly-plot').data[1].y)"
+                )
+                page.click("#layer-run")
+                t0 = time.perf_counter()
+                page.get_by_text("offload_mlp — b.sqlite").last.click()
+                page.wait_for_function(
+                    "JSON.stringify(document.querySelector('#layer-graph .js-plotly-plot').data[1].y) !== "
+                    + repr(before),
+                    timeout=120_000,
+                )
+                results["switch run (per-layer view)"].append(time.perf_counter() - t0)
+
+                box = page.locator("#layer-graph .point").nth(5).bounding_box()
+                t0 = time.perf_counter()
+                page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+                page.wait_for_selector("#layer-detail-box", timeout=120_000)
+                results["click a layer"].append(time.perf_counter() - t0)
+
+                page.get_by_text("Timeline", exact=True).click()
+                t0 = time.perf_counter()
+                page.wait_for_function(
+                    "document.querySelector('#timeline-note').innerText.includes('drawn')", timeout=120_000
+                )
+                results["step timeline"].append(time.perf_counter() - t0)
+                note = page.inner_text("#timeline-note")
+                page.close()
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+    print(f"timeline: {note}")
+    print(f"{'view':32s} {'median s':>9s} {'max s':>7s}  (n={a.repeat})")
+    for name, vals in results.items():
+        print(f"{name:32s} {statistics.median(vals):9.2f} {max(vals):7.2f}")
+
+
+if __name__ == "__main__":
+    main()
