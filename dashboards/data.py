@@ -75,34 +75,33 @@ def _is_trace(path: Path) -> bool:
     )
 
 
-def discover(paths: list[Path]) -> list[RunRef]:
-    """Runs under *paths*: run folders, folders of runs, trace files (one level deep)."""
+def discover(paths: list[Path], depth: int = 2) -> list[RunRef]:
+    """Runs under *paths*: run folders, folders of runs, trace files, *depth* folders deep."""
     refs: dict[str, RunRef] = {}
 
     def add(ref: RunRef) -> None:
         refs.setdefault(ref.id, ref)
 
+    def visit(path: Path, name: str, level: int) -> None:
+        if path.is_file():
+            if _is_trace(path) and not (path.suffix != ".sqlite" and path.with_suffix(".sqlite").is_file()):
+                add(_ref(path, name))  # a report whose export sits beside it is shown once, as the export
+            return
+        if not path.is_dir():
+            return
+        if (path / MANIFEST).is_file():
+            add(_ref(_trace_in(path), name, path))
+            return
+        if level >= depth:
+            return
+        for child in sorted(path.iterdir()):
+            visit(child, f"{name}/{child.name}" if level else child.name, level + 1)
+
     for path in paths:
         if path.is_file():
             add(_ref(path, path.name))
-            continue
-        if not path.is_dir():
-            continue
-        if (path / MANIFEST).is_file():
-            add(_ref(_trace_in(path), path.name, path))
-            continue
-        for child in sorted(path.iterdir()):
-            if child.is_dir() and (child / MANIFEST).is_file():
-                add(_ref(_trace_in(child), child.name, child))
-            elif child.is_dir():
-                for f in sorted(child.iterdir()):
-                    if f.is_file() and _is_trace(f):
-                        add(_ref(f, f"{child.name}/{f.name}"))
-            elif child.is_file() and _is_trace(child):
-                # a report whose export sits beside it is shown once, as the export
-                if child.suffix != ".sqlite" and child.with_suffix(".sqlite").is_file():
-                    continue
-                add(_ref(child, child.name))
+        else:
+            visit(path, path.name, 0)
     return list(refs.values())
 
 

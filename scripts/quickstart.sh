@@ -13,3 +13,11 @@ if .venv/bin/python -c 'import jax,sys; sys.exit(jax.default_backend()!="gpu")' 
   dispatch=fused
 fi
 profile-step --policies none,offload_qkv "$@" examples/train.py --layers 4 --steps 3 --dispatch "$dispatch"
+echo
+profile-step analyze --by layer "$(ls -d runs/*-offload_qkv-* | grep -v '\.partial$' | tail -n1)/trace.sqlite"
+if [ -z "${QUICKSTART_NO_DASHBOARD:-}" ]; then
+  echo
+  echo "Opening the dashboard on runs/ and sample_traces/ (Ctrl-C to stop)."
+  ( sleep 3; python3 -m webbrowser -t http://127.0.0.1:8050/ >/dev/null 2>&1 || true ) &
+  exec profile-step dashboard runs sample_traces
+fi
