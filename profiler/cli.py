@@ -18,7 +18,30 @@ def _json_dump(doc: Any) -> str:
     return json.dumps(doc, indent=2, allow_nan=False)
 
 
+def cmd_ranks(args: argparse.Namespace) -> int:
+    """``analyze DIR --ranks``: every rank's export, then the cross-rank view."""
+    from profiler.analysis.ranks import DEFAULT_RANK_PATTERN, cross_rank
+    from profiler.parallel import map_ranks, rank_inputs
+    from profiler.report.text import render_ranks
+
+    paths = rank_inputs(args.trace)
+
+    def progress(done: int, total: int, res: dict[str, Any]) -> None:
+        state = f"FAILED: {res['error']}" if "error" in res else "ok"
+        print(f"[{done}/{total}] rank {res['rank']} ({res['path']}): {state}", file=sys.stderr, flush=True)
+
+    results = map_ranks(paths, jobs=args.jobs, dask=args.dask, scheduler_file=args.dask_scheduler_file,
+                        nsys=args.nsys, pattern=args.rank_pattern or DEFAULT_RANK_PATTERN, progress=progress)
+    doc = cross_rank(results)
+    print(_json_dump(doc) if args.json else render_ranks(doc))
+    if doc["failed"]:
+        return 2 if not doc["analyzed"] else 1
+    return 0
+
+
 def cmd_analyze(args: argparse.Namespace) -> int:
+    if args.ranks:
+        return cmd_ranks(args)
     from profiler.analysis.summary import analyze
     from profiler.report.text import render_devices, render_groups
     from profiler.trace import load_trace
@@ -188,6 +211,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="REGEX",
         help="NVTX range names that mark steps (default: profile-step's step=N ranges)",
     )
+    a.add_argument("--ranks", action="store_true",
+                   help="TRACE is a folder (or glob) of per-rank exports: per-rank numbers and the cross-rank view")
+    a.add_argument("--jobs", type=int, default=1, help="with --ranks: local worker processes")
+    a.add_argument("--dask", default=None, metavar="tcp://HOST:PORT", help="with --ranks: a Dask scheduler")
+    a.add_argument("--dask-scheduler-file", default=None, metavar="FILE", help="with --ranks: a Dask scheduler file")
+    a.add_argument("--rank-pattern", default=None, metavar="REGEX",
+                   help="with --ranks: regex whose first group is the rank in file or run folder names")
     a.set_defaults(func=cmd_analyze)
 
     r = sub.add_parser(

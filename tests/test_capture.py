@@ -231,3 +231,13 @@ def test_no_nsys_is_one_clear_line(tmp_path):
     assert proc.returncode == 2
     assert "install-nsys.sh" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.nsys
+def test_rank_from_the_launcher_names_the_run(nsys, tmp_path):
+    """Under a multi-process launcher each rank's run folder carries its rank."""
+    proc = run_cli("--runs-dir", str(tmp_path), "--nsys", str(nsys), str(STEPS), env={"OMPI_COMM_WORLD_RANK": "3"})
+    assert proc.returncode == 0, proc.stderr
+    (folder,) = runs_in(tmp_path)
+    assert "-rank3-" in folder.name
+    assert json.loads((folder / "manifest.json").read_text())["rank"] == 3

@@ -78,7 +78,8 @@ class Breakdown:
         }
 
     # --- measuring groups -------------------------------------------------------------------
-    def measure(self, assigned: pl.DataFrame, order: list[str] | None = None) -> list[dict[str, Any]]:
+    def measure(self, assigned: pl.DataFrame, order: list[str] | None = None,
+                top_kernels: bool = True) -> list[dict[str, Any]]:
         """METRICS.md h2d/d2h/offload numbers per (group, device) for *assigned* (op_id, group).
 
         Groups are listed for every device on which any of their ops ran;
@@ -103,7 +104,7 @@ class Breakdown:
         )
         keys = present["key"].to_list()
         metrics = offload_metrics(copies, self.kernel_sets, keys, key="key")
-        top = self._top_kernels(copies)
+        top = self._top_kernels(copies) if top_kernels else {}
         return [
             {"name": g, "device": str(d), "copies": metrics[k], "top_kernels": top.get(k, [])}
             for k, g, d in present.select("key", "group", "device").iter_rows()
@@ -155,7 +156,7 @@ class Breakdown:
             sel = r.filter((pl.col("domain") == DOMAIN) & pl.col("name").str.starts_with(STEP_PREFIX))
         return sel.sort("start").with_row_index("index")
 
-    def by_step(self) -> dict[str, Any]:
+    def by_step(self, copies: bool = True) -> dict[str, Any]:
         """Per step instance: duration, copy metrics; warm-up and outlier steps flagged and excluded."""
         steps = self.step_ranges()
         if steps.height == 0:
@@ -170,7 +171,7 @@ class Breakdown:
             how = "GPU time window (no launches on the step ranges' threads)"
         label = {i: f"{n}#{i}" if self.step_range else n for i, n in ids.select("index", "name").iter_rows()}
         assigned = assigned.with_columns(pl.col("index").replace_strict(label).alias("group"))
-        rows = {(r["name"], r["device"]): r for r in self.measure(assigned)}
+        rows = {(r["name"], r["device"]): r for r in self.measure(assigned, top_kernels=False)} if copies else {}
         durations = (steps["end"] - steps["start"]).to_numpy()
         median = float(np.median(durations))
         out, excluded = [], []
@@ -253,12 +254,12 @@ class Breakdown:
             scan_like.alias("inferred"),
         ).drop("_step", "_k", "_n")
 
-    def by_layer(self) -> list[dict[str, Any]]:
+    def by_layer(self, top_kernels: bool = True) -> list[dict[str, Any]]:
         """Per layer and device; layers without GPU activity (a CPU run) are listed with zeros."""
         lr = self.layer_ranges
         inferred = dict(lr.group_by("layer").agg(pl.col("inferred").any()).iter_rows())
         order = sorted(inferred, key=_natural_key)
-        rows = self.measure(self.layer_assignment().rename({"layer": "group"}), order=order)
+        rows = self.measure(self.layer_assignment().rename({"layer": "group"}), order=order, top_kernels=top_kernels)
         seen = {r["name"] for r in rows}
         rows += [
             {"name": name, "device": None, "copies": self.zero_metrics(), "top_kernels": []}

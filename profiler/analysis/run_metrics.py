@@ -46,13 +46,17 @@ def find_manifest(trace_path: Path) -> dict[str, Any] | None:
         return None
 
 
-def collect(trace: Trace, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One run's summary: policy, steps, per-direction totals, per-layer totals."""
+def collect(trace: Trace, manifest: dict[str, Any] | None = None, detail: bool = True) -> dict[str, Any]:
+    """One run's summary: policy, steps, per-direction totals, per-layer totals.
+
+    ``detail=False`` (the per-rank task) leaves out per-step copy numbers and the
+    kernels that hid each layer's copies.
+    """
     bd = Breakdown(trace)
     devices = device_metrics(trace.kernels, trace.copies, trace.memsets)
-    steps = bd.by_step()
+    steps = bd.by_step(copies=detail)
     layers: dict[str, dict[str, Any]] = {}
-    for row in bd.by_layer():
+    for row in bd.by_layer(top_kernels=detail):
         entry = layers.setdefault(
             row["name"], {"inferred_index": row["inferred_index"], "per_device": [], "top_kernels": []}
         )

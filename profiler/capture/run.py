@@ -41,6 +41,17 @@ ENV_PREFIXES = (
     "WORLD_SIZE",
 )
 INTERRUPT_GRACE_S = 120
+# Where launchers put a process's rank (torchrun, Open MPI, Slurm, MPICH/PMIx).
+RANK_ENV = ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK", "PMIX_RANK")
+
+
+def launcher_rank() -> int | None:
+    """This process's rank, when a multi-process launcher started it."""
+    for var in RANK_ENV:
+        value = os.environ.get(var, "")
+        if value.isdigit():
+            return int(value)
+    return None
 
 
 @dataclass
@@ -186,7 +197,8 @@ def run_policy(
     echo: Callable[[str], None] = lambda s: print(s, end="", flush=True),
 ) -> RunResult:
     """One profiled run of the script for *policy*."""
-    run_dir = rundir.create(req.runs_dir, policy)
+    rank = launcher_rank()
+    run_dir = rundir.create(req.runs_dir, policy, rank)
     plan = xla_flags.plan(os.environ.get("XLA_FLAGS", ""), req.lhs, req.pipelined_offload, req.async_limit)
     prog = program(req, policy)
     cmd = nsys_command.build(nsys, run_dir / rundir.TRACE_STEM, prog, req.nsys_args, req.keep_warmup)
@@ -195,6 +207,7 @@ def run_policy(
         "tool": "profile-step",
         "status": "running",
         "policy": policy,
+        "rank": rank,
         "script": str(req.script.resolve()),
         "script_args": req.script_args,
         "program": prog,

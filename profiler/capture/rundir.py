@@ -28,12 +28,13 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("._") or "run"
 
 
-def create(runs_dir: Path, policy: str) -> Path:
-    """A new, empty ``<runs_dir>/<stamp>-<policy>-<id>.partial`` folder (never an existing one)."""
+def create(runs_dir: Path, policy: str, rank: int | None = None) -> Path:
+    """A new, empty ``<runs_dir>/<stamp>-<policy>[-rank<R>]-<id>.partial`` folder (never an existing one)."""
     runs_dir.mkdir(parents=True, exist_ok=True)
+    tag = f"-rank{rank}" if rank is not None else ""
     for _ in range(100):
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-        path = runs_dir / f"{stamp}-{slug(policy)}-{secrets.token_hex(3)}{PARTIAL_SUFFIX}"
+        path = runs_dir / f"{stamp}-{slug(policy)}{tag}-{secrets.token_hex(3)}{PARTIAL_SUFFIX}"
         try:
             path.mkdir()
         except FileExistsError:

@@ -1,0 +1,151 @@
+"""Many ranks: one small result per rank export, and the cross-rank view.
+
+``rank_result`` is the per-rank task: it reads one export where it lies and
+returns only a small dict (its METRICS.md devices, per-layer offload numbers,
+step times), so memory stays bounded by one rank per worker.  ``cross_rank``
+combines the results: min/median/max of exposed copy time per layer and
+policy, straggler ranks and why, and ranks whose copy bandwidth stands out.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from pathlib import Path
+from typing import Any
+
+from profiler.errors import ProfilerError
+
+# `%q{RANK}`-style names: report.3.sqlite, trace.rank3.sqlite, rank_12-xyz.nsys-rep, run-rank3-...
+DEFAULT_RANK_PATTERN = r"(?:rank[_-]?|\.)(\d+)(?:[._-]|$)"
+SICK_LINK_FACTOR = 0.7  # a rank below 70% of the median copy bandwidth is flagged
+STRAGGLER_FACTOR = 1.1  # a rank 10% slower than the median step is a straggler
+
+
+def rank_from_name(path: Path, pattern: str = DEFAULT_RANK_PATTERN) -> int | None:
+    """The rank a file or its run folder is named by, if any (the last match wins)."""
+    stem = path.name[: -len(path.suffix)] if path.suffix else path.name
+    for text in (stem + ".", path.parent.name + "."):
+        found = re.findall(pattern, text, flags=re.IGNORECASE)
+        if found:
+            return int(found[-1])
+    return None
+
+
+def rank_result(path: str, nsys: str | None = None, pattern: str = DEFAULT_RANK_PATTERN) -> dict[str, Any]:
+    """Analyze one rank's export; never raises (a failure comes back as ``error``)."""
+    from profiler.analysis.run_metrics import collect, find_manifest
+    from profiler.trace import load_trace
+
+    p = Path(path)
+    out: dict[str, Any] = {"path": path, "rank": rank_from_name(p, pattern)}
+    try:
+        manifest = find_manifest(p)
+        if out["rank"] is None and manifest and manifest.get("rank") is not None:
+            out["rank"] = int(manifest["rank"])
+        run = collect(load_trace(p, nsys), manifest, detail=False)
+    except ProfilerError as exc:
+        return {**out, "error": str(exc)}
+    except Exception as exc:  # a rank must never take the others down
+        return {**out, "error": f"{path}: {type(exc).__name__}: {exc}"}
+    if out["rank"] is None and run["devices"]:
+        out["rank"] = min(int(d) for d in run["devices"])  # one GPU per rank: its device id
+    return {
+        **out,
+        "policy": run["policy"],
+        "median_step_ns": run["median_step_ns"],
+        "copies": run["copies"],
+        "devices": run["devices"],
+        "layers": {name: {d: v[d] for d in ("h2d", "d2h", "offload")} for name, v in run["layers"].items()},
+    }
+
+
+def _spread(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"min": None, "median": None, "max": None}
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def cross_rank(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Spread per layer and policy, stragglers and why, and sick links."""
+    ok = sorted((r for r in results if "error" not in r), key=lambda r: (r["rank"] is None, r["rank"]))
+    failed = [{"rank": r["rank"], "path": r["path"], "error": r["error"]} for r in results if "error" in r]
+    by_policy: dict[str, list[dict[str, Any]]] = {}
+    for r in ok:
+        by_policy.setdefault(r["policy"], []).append(r)
+    policies = {}
+    for policy, runs in by_policy.items():
+        layer_names = sorted({n for r in runs for n in r["layers"]}, key=_natural)
+        layers = {
+            name: {
+                "exposed_ns": _spread([r["layers"][name]["offload"]["exposed_ns"] for r in runs if name in r["layers"]]),
+                "ranks": len([r for r in runs if name in r["layers"]]),
+            }
+            for name in layer_names
+        }
+        policies[policy] = {
+            "ranks": [r["rank"] for r in runs],
+            "exposed_ns": _spread([r["copies"]["offload"]["exposed_ns"] for r in runs]),
+            "step_ns": _spread([r["median_step_ns"] for r in runs if r["median_step_ns"] is not None]),
+            "layers": layers,
+            "stragglers": stragglers(runs),
+            "sick_links": sick_links(runs),
+        }
+    return {
+        "ranks": len(results),
+        "analyzed": len(ok),
+        "failed": failed,
+        "per_rank": [
+            {"rank": r["rank"], "path": r["path"], "policy": r["policy"], "median_step_ns": r["median_step_ns"],
+             "exposed_ns": r["copies"]["offload"]["exposed_ns"], "hidden_fraction": r["copies"]["offload"]["hidden_fraction"],
+             "d2h_gbps": r["copies"]["d2h"]["gbps"], "h2d_gbps": r["copies"]["h2d"]["gbps"],
+             "layers_exposed_ns": {n: v["offload"]["exposed_ns"] for n, v in r["layers"].items()}}
+            for r in ok
+        ],
+        "policies": policies,
+    }
+
+
+def stragglers(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ranks whose median step is well above the median rank's, with the likely reasons."""
+    steps = [r["median_step_ns"] for r in runs if r["median_step_ns"]]
+    if len(steps) < 2:
+        return []
+    med_step = statistics.median(steps)
+    med_exposed = statistics.median(r["copies"]["offload"]["exposed_ns"] for r in runs)
+    hidden = [r["copies"]["offload"]["hidden_fraction"] for r in runs if r["copies"]["offload"]["hidden_fraction"] is not None]
+    med_hidden = statistics.median(hidden) if hidden else None
+    out = []
+    for r in runs:
+        if not r["median_step_ns"] or r["median_step_ns"] <= STRAGGLER_FACTOR * med_step:
+            continue
+        off = r["copies"]["offload"]
+        why = []
+        if off["exposed_ns"] > med_exposed:
+            why.append(f"exposed copy time {off['exposed_ns'] / 1e6:.3f} ms vs median {med_exposed / 1e6:.3f} ms")
+        if med_hidden is not None and off["hidden_fraction"] is not None and off["hidden_fraction"] < med_hidden:
+            why.append(f"hidden {100 * off['hidden_fraction']:.1f}% vs median {100 * med_hidden:.1f}%")
+        for d in ("d2h", "h2d"):
+            rates = [x["copies"][d]["gbps"] for x in runs if x["copies"][d]["gbps"]]
+            if rates and r["copies"][d]["gbps"] and r["copies"][d]["gbps"] < statistics.median(rates):
+                why.append(f"{d} {r['copies'][d]['gbps']:.1f} GB/s vs median {statistics.median(rates):.1f}")
+        out.append({"rank": r["rank"], "median_step_ns": r["median_step_ns"], "vs_median": r["median_step_ns"] / med_step,
+                    "why": why or ["not explained by copies: look at compute and NCCL"]})
+    return sorted(out, key=lambda s: -s["vs_median"])
+
+
+def sick_links(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ranks whose achieved copy bandwidth in a direction is far below the median rank's."""
+    out = []
+    for d in ("d2h", "h2d"):
+        rates = [r["copies"][d]["gbps"] for r in runs if r["copies"][d]["gbps"]]
+        if len(rates) < 2:
+            continue
+        med = statistics.median(rates)
+        out += [{"rank": r["rank"], "direction": d, "gbps": r["copies"][d]["gbps"], "median_gbps": med}
+                for r in runs if r["copies"][d]["gbps"] and r["copies"][d]["gbps"] < SICK_LINK_FACTOR * med]
+    return out
+
+
+def _natural(text: str) -> list[Any]:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
