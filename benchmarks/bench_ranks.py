@@ -59,7 +59,11 @@ def main() -> None:
     print(f"{'(read needed columns only, serial)':36s} {floor:7.1f}")
     timings = {}
     docs = {}
-    for name, kwargs in (("serial", {}), ("--jobs 2", {"jobs": 2}), ("dask LocalCluster, 2 workers", {"dask": "local"})):
+    for name, kwargs in (
+        ("serial", {}),
+        ("--jobs 2", {"jobs": 2}),
+        ("dask LocalCluster, 2 workers", {"dask": "local"}),
+    ):
         if kwargs.get("dask") == "local":
             from distributed import LocalCluster
 

@@ -182,8 +182,7 @@ def add_annotations(
     t0, t1 = int(min(ks.min(), cs.min())) - 10_000, int(max(ke.max(), ce.max()))
     names = create(con, "CUPTI_ACTIVITY_KIND_RUNTIME")
     con.execute(
-        "INSERT INTO StringIds VALUES (9001, 'cudaLaunchKernel'), (9002, 'cudaMemcpyAsync'), "
-        "(9003, 'profile-step')"
+        "INSERT INTO StringIds VALUES (9001, 'cudaLaunchKernel'), (9002, 'cudaMemcpyAsync'), (9003, 'profile-step')"
     )
     launch = np.concatenate([ks, cs]) - 2000
     insert(
@@ -228,9 +227,7 @@ def main() -> None:
     p.add_argument("--kernels", type=int, default=1_000_000)
     p.add_argument("--copies", type=int, default=200_000)
     p.add_argument("--memsets", type=int, default=20_000)
-    p.add_argument(
-        "--annotate", action="store_true", help="add NVTX policy/step/layer ranges and CUDA launches"
-    )
+    p.add_argument("--annotate", action="store_true", help="add NVTX policy/step/layer ranges and CUDA launches")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--policy", default="offload_qkv")
     a = p.parse_args()

@@ -12,8 +12,7 @@ QUERIES = {
     "FROM CUPTI_ACTIVITY_KIND_KERNEL",
     "copies": "SELECT deviceId, streamId, start, end, correlationId, globalPid, bytes, copyKind, srcKind, "
     "dstKind FROM CUPTI_ACTIVITY_KIND_MEMCPY",
-    "memsets": "SELECT deviceId, streamId, start, end, correlationId, globalPid, bytes "
-    "FROM CUPTI_ACTIVITY_KIND_MEMSET",
+    "memsets": "SELECT deviceId, streamId, start, end, correlationId, globalPid, bytes FROM CUPTI_ACTIVITY_KIND_MEMSET",
 }
 
 

@@ -159,9 +159,7 @@ def create_app(store: RunStore) -> dash.Dash:
                                             id="link-preset",
                                             clearable=False,
                                             value=900.0,
-                                            options=[
-                                                {"label": k, "value": v} for k, v in figures.LINKS.items()
-                                            ],
+                                            options=[{"label": k, "value": v} for k, v in figures.LINKS.items()],
                                         ),
                                         style={"flex": "2"},
                                     ),
@@ -244,9 +242,7 @@ def create_app(store: RunStore) -> dash.Dash:
             return figures.layer_figure({"layers": {}})
         return figures.layer_figure(store.get(rid).summary)
 
-    @app.callback(
-        Output("layer-details", "children"), Input("layer-graph", "clickData"), State("layer-run", "value")
-    )
+    @app.callback(Output("layer-details", "children"), Input("layer-graph", "clickData"), State("layer-run", "value"))
     def on_layer_click(click: dict[str, Any] | None, rid: str | None):
         if not click or not rid:
             return html.P("Click a layer's bar to see its copies and the kernels that hid them.")
@@ -280,9 +276,7 @@ def create_app(store: RunStore) -> dash.Dash:
                             "id": c,
                             "name": c,
                             "type": "numeric" if c != "direction" else "text",
-                            "format": {"specifier": ".3f"}
-                            if c in ("start_ms", "duration_us", "MiB")
-                            else None,
+                            "format": {"specifier": ".3f"} if c in ("start_ms", "duration_us", "MiB") else None,
                         }
                         for c in ("direction", "device", "stream", "start_ms", "duration_us", "MiB")
                     ],
@@ -290,9 +284,7 @@ def create_app(store: RunStore) -> dash.Dash:
             ],
         )
 
-    @app.callback(
-        Output("timeline-step", "options"), Output("timeline-step", "value"), Input("timeline-run", "value")
-    )
+    @app.callback(Output("timeline-step", "options"), Output("timeline-step", "value"), Input("timeline-run", "value"))
     def on_timeline_run(rid: str | None):
         if not rid:
             return [], None
@@ -326,9 +318,7 @@ def create_app(store: RunStore) -> dash.Dash:
     def on_preset(v: float):
         return v
 
-    @app.callback(
-        Output("streams-graph", "figure"), Input("streams-run", "value"), Input("link-gbps", "value")
-    )
+    @app.callback(Output("streams-graph", "figure"), Input("streams-run", "value"), Input("link-gbps", "value"))
     def on_streams(rid: str | None, gbps: float | None):
         if not rid:
             return figures.go.Figure()

@@ -68,11 +68,7 @@ def _trace_in(run_dir: Path) -> Path:
 
 
 def _is_trace(path: Path) -> bool:
-    return (
-        path.suffix in TRACE_SUFFIXES
-        and not path.name.endswith(CACHE_SUFFIXES)
-        and ".partial." not in path.name
-    )
+    return path.suffix in TRACE_SUFFIXES and not path.name.endswith(CACHE_SUFFIXES) and ".partial." not in path.name
 
 
 def discover(paths: list[Path], depth: int = 2) -> list[RunRef]:
@@ -168,8 +164,7 @@ def analyze_run(ref: RunRef, nsys: str | None = None) -> Analysis:
     """The run's analysis, from the cache when it is current, else computed and cached."""
     if not ref.trace.exists():
         raise ProfilerError(
-            f"{ref.trace}: no trace in this run"
-            + (f" (status {ref.manifest.get('status')})" if ref.manifest else "")
+            f"{ref.trace}: no trace in this run" + (f" (status {ref.manifest.get('status')})" if ref.manifest else "")
         )
     trace_file = ref.trace
     if trace_file.suffix != ".sqlite":
@@ -240,9 +235,7 @@ class RunStore:
                 self.errors[run_id] = str(exc)
                 raise
             except Exception as exc:  # a broken run must not take the app down
-                self.errors[run_id] = (
-                    f"{self.refs[run_id].trace}: cannot be analyzed ({type(exc).__name__}: {exc})"
-                )
+                self.errors[run_id] = f"{self.refs[run_id].trace}: cannot be analyzed ({type(exc).__name__}: {exc})"
                 raise ProfilerError(self.errors[run_id]) from None
             finally:
                 self.current = None

@@ -90,17 +90,20 @@ def empty(fig: go.Figure, message: str) -> go.Figure:
 
 def unique_labels(labels: list[str], names: list[str]) -> list[str]:
     """Policies as labels, with the run name added where a policy appears twice."""
-    return [
-        lab if labels.count(lab) == 1 else f"{lab} ({name})" for lab, name in zip(labels, names, strict=True)
-    ]
+    return [lab if labels.count(lab) == 1 else f"{lab} ({name})" for lab, name in zip(labels, names, strict=True)]
 
 
 def policy_figure(runs: list[tuple[str, dict[str, Any]]]) -> go.Figure:
     """Side by side per selected run: hidden vs exposed copy time per direction, step time, bytes."""
     fig = make_subplots(
         rows=1,
-        cols=3,
-        subplot_titles=("copy time (ms): hidden / exposed", "median step (ms)", "offloaded (MiB)"),
+        cols=4,
+        subplot_titles=(
+            "copy time (ms): hidden / exposed",
+            "median step (ms)",
+            "offloaded (MiB)",
+            "peak device memory seen (MiB)",
+        ),
     )
     if not runs:
         return empty(fig, "Select runs in the table")
@@ -146,6 +149,27 @@ def policy_figure(runs: list[tuple[str, dict[str, Any]]]) -> go.Figure:
             marker_color=COLORS[direction],
             row=1,
             col=3,
+        )
+    peaks = [max(s.get("peak_memory_bytes", {}).values(), default=None) for _, s in runs]
+    fig.add_bar(
+        x=labels,
+        y=[None if p is None else p / 2**20 for p in peaks],
+        name="peak memory",
+        marker_color=COLORS["memset"],
+        showlegend=False,
+        row=1,
+        col=4,
+    )
+    if all(p is None for p in peaks):
+        fig.add_annotation(
+            text="no CUDA memory events in these traces",
+            showarrow=False,
+            row=1,
+            col=4,
+            xref="x domain",
+            yref="y domain",
+            x=0.5,
+            y=0.5,
         )
     fig.update_layout(barmode="group", height=380, margin={"t": 40, "b": 40}, legend={"orientation": "h"})
     return fig
@@ -195,9 +219,7 @@ def layer_figure(summary: dict[str, Any]) -> go.Figure:
 
 def layer_copies(ops: pl.DataFrame, layer: str, limit: int = 500) -> list[dict[str, Any]]:
     """The copies of one layer, for the details table."""
-    sel = (
-        ops.filter((pl.col("layer") == layer) & pl.col("cls").is_in(["h2d", "d2h"])).sort("start").head(limit)
-    )
+    sel = ops.filter((pl.col("layer") == layer) & pl.col("cls").is_in(["h2d", "d2h"])).sort("start").head(limit)
     t0 = ops["start"].min() or 0
     return [
         {
@@ -278,9 +300,7 @@ def timeline_figure(
     return fig, stats
 
 
-def _segments(
-    fig: go.Figure, lane: str, s: np.ndarray, e: np.ndarray, names: list[Any], t0: int, color: str
-) -> None:
+def _segments(fig: go.Figure, lane: str, s: np.ndarray, e: np.ndarray, names: list[Any], t0: int, color: str) -> None:
     """Horizontal segments of one lane as a single WebGL line trace with gaps."""
     n = len(s)
     x = np.empty(3 * n)
@@ -321,9 +341,7 @@ def streams_figure(summary: dict[str, Any], link_gbps: float) -> go.Figure:
         col=1,
         name="occupancy",
     )
-    fig.add_bar(
-        x=labels, y=[s["gbps"] for _, s in rows], marker_color=COLORS["h2d"], row=1, col=2, name="GB/s"
-    )
+    fig.add_bar(x=labels, y=[s["gbps"] for _, s in rows], marker_color=COLORS["h2d"], row=1, col=2, name="GB/s")
     fig.add_hline(
         y=link_gbps,
         line_dash="dash",

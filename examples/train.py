@@ -225,11 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     params = init_params(jax.random.key(0), args.vocab, args.d_model, args.ffn, args.layers, dtype)
     tokens = jax.random.randint(jax.random.key(1), (args.batch, args.seq), 0, args.vocab)
     layer = make_layer(policy, args.heads)
-    step = (
-        per_layer_step(layer, args.lr)
-        if args.dispatch == "per-layer"
-        else fused_step(layer, args.scan, args.lr)
-    )
+    step = per_layer_step(layer, args.lr) if args.dispatch == "per-layer" else fused_step(layer, args.scan, args.lr)
 
     print(
         f"train.py: policy={policy} backend={jax.default_backend()} layers={args.layers} "

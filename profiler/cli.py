@@ -30,8 +30,15 @@ def cmd_ranks(args: argparse.Namespace) -> int:
         state = f"FAILED: {res['error']}" if "error" in res else "ok"
         print(f"[{done}/{total}] rank {res['rank']} ({res['path']}): {state}", file=sys.stderr, flush=True)
 
-    results = map_ranks(paths, jobs=args.jobs, dask=args.dask, scheduler_file=args.dask_scheduler_file,
-                        nsys=args.nsys, pattern=args.rank_pattern or DEFAULT_RANK_PATTERN, progress=progress)
+    results = map_ranks(
+        paths,
+        jobs=args.jobs,
+        dask=args.dask,
+        scheduler_file=args.dask_scheduler_file,
+        nsys=args.nsys,
+        pattern=args.rank_pattern or DEFAULT_RANK_PATTERN,
+        progress=progress,
+    )
     doc = cross_rank(results)
     print(_json_dump(doc) if args.json else render_ranks(doc))
     if doc["failed"]:
@@ -47,9 +54,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from profiler.trace import load_trace
 
     trace = load_trace(args.trace, nsys=args.nsys)
-    doc = analyze(
-        trace, device=args.device, by=args.by, layer_pattern=args.layer_pattern, step_range=args.step_range
-    )
+    doc = analyze(trace, device=args.device, by=args.by, layer_pattern=args.layer_pattern, step_range=args.step_range)
     if args.json:
         print(_json_dump(doc))
     else:
@@ -211,13 +216,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="REGEX",
         help="NVTX range names that mark steps (default: profile-step's step=N ranges)",
     )
-    a.add_argument("--ranks", action="store_true",
-                   help="TRACE is a folder (or glob) of per-rank exports: per-rank numbers and the cross-rank view")
+    a.add_argument(
+        "--ranks",
+        action="store_true",
+        help="TRACE is a folder (or glob) of per-rank exports: per-rank numbers and the cross-rank view",
+    )
     a.add_argument("--jobs", type=int, default=1, help="with --ranks: local worker processes")
     a.add_argument("--dask", default=None, metavar="tcp://HOST:PORT", help="with --ranks: a Dask scheduler")
     a.add_argument("--dask-scheduler-file", default=None, metavar="FILE", help="with --ranks: a Dask scheduler file")
-    a.add_argument("--rank-pattern", default=None, metavar="REGEX",
-                   help="with --ranks: regex whose first group is the rank in file or run folder names")
+    a.add_argument(
+        "--rank-pattern",
+        default=None,
+        metavar="REGEX",
+        help="with --ranks: regex whose first group is the rank in file or run folder names",
+    )
     a.set_defaults(func=cmd_analyze)
 
     r = sub.add_parser(
@@ -324,8 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("PROFILE_STEP_DEBUG"):
             raise
         print(
-            f"profile-step: internal error: {type(exc).__name__}: {exc} "
-            "(set PROFILE_STEP_DEBUG=1 for a traceback)",
+            f"profile-step: internal error: {type(exc).__name__}: {exc} (set PROFILE_STEP_DEBUG=1 for a traceback)",
             file=sys.stderr,
         )
         return 3

@@ -33,8 +33,11 @@ def rank_inputs(arg: str) -> list[Path]:
         found = [Path(p) for p in glob.glob(arg)]
         if not found and not any(c in arg for c in "*?["):
             raise InputError(arg, "no such folder")
-    found = [p for p in found if p.is_file() and p.suffix in (".sqlite", ".nsys-rep", ".qdrep")
-             and not any(m in p.name for m in CACHE_MARKS)]
+    found = [
+        p
+        for p in found
+        if p.is_file() and p.suffix in (".sqlite", ".nsys-rep", ".qdrep") and not any(m in p.name for m in CACHE_MARKS)
+    ]
     # a report whose export sits beside it counts once, as the export
     found = [p for p in found if p.suffix == ".sqlite" or not p.with_suffix(".sqlite").is_file()]
     if not found:
@@ -47,9 +50,15 @@ def _single_threaded() -> None:
     os.environ["POLARS_MAX_THREADS"] = "1"
 
 
-def map_ranks(paths: list[Path], jobs: int = 1, dask: str | None = None, scheduler_file: str | None = None,
-              nsys: str | None = None, pattern: str = DEFAULT_RANK_PATTERN,
-              progress: Callable[[int, int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+def map_ranks(
+    paths: list[Path],
+    jobs: int = 1,
+    dask: str | None = None,
+    scheduler_file: str | None = None,
+    nsys: str | None = None,
+    pattern: str = DEFAULT_RANK_PATTERN,
+    progress: Callable[[int, int, dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
     """``rank_result`` for every path, by the chosen engine, in path order."""
     args = [str(p) for p in paths]
     results: dict[str, dict[str, Any]] = {}
@@ -76,8 +85,9 @@ def map_ranks(paths: list[Path], jobs: int = 1, dask: str | None = None, schedul
         finally:
             client.close()
     elif jobs > 1:
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
-                                 initializer=_single_threaded) as pool:
+        with ProcessPoolExecutor(
+            max_workers=jobs, mp_context=get_context("spawn"), initializer=_single_threaded
+        ) as pool:
             futures = [pool.submit(rank_result, a, nsys, pattern) for a in args]
             for fut in as_completed(futures):
                 done(fut.result())

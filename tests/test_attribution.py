@@ -188,11 +188,7 @@ def xla_step_trace(b: ExportBuilder, t0: int, step: int, scan: bool) -> None:
     for direction in ("fwd", "bwd"):
         seq = layers if direction == "fwd" else list(reversed(layers))
         for name, idx in seq:
-            path = (
-                f"jit(step)/jvp({name})/mlpwi"
-                if direction == "fwd"
-                else f"jit(step)/transpose(jvp({name}))/x"
-            )
+            path = f"jit(step)/jvp({name})/mlpwi" if direction == "fwd" else f"jit(step)/transpose(jvp({name}))/x"
             hlo = "copy-start.1" if direction == "fwd" else "copy-start.2"
             if not scan:
                 hlo += f".{idx}"

@@ -126,9 +126,7 @@ def test_example_two_policies_end_to_end(nsys, tmp_path):
 
 @pytest.mark.nsys
 def test_keep_warmup_captures_warmup(nsys, tmp_path):
-    proc = run_cli(
-        "--keep-warmup", "--runs-dir", str(tmp_path), "--nsys", str(nsys), str(STEPS), "--warmup", "2"
-    )
+    proc = run_cli("--keep-warmup", "--runs-dir", str(tmp_path), "--nsys", str(nsys), str(STEPS), "--warmup", "2")
     assert proc.returncode == 0, proc.stderr
     (folder,) = runs_in(tmp_path)
     assert step_summary(open_trace(folder / "trace.sqlite").nvtx)["warmup_steps"] == 2
@@ -136,9 +134,7 @@ def test_keep_warmup_captures_warmup(nsys, tmp_path):
 
 @pytest.mark.nsys
 def test_failing_script_exit_code_comes_through(nsys, tmp_path):
-    proc = run_cli(
-        "--policy", "p1", "--runs-dir", str(tmp_path), "--nsys", str(nsys), str(STEPS), "--fail-at", "2"
-    )
+    proc = run_cli("--policy", "p1", "--runs-dir", str(tmp_path), "--nsys", str(nsys), str(STEPS), "--fail-at", "2")
     assert proc.returncode == 1
     (folder,) = runs_in(tmp_path)
     man = json.loads((folder / "manifest.json").read_text())

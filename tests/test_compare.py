@@ -35,9 +35,7 @@ def test_golden_markdown(pair):
 
 
 def test_regression_is_found_in_the_right_layer(pair):
-    cmp = compare(
-        [collect(open_trace(pair[0]))], [collect(open_trace(pair[1]))], [parse_threshold("exposed_ns:+10%")]
-    )
+    cmp = compare([collect(open_trace(pair[0]))], [collect(open_trace(pair[1]))], [parse_threshold("exposed_ns:+10%")])
     assert not cmp["passed"]
     (pol,) = cmp["policies"]
     assert pol["metrics"]["exposed_ns"]["base"] == 10_000 and pol["metrics"]["exposed_ns"]["head"] == 40_000
@@ -80,9 +78,7 @@ def test_noise_suppresses_small_changes():
 def test_noisy_steps_do_not_fail(build):
     jitter = (0, 300_000, 0, 300_000, 150_000)
     base = build(training_export(steps=5, step_jitter=jitter), "b.sqlite")
-    head = build(
-        training_export(steps=5, step_jitter=(60_000, 360_000, 60_000, 360_000, 210_000)), "h.sqlite"
-    )
+    head = build(training_export(steps=5, step_jitter=(60_000, 360_000, 60_000, 360_000, 210_000)), "h.sqlite")
     proc = run_cli("compare", "--fail-on", "step_ns:+2%", "--format", "json", str(base), str(head))
     doc = json.loads(proc.stdout)
     check = doc["policies"][0]["checks"][0]
@@ -104,19 +100,14 @@ def test_database_round_trip(pair, tmp_path):
     again = run_cli("record", "--db", str(db), "--label", "main", str(pair[0]))
     assert again.returncode == 0
     con = sqlite3.connect(db)
-    assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 2, (
-        "re-recording replaces, never duplicates"
-    )
+    assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 2, "re-recording replaces, never duplicates"
     assert con.execute("SELECT count(*) FROM layers WHERE direction='offload'").fetchone()[0] == 6
     assert con.execute("SELECT count(*) FROM steps").fetchone()[0] == 8
     con.close()
     by_label = run_cli("compare", "--db", str(db), "--format", "json", "main", "pr-1")
     by_file = run_cli("compare", "--format", "json", str(pair[0]), str(pair[1]))
     assert by_label.returncode == by_file.returncode == 1
-    assert (
-        json.loads(by_label.stdout)["policies"][0]["metrics"]
-        == json.loads(by_file.stdout)["policies"][0]["metrics"]
-    )
+    assert json.loads(by_label.stdout)["policies"][0]["metrics"] == json.loads(by_file.stdout)["policies"][0]["metrics"]
 
 
 def test_bad_sides(pair, tmp_path):

@@ -111,9 +111,7 @@ def test_dashboard_end_to_end(browser, server, runs):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(server)
     wait_rows(page, 4)
-    page.wait_for_function(
-        "document.querySelector('#progress').innerText.includes('4 run(s)')", timeout=60_000
-    )
+    page.wait_for_function("document.querySelector('#progress').innerText.includes('4 run(s)')", timeout=60_000)
     table = page.inner_text("#runs")
     assert "offload_qkv" in table and "offload_mlp" in table and "error" in table
     # the broken run shows an error card; the rest of the app keeps working

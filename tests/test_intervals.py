@@ -43,9 +43,7 @@ def assert_canonical(iv: Intervals) -> None:
 
 
 intervals_st = st.lists(
-    st.tuples(st.integers(0, 2), st.integers(0, 60), st.integers(0, 15)).map(
-        lambda t: (t[0], t[1], t[1] + t[2])
-    ),
+    st.tuples(st.integers(0, 2), st.integers(0, 60), st.integers(0, 15)).map(lambda t: (t[0], t[1], t[1] + t[2])),
     max_size=25,
 )
 

@@ -272,3 +272,29 @@ def test_cli_table_mentions_units(build):
     assert "Device 0 (NVIDIA H200)" in proc.stdout
     assert "exposed ms" in proc.stdout and "GB/s" in proc.stdout
     assert "50.0%" in proc.stdout  # hidden fraction of the d2h copy
+
+
+def test_peak_memory_from_cuda_memory_events(build):
+    path = build(ExportBuilder())
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    con.execute(
+        "CREATE TABLE CUDA_GPU_MEMORY_USAGE_EVENTS (start INTEGER NOT NULL, globalPid INTEGER NOT NULL, "
+        "deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, address INTEGER NOT NULL, pc INTEGER NOT NULL, "
+        "bytes INTEGER NOT NULL, memKind INTEGER NOT NULL, memoryOperationType INTEGER NOT NULL, name TEXT)"
+    )
+    # device 0: +100 +50 -100 +70 -> peak 150; device 1: a free of memory allocated before the capture
+    rows = [(1, 0, 100, 0), (2, 0, 50, 0), (3, 0, 100, 1), (4, 0, 70, 0), (1, 1, 30, 1), (2, 1, 20, 0)]
+    con.executemany("INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS VALUES (?, 0, ?, 1, 0, 0, ?, 2, ?, NULL)", rows)
+    con.execute(
+        "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL, "
+        "deviceId INTEGER NOT NULL, streamId INTEGER NOT NULL, shortName INTEGER NOT NULL, "
+        "demangledName INTEGER NOT NULL)"
+    )
+    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (0, 10, ?, 7, 1, 1)", [(0,), (1,)])
+    con.commit()
+    con.close()
+    devs = devices_of(path)
+    assert devs["0"]["memory"] == {"peak_allocated_bytes": 150, "events": 4}
+    assert devs["1"]["memory"] == {"peak_allocated_bytes": 0, "events": 2}

@@ -44,10 +44,7 @@ def nsys_projection(nsys, path) -> dict[tuple[int, str, int], int]:
     lines = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("Processing")]
     rows = [r for r in csv.DictReader(io.StringIO("\n".join(lines))) if r["Orig Start (ns)"]]
     # nsys prefixes a domain's ranges with "DOMAIN:"; we keep the message itself
-    return {
-        (int(r["Orig Start (ns)"]), r["Name"].split(":", 1)[-1], int(r["TID"])): int(r["NumGPUOps"])
-        for r in rows
-    }
+    return {(int(r["Orig Start (ns)"]), r["Name"].split(":", 1)[-1], int(r["TID"])): int(r["NumGPUOps"]) for r in rows}
 
 
 @pytest.mark.parametrize("name", TRACES)

@@ -29,8 +29,13 @@ def rank_dir(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize(
     ("name", "rank"),
-    [("report.3.sqlite", 3), ("trace.rank12.sqlite", 12), ("rank_7-host.nsys-rep", 7), ("trace.sqlite", None),
-     ("20261130T0101-offload-rank5-abc/trace.sqlite", 5)],
+    [
+        ("report.3.sqlite", 3),
+        ("trace.rank12.sqlite", 12),
+        ("rank_7-host.nsys-rep", 7),
+        ("trace.sqlite", None),
+        ("20261130T0101-offload-rank5-abc/trace.sqlite", 5),
+    ],
 )
 def test_rank_from_name(name, rank):
     assert rank_from_name(Path(name)) == rank

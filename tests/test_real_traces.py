@@ -65,8 +65,7 @@ def test_analyze_json_on_real_export(shared_traces, name):
             assert m["busy_ns"] <= d["span_ns"]
     copies_sql = sum(n for n, _ in totals.values())
     copies_doc = sum(
-        sum(d["copies"][c]["count"] for c in ("h2d", "d2h", "d2d", "p2p", "other"))
-        for d in doc["devices"].values()
+        sum(d["copies"][c]["count"] for c in ("h2d", "d2h", "d2d", "p2p", "other")) for d in doc["devices"].values()
     )
     assert copies_doc == copies_sql
     assert (path.stat().st_mtime_ns, path.stat().st_size) == before, "the input must never change"

@@ -104,9 +104,7 @@ def gpu_ops(trace: Trace) -> pl.DataFrame:
         pl.col("start").alias("launch_start"),
         pl.col("global_tid").alias("launch_gtid"),
     ).unique(["pid", "correlation_id"], keep="first")
-    return ops.with_columns(pl.col("op_id").cast(I64)).join(
-        launches, on=["pid", "correlation_id"], how="left"
-    )
+    return ops.with_columns(pl.col("op_id").cast(I64)).join(launches, on=["pid", "correlation_id"], how="left")
 
 
 def _contained(

@@ -57,9 +57,9 @@ class Breakdown:
 
     @cached_property
     def policy(self) -> str | None:
-        names = self.ranges.ranges.filter(
-            (pl.col("domain") == DOMAIN) & pl.col("name").str.starts_with(POLICY_PREFIX)
-        )["name"].unique(maintain_order=True)
+        names = self.ranges.ranges.filter((pl.col("domain") == DOMAIN) & pl.col("name").str.starts_with(POLICY_PREFIX))[
+            "name"
+        ].unique(maintain_order=True)
         return names[0].removeprefix(POLICY_PREFIX) if names.len() == 1 else None
 
     def facts(self) -> dict[str, Any]:
@@ -78,8 +78,9 @@ class Breakdown:
         }
 
     # --- measuring groups -------------------------------------------------------------------
-    def measure(self, assigned: pl.DataFrame, order: list[str] | None = None,
-                top_kernels: bool = True) -> list[dict[str, Any]]:
+    def measure(
+        self, assigned: pl.DataFrame, order: list[str] | None = None, top_kernels: bool = True
+    ) -> list[dict[str, Any]]:
         """METRICS.md h2d/d2h/offload numbers per (group, device) for *assigned* (op_id, group).
 
         Groups are listed for every device on which any of their ops ran;
@@ -94,9 +95,9 @@ class Breakdown:
         present = (
             present.sort("device", "first")
             if rank is None
-            else present.with_columns(
-                pl.col("group").replace_strict(rank, default=len(rank)).alias("_o")
-            ).sort("device", "_o", "first")
+            else present.with_columns(pl.col("group").replace_strict(rank, default=len(rank)).alias("_o")).sort(
+                "device", "_o", "first"
+            )
         )
         present = present.with_row_index("key").with_columns(pl.col("key").cast(pl.Int64))
         copies = ops.filter(pl.col("cls").is_in(["h2d", "d2h"])).join(
@@ -134,17 +135,13 @@ class Breakdown:
                 .sort("ov", descending=True)
                 .head(TOP_KERNELS)
             )
-            out[int(key)] = [
-                {"name": n, "overlap_ns": int(o), "kernels": int(c)} for n, o, c in best.iter_rows()
-            ]
+            out[int(key)] = [{"name": n, "overlap_ns": int(o), "kernels": int(c)} for n, o, c in best.iter_rows()]
         return out
 
     # --- views --------------------------------------------------------------------------------
     def by_range(self) -> list[dict[str, Any]]:
         """METRICS.md ``ranges``: per range name and device, copies of any range of that name."""
-        assigned = self.pairs.join(
-            self.ranges.ranges.select("range_id", pl.col("name").alias("group")), on="range_id"
-        )
+        assigned = self.pairs.join(self.ranges.ranges.select("range_id", pl.col("name").alias("group")), on="range_id")
         return [{k: v for k, v in r.items() if k != "top_kernels"} for r in self.measure(assigned)]
 
     def step_ranges(self) -> pl.DataFrame:
@@ -203,17 +200,13 @@ class Breakdown:
     def layer_ranges(self) -> pl.DataFrame:
         """range_id, start, layer, inferred: ``layer=N`` ranges and XLA thunks that name a layer."""
         r = self.ranges.ranges
-        annotated = r.filter(
-            (pl.col("domain") == DOMAIN) & pl.col("name").str.starts_with(LAYER_PREFIX)
-        ).select(
+        annotated = r.filter((pl.col("domain") == DOMAIN) & pl.col("name").str.starts_with(LAYER_PREFIX)).select(
             "range_id",
             "start",
             pl.col("name").str.strip_prefix(LAYER_PREFIX).alias("layer"),
             pl.lit(False).alias("inferred"),
         )
-        thunks = self._number_repeats(
-            r.filter((pl.col("xla_kind") == "thunk") & pl.col("layer").is_not_null())
-        )
+        thunks = self._number_repeats(r.filter((pl.col("xla_kind") == "thunk") & pl.col("layer").is_not_null()))
         return pl.concat([annotated, thunks.select("range_id", "start", "layer", "inferred")])
 
     def layer_assignment(self) -> pl.DataFrame:
@@ -247,10 +240,7 @@ class Breakdown:
         )
         k = pl.when(pl.col("backward")).then(pl.col("_n") - 1 - pl.col("_k")).otherwise(pl.col("_k"))
         return t.with_columns(
-            pl.when(scan_like)
-            .then(pl.format("{}[{}]", pl.col("layer"), k))
-            .otherwise(pl.col("layer"))
-            .alias("layer"),
+            pl.when(scan_like).then(pl.format("{}[{}]", pl.col("layer"), k)).otherwise(pl.col("layer")).alias("layer"),
             scan_like.alias("inferred"),
         ).drop("_step", "_k", "_n")
 

@@ -50,8 +50,7 @@ def parse_threshold(spec: str) -> Threshold:
     m = re.fullmatch(r"\s*(\w+)\s*:\s*([+-])\s*(\d+(?:\.\d+)?)\s*(%?)\s*", spec)
     if not m or m.group(1) not in METRICS:
         raise ValueError(
-            f"bad threshold {spec!r}: expected METRIC:+N%, METRIC:-N or similar, "
-            f"METRIC one of {', '.join(METRICS)}"
+            f"bad threshold {spec!r}: expected METRIC:+N%, METRIC:-N or similar, METRIC one of {', '.join(METRICS)}"
         )
     return Threshold(m.group(1), 1 if m.group(2) == "+" else -1, float(m.group(3)), m.group(4) == "%")
 

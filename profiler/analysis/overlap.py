@@ -19,6 +19,7 @@ from profiler.analysis.intervals import Intervals, length_by_group, measure_with
 OFFLOAD_CLASSES = ("h2d", "d2h", "offload")
 OTHER_CLASSES = ("d2d", "p2p", "other")
 CLASS_ORDER = ("h2d", "d2h", "d2d", "p2p", "other")
+DEVICE_MEM_KINDS = (2, 5)  # ENUM_CUDA_MEM_KIND: device, device static (not pinned, managed or pageable)
 
 
 def valid(ops: pl.DataFrame) -> pl.DataFrame:
@@ -193,17 +194,37 @@ def stream_metrics(copies: pl.DataFrame, spans: dict[int, int]) -> dict[int, lis
     return out
 
 
+def peak_memory(events: pl.DataFrame) -> dict[int, dict[str, int]]:
+    """Per device, the most bytes of device memory held at once by the allocations seen in the capture.
+
+    A running sum of allocations (+) and frees (-) in time order; memory
+    allocated before the capture started is not seen (JAX's allocator, which
+    reserves most of the GPU up front, shows only what it asks for later).
+    """
+    events = events.filter(pl.col("mem_kind").is_in(DEVICE_MEM_KINDS))
+    if events.height == 0:
+        return {}
+    signed = events.sort("device", "start").with_columns(
+        pl.when(pl.col("op") == 1).then(-pl.col("bytes")).otherwise(pl.col("bytes")).alias("delta")
+    )
+    agg = (
+        signed.with_columns(pl.col("delta").cum_sum().over("device").alias("held"))
+        .group_by("device")
+        .agg(pl.col("held").max().alias("peak"), pl.len().alias("events"))
+    )
+    return {int(d): {"peak_allocated_bytes": max(int(p), 0), "events": int(n)} for d, p, n in agg.iter_rows()}
+
+
 def device_metrics(
     kernels: pl.DataFrame,
     copies: pl.DataFrame,
     memsets: pl.DataFrame,
     only_device: int | None = None,
+    memory: pl.DataFrame | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The ``devices`` object of METRICS.md, keyed by decimal deviceId."""
     if only_device is not None:
-        kernels, copies, memsets = (
-            f.filter(pl.col("device") == only_device) for f in (kernels, copies, memsets)
-        )
+        kernels, copies, memsets = (f.filter(pl.col("device") == only_device) for f in (kernels, copies, memsets))
     invalid = invalid_counts(kernels, copies, memsets)
     kernels, copies, memsets = valid(kernels), valid(copies), valid(memsets)
     win = windows(kernels, copies, memsets)
@@ -219,6 +240,7 @@ def device_metrics(
     counts = {(d, n): c for d, n, c in kernel_counts.iter_rows()}
     compute_busy, nccl_busy = length_by_group(ks.compute), length_by_group(ks.nccl)
     streams = stream_metrics(copies, spans)
+    mem = peak_memory(memory) if memory is not None else {}
     out: dict[str, dict[str, Any]] = {}
     for d in devices:
         w = win.get(d)
@@ -231,4 +253,6 @@ def device_metrics(
             "copies": {c: per_class[c][d] for c in per_class},
             "streams": streams.get(d, []),
         }
+        if d in mem:
+            out[str(d)]["memory"] = mem[d]
     return out

@@ -78,7 +78,9 @@ def cross_rank(results: list[dict[str, Any]]) -> dict[str, Any]:
         layer_names = sorted({n for r in runs for n in r["layers"]}, key=_natural)
         layers = {
             name: {
-                "exposed_ns": _spread([r["layers"][name]["offload"]["exposed_ns"] for r in runs if name in r["layers"]]),
+                "exposed_ns": _spread(
+                    [r["layers"][name]["offload"]["exposed_ns"] for r in runs if name in r["layers"]]
+                ),
                 "ranks": len([r for r in runs if name in r["layers"]]),
             }
             for name in layer_names
@@ -96,10 +98,17 @@ def cross_rank(results: list[dict[str, Any]]) -> dict[str, Any]:
         "analyzed": len(ok),
         "failed": failed,
         "per_rank": [
-            {"rank": r["rank"], "path": r["path"], "policy": r["policy"], "median_step_ns": r["median_step_ns"],
-             "exposed_ns": r["copies"]["offload"]["exposed_ns"], "hidden_fraction": r["copies"]["offload"]["hidden_fraction"],
-             "d2h_gbps": r["copies"]["d2h"]["gbps"], "h2d_gbps": r["copies"]["h2d"]["gbps"],
-             "layers_exposed_ns": {n: v["offload"]["exposed_ns"] for n, v in r["layers"].items()}}
+            {
+                "rank": r["rank"],
+                "path": r["path"],
+                "policy": r["policy"],
+                "median_step_ns": r["median_step_ns"],
+                "exposed_ns": r["copies"]["offload"]["exposed_ns"],
+                "hidden_fraction": r["copies"]["offload"]["hidden_fraction"],
+                "d2h_gbps": r["copies"]["d2h"]["gbps"],
+                "h2d_gbps": r["copies"]["h2d"]["gbps"],
+                "layers_exposed_ns": {n: v["offload"]["exposed_ns"] for n, v in r["layers"].items()},
+            }
             for r in ok
         ],
         "policies": policies,
@@ -113,7 +122,9 @@ def stragglers(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return []
     med_step = statistics.median(steps)
     med_exposed = statistics.median(r["copies"]["offload"]["exposed_ns"] for r in runs)
-    hidden = [r["copies"]["offload"]["hidden_fraction"] for r in runs if r["copies"]["offload"]["hidden_fraction"] is not None]
+    hidden = [
+        r["copies"]["offload"]["hidden_fraction"] for r in runs if r["copies"]["offload"]["hidden_fraction"] is not None
+    ]
     med_hidden = statistics.median(hidden) if hidden else None
     out = []
     for r in runs:
@@ -129,8 +140,14 @@ def stragglers(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             rates = [x["copies"][d]["gbps"] for x in runs if x["copies"][d]["gbps"]]
             if rates and r["copies"][d]["gbps"] and r["copies"][d]["gbps"] < statistics.median(rates):
                 why.append(f"{d} {r['copies'][d]['gbps']:.1f} GB/s vs median {statistics.median(rates):.1f}")
-        out.append({"rank": r["rank"], "median_step_ns": r["median_step_ns"], "vs_median": r["median_step_ns"] / med_step,
-                    "why": why or ["not explained by copies: look at compute and NCCL"]})
+        out.append(
+            {
+                "rank": r["rank"],
+                "median_step_ns": r["median_step_ns"],
+                "vs_median": r["median_step_ns"] / med_step,
+                "why": why or ["not explained by copies: look at compute and NCCL"],
+            }
+        )
     return sorted(out, key=lambda s: -s["vs_median"])
 
 
@@ -142,8 +159,11 @@ def sick_links(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if len(rates) < 2:
             continue
         med = statistics.median(rates)
-        out += [{"rank": r["rank"], "direction": d, "gbps": r["copies"][d]["gbps"], "median_gbps": med}
-                for r in runs if r["copies"][d]["gbps"] and r["copies"][d]["gbps"] < SICK_LINK_FACTOR * med]
+        out += [
+            {"rank": r["rank"], "direction": d, "gbps": r["copies"][d]["gbps"], "median_gbps": med}
+            for r in runs
+            if r["copies"][d]["gbps"] and r["copies"][d]["gbps"] < SICK_LINK_FACTOR * med
+        ]
     return out
 
 

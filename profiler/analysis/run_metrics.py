@@ -53,7 +53,7 @@ def collect(trace: Trace, manifest: dict[str, Any] | None = None, detail: bool =
     kernels that hid each layer's copies.
     """
     bd = Breakdown(trace)
-    devices = device_metrics(trace.kernels, trace.copies, trace.memsets)
+    devices = device_metrics(trace.kernels, trace.copies, trace.memsets, memory=trace.memory_events)
     steps = bd.by_step(copies=detail)
     layers: dict[str, dict[str, Any]] = {}
     for row in bd.by_layer(top_kernels=detail):
@@ -88,9 +88,9 @@ def collect(trace: Trace, manifest: dict[str, Any] | None = None, detail: bool =
         "copies": {d: totals([dev["copies"][d] for dev in devices.values()]) for d in DIRECTIONS},
         "devices": {dev: {d: m["copies"][d] for d in DIRECTIONS} for dev, m in devices.items()},
         "streams": {dev: m["streams"] for dev, m in devices.items()},
+        "peak_memory_bytes": {dev: m["memory"]["peak_allocated_bytes"] for dev, m in devices.items() if "memory" in m},
         "compute": {
-            dev: {"compute": m["compute"], "nccl": m["nccl"], "span_ns": m["span_ns"]}
-            for dev, m in devices.items()
+            dev: {"compute": m["compute"], "nccl": m["nccl"], "span_ns": m["span_ns"]} for dev, m in devices.items()
         },
         "layers": {
             name: {

@@ -29,7 +29,7 @@ def analyze(
     ``ranges`` (METRICS.md), ``steps``, ``layers`` or ``ops``."""
     doc: dict[str, Any] = {
         "trace": trace_info(trace),
-        "devices": device_metrics(trace.kernels, trace.copies, trace.memsets, device),
+        "devices": device_metrics(trace.kernels, trace.copies, trace.memsets, device, trace.memory_events),
     }
     if by is None:
         return doc

@@ -74,9 +74,7 @@ def verdict(cmp: dict[str, Any]) -> str:
     grew = [lay for lay in pol["layers"] if (lay["exposed_ns"]["delta"] or 0) > 0]
     if grew:
         top = max(grew, key=lambda lay: lay["exposed_ns"]["delta"])
-        text += (
-            f"; most new exposed time in layer `{top['layer']}` ({change('exposed_ns', top['exposed_ns'])})"
-        )
+        text += f"; most new exposed time in layer `{top['layer']}` ({change('exposed_ns', top['exposed_ns'])})"
     if len(cmp["failures"]) > 1:
         text += f"; {len(cmp['failures']) - 1} more limit(s) crossed"
     return text

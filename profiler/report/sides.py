@@ -17,9 +17,7 @@ def run_folders(path: Path) -> list[Path]:
     if (path / MANIFEST).is_file():
         return [path]
     return sorted(
-        d
-        for d in path.iterdir()
-        if d.is_dir() and (d / MANIFEST).is_file() and not d.name.endswith(PARTIAL_SUFFIX)
+        d for d in path.iterdir() if d.is_dir() and (d / MANIFEST).is_file() and not d.name.endswith(PARTIAL_SUFFIX)
     )
 
 

@@ -121,7 +121,5 @@ def load_label(db_path: Path, label: str) -> list[dict[str, Any]]:
     rows = list(db.query("SELECT summary_json FROM runs WHERE label = ? ORDER BY policy", [label]))
     if not rows:
         labels = [r["label"] for r in db.query("SELECT DISTINCT label FROM runs ORDER BY label")]
-        raise InputError(
-            db_path, f"no runs labelled {label!r} (labels: {', '.join(map(str, labels)) or 'none'})"
-        )
+        raise InputError(db_path, f"no runs labelled {label!r} (labels: {', '.join(map(str, labels)) or 'none'})")
     return [json.loads(r["summary_json"]) for r in rows]

@@ -78,8 +78,7 @@ def render_devices(doc: dict[str, Any]) -> str:
     """The readable form of ``analyze --json``."""
     info = doc.get("trace", {})
     head = (
-        f"{info.get('path', '')}  (nsys {info.get('nsys_version') or '?'}, "
-        f"schema {info.get('schema_version') or '?'})"
+        f"{info.get('path', '')}  (nsys {info.get('nsys_version') or '?'}, schema {info.get('schema_version') or '?'})"
     )
     devices = doc["devices"]
     if not devices:
@@ -196,9 +195,7 @@ def render_groups(doc: dict[str, Any], by: str) -> str:
             rows,
             left=(0, 1, len(GROUP_HEADERS) + 2),
         )
-        notes.append(
-            f"steps attributed by {steps['attribution']}; median step {ms(steps['median_step_ns'])} ms"
-        )
+        notes.append(f"steps attributed by {steps['attribution']}; median step {ms(steps['median_step_ns'])} ms")
     else:
         key = {"layer": "layers", "range": "ranges", "op": "ops"}[by]
         groups = doc[key]
@@ -220,21 +217,54 @@ def render_ranks(doc: dict[str, Any]) -> str:
     out = [f"{doc['analyzed']} of {doc['ranks']} ranks analyzed"]
     for f in doc["failed"]:
         out.append(f"FAILED rank {f['rank']}: {f['error']}")
-    rows = [[str(r["rank"]), r["policy"], ms(r["median_step_ns"]), ms(r["exposed_ns"]), pct(r["hidden_fraction"]),
-             gbps(r["d2h_gbps"]), gbps(r["h2d_gbps"])] for r in doc["per_rank"]]
+    rows = [
+        [
+            str(r["rank"]),
+            r["policy"],
+            ms(r["median_step_ns"]),
+            ms(r["exposed_ns"]),
+            pct(r["hidden_fraction"]),
+            gbps(r["d2h_gbps"]),
+            gbps(r["h2d_gbps"]),
+        ]
+        for r in doc["per_rank"]
+    ]
     if rows:
-        out += ["", table(("rank", "policy", "median step ms", "exposed ms", "hidden", "d2h GB/s", "h2d GB/s"), rows,
-                          left=(0, 1))]
+        out += [
+            "",
+            table(
+                ("rank", "policy", "median step ms", "exposed ms", "hidden", "d2h GB/s", "h2d GB/s"),
+                rows,
+                left=(0, 1),
+            ),
+        ]
     for policy, p in doc["policies"].items():
-        out += ["", f"policy {policy}: {len(p['ranks'])} ranks; exposed copy time min/median/max "
-                f"{ms(p['exposed_ns']['min'])} / {ms(p['exposed_ns']['median'])} / {ms(p['exposed_ns']['max'])} ms"]
+        out += [
+            "",
+            f"policy {policy}: {len(p['ranks'])} ranks; exposed copy time min/median/max "
+            f"{ms(p['exposed_ns']['min'])} / {ms(p['exposed_ns']['median'])} / {ms(p['exposed_ns']['max'])} ms",
+        ]
         if p["layers"]:
-            out.append(table(("layer", "ranks", "exposed min ms", "median ms", "max ms"), [
-                [name, str(v["ranks"]), ms(v["exposed_ns"]["min"]), ms(v["exposed_ns"]["median"]),
-                 ms(v["exposed_ns"]["max"])] for name, v in p["layers"].items()]))
+            out.append(
+                table(
+                    ("layer", "ranks", "exposed min ms", "median ms", "max ms"),
+                    [
+                        [
+                            name,
+                            str(v["ranks"]),
+                            ms(v["exposed_ns"]["min"]),
+                            ms(v["exposed_ns"]["median"]),
+                            ms(v["exposed_ns"]["max"]),
+                        ]
+                        for name, v in p["layers"].items()
+                    ],
+                )
+            )
         for s in p["stragglers"]:
             out.append(f"straggler rank {s['rank']}: step {s['vs_median']:.2f}x the median; " + "; ".join(s["why"]))
         for s in p["sick_links"]:
-            out.append(f"slow link? rank {s['rank']} {s['direction']} {s['gbps']:.1f} GB/s "
-                       f"vs median {s['median_gbps']:.1f} GB/s")
+            out.append(
+                f"slow link? rank {s['rank']} {s['direction']} {s['gbps']:.1f} GB/s "
+                f"vs median {s['median_gbps']:.1f} GB/s"
+            )
     return "\n".join(out)

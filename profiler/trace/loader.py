@@ -208,11 +208,7 @@ class Trace:
         df = self._read(MEMCPY_TABLE, spec)
         cls = copy_class(pl.col("copy_kind"))
         host = (
-            pl.when(cls == "h2d")
-            .then(pl.col("src_kind"))
-            .when(cls == "d2h")
-            .then(pl.col("dst_kind"))
-            .otherwise(None)
+            pl.when(cls == "h2d").then(pl.col("src_kind")).when(cls == "d2h").then(pl.col("dst_kind")).otherwise(None)
         )
         return df.with_columns(
             _pid(pl.col("global_pid")).alias("pid"),
@@ -266,9 +262,7 @@ class Trace:
         }
         df = self._read(NVTX_TABLE, spec)
         strings = self._strings(df["text_id"]).rename({"id": "text_id", "value": "reg"})
-        df = df.join(strings, on="text_id", how="left").with_columns(
-            pl.coalesce("raw_text", "reg").alias("text")
-        )
+        df = df.join(strings, on="text_id", how="left").with_columns(pl.coalesce("raw_text", "reg").alias("text"))
         domains = (
             df.filter(pl.col("event_type") == NVTX_DOMAIN_CREATE)
             .group_by("domain_id")
@@ -287,6 +281,19 @@ class Trace:
             _tid(pl.col("global_tid")).alias("tid"),
             "range_id",
         )
+
+    @cached_property
+    def memory_events(self) -> pl.DataFrame:
+        """CUDA device memory allocations and frees (``--cuda-memory-usage=true``):
+        device, start, bytes, op (0 allocation, 1 deallocation), mem_kind."""
+        spec = {
+            "device": ("deviceId", I64),
+            "start": ("start", I64),
+            "bytes": ("bytes", I64),
+            "op": ("memoryOperationType", I64),
+            "mem_kind": ("memKind", I64),
+        }
+        return self._read("CUDA_GPU_MEMORY_USAGE_EVENTS", spec)
 
     # --- target facts -------------------------------------------------------
     @cached_property
@@ -329,9 +336,7 @@ def open_trace(path: str | Path) -> Trace:
             meta: dict[str, str] = {}
             if "META_DATA_EXPORT" in tables:
                 meta = {
-                    str(k): str(v)
-                    for k, v in con.execute("SELECT name, value FROM META_DATA_EXPORT")
-                    if v is not None
+                    str(k): str(v) for k, v in con.execute("SELECT name, value FROM META_DATA_EXPORT") if v is not None
                 }
             counts = {
                 t: sqlite_io.count_rows(con, t)

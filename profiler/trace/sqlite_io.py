@@ -160,9 +160,7 @@ def _conform(df: pl.DataFrame, names: Sequence[str], schema: dict[str, pl.DataTy
         if col.dtype == pl.Null or len(col) == 0:
             col = pl.Series(name, [None] * len(col), dtype=dtype)
         elif col.dtype == pl.Binary and dtype == pl.String:  # BLOBs where text was expected
-            col = pl.Series(
-                name, [None if v is None else v.decode("utf-8", "replace") for v in col], dtype=pl.String
-            )
+            col = pl.Series(name, [None if v is None else v.decode("utf-8", "replace") for v in col], dtype=pl.String)
         elif col.dtype != dtype:
             col = col.cast(dtype, strict=False)
         out.append(col)
