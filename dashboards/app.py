@@ -16,6 +16,7 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 RUN_COLUMNS = [
     ("run", "run", "text"),
     ("policy", "policy", "text"),
+    ("rank", "rank", "numeric"),
     ("status", "status", "text"),
     ("date", "date", "text"),
     ("device", "device", "text"),
@@ -144,6 +145,15 @@ def create_app(store: RunStore) -> dash.Dash:
                         ],
                     ),
                     dcc.Tab(
+                        label="Ranks",
+                        value="ranks",
+                        children=[
+                            dcc.Dropdown(id="rank-policy", clearable=False, placeholder="policy"),
+                            dcc.Loading(dcc.Graph(id="rank-heatmap")),
+                            html.Ul(id="rank-findings"),
+                        ],
+                    ),
+                    dcc.Tab(
                         label="Copy streams",
                         value="streams",
                         children=[
@@ -235,6 +245,55 @@ def create_app(store: RunStore) -> dash.Dash:
         def default_run(options: list[dict[str, str]], value: str | None):
             values = [o["value"] for o in options or []]
             return value if value in values else (values[0] if values else None)
+
+    def selected_summaries(selected: list[int], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = []
+        for i in selected or []:
+            if i < len(rows or []) and rows[i]["id"] in store.results:
+                out.append({**store.results[rows[i]["id"]].summary, "path": store.refs[rows[i]["id"]].name})
+        return out
+
+    @app.callback(
+        Output("rank-policy", "options"),
+        Output("rank-policy", "value"),
+        Input("runs", "selected_rows"),
+        State("runs", "data"),
+        State("rank-policy", "value"),
+    )
+    def on_rank_runs(selected: list[int], rows: list[dict[str, Any]], current: str | None):
+        ranked = [s for s in selected_summaries(selected, rows) if s.get("rank") is not None]
+        policies = sorted({s["policy"] for s in ranked})
+        value = current if current in policies else (policies[0] if policies else None)
+        return [{"label": p, "value": p} for p in policies], value
+
+    @app.callback(
+        Output("rank-heatmap", "figure"),
+        Output("rank-findings", "children"),
+        Input("rank-policy", "value"),
+        State("runs", "selected_rows"),
+        State("runs", "data"),
+    )
+    def on_rank_policy(policy: str | None, selected: list[int], rows: list[dict[str, Any]]):
+        from profiler.analysis.ranks import cross_rank
+
+        runs = [s for s in selected_summaries(selected, rows) if s.get("rank") is not None and s["policy"] == policy]
+        fig = figures.rank_heatmap(runs, policy)
+        doc = cross_rank(runs)["policies"].get(policy) if runs else None
+        items = []
+        if doc:
+            items += [
+                html.Li(f"straggler rank {s['rank']}: step {s['vs_median']:.2f}x the median; " + "; ".join(s["why"]))
+                for s in doc["stragglers"]
+            ]
+            items += [
+                html.Li(
+                    f"slow link? rank {s['rank']} {s['direction']} {s['gbps']:.1f} GB/s vs median "
+                    f"{s['median_gbps']:.1f} GB/s"
+                )
+                for s in doc["sick_links"]
+            ]
+            items = items or [html.Li("no straggler and no slow link among these ranks")]
+        return fig, items
 
     @app.callback(Output("layer-graph", "figure"), Input("layer-run", "value"))
     def on_layer_run(rid: str | None):

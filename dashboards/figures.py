@@ -48,6 +48,7 @@ def run_row(rid: str, name: str, summary: dict[str, Any], manifest: dict[str, An
         "id": rid,
         "run": name,
         "policy": summary["policy"],
+        "rank": summary.get("rank"),
         "date": (man.get("started") or "")[:19].replace("T", " "),
         "device": ", ".join(summary.get("gpus") or []) or "-",
         "status": man.get("status", "trace"),
@@ -173,6 +174,37 @@ def policy_figure(runs: list[tuple[str, dict[str, Any]]]) -> go.Figure:
         )
     fig.update_layout(barmode="group", height=380, margin={"t": 40, "b": 40}, legend={"orientation": "h"})
     return fig
+
+
+def rank_heatmap(summaries: list[dict[str, Any]], policy: str | None) -> go.Figure:
+    """Rank by layer: exposed copy time (ms) of each rank's layers, for one policy."""
+    runs = sorted(
+        (s for s in summaries if s["policy"] == policy and s.get("rank") is not None), key=lambda s: s["rank"]
+    )
+    if not runs:
+        return empty(go.Figure(), "Select runs that are ranks of one job (a rank in their name or manifest)")
+    layers = sorted({n for s in runs for n in s["layers"]}, key=_natural)
+    z = [[s["layers"][n]["offload"]["exposed_ns"] / 1e6 if n in s["layers"] else None for n in layers] for s in runs]
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=[esc(n) for n in layers],
+            y=[f"rank {s['rank']}" for s in runs],
+            colorscale="Reds",
+            colorbar={"title": "exposed ms"},
+            customdata=[[s["rank"]] * len(layers) for s in runs],
+        )
+    )
+    fig.update_layout(
+        height=max(300, 24 * len(runs) + 120), xaxis_title="layer", margin={"t": 20}, yaxis={"autorange": "reversed"}
+    )
+    return fig
+
+
+def _natural(text: str) -> list[Any]:
+    import re
+
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
 
 
 def layer_figure(summary: dict[str, Any]) -> go.Figure:

@@ -169,3 +169,24 @@ def test_compare_two_real_cpu_runs(nsys, tmp_path):
     assert "`none`" in proc.stdout and "`offload_qkv`" in proc.stdout
     assert "nsys 2023.4" in proc.stdout and "profile --trace=" in proc.stdout
     assert Path(runs["base"]).is_dir()
+
+
+def test_multi_rank_sides_compare_the_slowest_rank(build, tmp_path):
+    base, head = tmp_path / "base", tmp_path / "head"
+    base.mkdir()
+    head.mkdir()
+    for r in range(3):
+        training_export(exposed={0: 10_000 * r}).write(base / f"report.{r}.sqlite")
+        jitter = (300_000,) if r == 1 else (0,)
+        training_export(exposed={0: 10_000 * r + (50_000 if r == 1 else 0)}, step_jitter=jitter).write(
+            head / f"report.{r}.sqlite"
+        )
+    by_glob = run_cli("compare", "--format", "json", str(base / "report.*.sqlite"), str(head / "report.*.sqlite"))
+    assert by_glob.returncode == 1, by_glob.stderr
+    proc = run_cli("compare", "--format", "markdown", str(base), str(head))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "`offload_qkv` ranks: base: 3 ranks" in proc.stdout
+    assert "compared rank 1 (slowest)" in proc.stdout
+    doc = json.loads(run_cli("compare", "--format", "json", str(base), str(head)).stdout)
+    spread = doc["policies"][0]["rank_spread"]
+    assert spread["base"]["max"] == 20_000 and spread["head"]["max"] == 60_000

@@ -218,3 +218,49 @@ def test_cache_is_written_beside_and_reused(runs):
     store2 = RunStore([runs])
     assert store2.get(rid).summary["copies"] == first["copies"]
     assert cache.stat().st_mtime_ns != before
+
+
+def test_rank_heatmap(browser, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("rankdash")
+    for r in range(3):
+        training_export(exposed={1: 20_000 * r}, step_jitter=(500_000,) if r == 2 else (0,)).write(
+            folder / f"report.{r}.sqlite"
+        )
+    port = free_port()
+    env = {**os.environ, "XDG_CACHE_HOME": str(folder / "cache")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dashboards", str(folder), "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        for _ in range(150):
+            try:
+                urllib.request.urlopen(url, timeout=1)
+                break
+            except OSError:
+                time.sleep(0.2)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(url)
+        wait_rows(page, 3)
+        page.get_by_text("Ranks", exact=True).click()
+        page.wait_for_function(
+            "document.querySelector('#rank-heatmap .js-plotly-plot') && "
+            "document.querySelector('#rank-heatmap .js-plotly-plot').data.length == 1",
+            timeout=60_000,
+        )
+        (heat,) = figure_data(page, "rank-heatmap")
+        doc = json.loads(run_cli("analyze", "--ranks", "--json", str(folder)).stdout)
+        want = [[r["layers_exposed_ns"][layer] / 1e6 for layer in heat["x"]] for r in doc["per_rank"]]
+        assert heat["z"] == want
+        assert heat["y"] == ["rank 0", "rank 1", "rank 2"]
+        page.wait_for_function(
+            "document.querySelector('#rank-findings').innerText.includes('straggler rank 2')", timeout=30_000
+        )
+        page.screenshot(path=str(ARTIFACTS / "dashboard-ranks.png"), full_page=True)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)

@@ -119,11 +119,41 @@ def crossed(t: Threshold, d: dict[str, Any], spread: float | None) -> tuple[bool
     return True, None
 
 
-def _by_policy(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
+def _by_policy(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
     for r in runs:
-        out[r["policy"]] = r  # later runs of a policy replace earlier ones
+        out.setdefault(r["policy"], []).append(r)
     return out
+
+
+def _ranked(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs of one policy that are ranks of one job (two or more distinct ranks)."""
+    ranked = [r for r in runs if r.get("rank") is not None]
+    return ranked if len({r["rank"] for r in ranked}) >= 2 else []
+
+
+def representative(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run compared for a policy: the slowest rank of a multi-rank job (it sets the pace
+    of synchronous training), else the latest run."""
+    ranked = _ranked(runs)
+    if ranked:
+        return max(ranked, key=lambda r: (r.get("median_step_ns") or 0, r["copies"]["offload"]["exposed_ns"]))
+    return runs[-1]
+
+
+def rank_spread(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """min/median/max of exposed copy time (per-step median when steps exist) over the ranks."""
+    ranked = _ranked(runs)
+    if not ranked:
+        return None
+    vals = [run_value(r, "exposed_ns") or 0 for r in ranked]
+    return {
+        "ranks": len(ranked),
+        "min": min(vals),
+        "median": statistics.median(vals),
+        "max": max(vals),
+        "compared_rank": representative(runs)["rank"],
+    }
 
 
 def compare(
@@ -142,7 +172,8 @@ def compare(
         "failures": [],
     }
     for p in policies:
-        b, h = base[p], head[p]
+        spread = {"base": rank_spread(base[p]), "head": rank_spread(head[p])}
+        b, h = representative(base[p]), representative(head[p])
         metrics = {}
         for m in METRICS:
             d = delta(run_value(b, m), run_value(h, m))
@@ -176,6 +207,7 @@ def compare(
                     "in_base": [n for n in hl if n not in bl],
                 },
                 "runs": {"base": _provenance(b), "head": _provenance(h)},
+                "rank_spread": spread if any(spread.values()) else None,
             }
         )
     result["passed"] = not result["failures"]

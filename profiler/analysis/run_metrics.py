@@ -63,6 +63,11 @@ def collect(trace: Trace, manifest: dict[str, Any] | None = None, detail: bool =
         entry["per_device"].append(row["copies"])
         entry["top_kernels"] += row["top_kernels"]
     policy = (manifest or {}).get("policy") or bd.policy or "default"
+    rank = (manifest or {}).get("rank")
+    if rank is None:
+        from profiler.analysis.ranks import rank_from_name
+
+        rank = rank_from_name(trace.path)
     step_rows = []
     for s in steps["steps"]:
         off = totals([c["offload"] for c in s["devices"].values()])
@@ -79,6 +84,7 @@ def collect(trace: Trace, manifest: dict[str, Any] | None = None, detail: bool =
     included = [s["duration_ns"] for s in step_rows if not s["excluded"]]
     return {
         "policy": policy,
+        "rank": rank,
         "trace": str(trace.path),
         "nsys_version": trace.nsys_version,
         "manifest": manifest,

@@ -84,6 +84,22 @@ def _failed(pol: dict[str, Any], metric: str) -> bool:
     return any(c["failed"] and c["threshold"].startswith(metric + ":") for c in pol["checks"])
 
 
+def rank_line(pol: dict[str, Any]) -> str:
+    """Per-rank spread of exposed copy time on both sides of a multi-rank policy."""
+    parts = []
+    for side in ("base", "head"):
+        s = pol["rank_spread"][side]
+        if s is None:
+            parts.append(f"{side}: one run")
+            continue
+        parts.append(
+            f"{side}: {s['ranks']} ranks, exposed min/median/max {value('exposed_ns', s['min'])} / "
+            f"{value('exposed_ns', s['median'])} / {value('exposed_ns', s['max'])}, "
+            f"compared rank {s['compared_rank']} (slowest)"
+        )
+    return f"`{pol['policy']}` ranks: " + "; ".join(parts)
+
+
 def render_markdown(cmp: dict[str, Any]) -> str:
     """A pull-request comment: verdict, summary table, per-layer details, provenance."""
     out = [f"### {verdict(cmp)}", ""]
@@ -96,6 +112,9 @@ def render_markdown(cmp: dict[str, Any]) -> str:
             cells += [cell(m, pol["metrics"][m], _failed(pol, m)) for m in SUMMARY_METRICS]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
+        for pol in cmp["policies"]:
+            if pol.get("rank_spread"):
+                out += [rank_line(pol), ""]
         notes = [
             f"`{pol['policy']}` {c['threshold']}: {c['note']}"
             for pol in cmp["policies"]

@@ -1,4 +1,5 @@
-"""What ``compare`` and ``record`` accept as a run: a trace, a run folder, a runs folder, a label."""
+"""What ``compare`` and ``record`` accept as runs: a trace, a run folder, a folder of runs or of
+exports (the ranks of one job), a glob of exports, or a label in the results database."""
 
 from __future__ import annotations
 
@@ -30,14 +31,17 @@ def trace_of(run_dir: Path) -> Path:
 
 def load_runs(arg: str, db: Path, nsys: str | None = None) -> list[dict[str, Any]]:
     """The runs *arg* names, analyzed (or read back from the results database)."""
+    from profiler.parallel import rank_inputs
+
     path = Path(arg)
     if path.is_dir():
         folders = run_folders(path)
-        if not folders:
-            raise InputError(path, "holds no profile-step run (no manifest.json)")
-        return [collect(load_trace(trace_of(f), nsys), find_manifest(trace_of(f))) for f in folders]
+        traces = [trace_of(f) for f in folders] if folders else rank_inputs(arg)  # run folders, else exports
+        return [collect(load_trace(t, nsys), find_manifest(t)) for t in traces]
     if path.exists():
         return [collect(load_trace(path, nsys), find_manifest(path))]
+    if any(c in arg for c in "*?["):
+        return [collect(load_trace(t, nsys), find_manifest(t)) for t in rank_inputs(arg)]
     if db.is_file():
         return load_label(db, arg)
     raise InputError(arg, f"is neither a trace, a run folder, nor a label (no results database {db})")
