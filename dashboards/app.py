@@ -270,7 +270,7 @@ def create_app(store: RunStore) -> dash.Dash:
         Output("rank-heatmap", "figure"),
         Output("rank-findings", "children"),
         Input("rank-policy", "value"),
-        State("runs", "selected_rows"),
+        Input("runs", "selected_rows"),
         State("runs", "data"),
     )
     def on_rank_policy(policy: str | None, selected: list[int], rows: list[dict[str, Any]]):

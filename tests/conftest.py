@@ -47,6 +47,24 @@ def build(tmp_path: Path):
     return _write
 
 
+def nsys_stats_csv(nsys: Path, report: str, path: Path, cwd: Path | None = None) -> list[dict[str, str]]:
+    """The rows of ``nsys stats --report REPORT --format csv`` on *path* (nsys's own numbers)."""
+    import csv
+    import io
+
+    proc = subprocess.run(
+        [str(nsys), "stats", "--report", report, "--format", "csv", "--output", "-", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        check=False,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip() and not ln.startswith(("Processing", "SKIPPED"))]
+    return list(csv.DictReader(io.StringIO("\n".join(lines))))
+
+
 def run_cli(
     *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600
 ) -> subprocess.CompletedProcess[str]:

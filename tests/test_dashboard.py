@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -65,12 +66,13 @@ def runs(tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.fixture(scope="module")
-def server(runs):
+@contextlib.contextmanager
+def dashboard(folder: Path):
+    """`python -m dashboards FOLDER` on a free port; yields its URL once it answers."""
     port = free_port()
-    env = {**os.environ, "XDG_CACHE_HOME": str(runs / "cache")}
+    env = {**os.environ, "XDG_CACHE_HOME": str(folder / "cache")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dashboards", str(runs), "--port", str(port)],
+        [sys.executable, "-m", "dashboards", str(folder), "--port", str(port)],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -78,18 +80,26 @@ def server(runs):
         text=True,
     )
     url = f"http://127.0.0.1:{port}/"
-    for _ in range(150):
-        try:
-            urllib.request.urlopen(url, timeout=1)
-            break
-        except OSError:
-            time.sleep(0.2)
-    else:
-        proc.kill()
-        pytest.fail(proc.stdout.read())
-    yield url
-    proc.terminate()
-    proc.wait(timeout=20)
+    try:
+        for _ in range(150):
+            try:
+                urllib.request.urlopen(url, timeout=1)
+                break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            proc.kill()
+            pytest.fail(proc.stdout.read())
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def server(runs):
+    with dashboard(runs) as url:
+        yield url
 
 
 def analyze_json(path: Path, *extra: str) -> dict:
@@ -226,30 +236,16 @@ def test_rank_heatmap(browser, tmp_path_factory):
         training_export(exposed={1: 20_000 * r}, step_jitter=(500_000,) if r == 2 else (0,)).write(
             folder / f"report.{r}.sqlite"
         )
-    port = free_port()
-    env = {**os.environ, "XDG_CACHE_HOME": str(folder / "cache")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dashboards", str(folder), "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        url = f"http://127.0.0.1:{port}/"
-        for _ in range(150):
-            try:
-                urllib.request.urlopen(url, timeout=1)
-                break
-            except OSError:
-                time.sleep(0.2)
+    with dashboard(folder) as url:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(url)
         wait_rows(page, 3)
+        page.wait_for_function("document.querySelector('#progress').innerText.includes('3 run(s)')", timeout=60_000)
         page.get_by_text("Ranks", exact=True).click()
         page.wait_for_function(
             "document.querySelector('#rank-heatmap .js-plotly-plot') && "
-            "document.querySelector('#rank-heatmap .js-plotly-plot').data.length == 1",
+            "document.querySelector('#rank-heatmap .js-plotly-plot').data.length == 1 && "
+            "document.querySelector('#rank-heatmap .js-plotly-plot').data[0].y.length == 3",
             timeout=60_000,
         )
         (heat,) = figure_data(page, "rank-heatmap")
@@ -261,6 +257,3 @@ def test_rank_heatmap(browser, tmp_path_factory):
             "document.querySelector('#rank-findings').innerText.includes('straggler rank 2')", timeout=30_000
         )
         page.screenshot(path=str(ARTIFACTS / "dashboard-ranks.png"), full_page=True)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)

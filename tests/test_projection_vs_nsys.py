@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import csv
-import io
-import subprocess
-
 import polars as pl
 import pytest
 
 from profiler.analysis.breakdown import Breakdown
 from profiler.trace import open_trace
+from tests.conftest import nsys_stats_csv
 
 pytestmark = [pytest.mark.nsys, pytest.mark.shared]
 
@@ -24,27 +21,8 @@ TRACES = [
 
 
 def nsys_projection(nsys, path) -> dict[tuple[int, str, int], int]:
-    out = subprocess.run(
-        [
-            str(nsys),
-            "stats",
-            "--report",
-            "nvtx_gpu_proj_trace",
-            "--format",
-            "csv",
-            "--output",
-            "-",
-            str(path),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    ).stdout
-    lines = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("Processing")]
-    rows = [r for r in csv.DictReader(io.StringIO("\n".join(lines))) if r["Orig Start (ns)"]]
-    # nsys prefixes a domain's ranges with "DOMAIN:"; we keep the message itself
-    return {(int(r["Orig Start (ns)"]), r["Name"].split(":", 1)[-1], int(r["TID"])): int(r["NumGPUOps"]) for r in rows}
+    rows = [r for r in nsys_stats_csv(nsys, "nvtx_gpu_proj_trace", path) if r["Orig Start (ns)"]]
+    return {(int(r["Orig Start (ns)"]), r["Name"], int(r["TID"])): int(r["NumGPUOps"]) for r in rows}
 
 
 @pytest.mark.parametrize("name", TRACES)

@@ -5,14 +5,13 @@ from __future__ import annotations
 import csv
 import json
 import sqlite3
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from profiler.analysis.summary import analyze
 from profiler.trace import open_trace
-from tests.conftest import SHARED_TRACES, run_cli
+from tests.conftest import SHARED_TRACES, nsys_stats_csv, run_cli
 
 pytestmark = pytest.mark.shared
 
@@ -99,30 +98,8 @@ def test_overlapping_streams_trace_has_hidden_copies(shared_traces):
 
 def nsys_stats_mem_time(nsys: Path, path: Path, tmp: Path) -> dict[str, tuple[int, int]]:
     """Operation -> (total ns, count) from ``nsys stats --report cuda_gpu_mem_time_sum``."""
-    proc = subprocess.run(
-        [
-            str(nsys),
-            "stats",
-            "--report",
-            "cuda_gpu_mem_time_sum",
-            "--format",
-            "csv",
-            "--output",
-            "-",
-            str(path),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp,
-        check=False,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("Time", '"Time')) or ln[:1].isdigit()]
-    out = {}
-    for row in csv.DictReader(lines):
-        out[row["Operation"]] = (int(row["Total Time (ns)"]), int(row["Count"]))
-    return out
+    rows = nsys_stats_csv(nsys, "cuda_gpu_mem_time_sum", path, cwd=tmp)
+    return {r["Operation"]: (int(r["Total Time (ns)"]), int(r["Count"])) for r in rows}
 
 
 @pytest.mark.nsys

@@ -18,17 +18,11 @@ from typing import Any
 
 import sqlite_utils
 
+from profiler.analysis.run_metrics import SUM_KEYS
 from profiler.errors import InputError
 
 METRIC_COLUMNS = (
-    "count",
-    "bytes",
-    "duration_sum_ns",
-    "busy_ns",
-    "overlap_compute_ns",
-    "overlap_nccl_ns",
-    "overlap_any_ns",
-    "exposed_ns",
+    *SUM_KEYS,
     "hidden_fraction",
     "gbps",
 )
