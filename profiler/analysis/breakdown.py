@@ -157,7 +157,13 @@ class Breakdown:
         """Per step instance: duration, copy metrics; warm-up and outlier steps flagged and excluded."""
         steps = self.step_ranges()
         if steps.height == 0:
-            return {"steps": [], "attribution": None, "excluded": []}
+            return {
+                "steps": [],
+                "attribution": None,
+                "excluded": [],
+                "median_step_ns": None,
+                "median_included_step_ns": None,
+            }
         ids = steps.select("range_id", "index", "name", "start", "end")
         assigned = self.pairs.join(ids, on="range_id")
         how = "launch thread"
@@ -194,7 +200,14 @@ class Breakdown:
             )
             if reason:
                 excluded.append({"name": lab, "reason": reason})
-        return {"steps": out, "attribution": how, "excluded": excluded, "median_step_ns": int(median)}
+        kept = [s["duration_ns"] for s in out if not s["excluded"]]
+        return {
+            "steps": out,
+            "attribution": how,
+            "excluded": excluded,
+            "median_step_ns": int(median),  # over all steps: the yardstick for outliers
+            "median_included_step_ns": int(np.median(kept)) if kept else None,  # what summaries report
+        }
 
     @cached_property
     def layer_ranges(self) -> pl.DataFrame:

@@ -169,9 +169,3 @@ def _covered_below(bs: np.ndarray, be: np.ndarray, cum: np.ndarray, x: np.ndarra
     jj = np.maximum(j, 0)
     part = cum[jj] + np.minimum(x, be[jj]) - bs[jj]
     return np.where(j >= 0, part, 0)
-
-
-def select_groups(iv: Intervals, groups: object) -> Intervals:
-    """The part of *iv* whose group is in *groups*."""
-    keep = np.isin(iv.group, _arr(groups))
-    return Intervals(iv.group[keep], iv.start[keep], iv.end[keep])

@@ -8,7 +8,6 @@ numbers come from ``overlap``/``breakdown``; nothing is computed twice.
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +80,6 @@ def collect(trace: Trace, manifest: dict[str, Any] | None = None, detail: bool =
                 "hidden_fraction": off["hidden_fraction"],
             }
         )
-    included = [s["duration_ns"] for s in step_rows if not s["excluded"]]
     return {
         "policy": policy,
         "rank": rank,
@@ -90,7 +88,7 @@ def collect(trace: Trace, manifest: dict[str, Any] | None = None, detail: bool =
         "manifest": manifest,
         "gpus": sorted(set(trace.devices["name"].drop_nulls().to_list())),
         "steps": step_rows,
-        "median_step_ns": int(statistics.median(included)) if included else None,
+        "median_step_ns": steps["median_included_step_ns"],
         "copies": {d: totals([dev["copies"][d] for dev in devices.values()]) for d in DIRECTIONS},
         "devices": {dev: {d: m["copies"][d] for d in DIRECTIONS} for dev, m in devices.items()},
         "streams": {dev: m["streams"] for dev, m in devices.items()},

@@ -31,15 +31,14 @@ def annotated_ranges(nvtx: pl.DataFrame, prefix: str) -> pl.DataFrame:
 
 
 def step_summary(nvtx: pl.DataFrame) -> dict[str, Any]:
-    """Steps and warm-up steps seen, median step time, and the policy the trace is labelled with."""
+    """Steps and warm-up steps seen, and the policy the trace is labelled with (step times and
+    their median, outliers left out, come from ``Breakdown.by_step``)."""
     steps = annotated_ranges(nvtx, STEP_PREFIX)
     warm = annotated_ranges(nvtx, WARMUP_PREFIX)
     policies = annotated_ranges(nvtx, POLICY_PREFIX)["value"].unique(maintain_order=True).to_list()
-    med = steps["duration_ns"].median() if steps.height else None
     return {
         "policy": policies[0] if len(policies) == 1 else (policies or None),
         "steps": steps.height,
         "warmup_steps": warm.height,
-        "median_step_ns": int(med) if med is not None else None,
         "step_ns": steps["duration_ns"].to_list(),
     }

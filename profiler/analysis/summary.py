@@ -54,22 +54,20 @@ def analyze(
     return doc
 
 
-def offload_totals(devices: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The ``offload`` class summed over devices (hidden fraction recomputed from the sums)."""
-    keys = ("count", "bytes", "busy_ns", "overlap_any_ns", "exposed_ns", "duration_sum_ns")
-    tot = {k: sum(d["copies"]["offload"][k] for d in devices.values()) for k in keys}
-    tot["hidden_fraction"] = tot["overlap_any_ns"] / tot["busy_ns"] if tot["busy_ns"] else None
-    return tot
-
-
 def run_summary(trace: Trace) -> dict[str, Any]:
-    """What a finished run shows: its steps and its offload copies over all devices."""
+    """What a finished run shows: its steps (outliers left out of the median, as everywhere) and
+    its offload copies over all devices."""
+    from profiler.analysis.breakdown import Breakdown
+    from profiler.analysis.run_metrics import totals
     from profiler.analysis.steps import step_summary
 
     doc = analyze(trace)
+    steps = Breakdown(trace).by_step(copies=False)
     return {
         **step_summary(trace.nvtx),
+        "median_step_ns": steps["median_included_step_ns"],
+        "excluded_steps": steps["excluded"],
         "devices": doc["devices"],
-        "offload": offload_totals(doc["devices"]),
+        "offload": totals([d["copies"]["offload"] for d in doc["devices"].values()]),
         "analysis": doc,
     }
