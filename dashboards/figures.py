@@ -72,8 +72,25 @@ def error_row(rid: str, name: str, message: str) -> dict[str, Any]:
     }
 
 
-def _hidden_exposed(m: dict[str, Any]) -> tuple[float, float]:
-    return (m["overlap_any_ns"] / 1e6, m["exposed_ns"] / 1e6)
+def hidden_exposed_bars(
+    fig: go.Figure, x: list[str], copies: list[dict[str, Any]], customdata: Any = None, **where: int
+) -> None:
+    """Per direction, copy time hidden (green) with exposed (red) stacked on it, one group per x.
+
+    *copies* holds, per x, the copy-class metrics by direction (``{"d2h": {...}, "h2d": {...}}``).
+    """
+    for direction in ("d2h", "h2d"):
+        hidden = [c[direction]["overlap_any_ns"] / 1e6 for c in copies]
+        exposed = [c[direction]["exposed_ns"] / 1e6 for c in copies]
+        style = {
+            "offsetgroup": direction,
+            "marker_pattern_shape": "" if direction == "d2h" else "/",
+            "customdata": customdata,
+        }
+        fig.add_bar(x=x, y=hidden, name=f"{direction} hidden", marker_color=COLORS["hidden"], **style, **where)
+        fig.add_bar(
+            x=x, y=exposed, name=f"{direction} exposed", base=hidden, marker_color=COLORS["exposed"], **style, **where
+        )
 
 
 def empty(fig: go.Figure, message: str) -> go.Figure:
@@ -109,30 +126,7 @@ def policy_figure(runs: list[tuple[str, dict[str, Any]]]) -> go.Figure:
     if not runs:
         return empty(fig, "Select runs in the table")
     labels = [esc(label) for label, _ in runs]
-    for direction in ("d2h", "h2d"):
-        hidden = [_hidden_exposed(s["copies"][direction])[0] for _, s in runs]
-        exposed = [_hidden_exposed(s["copies"][direction])[1] for _, s in runs]
-        fig.add_bar(
-            x=labels,
-            y=hidden,
-            name=f"{direction} hidden",
-            offsetgroup=direction,
-            marker_color=COLORS["hidden"],
-            marker_pattern_shape="" if direction == "d2h" else "/",
-            row=1,
-            col=1,
-        )
-        fig.add_bar(
-            x=labels,
-            y=exposed,
-            name=f"{direction} exposed",
-            offsetgroup=direction,
-            base=hidden,
-            marker_color=COLORS["exposed"],
-            marker_pattern_shape="" if direction == "d2h" else "/",
-            row=1,
-            col=1,
-        )
+    hidden_exposed_bars(fig, labels, [s["copies"] for _, s in runs], row=1, col=1)
     fig.add_bar(
         x=labels,
         y=[ms(s["median_step_ns"]) for _, s in runs],
@@ -213,31 +207,7 @@ def layer_figure(summary: dict[str, Any]) -> go.Figure:
     fig = go.Figure()
     if not layers:
         return empty(fig, "No layers in this run (layer=N ranges or XLA thunks under a named scope)")
-    for direction in ("d2h", "h2d"):
-        vals = [summary["layers"][n][direction] for n in layers]
-        hidden = [v["overlap_any_ns"] / 1e6 for v in vals]
-        exposed = [v["exposed_ns"] / 1e6 for v in vals]
-        pattern = "" if direction == "d2h" else "/"
-        x = [esc(n) for n in layers]
-        fig.add_bar(
-            x=x,
-            y=hidden,
-            name=f"{direction} hidden",
-            offsetgroup=direction,
-            marker_color=COLORS["hidden"],
-            marker_pattern_shape=pattern,
-            customdata=layers,
-        )
-        fig.add_bar(
-            x=x,
-            y=exposed,
-            name=f"{direction} exposed",
-            offsetgroup=direction,
-            base=hidden,
-            marker_color=COLORS["exposed"],
-            marker_pattern_shape=pattern,
-            customdata=layers,
-        )
+    hidden_exposed_bars(fig, [esc(n) for n in layers], [summary["layers"][n] for n in layers], customdata=layers)
     fig.update_layout(
         barmode="group",
         height=360,

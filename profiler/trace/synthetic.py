@@ -209,6 +209,19 @@ class ExportBuilder:
             self.rows["StringIds"].append({"id": self.strings[value], "value": value})
         return self.strings[value]
 
+    @staticmethod
+    def _op(start: int, end: int, device: int, stream: int, corr: int, pid: int) -> dict[str, object]:
+        """The columns every GPU activity table shares."""
+        return {
+            "start": start,
+            "end": end,
+            "deviceId": device,
+            "contextId": 1,
+            "streamId": stream,
+            "correlationId": corr,
+            "globalPid": global_tid(pid, 0),
+        }
+
     def next_correlation(self) -> int:
         self._corr += 1
         return self._corr
@@ -242,13 +255,7 @@ class ExportBuilder:
         corr = self.next_correlation() if correlation is None else correlation
         self.rows["CUPTI_ACTIVITY_KIND_KERNEL"].append(
             {
-                "start": start,
-                "end": end,
-                "deviceId": device,
-                "contextId": 1,
-                "streamId": stream,
-                "correlationId": corr,
-                "globalPid": global_tid(pid, 0),
+                **self._op(start, end, device, stream, corr, pid),
                 "demangledName": self.string(demangled if demangled is not None else name),
                 "shortName": short_id if short_id is not None else self.string(name),
                 "registersPerThread": 32,
@@ -290,13 +297,7 @@ class ExportBuilder:
             dst = host if host is not None else PINNED
         self.rows["CUPTI_ACTIVITY_KIND_MEMCPY"].append(
             {
-                "start": start,
-                "end": end,
-                "deviceId": device,
-                "contextId": 1,
-                "streamId": stream,
-                "correlationId": corr,
-                "globalPid": global_tid(pid, 0),
+                **self._op(start, end, device, stream, corr, pid),
                 "bytes": nbytes,
                 "copyKind": ck,
                 "srcKind": src,
@@ -319,13 +320,7 @@ class ExportBuilder:
         corr = self.next_correlation() if correlation is None else correlation
         self.rows["CUPTI_ACTIVITY_KIND_MEMSET"].append(
             {
-                "start": start,
-                "end": end,
-                "deviceId": device,
-                "contextId": 1,
-                "streamId": stream,
-                "correlationId": corr,
-                "globalPid": global_tid(pid, 0),
+                **self._op(start, end, device, stream, corr, pid),
                 "value": 0,
                 "bytes": nbytes,
             }
