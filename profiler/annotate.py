@@ -71,6 +71,14 @@ def capture(policy: str | None = None, **facts: Any) -> Iterator[None]:
     """
     policy = policy or policy_name()
     write_runtime_facts(policy=policy, **facts)
+    if _nvtx is None and os.environ.get(RUN_DIR_ENV):
+        print(
+            "profile-step: the Python nvtx binding is missing, so no NVTX range is emitted and nsys's "
+            "capture range never opens; install it (pip install 'nvtx>=0.2.8,<0.2.12') or run with "
+            "--keep-warmup",
+            file=sys.stderr,
+            flush=True,
+        )
     with nvtx_range(CAPTURE_RANGE), nvtx_range(POLICY_PREFIX + policy, color="purple"):
         yield
 

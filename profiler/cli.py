@@ -68,10 +68,15 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from profiler.analysis.summary import run_summary
     from profiler.capture.run import RunRequest, RunResult, run_all
-    from profiler.report.text import render_devices, render_policy_table
-    from profiler.trace import open_trace
+
+    try:  # capture needs no analysis packages; a bare GPU node may only have what training needs
+        from profiler.analysis.summary import run_summary
+        from profiler.report.text import render_devices, render_policy_table
+        from profiler.trace import open_trace
+    except ImportError as exc:
+        run_summary = None
+        print(f"profile-step: runs will not be analyzed here ({exc})", file=sys.stderr)
 
     policies = [p for p in args.policy or []]
     for group in args.policies or []:
@@ -100,7 +105,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "run_dir": str(res.run_dir),
         }
         print(f"\n== policy {res.policy}: {res.status} (exit {res.exit_code}) -> {res.run_dir}")
-        if res.sqlite is not None:
+        if res.sqlite is not None and run_summary is not None:
             try:
                 summary = run_summary(open_trace(res.sqlite))
             except ProfilerError as exc:
@@ -116,12 +121,12 @@ def cmd_run(args: argparse.Namespace) -> int:
                 )
                 if not args.no_summary:
                     print(render_devices(summary["analysis"]))
-        elif res.status != "interrupted":
+        elif res.sqlite is None and res.status != "interrupted":
             print(f"   no trace was written; see {res.run_dir / 'output.log'}")
         rows.append(row)
 
     results = run_all(req, on_result=show)
-    if len(rows) > 1:
+    if len(rows) > 1 and run_summary is not None:
         print("\n" + render_policy_table(rows))
     if any(r.status == "interrupted" for r in results):
         return 130

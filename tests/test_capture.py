@@ -237,3 +237,18 @@ def test_rank_from_the_launcher_names_the_run(nsys, tmp_path):
     (folder,) = runs_in(tmp_path)
     assert "-rank3-" in folder.name
     assert json.loads((folder / "manifest.json").read_text())["rank"] == 3
+
+
+@pytest.mark.nsys
+def test_capture_works_without_the_analysis_packages(nsys, tmp_path):
+    """A bare GPU node may lack polars: capture still runs and says the analysis is skipped."""
+    blocker = tmp_path / "block"
+    (blocker / "polars").mkdir(parents=True)
+    (blocker / "polars" / "__init__.py").write_text("raise ImportError('polars is not installed here')\n")
+    runs = tmp_path / "runs"
+    proc = run_cli("--runs-dir", str(runs), "--nsys", str(nsys), str(STEPS), env={"PYTHONPATH": f"{blocker}:{ROOT}"})
+    assert proc.returncode == 0, proc.stderr
+    assert "runs will not be analyzed here" in proc.stderr
+    (folder,) = runs_in(runs)
+    assert (folder / "trace.sqlite").is_file()
+    assert json.loads((folder / "manifest.json").read_text())["status"] == "ok"

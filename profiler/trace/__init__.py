@@ -1,18 +1,34 @@
-"""Finding nsys, exporting reports, and reading exports into typed polars frames."""
+"""Finding nsys, exporting reports, and reading exports into typed polars frames.
+
+The loader (and with it polars) is imported on first use, so that capture,
+which only needs ``profiler.trace.nsys``, runs on a machine without polars.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from profiler.trace.loader import Trace, open_trace
-from profiler.trace.nsys import export_report, is_report
+if TYPE_CHECKING:
+    from profiler.trace.loader import Trace
 
 __all__ = ["Trace", "load_trace", "open_trace"]
 
 
 def load_trace(path: str | Path, nsys: str | None = None) -> Trace:
     """Open an export, or a ``.nsys-rep`` through its (cached) SQLite export."""
+    from profiler.trace.loader import open_trace
+    from profiler.trace.nsys import export_report, is_report
+
     path = Path(path)
     if path.is_file() and is_report(path):
         return open_trace(export_report(path, nsys))
     return open_trace(path)
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Trace", "open_trace"):
+        from profiler.trace import loader
+
+        return getattr(loader, name)
+    raise AttributeError(name)
