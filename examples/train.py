@@ -28,6 +28,7 @@ On a CPU no data moves to host memory; the step still runs end to end.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 import time
@@ -212,6 +213,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     ap.add_argument("--lr", type=float, default=1e-2)
     ap.add_argument("--fail-at-step", type=int, default=None, help="raise at this step (for tests)")
+    ap.add_argument(
+        "--jax-trace",
+        default=None,
+        metavar="DIR",
+        help="also record the captured steps with jax.profiler (Perfetto trace) into DIR",
+    )
     args = ap.parse_args(argv)
     policy = args.policy or annotate.policy_name("none")
     if policy not in POLICIES:
@@ -238,7 +245,10 @@ def main(argv: list[str] | None = None) -> int:
             params, loss = step(params, tokens)
             jax.block_until_ready(loss)
     facts = {k: v for k, v in vars(args).items() if k != "policy"}
-    with annotate.capture(policy, model=facts):
+    jax_trace = (
+        jax.profiler.trace(args.jax_trace, create_perfetto_trace=True) if args.jax_trace else contextlib.nullcontext()
+    )
+    with annotate.capture(policy, model=facts), jax_trace:
         for i in range(args.steps):
             if args.fail_at_step == i:
                 raise RuntimeError(f"failing at step {i} as asked (--fail-at-step)")
