@@ -123,6 +123,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                     print(render_devices(summary["analysis"]))
         elif res.sqlite is None and res.status != "interrupted":
             print(f"   no trace was written; see {res.run_dir / 'output.log'}")
+            if res.status == "no-trace" and not args.keep_warmup:
+                print(
+                    "   (nsys records only inside annotate.capture(): did the script enter it? "
+                    "--keep-warmup captures from the start)"
+                )
         rows.append(row)
 
     results = run_all(req, on_result=show)

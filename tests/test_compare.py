@@ -190,3 +190,12 @@ def test_multi_rank_sides_compare_the_slowest_rank(build, tmp_path):
     doc = json.loads(run_cli("compare", "--format", "json", str(base), str(head)).stdout)
     spread = doc["policies"][0]["rank_spread"]
     assert spread["base"]["max"] == 20_000 and spread["head"]["max"] == 60_000
+
+
+def test_markdown_states_the_noise(build):
+    jitter = (0, 300_000, 0, 300_000, 150_000)
+    base = build(training_export(steps=5, step_jitter=jitter), "nb.sqlite")
+    head = build(training_export(steps=5, step_jitter=tuple(j + 60_000 for j in jitter)), "nh.sqlite")
+    proc = run_cli("compare", "--fail-on", "step_ns:+2%", "--format", "markdown", str(base), str(head))
+    assert proc.returncode == 0
+    assert "step_ns:+2%: within step-to-step noise (change +0.060 ms, +5.2%, noise ±0.300 ms)" in proc.stdout

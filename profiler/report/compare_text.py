@@ -80,6 +80,16 @@ def verdict(cmp: dict[str, Any]) -> str:
     return text
 
 
+def noise_text(pol: dict[str, Any], threshold: str) -> str:
+    """`` (noise ±X)`` for a check that the step-to-step spread kept from failing."""
+    metric = threshold.split(":")[0]
+    spread = pol["metrics"][metric].get("noise")
+    if spread is None:
+        return ""
+    text = f"{100 * spread:.1f} pt" if METRICS[metric][1] == "fraction" else value(metric, spread)
+    return f" (change {change(metric, pol['metrics'][metric])}, noise ±{text})"
+
+
 def _failed(pol: dict[str, Any], metric: str) -> bool:
     return any(c["failed"] and c["threshold"].startswith(metric + ":") for c in pol["checks"])
 
@@ -116,7 +126,7 @@ def render_markdown(cmp: dict[str, Any]) -> str:
             if pol.get("rank_spread"):
                 out += [rank_line(pol), ""]
         notes = [
-            f"`{pol['policy']}` {c['threshold']}: {c['note']}"
+            f"`{pol['policy']}` {c['threshold']}: {c['note']}" + noise_text(pol, c["threshold"])
             for pol in cmp["policies"]
             for c in pol["checks"]
             if c["note"] and c["note"] != "not measurable"
