@@ -275,3 +275,20 @@ def test_bad_nvtx_text_is_handled(build):
     doc = analyze(open_trace(build(b)), by="op")
     assert doc["attribution"]["malformed_xla_ranges"] == 1
     assert any(r["name"] == "f" for r in doc["ops"])
+
+
+def test_nvtx_text_that_is_not_utf8(build):
+    import sqlite3
+
+    b = ExportBuilder()
+    b.nvtx(0, 100, "placeholder", tid=A)
+    launch_copy(b, 10, (10, 20), "d2h", 8)
+    path = build(b)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE NVTX_EVENTS SET text = CAST(? AS TEXT) WHERE text = 'placeholder'", (b"layer\xff\xfe",))
+    con.commit()
+    con.close()
+    proc = run_cli("analyze", "--by", "range", "--json", str(path))
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)["ranges"]
+    assert row["name"].startswith("layer") and row["copies"]["d2h"]["bytes"] == 8
