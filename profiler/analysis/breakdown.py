@@ -265,7 +265,7 @@ class Breakdown:
         rows = self.measure(self.layer_assignment().rename({"layer": "group"}), order=order, top_kernels=top_kernels)
         seen = {r["name"] for r in rows}
         rows += [
-            {"name": name, "device": None, "copies": self.zero_metrics(), "top_kernels": []}
+            {"name": name, "device": None, "copies": self.zero_metrics, "top_kernels": []}
             for name in order
             if name not in seen
         ]
@@ -274,6 +274,7 @@ class Breakdown:
             r["policy"] = self.policy
         return rows
 
+    @cached_property
     def zero_metrics(self) -> dict[str, dict[str, Any]]:
         """The h2d/d2h/offload numbers of a group without copies."""
         empty = self.ops.clear().with_columns(pl.lit(0, pl.Int64).alias("key"))

@@ -221,6 +221,7 @@ def device_metrics(
     memsets: pl.DataFrame,
     only_device: int | None = None,
     memory: pl.DataFrame | None = None,
+    kernel_sets: KernelSets | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The ``devices`` object of METRICS.md, keyed by decimal deviceId."""
     if only_device is not None:
@@ -230,7 +231,8 @@ def device_metrics(
     win = windows(kernels, copies, memsets)
     devices = sorted(set(win) | set(invalid))
     spans = {d: w1 - w0 for d, (w0, w1) in win.items()}
-    ks = KernelSets.of(kernels)
+    # the caller may pass the unions of these same (unfiltered) kernels, computed once elsewhere
+    ks = kernel_sets if kernel_sets is not None and only_device is None else KernelSets.of(kernels)
     frames = offload_class_frames(copies)
     per_class = {
         c: class_metrics(frames[c], ks, devices, spans, full=c in OFFLOAD_CLASSES)

@@ -52,7 +52,9 @@ def collect(trace: Trace, manifest: dict[str, Any] | None = None, detail: bool =
     kernels that hid each layer's copies.
     """
     bd = Breakdown(trace)
-    devices = device_metrics(trace.kernels, trace.copies, trace.memsets, memory=trace.memory_events)
+    devices = device_metrics(
+        trace.kernels, trace.copies, trace.memsets, memory=trace.memory_events, kernel_sets=bd.kernel_sets
+    )
     steps = bd.by_step(copies=detail)
     layers: dict[str, dict[str, Any]] = {}
     for row in bd.by_layer(top_kernels=detail):

@@ -15,6 +15,18 @@ from pathlib import Path
 
 VM_BITS = 1 << 48  # nsys sets high bits of a GlobalId; the profiler must ignore them
 
+# The columns nsys's kernel, memcpy and memset tables begin with.
+GPU_OP_COLUMNS = [
+    "start INTEGER NOT NULL",
+    "end INTEGER NOT NULL",
+    "deviceId INTEGER NOT NULL",
+    "contextId INTEGER NOT NULL",
+    "greenContextId INTEGER",
+    "streamId INTEGER NOT NULL",
+    "correlationId INTEGER",
+    "globalPid INTEGER",
+]
+
 DDL: dict[str, list[str]] = {
     "StringIds": ["id INTEGER NOT NULL PRIMARY KEY", "value TEXT NOT NULL"],
     "META_DATA_EXPORT": ["name TEXT NOT NULL", "value TEXT"],
@@ -43,14 +55,7 @@ DDL: dict[str, list[str]] = {
         "flag INTEGER NOT NULL",
     ],
     "CUPTI_ACTIVITY_KIND_KERNEL": [
-        "start INTEGER NOT NULL",
-        "end INTEGER NOT NULL",
-        "deviceId INTEGER NOT NULL",
-        "contextId INTEGER NOT NULL",
-        "greenContextId INTEGER",
-        "streamId INTEGER NOT NULL",
-        "correlationId INTEGER",
-        "globalPid INTEGER",
+        *GPU_OP_COLUMNS,
         "demangledName INTEGER NOT NULL",
         "shortName INTEGER NOT NULL",
         "mangledName INTEGER",
@@ -73,14 +78,7 @@ DDL: dict[str, list[str]] = {
         "sharedMemoryLimitConfig INTEGER",
     ],
     "CUPTI_ACTIVITY_KIND_MEMCPY": [
-        "start INTEGER NOT NULL",
-        "end INTEGER NOT NULL",
-        "deviceId INTEGER NOT NULL",
-        "contextId INTEGER NOT NULL",
-        "greenContextId INTEGER",
-        "streamId INTEGER NOT NULL",
-        "correlationId INTEGER",
-        "globalPid INTEGER",
+        *GPU_OP_COLUMNS,
         "bytes INTEGER NOT NULL",
         "copyKind INTEGER NOT NULL",
         "deprecatedSrcId INTEGER",
@@ -95,14 +93,7 @@ DDL: dict[str, list[str]] = {
         "virtualAddress INTEGER",
     ],
     "CUPTI_ACTIVITY_KIND_MEMSET": [
-        "start INTEGER NOT NULL",
-        "end INTEGER NOT NULL",
-        "deviceId INTEGER NOT NULL",
-        "contextId INTEGER NOT NULL",
-        "greenContextId INTEGER",
-        "streamId INTEGER NOT NULL",
-        "correlationId INTEGER",
-        "globalPid INTEGER",
+        *GPU_OP_COLUMNS,
         "value INTEGER NOT NULL",
         "bytes INTEGER NOT NULL",
         "graphNodeId INTEGER",
