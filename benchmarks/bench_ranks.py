@@ -4,32 +4,39 @@
 
 Makes the exports first (benchmarks/data/ranks/report.<R>.sqlite: 80% kernels,
 20% copies, NVTX policy/step/layer ranges, a CUDA launch per op).  Also times,
-for reference, reading only the columns the analysis needs from every rank
-(ADBC, one rank after the other): the floor the serial run is measured against.
+for reference, reading only the columns the per-rank task reads from every
+rank (ADBC, one table after the other, one thread): the floor the serial run
+is measured against.  Every worker, the serial one included, is one thread
+(``POLARS_MAX_THREADS=1``, reads on the calling thread), so that the
+speed-ups are speed-ups in workers.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
+
+os.environ["POLARS_MAX_THREADS"] = "1"  # before polars is imported
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from benchmarks.make_export import make  # noqa: E402
 from profiler.analysis.ranks import cross_rank  # noqa: E402
-from profiler.parallel import map_ranks, rank_inputs  # noqa: E402
+from profiler.parallel import map_ranks, rank_inputs, single_threaded  # noqa: E402
 from profiler.trace.sqlite_io import _read_adbc, ro_uri  # noqa: E402
 
 DATA = HERE / "data" / "ranks"
+# the columns the per-rank task reads (kernels: spans and names only; runtime: what attribution needs)
 COLUMNS = {
-    "CUPTI_ACTIVITY_KIND_KERNEL": "deviceId, streamId, start, end, correlationId, globalPid, shortName, demangledName",
+    "CUPTI_ACTIVITY_KIND_KERNEL": "deviceId, start, end, shortName, demangledName",
     "CUPTI_ACTIVITY_KIND_MEMCPY": "deviceId, streamId, start, end, correlationId, globalPid, bytes, copyKind, "
     "srcKind, dstKind",
-    "CUPTI_ACTIVITY_KIND_RUNTIME": "start, end, globalTid, correlationId, nameId",
-    "NVTX_EVENTS": "start, end, eventType, text, textId, domainId, globalTid, endGlobalTid",
+    "CUPTI_ACTIVITY_KIND_RUNTIME": "start, globalTid, correlationId",
+    "NVTX_EVENTS": "start, end, eventType, text, textId, domainId, globalTid, endGlobalTid, rangeId",
 }
 
 
@@ -54,6 +61,7 @@ def main() -> None:
             make(p, a.events * 4 // 5, a.events // 5, 0, seed=r, annotate=True, steps=5, layers=16)
     print(f"exports ready ({time.perf_counter() - t:.0f} s)")
     paths = rank_inputs(str(DATA))[: a.ranks]
+    single_threaded()
     floor = read_floor(paths)
     print(f"{'engine':36s} {'wall s':>7s} {'speed-up':>8s}")
     print(f"{'(read needed columns only, serial)':36s} {floor:7.1f}")

@@ -21,7 +21,7 @@ def _json_dump(doc: Any) -> str:
 def cmd_ranks(args: argparse.Namespace) -> int:
     """``analyze DIR --ranks``: every rank's export, then the cross-rank view."""
     from profiler.analysis.ranks import DEFAULT_RANK_PATTERN, cross_rank
-    from profiler.parallel import map_ranks, rank_inputs
+    from profiler.parallel import map_ranks, rank_inputs, usable_cores
     from profiler.report.text import render_ranks
 
     paths = rank_inputs(args.trace)
@@ -32,7 +32,7 @@ def cmd_ranks(args: argparse.Namespace) -> int:
 
     results = map_ranks(
         paths,
-        jobs=args.jobs,
+        jobs=args.jobs if args.jobs is not None else usable_cores(),
         dask=args.dask,
         scheduler_file=args.dask_scheduler_file,
         nsys=args.nsys,
@@ -231,7 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="TRACE is a folder (or glob) of per-rank exports: per-rank numbers and the cross-rank view",
     )
-    a.add_argument("--jobs", type=int, default=1, help="with --ranks: local worker processes")
+    a.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="with --ranks: local workers, one rank each at a time (default: the usable cores; 1: serial)",
+    )
     a.add_argument("--dask", default=None, metavar="tcp://HOST:PORT", help="with --ranks: a Dask scheduler")
     a.add_argument("--dask-scheduler-file", default=None, metavar="FILE", help="with --ranks: a Dask scheduler file")
     a.add_argument(

@@ -65,46 +65,93 @@ def nvtx_ranges(nvtx: pl.DataFrame, trace_end: int | None) -> Ranges:
     )
 
 
-def gpu_ops(trace: Trace) -> pl.DataFrame:
-    """Every valid kernel, copy and memset with its launch: op_id, kind, device, stream, start,
-    end, name, is_nccl, cls, bytes, host_kind, pid, launch_start, launch_gtid (NULL when unknown)."""
+def gpu_ops(trace: Trace, kinds: tuple[str, ...] = OP_KINDS) -> pl.DataFrame:
+    """Every valid kernel, copy and memset (or only the *kinds* asked for) with its launch:
+    op_id, kind, device, stream, start, end, name, is_nccl, cls, bytes, host_kind, pid,
+    launch_start, launch_gtid (NULL when unknown)."""
     common = ["device", "stream", "start", "end", "correlation_id", "pid"]
     none = pl.lit(None, pl.String)
-    k = trace.kernels.select(
-        *common,
-        "name",
-        "is_nccl",
-        none.alias("cls"),
-        pl.lit(None, I64).alias("bytes"),
-        none.alias("host_kind"),
-        pl.lit("kernel").alias("kind"),
-    )
-    c = trace.copies.select(
-        *common,
-        none.alias("name"),
-        pl.lit(False).alias("is_nccl"),
-        "cls",
-        "bytes",
-        "host_kind",
-        pl.lit("copy").alias("kind"),
-    )
-    m = trace.memsets.select(
-        *common,
-        none.alias("name"),
-        pl.lit(False).alias("is_nccl"),
-        pl.lit("memset").alias("cls"),
-        "bytes",
-        none.alias("host_kind"),
-        pl.lit("memset").alias("kind"),
-    )
-    ops = pl.concat([k, c, m]).filter(pl.col("end") >= pl.col("start")).with_row_index("op_id")
-    launches = trace.runtime.select(
+    frames = []
+    if "kernel" in kinds:
+        frames.append(
+            trace.kernels.select(
+                *common,
+                "name",
+                "is_nccl",
+                none.alias("cls"),
+                pl.lit(None, I64).alias("bytes"),
+                none.alias("host_kind"),
+                pl.lit("kernel").alias("kind"),
+            )
+        )
+    if "copy" in kinds or (not frames and "memset" not in kinds):
+        copies = trace.copies if "copy" in kinds else trace.copies.clear()  # no kinds: an empty frame
+        frames.append(
+            copies.select(
+                *common,
+                none.alias("name"),
+                pl.lit(False).alias("is_nccl"),
+                "cls",
+                "bytes",
+                "host_kind",
+                pl.lit("copy").alias("kind"),
+            )
+        )
+    if "memset" in kinds:
+        frames.append(
+            trace.memsets.select(
+                *common,
+                none.alias("name"),
+                pl.lit(False).alias("is_nccl"),
+                pl.lit("memset").alias("cls"),
+                "bytes",
+                none.alias("host_kind"),
+                pl.lit("memset").alias("kind"),
+            )
+        )
+    ops = pl.concat(frames).filter(pl.col("end") >= pl.col("start"))
+    return with_launches(ops.with_row_index("op_id").with_columns(pl.col("op_id").cast(I64)), trace.runtime)
+
+
+def _launch_key() -> pl.Expr:
+    """pid above bit 32, correlation id below: one int64 per (process, correlation id)."""
+    return pl.col("pid") * (1 << 32) + pl.col("correlation_id")
+
+
+def with_launches(ops: pl.DataFrame, runtime: pl.DataFrame) -> pl.DataFrame:
+    """*ops* with ``launch_start`` and ``launch_gtid``: the start and thread of the CUDA call
+    with the same pid and correlation id (the first such row), NULL where there is none.
+
+    A binary search per op over the runtime rows' sorted keys; nsys writes
+    runtime rows in correlation order, so the sort is nearly free.
+    """
+    in_range = (pl.col("correlation_id") >= 0) & (pl.col("correlation_id") < 1 << 32) & (pl.col("pid") >= 0)
+    rt = runtime.filter(pl.col("pid").is_not_null() & pl.col("correlation_id").is_not_null())
+    if not (rt.select(in_range.all()).item() and ops.select(in_range.all()).item()):
+        return _with_launches_by_join(ops, rt)  # ids outside the packed key's range
+    r_key = rt.select(_launch_key())[:, 0].to_numpy()
+    order = np.argsort(r_key, kind="stable")
+    keys = r_key[order]
+    first = np.r_[True, keys[1:] != keys[:-1]] if keys.size else np.zeros(0, dtype=bool)
+    keys, rows = keys[first], order[first]
+    if keys.size == 0:
+        return ops.with_columns(pl.lit(None, I64).alias("launch_start"), pl.lit(None, I64).alias("launch_gtid"))
+    o_key = ops.select(_launch_key().fill_null(-1))[:, 0].to_numpy()
+    pos = np.minimum(np.searchsorted(keys, o_key), keys.size - 1)
+    hit, rows_of = keys[pos] == o_key, rows[pos]
+    picked = rt[rows_of].select(pl.col("start").alias("launch_start"), pl.col("global_tid").alias("launch_gtid"))
+    mask = pl.Series(hit)
+    return ops.with_columns(pl.when(mask).then(picked[c]).otherwise(None).alias(c) for c in picked.columns)
+
+
+def _with_launches_by_join(ops: pl.DataFrame, runtime: pl.DataFrame) -> pl.DataFrame:
+    launches = runtime.select(
         "pid",
         "correlation_id",
         pl.col("start").alias("launch_start"),
         pl.col("global_tid").alias("launch_gtid"),
-    ).unique(["pid", "correlation_id"], keep="first")
-    return ops.with_columns(pl.col("op_id").cast(I64)).join(launches, on=["pid", "correlation_id"], how="left")
+    ).unique(["pid", "correlation_id"], keep="first", maintain_order=True)
+    return ops.join(launches, on=["pid", "correlation_id"], how="left", maintain_order="left")
 
 
 def _contained(

@@ -25,6 +25,7 @@ from profiler.trace.loader import Trace
 
 OUTLIER_FACTOR = 2.0  # a step slower than this times the median is left out of summaries
 TOP_KERNELS = 3
+MEASURED_COLUMNS = ("op_id", "device", "start", "end", "cls", "bytes", "host_kind")
 
 
 @dataclass
@@ -34,19 +35,38 @@ class Breakdown:
     trace: Trace
     layer_pattern: str = DEFAULT_LAYER_PATTERN
     step_range: str | None = None  # a regex for user step ranges; default: profile-step's step=N
+    # The GPU ops attributed to ranges.  Copies alone give the same per-layer and per-step
+    # copy numbers (kernels enter only as the device's kernel unions) for a fraction of the work;
+    # the views then list a group only on devices where it has copies.
+    kinds: tuple[str, ...] = attribution.OP_KINDS
 
     @cached_property
     def ops(self) -> pl.DataFrame:
-        return attribution.gpu_ops(self.trace)
+        return attribution.gpu_ops(self.trace, self.kinds)
+
+    @cached_property
+    def kernels(self) -> pl.DataFrame:
+        """The trace's kernels: with names and launches when they are attributed, else just spans."""
+        return self.trace.kernels if "kernel" in self.kinds else self.trace.kernel_spans
 
     @cached_property
     def kernel_sets(self) -> KernelSets:
-        return KernelSets.of(valid(self.trace.kernels))
+        return KernelSets.of(valid(self.kernels))
+
+    @cached_property
+    def trace_end(self) -> int | None:
+        """The last end of any valid GPU op (open NVTX ranges are closed there)."""
+        ends = [f.filter(pl.col("end") >= pl.col("start"))["end"].max() for f in self.gpu_frames]
+        ends = [e for e in ends if e is not None]
+        return int(max(ends)) if ends else None
+
+    @property
+    def gpu_frames(self) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+        return self.kernels, self.trace.copies, self.trace.memsets
 
     @cached_property
     def ranges(self) -> attribution.Ranges:
-        end = self.ops["end"].max() if self.ops.height else None
-        rng = attribution.nvtx_ranges(self.trace.nvtx, int(end) if end is not None else None)
+        rng = attribution.nvtx_ranges(self.trace.nvtx, self.trace_end)
         parsed = rng.ranges.with_columns(parse_xla(pl.col("name"), self.layer_pattern))
         return attribution.Ranges(parsed, rng.cross_thread, rng.open)
 
@@ -79,15 +99,23 @@ class Breakdown:
 
     # --- measuring groups -------------------------------------------------------------------
     def measure(
-        self, assigned: pl.DataFrame, order: list[str] | None = None, top_kernels: bool = True
+        self,
+        assigned: pl.DataFrame,
+        order: list[str] | None = None,
+        top_kernels: bool = True,
+        distinct: bool = False,
     ) -> list[dict[str, Any]]:
         """METRICS.md h2d/d2h/offload numbers per (group, device) for *assigned* (op_id, group).
 
-        Groups are listed for every device on which any of their ops ran;
-        each copy counts once per group.
+        Groups are listed for every device on which any of their (attributed)
+        ops ran; each copy counts once per group.  ``distinct``: the caller
+        knows the (op_id, group) pairs hold no duplicates.
         """
-        assigned = assigned.select("op_id", "group").unique()
-        ops = assigned.join(self.ops, on="op_id")
+        assigned = assigned.select("op_id", "group")
+        if not distinct:
+            assigned = assigned.unique()
+        # op_id is the row index of self.ops: a gather, not a join
+        ops = self.ops.select(MEASURED_COLUMNS)[assigned["op_id"].to_numpy()].with_columns(assigned["group"])
         present = ops.group_by("group", "device").agg(pl.col("start").min().alias("first"))
         if present.height == 0:
             return []
@@ -165,16 +193,18 @@ class Breakdown:
                 "median_included_step_ns": None,
             }
         ids = steps.select("range_id", "index", "name", "start", "end")
-        assigned = self.pairs.join(ids, on="range_id")
-        how = "launch thread"
-        if self.ops.height == 0:
-            how = "nothing (no GPU ops)"
-        elif assigned.height == 0:
-            assigned = attribution.attribute_by_time(self.ops, steps).join(ids, on="range_id")
-            how = "GPU time window (no launches on the step ranges' threads)"
         label = {i: f"{n}#{i}" if self.step_range else n for i, n in ids.select("index", "name").iter_rows()}
-        assigned = assigned.with_columns(pl.col("index").replace_strict(label).alias("group"))
-        rows = {(r["name"], r["device"]): r for r in self.measure(assigned, top_kernels=False)} if copies else {}
+        how, rows = None, {}
+        if copies:
+            assigned = self.pairs.join(ids, on="range_id")
+            how = "launch thread"
+            if self.ops.height == 0:
+                how = "nothing (no GPU ops)"
+            elif assigned.height == 0:
+                assigned = attribution.attribute_by_time(self.ops, steps).join(ids, on="range_id")
+                how = "GPU time window (no launches on the step ranges' threads)"
+            assigned = assigned.with_columns(pl.col("index").replace_strict(label).alias("group"))
+            rows = {(r["name"], r["device"]): r for r in self.measure(assigned, top_kernels=False)}
         durations = (steps["end"] - steps["start"]).to_numpy()
         median = float(np.median(durations))
         out, excluded = [], []
@@ -223,13 +253,22 @@ class Breakdown:
         return pl.concat([annotated, thunks.select("range_id", "start", "layer", "inferred")])
 
     def layer_assignment(self) -> pl.DataFrame:
-        """op_id -> layer: the innermost (latest-starting) enclosing layer range wins."""
-        return (
-            self.pairs.join(self.layer_ranges, on="range_id")
-            .sort("start", descending=True)
-            .unique("op_id", keep="first")
-            .select("op_id", "layer", "inferred")
-        )
+        """op_id -> layer: the innermost (latest-starting) enclosing layer range wins.
+
+        An op's ranges all lie on its launch thread, where range ids follow
+        start times (``nvtx_ranges`` numbers them so): the innermost is the
+        largest range id, found per op with one ``maximum.at``.
+        """
+        lr = self.layer_ranges
+        n_ranges = self.ranges.ranges.height
+        row_of = np.full(n_ranges, -1, dtype=np.int64)
+        row_of[lr["range_id"].to_numpy()] = np.arange(lr.height)
+        op, rid = self.pairs["op_id"].to_numpy(), self.pairs["range_id"].to_numpy()
+        keep = row_of[rid] >= 0
+        best = np.full(self.ops.height, -1, dtype=np.int64)
+        np.maximum.at(best, op[keep], rid[keep])
+        ops = np.flatnonzero(best >= 0)
+        return lr[row_of[best[ops]]].select(pl.Series("op_id", ops, pl.Int64), "layer", "inferred")
 
     def _number_repeats(self, thunks: pl.DataFrame) -> pl.DataFrame:
         """Under lax.scan one thunk repeats once per layer: number repeats in launch order per step.
@@ -262,7 +301,9 @@ class Breakdown:
         lr = self.layer_ranges
         inferred = dict(lr.group_by("layer").agg(pl.col("inferred").any()).iter_rows())
         order = sorted(inferred, key=_natural_key)
-        rows = self.measure(self.layer_assignment().rename({"layer": "group"}), order=order, top_kernels=top_kernels)
+        rows = self.measure(
+            self.layer_assignment().rename({"layer": "group"}), order=order, top_kernels=top_kernels, distinct=True
+        )
         seen = {r["name"] for r in rows}
         rows += [
             {"name": name, "device": None, "copies": self.zero_metrics, "top_kernels": []}
@@ -289,7 +330,7 @@ class Breakdown:
             .unique("op_id", keep="first")
             .select("op_id", pl.col("op").alias("group"))
         )
-        return self.measure(assigned)
+        return self.measure(assigned, distinct=True)
 
 
 def _natural_key(text: str) -> list[Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -29,6 +30,17 @@ class Intervals:
 
     def __len__(self) -> int:
         return int(self.start.size)
+
+    @cached_property
+    def bounds(self) -> np.ndarray:
+        """Where each group's run begins, and the total length at the end."""
+        return np.flatnonzero(np.r_[True, self.group[1:] != self.group[:-1], True])
+
+    @cached_property
+    def covered(self) -> np.ndarray:
+        """Running total of covered length before each interval (one more entry at the end);
+        it restarts nowhere: a group's share is a difference of two entries."""
+        return np.r_[0, np.cumsum(self.end - self.start)]
 
     @staticmethod
     def empty() -> Intervals:
@@ -135,10 +147,15 @@ def join(a: Intervals, b: Intervals) -> Intervals:
 
 def length_by_group(iv: Intervals) -> dict[int, int]:
     """Total length of *iv* per group, exact in int64."""
+    return sum_by_group(iv, iv.end - iv.start)
+
+
+def sum_by_group(iv: Intervals, values: np.ndarray) -> dict[int, int]:
+    """Sum of *values* (one per interval of *iv*) per group, exact in int64."""
     if len(iv) == 0:
         return {}
     first = np.flatnonzero(np.r_[True, iv.group[1:] != iv.group[:-1]])
-    sums = np.add.reduceat(iv.end - iv.start, first)
+    sums = np.add.reduceat(_arr(values), first)
     return {int(k): int(v) for k, v in zip(iv.group[first], sums, strict=True)}
 
 
@@ -152,20 +169,20 @@ def measure_within(b: Intervals, group: object, start: object, end: object) -> n
     out = np.zeros(s.size, dtype=_I64)
     if s.size == 0 or len(b) == 0:
         return out
-    bounds = np.flatnonzero(np.r_[True, b.group[1:] != b.group[:-1], True])
-    for lo, hi in itertools.pairwise(bounds):
-        idx = np.flatnonzero(g == b.group[lo])
-        if idx.size == 0:
+    single = bool((g == g[0]).all())  # the common case: one device
+    for lo, hi in itertools.pairwise(b.bounds):
+        if single and b.group[lo] != g[0]:
             continue
-        bs, be = b.start[lo:hi], b.end[lo:hi]
-        cum = np.r_[0, np.cumsum(be - bs)]
+        idx = slice(None) if single else np.flatnonzero(g == b.group[lo])
+        bs, be, cum = b.start[lo:hi], b.end[lo:hi], b.covered[lo : hi + 1]
         out[idx] = _covered_below(bs, be, cum, e[idx]) - _covered_below(bs, be, cum, s[idx])
     return np.maximum(out, 0)
 
 
 def _covered_below(bs: np.ndarray, be: np.ndarray, cum: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Length of ``[-inf, x) ∩ B`` for a canonical one-group set B."""
+    """Length of ``[-inf, x) ∩ B`` for a canonical one-group set B, plus ``cum[0]``
+    (a constant per group, cancelled by the caller's difference)."""
     j = np.searchsorted(bs, x, side="right") - 1
     jj = np.maximum(j, 0)
     part = cum[jj] + np.minimum(x, be[jj]) - bs[jj]
-    return np.where(j >= 0, part, 0)
+    return np.where(j >= 0, part, cum[0])

@@ -8,13 +8,13 @@ and layers (with ``spans=None``: no occupancy there).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from profiler.analysis.intervals import Intervals, length_by_group, measure_within, union
+from profiler.analysis.intervals import Intervals, length_by_group, measure_within, sum_by_group, union
 
 OFFLOAD_CLASSES = ("h2d", "d2h", "offload")
 OTHER_CLASSES = ("d2d", "p2p", "other")
@@ -40,10 +40,6 @@ def invalid_counts(*frames: pl.DataFrame) -> dict[int, int]:
     return dict(bad.group_by("device").len().iter_rows()) if bad.height else {}
 
 
-def _union(df: pl.DataFrame) -> Intervals:
-    return union(df["device"].to_numpy(), df["start"].to_numpy(), df["end"].to_numpy())
-
-
 @dataclass(frozen=True)
 class KernelSets:
     """Unions of a device's kernels: compute, NCCL, and all kernels."""
@@ -55,11 +51,12 @@ class KernelSets:
     @staticmethod
     def of(kernels: pl.DataFrame) -> KernelSets:
         """From valid kernels with an ``is_nccl`` column."""
-        return KernelSets(
-            compute=_union(kernels.filter(~pl.col("is_nccl"))),
-            nccl=_union(kernels.filter(pl.col("is_nccl"))),
-            any=_union(kernels),
-        )
+        nccl = kernels["is_nccl"].fill_null(False).to_numpy()
+        g, s, e = (kernels[c].to_numpy() for c in ("device", "start", "end"))
+        compute, nccl_set = union(g[~nccl], s[~nccl], e[~nccl]), union(g[nccl], s[nccl], e[nccl])
+        # the union of all kernels is the union of the two (far shorter) unions
+        both = [np.concatenate([getattr(compute, f), getattr(nccl_set, f)]) for f in ("group", "start", "end")]
+        return KernelSets(compute=compute, nccl=nccl_set, any=union(*both))
 
 
 def windows(*frames: pl.DataFrame) -> dict[int, tuple[int, int]]:
@@ -69,93 +66,112 @@ def windows(*frames: pl.DataFrame) -> dict[int, tuple[int, int]]:
     return {int(d): (int(s), int(e)) for d, s, e in agg.iter_rows()}
 
 
-def _sum_by(iv: Intervals, values: np.ndarray) -> dict[int, int]:
-    """Sum *values* (one per interval of *iv*) per group."""
-    if len(iv) == 0:
-        return {}
-    frame = pl.DataFrame({"g": iv.group, "v": values})
-    return dict(frame.group_by("g").agg(pl.col("v").sum()).iter_rows())
+@dataclass(frozen=True)
+class CopySet:
+    """Valid copies as NumPy columns: all that the copy-class numbers read.
+
+    ``key`` is the grouping value (the device, or an integer group id whose
+    copies all lie on one device); ``cls`` indexes ``CLASS_ORDER``.
+    """
+
+    key: np.ndarray
+    device: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    nbytes: np.ndarray
+    pageable: np.ndarray
+    cls: np.ndarray
+
+    @staticmethod
+    def of(copies: pl.DataFrame, key: str = "device") -> CopySet:
+        cols = copies.select(
+            pl.col(key).cast(pl.Int64).alias("_key"),
+            "device",
+            "start",
+            "end",
+            pl.col("bytes").fill_null(0),
+            (pl.col("host_kind") == "pageable").fill_null(False).cast(pl.Int64),
+            pl.col("cls").replace_strict(
+                {c: i for i, c in enumerate(CLASS_ORDER)}, default=len(CLASS_ORDER), return_dtype=pl.Int8
+            ),
+        )
+        return CopySet(*(cols.to_series(i).to_numpy() for i in range(cols.width)))
+
+    def of_class(self, name: str) -> CopySet:
+        """The copies of one METRICS.md class; ``offload`` is h2d and d2h together."""
+        h2d, d2h = CLASS_ORDER.index("h2d"), CLASS_ORDER.index("d2h")
+        mask = (self.cls == h2d) | (self.cls == d2h) if name == "offload" else self.cls == CLASS_ORDER.index(name)
+        return CopySet(*(getattr(self, f.name)[mask] for f in fields(self)))
 
 
 def class_metrics(
-    copies: pl.DataFrame,
+    copies: CopySet,
     kernels: KernelSets,
     keys: list[int],
     spans: dict[int, int] | None,
     full: bool = True,
-    key: str = "device",
 ) -> dict[int, dict[str, Any]]:
-    """METRICS.md copy-class numbers of the valid *copies* given, per value of column *key*.
+    """METRICS.md copy-class numbers of the valid *copies* given, per key.
 
-    *key* is ``device`` for the device view, or an integer group id (a range
-    name on a device, a step, a layer) whose copies all lie on one device;
-    overlap is always measured against all kernels of that device.
-    ``full=False`` gives only count, bytes and busy_ns (d2d, p2p, other);
-    ``spans=None`` leaves out occupancy (groups other than devices have no window).
+    Keys are devices for the device view, or integer group ids (a range name
+    on a device, a step, a layer) whose copies all lie on one device; overlap
+    is always measured against all kernels of that device.  ``full=False``
+    gives only count, bytes and busy_ns (d2d, p2p, other); ``spans=None``
+    leaves out occupancy (groups other than devices have no window).
     """
-    agg = copies.group_by(key).agg(
-        pl.col("device").first().alias("_device"),
-        pl.len().alias("count"),
-        pl.col("bytes").sum().alias("bytes"),
-        (pl.col("end") - pl.col("start")).sum().alias("duration_sum_ns"),
-        (pl.col("host_kind") == "pageable").sum().alias("pageable_count"),
-    )
-    per_key = {row[key]: row for row in agg.iter_rows(named=True)}
-    c = union(copies[key].to_numpy(), copies["start"].to_numpy(), copies["end"].to_numpy())
+    order = np.argsort(copies.key, kind="stable")
+    k = copies.key[order]
+    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if k.size else np.zeros(0, dtype=np.int64)
+
+    def per_key(values: np.ndarray) -> dict[int, int]:
+        sums = np.add.reduceat(values[order], first) if k.size else []
+        return {int(g): int(v) for g, v in zip(k[first], sums, strict=True)}
+
+    count = per_key(np.ones(k.size, dtype=np.int64))
+    nbytes = per_key(copies.nbytes)
+    c = union(copies.key, copies.start, copies.end)
     busy = length_by_group(c)
     overlap: dict[str, dict[int, int]] = {}
     if full:
-        dev_of = c.group
-        if key != "device" and len(c):
-            sorted_keys = np.array(sorted(per_key), dtype=np.int64)
-            devs = np.array([per_key[k]["_device"] for k in sorted_keys], dtype=np.int64)
-            dev_of = devs[np.searchsorted(sorted_keys, c.group)]
+        duration = per_key(copies.end - copies.start)
+        pageable = per_key(copies.pageable)
+        # each interval of the union is measured against the kernels of its key's device
+        dev_of = copies.device[order][first][np.searchsorted(k[first], c.group)] if len(c) else c.group
         for name, ks in (("compute", kernels.compute), ("nccl", kernels.nccl), ("any", kernels.any)):
-            overlap[name] = _sum_by(c, measure_within(ks, dev_of, c.start, c.end))
+            overlap[name] = sum_by_group(c, measure_within(ks, dev_of, c.start, c.end))
     out: dict[int, dict[str, Any]] = {}
-    for k in keys:
-        row = per_key.get(k, {})
-        b = busy.get(k, 0)
-        m: dict[str, Any] = {
-            "count": int(row.get("count") or 0),
-            "bytes": int(row.get("bytes") or 0),
-        }
+    for g in keys:
+        b = busy.get(g, 0)
+        m: dict[str, Any] = {"count": count.get(g, 0), "bytes": nbytes.get(g, 0)}
         if not full:
             m["busy_ns"] = b
-            out[k] = m
+            out[g] = m
             continue
-        dur = int(row.get("duration_sum_ns") or 0)
-        ov_any = overlap["any"].get(k, 0)
+        dur = duration.get(g, 0)
+        ov_any = overlap["any"].get(g, 0)
         m["duration_sum_ns"] = dur
         m["busy_ns"] = b
         if spans is not None:
-            span = spans.get(k, 0)
+            span = spans.get(g, 0)
             m["occupancy"] = b / span if span else 0
-        m["overlap_compute_ns"] = overlap["compute"].get(k, 0)
-        m["overlap_nccl_ns"] = overlap["nccl"].get(k, 0)
+        m["overlap_compute_ns"] = overlap["compute"].get(g, 0)
+        m["overlap_nccl_ns"] = overlap["nccl"].get(g, 0)
         m["overlap_any_ns"] = ov_any
         m["exposed_ns"] = b - ov_any
         m["hidden_fraction"] = ov_any / b if b else None
         m["gbps"] = m["bytes"] / dur if dur else None
-        m["pageable_count"] = int(row.get("pageable_count") or 0)
-        out[k] = m
+        m["pageable_count"] = pageable.get(g, 0)
+        out[g] = m
     return out
 
 
 def offload_metrics(
     copies: pl.DataFrame, kernels: KernelSets, keys: list[int], key: str, spans: dict[int, int] | None = None
 ) -> dict[int, dict[str, dict[str, Any]]]:
-    """Per key: the h2d, d2h and offload copy-class metrics."""
-    frames = offload_class_frames(copies)
-    per_class = {c: class_metrics(frames[c], kernels, keys, spans, True, key) for c in OFFLOAD_CLASSES}
+    """Per value of column *key*: the h2d, d2h and offload copy-class metrics."""
+    cs = CopySet.of(copies, key)
+    per_class = {c: class_metrics(cs.of_class(c), kernels, keys, spans) for c in OFFLOAD_CLASSES}
     return {k: {c: per_class[c][k] for c in OFFLOAD_CLASSES} for k in keys}
-
-
-def offload_class_frames(copies: pl.DataFrame) -> dict[str, pl.DataFrame]:
-    """The copies of each class of METRICS.md, ``offload`` being h2d and d2h together."""
-    frames = {c: copies.filter(pl.col("cls") == c) for c in CLASS_ORDER}
-    frames["offload"] = copies.filter(pl.col("cls").is_in(["h2d", "d2h"]))
-    return frames
 
 
 def stream_metrics(copies: pl.DataFrame, spans: dict[int, int]) -> dict[int, list[dict[str, Any]]]:
@@ -222,8 +238,10 @@ def device_metrics(
     only_device: int | None = None,
     memory: pl.DataFrame | None = None,
     kernel_sets: KernelSets | None = None,
+    streams: bool = True,
 ) -> dict[str, dict[str, Any]]:
-    """The ``devices`` object of METRICS.md, keyed by decimal deviceId."""
+    """The ``devices`` object of METRICS.md, keyed by decimal deviceId (``streams=False``:
+    without the per-stream list)."""
     if only_device is not None:
         kernels, copies, memsets = (f.filter(pl.col("device") == only_device) for f in (kernels, copies, memsets))
     invalid = invalid_counts(kernels, copies, memsets)
@@ -233,15 +251,15 @@ def device_metrics(
     spans = {d: w1 - w0 for d, (w0, w1) in win.items()}
     # the caller may pass the unions of these same (unfiltered) kernels, computed once elsewhere
     ks = kernel_sets if kernel_sets is not None and only_device is None else KernelSets.of(kernels)
-    frames = offload_class_frames(copies)
+    cs = CopySet.of(copies)
     per_class = {
-        c: class_metrics(frames[c], ks, devices, spans, full=c in OFFLOAD_CLASSES)
+        c: class_metrics(cs.of_class(c), ks, devices, spans, full=c in OFFLOAD_CLASSES)
         for c in (*OFFLOAD_CLASSES, *OTHER_CLASSES)
     }
     kernel_counts = kernels.group_by("device", "is_nccl").len()
     counts = {(d, n): c for d, n, c in kernel_counts.iter_rows()}
     compute_busy, nccl_busy = length_by_group(ks.compute), length_by_group(ks.nccl)
-    streams = stream_metrics(copies, spans)
+    per_stream = stream_metrics(copies, spans) if streams else {}
     mem = peak_memory(memory) if memory is not None else {}
     out: dict[str, dict[str, Any]] = {}
     for d in devices:
@@ -253,7 +271,7 @@ def device_metrics(
             "compute": {"count": counts.get((d, False), 0), "busy_ns": compute_busy.get(d, 0)},
             "nccl": {"count": counts.get((d, True), 0), "busy_ns": nccl_busy.get(d, 0)},
             "copies": {c: per_class[c][d] for c in per_class},
-            "streams": streams.get(d, []),
+            "streams": per_stream.get(d, []),
         }
         if d in mem:
             out[str(d)]["memory"] = mem[d]

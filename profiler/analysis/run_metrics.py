@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from profiler.analysis.attribution import OP_KINDS
 from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.overlap import device_metrics
 from profiler.trace.loader import Trace
@@ -48,12 +49,18 @@ def find_manifest(trace_path: Path) -> dict[str, Any] | None:
 def collect(trace: Trace, manifest: dict[str, Any] | None = None, detail: bool = True) -> dict[str, Any]:
     """One run's summary: policy, steps, per-direction totals, per-layer totals.
 
-    ``detail=False`` (the per-rank task) leaves out per-step copy numbers and the
-    kernels that hid each layer's copies.
+    ``detail=False`` (the per-rank task) leaves out per-step copy numbers, the
+    kernels that hid each layer's copies, per-stream numbers and peak memory.
     """
-    bd = Breakdown(trace)
+    # copy numbers per layer and step need only the copies attributed; top kernels need all ops
+    bd = Breakdown(trace, kinds=OP_KINDS if detail else ("copy",))
     devices = device_metrics(
-        trace.kernels, trace.copies, trace.memsets, memory=trace.memory_events, kernel_sets=bd.kernel_sets
+        bd.kernels,
+        trace.copies,
+        trace.memsets,
+        memory=trace.memory_events if detail else None,
+        kernel_sets=bd.kernel_sets,
+        streams=detail,
     )
     steps = bd.by_step(copies=detail)
     layers: dict[str, dict[str, Any]] = {}

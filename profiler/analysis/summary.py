@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from profiler.analysis.attribution import OP_KINDS
 from profiler.analysis.overlap import device_metrics
 from profiler.trace.loader import Trace
 
@@ -27,16 +28,24 @@ def analyze(
 ) -> dict[str, Any]:
     """METRICS.md ``devices`` plus a ``trace`` block; with *by*, the per-group view too:
     ``ranges`` (METRICS.md), ``steps``, ``layers`` or ``ops``."""
-    doc: dict[str, Any] = {
-        "trace": trace_info(trace),
-        "devices": device_metrics(trace.kernels, trace.copies, trace.memsets, device, trace.memory_events),
-    }
-    if by is None:
-        return doc
     from profiler.analysis.breakdown import Breakdown
     from profiler.analysis.xla_names import DEFAULT_LAYER_PATTERN
 
-    bd = Breakdown(trace, layer_pattern or DEFAULT_LAYER_PATTERN, step_range)
+    # without a view, kernels enter only through their spans: no names or launches to read
+    bd = Breakdown(trace, layer_pattern or DEFAULT_LAYER_PATTERN, step_range, kinds=() if by is None else OP_KINDS)
+    doc: dict[str, Any] = {
+        "trace": trace_info(trace),
+        "devices": device_metrics(
+            bd.kernels,
+            trace.copies,
+            trace.memsets,
+            device,
+            trace.memory_events,
+            kernel_sets=bd.kernel_sets if device is None else None,
+        ),
+    }
+    if by is None:
+        return doc
     if by == "range":
         groups: Any = bd.by_range()
     elif by == "step":
@@ -62,7 +71,7 @@ def run_summary(trace: Trace) -> dict[str, Any]:
     from profiler.analysis.steps import step_summary
 
     doc = analyze(trace)
-    steps = Breakdown(trace).by_step(copies=False)
+    steps = Breakdown(trace, kinds=()).by_step(copies=False)
     return {
         **step_summary(trace.nvtx),
         "median_step_ns": steps["median_included_step_ns"],

@@ -79,6 +79,10 @@ OP_SPEC: dict[str, tuple[str, pl.DataType]] = {
     "correlation_id": ("correlationId", I64),
     "global_pid": ("globalPid", I64),
 }
+KERNEL_NAME_SPEC: dict[str, tuple[str, pl.DataType]] = {
+    "short_id": ("shortName", I64),
+    "demangled_id": ("demangledName", I64),
+}
 
 
 def _pid(expr: pl.Expr) -> pl.Expr:
@@ -165,25 +169,8 @@ class Trace:
     @cached_property
     def kernels(self) -> pl.DataFrame:
         """device, stream, start, end, correlation_id, pid, name, is_nccl."""
-        spec = {
-            **OP_SPEC,
-            "short_id": ("shortName", I64),
-            "demangled_id": ("demangledName", I64),
-        }
-        raw = self._read(KERNEL_TABLE, spec)
-        # Names are resolved once per distinct (short, demangled) pair, then joined back.
-        pairs = raw.select("short_id", "demangled_id").unique()
-        strings = self._strings(pairs["short_id"], pairs["demangled_id"])
-        short = strings.rename({"id": "short_id", "value": "short"})
-        demangled = strings.rename({"id": "demangled_id", "value": "demangled"})
-        name = pl.coalesce("short", "demangled")
-        pairs = (
-            pairs.join(short, on="short_id", how="left")
-            .join(demangled, on="demangled_id", how="left")
-            .select("short_id", "demangled_id", name.alias("name"), nccl_flag(name).alias("is_nccl"))
-        )
-        df = raw.join(pairs, on=["short_id", "demangled_id"], how="left", nulls_equal=True)
-        return df.select(
+        raw = self._read(KERNEL_TABLE, {**OP_SPEC, **KERNEL_NAME_SPEC})
+        return self._named_kernels(raw, names=True).select(
             "device",
             "stream",
             "start",
@@ -193,6 +180,41 @@ class Trace:
             "name",
             "is_nccl",
         )
+
+    @cached_property
+    def kernel_spans(self) -> pl.DataFrame:
+        """device, start, end, is_nccl: what the device metrics need, read alone when
+        ``kernels`` has not been read (fewer columns, no names), else taken from it."""
+        if "kernels" in self.__dict__:
+            return self.kernels.select("device", "start", "end", "is_nccl")
+        spec = {k: OP_SPEC[k] for k in ("device", "start", "end")}
+        raw = self._read(KERNEL_TABLE, {**spec, **KERNEL_NAME_SPEC})
+        return self._named_kernels(raw, names=False).select("device", "start", "end", "is_nccl")
+
+    def _named_kernels(self, raw: pl.DataFrame, names: bool) -> pl.DataFrame:
+        """*raw* with ``is_nccl`` (and ``name`` if asked): the short name, else the demangled one.
+
+        When every short name id resolves (the usual case), both come from a
+        lookup by short name id; otherwise each distinct (short, demangled)
+        pair is resolved and joined back.
+        """
+        short = self._strings(raw["short_id"].drop_nulls().unique())
+        if raw["short_id"].is_in(short["id"].implode()).all():
+            lookup = short.select("id", pl.col("value").alias("name"), nccl_flag(pl.col("value")).alias("is_nccl"))
+            by_id = pl.col("short_id").replace_strict
+            cols = [by_id(lookup["id"], lookup["is_nccl"], default=False, return_dtype=pl.Boolean).alias("is_nccl")]
+            if names:
+                cols.append(by_id(lookup["id"], lookup["name"], default=None, return_dtype=STR).alias("name"))
+            return raw.with_columns(cols)
+        pairs = raw.select("short_id", "demangled_id").unique()
+        strings = self._strings(pairs["short_id"], pairs["demangled_id"])
+        name = pl.coalesce("short", "demangled")
+        pairs = (
+            pairs.join(strings.rename({"id": "short_id", "value": "short"}), on="short_id", how="left")
+            .join(strings.rename({"id": "demangled_id", "value": "demangled"}), on="demangled_id", how="left")
+            .select("short_id", "demangled_id", name.alias("name"), nccl_flag(name).alias("is_nccl"))
+        )
+        return raw.join(pairs, on=["short_id", "demangled_id"], how="left", nulls_equal=True)
 
     @cached_property
     def copies(self) -> pl.DataFrame:
@@ -225,24 +247,19 @@ class Trace:
     # --- host side ----------------------------------------------------------
     @cached_property
     def runtime(self) -> pl.DataFrame:
-        """CUDA API calls: start, end, global_tid, pid, tid, correlation_id, name."""
+        """CUDA API calls, as far as attribution needs them: start, global_tid, pid, tid, correlation_id."""
         spec = {
             "start": ("start", I64),
-            "end": ("end", I64),
             "global_tid": ("globalTid", I64),
             "correlation_id": ("correlationId", I64),
-            "name_id": ("nameId", I64),
         }
         df = self._read(RUNTIME_TABLE, spec)
-        names = self._strings(df["name_id"]).rename({"id": "name_id", "value": "name"})
-        return df.join(names, on="name_id", how="left").select(
+        return df.select(
             "start",
-            "end",
             "global_tid",
             _pid(pl.col("global_tid")).alias("pid"),
             _tid(pl.col("global_tid")).alias("tid"),
             "correlation_id",
-            "name",
         )
 
     @cached_property
@@ -339,7 +356,7 @@ def open_trace(path: str | Path) -> Trace:
                     str(k): str(v) for k, v in con.execute("SELECT name, value FROM META_DATA_EXPORT") if v is not None
                 }
             counts = {
-                t: sqlite_io.count_rows(con, t)
+                t: sqlite_io.estimate_rows(con, t)
                 for t in (KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE, RUNTIME_TABLE, NVTX_TABLE)
                 if t in tables
             }

@@ -23,6 +23,16 @@ from profiler.errors import InputError
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # Tables large enough to be worth reading in parallel pieces.
 PARALLEL_MIN_ROWS = 200_000
+# Threads per big read; a worker among others on the same cores reads on one (``set_read_threads``).
+_read_threads = 2
+
+
+def set_read_threads(n: int) -> int:
+    """How many threads one big table read may use (1: read on the calling thread); returns
+    the previous setting."""
+    global _read_threads
+    prev, _read_threads = _read_threads, max(1, n)
+    return prev
 
 
 def ro_uri(path: Path) -> str:
@@ -122,7 +132,7 @@ def read_columns(
     base = f'SELECT {select} FROM "{table}"'
     names = list(exprs)
     pieces: list[str]
-    if n_rows is not None and n_rows >= PARALLEL_MIN_ROWS:
+    if n_rows is not None and n_rows >= PARALLEL_MIN_ROWS and _read_threads > 1:
         lo, hi = _rowid_bounds(path, table)
         mid = (lo + hi) // 2
         cond = f"({where}) AND " if where else ""
@@ -144,7 +154,10 @@ def read_columns(
 def _rowid_bounds(path: Path, table: str) -> tuple[int, int]:
     con = connect_ro(path)
     try:
-        lo, hi = con.execute(f'SELECT min(rowid), max(rowid) FROM "{table}"').fetchone()
+        # two subqueries: each is one b-tree descent; min and max in one SELECT scan the table
+        lo, hi = con.execute(
+            f'SELECT (SELECT min(rowid) FROM "{table}"), (SELECT max(rowid) FROM "{table}")'
+        ).fetchone()
     finally:
         con.close()
     return int(lo or 0), int(hi or 0)
@@ -167,6 +180,13 @@ def _conform(df: pl.DataFrame, names: Sequence[str], schema: dict[str, pl.DataTy
     return pl.DataFrame(out)
 
 
-def count_rows(con: sqlite3.Connection, table: str) -> int:
-    """Number of rows of *table* (cheap: SQLite counts pages of the rowid b-tree)."""
+def estimate_rows(con: sqlite3.Connection, table: str) -> int:
+    """About how many rows *table* holds: its largest rowid (one b-tree descent; exact
+    for nsys exports, which never delete), else a count."""
+    try:
+        top = con.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0]
+    except sqlite3.OperationalError:  # a WITHOUT ROWID table
+        top = None
+    if top is not None:
+        return int(top)
     return int(con.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
