@@ -109,9 +109,19 @@ def union(group: object, start: object, end: object) -> Intervals:
     if np.any(e < s):
         raise ValueError("union: an interval has end < start")
     keep = e > s
-    g, s, e = g[keep], s[keep], e[keep]
+    if not keep.all():
+        g, s, e = g[keep], s[keep], e[keep]
     if s.size == 0:
         return Intervals.empty()
+    few = _few_groups(g)
+    if few is not None:  # a few devices: one pass per group, no sort when starts are in order already
+        rows = [np.flatnonzero(g == v) for v in few] if few.size > 1 else None
+        pieces = [_union_one(s, e)] if rows is None else [_union_one(s[r], e[r]) for r in rows]
+        return Intervals(
+            np.repeat(few, [p[0].size for p in pieces]),
+            np.concatenate([p[0] for p in pieces]),
+            np.concatenate([p[1] for p in pieces]),
+        )
     order = np.lexsort((s, g))
     g, s, e = g[order], s[order], e[order]
     first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
@@ -128,6 +138,26 @@ def union(group: object, start: object, end: object) -> Intervals:
     heads = np.flatnonzero(new)
     tails = np.r_[heads[1:] - 1, s.size - 1]
     return Intervals(g[heads], s[heads], run[tails])
+
+
+def _few_groups(g: np.ndarray, most: int = 8) -> np.ndarray | None:
+    """The distinct values of *g*, sorted, when there are at most *most* of them in a small range."""
+    lo, hi = int(g.min()), int(g.max())
+    if hi - lo >= 1024:
+        return None
+    present = np.flatnonzero(np.bincount(g - lo)) + lo
+    return present.astype(_I64) if present.size <= most else None
+
+
+def _union_one(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Starts and ends of the union of one group's non-empty intervals."""
+    if s.size > 1 and not np.all(s[1:] >= s[:-1]):
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+    run = np.maximum.accumulate(e)
+    heads = np.flatnonzero(np.r_[True, s[1:] > run[:-1]])
+    tails = np.r_[heads[1:] - 1, s.size - 1]
+    return s[heads], run[tails]
 
 
 def intersect(a: Intervals, b: Intervals) -> Intervals:

@@ -53,7 +53,9 @@ class KernelSets:
         """From valid kernels with an ``is_nccl`` column."""
         nccl = kernels["is_nccl"].fill_null(False).to_numpy()
         g, s, e = (kernels[c].to_numpy() for c in ("device", "start", "end"))
-        compute, nccl_set = union(g[~nccl], s[~nccl], e[~nccl]), union(g[nccl], s[nccl], e[nccl])
+        # integer positions: taking them is several times faster than boolean indexing
+        rest, coll = np.flatnonzero(~nccl), np.flatnonzero(nccl)
+        compute, nccl_set = union(g[rest], s[rest], e[rest]), union(g[coll], s[coll], e[coll])
         # the union of all kernels is the union of the two (far shorter) unions
         both = [np.concatenate([getattr(compute, f), getattr(nccl_set, f)]) for f in ("group", "start", "end")]
         return KernelSets(compute=compute, nccl=nccl_set, any=union(*both))
@@ -101,7 +103,8 @@ class CopySet:
         """The copies of one METRICS.md class; ``offload`` is h2d and d2h together."""
         h2d, d2h = CLASS_ORDER.index("h2d"), CLASS_ORDER.index("d2h")
         mask = (self.cls == h2d) | (self.cls == d2h) if name == "offload" else self.cls == CLASS_ORDER.index(name)
-        return CopySet(*(getattr(self, f.name)[mask] for f in fields(self)))
+        rows = np.flatnonzero(mask)
+        return CopySet(*(getattr(self, f.name)[rows] for f in fields(self)))
 
 
 def class_metrics(
