@@ -8,8 +8,8 @@ from __future__ import annotations
 import sys
 
 QUERIES = {
-    "kernels": "SELECT deviceId, streamId, start, end, correlationId, globalPid, shortName, demangledName "
-    "FROM CUPTI_ACTIVITY_KIND_KERNEL",
+    # without a per-group view, analyze reads kernel spans and names only
+    "kernels": "SELECT deviceId, start, end, shortName, demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL",
     "copies": "SELECT deviceId, streamId, start, end, correlationId, globalPid, bytes, copyKind, srcKind, "
     "dstKind FROM CUPTI_ACTIVITY_KIND_MEMCPY",
     "memsets": "SELECT deviceId, streamId, start, end, correlationId, globalPid, bytes FROM CUPTI_ACTIVITY_KIND_MEMSET",

@@ -17,10 +17,18 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from profiler.trace.loader import NVTX_PUSH_POP, NVTX_START_END, Trace
+from profiler.trace.loader import (
+    KERNEL_TABLE,
+    MEMCPY_TABLE,
+    MEMSET_TABLE,
+    NVTX_PUSH_POP,
+    NVTX_START_END,
+    Trace,
+)
 
 I64 = pl.Int64
 OP_KINDS = ("kernel", "copy", "memset")
+KIND_TABLES = {"kernel": KERNEL_TABLE, "copy": MEMCPY_TABLE, "memset": MEMSET_TABLE}
 
 
 @dataclass(frozen=True)
@@ -110,7 +118,9 @@ def gpu_ops(trace: Trace, kinds: tuple[str, ...] = OP_KINDS) -> pl.DataFrame:
             )
         )
     ops = pl.concat(frames).filter(pl.col("end") >= pl.col("start"))
-    return with_launches(ops.with_row_index("op_id").with_columns(pl.col("op_id").cast(I64)), trace.runtime)
+    tables = tuple(KIND_TABLES[k] for k in kinds)
+    ops = ops.with_row_index("op_id").with_columns(pl.col("op_id").cast(I64))
+    return with_launches(ops, trace.launches_of(tables))
 
 
 def _launch_key() -> pl.Expr:

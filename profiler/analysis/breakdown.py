@@ -56,7 +56,7 @@ class Breakdown:
     @cached_property
     def trace_end(self) -> int | None:
         """The last end of any valid GPU op (open NVTX ranges are closed there)."""
-        ends = [f.filter(pl.col("end") >= pl.col("start"))["end"].max() for f in self.gpu_frames]
+        ends = [f.select(pl.col("end").filter(pl.col("end") >= pl.col("start")).max()).item() for f in self.gpu_frames]
         ends = [e for e in ends if e is not None]
         return int(max(ends)) if ends else None
 

@@ -22,22 +22,25 @@ CLASS_ORDER = ("h2d", "d2h", "d2d", "p2p", "other")
 DEVICE_MEM_KINDS = (2, 5)  # ENUM_CUDA_MEM_KIND: device, device static (not pinned, managed or pageable)
 
 
+MEASURABLE = pl.col("end") >= pl.col("start")
+
+
 def valid(ops: pl.DataFrame) -> pl.DataFrame:
     """Ops that can be measured: ``end >= start`` (zero-length ones included)."""
-    return ops.filter(pl.col("end") >= pl.col("start"))
+    return ops.filter(MEASURABLE)
+
+
+def _spans(frames: tuple[pl.DataFrame, ...]) -> pl.LazyFrame:
+    """device, start, end, ok (measurable) of every op of *frames*, in one lazy query."""
+    return pl.concat(
+        [f.lazy().select("device", "start", "end", MEASURABLE.fill_null(False).alias("ok")) for f in frames]
+    )
 
 
 def invalid_counts(*frames: pl.DataFrame) -> dict[int, int]:
     """Per device, ops with ``end < start`` or a missing time."""
-    bad = pl.concat(
-        [
-            f.select("device", "start", "end").filter(
-                (pl.col("end") < pl.col("start")) | pl.col("start").is_null() | pl.col("end").is_null()
-            )
-            for f in frames
-        ]
-    )
-    return dict(bad.group_by("device").len().iter_rows()) if bad.height else {}
+    bad = _spans(frames).filter(~pl.col("ok")).group_by("device").len().collect()
+    return dict(bad.iter_rows())
 
 
 @dataclass(frozen=True)
@@ -63,8 +66,7 @@ class KernelSets:
 
 def windows(*frames: pl.DataFrame) -> dict[int, tuple[int, int]]:
     """Per device ``(w0, w1)``: first start and last end over valid ops."""
-    ops = pl.concat([valid(f).select("device", "start", "end") for f in frames])
-    agg = ops.group_by("device").agg(pl.col("start").min(), pl.col("end").max())
+    agg = _spans(frames).filter("ok").group_by("device").agg(pl.col("start").min(), pl.col("end").max()).collect()
     return {int(d): (int(s), int(e)) for d, s, e in agg.iter_rows()}
 
 
@@ -248,8 +250,8 @@ def device_metrics(
     if only_device is not None:
         kernels, copies, memsets = (f.filter(pl.col("device") == only_device) for f in (kernels, copies, memsets))
     invalid = invalid_counts(kernels, copies, memsets)
-    kernels, copies, memsets = valid(kernels), valid(copies), valid(memsets)
     win = windows(kernels, copies, memsets)
+    kernels, copies = valid(kernels), valid(copies)
     devices = sorted(set(win) | set(invalid))
     spans = {d: w1 - w0 for d, (w0, w1) in win.items()}
     # the caller may pass the unions of these same (unfiltered) kernels, computed once elsewhere

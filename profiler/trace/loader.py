@@ -126,6 +126,7 @@ class Trace:
     tables: dict[str, list[str]] = field(repr=False)
     row_counts: dict[str, int] = field(repr=False)
     meta: dict[str, str] = field(default_factory=dict, repr=False)
+    _launches: dict[tuple[str, ...], pl.DataFrame] = field(default_factory=dict, repr=False)
 
     # --- export facts -------------------------------------------------------
     @property
@@ -148,14 +149,17 @@ class Trace:
                 return f'"{name}"'
         return "NULL"
 
-    def _read(self, table: str, spec: dict[str, tuple[str, pl.DataType]]) -> pl.DataFrame:
-        """Read logical columns ``out_name -> (logical column, dtype)`` of *table*."""
+    def _read(self, table: str, spec: dict[str, tuple[str, pl.DataType]], where: str = "") -> pl.DataFrame:
+        """Read logical columns ``out_name -> (logical column, dtype)`` of *table* (rows matching
+        the SQL condition *where*, if given)."""
         schema = {name: dtype for name, (_, dtype) in spec.items()}
         if table not in self.tables:
             return pl.DataFrame(schema=schema)
         exprs = {name: self._col(table, logical) for name, (logical, _) in spec.items()}
         try:
-            return sqlite_io.read_columns(self.path, table, exprs, schema, n_rows=self.row_counts.get(table))
+            return sqlite_io.read_columns(
+                self.path, table, exprs, schema, where=where, n_rows=self.row_counts.get(table)
+            )
         except sqlite3.DatabaseError as exc:
             raise InputError(self.path, f"table {table} cannot be read ({exc})") from None
 
@@ -258,12 +262,30 @@ class Trace:
     @cached_property
     def runtime(self) -> pl.DataFrame:
         """CUDA API calls, as far as attribution needs them: start, global_tid, pid, tid, correlation_id."""
+        return self._runtime_rows()
+
+    def launches_of(self, tables: tuple[str, ...]) -> pl.DataFrame:
+        """The runtime rows (as ``runtime``) whose correlation id appears in the GPU activity
+        *tables*: far fewer than all when copies alone are attributed.  All rows when
+        ``runtime`` was read already or kernels are asked for (nearly every call launches one)."""
+        corr = self._col(RUNTIME_TABLE, "correlationId")
+        sources = [(t, self._col(t, "correlationId")) for t in tables if t in self.tables]
+        if "runtime" in self.__dict__ or KERNEL_TABLE in tables or corr == "NULL":
+            return self.runtime
+        key = tuple(sorted(tables))
+        if key not in self._launches:
+            selects = [f'SELECT {c} FROM "{t}"' for t, c in sources if c != "NULL"]
+            where = f"{corr} IN ({' UNION ALL '.join(selects)})" if selects else "0"
+            self._launches[key] = self._runtime_rows(where)
+        return self._launches[key]
+
+    def _runtime_rows(self, where: str = "") -> pl.DataFrame:
         spec = {
             "start": ("start", I64),
             "global_tid": ("globalTid", I64),
             "correlation_id": ("correlationId", I64),
         }
-        df = self._read(RUNTIME_TABLE, spec)
+        df = self._read(RUNTIME_TABLE, spec, where)
         return df.select(
             "start",
             "global_tid",
