@@ -15,6 +15,7 @@ import sys
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from multiprocessing import get_context
 from pathlib import Path
@@ -164,48 +165,37 @@ def _on_pool(
 
     This process starts working at once, while the others start up (about a
     second: a fresh interpreter importing polars and NumPy); each spawned
-    worker keeps one rank queued so that it never waits for this one.
+    worker keeps one rank queued so that it never waits for this one.  If a
+    spawned worker dies (killed, out of memory), the ranks it held are
+    reported failed and this process does the rest.
     """
-    queue = deque(args)
-    helpers = jobs - 1
-    inflight: dict[Future[dict[str, Any]], str] = {}
-
-    def harvest(block: bool) -> None:
-        finished, _ = wait(inflight, timeout=None if block else 0, return_when=FIRST_COMPLETED)
-        for fut in finished:
-            path = inflight.pop(fut)
-            try:
-                done(fut.result())
-            except Exception as exc:  # a worker that died (killed, out of memory) fails its rank only
-                done(
-                    {"path": path, "rank": rank_from_name(Path(path), pattern), "error": f"{path}: worker died ({exc})"}
-                )
-
     from profiler.trace.sqlite_io import set_read_threads
 
+    queue = deque(args)
+    inflight: dict[Future[dict[str, Any]], str] = {}
     prev_threads = single_threaded()
     try:
-        _pool_loop(queue, helpers, inflight, harvest, nsys, pattern, done)
+        with ProcessPoolExecutor(jobs - 1, mp_context=get_context("spawn"), initializer=single_threaded) as pool:
+            broken = False
+            while queue or inflight:
+                while queue and not broken and len(inflight) < 2 * (jobs - 1):
+                    try:
+                        inflight[pool.submit(rank_result, queue[0], nsys, pattern)] = queue[0]
+                        queue.popleft()
+                    except BrokenProcessPool:
+                        broken = True
+                if queue:
+                    done(rank_result(queue.popleft(), nsys, pattern))
+                finished, _ = wait(inflight, timeout=0 if queue else None, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    done(_outcome(fut, inflight.pop(fut), pattern))
     finally:
         set_read_threads(prev_threads)
 
 
-def _pool_loop(
-    queue: deque[str],
-    helpers: int,
-    inflight: dict[Future[dict[str, Any]], str],
-    harvest: Callable[[bool], None],
-    nsys: str | None,
-    pattern: str,
-    done: Callable[[dict[str, Any]], None],
-) -> None:
-    with ProcessPoolExecutor(max_workers=helpers, mp_context=get_context("spawn"), initializer=single_threaded) as pool:
-        while queue or inflight:
-            while queue and len(inflight) < 2 * helpers:
-                path = queue.popleft()
-                inflight[pool.submit(rank_result, path, nsys, pattern)] = path
-            if queue:
-                done(rank_result(queue.popleft(), nsys, pattern))
-                harvest(block=False)
-            else:
-                harvest(block=True)
+def _outcome(fut: Future[dict[str, Any]], path: str, pattern: str) -> dict[str, Any]:
+    """A finished pool task's result, or its rank marked failed when its worker died."""
+    try:
+        return fut.result()
+    except Exception as exc:
+        return {"path": path, "rank": rank_from_name(Path(path), pattern), "error": f"{path}: worker died ({exc!r})"}

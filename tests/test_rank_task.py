@@ -7,6 +7,7 @@ without their names; each shortcut is checked here against the general path.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -129,3 +130,32 @@ def test_pool_sizes_agree_with_serial(tmp_path, jobs):
     for r in range(5):
         paths.append(training_export(exposed={0: 10_000 * r}).write(tmp_path / f"report.{r}.sqlite"))
     assert map_ranks(paths, jobs=jobs) == map_ranks(paths, jobs=1)
+
+
+def test_a_dying_pool_worker_fails_only_its_ranks(tmp_path):
+    """Kill the spawned worker after the first result: its queued ranks are reported failed by
+    name, this process analyzes the rest, and what did complete matches the serial run."""
+    import multiprocessing
+    import signal
+
+    from profiler.parallel import map_ranks
+
+    paths = [training_export(exposed={0: 1000 * r}).write(tmp_path / f"report.{r}.sqlite") for r in range(8)]
+    killed = []
+
+    def progress(done: int, total: int, res: dict) -> None:
+        if not killed:
+            for child in multiprocessing.active_children():
+                os.kill(child.pid, signal.SIGKILL)
+                killed.append(child.pid)
+
+    got = map_ranks(paths, jobs=2, progress=progress)
+    serial = map_ranks(paths, jobs=1)
+    assert killed
+    assert [r["path"] for r in got] == [str(p) for p in paths]
+    failed = [r for r in got if "error" in r]
+    assert failed and all("worker died" in r["error"] for r in failed)
+    assert len(failed) <= 2  # at most the ranks the worker held
+    for mine, ref in zip(got, serial, strict=True):
+        if "error" not in mine:
+            assert mine == ref
