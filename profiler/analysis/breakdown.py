@@ -121,10 +121,10 @@ class Breakdown:
             return []
         rank = {g: i for i, g in enumerate(order)} if order else None
         present = (
-            present.sort("device", "first")
+            present.sort("device", "first", "group")  # ties by name: the same order on every run
             if rank is None
             else present.with_columns(pl.col("group").replace_strict(rank, default=len(rank)).alias("_o")).sort(
-                "device", "_o", "first"
+                "device", "_o", "first", "group"
             )
         )
         present = present.with_row_index("key").with_columns(pl.col("key").cast(pl.Int64))
