@@ -159,3 +159,19 @@ def test_a_dying_pool_worker_fails_only_its_ranks(tmp_path):
     for mine, ref in zip(got, serial, strict=True):
         if "error" not in mine:
             assert mine == ref
+
+
+def test_kernel_names_without_a_short_name_column(tmp_path):
+    """An export whose kernels have no short name column falls back to the demangled name,
+    for the NCCL flag too."""
+    b = ExportBuilder()
+    b.gpu(0)
+    b.kernel(0, 10, "x", demangled="ncclDevKernel_AllGather")
+    b.kernel(10, 20, "y", demangled="void fusion_2")
+    path = b.write(tmp_path / "t.sqlite")
+    con = sqlite3.connect(path)
+    con.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL DROP COLUMN shortName")
+    con.commit()
+    con.close()
+    assert load_trace(path).kernel_spans["is_nccl"].to_list() == [True, False]
+    assert load_trace(path).kernels["name"].to_list() == ["ncclDevKernel_AllGather", "void fusion_2"]

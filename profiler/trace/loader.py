@@ -215,8 +215,9 @@ class Trace:
         lookup by short name id; otherwise each distinct (short, demangled)
         pair is resolved and joined back.
         """
-        short = self._strings(raw["short_id"].drop_nulls().unique())
-        if raw["short_id"].is_in(short["id"].implode()).all():
+        ids = raw["short_id"]
+        short = self._strings(ids.drop_nulls().unique())
+        if ids.null_count() == 0 and ids.is_in(short["id"].implode()).all():
             lookup = short.select("id", pl.col("value").alias("name"), nccl_flag(pl.col("value")).alias("is_nccl"))
             by_id = pl.col("short_id").replace_strict
             cols = [by_id(lookup["id"], lookup["is_nccl"], default=False, return_dtype=pl.Boolean).alias("is_nccl")]
