@@ -10,8 +10,7 @@ empty intervals, touching intervals merged.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -30,11 +29,6 @@ class Intervals:
 
     def __len__(self) -> int:
         return int(self.start.size)
-
-    @cached_property
-    def bounds(self) -> np.ndarray:
-        """Where each group's run begins, and the total length at the end."""
-        return np.flatnonzero(np.r_[True, self.group[1:] != self.group[:-1], True])
 
     @cached_property
     def covered(self) -> np.ndarray:
@@ -195,18 +189,28 @@ def measure_within(b: Intervals, group: object, start: object, end: object) -> n
     Uses prefix sums of *b* and binary search (O(n log m)); one pass per
     group present, never per interval.
     """
+    return measure_within_each([b], group, start, end)[0]
+
+
+def measure_within_each(sets: Sequence[Intervals], group: object, start: object, end: object) -> list[np.ndarray]:
+    """``measure_within`` against each of *sets*, splitting the intervals by group once."""
     g, s, e = _arr(group), _arr(start), _arr(end)
-    out = np.zeros(s.size, dtype=_I64)
-    if s.size == 0 or len(b) == 0:
-        return out
-    single = bool((g == g[0]).all())  # the common case: one device
-    for lo, hi in itertools.pairwise(b.bounds):
-        if single and b.group[lo] != g[0]:
-            continue
-        idx = slice(None) if single else np.flatnonzero(g == b.group[lo])
-        bs, be, cum = b.start[lo:hi], b.end[lo:hi], b.covered[lo : hi + 1]
-        out[idx] = _covered_below(bs, be, cum, e[idx]) - _covered_below(bs, be, cum, s[idx])
-    return np.maximum(out, 0)
+    outs = [np.zeros(s.size, dtype=_I64) for _ in sets]
+    if s.size == 0:
+        return outs
+    values = np.unique(g) if s.size and not (g == g[0]).all() else g[:1]
+    for value in values:
+        rows = slice(None) if values.size == 1 else np.flatnonzero(g == value)
+        gs, ge = s[rows], e[rows]
+        for out, b in zip(outs, sets, strict=True):
+            if len(b) == 0:
+                continue
+            lo, hi = np.searchsorted(b.group, [value, value + 1])
+            if lo == hi:
+                continue
+            bs, be, cum = b.start[lo:hi], b.end[lo:hi], b.covered[lo : hi + 1]
+            out[rows] = _covered_below(bs, be, cum, ge) - _covered_below(bs, be, cum, gs)
+    return [np.maximum(o, 0) for o in outs]
 
 
 def _covered_below(bs: np.ndarray, be: np.ndarray, cum: np.ndarray, x: np.ndarray) -> np.ndarray:

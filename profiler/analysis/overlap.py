@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from profiler.analysis.intervals import Intervals, length_by_group, measure_within, sum_by_group, union
+from profiler.analysis.intervals import Intervals, length_by_group, measure_within_each, sum_by_group, union
 
 OFFLOAD_CLASSES = ("h2d", "d2h", "offload")
 OTHER_CLASSES = ("d2d", "p2p", "other")
@@ -124,15 +124,21 @@ def class_metrics(
     gives only count, bytes and busy_ns (d2d, p2p, other); ``spans=None``
     leaves out occupancy (groups other than devices have no window).
     """
-    order = np.argsort(copies.key, kind="stable")
-    k = copies.key[order]
-    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if k.size else np.zeros(0, dtype=np.int64)
+    # keys as small indices: the keys themselves when they are (device ids, group ids), else ranks
+    k = copies.key
+    if k.size and (k.min() < 0 or k.max() >= 1 << 20):
+        uniq, idx = np.unique(k, return_inverse=True)
+    else:
+        uniq, idx = np.arange(int(k.max()) + 1 if k.size else 0), k
+    count_of = np.bincount(idx, minlength=uniq.size)
+    present = np.flatnonzero(count_of)
 
     def per_key(values: np.ndarray) -> dict[int, int]:
-        sums = np.add.reduceat(values[order], first) if k.size else []
-        return {int(g): int(v) for g, v in zip(k[first], sums, strict=True)}
+        sums = np.zeros(uniq.size, dtype=np.int64)
+        np.add.at(sums, idx, values)
+        return {int(uniq[i]): int(sums[i]) for i in present}
 
-    count = per_key(np.ones(k.size, dtype=np.int64))
+    count = {int(uniq[i]): int(count_of[i]) for i in present}
     nbytes = per_key(copies.nbytes)
     c = union(copies.key, copies.start, copies.end)
     busy = length_by_group(c)
@@ -141,9 +147,12 @@ def class_metrics(
         duration = per_key(copies.end - copies.start)
         pageable = per_key(copies.pageable)
         # each interval of the union is measured against the kernels of its key's device
-        dev_of = copies.device[order][first][np.searchsorted(k[first], c.group)] if len(c) else c.group
-        for name, ks in (("compute", kernels.compute), ("nccl", kernels.nccl), ("any", kernels.any)):
-            overlap[name] = sum_by_group(c, measure_within(ks, dev_of, c.start, c.end))
+        device_of = np.zeros(uniq.size, dtype=np.int64)
+        device_of[idx] = copies.device  # one device per key
+        dev_of = device_of[np.searchsorted(uniq, c.group)] if len(c) else c.group
+        sets = (kernels.compute, kernels.nccl, kernels.any)
+        for name, ov in zip(("compute", "nccl", "any"), measure_within_each(sets, dev_of, c.start, c.end), strict=True):
+            overlap[name] = sum_by_group(c, ov)
     out: dict[int, dict[str, Any]] = {}
     for g in keys:
         b = busy.get(g, 0)
