@@ -76,33 +76,39 @@ def _worker_rank_result(path: str, nsys: str | None, pattern: str) -> dict[str, 
         return rank_result(path, nsys, pattern)
 
 
-M_TRIM_THRESHOLD = -1  # glibc mallopt parameter
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
+DEFAULT_MMAP_THRESHOLD = 128 * 1024  # glibc's, fixed once MALLOC_TRIM_THRESHOLD_ is set
 
 
 @contextmanager
 def _malloc_keeps_freed_memory() -> Iterator[None]:
     """While one rank is analyzed, let glibc keep freed memory for reuse.
 
-    Dask's nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``: every
-    free of a large array then returns pages to the system, and the next
-    allocation faults them back in, which made the rank task about 25% slower
-    on a Dask worker than in a plain process.  The worker's own threshold is
-    restored when the task ends (memory is then trimmed as the worker asked);
-    nothing is changed where that variable is not set.
+    Dask's nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``, which
+    also freezes glibc's mmap threshold at 128 KiB: every array over that
+    size is then mapped and unmapped on its own, and every free of heap memory
+    is given back, so the next allocation faults the pages in again.  That
+    made the rank task about 25% slower on a Dask worker than in a plain
+    process.  For the task's duration both thresholds are raised; the
+    worker's settings are put back when it ends (memory is then trimmed as
+    the worker asked).  Nothing is changed where that variable is not set.
     """
-    setting = os.environ.get("MALLOC_TRIM_THRESHOLD_", "")
+    trim = os.environ.get("MALLOC_TRIM_THRESHOLD_", "")
+    mmap = os.environ.get("MALLOC_MMAP_THRESHOLD_", "")
     libc = None
-    if setting.isdigit() and int(setting) < 64 << 20 and sys.platform.startswith("linux"):
+    if trim.isdigit() and int(trim) < 64 << 20 and sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL("libc.so.6")
             libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)
+            libc.mallopt(M_MMAP_THRESHOLD, 64 << 20)
         except (OSError, AttributeError):
             libc = None
     try:
         yield
     finally:
         if libc is not None:
-            libc.mallopt(M_TRIM_THRESHOLD, int(setting))
+            libc.mallopt(M_MMAP_THRESHOLD, int(mmap) if mmap.isdigit() else DEFAULT_MMAP_THRESHOLD)
+            libc.mallopt(M_TRIM_THRESHOLD, int(trim))
 
 
 def map_ranks(
