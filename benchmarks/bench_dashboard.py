@@ -28,17 +28,9 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.make_export import make  # noqa: E402
 from dashboards.data import RunStore  # noqa: E402
+from tests.browser import CHROMIUM, CHROMIUM_FLAGS  # noqa: E402
 
 DATA = HERE / "data" / "dash"
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 def graph_ready(graph: str, n: int = 1) -> str:
@@ -89,7 +81,7 @@ def main() -> None:
     }
     try:
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=FLAGS)
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
             for _ in range(a.repeat):
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
                 t0 = time.perf_counter()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -15,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser import CHROMIUM, CHROMIUM_FLAGS
 from tests.conftest import ROOT, run_cli
 from tests.training_traces import training_export
 
 pytestmark = pytest.mark.browser
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = ROOT / "tests" / "artifacts"
 
 
@@ -40,15 +39,7 @@ def browser():
     with sync_playwright() as p:
         b = p.chromium.launch(
             executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
+            args=CHROMIUM_FLAGS,
         )
         yield b
         b.close()

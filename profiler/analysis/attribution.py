@@ -205,17 +205,7 @@ def _contained(
 
 def attribute(ops: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     """(op_id, range_id) for every range that encloses an op's launch on the launching thread."""
-    launched = ops.filter(pl.col("launch_start").is_not_null() & pl.col("launch_gtid").is_not_null())
-    rng = ranges.filter(pl.col("global_tid").is_not_null())
-    return _contained(
-        launched["launch_gtid"].to_numpy(),
-        launched["launch_start"].to_numpy(),
-        launched["op_id"].to_numpy(),
-        rng["global_tid"].to_numpy(),
-        rng["start"].to_numpy(),
-        rng["end"].to_numpy(),
-        rng["range_id"].to_numpy(),
-    )
+    return _contained_by(ops, "launch_gtid", "launch_start", ranges, "global_tid")
 
 
 def attribute_by_time(ops: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
@@ -224,13 +214,18 @@ def attribute_by_time(ops: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     A fallback for ranges pushed on a thread that launches nothing itself
     (a training loop whose runtime dispatches from worker threads).
     """
-    o = ops.filter(pl.col("pid").is_not_null())
-    r = ranges.filter(pl.col("pid").is_not_null())
+    return _contained_by(ops, "pid", "start", ranges, "pid")
+
+
+def _contained_by(ops: pl.DataFrame, op_key: str, op_time: str, ranges: pl.DataFrame, range_key: str) -> pl.DataFrame:
+    """``_contained`` over the ops and ranges whose key (and the ops' time) is known."""
+    o = ops.filter(pl.col(op_key).is_not_null() & pl.col(op_time).is_not_null())
+    r = ranges.filter(pl.col(range_key).is_not_null())
     return _contained(
-        o["pid"].to_numpy(),
-        o["start"].to_numpy(),
+        o[op_key].to_numpy(),
+        o[op_time].to_numpy(),
         o["op_id"].to_numpy(),
-        r["pid"].to_numpy(),
+        r[range_key].to_numpy(),
         r["start"].to_numpy(),
         r["end"].to_numpy(),
         r["range_id"].to_numpy(),

@@ -18,7 +18,7 @@ import polars as pl
 
 from profiler.analysis import attribution
 from profiler.analysis.intervals import measure_within, union
-from profiler.analysis.overlap import KernelSets, offload_metrics, valid
+from profiler.analysis.overlap import KernelSets, offload_metrics, valid, windows_and_invalid
 from profiler.analysis.xla_names import DEFAULT_LAYER_PATTERN, parse_xla
 from profiler.annotate import DOMAIN, LAYER_PREFIX, POLICY_PREFIX, STEP_PREFIX, WARMUP_PREFIX
 from profiler.trace.loader import Trace
@@ -56,13 +56,8 @@ class Breakdown:
     @cached_property
     def trace_end(self) -> int | None:
         """The last end of any valid GPU op (open NVTX ranges are closed there)."""
-        ends = [f.select(pl.col("end").filter(pl.col("end") >= pl.col("start")).max()).item() for f in self.gpu_frames]
-        ends = [e for e in ends if e is not None]
-        return int(max(ends)) if ends else None
-
-    @property
-    def gpu_frames(self) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-        return self.kernels, self.trace.copies, self.trace.memsets
+        win, _ = windows_and_invalid(self.kernels, self.trace.copies, self.trace.memsets)
+        return max((w1 for _, w1 in win.values()), default=None)
 
     @cached_property
     def ranges(self) -> attribution.Ranges:

@@ -30,17 +30,23 @@ def valid(ops: pl.DataFrame) -> pl.DataFrame:
     return ops.filter(MEASURABLE)
 
 
-def _spans(frames: tuple[pl.DataFrame, ...]) -> pl.LazyFrame:
-    """device, start, end, ok (measurable) of every op of *frames*, in one lazy query."""
-    return pl.concat(
-        [f.lazy().select("device", "start", "end", MEASURABLE.fill_null(False).alias("ok")) for f in frames]
+def windows_and_invalid(*frames: pl.DataFrame) -> tuple[dict[int, tuple[int, int]], dict[int, int]]:
+    """Per device, ``(w0, w1)``: first start and last end over valid ops; and the number of
+    ops with ``end < start`` or a missing time.  One pass over all frames."""
+    ok = MEASURABLE.fill_null(False)
+    agg = (
+        pl.concat([f.lazy().select("device", "start", "end", ok.alias("ok")) for f in frames])
+        .group_by("device")
+        .agg(
+            pl.col("start").filter("ok").min().alias("w0"),
+            pl.col("end").filter("ok").max().alias("w1"),
+            (~pl.col("ok")).sum().alias("bad"),
+        )
+        .collect()
     )
-
-
-def invalid_counts(*frames: pl.DataFrame) -> dict[int, int]:
-    """Per device, ops with ``end < start`` or a missing time."""
-    bad = _spans(frames).filter(~pl.col("ok")).group_by("device").len().collect()
-    return dict(bad.iter_rows())
+    win = {int(d): (int(w0), int(w1)) for d, w0, w1, _ in agg.iter_rows() if w0 is not None}
+    invalid = {int(d): int(n) for d, _, _, n in agg.iter_rows() if n}
+    return win, invalid
 
 
 @dataclass(frozen=True)
@@ -62,12 +68,6 @@ class KernelSets:
         # the union of all kernels is the union of the two (far shorter) unions
         both = [np.concatenate([getattr(compute, f), getattr(nccl_set, f)]) for f in ("group", "start", "end")]
         return KernelSets(compute=compute, nccl=nccl_set, any=union(*both))
-
-
-def windows(*frames: pl.DataFrame) -> dict[int, tuple[int, int]]:
-    """Per device ``(w0, w1)``: first start and last end over valid ops."""
-    agg = _spans(frames).filter("ok").group_by("device").agg(pl.col("start").min(), pl.col("end").max()).collect()
-    return {int(d): (int(s), int(e)) for d, s, e in agg.iter_rows()}
 
 
 @dataclass(frozen=True)
@@ -258,8 +258,7 @@ def device_metrics(
     without the per-stream list)."""
     if only_device is not None:
         kernels, copies, memsets = (f.filter(pl.col("device") == only_device) for f in (kernels, copies, memsets))
-    invalid = invalid_counts(kernels, copies, memsets)
-    win = windows(kernels, copies, memsets)
+    win, invalid = windows_and_invalid(kernels, copies, memsets)
     kernels, copies = valid(kernels), valid(copies)
     devices = sorted(set(win) | set(invalid))
     spans = {d: w1 - w0 for d, (w0, w1) in win.items()}

@@ -270,11 +270,11 @@ class Trace:
         *tables*: far fewer than all when copies alone are attributed.  All rows when
         ``runtime`` was read already or kernels are asked for (nearly every call launches one)."""
         corr = self._col(RUNTIME_TABLE, "correlationId")
-        sources = [(t, self._col(t, "correlationId")) for t in tables if t in self.tables]
         if "runtime" in self.__dict__ or KERNEL_TABLE in tables or corr == "NULL":
             return self.runtime
         key = tuple(sorted(tables))
         if key not in self._launches:
+            sources = [(t, self._col(t, "correlationId")) for t in tables if t in self.tables]
             selects = [f'SELECT {c} FROM "{t}"' for t, c in sources if c != "NULL"]
             where = f"{corr} IN ({' UNION ALL '.join(selects)})" if selects else "0"
             self._launches[key] = self._runtime_rows(where)
