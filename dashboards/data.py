@@ -27,7 +27,7 @@ import sqlite_utils
 
 from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.run_metrics import collect
-from profiler.capture.rundir import MANIFEST, PARTIAL_SUFFIX
+from profiler.conventions import MANIFEST, PARTIAL_SUFFIX
 from profiler.errors import ProfilerError
 from profiler.report import store
 from profiler.trace import load_trace

@@ -30,11 +30,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-DOMAIN = "profile-step"
-CAPTURE_RANGE = "profile-step:capture"
-POLICY_ENV = "PROFILE_STEP_POLICY"
-RUN_DIR_ENV = "PROFILE_STEP_RUN_DIR"
-POLICY_PREFIX, STEP_PREFIX, LAYER_PREFIX, WARMUP_PREFIX = "policy=", "step=", "layer=", "warmup="
+from profiler.conventions import (
+    CAPTURE_RANGE,
+    DOMAIN,
+    LAYER_PREFIX,
+    POLICY_ENV,
+    POLICY_PREFIX,
+    RUN_DIR_ENV,
+    RUNTIME_FACTS,
+    STEP_PREFIX,
+    WARMUP_PREFIX,
+)
 
 try:  # the binding is optional: without it the ranges are no-ops
     import nvtx as _nvtx
@@ -139,7 +145,7 @@ def write_runtime_facts(**facts: Any) -> None:
             ]
         except Exception as exc:  # facts are best effort; never break the user's run
             doc["jax_error"] = repr(exc)
-    path = os.path.join(run_dir, "runtime.json")
+    path = os.path.join(run_dir, RUNTIME_FACTS)
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:
         json.dump(doc, fh, indent=2, default=str)

@@ -20,7 +20,8 @@ def _json_dump(doc: Any) -> str:
 
 def cmd_ranks(args: argparse.Namespace) -> int:
     """``analyze DIR --ranks``: every rank's export, then the cross-rank view."""
-    from profiler.analysis.ranks import DEFAULT_RANK_PATTERN, cross_rank
+    from profiler.analysis.ranks import cross_rank
+    from profiler.conventions import DEFAULT_RANK_PATTERN
     from profiler.parallel import map_ranks, rank_inputs, usable_cores
     from profiler.report.text import render_ranks
 

@@ -21,7 +21,8 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from profiler.analysis.ranks import DEFAULT_RANK_PATTERN, rank_from_name, rank_result
+from profiler.analysis.ranks import rank_result
+from profiler.conventions import DEFAULT_RANK_PATTERN, rank_from_name
 from profiler.errors import InputError, ProfilerError
 
 TRACE_GLOBS = ("*.sqlite", "*.nsys-rep", "*.qdrep")

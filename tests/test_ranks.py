@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from profiler.analysis.ranks import cross_rank, rank_from_name
+from profiler.analysis.ranks import cross_rank
+from profiler.conventions import rank_from_name
 from profiler.parallel import map_ranks, rank_inputs
 from tests.conftest import run_cli
 from tests.training_traces import training_export

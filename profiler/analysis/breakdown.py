@@ -20,7 +20,7 @@ from profiler.analysis import attribution
 from profiler.analysis.intervals import measure_within, union
 from profiler.analysis.overlap import KernelSets, offload_metrics, valid, windows_and_invalid
 from profiler.analysis.xla_names import DEFAULT_LAYER_PATTERN, parse_xla
-from profiler.annotate import DOMAIN, LAYER_PREFIX, POLICY_PREFIX, STEP_PREFIX, WARMUP_PREFIX
+from profiler.conventions import DOMAIN, LAYER_PREFIX, POLICY_PREFIX, STEP_PREFIX, WARMUP_PREFIX
 from profiler.trace.loader import Trace
 
 OUTLIER_FACTOR = 2.0  # a step slower than this times the median is left out of summaries

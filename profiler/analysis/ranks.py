@@ -14,27 +14,16 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from profiler.analysis.run_metrics import collect, find_manifest
+from profiler.conventions import DEFAULT_RANK_PATTERN, rank_from_name
 from profiler.errors import ProfilerError
 
-# `%q{RANK}`-style names: report.3.sqlite, trace.rank3.sqlite, rank_12-xyz.nsys-rep, run-rank3-...
-DEFAULT_RANK_PATTERN = r"(?:rank[_-]?|\.)(\d+)(?:[._-]|$)"
 SICK_LINK_FACTOR = 0.7  # a rank below 70% of the median copy bandwidth is flagged
 STRAGGLER_FACTOR = 1.1  # a rank 10% slower than the median step is a straggler
 
 
-def rank_from_name(path: Path, pattern: str = DEFAULT_RANK_PATTERN) -> int | None:
-    """The rank a file or its run folder is named by, if any (the last match wins)."""
-    stem = path.name[: -len(path.suffix)] if path.suffix else path.name
-    for text in (stem + ".", path.parent.name + "."):
-        found = re.findall(pattern, text, flags=re.IGNORECASE)
-        if found:
-            return int(found[-1])
-    return None
-
-
 def rank_result(path: str, nsys: str | None = None, pattern: str = DEFAULT_RANK_PATTERN) -> dict[str, Any]:
     """Analyze one rank's export; never raises (a failure comes back as ``error``)."""
-    from profiler.analysis.run_metrics import collect, find_manifest
     from profiler.trace import load_trace
 
     p = Path(path)

@@ -14,6 +14,7 @@ from typing import Any
 from profiler.analysis.attribution import OP_KINDS
 from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.overlap import device_metrics
+from profiler.conventions import MANIFEST, rank_from_name
 from profiler.trace.loader import Trace
 
 DIRECTIONS = ("h2d", "d2h", "offload")
@@ -39,7 +40,7 @@ def totals(per_device: list[dict[str, Any]]) -> dict[str, Any]:
 
 def find_manifest(trace_path: Path) -> dict[str, Any] | None:
     """The manifest.json of the run folder holding *trace_path*, if any."""
-    cand = trace_path.parent / "manifest.json"
+    cand = trace_path.parent / MANIFEST
     try:
         return json.loads(cand.read_text()) if cand.is_file() else None
     except (OSError, ValueError):
@@ -73,8 +74,6 @@ def collect(trace: Trace, manifest: dict[str, Any] | None = None, detail: bool =
     policy = (manifest or {}).get("policy") or bd.policy or "default"
     rank = (manifest or {}).get("rank")
     if rank is None:
-        from profiler.analysis.ranks import rank_from_name
-
         rank = rank_from_name(trace.path)
     step_rows = []
     for s in steps["steps"]:

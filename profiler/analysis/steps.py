@@ -6,7 +6,7 @@ from typing import Any
 
 import polars as pl
 
-from profiler.annotate import DOMAIN, POLICY_PREFIX, STEP_PREFIX, WARMUP_PREFIX
+from profiler.conventions import DOMAIN, POLICY_PREFIX, STEP_PREFIX, WARMUP_PREFIX
 
 RANGE_TYPES = (59, 60)  # push/pop and start/end ranges
 

@@ -6,7 +6,7 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from profiler.annotate import CAPTURE_RANGE, DOMAIN
+from profiler.conventions import CAPTURE_RANGE, DOMAIN
 
 # Short options of nsys profile that take a value, and their long names.
 SHORT = {

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiler.annotate import POLICY_ENV, RUN_DIR_ENV
 from profiler.capture import nsys_command, rundir, xla_flags
+from profiler.conventions import POLICY_ENV, RUN_DIR_ENV, RUNTIME_FACTS
 from profiler.errors import InputError, ProfilerError
 from profiler.trace.nsys import find_nsys, nsys_version
 
@@ -251,7 +251,7 @@ def run_policy(
     else:
         status = "ok"
     runtime = {}
-    runtime_file = run_dir / "runtime.json"
+    runtime_file = run_dir / RUNTIME_FACTS
     if runtime_file.exists():
         import json
 

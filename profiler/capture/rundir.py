@@ -17,10 +17,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-PARTIAL_SUFFIX = ".partial"
-MANIFEST = "manifest.json"
-TRACE_STEM = "trace"
-LOG = "output.log"
+from profiler.conventions import LOG, MANIFEST, PARTIAL_SUFFIX, TRACE_STEM
+
+__all__ = ["LOG", "MANIFEST", "PARTIAL_SUFFIX", "TRACE_STEM", "create", "finish", "read_manifest", "write_json"]
 
 
 def slug(text: str) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from profiler.analysis.run_metrics import collect, find_manifest
-from profiler.capture.rundir import MANIFEST, PARTIAL_SUFFIX, TRACE_STEM
+from profiler.conventions import MANIFEST, PARTIAL_SUFFIX, TRACE_STEM
 from profiler.errors import InputError
 from profiler.report.store import load_label
 from profiler.trace import load_trace

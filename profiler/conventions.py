@@ -1,0 +1,41 @@
+"""The vocabularies that writers and readers of a run share, in one place.
+
+Capture writes NVTX ranges and run folders; analysis, reports and the
+dashboard read them.  Both sides import these names from here, so that
+analysis and dashboards never import capture.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+# --- NVTX ranges written by ``profiler.annotate`` ------------------------------------------
+DOMAIN = "profile-step"
+CAPTURE_RANGE = "profile-step:capture"
+POLICY_PREFIX, STEP_PREFIX, LAYER_PREFIX, WARMUP_PREFIX = "policy=", "step=", "layer=", "warmup="
+
+# --- environment profile-step sets for the training script --------------------------------
+POLICY_ENV = "PROFILE_STEP_POLICY"
+RUN_DIR_ENV = "PROFILE_STEP_RUN_DIR"
+
+# --- run folders: runs/<UTC>-<policy>[-rank<R>]-<id>[.partial]/ -----------------------------
+PARTIAL_SUFFIX = ".partial"
+MANIFEST = "manifest.json"
+TRACE_STEM = "trace"
+LOG = "output.log"
+RUNTIME_FACTS = "runtime.json"
+
+# --- ranks in file and folder names -------------------------------------------------------
+# `%q{RANK}`-style names: report.3.sqlite, trace.rank3.sqlite, rank_12-xyz.nsys-rep, run-rank3-...
+DEFAULT_RANK_PATTERN = r"(?:rank[_-]?|\.)(\d+)(?:[._-]|$)"
+
+
+def rank_from_name(path: Path, pattern: str = DEFAULT_RANK_PATTERN) -> int | None:
+    """The rank a file or its run folder is named by, if any (the last match wins)."""
+    stem = path.name[: -len(path.suffix)] if path.suffix else path.name
+    for text in (stem + ".", path.parent.name + "."):
+        found = re.findall(pattern, text, flags=re.IGNORECASE)
+        if found:
+            return int(found[-1])
+    return None
