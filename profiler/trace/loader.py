@@ -27,6 +27,9 @@ MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
 MEMSET_TABLE = "CUPTI_ACTIVITY_KIND_MEMSET"
 RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
 NVTX_TABLE = "NVTX_EVENTS"
+EVENT_TABLE = "CUPTI_ACTIVITY_KIND_CUDA_EVENT"
+SYNC_TABLE = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+UNSET_ID = 4294967295  # CUPTI's "no stream" / "no event" in synchronization rows
 # Tables only an nsys export has; one of them is enough to recognise one.
 NSYS_MARKER_TABLES = (
     "META_DATA_EXPORT",
@@ -58,6 +61,8 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "endGlobalTid": ("endGlobalTid",),
     "rangeId": ("rangeId",),
     "eventType": ("eventType",),
+    "eventId": ("eventId",),
+    "syncType": ("syncType",),
 }
 
 # copyKind (ENUM_CUDA_MEMCPY_OPER) -> copy class of METRICS.md.
@@ -259,6 +264,24 @@ class Trace:
         df = self._read(MEMSET_TABLE, {**OP_SPEC, "bytes": ("bytes", I64)})
         return df.with_columns(_pid(pl.col("global_pid")).alias("pid")).drop("global_pid")
 
+    # --- CUDA events: records and stream waits -----------------------------
+    @cached_property
+    def event_records(self) -> pl.DataFrame:
+        """``cudaEventRecord``/``cuEventRecord`` activity: device, stream, event_id, correlation_id, pid."""
+        spec = {k: OP_SPEC[k] for k in ("device", "stream", "correlation_id", "global_pid")}
+        df = self._read(EVENT_TABLE, {**spec, "event_id": ("eventId", I64)})
+        return df.with_columns(_pid(pl.col("global_pid")).alias("pid")).drop("global_pid")
+
+    @cached_property
+    def syncs(self) -> pl.DataFrame:
+        """Synchronization activity (stream waits, stream/event/device synchronizes): start, end,
+        device, stream, event_id, sync_type, correlation_id, pid.  Unset stream or event ids
+        (4294967295) read as NULL, so that a stream wait is a row with both set."""
+        spec = {**OP_SPEC, "event_id": ("eventId", I64), "sync_type": ("syncType", I64)}
+        df = self._read(SYNC_TABLE, spec)
+        unset = [pl.when(pl.col(c) == UNSET_ID).then(None).otherwise(pl.col(c)).alias(c) for c in ("stream", "event_id")]
+        return df.with_columns(*unset, _pid(pl.col("global_pid")).alias("pid")).drop("global_pid")
+
     # --- host side ----------------------------------------------------------
     @cached_property
     def runtime(self) -> pl.DataFrame:
@@ -293,6 +316,29 @@ class Trace:
             _pid(pl.col("global_tid")).alias("pid"),
             _tid(pl.col("global_tid")).alias("tid"),
             "correlation_id",
+        )
+
+    @cached_property
+    def runtime_calls(self) -> pl.DataFrame:
+        """Every CUDA runtime/driver API call with its name: start, end, pid, tid, global_tid,
+        correlation_id, name (the findings and the what-if read which calls synchronize)."""
+        spec = {
+            "start": ("start", I64),
+            "end": ("end", I64),
+            "global_tid": ("globalTid", I64),
+            "correlation_id": ("correlationId", I64),
+            "name_id": ("nameId", I64),
+        }
+        df = self._read(RUNTIME_TABLE, spec)
+        names = self._strings(df["name_id"].unique()).rename({"id": "name_id", "value": "name"})
+        return df.join(names, on="name_id", how="left").select(
+            "start",
+            "end",
+            _pid(pl.col("global_tid")).alias("pid"),
+            _tid(pl.col("global_tid")).alias("tid"),
+            "global_tid",
+            "correlation_id",
+            "name",
         )
 
     @cached_property
@@ -390,7 +436,7 @@ def open_trace(path: str | Path) -> Trace:
                 }
             counts = {
                 t: sqlite_io.estimate_rows(con, t)
-                for t in (KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE, RUNTIME_TABLE, NVTX_TABLE)
+                for t in (KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE, RUNTIME_TABLE, NVTX_TABLE, EVENT_TABLE, SYNC_TABLE)
                 if t in tables
             }
         finally:

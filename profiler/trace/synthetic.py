@@ -109,6 +109,21 @@ DDL: dict[str, list[str]] = {
         "returnValue INTEGER NOT NULL",
         "callchainId INTEGER",
     ],
+    # nsys 2023.4.4 writes the event table without times: a record's time is its API call's
+    "CUPTI_ACTIVITY_KIND_CUDA_EVENT": [
+        "deviceId INTEGER NOT NULL",
+        "contextId INTEGER NOT NULL",
+        "greenContextId INTEGER",
+        "streamId INTEGER NOT NULL",
+        "correlationId INTEGER",
+        "globalPid INTEGER",
+        "eventId INTEGER NOT NULL",
+    ],
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION": [
+        *GPU_OP_COLUMNS,
+        "syncType INTEGER NOT NULL",
+        "eventId INTEGER NOT NULL",
+    ],
     "NVTX_EVENTS": [
         "start INTEGER NOT NULL",
         "end INTEGER",
@@ -161,10 +176,28 @@ ENUMS: dict[str, list[tuple[int, str, str]]] = {
         (6, "CUDA_MEMOPR_MEMORY_KIND_MANAGED_STATIC", "Managed Static"),
         (7, "CUDA_MEMOPR_MEMORY_KIND_UNKNOWN", "Unknown"),
     ],
+    "ENUM_CUPTI_SYNC_TYPE": [
+        (0, "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_UNKNOWN", "Unknown"),
+        (1, "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE", "Event sync"),
+        (2, "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT", "Stream wait sync"),
+        (3, "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE", "Stream sync"),
+        (4, "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE", "Context sync"),
+    ],
 }
 for _enum in ENUMS:
     DDL[_enum] = ["id INTEGER NOT NULL PRIMARY KEY", "name TEXT", "label TEXT"]
 PAGEABLE, PINNED, DEVICE = 0, 1, 2
+UNSET = 4294967295  # CUPTI's "no stream" / "no event" in synchronization rows
+# syncType as real exports (nsys 2020.5 to 2023.4) write it, whatever ENUM_CUPTI_SYNC_TYPE says:
+# stream waits and stream synchronizes 3, event synchronizes and queries 2, device synchronizes 1.
+REAL_SYNC_TYPE = {"stream_wait": 3, "stream_sync": 3, "event_sync": 2, "event_query": 2, "device_sync": 1}
+SYNC_CALL = {
+    "stream_wait": "cuStreamWaitEvent",
+    "stream_sync": "cudaStreamSynchronize",
+    "event_sync": "cudaEventSynchronize",
+    "event_query": "cudaEventQuery",
+    "device_sync": "cudaDeviceSynchronize",
+}
 
 
 def global_tid(pid: int, tid: int) -> int:
@@ -339,6 +372,69 @@ class ExportBuilder:
                 "returnValue": 0,
             }
         )
+
+    def event_record(
+        self,
+        t: int,
+        event_id: int,
+        *,
+        device: int = 0,
+        stream: int = 7,
+        pid: int = 100,
+        tid: int = 100,
+        duration: int = 50,
+        correlation: int | None = None,
+        name: str = "cuEventRecord",
+    ) -> int:
+        """A ``cuEventRecord`` call at *t* on *stream*: its runtime row and its event row."""
+        corr = self.next_correlation() if correlation is None else correlation
+        self.runtime(t, t + duration, corr, name=name, pid=pid, tid=tid)
+        self.rows["CUPTI_ACTIVITY_KIND_CUDA_EVENT"].append(
+            {
+                "deviceId": device,
+                "contextId": 1,
+                "streamId": stream,
+                "correlationId": corr,
+                "globalPid": global_tid(pid, 0),
+                "eventId": event_id,
+            }
+        )
+        return corr
+
+    def sync(
+        self,
+        t: int,
+        what: str = "stream_wait",
+        *,
+        event_id: int | None = None,
+        device: int = 0,
+        stream: int | None = None,
+        pid: int = 100,
+        tid: int = 100,
+        duration: int = 50,
+        sync_type: int | None = None,
+        correlation: int | None = None,
+        runtime: bool = True,
+    ) -> int:
+        """A synchronization call at *t* (runtime row at *t*, activity row just after it):
+        ``stream_wait`` (stream and event set), ``stream_sync`` (stream), ``event_sync`` and
+        ``event_query`` (event), ``device_sync`` (neither).  ``syncType`` as real exports write it
+        unless *sync_type* says otherwise."""
+        corr = self.next_correlation() if correlation is None else correlation
+        if runtime:
+            self.runtime(t, t + duration, corr, name=SYNC_CALL[what], pid=pid, tid=tid)
+        self.rows["CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"].append(
+            {
+                **self._op(t + 10, t + duration - 10, device, UNSET if stream is None else stream, corr, pid),
+                "syncType": REAL_SYNC_TYPE[what] if sync_type is None else sync_type,
+                "eventId": UNSET if event_id is None else event_id,
+            }
+        )
+        return corr
+
+    def stream_wait(self, t: int, event_id: int, stream: int, **kw: object) -> int:
+        """A ``cuStreamWaitEvent(stream, event)`` call at *t*."""
+        return self.sync(t, "stream_wait", event_id=event_id, stream=stream, **kw)  # type: ignore[arg-type]
 
     def nvtx(
         self,
