@@ -279,7 +279,9 @@ class Trace:
         (4294967295) read as NULL, so that a stream wait is a row with both set."""
         spec = {**OP_SPEC, "event_id": ("eventId", I64), "sync_type": ("syncType", I64)}
         df = self._read(SYNC_TABLE, spec)
-        unset = [pl.when(pl.col(c) == UNSET_ID).then(None).otherwise(pl.col(c)).alias(c) for c in ("stream", "event_id")]
+        unset = [
+            pl.when(pl.col(c) == UNSET_ID).then(None).otherwise(pl.col(c)).alias(c) for c in ("stream", "event_id")
+        ]
         return df.with_columns(*unset, _pid(pl.col("global_pid")).alias("pid")).drop("global_pid")
 
     # --- host side ----------------------------------------------------------
