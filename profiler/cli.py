@@ -95,6 +95,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         async_limit=args.async_limit,
         python=args.python,
         policy_arg=args.policy_arg,
+        xla_dump=not args.no_xla_dump,
     )
     rows: list[dict[str, Any]] = []
 
@@ -280,6 +281,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="also pass the policy to the script as FLAG NAME (e.g. --policy-arg=--policy)",
     )
     r.add_argument("--no-summary", action="store_true", help="only the one-line result per policy")
+    r.add_argument(
+        "--no-xla-dump",
+        action="store_true",
+        help="do not ask XLA for a dump of the step's compiled module (kept pruned in the run folder)",
+    )
     r.add_argument("script", help="the training script (.py, or an executable)")
     r.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
     r.set_defaults(func=cmd_run)
