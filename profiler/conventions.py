@@ -15,6 +15,9 @@ DOMAIN = "profile-step"
 CAPTURE_RANGE = "profile-step:capture"
 POLICY_PREFIX, STEP_PREFIX, LAYER_PREFIX, WARMUP_PREFIX = "policy=", "step=", "layer=", "warmup="
 
+# the example's policies (examples/train.py), the default of `profile-step plan`
+EXAMPLE_POLICIES = ("none", "remat", "offload_qkv", "offload_mlp", "offload_all")
+
 # --- environment profile-step sets for the training script --------------------------------
 POLICY_ENV = "PROFILE_STEP_POLICY"
 RUN_DIR_ENV = "PROFILE_STEP_RUN_DIR"
