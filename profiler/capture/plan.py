@@ -49,7 +49,7 @@ class PlanRequest:
 
 
 def has_cuda_plugin(python: str) -> bool:
-    if Path(python).resolve() == Path(sys.executable).resolve():
+    if Path(python).absolute() == Path(sys.executable).absolute():  # venv pythons are symlinks: no resolve()
         return importlib.util.find_spec("jax_cuda12_plugin") is not None
     try:
         out = subprocess.run(

@@ -16,6 +16,9 @@ SUMMARY_METRICS = (
     "h2d_bytes",
     "d2h_gbps",
     "h2d_gbps",
+    "peak_device_bytes",
+    "flops_per_step",
+    "tflops",
 )
 LAYER_COLUMNS = ("exposed_ns", "hidden_fraction", "d2h_bytes", "h2d_bytes")
 
@@ -30,6 +33,10 @@ def value(metric: str, v: float | None) -> str:
         return f"{v / 2**20:.1f} MiB"
     if unit == "fraction":
         return f"{100 * v:.1f}%"
+    if unit == "FLOPs":
+        return f"{v / 1e9:.3f} GFLOP"
+    if unit == "TFLOP/s":
+        return f"{v:.4g} TFLOP/s"
     return f"{v:.1f}"
 
 
@@ -44,6 +51,10 @@ def change(metric: str, d: dict[str, Any]) -> str:
         return f"{d['delta'] / 1e6:+.3f} ms{rel}"
     if unit == "bytes":
         return f"{d['delta'] / 2**20:+.1f} MiB{rel}"
+    if unit == "FLOPs":
+        return f"{d['delta'] / 1e9:+.3f} GFLOP{rel}"
+    if unit == "TFLOP/s":
+        return f"{d['delta']:+.4g} TFLOP/s{rel}"
     return f"{d['delta']:+.1f}{rel}"
 
 
@@ -135,7 +146,9 @@ def render_markdown(cmp: dict[str, Any]) -> str:
             out += ["Not gated: " + "; ".join(notes) + ".", ""]
         out.append(
             "Step time, exposed copy time and hidden fraction are per-step medians when the runs "
-            "hold steps; bytes and GB/s cover the whole capture."
+            "hold steps; bytes and GB/s cover the whole capture; peak device memory is the largest "
+            "`memory_stats()` peak over the devices; FLOPs per step are XLA's cost analysis of the step's "
+            "module, TFLOP/s those FLOPs over the median step."
         )
         out.append("")
     for side, names in (("head", cmp["missing"]["in_head"]), ("base", cmp["missing"]["in_base"])):

@@ -3,6 +3,7 @@ and a plan compiled for a GPU target."""
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from profiler.report.text import ms, pct, table
@@ -96,7 +97,7 @@ def render_policy_table(tab: dict[str, Any]) -> str:
             note(r["policy"], f"step module {r['step_module'].split('.', 1)[-1]}")
         for n in r["notes"]:
             note(r["policy"], n)
-    out = [table(POLICY_HEADERS, rows), POLICY_LEGEND]
+    out = [table(POLICY_HEADERS, rows), *textwrap.wrap(POLICY_LEGEND, 118)]
     if tab.get("baseline"):
         out.append(f"recompute: FLOPs per step against the {tab['baseline']!r} policy")
     every = len(tab["rows"])

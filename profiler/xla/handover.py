@@ -103,12 +103,12 @@ def compiled_step(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
 
 def _plan(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Path) -> Any:
     """Deviceless compilation for the target; writes the facts and ends the script."""
-    import jax  # noqa: PLC0415
+    import jax
 
     spec_path = os.environ.get(PLAN_TARGET_ENV)
     doc: dict[str, Any] = {"module": None, "notes": []}
     try:
-        from jax.experimental import topologies  # noqa: PLC0415
+        from jax.experimental import topologies
 
         spec = Path(spec_path).read_text() if spec_path else ""
         topo = topologies.get_topology_desc("profile-step", "cuda", target_config=spec, topology="1x1x1")

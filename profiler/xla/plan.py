@@ -228,14 +228,14 @@ def offload_plan(module: Module) -> dict[str, Any]:
                 update = g.operand(ins, 1)
                 if target.on_host and update is not None and not _on_host(update):
                     prod = _walk_producer(g, update)
-                    ev = ([*(ins.op_name and [ins.op_name] or []), *prod], prod)
+                    ev = ([*([ins.op_name] if ins.op_name else []), *prod], prod)
                     movements.append(_movement(g, ins, "d2h", update.shape.bytes, ev))
             elif op in ("dynamic-slice", "dynamic-slice-start"):
                 src_ins = g.operand(ins, 0)
                 result = ins.shape if op == "dynamic-slice" else ins.shape.element(1)
                 if src_ins is not None and _on_host(src_ins) and not result.on_host:
                     users = _walk_users(g, ins)
-                    ev = ([*(ins.op_name and [ins.op_name] or []), *users], users)
+                    ev = ([*([ins.op_name] if ins.op_name else []), *users], users)
                     movements.append(_movement(g, ins, "h2d", result.bytes, ev))
             elif op == "custom-call" and ins.custom_call_target == "AllocateBuffer" and _host_bytes(ins):
                 buffers.append(_buffer(ins, _host_bytes(ins), "AllocateBuffer"))
@@ -255,9 +255,7 @@ def offload_plan(module: Module) -> dict[str, Any]:
         else:
             merged[key] = mv
     moves = sorted(merged.values(), key=lambda m: (m["computation"] != module.entry, m["computation"], m["position"]))
-    per_step = {
-        d: sum(m["bytes_per_step"] or 0 for m in moves if m["direction"] == d) for d in ("d2h", "h2d")
-    }
+    per_step = {d: sum(m["bytes_per_step"] or 0 for m in moves if m["direction"] == d) for d in ("d2h", "h2d")}
     unknown = sum(1 for m in moves if m["bytes_per_step"] is None)
     host_values = sum(1 for i in module.instructions() if _host_bytes(i))
     return {

@@ -289,7 +289,7 @@ def _module(b: bytes, source: str) -> Module:
         if order:
             rank = {iid: r for r, iid in enumerate(order)}
             parsed.sort(key=lambda p: rank.get(p[1], len(rank)))
-        for pos, (ins, iid, ops, called) in enumerate(parsed):
+        for pos, (ins, _iid, ops, called) in enumerate(parsed):
             ins.position = pos
             comp.instructions.append(ins)
             pending.append((ins, ops, called))
