@@ -42,11 +42,12 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from profiler import annotate
+from profiler.conventions import EXAMPLE_POLICIES
 
 QKV = ["query_proj", "key_proj", "value_proj"]
 MLP = ["mlpwi", "mlpwo"]
 ALL_NAMES = ["decoder_layer_input", *QKV, "out_proj", *MLP]
-POLICIES = ("none", "remat", "offload_qkv", "offload_mlp", "offload_all")
+POLICIES = EXAMPLE_POLICIES  # none, remat, offload_qkv, offload_mlp, offload_all
 
 
 def offload(names: list[str]):

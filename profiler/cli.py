@@ -54,7 +54,7 @@ def cmd_policies(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from profiler.analysis.policies import planned_vs_moved, policy_table
-    from profiler.report.policies_text import render_planned_vs_moved, render_policy_table
+    from profiler.report.policies_text import render_planned_vs_moved_all, render_policy_table
     from profiler.report.sides import load_runs
 
     runs = [r for arg in args.trace for r in load_runs(arg, Path(args.db), args.nsys)]
@@ -64,9 +64,8 @@ def cmd_policies(args: argparse.Namespace) -> int:
         print(_json_dump({"policies": tab, "planned_vs_moved": pvm}))
         return 0
     print(render_policy_table(tab))
-    for p in pvm:
-        print()
-        print(render_planned_vs_moved(p))
+    print()
+    print(render_planned_vs_moved_all(pvm))
     return 0
 
 

@@ -25,6 +25,7 @@ Definitions (also in the README):
 
 from __future__ import annotations
 
+import re
 import statistics
 from typing import Any
 
@@ -35,6 +36,9 @@ from profiler.xla.buffers import device_bytes
 from profiler.xla.targets import peak_tflops
 
 DIFF_TOLERANCE = 0.05  # planned and moved bytes within 5% agree
+# a thunk range without op path (``Thunk:#hlo_op=copy-start.3#``, what XLA names ops that carry no
+# op_name) that the attribution's parser left unparsed still names its instruction
+_HLO_OP = re.compile(r"^Thunk:#(?:.*,)?hlo_op=([^,#]+)")
 BASELINE_POLICY = "none"
 
 
@@ -223,6 +227,9 @@ def planned_vs_moved(run: dict[str, Any], tolerance: float = DIFF_TOLERANCE) -> 
     seen = {"d2h": 0, "h2d": 0}
     for op in run.get("copy_ops") or []:
         name = op["op"]
+        m = _HLO_OP.match(name)
+        if m and name not in owner:
+            name = m.group(1)
         for d in ("d2h", "h2d"):
             b = op.get(d + "_bytes") or 0
             if not b:

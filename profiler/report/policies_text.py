@@ -107,6 +107,20 @@ def render_policy_table(tab: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def render_planned_vs_moved_all(pvms: list[dict[str, Any]]) -> str:
+    """Planned vs moved for every run; runs with nothing planned nor moved share one line per reason."""
+    empty: dict[str, list[str]] = {}
+    out = []
+    for p in pvms:
+        if p["rows"]:
+            out.append(render_planned_vs_moved(p))
+        else:
+            empty.setdefault(p.get("plan_note") or "no plan and no copies", []).append(p["policy"])
+    for why, policies in empty.items():
+        out.append(f"planned vs moved, {', '.join(dict.fromkeys(policies))}: nothing planned and nothing moved ({why})")
+    return "\n\n".join(out)
+
+
 def render_planned_vs_moved(pvm: dict[str, Any]) -> str:
     module = (pvm["step_module"] or "?").split(".", 1)[-1]
     head = f"planned vs moved per step, policy {pvm['policy']} ({pvm['steps']} step ranges; step module {module})"

@@ -196,8 +196,9 @@ def parse_text(text: str, source: str = "HLO text") -> Module:
                 cur = Computation(cm.group(2), is_entry=bool(cm.group(1)))
                 continue
             continue  # stack frame tables, FileNames, ...
-        if stmt and (depth > 0 or stmt[-1].endswith(",")):
-            stmt.append(line)
+        starts = line.startswith("}") or _INSTR.match(line) is not None
+        if stmt and not starts and (depth > 0 or stmt[-1].endswith(",")):
+            stmt.append(line)  # a wrapped instruction (a new statement or the closing brace ends it)
             depth += _depth(line)
             continue
         if line.startswith("}"):
