@@ -244,8 +244,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--scan and --dispatch per-layer exclude each other")
 
     dtype = jnp.dtype(args.dtype)
-    params = init_params(jax.random.key(0), args.vocab, args.d_model, args.ffn, args.layers, dtype)
-    tokens = jax.random.randint(jax.random.key(1), (args.batch, args.seq), 0, args.vocab)
+
+    def inputs():
+        params = init_params(jax.random.key(0), args.vocab, args.d_model, args.ffn, args.layers, dtype)
+        return params, jax.random.randint(jax.random.key(1), (args.batch, args.seq), 0, args.vocab)
+
+    # under `profile-step plan` nothing runs: shapes are enough, no need to initialize
+    params, tokens = jax.eval_shape(inputs) if annotate.planning() else inputs()
     layer = make_layer(policy, args.heads)
     step = per_layer_step(layer, args.lr) if args.dispatch == "per-layer" else fused_step(layer, args.scan, args.lr)
 

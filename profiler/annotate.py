@@ -38,6 +38,7 @@ from profiler.conventions import (
     CAPTURE_RANGE,
     DOMAIN,
     LAYER_PREFIX,
+    PLAN_DIR_ENV,
     POLICY_ENV,
     POLICY_PREFIX,
     RUN_DIR_ENV,
@@ -99,6 +100,12 @@ def capture(policy: str | None = None, **facts: Any) -> Iterator[None]:
             from profiler.xla.handover import device_memory
 
             write_runtime_facts(policy=policy, **facts, device_memory=device_memory())
+
+
+def planning() -> bool:
+    """True under ``profile-step plan``: the step will be compiled for a GPU target, not run, so
+    abstract inputs (``jax.eval_shape``) do instead of initialized ones."""
+    return bool(os.environ.get(PLAN_DIR_ENV))
 
 
 def compiled_step(step: Any, *args: Any, **kwargs: Any) -> Any:

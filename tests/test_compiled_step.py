@@ -156,3 +156,17 @@ def test_plan_of_a_script_that_never_hands_over(aot_python, tmp_path):
     assert "Traceback" not in proc.stdout + proc.stderr
     again = run_cli("plan", "--policy", "a", "--out", str(tmp_path / "p"), str(STEPS))
     assert again.returncode == 2 and "never overwrites" in again.stderr
+
+
+def test_plan_without_the_cuda_plugin_says_how_to_get_it(tmp_path):
+    """The test environment itself has no CUDA plugin: one clear line, exit 2, nothing created."""
+    import sys
+
+    if has_cuda_plugin(sys.executable):
+        pytest.skip("this Python has the CUDA plugin")
+    proc = run_cli("plan", "--python", sys.executable, "--plans-dir", str(tmp_path / "plans"), str(TRAIN))
+    assert proc.returncode == 2
+    assert "has no JAX CUDA plugin" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "plans").exists()
+    bad = run_cli("plan", "--target", "h900", str(TRAIN))
+    assert bad.returncode == 2 and "unknown target 'h900'" in bad.stderr

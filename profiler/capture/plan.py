@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,6 +161,7 @@ def _one(
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     cmd = program(req, python, policy, batch)
     res: dict[str, Any] = {"policy": policy, "batch": batch, "dir": str(sub), "command": cmd, "notes": []}
+    t0 = time.monotonic()
     with (sub / "output.log").open("w") as log:
         try:
             code = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
@@ -167,6 +169,7 @@ def _one(
             code = 127
             res["notes"].append(f"could not start the script: {exc}")
     res["exit_code"] = code
+    res["seconds"] = round(time.monotonic() - t0, 1)
     compiled = None
     try:
         compiled = json.loads((sub / COMPILED_STEP).read_text())
@@ -190,7 +193,8 @@ def _one(
             except (HloError, OSError) as exc:
                 res["notes"].append(f"the compiled module could not be read: {exc}")
     state = res["status"] if res["status"] != "ok" else f"{compiled.get('module')}"
-    echo(f"plan: policy {policy}" + (f", batch {batch}" if batch is not None else "") + f": {state} -> {sub}")
+    at = f", batch {batch}" if batch is not None else ""
+    echo(f"plan: policy {policy}{at}: {state} ({res['seconds']:.0f} s) -> {sub}")
     return res
 
 

@@ -20,6 +20,20 @@ SUMMARY_METRICS = (
     "flops_per_step",
     "tflops",
 )
+# shown only when some run knows them (a measured peak, a compiled step module)
+OPTIONAL_METRICS = ("peak_device_bytes", "flops_per_step", "tflops")
+
+
+def shown_metrics(cmp: dict[str, Any]) -> list[str]:
+    """SUMMARY_METRICS less the optional ones that no policy has on either side."""
+    return [
+        m
+        for m in SUMMARY_METRICS
+        if m not in OPTIONAL_METRICS
+        or any(p["metrics"][m]["base"] is not None or p["metrics"][m]["head"] is not None for p in cmp["policies"])
+    ]
+
+
 LAYER_COLUMNS = ("exposed_ns", "hidden_fraction", "d2h_bytes", "h2d_bytes")
 
 
@@ -125,12 +139,13 @@ def render_markdown(cmp: dict[str, Any]) -> str:
     """A pull-request comment: verdict, summary table, per-layer details, provenance."""
     out = [f"### {verdict(cmp)}", ""]
     if cmp["policies"]:
-        heads = ["policy", "steps (base/head)", *(METRICS[m][0] for m in SUMMARY_METRICS)]
+        metrics = shown_metrics(cmp)
+        heads = ["policy", "steps (base/head)", *(METRICS[m][0] for m in metrics)]
         out.append("| " + " | ".join(heads) + " |")
         out.append("|" + "---|" * len(heads))
         for pol in cmp["policies"]:
             cells = [f"`{pol['policy']}`", f"{pol['steps']['base']}/{pol['steps']['head']}"]
-            cells += [cell(m, pol["metrics"][m], _failed(pol, m)) for m in SUMMARY_METRICS]
+            cells += [cell(m, pol["metrics"][m], _failed(pol, m)) for m in metrics]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
         for pol in cmp["policies"]:
@@ -144,12 +159,16 @@ def render_markdown(cmp: dict[str, Any]) -> str:
         ]
         if notes:
             out += ["Not gated: " + "; ".join(notes) + ".", ""]
-        out.append(
+        footnote = (
             "Step time, exposed copy time and hidden fraction are per-step medians when the runs "
-            "hold steps; bytes and GB/s cover the whole capture; peak device memory is the largest "
-            "`memory_stats()` peak over the devices; FLOPs per step are XLA's cost analysis of the step's "
-            "module, TFLOP/s those FLOPs over the median step."
+            "hold steps; bytes and GB/s cover the whole capture."
         )
+        if any(m in OPTIONAL_METRICS for m in metrics):
+            footnote += (
+                " Peak device memory is the largest `memory_stats()` peak over the devices; FLOPs per step "
+                "are XLA's cost analysis of the step's compiled module, TFLOP/s those FLOPs over the median step."
+            )
+        out.append(footnote)
         out.append("")
     for side, names in (("head", cmp["missing"]["in_head"]), ("base", cmp["missing"]["in_base"])):
         if names:
@@ -198,7 +217,7 @@ def render_terminal(cmp: dict[str, Any]) -> str:
     out = [verdict(cmp).replace("`", "")]
     rows = []
     for pol in cmp["policies"]:
-        for m in SUMMARY_METRICS:
+        for m in shown_metrics(cmp):
             d = pol["metrics"][m]
             rows.append(
                 [

@@ -6,6 +6,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from profiler.analysis.xla_names import ACTIVATION_NAMES
 from profiler.report.text import ms, pct, table
 
 
@@ -152,7 +153,42 @@ def render_planned_vs_moved(pvm: dict[str, Any]) -> str:
     )
 
 
-def render_plan(tab: dict[str, Any], layers_for: str = "largest") -> str:
+UNNAMED = "(unnamed)"
+
+
+def layer_pivot(layers: list[dict[str, Any]]) -> str:
+    """One row per layer, one column per activation: D2H bytes per step; H2D only where it differs."""
+    order = {n: i for i, n in enumerate(ACTIVATION_NAMES)}  # model order: q, k, v, out, mlp
+    acts = sorted(dict.fromkeys(x["activation"] or UNNAMED for x in layers), key=lambda a: order.get(a, len(order)))
+    names = list(dict.fromkeys(x["layer"] or "-" for x in layers))
+    cell: dict[tuple[str, str], dict[str, Any]] = {}
+    for x in layers:
+        cell[(x["layer"] or "-", x["activation"] or UNNAMED)] = x
+    rows, notes = [], []
+    for name in names:
+        row, total = [name], 0
+        for act in acts:
+            x = cell.get((name, act))
+            if x is None:
+                row.append("")
+                continue
+            total += x["d2h_bytes"]
+            text = size(x["d2h_bytes"])
+            if x["h2d_bytes"] != x["d2h_bytes"]:
+                text += f" (back {size(x['h2d_bytes'])})"
+            if not x["exact"]:
+                text += "*"
+                notes.append("* a while loop with no known trip count: bytes of one execution")
+            row.append(text)
+        rows.append([*row, size(total)])
+    out = table(("layer", *acts, "total"), rows)
+    if UNNAMED in acts:
+        notes.append(f"{UNNAMED}: no activation name in the op_name paths around it (jax.named_scope names it)")
+    notes.append("the same bytes come back host-to-device in the backward pass unless noted (back ...)")
+    return "\n".join([out, *dict.fromkeys(notes)])
+
+
+def render_plan(tab: dict[str, Any]) -> str:
     """A plan compiled for a target: fits per policy and batch, then bytes per layer and activation."""
     t = tab["target"]
     lim = tab["limit_bytes"]
@@ -215,27 +251,14 @@ def render_plan(tab: dict[str, Any], layers_for: str = "largest") -> str:
         prev = chosen.get(entry["policy"])
         if prev is None or (entry["batch"] or 0) >= (prev["batch"] or 0):
             chosen[entry["policy"]] = entry
+    quiet = []
     for policy, entry in chosen.items():
         batch = "" if entry["batch"] is None else f", batch {entry['batch']}"
         if not entry["layers"]:
-            row = next(r for r in tab["rows"] if r["policy"] == policy and r["batch"] == entry["batch"])
-            out.append(f"\n{policy}{batch}: {row['plan_note'] or 'no plan'}")
+            quiet.append(policy)
             continue
-        out.append(f"\nhost offload plan, {policy}{batch} ({tab['label']}):")
-        out.append(
-            table(
-                ("layer", "activation", "D2H/step", "H2D/step", "instructions"),
-                [
-                    [
-                        x["layer"] or "-",
-                        x["activation"] or "-",
-                        size(x["d2h_bytes"]),
-                        size(x["h2d_bytes"]),
-                        str(len(x["instructions"])) + ("" if x["exact"] else " (repeats unknown)"),
-                    ]
-                    for x in entry["layers"]
-                ],
-                left=(0, 1),
-            )
-        )
+        out.append(f"\nhost offload plan, {policy}{batch}: bytes sent to host per step ({tab['label']})")
+        out.append(layer_pivot(entry["layers"]))
+    if quiet:
+        out.append(f"\n{', '.join(quiet)}: the compiler placed nothing in host memory (no offload)")
     return "\n".join(out)
