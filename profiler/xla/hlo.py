@@ -79,27 +79,25 @@ NO_OPERANDS = {"parameter", "constant", "iota", "rng-get-and-update-state", "par
 
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-
-
-def _mask(text: str) -> str:
-    """*text* with the inside of double-quoted strings blanked (same length)."""
-    return _STRING.sub(lambda m: '"' + " " * (len(m.group(0)) - 2) + '"', text)
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[()\[\]{}]')
 
 
 def _depth(text: str) -> int:
     """Open (, [, { minus closed ones, outside double-quoted strings."""
-    t = _mask(text) if '"' in text else text
-    return sum(t.count(c) for c in "([{") - sum(t.count(c) for c in ")]}")
+    t = _STRING.sub("", text) if '"' in text else text
+    return t.count("(") + t.count("[") + t.count("{") - t.count(")") - t.count("]") - t.count("}")
 
 
 def _close(text: str, start: int) -> int:
-    """Index of the bracket closing the one at *start*, or -1."""
-    t = _mask(text)
+    """Index of the bracket closing the one at *start* (quoted strings skipped), or -1."""
     d = 0
-    for m in re.finditer(r"[()\[\]{}]", t[start:]):
-        d += 1 if m.group(0) in "([{" else -1
+    for m in _TOKEN.finditer(text, start):
+        c = m.group(0)
+        if c[0] == '"':
+            continue
+        d += 1 if c in "([{" else -1
         if d == 0:
-            return start + m.start()
+            return m.start()
     return -1
 
 
@@ -131,13 +129,15 @@ def parse_instruction(line: str, computation: str, position: int) -> Instruction
     operands = []
     if opcode not in NO_OPERANDS and inner.strip():
         operands = [n for n in (_operand_name(p) for p in _split_top(inner)) if n]
-    op = _OP_NAME.search(attrs)
-    called = _CALLED_ONE.findall(attrs)
-    for group in _CALLED_SET.findall(attrs):
-        called += [c.strip().lstrip("%") for c in group.split(",") if c.strip()]
-    target = _TARGET.search(attrs)
-    queue = _QUEUE.search(attrs)
-    trip = _TRIP.search(attrs)
+    op = _OP_NAME.search(attrs) if "op_name=" in attrs else None
+    called: list[str] = []
+    if "=%" in attrs or "calls=" in attrs or "_computation" in attrs or "to_apply=" in attrs:
+        called = _CALLED_ONE.findall(attrs)
+        for group in _CALLED_SET.findall(attrs):
+            called += [c.strip().lstrip("%") for c in group.split(",") if c.strip()]
+    target = _TARGET.search(attrs) if opcode == "custom-call" else None
+    queue = _QUEUE.search(attrs) if "operation_queue_id" in attrs else None
+    trip = _TRIP.search(attrs) if opcode == "while" else None
     index = _INDEX.search(attrs) if opcode == "get-tuple-element" else None
     return Instruction(
         name=name,

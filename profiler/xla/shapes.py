@@ -100,33 +100,24 @@ class Shape:
         return f"{self.dtype}[{','.join(map(str, self.dims))}]{'{' + space + '}' if space else ''}"
 
 
+_SEP = re.compile(r'"(?:[^"\\]|\\.)*"|[()\[\]{},]')
+
+
 def _split_top(text: str, sep: str = ",") -> list[str]:
-    """Split at *sep* outside (), [], {} and quotes."""
-    out, depth, quote, cur = [], 0, False, []
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if quote:
-            if c == "\\":
-                cur.append(text[i : i + 2])
-                i += 2
-                continue
-            if c == '"':
-                quote = False
-        elif c == '"':
-            quote = True
-        elif c in "([{":
+    """Split at commas outside (), [], {} and quotes."""
+    if not any(c in text for c in '([{"'):
+        return text.split(sep)
+    out, depth, last = [], 0, 0
+    for m in _SEP.finditer(text):
+        c = m.group(0)
+        if c in "([{":
             depth += 1
         elif c in ")]}":
             depth -= 1
         elif c == sep and depth == 0:
-            out.append("".join(cur))
-            cur = []
-            i += 1
-            continue
-        cur.append(c)
-        i += 1
-    out.append("".join(cur))
+            out.append(text[last : m.start()])
+            last = m.end()
+    out.append(text[last:])
     return out
 
 
