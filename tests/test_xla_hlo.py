@@ -421,3 +421,19 @@ def test_targets_and_peaks(tmp_path):
     assert peak_tflops("NVIDIA H100 80GB HBM3") == 989.4
     assert peak_tflops("NVIDIA H100 PCIe") == 756.0
     assert peak_tflops("cpu") is None
+
+
+def test_handed_over_step_without_a_dump(shared_hlo, tmp_path):
+    """--no-xla-dump: the plan comes from the HLO text the script wrote, memory and cost as handed over."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "compiled_step.hlo.txt").write_text(hlo_file(shared_hlo, AOT))
+    handed = {"module": "jit_train_step", "memory": {"temp_size_in_bytes": 7}, "cost": {"flops": 9.0}}
+    (run / "compiled_step.json").write_text(json.dumps({**handed, "hlo_file": "compiled_step.hlo.txt"}))
+    short = step_module.record(run, None, own_dump=False)
+    assert short["step_module"] == "jit_train_step (handed over)"
+    doc = json.loads((run / "compiled.json").read_text())
+    (entry,) = doc["modules"]
+    assert len(entry["plan"]["movements"]) == 4
+    assert entry["memory"] == handed["memory"] and entry["cost"] == handed["cost"]
+    assert any("--no-xla-dump" in n for n in doc["notes"])

@@ -70,6 +70,14 @@ def record(run_dir: Path, dump_dir: Path | None, own_dump: bool) -> dict[str, An
             freed = dump.prune(dump_dir, keep)
             doc["dump_pruned"] = True
             doc["dump_freed_bytes"] = freed
+    hlo = run_dir / (handed or {}).get("hlo_file", "") if (handed or {}).get("hlo_file") else None
+    if declared and hlo is not None and hlo.is_file() and not any(m["name"] == declared for m in doc["modules"]):
+        # no dump of it: the plan from the text the script wrote, memory and cost as handed over
+        entry = describe(dump.DumpModule(-1, declared, {"after": hlo}), with_cost=False)
+        entry["notes"] = [n for n in entry["notes"] if "buffer assignment" not in n]
+        entry.update(label=f"{declared} (handed over)", memory=handed.get("memory"), cost=handed.get("cost"))
+        doc["modules"].append(entry)
+        doc["step_module"], doc["chosen_by"] = entry["label"], "handed over by the script (no XLA dump)"
     rundir.write_json(run_dir / COMPILED, doc)
     return {
         "file": COMPILED,

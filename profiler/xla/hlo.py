@@ -35,6 +35,7 @@ class Instruction:
     queue: str | None = None  # backend_config operation_queue_id ("0": compute stream)
     trip_count: int | None = None  # while loops with a known trip count
     tuple_index: int | None = None  # get-tuple-element
+    parameter_number: int | None = None  # parameter
     is_root: bool = False
 
 
@@ -152,6 +153,7 @@ def parse_instruction(line: str, computation: str, position: int) -> Instruction
         queue=queue.group(1) if queue else None,
         trip_count=int(trip.group(1)) if trip else None,
         tuple_index=int(index.group(1)) if index else None,
+        parameter_number=int(inner) if opcode == "parameter" and inner.strip().isdigit() else None,
         is_root=root,
     )
 

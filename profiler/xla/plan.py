@@ -98,13 +98,18 @@ class _Graph:
 
 
 def _walk_producer(g: _Graph, ins: Instruction | None, limit: int = 8) -> list[str]:
-    """op_names of *ins* and up its operand chain through data-preserving instructions."""
+    """op_names of *ins* and up its operand chain through data-preserving instructions, out of
+    fused and async computations through their parameters to the caller's operands."""
     out = []
     for _ in range(limit):
         if ins is None:
             break
         if ins.op_name:
             out.append(ins.op_name)
+        if ins.opcode == "parameter" and ins.parameter_number is not None:
+            callers = [c for c in g.callers.get(ins.computation, []) if c.opcode not in ("while", "async-done")]
+            ins = g.operand(callers[0], ins.parameter_number) if callers else None
+            continue
         if ins.opcode not in PASS_THROUGH | {"copy", "copy-start"} or not ins.operands:
             break
         ins = g.operand(ins, 0)
@@ -147,6 +152,43 @@ def _origin_d2h(g: _Graph, ins: Instruction | None, limit: int = 12) -> Instruct
             ins = g.operand(ins, 0)
             continue
         return None
+    return None
+
+
+def _root(g: _Graph, comp: str) -> Instruction | None:
+    instrs = g.module.computations[comp].instructions if comp in g.module.computations else []
+    return next((i for i in instrs if i.is_root), instrs[-1] if instrs else None)
+
+
+def _host_origin(g: _Graph, ins: Instruction | None, writers: dict[str, Any], limit: int = 60) -> str | None:
+    """The device-to-host write (a key of *writers*) that filled the host buffer *ins* reads,
+    through tuples, while loops (carried values, loop results), async wrappers and fusion
+    parameters."""
+    stack: list[int] = []  # tuple indices still to apply, innermost last
+    for _ in range(limit):
+        if ins is None:
+            return None
+        if not stack and ins.name in writers:
+            return ins.name
+        op = ins.opcode
+        if op == "get-tuple-element" and ins.tuple_index is not None:
+            stack.append(ins.tuple_index)
+            ins = g.operand(ins, 0)
+        elif op == "tuple" and stack:
+            ins = g.operand(ins, stack.pop())
+        elif op == "while" and stack:
+            bodies = [c for c in ins.called if (r := _root(g, c)) is not None and r.opcode == "tuple"]
+            ins = _root(g, bodies[0]) if bodies else None
+        elif op == "parameter" and ins.parameter_number is not None:
+            callers = [c for c in g.callers.get(ins.computation, []) if c.opcode not in ("async-done",)]
+            if not callers:
+                return None
+            caller = callers[0]
+            ins = g.operand(caller, 0 if caller.opcode == "while" else ins.parameter_number)
+        elif op in ("copy-done", "async-done", "fusion-done", "dynamic-update-slice-done", "bitcast", "copy"):
+            ins = g.operand(ins, 0)
+        else:
+            return None
     return None
 
 
@@ -228,7 +270,8 @@ def offload_plan(module: Module) -> dict[str, Any]:
                 update = g.operand(ins, 1)
                 if target.on_host and update is not None and not _on_host(update):
                     prod = _walk_producer(g, update)
-                    ev = ([*([ins.op_name] if ins.op_name else []), *prod], prod)
+                    own = [ins.op_name] if ins.op_name else []
+                    ev = ([*own, *prod], [*prod, *own])
                     movements.append(_movement(g, ins, "d2h", update.shape.bytes, ev))
             elif op in ("dynamic-slice", "dynamic-slice-start"):
                 src_ins = g.operand(ins, 0)
@@ -236,11 +279,25 @@ def offload_plan(module: Module) -> dict[str, Any]:
                 if src_ins is not None and _on_host(src_ins) and not result.on_host:
                     users = _walk_users(g, ins)
                     ev = ([*([ins.op_name] if ins.op_name else []), *users], users)
-                    movements.append(_movement(g, ins, "h2d", result.bytes, ev))
+                    mv = _movement(g, ins, "h2d", result.bytes, ev)
+                    mv["_source"] = src_ins
+                    movements.append(mv)
             elif op == "custom-call" and ins.custom_call_target == "AllocateBuffer" and _host_bytes(ins):
                 buffers.append(_buffer(ins, _host_bytes(ins), "AllocateBuffer"))
             elif op == "parameter" and comp.is_entry and _host_bytes(ins):
                 buffers.append(_buffer(ins, _host_bytes(ins), "entry parameter in host memory"))
+    # a slice brought back from a host buffer: whose buffer (the write that filled it) names it
+    writers = {n: m for m in movements if m["direction"] == "d2h" for n in (m["instruction"], m["moved_by"]) if n}
+    for mv in movements:
+        src = mv.pop("_source", None)
+        if src is None:
+            continue
+        origin = _host_origin(g, src, writers)
+        if origin is not None:
+            w = writers[origin]
+            mv["brings_back"] = w["instruction"]
+            mv["layer_evidence"] = list(dict.fromkeys(w["layer_evidence"] + mv["layer_evidence"]))
+            mv["activation_evidence"] = list(dict.fromkeys(w["activation_evidence"] + mv["activation_evidence"]))
     # one movement per (site, direction): several slices inside one fusion add up
     merged: dict[tuple[str, str, str], dict[str, Any]] = {}
     for mv in movements:

@@ -150,7 +150,7 @@ def shape(b: bytes) -> Shape:
 
 def _instruction(b: bytes, comp: str, position: int) -> tuple[Instruction, int, list[int], list[int]]:
     name, opcode, shp, op_name, target, backend = "", "", Shape(dtype="opaque"), None, None, b""
-    iid, operands, called, tindex = -1, [], [], None
+    iid, operands, called, tindex, pnum = -1, [], [], None, None
     for num, wire, v in fields(b):
         if num == 1:
             name = _str(v)
@@ -162,6 +162,8 @@ def _instruction(b: bytes, comp: str, position: int) -> tuple[Instruction, int, 
             for mnum, _, mv in fields(v):  # type: ignore[arg-type]
                 if mnum == 2:
                     op_name = _str(mv)
+        elif num == 9 and wire == 0:
+            pnum = v
         elif num == 13 and wire == 0:
             tindex = v
         elif num == 28:
@@ -188,6 +190,7 @@ def _instruction(b: bytes, comp: str, position: int) -> tuple[Instruction, int, 
         queue=q.group(1).decode() if q else None,
         trip_count=int(t.group(1)) if t else None,
         tuple_index=tindex if opcode == "get-tuple-element" else None,  # type: ignore[arg-type]
+        parameter_number=pnum if opcode == "parameter" else None,  # type: ignore[arg-type]
     )
     return ins, iid, operands, called
 
@@ -263,7 +266,7 @@ def _module(b: bytes, source: str) -> Module:
     notes = []
     entry = None
     for raw in comps_raw:
-        cname, cid, instrs = "", None, []
+        cname, cid, root_id, instrs = "", None, None, []
         try:
             for num, wire, v in fields(raw):  # type: ignore[arg-type]
                 if num == 1:
@@ -272,6 +275,8 @@ def _module(b: bytes, source: str) -> Module:
                     instrs.append(v)
                 elif num == 5 and wire == 0:
                     cid = v
+                elif num == 6 and wire == 0:
+                    root_id = v
         except WireError as exc:
             notes.append(f"{source}: computation {cname or '?'} could not be read ({exc})")
             continue
@@ -284,6 +289,7 @@ def _module(b: bytes, source: str) -> Module:
                 notes.append(f"{source}: an instruction of {cname} could not be read ({exc})")
                 continue
             parsed.append((ins, iid, ops, called))
+            ins.is_root = iid == root_id
             by_id[iid] = ins
         order = schedule.get(cid) if cid is not None else None
         if order:
@@ -293,8 +299,6 @@ def _module(b: bytes, source: str) -> Module:
             ins.position = pos
             comp.instructions.append(ins)
             pending.append((ins, ops, called))
-        if parsed:
-            parsed[-1][0].is_root = not order  # dependency order: the root comes last
         if cid is not None:
             comp_of[cid] = cname
         if cid is not None and cid == entry_id:
