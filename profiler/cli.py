@@ -379,7 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--fail-on",
         action="append",
         metavar="METRIC:+N%",
-        help="a threshold (repeatable); default: exposed_ns:+10%%, step_ns:+5%%, hidden_fraction:-0.05",
+        help="a threshold (repeatable); default: exposed_ns:+10%%, stall_ns:+10%%, step_ns:+5%%, hidden_fraction:-0.05",
     )
     cmp.add_argument("--db", default="results.db", help="results database for labels")
     cmp.add_argument("--nsys", default=None, help="nsys binary (to export a .nsys-rep)")

@@ -17,12 +17,13 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-DEFAULT_THRESHOLDS = ("exposed_ns:+10%", "step_ns:+5%", "hidden_fraction:-0.05")
+DEFAULT_THRESHOLDS = ("exposed_ns:+10%", "stall_ns:+10%", "step_ns:+5%", "hidden_fraction:-0.05")
 
 # metric -> (label, unit, per-step key or None)
 METRICS: dict[str, tuple[str, str, str | None]] = {
     "step_ns": ("step time", "ns", "duration_ns"),
     "exposed_ns": ("exposed copy time", "ns", "exposed_ns"),
+    "stall_ns": ("stalled by copies", "ns", "stall_ns"),
     "hidden_fraction": ("hidden", "fraction", "hidden_fraction"),
     "busy_ns": ("copy busy time", "ns", "busy_ns"),
     "d2h_bytes": ("d2h bytes", "bytes", None),
@@ -30,7 +31,7 @@ METRICS: dict[str, tuple[str, str, str | None]] = {
     "d2h_gbps": ("d2h GB/s", "GB/s", None),
     "h2d_gbps": ("h2d GB/s", "GB/s", None),
 }
-LAYER_METRICS = ("exposed_ns", "hidden_fraction", "d2h_bytes", "h2d_bytes", "busy_ns")
+LAYER_METRICS = ("exposed_ns", "stall_ns", "hidden_fraction", "d2h_bytes", "h2d_bytes", "busy_ns")
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ def run_value(run: dict[str, Any], metric: str) -> float | None:
     return {
         "step_ns": run.get("median_step_ns"),
         "exposed_ns": copies["offload"]["exposed_ns"],
+        "stall_ns": run.get("stall_ns"),
         "hidden_fraction": copies["offload"]["hidden_fraction"],
         "busy_ns": copies["offload"]["busy_ns"],
         "d2h_bytes": copies["d2h"]["bytes"],
@@ -88,7 +90,7 @@ def run_value(run: dict[str, Any], metric: str) -> float | None:
 def layer_value(layer: dict[str, Any], metric: str) -> float | None:
     if metric in ("d2h_bytes", "h2d_bytes"):
         return layer[metric[:3]]["bytes"]
-    return layer["offload"][metric]
+    return layer["offload"].get(metric)
 
 
 def delta(base: float | None, head: float | None) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 from profiler.analysis.attribution import OP_KINDS
 from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.overlap import device_metrics
+from profiler.analysis.stalls import add_stalls
 from profiler.conventions import MANIFEST, rank_from_name
 from profiler.trace.loader import Trace
 
@@ -27,6 +28,7 @@ SUM_KEYS = (
     "overlap_nccl_ns",
     "overlap_any_ns",
     "exposed_ns",
+    "stall_ns",
 )
 
 
@@ -63,6 +65,7 @@ def collect(trace: Trace, manifest: dict[str, Any] | None = None, detail: bool =
         kernel_sets=bd.kernel_sets,
         streams=detail,
     )
+    add_stalls(devices, bd.stalls)
     steps = bd.by_step(copies=detail)
     layers: dict[str, dict[str, Any]] = {}
     for row in bd.by_layer(top_kernels=detail):
@@ -84,6 +87,7 @@ def collect(trace: Trace, manifest: dict[str, Any] | None = None, detail: bool =
                 "duration_ns": s["duration_ns"],
                 "excluded": s["excluded"],
                 "exposed_ns": off["exposed_ns"],
+                "stall_ns": off["stall_ns"],
                 "busy_ns": off["busy_ns"],
                 "hidden_fraction": off["hidden_fraction"],
             }
@@ -100,6 +104,8 @@ def collect(trace: Trace, manifest: dict[str, Any] | None = None, detail: bool =
         "copies": {d: totals([dev["copies"][d] for dev in devices.values()]) for d in DIRECTIONS},
         "devices": {dev: {d: m["copies"][d] for d in DIRECTIONS} for dev, m in devices.items()},
         "streams": {dev: m["streams"] for dev, m in devices.items()},
+        "stalls": {dev: m["stalls"] for dev, m in devices.items()},
+        "stall_ns": sum(m["stalls"]["by_blocker"]["offload"]["stall_ns"] for m in devices.values()),
         "peak_memory_bytes": {dev: m["memory"]["peak_allocated_bytes"] for dev, m in devices.items() if "memory" in m},
         "compute": {
             dev: {"compute": m["compute"], "nccl": m["nccl"], "span_ns": m["span_ns"]} for dev, m in devices.items()

@@ -138,6 +138,13 @@ def op_stalls(deps: Dependencies, start: np.ndarray, end: np.ndarray) -> Stalls:
     return Stalls(deps, stall, chosen)
 
 
+def add_stalls(devices: dict[str, dict[str, Any]], stalls: Stalls | None) -> None:
+    """Put the METRICS.md ``stalls`` object into each device entry of ``devices`` (zeros without waits)."""
+    per_device = stalls.by_device() if stalls is not None else {}
+    for dev, entry in devices.items():
+        entry["stalls"] = per_device.get(int(dev), empty_stalls())
+
+
 def has_waits(trace: Trace) -> bool:
     """Whether the export can hold stream waits at all (a cheap look before reading anything)."""
     return trace.has(SYNC_TABLE) and trace.row_counts.get(SYNC_TABLE, 1) > 0

@@ -11,13 +11,14 @@ from profiler.report.text import table
 SUMMARY_METRICS = (
     "step_ns",
     "exposed_ns",
+    "stall_ns",
     "hidden_fraction",
     "d2h_bytes",
     "h2d_bytes",
     "d2h_gbps",
     "h2d_gbps",
 )
-LAYER_COLUMNS = ("exposed_ns", "hidden_fraction", "d2h_bytes", "h2d_bytes")
+LAYER_COLUMNS = ("exposed_ns", "stall_ns", "hidden_fraction", "d2h_bytes", "h2d_bytes")
 
 
 def value(metric: str, v: float | None) -> str:
@@ -134,8 +135,8 @@ def render_markdown(cmp: dict[str, Any]) -> str:
         if notes:
             out += ["Not gated: " + "; ".join(notes) + ".", ""]
         out.append(
-            "Step time, exposed copy time and hidden fraction are per-step medians when the runs "
-            "hold steps; bytes and GB/s cover the whole capture."
+            "Step time, exposed copy time, time stalled by copies and hidden fraction are per-step medians "
+            "when the runs hold steps; bytes and GB/s cover the whole capture."
         )
         out.append("")
     for side, names in (("head", cmp["missing"]["in_head"]), ("base", cmp["missing"]["in_base"])):
