@@ -13,6 +13,8 @@ from typing import Any
 
 from profiler.analysis.attribution import OP_KINDS
 from profiler.analysis.breakdown import Breakdown
+from profiler.analysis.findings import run_findings
+from profiler.analysis.findings.config import FindingsConfig
 from profiler.analysis.overlap import device_metrics
 from profiler.analysis.stalls import add_stalls
 from profiler.conventions import MANIFEST, rank_from_name
@@ -49,11 +51,17 @@ def find_manifest(trace_path: Path) -> dict[str, Any] | None:
         return None
 
 
-def collect(trace: Trace, manifest: dict[str, Any] | None = None, detail: bool = True) -> dict[str, Any]:
-    """One run's summary: policy, steps, per-direction totals, per-layer totals.
+def collect(
+    trace: Trace,
+    manifest: dict[str, Any] | None = None,
+    detail: bool = True,
+    findings: FindingsConfig | None = None,
+) -> dict[str, Any]:
+    """One run's summary: policy, steps, per-direction totals, per-layer totals, findings.
 
     ``detail=False`` (the per-rank task) leaves out per-step copy numbers, the
-    kernels that hid each layer's copies, per-stream numbers and peak memory.
+    kernels that hid each layer's copies, per-stream numbers, peak memory and
+    the findings.
     """
     # copy numbers per layer and step need only the copies attributed; top kernels need all ops
     bd = Breakdown(trace, kinds=OP_KINDS if detail else ("copy",))
@@ -92,9 +100,11 @@ def collect(trace: Trace, manifest: dict[str, Any] | None = None, detail: bool =
                 "hidden_fraction": off["hidden_fraction"],
             }
         )
+    found = run_findings(trace, manifest, findings, bd, devices) if detail else None
     return {
         "policy": policy,
         "rank": rank,
+        "findings": found,
         "trace": str(trace.path),
         "nsys_version": trace.nsys_version,
         "manifest": manifest,

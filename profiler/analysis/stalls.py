@@ -28,6 +28,7 @@ from profiler.analysis.dependencies import (
     H2D,
     MEMSET,
     NCCL,
+    NO_TIME,
     OTHER_COPY,
     Dependencies,
     dependencies,
@@ -41,11 +42,13 @@ _BLOCKER_OF_KIND |= {OTHER_COPY: ("other",), MEMSET: ("other",)}
 
 @dataclass(frozen=True)
 class Stalls:
-    """Per op (rows of ``deps.ops``): its stall in ns and its blocker's row (-1: none)."""
+    """Per op (rows of ``deps.ops``): its stall in ns, its blocker's row (-1: none), and when it
+    was ready to start (``ready`` of rule 4; the stall is ``[ready, ready + stall)``)."""
 
     deps: Dependencies
     stall: np.ndarray
     blocker: np.ndarray
+    ready: np.ndarray
 
     @cached_property
     def caused(self) -> np.ndarray:
@@ -121,8 +124,9 @@ def op_stalls(deps: Dependencies, start: np.ndarray, end: np.ndarray) -> Stalls:
     n = len(ops)
     stall = np.zeros(n, dtype=np.int64)
     chosen = np.full(n, -1, dtype=np.int64)
+    since = np.full(n, NO_TIME, dtype=np.int64)
     if deps.target.size == 0:
-        return Stalls(deps, stall, chosen)
+        return Stalls(deps, stall, chosen, since)
     tgt, blk = deps.target, deps.blocker
     # per target, the blocker with the latest end (ties: the larger correlationId) comes last
     order = np.lexsort((ops.corr[blk], end[blk], tgt))
@@ -135,7 +139,8 @@ def op_stalls(deps: Dependencies, start: np.ndarray, end: np.ndarray) -> Stalls:
     value = np.where(dep > ready, np.maximum(0, np.minimum(start[k], dep) - ready), 0)
     stall[k] = value
     chosen[k] = b
-    return Stalls(deps, stall, chosen)
+    since[k] = ready
+    return Stalls(deps, stall, chosen, since)
 
 
 def add_stalls(devices: dict[str, dict[str, Any]], stalls: Stalls | None) -> None:
