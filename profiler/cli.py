@@ -254,6 +254,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             "run_dir": str(res.run_dir),
         }
         print(f"\n== policy {res.policy}: {res.status} (exit {res.exit_code}) -> {res.run_dir}")
+        comp = res.manifest.get("compiled") or {}
+        if comp.get("step_module"):
+            agree = {True: "; dump and handed-over numbers agree", False: "; dump and handed-over numbers DIFFER"}
+            how = agree.get(comp.get("agree"), "")
+            print(f"   compiled step: {comp['step_module']} ({comp.get('chosen_by')}){how}")
+        elif comp.get("notes"):
+            print(f"   compiled step: none recorded ({comp['notes'][-1]})")
         if res.sqlite is not None and run_summary is not None:
             try:
                 summary = run_summary(open_trace(res.sqlite))

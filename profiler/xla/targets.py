@@ -79,7 +79,6 @@ class GpuTarget:
         )
 
 
-GiB = 1 << 30
 TARGETS: dict[str, GpuTarget] = {
     t.key: t
     for t in (
