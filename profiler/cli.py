@@ -11,7 +11,7 @@ from typing import Any
 
 from profiler.errors import ProfilerError
 
-SUBCOMMANDS = ("analyze", "run", "record", "compare", "dashboard", "install-recipe")
+SUBCOMMANDS = ("analyze", "run", "record", "compare", "dashboard", "whatif", "install-recipe")
 
 
 def _json_dump(doc: Any) -> str:
@@ -76,6 +76,54 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         if args.by:
             print()
             print(render_groups(doc, args.by))
+    return 0
+
+
+def cmd_whatif(args: argparse.Namespace) -> int:
+    """``whatif TRACE``: the step replayed with copies on another host link."""
+    from profiler.analysis.links import copy_scale, link_of_gpu, parse_link
+    from profiler.analysis.whatif import trace_whatif
+    from profiler.errors import InputError
+    from profiler.report.whatif_text import render_whatif
+    from profiler.trace import load_trace
+
+    trace = load_trace(args.trace, nsys=args.nsys)
+    link_doc = None
+    factor = args.copy_scale
+    if args.link is not None:
+        try:
+            target = parse_link(args.link)
+            source = parse_link(args.from_link) if args.from_link else None
+        except ValueError as exc:
+            raise ProfilerError(f"--link/--from-link: {exc}") from None
+        if source is None:
+            names = dict(trace.devices.select("id", "name").iter_rows())
+            found = {link_of_gpu(n) for n in names.values()} if names else {None}
+            if None in found or len(found) != 1:
+                what = ", ".join(sorted({str(n) for n in names.values()})) or "no GPU named in the export"
+                raise InputError(
+                    args.trace, f"cannot tell which host link its GPUs ({what}) use: give it with --from-link NAME"
+                )
+            source = found.pop()
+        factor = copy_scale(source, target)
+        link_doc = {"from": source.name, "to": target.name, "from_gbps": source.gbps, "to_gbps": target.gbps}
+    elif factor is None:
+        factor = 0.0
+    if not factor >= 0:
+        raise ProfilerError(f"--copy-scale must be >= 0, got {factor}")
+    doc = trace_whatif(trace, factor, layer_pattern=args.layer_pattern, step_range=args.step_range)
+    if link_doc:
+        doc["link"] = link_doc
+    if args.device is not None:
+        doc["devices"] = {k: v for k, v in doc["devices"].items() if k == str(args.device)}
+    if args.json:
+        print(_json_dump(doc))
+        return 0
+    from profiler.analysis.summary import analyze
+
+    measured = {k: v["stalls"] for k, v in analyze(trace)["devices"].items()}
+    gpus = {str(d): n for d, n in trace.devices.select("id", "name").iter_rows()}
+    print(render_whatif(doc, measured, gpus))
     return 0
 
 
@@ -285,6 +333,34 @@ def build_parser() -> argparse.ArgumentParser:
         "whether they agree (exit 1 if not)",
     )
     a.set_defaults(func=cmd_analyze)
+
+    w = sub.add_parser(
+        "whatif",
+        help="replay a trace with faster (or slower) host copies: predicted step time and stalls",
+        description="Replays the trace with every h2d/d2h copy's duration scaled (METRICS.md, What-if). "
+        "Default: --copy-scale 0, the most the copies can cost.",
+    )
+    w.add_argument("trace", help="an nsys SQLite export (.sqlite) or report (.nsys-rep)")
+    how = w.add_mutually_exclusive_group()
+    how.add_argument("--copy-scale", type=float, default=None, metavar="F", help="multiply copy durations by F")
+    how.add_argument(
+        "--link",
+        default=None,
+        metavar="NAME",
+        help="the link to predict for: pcie3, pcie4, pcie5, pcie6, nvlink-c2c, or a bandwidth in GB/s",
+    )
+    w.add_argument(
+        "--from-link",
+        default=None,
+        metavar="NAME",
+        help="the link the trace was recorded on (default: from the GPU's name in the export)",
+    )
+    w.add_argument("--json", action="store_true", help="print the what-if JSON")
+    w.add_argument("--device", type=int, default=None, help="only this deviceId")
+    w.add_argument("--layer-pattern", default=None, metavar="REGEX", help="as for analyze")
+    w.add_argument("--step-range", default=None, metavar="REGEX", help="as for analyze")
+    w.add_argument("--nsys", default=None, help="nsys binary (to export a .nsys-rep)")
+    w.set_defaults(func=cmd_whatif)
 
     r = sub.add_parser(
         "run",

@@ -6,6 +6,7 @@ from typing import Any
 
 from profiler.analysis.attribution import OP_KINDS
 from profiler.analysis.overlap import device_metrics
+from profiler.analysis.stalls import Stalls, empty_stalls
 from profiler.trace.loader import Trace
 
 
@@ -17,6 +18,13 @@ def trace_info(trace: Trace) -> dict[str, Any]:
         "schema_version": trace.schema_version,
         "gpus": {str(d): n for d, n in trace.devices.select("id", "name").iter_rows()},
     }
+
+
+def add_stalls(devices: dict[str, dict[str, Any]], stalls: Stalls | None) -> None:
+    """Put the METRICS.md ``stalls`` object into each device entry (zeros without waits)."""
+    per_device = stalls.by_device() if stalls is not None else {}
+    for dev, entry in devices.items():
+        entry["stalls"] = per_device.get(int(dev), empty_stalls())
 
 
 def analyze(
@@ -44,6 +52,7 @@ def analyze(
             kernel_sets=bd.kernel_sets if device is None else None,
         ),
     }
+    add_stalls(doc["devices"], bd.stalls)
     if by is None:
         return doc
     if by == "range":
