@@ -243,28 +243,39 @@ def _name_matches(theirs: str, ours: str) -> bool:
 
 def projection_checks(trace: Any, proj: dict[str, Any]) -> tuple[list[Check], list[dict[str, Any]]]:
     """GPU ops per NVTX range instance, ours (the attribution of every per-range view) against
-    ``nvtx_gpu_proj_trace``: totals, then per range name; and the per-name detail."""
+    ``nvtx_gpu_proj_trace``: totals, then per range name; and the per-name detail.
+
+    nsys's ``NumGPUOps`` counts the distinct CUDA calls (correlation ids) whose GPU ops it
+    projects, not the ops: a call that launches two ops (a copy staged through the host: D2H
+    and H2D under one correlation id) counts once.  So theirs is compared with our calls.
+    """
     import polars as pl
 
     from profiler.analysis.breakdown import Breakdown
 
     recipe = "nvtx_gpu_proj_trace"
     bd = Breakdown(trace)
-    counts = bd.pairs.group_by("range_id").agg(pl.len().cast(pl.Int64).alias("ops"))
-    ranges = bd.ranges.ranges.join(counts, on="range_id", how="left").with_columns(pl.col("ops").fill_null(0))
-    ours = {(int(s), int(t)): (n, int(c)) for s, n, t, c in ranges.select("start", "name", "tid", "ops").iter_rows()}
-    ours_with_ops = {k: v for k, v in ours.items() if v[1] > 0}
-    total_ours = sum(c for _, c in ours_with_ops.values())
+    launches = bd.pairs.join(bd.ops.select("op_id", "pid", "correlation_id"), on="op_id")
+    calls = pl.struct("pid", "correlation_id").n_unique().cast(pl.Int64).alias("calls")
+    counts = launches.group_by("range_id").agg(pl.len().cast(pl.Int64).alias("ops"), calls)
+    ranges = bd.ranges.ranges.join(counts, on="range_id", how="left").with_columns(pl.col("ops", "calls").fill_null(0))
+    ours = {
+        (int(s), int(t)): (n, int(ops), int(calls))
+        for s, n, t, ops, calls in ranges.select("start", "name", "tid", "ops", "calls").iter_rows()
+        if ops
+    }
+    total_ours = sum(v[1] for v in ours.values())
     if proj["status"] == "failed":
         return [
-            _missing("NVTX ranges with GPU ops", recipe, len(ours_with_ops), proj),
-            _missing("GPU ops in NVTX ranges", recipe, total_ours, proj),
+            _missing("NVTX ranges with GPU ops", recipe, len(ours), proj),
+            _missing("GPU ops in NVTX ranges (summed)", recipe, total_ours, proj),
         ], []
     theirs_rows = [r for r in proj.get("rows", []) if r.get("Orig Start") is not None]
     per_name: dict[str, dict[str, Any]] = {}
 
     def entry(name: str) -> dict[str, Any]:
-        return per_name.setdefault(name, {"name": name, "ours_ops": 0, "theirs_ops": 0, "ranges": 0, "unmatched": 0})
+        new = {"name": name, "ours_ops": 0, "ours_calls": 0, "theirs_ops": 0, "ranges": 0, "unmatched": 0}
+        return per_name.setdefault(name, new)
 
     matched: set[tuple[int, int]] = set()
     for r in theirs_rows:
@@ -279,36 +290,52 @@ def projection_checks(trace: Any, proj: dict[str, Any]) -> tuple[list[Check], li
         e = entry(mine[0])
         e["ranges"] += 1
         e["ours_ops"] += mine[1]
+        e["ours_calls"] += mine[2]
         e["theirs_ops"] += int(r["NumGPUOps"])
-    for key, (name, count) in ours_with_ops.items():
+    for key, (name, ops, calls) in ours.items():
         if key not in matched:
             e = entry(name)
-            e["ours_ops"] += count
+            e["ours_ops"] += ops
+            e["ours_calls"] += calls
             e["unmatched"] += 1
-    total_theirs = sum(int(r["NumGPUOps"]) for r in theirs_rows)
-    note = "ranges matched by start and thread; nsys writes DOMAIN:message" if theirs_rows else ""
-    checks = [
-        Check("NVTX ranges with GPU ops", recipe, len(ours_with_ops), len(theirs_rows), None, note),
-        Check("GPU ops in NVTX ranges (summed)", recipe, total_ours, total_theirs, None),
-    ]
-    checks[0].agree = len(ours_with_ops) == len(theirs_rows) and len(matched) == len(theirs_rows)
-    checks[1].agree = total_ours == total_theirs
     detail = sorted(per_name.values(), key=lambda e: (-e["ours_ops"], e["name"]))
     for e in detail:
-        e["agree"] = e["unmatched"] == 0 and e["ours_ops"] == e["theirs_ops"]
+        e["agree"] = e["unmatched"] == 0 and e["ours_calls"] == e["theirs_ops"]
+
+    def note(ops: int, calls: int) -> str:
+        return f"nsys counts CUDA calls: {ops - calls} of our ops share a call with another op" if ops != calls else ""
+
+    total_calls = sum(e["ours_calls"] for e in detail)
+    total_theirs = sum(int(r["NumGPUOps"]) for r in theirs_rows)
+    matching = "ranges matched by start and thread; nsys writes DOMAIN:message" if theirs_rows else ""
+    checks = [
+        Check(
+            "NVTX ranges with GPU ops",
+            recipe,
+            len(ours),
+            len(theirs_rows),
+            len(ours) == len(theirs_rows) == len(matched),
+            matching,
+        ),
+        Check(
+            "GPU ops in NVTX ranges (summed)",
+            recipe,
+            total_ours,
+            total_theirs,
+            total_calls == total_theirs and all(e["agree"] for e in detail),
+            note(total_ours, total_calls),
+        ),
+    ]
     for e in detail[:NAMES_SHOWN]:
-        checks.append(Check(f"  GPU ops in {e['name'][:40]!r}", recipe, e["ours_ops"], e["theirs_ops"], e["agree"]))
+        ops, calls = e["ours_ops"], e["ours_calls"]
+        name = f"  GPU ops in {e['name'][:40]!r}"
+        checks.append(Check(name, recipe, ops, e["theirs_ops"], e["agree"], note(ops, calls)))
     if len(detail) > NAMES_SHOWN:
         rest = detail[NAMES_SHOWN:]
-        checks.append(
-            Check(
-                f"  GPU ops in the other {len(rest)} range names",
-                recipe,
-                sum(e["ours_ops"] for e in rest),
-                sum(e["theirs_ops"] for e in rest),
-                all(e["agree"] for e in rest),
-            )
-        )
+        ops, calls = sum(e["ours_ops"] for e in rest), sum(e["ours_calls"] for e in rest)
+        name = f"  GPU ops in the other {len(rest)} range names"
+        theirs = sum(e["theirs_ops"] for e in rest)
+        checks.append(Check(name, recipe, ops, theirs, all(e["agree"] for e in rest), note(ops, calls)))
     return checks, detail
 
 
