@@ -116,6 +116,7 @@ def assert_recipe_equals_analyze(out: Path, inputs: list[str]) -> None:
     names = report_names(inputs)
     tables = {t: read_rows(out, t) for t in ("reports", "devices", "devices_streams", "layers", "steps")}
     kernels = read_rows(out, "layers_top_kernels") if (out / "layers_top_kernels.parquet").is_file() else []
+    findings = {t: read_rows(out, t) for t in ("findings", "findings_skipped") if (out / f"{t}.parquet").is_file()}
     assert sorted(r["file"] for r in tables["reports"]) == sorted(names.values())
     for path in inputs:
         name = names[path]
@@ -130,10 +131,15 @@ def assert_recipe_equals_analyze(out: Path, inputs: list[str]) -> None:
         summary = {k: v for k, v in by_step["steps"].items() if k not in ("steps", "excluded")}
         assert_row_is(
             report,
-            {"trace": trace, "attribution": by_layer["attribution"], "steps": summary},
+            {"trace": trace, "findings": plain["findings"], "attribution": by_layer["attribution"], "steps": summary},
             {"file", "rank", "input"},
             f"{name} report",
         )
+        for table, entries in (("findings", "findings"), ("findings_skipped", "skipped")):
+            rows = [r for r in findings.get(table, []) if r["file"] == name]
+            assert len(rows) == len(plain["findings"][entries]), (name, table)
+            for row, entry in zip(sorted(rows, key=lambda r: r["position"]), plain["findings"][entries], strict=True):
+                assert_row_is(row, entry, {"file", "rank", "position"}, f"{name} {table} {row['position']}")
         assert [r["device"] for r in mine["devices"]] == list(plain["devices"])
         for row, (dev, d) in zip(mine["devices"], plain["devices"].items(), strict=True):
             assert row["gpu"] == plain["trace"]["gpus"].get(dev)

@@ -48,7 +48,10 @@ class Breakdown:
     @cached_property
     def kernels(self) -> pl.DataFrame:
         """The trace's kernels: with names and launches when they are attributed, else just spans."""
-        return self.trace.kernels if "kernel" in self.kinds else self.trace.kernel_spans
+        if "kernel" in self.kinds:
+            return self.trace.kernels
+        # the stalls read every kernel's stream and launch: read them once, spans included
+        return self.trace.kernel_ops if has_waits(self.trace) else self.trace.kernel_spans
 
     @cached_property
     def kernel_sets(self) -> KernelSets:

@@ -28,6 +28,7 @@ from profiler.analysis.dependencies import (
     H2D,
     MEMSET,
     NCCL,
+    NO_TIME,
     OTHER_COPY,
     Dependencies,
     dependencies,
@@ -41,11 +42,13 @@ _BLOCKER_OF_KIND |= {OTHER_COPY: ("other",), MEMSET: ("other",)}
 
 @dataclass(frozen=True)
 class Stalls:
-    """Per op (rows of ``deps.ops``): its stall in ns and its blocker's row (-1: none)."""
+    """Per op (rows of ``deps.ops``): its stall in ns, its blocker's row (-1: none), and when it
+    was ready to start (``ready`` of rule 4; the stall is ``[ready, ready + stall)``)."""
 
     deps: Dependencies
     stall: np.ndarray
     blocker: np.ndarray
+    ready: np.ndarray
 
     @cached_property
     def caused(self) -> np.ndarray:
@@ -115,14 +118,17 @@ def empty_stalls() -> dict[str, Any]:
     }
 
 
-def op_stalls(deps: Dependencies, start: np.ndarray, end: np.ndarray) -> Stalls:
-    """Rule 4 over the ops' *start* and *end* (recorded, or replayed by the what-if)."""
+def op_stalls(deps: Dependencies, start: np.ndarray, end: np.ndarray, launch: np.ndarray | None = None) -> Stalls:
+    """Rule 4 over the ops' *start* and *end* (recorded, or replayed by the what-if, with the
+    replayed *launch* times when host synchronization moved them)."""
     ops = deps.ops
+    launch = ops.launch if launch is None else launch
     n = len(ops)
     stall = np.zeros(n, dtype=np.int64)
     chosen = np.full(n, -1, dtype=np.int64)
+    since = np.full(n, NO_TIME, dtype=np.int64)
     if deps.target.size == 0:
-        return Stalls(deps, stall, chosen)
+        return Stalls(deps, stall, chosen, since)
     tgt, blk = deps.target, deps.blocker
     # per target, the blocker with the latest end (ties: the larger correlationId) comes last
     order = np.lexsort((ops.corr[blk], end[blk], tgt))
@@ -131,11 +137,19 @@ def op_stalls(deps: Dependencies, start: np.ndarray, end: np.ndarray) -> Stalls:
     k, b = tgt[last], blk[last]
     dep = end[b]
     prev = ops.prev[k]
-    ready = np.where(prev >= 0, np.maximum(end[np.maximum(prev, 0)], ops.launch[k]), ops.launch[k])
+    ready = np.where(prev >= 0, np.maximum(end[np.maximum(prev, 0)], launch[k]), launch[k])
     value = np.where(dep > ready, np.maximum(0, np.minimum(start[k], dep) - ready), 0)
     stall[k] = value
     chosen[k] = b
-    return Stalls(deps, stall, chosen)
+    since[k] = ready
+    return Stalls(deps, stall, chosen, since)
+
+
+def add_stalls(devices: dict[str, dict[str, Any]], stalls: Stalls | None) -> None:
+    """Put the METRICS.md ``stalls`` object into each device entry of ``devices`` (zeros without waits)."""
+    per_device = stalls.by_device() if stalls is not None else {}
+    for dev, entry in devices.items():
+        entry["stalls"] = per_device.get(int(dev), empty_stalls())
 
 
 def has_waits(trace: Trace) -> bool:

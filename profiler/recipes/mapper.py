@@ -82,13 +82,16 @@ def report_rank(path: Path, pattern: str = DEFAULT_RANK_PATTERN) -> int | None:
 def analyze_documents(
     path: str, nsys: str | None = None, layer_pattern: str | None = None, step_range: str | None = None
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """``analyze --json``, ``analyze --by layer --json`` and ``analyze --by step --json`` of one report."""
+    """``analyze --json`` (with the findings of the default configuration), ``analyze --by layer
+    --json`` and ``analyze --by step --json`` of one report."""
+    from profiler.analysis.findings.config import FindingsConfig
     from profiler.analysis.summary import analyze
     from profiler.trace import load_trace
 
     trace = load_trace(path, nsys)
     opts = {"layer_pattern": layer_pattern, "step_range": step_range}
-    return analyze(trace, **opts), analyze(trace, by="layer", **opts), analyze(trace, by="step", **opts)
+    plain = analyze(trace, findings=FindingsConfig(), **opts)
+    return plain, analyze(trace, by="layer", **opts), analyze(trace, by="step", **opts)
 
 
 def map_report(

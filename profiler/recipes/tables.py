@@ -3,7 +3,7 @@
 A column is the JSON path of a value, nested keys joined with ``.``
 (``copies.offload.exposed_ns``), so every key ``analyze --json`` gains shows
 up as a column with no change here.  A list of objects becomes a child table
-(``devices_streams``, ``layers_top_kernels``) whose rows carry their parent's
+(``devices_streams``, ``layers_top_kernels``, ``findings``) whose rows carry their parent's
 key columns and their ``position`` in the list; a list of plain values stays
 a list column (``window_ns``, ``classes``); an empty list is null.
 """
@@ -24,6 +24,8 @@ TABLES: dict[str, tuple[str, ...]] = {
     "layers": ("file", "rank", "name", "device"),
     "steps": ("file", "rank", "name", "device"),
 }
+# Child tables with a shorter name than ``<table>_<path>``.
+CHILD_NAMES = {"reports_findings_findings": "findings", "reports_findings_skipped": "findings_skipped"}
 
 
 def flatten(doc: dict[str, Any], prefix: str = "") -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
@@ -54,6 +56,7 @@ def _emit(out: Rows, table: str, keys: dict[str, Any], doc: dict[str, Any], chil
     out[table].append({**keys, **flat})
     for path, items in children.items():
         child = f"{table}_{path.replace('.', '_')}"
+        child = CHILD_NAMES.get(child, child)
         for i, item in enumerate(items):
             _emit(out, child, {**child_keys, "position": i}, item, {**child_keys, "position": i})
 
