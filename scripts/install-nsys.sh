@@ -16,7 +16,8 @@ host="$prefix/usr/lib/nsight-systems/host-linux-x64"
 
 install_recipe() {
   if [ -x "$here/.venv/bin/profile-step" ]; then
-    "$here/.venv/bin/profile-step" install-recipe --nsys "$target/nsys" >&2
+    # quiet when it works (set-up runs this every time); its error line and exit code when not
+    "$here/.venv/bin/profile-step" install-recipe --nsys "$target/nsys" >/dev/null
   else
     echo "install-nsys: no .venv yet; bash scripts/setup.sh installs the offload_overlap recipe" >&2
   fi
