@@ -190,7 +190,7 @@ def offload_metrics(
 
 def stream_metrics(copies: pl.DataFrame, spans: dict[int, int]) -> dict[int, list[dict[str, Any]]]:
     """Per device, one entry per copy-carrying stream: classes, busy_ns, occupancy (METRICS.md),
-    and bytes, duration_sum_ns, gbps (achieved copy bandwidth on the stream)."""
+    and count, bytes, duration_sum_ns, gbps (achieved copy bandwidth on the stream)."""
     if copies.height == 0:
         return {}
     keyed = copies.with_columns(pl.struct("device", "stream").rank("dense").cast(pl.Int64).alias("key"))
@@ -201,13 +201,14 @@ def stream_metrics(copies: pl.DataFrame, spans: dict[int, int]) -> dict[int, lis
         keyed.group_by("key", "device", "stream")
         .agg(
             pl.col("cls").unique(),
+            pl.len().alias("count"),
             pl.col("bytes").sum(),
             (pl.col("end") - pl.col("start")).sum().alias("dur"),
         )
         .sort("device", "stream")
     )
     out: dict[int, list[dict[str, Any]]] = {}
-    for key, dev, stream, classes, nbytes, dur in per_stream.iter_rows():
+    for key, dev, stream, classes, count, nbytes, dur in per_stream.iter_rows():
         b = busy.get(int(key), 0)
         span = spans.get(dev, 0)
         out.setdefault(int(dev), []).append(
@@ -216,6 +217,7 @@ def stream_metrics(copies: pl.DataFrame, spans: dict[int, int]) -> dict[int, lis
                 "classes": sorted(classes, key=order.__getitem__),
                 "busy_ns": b,
                 "occupancy": b / span if span else 0,
+                "count": int(count),
                 "bytes": int(nbytes or 0),
                 "duration_sum_ns": int(dur or 0),
                 "gbps": nbytes / dur if dur else None,
