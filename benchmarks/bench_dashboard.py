@@ -6,8 +6,8 @@ Makes two annotated exports of 1,000,000 GPU events each (800k kernels, 200k
 copies; 10 steps x 48 layers) under benchmarks/data/dash/, analyzes them once
 (cache beside them), starts the dashboard on them and measures, in Chromium:
 the first view (page load until the runs table and the policy figure are
-drawn), switching the per-layer view between the two runs, clicking a layer,
-and drawing one step's timeline.
+drawn), switching to each view (tab), switching the per-layer view between
+the two runs, and clicking a layer.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ from dashboards.data import RunStore  # noqa: E402
 from tests.browser import CHROMIUM, CHROMIUM_FLAGS  # noqa: E402
 
 DATA = HERE / "data" / "dash"
+
+
+POLICY_READY = "document.querySelectorAll('#policy-bars .bar').length >= 8"  # 4 rows, D2H and H2D
 
 
 def graph_ready(graph: str, n: int = 1) -> str:
@@ -75,29 +78,38 @@ def main() -> None:
 
     results: dict[str, list[float]] = {
         "first view": [],
+        "tab: per layer": [],
         "switch run (per-layer view)": [],
         "click a layer": [],
-        "step timeline": [],
+        "tab: timeline (one step)": [],
+        "tab: copy streams": [],
+        "tab: policies": [],
     }
+
+    def tab(page, label: str, ready: str, key: str) -> None:
+        t0 = time.perf_counter()
+        page.get_by_text(label, exact=True).click()
+        page.wait_for_function(ready, timeout=120_000)
+        results[key].append(time.perf_counter() - t0)
+
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
             for _ in range(a.repeat):
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page = browser.new_page(viewport={"width": 1440, "height": 1000})
                 t0 = time.perf_counter()
                 page.goto(url)
                 page.wait_for_function("document.querySelectorAll('#runs tr').length >= 4", timeout=120_000)
-                page.wait_for_function(graph_ready("policy-graph", 4), timeout=120_000)
+                page.wait_for_function(POLICY_READY, timeout=120_000)
                 results["first view"].append(time.perf_counter() - t0)
 
-                page.get_by_text("Per layer", exact=True).click()
-                page.wait_for_function(graph_ready("layer-graph", 4), timeout=120_000)
+                tab(page, "Per layer", graph_ready("layer-graph", 4), "tab: per layer")
                 before = page.evaluate(
                     "JSON.stringify(document.querySelector('#layer-graph .js-plotly-plot').data[1].y)"
                 )
                 page.click("#layer-run")
                 t0 = time.perf_counter()
-                page.get_by_text("offload_mlp — b.sqlite").last.click()
+                page.get_by_text("offload_mlp · b · GPU 0", exact=True).last.click()
                 page.wait_for_function(
                     "JSON.stringify(document.querySelector('#layer-graph .js-plotly-plot').data[1].y) !== "
                     + repr(before),
@@ -111,13 +123,15 @@ def main() -> None:
                 page.wait_for_selector("#layer-detail-box", timeout=120_000)
                 results["click a layer"].append(time.perf_counter() - t0)
 
-                page.get_by_text("Timeline", exact=True).click()
-                t0 = time.perf_counter()
-                page.wait_for_function(
-                    "document.querySelector('#timeline-note').innerText.includes('drawn')", timeout=120_000
+                tab(
+                    page,
+                    "Timeline",
+                    "document.querySelector('#timeline-note').innerText.includes('GPU ops')",
+                    "tab: timeline (one step)",
                 )
-                results["step timeline"].append(time.perf_counter() - t0)
                 note = page.inner_text("#timeline-note")
+                tab(page, "Copy streams", graph_ready("streams-graph", 2), "tab: copy streams")
+                tab(page, "Policies", POLICY_READY, "tab: policies")
                 page.close()
             browser.close()
     finally:

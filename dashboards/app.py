@@ -14,7 +14,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dash_table, dcc, html
 
-from dashboards import figures, links, rows
+from dashboards import bars, figures, links, rows
 from dashboards.data import RunStore
 from dashboards.rows import View
 from profiler.errors import ProfilerError
@@ -138,12 +138,19 @@ def create_app(store: RunStore) -> dash.Dash:
                 ),
                 html.Div(rows.SOURCE_NOTE, id="table-note", style=MUTED),
                 html.Div(sel["provenance"], id="provenance", style=MUTED),
+                # plotly.js (5 MB) loads after the first view, so that the other views open at once
+                dcc.Interval(id="warm", interval=600, max_intervals=1),
+                html.Div(id="plotly-warm", style={"display": "none"}),
                 html.Div(sel["errors"], id="errors"),
                 dcc.Tabs(
                     id="tabs",
                     value="policies",
                     children=[
-                        dcc.Tab(label="Policies", value="policies", children=[_graph("policy-graph", sel["figure"])]),
+                        dcc.Tab(
+                            label="Policies",
+                            value="policies",
+                            children=[html.Div(sel["bars"], id="policy-bars")],
+                        ),
                         dcc.Tab(
                             label="Per layer",
                             value="layers",
@@ -290,7 +297,7 @@ def create_app(store: RunStore) -> dash.Dash:
         values = [v if v in good else (good[0] if good else None) for v in current]
         failed = [_card(msg) for rid, msg in list(store.errors.items()) if rid not in {v.rid for v in views}]
         return {
-            "figure": figures.policy_figure(items),
+            "bars": bars.policy_table(items),
             "errors": cards + failed,  # every run that cannot be read, selected or not
             "provenance": [
                 html.Strong("Real traces from public repositories (not made by this project):"),
@@ -303,7 +310,7 @@ def create_app(store: RunStore) -> dash.Dash:
         }
 
     @app.callback(
-        Output("policy-graph", "figure"),
+        Output("policy-bars", "children"),
         Output("errors", "children"),
         Output("provenance", "children"),
         Output("layer-run", "options"),
@@ -322,7 +329,7 @@ def create_app(store: RunStore) -> dash.Dash:
     def on_select(selected, data, *current):
         sel = selection(selected_views(selected, data), list(current))
         opts, (v1, v2, v3) = sel["options"], sel["values"]
-        return sel["figure"], sel["errors"], sel["provenance"], opts, v1, opts, v2, opts, v3
+        return sel["bars"], sel["errors"], sel["provenance"], opts, v1, opts, v2, opts, v3
 
     def rank_choices(views: list[View], current: str | None) -> tuple[list[dict[str, str]], str | None, dict]:
         ranked = [s for s in _summaries(store, views) if s.get("rank") is not None]
@@ -526,7 +533,7 @@ def create_app(store: RunStore) -> dash.Dash:
             if r.height:
                 window = (int(r["start"][0]), int(r["end"][0]))
         device = int(view.device) if view.device is not None else None
-        fig, stats = figures.timeline_figure(run.ops, run.ranges, window, device)
+        fig, stats = figures.timeline_figure(run.device_ops(device), run.ranges, window)
         if not stats["events"]:
             return fig, ""
         note = f"{stats['events']:,} GPU ops of GPU {view.device} in the window."
@@ -595,6 +602,10 @@ def create_app(store: RunStore) -> dash.Dash:
             title += " (SYNTHETIC: a model, not a measurement)"
         fig = figures.streams_figure(streams, float(gbps or links.BY_KEY[links.FALLBACK].gbps), name, title)
         return fig
+
+    @app.callback(Output("plotly-warm", "children"), Input("warm", "n_intervals"), prevent_initial_call=True)
+    def warm(_n):
+        return dcc.Graph(figure=figures.note_figure(""), style={"display": "none"})
 
     app.layout = layout  # a function: each page load gets the runs analyzed so far
     return app

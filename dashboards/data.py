@@ -33,7 +33,7 @@ from profiler.errors import ProfilerError
 from profiler.report import store
 from profiler.trace import load_trace
 
-CACHE_VERSION = "2"
+CACHE_VERSION = "3"
 CACHE_SUFFIXES = (".profile-step.db", ".ops.parquet", ".ranges.parquet")
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 
@@ -169,6 +169,7 @@ class Analysis:
     ranges_path: Path
     _ops: pl.DataFrame | None = field(default=None, repr=False)
     _ranges: pl.DataFrame | None = field(default=None, repr=False)
+    _by_device: dict[int | None, pl.DataFrame] = field(default_factory=dict, repr=False)
 
     @property
     def ops(self) -> pl.DataFrame:
@@ -181,6 +182,13 @@ class Analysis:
         if self._ranges is None:
             self._ranges = pl.read_parquet(self.ranges_path)
         return self._ranges
+
+    def device_ops(self, device: int | None) -> pl.DataFrame:
+        """The ops of one device (all when None), sorted by start: a step's window is then a slice."""
+        if device not in self._by_device:
+            ops = self.ops.sort("start") if device is None else self.ops.filter(pl.col("device") == device)
+            self._by_device[device] = ops if ops["start"].is_sorted() else ops.sort("start")
+        return self._by_device[device]
 
 
 def _read_cache(base: Path, trace: Path) -> dict[str, Any] | None:
@@ -216,8 +224,10 @@ def analyze_run(ref: RunRef, nsys: str | None = None) -> Analysis:
     summary = collect(trace, ref.manifest)
     bd = Breakdown(trace)
     layers = bd.layer_assignment()
-    ops = bd.ops.join(layers.select("op_id", "layer"), on="op_id", how="left").select(
-        "op_id", "kind", "device", "stream", "start", "end", "name", "is_nccl", "cls", "bytes", "layer"
+    ops = (
+        bd.ops.join(layers.select("op_id", "layer"), on="op_id", how="left")
+        .select("op_id", "kind", "device", "stream", "start", "end", "name", "is_nccl", "cls", "bytes", "layer")
+        .sort("device", "start")  # a device's ops are then in time order: a step's window is a slice
     )
     r = bd.ranges.ranges
     steps = bd.step_ranges().select(pl.lit("step").alias("lane"), "name", "start", "end")

@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 
 from profiler.analysis.intervals import union
-from profiler.report.units import byte_unit, human_bytes, human_time, time_unit
+from profiler.report.units import human_bytes, human_time, time_unit
 
 Figure = dict[str, Any]
 COLORS = {
@@ -46,6 +46,22 @@ TITLE = {"x": 0, "xanchor": "left", "font": {"size": 15}}
 def esc(text: Any) -> str:
     """Names from traces are shown as text: plotly renders a subset of HTML, so escape it."""
     return html.escape(str(text), quote=False)
+
+
+def text_px(labels: list[str], size: int = 13) -> int:
+    """About how wide the longest of *labels* is drawn, in pixels (the figures set their margins from
+    this instead of plotly's automargin, which redraws a figure several times: 4x slower)."""
+    longest = max((len(html.unescape(re.sub(r"<[^>]+>", " ", str(t)))) for t in labels), default=0)
+    return int(longest * size * 0.6) + 4
+
+
+def category_axis(labels: list[str], width_px: int = 1150, size: int = 13) -> tuple[dict[str, Any], int]:
+    """A category x axis whose labels never overlap: horizontal when they fit, else vertical;
+    and the bottom margin they need."""
+    widest = text_px(labels, size)
+    if not labels or widest * len(labels) < 0.85 * width_px:
+        return {"type": "category", "tickangle": 0}, 40
+    return {"type": "category", "tickangle": -90}, widest + 30
 
 
 def figure(data: list[dict[str, Any]], **layout: Any) -> Figure:
@@ -149,166 +165,6 @@ def unique(labels: list[str]) -> list[str]:
     return out
 
 
-def policy_figure(items: list[Item]) -> Figure:
-    """Per selected run and device, side by side: copy time hidden / exposed per direction, median
-    step, bytes copied (with the number of copies), peak device memory seen.
-
-    One row per (run, device), labels once on the left; more panels or series (stalls) fit beside.
-    """
-    if not items:
-        return note_figure("Select runs in the table above to compare them.")
-    labels = unique([esc(i.label) for i in items])
-    hover = [esc(i.full) for i in items]
-    t_name, t_div = time_unit([i.copies[d]["busy_ns"] for i in items for d in ("d2h", "h2d")])
-    s_name, s_div = time_unit([i.step_ns for i in items])
-    b_name, b_div = byte_unit([i.copies[d]["bytes"] for i in items for d in ("d2h", "h2d")])
-    m_name, m_div = byte_unit([i.peak_bytes for i in items])
-    domains = _panels(4, 0.035)
-    data: list[dict[str, Any]] = []
-    notes: list[str] = []
-    annotations = _titles(
-        domains,
-        [
-            f"copy time ({t_name}):<br>hidden / exposed",
-            f"median step<br>({s_name})",
-            f"bytes copied ({b_name})<br>and number of copies",
-            f"peak device memory<br>seen ({m_name})",
-        ],
-    )
-
-    def bar(col: int, x: list[Any], **kw: Any) -> None:
-        trace = {"type": "bar", "orientation": "h", "y": labels, "x": x, "xaxis": f"x{_axis(col)}", "showlegend": False}
-        data.append({**trace, **kw})
-
-    for d in ("d2h", "h2d"):
-        dl = DIRECTION_LABEL[d]
-        exposed = [i.copies[d]["exposed_ns"] / t_div for i in items]
-        hidden = [i.copies[d]["overlap_any_ns"] / t_div for i in items]
-        common = {"offsetgroup": d, "legendgroup": d, "customdata": hover}
-        bar(
-            0,
-            exposed,
-            name=f"{dl} exposed",
-            marker={"color": COLORS[d]},
-            showlegend=True,
-            hovertemplate=f"%{{customdata}}<br>{dl} exposed %{{x:.3f}} {t_name}<extra></extra>",
-            **common,
-        )
-        bar(
-            0,
-            hidden,
-            base=exposed,
-            name=f"{dl} hidden",
-            marker={"color": HIDDEN_TINT[d]},
-            showlegend=True,
-            hovertemplate=f"%{{customdata}}<br>{dl} hidden %{{x:.3f}} {t_name}<extra></extra>",
-            **common,
-        )
-        counts = [i.copies[d]["count"] for i in items]
-        bar(
-            2,
-            [i.copies[d]["bytes"] / b_div for i in items],
-            name=f"{dl} bytes",
-            marker={"color": COLORS[d]},
-            offsetgroup=d,
-            text=[f"{c:,} copies" if c else "" for c in counts],
-            textposition="outside",
-            cliponaxis=False,
-            customdata=[[h, c] for h, c in zip(hover, counts, strict=True)],
-            hovertemplate=f"%{{customdata[0]}}<br>{dl} %{{x:.2f}} {b_name}"
-            + " in %{customdata[1]:,} copies<extra></extra>",
-        )
-    steps = [None if i.step_ns is None else i.step_ns / s_div for i in items]
-    bar(
-        1,
-        steps,
-        name="median step",
-        marker={"color": COLORS["step"]},
-        customdata=hover,
-        hovertemplate=f"%{{customdata}}<br>median step %{{x:.3f}} {s_name}<extra></extra>",
-    )
-    peaks = [None if i.peak_bytes is None else i.peak_bytes / m_div for i in items]
-    bar(
-        3,
-        peaks,
-        name="peak device memory",
-        marker={"color": COLORS["memory"]},
-        customdata=hover,
-        hovertemplate=f"%{{customdata}}<br>peak device memory %{{x:.2f}} {m_name}<extra></extra>",
-    )
-    missing = {
-        0: [i.copies["offload"]["count"] == 0 for i in items],
-        1: [v is None for v in steps],
-        2: [i.copies["offload"]["count"] == 0 for i in items],
-        3: [v is None for v in peaks],
-    }
-    why = {0: "no copies", 1: "no step ranges", 2: "no copies", 3: "no memory events"}
-    for col, flags in missing.items():
-        if any(flags) and not all(flags):  # a row without a bar says why (a whole empty panel has a note)
-            ys = [lab for lab, f in zip(labels, flags, strict=True) if f]
-            data.append(
-                {
-                    "type": "scatter",
-                    "mode": "text",
-                    "x": [0] * len(ys),
-                    "y": ys,
-                    "text": [why[col]] * len(ys),
-                    "textposition": "middle right",
-                    "textfont": {"size": 11, "color": "#666"},
-                    "xaxis": f"x{_axis(col)}",
-                    "hoverinfo": "skip",
-                    "showlegend": False,
-                }
-            )
-    top_bytes = max([i.copies[d]["bytes"] / b_div for i in items for d in ("d2h", "h2d")], default=0)
-    xaxes = {}
-    for i, dom in enumerate(domains):
-        xaxes[f"xaxis{_axis(i)}"] = {
-            "domain": list(dom),
-            "anchor": "y",
-            "rangemode": "tozero",
-            "nticks": 5,
-            "automargin": True,
-            "zeroline": False,
-        }
-    if top_bytes:
-        xaxes["xaxis3"]["range"] = [0, top_bytes * 1.5]  # room for the counts written beside the bars
-    empty = {
-        0: "no host-device copies; in these runs" if not any(i.copies["offload"]["count"] for i in items) else None,
-        1: "no step ranges; (profile-step's step=N,; or --step-range) in these runs"
-        if all(s is None for s in steps)
-        else None,
-        2: "no host-device copies; in these runs" if not top_bytes else None,
-        3: "no CUDA memory events; (nsys --cuda-memory-usage=true); in these runs"
-        if all(p is None for p in peaks)
-        else None,
-    }
-    for i, message in empty.items():
-        if message:
-            annotations.append(_panel_note(message, i))
-            xaxes[f"xaxis{_axis(i)}"]["visible"] = False
-            notes.append(message.replace(";", ""))
-    synthetic = sum(i.synthetic for i in items)
-    title = "Selected runs, one row per GPU; copy time and bytes over the whole trace"
-    if synthetic:
-        title += f" ({synthetic} rows: SYNTHETIC demo runs, a model, not measurements)"
-    return figure(
-        data,
-        height=170 + ROW_PX * len(items),
-        margin={"t": 100, "b": 70, "l": 10, "r": 30},
-        title={"text": title, **TITLE},
-        showlegend=True,
-        legend=BOTTOM_LEGEND,
-        barmode="group",
-        bargap=0.25,
-        bargroupgap=0.05,
-        yaxis={"autorange": "reversed", "type": "category", "automargin": True},
-        annotations=annotations,
-        meta={"notes": notes},
-        **xaxes,
-    )
-
-
 def rank_heatmap(summaries: list[dict[str, Any]], policy: str | None) -> Figure:
     """Rank by layer: exposed copy time of each rank's layers, for one policy."""
     runs = sorted(
@@ -331,12 +187,13 @@ def rank_heatmap(summaries: list[dict[str, Any]], policy: str | None) -> Figure:
         "customdata": [[s["rank"]] * len(layers) for s in runs],
         "hovertemplate": f"%{{y}}, layer %{{x}}: exposed %{{z:.3f}} {name}<extra></extra>",
     }
+    xaxis, bottom = category_axis(heat["x"])
     return figure(
         [heat],
-        height=max(300, 26 * len(runs) + 140),
-        margin={"t": 20},
-        xaxis={"title": {"text": "layer"}, "type": "category", "automargin": True},
-        yaxis={"autorange": "reversed", "type": "category", "automargin": True},
+        height=max(300, 26 * len(runs) + 100 + bottom),
+        margin={"t": 20, "b": bottom + 30, "l": text_px(heat["y"]) + 16},
+        xaxis={**xaxis, "title": {"text": "layer"}},
+        yaxis={"autorange": "reversed", "type": "category"},
     )
 
 
@@ -397,15 +254,16 @@ def layer_figure(layers: dict[str, dict[str, Any]], title: str) -> Figure:
                 "hovertemplate": tip + f"hidden %{{y:.3f}} {name}<extra></extra>",
             }
         )
+    xaxis, bottom = category_axis(x)
     return figure(
         data,
         barmode="group",
-        height=440,
-        margin={"t": 50, "b": 80},
+        height=400 + bottom,
+        margin={"t": 50, "b": bottom + 70, "l": 70},
         title={"text": esc(title), **TITLE},
         showlegend=True,
         legend=BOTTOM_LEGEND,
-        xaxis={"type": "category", "title": {"text": "layer"}, "automargin": True},
+        xaxis={**xaxis, "title": {"text": "layer"}},
         yaxis={"title": {"text": f"copy time over the trace ({name})"}, "rangemode": "tozero"},
     )
 
@@ -467,7 +325,7 @@ def timeline_figure(
     if ops.height == 0:
         return note_figure("No GPU activity in this run: no kernels, copies or memsets to draw."), stats
     if window is not None:
-        ops = ops.filter((pl.col("end") > window[0]) & (pl.col("start") < window[1]))
+        ops = in_window(ops, window)
         ranges = ranges.filter((pl.col("end") > window[0]) & (pl.col("start") < window[1]))
     if ops.height == 0:
         return note_figure("No GPU op of this device runs in this step."), stats
@@ -484,8 +342,8 @@ def timeline_figure(
         .otherwise(pl.col("cls").str.to_uppercase())
         .alias("group"),
     )
-    keys = lanes.select("group", "stream").unique().rows()
-    keys.sort(key=lambda k: (LANE_ORDER.get(k[0], 5), k[0], k[1]))
+    parts = lanes.sort("start").partition_by("group", "stream", as_dict=True)
+    keys = sorted(parts, key=lambda k: (LANE_ORDER.get(k[0], 5), k[0], k[1]))
     rows: list[str] = []
     data: list[dict[str, Any]] = []
     shapes: list[dict[str, Any]] = []
@@ -513,7 +371,7 @@ def timeline_figure(
         stats["drawn_segments"] += spans.height
     bin_ns = span / bins
     for group, stream in keys:
-        part = lanes.filter((pl.col("group") == group) & (pl.col("stream") == stream)).sort("start")
+        part = parts[(group, stream)]
         s, e = part["start"].to_numpy(), part["end"].to_numpy()
         name = f"{group} · stream {stream}"
         y = lane(name)
@@ -544,7 +402,7 @@ def timeline_figure(
         figure(
             data,
             height=max(260, 34 * len(rows) + 110),
-            margin={"t": 20, "l": 10},
+            margin={"t": 20, "l": text_px(rows) + 16, "b": 60},
             shapes=shapes,
             annotations=annotations,
             yaxis={
@@ -553,7 +411,6 @@ def timeline_figure(
                 "range": [len(rows) - 0.5, -0.5],
                 "showgrid": False,
                 "zeroline": False,
-                "automargin": True,
             },
             xaxis={
                 "title": {"text": f"time from the start of the window ({unit})"},
@@ -563,6 +420,16 @@ def timeline_figure(
         ),
         stats,
     )
+
+
+def in_window(ops: pl.DataFrame, window: tuple[int, int]) -> pl.DataFrame:
+    """The ops that overlap *window*; a slice when the ops are sorted by start (``Analysis.device_ops``)."""
+    start = ops["start"]
+    if start.is_sorted():
+        longest = int((ops["end"] - start).max() or 0)
+        i0, i1 = (int(start.search_sorted(t, "left")) for t in (window[0] - longest, window[1]))
+        ops = ops.slice(i0, i1 - i0)
+    return ops.filter((pl.col("end") > window[0]) & (pl.col("start") < window[1]))
 
 
 def _layer_spans(lanes: pl.DataFrame) -> pl.DataFrame:
@@ -619,22 +486,21 @@ def _segments(
 def _occupancy(
     y: int, edges: np.ndarray, frac: np.ndarray, t0: int, div: float, color: str, lane: str
 ) -> dict[str, Any]:
-    """A lane drawn as its busy fraction per bin: a filled step outline whose height is the fraction."""
-    x = (edges - t0) / div
-    xs = np.concatenate([[x[0]], np.repeat(x, 2)[1:-1], [x[-1]]])
-    ys = np.concatenate([[y + BAND], y + BAND - 2 * BAND * np.repeat(frac, 2), [y + BAND]])
-    pct = np.repeat(np.round(100 * frac).astype(int), 2).tolist()
-    text = ["", *(f"{esc(lane)}: busy {p}% of this bin" for p in pct), ""]
+    """A lane drawn as its busy fraction per bin: a filled step outline (``hv``) whose height is the fraction."""
+    x = np.round((edges - t0) / div, 4)
+    top = np.round(y + BAND - 2 * BAND * frac, 3)
+    base = y + BAND
+    pct = np.round(100 * frac).astype(int).tolist()
     return {
         "type": "scatter",
-        "x": np.round(xs, 6).tolist(),
-        "y": np.round(ys, 4).tolist(),
+        "x": [float(x[0]), *x[:-1].tolist(), float(x[-1]), float(x[-1])],
+        "y": [base, *top.tolist(), float(top[-1]), base],
+        "customdata": [None, *pct, pct[-1], None],
         "mode": "lines",
+        "line": {"width": 0.5, "color": color, "shape": "hv"},
         "fill": "toself",
         "fillcolor": color,
-        "line": {"width": 0.5, "color": color},
-        "hovertext": text,
-        "hoverinfo": "text",
+        "hovertemplate": esc(lane) + ": busy %{customdata}% of this bin<extra></extra>",
         "name": lane,
     }
 
@@ -698,11 +564,11 @@ def streams_figure(streams: list[dict[str, Any]], link_gbps: float, link_name: s
     return figure(
         data,
         height=400,
-        margin={"t": 80 if title else 50, "b": 40},
+        margin={"t": 80 if title else 50, "b": 60, "l": 60},
         title={"text": title, **TITLE} if title else None,
-        xaxis={"domain": list(domains[0]), "type": "category", "automargin": True},
+        xaxis={"domain": list(domains[0]), "type": "category"},
         yaxis={"rangemode": "tozero", "title": {"text": "%"}},
-        xaxis2={"domain": list(domains[1]), "anchor": "y2", "type": "category", "automargin": True},
+        xaxis2={"domain": list(domains[1]), "anchor": "y2", "type": "category"},
         yaxis2={"anchor": "x2", "range": [0, top * 1.15], "title": {"text": "GB/s (10^9 B/s)"}},
         shapes=[
             {

@@ -181,6 +181,7 @@ def error_row(ref: RunRef, message: str) -> dict[str, Any]:
 
 def table(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """Columns (units chosen by the magnitude of the rows), rows scaled to them, and tooltips."""
+
     def numbers(key: str) -> list[int | float]:
         return [r[key] for r in rows if isinstance(r.get(key), int | float)]
 

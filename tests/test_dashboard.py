@@ -47,6 +47,10 @@ OVERLAPS_JS = """
       out.push(...pairs([...axis.querySelectorAll('text')], id + ' ticks'));
     out.push(...pairs([...gd.querySelectorAll('g.annotation')], id + ' annotations'));
   }
+  const bars = document.querySelector('#policy-bars');
+  if (bars && bars.offsetParent)
+    out.push(...pairs([...bars.querySelectorAll('.row-label, .head strong, .panel-note, .value, .missing')],
+                      'policy-bars'));
   return out;
 }
 """
@@ -60,6 +64,14 @@ EMPTY_JS = """
     const note = gd.layout && gd.layout.meta && gd.layout.meta.note;
     const drawn = (gd.data || []).some(t => has(t.x) || has(t.y) || has(t.z));
     if (!note && !drawn) out.push(gd.closest('[id]').id);
+  }
+  const bars = document.querySelector('#policy-bars');
+  if (bars && bars.offsetParent) {
+    const n = bars.querySelectorAll('.row-label').length;
+    const said = bars.querySelectorAll('.bar, .missing').length
+      + [...bars.querySelectorAll('.panel-note')].filter(e => e.textContent).length;
+    if (!n && !bars.textContent.includes('Select runs')) out.push('policy-bars: no rows and no note');
+    if (n && !said) out.push('policy-bars: rows without bars or notes');
   }
   return out;
 }
@@ -195,27 +207,29 @@ def test_dashboard_end_to_end(browser, server, runs):
     assert "broken.sqlite" in page.inner_text("#errors")
 
     # policies: every row's exposed and hidden D2H time and bytes equal analyze --json (per GPU)
-    wait_graph(page, "policy-graph", "gd.data.length >= 8 && gd.data[0].y.length == 5")  # every policy row
-    fig = figure(page, "policy-graph")
-    titles = [a["text"] for a in fig["layout"]["annotations"]]
-    t_div, b_div = unit_of(titles[0]), unit_of(titles[2])
-    bars = {t["name"]: t for t in fig["data"]}
-    labels = bars["D2H exposed"]["y"]
+    page.wait_for_function("document.querySelectorAll('#policy-bars .row-label').length == 5", timeout=60_000)
+    heads = page.evaluate("[...document.querySelectorAll('#policy-bars .head strong')].map(e => e.textContent)")
+    t_div, b_div = unit_of(heads[1]), unit_of(heads[3])
+    values = page.evaluate(
+        "[...document.querySelectorAll('#policy-bars .bar')]"
+        ".map(b => [b.dataset.row, b.dataset.series, +b.dataset.value])"
+    )
+    bars = {(row, series): v for row, series, v in values}
     expected = {
-        "offload_qkv · qkv": analyze_json(runs / "qkv.sqlite")["devices"]["0"],
-        "offload_mlp · mlp": analyze_json(runs / "mlp.sqlite")["devices"]["0"],
+        "offload_qkv · qkv · GPU 0": analyze_json(runs / "qkv.sqlite")["devices"]["0"],
+        "offload_mlp · mlp · GPU 0": analyze_json(runs / "mlp.sqlite")["devices"]["0"],
     }
     demo = analyze_json(runs / "synthetic-4-offload_all" / "synthetic-trace.sqlite")["devices"]
     expected |= {f"offload_all · synthetic · GPU {d}": demo[d] for d in ("0", "1")}
+    text = page.inner_text("#policy-bars")
     for label, dev in expected.items():
-        i = next(k for k, lab in enumerate(labels) if lab.startswith(label))
         d2h = dev["copies"]["d2h"]
-        assert bars["D2H exposed"]["x"][i] == pytest.approx(d2h["exposed_ns"] / t_div, rel=1e-12)
-        assert bars["D2H hidden"]["x"][i] == pytest.approx(d2h["overlap_any_ns"] / t_div, rel=1e-12)
-        assert bars["D2H bytes"]["x"][i] == pytest.approx(d2h["bytes"] / b_div, rel=1e-12)
-        assert bars["D2H bytes"]["text"][i] == f"{d2h['count']:,} copies"
+        assert bars[(label, "D2H exposed")] == pytest.approx(d2h["exposed_ns"] / t_div, rel=1e-12)
+        assert bars[(label, "D2H hidden")] == pytest.approx(d2h["overlap_any_ns"] / t_div, rel=1e-12)
+        assert bars[(label, "D2H bytes")] == pytest.approx(d2h["bytes"] / b_div, rel=1e-12)
+        assert f"{d2h['count']:,} copies" in text
     assert demo["0"]["copies"]["d2h"] != demo["1"]["copies"]["d2h"]  # not one summed row
-    assert "SYNTHETIC" in page.inner_text("#policy-graph")
+    assert "SYNTHETIC" in text
     check_page(page, "1-policies")
 
     # per layer: the mlp run's bars against analyze --by layer; click layer 0
