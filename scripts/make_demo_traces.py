@@ -29,8 +29,11 @@ def main() -> int:
     model = replace(StepModel(), layers=a.layers, steps=a.steps)
     try:
         runs = write_demo_runs(a.out, model, tuple(p for p in a.policies.split(",") if p))
-    except (FileExistsError, ValueError) as exc:
-        print(f"make_demo_traces: {exc} (remove the old runs to remake them)", file=sys.stderr)
+    except FileExistsError as exc:
+        print(f"make_demo_traces: {exc} exists; remove the old runs to remake them", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"make_demo_traces: {exc}", file=sys.stderr)
         return 2
     for run in runs:
         print(f"wrote {run} (synthetic)")
