@@ -23,8 +23,8 @@ fi
 stamp=.venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)
 if [ ! -f "$stamp" ]; then
   echo "setup: installing Python packages (jax, polars, dash, nvtx, pytest, ...)" >&2
-  .venv/bin/python -m pip install -q --disable-pip-version-check -U pip
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[capture,recipes,test]'
+  .venv/bin/python -m pip install -qq --disable-pip-version-check -U pip
+  .venv/bin/python -m pip install -qq --disable-pip-version-check -e '.[capture,recipes,test]'
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

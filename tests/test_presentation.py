@@ -33,7 +33,7 @@ def test_time_unit_by_magnitude(largest, unit):
 
 def test_small_values_never_show_as_zero():
     assert scaled(4000, 2**20) == "<0.01"  # 1000 copies of 4 bytes are not "0.00 MiB"
-    assert scaled(0, 2**20) == "0.00"
+    assert scaled(0, 2**20) == "0"
     assert scaled(None, 1) == "-"
     assert (human_bytes(512), human_bytes(1536), human_bytes(3 * 2**30)) == ("512 B", "1.50 KiB", "3.00 GiB")
     assert (human_time(850_000), human_time(1_250_000), human_time(0)) == ("850 µs", "1.25 ms", "0")

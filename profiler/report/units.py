@@ -36,9 +36,12 @@ def time_unit(values_ns: Iterable[int | float | None]) -> tuple[str, int]:
 
 
 def scaled(value: int | float | None, div: int, decimals: int = 2) -> str:
-    """*value* / *div* with *decimals* places; a value that would show as 0 but is not says so."""
+    """*value* / *div* with *decimals* places; exactly 0 is ``0``, and a value that would show as 0
+    but is not says so (``<0.01``)."""
     if value is None:
         return "-"
+    if value == 0:
+        return "0"
     x = value / div
     if x and abs(x) < 0.5 * 10**-decimals:
         return f"<{10**-decimals:.{decimals}f}"
