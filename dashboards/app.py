@@ -539,7 +539,7 @@ def create_app(store: RunStore) -> dash.Dash:
         note = f"{stats['events']:,} GPU ops of GPU {view.device} in the window."
         if stats["occupancy_lanes"]:
             note += (
-                " Lanes too dense to draw op by op are drawn as occupancy: the filled height is the share of "
+                " Lanes with too many ops to draw one by one are drawn as occupancy: the filled height is the share of "
                 f"each of the {stats['bins']:,} time bins during which something ran on the stream "
                 f"(an empty outline is 0%, a full band 100%): {', '.join(stats['occupancy_lanes'])}."
             )

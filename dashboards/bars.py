@@ -15,7 +15,7 @@ from typing import Any
 from dash import html
 
 from dashboards.figures import COLORS, DIRECTION_LABEL, HIDDEN_TINT, Item, unique
-from profiler.report.units import byte_unit, time_unit
+from profiler.report.units import byte_unit, human_bytes, human_time, time_unit
 
 LABEL_WIDTH = "minmax(180px, max-content)"
 CELL = {
@@ -87,7 +87,10 @@ def _missing(text: str) -> html.Div:
     )
 
 
-def _fmt(x: float) -> str:
+def _fmt(x: float, raw: float | None = None, own: Any = None) -> str:
+    """A value in its column's unit; one too small to read there (under 0.01) in its own unit."""
+    if x and abs(x) < 0.01 and raw is not None and own is not None:
+        return own(raw)
     return f"{x:.3g}" if abs(x) < 100 else f"{x:,.0f}"
 
 
@@ -114,10 +117,10 @@ def policy_table(items: list[Item]) -> html.Div:
     }
     heads = [
         "",
-        f"copy time over the trace ({t_name}): exposed / hidden",
-        f"median step ({s_name})",
-        f"bytes copied over the trace ({b_name}) and copies",
-        f"peak device memory seen ({m_name})",
+        "copy time over the trace" + ("" if no_copies else f" ({t_name}): exposed / hidden"),
+        "median step" + (f" ({s_name})" if top_s else ""),
+        "bytes copied over the trace" + ("" if no_copies else f" ({b_name}) and copies"),
+        "peak device memory seen" + (f" ({m_name})" if top_m else ""),
     ]
     cells: list[Any] = [
         html.Div(
@@ -150,7 +153,8 @@ def policy_table(items: list[Item]) -> html.Div:
                     label,
                     [Part(f"{dl} exposed", exposed, COLORS[d]), Part(f"{dl} hidden", hidden, HIDDEN_TINT[d])],
                     top_t,
-                    f"{dl} {_fmt(exposed)} / {_fmt(hidden)}",
+                    f"{dl} {_fmt(exposed, c['exposed_ns'], human_time)}"
+                    f" / {_fmt(hidden, c['overlap_any_ns'], human_time)}",
                     tip,
                 )
             )
@@ -160,7 +164,7 @@ def policy_table(items: list[Item]) -> html.Div:
                     label,
                     [Part(f"{dl} bytes", size, COLORS[d])],
                     top_b,
-                    f"{dl} {_fmt(size)}, {c['count']:,} copies",
+                    f"{dl} {_fmt(size, c['bytes'], human_bytes)}, {c['count']:,} copies",
                     tip,
                 )
             )

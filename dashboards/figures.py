@@ -315,9 +315,9 @@ def timeline_figure(
 ) -> tuple[Figure, dict[str, Any]]:
     """Lanes per stream of one device (compute, NCCL, D2H, H2D), the NVTX steps and the layers.
 
-    A lane whose ops are too many or too short to see one by one (more than *max_segments* in the
-    window, or half of them under one bin wide) is drawn as its occupancy: per bin of the window,
-    the height of the lane's band is the fraction of time that something runs on it.
+    A lane with more than *max_segments* ops in the window is drawn as its occupancy: per bin of
+    the window, the height of the lane's band is the fraction of time that something runs on it.
+    A lane of fewer ops, most of them narrower than a bin, gets a tick at each op.
     """
     stats: dict[str, Any] = {"events": 0, "drawn_segments": 0, "occupancy_lanes": [], "bins": bins}
     if device is not None:
@@ -376,7 +376,7 @@ def timeline_figure(
         name = f"{group} · stream {stream}"
         y = lane(name)
         color = LANE_COLOR.get(group, COLORS["memset"])
-        if len(s) > max_segments or np.median(e - s) < bin_ns:
+        if len(s) > max_segments:
             frac = busy_fraction(np.maximum(s, t0), np.minimum(e, t1), edges)
             data.append(_occupancy(y, edges, frac, t0, div, color, name))
             shapes.append(
@@ -397,6 +397,8 @@ def timeline_figure(
             for k, shade in ((0, color), (1, DARKER.get(color, color))):
                 if len(s) > k:
                     data.append(_segments(y, s[k::2], e[k::2], names[k::2], t0, div, shade))
+            if np.median(e - s) < bin_ns:  # ops narrower than a pixel: a tick marks each one
+                data.append(_ticks(y, s, e, names, t0, div, color))
             stats["drawn_segments"] += len(s)
     return (
         figure(
@@ -479,6 +481,19 @@ def _segments(
         "mode": "lines",
         "line": {"width": 18, "color": color},
         "hovertext": text,
+        "hoverinfo": "text",
+    }
+
+
+def _ticks(y: int, s: np.ndarray, e: np.ndarray, names: list[Any], t0: int, div: float, color: str) -> dict[str, Any]:
+    """A vertical tick at each op of a lane whose ops are too short to see as segments."""
+    return {
+        "type": "scatter",
+        "x": np.round(((s + e) / 2 - t0) / div, 6).tolist(),
+        "y": [y] * len(s),
+        "mode": "markers",
+        "marker": {"symbol": "line-ns-open", "size": 20, "color": color, "line": {"width": 2, "color": color}},
+        "hovertext": [f"{esc(v)} ({human_time(d)})" for v, d in zip(names, (e - s).tolist(), strict=True)],
         "hoverinfo": "text",
     }
 

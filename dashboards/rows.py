@@ -14,6 +14,9 @@ from typing import Any
 from dashboards.data import RunRef
 from profiler.report.units import byte_unit, time_unit
 
+# 4 significant digits, trailing zeros dropped: a column's unit follows its largest value (under
+# 1024 of it), and a small value still shows its digits (0.04688, never 0.00) beside its count
+SIGNIFICANT = ".4~r"
 SOURCE_LABEL = {
     "synthetic": "SYNTHETIC demo",
     "external": "public trace",
@@ -196,10 +199,10 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[s
         _col("rank", "rank", "numeric"),
         _col("status", "status", "text"),
         _col("steps", "steps", "numeric", nully="none"),
-        _col("step", f"median step ({t_name})", "numeric", ".3f", nully="no steps"),
-        _col("bytes", f"copied ({b_name})", "numeric", ".2f"),
+        _col("step", f"median step ({t_name})", "numeric", SIGNIFICANT, nully="no steps"),
+        _col("bytes", f"copied ({b_name})", "numeric", SIGNIFICANT),
         _col("copies", "copies", "numeric", ",d"),
-        _col("exposed", f"exposed copy time ({e_name})", "numeric", ".3f", nully="-"),
+        _col("exposed", f"exposed copy time ({e_name})", "numeric", SIGNIFICANT, nully="-"),
         _col("hidden", "hidden %", "numeric", ".1f", nully="no copies"),
         _col("date", "date (UTC)", "text"),
     ]
