@@ -24,6 +24,9 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 TABS = ("policies", "layers", "timeline", "ranks", "streams")
 MUTED = {"color": "#444", "fontSize": "13px", "margin": "6px 0"}
 CONTROL = {"display": "flex", "gap": "8px", "alignItems": "center", "margin": "8px 0"}
+LINK_OPTIONS = [{"label": links.label(lk), "value": lk.key} for lk in links.LINKS] + [
+    {"label": "custom (GB/s per direction)", "value": links.CUSTOM}
+]
 
 
 def all_rows(store: RunStore) -> list[dict[str, Any]]:
@@ -205,8 +208,7 @@ def create_app(store: RunStore) -> dash.Dash:
                                                 id="link-preset",
                                                 clearable=False,
                                                 value=link_key,
-                                                options=[{"label": lk.label, "value": lk.key} for lk in links.LINKS]
-                                                + [{"label": "custom (GB/s per direction)", "value": links.CUSTOM}],
+                                                options=LINK_OPTIONS,
                                             ),
                                             style={"flex": "1 1 35%", "minWidth": "260px"},
                                         ),

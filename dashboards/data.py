@@ -33,7 +33,7 @@ from profiler.errors import ProfilerError
 from profiler.report import store
 from profiler.trace import load_trace
 
-CACHE_VERSION = "3"
+CACHE_VERSION = "4"
 CACHE_SUFFIXES = (".profile-step.db", ".ops.parquet", ".ranges.parquet")
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 

@@ -110,6 +110,8 @@ NO_GPU = "No GPU activity in this trace (a CPU-only run?): no kernels, copies or
 
 def render_devices(doc: dict[str, Any]) -> str:
     """The readable form of ``analyze --json``."""
+    from profiler.report.costs_text import context_table, stall_lines
+
     info = doc.get("trace", {})
     head = (
         f"{info.get('path', '')}  (nsys {info.get('nsys_version') or '?'}, schema {info.get('schema_version') or '?'})"
@@ -137,6 +139,7 @@ def render_devices(doc: dict[str, Any]) -> str:
             out.append(table(offload_headers(u), offload_rows(d["copies"], u=u)))
         else:
             out.append("  no host-device copies (D2H or H2D) on this device")
+        out += stall_lines(d.get("stalls")) + context_table(d["copies"])
         kinds = [c for c in ("d2d", "p2p", "other") if d["copies"][c]["count"]]
         if kinds:
             u = Units.of([d["copies"][c]["bytes"] for c in kinds], [d["copies"][c]["busy_ns"] for c in kinds])
@@ -221,11 +224,21 @@ def _group_row(name: str, dev: str, c: dict[str, Any], u: Units) -> list[str]:
         u.t(off["busy_ns"]),
         pct(off["hidden_fraction"]),
         u.t(off["exposed_ns"]),
+        u.t(off.get("stall_ns")),
     ]
 
 
 def group_headers(u: Units) -> tuple[str, ...]:
-    return ("device", "copies", f"d2h {u.size}", f"h2d {u.size}", f"copy {u.time}", "hidden", f"exposed {u.time}")
+    return (
+        "device",
+        "copies",
+        f"d2h {u.size}",
+        f"h2d {u.size}",
+        f"copy {u.time}",
+        "hidden",
+        f"exposed {u.time}",
+        f"stalled {u.time}",
+    )
 
 
 def group_units(copies: Iterable[dict[str, Any]]) -> Units:
@@ -270,7 +283,7 @@ def render_groups(doc: dict[str, Any], by: str) -> str:
         rows = []
         for s in steps["steps"]:
             for dev, c in (s["devices"] or {"-": None}).items():
-                base = _group_row(s["name"], dev, c, u) if c else [s["name"], dev, *["-"] * 6]
+                base = _group_row(s["name"], dev, c, u) if c else [s["name"], dev, *["-"] * 7]
                 rows.append([*base[:2], step_u.t(s["duration_ns"]), *base[2:], s["excluded"] or ""])
         headers = group_headers(u)
         out = table(
