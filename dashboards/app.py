@@ -662,7 +662,16 @@ def serve(
         if not p.exists():
             raise ProfilerError(f"{p}: no such file or folder")
     store = RunStore([p.resolve() for p in paths], nsys, licences)
-    store.warm_up()
+
+    def preload() -> None:
+        """The ops of the first view's runs, read and split by GPU ahead of their first timeline."""
+        raw = all_rows(store)
+        for i in rows.default_selection(raw):
+            view = View.parse(raw[i]["id"])
+            if view.rid in store.results:
+                store.results[view.rid].device_ops(int(view.device) if view.device is not None else None)
+
+    store.warm_up(then=preload)
     app = create_app(store)
     if debug:
         app.run(host=host, port=port, debug=True)

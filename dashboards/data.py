@@ -18,6 +18,7 @@ import json
 import os
 import stat
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -290,13 +291,15 @@ class RunStore:
             self.results[run_id] = res
             return res
 
-    def warm_up(self) -> threading.Thread:
-        """Analyze every run in a background thread (progress in ``progress()``)."""
+    def warm_up(self, then: Callable[[], None] | None = None) -> threading.Thread:
+        """Analyze every run in a background thread (progress in ``progress()``), then call *then*."""
 
         def work() -> None:
             for rid in list(self.refs):
                 with contextlib.suppress(ProfilerError):
                     self.get(rid)
+            if then is not None:
+                then()
 
         t = threading.Thread(target=work, daemon=True)
         t.start()
