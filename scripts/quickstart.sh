@@ -35,7 +35,7 @@ if [ -z "${QUICKSTART_NO_DASHBOARD:-}" ]; then
     extra=(--licence Apache-2.0)
   fi
   echo
-  echo "Opening the dashboard on ${paths[*]} (Ctrl-C to stop)."
+  echo "The dashboard, on ${paths[*]}:"
   if [ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" ]; then
     ( sleep 3; python3 -m webbrowser -t http://127.0.0.1:8050/ >/dev/null 2>&1 || true ) &
   fi
