@@ -11,7 +11,7 @@ from typing import Any
 
 from profiler.errors import ProfilerError
 
-SUBCOMMANDS = ("analyze", "run", "record", "compare", "dashboard", "whatif", "findings")
+SUBCOMMANDS = ("analyze", "run", "record", "compare", "dashboard", "whatif", "findings", "install-recipe")
 
 
 def _json_dump(doc: Any) -> str:
@@ -47,6 +47,17 @@ def cmd_ranks(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cross_check(args: argparse.Namespace) -> int:
+    """``analyze TRACE --cross-check``: our numbers against nsys's own recipes; exit 1 if any differs."""
+    from profiler.recipes.crosscheck import cross_check, render
+
+    if args.ranks or args.by or args.device is not None:
+        raise ProfilerError("--cross-check takes one trace, without --ranks, --by or --device")
+    doc = cross_check(args.trace, args.nsys)
+    print(_json_dump(doc) if args.json else render(doc))
+    return 0 if doc["agree"] else 1
+
+
 def findings_config(args: argparse.Namespace) -> Any:
     """The findings' configuration from ``--findings-config``, ``--disable-finding`` and ``--link``."""
     from profiler.analysis.findings import rule_ids
@@ -73,6 +84,8 @@ def add_findings_options(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
+    if args.cross_check:
+        return cmd_cross_check(args)
     if args.ranks:
         return cmd_ranks(args)
     from profiler.analysis.summary import analyze
@@ -334,6 +347,25 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_install_recipe(args: argparse.Namespace) -> int:
+    """``install-recipe``: the offload_overlap recipe into an nsys (or a folder for $NSYS_RECIPE_PATH)."""
+    from profiler.recipes.install import RECIPE, environment_bin, install, listed_by_nsys
+
+    done = install(args.nsys, args.into)
+    print(f"installed the nsys recipe {RECIPE} into {done.folder}")
+    run = f"PATH={environment_bin()}:$PATH"
+    if done.listed:
+        listed = listed_by_nsys(done.nsys)
+        print(f"`nsys recipe --help` {'lists' if listed else 'does NOT list'} it ({done.nsys})")
+        if not listed:
+            return 1
+    else:
+        run += f" NSYS_RECIPE_PATH={done.folder.parent}"
+    print("run it with this environment first on PATH (nsys runs the first python3 there):")
+    print(f"  {run} {done.nsys} recipe {RECIPE} --input REPORT... --output DIR")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="profile-step",
@@ -387,6 +419,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="REGEX",
         help="with --ranks: regex whose first group is the rank in file or run folder names",
+    )
+    a.add_argument(
+        "--cross-check",
+        action="store_true",
+        help="run nsys's own recipes on the trace and print, per number they share with ours, both and "
+        "whether they agree (exit 1 if not)",
     )
     a.set_defaults(func=cmd_analyze)
 
@@ -520,6 +558,19 @@ def build_parser() -> argparse.ArgumentParser:
         "(repeatable)",
     )
     dsh.set_defaults(func=cmd_dashboard)
+
+    ins = sub.add_parser(
+        "install-recipe",
+        help="install the offload_overlap recipe where nsys finds recipes (`nsys recipe offload_overlap`)",
+    )
+    ins.add_argument("--nsys", default=None, help="the nsys to install into (default: the one profile-step finds)")
+    ins.add_argument(
+        "--into",
+        default=None,
+        metavar="DIR",
+        help="install into DIR instead (for a read-only nsys): run nsys with NSYS_RECIPE_PATH=DIR",
+    )
+    ins.set_defaults(func=cmd_install_recipe)
     return p
 
 
