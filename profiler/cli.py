@@ -292,8 +292,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 if summary["analysis"]["devices"]:
                     if not args.no_summary:
                         print(render_devices(summary["analysis"]))
-                elif "no-gpu" not in said:  # said once per command, for the first run it is true of
-                    print("   " + NO_GPU + " (nor, below, in the runs that say nothing more)")
+                else:  # the sentence once per command, a short reminder after it
+                    print("   " + ("no GPU activity in this trace either" if said else NO_GPU))
                     said.add("no-gpu")
         elif res.sqlite is None and res.status != "interrupted":
             print(f"   no trace was written; see {res.run_dir / 'output.log'}")
