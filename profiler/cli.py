@@ -233,7 +233,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:  # capture needs no analysis packages; a bare GPU node may only have what training needs
         from profiler.analysis.summary import run_summary
-        from profiler.report.text import render_devices, render_policy_table
+        from profiler.report.text import NO_GPU, render_devices, render_policy_table
         from profiler.trace import open_trace
     except ImportError as exc:
         run_summary = None
@@ -258,6 +258,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         xla_dump=not args.no_xla_dump,
     )
     rows: list[dict[str, Any]] = []
+    said: set[str] = set()
 
     def show(res: RunResult) -> None:
         row: dict[str, Any] = {
@@ -288,8 +289,12 @@ def cmd_run(args: argparse.Namespace) -> int:
                     + (f", median {med / 1e6:.3f} ms" if med is not None else "")
                     + (f", {kept} warm-up steps kept" if kept else "")
                 )
-                if not args.no_summary:
-                    print(render_devices(summary["analysis"]))
+                if summary["analysis"]["devices"]:
+                    if not args.no_summary:
+                        print(render_devices(summary["analysis"]))
+                else:  # the sentence once per command, a short reminder after it
+                    print("   " + ("no GPU activity in this trace either" if said else NO_GPU))
+                    said.add("no-gpu")
         elif res.sqlite is None and res.status != "interrupted":
             print(f"   no trace was written; see {res.run_dir / 'output.log'}")
             if res.status == "no-trace" and not args.keep_warmup:
@@ -412,7 +417,14 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
     root = Path(__file__).resolve().parents[1]
     paths = [Path(p) for p in args.paths] or default_paths(root)
-    serve(paths, host=args.host, port=args.port, allow_remote=args.allow_remote, nsys=args.nsys)
+    serve(
+        paths,
+        host=args.host,
+        port=args.port,
+        allow_remote=args.allow_remote,
+        nsys=args.nsys,
+        licences=tuple(args.licence or ()) or None,
+    )
     return 0
 
 
@@ -659,6 +671,13 @@ def build_parser() -> argparse.ArgumentParser:
     dsh.add_argument("--port", type=int, default=8050)
     dsh.add_argument("--allow-remote", action="store_true", help="allow binding to a non-localhost address")
     dsh.add_argument("--nsys", default=None, help="nsys binary (to export .nsys-rep files)")
+    dsh.add_argument(
+        "--licence",
+        action="append",
+        metavar="SPDX",
+        help="in a folder with a CATALOG.tsv, only the traces it lists under this licence, e.g. Apache-2.0 "
+        "(repeatable)",
+    )
     dsh.set_defaults(func=cmd_dashboard)
 
     ins = sub.add_parser(
