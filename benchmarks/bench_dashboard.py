@@ -143,7 +143,7 @@ def main() -> None:
                     "tab: timeline (one step)",
                 )
                 note = page.inner_text("#timeline-note")
-                tab(page, "Copy streams", graph_ready("streams-graph", 2), "tab: copy streams")
+                tab(page, "Copy streams", graph_ready("streams-graph", 6), "tab: copy streams")
                 tab(page, "Policies", POLICY_READY, "tab: policies")
                 page.close()
             browser.close()

@@ -1,4 +1,5 @@
-"""The Dash app: runs and policies, per-layer overlap, a step's timeline, ranks, copy streams.
+"""The Dash app: runs and policies, findings, the policy trade, a what-if for another host link,
+per-layer overlap, a step's timeline, ranks, copy streams.
 
 Every chart stands for one (run, GPU) row of the runs table (``rows.View``).  A tab's figure is
 computed only while the tab is shown; the page's first view comes with the table filled in.
@@ -14,14 +15,14 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dash_table, dcc, html
 
-from dashboards import bars, figures, links, rows
+from dashboards import bars, figures, findings_view, links, plan_view, rows, selection, trade, whatif_view
 from dashboards.data import RunStore
 from dashboards.rows import View
 from profiler.errors import ProfilerError
 from profiler.report.units import human_bytes, human_time
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
-TABS = ("policies", "layers", "timeline", "ranks", "streams")
+TABS = ("policies", "findings", "trade", "whatif", "layers", "timeline", "ranks", "streams")
 MUTED = {"color": "#444", "fontSize": "13px", "margin": "6px 0"}
 CONTROL = {"display": "flex", "gap": "8px", "alignItems": "center", "margin": "8px 0"}
 LINK_OPTIONS = [{"label": links.label(lk), "value": lk.key} for lk in links.LINKS] + [
@@ -155,6 +156,14 @@ def create_app(store: RunStore) -> dash.Dash:
                             children=[html.Div(sel["bars"], id="policy-bars")],
                         ),
                         dcc.Tab(
+                            id="findings-tab",
+                            label=findings_view.count_label(store, views),
+                            value="findings",
+                            children=findings_view.layout(),
+                        ),
+                        dcc.Tab(label="Policy trade", value="trade", children=trade.layout(list(store.plans.values()))),
+                        dcc.Tab(label="What-if", value="whatif", children=whatif_view.layout()),
+                        dcc.Tab(
                             label="Per layer",
                             value="layers",
                             children=[
@@ -264,7 +273,7 @@ def create_app(store: RunStore) -> dash.Dash:
     def selection(views: list[View], current: list[str | None]) -> dict[str, Any]:
         """Everything that follows from the selected rows: the policy figure, error cards, provenance,
         and the run choices (with their values kept where possible) of the per-run tabs."""
-        good, cards, items, prov, seen = [], [], [], [], set()
+        good, cards, items, prov, seen, with_copies = [], [], [], [], set(), set()
         for view in views:
             try:
                 summary = store.get(view.rid).summary
@@ -274,6 +283,8 @@ def create_app(store: RunStore) -> dash.Dash:
             ref = store.refs[view.rid]
             good.append(view.id)
             off = (summary["devices"].get(view.device) or {}) if view.device else {}
+            if (off.get("offload") or {}).get("count"):
+                with_copies.add(view.id)
             items.append(
                 figures.Item(
                     label=rows.label(ref, summary, view.device),
@@ -282,6 +293,8 @@ def create_app(store: RunStore) -> dash.Dash:
                     step_ns=summary["median_step_ns"],
                     peak_bytes=(summary.get("peak_memory_bytes") or {}).get(view.device),
                     synthetic=ref.synthetic,
+                    waits=_waits(summary, view.device),
+                    stalled=_stalled(summary, view.device),
                 )
             )
             if ref.provenance is not None and ref.id not in seen:
@@ -296,7 +309,9 @@ def create_app(store: RunStore) -> dash.Dash:
                         ]
                     )
                 )
-        values = [v if v in good else (good[0] if good else None) for v in current]
+        # a per-run view opens on the first selected row with copies (else the first row)
+        first = next((v for v in good if v in with_copies), good[0] if good else None)
+        values = [v if v in good else first for v in current]
         failed = [_card(msg) for rid, msg in list(store.errors.items()) if rid not in {v.rid for v in views}]
         return {
             "bars": bars.policy_table(items),
@@ -413,12 +428,22 @@ def create_app(store: RunStore) -> dash.Dash:
             name: (v.get("devices") or {}).get(view.device) or _ZERO3 for name, v in summary["layers"].items()
         }
         short, _ = view_label(view)
-        title = f"Copy time per layer: {short}"
+        title = f"Copy time{' and stalls' if _waits(summary, view.device) else ''} per layer: {short}"
         if store.refs[view.rid].synthetic:
             title += " (SYNTHETIC: a model, not a measurement)"
-        fig = figures.layer_figure(per_device, title)
-        has_bars = not figures.is_note(fig)
-        return fig, ("Click a layer's bar to see its copies and the kernels that hid them." if has_bars else "")
+        waits = _waits(summary, view.device)
+        fig = figures.layer_figure(per_device, title, stalls=waits > 0)
+        if figures.is_note(fig):
+            return fig, ""
+        hint = "Click a layer's bar to see its copies and the kernels that hid them."
+        if waits:
+            hint += (
+                " Stalled by copies: the time GPU work waited, through a CUDA event, for the layer's copies to "
+                "finish (counted at the copy, even when the waiting op runs on another GPU)."
+            )
+        else:
+            hint += " No stream waits (CUDA events) on this GPU: stalls cannot be measured."
+        return fig, hint
 
     @app.callback(
         Output("layer-details", "children"),
@@ -451,6 +476,9 @@ def create_app(store: RunStore) -> dash.Dash:
                 "hidden": "no copies"
                 if per_dev[d]["hidden_fraction"] is None
                 else f"{100 * per_dev[d]['hidden_fraction']:.1f}%",
+                "stalled by these copies": human_time(per_dev[d].get("stall_ns") or 0)
+                if _waits(run.summary, view.device)
+                else "no stream waits",
             }
             for d in ("d2h", "h2d", "offload")
         ]
@@ -463,7 +491,8 @@ def create_app(store: RunStore) -> dash.Dash:
                     id="layer-summary",
                     data=summary_rows,
                     columns=[
-                        {"id": c, "name": c} for c in ("direction", "copies", "size", "busy", "exposed", "hidden")
+                        {"id": c, "name": c}
+                        for c in ("direction", "copies", "size", "busy", "exposed", "hidden", "stalled by these copies")
                     ],
                     style_cell={"textAlign": "left", "fontSize": "13px", "padding": "3px 6px"},
                     style_header={"fontWeight": "bold"},
@@ -609,16 +638,30 @@ def create_app(store: RunStore) -> dash.Dash:
     def warm(_n):
         return dcc.Graph(figure=figures.note_figure(""), style={"display": "none"})
 
+    findings_view.register(app, store)
+    trade.register(app, store)
+    plan_view.register(app, store)
+    whatif_view.register(app, store)
     app.layout = layout  # a function: each page load gets the runs analyzed so far
     return app
 
 
-def selected_views(selected: list[int] | None, data: list[dict[str, Any]] | None) -> list[View]:
-    return [View.parse(data[i]["id"]) for i in (selected or []) if i < len(data or [])]
+selected_views = selection.selected_views
+
+
+def _waits(summary: dict[str, Any], device: str | None) -> int:
+    """Stream waits recorded on *device*: without any, stalls cannot be measured there."""
+    return int((((summary.get("stalls") or {}).get(device) or {}).get("waits") or {}).get("total") or 0)
 
 
 _ZERO = {"count": 0, "bytes": 0, "busy_ns": 0, "overlap_any_ns": 0, "exposed_ns": 0, "hidden_fraction": None}
 _ZERO3 = {d: _ZERO for d in ("h2d", "d2h", "offload")}
+
+
+def _stalled(summary: dict[str, Any], device: str | None) -> dict[str, int]:
+    """GPU time on *device* stalled waiting for D2H and for H2D copies (the device's ``stalls`` object)."""
+    by = (((summary.get("stalls") or {}).get(device) or {}).get("by_blocker")) or {}
+    return {d: int((by.get(d) or {}).get("stall_ns") or 0) for d in ("d2h", "h2d")}
 
 
 def _progress(done: int, total: int, current: str | None) -> str:

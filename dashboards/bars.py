@@ -28,6 +28,8 @@ CELL = {
     "gap": "2px",
 }
 BAR_H = "11px"
+# copy time, stalls, median step, bytes and copies, peak memory: the columns with longer texts get more room
+COLUMNS = " ".join(f"minmax(0, {fr}fr)" for fr in (1.15, 0.8, 0.8, 1.25, 0.8))
 
 
 @dataclass(frozen=True)
@@ -95,37 +97,50 @@ def _fmt(x: float, raw: float | None = None, own: Any = None) -> str:
 
 
 def policy_table(items: list[Item]) -> html.Div:
-    """The selected (run, GPU) rows side by side: copy time hidden / exposed per direction, median step,
-    bytes copied with the number of copies, peak device memory seen."""
+    """The selected (run, GPU) rows side by side: copy time hidden / exposed per direction, the time other
+    work stalled waiting for those copies, median step, bytes copied with the number of copies, peak device
+    memory seen."""
     if not items:
         return html.Div("Select runs in the table above to compare them.", className="note", style={"padding": "20px"})
     labels = unique([i.label for i in items])
-    t_name, t_div = time_unit([i.copies[d]["busy_ns"] for i in items for d in ("d2h", "h2d")])
+    stalls = [(i.stalled or {}).get(d) or 0 for i in items for d in ("d2h", "h2d") if i.waits]
+    t_name, t_div = time_unit([i.copies[d]["busy_ns"] for i in items for d in ("d2h", "h2d")] + stalls)
     s_name, s_div = time_unit([i.step_ns for i in items])
     b_name, b_div = byte_unit([i.copies[d]["bytes"] for i in items for d in ("d2h", "h2d")])
     m_name, m_div = byte_unit([i.peak_bytes for i in items])
     top_t = max(i.copies[d]["busy_ns"] / t_div for i in items for d in ("d2h", "h2d"))
+    top_w = max(stalls, default=0) / t_div
     top_s = max((i.step_ns / s_div for i in items if i.step_ns is not None), default=0)
     top_b = max(i.copies[d]["bytes"] / b_div for i in items for d in ("d2h", "h2d"))
     top_m = max((i.peak_bytes / m_div for i in items if i.peak_bytes is not None), default=0)
     no_copies = not any(i.copies["offload"]["count"] for i in items)
+    no_waits = not any(i.waits for i in items)
     notes = {
         1: "no host-device copies in these runs" if no_copies else "",
-        2: "no step ranges (profile-step's step=N, or --step-range) in these runs" if not top_s else "",
-        3: "no host-device copies in these runs" if no_copies else "",
-        4: "no CUDA memory events (nsys --cuda-memory-usage=true) in these runs" if not top_m else "",
+        2: "no host-device copies in these runs"
+        if no_copies
+        else ("no stream waits (CUDA events) in these runs: stalls cannot be measured" if no_waits else ""),
+        3: "no step ranges (profile-step's step=N, or --step-range) in these runs" if not top_s else "",
+        4: "no host-device copies in these runs" if no_copies else "",
+        5: "no CUDA memory events (nsys --cuda-memory-usage=true) in these runs" if not top_m else "",
     }
     heads = [
         "",
         "copy time over the trace" + ("" if no_copies else f" ({t_name}): exposed / hidden"),
+        "stalled by copies over the trace" + ("" if no_copies or no_waits else f" ({t_name})"),
         "median step" + (f" ({s_name})" if top_s else ""),
         "bytes copied over the trace" + ("" if no_copies else f" ({b_name}) and copies"),
         "peak device memory seen" + (f" ({m_name})" if top_m else ""),
     ]
+    head_tips = {
+        2: "time that GPU work of this GPU (compute, NCCL, other copies) waited, through a CUDA event, for a D2H "
+        "or H2D copy to finish: the stalls object of analyze --json (by_blocker d2h / h2d), over the trace"
+    }
     cells: list[Any] = [
         html.Div(
             [html.Strong(h), html.Div(notes.get(k, ""), className="panel-note", style={"color": "#444"})],
             className="head",
+            title=head_tips.get(k, ""),
             style={**CELL, "fontSize": "13px", "borderBottom": "2px solid #999", "justifyContent": "flex-end"},
         )
         for k, h in enumerate(heads)
@@ -140,11 +155,12 @@ def policy_table(items: list[Item]) -> html.Div:
                 style={**CELL, "display": "block", "whiteSpace": "nowrap"},
             )
         )
-        copy_bars, byte_bars = [], []
+        copy_bars, stall_bars, byte_bars = [], [], []
         for d in ("d2h", "h2d"):
             c, dl = item.copies[d], DIRECTION_LABEL[d]
             if not c["count"]:
                 copy_bars.append(_missing(f"{dl}: no copies"))
+                stall_bars.append(_missing(f"{dl}: no copies"))
                 byte_bars.append(_missing(f"{dl}: no copies"))
                 continue
             exposed, hidden = c["exposed_ns"] / t_div, c["overlap_any_ns"] / t_div
@@ -158,6 +174,19 @@ def policy_table(items: list[Item]) -> html.Div:
                     tip,
                 )
             )
+            if not item.waits:
+                stall_bars.append(_missing(f"{dl}: no stream waits"))
+            else:
+                stalled = (item.stalled or {}).get(d) or 0
+                stall_bars.append(
+                    _bar(
+                        label,
+                        [Part(f"{dl} stalled", stalled / t_div, COLORS["stall"])],
+                        top_w,
+                        f"{dl} {_fmt(stalled / t_div, stalled, human_time)}",
+                        tip,
+                    )
+                )
             size = c["bytes"] / b_div
             byte_bars.append(
                 _bar(
@@ -190,7 +219,7 @@ def policy_table(items: list[Item]) -> html.Div:
             if item.peak_bytes is not None
             else _missing("no memory events")
         ]
-        for k, content in enumerate((copy_bars, step, byte_bars, peak), start=1):
+        for k, content in enumerate((copy_bars, stall_bars, step, byte_bars, peak), start=1):
             cells.append(html.Div([] if notes.get(k) else content, style=CELL))
     legend = html.Div(
         [
@@ -214,6 +243,7 @@ def policy_table(items: list[Item]) -> html.Div:
                 ("D2H hidden", HIDDEN_TINT["d2h"]),
                 ("H2D exposed", COLORS["h2d"]),
                 ("H2D hidden", HIDDEN_TINT["h2d"]),
+                ("stalled by copies", COLORS["stall"]),
             )
         ],
         className="legend",
@@ -231,7 +261,7 @@ def policy_table(items: list[Item]) -> html.Div:
                 className="bars",
                 style={
                     "display": "grid",
-                    "gridTemplateColumns": f"{LABEL_WIDTH} repeat(4, minmax(0, 1fr))",
+                    "gridTemplateColumns": f"{LABEL_WIDTH} {COLUMNS}",
                     "fontSize": "13px",
                     "alignItems": "stretch",
                 },

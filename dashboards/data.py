@@ -8,6 +8,9 @@ file written through sqlite-utils (``<trace>.profile-step.db``), with its GPU
 ops and NVTX step/layer ranges in Parquet for the timeline.  The cache is
 reused until the trace's size or modification time changes; a folder that is
 not writable gets its cache under ``~/.cache/profile-step/dashboard``.
+What-ifs (``whatif.trace_whatif``) are computed on demand in the background and
+kept in the same results file, one row per factor.  ``plan.json`` documents
+of ``profile-step plan`` found under the same folders are listed as plans.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import os
 import stat
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,8 +33,9 @@ import sqlite_utils
 from dashboards.catalog import CATALOG, Provenance, allowed, read_catalog
 from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.run_metrics import collect
+from profiler.analysis.whatif import trace_whatif
 from profiler.conventions import MANIFEST, PARTIAL_SUFFIX
-from profiler.errors import ProfilerError
+from profiler.errors import InputError, ProfilerError
 from profiler.report import store
 from profiler.trace import load_trace
 
@@ -130,6 +135,8 @@ def discover(paths: list[Path], depth: int = 2, licences: tuple[str, ...] | None
 
     for path in paths:
         before = set(refs)
+        if path.is_file() and path.suffix == ".json":
+            continue  # a plan document (``discover_plans``)
         if path.is_file():
             add(_ref(path, path.name))
         else:
@@ -168,6 +175,8 @@ class Analysis:
     summary: dict[str, Any]
     ops_path: Path
     ranges_path: Path
+    trace_path: Path | None = None  # the export analyzed (the what-if reads it again)
+    db_path: Path | None = None  # the results file, which also keeps computed what-ifs
     _ops: pl.DataFrame | None = field(default=None, repr=False)
     _ranges: pl.DataFrame | None = field(default=None, repr=False)
     _by_device: dict[int | None, pl.DataFrame] = field(default_factory=dict, repr=False)
@@ -218,9 +227,10 @@ def analyze_run(ref: RunRef, nsys: str | None = None) -> Analysis:
         trace_file = load_trace(ref.trace, nsys).path  # a report: analyze its (cached) export
     base = cache_base(trace_file)
     ops_path, ranges_path = Path(str(base) + ".ops.parquet"), Path(str(base) + ".ranges.parquet")
+    db_path = Path(str(base) + ".profile-step.db")
     summary = _read_cache(base, trace_file)
     if summary is not None and ops_path.is_file() and ranges_path.is_file():
-        return Analysis(summary, ops_path, ranges_path)
+        return Analysis(summary, ops_path, ranges_path, trace_file, db_path)
     trace = load_trace(trace_file, nsys)
     summary = collect(trace, ref.manifest)
     bd = Breakdown(trace)
@@ -238,7 +248,6 @@ def analyze_run(ref: RunRef, nsys: str | None = None) -> Analysis:
     ranges = pl.concat([steps, layer_ranges])
     _write_atomic(ops_path, ops.write_parquet)
     _write_atomic(ranges_path, ranges.write_parquet)
-    db_path = Path(str(base) + ".profile-step.db")
     tmp = db_path.with_name(f".{db_path.name}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     store.record(tmp, summary, label="dashboard-cache")
@@ -246,7 +255,7 @@ def analyze_run(ref: RunRef, nsys: str | None = None) -> Analysis:
     db["meta"].insert({"key": "stamp", "value": json.dumps(_stamp(trace_file), sort_keys=True)}, pk="key")
     db.close()
     os.replace(tmp, db_path)
-    return Analysis(summary, ops_path, ranges_path)
+    return Analysis(summary, ops_path, ranges_path, trace_file, db_path)
 
 
 def _write_atomic(path: Path, writer: Any) -> None:
@@ -267,6 +276,8 @@ class RunStore:
         self.current: str | None = None
         self._lock = threading.Lock()
         self._locks: dict[str, threading.Lock] = {r: threading.Lock() for r in self.refs}
+        self.plans = {p.id: p for p in discover_plans(paths)}
+        self.whatifs = WhatIfs(self)
 
     def get(self, run_id: str) -> Analysis:
         """The analysis of *run_id* (raises ProfilerError with a one-line reason)."""
@@ -308,3 +319,140 @@ class RunStore:
     def progress(self) -> tuple[int, int, str | None]:
         done = len(self.results) + len(self.errors)
         return done, len(self.refs), self.current
+
+
+# --- what-ifs: the replay of a run with its copies scaled by a factor ---------------------------
+WHATIF_TABLE = "whatif"
+WHATIF_VERSION = "1"
+
+
+def whatif_key(factor: float, model_host: bool) -> str:
+    """The cache key of one what-if of a run: the exact factor, and whether host synchronization is modeled."""
+    return f"v{WHATIF_VERSION}/{factor!r}/{'host' if model_host else 'launch'}"
+
+
+def _read_whatif(db_path: Path | None, key: str) -> dict[str, Any] | None:
+    if db_path is None or not db_path.is_file():
+        return None
+    try:
+        db = sqlite_utils.Database(db_path)
+        if not db[WHATIF_TABLE].exists():
+            return None
+        row = next(iter(db.query(f"SELECT doc FROM {WHATIF_TABLE} WHERE key = ?", [key])), None)
+        return json.loads(row["doc"]) if row else None
+    except Exception:  # a damaged cache is recomputed, never trusted
+        return None
+
+
+def _write_whatif(db_path: Path | None, key: str, doc: dict[str, Any]) -> None:
+    if db_path is None or not db_path.is_file():
+        return
+    with contextlib.suppress(Exception):  # the cache is a convenience: a read-only file only costs a recompute
+        db = sqlite_utils.Database(db_path)
+        db[WHATIF_TABLE].upsert({"key": key, "doc": json.dumps(doc)}, pk="key")
+        db.close()
+
+
+class WhatIfs:
+    """What-if documents (``whatif.trace_whatif``) per (run, factor, host model): from memory, else
+    from the run's results file, else computed by one background worker while the page says
+    "computing".  Each is computed at most once."""
+
+    def __init__(self, store: RunStore) -> None:
+        self.store = store
+        self._docs: dict[tuple[str, str], dict[str, Any]] = {}
+        self._errors: dict[tuple[str, str], str] = {}
+        self._pending: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="whatif")
+
+    def get(self, rid: str, factor: float, model_host: bool = True) -> tuple[str, Any]:
+        """``("done", doc)``, ``("computing", None)`` (started, or queued, in the background) or
+        ``("error", message)``."""
+        key = (rid, whatif_key(factor, model_host))
+        with self._lock:
+            if key in self._docs:
+                return "done", self._docs[key]
+            if key in self._errors:
+                return "error", self._errors[key]
+            if key in self._pending:
+                return "computing", None
+        try:
+            run = self.store.get(rid)
+        except ProfilerError as exc:
+            return "error", str(exc)
+        doc = _read_whatif(run.db_path, key[1])
+        with self._lock:
+            if doc is not None:
+                self._docs[key] = doc
+                return "done", doc
+            if key not in self._pending:
+                self._pending.add(key)
+                self._pool.submit(self._compute, key, run, factor, model_host)
+        return "computing", None
+
+    def _compute(self, key: tuple[str, str], run: Analysis, factor: float, model_host: bool) -> None:
+        try:
+            trace = load_trace(run.trace_path, self.store.nsys)
+            doc = trace_whatif(trace, factor, model_host=model_host)
+            _write_whatif(run.db_path, key[1], doc)
+            with self._lock:
+                self._docs[key] = doc
+        except Exception as exc:  # one run's failure is shown on the page, never raised in the worker
+            message = str(exc) if isinstance(exc, ProfilerError) else f"{type(exc).__name__}: {exc}"
+            with self._lock:
+                self._errors[key] = f"{run.trace_path}: the what-if failed ({message})"
+        finally:
+            with self._lock:
+                self._pending.discard(key)
+
+
+# --- plans compiled for a GPU target (profile-step plan) ----------------------------------------
+PLAN_FILE = "plan.json"
+
+
+@dataclass
+class PlanRef:
+    """A ``profile-step plan`` result: its ``plan.json`` and a short name."""
+
+    id: str
+    path: Path
+    name: str
+
+
+def discover_plans(paths: list[Path], depth: int = 2) -> list[PlanRef]:
+    """The ``plan.json`` documents under *paths*: given as files, or plan folders *depth* folders deep."""
+    found: dict[str, PlanRef] = {}
+
+    def add(path: Path, name: str) -> None:
+        pid = "plan-" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+        found.setdefault(pid, PlanRef(pid, path, name))
+
+    def visit(path: Path, level: int) -> None:
+        if (path / PLAN_FILE).is_file():
+            add(path / PLAN_FILE, path.name)
+            return
+        if level >= depth or (path / MANIFEST).is_file() or (path / CATALOG).is_file():
+            return
+        with contextlib.suppress(OSError):
+            for child in sorted(path.iterdir()):
+                if child.is_dir():
+                    visit(child, level + 1)
+
+    for path in paths:
+        if path.is_file() and path.suffix == ".json":
+            add(path, path.parent.name if path.name == PLAN_FILE else path.name)
+        elif path.is_dir():
+            visit(path, 0)
+    return list(found.values())
+
+
+def read_plan(ref: PlanRef) -> dict[str, Any]:
+    """The plan document of *ref* (an InputError naming the file when it is not one)."""
+    try:
+        doc = json.loads(ref.path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(ref.path, f"cannot be read as JSON ({exc})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("target"), dict) or not isinstance(doc.get("results"), list):
+        raise InputError(ref.path, "is not a profile-step plan document (no target and results)")
+    return doc

@@ -31,6 +31,7 @@ COLORS = {
     "memset": "#999999",
     "step": "#4D4D4D",
     "memory": "#56B4E9",  # sky blue
+    "stall": "#D55E00",  # vermillion: time other work waited for copies
     "layer": ("#6E6E6E", "#A8A8A8"),  # alternating greys, so that neighbouring layers stay apart
 }
 HIDDEN_TINT = {"d2h": "#F4D48C", "h2d": "#8CD5B2"}  # the direction's colour mixed 55% with white
@@ -153,6 +154,8 @@ class Item:
     step_ns: int | None
     peak_bytes: int | None
     synthetic: bool = False
+    waits: int = 0  # stream waits on this device: without any, stalls cannot be measured
+    stalled: dict[str, int] | None = None  # d2h / h2d: GPU time on this device stalled waiting for such copies
 
 
 def unique(labels: list[str]) -> list[str]:
@@ -201,11 +204,11 @@ def _natural(text: str) -> list[Any]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
 
 
-def layer_figure(layers: dict[str, dict[str, Any]], title: str) -> Figure:
-    """Per layer of one (run, device): copy time hidden and exposed, per direction; click a bar for details.
+def layer_figure(layers: dict[str, dict[str, Any]], title: str, stalls: bool = False) -> Figure:
+    """Per layer of one (run, device): copy time hidden and exposed, per direction, and (*stalls*: the
+    trace has stream waits) the time other work waited for the layer's copies; click a bar for details.
 
-    *layers* maps a layer name to its h2d / d2h / offload numbers (one device).  Another series
-    (stalls) can be added beside the two directions.
+    *layers* maps a layer name to its h2d / d2h / offload numbers (one device, with ``stall_ns``).
     """
     names = list(layers)
     if not names:
@@ -218,7 +221,8 @@ def layer_figure(layers: dict[str, dict[str, Any]], title: str) -> Figure:
             f"{len(names)} layers found, but none of them copied data between host and device "
             "(no D2H or H2D copy was launched inside a layer)."
         )
-    name, div = time_unit([layers[n][d]["busy_ns"] for n in names for d in ("d2h", "h2d")])
+    stalled = [layers[n]["offload"].get("stall_ns") or 0 for n in names] if stalls else []
+    name, div = time_unit([layers[n][d]["busy_ns"] for n in names for d in ("d2h", "h2d")] + stalled)
     x = [esc(n) for n in names]
     data = []
     for d in ("d2h", "h2d"):
@@ -254,6 +258,28 @@ def layer_figure(layers: dict[str, dict[str, Any]], title: str) -> Figure:
                 "hovertemplate": tip + f"hidden %{{y:.3f}} {name}<extra></extra>",
             }
         )
+    if stalls:
+        data.append(
+            {
+                "type": "bar",
+                "x": x,
+                "offsetgroup": "stall",
+                "y": [v / div for v in stalled],
+                "name": "stalled by copies",
+                "marker": {"color": COLORS["stall"]},
+                "showlegend": True,
+                "customdata": [
+                    [
+                        n,
+                        f"D2H {human_time(layers[n]['d2h'].get('stall_ns') or 0)}, "
+                        f"H2D {human_time(layers[n]['h2d'].get('stall_ns') or 0)}",
+                    ]
+                    for n in names
+                ],
+                "hovertemplate": "layer %{customdata[0]}: other work waited "
+                f"%{{y:.3f}} {name} for its copies (%{{customdata[1]}})<extra></extra>",
+            }
+        )
     xaxis, bottom = category_axis(x)
     return figure(
         data,
@@ -264,7 +290,10 @@ def layer_figure(layers: dict[str, dict[str, Any]], title: str) -> Figure:
         showlegend=True,
         legend=BOTTOM_LEGEND,
         xaxis={**xaxis, "title": {"text": "layer"}},
-        yaxis={"title": {"text": f"copy time over the trace ({name})"}, "rangemode": "tozero"},
+        yaxis={
+            "title": {"text": f"{'time' if stalls else 'copy time'} over the trace ({name})"},
+            "rangemode": "tozero",
+        },
     )
 
 
@@ -530,8 +559,16 @@ def _stream_color(classes: list[str]) -> str:
     return COLORS["memset"]
 
 
+# achieved GB/s by what ran beside a copy (METRICS.md "Copy bandwidth by context"): blue as the compute
+# kernels it shared the GPU with, yellow for other copies
+CONTEXT_LABEL = {"alone": "alone", "kernels": "beside kernels", "copies": "beside other copies", "mixed": "mixed"}
+CONTEXT_COLOR = {"alone": "#4D4D4D", "kernels": COLORS["compute"], "copies": "#F0E442", "mixed": "#BBBBBB"}
+
+
 def streams_figure(streams: list[dict[str, Any]], link_gbps: float, link_name: str, title: str = "") -> Figure:
-    """Per copy stream of one device: occupancy of the device window, and achieved GB/s against the link."""
+    """Per copy stream of one device: occupancy of the device window, and achieved GB/s against the
+    link: over all the stream's copies, and by context (alone, beside kernels, beside other copies,
+    mixed; copies of 1 MiB or more, ``streams[].contexts``)."""
     if not streams:
         return note_figure("No copies on this GPU: no stream carried a copy.")
     labels = [f"stream {s['stream']}<br>{'+'.join(c.upper() for c in s['classes'])}" for s in streams]
@@ -540,7 +577,9 @@ def streams_figure(streams: list[dict[str, Any]], link_gbps: float, link_name: s
         f"{s.get('count', 0):,} copies, {human_bytes(s['bytes'])}, busy {human_time(s['busy_ns'])}" for s in streams
     ]
     domains = _panels(2, 0.1)
-    top = max([link_gbps] + [s["gbps"] or 0 for s in streams])
+    contexts = [s.get("contexts") or {} for s in streams]
+    ctx_gbps = [(c.get(k) or {}).get("gbps") for c in contexts for k in CONTEXT_LABEL]
+    top = max([link_gbps] + [s["gbps"] or 0 for s in streams] + [g or 0 for g in ctx_gbps])
     data = [
         {
             "type": "bar",
@@ -549,6 +588,7 @@ def streams_figure(streams: list[dict[str, Any]], link_gbps: float, link_name: s
             "marker": {"color": colors},
             "customdata": info,
             "hovertemplate": "%{customdata}<br>occupancy %{y:.1f}%<extra></extra>",
+            "showlegend": False,
         },
         {
             "type": "bar",
@@ -556,13 +596,41 @@ def streams_figure(streams: list[dict[str, Any]], link_gbps: float, link_name: s
             "y": [s["gbps"] for s in streams],
             "xaxis": "x2",
             "yaxis": "y2",
+            "name": "all copies",
+            "offsetgroup": "all",
             "marker": {"color": colors},
             "customdata": info,
-            "hovertemplate": "%{customdata}<br>%{y:.2f} GB/s<extra></extra>",
+            "hovertemplate": "all copies: %{customdata}<br>%{y:.2f} GB/s<extra></extra>",
+            "showlegend": False,
         },
     ]
+    for key, text in CONTEXT_LABEL.items():
+        entries = [c.get(key) or {"count": 0, "bytes": 0, "duration_sum_ns": 0, "gbps": None} for c in contexts]
+        data.append(
+            {
+                "type": "bar",
+                "x": labels,
+                "y": [e["gbps"] for e in entries],
+                "xaxis": "x2",
+                "yaxis": "y2",
+                "name": text,
+                "offsetgroup": key,
+                "marker": {"color": CONTEXT_COLOR[key], "line": {"color": "#666", "width": 0.5}},
+                "customdata": [
+                    f"{e['count']:,} copies of 1 MiB or more, {human_bytes(e['bytes'])}, "
+                    f"{human_time(e['duration_sum_ns'])}"
+                    for e in entries
+                ],
+                "hovertemplate": f"{text}: %{{customdata}}<br>%{{y:.2f}} GB/s<extra></extra>",
+                "showlegend": True,
+            }
+        )
     annotations = _titles(
-        domains, ["occupancy of the device window (%)", "achieved GB/s per copy stream (bytes / copy time)"]
+        domains,
+        [
+            "occupancy of the device window (%)",
+            "achieved GB/s: all copies (stream colour), then by context",
+        ],
     )
     annotations.append(
         {
@@ -577,11 +645,19 @@ def streams_figure(streams: list[dict[str, Any]], link_gbps: float, link_name: s
             "font": {"size": 12},
         }
     )
+    if not any(g is not None for g in ctx_gbps):
+        annotations.append(
+            {**_panel_note("no copy of 1 MiB or more: contexts are measured on those only", 1), "yref": "y2 domain"}
+        )
     return figure(
         data,
-        height=400,
-        margin={"t": 80 if title else 50, "b": 60, "l": 60},
+        height=440,
+        barmode="group",
+        bargap=0.25,
+        margin={"t": 80 if title else 50, "b": 90, "l": 60},
         title={"text": title, **TITLE} if title else None,
+        showlegend=True,
+        legend={**BOTTOM_LEGEND, "title": {"text": "by context (copies of 1 MiB or more; none there: no bar):"}},
         xaxis={"domain": list(domains[0]), "type": "category"},
         yaxis={"rangemode": "tozero", "title": {"text": "%"}},
         xaxis2={"domain": list(domains[1]), "anchor": "y2", "type": "category"},

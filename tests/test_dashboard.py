@@ -46,6 +46,7 @@ OVERLAPS_JS = """
     for (const axis of gd.querySelectorAll('.xaxislayer-above, .yaxislayer-above'))
       out.push(...pairs([...axis.querySelectorAll('text')], id + ' ticks'));
     out.push(...pairs([...gd.querySelectorAll('g.annotation')], id + ' annotations'));
+    out.push(...pairs([...gd.querySelectorAll('.textpoint text')].filter(e => e.textContent), id + ' point labels'));
   }
   const bars = document.querySelector('#policy-bars');
   if (bars && bars.offsetParent)
@@ -73,6 +74,9 @@ EMPTY_JS = """
     if (!n && !bars.textContent.includes('Select runs')) out.push('policy-bars: no rows and no note');
     if (n && !said) out.push('policy-bars: rows without bars or notes');
   }
+  const panel = document.querySelector('#findings-panel');
+  if (panel && panel.offsetParent && !panel.querySelector('.finding, .run-findings, .note'))
+    out.push('findings-panel: no findings and no note');
   return out;
 }
 """
@@ -209,7 +213,7 @@ def test_dashboard_end_to_end(browser, server, runs):
     # policies: every row's exposed and hidden D2H time and bytes equal analyze --json (per GPU)
     page.wait_for_function("document.querySelectorAll('#policy-bars .row-label').length == 5", timeout=60_000)
     heads = page.evaluate("[...document.querySelectorAll('#policy-bars .head strong')].map(e => e.textContent)")
-    t_div, b_div = unit_of(heads[1]), unit_of(heads[3])
+    t_div, b_div = unit_of(heads[1]), unit_of(heads[4])
     values = page.evaluate(
         "[...document.querySelectorAll('#policy-bars .bar')]"
         ".map(b => [b.dataset.row, b.dataset.series, +b.dataset.value])"
@@ -235,7 +239,7 @@ def test_dashboard_end_to_end(browser, server, runs):
     # per layer: the mlp run's bars against analyze --by layer; click layer 0
     page.get_by_text("Per layer", exact=True).click()
     pick(page, "layer-run", "offload_mlp · mlp · GPU 0")
-    wait_graph(page, "layer-graph", "gd.data.length == 4 && gd.data[0].customdata[0][0] == '0'")
+    wait_graph(page, "layer-graph", "gd.data.length >= 4 && gd.data[0].customdata[0][0] == '0'")
     layers = {r["name"]: r["copies"] for r in analyze_json(runs / "mlp.sqlite", "--by", "layer")["layers"]}
     fig = figure(page, "layer-graph")
     bars = {t["name"]: t for t in fig["data"]}
@@ -271,7 +275,7 @@ def test_dashboard_end_to_end(browser, server, runs):
     # copy streams: the link comes from the device model, and says so
     page.get_by_text("Copy streams", exact=True).click()
     pick(page, "streams-run", "offload_all · synthetic · GPU 0")
-    wait_graph(page, "streams-graph", "gd.data.length == 2")
+    wait_graph(page, "streams-graph", "gd.data.length == 6")
     note = page.inner_text("#link-note")
     assert "PCIe Gen5 x16" in note and "NVIDIA H100 80GB HBM3 (synthetic)" in note
     fig = figure(page, "streams-graph")

@@ -313,3 +313,38 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
         "rows": rows,
         "layers": layers,
     }
+
+
+# --- the frontier: memory against speed, one point per run -------------------------------------
+def frontier(tab: dict[str, Any]) -> list[dict[str, Any]]:
+    """One point per row of ``policy_table``: the policy's trade of device memory against speed.
+
+    ``memory_bytes`` is the measured peak device memory when the run has one, else the compiled
+    step's (``memory_source`` says which: ``measured`` or ``compiled``; ``None`` when neither);
+    ``copy_cost_ns`` = exposed + stalled copy time per step (medians, ``None`` when neither is known);
+    ``step_ns`` and ``tflops`` are the table's median step and TFLOP/s per device.
+    """
+    out = []
+    for r in tab["rows"]:
+        measured, compiled = r["peak_device_bytes"], r["compiled_device_bytes"]
+        if measured is not None:
+            memory, source, detail = measured, "measured", r["peak_device_source"]
+        elif compiled is not None:
+            memory, source, detail = compiled, "compiled", "memory_analysis() of the step's module"
+        else:
+            memory, source, detail = None, None, r["peak_device_source"]
+        costs = [c for c in (r["exposed_ns"], r["stalled_ns"]) if c is not None]
+        out.append(
+            {
+                "policy": r["policy"],
+                "trace": r["trace"],
+                "step_ns": r["median_step_ns"],
+                "tflops": r["tflops"],
+                "memory_bytes": memory,
+                "memory_source": source,
+                "memory_detail": detail,
+                "limit_bytes": r["device_limit_bytes"],
+                "copy_cost_ns": sum(costs) if costs else None,
+            }
+        )
+    return out

@@ -180,3 +180,23 @@ def trace_whatif(
         .with_columns(assigned["index"].cast(pl.Int64).alias("index"))
     )
     return whatif(trace, factor, steps, step_ops, deps=deps, model_host=model_host)
+
+
+def step_medians(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per device of a what-if document: the median of the included steps' measured and predicted
+    times (``None`` without included steps) and the GPU span measured and replayed.
+
+    The dashboard's "predicted step time" of a (run, GPU): the same steps as the median step of
+    ``analyze`` (warm-up and outliers left out), each predicted as ``whatif`` predicts it.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for dev, d in doc["devices"].items():
+        included = [s for s in d["steps"] if not s["excluded"]]
+        out[dev] = {
+            "steps": len(included),
+            "measured_ns": float(np.median([s["measured_ns"] for s in included])) if included else None,
+            "predicted_ns": float(np.median([s["predicted_ns"] for s in included])) if included else None,
+            "measured_span_ns": d["measured_span_ns"],
+            "span_ns": d["span_ns"],
+        }
+    return out

@@ -1,0 +1,225 @@
+"""The findings panel: per selected run, what is wrong and what to try (``analysis.findings``, in the
+run summary), most severe first, each with a button that opens the view showing its evidence with
+that run and GPU selected; the rules that could not decide in a muted line."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import ALL, Input, Output, State, html
+
+from dashboards import selection
+from dashboards.data import RunStore
+from dashboards.rows import View
+
+SEVERITY_COLOR = {"problem": "#D55E00", "warning": "#E69F00", "info": "#0072B2"}  # Okabe and Ito's
+SEVERITY_ORDER = ("problem", "warning", "info")
+VIEW_LABEL = {"policies": "Policies", "layers": "Per layer", "timeline": "Timeline", "streams": "Copy streams"}
+RUN_CHOICE = {"layers": "layer-run", "timeline": "timeline-run", "streams": "streams-run"}
+MUTED = {"color": "#555", "fontSize": "13px", "margin": "4px 0"}
+OPEN = "finding-open"
+
+
+def where_text(where: dict[str, Any]) -> str:
+    """``{"device": "0", "stream": 14}`` -> ``GPU 0, stream 14``."""
+    parts = []
+    for key, value in where.items():
+        if key == "device":
+            parts.append(f"GPU {value}")
+        elif key == "direction":
+            parts.append(str(value).upper())
+        elif key in ("steps", "layers") and isinstance(value, list):
+            shown = ", ".join(map(str, value[:4])) + (f" (+{len(value) - 4})" if len(value) > 4 else "")
+            parts.append(f"{key} {shown}")
+        elif key == "steps":
+            parts.append(f"{value} steps")
+        elif key == "op":
+            parts.append(f"XLA operation {value}")
+        else:
+            parts.append(f"{key} {value}")
+    return ", ".join(parts)
+
+
+def target(finding: dict[str, Any], rid: str, views: list[View]) -> tuple[str, str | None]:
+    """The (run, GPU) view id that shows a finding's evidence, and the step to show (timeline).
+
+    The finding's own GPU when its row is selected, else the run's first selected row.
+    """
+    device = (finding.get("where") or {}).get("device")
+    ids = [v.id for v in views]
+    vid = f"{rid}@{device}" if device is not None and f"{rid}@{device}" in ids else ids[0]
+    steps = (finding.get("where") or {}).get("steps")
+    step = steps[0] if isinstance(steps, list) and steps and isinstance(steps[0], str) else None
+    return vid, step
+
+
+def _finding(f: dict[str, Any], rid: str, views: list[View], n: int) -> html.Div:
+    sev = f["severity"]
+    vid, step = target(f, rid, views)
+    view = f.get("view") or "policies"
+    gpu = View.parse(vid).device
+    button = f"Show in {VIEW_LABEL.get(view, view)}" + (
+        f" (GPU {gpu})" if gpu is not None and view != "policies" else ""
+    )
+    evidence = f.get("evidence") or {}
+    return html.Div(
+        className="finding",
+        **{"data-rule": f["id"], "data-severity": sev, "data-view": view, "data-target": vid},
+        style={
+            "borderLeft": f"5px solid {SEVERITY_COLOR.get(sev, '#999')}",
+            "padding": "6px 10px",
+            "margin": "8px 0",
+            "background": "#FAFAFA",
+        },
+        children=[
+            html.Div(
+                [
+                    html.Span(
+                        sev,
+                        className="severity",
+                        style={
+                            "background": SEVERITY_COLOR.get(sev, "#999"),
+                            "color": "white" if sev != "warning" else "#222",
+                            "padding": "1px 6px",
+                            "borderRadius": "3px",
+                            "fontSize": "12px",
+                            "marginRight": "8px",
+                        },
+                    ),
+                    html.Code(f["id"], style={"marginRight": "8px"}),
+                    html.Span(where_text(f.get("where") or {}), style={"color": "#555", "fontSize": "13px"}),
+                ]
+            ),
+            html.Div(f["verdict"], className="verdict", style={"margin": "4px 0"}),
+            html.Div([html.Strong("Try: "), f["try"]], className="try", style={"fontSize": "14px"}),
+            html.Div(
+                [
+                    html.Button(
+                        button,
+                        id={"type": OPEN, "view": view, "target": vid, "step": step or "", "n": n},
+                        className="finding-open",
+                        style={"marginTop": "6px", "cursor": "pointer"},
+                    ),
+                    html.Details(
+                        [
+                            html.Summary("evidence", style={"cursor": "pointer"}),
+                            html.Ul([html.Li(f"{k}: {v}") for k, v in evidence.items()], style={"margin": "2px 0"}),
+                        ],
+                        style={"display": "inline-block", "marginLeft": "12px", "fontSize": "13px"},
+                    )
+                    if evidence
+                    else None,
+                ]
+            ),
+        ],
+    )
+
+
+def panel(store: RunStore, views: list[View]) -> list[Any]:
+    """The findings of the selected runs: runs with findings first (the most severe first), one section
+    each; then one line per run without any."""
+    runs = selection.selected_runs(store, views)
+    if not runs:
+        return [html.Div("Select runs in the table above to see their findings.", className="note", style=MUTED)]
+
+    def rank(item: tuple[str, list[View]]) -> int:
+        found = (store.results[item[0]].summary.get("findings") or {}).get("findings") or []
+        return min((SEVERITY_ORDER.index(f["severity"]) for f in found), default=len(SEVERITY_ORDER))
+
+    out: list[Any] = []
+    quiet: list[Any] = []
+    n = 0
+    for rid, run_views in sorted(runs, key=rank):
+        summary = store.results[rid].summary
+        short, full = selection.run_label(store, rid)
+        doc = summary.get("findings")
+        skipped = (doc or {}).get("skipped") or []
+        undecided = "Could not decide: " + "; ".join(f"{s['rule']} ({s['why']})" for s in skipped) + "."
+        found = sorted((doc or {}).get("findings") or [], key=lambda f: SEVERITY_ORDER.index(f["severity"]))
+        if not found:
+            said = "no findings computed" if not doc else "no finding (every rule that could decide found nothing)"
+            quiet.append(
+                html.Li(
+                    [
+                        html.Strong(short, title=full),
+                        f": {said}. ",
+                        html.Span(undecided if skipped else "", style=MUTED),
+                    ],
+                    className="run-findings",
+                    **{"data-run": rid},
+                )
+            )
+            continue
+        body: list[Any] = []
+        for f in found:
+            body.append(_finding(f, rid, run_views, n))
+            n += 1
+        if skipped:
+            body.append(html.Div(undecided, className="skipped", style=MUTED))
+        if doc.get("disabled"):
+            body.append(html.Div("Turned off: " + ", ".join(doc["disabled"]) + ".", style=MUTED))
+        out += [
+            html.H4(short, title=full, style={"margin": "14px 0 2px"}),
+            html.Div(body, className="run-findings", **{"data-run": rid}),
+        ]
+    if quiet:
+        out.append(html.Ul(quiet, style={"fontSize": "13px", "margin": "12px 0", "paddingLeft": "18px"}))
+    if any(store.refs[rid].synthetic for rid, _ in runs):
+        out.append(html.Div("SYNTHETIC runs: findings on a model of a step, not on a measurement.", style=MUTED))
+    return out
+
+
+def count_label(store: RunStore, views: list[View]) -> str:
+    """The tab's label: ``Findings (3)``."""
+    total = 0
+    for rid, _ in selection.selected_runs(store, views):
+        total += len((store.results[rid].summary.get("findings") or {}).get("findings") or [])
+    return f"Findings ({total})"
+
+
+def layout() -> list[Any]:
+    return [
+        html.Div(
+            "What each selected run's numbers say is wrong, and what to try (the same rules as "
+            "profile-step findings); a button opens the view that shows the evidence.",
+            style=MUTED,
+        ),
+        html.Div(id="findings-panel"),
+    ]
+
+
+def register(app: dash.Dash, store: RunStore) -> None:
+    @app.callback(
+        Output("findings-panel", "children"),
+        Output("findings-tab", "label"),
+        Input("tabs", "value"),
+        Input("runs", "selected_rows"),
+        State("runs", "data"),
+        prevent_initial_call=True,
+    )
+    def on_findings(tab, selected, data):
+        views = selection.selected_views(selected, data)
+        label = count_label(store, views)
+        if tab != "findings":
+            return dash.no_update, label
+        return panel(store, views), label
+
+    @app.callback(
+        Output("tabs", "value", allow_duplicate=True),
+        Output("layer-run", "value", allow_duplicate=True),
+        Output("timeline-run", "value", allow_duplicate=True),
+        Output("timeline-step", "value", allow_duplicate=True),
+        Output("streams-run", "value", allow_duplicate=True),
+        Input({"type": OPEN, "view": ALL, "target": ALL, "step": ALL, "n": ALL}, "n_clicks"),
+        prevent_initial_call=True,
+    )
+    def on_open(_clicks):
+        trig = dash.ctx.triggered_id
+        if not trig or not dash.ctx.triggered[0].get("value"):
+            return (dash.no_update,) * 5  # the panel was drawn, nothing clicked
+        view, vid, step = trig["view"], trig["target"], trig["step"] or dash.no_update
+        out = {"layers": dash.no_update, "timeline": dash.no_update, "streams": dash.no_update}
+        if view in RUN_CHOICE:
+            out[view] = vid
+        return view, out["layers"], out["timeline"], step if view == "timeline" else dash.no_update, out["streams"]

@@ -1,0 +1,217 @@
+"""Plans compiled for a GPU target (``profile-step plan``, its ``plan.json`` given to the dashboard):
+device and host memory per policy and batch against the usable device memory, and the plan's table
+(``analysis.policies.plan_table``, as the terminal prints it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Input, Output, dash_table, dcc, html
+
+from dashboards.data import RunStore, read_plan
+from dashboards.figures import COLORS, TITLE, Figure, category_axis, esc, figure, note_figure
+from profiler.analysis.policies import plan_table
+from profiler.errors import ProfilerError
+from profiler.report.policies_text import si
+from profiler.report.units import byte_unit, human_bytes
+
+MUTED = {"color": "#555", "fontSize": "13px", "margin": "4px 0"}
+CELL = {"textAlign": "left", "fontSize": "13px", "padding": "3px 6px", "fontFamily": "Helvetica, Arial, sans-serif"}
+
+
+def plan_figure(tab: dict[str, Any]) -> Figure:
+    """A plan compiled for a target (``plan_table``): device and host memory per policy and batch
+    against the usable device memory."""
+    rows = tab["rows"]
+    ok = [r for r in rows if r["device_bytes"] is not None]
+    if not ok:
+        why = "; ".join(dict.fromkeys(n for r in rows for n in r["notes"])) or "no policy compiled"
+        return note_figure(f"Nothing compiled in this plan: {why}.", height=200)
+    cats = [esc(f"{r['policy']}" + ("" if r["batch"] is None else f" · batch {r['batch']}")) for r in ok]
+    lim = tab["limit_bytes"]
+    name, div = byte_unit([r["device_bytes"] for r in ok] + [r["host_bytes"] or 0 for r in ok] + [lim or 0])
+    data = [
+        {
+            "type": "bar",
+            "x": cats,
+            "y": [r["device_bytes"] / div for r in ok],
+            "name": "device memory",
+            "marker": {"color": COLORS["compute"]},
+            "text": ["" if r["fits"] is None else ("fits" if r["fits"] else "does NOT fit") for r in ok],
+            "textposition": "outside",
+            "cliponaxis": False,
+            "hovertemplate": f"%{{x}}: device %{{y:.4g}} {name}, %{{text}}<extra></extra>",
+        },
+        {
+            "type": "bar",
+            "x": cats,
+            "y": [(r["host_bytes"] or 0) / div for r in ok],
+            "name": "host memory (offloaded)",
+            "marker": {"color": COLORS["memory"]},
+            "hovertemplate": f"%{{x}}: host %{{y:.4g}} {name}<extra></extra>",
+        },
+    ]
+    shapes, annotations = [], []
+    if lim:
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "paper",
+                "yref": "y",
+                "x0": 0,
+                "x1": 1,
+                "y0": lim / div,
+                "y1": lim / div,
+                "line": {"dash": "dash", "color": "#D55E00", "width": 2},
+            }
+        )
+        annotations.append(
+            {
+                "text": f"usable device memory {human_bytes(lim)} ({tab['mem_fraction']:g} of "
+                f"{human_bytes(tab['target'].get('memory_bytes'))})",
+                "showarrow": False,
+                "xref": "paper",
+                "yref": "y",
+                "x": 1,
+                "xanchor": "right",
+                "y": lim / div,
+                "yanchor": "bottom",
+                "font": {"size": 12, "color": "#D55E00"},
+            }
+        )
+    xaxis, bottom = category_axis(cats)
+    top = max([r["device_bytes"] for r in ok] + [r["host_bytes"] or 0 for r in ok] + [lim or 0]) / div
+    return figure(
+        data,
+        barmode="group",
+        height=380 + bottom,
+        margin={"t": 50, "b": bottom + 70, "l": 70},
+        title={"text": esc(f"Memory per policy and batch, {tab['label']}"), **TITLE},
+        showlegend=True,
+        legend={"orientation": "h", "yref": "container", "y": 0.01, "yanchor": "bottom", "x": 0},
+        xaxis={**xaxis, "title": {"text": "policy · batch"}},
+        yaxis={"title": {"text": f"bytes ({name})"}, "range": [0, top * 1.15]},
+        shapes=shapes,
+        annotations=annotations,
+    )
+
+
+def plan_datatable(tab: dict[str, Any]) -> dash_table.DataTable:
+    """The plan's rows (``plan_table``), as ``profile-step plan`` prints them."""
+    rows = tab["rows"]
+    name, div = byte_unit([v for r in rows for v in (r["device_bytes"], r["host_bytes"])])
+    p_name, p_div = byte_unit(
+        [v for r in rows for v in (r["planned_d2h_bytes_per_step"], r["planned_h2d_bytes_per_step"])]
+    )
+    lim = tab["limit_bytes"]
+
+    def d(v: float | None, by: float) -> float | None:
+        return None if v is None else v / by
+
+    sig = {"specifier": ".4~r", "nully": "-"}
+    data = [
+        {
+            "policy": r["policy"],
+            "batch": r["batch"],
+            "status": r["status"],
+            "device": d(r["device_bytes"], div),
+            "usable": None if r["device_bytes"] is None or not lim else 100 * r["device_bytes"] / lim,
+            "fits": "-" if r["fits"] is None else ("yes" if r["fits"] else "NO"),
+            "host": d(r["host_bytes"], div),
+            "d2h": d(r["planned_d2h_bytes_per_step"], p_div),
+            "h2d": d(r["planned_h2d_bytes_per_step"], p_div),
+            "flops": si(r["flops_per_step"]),
+            "recompute": None if r["recompute_overhead"] is None else 100 * r["recompute_overhead"],
+        }
+        for r in rows
+    ]
+    columns = [
+        {"id": "policy", "name": "policy", "type": "text"},
+        {"id": "batch", "name": "batch", "type": "text"},
+        {"id": "status", "name": "status", "type": "text"},
+        {"id": "device", "name": f"device ({name})", "type": "numeric", "format": sig},
+        {"id": "usable", "name": "of usable (%)", "type": "numeric", "format": {"specifier": ".1f", "nully": "-"}},
+        {"id": "fits", "name": "fits", "type": "text"},
+        {"id": "host", "name": f"host ({name})", "type": "numeric", "format": sig},
+        {"id": "d2h", "name": f"D2H / step ({p_name})", "type": "numeric", "format": sig},
+        {"id": "h2d", "name": f"H2D / step ({p_name})", "type": "numeric", "format": sig},
+        {"id": "flops", "name": "FLOPs / step", "type": "text"},
+        {"id": "recompute", "name": "recompute (%)", "type": "numeric", "format": {"specifier": "+.1f", "nully": "-"}},
+    ]
+    return dash_table.DataTable(
+        id="plan-table",
+        columns=columns,
+        data=data,
+        style_table={"overflowX": "auto"},
+        style_header={"fontWeight": "bold", "whiteSpace": "normal", "height": "auto"},
+        style_cell=CELL,
+        style_data_conditional=[{"if": {"filter_query": "{fits} = NO"}, "color": "#B04000"}],
+    )
+
+
+def layout(plans: list[Any]) -> list[Any]:
+    if plans:
+        return [
+            html.Div(
+                dcc.Dropdown(
+                    id="plan-choice",
+                    clearable=False,
+                    options=[{"label": p.name, "value": p.id} for p in plans],
+                    value=plans[0].id,
+                ),
+                style={"maxWidth": "600px", "margin": "6px 0"},
+            ),
+            dcc.Loading(dcc.Graph(id="plan-graph", figure=note_figure("Loading …"), config={"displaylogo": False})),
+            html.Div(id="plan-table-box"),
+            html.Div(id="plan-note", style=MUTED),
+        ]
+    return [
+        html.Div(
+            "No profile-step plan among the dashboard's inputs. profile-step plan --target h100 SCRIPT writes "
+            "plans/<time>-<target>-<id>/plan.json; give that folder (or the plan.json) to profile-step dashboard "
+            "to see, before any GPU time is spent, the device memory each policy and batch needs on that GPU.",
+            className="note",
+            style=MUTED,
+        )
+    ]
+
+
+def register(app: dash.Dash, store: RunStore) -> None:
+    if not store.plans:
+        return
+
+    @app.callback(
+        Output("plan-graph", "figure"),
+        Output("plan-table-box", "children"),
+        Output("plan-note", "children"),
+        Input("tabs", "value"),
+        Input("plan-choice", "value"),
+        prevent_initial_call=True,
+    )
+    def on_plan(tab, pid):
+        if tab != "trade":
+            return dash.no_update, dash.no_update, dash.no_update
+        ref = store.plans.get(pid)
+        if ref is None:
+            return note_figure("Pick a plan."), [], ""
+        try:
+            doc = read_plan(ref)
+            tab_doc = plan_table(doc)
+        except (ProfilerError, KeyError, TypeError) as exc:
+            why = str(exc) if isinstance(exc, ProfilerError) else f"{ref.path}: not a plan document ({exc})"
+            return note_figure(f"Cannot show this plan: {why}", height=200), [], ""
+        fits: dict[Any, list[str]] = {}
+        for r in tab_doc["rows"]:
+            if r["fits"]:
+                fits.setdefault(r["batch"], []).append(r["policy"])
+        said = [
+            ("" if b is None else f"at batch {b}: ")
+            + f"{', '.join(fits.get(b, [])) or 'no policy'} fit{'s' if len(fits.get(b, [])) == 1 else ''}"
+            for b in dict.fromkeys(r["batch"] for r in tab_doc["rows"])
+        ]
+        text = (
+            f"{tab_doc['label'][:1].upper()}{tab_doc['label'][1:]}. Usable device memory = device memory x "
+            f"{tab_doc['mem_fraction']:g} (XLA_PYTHON_CLIENT_MEM_FRACTION). " + "; ".join(said) + f". From {ref.path}."
+        )
+        return plan_figure(tab_doc), plan_datatable(tab_doc), text

@@ -1,0 +1,40 @@
+"""What the selected rows of the runs table stand for: (run, GPU) views, their labels, their runs.
+
+Shared by the views of ``app`` and the views in their own modules (findings, policy trade, what-if).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dashboards import rows
+from dashboards.data import RunStore
+from dashboards.rows import View
+
+
+def selected_views(selected: list[int] | None, data: list[dict[str, Any]] | None) -> list[View]:
+    """The (run, GPU) views of the selected rows, in the table's order."""
+    return [View.parse(data[i]["id"]) for i in (selected or []) if i < len(data or [])]
+
+
+def view_label(store: RunStore, view: View) -> tuple[str, str]:
+    """The short label of a (run, GPU) and its whole name (for hovers)."""
+    ref = store.refs[view.rid]
+    summary = store.results[view.rid].summary
+    return rows.label(ref, summary, view.device), rows.full_name(ref, summary, view.device)
+
+
+def run_label(store: RunStore, rid: str) -> tuple[str, str]:
+    """The short label of a run (policy and short id, no GPU) and its whole name."""
+    ref = store.refs[rid]
+    summary = store.results[rid].summary
+    return rows.label(ref, summary), rows.full_name(ref, summary)
+
+
+def selected_runs(store: RunStore, views: list[View]) -> list[tuple[str, list[View]]]:
+    """The analyzed runs among *views*, each once (in order), with its selected views."""
+    out: dict[str, list[View]] = {}
+    for v in views:
+        if v.rid in store.results:
+            out.setdefault(v.rid, []).append(v)
+    return list(out.items())

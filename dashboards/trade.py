@@ -1,0 +1,455 @@
+"""The policy trade: device memory against speed per policy, the per-policy table, the compiler's plan
+against what moved per layer; then plans compiled for a GPU target (``plan_view``).
+
+Every number comes from ``analysis.policies`` (``policy_table``, ``frontier``, ``planned_vs_moved``),
+the same functions as ``profile-step analyze RUNS...``; this module draws them and says why a part
+is empty.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import dash
+from dash import Input, Output, State, dash_table, dcc, html
+
+from dashboards import plan_view, selection
+from dashboards.data import RunStore
+from dashboards.figures import (
+    COLORS,
+    HIDDEN_TINT,
+    TITLE,
+    Figure,
+    category_axis,
+    esc,
+    figure,
+    note_figure,
+    unique,
+)
+from profiler.analysis.policies import frontier, planned_vs_moved, policy_table
+from profiler.report.policies_text import si
+from profiler.report.units import byte_unit, human_bytes, human_time, time_unit
+
+MUTED = {"color": "#555", "fontSize": "13px", "margin": "4px 0"}
+MEMORY_MARKER = {
+    "measured": ("circle", COLORS["compute"], "peak measured"),
+    "compiled": ("diamond", COLORS["nccl"], "compiled step (memory_analysis(), not measured)"),
+}
+X_MODES = {"step": "median step time", "tflops": "TFLOP/s per device"}
+CELL = {"textAlign": "left", "fontSize": "13px", "padding": "3px 6px", "fontFamily": "Helvetica, Arial, sans-serif"}
+
+
+def _why_no_memory(p: dict[str, Any]) -> str:
+    return (
+        p["memory_detail"] or "no memory_stats() (a GPU run of profile-step), no CUDA memory events, no compiled step"
+    )
+
+
+def frontier_figure(points: list[dict[str, Any]], labels: list[str], x_mode: str) -> tuple[Figure, list[str]]:
+    """Peak device memory against median step time (or TFLOP/s), one point per run; marker size by
+    exposed + stalled copy time per step; the devices' memory limit as a dashed line.  Also the
+    sentences that say which runs are not drawn, and why."""
+    left_out: list[str] = []
+    shown: list[tuple[dict[str, Any], str]] = []
+    for p, lab in zip(points, labels, strict=True):
+        x = p["step_ns"] if x_mode == "step" else p["tflops"]
+        if p["memory_bytes"] is None:
+            left_out.append(f"{lab}: no device memory ({_why_no_memory(p)})")
+        elif x is None:
+            why = (
+                "no step ranges"
+                if x_mode == "step" or p["step_ns"] is None
+                else "no FLOPs per step: no compiled step in the run folder (compiled.json, written by profile-step "
+                "run)"
+            )
+            left_out.append(f"{lab}: {why}")
+        else:
+            shown.append((p, lab))
+    if not shown:
+        reasons = "; ".join(left_out) if len(left_out) <= 4 else "; ".join(left_out[:4]) + f"; and {len(left_out) - 4}"
+        return note_figure(f"Nothing to draw for the selected runs: {reasons}.", height=260), []
+    t_name, t_div = time_unit([p["step_ns"] for p, _ in shown])
+    limits = sorted({p["limit_bytes"] for p, _ in shown if p["limit_bytes"]})
+    m_name, m_div = byte_unit([p["memory_bytes"] for p, _ in shown] + limits)
+    costs = [p["copy_cost_ns"] for p, _ in shown if p["copy_cost_ns"] is not None]
+    top_cost = max(costs, default=0)
+
+    def size(cost: float | None) -> float:
+        return 12 + 28 * math.sqrt(cost / top_cost) if cost and top_cost else 12
+
+    data = []
+    for source, (symbol, color, name) in MEMORY_MARKER.items():
+        group = [(p, lab) for p, lab in shown if p["memory_source"] == source]
+        if not group:
+            continue
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers+text",
+                "name": name,
+                "x": [p["step_ns"] / t_div if x_mode == "step" else p["tflops"] for p, _ in group],
+                "y": [p["memory_bytes"] / m_div for p, _ in group],
+                "text": [esc(lab) for _, lab in group],
+                "textposition": "top center",
+                "cliponaxis": False,
+                "marker": {
+                    "symbol": symbol,
+                    "color": color,
+                    "opacity": 0.8,
+                    "size": [size(p["copy_cost_ns"]) for p, _ in group],
+                    "line": {"color": "#222", "width": 1},
+                },
+                "customdata": [
+                    [
+                        esc(lab),
+                        human_time(p["step_ns"]),
+                        "-" if p["tflops"] is None else f"{p['tflops']:.3g}",
+                        human_bytes(p["memory_bytes"]),
+                        esc(p["memory_detail"] or source),
+                        "unknown" if p["copy_cost_ns"] is None else human_time(p["copy_cost_ns"]),
+                        p["copy_cost_ns"],
+                    ]
+                    for p, lab in group
+                ],
+                "hovertemplate": "%{customdata[0]}<br>median step %{customdata[1]}, %{customdata[2]} TFLOP/s"
+                "<br>peak device memory %{customdata[3]} (%{customdata[4]})"
+                "<br>exposed + stalled copy time per step: %{customdata[5]}<extra></extra>",
+            }
+        )
+    ys = [p["memory_bytes"] / m_div for p, _ in shown] + [v / m_div for v in limits]
+    xs = [p["step_ns"] / t_div if x_mode == "step" else p["tflops"] for p, _ in shown]
+    shapes, annotations = [], []
+    for v in limits:
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "paper",
+                "yref": "y",
+                "x0": 0,
+                "x1": 1,
+                "y0": v / m_div,
+                "y1": v / m_div,
+                "line": {"dash": "dash", "color": "#D55E00", "width": 2},
+            }
+        )
+        annotations.append(
+            {
+                "text": f"device memory limit {human_bytes(v)} (memory_stats() bytes_limit)",
+                "showarrow": False,
+                "xref": "paper",
+                "yref": "y",
+                "x": 0,
+                "xanchor": "left",
+                "y": v / m_div,
+                "yanchor": "bottom",
+                "font": {"size": 12, "color": "#D55E00"},
+            }
+        )
+    x_title = f"median step ({t_name})" if x_mode == "step" else "TFLOP/s per device (FLOPs per step / median step)"
+    pad = (max(xs) - min(xs)) * 0.15 or max(abs(max(xs)) * 0.1, 1e-9)
+    fig = figure(
+        data,
+        height=480,
+        margin={"t": 50, "b": 100, "l": 80, "r": 40},
+        title={"text": "Peak device memory against " + X_MODES[x_mode] + ", one point per run", **TITLE},
+        showlegend=True,
+        legend={"orientation": "h", "yref": "container", "y": 0.01, "yanchor": "bottom", "x": 0},
+        xaxis={"title": {"text": x_title}, "range": [min(xs) - pad, max(xs) + pad], "zeroline": False},
+        yaxis={"title": {"text": f"peak device memory ({m_name})"}, "range": [0, max(ys) * 1.2]},
+        shapes=shapes,
+        annotations=annotations,
+    )
+    return fig, left_out
+
+
+def policy_datatable(tab: dict[str, Any], labels: list[str]) -> tuple[dash_table.DataTable, list[str]]:
+    """The per-policy table (``policy_table``) with units by column, and its notes (what is missing, why)."""
+    rows = tab["rows"]
+    t_name, t_div = time_unit([r["median_step_ns"] for r in rows])
+    c_name, c_div = time_unit([v for r in rows for v in (r["exposed_ns"], r["stalled_ns"])])
+    m_name, m_div = byte_unit(
+        [v for r in rows for v in (r["peak_device_bytes"], r["compiled_device_bytes"], r["compiled_host_bytes"])]
+    )
+    p_name, p_div = byte_unit(
+        [v for r in rows for v in (r["planned_d2h_bytes_per_step"], r["moved_d2h_bytes_per_step"])]
+    )
+
+    def div(v: float | None, d: float) -> float | None:
+        return None if v is None else v / d
+
+    data = []
+    notes: dict[str, list[str]] = {}
+    for r, lab in zip(rows, labels, strict=True):
+        data.append(
+            {
+                "run": lab,
+                "steps": r["steps"],
+                "step": div(r["median_step_ns"], t_div),
+                "peak": div(r["peak_device_bytes"], m_div),
+                "compiled_dev": div(r["compiled_device_bytes"], m_div),
+                "compiled_host": div(r["compiled_host_bytes"], m_div),
+                "planned": div(r["planned_d2h_bytes_per_step"], p_div),
+                "moved": div(r["moved_d2h_bytes_per_step"], p_div),
+                "flops": si(r["flops_per_step"]),
+                "tflops": r["tflops"],
+                "recompute": None if r["recompute_overhead"] is None else 100 * r["recompute_overhead"],
+                "mfu": None if r["mfu"] is None else 100 * r["mfu"],
+                "exposed": div(r["exposed_ns"], c_div),
+                "stalled": div(r["stalled_ns"], c_div),
+            }
+        )
+        if r["peak_device_bytes"] is None:
+            notes.setdefault(
+                "no measured peak device memory: "
+                + (r["peak_device_source"] or "no memory_stats() and no CUDA memory events (nsys --cuda-memory-usage)"),
+                [],
+            ).append(lab)
+        elif r["peak_device_source"]:
+            notes.setdefault(f"peak dev measured by {r['peak_device_source']}", []).append(lab)
+        if r["plan_note"]:
+            notes.setdefault(r["plan_note"], []).append(lab)
+        for n in r["notes"]:
+            notes.setdefault(n, []).append(lab)
+        if r["model_flops_per_step"] and r["mfu"] is None:
+            notes.setdefault(f"no MFU: no peak FLOP/s known for {r['device_kind'] or '?'}", []).append(lab)
+    sig = {"specifier": ".4~r", "nully": "-"}
+    columns = [
+        {"id": "run", "name": "run", "type": "text"},
+        {"id": "steps", "name": "steps", "type": "numeric"},
+        {"id": "step", "name": f"median step ({t_name})", "type": "numeric", "format": sig},
+        {"id": "peak", "name": f"peak dev, measured ({m_name})", "type": "numeric", "format": sig},
+        {"id": "compiled_dev", "name": f"compiled dev ({m_name})", "type": "numeric", "format": sig},
+        {"id": "compiled_host", "name": f"compiled host ({m_name})", "type": "numeric", "format": sig},
+        {"id": "planned", "name": f"D2H planned / step ({p_name})", "type": "numeric", "format": sig},
+        {"id": "moved", "name": f"D2H moved / step ({p_name})", "type": "numeric", "format": sig},
+        {"id": "flops", "name": "FLOPs / step", "type": "text"},
+        {"id": "tflops", "name": "TFLOP/s", "type": "numeric", "format": sig},
+        {"id": "recompute", "name": "recompute (%)", "type": "numeric", "format": {"specifier": "+.1f", "nully": "-"}},
+        {"id": "mfu", "name": "MFU (%)", "type": "numeric", "format": {"specifier": ".1f", "nully": "-"}},
+        {"id": "exposed", "name": f"exposed / step ({c_name})", "type": "numeric", "format": sig},
+        {"id": "stalled", "name": f"stalled / step ({c_name})", "type": "numeric", "format": sig},
+    ]
+    every = len(rows)
+    lines = [
+        f"{text} ({'all runs' if len(who) == every and every > 1 else ', '.join(dict.fromkeys(who))})"
+        for text, who in notes.items()
+    ]
+    if tab.get("baseline"):
+        lines.append(f"recompute: FLOPs per step against the {tab['baseline']!r} policy")
+    table = dash_table.DataTable(
+        id="trade-table",
+        columns=columns,
+        data=data,
+        tooltip_header=HEADER_TIPS,
+        tooltip_delay=300,
+        tooltip_duration=None,
+        style_table={"overflowX": "auto"},
+        style_header={"fontWeight": "bold", "whiteSpace": "normal", "height": "auto"},
+        style_cell=CELL,
+    )
+    return table, lines
+
+
+HEADER_TIPS = {
+    "step": "median of the included steps (warm-up and outliers left out)",
+    "peak": "largest measured peak device memory over the run's devices: memory_stats() at the end of the "
+    "capture, else the trace's CUDA memory events",
+    "compiled_dev": "what one execution of the step's compiled module keeps on the device: arguments + outputs "
+    "not aliased to arguments + temporaries (memory_analysis())",
+    "compiled_host": "the same in host memory (memory space 5): the offloaded activations",
+    "planned": "bytes the compiler's plan sends to host per step (the step module's optimized HLO)",
+    "moved": "device-to-host bytes the trace moved, per step range",
+    "flops": "FLOPs per step of the step's module (XLA's cost analysis; per device)",
+    "tflops": "FLOPs per step / median step",
+    "recompute": "FLOPs per step / the none policy's - 1",
+    "mfu": "declared model FLOPs per step / median step / the device's dense BF16 peak",
+    "exposed": "median per step of offload copy time no kernel overlaps",
+    "stalled": "median per step of GPU time stalled waiting for offload copies",
+}
+
+
+def pvm_figure(pvm: dict[str, Any], run: dict[str, Any], label: str) -> tuple[Figure, list[str]]:
+    """Planned against moved bytes per step, per layer and activation (``planned_vs_moved``), and the
+    flagged rows as sentences."""
+    comp = run.get("compiled") or {}
+    if not comp.get("plan"):
+        moved = (run.get("copies") or {}).get("d2h", {}).get("bytes", 0) / max(len(run.get("steps") or []), 1)
+        why = "; ".join(comp.get("notes") or []) or "no compiled step"
+        return (
+            note_figure(
+                f"No compiler plan for {label}: {why}. "
+                + (
+                    f"The trace moved {human_bytes(moved)} device-to-host per step (the Per layer view shows where)."
+                    if moved
+                    else "The trace moved nothing between device and host."
+                ),
+                height=200,
+            ),
+            [],
+        )
+    rows = pvm["rows"]
+    if not rows:
+        return note_figure(
+            f"Nothing planned and nothing moved for {label}" + (f" ({pvm['plan_note']})" if pvm["plan_note"] else ""),
+            height=200,
+        ), []
+    cats = [
+        esc(
+            f"{x['layer'] or '-'} · {x['activation'] or '(unnamed)'}"
+            if x["unplanned_op"] is None
+            else x["unplanned_op"]
+        )
+        for x in rows
+    ]
+    b_name, b_div = byte_unit([x[f"{k}_{d}_bytes"] for x in rows for k in ("planned", "moved") for d in ("d2h", "h2d")])
+    data = []
+    for d, dl in (("d2h", "D2H"), ("h2d", "H2D")):
+        for kind in ("planned", "moved"):
+            data.append(
+                {
+                    "type": "bar",
+                    "x": cats,
+                    "y": [x[f"{kind}_{d}_bytes"] / b_div for x in rows],
+                    "name": f"{dl} {kind}",
+                    "offsetgroup": f"{d}-{kind}",
+                    "marker": {
+                        "color": HIDDEN_TINT[d] if kind == "planned" else COLORS[d],
+                        "line": {"color": COLORS[d], "width": 1.5},
+                    },
+                    "customdata": [esc(x["flag"]) for x in rows],
+                    "hovertemplate": f"%{{x}}: {dl} {kind} %{{y:.4g}} {b_name} per step"
+                    " (%{customdata})<extra></extra>",
+                }
+            )
+    xaxis, bottom = category_axis(cats)
+    fig = figure(
+        data,
+        barmode="group",
+        height=380 + bottom,
+        margin={"t": 50, "b": bottom + 70, "l": 70},
+        title={"text": esc(f"Planned vs moved per step: {label} (step module {pvm['step_module'] or '?'})"), **TITLE},
+        showlegend=True,
+        legend={"orientation": "h", "yref": "container", "y": 0.01, "yanchor": "bottom", "x": 0},
+        xaxis={**xaxis, "title": {"text": "layer · activation, or the XLA operation no plan explains"}},
+        yaxis={"title": {"text": f"bytes per step ({b_name})"}, "rangemode": "tozero"},
+    )
+    flags = [f"{c}: {x['flag']}" for c, x in zip(cats, rows, strict=True) if x["flag"] != "ok"]
+    return fig, flags
+
+
+def note(text: str) -> html.Div:
+    return html.Div(text, className="note", style=MUTED)
+
+
+# --- the view: layout and callbacks --------------------------------------------------------------
+CONTROL = {"display": "flex", "gap": "8px", "alignItems": "center", "margin": "8px 0"}
+H4 = {"margin": "18px 0 4px"}
+
+
+def layout(plans: list[Any]) -> list[Any]:
+    return [
+        html.Div(
+            [
+                html.Span("x axis:"),
+                dcc.RadioItems(
+                    id="trade-x",
+                    options=[{"label": f" {v}", "value": k} for k, v in X_MODES.items()],
+                    value="step",
+                    inline=True,
+                    inputStyle={"marginLeft": "12px"},
+                ),
+            ],
+            style=CONTROL,
+        ),
+        dcc.Loading(dcc.Graph(id="trade-frontier", figure=note_figure("Loading …"), config={"displaylogo": False})),
+        html.Div(id="trade-frontier-note", style=MUTED),
+        html.H4("Per policy (per step and per device)", style=H4),
+        html.Div(id="trade-table-box"),
+        html.H4("The compiler's plan against what moved, per layer", style=H4),
+        html.Div(
+            dcc.Dropdown(id="pvm-run", clearable=False, placeholder="run", optionHeight=40),
+            style={"maxWidth": "600px", "margin": "6px 0"},
+        ),
+        dcc.Loading(dcc.Graph(id="pvm-graph", figure=note_figure("Loading …"), config={"displaylogo": False})),
+        html.Ul(id="pvm-flags", style={"fontSize": "13px"}),
+        html.H4("Compiled for a GPU target, not measured (profile-step plan)", style=H4),
+        *plan_view.layout(plans),
+    ]
+
+
+def register(app: dash.Dash, store: RunStore) -> None:
+    def runs_of(selected: list[int], data: list[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]], list[str]]:
+        rids = [rid for rid, _ in selection.selected_runs(store, selection.selected_views(selected, data))]
+        summaries = [store.results[rid].summary for rid in rids]
+        labels = unique([selection.run_label(store, rid)[0] for rid in rids])
+        return rids, summaries, labels
+
+    @app.callback(
+        Output("trade-frontier", "figure"),
+        Output("trade-frontier-note", "children"),
+        Output("trade-table-box", "children"),
+        Output("pvm-run", "options"),
+        Output("pvm-run", "value"),
+        Input("tabs", "value"),
+        Input("trade-x", "value"),
+        Input("runs", "selected_rows"),
+        State("runs", "data"),
+        State("pvm-run", "value"),
+        prevent_initial_call=True,
+    )
+    def on_trade(tab, x_mode, selected, data, current):
+        if tab != "trade":
+            return (dash.no_update,) * 5
+        rids, summaries, labels = runs_of(selected, data)
+        if not rids:
+            empty = note_figure("Select runs in the table above: one point per run.")
+            return empty, "", note("Select runs in the table above."), [], None
+        tab_doc = policy_table(summaries)
+        points = frontier(tab_doc)
+        fig, left_out = frontier_figure(points, labels, x_mode or "step")
+        sources = sorted({p["memory_detail"] for p in points if p["memory_source"] == "measured"})
+        lines = [html.Li(s) for s in left_out]
+        if not any(p["limit_bytes"] for p in points):
+            lines.append(
+                html.Li(
+                    "No device memory limit known: it comes from memory_stats() (bytes_limit) recorded at the end of "
+                    "a profile-step run on a GPU."
+                )
+            )
+        said = "Marker size: exposed + stalled copy time per step (medians). "
+        if sources:
+            said += "Measured peak from " + " and ".join(sources) + ". "
+        said += "A run without a measured peak is drawn at its compiled step's memory (diamond), when it has one."
+        table, table_notes = policy_datatable(tab_doc, labels)
+        options = [{"label": lab, "value": rid} for rid, lab in zip(rids, labels, strict=True)]
+        # the first run with a compiler plan, else with copies: the one with most to compare
+        planned = [r for r, s in zip(rids, summaries, strict=True) if (s.get("compiled") or {}).get("plan")]
+        moved = [
+            r for r, s in zip(rids, summaries, strict=True) if ((s.get("copies") or {}).get("d2h") or {}).get("bytes")
+        ]
+        value = current if current in rids else (planned + moved + rids)[0]
+        return (
+            fig,
+            [html.Div(said), html.Ul(lines, style={"margin": "2px 0"})],
+            [table, html.Ul([html.Li(t) for t in table_notes], style=MUTED)],
+            options,
+            value,
+        )
+
+    @app.callback(
+        Output("pvm-graph", "figure"),
+        Output("pvm-flags", "children"),
+        Input("tabs", "value"),
+        Input("pvm-run", "value"),
+        prevent_initial_call=True,
+    )
+    def on_pvm(tab, rid):
+        if tab != "trade":
+            return dash.no_update, dash.no_update
+        if not rid or rid not in store.results:
+            return note_figure("Select runs in the table above, then pick one here.", height=200), []
+        summary = store.results[rid].summary
+        label, _ = selection.run_label(store, rid)
+        fig, flags = pvm_figure(planned_vs_moved(summary), summary, label)
+        return fig, [html.Li(f) for f in flags]

@@ -1,0 +1,291 @@
+"""The what-if view: the selected runs' step time with their copies on another host link.
+
+Each (run, GPU) row's trace link comes from its GPU's model (``links.default_link``) unless the user
+names it; the factor is ``analysis.links.copy_scale(from, to)`` (or given directly); the predicted
+times are ``whatif.trace_whatif`` per run and factor (``data.WhatIfs``: in the background, cached in
+memory and in the run's results file) reduced by ``whatif.step_medians``.  The page says
+"computing" while a run's replay is not there yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import dash
+from dash import Input, Output, State, dcc, html
+
+from dashboards import links, selection
+from dashboards.data import RunStore
+from dashboards.figures import COLORS, TITLE, Figure, esc, figure, note_figure, text_px, unique
+from dashboards.rows import View
+from profiler.analysis.links import Link, copy_scale
+from profiler.analysis.whatif import step_medians
+from profiler.report.units import human_time, time_unit
+
+FACTOR = "factor"
+AUTO = "auto"
+DEFAULT_TARGET = "nvlink-c2c"
+MUTED = {"color": "#555", "fontSize": "13px", "margin": "4px 0"}
+CONTROL = {"display": "flex", "gap": "8px", "alignItems": "center", "margin": "8px 0", "flexWrap": "wrap"}
+TARGET_OPTIONS = (
+    [{"label": links.label(lk), "value": lk.key} for lk in links.LINKS]
+    + [{"label": "custom link (GB/s per direction)", "value": links.CUSTOM}]
+    + [{"label": "scale copy time by a factor F", "value": FACTOR}]
+)
+FROM_OPTIONS = [{"label": "each GPU's own link (from its model)", "value": AUTO}] + [
+    {"label": links.label(lk), "value": lk.key} for lk in links.LINKS
+]
+PREDICTED = "#56B4E9"  # sky blue: the replay; the measured bars keep the step colour
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The factor of one (run, GPU) and the sentence that says where it comes from."""
+
+    factor: float
+    text: str
+
+
+def scale_for(store: RunStore, view: View, target: str, value: float | None, source: str) -> Scale:
+    """``F`` for *view*: given directly, or the view's link (its GPU's, or *source*) over the target link."""
+    if target == FACTOR:
+        return Scale(
+            float(value), f"F = {float(value):g}: every h2d/d2h copy takes {float(value):g}x its recorded time"
+        )
+    to = links.BY_KEY[target] if target in links.BY_KEY else Link("custom", f"{float(value):g} GB/s", float(value))
+    if source == AUTO:
+        summary = store.results[view.rid].summary
+        name = (summary.get("device_names") or {}).get(view.device)
+        frm, why = links.default_link([name] if name else summary.get("gpus") or [])
+        why = why.split(": ", 1)[1] if ": " in why else why
+    else:
+        frm, why = links.BY_KEY[source], "as chosen"
+    f = copy_scale(frm, to)
+    return Scale(f, f"{frm.name} ({frm.gbps:g} GB/s, {why}) -> {to.name} ({to.gbps:g} GB/s): F = {f:.4g}")
+
+
+def whatif_figure(rows: list[dict[str, Any]], title: str) -> Figure:
+    """Per (run, GPU): median step and GPU span, measured and predicted, as horizontal bars."""
+    if not rows:
+        return note_figure("Nothing replayed yet.")
+    labels = unique([r["label"] for r in rows])
+    y = [esc(lab) for lab in labels]
+    s_name, s_div = time_unit([v for r in rows for v in (r["measured_ns"], r["predicted_ns"])])
+    g_name, g_div = time_unit([v for r in rows for v in (r["measured_span_ns"], r["span_ns"])])
+
+    def val(v: float | None, d: float) -> float | None:
+        return None if v is None else v / d
+
+    def change(before: float | None, after: float | None) -> str:
+        if not before or after is None:
+            return ""
+        pct = 100 * (after - before) / before
+        return "no change" if pct == 0 else f"{pct:+.2g}%" if abs(pct) < 0.1 else f"{pct:+.1f}%"
+
+    data = []
+    for axis, (m_key, p_key, div) in enumerate(
+        (("measured_ns", "predicted_ns", s_div), ("measured_span_ns", "span_ns", g_div))
+    ):
+        suffix = "" if axis == 0 else "2"
+        for key, name, color in ((m_key, "measured", COLORS["step"]), (p_key, "predicted", PREDICTED)):
+            data.append(
+                {
+                    "type": "bar",
+                    "orientation": "h",
+                    "y": y,
+                    "x": [val(r[key], div) for r in rows],
+                    "name": name,
+                    "legendgroup": name,
+                    "showlegend": axis == 0,
+                    "xaxis": "x" + suffix,
+                    "yaxis": "y" + suffix,
+                    "marker": {"color": color},
+                    "text": [change(r[m_key], r[p_key]) if key == p_key else "" for r in rows],
+                    "textposition": "outside",
+                    "cliponaxis": False,
+                    "customdata": [human_time(r[key]) if r[key] is not None else "no step ranges" for r in rows],
+                    "hovertemplate": f"%{{y}}: {name} %{{customdata}}<extra></extra>",
+                }
+            )
+    tops = [
+        max((v for r in rows for v in (r["measured_ns"], r["predicted_ns"]) if v is not None), default=1) / s_div,
+        max((v for r in rows for v in (r["measured_span_ns"], r["span_ns"]) if v is not None), default=1) / g_div,
+    ]
+    height = max(300, 70 * len(rows) + 170)
+    left = text_px(y) + 16
+    return figure(
+        data,
+        barmode="group",
+        height=height,
+        margin={"t": 80, "b": 90, "l": left, "r": 60},
+        title={"text": esc(title), **TITLE},
+        showlegend=True,
+        legend={"orientation": "h", "yref": "container", "y": 0.01, "yanchor": "bottom", "x": 0},
+        xaxis={"domain": [0, 0.44], "range": [0, tops[0] * 1.2], "title": {"text": f"median step ({s_name})"}},
+        yaxis={"type": "category", "autorange": "reversed"},
+        xaxis2={
+            "domain": [0.56, 1],
+            "anchor": "y2",
+            "range": [0, tops[1] * 1.2],
+            "title": {"text": f"GPU span of the capture ({g_name})"},
+        },
+        yaxis2={"type": "category", "autorange": "reversed", "anchor": "x2", "matches": "y", "showticklabels": False},
+    )
+
+
+def compute(
+    store: RunStore, views: list[View], target: str, value: float | None, source: str, host: bool
+) -> tuple[Figure, list[Any], bool]:
+    """The figure, the sentences under the controls, and whether some replay is still computing."""
+    if not views:
+        return note_figure("Select runs in the table above, then choose a link here."), [], False
+    if target in (links.CUSTOM, FACTOR) and (value is None or not value >= 0 or (target == links.CUSTOM and not value)):
+        what = "a bandwidth in GB/s above 0" if target == links.CUSTOM else "a factor F of 0 or more"
+        return note_figure(f"Enter {what}."), [], False
+    ready, lines, waiting, modeled = [], [], [], set()
+    scales: dict[str, list[str]] = {}  # the sentence of a factor -> the rows it applies to
+    for view in views:
+        if view.rid not in store.results:
+            continue
+        label, _ = selection.view_label(store, view)
+        if view.device is None:
+            lines.append(html.Li(f"{label}: no GPU activity, nothing to replay"))
+            continue
+        scale = scale_for(store, view, target, value, source)
+        scales.setdefault(scale.text, []).append(label)
+        state, doc = store.whatifs.get(view.rid, scale.factor, host)
+        if state == "computing":
+            waiting.append(label)
+            continue
+        if state == "error":
+            lines.append(html.Li(f"{label}: {doc}", style={"color": "#B04000"}))
+            continue
+        med = step_medians(doc).get(view.device)
+        if med is None:
+            lines.append(html.Li(f"{label}: {scale.text}; no GPU op of this device in the replay"))
+            continue
+        modeled.add(doc["host_sync_modeled"])
+        if not med["steps"]:
+            lines.append(html.Li(f"{label}: no step ranges, the GPU span only"))
+        ready.append({"label": label, "view": view.id, "factor": scale.factor, **med})
+    sync = (
+        "host synchronization modeled (a call that waited for the GPU returns when its work is done, and its "
+        "thread's later launches move with it)"
+        if modeled == {True}
+        else "host launch times as recorded"
+        if modeled == {False}
+        else "host synchronization modeled for some runs only"
+        if modeled
+        else ""
+    )
+    to = (
+        links.label(links.BY_KEY[target])
+        if target in links.BY_KEY
+        else f"a custom link of {value:g} GB/s"
+        if target == links.CUSTOM
+        else f"copies scaled by F = {value:g}"
+    )
+    title = f"What-if: {to}" + (f"; {sync.split(' (')[0]}" if sync else "")
+    every = len(scales) == 1 and len(views) > 1
+    said = [
+        html.Li(text + (" (every selected row)" if every else ": " + ", ".join(rows)), className="scale")
+        for text, rows in scales.items()
+    ]
+    if waiting:
+        said.append(html.Li(f"computing: {', '.join(waiting)} …", className="computing"))
+    notes: list[Any] = [html.Ul(said + lines, style={"margin": "4px 0"})]
+    if sync:
+        notes.append(
+            html.Div(
+                f"Model: every h2d/d2h copy's duration times F, each op after its stream and blockers; {sync}.",
+                style=MUTED,
+            )
+        )
+    if ready:
+        fig = whatif_figure(ready, title)
+    elif waiting:
+        fig = note_figure(f"Computing the what-if for {len(waiting)} run(s) …")
+    else:
+        fig = note_figure("None of the selected rows has GPU activity to replay.")
+    fig["layout"]["meta"] = {**(fig["layout"].get("meta") or {}), "rows": ready}
+    return fig, notes, bool(waiting)
+
+
+def layout(default_target: str = DEFAULT_TARGET) -> list[Any]:
+    return [
+        html.Div(
+            [
+                html.Span("Copies on:"),
+                html.Div(
+                    dcc.Dropdown(id="whatif-to", clearable=False, value=default_target, options=TARGET_OPTIONS),
+                    style={"flex": "1 1 30%", "minWidth": "260px"},
+                ),
+                dcc.Input(
+                    id="whatif-value",
+                    type="number",
+                    value=None,
+                    min=0,
+                    debounce=True,
+                    disabled=True,
+                    style={"width": "90px"},
+                ),
+                html.Span("the traces' link:"),
+                html.Div(
+                    dcc.Dropdown(id="whatif-from", clearable=False, value=AUTO, options=FROM_OPTIONS),
+                    style={"flex": "1 1 30%", "minWidth": "260px"},
+                ),
+                dcc.Checklist(
+                    id="whatif-host",
+                    options=[{"label": " model host synchronization", "value": "host"}],
+                    value=["host"],
+                ),
+            ],
+            style=CONTROL,
+        ),
+        html.Div(id="whatif-note", style={"fontSize": "13px"}),
+        dcc.Loading(dcc.Graph(id="whatif-graph", figure=note_figure("Loading …"), config={"displaylogo": False})),
+        dcc.Interval(id="whatif-poll", interval=800, disabled=True),
+        html.Div(
+            "Predicted with profile-step whatif's replay (README, 'What-if'): per selected row, the median of the "
+            "included steps' predicted times, and the GPU span of the capture. Limits: copies run at the same "
+            "fraction of any link; kernels keep their durations.",
+            style=MUTED,
+        ),
+    ]
+
+
+def register(app: dash.Dash, store: RunStore) -> None:
+    @app.callback(
+        Output("whatif-value", "disabled"),
+        Output("whatif-value", "value"),
+        Input("whatif-to", "value"),
+        prevent_initial_call=True,
+    )
+    def on_target(target):
+        if target == FACTOR:
+            return False, 0.5
+        if target == links.CUSTOM:
+            return False, 200
+        return True, None
+
+    @app.callback(
+        Output("whatif-graph", "figure"),
+        Output("whatif-note", "children"),
+        Output("whatif-poll", "disabled"),
+        Input("tabs", "value"),
+        Input("whatif-to", "value"),
+        Input("whatif-value", "value"),
+        Input("whatif-from", "value"),
+        Input("whatif-host", "value"),
+        Input("runs", "selected_rows"),
+        Input("whatif-poll", "n_intervals"),
+        State("runs", "data"),
+        prevent_initial_call=True,
+    )
+    def on_whatif(tab, target, value, source, host, selected, _n, data):
+        if tab != "whatif":
+            return dash.no_update, dash.no_update, True
+        views = selection.selected_views(selected, data)
+        fig, notes, waiting = compute(store, views, target, value, source or AUTO, "host" in (host or []))
+        return fig, notes, not waiting

@@ -1,0 +1,98 @@
+"""The numbers the dashboard's new views draw, defined in profiler.analysis: the what-if's median
+predicted step per device, and the policy frontier's points."""
+
+from __future__ import annotations
+
+import pytest
+
+from profiler.analysis.policies import frontier, policy_table
+from profiler.analysis.whatif import step_medians, trace_whatif
+from profiler.trace import open_trace
+from tests.conftest import ROOT
+
+DEMO = ROOT / "sample_traces" / "demo-synthetic" / "synthetic-4-offload_all" / "synthetic-trace.sqlite"
+
+
+def _step(name: str, measured: int, predicted: int, excluded: str | None = None) -> dict:
+    return {"name": name, "excluded": excluded, "measured_ns": measured, "predicted_ns": predicted}
+
+
+def test_step_medians_leave_out_excluded_steps():
+    doc = {
+        "devices": {
+            "0": {
+                "measured_span_ns": 100,
+                "span_ns": 80,
+                "steps": [
+                    _step("step=0", 50, 10, excluded="warm-up"),
+                    _step("step=1", 10, 7),
+                    _step("step=2", 12, 9),
+                    _step("step=3", 11, 6),
+                    _step("step=4", 40, 1, excluded="outlier"),
+                ],
+            },
+            "1": {"measured_span_ns": 5, "span_ns": 5, "steps": []},
+        }
+    }
+    med = step_medians(doc)
+    assert med["0"] == {"steps": 3, "measured_ns": 11.0, "predicted_ns": 7.0, "measured_span_ns": 100, "span_ns": 80}
+    assert med["1"]["steps"] == 0 and med["1"]["measured_ns"] is None and med["1"]["predicted_ns"] is None
+
+
+def test_step_medians_of_a_replay():
+    """Identity at F = 1; faster copies never make the median step slower."""
+    trace = open_trace(DEMO)
+    same = step_medians(trace_whatif(trace, 1.0))
+    half = step_medians(trace_whatif(trace, 0.5))
+    for dev, m in same.items():
+        assert m["steps"] == 3 and m["predicted_ns"] == m["measured_ns"] and m["span_ns"] == m["measured_span_ns"]
+        assert half[dev]["predicted_ns"] < m["measured_ns"]  # this SYNTHETIC run's steps wait for copies
+
+
+def _row(policy: str, **kw) -> dict:
+    run = {
+        "policy": policy,
+        "trace": f"/x/{policy}.sqlite",
+        "steps": [{"name": "step=0", "duration_ns": 10, "excluded": None, "exposed_ns": kw.get("exposed", 0)}],
+        "median_step_ns": 10,
+        "copies": {d: {"bytes": 0} for d in ("d2h", "h2d", "offload")},
+        "compiled": {
+            "cost": {"flops": 1e9},
+            "memory": kw.get("compiled"),
+            "plan": None,
+            "notes": [],
+        },
+        "peak_memory_bytes": kw.get("trace_peak", {}),
+        "manifest": kw.get("manifest"),
+    }
+    if "stall" in kw:
+        run["steps"][0]["stall_ns"] = kw["stall"]
+    return run
+
+
+def test_frontier_points():
+    compiled = {
+        "argument_size_in_bytes": 100,
+        "output_size_in_bytes": 50,
+        "alias_size_in_bytes": 20,
+        "temp_size_in_bytes": 70,
+    }
+    stats = {"runtime": {"device_memory": {"devices": [{"peak_bytes_in_use": 900, "bytes_limit": 1000}]}}}
+    tab = policy_table(
+        [
+            _row("a", manifest=stats, compiled=compiled, exposed=3, stall=4),  # measured wins over compiled
+            _row("b", compiled=compiled, exposed=5),  # compiled when nothing is measured
+            _row("c", trace_peak={"0": 400}),  # the trace's memory events
+            _row("d"),  # nothing: no point
+        ]
+    )
+    pts = {p["policy"]: p for p in frontier(tab)}
+    assert (pts["a"]["memory_bytes"], pts["a"]["memory_source"], pts["a"]["limit_bytes"]) == (900, "measured", 1000)
+    assert pts["a"]["memory_detail"] == "memory_stats()"
+    assert pts["a"]["copy_cost_ns"] == 7
+    assert (pts["b"]["memory_bytes"], pts["b"]["memory_source"]) == (100 + 50 - 20 + 70, "compiled")
+    assert pts["b"]["copy_cost_ns"] == 5  # exposed 5, stalls unknown
+    assert (pts["c"]["memory_bytes"], pts["c"]["memory_detail"]) == (400, "CUDA memory events (trace)")
+    assert pts["d"]["memory_bytes"] is None and pts["d"]["memory_source"] is None
+    for p in pts.values():
+        assert p["step_ns"] == 10 and p["tflops"] == pytest.approx(1e9 / 10e-9 / 1e12)
