@@ -108,7 +108,7 @@ def create_app(store: RunStore) -> dash.Dash:
             style={"fontFamily": "Helvetica, Arial, sans-serif", "margin": "12px 20px", "color": "#222"},
             children=[
                 html.H2("profile-step: are the offload copies hidden?", style={"margin": "4px 0"}),
-                html.Div(_progress(done, total, None), id="progress", style=MUTED),
+                html.Div(_progress(done, total, None, len(store.plans)), id="progress", style=MUTED),
                 dcc.Interval(id="poll", interval=700, n_intervals=0, disabled=done >= total),
                 dash_table.DataTable(
                     id="runs",
@@ -259,7 +259,7 @@ def create_app(store: RunStore) -> dash.Dash:
         done, total, current = store.progress()
         raw = all_rows(store)
         finished = done >= total
-        msg = _progress(done, total, current)
+        msg = _progress(done, total, current, len(store.plans))
         if len(raw) == len(old or []):
             return msg, dash.no_update, dash.no_update, dash.no_update, finished, dash.no_update
         columns, data, tips = rows.table(raw)
@@ -664,9 +664,11 @@ def _stalled(summary: dict[str, Any], device: str | None) -> dict[str, int]:
     return {d: int((by.get(d) or {}).get("stall_ns") or 0) for d in ("d2h", "h2d")}
 
 
-def _progress(done: int, total: int, current: str | None) -> str:
+def _progress(done: int, total: int, current: str | None, plans: int = 0) -> str:
     if not total:
-        return "No runs found. Give run folders or traces: profile-step dashboard runs/ trace.sqlite"
+        return "No runs found. Give run folders or traces: profile-step dashboard runs/ trace.sqlite" + (
+            f" ({plans} profile-step plan(s): see Policy trade)" if plans else ""
+        )
     if done >= total:
         return f"{total} run(s); one row per GPU. Pick rows to compare them below."
     return f"Analyzing runs: {done}/{total} done" + (f", now {current}" if current else "") + " …"
@@ -682,8 +684,8 @@ def _summaries(store: RunStore, views: list[View]) -> list[dict[str, Any]]:
 
 
 def default_paths(root: Path) -> list[Path]:
-    """The embedded default: the project's sample_traces/ and the user's runs/."""
-    return [p for p in (root / "sample_traces", Path.cwd() / "runs") if p.exists()]
+    """The embedded default: the project's sample_traces/, the user's runs/ and plans/ (profile-step plan)."""
+    return [p for p in (root / "sample_traces", Path.cwd() / "runs", Path.cwd() / "plans") if p.exists()]
 
 
 def serve(
@@ -729,7 +731,9 @@ def serve(
     where = ", ".join(map(str, paths)) or "nothing"
     shown = f"[{host}]" if ":" in host else host
     print(
-        f"profile-step dashboard: {len(store.refs)} run(s) from {where}; "
+        f"profile-step dashboard: {len(store.refs)} run(s)"
+        + (f" and {len(store.plans)} plan(s)" if store.plans else "")
+        + f" from {where}; "
         f"open http://{shown}:{getattr(server, 'effective_port', port)}/ (Ctrl-C to stop)",
         flush=True,
     )

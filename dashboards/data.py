@@ -19,10 +19,10 @@ import contextlib
 import hashlib
 import json
 import os
+import queue
 import stat
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -364,7 +364,8 @@ class WhatIfs:
         self._errors: dict[tuple[str, str], str] = {}
         self._pending: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="whatif")
+        self._queue: queue.Queue[tuple[tuple[str, str], Analysis, float, bool]] = queue.Queue()
+        self._worker: threading.Thread | None = None
 
     def get(self, rid: str, factor: float, model_host: bool = True) -> tuple[str, Any]:
         """``("done", doc)``, ``("computing", None)`` (started, or queued, in the background) or
@@ -388,8 +389,15 @@ class WhatIfs:
                 return "done", doc
             if key not in self._pending:
                 self._pending.add(key)
-                self._pool.submit(self._compute, key, run, factor, model_host)
+                self._queue.put((key, run, factor, model_host))
+                if self._worker is None:  # one daemon thread: a replay never delays the server's exit
+                    self._worker = threading.Thread(target=self._work, name="whatif", daemon=True)
+                    self._worker.start()
         return "computing", None
+
+    def _work(self) -> None:
+        while True:
+            self._compute(*self._queue.get())
 
     def _compute(self, key: tuple[str, str], run: Analysis, factor: float, model_host: bool) -> None:
         try:

@@ -661,11 +661,15 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
     pl.set_defaults(func=cmd_plan)
 
-    dsh = sub.add_parser("dashboard", help="the web app: runs, policies, layers, timeline, copy streams")
+    dsh = sub.add_parser(
+        "dashboard",
+        help="the web app: runs, policies, findings, policy trade, what-if, layers, timeline, copy streams",
+    )
     dsh.add_argument(
         "paths",
         nargs="*",
-        help="run folders, folders of runs, traces (default: the project's sample_traces/ and ./runs)",
+        help="run folders, folders of runs, traces, profile-step plan folders or plan.json files "
+        "(default: the project's sample_traces/, ./runs and ./plans)",
     )
     dsh.add_argument("--host", default="127.0.0.1")
     dsh.add_argument("--port", type=int, default=8050)

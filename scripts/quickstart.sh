@@ -49,6 +49,7 @@ profile-step plan --target h100 --batch 4,16 --policies "$policies" examples/tra
   --layers 8 --d-model 1024 --heads 16 --ffn 4096 --seq 4096 --vocab 32000 --dtype bfloat16
 if [ -z "${QUICKSTART_NO_DASHBOARD:-}" ]; then
   paths=(runs sample_traces)
+  [ -d plans ] && paths+=(plans)  # the H100 plan above: the dashboard's Policy trade view shows it
   extra=()
   if [ -f ../shared/traces/CATALOG.tsv ]; then  # real public traces, shown where they lie, never copied
     paths+=(../shared/traces)

@@ -96,3 +96,46 @@ def test_frontier_points():
     assert pts["d"]["memory_bytes"] is None and pts["d"]["memory_source"] is None
     for p in pts.values():
         assert p["step_ns"] == 10 and p["tflops"] == pytest.approx(1e9 / 10e-9 / 1e12)
+
+
+# --- the dashboard's stores: what-ifs computed once and kept, plans found -------------------------
+def test_whatifs_are_computed_in_the_background_and_kept(tmp_path):
+    import shutil
+    import time
+
+    from dashboards.data import RunStore
+
+    run = tmp_path / "synthetic-4-offload_all"
+    shutil.copytree(DEMO.parent, run, ignore=shutil.ignore_patterns("*.profile-step.db", "*.parquet"))
+    store = RunStore([tmp_path])
+    (rid,) = store.refs
+    assert store.whatifs.get(rid, 0.5) == ("computing", None)
+    for _ in range(600):
+        state, doc = store.whatifs.get(rid, 0.5)
+        if state != "computing":
+            break
+        time.sleep(0.05)
+    assert state == "done"
+    assert doc == trace_whatif(open_trace(run / DEMO.name), 0.5)
+    # a new dashboard on the same folder reads it from the run's results file: no recomputation
+    again = RunStore([tmp_path])
+    assert again.whatifs.get(rid, 0.5) == ("done", doc)
+    assert again.whatifs.get(rid, 0.5, model_host=False)[0] == "computing"  # another model, another replay
+
+
+def test_plans_are_found_and_bad_ones_named(tmp_path):
+    from dashboards.data import discover, discover_plans, read_plan
+    from profiler.errors import InputError
+
+    good = tmp_path / "plans" / "20260101T000000-h100-abc"
+    good.mkdir(parents=True)
+    (good / "plan.json").write_text('{"target": {"label": "H100"}, "label": "compiled for H100", "results": []}')
+    bad = tmp_path / "other.json"
+    bad.write_text('{"not": "a plan"}')
+    plans = discover_plans([tmp_path, bad])
+    assert sorted(p.name for p in plans) == ["20260101T000000-h100-abc", "other.json"]
+    assert discover([tmp_path, bad]) == []  # neither is a run
+    by_name = {p.name: p for p in plans}
+    assert read_plan(by_name["20260101T000000-h100-abc"])["label"] == "compiled for H100"
+    with pytest.raises(InputError, match=r"other\.json: is not a profile-step plan document"):
+        read_plan(by_name["other.json"])
