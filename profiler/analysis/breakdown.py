@@ -156,7 +156,7 @@ class Breakdown:
                 .filter(pl.col("ov") > 0)
                 .group_by("name")
                 .agg(pl.col("ov").sum(), pl.len().alias("kernels"))
-                .sort("ov", descending=True)
+                .sort(["ov", "name"], descending=[True, False])  # ties by name: the same on every run
                 .head(TOP_KERNELS)
             )
             out[int(key)] = [{"name": n, "overlap_ns": int(o), "kernels": int(c)} for n, o, c in best.iter_rows()]

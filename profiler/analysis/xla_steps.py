@@ -84,7 +84,9 @@ def _inside(points: pl.DataFrame, spans: pl.DataFrame, by: str) -> pl.Series:
         points.select(by, "start")
         .with_row_index("_i")
         .sort("start")
-        .join_asof(merged.sort("_s"), left_on="start", right_on="_s", by=by, strategy="backward")
+        .join_asof(
+            merged.sort("_s"), left_on="start", right_on="_s", by=by, strategy="backward", check_sortedness=False
+        )
         .sort("_i")
     )
     return (hit["_e"].is_not_null() & (hit["start"] < hit["_e"])).alias("inside")

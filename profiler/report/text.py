@@ -80,6 +80,9 @@ def render_devices(doc: dict[str, Any]) -> str:
     head = (
         f"{info.get('path', '')}  (nsys {info.get('nsys_version') or '?'}, schema {info.get('schema_version') or '?'})"
     )
+    window = info.get("window")
+    if window:
+        head += "\n" + window_line(window)
     devices = doc["devices"]
     if not devices:
         return head + "\nNo GPU activity in this trace (a CPU-only run?): no kernels, copies or memsets."
@@ -119,6 +122,14 @@ def render_devices(doc: dict[str, Any]) -> str:
                 )
             )
     return "\n".join(out)
+
+
+def window_line(w: dict[str, Any]) -> str:
+    """The analysis window (``trace.window`` of the JSON) in one line."""
+    if w.get("start_ns") is None:
+        return "analysis window: the whole recording" + (f" ({w['note']})" if w.get("note") else "")
+    span = f"{ms(w['duration_ns'])} ms" if w.get("duration_ns") is not None else "to the end of the recording"
+    return f"analysis window: {w['source']}, {span}" + (f" ({w['note']})" if w.get("note") else "")
 
 
 def render_policy_table(rows: list[dict[str, Any]]) -> str:
@@ -184,7 +195,8 @@ def render_groups(doc: dict[str, Any], by: str) -> str:
     if by == "step":
         steps = doc["steps"]
         if not steps["steps"]:
-            return "No step ranges in this trace (profile-step's step=N, or --step-range REGEX)."
+            why = steps.get("source_note") or "no step=N ranges, no --step-range REGEX"
+            return f"No steps in this trace: {why}."
         rows = []
         for s in steps["steps"]:
             for dev, c in (s["devices"] or {"-": None}).items():
@@ -195,6 +207,10 @@ def render_groups(doc: dict[str, Any], by: str) -> str:
             rows,
             left=(0, 1, len(GROUP_HEADERS) + 2),
         )
+        source = steps.get("source") or "?"
+        if steps.get("source_note"):
+            source += f"; {steps['source_note']}"
+        notes.append(f"steps from {source}")
         notes.append(f"steps attributed by {steps['attribution']}; median step {ms(steps['median_step_ns'])} ms")
     else:
         key = {"layer": "layers", "range": "ranges", "op": "ops"}[by]

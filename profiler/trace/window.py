@@ -102,13 +102,6 @@ class Window:
             "note": self.note,
         }
 
-    def describe(self) -> str:
-        """One line for people."""
-        if not self.active:
-            return "analysis window: the whole recording" + (f" ({self.note})" if self.note else "")
-        span = f"{(self.end - self.start) / 1e6:.3f} ms" if self.end is not None else "to the end of the recording"
-        return f"analysis window: {self.source}, {span}" + (f" ({self.note})" if self.note else "")
-
 
 def _first_range(rows: Any, what: str) -> tuple[int, int | None, str | None]:
     """(start, end, note) of the first of *rows* (start-sorted ranges)."""
