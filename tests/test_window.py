@@ -131,8 +131,12 @@ def test_all_reads_everything_as_without_a_marker(build):
 
 def test_named_range_window(build):
     path = build(recording(None, outside=True))
-    w = open_trace(path, "nvtx:step=1").window
-    assert (w.source, w.start, w.end) == ("NVTX range step=1", W0 + 1000 + 2_000_000, W0 + 1000 + 3_001_000)
+    # read as nsys's --nvtx-capture reads it: NAME in the default domain, NAME@DOMAIN, NAME@*
+    w = open_trace(path, "nvtx:step=1@profile-step").window
+    assert (w.source, w.start, w.end) == ("NVTX range step=1@profile-step", W0 + 2_001_000, W0 + 3_002_000)
+    assert open_trace(path, "nvtx:step=1@*").window.start == w.start
+    assert not open_trace(path, "nvtx:step=1").window.active  # not in the default domain
+    assert open_trace(path, "nvtx:train").window.start == 0
     dev = analyze(open_trace(path, "nvtx:step=1@profile-step"))["devices"]["0"]
     assert dev["copies"]["d2h"]["count"] == 2
     missing = open_trace(path, "nvtx:nope").window

@@ -132,6 +132,19 @@ def window_line(w: dict[str, Any]) -> str:
     return f"analysis window: {w['source']}, {span}" + (f" ({w['note']})" if w.get("note") else "")
 
 
+def steps_line(summary: dict[str, Any]) -> str:
+    """A run's steps in one line: how many, from where, their median, the warm-up left out."""
+    if not summary.get("steps"):
+        return f"no steps: {summary.get('step_source_note') or 'no step ranges'}"
+    med = summary.get("median_step_ns")
+    warm = summary.get("warmup_steps")
+    return (
+        f"{summary['steps']} steps from {summary.get('step_source')}"
+        + (f", median {ms(med)} ms" if med is not None else "")
+        + (f", {warm} warm-up left out" if warm else "")
+    )
+
+
 def render_policy_table(rows: list[dict[str, Any]]) -> str:
     """One line per policy run: status, steps, step time, offloaded bytes, busy/exposed copy time."""
     headers = (

@@ -226,8 +226,9 @@ class Trace:
         return f"({key} IN ({calls} AND start >= {t0} AND start < {t1}) OR ({in_time} AND {key} NOT IN ({calls})))"
 
     def nvtx_ranges_named(self, name: str, domain: str | None) -> pl.DataFrame:
-        """Push/pop and start/end ranges whose message is *name* (in *domain*, or any): start, end
-        (NULL when never closed), sorted by start; read from the whole recording."""
+        """Push/pop and start/end ranges whose message is *name* in *domain* (``""``: the default
+        domain; None: any): start, end (NULL when never closed), sorted by start; read from the
+        whole recording."""
         if NVTX_TABLE not in self.tables:
             return pl.DataFrame(schema={"start": I64, "end": I64})
         quoted = "'" + name.replace("'", "''") + "'"
@@ -242,8 +243,10 @@ class Trace:
         spec = {"start": ("start", I64), "end": ("end", I64), "domain_id": ("domainId", I64)}
         rows = self._read(NVTX_TABLE, spec, where)
         if domain is not None:
-            ids = self._domains.filter(pl.col("domain") == domain)["domain_id"]
-            rows = rows.filter(pl.col("domain_id").is_in(ids.implode()))
+            named = self._domains.filter(pl.col("domain").is_not_null())
+            ids = named.filter(pl.col("domain") == domain)["domain_id"]
+            in_domain = pl.col("domain_id").is_in(ids.implode())
+            rows = rows.filter(in_domain if domain else ~pl.col("domain_id").is_in(named["domain_id"].implode()))
         return rows.select("start", "end").sort("start")
 
     def runtime_named(self, prefixes: tuple[str, ...]) -> pl.DataFrame:

@@ -52,14 +52,16 @@ def check_spec(spec: str) -> str:
 
 
 def nvtx_name_and_domain(spec: str) -> tuple[str, str | None]:
-    """``nvtx:NAME[@DOMAIN]`` -> (NAME, DOMAIN or None for any); profile-step's own range is in its domain."""
+    """``nvtx:NAME[@DOMAIN]`` -> (NAME, DOMAIN), read as nsys's ``--nvtx-capture`` reads it: no
+    domain is the default domain (``""``), ``@*`` any domain (None); profile-step's own range is
+    in its own domain."""
     body = spec.removeprefix("nvtx:")
     name, at, domain = body.rpartition("@")
     if not at:
         name, domain = body, ""
     if name == CAPTURE_RANGE and not domain:
         domain = DOMAIN
-    return name, (None if domain in ("", "*") else domain)
+    return name, (None if domain == "*" else domain)
 
 
 def spec_from_manifest(trace_path: Path) -> str | None:
@@ -134,7 +136,7 @@ def find(trace: Trace, spec: str) -> Window:
     if spec.startswith("nvtx:"):
         name, domain = nvtx_name_and_domain(spec)
         rows = trace.nvtx_ranges_named(name, domain)
-        label = f"NVTX range {name}" + (f"@{domain}" if domain else "")
+        label = f"NVTX range {name}" + ("@*" if domain is None else f"@{domain}" if domain else "")
         if rows.height == 0:
             return Window(spec, note=f"no {label} in the recording")
         start, end, note = _first_range(rows, f"{label} ranges")
