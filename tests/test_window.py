@@ -68,7 +68,7 @@ def views(path, window: str | None = None) -> dict:
     out = {by or "devices": analyze(trace, by=by) for by in (None, "range", "step", "layer", "op")}
     for doc in out.values():
         del doc["trace"]
-    out["run"] = {k: v for k, v in collect(open_trace(path, window)).items() if k != "trace"}
+    out["run"] = {k: v for k, v in collect(open_trace(path, window)).items() if k not in ("trace", "window")}
     return out
 
 

@@ -95,6 +95,8 @@ def collect(trace: Trace, manifest: dict[str, Any] | None = None, detail: bool =
         "nsys_version": trace.nsys_version,
         "manifest": manifest,
         "gpus": sorted(set(trace.devices["name"].drop_nulls().to_list())),
+        "window": trace.window.facts(),  # the part of the recording these numbers come from
+        "step_source": steps["source"],
         "steps": step_rows,
         "median_step_ns": steps["median_included_step_ns"],
         "copies": {d: totals([dev["copies"][d] for dev in devices.values()]) for d in DIRECTIONS},

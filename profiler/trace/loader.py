@@ -256,7 +256,18 @@ class Trace:
         if RUNTIME_TABLE not in self.tables or name_id == "NULL" or "StringIds" not in self.tables:
             return pl.DataFrame(schema={"start": I64, "end": I64})
         like = " OR ".join(f"value LIKE '{p}%'" for p in prefixes)
-        where = f"{name_id} IN (SELECT id FROM StringIds WHERE {like})"
+        empty = pl.DataFrame(schema={"start": I64, "end": I64})
+        try:  # the names first (a small table): most recordings never call these, and then
+            con = sqlite_io.connect_ro(self.path)  # the big runtime table is not scanned at all
+            try:
+                ids = [int(r[0]) for r in con.execute(f"SELECT id FROM StringIds WHERE {like}")]
+            finally:
+                con.close()
+        except sqlite3.DatabaseError as exc:
+            raise InputError(self.path, f"StringIds cannot be read ({exc})") from None
+        if not ids:
+            return empty
+        where = f"{name_id} IN ({','.join(map(str, ids))})"
         return self._read(RUNTIME_TABLE, {"start": ("start", I64), "end": ("end", I64)}, where).sort("start")
 
     @property
