@@ -155,3 +155,22 @@ def test_scan_repeats_numbered_with_the_peeled_iteration(build):
         "decoder[1]": 200,
         "decoder[2]": 300,
     }
+
+
+def test_one_process_driving_two_gpus(build):
+    """Each step runs once per GPU (one thread each): the k-th executions together are step k."""
+    b = new()
+    b.gpu(1)
+    compile_range(b, 0, 1_000, "jit_step", 1)
+    for i in range(3):
+        for dev, tid, lag in ((0, A, 0), (1, B, 50)):
+            t = 2_000 + i * 1_000 + lag
+            b.nvtx(t, t + 100, "XlaModule:#hlo_module=jit_step,program_id=1#", tid=tid, domain_id=TSL)
+            corr = b.copy(t + 100, t + 400 + 10 * dev, "d2h", 1000 * (dev + 1), device=dev)
+            b.runtime(t + 10, t + 15, corr, name="cudaMemcpyAsync", tid=tid)
+    steps = steps_of(build(b))
+    assert [s["name"] for s in steps["steps"]] == ["jit_step#0", "jit_step#1", "jit_step#2"]
+    assert [s["excluded"] is not None for s in steps["steps"]] == [True, False, False]  # both GPUs' first run
+    s1 = steps["steps"][1]
+    assert (s1["start_ns"], s1["end_ns"]) == (3_100, 3_460)  # from device 0's first op to device 1's last
+    assert {d: c["d2h"]["bytes"] for d, c in s1["devices"].items()} == {"0": 1000, "1": 2000}

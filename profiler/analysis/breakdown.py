@@ -173,16 +173,21 @@ class Breakdown:
         """The one definition of a step, shared by every view: ``--step-range REGEX`` ranges, else
         profile-step's ``step=N`` ranges, else the executions of the dominant XLA module."""
         r = self.ranges.ranges
-        no_warmup = pl.lit(None, pl.String).alias("warmup")
+
+        def one_range_each(sel: pl.DataFrame, source: str) -> StepSet:
+            frame = sel.sort("start").with_row_index("index").with_columns(pl.lit(None, pl.String).alias("warmup"))
+            return StepSet(frame, frame.select("range_id", "index"), source, None)
+
         if self.step_range:
-            sel = r.filter(pl.col("name").str.contains(self.step_range))
-            return StepSet(sel.with_columns(no_warmup), f"--step-range {self.step_range}", None)
+            return one_range_each(
+                r.filter(pl.col("name").str.contains(self.step_range)), f"--step-range {self.step_range}"
+            )
         sel = r.filter((pl.col("domain") == DOMAIN) & pl.col("name").str.starts_with(STEP_PREFIX))
         if sel.height:
-            return StepSet(sel.with_columns(no_warmup), f"profile-step {STEP_PREFIX}N ranges", None)
+            return one_range_each(sel, f"profile-step {STEP_PREFIX}N ranges")
         xla = self.module_steps
         why = f"no {STEP_PREFIX}N ranges, no --step-range; " + (xla.note or "")
-        return StepSet(xla.steps, xla.source, xla.note if xla.source else why)
+        return StepSet(xla.steps, xla.members, xla.source, xla.note if xla.source else why)
 
     @cached_property
     def module_steps(self) -> ModuleSteps:
@@ -198,9 +203,9 @@ class Breakdown:
         return module_steps(r, attribution.attribute(ops, modules), ops)
 
     def step_ranges(self) -> pl.DataFrame:
-        """The step instances, in time order, with an index: range_id, name, start, end (the
-        step's span), warmup (why it is warm-up, else NULL)."""
-        return self.steps.frame.sort("start").with_row_index("index")
+        """The steps, in time order: index, range_id (its range, or its first XLA execution), name,
+        start, end (the step's span), warmup (why it is warm-up, else NULL)."""
+        return self.steps.frame
 
     def by_step(self, copies: bool = True) -> dict[str, Any]:
         """Per step instance: duration, copy metrics; warm-up and outlier steps flagged and excluded."""
@@ -219,7 +224,7 @@ class Breakdown:
         label = {i: f"{n}#{i}" if self.step_range else n for i, n in ids.select("index", "name").iter_rows()}
         how, rows = None, {}
         if copies:
-            assigned = self.pairs.join(ids, on="range_id")
+            assigned = self.pairs.join(self.steps.members, on="range_id")
             how = "launch thread"
             if self.ops.height == 0:
                 how = "nothing (no GPU ops)"
@@ -361,7 +366,8 @@ class Breakdown:
 class StepSet:
     """The steps of a trace and where they came from."""
 
-    frame: pl.DataFrame  # range_id, name, start, end, warmup, ...
+    frame: pl.DataFrame  # one row per step, in time order: index, range_id, name, start, end, warmup, ...
+    members: pl.DataFrame  # range_id, index: the ranges each step's ops are launched in
     source: str | None  # None: no steps
     note: str | None  # why there are none, or what was chosen among what
 

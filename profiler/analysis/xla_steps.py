@@ -10,14 +10,17 @@ are the steps:
 - executions that run inside a compile range on their own thread (the
   autotuner's trial modules, ``XlaModule:#hlo_module=extracted#``) are compile
   work, never steps;
-- of the dominant group's executions, those that overlap (host time, same
-  process) a compile range of the same module (``XlaCompile``, ``XlaPass``,
-  ... with its ``module=``; by ``program_id`` when both name one), and the
-  first execution of a program whose compilation the recording holds, are
-  warm-up: listed and excluded from medians.
+- one process driving several GPUs runs each step once per GPU: the k-th
+  execution on each device (in each process) together are step k;
+- executions that overlap (host time, same process) a compile range of the
+  same module (``XlaCompile``, ``XlaPass``, ... with its ``module=``; by
+  ``program_id`` when both name one), and each device's first execution of a
+  program whose compilation the recording holds, are warm-up: the step is
+  listed and excluded from medians.
 
 A step's span is its projection onto the GPU (first start to last end of the
-ops launched inside it), or its host range when it launched none.
+ops launched inside its executions), or their host range when they launched
+none.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ NO_XLA = "no XLA module ranges: XLA writes them only on GPUs (XLA:CPU emits no N
 class ModuleSteps:
     """The dominant module's executions as steps, or why there are none."""
 
-    steps: pl.DataFrame  # range_id, name, start, end, warmup (reason or NULL), pid; in time order
+    steps: pl.DataFrame  # index, range_id (the first execution), name, start, end, warmup (or NULL), pid
+    members: pl.DataFrame  # range_id, index: every execution of each step
     module: str | None
     program_id: int | None
     note: str | None
@@ -51,15 +55,21 @@ class ModuleSteps:
 
 
 def _projection(modules: pl.DataFrame, pairs: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
-    """Per module range: gpu_start, gpu_end, gpu_ns (busy union) of the ops launched inside it."""
+    """Per module range: gpu_start, gpu_end, gpu_ns (busy union) and device (the first) of the ops
+    launched inside it."""
     p = pairs.join(modules.select("range_id"), on="range_id")
     if p.height == 0:
         return modules.select("range_id").with_columns(
-            pl.lit(None, I64).alias("gpu_start"), pl.lit(None, I64).alias("gpu_end"), pl.lit(0, I64).alias("gpu_ns")
+            pl.lit(None, I64).alias("gpu_start"),
+            pl.lit(None, I64).alias("gpu_end"),
+            pl.lit(0, I64).alias("gpu_ns"),
+            pl.lit(None, I64).alias("device"),
         )
-    spans = ops.select("start", "end")[p["op_id"].to_numpy()].with_columns(p["range_id"])
+    spans = ops.select("start", "end", "device")[p["op_id"].to_numpy()].with_columns(p["range_id"])
     busy = length_by_group(union(spans["range_id"].to_numpy(), spans["start"].to_numpy(), spans["end"].to_numpy()))
-    agg = spans.group_by("range_id").agg(pl.col("start").min().alias("gpu_start"), pl.col("end").max().alias("gpu_end"))
+    agg = spans.group_by("range_id").agg(
+        pl.col("start").min().alias("gpu_start"), pl.col("end").max().alias("gpu_end"), pl.col("device").min()
+    )
     agg = agg.with_columns(pl.col("range_id").replace_strict(busy, default=0, return_dtype=I64).alias("gpu_ns"))
     return modules.select("range_id").join(agg, on="range_id", how="left").with_columns(pl.col("gpu_ns").fill_null(0))
 
@@ -97,15 +107,18 @@ def module_steps(ranges: pl.DataFrame, pairs: pl.DataFrame, ops: pl.DataFrame) -
 
     *pairs* (op_id, range_id) and *ops* (by op_id) give the GPU ops launched inside each range.
     """
-    empty = pl.DataFrame(schema={"range_id": I64, "name": pl.String, "start": I64, "end": I64, "warmup": pl.String})
+    schema = {"index": pl.UInt32, "range_id": I64, "name": pl.String, "start": I64, "end": I64}
+    empty = pl.DataFrame(schema={**schema, "warmup": pl.String, "pid": I64})
+    no_members = pl.DataFrame(schema={"range_id": I64, "index": pl.UInt32})
     modules = ranges.filter(pl.col("xla_kind") == "module")
     if modules.height == 0:
-        return ModuleSteps(empty, None, None, NO_XLA)
+        return ModuleSteps(empty, no_members, None, None, NO_XLA)
     compiles = ranges.filter(pl.col("xla_kind") == "compile")
     modules = modules.with_columns(_inside(modules, compiles, "global_tid").alias("in_compile"))
     candidates = modules.filter(~pl.col("in_compile"))
     if candidates.height == 0:
-        return ModuleSteps(empty, None, None, "every XLA module execution ran inside a compilation (autotuning)")
+        note = "every XLA module execution ran inside a compilation (autotuning)"
+        return ModuleSteps(empty, no_members, None, None, note)
     candidates = candidates.join(_projection(candidates, pairs, ops), on="range_id", how="left")
     totals = (
         candidates.group_by("hlo_module", "program_id")
@@ -131,8 +144,10 @@ def module_steps(ranges: pl.DataFrame, pairs: pl.DataFrame, ops: pl.DataFrame) -
         if named.height
         else pl.DataFrame(schema={"pid": I64, "_c0": I64})
     )
+    # one device's sequence of executions: its GPU (in its process), else its thread
+    lane = pl.coalesce(pl.col("device").cast(pl.String), pl.format("thread {}", pl.col("global_tid")))
     execs = (
-        execs.with_columns(overlapping.alias("_overlaps"), pl.int_range(pl.len()).over("pid").alias("_k"))
+        execs.with_columns(overlapping.alias("_overlaps"), pl.int_range(pl.len()).over("pid", lane).alias("_k"))
         .join(compiled_before, on="pid", how="left")
         .with_columns(
             pl.when(pl.col("_overlaps"))
@@ -144,17 +159,32 @@ def module_steps(ranges: pl.DataFrame, pairs: pl.DataFrame, ops: pl.DataFrame) -
             pl.coalesce("gpu_end", "end").alias("span_end"),
         )
     )
-    steps = execs.with_row_index("_n").select(
-        "range_id",
-        pl.format("{}#{}", pl.lit(module), pl.col("_n")).alias("name"),
-        pl.col("span_start").alias("start"),
-        pl.col("span_end").alias("end"),
-        "warmup",
-        "pid",
+    steps = (
+        execs.sort("start")
+        .group_by("_k", maintain_order=True)
+        .agg(
+            pl.col("range_id").first(),
+            pl.col("span_start").min().alias("start"),
+            pl.col("span_end").max().alias("end"),
+            pl.col("warmup").drop_nulls().first(),
+            pl.col("pid").first(),
+        )
+        .sort("_k")
+        .with_columns(pl.col("_k").cast(pl.UInt32).alias("index"))
+        .select(
+            "index",
+            "range_id",
+            pl.format("{}#{}", pl.lit(module), pl.col("_k")).alias("name"),
+            "start",
+            "end",
+            "warmup",
+            "pid",
+        )
     )
+    members = execs.select("range_id", pl.col("_k").cast(pl.UInt32).alias("index"))
     others = totals.height - 1
     note = f"the dominant of {totals.height} XLA modules by GPU time" if others else None
-    return ModuleSteps(steps, module, program, note)
+    return ModuleSteps(steps, members, module, program, note)
 
 
 def _overlaps(execs: pl.DataFrame, compiles: pl.DataFrame) -> pl.Series:
