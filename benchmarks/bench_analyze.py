@@ -1,9 +1,12 @@
 """Wall time and peak memory of ``profile-step analyze --json`` against its baselines.
 
-    python benchmarks/bench_analyze.py [EXPORT] [--repeat 3]
+    python benchmarks/bench_analyze.py [EXPORT] [--repeat 3] [--events]
 
-Makes the 1M-kernel export first when EXPORT does not exist.  Each command
-runs as its own process; peak memory is the child's max RSS (wait4).
+Makes the 1M-kernel export first when EXPORT does not exist (with ``--events``:
+``benchmarks/data/big-events.sqlite``, with launches, event records and stream
+waits, and then also ``whatif --json``, and the read baseline includes what the
+stalls read).  Each command runs as its own process; peak memory is the
+child's max RSS.
 """
 
 from __future__ import annotations
@@ -42,23 +45,35 @@ def measure(cmd: list[str], cwd: Path) -> tuple[float, float]:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("export", type=Path, nargs="?", default=HERE / "data" / "big.sqlite")
+    p.add_argument("export", type=Path, nargs="?", default=None)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--events", action="store_true", help="launches, event records and stream waits in the export")
     a = p.parse_args()
+    a.export = a.export or HERE / "data" / ("big-events.sqlite" if a.events else "big.sqlite")
     if not a.export.exists():
-        make(a.export, 1_000_000, 200_000, 20_000)
+        make(a.export, 1_000_000, 200_000, 20_000, events=a.events)
     py = sys.executable
     export = str(a.export.resolve())
     cmds: dict[str, list[str]] = {
         "profile-step analyze --json": [py, "-m", "profiler.cli", "analyze", "--json", export],
     }
+    if a.events:
+        cmds["profile-step whatif --json --link nvlink-c2c"] = [
+            *cmds["profile-step analyze --json"][:3],
+            "whatif",
+            "--json",
+            "--link",
+            "nvlink-c2c",
+            export,
+        ]
     for reader in ("connectorx", "adbc", "sqlite3"):
         try:
             module = {"connectorx": "connectorx", "adbc": "adbc_driver_sqlite"}.get(reader, reader)
             __import__(module)
         except ImportError:
             continue
-        cmds[f"(a) read columns only, {reader}"] = [py, str(HERE / "read_baseline.py"), reader, export]
+        extra = ["--stalls"] if a.events else []
+        cmds[f"(a) read columns only, {reader}"] = [py, str(HERE / "read_baseline.py"), reader, export, *extra]
     try:
         nsys = find_nsys()
         stats = [str(nsys), "stats", "--format", "csv", "--output", "-"]

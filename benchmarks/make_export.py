@@ -4,7 +4,15 @@ Default: 1,000,000 kernels (1% NCCL) and 200,000 h2d/d2h copies over 8 streams
 and 2 devices, plus 20,000 memsets.  Rows are generated with NumPy and inserted
 in bulk; the tables use the same DDL as profiler.trace.synthetic.
 
-    python benchmarks/make_export.py benchmarks/data/big.sqlite [--kernels N] [--copies N]
+With ``--events``: CUDA launches for every op, and the event records and stream
+waits XLA's async copies synchronize through: every copy waits for the compute
+stream (a record on a compute stream just before the copy's launch, a wait on
+the copy stream), and every other copy's consumer waits for it (a record on
+the copy stream, a wait on a compute stream).  Event ids come from a pool of
+1,024 and are reused, as XLA reuses its events.  Launches follow GPU order, so
+the dependencies are consistent (no cycles).
+
+    python benchmarks/make_export.py benchmarks/data/big.sqlite [--kernels N] [--copies N] [--events]
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ def make(
     steps: int = 10,
     layers: int = 48,
     policy: str = "offload_qkv",
+    events: bool = False,
 ) -> Path:
     rng = np.random.default_rng(seed)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -157,34 +166,31 @@ def make(
                 "bytes": np.full(n_memsets, 4096),
             },
         )
+        copy_dev = con.execute("SELECT deviceId, streamId FROM CUPTI_ACTIVITY_KIND_MEMCPY ORDER BY rowid").fetchall()
+        if annotate or events:
+            add_launches(con, ks, cs, n_kernels, n_copies)
         if annotate:
-            add_annotations(con, rng, ks, ke, cs, ce, n_kernels, n_copies, steps, layers, policy)
+            add_annotations(con, ks, ke, cs, ce, steps, layers, policy)
+        if events:
+            add_events(con, rng, cs - LAUNCH_LEAD, np.array(copy_dev), n_kernels + n_copies + n_memsets)
     con.close()
     tmp.rename(path)
     return path
 
 
-def add_annotations(
-    con: sqlite3.Connection,
-    rng: np.random.Generator,
-    ks: np.ndarray,
-    ke: np.ndarray,
-    cs: np.ndarray,
-    ce: np.ndarray,
-    n_kernels: int,
-    n_copies: int,
-    steps: int,
-    layers: int,
-    policy: str,
-) -> None:
-    """profile-step's NVTX ranges (policy, steps, layers) and a CUDA launch for every kernel and copy."""
+LAUNCH_LEAD = 2000  # ns between a launch call and its op's GPU start
+RECORD_NAME, WAIT_NAME = 9004, 9005
+
+
+def add_launches(con: sqlite3.Connection, ks: np.ndarray, cs: np.ndarray, n_kernels: int, n_copies: int) -> None:
+    """A CUDA launch call, on one thread, LAUNCH_LEAD ns before every kernel and copy."""
     tid = global_tid(100, 100)
-    t0, t1 = int(min(ks.min(), cs.min())) - 10_000, int(max(ke.max(), ce.max()))
     names = create(con, "CUPTI_ACTIVITY_KIND_RUNTIME")
     con.execute(
-        "INSERT INTO StringIds VALUES (9001, 'cudaLaunchKernel'), (9002, 'cudaMemcpyAsync'), (9003, 'profile-step')"
+        "INSERT INTO StringIds VALUES (9001, 'cudaLaunchKernel'), (9002, 'cudaMemcpyAsync'), (9003, 'profile-step'), "
+        f"({RECORD_NAME}, 'cuEventRecord'), ({WAIT_NAME}, 'cuStreamWaitEvent')"
     )
-    launch = np.concatenate([ks, cs]) - 2000
+    launch = np.concatenate([ks, cs]) - LAUNCH_LEAD
     insert(
         con,
         "CUPTI_ACTIVITY_KIND_RUNTIME",
@@ -199,6 +205,90 @@ def add_annotations(
             "returnValue": np.zeros(launch.size, int),
         },
     )
+
+
+def add_events(
+    con: sqlite3.Connection, rng: np.random.Generator, copy_launch: np.ndarray, copy_dev: np.ndarray, first_corr: int
+) -> None:
+    """Event records and stream waits around every copy (see the module docstring)."""
+    n = copy_launch.size
+    dev, stream = copy_dev[:, 0], copy_dev[:, 1]
+    compute = rng.integers(0, 4, n) + 7
+    consumer = rng.random(n) < 0.5
+    m = int(consumer.sum())
+    # producer: record on a compute stream 5 ns before the copy's launch, wait on the copy stream 3 ns before
+    # consumer: record on the copy stream 1 ns after the launch, wait on a compute stream 2 ns after
+    rec_t = np.r_[copy_launch - 5, copy_launch[consumer] + 1]
+    rec_dev = np.r_[dev, dev[consumer]]
+    rec_stream = np.r_[compute, stream[consumer]]
+    wait_t = np.r_[copy_launch - 3, copy_launch[consumer] + 2]
+    wait_stream = np.r_[stream, rng.integers(0, 4, m) + 7]
+    event = rng.integers(0, 1024, n + m)
+    k = n + m
+    rec_corr = np.arange(k) + first_corr
+    wait_corr = rec_corr + k
+    tid = global_tid(100, 100)
+    names = [c.split()[0] for c in DDL["CUPTI_ACTIVITY_KIND_RUNTIME"]]
+    insert(
+        con,
+        "CUPTI_ACTIVITY_KIND_RUNTIME",
+        names,
+        {
+            "start": np.r_[rec_t, wait_t],
+            "end": np.r_[rec_t, wait_t] + 1,
+            "eventClass": np.ones(2 * k, int),
+            "globalTid": np.full(2 * k, tid),
+            "correlationId": np.r_[rec_corr, wait_corr],
+            "nameId": np.r_[np.full(k, RECORD_NAME), np.full(k, WAIT_NAME)],
+            "returnValue": np.zeros(2 * k, int),
+        },
+    )
+    names = create(con, "CUPTI_ACTIVITY_KIND_CUDA_EVENT")
+    insert(
+        con,
+        "CUPTI_ACTIVITY_KIND_CUDA_EVENT",
+        names,
+        {
+            "deviceId": rec_dev,
+            "contextId": np.ones(k, int),
+            "streamId": rec_stream,
+            "correlationId": rec_corr,
+            "globalPid": np.full(k, global_tid(100, 0)),
+            "eventId": event,
+        },
+    )
+    names = create(con, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
+    insert(
+        con,
+        "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+        names,
+        {
+            "start": wait_t,
+            "end": wait_t + 1,
+            "deviceId": rec_dev,
+            "contextId": np.ones(k, int),
+            "streamId": wait_stream,
+            "correlationId": wait_corr,
+            "globalPid": np.full(k, global_tid(100, 0)),
+            "syncType": np.full(k, 3),
+            "eventId": event,
+        },
+    )
+
+
+def add_annotations(
+    con: sqlite3.Connection,
+    ks: np.ndarray,
+    ke: np.ndarray,
+    cs: np.ndarray,
+    ce: np.ndarray,
+    steps: int,
+    layers: int,
+    policy: str,
+) -> None:
+    """profile-step's NVTX ranges (policy, steps, layers)."""
+    tid = global_tid(100, 100)
+    t0, t1 = int(min(ks.min(), cs.min())) - 10_000, int(max(ke.max(), ce.max()))
     names = create(con, "NVTX_EVENTS")
     rows = [(t0 - 1, None, 75, "profile-step", 1), (t0, t1 + 1, 59, f"policy={policy}", 1)]
     edges = np.linspace(t0, t1 + 1, steps + 1).astype(np.int64)
@@ -228,12 +318,13 @@ def main() -> None:
     p.add_argument("--copies", type=int, default=200_000)
     p.add_argument("--memsets", type=int, default=20_000)
     p.add_argument("--annotate", action="store_true", help="add NVTX policy/step/layer ranges and CUDA launches")
+    p.add_argument("--events", action="store_true", help="add CUDA launches, event records and stream waits")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--policy", default="offload_qkv")
     a = p.parse_args()
     if a.out.exists():
         raise SystemExit(f"{a.out} exists; not overwritten")
-    make(a.out, a.kernels, a.copies, a.memsets, seed=a.seed, annotate=a.annotate, policy=a.policy)
+    make(a.out, a.kernels, a.copies, a.memsets, seed=a.seed, annotate=a.annotate, policy=a.policy, events=a.events)
     print(a.out)
 
 

@@ -1,6 +1,9 @@
 """Baseline (a): read only the columns analyze needs, nothing else, with one reader.
 
-python benchmarks/read_baseline.py {connectorx,adbc,sqlite3} EXPORT
+python benchmarks/read_baseline.py {connectorx,adbc,sqlite3} EXPORT [--stalls]
+
+``--stalls``: also what the stalls read (every op's stream and launch, the
+runtime rows, event records and synchronization rows).
 """
 
 from __future__ import annotations
@@ -16,12 +19,24 @@ QUERIES = {
 }
 
 
+STALL_QUERIES = {
+    "kernels": "SELECT deviceId, streamId, start, end, correlationId, globalPid, shortName, demangledName "
+    "FROM CUPTI_ACTIVITY_KIND_KERNEL",
+    "copies": QUERIES["copies"],
+    "memsets": QUERIES["memsets"],
+    "runtime": "SELECT start, globalTid, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME",
+    "events": "SELECT deviceId, streamId, correlationId, globalPid, eventId FROM CUPTI_ACTIVITY_KIND_CUDA_EVENT",
+    "syncs": "SELECT start, end, deviceId, streamId, correlationId, globalPid, syncType, eventId "
+    "FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+}
+
+
 def main() -> None:
     reader, path = sys.argv[1], sys.argv[2]
     import polars as pl
 
     rows = 0
-    for sql in QUERIES.values():
+    for sql in (STALL_QUERIES if "--stalls" in sys.argv[3:] else QUERIES).values():
         if reader == "connectorx":
             import connectorx as cx
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from profiler.errors import ProfilerError
 
-SUBCOMMANDS = ("analyze", "run", "record", "compare", "dashboard")
+SUBCOMMANDS = ("analyze", "run", "record", "compare", "dashboard", "whatif", "findings")
 
 
 def _json_dump(doc: Any) -> str:
@@ -47,15 +47,49 @@ def cmd_ranks(args: argparse.Namespace) -> int:
     return 0
 
 
+def findings_config(args: argparse.Namespace) -> Any:
+    """The findings' configuration from ``--findings-config``, ``--disable-finding`` and ``--link``."""
+    from profiler.analysis.findings import rule_ids
+    from profiler.analysis.findings.config import load_config
+
+    known = rule_ids()
+    unknown = [r for r in args.disable_finding or [] if r not in known]
+    if unknown:
+        raise ProfilerError(f"--disable-finding: unknown rule {unknown[0]!r} (rules: {', '.join(sorted(known))})")
+    if args.link:
+        from profiler.analysis.links import parse_link
+
+        try:
+            parse_link(args.link)
+        except ValueError as exc:
+            raise ProfilerError(f"--link: {exc}") from None
+    return load_config(args.findings_config, known).with_(args.disable_finding, args.link)
+
+
+def add_findings_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--findings-config", default=None, metavar="FILE", help="TOML file: thresholds, disabled rules")
+    p.add_argument("--disable-finding", action="append", metavar="ID", help="turn a finding rule off (repeatable)")
+    p.add_argument("--link", default=None, metavar="NAME", help="the host link, for slow-link (default: from the GPU)")
+
+
 def cmd_analyze(args: argparse.Namespace) -> int:
     if args.ranks:
         return cmd_ranks(args)
     from profiler.analysis.summary import analyze
+    from profiler.report.findings_text import render_findings
     from profiler.report.text import render_devices, render_groups
     from profiler.trace import load_trace
 
+    config = None if args.no_findings else findings_config(args)
     trace = load_trace(args.trace, nsys=args.nsys, window=args.window)
-    doc = analyze(trace, device=args.device, by=args.by, layer_pattern=args.layer_pattern, step_range=args.step_range)
+    doc = analyze(
+        trace,
+        device=args.device,
+        by=args.by,
+        layer_pattern=args.layer_pattern,
+        step_range=args.step_range,
+        findings=config,
+    )
     if args.json:
         print(_json_dump(doc))
     else:
@@ -63,6 +97,91 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         if args.by:
             print()
             print(render_groups(doc, args.by))
+        if "findings" in doc:
+            print()
+            print(render_findings(doc["findings"]))
+    return 0
+
+
+def cmd_findings(args: argparse.Namespace) -> int:
+    """``findings TRACE|RUN...``: only the findings, for every trace the paths name."""
+    from profiler.analysis.breakdown import Breakdown
+    from profiler.analysis.findings import run_findings
+    from profiler.analysis.run_metrics import find_manifest
+    from profiler.analysis.xla_names import DEFAULT_LAYER_PATTERN
+    from profiler.errors import InputError
+    from profiler.report.findings_text import render_findings
+    from profiler.report.sides import trace_paths
+    from profiler.trace import load_trace
+
+    config = findings_config(args)
+    docs = []
+    for arg in args.paths:
+        paths = trace_paths(arg)
+        if not paths:
+            raise InputError(arg, "no such trace, run folder or folder of runs")
+        for path in paths:
+            trace = load_trace(path, nsys=args.nsys)
+            manifest = find_manifest(trace.path)
+            bd = Breakdown(trace, args.layer_pattern or DEFAULT_LAYER_PATTERN, args.step_range)
+            found = run_findings(trace, manifest, config, bd)
+            docs.append({"trace": str(path), "policy": (manifest or {}).get("policy") or bd.policy, **found})
+    if args.json:
+        print(_json_dump({"runs": docs}))
+        return 0
+    for i, d in enumerate(docs):
+        if i:
+            print()
+        print(f"{d['trace']}" + (f"  (policy {d['policy']})" if d["policy"] else ""))
+        print(render_findings(d))
+    return 0
+
+
+def cmd_whatif(args: argparse.Namespace) -> int:
+    """``whatif TRACE``: the step replayed with copies on another host link."""
+    from profiler.analysis.links import copy_scale, link_of_gpu, parse_link
+    from profiler.analysis.whatif import trace_whatif
+    from profiler.errors import InputError
+    from profiler.report.whatif_text import render_whatif
+    from profiler.trace import load_trace
+
+    trace = load_trace(args.trace, nsys=args.nsys)
+    link_doc = None
+    factor = args.copy_scale
+    if args.link is not None:
+        try:
+            target = parse_link(args.link)
+            source = parse_link(args.from_link) if args.from_link else None
+        except ValueError as exc:
+            raise ProfilerError(f"--link/--from-link: {exc}") from None
+        if source is None:
+            names = dict(trace.devices.select("id", "name").iter_rows())
+            found = {link_of_gpu(n) for n in names.values()} if names else {None}
+            if None in found or len(found) != 1:
+                what = ", ".join(sorted({str(n) for n in names.values()})) or "no GPU named in the export"
+                raise InputError(
+                    args.trace, f"cannot tell which host link its GPUs ({what}) use: give it with --from-link NAME"
+                )
+            source = found.pop()
+        factor = copy_scale(source, target)
+        link_doc = {"from": source.name, "to": target.name, "from_gbps": source.gbps, "to_gbps": target.gbps}
+    elif factor is None:
+        factor = 0.0
+    if not factor >= 0:
+        raise ProfilerError(f"--copy-scale must be >= 0, got {factor}")
+    doc = trace_whatif(trace, factor, layer_pattern=args.layer_pattern, step_range=args.step_range)
+    if link_doc:
+        doc["link"] = link_doc
+    if args.device is not None:
+        doc["devices"] = {k: v for k, v in doc["devices"].items() if k == str(args.device)}
+    if args.json:
+        print(_json_dump(doc))
+        return 0
+    from profiler.analysis.summary import analyze
+
+    measured = {k: v["stalls"] for k, v in analyze(trace)["devices"].items()}
+    gpus = {str(d): n for d, n in trace.devices.select("id", "name").iter_rows()}
+    print(render_whatif(doc, measured, gpus))
     return 0
 
 
@@ -176,9 +295,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
         thresholds = [parse_threshold(t) for t in (args.fail_on or DEFAULT_THRESHOLDS)]
     except ValueError as exc:
         raise ProfilerError(f"--fail-on: {exc}") from None
+    from profiler.analysis.compare import finding_gate
+    from profiler.analysis.findings import rule_ids
+
+    try:
+        gates = [finding_gate(g, rule_ids()) for g in args.fail_on_finding or []]
+    except ValueError as exc:
+        raise ProfilerError(str(exc)) from None
     base = load_runs(args.base, Path(args.db), args.nsys)
     head = load_runs(args.head, Path(args.db), args.nsys)
-    result = compare(base, head, thresholds)
+    result = compare(base, head, thresholds, gates)
     if args.format == "json":
         print(_json_dump(result))
     elif args.format == "markdown":
@@ -234,6 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="REGEX",
         help="NVTX range names that mark steps (default: profile-step's step=N ranges)",
     )
+    a.add_argument("--no-findings", action="store_true", help="leave out the findings (faster on big traces)")
+    add_findings_options(a)
     a.add_argument(
         "--window",
         default=None,
@@ -261,6 +389,46 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --ranks: regex whose first group is the rank in file or run folder names",
     )
     a.set_defaults(func=cmd_analyze)
+
+    fnd = sub.add_parser(
+        "findings",
+        help="what is wrong with the copies, and what to try (the rules and thresholds: README)",
+    )
+    fnd.add_argument("paths", nargs="+", help="traces, run folders, folders of runs or exports, globs")
+    fnd.add_argument("--json", action="store_true", help="findings, skipped rules and why, per trace")
+    add_findings_options(fnd)
+    fnd.add_argument("--layer-pattern", default=None, metavar="REGEX", help="as for analyze")
+    fnd.add_argument("--step-range", default=None, metavar="REGEX", help="as for analyze")
+    fnd.add_argument("--nsys", default=None, help="nsys binary (to export a .nsys-rep)")
+    fnd.set_defaults(func=cmd_findings)
+
+    w = sub.add_parser(
+        "whatif",
+        help="replay a trace with faster (or slower) host copies: predicted step time and stalls",
+        description="Replays the trace with every h2d/d2h copy's duration scaled (METRICS.md, What-if). "
+        "Default: --copy-scale 0, the most the copies can cost.",
+    )
+    w.add_argument("trace", help="an nsys SQLite export (.sqlite) or report (.nsys-rep)")
+    how = w.add_mutually_exclusive_group()
+    how.add_argument("--copy-scale", type=float, default=None, metavar="F", help="multiply copy durations by F")
+    how.add_argument(
+        "--link",
+        default=None,
+        metavar="NAME",
+        help="the link to predict for: pcie3, pcie4, pcie5, pcie6, nvlink-c2c, or a bandwidth in GB/s",
+    )
+    w.add_argument(
+        "--from-link",
+        default=None,
+        metavar="NAME",
+        help="the link the trace was recorded on (default: from the GPU's name in the export)",
+    )
+    w.add_argument("--json", action="store_true", help="print the what-if JSON")
+    w.add_argument("--device", type=int, default=None, help="only this deviceId")
+    w.add_argument("--layer-pattern", default=None, metavar="REGEX", help="as for analyze")
+    w.add_argument("--step-range", default=None, metavar="REGEX", help="as for analyze")
+    w.add_argument("--nsys", default=None, help="nsys binary (to export a .nsys-rep)")
+    w.set_defaults(func=cmd_whatif)
 
     r = sub.add_parser(
         "run",
@@ -328,7 +496,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--fail-on",
         action="append",
         metavar="METRIC:+N%",
-        help="a threshold (repeatable); default: exposed_ns:+10%%, step_ns:+5%%, hidden_fraction:-0.05",
+        help="a threshold (repeatable); default: exposed_ns:+10%%, stall_ns:+10%%, step_ns:+5%%, hidden_fraction:-0.05",
+    )
+    cmp.add_argument(
+        "--fail-on-finding",
+        action="append",
+        metavar="ID|SEVERITY",
+        help="fail when head has a finding that base has not: a rule id, or a severity (that or worse)",
     )
     cmp.add_argument("--db", default="results.db", help="results database for labels")
     cmp.add_argument("--nsys", default=None, help="nsys binary (to export a .nsys-rep)")

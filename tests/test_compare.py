@@ -44,6 +44,24 @@ def test_regression_is_found_in_the_right_layer(pair):
     assert layers["0"]["exposed_ns"]["delta"] == 0 and layers["2"]["exposed_ns"]["delta"] == 0
 
 
+def test_stall_regression_gates_and_names_the_layer(build):
+    base = build(training_export(exposed={1: 10_000}, waits=True), "sb.sqlite")
+    head = build(training_export(exposed={1: 40_000}, waits=True), "sh.sqlite")
+    b, h = collect(open_trace(base)), collect(open_trace(head))
+    assert [s["stall_ns"] for s in b["steps"]] == [10_000] * 4
+    assert b["stall_ns"] == 40_000 and h["stall_ns"] == 160_000
+    cmp = compare([b], [h], [parse_threshold("stall_ns:+10%")])
+    assert not cmp["passed"]
+    (pol,) = cmp["policies"]
+    assert (pol["metrics"]["stall_ns"]["base"], pol["metrics"]["stall_ns"]["head"]) == (10_000, 40_000)
+    layers = {lay["layer"]: lay for lay in pol["layers"]}
+    assert layers["1"]["stall_ns"]["delta"] == 4 * 30_000
+    assert layers["0"]["stall_ns"]["delta"] == 0
+    proc = run_cli("compare", "--format", "markdown", "--fail-on", "stall_ns:+10%", str(base), str(head))
+    assert proc.returncode == 1
+    assert "stalled by copies regressed" in proc.stdout
+
+
 def test_same_run_passes(pair):
     proc = run_cli("compare", str(pair[0]), str(pair[0]))
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -14,9 +14,14 @@ def training_export(
     exposed: dict[int, int] | None = None,
     step_jitter: tuple[int, ...] = (0,),
     copy_bytes: int = 4 << 20,
+    waits: bool = False,
 ) -> ExportBuilder:
     """Each step: per layer one 100 us d2h copy launched inside ``layer=i``, hidden by a kernel
-    except for ``exposed[i]`` ns at its end; the step takes 1 ms (+ jitter)."""
+    except for ``exposed[i]`` ns at its end; the step takes 1 ms (+ jitter).
+
+    With *waits*, a consumer kernel on the compute stream waits for each copy through a CUDA
+    event and starts when the copy ends: it is stalled for the exposed part (METRICS.md rule 4:
+    ready = the hiding kernel's end, dep = the copy's end)."""
     exposed = exposed or {}
     b = ExportBuilder()
     b.gpu(0, "NVIDIA H200")
@@ -34,4 +39,9 @@ def training_export(
             b.runtime(lt + 10, lt + 20, corr, name="cudaMemcpyAsync", tid=TID)
             k = b.kernel(lt + 1000, lt + 101_000 - exposed.get(i, 0), f"fusion_layer{i}")
             b.runtime(lt + 30, lt + 40, k, tid=TID)
+            if waits:
+                b.event_record(lt + 50, 1000 + i, stream=20, tid=TID)
+                b.stream_wait(lt + 60, 1000 + i, stream=7, tid=TID)
+                c = b.kernel(lt + 101_000, lt + 110_000, f"consumer_layer{i}")
+                b.runtime(lt + 80, lt + 90, c, tid=TID)
     return b

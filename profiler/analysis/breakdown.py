@@ -19,6 +19,7 @@ import polars as pl
 from profiler.analysis import attribution
 from profiler.analysis.intervals import measure_within, union
 from profiler.analysis.overlap import KernelSets, offload_metrics, valid, windows_and_invalid
+from profiler.analysis.stalls import Stalls, has_waits, trace_stalls
 from profiler.analysis.xla_names import DEFAULT_LAYER_PATTERN, parse_xla
 from profiler.analysis.xla_steps import ModuleSteps, module_steps
 from profiler.conventions import DOMAIN, LAYER_PREFIX, POLICY_PREFIX, STEP_PREFIX, WARMUP_PREFIX
@@ -48,11 +49,33 @@ class Breakdown:
     @cached_property
     def kernels(self) -> pl.DataFrame:
         """The trace's kernels: with names and launches when they are attributed, else just spans."""
-        return self.trace.kernels if "kernel" in self.kinds else self.trace.kernel_spans
+        if "kernel" in self.kinds:
+            return self.trace.kernels
+        # the stalls read every kernel's stream and launch: read them once, spans included
+        return self.trace.kernel_ops if has_waits(self.trace) else self.trace.kernel_spans
 
     @cached_property
     def kernel_sets(self) -> KernelSets:
         return KernelSets.of(valid(self.kernels))
+
+    @cached_property
+    def stalls(self) -> Stalls | None:
+        """Stalls through CUDA events (METRICS.md), or None when the export holds no waits."""
+        return trace_stalls(self.trace) if has_waits(self.trace) else None
+
+    @cached_property
+    def stall_caused(self) -> np.ndarray:
+        """Per row of ``ops``: the stall time that op caused as a blocker (copies only)."""
+        out = np.zeros(self.ops.height, dtype=np.int64)
+        if self.stalls is None or self.ops.height == 0:
+            return out
+        caused = self.stalls.caused_by_copies()
+        if caused.height == 0:
+            return out
+        keys = ["pid", "device", "stream", "correlation_id", "start"]
+        hit = self.ops.select("op_id", *keys).join(caused, on=keys, how="inner")
+        out[hit["op_id"].to_numpy()] = hit["stall_caused_ns"].to_numpy()
+        return out
 
     @cached_property
     def trace_end(self) -> int | None:
@@ -111,7 +134,10 @@ class Breakdown:
         if not distinct:
             assigned = assigned.unique()
         # op_id is the row index of self.ops: a gather, not a join
-        ops = self.ops.select(MEASURED_COLUMNS)[assigned["op_id"].to_numpy()].with_columns(assigned["group"])
+        rows = assigned["op_id"].to_numpy()
+        ops = self.ops.select(MEASURED_COLUMNS)[rows].with_columns(
+            assigned["group"], pl.Series("stall_caused_ns", self.stall_caused[rows], pl.Int64)
+        )
         present = ops.group_by("group", "device").agg(pl.col("start").min().alias("first"))
         if present.height == 0:
             return []
@@ -207,6 +233,20 @@ class Breakdown:
         start, end (the step's span), warmup (why it is warm-up, else NULL)."""
         return self.steps.frame
 
+    def step_assignment(self, steps: pl.DataFrame) -> tuple[pl.DataFrame, str]:
+        """(op_id, range_id, index, ...) of the GPU ops of each step in *steps* (rows of
+        ``step_ranges()``), and how they were found: by launch thread in the step's ranges (every
+        execution of an XLA step), else (no launches on the step ranges' threads) by GPU time."""
+        ids = steps.select("range_id", "index", "name", "start", "end")
+        members = self.steps.members.join(ids.drop("range_id"), on="index")
+        assigned = self.pairs.join(members, on="range_id")
+        if self.ops.height == 0:
+            return assigned, "nothing (no GPU ops)"
+        if assigned.height == 0:
+            by_time = attribution.attribute_by_time(self.ops, steps).join(ids, on="range_id")
+            return by_time, "GPU time window (no launches on the step ranges' threads)"
+        return assigned, "launch thread"
+
     def by_step(self, copies: bool = True) -> dict[str, Any]:
         """Per step instance: duration, copy metrics; warm-up and outlier steps flagged and excluded."""
         steps = self.step_ranges()
@@ -224,13 +264,7 @@ class Breakdown:
         label = {i: f"{n}#{i}" if self.step_range else n for i, n in ids.select("index", "name").iter_rows()}
         how, rows = None, {}
         if copies:
-            assigned = self.pairs.join(self.steps.members, on="range_id")
-            how = "launch thread"
-            if self.ops.height == 0:
-                how = "nothing (no GPU ops)"
-            elif assigned.height == 0:
-                assigned = attribution.attribute_by_time(self.ops, steps).join(ids, on="range_id")
-                how = "GPU time window (no launches on the step ranges' threads)"
+            assigned, how = self.step_assignment(steps)
             assigned = assigned.with_columns(pl.col("index").replace_strict(label).alias("group"))
             rows = {(r["name"], r["device"]): r for r in self.measure(assigned, top_kernels=False)}
         durations = (steps["end"] - steps["start"]).to_numpy()
@@ -347,7 +381,7 @@ class Breakdown:
     @cached_property
     def zero_metrics(self) -> dict[str, dict[str, Any]]:
         """The h2d/d2h/offload numbers of a group without copies."""
-        empty = self.ops.clear().with_columns(pl.lit(0, pl.Int64).alias("key"))
+        empty = self.ops.clear().with_columns(pl.lit(0, pl.Int64).alias(c) for c in ("key", "stall_caused_ns"))
         return offload_metrics(empty, self.kernel_sets, [0], key="key")[0]
 
     def by_op(self) -> list[dict[str, Any]]:

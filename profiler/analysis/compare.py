@@ -12,17 +12,19 @@ crossed by any change in the failing direction.
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
 from dataclasses import dataclass
 from typing import Any
 
-DEFAULT_THRESHOLDS = ("exposed_ns:+10%", "step_ns:+5%", "hidden_fraction:-0.05")
+DEFAULT_THRESHOLDS = ("exposed_ns:+10%", "stall_ns:+10%", "step_ns:+5%", "hidden_fraction:-0.05")
 
 # metric -> (label, unit, per-step key or None)
 METRICS: dict[str, tuple[str, str, str | None]] = {
     "step_ns": ("step time", "ns", "duration_ns"),
     "exposed_ns": ("exposed copy time", "ns", "exposed_ns"),
+    "stall_ns": ("stalled by copies", "ns", "stall_ns"),
     "hidden_fraction": ("hidden", "fraction", "hidden_fraction"),
     "busy_ns": ("copy busy time", "ns", "busy_ns"),
     "d2h_bytes": ("d2h bytes", "bytes", None),
@@ -30,7 +32,7 @@ METRICS: dict[str, tuple[str, str, str | None]] = {
     "d2h_gbps": ("d2h GB/s", "GB/s", None),
     "h2d_gbps": ("h2d GB/s", "GB/s", None),
 }
-LAYER_METRICS = ("exposed_ns", "hidden_fraction", "d2h_bytes", "h2d_bytes", "busy_ns")
+LAYER_METRICS = ("exposed_ns", "stall_ns", "hidden_fraction", "d2h_bytes", "h2d_bytes", "busy_ns")
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ def run_value(run: dict[str, Any], metric: str) -> float | None:
     return {
         "step_ns": run.get("median_step_ns"),
         "exposed_ns": copies["offload"]["exposed_ns"],
+        "stall_ns": run.get("stall_ns"),
         "hidden_fraction": copies["offload"]["hidden_fraction"],
         "busy_ns": copies["offload"]["busy_ns"],
         "d2h_bytes": copies["d2h"]["bytes"],
@@ -88,7 +91,7 @@ def run_value(run: dict[str, Any], metric: str) -> float | None:
 def layer_value(layer: dict[str, Any], metric: str) -> float | None:
     if metric in ("d2h_bytes", "h2d_bytes"):
         return layer[metric[:3]]["bytes"]
-    return layer["offload"][metric]
+    return layer["offload"].get(metric)
 
 
 def delta(base: float | None, head: float | None) -> dict[str, Any]:
@@ -156,10 +159,46 @@ def rank_spread(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
+SEVERITY_RANK = {"info": 0, "warning": 1, "problem": 2}
+
+
+def _finding_key(f: dict[str, Any]) -> tuple[str, str]:
+    return f["id"], json.dumps(f.get("where") or {}, sort_keys=True)
+
+
+def findings_diff(base: dict[str, Any], head: dict[str, Any]) -> dict[str, Any]:
+    """The findings of head that base does not have (by rule and place), and those gone."""
+    b = (base.get("findings") or {}).get("findings") or []
+    h = (head.get("findings") or {}).get("findings") or []
+    bk, hk = {_finding_key(f) for f in b}, {_finding_key(f) for f in h}
+    return {
+        "new": [f for f in h if _finding_key(f) not in bk],
+        "gone": [f for f in b if _finding_key(f) not in hk],
+        "head": len(h),
+        "base": len(b),
+        "recorded": {"base": base.get("findings") is not None, "head": head.get("findings") is not None},
+    }
+
+
+def finding_gate(spec: str, known: set[str]) -> str:
+    """``--fail-on-finding``: a rule id or a severity (that severity or worse)."""
+    if spec in SEVERITY_RANK or spec in known:
+        return spec
+    raise ValueError(f"bad --fail-on-finding {spec!r}: a rule id ({', '.join(sorted(known))}) or a severity")
+
+
+def _gated(f: dict[str, Any], gates: list[str]) -> bool:
+    return any(f["id"] == g or (g in SEVERITY_RANK and SEVERITY_RANK[f["severity"]] >= SEVERITY_RANK[g]) for g in gates)
+
+
 def compare(
-    base_runs: list[dict[str, Any]], head_runs: list[dict[str, Any]], thresholds: list[Threshold]
+    base_runs: list[dict[str, Any]],
+    head_runs: list[dict[str, Any]],
+    thresholds: list[Threshold],
+    finding_gates: list[str] | None = None,
 ) -> dict[str, Any]:
-    """The comparison document: per policy and per layer, deltas, gate results and a verdict."""
+    """The comparison document: per policy and per layer, deltas, gate results and a verdict.
+    *finding_gates* (rule ids or severities) fail on findings new in head."""
     base, head = _by_policy(base_runs), _by_policy(head_runs)
     policies = [p for p in base if p in head]
     result: dict[str, Any] = {
@@ -170,6 +209,7 @@ def compare(
         },
         "policies": [],
         "failures": [],
+        "finding_gates": list(finding_gates or []),
     }
     for p in policies:
         spread = {"base": rank_spread(base[p]), "head": rank_spread(head[p])}
@@ -185,6 +225,10 @@ def compare(
             checks.append({"threshold": t.text, "failed": failed, "note": note})
             if failed:
                 result["failures"].append({"policy": p, "threshold": t.text, **metrics[t.metric]})
+        found = findings_diff(b, h)
+        for f in found["new"]:
+            if _gated(f, finding_gates or []):
+                result["failures"].append({"policy": p, "finding": f["id"], "severity": f["severity"], **f})
         bl, hl = b.get("layers", {}), h.get("layers", {})
         layers = [
             {
@@ -208,6 +252,7 @@ def compare(
                 },
                 "runs": {"base": _provenance(b), "head": _provenance(h)},
                 "rank_spread": spread if any(spread.values()) else None,
+                "findings": found,
             }
         )
     result["passed"] = not result["failures"]

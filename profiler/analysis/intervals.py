@@ -154,6 +154,14 @@ def _union_one(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return s[heads], run[tails]
 
 
+def covered_at_least(group: object, start: object, end: object, k: int) -> Intervals:
+    """Where at least *k* of the intervals overlap, per group (``k = 1`` is the union)."""
+    g, s, e = _arr(group), _arr(start), _arr(end)
+    if np.any(e < s):
+        raise ValueError("covered_at_least: an interval has end < start")
+    return _sweep([(g, s, e)], lambda c: c[0] >= k)
+
+
 def intersect(a: Intervals, b: Intervals) -> Intervals:
     """``a ∩ b`` per group."""
     return _sweep([(a.group, a.start, a.end), (b.group, b.start, b.end)], lambda c: (c[0] > 0) & (c[1] > 0))

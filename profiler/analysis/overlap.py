@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from profiler.analysis.contexts import CONTEXTS, context_metrics, copy_contexts
 from profiler.analysis.intervals import Intervals, length_by_group, measure_within_each, sum_by_group, union
 
 OFFLOAD_CLASSES = ("h2d", "d2h", "offload")
@@ -85,9 +86,12 @@ class CopySet:
     nbytes: np.ndarray
     pageable: np.ndarray
     cls: np.ndarray
+    context: np.ndarray | None = None  # contexts.copy_contexts per copy (device view)
+    caused: np.ndarray | None = None  # stall time each copy caused (per-group views)
 
     @staticmethod
-    def of(copies: pl.DataFrame, key: str = "device") -> CopySet:
+    def of(copies: pl.DataFrame, key: str = "device", context: np.ndarray | None = None) -> CopySet:
+        caused = copies["stall_caused_ns"].fill_null(0).to_numpy() if "stall_caused_ns" in copies.columns else None
         cols = copies.select(
             pl.col(key).cast(pl.Int64).alias("_key"),
             "device",
@@ -99,14 +103,14 @@ class CopySet:
                 {c: i for i, c in enumerate(CLASS_ORDER)}, default=len(CLASS_ORDER), return_dtype=pl.Int8
             ),
         )
-        return CopySet(*(cols.to_series(i).to_numpy() for i in range(cols.width)))
+        return CopySet(*(cols.to_series(i).to_numpy() for i in range(cols.width)), context=context, caused=caused)
 
     def of_class(self, name: str) -> CopySet:
         """The copies of one METRICS.md class; ``offload`` is h2d and d2h together."""
         h2d, d2h = CLASS_ORDER.index("h2d"), CLASS_ORDER.index("d2h")
         mask = (self.cls == h2d) | (self.cls == d2h) if name == "offload" else self.cls == CLASS_ORDER.index(name)
         rows = np.flatnonzero(mask)
-        return CopySet(*(getattr(self, f.name)[rows] for f in fields(self)))
+        return CopySet(*(None if (v := getattr(self, f.name)) is None else v[rows] for f in fields(self)))
 
 
 def class_metrics(
@@ -139,6 +143,10 @@ def class_metrics(
         return {int(uniq[i]): int(sums[i]) for i in present}
 
     count = {int(uniq[i]): int(count_of[i]) for i in present}
+    contexts = None
+    if full and copies.context is not None:
+        contexts = _contexts_per_key(copies.context, copies.nbytes, copies.end - copies.start, idx, uniq.size)
+    stalls = per_key(copies.caused) if full and copies.caused is not None else None
     nbytes = per_key(copies.nbytes)
     c = union(copies.key, copies.start, copies.end)
     busy = length_by_group(c)
@@ -175,8 +183,27 @@ def class_metrics(
         m["hidden_fraction"] = ov_any / b if b else None
         m["gbps"] = m["bytes"] / dur if dur else None
         m["pageable_count"] = pageable.get(g, 0)
+        if stalls is not None:
+            m["stall_ns"] = stalls.get(g, 0)
+        if contexts is not None:
+            pos = int(np.searchsorted(uniq, g))
+            row = pos if pos < uniq.size and uniq[pos] == g else None
+            m.update(context_metrics(*(a[row] if row is not None else np.zeros(len(CONTEXTS)) for a in contexts)))
         out[g] = m
     return out
+
+
+def _contexts_per_key(
+    context: np.ndarray, nbytes: np.ndarray, duration: np.ndarray, idx: np.ndarray, n_keys: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Count, bytes and duration sums per (key index, context): three arrays of shape (keys, contexts)."""
+    shape = (n_keys, len(CONTEXTS))
+    sums = [np.zeros(shape, dtype=np.int64) for _ in range(3)]
+    rows = np.flatnonzero(context >= 0)
+    at = (idx[rows], context[rows])
+    for out, values in zip(sums, (1, nbytes[rows], duration[rows]), strict=True):
+        np.add.at(out, at, values)
+    return sums[0], sums[1], sums[2]
 
 
 def offload_metrics(
@@ -188,12 +215,20 @@ def offload_metrics(
     return {k: {c: per_class[c][k] for c in OFFLOAD_CLASSES} for k in keys}
 
 
-def stream_metrics(copies: pl.DataFrame, spans: dict[int, int]) -> dict[int, list[dict[str, Any]]]:
+def stream_metrics(
+    copies: pl.DataFrame, spans: dict[int, int], context: np.ndarray | None = None
+) -> dict[int, list[dict[str, Any]]]:
     """Per device, one entry per copy-carrying stream: classes, busy_ns, occupancy (METRICS.md),
-    and bytes, duration_sum_ns, gbps (achieved copy bandwidth on the stream)."""
+    and bytes, duration_sum_ns, gbps (achieved copy bandwidth on the stream); with *context*
+    (``copy_contexts`` of these copies), the stream's h2d/d2h copies of 1 MiB or more by context."""
     if copies.height == 0:
         return {}
     keyed = copies.with_columns(pl.struct("device", "stream").rank("dense").cast(pl.Int64).alias("key"))
+    sums = None
+    if context is not None:
+        key = keyed["key"].to_numpy()
+        nbytes = keyed["bytes"].fill_null(0).to_numpy()
+        sums = _contexts_per_key(context, nbytes, (keyed["end"] - keyed["start"]).to_numpy(), key, int(key.max()) + 1)
     iv = union(keyed["key"].to_numpy(), keyed["start"].to_numpy(), keyed["end"].to_numpy())
     busy = length_by_group(iv)
     order = {c: i for i, c in enumerate(CLASS_ORDER)}
@@ -219,6 +254,7 @@ def stream_metrics(copies: pl.DataFrame, spans: dict[int, int]) -> dict[int, lis
                 "bytes": int(nbytes or 0),
                 "duration_sum_ns": int(dur or 0),
                 "gbps": nbytes / dur if dur else None,
+                **({} if sums is None else {"contexts": context_metrics(*(a[key] for a in sums))["contexts"]}),
             }
         )
     return out
@@ -264,7 +300,7 @@ def device_metrics(
     spans = {d: w1 - w0 for d, (w0, w1) in win.items()}
     # the caller may pass the unions of these same (unfiltered) kernels, computed once elsewhere
     ks = kernel_sets if kernel_sets is not None and only_device is None else KernelSets.of(kernels)
-    cs = CopySet.of(copies)
+    cs = CopySet.of(copies, context=copy_contexts(copies, ks.any))
     per_class = {
         c: class_metrics(cs.of_class(c), ks, devices, spans, full=c in OFFLOAD_CLASSES)
         for c in (*OFFLOAD_CLASSES, *OTHER_CLASSES)
@@ -272,7 +308,7 @@ def device_metrics(
     kernel_counts = kernels.group_by("device", "is_nccl").len()
     counts = {(d, n): c for d, n, c in kernel_counts.iter_rows()}
     compute_busy, nccl_busy = length_by_group(ks.compute), length_by_group(ks.nccl)
-    per_stream = stream_metrics(copies, spans) if streams else {}
+    per_stream = stream_metrics(copies, spans, cs.context) if streams else {}
     mem = peak_memory(memory) if memory is not None else {}
     out: dict[str, dict[str, Any]] = {}
     for d in devices:

@@ -13,7 +13,10 @@ from typing import Any
 
 from profiler.analysis.attribution import OP_KINDS
 from profiler.analysis.breakdown import Breakdown
+from profiler.analysis.findings import run_findings
+from profiler.analysis.findings.config import FindingsConfig
 from profiler.analysis.overlap import device_metrics
+from profiler.analysis.stalls import add_stalls
 from profiler.conventions import MANIFEST, rank_from_name
 from profiler.trace.loader import Trace
 
@@ -27,6 +30,7 @@ SUM_KEYS = (
     "overlap_nccl_ns",
     "overlap_any_ns",
     "exposed_ns",
+    "stall_ns",
 )
 
 
@@ -47,11 +51,17 @@ def find_manifest(trace_path: Path) -> dict[str, Any] | None:
         return None
 
 
-def collect(trace: Trace, manifest: dict[str, Any] | None = None, detail: bool = True) -> dict[str, Any]:
-    """One run's summary: policy, steps, per-direction totals, per-layer totals.
+def collect(
+    trace: Trace,
+    manifest: dict[str, Any] | None = None,
+    detail: bool = True,
+    findings: FindingsConfig | None = None,
+) -> dict[str, Any]:
+    """One run's summary: policy, steps, per-direction totals, per-layer totals, findings.
 
     ``detail=False`` (the per-rank task) leaves out per-step copy numbers, the
-    kernels that hid each layer's copies, per-stream numbers and peak memory.
+    kernels that hid each layer's copies, per-stream numbers, peak memory and
+    the findings.
     """
     # copy numbers per layer and step need only the copies attributed; top kernels need all ops
     bd = Breakdown(trace, kinds=OP_KINDS if detail else ("copy",))
@@ -63,6 +73,7 @@ def collect(trace: Trace, manifest: dict[str, Any] | None = None, detail: bool =
         kernel_sets=bd.kernel_sets,
         streams=detail,
     )
+    add_stalls(devices, bd.stalls)
     steps = bd.by_step(copies=detail)
     layers: dict[str, dict[str, Any]] = {}
     for row in bd.by_layer(top_kernels=detail):
@@ -84,13 +95,16 @@ def collect(trace: Trace, manifest: dict[str, Any] | None = None, detail: bool =
                 "duration_ns": s["duration_ns"],
                 "excluded": s["excluded"],
                 "exposed_ns": off["exposed_ns"],
+                "stall_ns": off["stall_ns"],
                 "busy_ns": off["busy_ns"],
                 "hidden_fraction": off["hidden_fraction"],
             }
         )
+    found = run_findings(trace, manifest, findings, bd, devices) if detail else None
     return {
         "policy": policy,
         "rank": rank,
+        "findings": found,
         "trace": str(trace.path),
         "nsys_version": trace.nsys_version,
         "manifest": manifest,
@@ -102,6 +116,8 @@ def collect(trace: Trace, manifest: dict[str, Any] | None = None, detail: bool =
         "copies": {d: totals([dev["copies"][d] for dev in devices.values()]) for d in DIRECTIONS},
         "devices": {dev: {d: m["copies"][d] for d in DIRECTIONS} for dev, m in devices.items()},
         "streams": {dev: m["streams"] for dev, m in devices.items()},
+        "stalls": {dev: m["stalls"] for dev, m in devices.items()},
+        "stall_ns": sum(m["stalls"]["by_blocker"]["offload"]["stall_ns"] for m in devices.values()),
         "peak_memory_bytes": {dev: m["memory"]["peak_allocated_bytes"] for dev, m in devices.items() if "memory" in m},
         "compute": {
             dev: {"compute": m["compute"], "nccl": m["nccl"], "span_ns": m["span_ns"]} for dev, m in devices.items()

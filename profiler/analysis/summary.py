@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from profiler.analysis.attribution import OP_KINDS
+from profiler.analysis.findings.config import FindingsConfig
 from profiler.analysis.overlap import device_metrics
+from profiler.analysis.stalls import add_stalls
 from profiler.trace.loader import Trace
 
 
@@ -26,14 +28,17 @@ def analyze(
     by: str | None = None,
     layer_pattern: str | None = None,
     step_range: str | None = None,
+    findings: FindingsConfig | None = None,
 ) -> dict[str, Any]:
     """METRICS.md ``devices`` plus a ``trace`` block; with *by*, the per-group view too:
-    ``ranges`` (METRICS.md), ``steps``, ``layers`` or ``ops``."""
+    ``ranges`` (METRICS.md), ``steps``, ``layers`` or ``ops``; with a *findings* configuration,
+    ``findings`` (the rules' verdicts, and the rules skipped and why)."""
     from profiler.analysis.breakdown import Breakdown
     from profiler.analysis.xla_names import DEFAULT_LAYER_PATTERN
 
-    # without a view, kernels enter only through their spans: no names or launches to read
-    bd = Breakdown(trace, layer_pattern or DEFAULT_LAYER_PATTERN, step_range, kinds=() if by is None else OP_KINDS)
+    # without a view or findings, kernels enter only through their spans: no names or launches to read
+    kinds = OP_KINDS if by is not None or findings is not None else ()
+    bd = Breakdown(trace, layer_pattern or DEFAULT_LAYER_PATTERN, step_range, kinds=kinds)
     doc: dict[str, Any] = {
         "trace": trace_info(trace),
         "devices": device_metrics(
@@ -45,6 +50,13 @@ def analyze(
             kernel_sets=bd.kernel_sets if device is None else None,
         ),
     }
+    add_stalls(doc["devices"], bd.stalls)
+    if findings is not None:
+        from profiler.analysis.findings import run_findings
+        from profiler.analysis.run_metrics import find_manifest
+
+        devices = doc["devices"] if device is None else None
+        doc["findings"] = run_findings(trace, find_manifest(trace.path), findings, bd, devices)
     if by is None:
         return doc
     if by == "range":

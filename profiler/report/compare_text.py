@@ -6,18 +6,20 @@ from pathlib import Path
 from typing import Any
 
 from profiler.analysis.compare import METRICS
+from profiler.report.findings_text import findings_markdown
 from profiler.report.text import table
 
 SUMMARY_METRICS = (
     "step_ns",
     "exposed_ns",
+    "stall_ns",
     "hidden_fraction",
     "d2h_bytes",
     "h2d_bytes",
     "d2h_gbps",
     "h2d_gbps",
 )
-LAYER_COLUMNS = ("exposed_ns", "hidden_fraction", "d2h_bytes", "h2d_bytes")
+LAYER_COLUMNS = ("exposed_ns", "stall_ns", "hidden_fraction", "d2h_bytes", "h2d_bytes")
 
 
 def value(metric: str, v: float | None) -> str:
@@ -62,7 +64,17 @@ def verdict(cmp: dict[str, Any]) -> str:
             f"✅ profile-step: no overlap regression ({len(cmp['policies'])} "
             f"polic{'y' if len(cmp['policies']) == 1 else 'ies'}; {', '.join(cmp['thresholds'])})"
         )
-    worst = cmp["failures"][0]
+    limits = [f for f in cmp["failures"] if "threshold" in f]
+    if not limits:  # only new findings failed
+        worst = cmp["failures"][0]
+        text = (
+            f"❌ profile-step: new {worst['severity']} finding `{worst['finding']}` in `{worst['policy']}`: "
+            f"{worst['verdict']}"
+        )
+        if len(cmp["failures"]) > 1:
+            text += f"; {len(cmp['failures']) - 1} more new finding(s) gated"
+        return text
+    worst = limits[0]
     metric = worst["threshold"].split(":")[0]
     label = METRICS[metric][0]
     text = (
@@ -71,10 +83,12 @@ def verdict(cmp: dict[str, Any]) -> str:
         f"({change(metric, worst)}; limit {worst['threshold']})"
     )
     pol = next(p for p in cmp["policies"] if p["policy"] == worst["policy"])
-    grew = [lay for lay in pol["layers"] if (lay["exposed_ns"]["delta"] or 0) > 0]
+    per_layer = metric if metric in ("exposed_ns", "stall_ns") else "exposed_ns"
+    grew = [lay for lay in pol["layers"] if (lay[per_layer]["delta"] or 0) > 0]
     if grew:
-        top = max(grew, key=lambda lay: lay["exposed_ns"]["delta"])
-        text += f"; most new exposed time in layer `{top['layer']}` ({change('exposed_ns', top['exposed_ns'])})"
+        top = max(grew, key=lambda lay: lay[per_layer]["delta"])
+        what = "exposed time" if per_layer == "exposed_ns" else "stall"
+        text += f"; most new {what} in layer `{top['layer']}` ({change(per_layer, top[per_layer])})"
     if len(cmp["failures"]) > 1:
         text += f"; {len(cmp['failures']) - 1} more limit(s) crossed"
     return text
@@ -134,13 +148,16 @@ def render_markdown(cmp: dict[str, Any]) -> str:
         if notes:
             out += ["Not gated: " + "; ".join(notes) + ".", ""]
         out.append(
-            "Step time, exposed copy time and hidden fraction are per-step medians when the runs "
-            "hold steps; bytes and GB/s cover the whole capture."
+            "Step time, exposed copy time, time stalled by copies and hidden fraction are per-step medians "
+            "when the runs hold steps; bytes and GB/s cover the whole capture."
         )
         out.append("")
     for side, names in (("head", cmp["missing"]["in_head"]), ("base", cmp["missing"]["in_base"])):
         if names:
             out += [f"Missing in {side}: " + ", ".join(f"`{n}`" for n in names), ""]
+    for pol in cmp["policies"]:
+        found = pol.get("findings") or {}
+        out += findings_markdown(found.get("new", []), found.get("gone", []), pol["policy"])
     for pol in cmp["policies"]:
         if not pol["layers"] and not any(pol["layers_missing"].values()):
             continue
@@ -202,4 +219,7 @@ def render_terminal(cmp: dict[str, Any]) -> str:
     for side, names in (("head", cmp["missing"]["in_head"]), ("base", cmp["missing"]["in_base"])):
         if names:
             out.append(f"missing in {side}: {', '.join(names)}")
+    for pol in cmp["policies"]:
+        for f in (pol.get("findings") or {}).get("new", []):
+            out.append(f"new in head ({pol['policy']}): {f['severity']} {f['id']}: {f['verdict']}")
     return "\n".join(out)

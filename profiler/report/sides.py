@@ -29,19 +29,27 @@ def trace_of(run_dir: Path) -> Path:
     raise InputError(run_dir, "this run has no trace (see its manifest.json and output.log)")
 
 
-def load_runs(arg: str, db: Path, nsys: str | None = None) -> list[dict[str, Any]]:
-    """The runs *arg* names, analyzed (or read back from the results database)."""
+def trace_paths(arg: str) -> list[Path] | None:
+    """The traces *arg* names as a path (a trace, a run folder, a folder of runs or exports, a glob),
+    or None when it names none (it may be a label)."""
     from profiler.parallel import rank_inputs
 
     path = Path(arg)
     if path.is_dir():
         folders = run_folders(path)
-        traces = [trace_of(f) for f in folders] if folders else rank_inputs(arg)  # run folders, else exports
-        return [collect(load_trace(t, nsys), find_manifest(t)) for t in traces]
+        return [trace_of(f) for f in folders] if folders else rank_inputs(arg)  # run folders, else exports
     if path.exists():
-        return [collect(load_trace(path, nsys), find_manifest(path))]
+        return [path]
     if any(c in arg for c in "*?["):
-        return [collect(load_trace(t, nsys), find_manifest(t)) for t in rank_inputs(arg)]
+        return rank_inputs(arg)
+    return None
+
+
+def load_runs(arg: str, db: Path, nsys: str | None = None) -> list[dict[str, Any]]:
+    """The runs *arg* names, analyzed (or read back from the results database)."""
+    traces = trace_paths(arg)
+    if traces is not None:
+        return [collect(load_trace(t, nsys), find_manifest(t)) for t in traces]
     if db.is_file():
         return load_label(db, arg)
     raise InputError(arg, f"is neither a trace, a run folder, nor a label (no results database {db})")

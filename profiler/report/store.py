@@ -71,10 +71,12 @@ def record(db_path: Path, run: dict[str, Any], label: str | None) -> str:
                 },
                 pk="run_id",
                 replace=True,
+                alter=True,
             )
             db["copies"].insert_all(
                 [{"run_id": rid, "direction": d, **metrics(m)} for d, m in run["copies"].items()],
                 foreign_keys=[("run_id", "runs", "run_id")],
+                alter=True,  # databases recorded by earlier versions gain the new columns
             )
             db["device_copies"].insert_all(
                 [
@@ -83,6 +85,7 @@ def record(db_path: Path, run: dict[str, Any], label: str | None) -> str:
                     for d, m in per.items()
                 ],
                 foreign_keys=[("run_id", "runs", "run_id")],
+                alter=True,
             )
             db["layers"].insert_all(
                 [
@@ -97,10 +100,12 @@ def record(db_path: Path, run: dict[str, Any], label: str | None) -> str:
                     for d in ("h2d", "d2h", "offload")
                 ],
                 foreign_keys=[("run_id", "runs", "run_id")],
+                alter=True,
             )
             db["steps"].insert_all(
                 [{"run_id": rid, **s} for s in run["steps"]],
                 foreign_keys=[("run_id", "runs", "run_id")],
+                alter=True,
             )
     except sqlite3.DatabaseError as exc:
         raise InputError(db_path, f"cannot be written ({exc})") from None

@@ -76,6 +76,8 @@ def offload_rows(copies: dict[str, dict[str, Any]], with_occupancy: bool = True)
 
 def render_devices(doc: dict[str, Any]) -> str:
     """The readable form of ``analyze --json``."""
+    from profiler.report.costs_text import context_table, stall_lines
+
     info = doc.get("trace", {})
     head = (
         f"{info.get('path', '')}  (nsys {info.get('nsys_version') or '?'}, schema {info.get('schema_version') or '?'})"
@@ -102,6 +104,7 @@ def render_devices(doc: dict[str, Any]) -> str:
             f"   NCCL: {d['nccl']['count']} kernels, busy {ms(d['nccl']['busy_ns'])} ms"
         )
         out.append(table(OFFLOAD_HEADERS, offload_rows(d["copies"])))
+        out += stall_lines(d.get("stalls")) + context_table(d["copies"])
         others = [
             [c, str(d["copies"][c]["count"]), mib(d["copies"][c]["bytes"]), ms(d["copies"][c]["busy_ns"])]
             for c in ("d2d", "p2p", "other")
@@ -189,10 +192,11 @@ def _group_row(name: str, dev: str, c: dict[str, Any]) -> list[str]:
         ms(off["busy_ns"]),
         pct(off["hidden_fraction"]),
         ms(off["exposed_ns"]),
+        ms(off.get("stall_ns")),
     ]
 
 
-GROUP_HEADERS = ("device", "d2h MiB", "h2d MiB", "copy ms", "hidden", "exposed ms")
+GROUP_HEADERS = ("device", "d2h MiB", "h2d MiB", "copy ms", "hidden", "exposed ms", "stalled ms")
 
 
 def render_groups(doc: dict[str, Any], by: str) -> str:
@@ -213,7 +217,7 @@ def render_groups(doc: dict[str, Any], by: str) -> str:
         rows = []
         for s in steps["steps"]:
             for dev, c in (s["devices"] or {"-": None}).items():
-                base = _group_row(s["name"], dev, c) if c else [s["name"], dev, "-", "-", "-", "-", "-"]
+                base = _group_row(s["name"], dev, c) if c else [s["name"], dev, "-", "-", "-", "-", "-", "-"]
                 rows.append([*base[:2], ms(s["duration_ns"]), *base[2:], s["excluded"] or ""])
         out = table(
             ("step", "device", "step ms", *GROUP_HEADERS[1:], "excluded"),
@@ -235,7 +239,7 @@ def render_groups(doc: dict[str, Any], by: str) -> str:
             label = g["name"] + (" (index inferred)" if g.get("inferred_index") else "")
             top = ", ".join(f"{t['name'][:40]} {ms(t['overlap_ns'])}" for t in g.get("top_kernels", []))
             rows.append([*_group_row(label, g["device"] or "-", g["copies"]), top])
-        out = table((by, *GROUP_HEADERS, "kernels that hid the copies (ms)"), rows, left=(0, 1, 7))
+        out = table((by, *GROUP_HEADERS, "kernels that hid the copies (ms)"), rows, left=(0, 1, 8))
         if by == "layer" and facts.get("policy"):
             notes.append(f"policy {facts['policy']}")
     return "\n".join([out, *(f"note: {n}" for n in notes)])

@@ -295,11 +295,23 @@ class Trace:
     def kernel_spans(self) -> pl.DataFrame:
         """device, start, end, is_nccl: what the device metrics need, read alone when
         ``kernels`` has not been read (fewer columns, no names), else taken from it."""
-        if "kernels" in self.__dict__:
-            return self.kernels.select("device", "start", "end", "is_nccl")
+        for wider in ("kernels", "kernel_ops"):
+            if wider in self.__dict__:
+                return self.__dict__[wider].select("device", "start", "end", "is_nccl")
         spec = {k: OP_SPEC[k] for k in ("device", "start", "end")}
         raw = self._read(KERNEL_TABLE, {**spec, **KERNEL_NAME_SPEC}, self._launched_in_window(KERNEL_TABLE))
         return self._named_kernels(raw, names=False).select("device", "start", "end", "is_nccl")
+
+    @cached_property
+    def kernel_ops(self) -> pl.DataFrame:
+        """device, stream, start, end, correlation_id, pid, is_nccl: kernels as the dependency
+        analysis needs them (no names), taken from ``kernels`` when that was read."""
+        cols = ("device", "stream", "start", "end", "correlation_id", "pid", "is_nccl")
+        if "kernels" in self.__dict__:
+            return self.kernels.select(cols)
+        raw = self._read(KERNEL_TABLE, {**OP_SPEC, **KERNEL_NAME_SPEC})
+        named = self._named_kernels(raw, names=False)
+        return named.with_columns(_pid(pl.col("global_pid")).alias("pid")).select(cols)
 
     def _named_kernels(self, raw: pl.DataFrame, names: bool) -> pl.DataFrame:
         """*raw* with ``is_nccl`` (and ``name`` if asked): the short name, else the demangled one.

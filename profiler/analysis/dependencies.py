@@ -1,0 +1,271 @@
+"""Who waited for whom on the GPU: CUDA event records and stream waits.
+
+METRICS.md, "Stalls: what the copies cost", inputs and rules 1 to 3:
+
+- Process of a row: ``globalPid >> 24`` (``globalTid >> 24`` for runtime rows); a
+  stream is ``(deviceId, streamId)`` in its process; the launch time of a GPU op,
+  and the time ``t_rec`` of an event record, is the ``start`` of the runtime row
+  with the same correlationId in the same process.  A stream wait is a
+  synchronization row with both ``streamId`` and ``eventId`` set (never judged
+  by ``syncType``); its time ``t_w`` is the row's ``start``.  Only valid ops
+  (``end >= start``) take part.
+1. A record completes the op on its stream with the latest launch time
+   ``< t_rec`` (ties: the larger correlationId); none: it completes nothing.
+2. A wait resolves to the record of the same eventId with the latest
+   ``t_rec <= t_w`` (ties: the larger correlationId).  If there is none, or
+   that record completes no op, the wait is unresolved; otherwise the op that
+   record completes is the wait's blocker.
+3. A resolved wait applies to the first op on the waiting stream whose launch
+   time is ``>= t_w`` (ties: the smaller correlationId).  A wait whose blocker
+   is on that same stream is ignored (streams run in order).
+
+Every rule is a binary search per record or wait over ops sorted once; no
+Python loop per op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import polars as pl
+
+from profiler.analysis.attribution import with_launches
+from profiler.trace.loader import Trace
+
+NO_TIME = np.iinfo(np.int64).min // 4  # "no launch time": below every real time, safe to add to
+# Op kinds (the classes a blocker or a stalled op falls into).
+COMPUTE, NCCL, H2D, D2H, OTHER_COPY, MEMSET = range(6)
+KIND_OF_CLASS = {"h2d": H2D, "d2h": D2H}
+
+_FILL = {"pid": -1, "device": -1, "stream": -1}
+
+
+@dataclass(frozen=True)
+class GpuOps:
+    """Every valid GPU op of a trace as NumPy columns, in stream order: sorted by
+    (process, device, stream), then start, then correlationId.
+
+    ``skey`` numbers the streams (non-decreasing along the rows); ``launch`` is
+    ``NO_TIME`` where the op has no runtime row; ``kind`` is one of the kind codes.
+    """
+
+    pid: np.ndarray
+    device: np.ndarray
+    stream: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    corr: np.ndarray
+    kind: np.ndarray
+    launch: np.ndarray
+    skey: np.ndarray
+    streams: pl.DataFrame  # pid, device, stream, skey
+
+    def __len__(self) -> int:
+        return int(self.start.size)
+
+    @cached_property
+    def prev(self) -> np.ndarray:
+        """The row of the op before each op on its stream (by start, then correlationId), or -1."""
+        prev = np.arange(len(self), dtype=np.int64) - 1
+        if len(self):
+            first = np.r_[True, self.skey[1:] != self.skey[:-1]]
+            prev[first] = -1
+        return prev
+
+    @cached_property
+    def has_launch(self) -> np.ndarray:
+        return self.launch != NO_TIME
+
+    @cached_property
+    def by_launch(self) -> np.ndarray:
+        """Rows of the ops with a launch time, sorted by (stream, launch time, correlationId).
+
+        Streams run their ops in launch order, so this is nearly always the
+        stream order itself; it is sorted only when it is not.
+        """
+        rows = np.flatnonzero(self.has_launch)
+        g, t, c = self.skey[rows], self.launch[rows], self.corr[rows]
+        if rows.size > 1:
+            same = g[1:] == g[:-1]
+            dt = t[1:] - t[:-1]
+            ordered = ~same | (dt > 0) | ((dt == 0) & (c[1:] >= c[:-1]))
+            if not ordered.all():
+                rows = rows[np.lexsort((c, t, g))]
+        return rows
+
+
+@dataclass(frozen=True)
+class Dependencies:
+    """The waits of a trace resolved to blockers (rules 1 to 3).
+
+    ``target``/``blocker`` list, per applied wait (resolved and not ignored,
+    with an op to apply to), the op that waits and the op it waits for, as
+    rows of ``ops``.  ``waits`` counts wait rows per device of the wait.
+    """
+
+    ops: GpuOps
+    target: np.ndarray
+    blocker: np.ndarray
+    waits: dict[int, dict[str, int]]
+
+    @cached_property
+    def blockers_of(self) -> tuple[np.ndarray, np.ndarray]:
+        """(targets sorted, their blockers): the applied waits grouped by the op that waits."""
+        order = np.lexsort((self.blocker, self.target))
+        return self.target[order], self.blocker[order]
+
+
+def gpu_ops(trace: Trace) -> GpuOps:
+    """Every valid kernel, copy and memset of *trace*, with launch times, in stream order."""
+    none = pl.lit(None, pl.Int64)
+    common = ("pid", "device", "stream", "start", "end", "correlation_id")
+    k = trace.kernel_ops
+    c = trace.copies
+    m = trace.memsets
+    frames = [
+        k.select(*common, pl.when(pl.col("is_nccl").fill_null(False)).then(NCCL).otherwise(COMPUTE).alias("kind")),
+        c.select(
+            *common,
+            pl.col("cls").replace_strict(KIND_OF_CLASS, default=OTHER_COPY, return_dtype=pl.Int64).alias("kind"),
+        ),
+        m.select(*common, pl.lit(MEMSET, pl.Int64).alias("kind")),
+    ]
+    ops = (
+        pl.concat([f.with_columns(pl.col(x).cast(pl.Int64) for x in (*common, "kind")) for f in frames])
+        .filter(pl.col("end") >= pl.col("start"))
+        .with_columns(pl.col(x).fill_null(v) for x, v in _FILL.items())
+    )
+    if ops.height and trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
+        ops = with_launches(ops, trace.runtime).drop("launch_gtid")
+    else:
+        ops = ops.with_columns(none.alias("launch_start"))
+    ops = ops.sort("pid", "device", "stream", "start", pl.col("correlation_id").fill_null(-1))
+    streams = ops.select("pid", "device", "stream").unique(maintain_order=True).with_row_index("skey")
+    streams = streams.with_columns(pl.col("skey").cast(pl.Int64))
+    skey = ops.join(streams, on=["pid", "device", "stream"], how="left", maintain_order="left")["skey"]
+
+    def col(name: str, fill: int = -1) -> np.ndarray:
+        return ops[name].fill_null(fill).to_numpy().astype(np.int64, copy=False)
+
+    return GpuOps(
+        pid=col("pid"),
+        device=col("device"),
+        stream=col("stream"),
+        start=col("start"),
+        end=col("end"),
+        corr=col("correlation_id"),
+        kind=col("kind"),
+        launch=col("launch_start", NO_TIME),
+        skey=skey.to_numpy().astype(np.int64, copy=False),
+        streams=streams,
+    )
+
+
+def search_in_groups(groups: np.ndarray, times: np.ndarray, qg: np.ndarray, qt: np.ndarray, side: str) -> np.ndarray:
+    """``np.searchsorted`` of each query time *qt* within the rows of its group *qg*.
+
+    *groups* is sorted and *times* sorted within each group.  Returns global
+    positions: the insertion point of the query inside its group's slice
+    (``side`` as in NumPy).  A bisection over all queries at once.
+    """
+    lo = np.searchsorted(groups, qg, side="left")
+    hi = np.searchsorted(groups, qg, side="right")
+    last = max(times.size - 1, 0)
+    while True:
+        active = lo < hi
+        if not active.any():
+            return lo
+        mid = (lo + hi) // 2
+        tm = times[np.minimum(mid, last)] if times.size else np.zeros_like(mid)
+        right = (tm < qt) if side == "left" else (tm <= qt)
+        lo = np.where(active & right, mid + 1, lo)
+        hi = np.where(active & ~right, mid, hi)
+
+
+def _stream_keys(ops: GpuOps, rows: pl.DataFrame) -> np.ndarray:
+    """The stream key of each row's (pid, device, stream), or -1 where no op ran on that stream."""
+    keyed = rows.select(
+        *(pl.col(x).cast(pl.Int64).fill_null(v) for x, v in _FILL.items()), pl.int_range(pl.len()).alias("_row")
+    ).join(ops.streams, on=["pid", "device", "stream"], how="left")
+    return keyed.sort("_row")["skey"].fill_null(-1).to_numpy().astype(np.int64)
+
+
+def _launches(trace: Trace, rows: pl.DataFrame) -> np.ndarray:
+    """Start of the runtime row with each row's (pid, correlation_id), ``NO_TIME`` where none."""
+    if rows.height == 0 or not trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
+        return np.full(rows.height, NO_TIME, dtype=np.int64)
+    got = with_launches(
+        rows.select(pl.col("pid").cast(pl.Int64), pl.col("correlation_id").cast(pl.Int64)), trace.runtime
+    )
+    return got["launch_start"].fill_null(NO_TIME).to_numpy().astype(np.int64)
+
+
+def completed_ops(ops: GpuOps, rec_skey: np.ndarray, t_rec: np.ndarray) -> np.ndarray:
+    """Rule 1: per record, the row of the op it completes, or -1."""
+    out = np.full(t_rec.size, -1, dtype=np.int64)
+    rows = ops.by_launch
+    ok = (rec_skey >= 0) & (t_rec != NO_TIME)
+    if rows.size == 0 or not ok.any():
+        return out
+    g, t = ops.skey[rows], ops.launch[rows]
+    q = np.flatnonzero(ok)
+    pos = search_in_groups(g, t, rec_skey[q], t_rec[q], "left") - 1  # last launch < t_rec; ties: larger corr
+    hit = (pos >= 0) & (g[np.maximum(pos, 0)] == rec_skey[q])
+    out[q[hit]] = rows[pos[hit]]
+    return out
+
+
+def dependencies(trace: Trace, ops: GpuOps | None = None) -> Dependencies:
+    """Resolve every stream wait of *trace* to the op it waits for (rules 1 to 3)."""
+    ops = gpu_ops(trace) if ops is None else ops
+    syncs = trace.syncs
+    waits = syncs.filter(pl.col("stream").is_not_null() & pl.col("event_id").is_not_null())
+    empty = np.zeros(0, dtype=np.int64)
+    if waits.height == 0:
+        return Dependencies(ops, empty, empty, {})
+    records = trace.event_records.filter(pl.col("event_id").is_not_null()).with_columns(pl.col("pid").fill_null(-1))
+    waits = waits.with_columns(pl.col("pid").fill_null(-1))
+    t_rec = _launches(trace, records)
+    completes = completed_ops(ops, _stream_keys(ops, records), t_rec)
+
+    # rule 2: records and waits keyed by (process, event id)
+    ev = pl.concat([records.select("pid", "event_id"), waits.select("pid", "event_id")]).unique().with_row_index("ek")
+    rec_ek = records.join(ev, on=["pid", "event_id"], how="left", maintain_order="left")["ek"].to_numpy()
+    w_ek = waits.join(ev, on=["pid", "event_id"], how="left", maintain_order="left")["ek"].to_numpy()
+    keep = t_rec != NO_TIME
+    r_idx = np.flatnonzero(keep)
+    r_corr = records["correlation_id"].fill_null(-1).to_numpy()[r_idx]
+    order = np.lexsort((r_corr, t_rec[r_idx], rec_ek[r_idx]))
+    r_idx = r_idx[order]
+    t_w = waits["start"].fill_null(NO_TIME).to_numpy().astype(np.int64)
+    pos = search_in_groups(rec_ek[r_idx].astype(np.int64), t_rec[r_idx], w_ek.astype(np.int64), t_w, "right") - 1
+    has_rec = (pos >= 0) & (t_w != NO_TIME)
+    if r_idx.size:
+        has_rec &= rec_ek[r_idx][np.maximum(pos, 0)] == w_ek
+    blocker = np.full(t_w.size, -1, dtype=np.int64)
+    blocker[has_rec] = completes[r_idx[pos[has_rec]]]
+    resolved = blocker >= 0
+
+    # rule 3: the first op on the waiting stream launched at or after the wait
+    w_skey = _stream_keys(ops, waits)
+    target = np.full(t_w.size, -1, dtype=np.int64)
+    b_skey = ops.skey[np.maximum(blocker, 0)] if len(ops) else np.full(blocker.size, -1, dtype=np.int64)
+    same_stream = resolved & (w_skey >= 0) & (b_skey == w_skey)
+    ask = np.flatnonzero(resolved & ~same_stream & (w_skey >= 0))
+    rows = ops.by_launch
+    if ask.size and rows.size:
+        g, t = ops.skey[rows], ops.launch[rows]
+        p = search_in_groups(g, t, w_skey[ask], t_w[ask], "left")
+        hit = (p < rows.size) & (g[np.minimum(p, rows.size - 1)] == w_skey[ask])
+        target[ask[hit]] = rows[p[hit]]
+    applied = target >= 0
+
+    w_dev = waits["device"].fill_null(-1).to_numpy()
+    counts: dict[int, dict[str, int]] = {}
+    for dev in np.unique(w_dev):
+        on = w_dev == dev
+        n_res = int((resolved & on).sum())
+        counts[int(dev)] = {"total": int(on.sum()), "resolved": n_res, "unresolved": int(on.sum()) - n_res}
+    return Dependencies(ops, target[applied], blocker[applied], counts)

@@ -1,0 +1,114 @@
+"""Thresholds of the findings, in one place, and how a user overrides them.
+
+Every threshold is a named default here; a TOML file (``--findings-config``)
+may override any of them and turn rules off::
+
+    disabled = ["lhs-off"]
+
+    [thresholds]
+    slow_link_fraction = 0.4
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from profiler.errors import InputError
+
+MIB = 1 << 20
+
+THRESHOLDS: dict[str, float] = {
+    # offload-missing: a run whose policy name matches "offload" moving less than this per step
+    "offload_min_bytes_per_step": MIB,
+    # pageable-copies / sync-copies: how many it takes
+    "pageable_min_count": 1,
+    "sync_copy_min_count": 1,
+    # copy-on-compute-stream: offload copies on a stream that ran at least this share of the device's
+    # compute kernels (the compute stream, not one of many streams of a multi-stream pipeline)
+    "compute_stream_share": 0.5,
+    # exposed-at-boundaries: the first and last boundary_fraction of a step (or the first and last layer)
+    # hold at least boundary_share of its exposed plus stalled copy time, which is at least
+    # boundary_min_cost_fraction of the step
+    "boundary_fraction": 0.1,
+    "boundary_share": 0.5,
+    "boundary_min_cost_fraction": 0.01,
+    # lhs-off: more than this fraction of the copy busy time is exposed
+    "lhs_exposed_fraction": 0.1,
+    # slow-link: copies of 1 MiB or more running alone reach less than this fraction of the link
+    "slow_link_fraction": 0.5,
+    "slow_link_min_copies": 3,
+    # copy-contention: GB/s alone / GB/s beside kernels above this, with enough copies in both
+    "contention_slowdown": 1.5,
+    "contention_min_copies": 3,
+    # nccl-slowed-by-copies: median duration beside offload copies / without, per NCCL kernel name
+    "nccl_slowdown": 1.2,
+    "nccl_min_samples": 3,
+    # stall-hotspot: one layer or one XLA instruction causes this share of the copy-caused stall time,
+    # which is at least this many ns
+    "hotspot_share": 0.5,
+    "hotspot_min_stall_ns": 10_000,
+}
+
+
+_EPS = 1e-9  # ratios of integers land a rounding error off their limit: compare with this slack
+
+
+def exceeds(x: float, limit: float) -> bool:
+    """``x > limit``, not fooled by a rounding error at the limit."""
+    return x > limit + _EPS * max(1.0, abs(limit))
+
+
+def under(x: float, limit: float) -> bool:
+    """``x < limit``, likewise."""
+    return x < limit - _EPS * max(1.0, abs(limit))
+
+
+def at_least(x: float, limit: float) -> bool:
+    """``x >= limit``, likewise."""
+    return not under(x, limit)
+
+
+@dataclass(frozen=True)
+class FindingsConfig:
+    thresholds: dict[str, float] = field(default_factory=lambda: dict(THRESHOLDS))
+    disabled: frozenset[str] = frozenset()
+    link: str | None = None  # slow-link: the host link, when the GPU's name does not tell
+
+    def __getitem__(self, name: str) -> float:
+        return self.thresholds[name]
+
+    def with_(self, disabled: list[str] | None = None, link: str | None = None) -> FindingsConfig:
+        return FindingsConfig(
+            self.thresholds, self.disabled | frozenset(disabled or ()), link if link is not None else self.link
+        )
+
+
+def load_config(path: str | Path | None, known_rules: set[str]) -> FindingsConfig:
+    """The defaults, overridden by the TOML file at *path* (unknown keys or rules are errors)."""
+    if path is None:
+        return FindingsConfig()
+    path = Path(path)
+    try:
+        doc: dict[str, Any] = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise InputError(path, f"cannot be read ({exc.strerror})") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(path, f"is not valid TOML ({exc})") from None
+    extra = set(doc) - {"thresholds", "disabled", "link"}
+    if extra:
+        raise InputError(path, f"unknown keys {sorted(extra)}: expected thresholds, disabled, link")
+    thresholds = dict(THRESHOLDS)
+    for name, value in (doc.get("thresholds") or {}).items():
+        if name not in THRESHOLDS:
+            raise InputError(path, f"unknown threshold {name!r} (known: {', '.join(sorted(THRESHOLDS))})")
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise InputError(path, f"threshold {name!r} must be a number, got {value!r}")
+        thresholds[name] = float(value)
+    disabled = doc.get("disabled") or []
+    if not isinstance(disabled, list) or any(r not in known_rules for r in disabled):
+        raise InputError(path, f"disabled must list rule ids among: {', '.join(sorted(known_rules))}")
+    link = doc.get("link")
+    return FindingsConfig(thresholds, frozenset(disabled), str(link) if link is not None else None)

@@ -1,0 +1,275 @@
+"""Rules about the copies themselves: host memory, synchronous calls, streams, link speed,
+contention with kernels and with NCCL."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import polars as pl
+
+from profiler.analysis.contexts import CONTEXTS, copy_contexts
+from profiler.analysis.findings import Finding, rule
+from profiler.analysis.findings.config import exceeds, under
+from profiler.analysis.findings.evidence import CannotDecide, Evidence
+from profiler.analysis.findings.rules.text import mib, ms, names, pct
+from profiler.analysis.intervals import measure_within, union
+from profiler.analysis.links import link_of_gpu, parse_link
+
+# cudaMemcpy, cudaMemcpy2D, cuMemcpyDtoH_v2, cudaMemcpyPeer ...: every copy call without "Async"
+COPY_CALL = r"^cu(?:da)?Memcpy"
+# XLA's fusion kinds and library kernels that are limited by memory bandwidth, and those that are not
+MEMORY_BOUND = re.compile(
+    r"(?:^|[_.])(loop|input|reduce|reduction|transpose|copy|concatenate|dynamic|slice|convert|broadcast|"
+    r"elementwise|scatter|gather|memcpy|memset|pad)",
+    re.IGNORECASE,
+)
+COMPUTE_BOUND = re.compile(r"gemm|cublas|cutlass|xmma|conv|matmul|dot|flash|attention|wgmma", re.IGNORECASE)
+
+
+def memory_bound(name: str | None) -> bool | None:
+    """True for a kernel that by its name is limited by memory bandwidth, False for a matmul-like
+    one, None when the name does not tell."""
+    if not name:
+        return None
+    if COMPUTE_BOUND.search(name):
+        return False
+    return True if MEMORY_BOUND.search(name) else None
+
+
+@rule("pageable-copies")
+def pageable_copies(ev: Evidence) -> list[Finding]:
+    out = []
+    for dev, d in ev.devices.items():
+        per = {cls: (d["copies"][cls]["pageable_count"], d["copies"][cls]["count"]) for cls in ("h2d", "d2h")}
+        n = sum(p for p, _ in per.values())
+        if not n or n < ev.config["pageable_min_count"]:
+            continue
+        listed = " and ".join(f"{p} of {c} {cls}" for cls, (p, c) in per.items() if p)
+        out.append(
+            Finding(
+                "pageable-copies",
+                "problem",
+                f"device {dev}: {listed} copies use pageable host memory: they are staged through a bounce "
+                "buffer and cannot overlap kernels",
+                'put the host side in pinned memory: memory_kind="pinned_host" (not "unpinned_host") in JAX, '
+                "cudaHostAlloc or cudaHostRegister in your own code",
+                where={"device": dev},
+                evidence={f"{cls}_pageable": p for cls, (p, _) in per.items()},
+                view="streams",
+            )
+        )
+    return out
+
+
+@rule("sync-copies")
+def sync_copies(ev: Evidence) -> list[Finding]:
+    name = pl.col("name").fill_null("")
+    calls = ev.need_runtime().filter(name.str.contains(COPY_CALL) & ~name.str.contains("Async", literal=True))
+    steps = [s for s in ev.steps["steps"] if not s["excluded"]]
+    scope = "the capture"
+    if steps and calls.height:
+        lo = np.array([s["start_ns"] for s in steps])
+        hi = np.array([s["end_ns"] for s in steps])
+        order = np.argsort(lo)
+        lo, hi = lo[order], hi[order]
+        t = calls["start"].to_numpy()
+        i = np.searchsorted(lo, t, side="right") - 1
+        inside = (i >= 0) & (t < hi[np.maximum(i, 0)])
+        calls = calls.filter(pl.Series(inside))
+        scope = f"the {len(steps)} steps"
+    elif steps:
+        scope = f"the {len(steps)} steps"
+    n = calls.height
+    if n == 0 or n < ev.config["sync_copy_min_count"]:
+        return []
+    top = calls.group_by("name").len().sort(["len", "name"], descending=[True, False])
+    blocked = int((calls["end"] - calls["start"]).sum())
+    listed = [f"{name} x{count}" for name, count in top.iter_rows()]
+    return [
+        Finding(
+            "sync-copies",
+            "warning",
+            f"{n} synchronous copy calls during {scope} ({names(listed)}) held the host for {ms(blocked)}",
+            "use the asynchronous form on a stream of its own (cudaMemcpyAsync); in JAX a synchronous copy "
+            "inside the step usually comes from reading a device array there (float(loss), np.asarray, "
+            "jax.device_get, print): read it after the step",
+            where={"steps": scope},
+            evidence={"calls": n, "host_ns": blocked, "by_name": dict(top.iter_rows())},
+            view="timeline",
+        )
+    ]
+
+
+@rule("copy-on-compute-stream")
+def copy_on_compute_stream(ev: Evidence) -> list[Finding]:
+    copies = ev.offload_copies.group_by("device", "stream").agg(pl.len().alias("copies"), pl.col("bytes").sum())
+    kernels = (
+        ev.trace.kernel_ops.filter((pl.col("end") >= pl.col("start")) & ~pl.col("is_nccl").fill_null(False))
+        .group_by("device", "stream")
+        .agg(pl.len().alias("kernels"))
+        .with_columns((pl.col("kernels") / pl.col("kernels").sum().over("device")).alias("share"))
+    )
+    shared = (
+        copies.join(kernels, on=["device", "stream"])
+        .filter(pl.col("share") >= ev.config["compute_stream_share"] * (1 - 1e-9))
+        .sort("device", "stream")
+    )
+    return [
+        Finding(
+            "copy-on-compute-stream",
+            "warning",
+            f"device {dev}: {n} h2d/d2h copies ({mib(nbytes or 0)}) run on stream {stream}, the stream of "
+            f"{pct(share)} of the compute kernels ({k}): each copy waits for the kernels before it and holds up "
+            "the kernels after it",
+            "give the copies a stream of their own: XLA does for its async copy-start/copy-done; a device_put "
+            "or device_get inside the step, or a CUDA graph that captured the copies, puts them on the "
+            "compute stream",
+            where={"device": str(dev), "stream": int(stream)},
+            evidence={"copies": int(n), "bytes": int(nbytes or 0), "compute_kernels": int(k), "share": share},
+            view="streams",
+        )
+        for dev, stream, n, nbytes, k, share in shared.iter_rows()
+    ]
+
+
+@rule("slow-link")
+def slow_link(ev: Evidence) -> list[Finding]:
+    out = []
+    judged = False
+    for dev, d in ev.devices.items():
+        cases = [
+            (cls, d["copies"][cls]["contexts"]["alone"])
+            for cls in ("h2d", "d2h")
+            if d["copies"][cls]["contexts"]["alone"]["count"] >= max(1, ev.config["slow_link_min_copies"])
+        ]
+        if not cases:
+            continue
+        name = ev.gpu_names.get(dev)
+        link = parse_link(ev.config.link) if ev.config.link else link_of_gpu(name)
+        if link is None:
+            raise CannotDecide(f"the host link of device {dev} ({name or 'an unnamed GPU'}) is unknown: give --link")
+        judged = True
+        for cls, alone in cases:
+            frac = alone["gbps"] / link.gbps
+            if under(frac, ev.config["slow_link_fraction"]):
+                out.append(
+                    Finding(
+                        "slow-link",
+                        "warning",
+                        f"device {dev}: {cls} copies of 1 MiB or more running alone reach {alone['gbps']:.1f} GB/s, "
+                        f"{pct(frac)} of {link.name} ({link.gbps:g} GB/s per direction)",
+                        "check that the host buffers are pinned and on the GPU's NUMA node (numactl), the link's "
+                        "generation and width (nvidia-smi -q, 'GPU Link Info'), and that no other process shares "
+                        "the link; small copies are bound by latency: offload fewer, larger activations",
+                        where={"device": dev, "direction": cls},
+                        evidence={"gbps_alone": alone["gbps"], "link_gbps": link.gbps, "copies": alone["count"]},
+                        view="streams",
+                    )
+                )
+    if not judged:
+        raise CannotDecide("no h2d/d2h copies of 1 MiB or more ran alone (nothing to measure the link by)")
+    return out
+
+
+def _overlapped_kernels(ev: Evidence, dev: str, cls: str) -> list[dict[str, object]]:
+    """The kernels that overlapped the device's *cls* copies of the ``kernels`` context most,
+    memory-bound ones first."""
+    copies = ev.offload_copies.filter(pl.col("device") == int(dev))
+    all_copies = ev.trace.copies.filter((pl.col("device") == int(dev)) & (pl.col("end") >= pl.col("start")))
+    ctx = copy_contexts(all_copies, ev.breakdown.kernel_sets.any)
+    chosen = all_copies.filter(pl.Series((ctx == CONTEXTS.index("kernels")) & (all_copies["cls"] == cls).to_numpy()))
+    if chosen.height == 0 or copies.height == 0:
+        return []
+    cu = union(np.zeros(chosen.height, dtype=np.int64), chosen["start"].to_numpy(), chosen["end"].to_numpy())
+    k = ev.kernels.filter(pl.col("device") == int(dev))
+    ov = measure_within(cu, np.zeros(k.height, dtype=np.int64), k["start"].to_numpy(), k["end"].to_numpy())
+    top = (
+        k.with_columns(pl.Series("ov", ov))
+        .filter(pl.col("ov") > 0)
+        .group_by("name")
+        .agg(pl.col("ov").sum(), pl.len().alias("kernels"))
+        .with_columns(pl.col("name").map_elements(memory_bound, return_dtype=pl.Boolean).alias("memory_bound"))
+        .sort([pl.col("memory_bound").fill_null(False), "ov", "name"], descending=[True, True, False])
+        .head(3)
+    )
+    return [{"name": n, "overlap_ns": int(o), "kernels": int(c), "memory_bound": m} for n, o, c, m in top.iter_rows()]
+
+
+@rule("copy-contention")
+def copy_contention(ev: Evidence) -> list[Finding]:
+    out = []
+    need = max(1, ev.config["contention_min_copies"])
+    for dev, d in ev.devices.items():
+        for cls in ("h2d", "d2h"):
+            m = d["copies"][cls]
+            ctx, slow = m["contexts"], m["slowdown_with_kernels"]
+            if ctx["alone"]["count"] < need or ctx["kernels"]["count"] < need or slow is None:
+                continue
+            if not exceeds(slow, ev.config["contention_slowdown"]):
+                continue
+            top = _overlapped_kernels(ev, dev, cls)
+            listed = [f"{t['name']}{' (memory-bound)' if t['memory_bound'] else ''}" for t in top]
+            out.append(
+                Finding(
+                    "copy-contention",
+                    "warning",
+                    f"device {dev}: {cls} copies beside kernels move {ctx['kernels']['gbps']:.1f} GB/s, {slow:.1f}x "
+                    f"slower than alone ({ctx['alone']['gbps']:.1f} GB/s)"
+                    + (f"; most overlapped: {names(listed)}" if listed else ""),
+                    "keep the copies away from memory-bound kernels (XLA's selective overlap for host offloading, "
+                    "openxla/xla PR 46150), or run fewer async operations at once "
+                    "(--xla_gpu_experimental_parallel_async_compute_limit)",
+                    where={"device": dev, "direction": cls},
+                    evidence={
+                        "slowdown_with_kernels": slow,
+                        "gbps_alone": ctx["alone"]["gbps"],
+                        "gbps_beside_kernels": ctx["kernels"]["gbps"],
+                        "kernels": top,
+                    },
+                    view="streams",
+                )
+            )
+    return out
+
+
+@rule("nccl-slowed-by-copies")
+def nccl_slowed_by_copies(ev: Evidence) -> list[Finding]:
+    k = ev.kernels.filter(pl.col("is_nccl").fill_null(False))
+    if k.height == 0:
+        raise CannotDecide("no NCCL kernels in this trace")
+    c = ev.offload_copies
+    if c.height == 0:
+        return []
+    cu = union(c["device"].to_numpy(), c["start"].to_numpy(), c["end"].to_numpy())
+    ov = measure_within(cu, k["device"].to_numpy(), k["start"].to_numpy(), k["end"].to_numpy())
+    need = max(1, ev.config["nccl_min_samples"])
+    per = (
+        k.with_columns(pl.Series("beside", ov > 0), (pl.col("end") - pl.col("start")).alias("dur"))
+        .group_by("device", "name")
+        .agg(
+            pl.col("dur").filter(pl.col("beside")).median().alias("with"),
+            pl.col("dur").filter(~pl.col("beside")).median().alias("without"),
+            pl.col("beside").sum().alias("n_with"),
+            (~pl.col("beside")).sum().alias("n_without"),
+        )
+        .filter((pl.col("n_with") >= need) & (pl.col("n_without") >= need) & (pl.col("without") > 0))
+        .with_columns((pl.col("with") / pl.col("without")).alias("ratio"))
+        .filter(pl.col("ratio") > ev.config["nccl_slowdown"] * (1 + 1e-9))
+        .sort("device", "ratio", descending=[False, True])
+    )
+    return [
+        Finding(
+            "nccl-slowed-by-copies",
+            "warning",
+            f"device {dev}: {name} takes {ms(w)} (median) beside offload copies and {ms(wo)} without "
+            f"({ratio:.2f}x; {nw} and {nwo} kernels)",
+            "device-to-host traffic competes with NCCL for the link and for memory bandwidth (NVIDIA/nccl issues "
+            "1414 and 2218): schedule offloads away from collectives (latency hiding scheduler), or offload less "
+            "during the collective-heavy part of the step",
+            where={"device": str(dev), "kernel": name},
+            evidence={"median_with_ns": w, "median_without_ns": wo, "ratio": ratio, "with": nw, "without": nwo},
+            view="timeline",
+        )
+        for dev, name, w, wo, nw, nwo, ratio in per.iter_rows()
+    ]

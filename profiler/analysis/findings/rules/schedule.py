@@ -1,0 +1,206 @@
+"""Rules about how XLA scheduled the copies: offloads that never happened, the latency hiding
+scheduler, copies bunched at step or layer-loop boundaries."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import polars as pl
+
+from profiler.analysis.dependencies import D2H, H2D, NO_TIME
+from profiler.analysis.findings import Finding, rule
+from profiler.analysis.findings.config import at_least, exceeds, under
+from profiler.analysis.findings.evidence import CannotDecide, Evidence, flag_value, version_tuple
+from profiler.analysis.findings.rules.text import mib, ms, pct
+from profiler.analysis.intervals import Intervals, difference, measure_within, union
+
+OFFLOAD_POLICY = re.compile(r"offload", re.IGNORECASE)  # a policy whose name says it offloads
+MIN_JAXLIB = (0, 4, 26)  # XLA:GPU's host offloading passes landed in March 2024 (openxla/xla PR 10185)
+LHS = "--xla_gpu_enable_latency_hiding_scheduler"
+PIPELINED = "--xla_gpu_enable_pipelined_host_offloading"
+
+
+@rule("offload-missing")
+def offload_missing(ev: Evidence) -> list[Finding]:
+    policy = ev.policy
+    if policy is None:
+        raise CannotDecide("the run's policy is unknown (no manifest, no policy= NVTX range)")
+    if not OFFLOAD_POLICY.search(policy):
+        return []
+    backend = ((ev.manifest or {}).get("runtime") or {}).get("backend")
+    if backend == "cpu" or not ev.devices:
+        return [
+            Finding(
+                "offload-missing",
+                "info",
+                f"policy {policy} offloads, but this run has no GPU activity (backend: {backend or 'unknown'}); "
+                "XLA:CPU never moves activations to host memory",
+                "profile on a GPU to see the copies (the trace of a CPU run checks that the step runs, not that it "
+                "offloads)",
+                where={"policy": policy},
+            )
+        ]
+    steps = [s for s in ev.steps["steps"] if not s["excluded"]]
+    if steps:
+        moved = sum(c["offload"]["bytes"] for s in steps for c in s["devices"].values())
+        per_step, scope = moved / len(steps), f"the {len(steps)} captured steps move"
+    else:
+        per_step = sum(d["copies"]["offload"]["bytes"] for d in ev.devices.values())
+        scope = "the capture (no steps found) moves"
+    if at_least(per_step, ev.config["offload_min_bytes_per_step"]):
+        return []
+    jaxlib = ((ev.manifest or {}).get("versions") or {}).get("jaxlib")
+    old = version_tuple(jaxlib)
+    note = f"; jaxlib {jaxlib} predates XLA:GPU host offloading" if old and old < MIN_JAXLIB else ""
+    return [
+        Finding(
+            "offload-missing",
+            "problem",
+            f"policy {policy} should offload, but {scope} {mib(per_step)} per step to and from host memory{note}",
+            "check that names_which_can_be_offloaded match the model's checkpoint_name()s, that offload_dst is "
+            '"pinned_host" and the device lists pinned_host among its memory kinds, and the jaxlib version; XLA '
+            "drops offloads it cannot place (openxla/xla issue 17541): look for S(5) buffers in the optimized HLO",
+            where={"policy": policy},
+            evidence={"offload_bytes_per_step": per_step, "steps": len(steps), "jaxlib": jaxlib},
+        )
+    ]
+
+
+def _offload_totals(ev: Evidence) -> tuple[int, int]:
+    busy = sum(d["copies"]["offload"]["busy_ns"] for d in ev.devices.values())
+    exposed = sum(d["copies"]["offload"]["exposed_ns"] for d in ev.devices.values())
+    return busy, exposed
+
+
+@rule("lhs-off")
+def lhs_off(ev: Evidence) -> list[Finding]:
+    if not ev.is_xla:
+        raise CannotDecide("not an XLA program (no manifest with a JAX version, no XLA NVTX ranges)")
+    busy, exposed = _offload_totals(ev)
+    if busy == 0 or not exceeds(exposed / busy, ev.config["lhs_exposed_fraction"]):
+        return []
+    try:
+        state = flag_value(ev.xla_flags, LHS)
+        how = {False: "off", None: "not set (its default depends on the XLA version)"}.get(state)  # type: ignore[arg-type]
+    except CannotDecide:
+        state, how = None, "unknown (no manifest with the run's XLA_FLAGS)"
+    if state is True:
+        return []
+    return [
+        Finding(
+            "lhs-off",
+            "warning" if state is False else "info",
+            f"{pct(exposed / busy)} of the copy time ({ms(exposed)}) is exposed and the latency hiding scheduler "
+            f"is {how}",
+            f"turn it on: XLA_FLAGS={LHS}=true (profile-step --lhs); it schedules async copies to overlap compute",
+            evidence={"exposed_ns": exposed, "busy_ns": busy, "lhs": state},
+        )
+    ]
+
+
+def _cost_intervals(ev: Evidence) -> Intervals:
+    """Per device: when a copy ran exposed, or an op stood stalled by a copy (union of both)."""
+    c = ev.offload_copies
+    bd = ev.breakdown
+    exposed = difference(union(c["device"].to_numpy(), c["start"].to_numpy(), c["end"].to_numpy()), bd.kernel_sets.any)
+    st = bd.stalls
+    if st is None:
+        return exposed
+    ops = st.deps.ops
+    hit = np.flatnonzero((st.stall > 0) & (st.ready != NO_TIME) & (st.blocker >= 0))
+    hit = hit[np.isin(ops.kind[st.blocker[hit]], (H2D, D2H))]  # stalled by an h2d or d2h copy
+    starts = st.ready[hit]
+    groups = np.r_[exposed.group, ops.device[hit]]
+    return union(groups, np.r_[exposed.start, starts], np.r_[exposed.end, starts + st.stall[hit]])
+
+
+@rule("exposed-at-boundaries")
+def exposed_at_boundaries(ev: Evidence) -> list[Finding]:
+    note = _pipelined_note(ev)
+    try:
+        out = _step_edges(ev, note)
+    except CannotDecide:
+        if not ev.layers:
+            raise
+        out = []
+    return out + _layer_loop_edges(ev, note)
+
+
+def _step_edges(ev: Evidence, flags_note: str) -> list[Finding]:
+    """The first and last ``boundary_fraction`` of the steps' GPU spans holding most of the cost."""
+    bd = ev.breakdown
+    steps = ev.included_steps
+    if not steps:
+        raise CannotDecide("every step was excluded (warm-up or outlier)")
+    assigned, _ = bd.step_assignment(bd.step_ranges())
+    assigned = assigned.filter(pl.col("index").is_in([s["index"] for s in steps]))
+    if assigned.height == 0:
+        raise CannotDecide("no GPU ops were found in the steps")
+    ops = bd.ops[assigned["op_id"].to_numpy()].select("device", "start", "end").with_columns(assigned["index"])
+    win = ops.group_by("index", "device").agg(pl.col("start").min().alias("t0"), pl.col("end").max().alias("t1"))
+    dev, t0, t1 = (win[c].to_numpy() for c in ("device", "t0", "t1"))
+    width = t1 - t0
+    f = ev.config["boundary_fraction"]
+    edge = (width * f).astype(np.int64)
+    cost = _cost_intervals(ev)
+    total = measure_within(cost, dev, t0, t1)
+    head = measure_within(cost, dev, t0, t0 + edge)
+    tail = measure_within(cost, dev, np.maximum(t1 - edge, t0 + edge), t1)
+    all_cost, at_edges, span = int(total.sum()), int((head + tail).sum()), int(width.sum())
+    if not (span and all_cost and at_least(all_cost / span, ev.config["boundary_min_cost_fraction"])):
+        return []
+    share = at_edges / all_cost
+    if not at_least(share, ev.config["boundary_share"]):
+        return []
+    return [
+        Finding(
+            "exposed-at-boundaries",
+            "warning",
+            f"{pct(share)} of the exposed or stalled copy time ({ms(at_edges)} of {ms(all_cost)}) sits in "
+            f"the first and last {pct(f)} of the steps",
+            "let XLA pipeline the offloads into neighbouring iterations: "
+            f"XLA_FLAGS={PIPELINED}=true (profile-step --pipelined-offload; openxla/xla PR 32297){flags_note}",
+            where={"steps": len(steps)},
+            evidence={"at_boundaries_ns": at_edges, "cost_ns": all_cost, "share": share},
+            view="timeline",
+        )
+    ]
+
+
+def _layer_loop_edges(ev: Evidence, flags_note: str) -> list[Finding]:
+    """The first and last layer of the loop holding most of the exposed plus stalled copy time."""
+    per: dict[str, int] = {}
+    for row in ev.layers:
+        off = row["copies"]["offload"]
+        per[row["name"]] = per.get(row["name"], 0) + off["exposed_ns"] + off.get("stall_ns", 0)
+    names = list(per)  # in the layers' natural order
+    total = sum(per.values())
+    if len(names) < 3 or total == 0:
+        return []
+    ends = per[names[0]] + per[names[-1]]
+    if under(ends / total, ev.config["boundary_share"]):
+        return []
+    return [
+        Finding(
+            "exposed-at-boundaries",
+            "warning",
+            f"{pct(ends / total)} of the exposed or stalled copy time ({ms(ends)} of {ms(total)}) belongs to the "
+            f"first and last layer ({names[0]}, {names[-1]}) of {len(names)}",
+            "the copies bunch where the layer loop starts and ends: let XLA pipeline them across iterations, "
+            f"XLA_FLAGS={PIPELINED}=true{flags_note}",
+            where={"layers": [names[0], names[-1]]},
+            evidence={"at_ends_ns": ends, "cost_ns": total},
+            view="layers",
+        )
+    ]
+
+
+def _pipelined_note(ev: Evidence) -> str:
+    try:
+        on = flag_value(ev.xla_flags, PIPELINED)
+    except CannotDecide:
+        return " (whether it is on is unknown: no manifest)"
+    if on:
+        return "; it is already on in this run: move the offloaded activations away from the loop's ends"
+    return ""

@@ -1,0 +1,93 @@
+"""Rules about where the cost sits and what the steps analysis left out."""
+
+from __future__ import annotations
+
+from profiler.analysis.findings import Finding, rule
+from profiler.analysis.findings.config import at_least
+from profiler.analysis.findings.evidence import CannotDecide, Evidence
+from profiler.analysis.findings.rules.text import ms, names, pct
+
+
+def _stall_by_name(rows: list[dict]) -> dict[str, int]:
+    per: dict[str, int] = {}
+    for r in rows:
+        per[r["name"]] = per.get(r["name"], 0) + r["copies"]["offload"].get("stall_ns", 0)
+    return per
+
+
+@rule("stall-hotspot")
+def stall_hotspot(ev: Evidence) -> list[Finding]:
+    ev.need_stalls()
+    total = sum(d["stalls"]["by_blocker"]["offload"]["stall_ns"] for d in ev.devices.values())
+    if total < ev.config["hotspot_min_stall_ns"]:
+        return []
+    out = []
+    hlo_ops = set(ev.breakdown.ranges.ranges["hlo_op"].drop_nulls().to_list())
+    xla_ops = [r for r in ev.ops if r["name"] in hlo_ops]  # by_op falls back to range names: XLA's only
+    for what, rows, view in (("layer", ev.layers, "layers"), ("XLA operation", xla_ops, "timeline")):
+        per = _stall_by_name(rows)
+        if len(per) < 2:
+            continue
+        name, worst = max(per.items(), key=lambda kv: (kv[1], kv[0]))
+        share = worst / total
+        if at_least(share, ev.config["hotspot_share"]):
+            out.append(
+                Finding(
+                    "stall-hotspot",
+                    "warning",
+                    f"the copies of {what} {name} cause {pct(share)} of the time stalled by copies "
+                    f"({ms(worst)} of {ms(total)})",
+                    f"keep that {what}'s activation on the device (names_which_can_be_saved instead of offloaded), "
+                    "or let its copy start earlier so that it lands before it is needed",
+                    where={"layer" if what == "layer" else "op": name},
+                    evidence={"stall_ns": worst, "total_stall_ns": total, "share": share},
+                    view=view,
+                )
+            )
+    if not out and not ev.layers and not ev.ops:
+        raise CannotDecide("no layers or XLA operations to attribute the stalls to")
+    return out
+
+
+@rule("step-outliers")
+def step_outliers(ev: Evidence) -> list[Finding]:
+    steps = ev.need_steps()
+    out = [s for s in steps if s["excluded"] and s["excluded"].startswith("outlier")]
+    if not out:
+        return []
+    listed = [f"{s['name']} ({s['excluded'].removeprefix('outlier: ')})" for s in out]
+    return [
+        Finding(
+            "step-outliers",
+            "info",
+            f"{len(out)} of {len(steps)} steps were left out as outliers: {names(listed)}; medians do not include "
+            f"them (median step {ms(ev.steps['median_step_ns'] or 0)})",
+            "look at them in the timeline: a slow step that comes back is real cost (data loading, host "
+            "callbacks, checkpointing, garbage collection)",
+            where={"steps": [s["name"] for s in out]},
+            evidence={"excluded": [{"name": s["name"], "duration_ns": s["duration_ns"]} for s in out]},
+            view="timeline",
+        )
+    ]
+
+
+@rule("warmup-in-capture")
+def warmup_in_capture(ev: Evidence) -> list[Finding]:
+    steps = ev.need_steps()
+    warm = [s for s in steps if s["excluded"] and "warm" in s["excluded"]]
+    if not warm:
+        return []
+    spent = sum(s["duration_ns"] for s in warm)
+    return [
+        Finding(
+            "warmup-in-capture",
+            "info",
+            f"{len(warm)} warm-up steps ran inside the capture ({ms(spent)}): they are left out of the step "
+            "medians, but their compilation and autotuning count in the device totals",
+            "start capturing after warm-up: enter annotate.capture() after the warm-up steps, or call "
+            "cudaProfilerStart() there",
+            where={"steps": [s["name"] for s in warm]},
+            evidence={"warmup_steps": len(warm), "warmup_ns": spent},
+            view="timeline",
+        )
+    ]

@@ -1,0 +1,76 @@
+"""Host links and the copy-time scale factor of the what-if.
+
+Bandwidths are per direction, in decimal GB/s (the unit of METRICS.md's
+``gbps``): what one h2d or d2h stream of copies can move at best.  A
+trace's link is told from its GPU's name (``TARGET_INFO_GPU``), and the
+what-if scales every h2d/d2h copy's duration by ``F = from / to``: the
+copies are assumed to run at the same fraction of whatever link they use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Link:
+    key: str
+    name: str
+    gbps: float  # per direction, decimal GB/s
+
+
+LINKS: dict[str, Link] = {
+    link.key: link
+    for link in (
+        Link("pcie3", "PCIe Gen3 x16", 15.75),  # 8 GT/s x 16 lanes, 128b/130b
+        Link("pcie4", "PCIe Gen4 x16", 31.5),
+        Link("pcie5", "PCIe Gen5 x16", 63.0),
+        Link("pcie6", "PCIe Gen6 x16", 121.0),  # 64 GT/s x 16 lanes, FLIT mode (242/256)
+        Link("nvlink-c2c", "NVLink-C2C", 450.0),  # Grace Hopper / Grace Blackwell: 900 GB/s both ways together
+    )
+}
+ALIASES = {
+    "gen3": "pcie3",
+    "gen4": "pcie4",
+    "gen5": "pcie5",
+    "gen6": "pcie6",
+    "c2c": "nvlink-c2c",
+    "nvlink": "nvlink-c2c",
+}
+# GPU name fragments (lower case) -> the host link that GPU family uses; first match wins.
+GPU_LINKS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("gh200", "gb200", "gb300", "grace"), "nvlink-c2c"),
+    (("b100", "b200", "b300"), "pcie6"),
+    (("h100", "h200", "h800", "h20"), "pcie5"),
+    (("a100", "a800", "a30", "a40", "a10", "a16", "a2 ", "l40", "l4", "rtx 30", "rtx 40", "rtx a"), "pcie4"),
+    (("v100", "t4", "p100", "p40", "rtx 20", "quadro rtx", "titan rtx", "titan v"), "pcie3"),
+)
+
+
+def parse_link(text: str) -> Link:
+    """A link by name (``pcie5``, ``gen4``, ``nvlink-c2c``, ...) or a bandwidth in GB/s (``200``)."""
+    key = text.strip().lower().replace("_", "-").replace(" ", "")
+    key = ALIASES.get(key, key)
+    if key in LINKS:
+        return LINKS[key]
+    try:
+        gbps = float(key.removesuffix("gb/s").removesuffix("gbps"))
+    except ValueError:
+        raise ValueError(f"unknown link {text!r}: use {', '.join(LINKS)} or a bandwidth in GB/s") from None
+    if not gbps > 0 or gbps == float("inf"):
+        raise ValueError(f"a link's bandwidth must be a positive number of GB/s, got {text!r}")
+    return Link(f"{gbps:g}gbps", f"{gbps:g} GB/s", gbps)
+
+
+def link_of_gpu(name: str | None) -> Link | None:
+    """The host link a GPU of this name uses, when its family is known."""
+    low = f"{name or ''} ".lower()
+    for fragments, key in GPU_LINKS:
+        if any(f in low for f in fragments):
+            return LINKS[key]
+    return None
+
+
+def copy_scale(source: Link, target: Link) -> float:
+    """``F``: how much longer a copy takes on *target* than on *source* (< 1: faster)."""
+    return source.gbps / target.gbps

@@ -1,0 +1,264 @@
+"""What-if: the recorded timeline replayed with every h2d/d2h copy's duration scaled.
+
+METRICS.md, "What-if: another host link": every ``h2d``/``d2h`` copy lasts
+``round(F * duration)``; each valid op keeps its stream, its launch time and
+its blockers (the stream waits of "Stalls", on any device).  From the
+recorded trace, ``M = max(end of the op before it on its stream, its launch
+time, its blockers' ends)`` and ``slack = start - M`` (negative under clock
+skew); replayed, the op starts at ``M' + slack``, ``M'`` being the same
+maximum over replayed ends, and lasts its (scaled) duration.  An op with none
+of the three inputs, or on a cycle of dependencies (only skewed traces have
+them), keeps its recorded start.
+
+How it is computed.  A stream's ops are cut into *segments*, each starting
+at an op that waits for another stream (or at the stream's first op).
+Inside a segment only the head has inputs from elsewhere, and the replayed
+ends follow ``e'_j = max(e'_{j-1}, L_j) + a_j`` (``a_j`` = slack plus
+duration), which unrolls to ``e'_j = max(e'_head, C_j) + P_j`` with ``P`` a
+running sum of ``a`` and ``C`` a running maximum of ``L_k - P_{k-1}``: both
+are computed for every op at once.  Only the heads are then visited, one per
+segment in dependency order (a loop over segments, not over ops).  Segments
+caught in a cycle are resolved op by op: ops on the cycle keep their recorded
+start, the rest follow in dependency order.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from profiler.analysis.dependencies import D2H, H2D, NO_TIME, Dependencies
+
+
+@dataclass(frozen=True)
+class Replay:
+    """Replayed start and end of every op of ``deps.ops`` (same rows)."""
+
+    deps: Dependencies
+    factor: float
+    start: np.ndarray
+    end: np.ndarray
+    kept: np.ndarray  # ops that kept their recorded start (no inputs, or on a cycle)
+
+
+def scaled_durations(deps: Dependencies, factor: float) -> np.ndarray:
+    """Every op's duration, h2d/d2h copies' multiplied by *factor* and rounded to the nearest ns
+    (halves up)."""
+    ops = deps.ops
+    dur = ops.end - ops.start
+    copy = (ops.kind == H2D) | (ops.kind == D2H)
+    if factor != 1.0:
+        dur = dur.copy()
+        dur[copy] = np.floor(dur[copy].astype(np.float64) * factor + 0.5).astype(np.int64)
+    return dur
+
+
+def segmented_cummax(values: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """Running maximum of *values* restarting where the (non-decreasing) segment id *seg* changes."""
+    if values.size == 0:
+        return values.copy()
+    uniq, rank = np.unique(values, return_inverse=True)
+    n = np.int64(uniq.size)
+    code = seg.astype(np.int64) * n + rank
+    return uniq[np.maximum.accumulate(code) - seg.astype(np.int64) * n]
+
+
+def replay(deps: Dependencies, factor: float) -> Replay:
+    """The what-if timeline for copy durations scaled by *factor* (1.0 reproduces the trace)."""
+    if not np.isfinite(factor) or factor < 0:
+        raise ValueError(f"the copy scale must be a finite number >= 0, got {factor}")
+    ops = deps.ops
+    n = len(ops)
+    d_new = scaled_durations(deps, factor)
+    if n == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return Replay(deps, factor, z, z, np.zeros(0, dtype=bool))
+    prev = ops.prev
+    launch = ops.launch
+    tgt, blk = deps.blockers_of
+    has_blockers = np.zeros(n, dtype=bool)
+    has_blockers[tgt] = True
+    # recorded M and slack
+    block_rec = np.full(n, NO_TIME, dtype=np.int64)
+    np.maximum.at(block_rec, tgt, ops.end[blk])
+    prev_end = np.where(prev >= 0, ops.end[np.maximum(prev, 0)], NO_TIME)
+    m_rec = np.maximum(np.maximum(prev_end, launch), block_rec)
+    no_input = (prev < 0) & (launch == NO_TIME) & ~has_blockers
+    slack = np.where(no_input, 0, ops.start - m_rec)
+
+    # segments: a new one at each stream's first op and at each op that waits for another stream
+    head = (prev < 0) | has_blockers
+    seg = np.cumsum(head) - 1
+    heads = np.flatnonzero(head)
+    a = slack + d_new
+    a_in = np.where(head, 0, a)
+    csum = np.cumsum(a_in)
+    p = csum - csum[heads][seg]  # P_j: sum of a over the segment's ops after the head, up to j
+    p_before = p - a_in  # P_{j-1}
+    term = np.where(head | (launch == NO_TIME), NO_TIME, launch - p_before)
+    c = segmented_cummax(term, seg)
+
+    n_seg = heads.size
+    head_end = np.full(n_seg, NO_TIME, dtype=np.int64)
+    done = np.zeros(n_seg, dtype=bool)
+    # dependencies between segments: the previous segment of the stream, and the blockers' segments
+    seg_prev = np.where(prev[heads] >= 0, seg[np.maximum(prev[heads], 0)], -1)
+    starts_of = np.searchsorted(tgt, heads, side="left")
+    stops_of = np.searchsorted(tgt, heads, side="right")
+    order = _segment_order(seg_prev, seg, tgt, blk, heads, n_seg)
+
+    def end_of(row: int) -> int:
+        return max(int(head_end[seg[row]]), int(c[row])) + int(p[row])
+
+    # visit heads in dependency order (plain Python ints: a scalar loop over segments)
+    heads_l, launch_l = heads.tolist(), launch.tolist()
+    slack_l, dur_l, start_l = slack.tolist(), d_new.tolist(), ops.start.tolist()
+    prev_l, no_in_l = prev.tolist(), no_input.tolist()
+    lo_l, hi_l, blk_l = starts_of.tolist(), stops_of.tolist(), blk.tolist()
+    for s in order:
+        h = heads_l[s]
+        if no_in_l[h]:
+            head_end[s] = start_l[h] + dur_l[h]
+        else:
+            m = launch_l[h]
+            if prev_l[h] >= 0:
+                m = max(m, end_of(prev_l[h]))
+            for j in range(lo_l[s], hi_l[s]):
+                m = max(m, end_of(blk_l[j]))
+            head_end[s] = m + slack_l[h] + dur_l[h]
+        done[s] = True
+
+    end = np.maximum(head_end[seg], c) + p
+    start = end - d_new
+    kept = no_input.copy()
+    if not done.all():
+        stuck = np.flatnonzero(~done[seg])
+        _resolve_cycles(deps, stuck, start, end, d_new, slack, no_input, kept)
+    return Replay(deps, factor, start, end, kept)
+
+
+def _segment_order(
+    seg_prev: np.ndarray, seg: np.ndarray, tgt: np.ndarray, blk: np.ndarray, heads: np.ndarray, n_seg: int
+) -> list[int]:
+    """Segments in dependency order (Kahn's algorithm); segments on or behind a cycle are left out."""
+    tseg = seg[tgt]
+    bseg = seg[blk]
+    edges_from = np.concatenate([seg_prev[seg_prev >= 0], bseg])
+    edges_to = np.concatenate([np.flatnonzero(seg_prev >= 0), tseg])
+    indeg = np.bincount(edges_to, minlength=n_seg)
+    order_e = np.argsort(edges_from, kind="stable")
+    e_from, e_to = edges_from[order_e], edges_to[order_e]
+    first = np.searchsorted(e_from, np.arange(n_seg + 1))
+    first_l, to_l, indeg_l = first.tolist(), e_to.tolist(), indeg.tolist()
+    queue = deque(np.flatnonzero(indeg == 0).tolist())
+    out: list[int] = []
+    while queue:
+        s = queue.popleft()
+        out.append(s)
+        for k in range(first_l[s], first_l[s + 1]):
+            t = to_l[k]
+            indeg_l[t] -= 1
+            if indeg_l[t] == 0:
+                queue.append(t)
+    return out
+
+
+def _resolve_cycles(
+    deps: Dependencies,
+    stuck: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    d_new: np.ndarray,
+    slack: np.ndarray,
+    no_input: np.ndarray,
+    kept: np.ndarray,
+) -> None:
+    """Ops whose segments wait on a cycle, op by op: ops on a cycle keep their recorded start,
+    the others follow in dependency order.  Writes into *start*, *end* and *kept*."""
+    ops = deps.ops
+    tgt, blk = deps.blockers_of
+    stuck_set = set(stuck.tolist())
+    inputs: dict[int, list[int]] = {i: [] for i in stuck_set}
+    for i in stuck_set:
+        if ops.prev[i] >= 0:
+            inputs[i].append(int(ops.prev[i]))
+    for t, b in zip(tgt.tolist(), blk.tolist(), strict=True):
+        if t in stuck_set:
+            inputs[t].append(b)
+    on_cycle = _on_cycle({i: [j for j in js if j in stuck_set] for i, js in inputs.items()})
+    ready = {i: False for i in stuck_set}
+    for i in on_cycle:
+        start[i] = ops.start[i]
+        end[i] = ops.start[i] + d_new[i]
+        kept[i] = True
+        ready[i] = True
+    # the rest in dependency order (inputs outside the stuck set are final already)
+    waiting = {i: [j for j in inputs[i] if j in stuck_set and not ready[j]] for i in stuck_set if not ready[i]}
+    users: dict[int, list[int]] = {}
+    for i, js in waiting.items():
+        for j in js:
+            users.setdefault(j, []).append(i)
+    count = {i: len(js) for i, js in waiting.items()}
+    queue = deque(i for i, k in count.items() if k == 0)
+    while queue:
+        i = queue.popleft()
+        if no_input[i]:
+            start[i] = ops.start[i]
+        else:
+            m = int(ops.launch[i])
+            for j in inputs[i]:
+                m = max(m, int(end[j]))
+            start[i] = m + slack[i]
+        end[i] = start[i] + d_new[i]
+        for u in users.get(i, []):
+            count[u] -= 1
+            if count[u] == 0:
+                queue.append(u)
+    assert all(k == 0 for k in count.values()), "replay: a dependency cycle was not broken"
+
+
+def _on_cycle(graph: dict[int, list[int]]) -> set[int]:
+    """Nodes of *graph* (node -> the nodes it depends on) that lie on a cycle: members of
+    strongly connected components with more than one node (Tarjan's algorithm, iterative)."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    on_stack: set[int] = set()
+    stack: list[int] = []
+    out: set[int] = set()
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            v, i = work.pop()
+            if i == 0:
+                index[v] = low[v] = counter
+                counter += 1
+                stack.append(v)
+                on_stack.add(v)
+            succ = graph.get(v, [])
+            if i < len(succ):
+                work.append((v, i + 1))
+                w = succ[i]
+                if w not in index:
+                    work.append((w, 0))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.update(comp)
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[v])
+    return out

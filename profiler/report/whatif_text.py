@@ -1,0 +1,61 @@
+"""The readable form of ``profile-step whatif``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from profiler.report.text import ms, table
+
+
+def _change(before: int, after: int) -> str:
+    d = after - before
+    rel = f", {100 * d / before:+.1f}%" if before else ""
+    return f"{ms(after)} ms ({'+' if d >= 0 else '-'}{ms(abs(d))} ms{rel})"
+
+
+def _stalled(st: dict[str, Any]) -> int:
+    return st["by_blocker"]["offload"]["stall_ns"]
+
+
+def render_whatif(doc: dict[str, Any], measured_stalls: dict[str, dict[str, Any]], gpus: dict[str, str]) -> str:
+    """Per device the span and the copy-caused stalls, measured and predicted, then per step."""
+    link = doc.get("link")
+    scale = doc["copy_scale"]
+    how = f"{link['from']} ({link['from_gbps']:g} GB/s) -> {link['to']} ({link['to_gbps']:g} GB/s): " if link else ""
+    sync = "modeled" if doc["host_sync_modeled"] else "not modeled"
+    out = [
+        f"What-if: {how}every h2d/d2h copy takes {scale:.4g}x its recorded time "
+        f"(host launch times as recorded; host synchronization {sync})"
+    ]
+    if not doc["devices"]:
+        return out[0] + "\nNo GPU activity in this trace: nothing to replay."
+    for dev, d in doc["devices"].items():
+        name = gpus.get(dev)
+        out.append("")
+        out.append(f"Device {dev}{f' ({name})' if name else ''}")
+        out.append(
+            f"  GPU span:          {ms(d['measured_span_ns'])} ms -> {_change(d['measured_span_ns'], d['span_ns'])}"
+        )
+        before = _stalled(measured_stalls.get(dev, d["stalls"]))
+        out.append(f"  stalled by copies: {ms(before)} ms -> {_change(before, _stalled(d['stalls']))}")
+        if d["steps"]:
+            rows = [
+                [
+                    s["name"],
+                    ms(s["measured_ns"]),
+                    ms(s["predicted_ns"]),
+                    ms(s["saving_ns"]),
+                    ms(s["gpu_span_ns"]),
+                    ms(s["replayed_gpu_span_ns"]),
+                    s["excluded"] or "",
+                ]
+                for s in d["steps"]
+            ]
+            out.append(
+                table(
+                    ("step", "measured ms", "predicted ms", "saving ms", "GPU span ms", "replayed ms", "excluded"),
+                    rows,
+                    left=(0, 6),
+                )
+            )
+    return "\n".join(out)

@@ -1,0 +1,281 @@
+"""A second, deliberately plain implementation of METRICS.md "Stalls", "Copy bandwidth by
+context" and "What-if", for the tests to check the vectorized one against.
+
+It reads the export with the sqlite3 module (not the project's loader) and
+applies each rule literally with Python loops over rows: slow, obviously
+right, and independent of the code under test.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+UNSET = 4294967295
+H2D, D2H = 1, 2
+MIB = 1 << 20
+
+
+@dataclass
+class Op:
+    kind: str  # compute, nccl, h2d, d2h, other (other copies and memsets)
+    pid: int
+    device: int
+    stream: int
+    start: int
+    end: int
+    corr: int
+    nbytes: int = 0
+    table: str = "kernel"  # kernel, copy or memset
+    launch: int | None = None
+    blockers: list[int] = field(default_factory=list)  # indices of ops this one waits for
+
+    @property
+    def skey(self) -> tuple[int, int, int]:
+        return (self.pid, self.device, self.stream)
+
+
+@dataclass
+class Model:
+    ops: list[Op]
+    waits: dict[int, dict[str, int]]  # per device of the wait row
+
+
+def _tables(con: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+def _pid(gid: int | None) -> int:
+    return -1 if gid is None else (gid >> 24) & 0xFFFFFF
+
+
+def load(path: Path) -> Model:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    tables = _tables(con)
+    strings = dict(con.execute("SELECT id, value FROM StringIds")) if "StringIds" in tables else {}
+    runtime: dict[tuple[int, int], int] = {}
+    if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
+        for start, gtid, corr in con.execute(
+            "SELECT start, globalTid, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME ORDER BY rowid"
+        ):
+            if corr is not None and gtid is not None:
+                runtime.setdefault((_pid(gtid), corr), start)
+    ops: list[Op] = []
+    if "CUPTI_ACTIVITY_KIND_KERNEL" in tables:
+        for s, e, dev, st, corr, gpid, short, dem in con.execute(
+            "SELECT start, end, deviceId, streamId, correlationId, globalPid, shortName, demangledName "
+            "FROM CUPTI_ACTIVITY_KIND_KERNEL"
+        ):
+            name = strings.get(short) or strings.get(dem) or ""
+            nccl = name.removeprefix("void ").lower().startswith("nccl")
+            ops.append(Op("nccl" if nccl else "compute", _pid(gpid), dev, st, s, e, corr))
+    if "CUPTI_ACTIVITY_KIND_MEMCPY" in tables:
+        for s, e, dev, st, corr, gpid, kind, nbytes in con.execute(
+            "SELECT start, end, deviceId, streamId, correlationId, globalPid, copyKind, bytes "
+            "FROM CUPTI_ACTIVITY_KIND_MEMCPY"
+        ):
+            cls = {H2D: "h2d", D2H: "d2h"}.get(kind, "other")
+            ops.append(Op(cls, _pid(gpid), dev, st, s, e, corr, nbytes or 0, "copy"))
+    if "CUPTI_ACTIVITY_KIND_MEMSET" in tables:
+        for s, e, dev, st, corr, gpid in con.execute(
+            "SELECT start, end, deviceId, streamId, correlationId, globalPid FROM CUPTI_ACTIVITY_KIND_MEMSET"
+        ):
+            ops.append(Op("other", _pid(gpid), dev, st, s, e, corr, 0, "memset"))
+    ops = [o for o in ops if o.start is not None and o.end is not None and o.end >= o.start]
+    for o in ops:
+        o.corr = -1 if o.corr is None else o.corr
+        o.launch = runtime.get((o.pid, o.corr))
+
+    records = []
+    if "CUPTI_ACTIVITY_KIND_CUDA_EVENT" in tables:
+        for dev, st, corr, gpid, ev in con.execute(
+            "SELECT deviceId, streamId, correlationId, globalPid, eventId FROM CUPTI_ACTIVITY_KIND_CUDA_EVENT"
+        ):
+            t = runtime.get((_pid(gpid), corr)) if corr is not None else None
+            if ev is not None and t is not None:
+                records.append(((_pid(gpid), dev, st), ev, t, corr))
+    waits: dict[int, dict[str, int]] = {}
+    if "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION" in tables:
+        rows = con.execute(
+            "SELECT start, deviceId, streamId, globalPid, eventId FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+        ).fetchall()
+        for t_w, dev, st, gpid, ev in rows:
+            if st is None or ev is None or st == UNSET or ev == UNSET:
+                continue  # not a stream wait
+            count = waits.setdefault(dev, {"total": 0, "resolved": 0, "unresolved": 0})
+            count["total"] += 1
+            pid = _pid(gpid)
+            blocker = _resolve(ops, records, pid, ev, t_w)
+            if blocker is None:
+                count["unresolved"] += 1
+                continue
+            count["resolved"] += 1
+            if ops[blocker].skey == (pid, dev, st):
+                continue  # rule 3: on the waiting stream itself
+            later = [
+                i for i, o in enumerate(ops) if o.skey == (pid, dev, st) and o.launch is not None and o.launch >= t_w
+            ]
+            if later:
+                target = min(later, key=lambda i: (ops[i].launch, ops[i].corr))
+                ops[target].blockers.append(blocker)
+    con.close()
+    return Model(ops, waits)
+
+
+def _resolve(ops: list[Op], records: list, pid: int, ev: int, t_w: int | None) -> int | None:
+    """Rules 2 and 1: the op the wait waits for, or None."""
+    if t_w is None:
+        return None
+    cands = [r for r in records if r[0][0] == pid and r[1] == ev and r[2] <= t_w]
+    if not cands:
+        return None
+    skey, _, t_rec, _ = max(cands, key=lambda r: (r[2], r[3] if r[3] is not None else -1))
+    before = [i for i, o in enumerate(ops) if o.skey == skey and o.launch is not None and o.launch < t_rec]
+    if not before:
+        return None
+    return max(before, key=lambda i: (ops[i].launch, ops[i].corr))
+
+
+def prev_on_stream(ops: list[Op]) -> list[int | None]:
+    order = sorted(range(len(ops)), key=lambda i: (ops[i].skey, ops[i].start, ops[i].corr))
+    prev: list[int | None] = [None] * len(ops)
+    for a, b in itertools.pairwise(order):
+        if ops[a].skey == ops[b].skey:
+            prev[b] = a
+    return prev
+
+
+def stalls(model: Model, start: list[int] | None = None, end: list[int] | None = None) -> list[tuple[int, int | None]]:
+    """Rule 4: per op, (stall, blocker index)."""
+    ops = model.ops
+    start = start or [o.start for o in ops]
+    end = end or [o.end for o in ops]
+    prev = prev_on_stream(ops)
+    out: list[tuple[int, int | None]] = []
+    for i, o in enumerate(ops):
+        if not o.blockers:
+            out.append((0, None))
+            continue
+        assert o.launch is not None
+        ready = o.launch if prev[i] is None else max(end[prev[i]], o.launch)
+        b = max(o.blockers, key=lambda j: (end[j], ops[j].corr))
+        dep = end[b]
+        out.append((max(0, min(start[i], dep) - ready) if dep > ready else 0, b))
+    return out
+
+
+def device_stalls(model: Model, per_op: list[tuple[int, int | None]]) -> dict[int, dict]:
+    ops = model.ops
+    out: dict[int, dict] = {}
+
+    def entry(dev: int) -> dict:
+        return out.setdefault(
+            dev,
+            {
+                "waits": {"total": 0, "resolved": 0, "unresolved": 0},
+                "by_blocker": {c: {"count": 0, "stall_ns": 0} for c in ("h2d", "d2h", "offload", "kernel", "other")},
+                "compute_stalled_by_offload_ns": 0,
+                "nccl_stalled_by_offload_ns": 0,
+            },
+        )
+
+    for o in ops:
+        entry(o.device)
+    for dev, counts in model.waits.items():
+        entry(dev)["waits"] = dict(counts)
+    for i, (value, b) in enumerate(per_op):
+        if value <= 0 or b is None:
+            continue
+        e = entry(ops[i].device)
+        bk = ops[b].kind
+        classes = {"h2d": ["h2d", "offload"], "d2h": ["d2h", "offload"], "compute": ["kernel"], "nccl": ["kernel"]}
+        for c in classes.get(bk, ["other"]):
+            e["by_blocker"][c]["count"] += 1
+            e["by_blocker"][c]["stall_ns"] += value
+        if bk in ("h2d", "d2h") and ops[i].kind == "compute":
+            e["compute_stalled_by_offload_ns"] += value
+        if bk in ("h2d", "d2h") and ops[i].kind == "nccl":
+            e["nccl_stalled_by_offload_ns"] += value
+    return out
+
+
+def _overlap(a0: int, a1: int, ivs: list[tuple[int, int]]) -> int:
+    """|[a0, a1) ∩ union(ivs)|, by merging the union first."""
+    merged: list[list[int]] = []
+    for s, e in sorted(iv for iv in ivs if iv[1] > iv[0]):
+        if merged and s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e)
+        else:
+            merged.append([s, e])
+    return sum(max(0, min(a1, e) - max(a0, s)) for s, e in merged)
+
+
+def contexts(model: Model) -> dict[int, dict[str, dict[str, dict[str, int]]]]:
+    """Per device, per class (h2d, d2h, offload), per context: count, bytes, duration_sum_ns."""
+    ops = model.ops
+    kernels: dict[int, list[tuple[int, int]]] = {}
+    copies: dict[int, list[tuple[int, tuple[int, int]]]] = {}
+    for j, c in enumerate(ops):
+        if c.table == "kernel":
+            kernels.setdefault(c.device, []).append((c.start, c.end))
+        elif c.table == "copy":
+            copies.setdefault(c.device, []).append((j, (c.start, c.end)))
+    out: dict[int, dict] = {}
+    for i, o in enumerate(ops):
+        if o.kind not in ("h2d", "d2h") or o.nbytes < MIB or o.end <= o.start:
+            continue
+        others = [iv for j, iv in copies.get(o.device, []) if j != i]
+        dur = o.end - o.start
+        ok, oc = _overlap(o.start, o.end, kernels.get(o.device, [])), _overlap(o.start, o.end, others)
+        ctx = "alone" if ok == 0 and oc == 0 else "kernels" if 2 * ok >= dur else "copies" if 2 * oc >= dur else "mixed"
+        dev = out.setdefault(o.device, {})
+        for cls in (o.kind, "offload"):
+            c = dev.setdefault(cls, {}).setdefault(ctx, {"count": 0, "bytes": 0, "duration_sum_ns": 0})
+            c["count"] += 1
+            c["bytes"] += o.nbytes
+            c["duration_sum_ns"] += dur
+    return out
+
+
+def replay(model: Model, factor: float) -> tuple[list[int], list[int]]:
+    """The what-if: replayed (start, end) per op, one op at a time in dependency order."""
+    ops = model.ops
+    prev = prev_on_stream(ops)
+    deps = [([prev[i]] if prev[i] is not None else []) + list(o.blockers) for i, o in enumerate(ops)]
+    on_cycle = [_reaches(deps, i, i) for i in range(len(ops))]
+    dur = [int((o.end - o.start) * factor + 0.5) if o.kind in ("h2d", "d2h") else o.end - o.start for o in ops]
+    start: list[int | None] = [None] * len(ops)
+    end: list[int | None] = [None] * len(ops)
+    for i, o in enumerate(ops):
+        if on_cycle[i] or (not deps[i] and o.launch is None):
+            start[i], end[i] = o.start, o.start + dur[i]
+    changed = True
+    while changed:
+        changed = False
+        for i, o in enumerate(ops):
+            if start[i] is not None or any(end[j] is None for j in deps[i]):
+                continue
+            rec = [ops[j].end for j in deps[i]] + ([o.launch] if o.launch is not None else [])
+            new = [end[j] for j in deps[i]] + ([o.launch] if o.launch is not None else [])
+            slack = o.start - max(rec)
+            start[i] = max(new) + slack
+            end[i] = start[i] + dur[i]
+            changed = True
+    assert all(s is not None for s in start)
+    return start, end  # type: ignore[return-value]
+
+
+def _reaches(deps: list[list[int]], src: int, dst: int) -> bool:
+    """Whether *dst* is reachable from *src* by following dependencies (at least one step)."""
+    seen: set[int] = set()
+    todo = list(deps[src])
+    while todo:
+        j = todo.pop()
+        if j == dst:
+            return True
+        if j not in seen:
+            seen.add(j)
+            todo.extend(deps[j])
+    return False

@@ -1,0 +1,469 @@
+"""The findings: each rule fires on an export built to trigger it and stays silent just under its
+threshold; partial data makes a rule skip, with the reason; real traces where a rule must fire
+or must stay silent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from profiler.analysis.breakdown import Breakdown
+from profiler.analysis.findings import rule_ids, run_findings
+from profiler.analysis.findings.config import FindingsConfig, load_config
+from profiler.analysis.run_metrics import find_manifest
+from profiler.errors import InputError
+from profiler.trace import open_trace
+from profiler.trace.synthetic import PAGEABLE, ExportBuilder
+from tests.conftest import run_cli
+
+MIB = 1 << 20
+TID = 100
+
+
+def launched(b: ExportBuilder, t: int, op: str, *args, **kw) -> int:
+    corr = getattr(b, op)(*args, **kw)
+    b.runtime(t, t + 5, corr, name={"kernel": "cuLaunchKernel", "copy": "cuMemcpyAsync"}[op], tid=TID)
+    return corr
+
+
+def write_run(tmp_path: Path, b: ExportBuilder, manifest: dict | None = None, name: str = "run") -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    if manifest is not None:
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+    return b.write(folder / "trace.sqlite")
+
+
+def findings_of(path: Path, **thresholds) -> dict:
+    cfg = FindingsConfig({**FindingsConfig().thresholds, **thresholds})
+    trace = open_trace(path)
+    return run_findings(trace, find_manifest(trace.path), cfg, Breakdown(trace))
+
+
+def fired(doc: dict, rule: str) -> list[dict]:
+    return [f for f in doc["findings"] if f["id"] == rule]
+
+
+def skipped(doc: dict, rule: str) -> str | None:
+    return next((s["why"] for s in doc["skipped"] if s["rule"] == rule), None)
+
+
+def steps(b: ExportBuilder, spans: list[tuple[int, int]]) -> None:
+    b.domain(1, "profile-step", tid=TID)
+    for i, (s, e) in enumerate(spans):
+        b.nvtx(s, e, f"step={i}", tid=TID, domain_id=1)
+
+
+# --- pageable-copies ---------------------------------------------------------------------------
+
+
+def test_pageable_copies(tmp_path):
+    b = ExportBuilder()
+    b.copy(0, 100, "h2d", MIB, host=PAGEABLE)
+    b.copy(200, 300, "d2h", MIB)
+    path = write_run(tmp_path, b)
+    (f,) = fired(findings_of(path), "pageable-copies")
+    assert f["severity"] == "problem" and f["where"] == {"device": "0"}
+    assert f["evidence"] == {"h2d_pageable": 1, "d2h_pageable": 0}
+    assert "1 of 1 h2d" in f["verdict"]
+    assert not fired(findings_of(path, pageable_min_count=2), "pageable-copies")  # one copy, two needed
+
+
+# --- sync-copies ------------------------------------------------------------------------------
+
+
+def test_sync_copies_inside_steps_only(tmp_path):
+    b = ExportBuilder()
+    steps(b, [(1000, 2000)])
+    b.runtime(1500, 1700, 900, name="cudaMemcpy_v3020", tid=TID)  # inside the step
+    b.runtime(3000, 3900, 901, name="cuMemcpyDtoH_v2", tid=TID)  # after it
+    b.runtime(1600, 1650, 902, name="cudaMemcpyAsync_v3020", tid=TID)  # asynchronous
+    launched(b, 1100, "kernel", 1200, 1300, "k")
+    doc = findings_of(write_run(tmp_path, b))
+    (f,) = fired(doc, "sync-copies")
+    assert f["evidence"] == {"calls": 1, "host_ns": 200, "by_name": {"cudaMemcpy_v3020": 1}}
+    assert "the 1 steps" in f["verdict"]
+
+
+def test_sync_copies_whole_capture_without_steps_and_just_under(tmp_path):
+    b = ExportBuilder()
+    b.runtime(3000, 3900, 901, name="cuMemcpyDtoH_v2", tid=TID)
+    b.runtime(4000, 4900, 902, name="cudaMemcpy2D", tid=TID)
+    b.kernel(0, 10, "k")
+    path = write_run(tmp_path, b)
+    (f,) = fired(findings_of(path), "sync-copies")
+    assert f["evidence"]["calls"] == 2 and "the capture" in f["verdict"]
+    assert not fired(findings_of(path, sync_copy_min_count=3), "sync-copies")
+
+
+def test_sync_copies_skipped_without_runtime_rows(tmp_path):
+    b = ExportBuilder()
+    b.copy(0, 100, "h2d", MIB)
+    doc = findings_of(write_run(tmp_path, b))
+    assert "no CUDA API rows" in skipped(doc, "sync-copies")
+
+
+# --- copy-on-compute-stream -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("on_stream7", "fires"), [(3, True), (1, False)])
+def test_copy_on_compute_stream(tmp_path, on_stream7, fires):
+    # stream 7 runs on_stream7 of 4 compute kernels (3: 75%, the compute stream; 1: 25%, not)
+    b = ExportBuilder()
+    for i in range(4):
+        b.kernel(i * 100, i * 100 + 50, "k", stream=7 if i < on_stream7 else 8 + i)
+    b.kernel(900, 950, "ncclDevKernel_AllReduce", stream=7)  # NCCL kernels do not count
+    b.copy(500, 600, "d2h", MIB, stream=7)
+    b.copy(600, 700, "h2d", MIB, stream=20)
+    found = fired(findings_of(write_run(tmp_path, b)), "copy-on-compute-stream")
+    if fires:
+        (f,) = found
+        assert f["where"] == {"device": "0", "stream": 7}
+        assert f["evidence"] == {"copies": 1, "bytes": MIB, "compute_kernels": 3, "share": 0.75}
+    else:
+        assert found == []
+
+
+# --- slow-link ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("duration", "fires"), [(33_289, True), (33_288, False)])
+def test_slow_link_boundary(tmp_path, duration, fires):
+    # H100: PCIe Gen5 x16, 63 GB/s; half is 31.5 GB/s = 1 MiB in 33,288.1 ns
+    b = ExportBuilder()
+    b.gpu(0, "NVIDIA H100 80GB HBM3")
+    for i in range(3):
+        b.copy(i * 100_000, i * 100_000 + duration, "d2h", MIB)
+    found = fired(findings_of(write_run(tmp_path, b)), "slow-link")
+    assert bool(found) is fires
+    if fires:
+        assert found[0]["where"] == {"device": "0", "direction": "d2h"}
+        assert "PCIe Gen5 x16" in found[0]["verdict"]
+
+
+def test_slow_link_needs_enough_copies_and_a_known_link(tmp_path):
+    b = ExportBuilder()
+    b.gpu(0, "NVIDIA H100 80GB HBM3")
+    for i in range(2):
+        b.copy(i * 100_000, i * 100_000 + 90_000, "d2h", MIB)
+    path = write_run(tmp_path, b)
+    assert "no h2d/d2h copies of 1 MiB or more ran alone" in skipped(findings_of(path), "slow-link")
+    assert fired(findings_of(path, slow_link_min_copies=2), "slow-link")
+    b2 = ExportBuilder()
+    b2.gpu(0, "Mystery 9000")
+    for i in range(3):
+        b2.copy(i * 100_000, i * 100_000 + 90_000, "d2h", MIB)
+    path2 = write_run(tmp_path, b2, name="unknown")
+    assert "give --link" in skipped(findings_of(path2), "slow-link")
+    trace = open_trace(path2)
+    cfg = FindingsConfig().with_(link="pcie4")
+    assert fired(run_findings(trace, None, cfg, Breakdown(trace)), "slow-link")
+
+
+# --- copy-contention --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("beside", "fires"), [(150_001, True), (150_000, False)])
+def test_copy_contention_boundary(tmp_path, beside, fires):
+    # 3 copies of 4 MiB alone in 100 us; 3 beside kernels in `beside` ns: slowdown beside / 100_000
+    b = ExportBuilder()
+    for i in range(3):
+        t = i * 1_000_000
+        b.copy(t, t + 100_000, "h2d", 4 * MIB)
+        s = t + 500_000
+        b.copy(s, s + beside, "h2d", 4 * MIB)
+        b.kernel(s, s + beside, "gemm_fusion_dot.3", stream=7)  # compute-bound, overlaps all of it
+        b.kernel(s, s + 1000, "loop_add_fusion.1", stream=8)  # memory-bound, overlaps a little
+    found = fired(findings_of(write_run(tmp_path, b)), "copy-contention")
+    assert bool(found) is fires
+    if fires:
+        (f,) = found
+        assert f["evidence"]["slowdown_with_kernels"] == pytest.approx(beside / 100_000)
+        names = [k["name"] for k in f["evidence"]["kernels"]]
+        assert names == ["loop_add_fusion.1", "gemm_fusion_dot.3"]  # memory-bound first
+        assert "(memory-bound)" in f["verdict"]
+
+
+# --- nccl-slowed-by-copies --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("slow", "fires"), [(1_201, True), (1_200, False)])
+def test_nccl_slowed_by_copies_boundary(tmp_path, slow, fires):
+    b = ExportBuilder()
+    for i in range(3):
+        t = i * 10_000
+        b.kernel(t, t + 1000, "ncclDevKernel_AllGather_RING", stream=9)
+        u = 100_000 + i * 10_000
+        b.kernel(u, u + slow, "ncclDevKernel_AllGather_RING", stream=9)
+        b.copy(u, u + 500, "d2h", MIB, stream=20)
+    doc = findings_of(write_run(tmp_path, b))
+    found = fired(doc, "nccl-slowed-by-copies")
+    assert bool(found) is fires
+    if fires:
+        assert found[0]["evidence"]["ratio"] == pytest.approx(slow / 1000)
+        assert found[0]["where"] == {"device": "0", "kernel": "ncclDevKernel_AllGather_RING"}
+
+
+def test_nccl_rule_skips_without_nccl(tmp_path):
+    b = ExportBuilder()
+    b.kernel(0, 10, "k")
+    assert "no NCCL kernels" in skipped(findings_of(write_run(tmp_path, b)), "nccl-slowed-by-copies")
+
+
+# --- offload-missing --------------------------------------------------------------------------
+
+
+def _offload_run(tmp_path: Path, per_step: int, policy: str = "offload_qkv", backend: str = "gpu") -> Path:
+    b = ExportBuilder()
+    steps(b, [(0, 10_000), (20_000, 30_000)])
+    for t in (0, 20_000):
+        launched(b, t + 10, "copy", t + 100, t + 200, "d2h", per_step)
+        launched(b, t + 20, "kernel", t + 100, t + 900, "k")
+    manifest = {"policy": policy, "runtime": {"backend": backend}, "versions": {"jax": "0.10.2", "jaxlib": "0.10.2"}}
+    return write_run(tmp_path, b, manifest, name=f"{policy}-{per_step}-{backend}")
+
+
+def test_offload_missing(tmp_path):
+    (f,) = fired(findings_of(_offload_run(tmp_path, MIB // 2)), "offload-missing")
+    assert f["severity"] == "problem" and f["where"] == {"policy": "offload_qkv"}
+    assert f["evidence"]["offload_bytes_per_step"] == MIB // 2 and "0.5 MiB per step" in f["verdict"]
+    assert not fired(findings_of(_offload_run(tmp_path, MIB)), "offload-missing")  # at the threshold
+    assert not fired(findings_of(_offload_run(tmp_path, 0, policy="remat")), "offload-missing")
+    (cpu,) = fired(findings_of(_offload_run(tmp_path, 0, backend="cpu")), "offload-missing")
+    assert cpu["severity"] == "info" and "XLA:CPU" in cpu["verdict"]
+
+
+def test_offload_missing_needs_a_policy(tmp_path):
+    b = ExportBuilder()
+    b.copy(0, 10, "d2h", 10)
+    assert "policy is unknown" in skipped(findings_of(write_run(tmp_path, b)), "offload-missing")
+
+
+# --- lhs-off ------------------------------------------------------------------------------------
+
+
+def _exposed_run(tmp_path: Path, exposed: int, flags: str, name: str) -> Path:
+    # one 100 us copy, hidden by a kernel but for `exposed` ns
+    b = ExportBuilder()
+    b.copy(0, 100_000, "d2h", MIB)
+    b.kernel(0, 100_000 - exposed, "k")
+    return write_run(tmp_path, b, {"versions": {"jax": "0.10.2"}, "xla_flags": {"final": flags}}, name=name)
+
+
+def test_lhs_off(tmp_path):
+    off = "--xla_gpu_enable_latency_hiding_scheduler=false --xla_gpu_enable_command_buffer="
+    (f,) = fired(findings_of(_exposed_run(tmp_path, 10_001, off, "a")), "lhs-off")
+    assert f["severity"] == "warning" and "is off" in f["verdict"]
+    assert not fired(findings_of(_exposed_run(tmp_path, 10_000, off, "b")), "lhs-off")  # 10% is not above
+    (unset,) = fired(findings_of(_exposed_run(tmp_path, 50_000, "", "c")), "lhs-off")
+    assert unset["severity"] == "info" and "not set" in unset["verdict"]
+    on = "--xla_gpu_enable_latency_hiding_scheduler=true"
+    assert not fired(findings_of(_exposed_run(tmp_path, 50_000, on, "d")), "lhs-off")
+
+
+def test_lhs_off_skips_what_is_not_an_xla_program(tmp_path):
+    b = ExportBuilder()
+    b.copy(0, 100_000, "d2h", MIB)
+    assert "not an XLA program" in skipped(findings_of(write_run(tmp_path, b)), "lhs-off")
+
+
+# --- exposed-at-boundaries ------------------------------------------------------------------
+
+
+def _boundary_run(tmp_path: Path, at_edges: bool, flags: str | None = None) -> Path:
+    b = ExportBuilder()
+    steps(b, [(0, 200_000)])
+    if at_edges:  # h2d [0,5000) before the kernel, d2h [95000,100000) after it: 10 us exposed, all at the edges
+        launched(b, 10, "copy", 0, 5_000, "h2d", MIB, stream=20)
+        launched(b, 20, "kernel", 5_000, 95_000, "k")
+        launched(b, 30, "copy", 95_000, 100_000, "d2h", MIB, stream=20)
+    else:  # a 10 us copy exposed between two kernels, in the middle
+        launched(b, 10, "kernel", 0, 45_000, "k")
+        launched(b, 20, "copy", 45_000, 55_000, "d2h", MIB, stream=20)
+        launched(b, 30, "kernel", 55_000, 100_000, "k")
+    manifest = None if flags is None else {"xla_flags": {"final": flags}}
+    return write_run(tmp_path, b, manifest, name=f"edges-{at_edges}-{flags}-{len(list(tmp_path.iterdir()))}")
+
+
+def test_exposed_at_step_boundaries(tmp_path):
+    (f,) = fired(findings_of(_boundary_run(tmp_path, True)), "exposed-at-boundaries")
+    assert f["evidence"] == {"at_boundaries_ns": 10_000, "cost_ns": 10_000, "share": 1.0}
+    assert "--xla_gpu_enable_pipelined_host_offloading=true" in f["try"] and "no manifest" in f["try"]
+    assert not fired(findings_of(_boundary_run(tmp_path, False)), "exposed-at-boundaries")
+    on = fired(
+        findings_of(_boundary_run(tmp_path, True, "--xla_gpu_enable_pipelined_host_offloading=true")),
+        "exposed-at-boundaries",
+    )
+    assert "already on" in on[0]["try"]
+    # the cost must be at least 1% of the steps: 10 us of 100 us is 10%
+    assert not fired(
+        findings_of(_boundary_run(tmp_path, True), boundary_min_cost_fraction=0.11), "exposed-at-boundaries"
+    )
+
+
+def test_exposed_at_the_ends_of_the_layer_loop(tmp_path):
+    b = ExportBuilder()
+    b.domain(1, "profile-step", tid=TID)
+    for i in range(4):  # layers 0 and 3 have exposed copies, 1 and 2 hidden ones
+        t = i * 100_000
+        b.nvtx(t, t + 50_000, f"layer={i}", tid=TID, domain_id=1)
+        launched(b, t + 10, "copy", t + 1000, t + 11_000, "d2h", MIB, stream=20)
+        hidden = 0 if i in (0, 3) else 10_000
+        launched(b, t + 20, "kernel", t + 1000, t + 1000 + hidden, "k")
+    doc = findings_of(write_run(tmp_path, b))
+    (f,) = fired(doc, "exposed-at-boundaries")
+    assert f["where"] == {"layers": ["0", "3"]} and f["evidence"] == {"at_ends_ns": 20_000, "cost_ns": 20_000}
+
+
+# --- stall-hotspot --------------------------------------------------------------------------
+
+
+def _stall_layers(tmp_path: Path, stalls: list[int], name: str) -> Path:
+    """One layer per entry; its h2d copy makes a kernel on stream 7 wait that many ns."""
+    b = ExportBuilder()
+    b.domain(1, "profile-step", tid=TID)
+    for i, stall in enumerate(stalls):
+        t = i * 1_000_000
+        b.nvtx(t, t + 500, f"layer={i}", tid=TID, domain_id=1)
+        launched(b, t + 100, "copy", t + 1000, t + 200_000, "h2d", MIB, stream=20)
+        b.event_record(t + 150, 10 + i, stream=20, tid=TID)
+        b.stream_wait(t + 160, 10 + i, stream=7, tid=TID)
+        # nothing before the kernel on stream 7 in this layer: ready = launch; dep = copy end
+        launch = t + 200_000 - stall
+        launched(b, launch, "kernel", t + 200_000, t + 210_000, "consumer")
+    return write_run(tmp_path, b, name=name)
+
+
+def test_stall_hotspot(tmp_path):
+    doc = findings_of(_stall_layers(tmp_path, [70_000, 10_000], "hot"))
+    (f,) = fired(doc, "stall-hotspot")
+    assert f["where"] == {"layer": "0"}
+    assert f["evidence"] == {"stall_ns": 70_000, "total_stall_ns": 80_000, "share": 70_000 / 80_000}
+    assert not fired(findings_of(_stall_layers(tmp_path, [30_000, 30_000, 30_000], "even")), "stall-hotspot")
+    assert not fired(findings_of(_stall_layers(tmp_path, [9_000, 999], "small")), "stall-hotspot")  # < 10 us
+
+
+def test_stall_hotspot_skips_without_waits(tmp_path):
+    b = ExportBuilder()
+    b.copy(0, 10, "d2h", 10)
+    assert "no stream waits" in skipped(findings_of(write_run(tmp_path, b)), "stall-hotspot")
+
+
+# --- step-outliers, warmup-in-capture -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("slowest", "fires"), [(3_001, True), (2_000, False)])
+def test_step_outliers(tmp_path, slowest, fires):
+    b = ExportBuilder()
+    steps(b, [(0, 1000), (2000, 3000), (4000, 5000), (6000, 6000 + slowest)])
+    b.kernel(0, 10, "k")
+    found = fired(findings_of(write_run(tmp_path, b)), "step-outliers")
+    assert bool(found) is fires
+    if fires:
+        assert found[0]["where"] == {"steps": ["step=3"]} and found[0]["severity"] == "info"
+
+
+def test_warmup_in_capture(tmp_path):
+    b = ExportBuilder()
+    b.domain(1, "profile-step", tid=TID)
+    b.nvtx(0, 5000, "warmup=0", tid=TID, domain_id=1)
+    b.nvtx(6000, 7000, "step=0", tid=TID, domain_id=1)
+    b.kernel(0, 10, "k")
+    path = write_run(tmp_path, b)
+    trace = open_trace(path)
+    doc = run_findings(trace, None, FindingsConfig(), Breakdown(trace, step_range="^(step|warmup)="))
+    (f,) = fired(doc, "warmup-in-capture")
+    assert f["evidence"] == {"warmup_steps": 1, "warmup_ns": 5000}
+    assert not fired(findings_of(path), "warmup-in-capture")  # step=N alone: no warm-up in the capture
+
+
+# --- partial data, configuration ------------------------------------------------------------
+
+
+def test_empty_export_never_crashes_and_says_why(tmp_path):
+    doc = findings_of(write_run(tmp_path, ExportBuilder()))
+    assert doc["findings"] == []
+    assert {s["rule"] for s in doc["skipped"]} >= {"sync-copies", "offload-missing", "step-outliers", "stall-hotspot"}
+    assert all(s["why"] for s in doc["skipped"])
+
+
+def test_config_file_overrides_and_disables(tmp_path):
+    cfg = tmp_path / "f.toml"
+    cfg.write_text('disabled = ["sync-copies"]\n[thresholds]\npageable_min_count = 5\n')
+    loaded = load_config(cfg, rule_ids())
+    assert loaded["pageable_min_count"] == 5 and "sync-copies" in loaded.disabled
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[thresholds]\nno_such = 1\n")
+    with pytest.raises(InputError, match="unknown threshold 'no_such'"):
+        load_config(bad, rule_ids())
+    b = ExportBuilder()
+    b.copy(0, 100, "h2d", MIB, host=PAGEABLE)
+    b.runtime(0, 10, 99, name="cudaMemcpy", tid=TID)
+    path = write_run(tmp_path, b)
+    out = run_cli("findings", "--json", "--findings-config", str(cfg), str(path))
+    assert out.returncode == 0, out.stderr
+    (run,) = json.loads(out.stdout)["runs"]
+    assert run["findings"] == [] and run["disabled"] == ["sync-copies"]
+    out = run_cli("findings", "--findings-config", str(bad), str(path))
+    assert out.returncode == 2 and "unknown threshold" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_analyze_prints_findings_and_json_has_them(tmp_path):
+    b = ExportBuilder()
+    b.copy(0, 100, "h2d", MIB, host=PAGEABLE)
+    path = write_run(tmp_path, b)
+    text = run_cli("analyze", str(path))
+    assert text.returncode == 0, text.stderr
+    assert "Findings: 1 problem" in text.stdout and "PROBLEM  pageable-copies" in text.stdout
+    doc = json.loads(run_cli("analyze", "--json", str(path)).stdout)
+    assert [f["id"] for f in doc["findings"]["findings"]] == ["pageable-copies"]
+    assert "findings" not in json.loads(run_cli("analyze", "--json", "--no-findings", str(path)).stdout)
+
+
+# --- compare -----------------------------------------------------------------------------------
+
+
+def test_compare_reports_and_gates_new_findings(tmp_path):
+    base = ExportBuilder()
+    base.copy(0, 100, "h2d", MIB)
+    head = ExportBuilder()
+    head.copy(0, 100, "h2d", MIB, host=PAGEABLE)
+    bp, hp = write_run(tmp_path, base, name="base"), write_run(tmp_path, head, name="head")
+    md = run_cli("compare", "--format", "markdown", str(bp), str(hp))
+    assert md.returncode == 0, md.stdout + md.stderr  # reported, not gated by default
+    assert "New findings in head" in md.stdout and "`pageable-copies`" in md.stdout
+    gated = run_cli("compare", "--fail-on-finding", "problem", str(bp), str(hp))
+    assert gated.returncode == 1 and "new problem finding" in gated.stdout
+    by_id = run_cli("compare", "--fail-on-finding", "sync-copies", str(bp), str(hp))
+    assert by_id.returncode == 0
+    same = run_cli("compare", "--fail-on-finding", "info", str(hp), str(hp))
+    assert same.returncode == 0  # not new
+    bad = run_cli("compare", "--fail-on-finding", "nonsense", str(bp), str(hp))
+    assert bad.returncode == 2 and "rule id" in bad.stderr
+
+
+# --- real traces -------------------------------------------------------------------------------
+
+
+@pytest.mark.shared
+def test_real_traces_fire_and_stay_silent(shared_traces):
+    def ids(name: str) -> set[str]:
+        trace = open_trace(shared_traces / f"{name}.sqlite")
+        return {f["id"] for f in run_findings(trace, None, FindingsConfig(), Breakdown(trace))["findings"]}
+
+    # pageable host memory in real traces: PyTorch's default H2D, CUDA samples' malloc'ed buffers
+    for name in (
+        "aiprof__baseline_nvtx",
+        "gpu4__nsys_vectorAdd_normal_10000000__7498cc2",
+        "finch__fvad2dgpu-cpu-grid300",
+    ):
+        assert "pageable-copies" in ids(name)
+    assert "sync-copies" in ids("gpu4__nsys_vectorAdd_normal_10000000__7498cc2")  # plain cudaMemcpy
+    # the four-stream vectorAdd overlaps copies with other streams' kernels: no stream is "the" compute stream
+    streams = ids("gpu4__nsys_vectorAdd_streams_10000000__7498cc2")
+    assert "copy-on-compute-stream" not in streams and "pageable-copies" not in streams
+    # NCCL without copies, and a JAX program without NVTX: nothing to say
+    assert ids("alcf__lineprofiling_seq_parallel_fp32-ranks8-nodes2-T1_0") == set()
+    assert ids("alpa__jax_profile_mem") == set()
