@@ -351,14 +351,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--layer-pattern",
         default=None,
         metavar="REGEX",
-        help="regex whose first group names the layer in XLA op_name paths "
-        "(default: layer_N, layers, decoder_N, block_N)",
+        help="regex whose first group names the layer in XLA op_name paths (default, by convention: "
+        "layer_3, layers_3, x_layers_3, layers/3, block_3, h_3; scans: decoder/layers, layers, while/body)",
     )
     a.add_argument(
         "--step-range",
         default=None,
         metavar="REGEX",
-        help="NVTX range names that mark steps (default: profile-step's step=N ranges)",
+        help="NVTX range names that mark steps (default: profile-step's step=N ranges, "
+        "else the executions of the dominant XLA module)",
     )
     a.add_argument("--no-findings", action="store_true", help="leave out the findings (faster on big traces)")
     add_findings_options(a)
