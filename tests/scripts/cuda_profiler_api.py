@@ -25,8 +25,19 @@ args = ap.parse_args()
 
 def cudart():
     """The CUDA runtime library, or None (and why) when none can be loaded."""
+    names = ["libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"]
+    try:  # JAX's CUDA wheels bring their own, off the loader's path
+        import glob
+        import os
+
+        import nvidia.cuda_runtime
+
+        for d in nvidia.cuda_runtime.__path__:
+            names += sorted(glob.glob(os.path.join(d, "lib", "libcudart.so*")))
+    except ImportError:
+        pass
     errors = []
-    for name in ("libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"):
+    for name in names:
         try:
             return ctypes.CDLL(name), None
         except OSError as exc:
