@@ -169,7 +169,9 @@ def cmd_whatif(args: argparse.Namespace) -> int:
         factor = 0.0
     if not factor >= 0:
         raise ProfilerError(f"--copy-scale must be >= 0, got {factor}")
-    doc = trace_whatif(trace, factor, layer_pattern=args.layer_pattern, step_range=args.step_range)
+    doc = trace_whatif(
+        trace, factor, layer_pattern=args.layer_pattern, step_range=args.step_range, model_host=not args.no_host_sync
+    )
     if link_doc:
         doc["link"] = link_doc
     if args.device is not None:
@@ -425,6 +427,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the link the trace was recorded on (default: from the GPU's name in the export)",
     )
     w.add_argument("--json", action="store_true", help="print the what-if JSON")
+    w.add_argument(
+        "--no-host-sync",
+        action="store_true",
+        help="keep every host launch time as recorded (default: move the work after a blocking call)",
+    )
     w.add_argument("--device", type=int, default=None, help="only this deviceId")
     w.add_argument("--layer-pattern", default=None, metavar="REGEX", help="as for analyze")
     w.add_argument("--step-range", default=None, metavar="REGEX", help="as for analyze")

@@ -9,6 +9,7 @@ right, and independent of the code under test.
 from __future__ import annotations
 
 import itertools
+import re
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ class Op:
     nbytes: int = 0
     table: str = "kernel"  # kernel, copy or memset
     launch: int | None = None
+    gtid: int | None = None  # the thread of the launch call
     blockers: list[int] = field(default_factory=list)  # indices of ops this one waits for
 
     @property
@@ -38,9 +40,24 @@ class Op:
 
 
 @dataclass
+class Call:
+    """A CUDA API call: (start, end, thread, process, correlationId, name)."""
+
+    start: int
+    end: int
+    gtid: int
+    pid: int
+    corr: int | None
+    name: str
+
+
+@dataclass
 class Model:
     ops: list[Op]
     waits: dict[int, dict[str, int]]  # per device of the wait row
+    calls: list[Call] = field(default_factory=list)
+    records: list = field(default_factory=list)  # ((pid, device, stream), event id, t_rec, corr)
+    sync_rows: dict = field(default_factory=dict)  # (pid, corr) -> (device, stream, event id), unset as None
 
 
 def _tables(con: sqlite3.Connection) -> set[str]:
@@ -56,12 +73,17 @@ def load(path: Path) -> Model:
     tables = _tables(con)
     strings = dict(con.execute("SELECT id, value FROM StringIds")) if "StringIds" in tables else {}
     runtime: dict[tuple[int, int], int] = {}
+    thread: dict[tuple[int, int], int] = {}
+    calls: list[Call] = []
     if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
-        for start, gtid, corr in con.execute(
-            "SELECT start, globalTid, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME ORDER BY rowid"
+        for start, end, gtid, corr, name_id in con.execute(
+            "SELECT start, end, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME ORDER BY rowid"
         ):
             if corr is not None and gtid is not None:
                 runtime.setdefault((_pid(gtid), corr), start)
+                thread.setdefault((_pid(gtid), corr), gtid)
+            if start is not None and end is not None:
+                calls.append(Call(start, end, -1 if gtid is None else gtid, _pid(gtid), corr, strings.get(name_id, "")))
     ops: list[Op] = []
     if "CUPTI_ACTIVITY_KIND_KERNEL" in tables:
         for s, e, dev, st, corr, gpid, short, dem in con.execute(
@@ -87,6 +109,7 @@ def load(path: Path) -> Model:
     for o in ops:
         o.corr = -1 if o.corr is None else o.corr
         o.launch = runtime.get((o.pid, o.corr))
+        o.gtid = thread.get((o.pid, o.corr))
 
     records = []
     if "CUPTI_ACTIVITY_KIND_CUDA_EVENT" in tables:
@@ -97,11 +120,16 @@ def load(path: Path) -> Model:
             if ev is not None and t is not None:
                 records.append(((_pid(gpid), dev, st), ev, t, corr))
     waits: dict[int, dict[str, int]] = {}
+    sync_rows: dict = {}
     if "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION" in tables:
         rows = con.execute(
-            "SELECT start, deviceId, streamId, globalPid, eventId FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+            "SELECT start, deviceId, streamId, globalPid, eventId, correlationId "
+            "FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
         ).fetchall()
-        for t_w, dev, st, gpid, ev in rows:
+        for _, dev, st, gpid, ev, corr in rows:
+            unset = (None, UNSET)
+            sync_rows.setdefault((_pid(gpid), corr), (dev, None if st in unset else st, None if ev in unset else ev))
+        for t_w, dev, st, gpid, ev, _ in rows:
             if st is None or ev is None or st == UNSET or ev == UNSET:
                 continue  # not a stream wait
             count = waits.setdefault(dev, {"total": 0, "resolved": 0, "unresolved": 0})
@@ -121,7 +149,7 @@ def load(path: Path) -> Model:
                 target = min(later, key=lambda i: (ops[i].launch, ops[i].corr))
                 ops[target].blockers.append(blocker)
     con.close()
-    return Model(ops, waits)
+    return Model(ops, waits, calls, records, sync_rows)
 
 
 def _resolve(ops: list[Op], records: list, pid: int, ev: int, t_w: int | None) -> int | None:
@@ -239,37 +267,131 @@ def contexts(model: Model) -> dict[int, dict[str, dict[str, dict[str, int]]]]:
     return out
 
 
-def replay(model: Model, factor: float) -> tuple[list[int], list[int]]:
-    """The what-if: replayed (start, end) per op, one op at a time in dependency order."""
+STREAM_SYNC = ("cudaStreamSynchronize", "cuStreamSynchronize")
+EVENT_SYNC = ("cudaEventSynchronize", "cuEventSynchronize")
+DEVICE_SYNC = ("cudaDeviceSynchronize", "cuCtxSynchronize", "cudaThreadSynchronize")
+
+
+@dataclass
+class HostCall:
+    gtid: int
+    start: int
+    end: int
+    waited: int | None
+    blocked: bool
+    lag: int
+    returned: int = 0
+
+
+def host_calls(model: Model) -> list[HostCall]:
+    """The blocking calls (hostsync.py's rules, one call at a time), sorted by (thread, start)."""
     ops = model.ops
+    out = []
+    for c in model.calls:
+        base = re.sub(r"_v\d+$", "", c.name or "")
+        row = model.sync_rows.get((c.pid, c.corr))
+        waited: int | None = None
+        if base in STREAM_SYNC:
+            if row and row[1] is not None:
+                cand = [
+                    i
+                    for i, o in enumerate(ops)
+                    if o.skey == (c.pid, row[0], row[1]) and o.launch is not None and o.launch < c.start
+                ]
+                waited = max(cand, key=lambda i: (ops[i].launch, ops[i].corr)) if cand else None
+        elif base in EVENT_SYNC:
+            if row and row[2] is not None:
+                waited = _resolve(ops, model.records, c.pid, row[2], c.start)
+        elif base in DEVICE_SYNC:
+            cand = [
+                i
+                for i, o in enumerate(ops)
+                if o.pid == c.pid
+                and (row is None or row[0] is None or o.device == row[0])
+                and o.launch is not None
+                and o.launch < c.start
+            ]
+            waited = max(cand, key=lambda i: (ops[i].end, ops[i].launch, ops[i].corr)) if cand else None
+        elif re.match(r"^cu(da)?Memcpy", base) and "Async" not in base:
+            mine = [i for i, o in enumerate(ops) if o.pid == c.pid and o.corr == (c.corr if c.corr is not None else -2)]
+            waited = mine[0] if mine else None
+        else:
+            continue
+        blocked = waited is not None and ops[waited].end > c.start
+        lag = max(0, c.end - ops[waited].end) if blocked else 0
+        out.append(HostCall(c.gtid, c.start, c.end, waited, blocked, lag))
+    out.sort(key=lambda h: (h.gtid, h.start))
+    for k, h in enumerate(out):  # a thread's calls do not overlap: a return is never before the previous one's
+        before = out[k - 1].returned if k and out[k - 1].gtid == h.gtid else h.end
+        h.returned = max(h.end, before)
+    return out
+
+
+def replay(model: Model, factor: float, host: bool = False) -> tuple[list[int], list[int]]:
+    """The what-if: replayed (start, end) per op, one node at a time in dependency order; with
+    *host*, blocking calls are nodes too and move their thread's later launches."""
+    ops = model.ops
+    calls = host_calls(model) if host else []
     prev = prev_on_stream(ops)
-    deps = [([prev[i]] if prev[i] is not None else []) + list(o.blockers) for i, o in enumerate(ops)]
-    on_cycle = [_reaches(deps, i, i) for i in range(len(ops))]
+    epoch: list[int | None] = [None] * len(ops)
+    for i, o in enumerate(ops):
+        if o.launch is None:
+            continue
+        mine = [k for k, h in enumerate(calls) if h.gtid == o.gtid and h.returned <= o.launch]
+        epoch[i] = mine[-1] if mine else None
+    # nodes: ("op", i) and ("call", k)
+    deps: dict[tuple[str, int], list[tuple[str, int]]] = {}
+    for i, o in enumerate(ops):
+        d = [("op", j) for j in ([prev[i]] if prev[i] is not None else []) + list(o.blockers)]
+        if epoch[i] is not None:
+            d.append(("call", epoch[i]))
+        deps[("op", i)] = d
+    for k, h in enumerate(calls):
+        d = [("call", k - 1)] if k and calls[k - 1].gtid == h.gtid else []
+        if h.blocked:
+            d.append(("op", h.waited))
+        deps[("call", k)] = d
+    cyclic = {n for n in deps if _reaches(deps, n, n)}
+    if host and cyclic:
+        return replay(model, factor, False)
     dur = [int((o.end - o.start) * factor + 0.5) if o.kind in ("h2d", "d2h") else o.end - o.start for o in ops]
     start: list[int | None] = [None] * len(ops)
     end: list[int | None] = [None] * len(ops)
+    shift: list[int | None] = [None] * len(calls)
     for i, o in enumerate(ops):
-        if on_cycle[i] or (not deps[i] and o.launch is None):
+        if ("op", i) in cyclic or (prev[i] is None and not o.blockers and o.launch is None):
             start[i], end[i] = o.start, o.start + dur[i]
+
+    def value(n: tuple[str, int]) -> int | None:
+        return end[n[1]] if n[0] == "op" else shift[n[1]]
+
     changed = True
     while changed:
         changed = False
-        for i, o in enumerate(ops):
-            if start[i] is not None or any(end[j] is None for j in deps[i]):
+        for k, h in enumerate(calls):
+            if shift[k] is not None or any(value(n) is None for n in deps[("call", k)]):
                 continue
-            rec = [ops[j].end for j in deps[i]] + ([o.launch] if o.launch is not None else [])
-            new = [end[j] for j in deps[i]] + ([o.launch] if o.launch is not None else [])
-            slack = o.start - max(rec)
-            start[i] = max(new) + slack
+            began = h.start + (shift[k - 1] if k and calls[k - 1].gtid == h.gtid else 0)
+            back = max(began, end[h.waited] + h.lag) if h.blocked else began + h.end - h.start
+            shift[k] = back - h.end
+            changed = True
+        for i, o in enumerate(ops):
+            if start[i] is not None or any(value(n) is None for n in deps[("op", i)]):
+                continue
+            before = [j for kind, j in deps[("op", i)] if kind == "op"]
+            moved = shift[epoch[i]] if epoch[i] is not None else 0
+            rec = [ops[j].end for j in before] + ([o.launch] if o.launch is not None else [])
+            new = [end[j] for j in before] + ([o.launch + moved] if o.launch is not None else [])
+            start[i] = max(new) + o.start - max(rec)
             end[i] = start[i] + dur[i]
             changed = True
     assert all(s is not None for s in start)
     return start, end  # type: ignore[return-value]
 
 
-def _reaches(deps: list[list[int]], src: int, dst: int) -> bool:
+def _reaches(deps: dict, src: object, dst: object) -> bool:
     """Whether *dst* is reachable from *src* by following dependencies (at least one step)."""
-    seen: set[int] = set()
+    seen: set = set()
     todo = list(deps[src])
     while todo:
         j = todo.pop()

@@ -375,6 +375,42 @@ def test_whatif_dependency_cycle_under_skew_keeps_recorded_starts(build):
     assert half["span_ns"] == 1100 - 50  # A keeps its start; C is [300,350)
 
 
+def sync_copy_loop(b: ExportBuilder) -> None:
+    # one thread, everything on stream 7:
+    # cudaMemcpy h2d  call [0,1010)     copy [10,1000)
+    # launch kernel   call 1020          kernel [1030,1100)
+    # cudaMemcpy d2h  call [1110,2110)  copy [1120,2100)
+    # step=0 [0,2120)
+    b.domain(1, "profile-step")
+    b.nvtx(0, 2120, "step=0", domain_id=1)
+    c1 = b.copy(10, 1000, "h2d", 8 * MIB, stream=7)
+    b.runtime(0, 1010, c1, name="cudaMemcpy_v3020")
+    launched(b, 1020, "kernel", 1030, 1100, "k", stream=7)
+    c2 = b.copy(1120, 2100, "d2h", 8 * MIB, stream=7)
+    b.runtime(1110, 2110, c2, name="cudaMemcpy_v3020")
+
+
+def test_whatif_host_synchronization_by_hand(build):
+    b = ExportBuilder()
+    sync_copy_loop(b)
+    t = open_trace(build(b))
+    # F = 0.5: copy1 [10,505); call 1 returns 10 ns after it (its lag): 515, 495 earlier than recorded;
+    # the kernel's launch moves to 525: [535,605); copy2's call starts at 615: [625,1115); call 2 returns at 1125
+    doc = trace_whatif(t, 0.5)
+    assert doc["host_sync_modeled"] is True
+    dev = doc["devices"]["0"]
+    assert (dev["measured_span_ns"], dev["span_ns"]) == (2090, 1105)
+    (step,) = dev["steps"]
+    assert step["model"] == "host"
+    assert step["predicted_ns"] == 2120 - (2110 - 1125)  # the step ends as its thread's last call returns
+    # host launch times as recorded: copy1 [10,505), kernel [1030,1100), copy2 [1120,1610)
+    fixed = trace_whatif(t, 0.5, model_host=False)
+    assert fixed["host_sync_modeled"] is False
+    assert fixed["devices"]["0"]["span_ns"] == 1600
+    assert fixed["devices"]["0"]["steps"][0]["model"] == "gpu"
+    assert trace_whatif(t, 1.0)["devices"]["0"]["span_ns"] == 2090  # F = 1: nothing moves
+
+
 def test_whatif_cli_links(build):
     b = ExportBuilder()
     b.gpu(0, "NVIDIA H100 80GB HBM3")

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from profiler.analysis.dependencies import D2H, H2D, dependencies
+from profiler.analysis.hostsync import host_syncs
 from profiler.analysis.replay import replay
 from profiler.analysis.summary import analyze
 from profiler.analysis.whatif import trace_whatif
@@ -29,7 +30,12 @@ MIB = 1 << 20
 FACTORS = (1.0, 0.5, 0.0, 1.7)
 
 action = st.tuples(
-    st.sampled_from(["kernel", "nccl", "h2d", "d2h", "d2d", "memset", "record", "wait", "wait", "bare"]),
+    st.sampled_from(
+        [
+            *("kernel", "nccl", "h2d", "d2h", "d2d", "memset", "record", "wait", "wait", "bare"),
+            *("stream_sync", "event_sync", "device_sync", "memcpy"),
+        ]
+    ),
     st.sampled_from([100, 200]),  # pid
     st.sampled_from([0, 1]),  # device
     st.sampled_from([7, 8, 20]),  # stream
@@ -46,7 +52,27 @@ def build_random(actions: list[tuple], path: Path) -> Path:
     t = 0
     for kind, pid, dev, stream, ev, dt, lat, dur, nbytes in actions:
         t += dt
-        tid = pid + 1
+        tid = pid + 1 + stream % 2  # two threads per process
+        if kind in ("stream_sync", "event_sync", "device_sync"):
+            # a blocking call: the host thread is held for a while (the next call starts after it)
+            held = abs(dur) + 1
+            b.sync(
+                t,
+                kind,
+                event_id=ev,
+                device=dev,
+                stream=stream if kind == "stream_sync" else None,
+                pid=pid,
+                tid=tid,
+                duration=held,
+            )
+            t += held
+            continue
+        if kind == "memcpy":  # a synchronous copy: the call returns when the copy is done
+            corr = b.copy(t + abs(lat), t + abs(lat) + abs(dur), "d2h", nbytes, device=dev, stream=stream, pid=pid)
+            b.runtime(t, t + abs(lat) + abs(dur) + 7, corr, name="cudaMemcpy_v3020", pid=pid, tid=tid)
+            t += abs(lat) + abs(dur) + 7
+            continue
         if kind == "record":
             b.event_record(t, ev, device=dev, stream=stream, pid=pid, tid=tid)
             continue
@@ -125,9 +151,10 @@ def check_contexts(path: Path) -> None:
             assert got == expected.get(int(dev), {}).get(cls, {}), (dev, cls)
 
 
-def replayed(path: Path, factor: float) -> dict[tuple[int, int], tuple[int, int]]:
-    deps = dependencies(open_trace(path))
-    rp = replay(deps, factor)
+def replayed(path: Path, factor: float, host: bool = False) -> dict[tuple[int, int], tuple[int, int]]:
+    trace = open_trace(path)
+    deps = dependencies(trace)
+    rp = replay(deps, factor, host_syncs(trace, deps) if host else None)
     ops = deps.ops
     return {(int(ops.pid[i]), int(ops.corr[i])): (int(rp.start[i]), int(rp.end[i])) for i in range(len(ops))}
 
@@ -135,9 +162,10 @@ def replayed(path: Path, factor: float) -> dict[tuple[int, int], tuple[int, int]
 def check_replay(path: Path) -> None:
     model = ref.load(path)
     for factor in FACTORS:
-        s, e = ref.replay(model, factor)
-        expected = {(o.pid, o.corr): (s[i], e[i]) for i, o in enumerate(model.ops)}
-        assert replayed(path, factor) == expected, factor
+        for host in (False, True):
+            s, e = ref.replay(model, factor, host)
+            expected = {(o.pid, o.corr): (s[i], e[i]) for i, o in enumerate(model.ops)}
+            assert replayed(path, factor, host) == expected, (factor, host)
 
 
 def check_properties(path: Path) -> None:
@@ -145,11 +173,13 @@ def check_properties(path: Path) -> None:
     trace = open_trace(path)
     deps = dependencies(trace)
     ops = deps.ops
-    one = replay(deps, 1.0)
-    assert np.array_equal(one.start, ops.start) and np.array_equal(one.end, ops.end)
-    ends = [replay(deps, f).end for f in (2.0, 1.0, 0.75, 0.5, 0.1, 0.0)]
-    for hi, lo in itertools.pairwise(ends):
-        assert (lo <= hi).all()
+    host = host_syncs(trace, deps)
+    for h in (None, host):
+        one = replay(deps, 1.0, h)
+        assert np.array_equal(one.start, ops.start) and np.array_equal(one.end, ops.end)
+        ends = [replay(deps, f, h).end for f in (2.0, 1.0, 0.75, 0.5, 0.1, 0.0)]
+        for hi, lo in itertools.pairwise(ends):
+            assert (lo <= hi).all()
     copy = (ops.kind == H2D) | (ops.kind == D2H)
     zero = replay(deps, 0.0)
     assert (zero.end[copy] == zero.start[copy]).all()

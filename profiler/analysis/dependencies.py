@@ -59,6 +59,7 @@ class GpuOps:
     corr: np.ndarray
     kind: np.ndarray
     launch: np.ndarray
+    gtid: np.ndarray  # the thread (serialized global id) of the launch call, -1 where unknown
     skey: np.ndarray
     streams: pl.DataFrame  # pid, device, stream, skey
 
@@ -109,6 +110,7 @@ class Dependencies:
     target: np.ndarray
     blocker: np.ndarray
     waits: dict[int, dict[str, int]]
+    events: EventIndex | None = None
 
     @cached_property
     def blockers_of(self) -> tuple[np.ndarray, np.ndarray]:
@@ -138,9 +140,9 @@ def gpu_ops(trace: Trace) -> GpuOps:
         .with_columns(pl.col(x).fill_null(v) for x, v in _FILL.items())
     )
     if ops.height and trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
-        ops = with_launches(ops, trace.runtime).drop("launch_gtid")
+        ops = with_launches(ops, trace.runtime)
     else:
-        ops = ops.with_columns(none.alias("launch_start"))
+        ops = ops.with_columns(none.alias("launch_start"), none.alias("launch_gtid"))
     ops = ops.sort("pid", "device", "stream", "start", pl.col("correlation_id").fill_null(-1))
     streams = ops.select("pid", "device", "stream").unique(maintain_order=True).with_row_index("skey")
     streams = streams.with_columns(pl.col("skey").cast(pl.Int64))
@@ -158,6 +160,7 @@ def gpu_ops(trace: Trace) -> GpuOps:
         corr=col("correlation_id"),
         kind=col("kind"),
         launch=col("launch_start", NO_TIME),
+        gtid=col("launch_gtid"),
         skey=skey.to_numpy().astype(np.int64, copy=False),
         streams=streams,
     )
@@ -217,6 +220,44 @@ def completed_ops(ops: GpuOps, rec_skey: np.ndarray, t_rec: np.ndarray) -> np.nd
     return out
 
 
+@dataclass(frozen=True)
+class EventIndex:
+    """A trace's event records, sorted for rule 2: per (process, event id), by time then correlationId,
+    with the op each record completes (rule 1)."""
+
+    keys: pl.DataFrame  # pid, event_id, ek: one row per (process, event id) recorded
+    ek: np.ndarray  # per sorted record
+    t_rec: np.ndarray
+    completes: np.ndarray
+
+    @staticmethod
+    def of(trace: Trace, ops: GpuOps) -> EventIndex:
+        records = trace.event_records.filter(pl.col("event_id").is_not_null()).with_columns(pl.col("pid").fill_null(-1))
+        t_rec = _launches(trace, records)
+        completes = completed_ops(ops, _stream_keys(ops, records), t_rec)
+        keys = records.select("pid", "event_id").unique(maintain_order=True).with_row_index("ek")
+        ek = records.join(keys, on=["pid", "event_id"], how="left", maintain_order="left")["ek"].to_numpy()
+        rows = np.flatnonzero(t_rec != NO_TIME)
+        corr = records["correlation_id"].fill_null(-1).to_numpy()[rows]
+        rows = rows[np.lexsort((corr, t_rec[rows], ek[rows]))]
+        return EventIndex(keys, ek[rows].astype(np.int64), t_rec[rows], completes[rows])
+
+    def waited_op(self, rows: pl.DataFrame, t: np.ndarray) -> np.ndarray:
+        """Rule 2 for each row (pid, event_id) at time *t*: the op that the record of that event with
+        the latest time ``<= t`` (ties: the larger correlationId) completes, or -1."""
+        out = np.full(t.size, -1, dtype=np.int64)
+        if rows.height == 0 or self.ek.size == 0:
+            return out
+        q = rows.select(pl.col("pid").fill_null(-1), "event_id").join(
+            self.keys, on=["pid", "event_id"], how="left", maintain_order="left"
+        )
+        qk = q["ek"].fill_null(-1).to_numpy().astype(np.int64)
+        pos = search_in_groups(self.ek, self.t_rec, qk, t, "right") - 1
+        hit = (qk >= 0) & (t != NO_TIME) & (pos >= 0) & (self.ek[np.maximum(pos, 0)] == qk)
+        out[hit] = self.completes[pos[hit]]
+        return out
+
+
 def dependencies(trace: Trace, ops: GpuOps | None = None) -> Dependencies:
     """Resolve every stream wait of *trace* to the op it waits for (rules 1 to 3)."""
     ops = gpu_ops(trace) if ops is None else ops
@@ -225,27 +266,10 @@ def dependencies(trace: Trace, ops: GpuOps | None = None) -> Dependencies:
     empty = np.zeros(0, dtype=np.int64)
     if waits.height == 0:
         return Dependencies(ops, empty, empty, {})
-    records = trace.event_records.filter(pl.col("event_id").is_not_null()).with_columns(pl.col("pid").fill_null(-1))
     waits = waits.with_columns(pl.col("pid").fill_null(-1))
-    t_rec = _launches(trace, records)
-    completes = completed_ops(ops, _stream_keys(ops, records), t_rec)
-
-    # rule 2: records and waits keyed by (process, event id)
-    ev = pl.concat([records.select("pid", "event_id"), waits.select("pid", "event_id")]).unique().with_row_index("ek")
-    rec_ek = records.join(ev, on=["pid", "event_id"], how="left", maintain_order="left")["ek"].to_numpy()
-    w_ek = waits.join(ev, on=["pid", "event_id"], how="left", maintain_order="left")["ek"].to_numpy()
-    keep = t_rec != NO_TIME
-    r_idx = np.flatnonzero(keep)
-    r_corr = records["correlation_id"].fill_null(-1).to_numpy()[r_idx]
-    order = np.lexsort((r_corr, t_rec[r_idx], rec_ek[r_idx]))
-    r_idx = r_idx[order]
+    events = EventIndex.of(trace, ops)
     t_w = waits["start"].fill_null(NO_TIME).to_numpy().astype(np.int64)
-    pos = search_in_groups(rec_ek[r_idx].astype(np.int64), t_rec[r_idx], w_ek.astype(np.int64), t_w, "right") - 1
-    has_rec = (pos >= 0) & (t_w != NO_TIME)
-    if r_idx.size:
-        has_rec &= rec_ek[r_idx][np.maximum(pos, 0)] == w_ek
-    blocker = np.full(t_w.size, -1, dtype=np.int64)
-    blocker[has_rec] = completes[r_idx[pos[has_rec]]]
+    blocker = events.waited_op(waits, t_w)  # rules 2 and 1
     resolved = blocker >= 0
 
     # rule 3: the first op on the waiting stream launched at or after the wait
@@ -268,4 +292,4 @@ def dependencies(trace: Trace, ops: GpuOps | None = None) -> Dependencies:
         on = w_dev == dev
         n_res = int((resolved & on).sum())
         counts[int(dev)] = {"total": int(on.sum()), "resolved": n_res, "unresolved": int(on.sum()) - n_res}
-    return Dependencies(ops, target[applied], blocker[applied], counts)
+    return Dependencies(ops, target[applied], blocker[applied], counts, events)

@@ -29,18 +29,38 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from profiler.analysis.dependencies import D2H, H2D, NO_TIME, Dependencies
+from profiler.analysis.dependencies import D2H, H2D, NO_TIME, Dependencies, GpuOps, search_in_groups
+from profiler.analysis.hostsync import HostSyncs
 
 
 @dataclass(frozen=True)
 class Replay:
-    """Replayed start and end of every op of ``deps.ops`` (same rows)."""
+    """Replayed start and end of every op of ``deps.ops`` (same rows); with host synchronization
+    modeled, the blocking calls, how far each one's return moved, and the replayed launch times."""
 
     deps: Dependencies
     factor: float
     start: np.ndarray
     end: np.ndarray
     kept: np.ndarray  # ops that kept their recorded start (no inputs, or on a cycle)
+    host: HostSyncs | None = None
+    shift: np.ndarray | None = None  # per blocking call of ``host``
+    launch: np.ndarray | None = None  # replayed launch times (``NO_TIME`` stays so)
+    host_sync_modeled: bool = False  # asked for, and not given up for a dependency cycle
+
+    def shift_at(self, gtid: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """How far the host work of thread *gtid* at recorded time *t* moves (0 without host modeling)."""
+        out = np.zeros(t.size, dtype=np.int64)
+        if self.host is None or self.shift is None or len(self.host) == 0:
+            return out
+        threads, hkey = np.unique(self.host.gtid, return_inverse=True)
+        okey = np.searchsorted(threads, gtid)
+        ok = (okey < threads.size) & (threads[np.minimum(okey, threads.size - 1)] == gtid)
+        rows = np.flatnonzero(ok)
+        pos = search_in_groups(hkey.astype(np.int64), self.host.returned, okey[rows], t[rows], "right") - 1
+        hit = (pos >= 0) & (hkey[np.maximum(pos, 0)] == okey[rows])
+        out[rows[hit]] = self.shift[pos[hit]]
+        return out
 
 
 def scaled_durations(deps: Dependencies, factor: float) -> np.ndarray:
@@ -65,16 +85,25 @@ def segmented_cummax(values: np.ndarray, seg: np.ndarray) -> np.ndarray:
     return uniq[np.maximum.accumulate(code) - seg.astype(np.int64) * n]
 
 
-def replay(deps: Dependencies, factor: float) -> Replay:
-    """The what-if timeline for copy durations scaled by *factor* (1.0 reproduces the trace)."""
+def replay(deps: Dependencies, factor: float, host: HostSyncs | None = None) -> Replay:
+    """The what-if timeline for copy durations scaled by *factor* (1.0 reproduces the trace).
+
+    With *host* (``hostsync.host_syncs``), host synchronization is modeled: a
+    call that blocked its thread returns ``lag`` after the replayed end of what it
+    waited for (or at once, when that is done before the replayed call), and
+    every later call of that thread, launches included, moves by as much as that
+    call's return moved.
+    """
     if not np.isfinite(factor) or factor < 0:
         raise ValueError(f"the copy scale must be a finite number >= 0, got {factor}")
     ops = deps.ops
     n = len(ops)
     d_new = scaled_durations(deps, factor)
+    modeled = host is not None
+    host = host if host is not None and len(host) else None
     if n == 0:
         z = np.zeros(0, dtype=np.int64)
-        return Replay(deps, factor, z, z, np.zeros(0, dtype=bool))
+        return Replay(deps, factor, z, z, np.zeros(0, dtype=bool), host_sync_modeled=modeled)
     prev = ops.prev
     launch = ops.launch
     tgt, blk = deps.blockers_of
@@ -88,8 +117,11 @@ def replay(deps: Dependencies, factor: float) -> Replay:
     no_input = (prev < 0) & (launch == NO_TIME) & ~has_blockers
     slack = np.where(no_input, 0, ops.start - m_rec)
 
-    # segments: a new one at each stream's first op and at each op that waits for another stream
-    head = (prev < 0) | has_blockers
+    # host epochs: the last blocking call of the launching thread that returned before the launch
+    epoch = _epochs(ops, host)
+    # segments: a new one at each stream's first op, at each op that waits for another stream, and
+    # where the launching thread's epoch changes (inside a segment every launch moves alike)
+    head = (prev < 0) | has_blockers | (epoch != epoch[np.maximum(prev, 0)])
     seg = np.cumsum(head) - 1
     heads = np.flatnonzero(head)
     a = slack + d_new
@@ -101,68 +133,146 @@ def replay(deps: Dependencies, factor: float) -> Replay:
     c = segmented_cummax(term, seg)
 
     n_seg = heads.size
+    n_sync = len(host) if host is not None else 0
+    seg_epoch = epoch[heads]
     head_end = np.full(n_seg, NO_TIME, dtype=np.int64)
-    done = np.zeros(n_seg, dtype=bool)
-    # dependencies between segments: the previous segment of the stream, and the blockers' segments
+    shift = np.zeros(n_sync + 1, dtype=np.int64)  # per blocking call; the last entry: no call (0)
+    done = np.zeros(n_seg + n_sync, dtype=bool)
     seg_prev = np.where(prev[heads] >= 0, seg[np.maximum(prev[heads], 0)], -1)
     starts_of = np.searchsorted(tgt, heads, side="left")
     stops_of = np.searchsorted(tgt, heads, side="right")
-    order = _segment_order(seg_prev, seg, tgt, blk, heads, n_seg)
+    order = _node_order(seg_prev, seg, tgt, blk, n_seg, seg_epoch, host)
 
     def end_of(row: int) -> int:
-        return max(int(head_end[seg[row]]), int(c[row])) + int(p[row])
+        s_ = seg_l[row]
+        return max(head_end_l[s_], c_l[row] + shift_l[seg_epoch_l[s_]]) + p_l[row]
 
-    # visit heads in dependency order (plain Python ints: a scalar loop over segments)
+    # visit the nodes in dependency order (plain Python ints: a scalar loop over segments and calls)
     heads_l, launch_l = heads.tolist(), launch.tolist()
     slack_l, dur_l, start_l = slack.tolist(), d_new.tolist(), ops.start.tolist()
     prev_l, no_in_l = prev.tolist(), no_input.tolist()
     lo_l, hi_l, blk_l = starts_of.tolist(), stops_of.tolist(), blk.tolist()
-    for s in order:
-        h = heads_l[s]
+    seg_l, c_l, p_l = seg.tolist(), c.tolist(), p.tolist()
+    seg_epoch_l = seg_epoch.tolist()
+    head_end_l = head_end.tolist()
+    shift_l = shift.tolist()
+    if host is not None:
+        h_start, h_end, h_wait = host.start.tolist(), host.end.tolist(), host.waited.tolist()
+        h_lag, h_blocked = host.lag.tolist(), host.blocked.tolist()
+        h_prev = _previous_call(host).tolist()
+    for node in order:
+        if node >= n_seg:  # a blocking call
+            k = node - n_seg
+            began = h_start[k] + shift_l[h_prev[k]]
+            back = max(began, end_of(h_wait[k]) + h_lag[k]) if h_blocked[k] else began + h_end[k] - h_start[k]
+            shift_l[k] = back - h_end[k]
+            continue
+        h = heads_l[node]
         if no_in_l[h]:
-            head_end[s] = start_l[h] + dur_l[h]
+            head_end_l[node] = start_l[h] + dur_l[h]
         else:
-            m = launch_l[h]
+            m = launch_l[h] + shift_l[seg_epoch_l[node]]
             if prev_l[h] >= 0:
                 m = max(m, end_of(prev_l[h]))
-            for j in range(lo_l[s], hi_l[s]):
+            for j in range(lo_l[node], hi_l[node]):
                 m = max(m, end_of(blk_l[j]))
-            head_end[s] = m + slack_l[h] + dur_l[h]
-        done[s] = True
+            head_end_l[node] = m + slack_l[h] + dur_l[h]
+    done[order] = True
 
-    end = np.maximum(head_end[seg], c) + p
-    start = end - d_new
-    kept = no_input.copy()
+    head_end = np.array(head_end_l, dtype=np.int64)
+    shift = np.array(shift_l, dtype=np.int64)
     if not done.all():
-        stuck = np.flatnonzero(~done[seg])
-        _resolve_cycles(deps, stuck, start, end, d_new, slack, no_input, kept)
-    return Replay(deps, factor, start, end, kept)
+        if host is not None:  # a cycle (clock skew): replay without moving host calls
+            return replay(deps, factor, None)
+        end = np.maximum(head_end[seg], c) + p
+        start = end - d_new
+        kept = no_input.copy()
+        _resolve_cycles(deps, np.flatnonzero(~done[seg]), start, end, d_new, slack, no_input, kept)
+        return Replay(deps, factor, start, end, kept)
+    end = np.maximum(head_end[seg], c + shift[seg_epoch[seg]]) + p
+    start = end - d_new
+    return Replay(
+        deps,
+        factor,
+        start,
+        end,
+        no_input.copy(),
+        host,
+        shift[:n_sync],
+        launch + shift[epoch],
+        host_sync_modeled=modeled,
+    )
 
 
-def _segment_order(
-    seg_prev: np.ndarray, seg: np.ndarray, tgt: np.ndarray, blk: np.ndarray, heads: np.ndarray, n_seg: int
-) -> list[int]:
-    """Segments in dependency order (Kahn's algorithm); segments on or behind a cycle are left out."""
-    tseg = seg[tgt]
-    bseg = seg[blk]
-    edges_from = np.concatenate([seg_prev[seg_prev >= 0], bseg])
-    edges_to = np.concatenate([np.flatnonzero(seg_prev >= 0), tseg])
-    indeg = np.bincount(edges_to, minlength=n_seg)
+def _epochs(ops: GpuOps, host: HostSyncs | None) -> np.ndarray:
+    """Per op, the index of the last blocking call of its launching thread that returned at or before
+    its launch; -1 (the extra, zero entry of the shifts) where none."""
+    epoch = np.full(len(ops), -1, dtype=np.int64)
+    if host is None:
+        return epoch
+    threads, hkey = np.unique(host.gtid, return_inverse=True)
+    okey = np.searchsorted(threads, ops.gtid)
+    ok = (okey < threads.size) & (ops.launch != NO_TIME)
+    ok &= threads[np.minimum(okey, threads.size - 1)] == ops.gtid
+    rows = np.flatnonzero(ok)
+    pos = search_in_groups(hkey.astype(np.int64), host.returned, okey[rows], ops.launch[rows], "right") - 1
+    hit = (pos >= 0) & (hkey[np.maximum(pos, 0)] == okey[rows])
+    epoch[rows[hit]] = pos[hit]
+    return epoch
+
+
+def _previous_call(host: HostSyncs) -> np.ndarray:
+    """Per blocking call, the one before it on its thread, or -1."""
+    prev = np.arange(len(host), dtype=np.int64) - 1
+    if len(host):
+        prev[np.r_[True, host.gtid[1:] != host.gtid[:-1]]] = -1
+    return prev
+
+
+def _node_order(
+    seg_prev: np.ndarray,
+    seg: np.ndarray,
+    tgt: np.ndarray,
+    blk: np.ndarray,
+    n_seg: int,
+    seg_epoch: np.ndarray,
+    host: HostSyncs | None,
+) -> np.ndarray:
+    """Segments (ids below n_seg) and blocking calls (n_seg + k) in dependency order (Kahn's
+    algorithm); nodes on or behind a cycle are left out."""
+    has_prev = seg_prev >= 0
+    froms = [seg_prev[has_prev], seg[blk]]
+    tos = [np.flatnonzero(has_prev), seg[tgt]]
+    n = n_seg
+    if host is not None:
+        n += len(host)
+        by_call = np.flatnonzero(seg_epoch >= 0)
+        froms.append(n_seg + seg_epoch[by_call])  # a call's return moves the launches after it
+        tos.append(by_call)
+        prev_call = _previous_call(host)
+        k = np.flatnonzero(prev_call >= 0)
+        froms.append(n_seg + prev_call[k])
+        tos.append(n_seg + k)
+        k = np.flatnonzero(host.blocked)
+        froms.append(seg[host.waited[k]])  # a blocked call waits for the segment of its op
+        tos.append(n_seg + k)
+    edges_from, edges_to = np.concatenate(froms), np.concatenate(tos)
+    indeg = np.bincount(edges_to, minlength=n)
     order_e = np.argsort(edges_from, kind="stable")
-    e_from, e_to = edges_from[order_e], edges_to[order_e]
-    first = np.searchsorted(e_from, np.arange(n_seg + 1))
+    e_to = edges_to[order_e]
+    first = np.searchsorted(edges_from[order_e], np.arange(n + 1))
     first_l, to_l, indeg_l = first.tolist(), e_to.tolist(), indeg.tolist()
     queue = deque(np.flatnonzero(indeg == 0).tolist())
     out: list[int] = []
     while queue:
         s = queue.popleft()
         out.append(s)
-        for k in range(first_l[s], first_l[s + 1]):
-            t = to_l[k]
+        for j in range(first_l[s], first_l[s + 1]):
+            t = to_l[j]
             indeg_l[t] -= 1
             if indeg_l[t] == 0:
                 queue.append(t)
-    return out
+    return np.array(out, dtype=np.int64)
 
 
 def _resolve_cycles(

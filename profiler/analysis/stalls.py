@@ -118,9 +118,11 @@ def empty_stalls() -> dict[str, Any]:
     }
 
 
-def op_stalls(deps: Dependencies, start: np.ndarray, end: np.ndarray) -> Stalls:
-    """Rule 4 over the ops' *start* and *end* (recorded, or replayed by the what-if)."""
+def op_stalls(deps: Dependencies, start: np.ndarray, end: np.ndarray, launch: np.ndarray | None = None) -> Stalls:
+    """Rule 4 over the ops' *start* and *end* (recorded, or replayed by the what-if, with the
+    replayed *launch* times when host synchronization moved them)."""
     ops = deps.ops
+    launch = ops.launch if launch is None else launch
     n = len(ops)
     stall = np.zeros(n, dtype=np.int64)
     chosen = np.full(n, -1, dtype=np.int64)
@@ -135,7 +137,7 @@ def op_stalls(deps: Dependencies, start: np.ndarray, end: np.ndarray) -> Stalls:
     k, b = tgt[last], blk[last]
     dep = end[b]
     prev = ops.prev[k]
-    ready = np.where(prev >= 0, np.maximum(end[np.maximum(prev, 0)], ops.launch[k]), ops.launch[k])
+    ready = np.where(prev >= 0, np.maximum(end[np.maximum(prev, 0)], launch[k]), launch[k])
     value = np.where(dep > ready, np.maximum(0, np.minimum(start[k], dep) - ready), 0)
     stall[k] = value
     chosen[k] = b

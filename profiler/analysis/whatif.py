@@ -7,9 +7,16 @@ rule 4 as ``analyze``).  Per step, a step's GPU work is the ops attributed
 to it as everywhere else (launched inside the step range on its thread, else
 by GPU time); the host is assumed to wait for its step's GPU work, as a
 training loop that reads the loss does, so the predicted step time is the
-measured one less how much earlier the step's last GPU op ends.  Host launch
-times are kept as recorded (``host_sync_modeled`` is false): work launched
-after a host synchronization is not moved earlier.
+measured one less how much earlier the step's last GPU op ends.
+
+Host synchronization is modeled (``hostsync.py``): a call that blocked a host
+thread returns when what it waited for ends in the replay, and the thread's
+later calls, launches included, move with it.  A step whose thread blocked
+inside it then moves with its thread: its predicted time is the measured one
+plus how far its end moved less how far its start moved (``"model": "host"``);
+otherwise the GPU rule above applies (``"model": "gpu"``).  Under clock skew
+that makes a dependency cycle, host calls are not moved and
+``host_sync_modeled`` is false.
 """
 
 from __future__ import annotations
@@ -20,11 +27,11 @@ import numpy as np
 import polars as pl
 
 from profiler.analysis.dependencies import Dependencies, dependencies
+from profiler.analysis.hostsync import host_syncs
 from profiler.analysis.replay import Replay, replay
 from profiler.analysis.stalls import empty_stalls, op_stalls
 from profiler.trace.loader import Trace
 
-HOST_SYNC_MODELED = False
 _KEYS = ["pid", "device", "stream", "correlation_id", "start"]
 
 
@@ -34,6 +41,7 @@ def whatif(
     steps: pl.DataFrame | None = None,
     step_ops: pl.DataFrame | None = None,
     deps: Dependencies | None = None,
+    model_host: bool = True,
 ) -> dict[str, Any]:
     """The what-if document for copy durations scaled by *factor*.
 
@@ -42,9 +50,9 @@ def whatif(
     analysis; without them the output has no per-step rows.
     """
     deps = dependencies(trace) if deps is None else deps
-    rp = replay(deps, factor)
+    rp = replay(deps, factor, host_syncs(trace, deps) if model_host else None)
     ops = deps.ops
-    replayed_stalls = op_stalls(deps, rp.start, rp.end).by_device()
+    replayed_stalls = op_stalls(deps, rp.start, rp.end, rp.launch).by_device()
     devices: dict[str, Any] = {}
     for dev in np.unique(ops.device).tolist():
         on = ops.device == dev
@@ -59,7 +67,7 @@ def whatif(
         for dev, rows in _step_rows(rp, steps, step_ops).items():
             if str(dev) in devices:
                 devices[str(dev)]["steps"] = rows
-    return {"copy_scale": factor, "host_sync_modeled": HOST_SYNC_MODELED, "devices": devices}
+    return {"copy_scale": factor, "host_sync_modeled": rp.host_sync_modeled, "devices": devices}
 
 
 def _step_rows(rp: Replay, steps: pl.DataFrame, step_ops: pl.DataFrame) -> dict[int, list[dict[str, Any]]]:
@@ -97,17 +105,31 @@ def _step_rows(rp: Replay, steps: pl.DataFrame, step_ops: pl.DataFrame) -> dict[
         .join(steps.select("index", "name", "start", "end", "excluded"), on="index")
         .sort("device", "index")
     )
+    # a step whose thread blocked inside it moves with its thread
+    if "global_tid" not in steps.columns:
+        steps = steps.with_columns(pl.lit(None, pl.Int64).alias("global_tid"))
+    ranges = steps.select("index", "start", "end", "global_tid")
+    gt = ranges["global_tid"].fill_null(-1).to_numpy()
+    s_from = rp.shift_at(gt, ranges["start"].to_numpy())
+    s_to = rp.shift_at(gt, ranges["end"].to_numpy())
+    host_moved = {int(i): (int(a), int(b)) for i, a, b in zip(ranges["index"].to_list(), s_from, s_to, strict=True)}
+    blocked_in = _blocked_inside(rp, ranges)
     out: dict[int, list[dict[str, Any]]] = {}
-    for dev, _idx, first, last, first2, last2, name, s0, s1, excluded in spans.iter_rows():
+    for dev, idx, first, last, first2, last2, name, s0, s1, excluded in spans.iter_rows():
         measured = int(s1 - s0)
-        saving = int(last - last2)
+        if int(idx) in blocked_in:
+            a, b = host_moved[int(idx)]
+            model, predicted = "host", measured + b - a
+        else:
+            model, predicted = "gpu", measured - int(last - last2)
         out.setdefault(int(dev), []).append(
             {
                 "name": name,
                 "excluded": excluded,
                 "measured_ns": measured,
-                "predicted_ns": measured - saving,
-                "saving_ns": saving,
+                "predicted_ns": predicted,
+                "saving_ns": measured - predicted,
+                "model": model,
                 "gpu_span_ns": int(last - first),
                 "replayed_gpu_span_ns": int(last2 - first2),
             }
@@ -115,8 +137,25 @@ def _step_rows(rp: Replay, steps: pl.DataFrame, step_ops: pl.DataFrame) -> dict[
     return out
 
 
+def _blocked_inside(rp: Replay, ranges: pl.DataFrame) -> set[int]:
+    """The steps whose thread made a blocking call inside the step (host synchronization modeled)."""
+    host = rp.host
+    if host is None or not len(host):
+        return set()
+    out = set()
+    for idx, s0, s1, gt in ranges.iter_rows():
+        on = (host.gtid == gt) & host.blocked & (host.start >= s0) & (host.end <= s1)
+        if on.any():
+            out.add(int(idx))
+    return out
+
+
 def trace_whatif(
-    trace: Trace, factor: float, layer_pattern: str | None = None, step_range: str | None = None
+    trace: Trace,
+    factor: float,
+    layer_pattern: str | None = None,
+    step_range: str | None = None,
+    model_host: bool = True,
 ) -> dict[str, Any]:
     """``whatif`` with the trace's own steps (the steps analysis of ``analyze --by step``)."""
     from profiler.analysis.breakdown import Breakdown
@@ -126,16 +165,18 @@ def trace_whatif(
     deps = bd.stalls.deps if bd.stalls is not None else None
     ranges = bd.step_ranges()
     if ranges.height == 0:
-        return whatif(trace, factor, deps=deps)
+        return whatif(trace, factor, deps=deps, model_host=model_host)
     info = bd.by_step(copies=False)
     steps = pl.DataFrame(
         [{"index": s["index"], "name": s["name"], "start": s["start_ns"], "end": s["end_ns"]} for s in info["steps"]],
         schema={"index": pl.Int64, "name": pl.String, "start": pl.Int64, "end": pl.Int64},
     ).with_columns(pl.Series("excluded", [s["excluded"] for s in info["steps"]], pl.String))
+    tids = ranges.select(pl.col("index").cast(pl.Int64), pl.col("global_tid").cast(pl.Int64))
+    steps = steps.join(tids, on="index", how="left")
     assigned, _ = bd.step_assignment(ranges)
     step_ops = (
         bd.ops[assigned["op_id"].to_numpy()]
         .select(*_KEYS)
         .with_columns(assigned["index"].cast(pl.Int64).alias("index"))
     )
-    return whatif(trace, factor, steps, step_ops, deps=deps)
+    return whatif(trace, factor, steps, step_ops, deps=deps, model_host=model_host)

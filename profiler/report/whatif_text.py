@@ -22,11 +22,13 @@ def render_whatif(doc: dict[str, Any], measured_stalls: dict[str, dict[str, Any]
     link = doc.get("link")
     scale = doc["copy_scale"]
     how = f"{link['from']} ({link['from_gbps']:g} GB/s) -> {link['to']} ({link['to_gbps']:g} GB/s): " if link else ""
-    sync = "modeled" if doc["host_sync_modeled"] else "not modeled"
-    out = [
-        f"What-if: {how}every h2d/d2h copy takes {scale:.4g}x its recorded time "
-        f"(host launch times as recorded; host synchronization {sync})"
-    ]
+    sync = (
+        "host synchronization modeled: a call that waited for the GPU returns when its work is done, and its "
+        "thread's later launches move with it"
+        if doc["host_sync_modeled"]
+        else "host launch times as recorded"
+    )
+    out = [f"What-if: {how}every h2d/d2h copy takes {scale:.4g}x its recorded time ({sync})"]
     if not doc["devices"]:
         return out[0] + "\nNo GPU activity in this trace: nothing to replay."
     for dev, d in doc["devices"].items():
@@ -47,15 +49,29 @@ def render_whatif(doc: dict[str, Any], measured_stalls: dict[str, dict[str, Any]
                     ms(s["saving_ns"]),
                     ms(s["gpu_span_ns"]),
                     ms(s["replayed_gpu_span_ns"]),
+                    s["model"],
                     s["excluded"] or "",
                 ]
                 for s in d["steps"]
             ]
             out.append(
                 table(
-                    ("step", "measured ms", "predicted ms", "saving ms", "GPU span ms", "replayed ms", "excluded"),
+                    (
+                        "step",
+                        "measured ms",
+                        "predicted ms",
+                        "saving ms",
+                        "GPU span ms",
+                        "replayed ms",
+                        "by",
+                        "excluded",
+                    ),
                     rows,
-                    left=(0, 6),
+                    left=(0, 6, 7),
                 )
+            )
+            out.append(
+                "  (by host: the step moves with its thread, which waited for the GPU inside it; "
+                "by gpu: less how much earlier its last GPU op ends)"
             )
     return "\n".join(out)
