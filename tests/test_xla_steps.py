@@ -6,6 +6,7 @@ import pytest
 
 from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.summary import analyze, run_summary
+from profiler.analysis.whatif import trace_whatif
 from profiler.trace import open_trace
 from profiler.trace.synthetic import ExportBuilder
 from tests.conftest import run_cli
@@ -168,9 +169,14 @@ def test_one_process_driving_two_gpus(build):
             b.nvtx(t, t + 100, "XlaModule:#hlo_module=jit_step,program_id=1#", tid=tid, domain_id=TSL)
             corr = b.copy(t + 100, t + 400 + 10 * dev, "d2h", 1000 * (dev + 1), device=dev)
             b.runtime(t + 10, t + 15, corr, name="cudaMemcpyAsync", tid=tid)
-    steps = steps_of(build(b))
+    path = build(b)
+    steps = steps_of(path)
     assert [s["name"] for s in steps["steps"]] == ["jit_step#0", "jit_step#1", "jit_step#2"]
     assert [s["excluded"] is not None for s in steps["steps"]] == [True, False, False]  # both GPUs' first run
     s1 = steps["steps"][1]
     assert (s1["start_ns"], s1["end_ns"]) == (3_100, 3_460)  # from device 0's first op to device 1's last
     assert {d: c["d2h"]["bytes"] for d, c in s1["devices"].items()} == {"0": 1000, "1": 2000}
+    # the what-if replays the same steps, per device
+    doc = trace_whatif(open_trace(path), 0.5)
+    assert [s["name"] for s in doc["devices"]["1"]["steps"]] == ["jit_step#0", "jit_step#1", "jit_step#2"]
+    assert [s["measured_ns"] for s in doc["devices"]["1"]["steps"]] == [360, 360, 360]

@@ -40,7 +40,7 @@ NO_XLA = "no XLA module ranges: XLA writes them only on GPUs (XLA:CPU emits no N
 class ModuleSteps:
     """The dominant module's executions as steps, or why there are none."""
 
-    steps: pl.DataFrame  # index, range_id (the first execution), name, start, end, warmup (or NULL), pid
+    steps: pl.DataFrame  # index, range_id, name, start, end, warmup (or NULL), pid, global_tid (of the first execution)
     members: pl.DataFrame  # range_id, index: every execution of each step
     module: str | None
     program_id: int | None
@@ -108,7 +108,7 @@ def module_steps(ranges: pl.DataFrame, pairs: pl.DataFrame, ops: pl.DataFrame) -
     *pairs* (op_id, range_id) and *ops* (by op_id) give the GPU ops launched inside each range.
     """
     schema = {"index": pl.UInt32, "range_id": I64, "name": pl.String, "start": I64, "end": I64}
-    empty = pl.DataFrame(schema={**schema, "warmup": pl.String, "pid": I64})
+    empty = pl.DataFrame(schema={**schema, "warmup": pl.String, "pid": I64, "global_tid": I64})
     no_members = pl.DataFrame(schema={"range_id": I64, "index": pl.UInt32})
     modules = ranges.filter(pl.col("xla_kind") == "module")
     if modules.height == 0:
@@ -168,6 +168,7 @@ def module_steps(ranges: pl.DataFrame, pairs: pl.DataFrame, ops: pl.DataFrame) -
             pl.col("span_end").max().alias("end"),
             pl.col("warmup").drop_nulls().first(),
             pl.col("pid").first(),
+            pl.col("global_tid").first(),
         )
         .sort("_k")
         .with_columns(pl.col("_k").cast(pl.UInt32).alias("index"))
@@ -179,6 +180,7 @@ def module_steps(ranges: pl.DataFrame, pairs: pl.DataFrame, ops: pl.DataFrame) -
             "end",
             "warmup",
             "pid",
+            "global_tid",
         )
     )
     members = execs.select("range_id", pl.col("_k").cast(pl.UInt32).alias("index"))
