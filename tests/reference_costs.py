@@ -82,7 +82,7 @@ def load(path: Path) -> Model:
             if corr is not None and gtid is not None:
                 runtime.setdefault((_pid(gtid), corr), start)
                 thread.setdefault((_pid(gtid), corr), gtid)
-            if start is not None and end is not None:
+            if start is not None and end is not None and end >= start:
                 calls.append(Call(start, end, -1 if gtid is None else gtid, _pid(gtid), corr, strings.get(name_id, "")))
     ops: list[Op] = []
     if "CUPTI_ACTIVITY_KIND_KERNEL" in tables:
@@ -318,7 +318,7 @@ def host_calls(model: Model) -> list[HostCall]:
         else:
             continue
         blocked = waited is not None and ops[waited].end > c.start
-        lag = max(0, c.end - ops[waited].end) if blocked else 0
+        lag = c.end - ops[waited].end if blocked else 0
         out.append(HostCall(c.gtid, c.start, c.end, waited, blocked, lag))
     out.sort(key=lambda h: (h.gtid, h.start))
     for k, h in enumerate(out):  # a thread's calls do not overlap: a return is never before the previous one's

@@ -110,3 +110,27 @@ def test_measure_within_matches_brute_force(a_raw, b_raw):
     got = measure_within(b, [x[0] for x in a_raw], [x[1] for x in a_raw], [x[2] for x in a_raw])
     want = [sum(1 for t in range(s, e) if (g, t) in pb) for g, s, e in a_raw]
     assert got.tolist() == want
+
+
+@settings(deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 4), st.integers(-(1 << 41), 1 << 41)), max_size=40),
+    st.lists(st.tuples(st.integers(-1, 5), st.integers(-(1 << 42), 1 << 42)), min_size=1, max_size=20),
+    st.sampled_from(["left", "right"]),
+)
+def test_search_in_groups_is_searchsorted_within_each_group(items, queries, side):
+    """Both ways of searching inside groups (packed keys, bisection) against a plain searchsorted
+    per query, with spans too wide to pack as well as narrow ones."""
+    from profiler.analysis.dependencies import search_in_groups
+
+    items = sorted(items)
+    g = np.array([i[0] for i in items], dtype=np.int64)
+    t = np.array([i[1] for i in items], dtype=np.int64)
+    for scale in (1, 1 << 20):  # wide times: bisection; narrow: packed
+        tt = t // scale
+        qg = np.array([q[0] for q in queries], dtype=np.int64)
+        qt = np.array([q[1] for q in queries], dtype=np.int64) // scale
+        got = search_in_groups(g, tt, qg, qt, side)
+        lo, hi = np.searchsorted(g, qg, "left"), np.searchsorted(g, qg, "right")
+        want = [lo[i] + np.searchsorted(tt[lo[i] : hi[i]], qt[i], side) for i in range(qg.size)]
+        assert got.tolist() == want

@@ -173,6 +173,10 @@ def search_in_groups(groups: np.ndarray, times: np.ndarray, qg: np.ndarray, qt: 
     positions: the insertion point of the query inside its group's slice
     (``side`` as in NumPy).  A bisection over all queries at once.
     """
+    if times.size and qt.size:
+        packed = _packed_search(groups, times, qg, qt, side)
+        if packed is not None:
+            return packed
     lo = np.searchsorted(groups, qg, side="left")
     hi = np.searchsorted(groups, qg, side="right")
     last = max(times.size - 1, 0)
@@ -185,6 +189,22 @@ def search_in_groups(groups: np.ndarray, times: np.ndarray, qg: np.ndarray, qt: 
         right = (tm < qt) if side == "left" else (tm <= qt)
         lo = np.where(active & right, mid + 1, lo)
         hi = np.where(active & ~right, mid, hi)
+
+
+def _packed_search(
+    groups: np.ndarray, times: np.ndarray, qg: np.ndarray, qt: np.ndarray, side: str
+) -> np.ndarray | None:
+    """``search_in_groups`` as one ``np.searchsorted`` over (group, time) packed into one int64,
+    when groups and the span of times are small enough (else None).  Query times outside the
+    times' range are clipped to just outside it, which keeps their insertion points."""
+    t0, t1 = int(times.min()), int(times.max())
+    g0, g1 = int(min(groups.min(), qg.min())), int(max(groups.max(), qg.max()))
+    width = t1 - t0 + 3
+    if g0 < 0 or width >= 1 << 40 or (g1 + 1) >= 1 << 22:
+        return None
+    key = groups.astype(np.int64) * width + (times - t0 + 1)
+    q = qg.astype(np.int64) * width + (np.clip(qt, t0 - 1, t1 + 1) - t0 + 1)
+    return np.searchsorted(key, q, side=side)
 
 
 def _stream_keys(ops: GpuOps, rows: pl.DataFrame) -> np.ndarray:

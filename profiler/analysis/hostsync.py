@@ -14,8 +14,9 @@ is done:
   the copy it launched.
 
 A call whose ``W`` ended after the call began was *blocked*; it returned
-``lag = end - W.end`` after ``W`` (0 at least).  Calls with no ``W`` found are
-kept as plain host work.
+``lag = end - W.end`` after ``W`` (negative when the clocks disagree: the replay
+then keeps that offset, so that nothing moves when nothing changed).  Calls with
+no ``W`` found are kept as plain host work.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def host_syncs(trace: Trace, deps: Dependencies) -> HostSyncs:
             .then(pl.lit("copy"))
             .alias("what")
         )
-        .filter(pl.col("what").is_not_null() & pl.col("start").is_not_null() & pl.col("end").is_not_null())
+        .filter(pl.col("what").is_not_null() & (pl.col("end") >= pl.col("start")).fill_null(False))
         .with_columns(pl.col("pid").fill_null(-1), pl.col("global_tid").fill_null(-1))
     )
     if calls.height == 0:
@@ -132,7 +133,7 @@ def host_syncs(trace: Trace, deps: Dependencies) -> HostSyncs:
     end = calls["end"].to_numpy().astype(np.int64)
     w_end = np.where(waited >= 0, ops.end[np.maximum(waited, 0)] if len(ops) else 0, NO_TIME)
     blocked = (waited >= 0) & (w_end > t)
-    lag = np.where(blocked, np.maximum(end - w_end, 0), 0)
+    lag = np.where(blocked, end - w_end, 0)
     gtid = calls["global_tid"].to_numpy().astype(np.int64)
     order = np.lexsort((t, gtid))
     return HostSyncs(gtid[order], t[order], end[order], waited[order], lag[order], blocked[order])
