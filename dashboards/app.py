@@ -214,7 +214,9 @@ def create_app(store: RunStore) -> dash.Dash:
         if len(rows) == len(old or []) and selected is not None:
             return msg, dash.no_update, finished, dash.no_update
         keep = {old[i]["id"] for i in (selected or []) if i < len(old or [])}
-        new_sel = [i for i, r in enumerate(rows) if r["id"] in keep or (not keep and i < 6)]
+        # the first six stay selected as runs arrive, unless the user chose otherwise meanwhile
+        automatic = sorted(selected or []) == list(range(min(len(old or []), 6)))
+        new_sel = [i for i, r in enumerate(rows) if r["id"] in keep or (automatic and i < 6)]
         return msg, rows, finished, new_sel
 
     @app.callback(

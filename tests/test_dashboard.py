@@ -120,9 +120,11 @@ def test_dashboard_end_to_end(browser, server, runs):
     assert "broken.sqlite" in page.inner_text("#errors")
 
     # policy comparison: exposed d2h time per run equals analyze --json (ms)
+    # runs are selected as they are analyzed: wait until both offload runs are in the figure
     page.wait_for_function(
-        "document.querySelector('#policy-graph .js-plotly-plot') && "
-        "document.querySelector('#policy-graph .js-plotly-plot').data.length > 3",
+        "(() => { const g = document.querySelector('#policy-graph .js-plotly-plot');"
+        " const t = g && g.data && g.data.find(d => d.name === 'd2h exposed');"
+        " return !!t && t.x.includes('offload_qkv') && t.x.includes('offload_mlp'); })()",
         timeout=30_000,
     )
     data = {t["name"]: t for t in figure_data(page, "policy-graph")}
