@@ -49,11 +49,12 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from profiler import annotate
+from profiler.conventions import EXAMPLE_POLICIES
 
 QKV = ["query_proj", "key_proj", "value_proj"]
 MLP = ["mlpwi", "mlpwo"]
 ALL_NAMES = ["decoder_layer_input", *QKV, "out_proj", *MLP]
-POLICIES = ("none", "remat", "offload_qkv", "offload_mlp", "offload_all")
+POLICIES = EXAMPLE_POLICIES  # none, remat, offload_qkv, offload_mlp, offload_all
 
 
 def offload(names: list[str]):
@@ -106,14 +107,21 @@ def rms_norm(x, scale):
     return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + 1e-6)).astype(x.dtype) * scale
 
 
+def named(name: str, fn, *args):
+    """``fn(*args)`` under ``jax.named_scope(name)``, saved as ``checkpoint_name(name)``: XLA's
+    op_name paths (and so the compiler's offload plan and the GPU thunk ranges) carry the name."""
+    with jax.named_scope(name):
+        return checkpoint_name(fn(*args), name)
+
+
 def decoder_layer(x, p, heads: int):
     """One pre-norm decoder layer: causal self-attention and an MLP."""
     b, s, d = x.shape
     x = checkpoint_name(x, "decoder_layer_input")
     h = rms_norm(x, p["ln1"])
-    q = checkpoint_name(h @ p["wq"], "query_proj")
-    k = checkpoint_name(h @ p["wk"], "key_proj")
-    v = checkpoint_name(h @ p["wv"], "value_proj")
+    q = named("query_proj", jnp.matmul, h, p["wq"])
+    k = named("key_proj", jnp.matmul, h, p["wk"])
+    v = named("value_proj", jnp.matmul, h, p["wv"])
 
     def split(t):
         return t.reshape(b, s, heads, d // heads).transpose(0, 2, 1, 3)
@@ -123,10 +131,10 @@ def decoder_layer(x, p, heads: int):
     scores = jnp.where(mask, scores.astype(jnp.float32), -1e9)
     ctx = jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores, axis=-1).astype(x.dtype), split(v))
     ctx = ctx.transpose(0, 2, 1, 3).reshape(b, s, d)
-    x = x + checkpoint_name(ctx @ p["wo"], "out_proj")
+    x = x + named("out_proj", jnp.matmul, ctx, p["wo"])
     h = rms_norm(x, p["ln2"])
-    m = jax.nn.gelu(checkpoint_name(h @ p["w1"], "mlpwi"))
-    return x + checkpoint_name(m @ p["w2"], "mlpwo")
+    m = jax.nn.gelu(named("mlpwi", jnp.matmul, h, p["w1"]))
+    return x + named("mlpwo", jnp.matmul, m, p["w2"])
 
 
 def make_layer(policy: str, heads: int):
@@ -198,6 +206,13 @@ def per_layer_step(layer, lr: float):
     return step
 
 
+def model_flops(batch: int, seq: int, d: int, ffn: int, layers: int, vocab: int) -> int:
+    """Matmul FLOPs of one training step (forward x 3, causal attention counted in full, no
+    recomputation): what MFU divides by."""
+    per_token = layers * (8 * d * d + 4 * d * ffn + 4 * seq * d) + 2 * d * vocab
+    return 3 * batch * seq * per_token
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -236,8 +251,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--scan and --dispatch per-layer exclude each other")
 
     dtype = jnp.dtype(args.dtype)
-    params = init_params(jax.random.key(0), args.vocab, args.d_model, args.ffn, args.layers, dtype)
-    tokens = jax.random.randint(jax.random.key(1), (args.batch, args.seq), 0, args.vocab)
+
+    def inputs():
+        params = init_params(jax.random.key(0), args.vocab, args.d_model, args.ffn, args.layers, dtype)
+        return params, jax.random.randint(jax.random.key(1), (args.batch, args.seq), 0, args.vocab)
+
+    # under `profile-step plan` nothing runs: shapes are enough, no need to initialize
+    params, tokens = jax.eval_shape(inputs) if annotate.planning() else inputs()
     layer = make_layer(policy, args.heads)
     step = per_layer_step(layer, args.lr) if args.dispatch == "per-layer" else fused_step(layer, args.scan, args.lr)
 
@@ -247,15 +267,23 @@ def main(argv: list[str] | None = None) -> int:
         f"dispatch={args.dispatch}",
         flush=True,
     )
+    # the step's compiled module for profile-step (per-layer dispatch runs several programs: their
+    # fused form is handed over); under `profile-step plan` the script ends here
+    fused = step if args.dispatch == "fused" else fused_step(layer, args.scan, args.lr)
+    compiled = annotate.compiled_step(fused, params, tokens)
+    if compiled is not None and args.dispatch == "fused":
+        step = compiled  # the executable just compiled: no second compilation
     for i in range(args.warmup):
         with annotate.warmup(i):
             params, loss = step(params, tokens)
             jax.block_until_ready(loss)
     facts = {k: v for k, v in vars(args).items() if k != "policy"}
+    flops = model_flops(args.batch, args.seq, args.d_model, args.ffn, args.layers, args.vocab)
     jax_trace = (
         jax.profiler.trace(args.jax_trace, create_perfetto_trace=True) if args.jax_trace else contextlib.nullcontext()
     )
-    with annotate.capture(policy, model=facts), jax_trace:
+    tokens_per_step = args.batch * args.seq
+    with annotate.capture(policy, model=facts, model_flops_per_step=flops, tokens_per_step=tokens_per_step), jax_trace:
         for i in range(args.steps):
             if args.fail_at_step == i:
                 raise RuntimeError(f"failing at step {i} as asked (--fail-at-step)")

@@ -7,12 +7,16 @@ no-op without it)::
 
     policy = annotate.policy_name(default="none")   # the policy profile-step asks for
     for i in range(warmup_steps):
-        with annotate.warmup(i):                     # compilation, autotuning: not captured
+        with annotate.warmup(i):                     # compilation, autotuning: recorded, not analyzed
             run_step()
     with annotate.capture(policy):                   # the analysis reads only inside this range
         for i in range(steps):
             with annotate.step(i):
                 run_step()
+
+``annotate.compiled_step(jitted_step, *args)`` hands the step to profile-step:
+its memory and cost analysis go into the run folder, and ``profile-step plan``
+compiles it for a GPU target instead of running the script.
 
 Range names (domain ``profile-step``): ``policy=NAME``, ``step=N``,
 ``layer=NAME``, ``warmup=N``.  ``profile-step`` records the whole run and
@@ -35,6 +39,7 @@ from profiler.conventions import (
     CAPTURE_RANGE,
     DOMAIN,
     LAYER_PREFIX,
+    PLAN_DIR_ENV,
     POLICY_ENV,
     POLICY_PREFIX,
     RUN_DIR_ENV,
@@ -74,7 +79,9 @@ def capture(policy: str | None = None, **facts: Any) -> Iterator[None]:
     """The captured part of the run, labelled with its policy.
 
     Also writes what only the running process knows (JAX version, devices,
-    memory kinds, *facts*) beside the trace, for the run's manifest.
+    memory kinds, *facts*) beside the trace, for the run's manifest, and at the
+    end of the window each device's ``memory_stats()`` (peak, limit).  Facts
+    profile-step reads: ``model_flops_per_step`` (for MFU), ``tokens_per_step``.
     """
     policy = policy or policy_name()
     write_runtime_facts(policy=policy, **facts)
@@ -86,8 +93,34 @@ def capture(policy: str | None = None, **facts: Any) -> Iterator[None]:
             file=sys.stderr,
             flush=True,
         )
-    with nvtx_range(CAPTURE_RANGE), nvtx_range(POLICY_PREFIX + policy, color="purple"):
-        yield
+    try:
+        with nvtx_range(CAPTURE_RANGE), nvtx_range(POLICY_PREFIX + policy, color="purple"):
+            yield
+    finally:
+        if os.environ.get(RUN_DIR_ENV):
+            from profiler.xla.handover import device_memory
+
+            write_runtime_facts(policy=policy, **facts, device_memory=device_memory())
+
+
+def planning() -> bool:
+    """True under ``profile-step plan``: the step will be compiled for a GPU target, not run, so
+    abstract inputs (``jax.eval_shape``) do instead of initialized ones."""
+    return bool(os.environ.get(PLAN_DIR_ENV))
+
+
+def compiled_step(step: Any, *args: Any, **kwargs: Any) -> Any:
+    """Hand the training step (a ``jax.jit`` function) and its arguments (arrays or
+    ``jax.ShapeDtypeStruct``) to profile-step; call it before the training loop.
+
+    Under ``profile-step run`` its ``memory_analysis()`` and ``cost_analysis()``
+    are recorded; under ``profile-step plan`` it is compiled for the GPU target
+    and the script stops here.  Returns the ``Compiled`` step, or None when not
+    run by profile-step.
+    """
+    from profiler.xla.handover import compiled_step as hand_over
+
+    return hand_over(step, args, kwargs)
 
 
 def step(index: int) -> Any:

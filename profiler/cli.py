@@ -11,7 +11,7 @@ from typing import Any
 
 from profiler.errors import ProfilerError
 
-SUBCOMMANDS = ("analyze", "run", "record", "compare", "dashboard", "whatif", "findings")
+SUBCOMMANDS = ("analyze", "run", "record", "compare", "dashboard", "whatif", "findings", "install-recipe", "plan")
 
 
 def _json_dump(doc: Any) -> str:
@@ -25,7 +25,9 @@ def cmd_ranks(args: argparse.Namespace) -> int:
     from profiler.parallel import map_ranks, rank_inputs, usable_cores
     from profiler.report.text import render_ranks
 
-    paths = rank_inputs(args.trace)
+    if len(args.trace) != 1:
+        raise ProfilerError("--ranks takes one folder or glob")
+    paths = rank_inputs(args.trace[0])
 
     def progress(done: int, total: int, res: dict[str, Any]) -> None:
         state = f"FAILED: {res['error']}" if "error" in res else "ok"
@@ -45,6 +47,37 @@ def cmd_ranks(args: argparse.Namespace) -> int:
     if doc["failed"]:
         return 2 if not doc["analyzed"] else 1
     return 0
+
+
+def cmd_policies(args: argparse.Namespace) -> int:
+    """``analyze RUNS...``: the per-policy table and planned vs moved over several runs."""
+    from pathlib import Path
+
+    from profiler.analysis.policies import planned_vs_moved, policy_table
+    from profiler.report.policies_text import render_planned_vs_moved_all, render_policy_table
+    from profiler.report.sides import load_runs
+
+    runs = [r for arg in args.trace for r in load_runs(arg, Path(args.db), args.nsys)]
+    tab = policy_table(runs, args.peak_tflops)
+    pvm = [planned_vs_moved(r) for r in runs]
+    if args.json:
+        print(_json_dump({"policies": tab, "planned_vs_moved": pvm}))
+        return 0
+    print(render_policy_table(tab))
+    print()
+    print(render_planned_vs_moved_all(pvm))
+    return 0
+
+
+def cmd_cross_check(args: argparse.Namespace) -> int:
+    """``analyze TRACE --cross-check``: our numbers against nsys's own recipes; exit 1 if any differs."""
+    from profiler.recipes.crosscheck import cross_check, render
+
+    if args.ranks or args.by or args.device is not None or len(args.trace) != 1:
+        raise ProfilerError("--cross-check takes one trace, without --ranks, --by or --device")
+    doc = cross_check(args.trace[0], args.nsys)
+    print(_json_dump(doc) if args.json else render(doc))
+    return 0 if doc["agree"] else 1
 
 
 def findings_config(args: argparse.Namespace) -> Any:
@@ -73,15 +106,21 @@ def add_findings_options(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
+    if args.cross_check:
+        return cmd_cross_check(args)
     if args.ranks:
         return cmd_ranks(args)
+    from pathlib import Path
+
+    if len(args.trace) > 1 or Path(args.trace[0]).is_dir():
+        return cmd_policies(args)
     from profiler.analysis.summary import analyze
     from profiler.report.findings_text import render_findings
     from profiler.report.text import render_devices, render_groups
     from profiler.trace import load_trace
 
     config = None if args.no_findings else findings_config(args)
-    trace = load_trace(args.trace, nsys=args.nsys, window=args.window)
+    trace = load_trace(args.trace[0], nsys=args.nsys, window=args.window)
     doc = analyze(
         trace,
         device=args.device,
@@ -221,6 +260,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         async_limit=args.async_limit,
         python=args.python,
         policy_arg=args.policy_arg,
+        xla_dump=not args.no_xla_dump,
     )
     rows: list[dict[str, Any]] = []
 
@@ -234,6 +274,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"\n== policy {res.policy}: {res.status} (exit {res.exit_code}) -> {res.run_dir}")
         capture = res.manifest.get("capture", {})
         print(f"   nsys records {capture.get('records')} (--capture-range {capture_range})")
+        comp = res.manifest.get("compiled") or {}
+        if comp.get("step_module"):
+            agree = {True: "; dump and handed-over numbers agree", False: "; dump and handed-over numbers DIFFER"}
+            how = agree.get(comp.get("agree"), "")
+            print(f"   compiled step: {comp['step_module']} ({comp.get('chosen_by')}){how}")
+        elif comp.get("notes"):
+            print(f"   compiled step: none recorded ({comp['notes'][-1]})")
         if res.sqlite is not None and run_summary is not None:
             try:
                 summary = run_summary(open_trace(res.sqlite))
@@ -265,6 +312,53 @@ def cmd_run(args: argparse.Namespace) -> int:
     if any(r.status == "interrupted" for r in results):
         return 130
     return next((r.exit_code for r in results if r.exit_code != 0), 0)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """``plan SCRIPT``: the step compiled for a GPU target without a GPU, per policy and batch."""
+    from pathlib import Path
+
+    from profiler.analysis.policies import plan_table
+    from profiler.capture.plan import PlanRequest, run_plan
+    from profiler.conventions import EXAMPLE_POLICIES
+    from profiler.report.policies_text import render_plan
+
+    policies = list(args.policy or [])
+    for group in args.policies or []:
+        policies += [p.strip() for p in group.split(",") if p.strip()]
+    if not policies:
+        policies = list(EXAMPLE_POLICIES)
+        print(f"plan: policies {', '.join(policies)} (the example's; --policies for your own)", file=sys.stderr)
+    try:
+        batches: list[int | None] = [int(b) for b in args.batch.split(",")] if args.batch else [None]
+    except ValueError:
+        raise ProfilerError(f"--batch: expected numbers like 1,4,8, got {args.batch!r}") from None
+    fraction = args.mem_fraction
+    if fraction is None:
+        try:
+            fraction = float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.75"))
+        except ValueError:
+            fraction = 0.75
+    req = PlanRequest(
+        script=Path(args.script),
+        script_args=list(args.script_args),
+        policies=list(dict.fromkeys(policies)),
+        batches=batches,
+        target=args.target,
+        python=args.python,
+        batch_arg=args.batch_arg or None,
+        policy_arg=args.policy_arg,
+        out_dir=Path(args.out) if args.out else None,
+        plans_dir=Path(args.plans_dir),
+    )
+    doc = run_plan(req)
+    tab = plan_table(doc, fraction)
+    if args.json:
+        print(_json_dump({"plan": tab, "out_dir": doc["out_dir"]}))
+    else:
+        print(render_plan(tab))
+        print(f"\n(files: {doc['out_dir']})")
+    return 0 if all(r["status"] == "ok" for r in tab["rows"]) else 1
 
 
 def cmd_record(args: argparse.Namespace) -> int:
@@ -329,6 +423,25 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_install_recipe(args: argparse.Namespace) -> int:
+    """``install-recipe``: the offload_overlap recipe into an nsys (or a folder for $NSYS_RECIPE_PATH)."""
+    from profiler.recipes.install import RECIPE, environment_bin, install, listed_by_nsys
+
+    done = install(args.nsys, args.into)
+    print(f"installed the nsys recipe {RECIPE} into {done.folder}")
+    run = f"PATH={environment_bin()}:$PATH"
+    if done.listed:
+        listed = listed_by_nsys(done.nsys)
+        print(f"`nsys recipe --help` {'lists' if listed else 'does NOT list'} it ({done.nsys})")
+        if not listed:
+            return 1
+    else:
+        run += f" NSYS_RECIPE_PATH={done.folder.parent}"
+    print("run it with this environment first on PATH (nsys runs the first python3 there):")
+    print(f"  {run} {done.nsys} recipe {RECIPE} --input REPORT... --output DIR")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="profile-step",
@@ -339,7 +452,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     a = sub.add_parser("analyze", help="copy overlap metrics of an nsys export or report")
-    a.add_argument("trace", help="an nsys SQLite export (.sqlite) or report (.nsys-rep)")
+    a.add_argument(
+        "trace",
+        nargs="+",
+        metavar="TRACE_OR_RUNS",
+        help="an nsys SQLite export (.sqlite) or report (.nsys-rep); several traces, run folders or "
+        "folders of runs: the per-policy table (memory, FLOPs, speed) and planned vs moved per layer",
+    )
     a.add_argument("--json", action="store_true", help="print the METRICS.md JSON")
     a.add_argument("--device", type=int, default=None, help="only this deviceId")
     a.add_argument("--nsys", default=None, help="nsys binary (to export a .nsys-rep)")
@@ -390,6 +509,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="REGEX",
         help="with --ranks: regex whose first group is the rank in file or run folder names",
+    )
+    a.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help="per-policy table: the device's peak TFLOP/s for MFU (default: a table of NVIDIA datasheet numbers)",
+    )
+    a.add_argument("--db", default="results.db", help="per-policy table: results database for labels")
+    a.add_argument(
+        "--cross-check",
+        action="store_true",
+        help="run nsys's own recipes on the trace and print, per number they share with ours, both and "
+        "whether they agree (exit 1 if not)",
     )
     a.set_defaults(func=cmd_analyze)
 
@@ -481,6 +613,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="also pass the policy to the script as FLAG NAME (e.g. --policy-arg=--policy)",
     )
     r.add_argument("--no-summary", action="store_true", help="only the one-line result per policy")
+    r.add_argument(
+        "--no-xla-dump",
+        action="store_true",
+        help="do not ask XLA for a dump of the step's compiled module (kept pruned in the run folder)",
+    )
     r.add_argument("script", help="the training script (.py, or an executable)")
     r.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
     r.set_defaults(func=cmd_run)
@@ -516,6 +653,28 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--nsys", default=None, help="nsys binary (to export a .nsys-rep)")
     cmp.set_defaults(func=cmd_compare)
 
+    pl = sub.add_parser(
+        "plan",
+        help="compile a script's step for a GPU target without a GPU: memory, FLOPs and offload plan per policy",
+        description="Run SCRIPT once per policy and micro batch under a Python with JAX's CUDA plugin "
+        "(JAX_PLATFORMS=cpu, no GPU needed); annotate.compiled_step(step, *args) compiles the step for "
+        "the target instead of running it. Results are labelled 'compiled for <target>, not measured'.",
+    )
+    pl.add_argument("--target", default="h100", help="h100, h200, b200, a100, or a GpuTargetConfigProto text file")
+    pl.add_argument("--batch", default=None, metavar="N[,N...]", help="micro batch sizes, passed as --batch N")
+    pl.add_argument("--batch-arg", default="--batch", metavar="FLAG", help="how the script takes the batch ('' none)")
+    pl.add_argument("--policy", action="append", metavar="NAME", help="a policy (repeatable)")
+    pl.add_argument("--policies", action="append", metavar="A,B,C", help="several policies at once")
+    pl.add_argument("--policy-arg", default=None, metavar="FLAG", help="also pass the policy as FLAG NAME")
+    pl.add_argument("--python", default=None, help="a Python with jax[cuda12] (default: .venv-aot, then this one)")
+    pl.add_argument("--mem-fraction", type=float, default=None, help="usable share of device memory (default 0.75)")
+    pl.add_argument("--out", default=None, help="an empty or new folder for the results (default: plans/<time>-...)")
+    pl.add_argument("--plans-dir", default="plans", help="where plan folders go (default: plans/)")
+    pl.add_argument("--json", action="store_true", help="print the plan document as JSON")
+    pl.add_argument("script", help="the training script (.py)")
+    pl.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
+    pl.set_defaults(func=cmd_plan)
+
     dsh = sub.add_parser("dashboard", help="the web app: runs, policies, layers, timeline, copy streams")
     dsh.add_argument(
         "paths",
@@ -527,6 +686,19 @@ def build_parser() -> argparse.ArgumentParser:
     dsh.add_argument("--allow-remote", action="store_true", help="allow binding to a non-localhost address")
     dsh.add_argument("--nsys", default=None, help="nsys binary (to export .nsys-rep files)")
     dsh.set_defaults(func=cmd_dashboard)
+
+    ins = sub.add_parser(
+        "install-recipe",
+        help="install the offload_overlap recipe where nsys finds recipes (`nsys recipe offload_overlap`)",
+    )
+    ins.add_argument("--nsys", default=None, help="the nsys to install into (default: the one profile-step finds)")
+    ins.add_argument(
+        "--into",
+        default=None,
+        metavar="DIR",
+        help="install into DIR instead (for a read-only nsys): run nsys with NSYS_RECIPE_PATH=DIR",
+    )
+    ins.set_defaults(func=cmd_install_recipe)
     return p
 
 

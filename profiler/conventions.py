@@ -27,9 +27,16 @@ CUDA_PROFILER_STOP = ("cudaProfilerStop", "cuProfilerStop")
 CAPTURE_MODES = ("auto", "all", "nvtx:NAME", "cuda-profiler-api")
 CAPTURE_MANIFEST_KEY = "capture"
 
+# the example's policies (examples/train.py), the default of `profile-step plan`
+EXAMPLE_POLICIES = ("none", "remat", "offload_qkv", "offload_mlp", "offload_all")
+
 # --- environment profile-step sets for the training script --------------------------------
 POLICY_ENV = "PROFILE_STEP_POLICY"
 RUN_DIR_ENV = "PROFILE_STEP_RUN_DIR"
+XLA_DUMP_ENV = "PROFILE_STEP_XLA_DUMP"  # the dump folder profile-step asked XLA for (run)
+PLAN_DIR_ENV = "PROFILE_STEP_PLAN_DIR"  # profile-step plan: where the compiled step's facts go
+PLAN_TARGET_ENV = "PROFILE_STEP_PLAN_TARGET"  # profile-step plan: the GPU target description file
+BATCH_ENV = "PROFILE_STEP_BATCH"  # profile-step plan: the micro batch asked for
 
 # --- run folders: runs/<UTC>-<policy>[-rank<R>]-<id>[.partial]/ -----------------------------
 PARTIAL_SUFFIX = ".partial"
@@ -37,6 +44,9 @@ MANIFEST = "manifest.json"
 TRACE_STEM = "trace"
 LOG = "output.log"
 RUNTIME_FACTS = "runtime.json"
+COMPILED_STEP = "compiled_step.json"  # what the script handed over (annotate.compiled_step)
+COMPILED = "compiled.json"  # the step's compiled module read from the XLA dump, by profile-step
+XLA_DUMP_DIR = "xla_dump"
 
 # --- ranks in file and folder names -------------------------------------------------------
 # `%q{RANK}`-style names: report.3.sqlite, trace.rank3.sqlite, rank_12-xyz.nsys-rep, run-rank3-...

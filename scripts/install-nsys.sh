@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs Nsight Systems 2023.4.4 (CLI, importer, recipes) from Debian's
 # non-free packages into a project-local prefix, without touching the
-# system's apt sources.  Idempotent: a finished install is kept.
+# system's apt sources.  Idempotent: a finished install is kept.  Then (each
+# time, also over a finished install) puts the project's nsys recipe
+# offload_overlap into it with `profile-step install-recipe`, when .venv exists.
 #
 # Usage: scripts/install-nsys.sh [PREFIX]     (default: .tools/nsys)
 # Prints the path of the nsys binary on its last line.
@@ -12,7 +14,17 @@ ver='2023.4.4.54~12.4.1-2'
 target="$prefix/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64"
 host="$prefix/usr/lib/nsight-systems/host-linux-x64"
 
+install_recipe() {
+  if [ -x "$here/.venv/bin/profile-step" ]; then
+    # quiet when it works (set-up runs this every time); its error line and exit code when not
+    "$here/.venv/bin/profile-step" install-recipe --nsys "$target/nsys" >/dev/null
+  else
+    echo "install-nsys: no .venv yet; bash scripts/setup.sh installs the offload_overlap recipe" >&2
+  fi
+}
+
 if [ -f "$prefix/.complete" ] && [ -x "$target/nsys" ]; then
+  install_recipe
   echo "$target/nsys"
   exit 0
 fi
@@ -65,4 +77,5 @@ cp "$target/python/lib/nsysstats.py" "$target/python/lib/gpustats.py" "$host/pyt
 # Check the pieces the project relies on before calling the install complete.
 "$target/nsys" export --help >/dev/null
 touch "$prefix/.complete"
+install_recipe
 echo "$target/nsys"

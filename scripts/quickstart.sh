@@ -1,20 +1,38 @@
 #!/usr/bin/env bash
 # The main job on an embedded default: set everything up, profile the example
-# training step under two offload policies (tiny, on whatever JAX backend this
-# machine has), and show the results.
+# training step under every offload policy (tiny, on whatever JAX backend this
+# machine has), show the per-policy table, then the example compiled for an
+# H100 without a GPU: which policy fits at which micro batch, and what each
+# layer sends to host memory.
 #   bash scripts/quickstart.sh [extra profile-step options...]
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-bash scripts/setup.sh
+bash scripts/setup.sh --aot
 export PATH="$here/.venv/bin:$PATH"
 dispatch=per-layer   # a CPU has no XLA thunk ranges: dispatch layers from Python to see them
 if .venv/bin/python -c 'import jax,sys; sys.exit(jax.default_backend()!="gpu")' 2>/dev/null; then
   dispatch=fused
 fi
-profile-step --policies none,offload_qkv "$@" examples/train.py --layers 4 --steps 3 --dispatch "$dispatch"
+policies=none,remat,offload_qkv,offload_mlp,offload_all
+since=$(date -u +%Y%m%dT%H%M%S)
+profile-step --policies "$policies" --no-summary "$@" examples/train.py --layers 4 --steps 3 --dispatch "$dispatch"
+runs=()
+for d in runs/*/; do
+  name=$(basename "$d")
+  if [[ "$name" > "$since" || "$name" == "$since"* ]] && [[ "$name" != *.partial ]]; then
+    runs+=("${d%/}")
+  fi
+done
 echo
-profile-step analyze --by layer "$(ls -d runs/*-offload_qkv-* | grep -v '\.partial$' | tail -n1)/trace.sqlite"
+profile-step analyze --by layer "$(printf '%s\n' "${runs[@]}" | grep -- '-offload_qkv-' | tail -n1)/trace.sqlite"
+echo
+echo "== the policy decision on this machine (measured) =="
+profile-step analyze "${runs[@]}"
+echo
+# a step large enough for the choice to matter on an 80 GB device: 8 layers, sequence 4096, bf16
+profile-step plan --target h100 --batch 4,16 --policies "$policies" examples/train.py \
+  --layers 8 --d-model 1024 --heads 16 --ffn 4096 --seq 4096 --vocab 32000 --dtype bfloat16
 if [ -z "${QUICKSTART_NO_DASHBOARD:-}" ]; then
   echo
   echo "Opening the dashboard on runs/ and sample_traces/ (Ctrl-C to stop)."

@@ -3,14 +3,19 @@
 #   - a virtual environment .venv with the package, JAX (CPU or whatever pip
 #     gives), the nvtx binding and the test tools;
 #   - Nsight Systems 2023.4.4 in .tools/nsys (scripts/install-nsys.sh);
-#   - with --browser: Debian's chromium + chromium-driver for the dashboard tests.
+#   - with --browser: Debian's chromium + chromium-driver for the dashboard tests;
+#   - with --aot: a separate .venv-aot with JAX's CUDA plugin (jax[cuda12], the same JAX
+#     version as .venv, about 5.5 GB) for `profile-step plan`: compiling the step for a GPU
+#     target on a machine without a GPU.  Kept apart so that .venv stays CPU-only and quiet.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 browser=0
+aot=0
 for arg in "$@"; do
   case "$arg" in
     --browser) browser=1 ;;
+    --aot) aot=1 ;;
     *) echo "setup.sh: unknown option $arg" >&2; exit 2 ;;
   esac
 done
@@ -27,6 +32,17 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[capture,recipes,test]'
   rm -f .venv/.installed-*
   touch "$stamp"
+fi
+
+if [ "$aot" = 1 ]; then
+  jax_version=$(.venv/bin/python -c 'import jax; print(jax.__version__)')
+  if [ ! -f ".venv-aot/.installed-jax-$jax_version" ]; then
+    echo "setup: installing jax[cuda12]==$jax_version into .venv-aot (about 5.5 GB)" >&2
+    [ -x .venv-aot/bin/python ] || "$py" -m venv .venv-aot
+    .venv-aot/bin/python -m pip install -q --disable-pip-version-check "jax[cuda12]==$jax_version"
+    rm -f .venv-aot/.installed-jax-*
+    touch ".venv-aot/.installed-jax-$jax_version"
+  fi
 fi
 
 nsys=$(bash scripts/install-nsys.sh | tail -n1)

@@ -28,7 +28,8 @@ def test_missing_file(tmp_path):
 
 
 def test_directory(tmp_path):
-    assert_one_line_error(run_cli("analyze", str(tmp_path)), tmp_path, "is a directory")
+    # a folder is a folder of runs for analyze (the per-policy table): one without any says so
+    assert_one_line_error(run_cli("analyze", str(tmp_path)), tmp_path, "holds no nsys exports or reports")
 
 
 def test_not_sqlite(tmp_path):

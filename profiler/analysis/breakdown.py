@@ -384,7 +384,7 @@ class Breakdown:
         empty = self.ops.clear().with_columns(pl.lit(0, pl.Int64).alias(c) for c in ("key", "stall_caused_ns"))
         return offload_metrics(empty, self.kernel_sets, [0], key="key")[0]
 
-    def by_op(self) -> list[dict[str, Any]]:
+    def by_op(self, top_kernels: bool = True) -> list[dict[str, Any]]:
         """Per XLA instruction (thunk ``hlo_op``), else per innermost range name."""
         r = self.ranges.ranges.with_columns(pl.coalesce("hlo_op", "name").alias("op"))
         assigned = (
@@ -393,7 +393,7 @@ class Breakdown:
             .unique("op_id", keep="first")
             .select("op_id", pl.col("op").alias("group"))
         )
-        return self.measure(assigned, distinct=True)
+        return self.measure(assigned, distinct=True, top_kernels=top_kernels)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,10 @@ METRICS: dict[str, tuple[str, str, str | None]] = {
     "h2d_bytes": ("h2d bytes", "bytes", None),
     "d2h_gbps": ("d2h GB/s", "GB/s", None),
     "h2d_gbps": ("h2d GB/s", "GB/s", None),
+    # the policy decision (profiler.analysis.policies): measured peak, the step module's FLOPs, achieved rate
+    "peak_device_bytes": ("peak device memory", "bytes", None),
+    "flops_per_step": ("FLOPs per step", "FLOPs", None),
+    "tflops": ("TFLOP/s per device", "TFLOP/s", None),
 }
 LAYER_METRICS = ("exposed_ns", "stall_ns", "hidden_fraction", "d2h_bytes", "h2d_bytes", "busy_ns")
 
@@ -61,8 +65,18 @@ def _included(run: dict[str, Any]) -> list[dict[str, Any]]:
     return [s for s in run.get("steps", []) if not s.get("excluded")]
 
 
+def step_flops(run: dict[str, Any]) -> float | None:
+    """FLOPs per step of the run's compiled step module (XLA's cost analysis), if known."""
+    return ((run.get("compiled") or {}).get("cost") or {}).get("flops")
+
+
 def per_step(run: dict[str, Any], metric: str) -> list[float]:
     """The metric's value in each included step (empty when it has no per-step form)."""
+    if metric == "tflops":
+        flops = step_flops(run)
+        if not flops:
+            return []
+        return [flops / s["duration_ns"] / 1e3 for s in _included(run) if s.get("duration_ns")]
     key = METRICS[metric][2]
     if key is None:
         return []
@@ -71,9 +85,18 @@ def per_step(run: dict[str, Any], metric: str) -> list[float]:
 
 def run_value(run: dict[str, Any], metric: str) -> float | None:
     """A run's headline value: per-step median when steps exist, else the whole-trace value."""
+    if metric == "tflops":  # one definition with the per-policy table: FLOPs / median step
+        flops, step = step_flops(run), run_value(run, "step_ns")
+        return flops / step / 1e3 if flops and step else None
     steps = per_step(run, metric)
     if steps:
         return float(statistics.median(steps))
+    if metric == "peak_device_bytes":
+        from profiler.analysis.policies import measured_memory
+
+        return measured_memory(run)[0]
+    if metric == "flops_per_step":
+        return step_flops(run)
     copies = run["copies"]
     return {
         "step_ns": run.get("median_step_ns"),

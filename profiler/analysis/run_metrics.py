@@ -16,8 +16,9 @@ from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.findings import run_findings
 from profiler.analysis.findings.config import FindingsConfig
 from profiler.analysis.overlap import device_metrics
+from profiler.analysis.policies import executed_modules, step_compiled
 from profiler.analysis.stalls import add_stalls
-from profiler.conventions import MANIFEST, rank_from_name
+from profiler.conventions import COMPILED, MANIFEST, rank_from_name
 from profiler.trace.loader import Trace
 
 DIRECTIONS = ("h2d", "d2h", "offload")
@@ -39,6 +40,32 @@ def totals(per_device: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {k: sum(m.get(k, 0) for m in per_device) for k in SUM_KEYS}
     out["hidden_fraction"] = out["overlap_any_ns"] / out["busy_ns"] if out["busy_ns"] else None
     out["gbps"] = out["bytes"] / out["duration_sum_ns"] if out["duration_sum_ns"] else None
+    return out
+
+
+def find_compiled(trace_path: Path) -> dict[str, Any] | None:
+    """The compiled.json (the step's compiled module, see profiler.capture.step_module) beside the trace."""
+    cand = trace_path.parent / COMPILED
+    try:
+        return json.loads(cand.read_text()) if cand.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def copy_ops(bd: Breakdown) -> list[dict[str, Any]]:
+    """Copy bytes per XLA instruction (or innermost range) and device, for planned-vs-moved."""
+    out = []
+    for r in bd.by_op(top_kernels=False):
+        c = r["copies"]
+        if c["d2h"]["count"] or c["h2d"]["count"]:
+            out.append(
+                {
+                    "op": r["name"],
+                    "device": r["device"],
+                    **{f"{d}_{k}": c[d][k] for d in ("d2h", "h2d") for k in ("bytes", "count")},
+                    "exposed_ns": c["offload"]["exposed_ns"],
+                }
+            )
     return out
 
 
@@ -130,4 +157,7 @@ def collect(
             }
             for name, v in layers.items()
         },
+        # issue 14: the step's compiled module (memory, FLOPs, labelled offload plan) and copies per instruction
+        "compiled": step_compiled(find_compiled(trace.path), executed_modules(bd.ranges.ranges)) if detail else None,
+        "copy_ops": copy_ops(bd) if detail else [],
     }

@@ -17,8 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiler.capture import nsys_command, rundir, xla_flags
-from profiler.conventions import CAPTURE_MANIFEST_KEY, POLICY_ENV, RUN_DIR_ENV, RUNTIME_FACTS
+from profiler.capture import nsys_command, rundir, step_module, xla_flags
+from profiler.conventions import (
+    CAPTURE_MANIFEST_KEY,
+    POLICY_ENV,
+    RUN_DIR_ENV,
+    RUNTIME_FACTS,
+    XLA_DUMP_DIR,
+    XLA_DUMP_ENV,
+)
 from profiler.errors import InputError, ProfilerError
 from profiler.trace.nsys import find_nsys, nsys_version
 from profiler.trace.window import check_spec
@@ -71,6 +78,7 @@ class RunRequest:
     async_limit: int | None = None
     python: str | None = None
     policy_arg: str | None = None
+    xla_dump: bool = True  # ask XLA for a dump of the step's module (pruned after the run)
 
 
 @dataclass
@@ -122,6 +130,8 @@ def run_env(req: RunRequest, policy: str, run_dir: Path, plan: xla_flags.FlagPla
     env.setdefault("JAX_TRACEBACK_IN_LOCATIONS_LIMIT", "-1")
     env[POLICY_ENV] = policy
     env[RUN_DIR_ENV] = str(run_dir)
+    if plan.set_by_preset.get(xla_flags.DUMP_TO):
+        env[XLA_DUMP_ENV] = plan.set_by_preset[xla_flags.DUMP_TO]
     env["PYTHONUNBUFFERED"] = "1"
     # keep the project importable for scripts that `from profiler import annotate`
     root = str(Path(__file__).resolve().parents[2])
@@ -227,7 +237,13 @@ def run_policy(
     """One profiled run of the script for *policy*."""
     rank = launcher_rank()
     run_dir = rundir.create(req.runs_dir, policy, rank)
-    plan = xla_flags.plan(os.environ.get("XLA_FLAGS", ""), req.lhs, req.pipelined_offload, req.async_limit)
+    plan = xla_flags.plan(
+        os.environ.get("XLA_FLAGS", ""),
+        req.lhs,
+        req.pipelined_offload,
+        req.async_limit,
+        dump_to=str(run_dir / XLA_DUMP_DIR) if req.xla_dump else None,
+    )
     prog = program(req, policy)
     cmd = nsys_command.build(nsys, run_dir / rundir.TRACE_STEM, prog, req.nsys_args, req.capture_range)
     env = run_env(req, policy, run_dir, plan)
@@ -302,6 +318,14 @@ def run_policy(
     )
     manifest["versions"].update({k: runtime.get(k) for k in ("python", "jax", "jaxlib", "nvtx_binding")})
     manifest["devices"] = runtime.get("devices")
+    manifest["device_memory"] = runtime.get("device_memory")
+    user_dump = xla_flags.parse(plan.before).get(xla_flags.DUMP_TO)
+    own = xla_flags.DUMP_TO in plan.set_by_preset
+    dump_dir = run_dir / XLA_DUMP_DIR if own else (Path(user_dump) if user_dump else None)
+    try:
+        manifest["compiled"] = step_module.record(run_dir, dump_dir, own)
+    except Exception as exc:  # the compiled module is a bonus: never lose the run over it
+        manifest["compiled"] = {"notes": [f"reading the compiled step failed: {type(exc).__name__}: {exc}"]}
     rundir.write_json(run_dir / rundir.MANIFEST, manifest)
     if not interrupted:
         run_dir = rundir.finish(run_dir)

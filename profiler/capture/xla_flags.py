@@ -9,6 +9,8 @@ LHS = "--xla_gpu_enable_latency_hiding_scheduler"
 PIPELINED_OFFLOAD = "--xla_gpu_enable_pipelined_host_offloading"
 ASYNC_LIMIT = "--xla_gpu_experimental_parallel_async_compute_limit"
 COMMAND_BUFFER = "--xla_gpu_enable_command_buffer"
+DUMP_TO = "--xla_dump_to"
+DUMP_AS_TEXT = "--xla_dump_hlo_as_text"
 
 
 def parse(flags: str) -> dict[str, str | None]:
@@ -40,12 +42,14 @@ def plan(
     pipelined_offload: bool = False,
     async_limit: int | None = None,
     command_buffers_off: bool = True,
+    dump_to: str | None = None,
 ) -> FlagPlan:
     """Merge presets into *user_flags*.
 
     Presets asked for on the command line win over the same flag in
     ``XLA_FLAGS``; the default "command buffers off" (so that XLA's per-thunk
-    NVTX ranges exist) yields to a value the user set.
+    NVTX ranges exist) yields to a value the user set, and so does the XLA
+    dump (*dump_to*, as text) to a dump folder of the user's.
     """
     flags = parse(user_flags)
     user = dict(flags)
@@ -58,6 +62,9 @@ def plan(
         asked[ASYNC_LIMIT] = str(async_limit)
     if command_buffers_off and COMMAND_BUFFER not in flags:
         asked[COMMAND_BUFFER] = ""
+    if dump_to and DUMP_TO not in flags:
+        asked[DUMP_TO] = dump_to
+        asked[DUMP_AS_TEXT] = "true"
     flags.update(asked)
     kept = {k: v for k, v in user.items() if k not in asked}
     return FlagPlan(before=user_flags or "", after=render(flags), set_by_preset=asked, kept_from_user=kept)

@@ -18,7 +18,24 @@ SUMMARY_METRICS = (
     "h2d_bytes",
     "d2h_gbps",
     "h2d_gbps",
+    "peak_device_bytes",
+    "flops_per_step",
+    "tflops",
 )
+# shown only when some run knows them (a measured peak, a compiled step module)
+OPTIONAL_METRICS = ("peak_device_bytes", "flops_per_step", "tflops")
+
+
+def shown_metrics(cmp: dict[str, Any]) -> list[str]:
+    """SUMMARY_METRICS less the optional ones that no policy has on either side."""
+    return [
+        m
+        for m in SUMMARY_METRICS
+        if m not in OPTIONAL_METRICS
+        or any(p["metrics"][m]["base"] is not None or p["metrics"][m]["head"] is not None for p in cmp["policies"])
+    ]
+
+
 LAYER_COLUMNS = ("exposed_ns", "stall_ns", "hidden_fraction", "d2h_bytes", "h2d_bytes")
 
 
@@ -32,6 +49,10 @@ def value(metric: str, v: float | None) -> str:
         return f"{v / 2**20:.1f} MiB"
     if unit == "fraction":
         return f"{100 * v:.1f}%"
+    if unit == "FLOPs":
+        return f"{v / 1e9:.3f} GFLOP"
+    if unit == "TFLOP/s":
+        return f"{v:.4g} TFLOP/s"
     return f"{v:.1f}"
 
 
@@ -46,6 +67,10 @@ def change(metric: str, d: dict[str, Any]) -> str:
         return f"{d['delta'] / 1e6:+.3f} ms{rel}"
     if unit == "bytes":
         return f"{d['delta'] / 2**20:+.1f} MiB{rel}"
+    if unit == "FLOPs":
+        return f"{d['delta'] / 1e9:+.3f} GFLOP{rel}"
+    if unit == "TFLOP/s":
+        return f"{d['delta']:+.4g} TFLOP/s{rel}"
     return f"{d['delta']:+.1f}{rel}"
 
 
@@ -128,12 +153,13 @@ def render_markdown(cmp: dict[str, Any]) -> str:
     """A pull-request comment: verdict, summary table, per-layer details, provenance."""
     out = [f"### {verdict(cmp)}", ""]
     if cmp["policies"]:
-        heads = ["policy", "steps (base/head)", *(METRICS[m][0] for m in SUMMARY_METRICS)]
+        metrics = shown_metrics(cmp)
+        heads = ["policy", "steps (base/head)", *(METRICS[m][0] for m in metrics)]
         out.append("| " + " | ".join(heads) + " |")
         out.append("|" + "---|" * len(heads))
         for pol in cmp["policies"]:
             cells = [f"`{pol['policy']}`", f"{pol['steps']['base']}/{pol['steps']['head']}"]
-            cells += [cell(m, pol["metrics"][m], _failed(pol, m)) for m in SUMMARY_METRICS]
+            cells += [cell(m, pol["metrics"][m], _failed(pol, m)) for m in metrics]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
         for pol in cmp["policies"]:
@@ -147,10 +173,16 @@ def render_markdown(cmp: dict[str, Any]) -> str:
         ]
         if notes:
             out += ["Not gated: " + "; ".join(notes) + ".", ""]
-        out.append(
+        footnote = (
             "Step time, exposed copy time, time stalled by copies and hidden fraction are per-step medians "
             "when the runs hold steps; bytes and GB/s cover the whole capture."
         )
+        if any(m in OPTIONAL_METRICS for m in metrics):
+            footnote += (
+                " Peak device memory is the largest `memory_stats()` peak over the devices; FLOPs per step "
+                "are XLA's cost analysis of the step's compiled module, TFLOP/s those FLOPs over the median step."
+            )
+        out.append(footnote)
         out.append("")
     for side, names in (("head", cmp["missing"]["in_head"]), ("base", cmp["missing"]["in_base"])):
         if names:
@@ -202,7 +234,7 @@ def render_terminal(cmp: dict[str, Any]) -> str:
     out = [verdict(cmp).replace("`", "")]
     rows = []
     for pol in cmp["policies"]:
-        for m in SUMMARY_METRICS:
+        for m in shown_metrics(cmp):
             d = pol["metrics"][m]
             rows.append(
                 [

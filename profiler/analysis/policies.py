@@ -1,0 +1,315 @@
+"""The policy decision: memory, FLOPs and speed per policy, and the compiler's plan against what
+the trace shows moving.  Pure functions over run summaries (``run_metrics.collect``) and plan
+documents (``profile-step plan``).
+
+Definitions (also in the README):
+
+- *peak device memory, measured*: the largest ``peak_bytes_in_use`` over the
+  run's devices from ``jax.Device.memory_stats()`` at the end of the captured
+  window; without it (a CPU) the peak of the trace's CUDA memory events.
+- *peak device memory, compiled*: what one execution of the step's compiled
+  module keeps resident: arguments + outputs not aliased to arguments +
+  temporaries (``memory_analysis()``); *host memory, compiled*: the same for
+  memory space 5 (the offloaded activations).
+- *host bytes planned per step*: bytes of the plan's device-to-host movements
+  per step (``profiler.xla.plan``); *moved per step*: device-to-host bytes the
+  trace shows over the capture divided by its step ranges.
+- *FLOPs per step*: XLA's cost analysis of the step's module (per device: an
+  SPMD module is the program of one device); *TFLOP/s per device*: FLOPs per
+  step / median step time; *recomputation*: FLOPs per step / the ``none``
+  policy's - 1; *MFU*: the script's declared model FLOPs per step / median
+  step time / the device's peak (``targets.PEAK_TFLOPS``, or ``--peak-tflops``).
+- *exposed* and *stalled copy time*: per-step medians of the offload copies'
+  exposed time and of the compute time stalled waiting for them.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from typing import Any
+
+import polars as pl
+
+from profiler.analysis.offload_plan import by_layer, label
+from profiler.xla.buffers import device_bytes
+from profiler.xla.targets import peak_tflops
+
+DIFF_TOLERANCE = 0.05  # planned and moved bytes within 5% agree
+# a thunk range without op path (``Thunk:#hlo_op=copy-start.3#``, what XLA names ops that carry no
+# op_name) that the attribution's parser left unparsed still names its instruction
+_HLO_OP = re.compile(r"^Thunk:#(?:.*,)?hlo_op=([^,#]+)")
+BASELINE_POLICY = "none"
+
+
+# --- which compiled module is the step ---------------------------------------------------------
+def executed_modules(ranges: pl.DataFrame) -> list[tuple[str, int | None]]:
+    """(hlo_module, program_id) of XLA module ranges, by decreasing total time in the trace."""
+    if ranges.height == 0 or "xla_kind" not in ranges.columns:
+        return []
+    mods = ranges.filter(pl.col("xla_kind") == "module")
+    if mods.height == 0:
+        return []
+    agg = (
+        mods.group_by("hlo_module", "program_id")
+        .agg((pl.col("end") - pl.col("start")).sum().alias("t"))
+        .sort("t", "hlo_module", descending=[True, False])
+    )
+    return [(n, p) for n, p in agg.select("hlo_module", "program_id").iter_rows() if n]
+
+
+def step_compiled(compiled: dict[str, Any] | None, executed: list[tuple[str, int | None]] | None = None) -> dict:
+    """The step's module from a run's ``compiled.json``, its plan labelled with layers.
+
+    The module the script handed over wins, then the module the trace ran
+    longest (when the dump kept it), then the capture's own choice.
+    """
+    if not compiled:
+        return {"module": None, "chosen_by": None, "notes": ["no compiled.json in the run folder"]}
+    mods = compiled.get("modules") or []
+    handed = (compiled.get("handed_over") or {}).get("module")
+    chosen, why = None, compiled.get("chosen_by")
+    if handed:
+        chosen = next((m for m in reversed(mods) if m["name"] == handed), None)
+    if chosen is None:
+        for name, pid in executed or []:
+            chosen = next((m for m in mods if m["name"] == name and (pid is None or m["id"] == pid)), None)
+            if chosen is not None:
+                why = f"the XLA module that ran longest in the trace ({name})"
+                break
+    if chosen is None:
+        chosen = next((m for m in mods if m.get("label") == compiled.get("step_module")), None)
+    notes = list(compiled.get("notes") or [])
+    handed_doc = compiled.get("handed_over") or {}
+    if chosen is None:
+        out = {"module": handed or None, "chosen_by": "handed over (no dump)" if handed else None, "notes": notes}
+        out["memory"] = handed_doc.get("memory")
+        out["cost"] = handed_doc.get("cost")
+        out["plan"] = None
+        return out
+    memory = chosen.get("memory") or (handed_doc.get("memory") if chosen["name"] == handed else None)
+    cost = chosen.get("cost") or (handed_doc.get("cost") if chosen["name"] == handed else None)
+    return {
+        "module": chosen.get("label") or chosen["name"],
+        "chosen_by": why,
+        "memory": memory,
+        "cost": cost,
+        "plan": label(chosen.get("plan")),
+        "plan_note": chosen.get("plan_note"),
+        "agreement": compiled.get("agreement"),
+        "notes": notes + list(chosen.get("notes") or []),
+    }
+
+
+# --- one row per run ----------------------------------------------------------------------------
+def _median(values: list[float]) -> float | None:
+    return float(statistics.median(values)) if values else None
+
+
+def _included(run: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for s in run.get("steps") or [] if not s.get("excluded")]
+
+
+def measured_memory(run: dict[str, Any]) -> tuple[int | None, int | None, str | None]:
+    """(peak bytes, limit bytes, source) of the run's devices."""
+    runtime = (run.get("manifest") or {}).get("runtime") or {}
+    dm = runtime.get("device_memory") or (run.get("manifest") or {}).get("device_memory") or {}
+    per = [d for d in dm.get("devices") or [] if d.get("peak_bytes_in_use") is not None]
+    if per:
+        limits = [d["bytes_limit"] for d in per if d.get("bytes_limit") is not None]
+        return max(d["peak_bytes_in_use"] for d in per), (max(limits) if limits else None), "memory_stats()"
+    trace_peaks = [v for v in (run.get("peak_memory_bytes") or {}).values() if v is not None]
+    if trace_peaks:
+        return max(trace_peaks), None, "CUDA memory events (trace)"
+    return None, None, dm.get("note")
+
+
+def device_kind(run: dict[str, Any]) -> str | None:
+    devs = (run.get("manifest") or {}).get("devices") or []
+    kinds = [d.get("kind") for d in devs if d.get("kind")]
+    return kinds[0] if kinds else (run.get("gpus") or [None])[0]
+
+
+def policy_row(run: dict[str, Any], peak_override: float | None = None) -> dict[str, Any]:
+    """Everything the per-policy table shows for one run (see the module docstring)."""
+    runtime = (run.get("manifest") or {}).get("runtime") or {}
+    comp = run.get("compiled") or {"notes": ["run summary without the compiled step"]}
+    steps = _included(run)
+    n_steps = max(len(run.get("steps") or []), 1)
+    median_ns = run.get("median_step_ns")
+    peak, limit, mem_source = measured_memory(run)
+    memory = comp.get("memory") or {}
+    plan = comp.get("plan")
+    flops = (comp.get("cost") or {}).get("flops")
+    model_flops = runtime.get("model_flops_per_step")
+    kind = device_kind(run)
+    peak_tf = peak_override if peak_override is not None else peak_tflops(kind)
+    secs = median_ns / 1e9 if median_ns else None
+    exposed = _median([s["exposed_ns"] for s in steps if s.get("exposed_ns") is not None])
+    stalls = [s["stall_ns"] for s in steps if s.get("stall_ns") is not None]
+    stalled = _median(stalls) if stalls else (run["stall_ns"] / n_steps if run.get("stall_ns") is not None else None)
+    copies = run.get("copies") or {}
+    return {
+        "policy": run["policy"],
+        "trace": run.get("trace"),
+        "steps": len(steps),
+        "median_step_ns": median_ns,
+        "peak_device_bytes": peak,
+        "peak_device_source": mem_source,
+        "device_limit_bytes": limit,
+        "compiled_device_bytes": device_bytes(memory) if memory else None,
+        "compiled_host_bytes": device_bytes(memory, host=True) if memory else None,
+        "planned_d2h_bytes_per_step": plan["d2h_bytes_per_step"] if plan else None,
+        "planned_h2d_bytes_per_step": plan["h2d_bytes_per_step"] if plan else None,
+        "moved_d2h_bytes_per_step": (copies.get("d2h") or {}).get("bytes", 0) / n_steps if copies else None,
+        "moved_h2d_bytes_per_step": (copies.get("h2d") or {}).get("bytes", 0) / n_steps if copies else None,
+        "flops_per_step": flops,
+        "tflops": flops / secs / 1e12 if flops and secs else None,
+        "model_flops_per_step": model_flops,
+        "mfu": model_flops / secs / (peak_tf * 1e12) if model_flops and secs and peak_tf else None,
+        "device_kind": kind,
+        "peak_tflops": peak_tf,
+        "exposed_ns": exposed,
+        "stalled_ns": stalled,
+        "recompute_overhead": None,
+        "step_module": comp.get("module"),
+        "plan_note": comp.get("plan_note"),
+        "notes": list(dict.fromkeys(comp.get("notes") or [])),
+    }
+
+
+def policy_table(runs: list[dict[str, Any]], peak_override: float | None = None) -> dict[str, Any]:
+    """One row per run, in the runs' order; recomputation against the ``none`` policy's FLOPs."""
+    rows = [policy_row(r, peak_override) for r in runs]
+    base = next((r["flops_per_step"] for r in rows if r["policy"] == BASELINE_POLICY and r["flops_per_step"]), None)
+    for r in rows:
+        if base and r["flops_per_step"]:
+            r["recompute_overhead"] = r["flops_per_step"] / base - 1
+    return {"baseline": BASELINE_POLICY if base else None, "rows": rows}
+
+
+# --- planned against moved ---------------------------------------------------------------------
+def planned_vs_moved(run: dict[str, Any], tolerance: float = DIFF_TOLERANCE) -> dict[str, Any]:
+    """Per layer and activation: planned bytes per step (the step module's plan) against the
+    bytes the trace moved per step, matched through the XLA instruction that moved them.
+
+    ``flag``: ``planned, not seen`` (the compiler planned an offload that never showed up),
+    ``moved, not planned`` (copies no plan explains), ``differs`` (more than *tolerance*
+    apart), else ``ok``.
+    """
+    comp = run.get("compiled") or {}
+    plan = comp.get("plan")
+    n_steps = max(len(run.get("steps") or []), 1)
+    owner: dict[str, tuple[str | None, str | None]] = {}
+    for m in (plan or {}).get("movements", []):
+        owner.setdefault(m["instruction"], (m.get("layer"), m.get("activation")))
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+    def row(layer: str | None, act: str | None, op: str | None = None) -> dict[str, Any]:
+        key = (layer, act, op)
+        return rows.setdefault(
+            key,
+            {
+                "layer": layer,
+                "activation": act,
+                "unplanned_op": op,
+                "planned_d2h_bytes": 0,
+                "planned_h2d_bytes": 0,
+                "moved_d2h_bytes": 0.0,
+                "moved_h2d_bytes": 0.0,
+            },
+        )
+
+    for r in by_layer(plan):
+        x = row(r["layer"], r["activation"])
+        x["planned_d2h_bytes"] += r["d2h_bytes"]
+        x["planned_h2d_bytes"] += r["h2d_bytes"]
+    seen = {"d2h": 0, "h2d": 0}
+    for op in run.get("copy_ops") or []:
+        name = op["op"]
+        m = _HLO_OP.match(name)
+        if m and name not in owner:
+            name = m.group(1)
+        for d in ("d2h", "h2d"):
+            b = op.get(d + "_bytes") or 0
+            if not b:
+                continue
+            seen[d] += b
+            x = row(*owner[name]) if name in owner else row(None, None, name)
+            x[f"moved_{d}_bytes"] += b / n_steps
+    copies = run.get("copies") or {}
+    for d in ("d2h", "h2d"):
+        rest = ((copies.get(d) or {}).get("bytes") or 0) - seen[d]
+        if rest > 0:
+            row(None, None, "(outside any XLA instruction range)")[f"moved_{d}_bytes"] += rest / n_steps
+    out = []
+    for x in rows.values():
+        flags = []
+        for d in ("d2h", "h2d"):
+            p, m = x[f"planned_{d}_bytes"], x[f"moved_{d}_bytes"]
+            if p and not m:
+                flags.append(f"{d} planned, not seen")
+            elif m and not p:
+                flags.append(f"{d} moved, not planned")
+            elif p and abs(m - p) > tolerance * p:
+                flags.append(f"{d} differs ({100 * (m - p) / p:+.0f}%)")
+        x["flag"] = "; ".join(flags) if flags else "ok"
+        out.append(x)
+    from profiler.analysis.breakdown import _natural_key
+
+    out.sort(key=lambda x: (x["unplanned_op"] is not None, _natural_key(x["layer"] or "~"), x["activation"] or "~"))
+    return {
+        "policy": run["policy"],
+        "trace": run.get("trace"),
+        "step_module": comp.get("module"),
+        "plan_note": comp.get("plan_note"),
+        "steps": n_steps,
+        "rows": out,
+        "differences": sum(1 for x in out if x["flag"] != "ok"),
+    }
+
+
+# --- plans compiled for a target (profile-step plan) -----------------------------------------
+def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any]:
+    """Per (policy, batch): device and host memory, whether it fits, planned host traffic, FLOPs,
+    recomputation; and per policy and batch the planned bytes per layer and activation."""
+    target = doc["target"]
+    limit = int(target["memory_bytes"] * mem_fraction) if target.get("memory_bytes") else None
+    rows, layers = [], []
+    for res in doc["results"]:
+        comp = res.get("compiled") or {}
+        memory = comp.get("memory") or {}
+        plan = label(res.get("plan"))
+        dev = device_bytes(memory) if memory else None
+        rows.append(
+            {
+                "policy": res["policy"],
+                "batch": res["batch"],
+                "status": res["status"],
+                "module": comp.get("module"),
+                "device_bytes": dev,
+                "host_bytes": device_bytes(memory, host=True) if memory else None,
+                "limit_bytes": limit,
+                "fits": dev <= limit if dev is not None and limit is not None else None,
+                "planned_d2h_bytes_per_step": plan["d2h_bytes_per_step"] if plan else None,
+                "planned_h2d_bytes_per_step": plan["h2d_bytes_per_step"] if plan else None,
+                "flops_per_step": (comp.get("cost") or {}).get("flops"),
+                "recompute_overhead": None,
+                "plan_note": res.get("plan_note"),
+                "notes": res.get("notes") or [],
+                "dir": res.get("dir"),
+            }
+        )
+        layers.append({"policy": res["policy"], "batch": res["batch"], "layers": by_layer(plan)})
+    base = {r["batch"]: r["flops_per_step"] for r in rows if r["policy"] == BASELINE_POLICY and r["flops_per_step"]}
+    for r in rows:
+        if base.get(r["batch"]) and r["flops_per_step"]:
+            r["recompute_overhead"] = r["flops_per_step"] / base[r["batch"]] - 1
+    return {
+        "label": doc["label"],
+        "target": target,
+        "mem_fraction": mem_fraction,
+        "limit_bytes": limit,
+        "rows": rows,
+        "layers": layers,
+    }

@@ -1,0 +1,207 @@
+"""``profile-step plan``: compile a script's training step for a GPU target on any machine.
+
+The script runs once per (policy, micro batch) under a Python that has JAX's
+CUDA plugin, with ``JAX_PLATFORMS=cpu`` and ``JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1``
+(no GPU, no driver needed); ``annotate.compiled_step`` compiles the step for
+the target description instead of running it, writes what it found into the
+(policy, batch) folder and ends the script.  Each folder gets
+``compiled_step.json`` (memory and cost analysis), ``step.hlo.txt`` (the
+optimized module) and ``output.log``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from profiler.capture import rundir
+from profiler.conventions import BATCH_ENV, COMPILED_STEP, PLAN_DIR_ENV, PLAN_TARGET_ENV, POLICY_ENV
+from profiler.errors import InputError, ProfilerError
+from profiler.xla import targets
+from profiler.xla.compiled import load_module
+from profiler.xla.hlo import HloError
+from profiler.xla.plan import offload_plan, plan_note
+
+ROOT = Path(__file__).resolve().parents[2]
+AOT_VENV = ROOT / ".venv-aot"
+AOT_PYTHON_ENV = "PROFILE_STEP_AOT_PYTHON"
+
+
+@dataclass
+class PlanRequest:
+    script: Path
+    script_args: list[str] = field(default_factory=list)
+    policies: list[str] = field(default_factory=lambda: ["default"])
+    batches: list[int | None] = field(default_factory=lambda: [None])
+    target: str = "h100"
+    python: str | None = None
+    batch_arg: str | None = "--batch"
+    policy_arg: str | None = None
+    out_dir: Path | None = None
+    plans_dir: Path = Path("plans")
+
+
+def has_cuda_plugin(python: str) -> bool:
+    if Path(python).absolute() == Path(sys.executable).absolute():  # venv pythons are symlinks: no resolve()
+        return importlib.util.find_spec("jax_cuda12_plugin") is not None
+    try:
+        out = subprocess.run(
+            [python, "-c", "import importlib.util as u; print(u.find_spec('jax_cuda12_plugin') is not None)"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.stdout.strip() == "True"
+
+
+def find_python(explicit: str | None) -> str:
+    """A Python with JAX's CUDA plugin: --python, $PROFILE_STEP_AOT_PYTHON, the project's
+    .venv-aot, or this one."""
+    tried = []
+    for cand in (explicit, os.environ.get(AOT_PYTHON_ENV), str(AOT_VENV / "bin" / "python"), sys.executable):
+        if not cand or cand in tried:
+            continue
+        tried.append(cand)
+        if cand in (explicit, os.environ.get(AOT_PYTHON_ENV)) and not Path(cand).exists():
+            raise ProfilerError(f"{cand}: no such Python")
+        if Path(cand).exists() and has_cuda_plugin(cand):
+            return cand
+        if cand == explicit:
+            raise ProfilerError(f"{cand}: this Python has no JAX CUDA plugin (pip install 'jax[cuda12]')")
+    raise ProfilerError(
+        "no Python with JAX's CUDA plugin for compiling without a GPU: run `bash scripts/setup.sh --aot` "
+        "(a separate .venv-aot, about 5.5 GB), or pass --python PY with jax[cuda12] installed"
+    )
+
+
+def program(req: PlanRequest, python: str, policy: str, batch: int | None) -> list[str]:
+    cmd = [python, str(req.script)] if req.script.suffix == ".py" else [str(req.script)]
+    cmd += req.script_args
+    if batch is not None and req.batch_arg:
+        cmd += [req.batch_arg, str(batch)]
+    if req.policy_arg:
+        cmd += [req.policy_arg, policy]
+    return cmd
+
+
+def run_plan(req: PlanRequest, echo: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)) -> dict:
+    """Compile every (policy, batch); returns the plan document (also written as plan.json)."""
+    if not req.script.exists():
+        raise InputError(req.script, "no such training script")
+    try:
+        label, spec, builtin = targets.resolve(req.target)
+    except ValueError as exc:
+        raise ProfilerError(str(exc)) from None
+    python = find_python(req.python)
+    out = _new_folder(req, builtin.key if builtin else Path(req.target).stem)
+    spec_file = out / "target.txtpb"
+    spec_file.write_text(spec)
+    doc: dict[str, Any] = {
+        "target": {
+            "key": builtin.key if builtin else None,
+            "label": label,
+            "spec_file": str(spec_file),
+            "memory_bytes": targets.memory_of(spec),
+            "peak_bf16_tflops": builtin.peak_bf16_tflops if builtin else targets.peak_tflops(label),
+        },
+        "label": f"compiled for {label}, not measured",
+        "script": str(req.script.resolve()),
+        "script_args": req.script_args,
+        "python": python,
+        "out_dir": str(out),
+        "results": [],
+    }
+    for policy in req.policies:
+        for batch in req.batches:
+            doc["results"].append(_one(req, python, spec_file, out, policy, batch, echo))
+    rundir.write_json(out / "plan.json", doc)
+    return doc
+
+
+def _new_folder(req: PlanRequest, key: str) -> Path:
+    if req.out_dir is not None:
+        if req.out_dir.exists() and (not req.out_dir.is_dir() or any(req.out_dir.iterdir())):
+            raise InputError(req.out_dir, "exists and is not an empty folder (profile-step never overwrites)")
+        req.out_dir.mkdir(parents=True, exist_ok=True)
+        return req.out_dir
+    return rundir.finish(rundir.create(req.plans_dir, key))
+
+
+def _one(
+    req: PlanRequest, python: str, spec_file: Path, out: Path, policy: str, batch: int | None, echo: Callable
+) -> dict[str, Any]:
+    sub = out / (f"{rundir.slug(policy)}-b{batch}" if batch is not None else rundir.slug(policy))
+    sub.mkdir()
+    env = dict(os.environ)
+    env.update(
+        {
+            POLICY_ENV: policy,
+            PLAN_DIR_ENV: str(sub),
+            PLAN_TARGET_ENV: str(spec_file),
+            "JAX_PLATFORMS": "cpu",
+            "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    env.pop("PROFILE_STEP_RUN_DIR", None)
+    if batch is not None:
+        env[BATCH_ENV] = str(batch)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    cmd = program(req, python, policy, batch)
+    res: dict[str, Any] = {"policy": policy, "batch": batch, "dir": str(sub), "command": cmd, "notes": []}
+    t0 = time.monotonic()
+    with (sub / "output.log").open("w") as log:
+        try:
+            code = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+        except OSError as exc:
+            code = 127
+            res["notes"].append(f"could not start the script: {exc}")
+    res["exit_code"] = code
+    res["seconds"] = round(time.monotonic() - t0, 1)
+    compiled = None
+    try:
+        compiled = json.loads((sub / COMPILED_STEP).read_text())
+    except (OSError, ValueError):
+        tail = _tail(sub / "output.log")
+        res["notes"].append(
+            "the script never handed its step to annotate.compiled_step()"
+            + (f" (exit {code}; last output: {tail})" if tail else f" (exit {code})")
+        )
+    res["compiled"] = compiled
+    res["status"] = "ok" if compiled and compiled.get("module") else "failed"
+    if compiled:
+        res["notes"] += compiled.get("notes", [])
+        hlo = sub / (compiled.get("hlo_file") or "step.hlo.txt")
+        if hlo.is_file():
+            try:
+                module, _, _ = load_module(hlo)
+                res["plan"] = offload_plan(module)
+                if plan_note(res["plan"]):
+                    res["plan_note"] = plan_note(res["plan"])
+            except (HloError, OSError) as exc:
+                res["notes"].append(f"the compiled module could not be read: {exc}")
+    state = res["status"] if res["status"] != "ok" else f"{compiled.get('module')}"
+    at = f", batch {batch}" if batch is not None else ""
+    echo(f"plan: policy {policy}{at}: {state} ({res['seconds']:.0f} s) -> {sub}")
+    return res
+
+
+def _tail(path: Path, n: int = 200) -> str:
+    try:
+        text = path.read_text(errors="replace").strip()
+    except OSError:
+        return ""
+    last = text.splitlines()[-1] if text else ""
+    return last[-n:]

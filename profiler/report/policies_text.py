@@ -1,0 +1,264 @@
+"""Terminal tables for the policy decision: the per-policy table, planned vs moved per layer,
+and a plan compiled for a GPU target."""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+from profiler.analysis.xla_names import ACTIVATION_NAMES
+from profiler.report.text import ms, pct, table
+
+
+def size(b: float | None) -> str:
+    """Bytes in the largest binary unit that keeps the number >= 1."""
+    if b is None:
+        return "-"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(b) >= scale:
+            return f"{b / scale:.2f} {unit}"
+    return f"{b:.0f} B"
+
+
+def si(x: float | None) -> str:
+    """A count (FLOPs) with an SI prefix."""
+    if x is None:
+        return "-"
+    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.2f} {unit}"
+    return f"{x:.0f}"
+
+
+def tflops(x: float | None) -> str:
+    return "-" if x is None else (f"{x:.3f}" if x >= 0.01 else f"{x:.2e}")
+
+
+def signed_pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.1f}%"
+
+
+POLICY_HEADERS = (
+    "policy",
+    "steps",
+    "step ms",
+    "peak dev",
+    "compiled dev",
+    "compiled host",
+    "D2H planned",
+    "D2H moved",
+    "FLOPs",
+    "TFLOP/s",
+    "recompute",
+    "MFU",
+    "exposed ms",
+    "stalled ms",
+)
+POLICY_LEGEND = (
+    "per step and per device: step ms = median step; peak dev = measured peak device memory; compiled dev/host = "
+    "the step's compiled module (arguments + outputs - aliased + temporaries); D2H planned = the compiler's "
+    "offload plan; D2H moved = the trace; exposed/stalled = median copy time not hidden / compute waiting on copies"
+)
+
+
+def render_policy_table(tab: dict[str, Any]) -> str:
+    """The per-policy table with notes on what is missing and why."""
+    rows = []
+    notes: dict[str, list[str]] = {}
+
+    def note(policy: str, text: str) -> None:
+        notes.setdefault(text, []).append(policy)
+
+    for r in tab["rows"]:
+        rows.append(
+            [
+                r["policy"],
+                str(r["steps"]),
+                ms(r["median_step_ns"]),
+                size(r["peak_device_bytes"]),
+                size(r["compiled_device_bytes"]),
+                size(r["compiled_host_bytes"]),
+                size(r["planned_d2h_bytes_per_step"]),
+                size(r["moved_d2h_bytes_per_step"]),
+                si(r["flops_per_step"]),
+                tflops(r["tflops"]),
+                signed_pct(r["recompute_overhead"]),
+                pct(r["mfu"]),
+                ms(None if r["exposed_ns"] is None else int(r["exposed_ns"])),
+                ms(None if r["stalled_ns"] is None else int(r["stalled_ns"])),
+            ]
+        )
+        if r["peak_device_bytes"] is None and r["peak_device_source"]:
+            note(r["policy"], f"no measured peak: {r['peak_device_source']}")
+        if r["plan_note"]:
+            note(r["policy"], r["plan_note"])
+        if r["model_flops_per_step"] and r["mfu"] is None:
+            note(r["policy"], f"no MFU: no peak FLOP/s known for device {r['device_kind'] or '?'} (--peak-tflops)")
+        if r["step_module"]:
+            note(r["policy"], f"step module {r['step_module'].split('.', 1)[-1]}")
+        for n in r["notes"]:
+            note(r["policy"], n)
+    out = [table(POLICY_HEADERS, rows), *textwrap.wrap(POLICY_LEGEND, 118)]
+    if tab.get("baseline"):
+        out.append(f"recompute: FLOPs per step against the {tab['baseline']!r} policy")
+    every = len(tab["rows"])
+    for text, who in notes.items():
+        scope = "all runs" if len(who) == every and every > 1 else ", ".join(dict.fromkeys(who))
+        out.append(f"note ({scope}): {text}")
+    return "\n".join(out)
+
+
+def render_planned_vs_moved_all(pvms: list[dict[str, Any]]) -> str:
+    """Planned vs moved for every run; runs with nothing planned nor moved share one line per reason."""
+    empty: dict[str, list[str]] = {}
+    out = []
+    for p in pvms:
+        if p["rows"]:
+            out.append(render_planned_vs_moved(p))
+        else:
+            empty.setdefault(p.get("plan_note") or "no plan and no copies", []).append(p["policy"])
+    for why, policies in empty.items():
+        out.append(f"planned vs moved, {', '.join(dict.fromkeys(policies))}: nothing planned and nothing moved ({why})")
+    return "\n\n".join(out)
+
+
+def render_planned_vs_moved(pvm: dict[str, Any]) -> str:
+    module = (pvm["step_module"] or "?").split(".", 1)[-1]
+    head = f"planned vs moved per step, policy {pvm['policy']} ({pvm['steps']} step ranges; step module {module})"
+    if not pvm["rows"]:
+        why = pvm.get("plan_note") or "no plan and no copies"
+        return f"{head}: nothing planned and nothing moved ({why})"
+    rows = [
+        [
+            x["layer"] or "-",
+            x["activation"] or "-",
+            x["unplanned_op"] or "",
+            size(x["planned_d2h_bytes"]),
+            size(x["moved_d2h_bytes"]),
+            size(x["planned_h2d_bytes"]),
+            size(x["moved_h2d_bytes"]),
+            x["flag"],
+        ]
+        for x in pvm["rows"]
+    ]
+    return "\n".join(
+        [
+            head,
+            table(
+                ("layer", "activation", "op (no plan)", "D2H planned", "D2H moved", "H2D planned", "H2D moved", "flag"),
+                rows,
+                left=(0, 1, 2, 7),
+            ),
+        ]
+    )
+
+
+UNNAMED = "(unnamed)"
+
+
+def layer_pivot(layers: list[dict[str, Any]]) -> str:
+    """One row per layer, one column per activation: D2H bytes per step; H2D only where it differs."""
+    order = {n: i for i, n in enumerate(ACTIVATION_NAMES)}  # model order: q, k, v, out, mlp
+    acts = sorted(dict.fromkeys(x["activation"] or UNNAMED for x in layers), key=lambda a: order.get(a, len(order)))
+    names = list(dict.fromkeys(x["layer"] or "-" for x in layers))
+    cell: dict[tuple[str, str], dict[str, Any]] = {}
+    for x in layers:
+        cell[(x["layer"] or "-", x["activation"] or UNNAMED)] = x
+    rows, notes = [], []
+    for name in names:
+        row, total = [name], 0
+        for act in acts:
+            x = cell.get((name, act))
+            if x is None:
+                row.append("")
+                continue
+            total += x["d2h_bytes"]
+            text = size(x["d2h_bytes"])
+            if x["h2d_bytes"] != x["d2h_bytes"]:
+                text += f" (back {size(x['h2d_bytes'])})"
+            if not x["exact"]:
+                text += "*"
+                notes.append("* a while loop with no known trip count: bytes of one execution")
+            row.append(text)
+        rows.append([*row, size(total)])
+    out = table(("layer", *acts, "total"), rows)
+    if UNNAMED in acts:
+        notes.append(f"{UNNAMED}: no activation name in the op_name paths around it (jax.named_scope names it)")
+    notes.append("the same bytes come back host-to-device in the backward pass unless noted (back ...)")
+    return "\n".join([out, *dict.fromkeys(notes)])
+
+
+def render_plan(tab: dict[str, Any]) -> str:
+    """A plan compiled for a target: fits per policy and batch, then bytes per layer and activation."""
+    t = tab["target"]
+    lim = tab["limit_bytes"]
+    out = [
+        f"== {tab['label']} ==",
+        f"device memory {size(t.get('memory_bytes'))}; usable {size(lim)} "
+        f"(XLA_PYTHON_CLIENT_MEM_FRACTION {tab['mem_fraction']:g}); one device, no sharding",
+    ]
+    rows = []
+    for r in tab["rows"]:
+        fits = "-" if r["fits"] is None else ("yes" if r["fits"] else "NO")
+        rows.append(
+            [
+                r["policy"],
+                "-" if r["batch"] is None else str(r["batch"]),
+                r["status"],
+                size(r["device_bytes"]),
+                pct(r["device_bytes"] / lim) if r["device_bytes"] is not None and lim else "-",
+                fits,
+                size(r["host_bytes"]),
+                size(r["planned_d2h_bytes_per_step"]),
+                size(r["planned_h2d_bytes_per_step"]),
+                si(r["flops_per_step"]),
+                signed_pct(r["recompute_overhead"]),
+            ]
+        )
+    out.append(
+        table(
+            (
+                "policy",
+                "batch",
+                "status",
+                "device",
+                "of usable",
+                "fits",
+                "host",
+                "D2H/step",
+                "H2D/step",
+                "FLOPs/step",
+                "recompute",
+            ),
+            rows,
+            left=(0, 2, 5),
+        )
+    )
+    fitting: dict[Any, list[str]] = {}
+    for r in tab["rows"]:
+        if r["fits"]:
+            fitting.setdefault(r["batch"], []).append(r["policy"])
+    for batch in dict.fromkeys(r["batch"] for r in tab["rows"]):
+        names = fitting.get(batch, [])
+        label = "" if batch is None else f"at batch {batch}: "
+        out.append(f"{label}{', '.join(names) + ' fit' if names else 'no policy fits'} in device memory")
+    for r in tab["rows"]:
+        at = "" if r["batch"] is None else f" batch {r['batch']}"
+        out += [f"note: {r['policy']}{at}: {n}" for n in r["notes"]]
+    # per layer: for each policy, the largest batch compiled
+    chosen: dict[str, dict[str, Any]] = {}
+    for entry in tab["layers"]:
+        prev = chosen.get(entry["policy"])
+        if prev is None or (entry["batch"] or 0) >= (prev["batch"] or 0):
+            chosen[entry["policy"]] = entry
+    quiet = []
+    for policy, entry in chosen.items():
+        batch = "" if entry["batch"] is None else f", batch {entry['batch']}"
+        if not entry["layers"]:
+            quiet.append(policy)
+            continue
+        out.append(f"\nhost offload plan, {policy}{batch}: bytes sent to host per step ({tab['label']})")
+        out.append(layer_pivot(entry["layers"]))
+    if quiet:
+        out.append(f"\n{', '.join(quiet)}: the compiler placed nothing in host memory (no offload)")
+    return "\n".join(out)

@@ -1,0 +1,148 @@
+"""One compiled module described from files: its memory (buffer assignment), its cost
+(XLA's own cost analysis, through jaxlib when it is installed) and its offload plan.
+
+Every reader here turns damage into notes: a module whose text is cut short
+still gives its plan up to the cut, a missing buffer assignment leaves memory
+empty with a note, and the rest of the description stays.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from profiler.xla.buffers import memory_stats, parse_buffer_assignment
+from profiler.xla.dump import DumpModule
+from profiler.xla.hlo import HloError, Module, parse_text
+from profiler.xla.plan import offload_plan, plan_note
+from profiler.xla.proto import WireError, module_from_proto, read_bytes
+
+COST_KEYS = ("flops", "transcendentals", "bytes accessed")
+
+
+@cache
+def _cpu_client() -> Any:
+    """jaxlib's CPU client, made once, without initializing JAX's other backends; XLA's
+    start-up log lines are kept off the console when jaxlib is first loaded here."""
+    quiet = "jaxlib" not in sys.modules and "TF_CPP_MIN_LOG_LEVEL" not in os.environ
+    if quiet:
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "1"
+    try:
+        from jax._src.lib import xla_client
+
+        return xla_client.make_cpu_client()
+    finally:
+        if quiet:
+            os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
+
+
+def cost_analysis(hlo_text: str) -> tuple[dict[str, float] | None, str | None]:
+    """XLA's HloCostAnalysis of a module's text (what ``compiled.cost_analysis()`` returns),
+    run by jaxlib's CPU client; (None, why) without jaxlib or when jaxlib cannot parse it."""
+    try:
+        client = _cpu_client()
+        import jaxlib._hlo as hlo
+        from jax._src.lib import xla_client
+    except ImportError as exc:
+        return None, f"no cost analysis: jaxlib is not installed here ({exc})"
+    try:
+        result = xla_client._xla.hlo_module_cost_analysis(client, hlo.hlo_module_from_text(hlo_text))
+    except Exception as exc:  # jaxlib raises its own error types
+        return None, f"no cost analysis: jaxlib could not analyze this module ({str(exc).splitlines()[0][:160]})"
+    return {k: float(result[k]) for k in COST_KEYS if k in result}, None
+
+
+def pick_costs(raw: Any) -> dict[str, float] | None:
+    """The cost fields of ``compiled.cost_analysis()`` (a dict, or a list of one in older JAX)."""
+    if isinstance(raw, list):
+        raw = raw[0] if raw else None
+    if not raw:
+        return None
+    return {k: float(raw[k]) for k in COST_KEYS if k in raw}
+
+
+def load_module(path: Path) -> tuple[Module, list[dict[str, Any]], str | None]:
+    """Module, buffer allocations held in it (protos only), and its text (text dumps only)."""
+    if path.name.endswith((".pb", ".pb.xz")):
+        try:
+            module, allocs = module_from_proto(read_bytes(path), str(path))
+        except WireError as exc:
+            raise HloError(f"{path}: {exc}") from None
+        return module, allocs, None
+    data = read_bytes(path)
+    text = data.decode("utf-8", "replace")
+    return parse_text(text, str(path)), [], text
+
+
+def describe(mod: DumpModule, with_cost: bool = True) -> dict[str, Any]:
+    """Memory, cost and plan of a dumped module; problems become ``notes``."""
+    notes: list[str] = []
+    out: dict[str, Any] = {
+        "name": mod.name,
+        "id": mod.id,
+        "files": {k: p.name for k, p in mod.files.items()},
+        "instructions": None,
+        "memory": None,
+        "memory_source": None,
+        "cost": None,
+        "plan": None,
+        "notes": notes,
+    }
+    path = mod.files.get("after") or mod.files.get("after_proto")
+    module, allocs, text = None, [], None
+    if path is None:
+        notes.append("no after-optimization module in the dump")
+    else:
+        try:
+            module, allocs, text = load_module(path)
+        except (HloError, OSError) as exc:
+            notes.append(str(exc))
+    if module is not None:
+        out["instructions"] = module.instruction_count
+        plan = offload_plan(module)
+        out["plan"] = plan
+        notes += plan["notes"]
+        if plan_note(plan):
+            out["plan_note"] = plan_note(plan)
+    if "buffers" in mod.files:
+        try:
+            out["memory"] = memory_stats(parse_buffer_assignment(mod.files["buffers"].read_text(errors="replace")))
+            out["memory_source"] = f"buffer assignment ({mod.files['buffers'].name})"
+        except OSError as exc:
+            notes.append(f"buffer assignment unreadable: {exc}")
+    elif allocs:
+        out["memory"] = memory_stats(allocs)
+        out["memory_source"] = "buffer assignment in the HLO proto (aliasing: parameters live out)"
+    else:
+        notes.append("no buffer assignment in the dump: no memory numbers")
+    if with_cost:
+        if text is None:
+            notes.append("no cost analysis: it needs the module's text (--xla_dump_hlo_as_text)")
+        elif module is not None and module.truncated:
+            notes.append("no cost analysis: the module text is cut short")
+        else:
+            out["cost"], why = cost_analysis(text)
+            if why:
+                notes.append(why)
+    return out
+
+
+def agreement(handed: dict[str, Any], dumped: dict[str, Any]) -> dict[str, Any]:
+    """Whether the numbers the script handed over equal those read from the dump."""
+    diffs = []
+    hm, dm = handed.get("memory") or {}, dumped.get("memory") or {}
+    for k in ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes", "temp_size_in_bytes"):
+        for pre in ("", "host_"):
+            a, b = hm.get(pre + k), dm.get(pre + k)
+            if a is not None and b is not None and int(a) != int(b):
+                diffs.append(f"{pre + k}: handed over {a}, dump {b}")
+    hc, dc = handed.get("cost") or {}, dumped.get("cost") or {}
+    for k in COST_KEYS:
+        a, b = hc.get(k), dc.get(k)
+        if a is not None and b is not None and abs(a - b) > 1e-6 * max(1.0, abs(a)):
+            diffs.append(f"{k}: handed over {a:g}, dump {b:g}")
+    compared = bool(hm and dm) or bool(hc and dc)
+    return {"compared": compared, "agree": compared and not diffs, "differences": diffs}

@@ -1,0 +1,248 @@
+"""An HLO module as the other modules here need it: computations of instructions with their
+shapes, operands, called computations and ``op_name`` metadata.
+
+``parse_text`` reads the text XLA prints (``compiled.as_text()``, ``--xla_dump_to``
+with ``--xla_dump_hlo_as_text``), old printing (operands with their shapes) and
+new (operands by name), ``%`` or not, instructions wrapped over several lines.
+It never raises on a damaged module: what cannot be read becomes a note, and a
+module cut short keeps what came before the cut (``truncated``).  Text with no
+HLO in it at all raises ``HloError``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from profiler.xla.shapes import Shape, ShapeError, _split_top, parse_shape, shape_prefix
+
+
+class HloError(ValueError):
+    """Input that holds no HLO module."""
+
+
+@dataclass
+class Instruction:
+    name: str
+    opcode: str
+    shape: Shape
+    operands: list[str]
+    computation: str
+    position: int  # index in its computation (the run order when the module is scheduled)
+    op_name: str | None = None
+    called: list[str] = field(default_factory=list)
+    custom_call_target: str | None = None
+    queue: str | None = None  # backend_config operation_queue_id ("0": compute stream)
+    trip_count: int | None = None  # while loops with a known trip count
+    tuple_index: int | None = None  # get-tuple-element
+    parameter_number: int | None = None  # parameter
+    is_root: bool = False
+
+
+@dataclass
+class Computation:
+    name: str
+    instructions: list[Instruction] = field(default_factory=list)
+    is_entry: bool = False
+
+
+@dataclass
+class Module:
+    name: str
+    computations: dict[str, Computation]
+    entry: str | None
+    scheduled: bool = False
+    truncated: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def instructions(self) -> list[Instruction]:
+        return [i for c in self.computations.values() for i in c.instructions]
+
+    @property
+    def instruction_count(self) -> int:
+        return sum(len(c.instructions) for c in self.computations.values())
+
+
+_HEADER = re.compile(r"^\s*HloModule\s+([^\s,]+)(.*)$")
+_COMP = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\)\s*->\s*.*)?\{\s*$")
+# a statement: NAME = SHAPE opcode(...); "metadata={...}" on a continuation line is no statement
+_INSTR = re.compile(r"^\s+(ROOT\s+)?%?([\w.\-]+)\s*=\s*((?:\(|[a-z][a-z0-9]*\[).*)$")
+_OPCODE = re.compile(r"\s*([a-z][\w\-]*)\(")
+_OP_NAME = re.compile(r'\bop_name="((?:[^"\\]|\\.)*)"')
+_CALLED_ONE = re.compile(r"\b(?:calls|to_apply|body|condition|true_computation|false_computation)=%?([\w.\-]+)")
+_CALLED_SET = re.compile(r"\b(?:calls|branch_computations|called_computations)=\{([^}]*)\}")
+_TARGET = re.compile(r'\bcustom_call_target="([^"]*)"')
+_QUEUE = re.compile(r'"operation_queue_id"\s*:\s*"?(\d+)')
+_TRIP = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)')
+_INDEX = re.compile(r"\bindex=(\d+)")
+_COMMENT = re.compile(r"/\*.*?\*/", re.S)
+NO_OPERANDS = {"parameter", "constant", "iota", "rng-get-and-update-state", "partition-id", "replica-id"}
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[()\[\]{}]')
+
+
+def _depth(text: str) -> int:
+    """Open (, [, { minus closed ones, outside double-quoted strings."""
+    t = _STRING.sub("", text) if '"' in text else text
+    return t.count("(") + t.count("[") + t.count("{") - t.count(")") - t.count("]") - t.count("}")
+
+
+def _close(text: str, start: int) -> int:
+    """Index of the bracket closing the one at *start* (quoted strings skipped), or -1."""
+    d = 0
+    for m in _TOKEN.finditer(text, start):
+        c = m.group(0)
+        if c[0] == '"':
+            continue
+        d += 1 if c in "([{" else -1
+        if d == 0:
+            return m.start()
+    return -1
+
+
+def _operand_name(text: str) -> str | None:
+    t = _COMMENT.sub("", text).strip()
+    if not t:
+        return None
+    return t.split()[-1].lstrip("%")
+
+
+def parse_instruction(line: str, computation: str, position: int) -> Instruction:
+    """One instruction statement (possibly joined from several lines); raises ValueError."""
+    m = _INSTR.match(line)
+    if not m:
+        raise ValueError("not an instruction")
+    root, name, rest = bool(m.group(1)), m.group(2), m.group(3)
+    shape_text, after = shape_prefix(rest)
+    shape = parse_shape(shape_text)
+    om = _OPCODE.match(after)
+    if not om:
+        raise ValueError(f"no opcode after the shape of {name}")
+    opcode = om.group(1)
+    open_at = om.end() - 1
+    close_at = _close(after, open_at)
+    if close_at < 0:
+        raise ValueError(f"unclosed operand list of {name}")
+    inner = after[open_at + 1 : close_at]
+    attrs = after[close_at + 1 :]
+    operands = []
+    if opcode not in NO_OPERANDS and inner.strip():
+        operands = [n for n in (_operand_name(p) for p in _split_top(inner)) if n]
+    op = _OP_NAME.search(attrs) if "op_name=" in attrs else None
+    called: list[str] = []
+    if "=%" in attrs or "calls=" in attrs or "_computation" in attrs or "to_apply=" in attrs:
+        called = _CALLED_ONE.findall(attrs)
+        for group in _CALLED_SET.findall(attrs):
+            called += [c.strip().lstrip("%") for c in group.split(",") if c.strip()]
+    target = _TARGET.search(attrs) if opcode == "custom-call" else None
+    queue = _QUEUE.search(attrs) if "operation_queue_id" in attrs else None
+    trip = _TRIP.search(attrs) if opcode == "while" else None
+    index = _INDEX.search(attrs) if opcode == "get-tuple-element" else None
+    return Instruction(
+        name=name,
+        opcode=opcode,
+        shape=shape,
+        operands=operands,
+        computation=computation,
+        position=position,
+        op_name=op.group(1).replace('\\"', '"') if op else None,
+        called=list(dict.fromkeys(called)),
+        custom_call_target=target.group(1) if target else None,
+        queue=queue.group(1) if queue else None,
+        trip_count=int(trip.group(1)) if trip else None,
+        tuple_index=int(index.group(1)) if index else None,
+        parameter_number=int(inner) if opcode == "parameter" and inner.strip().isdigit() else None,
+        is_root=root,
+    )
+
+
+def parse_text(text: str, source: str = "HLO text") -> Module:
+    """The module in *text*; damage becomes notes (see the module docstring)."""
+    name, scheduled = None, False
+    comps: dict[str, Computation] = {}
+    entry = None
+    notes: list[str] = []
+    cur: Computation | None = None
+    stmt: list[str] = []
+    depth = 0  # of the statement being read
+    bad = 0
+
+    def flush() -> None:
+        nonlocal bad
+        if not stmt or cur is None:
+            stmt.clear()
+            return
+        joined = " ".join(s.strip() if i else s for i, s in enumerate(stmt))
+        stmt.clear()
+        try:
+            cur.instructions.append(parse_instruction(joined, cur.name, len(cur.instructions)))
+        except (ValueError, ShapeError) as exc:
+            bad += 1
+            if bad <= 3:
+                notes.append(f"{source}: an instruction could not be read ({exc}): {joined[:120]!r}")
+
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if not line.strip() or line.lstrip().startswith("//"):
+            continue
+        if cur is None:
+            hm = _HEADER.match(line)
+            if hm and name is None:
+                name = hm.group(1)
+                scheduled = "is_scheduled=true" in hm.group(2)
+                continue
+            cm = _COMP.match(line)
+            if cm and not line.startswith((" ", "\t")):
+                cur = Computation(cm.group(2), is_entry=bool(cm.group(1)))
+                continue
+            continue  # stack frame tables, FileNames, ...
+        starts = line.startswith("}") or _INSTR.match(line) is not None
+        if stmt and not starts and (depth > 0 or stmt[-1].endswith(",")):
+            stmt.append(line)  # a wrapped instruction (a new statement or the closing brace ends it)
+            depth += _depth(line)
+            continue
+        if line.startswith("}"):
+            flush()
+            comps[cur.name] = cur
+            if cur.is_entry:
+                entry = cur.name
+            cur = None
+            continue
+        if _INSTR.match(line):
+            flush()
+            stmt.append(line)
+            depth = _depth(line)
+        elif stmt:
+            stmt.append(line)
+            depth += _depth(line)
+        else:
+            bad += 1
+            if bad <= 3:
+                notes.append(f"{source}: a line could not be read: {line.strip()[:120]!r}")
+    truncated = False
+    if cur is not None:
+        if stmt and depth > 0:
+            notes.append(f"{source}: the text ends inside an instruction (truncated?)")
+            stmt.clear()
+        flush()
+        comps[cur.name] = cur
+        if cur.is_entry:
+            entry = cur.name
+        truncated = True
+        notes.append(f"{source}: the text ends inside computation {cur.name} (truncated?)")
+    if bad > 3:
+        notes.append(f"{source}: {bad} lines or instructions could not be read in all")
+    if name is None and not comps:
+        raise HloError(f"{source}: no HLO module in this text")
+    if entry is None and comps:
+        notes.append(f"{source}: no ENTRY computation")
+    return Module(
+        name=name or "unnamed",
+        computations=comps,
+        entry=entry,
+        scheduled=scheduled,
+        truncated=truncated,
+        notes=notes,
+    )

@@ -1,0 +1,200 @@
+"""The policy decision: per-policy table, planned vs moved, compare gates, with known answers.
+
+The planned side is the real GPU compiler's plan (../shared/hlo, a two-layer step compiled
+for an H100); the moved side an nsys-schema export whose thunk ranges carry that module's
+instruction names, with copies chosen so that every flag has a known answer.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from profiler.analysis.compare import compare, parse_threshold, run_value
+from profiler.analysis.policies import planned_vs_moved, policy_row, policy_table
+from profiler.analysis.run_metrics import collect, find_manifest
+from profiler.capture import step_module
+from profiler.report.compare_text import render_markdown
+from profiler.trace import open_trace
+from profiler.trace.synthetic import ExportBuilder
+from tests.conftest import ROOT, run_cli
+
+AOT = ROOT.parent / "shared" / "hlo" / "aot_h100__two_layer_offload_step_after_opt.hlo.txt"
+MiB = 2**20
+A = 100
+STEP_NS = 1_000_000
+
+
+TSL = 2  # the domain id of XLA's NVTX domain in these exports
+
+
+def launch(b: ExportBuilder, t: int, kind: str, nbytes: int) -> None:
+    corr = b.copy(t + 5, t + 45, kind, nbytes)
+    b.runtime(t, t + 5, corr, name="cudaMemcpyAsync", tid=A)
+
+
+def step_trace(b: ExportBuilder, t0: int, s: int) -> None:
+    """One step of the plan's module: copies inside the thunks of the real instruction names.
+
+    layer_1 goes out and comes back as planned; layer_0's activation never goes out
+    (copy-start.4 is absent) but comes back; an extra 1 MiB leaves inside fusion.9.
+    """
+    b.nvtx(t0, t0 + STEP_NS, f"step={s}", tid=A, domain_id=1)
+    b.nvtx(t0 + 10, t0 + STEP_NS - 10, "XlaModule:#hlo_module=jit_train_step,program_id=1#", tid=A, domain_id=TSL)
+    for k, (hlo, kind) in enumerate(
+        [("copy-start.1.0", "d2h"), ("copy-start.2.0", "h2d"), ("copy-start.3.0", "h2d"), ("fusion.9", "d2h")]
+    ):
+        t = t0 + 1000 + 1000 * k
+        name = f"Thunk:#hlo_op={hlo}#" if hlo.startswith("copy") else f"Thunk:#name=jit(s)/x,hlo_op={hlo}#"
+        b.nvtx(t, t + 100, name, tid=A, domain_id=TSL)  # XLA's ranges are in its own domain
+        launch(b, t + 1, kind, 4 * MiB if hlo.startswith("copy") else MiB)
+
+
+@pytest.fixture
+def plan_run(tmp_path) -> Path:
+    """A run folder: the export, a manifest, and compiled.json read from a dump of the AOT module."""
+    if not AOT.is_file():
+        pytest.skip("../shared/hlo is absent")
+    run = tmp_path / "20260101T000000-offload_x-abc123"
+    dump = run / "xla_dump"
+    dump.mkdir(parents=True)
+    (dump / "module_0001.jit_train_step.sm_9.0a_gpu_after_optimizations.txt").write_text(AOT.read_text())
+    (dump / "module_0001.jit_train_step.sm_9.0a_gpu_after_optimizations-buffer-assignment.txt").write_text(
+        "BufferAssignment:\n"
+        "allocation 0: size 16777216, parameter 0, shape |f32[1024,4096]| at ShapeIndex {}, maybe-live-out:\n"
+        "allocation 1: size 1048576, parameter 4, shape |f32[256,1024]| at ShapeIndex {}:\n"
+        "allocation 2: size 4, maybe-live-out:\n"
+        "allocation 3: size 8388608, color 5, preallocated-temp:\n"
+        "allocation 4: size 50000000, preallocated-temp:\n"
+        "allocation 5: size 64, constant:\n"
+    )
+    b = ExportBuilder()
+    b.gpu(0, "NVIDIA H100 80GB HBM3")
+    b.domain(1, "profile-step", tid=A)
+    b.domain(TSL, "TSL", tid=A)
+    for s in range(3):
+        step_trace(b, s * 2 * STEP_NS, s)
+    b.write(run / "trace.sqlite")
+    manifest = {
+        "policy": "offload_x",
+        "devices": [{"id": 0, "kind": "NVIDIA H100 80GB HBM3"}],
+        "runtime": {
+            "model_flops_per_step": 30e9,
+            "device_memory": {
+                "available": True,
+                "devices": [{"id": 0, "peak_bytes_in_use": 10 * 2**30, "bytes_limit": 60 * 2**30}],
+            },
+        },
+    }
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    step_module.record(run, dump, own_dump=False)
+    return run
+
+
+def collected(run: Path) -> dict:
+    return collect(open_trace(run / "trace.sqlite"), find_manifest(run / "trace.sqlite"))
+
+
+def test_planned_vs_moved_flags_each_difference(plan_run):
+    run = collected(plan_run)
+    assert run["compiled"]["module"] == "module_0001.jit_train_step"
+    assert "ran longest" in run["compiled"]["chosen_by"]
+    pvm = planned_vs_moved(run)
+    rows = {(r["layer"], r["activation"], r["unplanned_op"]): r for r in pvm["rows"]}
+    l1 = rows[("layer_1", None, None)]
+    assert (l1["planned_d2h_bytes"], l1["moved_d2h_bytes"]) == (4 * MiB, 4 * MiB)
+    assert (l1["planned_h2d_bytes"], l1["moved_h2d_bytes"]) == (4 * MiB, 4 * MiB)
+    assert l1["flag"] == "ok"
+    l0 = rows[("layer_0", None, None)]
+    assert (l0["planned_d2h_bytes"], l0["moved_d2h_bytes"]) == (4 * MiB, 0)
+    assert l0["flag"] == "d2h planned, not seen"
+    extra = rows[(None, None, "fusion.9")]
+    assert extra["moved_d2h_bytes"] == MiB and extra["flag"] == "d2h moved, not planned"
+    assert pvm["differences"] == 2 and pvm["steps"] == 3
+
+
+def test_policy_row_numbers(plan_run):
+    run = collected(plan_run)
+    row = policy_row(run)
+    flops = run["compiled"]["cost"]["flops"]
+    assert row["median_step_ns"] == STEP_NS
+    assert row["tflops"] == pytest.approx(flops / 1e-3 / 1e12)
+    assert row["mfu"] == pytest.approx(30e9 / 1e-3 / 989.4e12)
+    assert (row["peak_device_bytes"], row["device_limit_bytes"]) == (10 * 2**30, 60 * 2**30)
+    assert row["peak_device_source"] == "memory_stats()"
+    # arguments 16 MiB + 1 MiB, outputs 16 MiB + 4 B of which 16 MiB aliased, temp 50 MB; host 8 MiB
+    assert row["compiled_device_bytes"] == 16 * MiB + MiB + 4 + 50_000_000
+    assert row["compiled_host_bytes"] == 8 * MiB
+    assert row["planned_d2h_bytes_per_step"] == 8 * MiB
+    assert row["moved_d2h_bytes_per_step"] == 5 * MiB  # 4 MiB planned + 1 MiB unplanned, per step
+    # no stream waits in the export: zero stall where the run summary measures stalls, else "-"
+    assert row["stalled_ns"] == (0 if "stall_ns" in run else None)
+    assert policy_row(run, peak_override=100.0)["mfu"] == pytest.approx(30e9 / 1e-3 / 100e12)
+
+
+def _run(policy: str, flops: float | None, steps: list[int], stalls: list[int] | None = None) -> dict:
+    return {
+        "policy": policy,
+        "trace": f"/x/{policy}/trace.sqlite",
+        "steps": [
+            {"name": f"step={i}", "duration_ns": d, "excluded": None, "exposed_ns": 10 * i}
+            | ({"stall_ns": stalls[i]} if stalls else {})
+            for i, d in enumerate(steps)
+        ],
+        "median_step_ns": sorted(steps)[len(steps) // 2],
+        "copies": {d: {"bytes": 0} for d in ("d2h", "h2d", "offload")},
+        "compiled": {"cost": {"flops": flops} if flops else None, "memory": None, "plan": None, "notes": []},
+    }
+
+
+def test_policy_table_recompute_and_stalls():
+    tab = policy_table(
+        [
+            _run("remat", 120.0, [10, 10, 10], stalls=[0, 5, 7]),
+            _run("none", 100.0, [8, 8, 8]),
+            _run("offload_qkv", None, [9, 9, 9]),
+        ]
+    )
+    rows = {r["policy"]: r for r in tab["rows"]}
+    assert tab["baseline"] == "none"
+    assert rows["remat"]["recompute_overhead"] == pytest.approx(0.2)
+    assert rows["none"]["recompute_overhead"] == 0
+    assert rows["offload_qkv"]["recompute_overhead"] is None and rows["offload_qkv"]["tflops"] is None
+    assert rows["remat"]["stalled_ns"] == 5 and rows["none"]["stalled_ns"] is None
+    assert rows["remat"]["exposed_ns"] == 10
+    no_base = policy_table([_run("remat", 120.0, [10])])
+    assert no_base["baseline"] is None and no_base["rows"][0]["recompute_overhead"] is None
+
+
+def test_compare_gates_the_new_metrics(plan_run):
+    base = collected(plan_run)
+    head = copy.deepcopy(base)
+    head["compiled"]["cost"]["flops"] *= 1.2  # more recomputation, same step time: FLOPs and TFLOP/s up
+    head["manifest"]["runtime"]["device_memory"]["devices"][0]["peak_bytes_in_use"] = 12 * 2**30
+    assert run_value(head, "peak_device_bytes") == 12 * 2**30
+    assert run_value(head, "tflops") == pytest.approx(1.2 * run_value(base, "tflops"))
+    gates = [parse_threshold(t) for t in ("flops_per_step:+10%", "peak_device_bytes:+10%", "tflops:-5%")]
+    result = compare([base], [head], gates)
+    failed = {f["threshold"] for f in result["failures"]}
+    assert failed == {"flops_per_step:+10%", "peak_device_bytes:+10%"}  # TFLOP/s went up: no failure
+    slower = copy.deepcopy(base)
+    for s in slower["steps"]:
+        s["duration_ns"] *= 2
+    slower["median_step_ns"] *= 2
+    assert not compare([base], [slower], [parse_threshold("tflops:-5%")])["passed"]
+    md = render_markdown(result)
+    assert "FLOPs per step" in md and "peak device memory" in md and "TFLOP/s per device" in md
+
+
+def test_analyze_runs_table_and_json(plan_run, tmp_path):
+    proc = run_cli("analyze", str(plan_run), str(plan_run))
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "offload_x" in out and "planned, not seen" in out and "moved, not planned" in out
+    assert "10.00 GiB" in out  # the measured peak
+    doc = json.loads(run_cli("analyze", "--json", str(plan_run)).stdout)
+    assert set(doc) == {"policies", "planned_vs_moved"}
+    assert doc["policies"]["rows"][0]["planned_d2h_bytes_per_step"] == 8 * MiB
