@@ -55,11 +55,22 @@ def main() -> None:
     py = sys.executable
     export = str(a.export.resolve())
     cmds: dict[str, list[str]] = {
-        "profile-step analyze --json": [py, "-m", "profiler.cli", "analyze", "--json", export],
+        "profile-step analyze --json --no-findings": [
+            py,
+            "-m",
+            "profiler.cli",
+            "analyze",
+            "--json",
+            "--no-findings",
+            export,
+        ],
+        "profile-step analyze --json (with findings)": [py, "-m", "profiler.cli", "analyze", "--json", export],
     }
     if a.events:
         cmds["profile-step whatif --json --link nvlink-c2c"] = [
-            *cmds["profile-step analyze --json"][:3],
+            py,
+            "-m",
+            "profiler.cli",
             "whatif",
             "--json",
             "--link",

@@ -1,56 +1,49 @@
-"""The Dash app: runs and policies, per-layer overlap, a step's timeline, copy streams."""
+"""The Dash app: runs and policies, per-layer overlap, a step's timeline, ranks, copy streams.
+
+Every chart stands for one (run, GPU) row of the runs table (``rows.View``).  A tab's figure is
+computed only while the tab is shown; the page's first view comes with the table filled in.
+"""
 
 from __future__ import annotations
 
+import logging
+import sys
 from pathlib import Path
 from typing import Any
 
 import dash
 from dash import Input, Output, State, dash_table, dcc, html
 
-from dashboards import figures
+from dashboards import bars, figures, links, rows
 from dashboards.data import RunStore
+from dashboards.rows import View
 from profiler.errors import ProfilerError
+from profiler.report.units import human_bytes, human_time
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
-RUN_COLUMNS = [
-    ("run", "run", "text"),
-    ("policy", "policy", "text"),
-    ("rank", "rank", "numeric"),
-    ("status", "status", "text"),
-    ("date", "date", "text"),
-    ("device", "device", "text"),
-    ("steps", "steps", "numeric"),
-    ("step_ms", "median step ms", "numeric"),
-    ("offload_mib", "offloaded MiB", "numeric"),
-    ("exposed_ms", "exposed copy ms", "numeric"),
-    ("hidden_pct", "hidden %", "numeric"),
+TABS = ("policies", "layers", "timeline", "ranks", "streams")
+MUTED = {"color": "#444", "fontSize": "13px", "margin": "6px 0"}
+CONTROL = {"display": "flex", "gap": "8px", "alignItems": "center", "margin": "8px 0"}
+LINK_OPTIONS = [{"label": links.label(lk), "value": lk.key} for lk in links.LINKS] + [
+    {"label": "custom (GB/s per direction)", "value": links.CUSTOM}
 ]
-FORMAT_3 = {"specifier": ".3f"}
-FORMAT_1 = {"specifier": ".1f"}
 
 
-def _columns() -> list[dict[str, Any]]:
-    cols = []
-    for cid, name, typ in RUN_COLUMNS:
-        col: dict[str, Any] = {"id": cid, "name": name, "type": typ}
-        if cid in ("step_ms", "exposed_ms"):
-            col["format"] = FORMAT_3
-        elif cid in ("offload_mib", "hidden_pct"):
-            col["format"] = FORMAT_1
-        cols.append(col)
-    return cols
+def all_rows(store: RunStore) -> list[dict[str, Any]]:
+    """Rows for every run analyzed so far (errors included), in discovery order."""
+    out = []
+    for rid, ref in store.refs.items():
+        if rid in store.results:
+            summary = store.results[rid].summary
+            out += [rows.raw_row(ref, summary, v.device) for v in rows.views(ref, summary)]
+        elif rid in store.errors:
+            out.append(rows.error_row(ref, store.errors[rid]))
+    return out
 
 
 def table_rows(store: RunStore) -> list[dict[str, Any]]:
-    """Rows for every run analyzed so far (errors included), in discovery order."""
-    rows = []
-    for rid, ref in store.refs.items():
-        if rid in store.results:
-            rows.append(figures.run_row(rid, ref.name, store.results[rid].summary, ref.manifest))
-        elif rid in store.errors:
-            rows.append(figures.error_row(rid, ref.name, store.errors[rid]))
-    return rows
+    """The rows as the browser gets them (units applied, private keys dropped)."""
+    return rows.table(all_rows(store))[1]
 
 
 def _card(message: str) -> html.Div:
@@ -58,8 +51,8 @@ def _card(message: str) -> html.Div:
         [html.Strong("Cannot show this run: "), html.Span(message)],
         className="error-card",
         style={
-            "border": "1px solid #d62728",
-            "background": "#fff5f5",
+            "border": "1px solid #D55E00",
+            "background": "#FFF4EC",
             "padding": "8px",
             "margin": "6px 0",
             "borderRadius": "4px",
@@ -67,220 +60,325 @@ def _card(message: str) -> html.Div:
     )
 
 
-def _run_options(store: RunStore, ids: list[str]) -> list[dict[str, str]]:
-    out = []
-    for rid in ids:
-        ref = store.refs[rid]
-        policy = store.results[rid].summary["policy"] if rid in store.results else "?"
-        out.append({"label": f"{policy} — {ref.name}", "value": rid})
-    return out
+def _graph(gid: str, figure: dict[str, Any] | None = None, **config: Any) -> dcc.Graph:
+    return dcc.Graph(id=gid, figure=figure or figures.note_figure("Loading …"), config={"displaylogo": False, **config})
+
+
+def _dropdown(
+    did: str, placeholder: str, width: str = "100%", options: list[Any] | None = None, value: Any = None
+) -> html.Div:
+    return html.Div(
+        dcc.Dropdown(
+            id=did, clearable=False, placeholder=placeholder, optionHeight=40, options=options or [], value=value
+        ),
+        style={"flex": "1 1 " + width, "minWidth": "260px"},
+    )
 
 
 def create_app(store: RunStore) -> dash.Dash:
     app = dash.Dash(__name__, title="profile-step", update_title=None)
-    app.layout = html.Div(
-        style={"fontFamily": "sans-serif", "margin": "12px 20px"},
-        children=[
-            html.H2("profile-step: are the offload copies hidden?"),
-            html.Div(id="progress", style={"color": "#555", "margin": "4px 0"}),
-            dcc.Interval(id="poll", interval=700, n_intervals=0),
-            dash_table.DataTable(
-                id="runs",
-                columns=_columns(),
-                data=[],
-                row_selectable="multi",
-                selected_rows=[],
-                sort_action="native",
-                filter_action="native",
-                page_size=15,
-                style_cell={
-                    "textAlign": "left",
-                    "fontSize": "13px",
-                    "maxWidth": "360px",
-                    "overflow": "hidden",
-                    "textOverflow": "ellipsis",
-                },
-                style_data_conditional=[{"if": {"filter_query": "{status} = error"}, "color": "#d62728"}],
-            ),
-            html.Div(id="errors"),
-            dcc.Tabs(
-                id="tabs",
-                value="policies",
-                children=[
-                    dcc.Tab(
-                        label="Policies",
-                        value="policies",
-                        children=[
-                            dcc.Loading(dcc.Graph(id="policy-graph")),
-                        ],
-                    ),
-                    dcc.Tab(
-                        label="Per layer",
-                        value="layers",
-                        children=[
-                            dcc.Dropdown(id="layer-run", clearable=False, placeholder="run"),
-                            dcc.Loading(dcc.Graph(id="layer-graph")),
-                            html.Div(id="layer-details"),
-                        ],
-                    ),
-                    dcc.Tab(
-                        label="Timeline",
-                        value="timeline",
-                        children=[
-                            html.Div(
-                                style={"display": "flex", "gap": "8px"},
-                                children=[
-                                    html.Div(
-                                        dcc.Dropdown(id="timeline-run", clearable=False, placeholder="run"),
-                                        style={"flex": "2"},
-                                    ),
-                                    html.Div(
-                                        dcc.Dropdown(id="timeline-step", clearable=False, placeholder="step"),
-                                        style={"flex": "1"},
-                                    ),
-                                ],
-                            ),
-                            dcc.Loading(dcc.Graph(id="timeline-graph", config={"scrollZoom": True})),
-                            html.Div(id="timeline-note", style={"color": "#555"}),
-                        ],
-                    ),
-                    dcc.Tab(
-                        label="Ranks",
-                        value="ranks",
-                        children=[
-                            dcc.Dropdown(id="rank-policy", clearable=False, placeholder="policy"),
-                            dcc.Loading(dcc.Graph(id="rank-heatmap")),
-                            html.Ul(id="rank-findings"),
-                        ],
-                    ),
-                    dcc.Tab(
-                        label="Copy streams",
-                        value="streams",
-                        children=[
-                            html.Div(
-                                style={"display": "flex", "gap": "8px", "alignItems": "center"},
-                                children=[
-                                    html.Div(
-                                        dcc.Dropdown(id="streams-run", clearable=False, placeholder="run"),
-                                        style={"flex": "2"},
-                                    ),
-                                    html.Div(
-                                        dcc.Dropdown(
-                                            id="link-preset",
-                                            clearable=False,
-                                            value=900.0,
-                                            options=[{"label": k, "value": v} for k, v in figures.LINKS.items()],
+
+    def view_label(view: View) -> tuple[str, str]:
+        ref = store.refs[view.rid]
+        summary = store.results[view.rid].summary
+        return rows.label(ref, summary, view.device), rows.full_name(ref, summary, view.device)
+
+    def options(view_ids: list[str]) -> list[dict[str, Any]]:
+        out = []
+        for vid in view_ids:
+            view = View.parse(vid)
+            if view.rid in store.results:
+                short, full = view_label(view)
+                out.append({"label": html.Span(short, title=full), "value": vid, "search": full})
+        return out
+
+    def layout() -> html.Div:
+        """The page with its first view filled in: no callback stands between loading and seeing."""
+        raw = all_rows(store)
+        columns, data, tips = rows.table(raw)
+        selected = rows.default_selection(raw)
+        done, total, _ = store.progress()
+        views = selected_views(selected, data)
+        sel = selection(views, [None, None, None])
+        opts, (layer_run, timeline_run, streams_run) = sel["options"], sel["values"]
+        rank_opts, rank_value, rank_style = rank_choices(views, None)
+        link_key, link_gbps, link_note = link_choice(streams_run)
+        return html.Div(
+            style={"fontFamily": "Helvetica, Arial, sans-serif", "margin": "12px 20px", "color": "#222"},
+            children=[
+                html.H2("profile-step: are the offload copies hidden?", style={"margin": "4px 0"}),
+                html.Div(_progress(done, total, None), id="progress", style=MUTED),
+                dcc.Interval(id="poll", interval=700, n_intervals=0, disabled=done >= total),
+                dash_table.DataTable(
+                    id="runs",
+                    columns=columns,
+                    data=data,
+                    tooltip_data=tips,
+                    tooltip_header=rows.header_tooltips(columns),
+                    tooltip_delay=300,
+                    tooltip_duration=None,
+                    row_selectable="multi",
+                    selected_rows=selected,
+                    sort_action="native",
+                    filter_action="native",
+                    page_action="none",
+                    style_table={"overflowX": "auto", "maxHeight": "340px", "overflowY": "auto"},
+                    style_header={"fontWeight": "bold", "whiteSpace": "normal", "height": "auto"},
+                    style_cell={
+                        "textAlign": "left",
+                        "fontSize": "13px",
+                        "fontFamily": "Helvetica, Arial, sans-serif",
+                        "maxWidth": "280px",
+                        "overflow": "hidden",
+                        "textOverflow": "ellipsis",
+                        "padding": "3px 6px",
+                    },
+                    style_cell_conditional=[{"if": {"column_id": "device"}, "maxWidth": "360px"}],
+                    style_data_conditional=[
+                        {"if": {"filter_query": "{status} = error"}, "color": "#B04000"},
+                        {"if": {"filter_query": "{source} = 'SYNTHETIC demo'"}, "fontStyle": "italic"},
+                    ],
+                ),
+                html.Div(rows.SOURCE_NOTE, id="table-note", style=MUTED),
+                html.Div(sel["provenance"], id="provenance", style=MUTED),
+                # plotly.js (5 MB) loads after the first view, so that the other views open at once
+                dcc.Interval(id="warm", interval=600, max_intervals=1),
+                html.Div(id="plotly-warm", style={"display": "none"}),
+                html.Div(sel["errors"], id="errors"),
+                dcc.Tabs(
+                    id="tabs",
+                    value="policies",
+                    children=[
+                        dcc.Tab(
+                            label="Policies",
+                            value="policies",
+                            children=[html.Div(sel["bars"], id="policy-bars")],
+                        ),
+                        dcc.Tab(
+                            label="Per layer",
+                            value="layers",
+                            children=[
+                                html.Div(
+                                    _dropdown("layer-run", "run and GPU", options=opts, value=layer_run), style=CONTROL
+                                ),
+                                dcc.Loading(_graph("layer-graph")),
+                                html.Div(id="layer-hint", style=MUTED),
+                                html.Div(id="layer-details"),
+                            ],
+                        ),
+                        dcc.Tab(
+                            label="Timeline",
+                            value="timeline",
+                            children=[
+                                html.Div(
+                                    [
+                                        _dropdown("timeline-run", "run and GPU", "60%", opts, timeline_run),
+                                        _dropdown("timeline-step", "step"),
+                                    ],
+                                    style=CONTROL,
+                                ),
+                                dcc.Loading(
+                                    _graph("timeline-graph", config={"scrollZoom": True, "displaylogo": False})
+                                ),
+                                html.Div(id="timeline-note", style=MUTED),
+                            ],
+                        ),
+                        dcc.Tab(
+                            label="Ranks",
+                            value="ranks",
+                            children=[
+                                html.Div(
+                                    _dropdown("rank-policy", "policy", options=rank_opts, value=rank_value),
+                                    id="rank-controls",
+                                    style=rank_style,
+                                ),
+                                dcc.Loading(_graph("rank-heatmap")),
+                                html.Ul(id="rank-findings"),
+                            ],
+                        ),
+                        dcc.Tab(
+                            label="Copy streams",
+                            value="streams",
+                            children=[
+                                html.Div(
+                                    [
+                                        _dropdown("streams-run", "run and GPU", "45%", opts, streams_run),
+                                        html.Div(
+                                            dcc.Dropdown(
+                                                id="link-preset",
+                                                clearable=False,
+                                                value=link_key,
+                                                options=LINK_OPTIONS,
+                                            ),
+                                            style={"flex": "1 1 35%", "minWidth": "260px"},
                                         ),
-                                        style={"flex": "2"},
-                                    ),
-                                    dcc.Input(
-                                        id="link-gbps",
-                                        type="number",
-                                        min=1,
-                                        value=900.0,
-                                        debounce=True,
-                                        style={"width": "100px"},
-                                    ),
-                                    html.Span("GB/s"),
-                                ],
-                            ),
-                            dcc.Loading(dcc.Graph(id="streams-graph")),
-                        ],
-                    ),
-                ],
-            ),
-        ],
-    )
+                                        dcc.Input(
+                                            id="link-gbps",
+                                            type="number",
+                                            value=link_gbps,
+                                            min=0.1,
+                                            debounce=True,
+                                            disabled=True,
+                                            style={"width": "90px"},
+                                        ),
+                                        html.Span("GB/s"),
+                                    ],
+                                    style=CONTROL,
+                                ),
+                                html.Div(link_note, id="link-note", style=MUTED),
+                                dcc.Loading(_graph("streams-graph")),
+                            ],
+                        ),
+                    ],
+                ),
+            ],
+        )
 
     @app.callback(
         Output("progress", "children"),
+        Output("runs", "columns"),
         Output("runs", "data"),
+        Output("runs", "tooltip_data"),
         Output("poll", "disabled"),
         Output("runs", "selected_rows"),
         Input("poll", "n_intervals"),
         State("runs", "selected_rows"),
         State("runs", "data"),
+        prevent_initial_call=True,
     )
     def refresh(_n: int, selected: list[int], old: list[dict[str, Any]]):
         done, total, current = store.progress()
-        rows = table_rows(store)
+        raw = all_rows(store)
         finished = done >= total
-        if not total:
-            msg = "No runs found. Give run folders or traces: profile-step dashboard runs/ trace.sqlite"
-        elif finished:
-            msg = f"{total} run(s)."
-        else:
-            msg = f"Analyzing runs: {done}/{total} done" + (f", now {current}" if current else "") + " …"
-        if len(rows) == len(old or []) and selected is not None:
-            return msg, dash.no_update, finished, dash.no_update
+        msg = _progress(done, total, current)
+        if len(raw) == len(old or []):
+            return msg, dash.no_update, dash.no_update, dash.no_update, finished, dash.no_update
+        columns, data, tips = rows.table(raw)
         keep = {old[i]["id"] for i in (selected or []) if i < len(old or [])}
-        # the first six stay selected as runs arrive, unless the user chose otherwise meanwhile
-        automatic = sorted(selected or []) == list(range(min(len(old or []), 6)))
-        new_sel = [i for i, r in enumerate(rows) if r["id"] in keep or (automatic and i < 6)]
-        return msg, rows, finished, new_sel
+        before = [r for r in raw if r["id"] in {o["id"] for o in old or []}]
+        untouched = keep == {before[i]["id"] for i in rows.default_selection(before)} if before else True
+        # the first view's choice follows the runs as they come in, until the user picks rows
+        new_sel = rows.default_selection(raw) if untouched else [i for i, r in enumerate(data) if r["id"] in keep]
+        return msg, columns, data, tips, finished, new_sel
 
-    @app.callback(
-        Output("policy-graph", "figure"),
-        Output("errors", "children"),
-        Output("layer-run", "options"),
-        Output("timeline-run", "options"),
-        Output("streams-run", "options"),
-        Input("runs", "selected_rows"),
-        State("runs", "data"),
-    )
-    def on_select(selected: list[int], rows: list[dict[str, Any]]):
-        ids = [rows[i]["id"] for i in (selected or []) if i < len(rows or [])]
-        good, cards = [], []
-        for rid in ids:
+    def selection(views: list[View], current: list[str | None]) -> dict[str, Any]:
+        """Everything that follows from the selected rows: the policy figure, error cards, provenance,
+        and the run choices (with their values kept where possible) of the per-run tabs."""
+        good, cards, items, prov, seen = [], [], [], [], set()
+        for view in views:
             try:
-                good.append((rid, store.get(rid).summary))
+                summary = store.get(view.rid).summary
             except ProfilerError as exc:
                 cards.append(_card(str(exc)))
-        labels = figures.unique_labels([s["policy"] for _, s in good], [store.refs[r].name for r, _ in good])
-        fig = figures.policy_figure([(lab, s) for lab, (_, s) in zip(labels, good, strict=True)])
-        opts = _run_options(store, [rid for rid, _ in good])
-        return fig, cards, opts, opts, opts
+                continue
+            ref = store.refs[view.rid]
+            good.append(view.id)
+            off = (summary["devices"].get(view.device) or {}) if view.device else {}
+            items.append(
+                figures.Item(
+                    label=rows.label(ref, summary, view.device),
+                    full=rows.full_name(ref, summary, view.device),
+                    copies={d: off.get(d) or _ZERO for d in ("h2d", "d2h", "offload")},
+                    step_ns=summary["median_step_ns"],
+                    peak_bytes=(summary.get("peak_memory_bytes") or {}).get(view.device),
+                    synthetic=ref.synthetic,
+                )
+            )
+            if ref.provenance is not None and ref.id not in seen:
+                seen.add(ref.id)
+                p = ref.provenance
+                prov.append(
+                    html.Li(
+                        [
+                            html.Strong(rows.short_id(ref)),
+                            f": real trace from {p.repo} (commit {p.commit[:10]}, {p.licence}), {p.path}. "
+                            f"{p.description}",
+                        ]
+                    )
+                )
+        values = [v if v in good else (good[0] if good else None) for v in current]
+        failed = [_card(msg) for rid, msg in list(store.errors.items()) if rid not in {v.rid for v in views}]
+        return {
+            "bars": bars.policy_table(items),
+            "errors": cards + failed,  # every run that cannot be read, selected or not
+            "provenance": [
+                html.Strong("Real traces from public repositories (not made by this project):"),
+                html.Ul(prov),
+            ]
+            if prov
+            else [],
+            "options": options(good),
+            "values": values,
+        }
 
-    for dd in ("layer-run", "timeline-run", "streams-run"):
+    @app.callback(
+        Output("policy-bars", "children"),
+        Output("errors", "children"),
+        Output("provenance", "children"),
+        Output("layer-run", "options"),
+        Output("layer-run", "value"),
+        Output("timeline-run", "options"),
+        Output("timeline-run", "value"),
+        Output("streams-run", "options"),
+        Output("streams-run", "value"),
+        Input("runs", "selected_rows"),
+        State("runs", "data"),
+        State("layer-run", "value"),
+        State("timeline-run", "value"),
+        State("streams-run", "value"),
+        prevent_initial_call=True,
+    )
+    def on_select(selected, data, *current):
+        sel = selection(selected_views(selected, data), list(current))
+        opts, (v1, v2, v3) = sel["options"], sel["values"]
+        return sel["bars"], sel["errors"], sel["provenance"], opts, v1, opts, v2, opts, v3
 
-        @app.callback(Output(dd, "value"), Input(dd, "options"), State(dd, "value"))
-        def default_run(options: list[dict[str, str]], value: str | None):
-            values = [o["value"] for o in options or []]
-            return value if value in values else (values[0] if values else None)
-
-    def selected_summaries(selected: list[int], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        out = []
-        for i in selected or []:
-            if i < len(rows or []) and rows[i]["id"] in store.results:
-                out.append({**store.results[rows[i]["id"]].summary, "path": store.refs[rows[i]["id"]].name})
-        return out
+    def rank_choices(views: list[View], current: str | None) -> tuple[list[dict[str, str]], str | None, dict]:
+        ranked = [s for s in _summaries(store, views) if s.get("rank") is not None]
+        policies = sorted({s["policy"] for s in ranked})
+        value = current if current in policies else (policies[0] if policies else None)
+        style = CONTROL if policies else {"display": "none"}
+        return [{"label": p, "value": p} for p in policies], value, style
 
     @app.callback(
         Output("rank-policy", "options"),
         Output("rank-policy", "value"),
+        Output("rank-controls", "style"),
         Input("runs", "selected_rows"),
         State("runs", "data"),
         State("rank-policy", "value"),
+        prevent_initial_call=True,
     )
-    def on_rank_runs(selected: list[int], rows: list[dict[str, Any]], current: str | None):
-        ranked = [s for s in selected_summaries(selected, rows) if s.get("rank") is not None]
-        policies = sorted({s["policy"] for s in ranked})
-        value = current if current in policies else (policies[0] if policies else None)
-        return [{"label": p, "value": p} for p in policies], value
+    def on_rank_runs(selected, data, current):
+        return rank_choices(selected_views(selected, data), current)
 
     @app.callback(
         Output("rank-heatmap", "figure"),
         Output("rank-findings", "children"),
+        Input("tabs", "value"),
         Input("rank-policy", "value"),
         Input("runs", "selected_rows"),
         State("runs", "data"),
+        prevent_initial_call=True,
     )
-    def on_rank_policy(policy: str | None, selected: list[int], rows: list[dict[str, Any]]):
+    def on_rank_policy(tab, policy, selected, data):
+        if tab != "ranks":
+            return dash.no_update, dash.no_update
         from profiler.analysis.ranks import cross_rank
 
-        runs = [s for s in selected_summaries(selected, rows) if s.get("rank") is not None and s["policy"] == policy]
+        summaries = _summaries(store, selected_views(selected, data))
+        runs = [s for s in summaries if s.get("rank") is not None and s["policy"] == policy]
+        if not runs:
+            return (
+                figures.note_figure(
+                    "None of the selected runs is a rank of a multi-rank job. Ranks come from file or folder "
+                    "names (report.3.sqlite, ...-rank3-...) or the run's manifest: "
+                    "profile-step analyze DIR --ranks reads a whole job."
+                ),
+                [],
+            )
         fig = figures.rank_heatmap(runs, policy)
-        doc = cross_rank(runs)["policies"].get(policy) if runs else None
+        doc = cross_rank(runs)["policies"].get(policy)
         items = []
         if doc:
             items += [
@@ -297,95 +395,247 @@ def create_app(store: RunStore) -> dash.Dash:
             items = items or [html.Li("no straggler and no slow link among these ranks")]
         return fig, items
 
-    @app.callback(Output("layer-graph", "figure"), Input("layer-run", "value"))
-    def on_layer_run(rid: str | None):
-        if not rid:
-            return figures.layer_figure({"layers": {}})
-        return figures.layer_figure(store.get(rid).summary)
+    @app.callback(
+        Output("layer-graph", "figure"),
+        Output("layer-hint", "children"),
+        Input("tabs", "value"),
+        Input("layer-run", "value"),
+        prevent_initial_call=True,
+    )
+    def on_layer_run(tab, vid):
+        if tab != "layers":
+            return dash.no_update, dash.no_update
+        if not vid:
+            return figures.note_figure("Select runs in the table above, then pick one here."), ""
+        view = View.parse(vid)
+        summary = store.get(view.rid).summary
+        per_device = {
+            name: (v.get("devices") or {}).get(view.device) or _ZERO3 for name, v in summary["layers"].items()
+        }
+        short, _ = view_label(view)
+        title = f"Copy time per layer: {short}"
+        if store.refs[view.rid].synthetic:
+            title += " (SYNTHETIC: a model, not a measurement)"
+        fig = figures.layer_figure(per_device, title)
+        has_bars = not figures.is_note(fig)
+        return fig, ("Click a layer's bar to see its copies and the kernels that hid them." if has_bars else "")
 
-    @app.callback(Output("layer-details", "children"), Input("layer-graph", "clickData"), State("layer-run", "value"))
-    def on_layer_click(click: dict[str, Any] | None, rid: str | None):
-        if not click or not rid:
-            return html.P("Click a layer's bar to see its copies and the kernels that hid them.")
+    @app.callback(
+        Output("layer-details", "children"),
+        Input("layer-graph", "clickData"),
+        State("layer-run", "value"),
+        prevent_initial_call=True,
+    )
+    def on_layer_click(click, vid):
+        if not click or not vid:
+            return []
         layer = click["points"][0].get("customdata")
-        run = store.get(rid)
+        layer = layer[0] if isinstance(layer, list) else layer
+        view = View.parse(vid)
+        run = store.get(view.rid)
         info = run.summary["layers"].get(layer)
         if info is None:
             return html.P("Unknown layer.")
+        per_dev = (info.get("devices") or {}).get(view.device) or _ZERO3
         kernels = [
-            html.Li(f"{t['name']}: {t['overlap_ns'] / 1e6:.3f} ms over {t['kernels']} kernel(s)")
+            html.Li(f"{t['name']}: {human_time(t['overlap_ns'])} over {t['kernels']:,} kernel(s)")
             for t in info["top_kernels"]
         ] or [html.Li("no kernel overlapped these copies")]
-        copies = figures.layer_copies(run.ops, layer)
-        off = info["offload"]
+        summary_rows = [
+            {
+                "direction": figures.DIRECTION_LABEL.get(d, d),
+                "copies": per_dev[d]["count"],
+                "size": human_bytes(per_dev[d]["bytes"]),
+                "busy": human_time(per_dev[d]["busy_ns"]),
+                "exposed": human_time(per_dev[d]["exposed_ns"]),
+                "hidden": "no copies"
+                if per_dev[d]["hidden_fraction"] is None
+                else f"{100 * per_dev[d]['hidden_fraction']:.1f}%",
+            }
+            for d in ("d2h", "h2d", "offload")
+        ]
+        copies = figures.layer_copies(run.ops, layer, int(view.device) if view.device is not None else None)
         return html.Div(
             id="layer-detail-box",
             children=[
-                html.H4(f"Layer {layer}"),
-                html.P(
-                    f"offload: {off['count']} copies, {off['bytes'] / 2**20:.2f} MiB, "
-                    f"busy {off['busy_ns'] / 1e6:.3f} ms, exposed {off['exposed_ns'] / 1e6:.3f} ms"
+                html.H4(f"Layer {layer}, GPU {view.device}", style={"margin": "8px 0 4px"}),
+                dash_table.DataTable(
+                    id="layer-summary",
+                    data=summary_rows,
+                    columns=[
+                        {"id": c, "name": c} for c in ("direction", "copies", "size", "busy", "exposed", "hidden")
+                    ],
+                    style_cell={"textAlign": "left", "fontSize": "13px", "padding": "3px 6px"},
+                    style_header={"fontWeight": "bold"},
                 ),
-                html.Strong("Kernels that overlapped them"),
+                html.Strong("Kernels that overlapped these copies (all GPUs of the run)"),
                 html.Ul(kernels),
+                html.Strong(f"The copies ({len(copies):,} shown, in time order)"),
                 dash_table.DataTable(
                     id="layer-copies",
                     data=copies,
                     page_size=10,
                     columns=[
+                        {"id": "direction", "name": "direction"},
+                        {"id": "stream", "name": "stream", "type": "numeric"},
+                        {"id": "start_ms", "name": "start (ms)", "type": "numeric", "format": {"specifier": ".3f"}},
                         {
-                            "id": c,
-                            "name": c,
-                            "type": "numeric" if c != "direction" else "text",
-                            "format": {"specifier": ".3f"} if c in ("start_ms", "duration_us", "MiB") else None,
-                        }
-                        for c in ("direction", "device", "stream", "start_ms", "duration_us", "MiB")
+                            "id": "duration_us",
+                            "name": "duration (µs)",
+                            "type": "numeric",
+                            "format": {"specifier": ".1f"},
+                        },
+                        {"id": "size", "name": "size"},
+                        {"id": "bytes", "name": "bytes", "type": "numeric", "format": {"specifier": ",d"}},
                     ],
+                    style_cell={"textAlign": "left", "fontSize": "13px", "padding": "3px 6px"},
+                    style_header={"fontWeight": "bold"},
                 ),
             ],
         )
 
-    @app.callback(Output("timeline-step", "options"), Output("timeline-step", "value"), Input("timeline-run", "value"))
-    def on_timeline_run(rid: str | None):
-        if not rid:
+    @app.callback(
+        Output("timeline-step", "options"),
+        Output("timeline-step", "value"),
+        Input("tabs", "value"),
+        Input("timeline-run", "value"),
+        State("timeline-step", "value"),
+        prevent_initial_call=True,
+    )
+    def on_timeline_run(tab, vid, current):
+        if tab != "timeline":
+            return dash.no_update, dash.no_update
+        if not vid:
             return [], None
-        steps = store.get(rid).ranges
-        names = steps.filter(steps["lane"] == "step")["name"].to_list()
+        ranges = store.get(View.parse(vid).rid).ranges
+        names = ranges.filter(ranges["lane"] == "step")["name"].to_list()
         opts = [{"label": "whole capture", "value": "__all__"}] + [{"label": n, "value": n} for n in names]
+        if current in names or current == "__all__":
+            return opts, current
         return opts, (names[len(names) // 2] if names else "__all__")
 
     @app.callback(
         Output("timeline-graph", "figure"),
         Output("timeline-note", "children"),
+        Input("tabs", "value"),
         Input("timeline-step", "value"),
         State("timeline-run", "value"),
+        prevent_initial_call=True,
     )
-    def on_timeline_step(step: str | None, rid: str | None):
-        if not rid or step is None:
-            return figures.go.Figure(), ""
-        run = store.get(rid)
+    def on_timeline_step(tab, step, vid):
+        if tab != "timeline":
+            return dash.no_update, dash.no_update
+        if not vid or step is None:
+            return figures.note_figure("Select runs in the table above, then pick one here."), ""
+        view = View.parse(vid)
+        run = store.get(view.rid)
         window = None
         if step != "__all__":
             r = run.ranges.filter((run.ranges["lane"] == "step") & (run.ranges["name"] == step))
             if r.height:
                 window = (int(r["start"][0]), int(r["end"][0]))
-        fig, stats = figures.timeline_figure(run.ops, run.ranges, window)
-        note = f"{stats['events']} GPU events in the window, {stats['drawn_segments']} segments drawn"
-        if stats["downsampled_lanes"]:
-            note += f"; lanes merged to screen resolution: {', '.join(stats['downsampled_lanes'])}"
+        device = int(view.device) if view.device is not None else None
+        fig, stats = figures.timeline_figure(run.device_ops(device), run.ranges, window)
+        if not stats["events"]:
+            return fig, ""
+        note = f"{stats['events']:,} GPU ops of GPU {view.device} in the window."
+        if stats["occupancy_lanes"]:
+            note += (
+                " Lanes with too many ops to draw one by one are drawn as occupancy: the filled height is the share of "
+                f"each of the {stats['bins']:,} time bins during which something ran on the stream "
+                f"(an empty outline is 0%, a full band 100%): {', '.join(stats['occupancy_lanes'])}."
+            )
+        if store.refs[view.rid].synthetic:
+            note += " SYNTHETIC run: a model of a step, not a measurement."
         return fig, note
 
-    @app.callback(Output("link-gbps", "value"), Input("link-preset", "value"))
-    def on_preset(v: float):
-        return v
+    def link_choice(vid: str | None) -> tuple[str | None, float | None, str]:
+        """The link drawn by default for a (run, GPU): from its device model, and why."""
+        if not vid:
+            return None, None, ""
+        view = View.parse(vid)
+        summary = store.get(view.rid).summary
+        name = (summary.get("device_names") or {}).get(view.device)
+        link, why = links.default_link([name] if name else summary.get("gpus") or [])
+        return link.key, link.gbps, f"Link drawn: {why}. Pick another, or a custom rate, to compare."
 
-    @app.callback(Output("streams-graph", "figure"), Input("streams-run", "value"), Input("link-gbps", "value"))
-    def on_streams(rid: str | None, gbps: float | None):
-        if not rid:
-            return figures.go.Figure()
-        return figures.streams_figure(store.get(rid).summary, float(gbps or 900.0))
+    @app.callback(
+        Output("link-preset", "value"),
+        Output("link-gbps", "value"),
+        Output("link-note", "children"),
+        Input("streams-run", "value"),
+        prevent_initial_call=True,
+    )
+    def on_streams_run(vid):
+        key, gbps, note = link_choice(vid)
+        return (key, gbps, note) if vid else (dash.no_update, dash.no_update, "")
 
+    @app.callback(
+        Output("link-gbps", "disabled"),
+        Output("link-gbps", "value", allow_duplicate=True),
+        Input("link-preset", "value"),
+        prevent_initial_call=True,
+    )
+    def on_preset(key):
+        if key == links.CUSTOM or key is None:
+            return False, dash.no_update
+        return True, links.BY_KEY[key].gbps
+
+    @app.callback(
+        Output("streams-graph", "figure"),
+        Input("tabs", "value"),
+        Input("streams-run", "value"),
+        Input("link-gbps", "value"),
+        State("link-preset", "value"),
+        prevent_initial_call=True,
+    )
+    def on_streams(tab, vid, gbps, key):
+        if tab != "streams":
+            return dash.no_update
+        if not vid:
+            return figures.note_figure("Select runs in the table above, then pick one here.")
+        view = View.parse(vid)
+        summary = store.get(view.rid).summary
+        streams = (summary.get("streams") or {}).get(view.device, []) if view.device else []
+        name = links.BY_KEY[key].name if key in links.BY_KEY else "custom link"
+        short, _ = view_label(view)
+        title = figures.esc(short)
+        if store.refs[view.rid].synthetic:
+            title += " (SYNTHETIC: a model, not a measurement)"
+        fig = figures.streams_figure(streams, float(gbps or links.BY_KEY[links.FALLBACK].gbps), name, title)
+        return fig
+
+    @app.callback(Output("plotly-warm", "children"), Input("warm", "n_intervals"), prevent_initial_call=True)
+    def warm(_n):
+        return dcc.Graph(figure=figures.note_figure(""), style={"display": "none"})
+
+    app.layout = layout  # a function: each page load gets the runs analyzed so far
     return app
+
+
+def selected_views(selected: list[int] | None, data: list[dict[str, Any]] | None) -> list[View]:
+    return [View.parse(data[i]["id"]) for i in (selected or []) if i < len(data or [])]
+
+
+_ZERO = {"count": 0, "bytes": 0, "busy_ns": 0, "overlap_any_ns": 0, "exposed_ns": 0, "hidden_fraction": None}
+_ZERO3 = {d: _ZERO for d in ("h2d", "d2h", "offload")}
+
+
+def _progress(done: int, total: int, current: str | None) -> str:
+    if not total:
+        return "No runs found. Give run folders or traces: profile-step dashboard runs/ trace.sqlite"
+    if done >= total:
+        return f"{total} run(s); one row per GPU. Pick rows to compare them below."
+    return f"Analyzing runs: {done}/{total} done" + (f", now {current}" if current else "") + " …"
+
+
+def _summaries(store: RunStore, views: list[View]) -> list[dict[str, Any]]:
+    out, seen = [], set()
+    for v in views:
+        if v.rid in store.results and v.rid not in seen:
+            seen.add(v.rid)
+            out.append({**store.results[v.rid].summary, "path": store.refs[v.rid].name})
+    return out
 
 
 def default_paths(root: Path) -> list[Path]:
@@ -400,7 +650,9 @@ def serve(
     allow_remote: bool = False,
     nsys: str | None = None,
     debug: bool = False,
+    licences: tuple[str, ...] | None = None,
 ) -> None:
+    """Serve the app with waitress (a production WSGI server; no request log): one line says where."""
     if host not in LOCAL_HOSTS and not allow_remote:
         raise ProfilerError(
             f"refusing to listen on {host}: the dashboard serves your traces; "
@@ -409,12 +661,38 @@ def serve(
     for p in paths:
         if not p.exists():
             raise ProfilerError(f"{p}: no such file or folder")
-    store = RunStore([p.resolve() for p in paths], nsys)
-    store.warm_up()
+    store = RunStore([p.resolve() for p in paths], nsys, licences)
+
+    def preload() -> None:
+        """The ops of the first view's runs, read and split by GPU ahead of their first timeline."""
+        raw = all_rows(store)
+        for i in rows.default_selection(raw):
+            view = View.parse(raw[i]["id"])
+            if view.rid in store.results:
+                store.results[view.rid].device_ops(int(view.device) if view.device is not None else None)
+
+    store.warm_up(then=preload)
     app = create_app(store)
+    if debug:
+        app.run(host=host, port=port, debug=True)
+        return
+    from waitress.server import create_server
+
+    logging.getLogger("waitress").setLevel(logging.ERROR)
+    try:
+        server = create_server(app.server, host=host, port=port, threads=8, ident="profile-step")
+    except OSError as exc:
+        raise ProfilerError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); try --port") from None
+    where = ", ".join(map(str, paths)) or "nothing"
+    shown = f"[{host}]" if ":" in host else host
     print(
-        f"profile-step dashboard: {len(store.refs)} run(s) from {', '.join(map(str, paths)) or 'nothing'}; "
-        f"open http://{host}:{port}/",
+        f"profile-step dashboard: {len(store.refs)} run(s) from {where}; "
+        f"open http://{shown}:{getattr(server, 'effective_port', port)}/ (Ctrl-C to stop)",
         flush=True,
     )
-    app.run(host=host, port=port, debug=debug)
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+    finally:
+        server.close()

@@ -18,6 +18,7 @@ import json
 import os
 import stat
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 import polars as pl
 import sqlite_utils
 
+from dashboards.catalog import CATALOG, Provenance, allowed, read_catalog
 from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.run_metrics import collect
 from profiler.conventions import MANIFEST, PARTIAL_SUFFIX
@@ -32,9 +34,14 @@ from profiler.errors import ProfilerError
 from profiler.report import store
 from profiler.trace import load_trace
 
-CACHE_VERSION = "1"
+CACHE_VERSION = "4"
 CACHE_SUFFIXES = (".profile-step.db", ".ops.parquet", ".ranges.parquet")
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
+
+
+# Where a run comes from: a profile-step run folder, a SYNTHETIC demonstration run (made by
+# profiler/trace/demo.py, never a measurement), a public trace listed in a CATALOG.tsv, a trace file.
+SOURCES = ("run", "synthetic", "external", "trace")
 
 
 @dataclass
@@ -46,33 +53,52 @@ class RunRef:
     name: str
     manifest: dict[str, Any] | None = None
     partial: bool = False
+    source: str = "trace"
+    provenance: Provenance | None = None
+    group: str = ""  # the folder given (and its first sub-folder) the run was found under
+
+    @property
+    def synthetic(self) -> bool:
+        return self.source == "synthetic"
 
 
-def _ref(trace: Path, name: str, run_dir: Path | None = None) -> RunRef:
-    manifest = None
-    if run_dir is not None:
-        try:
-            manifest = json.loads((run_dir / MANIFEST).read_text())
-        except (OSError, ValueError):
-            manifest = None
+def _ref(trace: Path, name: str, run_dir: Path | None = None, manifest: dict[str, Any] | None = None) -> RunRef:
     rid = hashlib.sha1(str(trace.resolve()).encode()).hexdigest()[:12]
     partial = run_dir is not None and run_dir.name.endswith(PARTIAL_SUFFIX)
-    return RunRef(rid, trace, name, manifest, partial)
+    source = "trace"
+    if manifest is not None:
+        source = "synthetic" if manifest.get("synthetic") is True else "run"
+    return RunRef(rid, trace, name, manifest, partial, source)
 
 
-def _trace_in(run_dir: Path) -> Path:
-    for name in ("trace.sqlite", "trace.nsys-rep"):
+def _manifest(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads((run_dir / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _trace_in(run_dir: Path, manifest: dict[str, Any] | None) -> Path:
+    """The run's trace: the export its manifest names, else trace.sqlite / trace.nsys-rep."""
+    named = ((manifest or {}).get("files") or {}).get("sqlite")
+    candidates = ([named] if isinstance(named, str) and "/" not in named else []) + ["trace.sqlite", "trace.nsys-rep"]
+    for name in candidates:
         if (run_dir / name).is_file():
             return run_dir / name
-    return run_dir / "trace.sqlite"  # missing: shown as an error card
+    return run_dir / candidates[0]  # missing: shown as an error card
 
 
 def _is_trace(path: Path) -> bool:
     return path.suffix in TRACE_SUFFIXES and not path.name.endswith(CACHE_SUFFIXES) and ".partial." not in path.name
 
 
-def discover(paths: list[Path], depth: int = 2) -> list[RunRef]:
-    """Runs under *paths*: run folders, folders of runs, trace files, *depth* folders deep."""
+def discover(paths: list[Path], depth: int = 2, licences: tuple[str, ...] | None = None) -> list[RunRef]:
+    """Runs under *paths*: run folders, folders of runs, trace files, *depth* folders deep.
+
+    A folder with a ``CATALOG.tsv`` contributes the traces it lists (under *licences* when
+    given), each with its provenance.
+    """
     refs: dict[str, RunRef] = {}
 
     def add(ref: RunRef) -> None:
@@ -86,7 +112,16 @@ def discover(paths: list[Path], depth: int = 2) -> list[RunRef]:
         if not path.is_dir():
             return
         if (path / MANIFEST).is_file():
-            add(_ref(_trace_in(path), name, path))
+            manifest = _manifest(path)
+            add(_ref(_trace_in(path, manifest), name, path, manifest))
+            return
+        if (path / CATALOG).is_file():
+            for file, prov in read_catalog(path).items():
+                trace = path / file
+                if allowed(prov, licences) and trace.is_file() and _is_trace(trace):
+                    ref = _ref(trace, f"{name}/{file}" if level else file)
+                    ref.source, ref.provenance = "external", prov
+                    add(ref)
             return
         if level >= depth:
             return
@@ -94,10 +129,14 @@ def discover(paths: list[Path], depth: int = 2) -> list[RunRef]:
             visit(child, f"{name}/{child.name}" if level else child.name, level + 1)
 
     for path in paths:
+        before = set(refs)
         if path.is_file():
             add(_ref(path, path.name))
         else:
             visit(path, path.name, 0)
+        for rid in set(refs) - before:  # runs of one folder (and sub-folder) belong together
+            ref = refs[rid]
+            ref.group = str(path / ref.name.split("/")[0]) if "/" in ref.name else str(path)
     return list(refs.values())
 
 
@@ -131,6 +170,7 @@ class Analysis:
     ranges_path: Path
     _ops: pl.DataFrame | None = field(default=None, repr=False)
     _ranges: pl.DataFrame | None = field(default=None, repr=False)
+    _by_device: dict[int | None, pl.DataFrame] = field(default_factory=dict, repr=False)
 
     @property
     def ops(self) -> pl.DataFrame:
@@ -143,6 +183,13 @@ class Analysis:
         if self._ranges is None:
             self._ranges = pl.read_parquet(self.ranges_path)
         return self._ranges
+
+    def device_ops(self, device: int | None) -> pl.DataFrame:
+        """The ops of one device (all when None), sorted by start: a step's window is then a slice."""
+        if device not in self._by_device:
+            ops = self.ops.sort("start") if device is None else self.ops.filter(pl.col("device") == device)
+            self._by_device[device] = ops if ops["start"].is_sorted() else ops.sort("start")
+        return self._by_device[device]
 
 
 def _read_cache(base: Path, trace: Path) -> dict[str, Any] | None:
@@ -178,8 +225,10 @@ def analyze_run(ref: RunRef, nsys: str | None = None) -> Analysis:
     summary = collect(trace, ref.manifest)
     bd = Breakdown(trace)
     layers = bd.layer_assignment()
-    ops = bd.ops.join(layers.select("op_id", "layer"), on="op_id", how="left").select(
-        "op_id", "kind", "device", "stream", "start", "end", "name", "is_nccl", "cls", "bytes", "layer"
+    ops = (
+        bd.ops.join(layers.select("op_id", "layer"), on="op_id", how="left")
+        .select("op_id", "kind", "device", "stream", "start", "end", "name", "is_nccl", "cls", "bytes", "layer")
+        .sort("device", "start")  # a device's ops are then in time order: a step's window is a slice
     )
     r = bd.ranges.ranges
     steps = bd.step_ranges().select(pl.lit("step").alias("lane"), "name", "start", "end")
@@ -209,10 +258,10 @@ def _write_atomic(path: Path, writer: Any) -> None:
 class RunStore:
     """The dashboard's runs, analyzed in the background, each at most once at a time."""
 
-    def __init__(self, paths: list[Path], nsys: str | None = None) -> None:
+    def __init__(self, paths: list[Path], nsys: str | None = None, licences: tuple[str, ...] | None = None) -> None:
         self.paths = paths
         self.nsys = nsys
-        self.refs = {r.id: r for r in discover(paths)}
+        self.refs = {r.id: r for r in discover(paths, licences=licences)}
         self.results: dict[str, Analysis] = {}
         self.errors: dict[str, str] = {}
         self.current: str | None = None
@@ -242,13 +291,15 @@ class RunStore:
             self.results[run_id] = res
             return res
 
-    def warm_up(self) -> threading.Thread:
-        """Analyze every run in a background thread (progress in ``progress()``)."""
+    def warm_up(self, then: Callable[[], None] | None = None) -> threading.Thread:
+        """Analyze every run in a background thread (progress in ``progress()``), then call *then*."""
 
         def work() -> None:
             for rid in list(self.refs):
                 with contextlib.suppress(ProfilerError):
                     self.get(rid)
+            if then is not None:
+                then()
 
         t = threading.Thread(target=work, daemon=True)
         t.start()

@@ -233,7 +233,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:  # capture needs no analysis packages; a bare GPU node may only have what training needs
         from profiler.analysis.summary import run_summary
-        from profiler.report.text import render_devices, render_policy_table, steps_line, window_line
+        from profiler.report.text import NO_GPU, render_devices, render_policy_table, steps_line, window_line
         from profiler.trace import open_trace
     except ImportError as exc:
         run_summary = None
@@ -263,6 +263,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         xla_dump=not args.no_xla_dump,
     )
     rows: list[dict[str, Any]] = []
+    said: set[str] = set()
 
     def show(res: RunResult) -> None:
         row: dict[str, Any] = {
@@ -290,10 +291,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                 row.update(summary)
                 row["policy"] = res.policy  # the policy asked for (the trace's label may be absent)
                 print("   " + steps_line(summary))
-                if args.no_summary:
-                    print("   " + window_line(summary["analysis"]["trace"]["window"]))
+                if summary["analysis"]["devices"] and not args.no_summary:
+                    print(render_devices(summary["analysis"]))  # its head says the analysis window
                 else:
-                    print(render_devices(summary["analysis"]))
+                    print("   " + window_line(summary["analysis"]["trace"]["window"]))
+                if not summary["analysis"]["devices"]:  # the sentence once per command, a short reminder after it
+                    print("   " + ("no GPU activity in this trace either" if said else NO_GPU))
+                    said.add("no-gpu")
         elif res.sqlite is None and res.status != "interrupted":
             print(f"   no trace was written; see {res.run_dir / 'output.log'}")
             if res.status == "no-trace" and capture_range.startswith("nvtx:"):
@@ -419,7 +423,14 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
     root = Path(__file__).resolve().parents[1]
     paths = [Path(p) for p in args.paths] or default_paths(root)
-    serve(paths, host=args.host, port=args.port, allow_remote=args.allow_remote, nsys=args.nsys)
+    serve(
+        paths,
+        host=args.host,
+        port=args.port,
+        allow_remote=args.allow_remote,
+        nsys=args.nsys,
+        licences=tuple(args.licence or ()) or None,
+    )
     return 0
 
 
@@ -685,6 +696,13 @@ def build_parser() -> argparse.ArgumentParser:
     dsh.add_argument("--port", type=int, default=8050)
     dsh.add_argument("--allow-remote", action="store_true", help="allow binding to a non-localhost address")
     dsh.add_argument("--nsys", default=None, help="nsys binary (to export .nsys-rep files)")
+    dsh.add_argument(
+        "--licence",
+        action="append",
+        metavar="SPDX",
+        help="in a folder with a CATALOG.tsv, only the traces it lists under this licence, e.g. Apache-2.0 "
+        "(repeatable)",
+    )
     dsh.set_defaults(func=cmd_dashboard)
 
     ins = sub.add_parser(

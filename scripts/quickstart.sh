@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The main job on an embedded default: set everything up, profile the example
 # training step under every offload policy (tiny, on whatever JAX backend this
-# machine has), show the per-policy table, then the example compiled for an
-# H100 without a GPU: which policy fits at which micro batch, and what each
-# layer sends to host memory.
+# machine has), show it per layer (or, where no GPU ran, the same view of a
+# SYNTHETIC demonstration run), the per-policy table, then the example compiled
+# for an H100 without a GPU: which policy fits at which micro batch, and what
+# each layer sends to host memory; and open the dashboard on the runs, the
+# demonstration runs of sample_traces/ and, where ../shared/traces exists, the
+# real public traces it lists under the Apache-2.0 licence.
 #   bash scripts/quickstart.sh [extra profile-step options...]
+#   QUICKSTART_NO_DASHBOARD=1 bash scripts/quickstart.sh     # everything but the dashboard
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -25,7 +29,17 @@ for d in runs/*/; do
   fi
 done
 echo
-profile-step analyze --by layer "$(printf '%s\n' "${runs[@]}" | grep -- '-offload_qkv-' | tail -n1)/trace.sqlite"
+trace="$(printf '%s\n' "${runs[@]}" | grep -- '-offload_qkv-' | tail -n1)/trace.sqlite"
+if profile-step analyze --json "$trace" | python -c 'import json,sys; sys.exit(not json.load(sys.stdin)["devices"])'; then
+  profile-step analyze --by layer "$trace"
+else
+  demo=sample_traces/demo-synthetic/synthetic-4-offload_all/synthetic-trace.sqlite
+  echo "No GPU ran here, so nothing moved between host and device. The per-layer view of a SYNTHETIC"
+  echo "demonstration run instead (offload_all on two modelled H100s: a model of a step, not a"
+  echo "measurement; see sample_traces/README.md):"
+  echo
+  profile-step analyze --by layer "$demo"
+fi
 echo
 echo "== the policy decision on this machine (measured) =="
 profile-step analyze "${runs[@]}"
@@ -34,8 +48,16 @@ echo
 profile-step plan --target h100 --batch 4,16 --policies "$policies" examples/train.py \
   --layers 8 --d-model 1024 --heads 16 --ffn 4096 --seq 4096 --vocab 32000 --dtype bfloat16
 if [ -z "${QUICKSTART_NO_DASHBOARD:-}" ]; then
+  paths=(runs sample_traces)
+  extra=()
+  if [ -f ../shared/traces/CATALOG.tsv ]; then  # real public traces, shown where they lie, never copied
+    paths+=(../shared/traces)
+    extra=(--licence Apache-2.0)
+  fi
   echo
-  echo "Opening the dashboard on runs/ and sample_traces/ (Ctrl-C to stop)."
-  ( sleep 3; python3 -m webbrowser -t http://127.0.0.1:8050/ >/dev/null 2>&1 || true ) &
-  exec profile-step dashboard runs sample_traces
+  echo "The dashboard, on ${paths[*]}:"
+  if [ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" ]; then
+    ( sleep 3; python3 -m webbrowser -t http://127.0.0.1:8050/ >/dev/null 2>&1 || true ) &
+  fi
+  exec profile-step dashboard "${paths[@]}" "${extra[@]}"
 fi

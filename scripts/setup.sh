@@ -28,8 +28,8 @@ fi
 stamp=.venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)
 if [ ! -f "$stamp" ]; then
   echo "setup: installing Python packages (jax, polars, dash, nvtx, pytest, ...)" >&2
-  .venv/bin/python -m pip install -q --disable-pip-version-check -U pip
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[capture,recipes,test]'
+  .venv/bin/python -m pip install -qq --disable-pip-version-check -U pip
+  .venv/bin/python -m pip install -qq --disable-pip-version-check -e '.[capture,recipes,test]'
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
@@ -39,7 +39,7 @@ if [ "$aot" = 1 ]; then
   if [ ! -f ".venv-aot/.installed-jax-$jax_version" ]; then
     echo "setup: installing jax[cuda12]==$jax_version into .venv-aot (about 5.5 GB)" >&2
     [ -x .venv-aot/bin/python ] || "$py" -m venv .venv-aot
-    .venv-aot/bin/python -m pip install -q --disable-pip-version-check "jax[cuda12]==$jax_version"
+    .venv-aot/bin/python -m pip install -qq --disable-pip-version-check "jax[cuda12]==$jax_version"
     rm -f .venv-aot/.installed-jax-*
     touch ".venv-aot/.installed-jax-$jax_version"
   fi

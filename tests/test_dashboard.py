@@ -1,4 +1,6 @@
-"""The dashboard in a real headless Chromium: runs, policies, a layer click, numbers = analyze --json."""
+"""The dashboard in a real headless Chromium: runs per GPU, policies, a layer click, the timeline,
+copy streams; numbers = analyze --json; no overlapping labels, no empty chart without a note,
+a screenshot of every view (tests/artifacts/, for review)."""
 
 from __future__ import annotations
 
@@ -10,16 +12,70 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from profiler.trace.demo import StepModel, write_demo_runs
 from tests.browser import CHROMIUM, CHROMIUM_FLAGS
 from tests.conftest import ROOT, run_cli
 from tests.training_traces import training_export
 
 pytestmark = pytest.mark.browser
 ARTIFACTS = ROOT / "tests" / "artifacts"
+DIVISORS = {"µs": 1e3, "ms": 1e6, "s": 1e9, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+DEMO = replace(StepModel(), layers=3, steps=2)
+
+# Overlapping text in the visible figures: tick labels of one axis, and annotations (titles, notes).
+OVERLAPS_JS = """
+() => {
+  const hit = (a, b) => a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1;
+  const pairs = (els, where) => {
+    const boxes = els.map(e => [e.textContent, e.getBoundingClientRect()]).filter(([, b]) => b.width > 0);
+    const out = [];
+    for (let i = 0; i < boxes.length; i++)
+      for (let j = i + 1; j < boxes.length; j++)
+        if (hit(boxes[i][1], boxes[j][1])) out.push(`${where}: "${boxes[i][0]}" / "${boxes[j][0]}"`);
+    return out;
+  };
+  const out = [];
+  for (const gd of document.querySelectorAll('.js-plotly-plot')) {
+    if (!gd.offsetParent) continue;
+    const id = gd.parentElement.id || gd.closest('[id]').id;
+    for (const axis of gd.querySelectorAll('.xaxislayer-above, .yaxislayer-above'))
+      out.push(...pairs([...axis.querySelectorAll('text')], id + ' ticks'));
+    out.push(...pairs([...gd.querySelectorAll('g.annotation')], id + ' annotations'));
+  }
+  const bars = document.querySelector('#policy-bars');
+  if (bars && bars.offsetParent)
+    out.push(...pairs([...bars.querySelectorAll('.row-label, .head strong, .panel-note, .value, .missing')],
+                      'policy-bars'));
+  return out;
+}
+"""
+# Visible figures that draw nothing and say nothing.
+EMPTY_JS = """
+() => {
+  const out = [];
+  const has = v => Array.isArray(v) && v.some(x => x !== null && x !== undefined && !(Array.isArray(x) && !x.length));
+  for (const gd of document.querySelectorAll('.js-plotly-plot')) {
+    if (!gd.offsetParent) continue;
+    const note = gd.layout && gd.layout.meta && gd.layout.meta.note;
+    const drawn = (gd.data || []).some(t => has(t.x) || has(t.y) || has(t.z));
+    if (!note && !drawn) out.push(gd.closest('[id]').id);
+  }
+  const bars = document.querySelector('#policy-bars');
+  if (bars && bars.offsetParent) {
+    const n = bars.querySelectorAll('.row-label').length;
+    const said = bars.querySelectorAll('.bar, .missing').length
+      + [...bars.querySelectorAll('.panel-note')].filter(e => e.textContent).length;
+    if (!n && !bars.textContent.includes('Select runs')) out.push('policy-bars: no rows and no note');
+    if (n && !said) out.push('policy-bars: rows without bars or notes');
+  }
+  return out;
+}
+"""
 
 
 def free_port() -> int:
@@ -37,10 +93,7 @@ def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=CHROMIUM_FLAGS,
-        )
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
         yield b
         b.close()
 
@@ -54,12 +107,13 @@ def runs(tmp_path_factory) -> Path:
     evil.nvtx(5, 10, "layer=<img src=x onerror=alert(1)>", tid=100, domain_id=1)
     evil.write(folder / "evil.sqlite")
     (folder / "broken.sqlite").write_bytes(b"SQLite format 3\x00" + b"\x00" * 84 + b"junk")
+    write_demo_runs(folder, DEMO, ("offload_all",))  # two GPUs, labelled synthetic
     return folder
 
 
 @contextlib.contextmanager
 def dashboard(folder: Path):
-    """`python -m dashboards FOLDER` on a free port; yields its URL once it answers."""
+    """`python -m dashboards FOLDER` on a free port; yields its URL and process once it answers."""
     port = free_port()
     env = {**os.environ, "XDG_CACHE_HOME": str(folder / "cache")}
     proc = subprocess.Popen(
@@ -81,7 +135,7 @@ def dashboard(folder: Path):
         else:
             proc.kill()
             pytest.fail(proc.stdout.read())
-        yield url
+        yield url, proc
     finally:
         proc.terminate()
         proc.wait(timeout=20)
@@ -89,8 +143,8 @@ def dashboard(folder: Path):
 
 @pytest.fixture(scope="module")
 def server(runs):
-    with dashboard(runs) as url:
-        yield url
+    with dashboard(runs) as (url, proc):
+        yield url, proc
 
 
 def analyze_json(path: Path, *extra: str) -> dict:
@@ -99,103 +153,167 @@ def analyze_json(path: Path, *extra: str) -> dict:
     return json.loads(proc.stdout)
 
 
-def figure_data(page, graph_id: str) -> list[dict]:
-    return page.evaluate(f"document.querySelector('#{graph_id} .js-plotly-plot').data")
+def figure(page, graph_id: str) -> dict:
+    return page.evaluate(
+        f"(() => {{ const gd = document.querySelector('#{graph_id} .js-plotly-plot');"
+        " return {data: gd.data, layout: {meta: gd.layout.meta, annotations: gd.layout.annotations}}; })()"
+    )
 
 
 def wait_rows(page, n: int) -> None:
     page.wait_for_function(f"document.querySelectorAll('#runs tr').length >= {n} + 2", timeout=60_000)
 
 
-def test_dashboard_end_to_end(browser, server, runs):
+def wait_graph(page, graph_id: str, condition: str = "gd.data.length > 0") -> None:
+    page.wait_for_function(
+        f"(() => {{ const gd = document.querySelector('#{graph_id} .js-plotly-plot');"
+        f" return gd && gd.data && ({condition}); }})()",
+        timeout=60_000,
+    )
+
+
+def check_page(page, name: str) -> None:
+    """No overlapping labels, no silent empty chart; and a screenshot for review."""
+    page.wait_for_timeout(300)  # let plotly finish laying out its text
+    assert page.evaluate(OVERLAPS_JS) == [], name
+    assert page.evaluate(EMPTY_JS) == [], name
     ARTIFACTS.mkdir(exist_ok=True)
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(server)
-    wait_rows(page, 4)
-    page.wait_for_function("document.querySelector('#progress').innerText.includes('4 run(s)')", timeout=60_000)
+    page.screenshot(path=str(ARTIFACTS / f"dashboard-{name}.png"), full_page=True)
+
+
+def pick(page, dropdown: str, text: str) -> None:
+    page.click(f"#{dropdown}")
+    page.get_by_text(text, exact=True).last.click()
+
+
+def unit_of(title: str) -> float:
+    """The divisor of the unit a title states: ``copy time (ms):`` -> 1e6."""
+    unit = title.split("(", 1)[1].split(")", 1)[0]
+    return DIVISORS[unit]
+
+
+def test_dashboard_end_to_end(browser, server, runs):
+    url, _ = server
+    page = browser.new_page(viewport={"width": 1440, "height": 1000})
+    page.goto(url)
+    wait_rows(page, 6)
+    page.wait_for_function("document.querySelector('#progress').innerText.includes('5 run(s)')", timeout=60_000)
     table = page.inner_text("#runs")
     assert "offload_qkv" in table and "offload_mlp" in table and "error" in table
-    # the broken run shows an error card; the rest of the app keeps working
+    # a two-GPU run is two rows, each with its own device, labelled synthetic
+    assert "GPU 0 · NVIDIA H100 80GB HBM3 (synthetic)" in table and "GPU 1 · NVIDIA H100 80GB HBM3 (synthetic)" in table
+    assert "SYNTHETIC demo" in table
     page.wait_for_selector(".error-card", timeout=30_000)
     assert "broken.sqlite" in page.inner_text("#errors")
 
-    # policy comparison: exposed d2h time per run equals analyze --json (ms)
-    # runs are selected as they are analyzed: wait until both offload runs are in the figure
-    page.wait_for_function(
-        "(() => { const g = document.querySelector('#policy-graph .js-plotly-plot');"
-        " const t = g && g.data && g.data.find(d => d.name === 'd2h exposed');"
-        " return !!t && t.x.includes('offload_qkv') && t.x.includes('offload_mlp'); })()",
-        timeout=30_000,
+    # policies: every row's exposed and hidden D2H time and bytes equal analyze --json (per GPU)
+    page.wait_for_function("document.querySelectorAll('#policy-bars .row-label').length == 5", timeout=60_000)
+    heads = page.evaluate("[...document.querySelectorAll('#policy-bars .head strong')].map(e => e.textContent)")
+    t_div, b_div = unit_of(heads[1]), unit_of(heads[3])
+    values = page.evaluate(
+        "[...document.querySelectorAll('#policy-bars .bar')]"
+        ".map(b => [b.dataset.row, b.dataset.series, +b.dataset.value])"
     )
-    data = {t["name"]: t for t in figure_data(page, "policy-graph")}
-    expected = {}
-    for f in ("qkv", "mlp"):
-        doc = analyze_json(runs / f"{f}.sqlite")
-        expected[{"qkv": "offload_qkv", "mlp": "offload_mlp"}[f]] = doc["devices"]["0"]["copies"]["d2h"]
-    for policy, d2h in expected.items():
-        i = data["d2h exposed"]["x"].index(policy)
-        assert data["d2h exposed"]["y"][i] == d2h["exposed_ns"] / 1e6
-        assert data["d2h hidden"]["y"][i] == d2h["overlap_any_ns"] / 1e6
-    page.screenshot(path=str(ARTIFACTS / "dashboard-policies.png"), full_page=True)
+    bars = {(row, series): v for row, series, v in values}
+    expected = {
+        "offload_qkv · qkv · GPU 0": analyze_json(runs / "qkv.sqlite")["devices"]["0"],
+        "offload_mlp · mlp · GPU 0": analyze_json(runs / "mlp.sqlite")["devices"]["0"],
+    }
+    demo = analyze_json(runs / "synthetic-4-offload_all" / "synthetic-trace.sqlite")["devices"]
+    expected |= {f"offload_all · synthetic · GPU {d}": demo[d] for d in ("0", "1")}
+    text = page.inner_text("#policy-bars")
+    for label, dev in expected.items():
+        d2h = dev["copies"]["d2h"]
+        assert bars[(label, "D2H exposed")] == pytest.approx(d2h["exposed_ns"] / t_div, rel=1e-12)
+        assert bars[(label, "D2H hidden")] == pytest.approx(d2h["overlap_any_ns"] / t_div, rel=1e-12)
+        assert bars[(label, "D2H bytes")] == pytest.approx(d2h["bytes"] / b_div, rel=1e-12)
+        assert f"{d2h['count']:,} copies" in text
+    assert demo["0"]["copies"]["d2h"] != demo["1"]["copies"]["d2h"]  # not one summed row
+    assert "SYNTHETIC" in text
+    check_page(page, "1-policies")
 
-    # per layer: pick the mlp run, check the bars against analyze --by layer, click layer 0
+    # per layer: the mlp run's bars against analyze --by layer; click layer 0
     page.get_by_text("Per layer", exact=True).click()
-    page.click("#layer-run")
-    page.get_by_text("offload_mlp — mlp.sqlite").last.click()
-    page.wait_for_function(
-        "document.querySelector('#layer-graph .js-plotly-plot') && "
-        "document.querySelector('#layer-graph .js-plotly-plot').data.length == 4",
-        timeout=30_000,
-    )
+    pick(page, "layer-run", "offload_mlp · mlp · GPU 0")
+    wait_graph(page, "layer-graph", "gd.data.length == 4 && gd.data[0].customdata[0][0] == '0'")
     layers = {r["name"]: r["copies"] for r in analyze_json(runs / "mlp.sqlite", "--by", "layer")["layers"]}
-    bars = {t["name"]: t for t in figure_data(page, "layer-graph")}
-    for i, name in enumerate(bars["d2h exposed"]["customdata"]):
-        assert bars["d2h exposed"]["y"][i] == layers[name]["d2h"]["exposed_ns"] / 1e6
-    assert bars["d2h exposed"]["y"][bars["d2h exposed"]["customdata"].index("0")] == 4 * 50_000 / 1e6
+    fig = figure(page, "layer-graph")
+    bars = {t["name"]: t for t in fig["data"]}
+    assert bars["D2H exposed"]["x"] == sorted(layers, key=int)
+    div = unit_of(page.evaluate("document.querySelector('#layer-graph .ytitle').textContent"))
+    for i, name in enumerate(bars["D2H exposed"]["x"]):
+        assert bars["D2H exposed"]["y"][i] == pytest.approx(layers[name]["d2h"]["exposed_ns"] / div)
+    assert bars["D2H exposed"]["y"][0] * div == pytest.approx(4 * 50_000)
+    assert "Click a layer" in page.inner_text("#layer-hint")
     box = page.locator("#layer-graph .point").first.bounding_box()  # layer 0's d2h bar
     page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     page.wait_for_selector("#layer-detail-box", timeout=30_000)
     detail = page.inner_text("#layer-detail-box")
     assert "Layer 0" in detail and "fusion_layer0" in detail
     assert page.locator("#layer-copies tr").count() >= 2
-    page.screenshot(path=str(ARTIFACTS / "dashboard-layers.png"), full_page=True)
+    check_page(page, "2-layers")
 
-    # timeline of a step, and the copy streams
+    # the timeline of the synthetic run's GPU 1: its streams, the steps and the layers
     page.get_by_text("Timeline", exact=True).click()
-    page.wait_for_function(
-        "document.querySelector('#timeline-note').innerText.includes('segments drawn')", timeout=30_000
-    )
-    lanes = {t["name"] for t in figure_data(page, "timeline-graph")}
-    assert any(n.startswith("D2H") for n in lanes) and any(n.startswith("compute") for n in lanes)
-    assert "NVTX steps" in lanes and "NVTX layers" in lanes
-    page.screenshot(path=str(ARTIFACTS / "dashboard-timeline.png"), full_page=True)
+    pick(page, "timeline-run", "offload_all · synthetic · GPU 1")
+    page.wait_for_function("document.querySelector('#timeline-note').innerText.includes('GPU 1')", timeout=30_000)
+    lanes = page.evaluate("document.querySelector('#timeline-graph .js-plotly-plot').layout.yaxis.ticktext")
+    assert lanes[:2] == ["NVTX steps", "layers (GPU time)"]
+    assert {"compute · stream 13", "NCCL · stream 16", "D2H · stream 14", "H2D · stream 15"} <= set(lanes)
+    check_page(page, "3-timeline")
+
+    # ranks: none of these runs is a rank: a note, no empty chart, no empty dropdown
+    page.get_by_text("Ranks", exact=True).click()
+    wait_graph(page, "rank-heatmap", "gd.layout.meta && gd.layout.meta.note")
+    assert not page.is_visible("#rank-policy")
+    check_page(page, "4-ranks")
+
+    # copy streams: the link comes from the device model, and says so
     page.get_by_text("Copy streams", exact=True).click()
-    page.wait_for_function(
-        "document.querySelector('#streams-graph .js-plotly-plot') && "
-        "document.querySelector('#streams-graph .js-plotly-plot').data.length == 2",
-        timeout=30_000,
-    )
-    page.screenshot(path=str(ARTIFACTS / "dashboard-streams.png"), full_page=True)
+    pick(page, "streams-run", "offload_all · synthetic · GPU 0")
+    wait_graph(page, "streams-graph", "gd.data.length == 2")
+    note = page.inner_text("#link-note")
+    assert "PCIe Gen5 x16" in note and "NVIDIA H100 80GB HBM3 (synthetic)" in note
+    fig = figure(page, "streams-graph")
+    assert [t["y"] for t in fig["data"]][1] == [pytest.approx(s["gbps"]) for s in demo["0"]["streams"]]
+    check_page(page, "5-streams")
 
 
-def test_names_are_text_not_html(browser, server):
-    page = browser.new_page()
-    page.goto(server)
-    wait_rows(page, 4)
-    assert "<i>evil</i>" in page.inner_text("#runs")  # shown literally
-    page.get_by_text("Per layer", exact=True).click()
-    page.click("#layer-run")
-    page.get_by_text("<i>evil</i> — evil.sqlite").last.click()
-    page.wait_for_function("document.querySelector('#layer-graph .xtick') !== null", timeout=30_000)
-    ticks = page.evaluate("document.querySelector('#layer-graph .xaxislayer-above').textContent")
-    assert "<img src=x onerror=alert(1)>" in ticks
-    assert page.evaluate("document.querySelectorAll('#layer-graph img').length") == 0
+def test_one_line_in_the_terminal(runs, browser):
+    """waitress, no request log, no development-server warning: one line with the address."""
+    with dashboard(runs) as (url, proc):
+        page = browser.new_page()
+        page.goto(url)
+        wait_rows(page, 4)
+        page.get_by_text("Per layer", exact=True).click()
+        wait_graph(page, "layer-graph")
+        page.close()
+        proc.terminate()
+        out, _ = proc.communicate(timeout=20)
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    assert len(lines) == 1, out
+    assert lines[0].startswith("profile-step dashboard: ") and url in lines[0]
+
+
+def test_names_are_text_not_html(browser, runs):
+    with dashboard(runs) as (url, _):
+        page = browser.new_page()
+        page.goto(url)
+        wait_rows(page, 4)
+        assert "<i>evil</i>" in page.inner_text("#runs")  # shown literally
+        page.get_by_text("Per layer", exact=True).click()
+        pick(page, "layer-run", "<i>evil</i> · evil · GPU 0")
+        page.wait_for_function("document.querySelector('#layer-graph .xtick') !== null", timeout=30_000)
+        ticks = page.evaluate("document.querySelector('#layer-graph .xaxislayer-above').textContent")
+        assert "<img src=x onerror=alert(1)>" in ticks
+        assert page.evaluate("document.querySelectorAll('#layer-graph img').length") == 0
 
 
 def test_no_file_outside_the_given_folders(server):
+    url, _ = server
     for path in ("../../../../etc/passwd", "%2e%2e/%2e%2e/etc/passwd", "assets/../../etc/passwd"):
         try:
-            body = urllib.request.urlopen(server + path, timeout=5).read().decode()
+            body = urllib.request.urlopen(url + path, timeout=5).read().decode()
         except OSError:
             continue  # 4xx: fine
         assert "root:" not in body
@@ -209,13 +327,14 @@ def test_remote_binding_needs_a_flag(runs):
 
 def test_cache_is_written_beside_and_reused(runs):
     cache = runs / "qkv.sqlite.profile-step.db"
-    assert cache.is_file() and (runs / "qkv.sqlite.ops.parquet").is_file()
     from dashboards.data import RunStore
 
     store = RunStore([runs])
     rid = next(r for r, ref in store.refs.items() if ref.name == "qkv.sqlite")
-    before = cache.stat().st_mtime_ns
     first = store.get(rid).summary
+    assert cache.is_file() and (runs / "qkv.sqlite.ops.parquet").is_file()
+    before = cache.stat().st_mtime_ns
+    assert RunStore([runs]).get(rid).summary == first
     assert cache.stat().st_mtime_ns == before, "a current cache is reused"
     os.utime(runs / "qkv.sqlite")  # the trace changed: the analysis is redone
     store2 = RunStore([runs])
@@ -229,24 +348,24 @@ def test_rank_heatmap(browser, tmp_path_factory):
         training_export(exposed={1: 20_000 * r}, step_jitter=(500_000,) if r == 2 else (0,)).write(
             folder / f"report.{r}.sqlite"
         )
-    with dashboard(folder) as url:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    with dashboard(folder) as (url, _):
+        page = browser.new_page(viewport={"width": 1440, "height": 1000})
         page.goto(url)
         wait_rows(page, 3)
         page.wait_for_function("document.querySelector('#progress').innerText.includes('3 run(s)')", timeout=60_000)
         page.get_by_text("Ranks", exact=True).click()
-        page.wait_for_function(
-            "document.querySelector('#rank-heatmap .js-plotly-plot') && "
-            "document.querySelector('#rank-heatmap .js-plotly-plot').data.length == 1 && "
-            "document.querySelector('#rank-heatmap .js-plotly-plot').data[0].y.length == 3",
-            timeout=60_000,
-        )
-        (heat,) = figure_data(page, "rank-heatmap")
+        wait_graph(page, "rank-heatmap", "gd.data.length == 1 && gd.data[0].y.length == 3")
+        (heat,) = figure(page, "rank-heatmap")["data"]
         doc = json.loads(run_cli("analyze", "--ranks", "--json", str(folder)).stdout)
-        want = [[r["layers_exposed_ns"][layer] / 1e6 for layer in heat["x"]] for r in doc["per_rank"]]
-        assert heat["z"] == want
+        unit = (
+            page.evaluate("document.querySelector('#rank-heatmap .js-plotly-plot').data[0].colorbar.title.text")
+            .split("(")[1]
+            .rstrip(")")
+        )
+        want = [[r["layers_exposed_ns"][layer] / DIVISORS[unit] for layer in heat["x"]] for r in doc["per_rank"]]
+        assert heat["z"] == [[pytest.approx(v) for v in row] for row in want]
         assert heat["y"] == ["rank 0", "rank 1", "rank 2"]
         page.wait_for_function(
             "document.querySelector('#rank-findings').innerText.includes('straggler rank 2')", timeout=30_000
         )
-        page.screenshot(path=str(ARTIFACTS / "dashboard-ranks.png"), full_page=True)
+        check_page(page, "6-ranks-heatmap")

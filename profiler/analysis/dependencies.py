@@ -143,27 +143,39 @@ def gpu_ops(trace: Trace) -> GpuOps:
         ops = with_launches(ops, trace.runtime)
     else:
         ops = ops.with_columns(none.alias("launch_start"), none.alias("launch_gtid"))
-    ops = ops.sort("pid", "device", "stream", "start", pl.col("correlation_id").fill_null(-1))
-    streams = ops.select("pid", "device", "stream").unique(maintain_order=True).with_row_index("skey")
-    streams = streams.with_columns(pl.col("skey").cast(pl.Int64))
-    skey = ops.join(streams, on=["pid", "device", "stream"], how="left", maintain_order="left")["skey"]
 
     def col(name: str, fill: int = -1) -> np.ndarray:
         return ops[name].fill_null(fill).to_numpy().astype(np.int64, copy=False)
 
-    return GpuOps(
-        pid=col("pid"),
-        device=col("device"),
-        stream=col("stream"),
-        start=col("start"),
-        end=col("end"),
-        corr=col("correlation_id"),
-        kind=col("kind"),
-        launch=col("launch_start", NO_TIME),
-        gtid=col("launch_gtid"),
-        skey=skey.to_numpy().astype(np.int64, copy=False),
-        streams=streams,
+    cols = {
+        "pid": col("pid"),
+        "device": col("device"),
+        "stream": col("stream"),
+        "start": col("start"),
+        "end": col("end"),
+        "corr": col("correlation_id"),
+        "kind": col("kind"),
+        "launch": col("launch_start", NO_TIME),
+        "gtid": col("launch_gtid"),
+    }
+    # stream order; NumPy's lexsort is several times faster here than a multi-column polars sort
+    order = np.lexsort((cols["corr"], cols["start"], cols["stream"], cols["device"], cols["pid"]))
+    cols = {k: v[order] for k, v in cols.items()}
+    pid, dev, stream = cols["pid"], cols["device"], cols["stream"]
+    new = np.ones(pid.size, dtype=bool)
+    if pid.size:
+        new[1:] = (pid[1:] != pid[:-1]) | (dev[1:] != dev[:-1]) | (stream[1:] != stream[:-1])
+    skey = np.cumsum(new) - 1
+    heads = np.flatnonzero(new)
+    streams = pl.DataFrame(
+        {
+            "skey": np.arange(heads.size, dtype=np.int64),
+            "pid": pid[heads],
+            "device": dev[heads],
+            "stream": stream[heads],
+        }
     )
+    return GpuOps(**cols, skey=skey.astype(np.int64), streams=streams)
 
 
 def search_in_groups(groups: np.ndarray, times: np.ndarray, qg: np.ndarray, qt: np.ndarray, side: str) -> np.ndarray:

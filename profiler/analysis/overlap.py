@@ -219,7 +219,7 @@ def stream_metrics(
     copies: pl.DataFrame, spans: dict[int, int], context: np.ndarray | None = None
 ) -> dict[int, list[dict[str, Any]]]:
     """Per device, one entry per copy-carrying stream: classes, busy_ns, occupancy (METRICS.md),
-    and bytes, duration_sum_ns, gbps (achieved copy bandwidth on the stream); with *context*
+    and count, bytes, duration_sum_ns, gbps (achieved copy bandwidth on the stream); with *context*
     (``copy_contexts`` of these copies), the stream's h2d/d2h copies of 1 MiB or more by context."""
     if copies.height == 0:
         return {}
@@ -236,13 +236,14 @@ def stream_metrics(
         keyed.group_by("key", "device", "stream")
         .agg(
             pl.col("cls").unique(),
+            pl.len().alias("count"),
             pl.col("bytes").sum(),
             (pl.col("end") - pl.col("start")).sum().alias("dur"),
         )
         .sort("device", "stream")
     )
     out: dict[int, list[dict[str, Any]]] = {}
-    for key, dev, stream, classes, nbytes, dur in per_stream.iter_rows():
+    for key, dev, stream, classes, count, nbytes, dur in per_stream.iter_rows():
         b = busy.get(int(key), 0)
         span = spans.get(dev, 0)
         out.setdefault(int(dev), []).append(
@@ -251,6 +252,7 @@ def stream_metrics(
                 "classes": sorted(classes, key=order.__getitem__),
                 "busy_ns": b,
                 "occupancy": b / span if span else 0,
+                "count": int(count),
                 "bytes": int(nbytes or 0),
                 "duration_sum_ns": int(dur or 0),
                 "gbps": nbytes / dur if dur else None,

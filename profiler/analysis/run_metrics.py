@@ -109,6 +109,8 @@ def collect(
         )
         entry["per_device"].append(row["copies"])
         entry["top_kernels"] += row["top_kernels"]
+        if row["device"] is not None:
+            entry.setdefault("by_device", {})[row["device"]] = row["copies"]
     policy = (manifest or {}).get("policy") or bd.policy or "default"
     rank = (manifest or {}).get("rank")
     if rank is None:
@@ -136,6 +138,7 @@ def collect(
         "nsys_version": trace.nsys_version,
         "manifest": manifest,
         "gpus": sorted(set(trace.devices["name"].drop_nulls().to_list())),
+        "device_names": {str(d): n for d, n in trace.devices.select("id", "name").iter_rows() if n},
         "window": trace.window.facts(),  # the part of the recording these numbers come from
         "step_source": steps["source"],
         "steps": step_rows,
@@ -154,6 +157,7 @@ def collect(
                 "inferred_index": v["inferred_index"],
                 "top_kernels": sorted(v["top_kernels"], key=lambda t: -t["overlap_ns"])[:5],
                 **{d: totals([c[d] for c in v["per_device"]]) for d in DIRECTIONS},
+                "devices": v.get("by_device", {}),  # per device: the h2d/d2h/offload numbers
             }
             for name, v in layers.items()
         },

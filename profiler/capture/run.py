@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import re
 import shlex
 import signal
 import socket
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from profiler.capture import nsys_command, rundir, step_module, xla_flags
+from profiler.capture.console import ConsoleFilter
 from profiler.conventions import (
     CAPTURE_MANIFEST_KEY,
     POLICY_ENV,
@@ -162,18 +162,17 @@ def git_facts(script: Path) -> dict[str, Any] | None:
     return {"commit": commit, "script_modified": bool(status), "root": git("rev-parse", "--show-toplevel")}
 
 
-NSYS_PROGRESS = re.compile(r"^\s*(\[\d+/\d+\]\s*)?\[[= ]*\d+%")
-
-
 def _tee(stream, log_path: Path, echo: Callable[[str], None]) -> threading.Thread:
-    """Copy the child's output into the log, and to the console without nsys's progress bars."""
+    """Copy the child's output into the log, and to the console without nsys's progress bars and
+    report-writing chatter (``console.ConsoleFilter``)."""
+    shown = ConsoleFilter()
 
     def pump() -> None:
         with log_path.open("w", encoding="utf-8", errors="replace") as log:
             for line in iter(stream.readline, ""):
                 log.write(line)
                 log.flush()
-                if not NSYS_PROGRESS.match(line.split("\r")[-1]):
+                if shown.keep(line):
                     echo(line)
 
     t = threading.Thread(target=pump, daemon=True)

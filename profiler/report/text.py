@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+from profiler.report.units import UNITS_NOTE, byte_unit, scaled, time_unit
 
 
 def ms(ns: int | None) -> str:
@@ -22,6 +25,26 @@ def gbps(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
+@dataclass(frozen=True)
+class Units:
+    """One size unit and one time unit for a table, chosen by the largest value it shows."""
+
+    size: str
+    size_div: int
+    time: str
+    time_div: int
+
+    @staticmethod
+    def of(sizes: Iterable[int | float | None], times: Iterable[int | float | None]) -> Units:
+        return Units(*byte_unit(sizes), *time_unit(times))
+
+    def b(self, value: int | None) -> str:
+        return scaled(value, self.size_div)
+
+    def t(self, ns: int | None) -> str:
+        return scaled(ns, self.time_div, 3)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: Sequence[int] = (0,)) -> str:
     """A plain, aligned table: the *left* columns (the first by default) left, the others right."""
     cells = [list(headers), *[list(map(str, r)) for r in rows]]
@@ -36,23 +59,31 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: Sequence[
     return "\n".join([fmt(cells[0]), sep, *(fmt(r) for r in cells[1:])])
 
 
-OFFLOAD_HEADERS = (
-    "copies",
-    "count",
-    "MiB",
-    "GB/s",
-    "busy ms",
-    "occupancy",
-    "w/ compute ms",
-    "w/ NCCL ms",
-    "exposed ms",
-    "hidden",
-    "pageable",
-)
+def offload_headers(u: Units) -> tuple[str, ...]:
+    return (
+        "copies",
+        "count",
+        u.size,
+        "GB/s",
+        f"busy {u.time}",
+        "occupancy",
+        f"w/ compute {u.time}",
+        f"w/ NCCL {u.time}",
+        f"exposed {u.time}",
+        "hidden",
+        "pageable",
+    )
 
 
-def offload_rows(copies: dict[str, dict[str, Any]], with_occupancy: bool = True) -> list[list[str]]:
+def offload_units(copies: dict[str, dict[str, Any]]) -> Units:
+    return Units.of([copies["offload"]["bytes"]], [copies["offload"]["busy_ns"]])
+
+
+def offload_rows(
+    copies: dict[str, dict[str, Any]], with_occupancy: bool = True, u: Units | None = None
+) -> list[list[str]]:
     """One row per h2d / d2h / offload class."""
+    u = u or offload_units(copies)
     rows = []
     for cls in ("h2d", "d2h", "offload"):
         m = copies[cls]
@@ -60,18 +91,21 @@ def offload_rows(copies: dict[str, dict[str, Any]], with_occupancy: bool = True)
             [
                 cls,
                 str(m["count"]),
-                mib(m["bytes"]),
+                u.b(m["bytes"]),
                 gbps(m["gbps"]),
-                ms(m["busy_ns"]),
+                u.t(m["busy_ns"]),
                 pct(m.get("occupancy")) if with_occupancy else "-",
-                ms(m["overlap_compute_ns"]),
-                ms(m["overlap_nccl_ns"]),
-                ms(m["exposed_ns"]),
+                u.t(m["overlap_compute_ns"]),
+                u.t(m["overlap_nccl_ns"]),
+                u.t(m["exposed_ns"]),
                 pct(m["hidden_fraction"]),
                 str(m["pageable_count"]),
             ]
         )
     return rows
+
+
+NO_GPU = "No GPU activity in this trace (a CPU-only run?): no kernels, copies or memsets."
 
 
 def render_devices(doc: dict[str, Any]) -> str:
@@ -87,7 +121,7 @@ def render_devices(doc: dict[str, Any]) -> str:
         head += "\n" + window_line(window)
     devices = doc["devices"]
     if not devices:
-        return head + "\nNo GPU activity in this trace (a CPU-only run?): no kernels, copies or memsets."
+        return head + "\n" + NO_GPU
     out = [head]
     gpus = info.get("gpus", {})
     for dev, d in devices.items():
@@ -103,27 +137,44 @@ def render_devices(doc: dict[str, Any]) -> str:
             f"  compute: {d['compute']['count']} kernels, busy {ms(d['compute']['busy_ns'])} ms"
             f"   NCCL: {d['nccl']['count']} kernels, busy {ms(d['nccl']['busy_ns'])} ms"
         )
-        out.append(table(OFFLOAD_HEADERS, offload_rows(d["copies"])))
+        if d["copies"]["offload"]["count"]:
+            u = offload_units(d["copies"])
+            out.append(table(offload_headers(u), offload_rows(d["copies"], u=u)))
+        else:
+            out.append("  no host-device copies (D2H or H2D) on this device")
         out += stall_lines(d.get("stalls")) + context_table(d["copies"])
-        others = [
-            [c, str(d["copies"][c]["count"]), mib(d["copies"][c]["bytes"]), ms(d["copies"][c]["busy_ns"])]
-            for c in ("d2d", "p2p", "other")
-            if d["copies"][c]["count"]
-        ]
-        if others:
+        kinds = [c for c in ("d2d", "p2p", "other") if d["copies"][c]["count"]]
+        if kinds:
+            u = Units.of([d["copies"][c]["bytes"] for c in kinds], [d["copies"][c]["busy_ns"] for c in kinds])
+            others = [
+                [c, str(d["copies"][c]["count"]), u.b(d["copies"][c]["bytes"]), u.t(d["copies"][c]["busy_ns"])]
+                for c in kinds
+            ]
             out.append("")
-            out.append(table(("other copies", "count", "MiB", "busy ms"), others))
+            out.append(table(("other copies", "count", u.size, f"busy {u.time}"), others))
         if d["streams"]:
+            st = d["streams"]
+            u = Units.of([s.get("bytes") for s in st], [s["busy_ns"] for s in st])
             out.append("")
             out.append(
                 table(
-                    ("copy stream", "classes", "busy ms", "occupancy"),
+                    ("copy stream", "classes", "count", u.size, "GB/s", f"busy {u.time}", "occupancy"),
                     [
-                        [str(s["stream"]), ",".join(s["classes"]), ms(s["busy_ns"]), pct(s["occupancy"])]
-                        for s in d["streams"]
+                        [
+                            str(s["stream"]),
+                            ",".join(s["classes"]),
+                            str(s.get("count", "-")),
+                            u.b(s.get("bytes")),
+                            gbps(s.get("gbps")),
+                            u.t(s["busy_ns"]),
+                            pct(s["occupancy"]),
+                        ]
+                        for s in st
                     ],
                 )
             )
+    out.append("")
+    out.append(f"units: {UNITS_NOTE}")
     return "\n".join(out)
 
 
@@ -150,31 +201,35 @@ def steps_line(summary: dict[str, Any]) -> str:
 
 def render_policy_table(rows: list[dict[str, Any]]) -> str:
     """One line per policy run: status, steps, step time, offloaded bytes, busy/exposed copy time."""
+    offs = [r.get("offload") or {} for r in rows]
+    step = Units.of([], [r.get("median_step_ns") for r in rows])
+    u = Units.of([o.get("bytes") for o in offs], [o.get("busy_ns") for o in offs])
     headers = (
         "policy",
         "status",
         "exit",
         "steps",
-        "median step ms",
-        "offload MiB",
-        "copy busy ms",
-        "exposed ms",
+        f"median step {step.time}",
+        "copies",
+        f"offloaded {u.size}",
+        f"copy busy {u.time}",
+        f"exposed {u.time}",
         "hidden",
         "run",
     )
     body = []
-    for r in rows:
-        off = r.get("offload") or {}
+    for r, off in zip(rows, offs, strict=True):
         body.append(
             [
                 r["policy"],
                 r["status"],
                 str(r["exit_code"]),
                 str(r.get("steps", "-")),
-                ms(r.get("median_step_ns")),
-                mib(off.get("bytes")),
-                ms(off.get("busy_ns")),
-                ms(off.get("exposed_ns")),
+                step.t(r.get("median_step_ns")),
+                str(off.get("count", "-")),
+                u.b(off.get("bytes")),
+                u.t(off.get("busy_ns")),
+                u.t(off.get("exposed_ns")),
                 pct(off.get("hidden_fraction")),
                 r["run_dir"],
             ]
@@ -182,21 +237,47 @@ def render_policy_table(rows: list[dict[str, Any]]) -> str:
     return table(headers, body, left=(0, 1, len(headers) - 1))
 
 
-def _group_row(name: str, dev: str, c: dict[str, Any]) -> list[str]:
+def _group_row(name: str, dev: str, c: dict[str, Any], u: Units) -> list[str]:
     off = c["offload"]
     return [
         name,
         dev,
-        mib(c["d2h"]["bytes"]),
-        mib(c["h2d"]["bytes"]),
-        ms(off["busy_ns"]),
+        str(off["count"]),
+        u.b(c["d2h"]["bytes"]),
+        u.b(c["h2d"]["bytes"]),
+        u.t(off["busy_ns"]),
         pct(off["hidden_fraction"]),
-        ms(off["exposed_ns"]),
-        ms(off.get("stall_ns")),
+        u.t(off["exposed_ns"]),
+        u.t(off.get("stall_ns")),
     ]
 
 
-GROUP_HEADERS = ("device", "d2h MiB", "h2d MiB", "copy ms", "hidden", "exposed ms", "stalled ms")
+def group_headers(u: Units) -> tuple[str, ...]:
+    return (
+        "device",
+        "copies",
+        f"d2h {u.size}",
+        f"h2d {u.size}",
+        f"copy {u.time}",
+        "hidden",
+        f"exposed {u.time}",
+        f"stalled {u.time}",
+    )
+
+
+def group_units(copies: Iterable[dict[str, Any]]) -> Units:
+    cs = list(copies)
+    return Units.of([c[d]["bytes"] for c in cs for d in ("d2h", "h2d")], [c["offload"]["busy_ns"] for c in cs])
+
+
+NO_NVTX = (
+    "No NVTX ranges in this trace: nothing to group copies by (profile-step's annotate.step/layer ranges, "
+    "XLA's per-thunk ranges, or ranges of your own)."
+)
+NO_LAYERS = (
+    "No layers in this trace: no layer=N ranges, and no XLA thunk ranges whose op path names a layer "
+    "(--layer-pattern REGEX to match other names)."
+)
 
 
 def render_groups(doc: dict[str, Any], by: str) -> str:
@@ -209,39 +290,68 @@ def render_groups(doc: dict[str, Any], by: str) -> str:
         notes.append(f"{facts['cross_thread_ranges']} start/end ranges ended on another thread (left out)")
     if facts.get("malformed_xla_ranges"):
         notes.append(f"{facts['malformed_xla_ranges']} XLA-like range names could not be parsed")
+    gpu = bool(doc.get("devices"))
+    copies = any(d["copies"]["offload"]["count"] for d in (doc.get("devices") or {}).values())
+    policy = f" (policy {facts['policy']})" if facts.get("policy") else ""
     if by == "step":
         steps = doc["steps"]
         if not steps["steps"]:
             why = steps.get("source_note") or "no step=N ranges, no --step-range REGEX"
             return f"No steps in this trace: {why}."
-        rows = []
-        for s in steps["steps"]:
-            for dev, c in (s["devices"] or {"-": None}).items():
-                base = _group_row(s["name"], dev, c) if c else [s["name"], dev, "-", "-", "-", "-", "-", "-"]
-                rows.append([*base[:2], ms(s["duration_ns"]), *base[2:], s["excluded"] or ""])
-        out = table(
-            ("step", "device", "step ms", *GROUP_HEADERS[1:], "excluded"),
-            rows,
-            left=(0, 1, len(GROUP_HEADERS) + 2),
-        )
         source = steps.get("source") or "?"
         if steps.get("source_note"):
             source += f"; {steps['source_note']}"
         notes.append(f"steps from {source}")
-        notes.append(f"steps attributed by {steps['attribution']}; median step {ms(steps['median_step_ns'])} ms")
+        u = group_units(c for s in steps["steps"] for c in (s["devices"] or {}).values())
+        step_u = Units.of([], [s["duration_ns"] for s in steps["steps"]])
+        if not gpu:  # durations only: render_devices has said that there is no GPU activity
+            rows = [[s["name"], step_u.t(s["duration_ns"]), s["excluded"] or ""] for s in steps["steps"]]
+            out = table(("step", f"step {step_u.time}", "excluded"), rows, left=(0, 2))
+            notes.append(f"median step {step_u.t(steps['median_step_ns'])} {step_u.time}")
+            return "\n".join([f"Steps{policy}:", out, *(f"note: {n}" for n in notes)])
+        rows = []
+        for s in steps["steps"]:
+            for dev, c in (s["devices"] or {"-": None}).items():
+                base = _group_row(s["name"], dev, c, u) if c else [s["name"], dev, *["-"] * 7]
+                rows.append([*base[:2], step_u.t(s["duration_ns"]), *base[2:], s["excluded"] or ""])
+        headers = group_headers(u)
+        out = table(
+            ("step", "device", f"step {step_u.time}", *headers[1:], "excluded"),
+            rows,
+            left=(0, 1, len(headers) + 2),
+        )
+        out = f"Steps{policy}:\n{out}"
+        notes.append(
+            f"steps attributed by {steps['attribution']}; median step {step_u.t(steps['median_step_ns'])} {step_u.time}"
+        )
     else:
         key = {"layer": "layers", "range": "ranges", "op": "ops"}[by]
         groups = doc[key]
+        if not facts.get("ranges"):
+            return NO_NVTX
         if not groups:
-            return f"No {key} with GPU activity in this trace."
+            if by == "layer":
+                return NO_LAYERS
+            if not gpu:  # render_devices has said so
+                return f"{facts['ranges']:,} NVTX ranges, and no GPU activity to attribute to them."
+            return (
+                f"None of the {facts['ranges']:,} NVTX ranges launched GPU work (a GPU op belongs to the range "
+                "in which its CUDA launch call starts, on the same thread)."
+            )
+        if not gpu or not copies:
+            names = ", ".join(dict.fromkeys(g["name"] for g in groups))
+            found = f"{len(set(g['name'] for g in groups)):,} {key} found{policy}: {names[:300]}"
+            why = "no GPU activity to measure in them" if not gpu else "no host-device copies to attribute to them"
+            return f"{found}; {why}."
+        u = group_units(g["copies"] for g in groups)
         rows = []
         for g in groups:
             label = g["name"] + (" (index inferred)" if g.get("inferred_index") else "")
-            top = ", ".join(f"{t['name'][:40]} {ms(t['overlap_ns'])}" for t in g.get("top_kernels", []))
-            rows.append([*_group_row(label, g["device"] or "-", g["copies"]), top])
-        out = table((by, *GROUP_HEADERS, "kernels that hid the copies (ms)"), rows, left=(0, 1, 8))
-        if by == "layer" and facts.get("policy"):
-            notes.append(f"policy {facts['policy']}")
+            top = ", ".join(f"{t['name'][:40]} {u.t(t['overlap_ns'])}" for t in g.get("top_kernels", []))
+            rows.append([*_group_row(label, g["device"] or "-", g["copies"], u), top])
+        headers = group_headers(u)
+        out = table((by, *headers, f"kernels that hid the copies ({u.time})"), rows, left=(0, 1, len(headers) + 1))
+        out = f"Copies per {by}{policy}:\n{out}"
     return "\n".join([out, *(f"note: {n}" for n in notes)])
 
 

@@ -124,6 +124,20 @@ DDL: dict[str, list[str]] = {
         "syncType INTEGER NOT NULL",
         "eventId INTEGER NOT NULL",
     ],
+    # --cuda-memory-usage=true: device memory allocations and frees
+    "CUDA_GPU_MEMORY_USAGE_EVENTS": [
+        "start INTEGER NOT NULL",
+        "globalPid INTEGER NOT NULL",
+        "deviceId INTEGER NOT NULL",
+        "contextId INTEGER NOT NULL",
+        "address INTEGER NOT NULL",
+        "pc INTEGER NOT NULL",
+        "bytes INTEGER NOT NULL",
+        "memKind INTEGER NOT NULL",
+        "memoryOperationType INTEGER NOT NULL",
+        "name TEXT",
+        "correlationId INTEGER",
+    ],
     "NVTX_EVENTS": [
         "start INTEGER NOT NULL",
         "end INTEGER",
@@ -175,6 +189,10 @@ ENUMS: dict[str, list[tuple[int, str, str]]] = {
         (5, "CUDA_MEMOPR_MEMORY_KIND_DEVICE_STATIC", "Device Static"),
         (6, "CUDA_MEMOPR_MEMORY_KIND_MANAGED_STATIC", "Managed Static"),
         (7, "CUDA_MEMOPR_MEMORY_KIND_UNKNOWN", "Unknown"),
+    ],
+    "ENUM_CUDA_DEV_MEM_EVENT_OPER": [
+        (0, "CUDA_DEV_MEM_EVENT_OPR_ALLOCATION", "Allocation"),
+        (1, "CUDA_DEV_MEM_EVENT_OPR_DEALLOCATION", "Deallocation"),
     ],
     "ENUM_CUPTI_SYNC_TYPE": [
         (0, "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_UNKNOWN", "Unknown"),
@@ -435,6 +453,32 @@ class ExportBuilder:
     def stream_wait(self, t: int, event_id: int, stream: int, **kw: object) -> int:
         """A ``cuStreamWaitEvent(stream, event)`` call at *t*."""
         return self.sync(t, "stream_wait", event_id=event_id, stream=stream, **kw)  # type: ignore[arg-type]
+
+    def memory(
+        self,
+        t: int,
+        nbytes: int,
+        *,
+        free: bool = False,
+        device: int = 0,
+        address: int = 0,
+        mem_kind: int = DEVICE,
+        pid: int = 100,
+    ) -> None:
+        """A device memory allocation (or, with *free*, deallocation) of *nbytes* at *t*."""
+        self.rows["CUDA_GPU_MEMORY_USAGE_EVENTS"].append(
+            {
+                "start": t,
+                "globalPid": global_tid(pid, 0),
+                "deviceId": device,
+                "contextId": 1,
+                "address": address,
+                "pc": 0,
+                "bytes": nbytes,
+                "memKind": mem_kind,
+                "memoryOperationType": 1 if free else 0,
+            }
+        )
 
     def nvtx(
         self,

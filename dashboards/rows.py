@@ -1,0 +1,248 @@
+"""The runs table: one row per (run, GPU), short labels, units chosen by magnitude, explanations.
+
+A trace with two GPUs is two rows, never one summed row under one device name.  A row's id is
+``<run id>@<device>`` (``<run id>`` alone for a run without GPU activity); the browser only ever
+sends these ids back.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from dashboards.data import RunRef
+from profiler.report.units import byte_unit, time_unit
+
+# 4 significant digits, trailing zeros dropped: a column's unit follows its largest value (under
+# 1024 of it), and a small value still shows its digits (0.04688, never 0.00) beside its count
+SIGNIFICANT = ".4~r"
+SOURCE_LABEL = {
+    "synthetic": "SYNTHETIC demo",
+    "external": "public trace",
+    "run": "profile-step run",
+    "trace": "trace file",
+}
+SOURCE_NOTE = (
+    "Source: SYNTHETIC demo = made by profile-step's demonstration model (sample_traces/README.md), not a "
+    "measurement; public trace = a real GPU trace from a public repository (its repository, commit and "
+    "licence on hover and below); profile-step run = captured by profile-step; trace file = any other nsys "
+    "export. Plain traces (not made by profile-step) carry no policy=NAME or step=N ranges: their policy "
+    "shows as (none) and they have no steps or median step. Sizes in binary units (1 MiB = 2^20 bytes); "
+    "bandwidth in decimal GB/s (10^9 bytes/s)."
+)
+HEADER_TIPS = {
+    "run": "policy and a short id; the whole name on hover",
+    "source": "where the run comes from (see the note below the table)",
+    "policy": "the offload policy: profile-step's policy=NAME NVTX range or the run's manifest; "
+    "(none): a plain trace without one",
+    "device": "one row per GPU: its CUDA device id and name",
+    "rank": "rank of a multi-rank job: from the file or folder name (report.3.sqlite, rank3) or the manifest",
+    "status": "profile-step's run status (ok, failed, interrupted, ...); plain trace: not made by profile-step",
+    "steps": "step=N ranges counted in the median (warm-up and outlier steps left out); none: no step ranges",
+    "step": "median of the included steps' durations (whole run, all GPUs)",
+    "bytes": "bytes copied host<->device (D2H and H2D) on this GPU",
+    "copies": "number of D2H and H2D copies on this GPU",
+    "exposed": "copy time on this GPU during which no kernel ran (METRICS.md exposed_ns)",
+    "hidden": "share of copy time overlapped by kernels (METRICS.md hidden_fraction); no copies: none",
+    "date": "when the run started (UTC)",
+}
+
+
+@dataclass(frozen=True)
+class View:
+    """One (run, device) pair: what a table row, a dropdown entry and a chart row stand for."""
+
+    rid: str
+    device: str | None
+
+    @property
+    def id(self) -> str:
+        return self.rid if self.device is None else f"{self.rid}@{self.device}"
+
+    @staticmethod
+    def parse(view_id: str) -> View:
+        rid, _, dev = view_id.partition("@")
+        return View(rid, dev or None)
+
+
+def devices(summary: dict[str, Any]) -> list[str]:
+    """The run's devices with GPU activity, in numeric order."""
+    return sorted(summary.get("devices") or {}, key=int)
+
+
+def views(ref: RunRef, summary: dict[str, Any]) -> list[View]:
+    return [View(ref.id, d) for d in devices(summary)] or [View(ref.id, None)]
+
+
+def plain(ref: RunRef, summary: dict[str, Any]) -> bool:
+    """A trace that profile-step did not make and that names no policy."""
+    return ref.manifest is None and summary.get("policy") == "default"
+
+
+def short_id(ref: RunRef) -> str:
+    """A few characters that tell runs apart: the run folder's id, ``synthetic``, or the trace's short name."""
+    if ref.synthetic:
+        return "synthetic"
+    if ref.manifest is not None:
+        folder = ref.trace.parent.name.removesuffix(".partial")
+        rid = folder.rsplit("-", 1)[-1]
+        rank = ref.manifest.get("rank")
+        return f"r{rank} {rid}" if rank is not None else rid
+    stem = ref.trace.name
+    for suffix in (".sqlite", ".nsys-rep", ".qdrep"):
+        stem = stem.removesuffix(suffix)
+    stem = stem.split("__", 1)[-1] if ref.provenance is not None else stem  # catalogue names: repo__name
+    stem = re.sub(r"_report$", "", stem)
+    return stem if len(stem) <= 22 else stem[:21] + "…"
+
+
+def policy_text(ref: RunRef, summary: dict[str, Any]) -> str:
+    return "(none)" if plain(ref, summary) else str(summary.get("policy"))
+
+
+def label(ref: RunRef, summary: dict[str, Any], device: str | None = None) -> str:
+    """Short: ``offload_qkv · synthetic · GPU 1``, ``none · 7e3b1b · GPU 0``, ``jacobi_memcpy_nvlink · GPU 3``."""
+    parts = [short_id(ref)] if plain(ref, summary) else [str(summary["policy"]), short_id(ref)]
+    if device is not None:
+        parts.append(f"GPU {device}")
+    return " · ".join(parts)
+
+
+def device_text(summary: dict[str, Any], device: str | None) -> str:
+    if device is None:
+        return "no GPU activity"
+    name = (summary.get("device_names") or {}).get(device)
+    return f"GPU {device}" + (f" · {name}" if name else "")
+
+
+def full_name(ref: RunRef, summary: dict[str, Any] | None, device: str | None = None) -> str:
+    """Everything that identifies a row, for hovers and tooltips."""
+    out = [ref.name]
+    if ref.synthetic:
+        out.append("SYNTHETIC demonstration run (a model, not a measurement)")
+    if ref.provenance is not None:
+        p = ref.provenance
+        out.append(f"public trace from {p.repo} at {p.commit[:10]} ({p.licence}): {p.description}")
+    if summary is not None:
+        out.append(device_text(summary, device))
+    out.append(str(ref.trace))
+    return " — ".join(out)
+
+
+def _status(ref: RunRef) -> str:
+    if ref.synthetic:
+        return "synthetic"
+    if ref.manifest is None:
+        return "plain trace"
+    return str(ref.manifest.get("status") or "?")
+
+
+def raw_row(ref: RunRef, summary: dict[str, Any], device: str | None) -> dict[str, Any]:
+    """One row with its numbers in ns and bytes (scaled to the table's units by ``table``)."""
+    off = (summary.get("devices") or {}).get(device, {}).get("offload") if device is not None else None
+    man = ref.manifest or {}
+    included = [s for s in summary.get("steps") or [] if not s["excluded"]]
+    return {
+        "id": View(ref.id, device).id,
+        "run": label(ref, summary),
+        "source": SOURCE_LABEL[ref.source],
+        "policy": policy_text(ref, summary),
+        "device": device_text(summary, device),
+        "rank": summary.get("rank"),
+        "status": _status(ref),
+        "steps": len(included) if summary.get("steps") else None,
+        "step": summary.get("median_step_ns"),
+        "bytes": off["bytes"] if off else 0,
+        "copies": off["count"] if off else 0,
+        "exposed": off["exposed_ns"] if off else None,
+        "hidden": None if not off or off["hidden_fraction"] is None else 100 * off["hidden_fraction"],
+        "date": (man.get("started") or "")[:19].replace("T", " "),
+        "_has_copies": bool(off and off["count"]),
+        "_policy": not plain(ref, summary),
+        "_group": ref.group,
+        "_full": full_name(ref, summary, device),
+    }
+
+
+def error_row(ref: RunRef, message: str) -> dict[str, Any]:
+    blank = dict.fromkeys(("rank", "steps", "step", "bytes", "copies", "exposed", "hidden", "date"), "")
+    return {
+        **blank,  # empty, not "none" / "no copies": nothing is known about a run that cannot be read
+        "id": ref.id,
+        "run": short_id(ref),
+        "source": SOURCE_LABEL[ref.source],
+        "policy": "-",
+        "status": "error",
+        "device": "cannot be read (see the card below)",
+        "_full": f"{full_name(ref, None)} — cannot be read: {message}",
+        "_has_copies": False,
+        "_policy": False,
+        "_group": ref.group,
+    }
+
+
+def table(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Columns (units chosen by the magnitude of the rows), rows scaled to them, and tooltips."""
+
+    def numbers(key: str) -> list[int | float]:
+        return [r[key] for r in rows if isinstance(r.get(key), int | float)]
+
+    t_name, t_div = time_unit(numbers("step"))
+    e_name, e_div = time_unit(numbers("exposed"))
+    b_name, b_div = byte_unit(numbers("bytes"))
+    columns = [
+        _col("run", "run", "text"),
+        _col("source", "source", "text"),
+        _col("policy", "policy", "text"),
+        _col("device", "GPU", "text"),
+        _col("rank", "rank", "numeric"),
+        _col("status", "status", "text"),
+        _col("steps", "steps", "numeric", nully="none"),
+        _col("step", f"median step ({t_name})", "numeric", SIGNIFICANT, nully="no steps"),
+        _col("bytes", f"copied ({b_name})", "numeric", SIGNIFICANT),
+        _col("copies", "copies", "numeric", ",d"),
+        _col("exposed", f"exposed copy time ({e_name})", "numeric", SIGNIFICANT, nully="-"),
+        _col("hidden", "hidden %", "numeric", ".1f", nully="no copies"),
+        _col("date", "date (UTC)", "text"),
+    ]
+    scaled = []
+    for r in rows:
+        out = {k: v for k, v in r.items() if not k.startswith("_")}
+        for key, div in (("step", t_div), ("exposed", e_div), ("bytes", b_div)):
+            if isinstance(out.get(key), int | float):
+                out[key] = out[key] / div
+        scaled.append(out)
+    tips = [{"run": {"value": r["_full"], "type": "text"}} for r in rows]
+    return columns, scaled, tips
+
+
+def _col(cid: str, name: str, typ: str, spec: str | None = None, nully: str | None = None) -> dict[str, Any]:
+    col: dict[str, Any] = {"id": cid, "name": name, "type": typ}
+    fmt: dict[str, Any] = {}
+    if spec:
+        fmt["specifier"] = spec
+    if nully:
+        fmt["nully"] = nully
+    if fmt:
+        col["format"] = fmt
+    return col
+
+
+def header_tooltips(columns: list[dict[str, Any]]) -> dict[str, str]:
+    return {c["id"]: HEADER_TIPS[c["id"]] for c in columns if c["id"] in HEADER_TIPS}
+
+
+def default_selection(rows: list[dict[str, Any]], limit: int = 10) -> list[int]:
+    """What the first view shows: the policy runs of the first folder that has a policy run with
+    host-device copies (a policy comparison); else the rows with copies of the first folder that has
+    any; else the first rows."""
+    policy_runs = [i for i, r in enumerate(rows) if r["_has_copies"] and r["_policy"]]
+    if policy_runs:  # the whole comparison: the group's runs without copies (none, remat) too
+        group = rows[policy_runs[0]]["_group"]
+        return [i for i, r in enumerate(rows) if r["_group"] == group and r["_policy"]][:limit]
+    with_copies = [i for i, r in enumerate(rows) if r["_has_copies"]]
+    if with_copies:
+        group = rows[with_copies[0]]["_group"]
+        return [i for i in with_copies if rows[i]["_group"] == group][:limit]
+    return list(range(min(len(rows), 6)))

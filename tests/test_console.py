@@ -1,0 +1,35 @@
+"""What of a profiled run's output reaches the console: the script's lines, not nsys's report chatter."""
+
+from __future__ import annotations
+
+from profiler.capture.console import ConsoleFilter
+
+# the tail of a real output.log (nsys 2023.4.4 profiling examples/train.py on this project's CPU machine)
+LOG = """train.py: policy=none backend=cpu layers=4 d_model=64 seq=32 batch=2 scan=False dispatch=per-layer
+step 0: loss 6.4828 (15.9 ms)
+Capture range started in the application.
+Capture range ended in the application.
+Generating '/tmp/nsys-report-3cf0.qdstrm'
+
+[1/2] [0%                          ] trace.nsys-rep
+[1/2] [========================100%] trace.nsys-rep
+
+[2/2] [12%                         ] trace.sqlite
+
+
+Generated:
+    /work/i15/runs/20261130T061023-none-7e3b1b.partial/trace.nsys-rep
+    /work/i15/runs/20261130T061023-none-7e3b1b.partial/trace.sqlite
+"""
+
+
+def test_only_the_scripts_lines_reach_the_console():
+    f = ConsoleFilter()
+    kept = [line for line in LOG.splitlines(keepends=True) if f.keep(line)]
+    assert "".join(kept) == LOG.splitlines(keepends=True)[0] + "step 0: loss 6.4828 (15.9 ms)\n"
+
+
+def test_the_scripts_own_blank_and_indented_lines_stay():
+    f = ConsoleFilter()
+    lines = ["table:\n", "\n", "    a  1\n", "Generating '/tmp/x.qdstrm'\n", "\n", "after\n", "\n", "  b\n"]
+    assert [ln for ln in lines if f.keep(ln)] == ["table:\n", "\n", "    a  1\n", "after\n", "\n", "  b\n"]
