@@ -101,7 +101,7 @@ def collected(run: Path) -> dict:
 def test_planned_vs_moved_flags_each_difference(plan_run):
     run = collected(plan_run)
     assert run["compiled"]["module"] == "module_0001.jit_train_step"
-    assert "ran longest" in run["compiled"]["chosen_by"]
+    assert "whose executions are the steps" in run["compiled"]["chosen_by"]
     pvm = planned_vs_moved(run)
     rows = {(r["layer"], r["activation"], r["unplanned_op"]): r for r in pvm["rows"]}
     l1 = rows[("layer_1", None, None)]

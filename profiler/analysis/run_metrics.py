@@ -78,6 +78,13 @@ def find_manifest(trace_path: Path) -> dict[str, Any] | None:
         return None
 
 
+def _compiled(trace: Trace, bd: Breakdown) -> dict[str, Any]:
+    """The compiled step of the run folder, matched to the module the steps analysis found."""
+    ms = bd.module_steps
+    step = (ms.module, ms.program_id) if ms.module else None
+    return step_compiled(find_compiled(trace.path), executed_modules(bd.ranges.ranges), step)
+
+
 def collect(
     trace: Trace,
     manifest: dict[str, Any] | None = None,
@@ -162,6 +169,6 @@ def collect(
             for name, v in layers.items()
         },
         # issue 14: the step's compiled module (memory, FLOPs, labelled offload plan) and copies per instruction
-        "compiled": step_compiled(find_compiled(trace.path), executed_modules(bd.ranges.ranges)) if detail else None,
+        "compiled": _compiled(trace, bd) if detail else None,
         "copy_ops": copy_ops(bd) if detail else [],
     }
