@@ -23,6 +23,13 @@ runs each layer's forward and backward as its own jitted call inside a
 ``layer=N`` NVTX range (what a CPU, which has no XLA thunk ranges, needs to show
 layers); the default ``fused`` compiles the whole step, as one trains for real.
 On a CPU no data moves to host memory; the step still runs end to end.
+
+It marks its run with ``profiler.annotate`` although profile-step needs none of it
+(a plain script is recorded whole, and on a GPU its steps and warm-up come from
+XLA's own module ranges).  The marks say more than XLA can: ``capture()`` cuts
+warm-up out exactly where the script knows it ends, ``step(i)`` times each step
+as the loop sees it (host work included) on any backend, the CPU too, and labels
+the trace with its policy and model facts.
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ no-op without it)::
 
     policy = annotate.policy_name(default="none")   # the policy profile-step asks for
     for i in range(warmup_steps):
-        with annotate.warmup(i):                     # compilation, autotuning: not captured
+        with annotate.warmup(i):                     # compilation, autotuning: recorded, not analyzed
             run_step()
-    with annotate.capture(policy):                   # nsys records only inside this range
+    with annotate.capture(policy):                   # the analysis reads only inside this range
         for i in range(steps):
             with annotate.step(i):
                 run_step()
@@ -19,9 +19,10 @@ its memory and cost analysis go into the run folder, and ``profile-step plan``
 compiles it for a GPU target instead of running the script.
 
 Range names (domain ``profile-step``): ``policy=NAME``, ``step=N``,
-``layer=NAME``, ``warmup=N``.  ``profile-step`` starts nsys with an NVTX
-capture range on ``profile-step:capture``, so everything before ``capture()``
-stays out of the trace unless ``--keep-warmup`` is given.
+``layer=NAME``, ``warmup=N``.  ``profile-step`` records the whole run and
+analyzes only what happened inside ``profile-step:capture``, so compilation and
+warm-up stay out of the numbers (``--capture-range all`` analyzes everything;
+``--capture-range nvtx:profile-step:capture`` has nsys record only inside it).
 """
 
 from __future__ import annotations
@@ -86,9 +87,9 @@ def capture(policy: str | None = None, **facts: Any) -> Iterator[None]:
     write_runtime_facts(policy=policy, **facts)
     if _nvtx is None and os.environ.get(RUN_DIR_ENV):
         print(
-            "profile-step: the Python nvtx binding is missing, so no NVTX range is emitted and nsys's "
-            "capture range never opens; install it (pip install 'nvtx>=0.2.8,<0.2.12') or run with "
-            "--keep-warmup",
+            "profile-step: the Python nvtx binding is missing, so no NVTX range is emitted and the "
+            "analysis cannot see where capture() begins (it reads the whole run); install it "
+            "(pip install 'nvtx>=0.2.8,<0.2.12')",
             file=sys.stderr,
             flush=True,
         )

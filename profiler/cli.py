@@ -120,7 +120,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from profiler.trace import load_trace
 
     config = None if args.no_findings else findings_config(args)
-    trace = load_trace(args.trace[0], nsys=args.nsys)
+    trace = load_trace(args.trace[0], nsys=args.nsys, window=args.window)
     doc = analyze(
         trace,
         device=args.device,
@@ -233,12 +233,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:  # capture needs no analysis packages; a bare GPU node may only have what training needs
         from profiler.analysis.summary import run_summary
-        from profiler.report.text import NO_GPU, render_devices, render_policy_table
+        from profiler.report.text import NO_GPU, render_devices, render_policy_table, steps_line, window_line
         from profiler.trace import open_trace
     except ImportError as exc:
         run_summary = None
         print(f"profile-step: runs will not be analyzed here ({exc})", file=sys.stderr)
 
+    if args.keep_warmup and args.capture_range not in (None, "all"):
+        raise ProfilerError(
+            f"--keep-warmup is --capture-range all; it contradicts --capture-range {args.capture_range}"
+        )
+    capture_range = "all" if args.keep_warmup else (args.capture_range or "auto")
     policies = [p for p in args.policy or []]
     for group in args.policies or []:
         policies += [p.strip() for p in group.split(",") if p.strip()]
@@ -249,7 +254,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         runs_dir=Path(args.runs_dir),
         nsys=args.nsys,
         nsys_args=args.nsys_arg or [],
-        keep_warmup=args.keep_warmup,
+        capture_range=capture_range,
         lhs=args.lhs,
         pipelined_offload=args.pipelined_offload,
         async_limit=args.async_limit,
@@ -268,6 +273,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             "run_dir": str(res.run_dir),
         }
         print(f"\n== policy {res.policy}: {res.status} (exit {res.exit_code}) -> {res.run_dir}")
+        capture = res.manifest.get("capture", {})
+        print(f"   nsys records {capture.get('records')} (--capture-range {capture_range})")
         comp = res.manifest.get("compiled") or {}
         if comp.get("step_module"):
             agree = {True: "; dump and handed-over numbers agree", False: "; dump and handed-over numbers DIFFER"}
@@ -282,26 +289,25 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(f"   analysis failed: {exc}")
             else:
                 row.update(summary)
-                med = summary["median_step_ns"]
-                kept = summary["warmup_steps"]
-                print(
-                    f"   {summary['steps']} captured steps"
-                    + (f", median {med / 1e6:.3f} ms" if med is not None else "")
-                    + (f", {kept} warm-up steps kept" if kept else "")
-                )
-                if summary["analysis"]["devices"]:
-                    if not args.no_summary:
-                        print(render_devices(summary["analysis"]))
-                else:  # the sentence once per command, a short reminder after it
+                row["policy"] = res.policy  # the policy asked for (the trace's label may be absent)
+                print("   " + steps_line(summary))
+                if summary["analysis"]["devices"] and not args.no_summary:
+                    print(render_devices(summary["analysis"]))  # its head says the analysis window
+                else:
+                    print("   " + window_line(summary["analysis"]["trace"]["window"]))
+                if not summary["analysis"]["devices"]:  # the sentence once per command, a short reminder after it
                     print("   " + ("no GPU activity in this trace either" if said else NO_GPU))
                     said.add("no-gpu")
         elif res.sqlite is None and res.status != "interrupted":
             print(f"   no trace was written; see {res.run_dir / 'output.log'}")
-            if res.status == "no-trace" and not args.keep_warmup:
+            if res.status == "no-trace" and capture_range.startswith("nvtx:"):
                 print(
-                    "   (nsys records only inside annotate.capture(): did the script enter it? "
-                    "--keep-warmup captures from the start)"
+                    f"   (nsys waited for the NVTX range {capture_range[5:]}: did the script open it? "
+                    "--capture-range auto records the whole run)"
                 )
+            elif res.status == "no-trace" and capture_range == "cuda-profiler-api":
+                why = capture.get("problem") or "did the script call cudaProfilerStart()?"
+                print(f"   (nsys waited for cudaProfilerStart() and it never took effect: {why})")
         rows.append(row)
 
     results = run_all(req, on_result=show)
@@ -477,17 +483,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--layer-pattern",
         default=None,
         metavar="REGEX",
-        help="regex whose first group names the layer in XLA op_name paths "
-        "(default: layer_N, layers, decoder_N, block_N)",
+        help="regex whose first group names the layer in XLA op_name paths (default, by convention: "
+        "layer_3, layers_3, x_layers_3, layers/3, block_3, h_3; scans: decoder/layers, layers, while/body)",
     )
     a.add_argument(
         "--step-range",
         default=None,
         metavar="REGEX",
-        help="NVTX range names that mark steps (default: profile-step's step=N ranges)",
+        help="NVTX range names that mark steps (default: profile-step's step=N ranges, "
+        "else the executions of the dominant XLA module)",
     )
     a.add_argument("--no-findings", action="store_true", help="leave out the findings (faster on big traces)")
     add_findings_options(a)
+    a.add_argument(
+        "--window",
+        default=None,
+        metavar="auto|all|nvtx:NAME|cuda-profiler-api",
+        help="the part of the recording to analyze (default: what the run's --capture-range chose, else auto: "
+        "the profile-step:capture range, else the cudaProfilerStart/Stop span, else everything)",
+    )
     a.add_argument(
         "--ranks",
         action="store_true",
@@ -570,8 +584,10 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser(
         "run",
         help="profile a training script under nsys, once per policy",
-        description="Run SCRIPT under nsys profile (NVTX capture range: warm-up stays out) once per "
-        "policy, export SQLite, and show the copy-overlap summary. The policy reaches the script "
+        description="Run SCRIPT under nsys profile once per policy, export SQLite, and show the "
+        "copy-overlap summary. The whole run is recorded; the analysis reads the part between "
+        "annotate.capture() or cudaProfilerStart/Stop when the script marks one, and finds steps "
+        "and warm-up from XLA's own ranges when it marks none. The policy reaches the script "
         "as $PROFILE_STEP_POLICY (and as `--policy-arg FLAG NAME` when asked).",
     )
     r.add_argument("--policy", action="append", metavar="NAME", help="an offload policy (repeatable)")
@@ -586,7 +602,16 @@ def build_parser() -> argparse.ArgumentParser:
         "e.g. --nsys-arg=--sample=process-tree",
     )
     r.add_argument(
-        "--keep-warmup", action="store_true", help="capture from the start (compilation and warm-up included)"
+        "--capture-range",
+        default=None,
+        metavar="MODE",
+        help="what nsys records: auto (default: the whole run; analyzed from annotate.capture() or "
+        "cudaProfilerStart/Stop when the script marks them), all (the whole run, all analyzed), "
+        "nvtx:NAME[@DOMAIN] (only inside that NVTX range: for long jobs), cuda-profiler-api "
+        "(only between cudaProfilerStart and cudaProfilerStop)",
+    )
+    r.add_argument(
+        "--keep-warmup", action="store_true", help="the same as --capture-range all (compilation and warm-up included)"
     )
     r.add_argument("--lhs", action="store_true", help="XLA latency hiding scheduler on")
     r.add_argument("--pipelined-offload", action="store_true", help="XLA pipelined host offloading on")

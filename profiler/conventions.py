@@ -15,6 +15,18 @@ DOMAIN = "profile-step"
 CAPTURE_RANGE = "profile-step:capture"
 POLICY_PREFIX, STEP_PREFIX, LAYER_PREFIX, WARMUP_PREFIX = "policy=", "step=", "layer=", "warmup="
 
+# --- NVTX and CUDA calls written by others ------------------------------------------------
+XLA_DOMAIN = "TSL"  # XLA's own ranges (XlaModule, Thunk, XlaCompile, ...) live in this domain
+CUDA_PROFILER_START = ("cudaProfilerStart", "cuProfilerStart")  # runtime / driver API names
+CUDA_PROFILER_STOP = ("cudaProfilerStop", "cuProfilerStop")
+
+# --- what nsys records and what the analysis reads (``--capture-range``) ------------------
+# auto: record the whole run; analyze the profile-step:capture range, else the span between
+# cudaProfilerStart and cudaProfilerStop, else everything.  all: record and analyze everything.
+# nvtx:NAME / cuda-profiler-api: nsys records only that range / between those calls.
+CAPTURE_MODES = ("auto", "all", "nvtx:NAME", "cuda-profiler-api")
+CAPTURE_MANIFEST_KEY = "capture"
+
 # the example's policies (examples/train.py), the default of `profile-step plan`
 EXAMPLE_POLICIES = ("none", "remat", "offload_qkv", "offload_mlp", "offload_all")
 

@@ -161,8 +161,7 @@ def test_each_copy_counts_once_per_name(build):
     ],
 )
 def test_parse_xla_names(text, kind, module, path, hlo, uid, layer):
-    df = pl.DataFrame({"t": [text]}).select(parse_xla(pl.col("t")))
-    row = df.row(0, named=True)
+    row = parse_xla(pl.DataFrame({"t": [text]}), "t", None).row(0, named=True)
     assert (
         row["xla_kind"],
         row["hlo_module"],
@@ -174,15 +173,23 @@ def test_parse_xla_names(text, kind, module, path, hlo, uid, layer):
 
 
 def test_parse_huge_and_activation_names():
-    big = "Thunk:#name=" + "x/" * 500_000 + "query_proj,hlo_op=f#"
-    row = pl.DataFrame({"t": [big]}).select(parse_xla(pl.col("t"))).row(0, named=True)
+    long = "Thunk:#name=" + "x/" * 30_000 + "query_proj,hlo_op=f#"  # 60 kB: long, still a path
+    row = parse_xla(pl.DataFrame({"t": [long]}), "t", None).row(0, named=True)
     assert row["xla_kind"] == "thunk" and row["activation"] == "query_proj"
+    huge = "Thunk:#name=" + "x/" * 500_000 + "query_proj,hlo_op=f#"  # a megabyte: no real op path
+    row = parse_xla(pl.DataFrame({"t": [huge]}), "t", None).row(0, named=True)
+    assert row["xla_kind"] == "malformed" and row["activation"] is None
+
+
+TSL = 2  # the domain id the tests give XLA's NVTX domain
 
 
 def xla_step_trace(b: ExportBuilder, t0: int, step: int, scan: bool) -> None:
     """One step: 2 layers forward then backward, one copy per thunk; unrolled or under a scan."""
+    if step == 0:
+        b.domain(TSL, "TSL", tid=A)
     b.nvtx(t0, t0 + 1000, f"step={step}", tid=A)
-    b.nvtx(t0 + 1, t0 + 999, "XlaModule:#hlo_module=jit_step,program_id=1#", tid=A)
+    b.nvtx(t0 + 1, t0 + 999, "XlaModule:#hlo_module=jit_step,program_id=1#", tid=A, domain_id=TSL)
     t = t0 + 10
     layers = [("layers", 0), ("layers", 1)] if scan else [("layer_0", 0), ("layer_1", 1)]
     for direction in ("fwd", "bwd"):
@@ -192,7 +199,7 @@ def xla_step_trace(b: ExportBuilder, t0: int, step: int, scan: bool) -> None:
             hlo = "copy-start.1" if direction == "fwd" else "copy-start.2"
             if not scan:
                 hlo += f".{idx}"
-            b.nvtx(t, t + 50, f"Thunk:#name={path},hlo_op={hlo}#", tid=A)
+            b.nvtx(t, t + 50, f"Thunk:#name={path},hlo_op={hlo}#", tid=A, domain_id=TSL)
             kind, nbytes = ("d2h", 1000 * (idx + 1)) if direction == "fwd" else ("h2d", 10 * (idx + 1))
             launch_copy(b, t + 1, (t + 5, t + 45), kind, nbytes)
             t += 100
@@ -268,14 +275,18 @@ def test_layer_table_names_top_kernels(build):
 
 def test_bad_nvtx_text_is_handled(build):
     b = ExportBuilder()
-    b.nvtx(0, 100, "", tid=A)
-    b.nvtx(0, 100, "Thunk:#name=broken", tid=A)
-    b.nvtx(5, 100, "Thunk:#name=" + "y" * 2_000_000 + ",hlo_op=f#", tid=A)  # the innermost
-    b.nvtx(0, 100, None, tid=A)
+    b.domain(TSL, "TSL", tid=A)
+    b.nvtx(0, 100, "", tid=A, domain_id=TSL)
+    b.nvtx(0, 100, "Thunk:#name=broken", tid=A, domain_id=TSL)
+    b.nvtx(1, 100, "Thunk:#name=ok,hlo_op=f#", tid=A, domain_id=TSL)
+    b.nvtx(5, 100, "Thunk:#name=" + "y" * 2_000_000 + ",hlo_op=g#", tid=A, domain_id=TSL)  # the innermost
+    b.nvtx(0, 100, None, tid=A, domain_id=TSL)
     launch_copy(b, 10, (10, 20), "d2h", 1)
     doc = analyze(open_trace(build(b)), by="op")
-    assert doc["attribution"]["malformed_xla_ranges"] == 1
-    assert any(r["name"] == "f" for r in doc["ops"])
+    assert doc["attribution"]["malformed_xla_ranges"] == 2  # cut short; a 2 MB op path
+    # the innermost range is not an XLA thunk: the copy is listed under that range's name
+    (row,) = doc["ops"]
+    assert row["name"].startswith("Thunk:#name=yyy") and row["copies"]["d2h"]["count"] == 1
 
 
 def test_nvtx_text_that_is_not_utf8(build):

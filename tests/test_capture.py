@@ -13,11 +13,15 @@ from pathlib import Path
 import pytest
 
 from profiler.analysis.steps import annotated_ranges, step_summary
+from profiler.analysis.summary import run_summary
 from profiler.capture import nsys_command, xla_flags
+from profiler.capture.run import cuda_driver_problem
 from profiler.trace import open_trace
 from tests.conftest import ROOT, run_cli
 
 STEPS = ROOT / "tests" / "scripts" / "steps.py"
+PLAIN = ROOT / "tests" / "scripts" / "plain_jax.py"
+PROFILER_API = ROOT / "tests" / "scripts" / "cuda_profiler_api.py"
 TRAIN = ROOT / "examples" / "train.py"
 
 
@@ -61,10 +65,38 @@ def test_nsys_command_user_options_override_defaults(tmp_path):
     assert "--trace=cuda,nvtx" in cmd and "--trace=cuda,nvtx,osrt,cublas,cudnn" not in cmd
     assert "--sample=cpu" in cmd and "--sample=none" not in cmd
     assert "--gpu-metrics-device=0" in cmd
-    assert "--capture-range=nvtx" in cmd
+    assert not any(a.startswith("--capture-range") for a in cmd)  # auto: the whole run is recorded
     assert cmd[-2:] == ["python", "t.py"]
-    keep = nsys_command.build(Path("nsys"), tmp_path / "t", ["p"], keep_warmup=True)
+    keep = nsys_command.build(Path("nsys"), tmp_path / "t", ["p"], capture="all")
     assert not any(a.startswith("--capture-range") for a in keep)
+
+
+@pytest.mark.parametrize(
+    ("mode", "options"),
+    [
+        ("auto", []),
+        ("all", []),
+        (
+            "nvtx:profile-step:capture",
+            ["--capture-range=nvtx", "--nvtx-capture=profile-step:capture@profile-step", "--capture-range-end=stop"],
+        ),
+        ("nvtx:train@*", ["--capture-range=nvtx", "--nvtx-capture=train@*", "--capture-range-end=stop"]),
+        ("cuda-profiler-api", ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"]),
+    ],
+)
+def test_capture_range_modes(tmp_path, mode, options):
+    cmd = nsys_command.build(Path("nsys"), tmp_path / "t", ["p"], capture=mode)
+    assert [a for a in cmd if a.startswith(("--capture-range", "--nvtx-capture"))] == options
+    # the user's own nsys options still win
+    cmd = nsys_command.build(Path("nsys"), tmp_path / "t", ["p"], ["--capture-range=none"], capture=mode)
+    assert "--capture-range=none" in cmd
+
+
+def test_bad_capture_range_is_one_line(tmp_path):
+    proc = run_cli("--capture-range", "sometimes", "--runs-dir", str(tmp_path / "runs"), str(STEPS))
+    assert proc.returncode == 2
+    assert "--capture-range: 'sometimes'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
 
 
 # --- with the real nsys -----------------------------------------------------------------------
@@ -111,17 +143,21 @@ def test_example_two_policies_end_to_end(nsys, tmp_path):
             assert man[key], key
         assert man["versions"]["jax"] and man["versions"]["nsys"].startswith("2023.4")
         assert man["environment"]["PROFILE_STEP_POLICY"] == policy
+        assert man["capture"] == {"mode": "auto", "records": "the whole run", "analysis_window": "auto"}
         assert "--xla_gpu_enable_command_buffer=" in man["xla_flags"]["final"]
         assert (folder / "output.log").read_text().count("step ") >= 3
         trace = open_trace(folder / "trace.sqlite")
         summary = step_summary(trace.nvtx)
         assert summary["policy"] == policy
         assert summary["steps"] == 3
-        assert summary["warmup_steps"] == 0, "warm-up must stay out of the capture"
+        assert summary["warmup_steps"] == 0, "warm-up must stay out of the analysis"
+        assert step_summary(open_trace(folder / "trace.sqlite", "all").nvtx)["warmup_steps"] > 0  # recorded
         layers = annotated_ranges(trace.nvtx, "layer=")
         assert sorted(set(layers["value"])) == ["0", "1"]
         assert layers.height == 3 * 2 * 2  # 3 steps x 2 layers x (forward + backward)
     assert "policy" in proc.stdout and "median step ms" in proc.stdout  # the table across policies
+    assert proc.stdout.count("3 steps from profile-step step=N ranges") == 2
+    assert proc.stdout.count("analysis window: profile-step:capture range") == 2
 
 
 @pytest.mark.nsys
@@ -252,3 +288,83 @@ def test_capture_works_without_the_analysis_packages(nsys, tmp_path):
     (folder,) = runs_in(runs)
     assert (folder / "trace.sqlite").is_file()
     assert json.loads((folder / "manifest.json").read_text())["status"] == "ok"
+
+
+@pytest.mark.nsys
+def test_nsys_capture_range_records_only_the_range(nsys, tmp_path):
+    """For long jobs: nsys itself records only inside annotate.capture()."""
+    proc = run_cli(
+        "--capture-range", "nvtx:profile-step:capture", "--runs-dir", str(tmp_path), "--nsys", str(nsys), str(STEPS)
+    )
+    assert proc.returncode == 0, proc.stderr
+    (folder,) = runs_in(tmp_path)
+    man = json.loads((folder / "manifest.json").read_text())
+    assert man["capture"]["mode"] == "nvtx:profile-step:capture"
+    assert "--capture-range=nvtx" in man["nsys_command"]
+    assert "nsys records only inside the NVTX range profile-step:capture@profile-step" in proc.stdout
+    everything = open_trace(folder / "trace.sqlite", "all")
+    assert step_summary(everything.nvtx)["warmup_steps"] == 0  # never recorded
+    assert step_summary(everything.nvtx)["steps"] == 3
+
+
+@pytest.mark.nsys
+def test_plain_jax_script_under_two_policies(nsys, tmp_path):
+    """A script with no profile-step code: recorded whole under each policy; on a CPU the analysis
+    says that XLA writes no step ranges there."""
+    runs = tmp_path / "runs"
+    proc = run_cli("--policy", "a", "--policy", "b", "--runs-dir", str(runs), "--nsys", str(nsys), str(PLAIN))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    folders = runs_in(runs)
+    assert [f.name.split("-")[1] for f in folders] == ["a", "b"]
+    for folder in folders:
+        man = json.loads((folder / "manifest.json").read_text())
+        assert man["status"] == "ok" and man["capture"]["mode"] == "auto"
+        trace = open_trace(folder / "trace.sqlite")
+        assert not trace.window.active
+        own = trace.nvtx.filter(trace.nvtx["text"].str.starts_with("train_step "))
+        assert own.height == 5  # the warm-up step and the four others: the whole run
+        summary = run_summary(trace)
+        if trace.has_cuda_calls:  # a GPU: the steps are the executions of XLA's train step module
+            assert summary["step_source"].startswith("XLA module jit_train_step")
+            assert summary["steps"] == 5 and summary["warmup_steps"] == 1
+        else:
+            assert summary["steps"] == 0 and "XLA:CPU emits no NVTX" in summary["step_source_note"]
+    assert proc.stdout.count("nsys records the whole run (--capture-range auto)") == 2
+    line = "steps from XLA module jit_train_step" if trace.has_cuda_calls else "no steps: no step=N ranges"
+    assert proc.stdout.count(line) == 2
+
+
+@pytest.mark.nsys
+def test_cuda_profiler_api_script(nsys, tmp_path):
+    """cudaProfilerStart/Stop through ctypes: the window where a CUDA runtime exists, else why not."""
+    proc = run_cli("--policy", "p", "--runs-dir", str(tmp_path), "--nsys", str(nsys), str(PROFILER_API))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (folder,) = runs_in(tmp_path)
+    trace = open_trace(folder / "trace.sqlite")
+    window = trace.window
+    if "no CUDA runtime" not in (folder / "output.log").read_text():  # the calls took effect
+        assert window.source == "cudaProfilerStart/Stop span"
+        names = trace.nvtx["text"].to_list()
+        assert "train_step 0" in names and not any(n.startswith("warmup") for n in names if n)
+        assert "after the profiler stopped" not in names
+    else:  # the script said why; the analysis reads the whole run and says why too
+        assert not window.active
+        if not trace.has_cuda_calls:
+            assert "no CUDA runtime: the recording holds no CUDA API calls" in window.note
+            assert "analysis window: the whole recording (no profile-step:capture range; no CUDA runtime" in proc.stdout
+
+
+@pytest.mark.nsys
+def test_cuda_profiler_api_mode_without_cuda_says_why(nsys, tmp_path):
+    if cuda_driver_problem() is None:
+        pytest.skip("a CUDA driver is here: nsys's cudaProfilerApi capture range can open")
+    proc = run_cli(
+        "--capture-range", "cuda-profiler-api", "--runs-dir", str(tmp_path), "--nsys", str(nsys), str(PROFILER_API)
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "--capture-range cuda-profiler-api: no CUDA runtime: the CUDA driver (libcuda.so.1)" in proc.stderr
+    assert "no-trace" in proc.stdout
+    assert "nsys waited for cudaProfilerStart() and it never took effect: no CUDA runtime" in proc.stdout
+    (folder,) = runs_in(tmp_path)
+    man = json.loads((folder / "manifest.json").read_text())
+    assert man["status"] == "no-trace" and man["capture"]["problem"].startswith("no CUDA runtime")

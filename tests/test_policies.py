@@ -28,6 +28,9 @@ A = 100
 STEP_NS = 1_000_000
 
 
+TSL = 2  # the domain id of XLA's NVTX domain in these exports
+
+
 def launch(b: ExportBuilder, t: int, kind: str, nbytes: int) -> None:
     corr = b.copy(t + 5, t + 45, kind, nbytes)
     b.runtime(t, t + 5, corr, name="cudaMemcpyAsync", tid=A)
@@ -40,13 +43,13 @@ def step_trace(b: ExportBuilder, t0: int, s: int) -> None:
     (copy-start.4 is absent) but comes back; an extra 1 MiB leaves inside fusion.9.
     """
     b.nvtx(t0, t0 + STEP_NS, f"step={s}", tid=A, domain_id=1)
-    b.nvtx(t0 + 10, t0 + STEP_NS - 10, "XlaModule:#hlo_module=jit_train_step,program_id=1#", tid=A)
+    b.nvtx(t0 + 10, t0 + STEP_NS - 10, "XlaModule:#hlo_module=jit_train_step,program_id=1#", tid=A, domain_id=TSL)
     for k, (hlo, kind) in enumerate(
         [("copy-start.1.0", "d2h"), ("copy-start.2.0", "h2d"), ("copy-start.3.0", "h2d"), ("fusion.9", "d2h")]
     ):
         t = t0 + 1000 + 1000 * k
         name = f"Thunk:#hlo_op={hlo}#" if hlo.startswith("copy") else f"Thunk:#name=jit(s)/x,hlo_op={hlo}#"
-        b.nvtx(t, t + 100, name, tid=A)
+        b.nvtx(t, t + 100, name, tid=A, domain_id=TSL)  # XLA's ranges are in its own domain
         launch(b, t + 1, kind, 4 * MiB if hlo.startswith("copy") else MiB)
 
 
@@ -71,6 +74,7 @@ def plan_run(tmp_path) -> Path:
     b = ExportBuilder()
     b.gpu(0, "NVIDIA H100 80GB HBM3")
     b.domain(1, "profile-step", tid=A)
+    b.domain(TSL, "TSL", tid=A)
     for s in range(3):
         step_trace(b, s * 2 * STEP_NS, s)
     b.write(run / "trace.sqlite")
@@ -97,7 +101,7 @@ def collected(run: Path) -> dict:
 def test_planned_vs_moved_flags_each_difference(plan_run):
     run = collected(plan_run)
     assert run["compiled"]["module"] == "module_0001.jit_train_step"
-    assert "ran longest" in run["compiled"]["chosen_by"]
+    assert "whose executions are the steps" in run["compiled"]["chosen_by"]
     pvm = planned_vs_moved(run)
     rows = {(r["layer"], r["activation"], r["unplanned_op"]): r for r in pvm["rows"]}
     l1 = rows[("layer_1", None, None)]

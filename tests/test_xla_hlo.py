@@ -328,15 +328,13 @@ def test_pax_dump_step_is_the_module_the_trace_ran_longest(shared_traces, pax_du
     archive = shared_traces / "jax-toolbox" / "NVIDIA__JAX-Toolbox__pax_fsdp4_4proc_proc0.zip"
     with zipfile.ZipFile(archive) as z, z.open("nvtx_gpu_proj_trace/trace.parquet") as fh:
         proj = pl.read_parquet(fh.read())
-    ranges = (
-        proj.select(
-            pl.col("Name").str.strip_prefix("TSL:").alias("name"),
-            pl.col("Projected Start").alias("start"),
-            (pl.col("Projected Start") + pl.col("Projected Duration")).alias("end"),
-        )
-        .with_columns(parse_xla(pl.col("name")))
-        .filter(pl.col("program_id").is_not_null() | (pl.col("xla_kind") != "module"))
+    names = proj.select(
+        pl.col("Name").str.strip_prefix("TSL:").alias("name"),
+        pl.col("Projected Start").alias("start"),
+        (pl.col("Projected Start") + pl.col("Projected Duration")).alias("end"),
     )
+    parsed = parse_xla(names, "name", None)
+    ranges = parsed.filter(pl.col("program_id").is_not_null() | (pl.col("xla_kind") != "module"))
     executed = executed_modules(ranges)
     assert executed[0] == ("pjit__wrapped_step_fn", 40)
     mods = dump.scan(pax_dump)

@@ -21,6 +21,7 @@ from profiler.analysis.intervals import measure_within, union
 from profiler.analysis.overlap import KernelSets, offload_metrics, valid, windows_and_invalid
 from profiler.analysis.stalls import Stalls, has_waits, trace_stalls
 from profiler.analysis.xla_names import DEFAULT_LAYER_PATTERN, parse_xla
+from profiler.analysis.xla_steps import ModuleSteps, module_steps
 from profiler.conventions import DOMAIN, LAYER_PREFIX, POLICY_PREFIX, STEP_PREFIX, WARMUP_PREFIX
 from profiler.trace.loader import Trace
 
@@ -34,8 +35,8 @@ class Breakdown:
     """Attribution of one trace, computed once and shared by every view."""
 
     trace: Trace
-    layer_pattern: str = DEFAULT_LAYER_PATTERN
-    step_range: str | None = None  # a regex for user step ranges; default: profile-step's step=N
+    layer_pattern: str | None = DEFAULT_LAYER_PATTERN  # None: layer names by convention (xla_names.py)
+    step_range: str | None = None  # a regex for user step ranges; default: step=N, else XLA's modules
     # The GPU ops attributed to ranges.  Copies alone give the same per-layer and per-step
     # copy numbers (kernels enter only as the device's kernel unions) for a fraction of the work;
     # the views then list a group only on devices where it has copies.
@@ -85,7 +86,7 @@ class Breakdown:
     @cached_property
     def ranges(self) -> attribution.Ranges:
         rng = attribution.nvtx_ranges(self.trace.nvtx, self.trace_end)
-        parsed = rng.ranges.with_columns(parse_xla(pl.col("name"), self.layer_pattern))
+        parsed = parse_xla(rng.ranges, "name", "domain", self.layer_pattern)
         return attribution.Ranges(parsed, rng.cross_thread, rng.open)
 
     @cached_property
@@ -181,7 +182,7 @@ class Breakdown:
                 .filter(pl.col("ov") > 0)
                 .group_by("name")
                 .agg(pl.col("ov").sum(), pl.len().alias("kernels"))
-                .sort("ov", descending=True)
+                .sort(["ov", "name"], descending=[True, False])  # ties by name: the same on every run
                 .head(TOP_KERNELS)
             )
             out[int(key)] = [{"name": n, "overlap_ns": int(o), "kernels": int(c)} for n, o, c in best.iter_rows()]
@@ -193,20 +194,52 @@ class Breakdown:
         assigned = self.pairs.join(self.ranges.ranges.select("range_id", pl.col("name").alias("group")), on="range_id")
         return [{k: v for k, v in r.items() if k != "top_kernels"} for r in self.measure(assigned)]
 
-    def step_ranges(self) -> pl.DataFrame:
-        """The step range instances, in time order, with an index."""
+    @cached_property
+    def steps(self) -> StepSet:
+        """The one definition of a step, shared by every view: ``--step-range REGEX`` ranges, else
+        profile-step's ``step=N`` ranges, else the executions of the dominant XLA module."""
         r = self.ranges.ranges
+
+        def one_range_each(sel: pl.DataFrame, source: str) -> StepSet:
+            frame = sel.sort("start").with_row_index("index").with_columns(pl.lit(None, pl.String).alias("warmup"))
+            return StepSet(frame, frame.select("range_id", "index"), source, None)
+
         if self.step_range:
-            sel = r.filter(pl.col("name").str.contains(self.step_range))
-        else:
-            sel = r.filter((pl.col("domain") == DOMAIN) & pl.col("name").str.starts_with(STEP_PREFIX))
-        return sel.sort("start").with_row_index("index")
+            return one_range_each(
+                r.filter(pl.col("name").str.contains(self.step_range)), f"--step-range {self.step_range}"
+            )
+        sel = r.filter((pl.col("domain") == DOMAIN) & pl.col("name").str.starts_with(STEP_PREFIX))
+        if sel.height:
+            return one_range_each(sel, f"profile-step {STEP_PREFIX}N ranges")
+        xla = self.module_steps
+        why = f"no {STEP_PREFIX}N ranges, no --step-range; " + (xla.note or "")
+        return StepSet(xla.steps, xla.members, xla.source, xla.note if xla.source else why)
+
+    @cached_property
+    def module_steps(self) -> ModuleSteps:
+        """Steps from XLA module executions, projected onto the GPU through all GPU ops (whatever
+        ops this breakdown attributes), so that every view finds the same steps."""
+        r = self.ranges.ranges
+        if set(self.kinds) == set(attribution.OP_KINDS):
+            return module_steps(r, self.pairs, self.ops)
+        modules = r.filter(pl.col("xla_kind") == "module")
+        if modules.height == 0:
+            return module_steps(r, self.pairs.clear(), self.ops)
+        ops = attribution.gpu_ops(self.trace, attribution.OP_KINDS)
+        return module_steps(r, attribution.attribute(ops, modules), ops)
+
+    def step_ranges(self) -> pl.DataFrame:
+        """The steps, in time order: index, range_id (its range, or its first XLA execution), name,
+        start, end (the step's span), warmup (why it is warm-up, else NULL)."""
+        return self.steps.frame
 
     def step_assignment(self, steps: pl.DataFrame) -> tuple[pl.DataFrame, str]:
-        """(op_id, range_id, index, ...) of the GPU ops of each step range in *steps*, and how they
-        were found: by launch thread, else (no launches on the step ranges' threads) by GPU time."""
+        """(op_id, range_id, index, ...) of the GPU ops of each step in *steps* (rows of
+        ``step_ranges()``), and how they were found: by launch thread in the step's ranges (every
+        execution of an XLA step), else (no launches on the step ranges' threads) by GPU time."""
         ids = steps.select("range_id", "index", "name", "start", "end")
-        assigned = self.pairs.join(ids, on="range_id")
+        members = self.steps.members.join(ids.drop("range_id"), on="index")
+        assigned = self.pairs.join(members, on="range_id")
         if self.ops.height == 0:
             return assigned, "nothing (no GPU ops)"
         if assigned.height == 0:
@@ -217,6 +250,7 @@ class Breakdown:
     def by_step(self, copies: bool = True) -> dict[str, Any]:
         """Per step instance: duration, copy metrics; warm-up and outlier steps flagged and excluded."""
         steps = self.step_ranges()
+        source = {"source": self.steps.source, "source_note": self.steps.note}
         if steps.height == 0:
             return {
                 "steps": [],
@@ -224,6 +258,7 @@ class Breakdown:
                 "excluded": [],
                 "median_step_ns": None,
                 "median_included_step_ns": None,
+                **source,
             }
         ids = steps.select("range_id", "index", "name", "start", "end")
         label = {i: f"{n}#{i}" if self.step_range else n for i, n in ids.select("index", "name").iter_rows()}
@@ -233,14 +268,13 @@ class Breakdown:
             assigned = assigned.with_columns(pl.col("index").replace_strict(label).alias("group"))
             rows = {(r["name"], r["device"]): r for r in self.measure(assigned, top_kernels=False)}
         durations = (steps["end"] - steps["start"]).to_numpy()
-        median = float(np.median(durations))
+        not_warm = steps["warmup"].is_null().to_numpy()
+        median = float(np.median(durations[not_warm] if not_warm.any() else durations))
         out, excluded = [], []
-        for idx, name, start, end in steps.select("index", "name", "start", "end").iter_rows():
+        for idx, name, start, end, warm in steps.select("index", "name", "start", "end", "warmup").iter_rows():
             dur = end - start
-            reason = None
-            if name.startswith(WARMUP_PREFIX):
-                reason = "warm-up"
-            elif median > 0 and dur > OUTLIER_FACTOR * median and steps.height >= 3:
+            reason = warm or ("warm-up" if name.startswith(WARMUP_PREFIX) else None)
+            if reason is None and median > 0 and dur > OUTLIER_FACTOR * median and steps.height >= 3:
                 reason = f"outlier: {dur / median:.1f}x the median step"
             lab = label[idx]
             per_dev = {d: r["copies"] for (g, d), r in rows.items() if g == lab}
@@ -262,8 +296,9 @@ class Breakdown:
             "steps": out,
             "attribution": how,
             "excluded": excluded,
-            "median_step_ns": int(median),  # over all steps: the yardstick for outliers
+            "median_step_ns": int(median),  # over all steps but XLA warm-up: the yardstick for outliers
             "median_included_step_ns": int(np.median(kept)) if kept else None,  # what summaries report
+            **source,
         }
 
     @cached_property
@@ -313,9 +348,10 @@ class Breakdown:
             bounds = self.step_ranges()["start"].sort().to_numpy()
         step_of = np.searchsorted(bounds, thunks["start"].to_numpy(), side="right") - 1
         t = thunks.with_columns(pl.Series("_step", step_of)).sort("start")
+        # one instruction: its name less the suffixes of XLA's passes (a peeled first iteration too)
         t = t.with_columns(
-            pl.int_range(pl.len()).over("_step", "global_tid", "hlo_op").alias("_k"),
-            pl.len().over("_step", "global_tid", "hlo_op").alias("_n"),
+            pl.int_range(pl.len()).over("_step", "global_tid", "hlo_base").alias("_k"),
+            pl.len().over("_step", "global_tid", "hlo_base").alias("_n"),
         )
         k = pl.when(pl.col("backward")).then(pl.col("_n") - 1 - pl.col("_k")).otherwise(pl.col("_k"))
         return t.with_columns(
@@ -358,6 +394,16 @@ class Breakdown:
             .select("op_id", pl.col("op").alias("group"))
         )
         return self.measure(assigned, distinct=True, top_kernels=top_kernels)
+
+
+@dataclass(frozen=True)
+class StepSet:
+    """The steps of a trace and where they came from."""
+
+    frame: pl.DataFrame  # one row per step, in time order: index, range_id, name, start, end, warmup, ...
+    members: pl.DataFrame  # range_id, index: the ranges each step's ops are launched in
+    source: str | None  # None: no steps
+    note: str | None  # why there are none, or what was chosen among what
 
 
 def _natural_key(text: str) -> list[Any]:

@@ -15,7 +15,7 @@ import polars as pl
 from profiler.analysis.xla_names import DEFAULT_LAYER_PATTERN, parse_xla
 
 
-def _parse_paths(paths: list[str], layer_pattern: str) -> dict[str, tuple[str | None, str | None]]:
+def _parse_paths(paths: list[str], layer_pattern: str | None) -> dict[str, tuple[str | None, str | None]]:
     """op_name path -> (layer, activation), through the thunk-range parser."""
     uniq = list(dict.fromkeys(paths))
     if not uniq:
@@ -23,8 +23,7 @@ def _parse_paths(paths: list[str], layer_pattern: str) -> dict[str, tuple[str | 
     frame = pl.DataFrame({"path": uniq}).with_columns(
         pl.format("Thunk:#name={},hlo_op=plan#", pl.col("path").str.replace_all("#", "", literal=True)).alias("name")
     )
-    cols = {e.meta.output_name(): e for e in parse_xla(pl.col("name"), layer_pattern)}
-    parsed = frame.select("path", cols["layer"], cols["activation"])
+    parsed = parse_xla(frame, "name", None, layer_pattern).select("path", "layer", "activation")
     return {p: (lay, act) for p, lay, act in parsed.iter_rows()}
 
 

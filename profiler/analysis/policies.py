@@ -58,11 +58,17 @@ def executed_modules(ranges: pl.DataFrame) -> list[tuple[str, int | None]]:
     return [(n, p) for n, p in agg.select("hlo_module", "program_id").iter_rows() if n]
 
 
-def step_compiled(compiled: dict[str, Any] | None, executed: list[tuple[str, int | None]] | None = None) -> dict:
+def step_compiled(
+    compiled: dict[str, Any] | None,
+    executed: list[tuple[str, int | None]] | None = None,
+    step_module: tuple[str, int | None] | None = None,
+) -> dict:
     """The step's module from a run's ``compiled.json``, its plan labelled with layers.
 
-    The module the script handed over wins, then the module the trace ran
-    longest (when the dump kept it), then the capture's own choice.
+    The module the script handed over wins, then the module whose executions
+    the steps analysis took as the steps (*step_module*: ``Breakdown.module_steps``,
+    by GPU time, autotuning left out), then the module the trace ran longest
+    (when the dump kept it), then the capture's own choice.
     """
     if not compiled:
         return {"module": None, "chosen_by": None, "notes": ["no compiled.json in the run folder"]}
@@ -71,11 +77,13 @@ def step_compiled(compiled: dict[str, Any] | None, executed: list[tuple[str, int
     chosen, why = None, compiled.get("chosen_by")
     if handed:
         chosen = next((m for m in reversed(mods) if m["name"] == handed), None)
+    candidates = [(step_module, "the XLA module whose executions are the steps")] if step_module else []
+    candidates += [(e, "the XLA module that ran longest in the trace") for e in executed or []]
     if chosen is None:
-        for name, pid in executed or []:
+        for (name, pid), reason in candidates:
             chosen = next((m for m in mods if m["name"] == name and (pid is None or m["id"] == pid)), None)
             if chosen is not None:
-                why = f"the XLA module that ran longest in the trace ({name})"
+                why = f"{reason} ({name})"
                 break
     if chosen is None:
         chosen = next((m for m in mods if m.get("label") == compiled.get("step_module")), None)

@@ -78,6 +78,13 @@ def find_manifest(trace_path: Path) -> dict[str, Any] | None:
         return None
 
 
+def _compiled(trace: Trace, bd: Breakdown) -> dict[str, Any]:
+    """The compiled step of the run folder, matched to the module the steps analysis found."""
+    ms = bd.module_steps
+    step = (ms.module, ms.program_id) if ms.module else None
+    return step_compiled(find_compiled(trace.path), executed_modules(bd.ranges.ranges), step)
+
+
 def collect(
     trace: Trace,
     manifest: dict[str, Any] | None = None,
@@ -139,6 +146,8 @@ def collect(
         "manifest": manifest,
         "gpus": sorted(set(trace.devices["name"].drop_nulls().to_list())),
         "device_names": {str(d): n for d, n in trace.devices.select("id", "name").iter_rows() if n},
+        "window": trace.window.facts(),  # the part of the recording these numbers come from
+        "step_source": steps["source"],
         "steps": step_rows,
         "median_step_ns": steps["median_included_step_ns"],
         "copies": {d: totals([dev["copies"][d] for dev in devices.values()]) for d in DIRECTIONS},
@@ -160,6 +169,6 @@ def collect(
             for name, v in layers.items()
         },
         # issue 14: the step's compiled module (memory, FLOPs, labelled offload plan) and copies per instruction
-        "compiled": step_compiled(find_compiled(trace.path), executed_modules(bd.ranges.ranges)) if detail else None,
+        "compiled": _compiled(trace, bd) if detail else None,
         "copy_ops": copy_ops(bd) if detail else [],
     }

@@ -18,6 +18,7 @@ def trace_info(trace: Trace) -> dict[str, Any]:
         "nsys_version": trace.nsys_version,
         "schema_version": trace.schema_version,
         "gpus": {str(d): n for d, n in trace.devices.select("id", "name").iter_rows()},
+        "window": trace.window.facts(),  # the part of the recording every number comes from
     }
 
 
@@ -84,8 +85,14 @@ def run_summary(trace: Trace) -> dict[str, Any]:
 
     doc = analyze(trace)
     steps = Breakdown(trace, kinds=()).by_step(copies=False)
+    annotated = step_summary(trace.nvtx)
+    warm = sum(1 for s in steps["steps"] if (s["excluded"] or "").startswith("warm-up"))
     return {
-        **step_summary(trace.nvtx),
+        **annotated,
+        "steps": len(steps["steps"]),  # by the one definition of a step (Breakdown.steps)
+        "warmup_steps": annotated["warmup_steps"] + warm,
+        "step_source": steps["source"],
+        "step_source_note": steps["source_note"],
         "median_step_ns": steps["median_included_step_ns"],
         "excluded_steps": steps["excluded"],
         "devices": doc["devices"],

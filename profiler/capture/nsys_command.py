@@ -8,6 +8,27 @@ from pathlib import Path
 
 from profiler.conventions import CAPTURE_RANGE, DOMAIN
 
+# --capture-range modes (see conventions.CAPTURE_MODES) and what nsys records under each
+MODES = {
+    "auto": "the whole run",
+    "all": "the whole run",
+    "nvtx": "only inside the NVTX range NAME",
+    "cuda-profiler-api": "only between cudaProfilerStart and cudaProfilerStop",
+}
+
+
+def nvtx_capture(mode: str) -> str:
+    """nsys's ``--nvtx-capture`` value for ``nvtx:NAME``: profile-step's own range in its own domain."""
+    name = mode.removeprefix("nvtx:")
+    return f"{CAPTURE_RANGE}@{DOMAIN}" if name == CAPTURE_RANGE else name
+
+
+def describe(mode: str) -> str:
+    """What nsys records under *mode*, for people."""
+    key = "nvtx" if mode.startswith("nvtx:") else mode
+    return MODES[key].replace("NAME", nvtx_capture(mode)) if key == "nvtx" else MODES[key]
+
+
 # Short options of nsys profile that take a value, and their long names.
 SHORT = {
     "-t": "--trace",
@@ -26,8 +47,8 @@ SHORT = {
 }
 
 
-def default_options(keep_warmup: bool) -> dict[str, str]:
-    """nsys profile options suited to measuring copy overlap."""
+def default_options(capture: str = "auto") -> dict[str, str]:
+    """nsys profile options suited to measuring copy overlap, recording what *capture* asks for."""
     opts = {
         "--trace": "cuda,nvtx,osrt,cublas,cudnn",
         "--cuda-memory-usage": "true",
@@ -37,14 +58,10 @@ def default_options(keep_warmup: bool) -> dict[str, str]:
         "--export": "sqlite",
         "--force-overwrite": "false",
     }
-    if not keep_warmup:
-        opts.update(
-            {
-                "--capture-range": "nvtx",
-                "--nvtx-capture": f"{CAPTURE_RANGE}@{DOMAIN}",
-                "--capture-range-end": "stop",
-            }
-        )
+    if capture.startswith("nvtx:"):
+        opts.update({"--capture-range": "nvtx", "--nvtx-capture": nvtx_capture(capture), "--capture-range-end": "stop"})
+    elif capture == "cuda-profiler-api":
+        opts.update({"--capture-range": "cudaProfilerApi", "--capture-range-end": "stop"})
     return opts
 
 
@@ -71,10 +88,10 @@ def parse_user_options(args: Sequence[str]) -> dict[str, str | None]:
 
 
 def build(
-    nsys: Path, output: Path, program: Sequence[str], user_args: Sequence[str] = (), keep_warmup: bool = False
+    nsys: Path, output: Path, program: Sequence[str], user_args: Sequence[str] = (), capture: str = "auto"
 ) -> list[str]:
     """The full command: ``nsys profile [defaults, overridden by the user's] -o OUTPUT program...``."""
-    opts: dict[str, str | None] = dict(default_options(keep_warmup))
+    opts: dict[str, str | None] = dict(default_options(capture))
     opts.update(parse_user_options(user_args))
     opts["--output"] = str(output)
     cmd = [str(nsys), "profile"]

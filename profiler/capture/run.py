@@ -18,9 +18,17 @@ from typing import Any
 
 from profiler.capture import nsys_command, rundir, step_module, xla_flags
 from profiler.capture.console import ConsoleFilter
-from profiler.conventions import POLICY_ENV, RUN_DIR_ENV, RUNTIME_FACTS, XLA_DUMP_DIR, XLA_DUMP_ENV
+from profiler.conventions import (
+    CAPTURE_MANIFEST_KEY,
+    POLICY_ENV,
+    RUN_DIR_ENV,
+    RUNTIME_FACTS,
+    XLA_DUMP_DIR,
+    XLA_DUMP_ENV,
+)
 from profiler.errors import InputError, ProfilerError
 from profiler.trace.nsys import find_nsys, nsys_version
+from profiler.trace.window import check_spec
 
 # Environment variables worth recording in a manifest (by prefix).
 ENV_PREFIXES = (
@@ -64,7 +72,7 @@ class RunRequest:
     runs_dir: Path = Path("runs")
     nsys: str | None = None
     nsys_args: list[str] = field(default_factory=list)
-    keep_warmup: bool = False
+    capture_range: str = "auto"  # auto, all, nvtx:NAME[@DOMAIN], cuda-profiler-api
     lhs: bool = False
     pipelined_offload: bool = False
     async_limit: int | None = None
@@ -93,8 +101,31 @@ def program(req: RunRequest, policy: str) -> list[str]:
     return cmd
 
 
+def cuda_driver_problem() -> str | None:
+    """Why cudaProfilerStart() cannot take effect here (no CUDA driver to load), else None."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        return f"no CUDA runtime: the CUDA driver (libcuda.so.1) cannot be loaded here ({exc})"
+    return None
+
+
+def capture_facts(req: RunRequest) -> dict[str, Any]:
+    """The manifest's ``capture`` entry: the mode, what nsys records under it, the analysis window
+    the trace is read through (``trace/window.py``), and what stands in its way here."""
+    mode = req.capture_range
+    facts: dict[str, Any] = {"mode": mode, "records": nsys_command.describe(mode), "analysis_window": mode}
+    if mode == "cuda-profiler-api":
+        facts["problem"] = cuda_driver_problem()
+    return facts
+
+
 def run_env(req: RunRequest, policy: str, run_dir: Path, plan: xla_flags.FlagPlan) -> dict[str, str]:
     env = dict(os.environ)
+    if req.capture_range.startswith("nvtx:"):
+        env.setdefault("NSYS_NVTX_PROFILER_REGISTER_ONLY", "0")  # match ranges whose names are not registered
     env["XLA_FLAGS"] = plan.after
     env.setdefault("JAX_TRACEBACK_IN_LOCATIONS_LIMIT", "-1")
     env[POLICY_ENV] = policy
@@ -188,6 +219,10 @@ def check_request(req: RunRequest) -> Path:
         nsys_command.parse_user_options(req.nsys_args)
     except ValueError as exc:
         raise ProfilerError(f"--nsys-arg: {exc}") from None
+    try:
+        check_spec(req.capture_range)
+    except ValueError as exc:
+        raise ProfilerError(f"--capture-range: {exc}") from None
     return find_nsys(req.nsys)
 
 
@@ -209,7 +244,7 @@ def run_policy(
         dump_to=str(run_dir / XLA_DUMP_DIR) if req.xla_dump else None,
     )
     prog = program(req, policy)
-    cmd = nsys_command.build(nsys, run_dir / rundir.TRACE_STEM, prog, req.nsys_args, req.keep_warmup)
+    cmd = nsys_command.build(nsys, run_dir / rundir.TRACE_STEM, prog, req.nsys_args, req.capture_range)
     env = run_env(req, policy, run_dir, plan)
     manifest: dict[str, Any] = {
         "tool": "profile-step",
@@ -222,7 +257,7 @@ def run_policy(
         "nsys_command": cmd,
         "nsys_command_line": shlex.join(cmd),
         "cwd": os.getcwd(),
-        "keep_warmup": req.keep_warmup,
+        CAPTURE_MANIFEST_KEY: capture_facts(req),
         "xla_flags": {
             "before": plan.before,
             "final": plan.after,
@@ -307,6 +342,14 @@ def run_all(req: RunRequest, on_result: Callable[[RunResult], None] | None = Non
     """Every policy in turn; stops after an interrupted run."""
     nsys = check_request(req)
     ver = nsys_version(nsys)
+    problem = capture_facts(req).get("problem")
+    if problem:
+        print(
+            f"profile-step: --capture-range cuda-profiler-api: {problem}; nsys will wait for a cudaProfilerStart() "
+            "that cannot take effect and record nothing (the default, --capture-range auto, records the whole run)",
+            file=sys.stderr,
+            flush=True,
+        )
     results = []
     for policy in req.policies:
         res = run_policy(req, policy, nsys, ver)

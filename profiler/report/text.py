@@ -116,6 +116,9 @@ def render_devices(doc: dict[str, Any]) -> str:
     head = (
         f"{info.get('path', '')}  (nsys {info.get('nsys_version') or '?'}, schema {info.get('schema_version') or '?'})"
     )
+    window = info.get("window")
+    if window:
+        head += "\n" + window_line(window)
     devices = doc["devices"]
     if not devices:
         return head + "\n" + NO_GPU
@@ -173,6 +176,27 @@ def render_devices(doc: dict[str, Any]) -> str:
     out.append("")
     out.append(f"units: {UNITS_NOTE}")
     return "\n".join(out)
+
+
+def window_line(w: dict[str, Any]) -> str:
+    """The analysis window (``trace.window`` of the JSON) in one line."""
+    if w.get("start_ns") is None:
+        return "analysis window: the whole recording" + (f" ({w['note']})" if w.get("note") else "")
+    span = f"{ms(w['duration_ns'])} ms" if w.get("duration_ns") is not None else "to the end of the recording"
+    return f"analysis window: {w['source']}, {span}" + (f" ({w['note']})" if w.get("note") else "")
+
+
+def steps_line(summary: dict[str, Any]) -> str:
+    """A run's steps in one line: how many, from where, their median, the warm-up left out."""
+    if not summary.get("steps"):
+        return f"no steps: {summary.get('step_source_note') or 'no step ranges'}"
+    med = summary.get("median_step_ns")
+    warm = summary.get("warmup_steps")
+    return (
+        f"{summary['steps']} steps from {summary.get('step_source')}"
+        + (f", median {ms(med)} ms" if med is not None else "")
+        + (f", {warm} warm-up left out" if warm else "")
+    )
 
 
 def render_policy_table(rows: list[dict[str, Any]]) -> str:
@@ -272,7 +296,12 @@ def render_groups(doc: dict[str, Any], by: str) -> str:
     if by == "step":
         steps = doc["steps"]
         if not steps["steps"]:
-            return "No step ranges in this trace (profile-step's step=N, or --step-range REGEX)."
+            why = steps.get("source_note") or "no step=N ranges, no --step-range REGEX"
+            return f"No steps in this trace: {why}."
+        source = steps.get("source") or "?"
+        if steps.get("source_note"):
+            source += f"; {steps['source_note']}"
+        notes.append(f"steps from {source}")
         u = group_units(c for s in steps["steps"] for c in (s["devices"] or {}).values())
         step_u = Units.of([], [s["duration_ns"] for s in steps["steps"]])
         if not gpu:  # durations only: render_devices has said that there is no GPU activity

@@ -5,6 +5,11 @@ properties are typed polars frames, read on first use.  Schema differences
 between nsys versions are handled here and nowhere else: tables that are
 absent give empty frames, columns that are absent read as NULL, renamed
 columns are found under their other names.
+
+A trace is read through its analysis window (``window.py``): when the
+recording marks one (the ``profile-step:capture`` range, a cudaProfilerStart/
+Stop span, or what the run's ``--capture-range`` names), every frame holds
+only what happened inside it; without one, the whole export as it is.
 """
 
 from __future__ import annotations
@@ -13,11 +18,13 @@ import sqlite3
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import ClassVar
 
 import polars as pl
 
 from profiler.errors import InputError
 from profiler.trace import sqlite_io
+from profiler.trace import window as windows
 
 I64 = pl.Int64
 STR = pl.String
@@ -131,6 +138,7 @@ class Trace:
     tables: dict[str, list[str]] = field(repr=False)
     row_counts: dict[str, int] = field(repr=False)
     meta: dict[str, str] = field(default_factory=dict, repr=False)
+    window_spec: str = "auto"  # see window.py: auto, all, nvtx:NAME, cuda-profiler-api
     _launches: dict[tuple[str, ...], pl.DataFrame] = field(default_factory=dict, repr=False)
 
     # --- export facts -------------------------------------------------------
@@ -187,11 +195,91 @@ class Trace:
             raise InputError(self.path, f"StringIds cannot be read ({exc})") from None
         return strings.filter(pl.col("id").is_in(wanted.implode())) if not where else strings
 
+    # --- the analysis window ------------------------------------------------
+    @cached_property
+    def window(self) -> windows.Window:
+        """The part of the recording every frame is read from (``window.py``)."""
+        return windows.find(self, self.window_spec)
+
+    def _started_in_window(self, table: str) -> str:
+        """SQL: rows of *table* that started inside the window ("" without one)."""
+        if not self.window.active:
+            return ""
+        t0, t1 = self.window.bounds
+        start = self._col(table, "start")
+        return f"({start} >= {t0} AND {start} < {t1})" if start != "NULL" else "0"
+
+    def _launched_in_window(self, table: str) -> str:
+        """SQL: GPU activity rows whose CUDA call (same process, same correlation id) started in
+        the window, and rows with no such call that started in it themselves ("" without one)."""
+        in_time = self._started_in_window(table)
+        corr, gpid = self._col(table, "correlationId"), self._col(table, "globalPid")
+        r_corr, r_tid = self._col(RUNTIME_TABLE, "correlationId"), self._col(RUNTIME_TABLE, "globalTid")
+        if not in_time or "NULL" in (corr, gpid, r_corr, r_tid):
+            return in_time
+        t0, t1 = self.window.bounds
+        key = f"COALESCE(((({gpid} >> 24) & 16777215) << 32) + {corr}, -1)"
+        calls = (
+            f"SELECT ((({r_tid} >> 24) & 16777215) << 32) + {r_corr} FROM {RUNTIME_TABLE} "
+            f"WHERE {r_corr} IS NOT NULL AND {r_tid} IS NOT NULL"
+        )
+        return f"({key} IN ({calls} AND start >= {t0} AND start < {t1}) OR ({in_time} AND {key} NOT IN ({calls})))"
+
+    def nvtx_ranges_named(self, name: str, domain: str | None) -> pl.DataFrame:
+        """Push/pop and start/end ranges whose message is *name* in *domain* (``""``: the default
+        domain; None: any): start, end (NULL when never closed), sorted by start; read from the
+        whole recording."""
+        if NVTX_TABLE not in self.tables:
+            return pl.DataFrame(schema={"start": I64, "end": I64})
+        quoted = "'" + name.replace("'", "''") + "'"
+        text, text_id = self._col(NVTX_TABLE, "text"), self._col(NVTX_TABLE, "textId")
+        match = [f"{text} = {quoted}"] if text != "NULL" else []
+        if text_id != "NULL" and "StringIds" in self.tables:
+            match.append(f"{text_id} IN (SELECT id FROM StringIds WHERE value = {quoted})")
+        if not match:
+            return pl.DataFrame(schema={"start": I64, "end": I64})
+        kind = self._col(NVTX_TABLE, "eventType")
+        where = f"{kind} IN ({NVTX_PUSH_POP}, {NVTX_START_END}) AND ({' OR '.join(match)})"
+        spec = {"start": ("start", I64), "end": ("end", I64), "domain_id": ("domainId", I64)}
+        rows = self._read(NVTX_TABLE, spec, where)
+        if domain is not None:
+            named = self._domains.filter(pl.col("domain").is_not_null())
+            ids = named.filter(pl.col("domain") == domain)["domain_id"]
+            in_domain = pl.col("domain_id").is_in(ids.implode())
+            rows = rows.filter(in_domain if domain else ~pl.col("domain_id").is_in(named["domain_id"].implode()))
+        return rows.select("start", "end").sort("start")
+
+    def runtime_named(self, prefixes: tuple[str, ...]) -> pl.DataFrame:
+        """CUDA API calls whose name starts with one of *prefixes* (nsys adds ``_v3020``-style
+        suffixes): start, end, sorted by start; read from the whole recording."""
+        name_id = self._col(RUNTIME_TABLE, "nameId")
+        if RUNTIME_TABLE not in self.tables or name_id == "NULL" or "StringIds" not in self.tables:
+            return pl.DataFrame(schema={"start": I64, "end": I64})
+        like = " OR ".join(f"value LIKE '{p}%'" for p in prefixes)
+        empty = pl.DataFrame(schema={"start": I64, "end": I64})
+        try:  # the names first (a small table): most recordings never call these, and then
+            con = sqlite_io.connect_ro(self.path)  # the big runtime table is not scanned at all
+            try:
+                ids = [int(r[0]) for r in con.execute(f"SELECT id FROM StringIds WHERE {like}")]
+            finally:
+                con.close()
+        except sqlite3.DatabaseError as exc:
+            raise InputError(self.path, f"StringIds cannot be read ({exc})") from None
+        if not ids:
+            return empty
+        where = f"{name_id} IN ({','.join(map(str, ids))})"
+        return self._read(RUNTIME_TABLE, {"start": ("start", I64), "end": ("end", I64)}, where).sort("start")
+
+    @property
+    def has_cuda_calls(self) -> bool:
+        """Whether the recording holds any CUDA API call (none: no CUDA runtime or driver ran)."""
+        return self.row_counts.get(RUNTIME_TABLE, 0) > 0
+
     # --- GPU activity -------------------------------------------------------
     @cached_property
     def kernels(self) -> pl.DataFrame:
         """device, stream, start, end, correlation_id, pid, name, is_nccl."""
-        raw = self._read(KERNEL_TABLE, {**OP_SPEC, **KERNEL_NAME_SPEC})
+        raw = self._read(KERNEL_TABLE, {**OP_SPEC, **KERNEL_NAME_SPEC}, self._launched_in_window(KERNEL_TABLE))
         return self._named_kernels(raw, names=True).select(
             "device",
             "stream",
@@ -211,7 +299,7 @@ class Trace:
             if wider in self.__dict__:
                 return self.__dict__[wider].select("device", "start", "end", "is_nccl")
         spec = {k: OP_SPEC[k] for k in ("device", "start", "end")}
-        raw = self._read(KERNEL_TABLE, {**spec, **KERNEL_NAME_SPEC})
+        raw = self._read(KERNEL_TABLE, {**spec, **KERNEL_NAME_SPEC}, self._launched_in_window(KERNEL_TABLE))
         return self._named_kernels(raw, names=False).select("device", "start", "end", "is_nccl")
 
     @cached_property
@@ -262,7 +350,7 @@ class Trace:
             "src_kind": ("srcKind", I64),
             "dst_kind": ("dstKind", I64),
         }
-        df = self._read(MEMCPY_TABLE, spec)
+        df = self._read(MEMCPY_TABLE, spec, self._launched_in_window(MEMCPY_TABLE))
         kind = pl.col("copy_kind")
         return df.with_columns(
             _pid(pl.col("global_pid")).alias("pid"),
@@ -273,7 +361,7 @@ class Trace:
     @cached_property
     def memsets(self) -> pl.DataFrame:
         """device, stream, start, end, correlation_id, pid, bytes."""
-        df = self._read(MEMSET_TABLE, {**OP_SPEC, "bytes": ("bytes", I64)})
+        df = self._read(MEMSET_TABLE, {**OP_SPEC, "bytes": ("bytes", I64)}, self._launched_in_window(MEMSET_TABLE))
         return df.with_columns(_pid(pl.col("global_pid")).alias("pid")).drop("global_pid")
 
     # --- CUDA events: records and stream waits -----------------------------
@@ -281,7 +369,7 @@ class Trace:
     def event_records(self) -> pl.DataFrame:
         """``cudaEventRecord``/``cuEventRecord`` activity: device, stream, event_id, correlation_id, pid."""
         spec = {k: OP_SPEC[k] for k in ("device", "stream", "correlation_id", "global_pid")}
-        df = self._read(EVENT_TABLE, {**spec, "event_id": ("eventId", I64)})
+        df = self._read(EVENT_TABLE, {**spec, "event_id": ("eventId", I64)}, self._launched_in_window(EVENT_TABLE))
         return df.with_columns(_pid(pl.col("global_pid")).alias("pid")).drop("global_pid")
 
     @cached_property
@@ -290,7 +378,7 @@ class Trace:
         device, stream, event_id, sync_type, correlation_id, pid.  Unset stream or event ids
         (4294967295) read as NULL, so that a stream wait is a row with both set."""
         spec = {**OP_SPEC, "event_id": ("eventId", I64), "sync_type": ("syncType", I64)}
-        df = self._read(SYNC_TABLE, spec)
+        df = self._read(SYNC_TABLE, spec, self._launched_in_window(SYNC_TABLE))
         unset = [
             pl.when(pl.col(c) == UNSET_ID).then(None).otherwise(pl.col(c)).alias(c) for c in ("stream", "event_id")
         ]
@@ -314,16 +402,17 @@ class Trace:
             sources = [(t, self._col(t, "correlationId")) for t in tables if t in self.tables]
             selects = [f'SELECT {c} FROM "{t}"' for t, c in sources if c != "NULL"]
             where = f"{corr} IN ({' UNION ALL '.join(selects)})" if selects else "0"
-            self._launches[key] = self._runtime_rows(where)
+            in_window = self._started_in_window(RUNTIME_TABLE)
+            self._launches[key] = self._runtime_rows(f"({where}) AND {in_window}" if in_window else where)
         return self._launches[key]
 
-    def _runtime_rows(self, where: str = "") -> pl.DataFrame:
+    def _runtime_rows(self, where: str | None = None) -> pl.DataFrame:
         spec = {
             "start": ("start", I64),
             "global_tid": ("globalTid", I64),
             "correlation_id": ("correlationId", I64),
         }
-        df = self._read(RUNTIME_TABLE, spec, where)
+        df = self._read(RUNTIME_TABLE, spec, self._started_in_window(RUNTIME_TABLE) if where is None else where)
         return df.select(
             "start",
             "global_tid",
@@ -343,7 +432,7 @@ class Trace:
             "correlation_id": ("correlationId", I64),
             "name_id": ("nameId", I64),
         }
-        df = self._read(RUNTIME_TABLE, spec)
+        df = self._read(RUNTIME_TABLE, spec, self._started_in_window(RUNTIME_TABLE))
         names = self._strings(df["name_id"].unique()).rename({"id": "name_id", "value": "name"})
         return df.join(names, on="name_id", how="left").select(
             "start",
@@ -355,30 +444,67 @@ class Trace:
             "name",
         )
 
-    @cached_property
-    def nvtx(self) -> pl.DataFrame:
-        """NVTX events: start, end, event_type, text, domain_id, domain, global_tid,
-        end_global_tid, pid, tid, range_id.  ``text`` is the message, registered or not."""
-        spec = {
-            "start": ("start", I64),
-            "end": ("end", I64),
-            "event_type": ("eventType", I64),
-            "raw_text": ("text", STR),
-            "text_id": ("textId", I64),
-            "domain_id": ("domainId", I64),
-            "global_tid": ("globalTid", I64),
-            "end_global_tid": ("endGlobalTid", I64),
-            "range_id": ("rangeId", I64),
-        }
-        df = self._read(NVTX_TABLE, spec)
+    NVTX_SPEC: ClassVar[dict[str, tuple[str, pl.DataType]]] = {
+        "start": ("start", I64),
+        "end": ("end", I64),
+        "event_type": ("eventType", I64),
+        "raw_text": ("text", STR),
+        "text_id": ("textId", I64),
+        "domain_id": ("domainId", I64),
+        "global_tid": ("globalTid", I64),
+        "end_global_tid": ("endGlobalTid", I64),
+        "range_id": ("rangeId", I64),
+    }
+
+    def _nvtx_rows(self, where: str = "") -> pl.DataFrame:
+        """NVTX rows (matching *where*) with ``text``: the message, registered or not."""
+        df = self._read(NVTX_TABLE, self.NVTX_SPEC, where)
         strings = self._strings(df["text_id"]).rename({"id": "text_id", "value": "reg"})
-        df = df.join(strings, on="text_id", how="left").with_columns(pl.coalesce("raw_text", "reg").alias("text"))
-        domains = (
-            df.filter(pl.col("event_type") == NVTX_DOMAIN_CREATE)
+        return df.join(strings, on="text_id", how="left").with_columns(pl.coalesce("raw_text", "reg").alias("text"))
+
+    @staticmethod
+    def _domain_names(rows: pl.DataFrame) -> pl.DataFrame:
+        return (
+            rows.filter(pl.col("event_type") == NVTX_DOMAIN_CREATE)
             .group_by("domain_id")
             .agg(pl.col("text").first().alias("domain"))
         )
-        return df.join(domains, on="domain_id", how="left").select(
+
+    @cached_property
+    def _domains(self) -> pl.DataFrame:
+        """NVTX domain names: domain_id, domain."""
+        return self._domain_names(self._nvtx_rows(f"{self._col(NVTX_TABLE, 'eventType')} = {NVTX_DOMAIN_CREATE}"))
+
+    def _nvtx_in_window(self) -> str:
+        """SQL: NVTX rows to read through the window: ranges overlapping it, marks in it, and
+        every other event (domain names, ...)."""
+        if not self.window.active:
+            return ""
+        t0, t1 = self.window.bounds
+        kind, end = self._col(NVTX_TABLE, "eventType"), self._col(NVTX_TABLE, "end")
+        ranges = f"{NVTX_PUSH_POP}, {NVTX_START_END}"
+        return (
+            f"({kind} NOT IN ({ranges}, {NVTX_MARK}) OR ({kind} = {NVTX_MARK} AND start >= {t0} AND start < {t1}) "
+            f"OR ({kind} IN ({ranges}) AND start < {t1} AND ({end} IS NULL OR {end} > {t0} OR start >= {t0})))"
+        )
+
+    @cached_property
+    def nvtx(self) -> pl.DataFrame:
+        """NVTX events: start, end, event_type, text, domain_id, domain, global_tid,
+        end_global_tid, pid, tid, range_id.  ``text`` is the message, registered or not.
+        Through a window, ranges that overlap it are cut to it."""
+        df = self._nvtx_rows(self._nvtx_in_window())
+        if self.window.active:
+            t0, t1 = self.window.bounds
+            is_range = pl.col("event_type").is_in([NVTX_PUSH_POP, NVTX_START_END])
+            df = df.with_columns(
+                pl.when(is_range).then(pl.max_horizontal("start", pl.lit(t0))).otherwise("start").alias("start"),
+                pl.when(is_range & pl.col("end").is_not_null())
+                .then(pl.min_horizontal("end", pl.lit(t1)))
+                .otherwise("end")
+                .alias("end"),
+            )
+        return df.join(self._domain_names(df), on="domain_id", how="left").select(
             "start",
             "end",
             "event_type",
@@ -403,7 +529,8 @@ class Trace:
             "op": ("memoryOperationType", I64),
             "mem_kind": ("memKind", I64),
         }
-        return self._read("CUDA_GPU_MEMORY_USAGE_EVENTS", spec)
+        table = "CUDA_GPU_MEMORY_USAGE_EVENTS"
+        return self._read(table, spec, self._started_in_window(table))
 
     # --- target facts -------------------------------------------------------
     @cached_property
@@ -433,10 +560,13 @@ class Trace:
         return self._read("TARGET_INFO_CUDA_STREAM", spec)
 
 
-def open_trace(path: str | Path) -> Trace:
-    """Validate *path* as an nsys SQLite export and return a lazily-read Trace."""
+def open_trace(path: str | Path, window: str | None = None) -> Trace:
+    """Validate *path* as an nsys SQLite export and return a lazily-read Trace, read through the
+    analysis *window* (``auto``, ``all``, ``nvtx:NAME``, ``cuda-profiler-api``; by default what
+    the run folder's manifest says, else ``auto``)."""
     path = Path(path)
     sqlite_io.check_sqlite_file(path)
+    spec = windows.check_spec(window) if window else (windows.spec_from_manifest(path) or "auto")
     try:
         con = sqlite_io.connect_ro(path)
         try:
@@ -457,4 +587,4 @@ def open_trace(path: str | Path) -> Trace:
             con.close()
     except sqlite3.DatabaseError as exc:
         raise InputError(path, f"cannot be read as SQLite ({exc})") from None
-    return Trace(path=path, tables=tables, row_counts=counts, meta=meta)
+    return Trace(path=path, tables=tables, row_counts=counts, meta=meta, window_spec=spec)

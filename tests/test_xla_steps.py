@@ -1,0 +1,182 @@
+"""Steps and warm-up from XLA's module executions, with known answers."""
+
+from __future__ import annotations
+
+import pytest
+
+from profiler.analysis.breakdown import Breakdown
+from profiler.analysis.summary import analyze, run_summary
+from profiler.analysis.whatif import trace_whatif
+from profiler.trace import open_trace
+from profiler.trace.synthetic import ExportBuilder
+from tests.conftest import run_cli
+
+A, B = 100, 200  # the step loop's thread; a compiling thread
+TSL, PS = 2, 1
+
+
+def new() -> ExportBuilder:
+    b = ExportBuilder()
+    b.gpu(0)
+    b.domain(PS, "profile-step", tid=A)
+    b.domain(TSL, "TSL", tid=A)
+    return b
+
+
+def execution(b: ExportBuilder, t: int, module: str, pid_: int | None, gpu: tuple[int, int], tid: int = A) -> None:
+    """One XlaModule execution at host time [t, t+100) launching one kernel that runs at *gpu*."""
+    fields = f"hlo_module={module}" + (f",program_id={pid_}" if pid_ is not None else "")
+    b.nvtx(t, t + 100, f"XlaModule:#{fields}#", tid=tid, domain_id=TSL)
+    b.nvtx(t + 1, t + 90, "Thunk:#hlo_op=fusion.1#", tid=tid, domain_id=TSL)
+    corr = b.kernel(*gpu, "fusion")
+    b.runtime(t + 10, t + 15, corr, name="cuLaunchKernel", tid=tid)
+
+
+def compile_range(b: ExportBuilder, t0: int, t1: int, module: str, pid_: int | None, tid: int = A) -> None:
+    fields = f"module={module}" + (f",program_id={pid_}" if pid_ is not None else "")
+    b.nvtx(t0, t1, f"XlaCompile:#{fields}#", tid=tid, domain_id=TSL)
+    b.nvtx(t0 + 1, t1 - 1, f"XlaPass:#name=triton-autotuner,{fields}#", tid=tid, domain_id=TSL)
+
+
+def steps_of(path) -> dict:
+    return Breakdown(open_trace(path)).by_step()
+
+
+def test_the_dominant_module_by_gpu_time_and_its_warmup(build):
+    b = new()
+    compile_range(b, 0, 10_000, "jit_train_step", 7)
+    # the autotuner's trial run inside the compilation: heavy on the GPU, never a step
+    execution(b, 2_000, "extracted", None, (2_000, 9_000))
+    for i in range(4):  # the train step: 1 us of GPU per execution
+        t = 20_000 + i * 10_000
+        execution(b, t, "jit_train_step", 7, (t + 100, t + 1_100))
+    for i in range(10):  # a small, frequent module: more executions, less GPU time
+        t = 21_000 + i * 3_000
+        execution(b, t, "jit_metrics", 9, (t + 200, t + 300))
+    steps = steps_of(build(b))
+    assert steps["source"] == "XLA module jit_train_step, program_id 7 (its executions)"
+    assert [s["name"] for s in steps["steps"]] == [f"jit_train_step#{i}" for i in range(4)]
+    assert steps["excluded"] == [
+        {"name": "jit_train_step#0", "reason": "warm-up: first execution after its compilation"}
+    ]
+    assert [s["duration_ns"] for s in steps["steps"]] == [1000] * 4  # projected onto the GPU
+    assert steps["median_included_step_ns"] == 1000
+    assert steps["source_note"] == "the dominant of 2 XLA modules by GPU time"
+
+
+def test_an_execution_overlapping_its_modules_compilation_is_warmup(build):
+    b = new()
+    compile_range(b, 0, 5_000, "jit_step", 1, tid=B)  # compiled on another thread, while ...
+    execution(b, 4_000, "jit_step", 1, (4_100, 4_600))  # ... this one already runs
+    execution(b, 10_000, "jit_step", 1, (10_100, 10_600))
+    compile_range(b, 11_000, 12_000, "jit_other", 3, tid=B)  # another module's compilation: no effect
+    execution(b, 11_500, "jit_step", 1, (11_600, 12_100))
+    steps = steps_of(build(b))
+    assert [s["excluded"] for s in steps["steps"]] == ["warm-up: runs while jit_step compiles or autotunes", None, None]
+
+
+def test_without_the_compilation_in_the_recording_every_execution_is_a_step(build):
+    """Recorded after warm-up (a window, or nsys's own capture range): nothing says compile."""
+    b = new()
+    for i in range(3):
+        execution(b, i * 1_000, "jit_step", 1, (i * 1_000 + 100, i * 1_000 + 600))
+    steps = steps_of(build(b))
+    assert [s["excluded"] for s in steps["steps"]] == [None, None, None]
+
+
+def test_a_recompiled_program_is_its_own_group(build):
+    """The same jitted function compiled again (new shapes): a new program_id, a new first run."""
+    b = new()
+    compile_range(b, 0, 1_000, "jit_step", None)  # XlaCompile with no program_id: by module name
+    for i in range(2):
+        execution(b, 2_000 + i * 1_000, "jit_step", 1, (2_100 + i * 1_000, 2_300 + i * 1_000))
+    compile_range(b, 5_000, 6_000, "jit_step", 2)
+    for i in range(3):
+        execution(b, 7_000 + i * 1_000, "jit_step", 2, (7_100 + i * 1_000, 7_600 + i * 1_000))
+    steps = steps_of(build(b))
+    assert steps["source"] == "XLA module jit_step, program_id 2 (its executions)"
+    assert [s["excluded"] is not None for s in steps["steps"]] == [True, False, False]
+
+
+def test_annotations_win(build):
+    b = new()
+    for i in range(3):
+        b.nvtx(i * 1_000, i * 1_000 + 900, f"step={i}", tid=A, domain_id=PS)
+        execution(b, i * 1_000 + 10, "jit_step", 1, (i * 1_000 + 100, i * 1_000 + 600))
+    path = build(b)
+    assert steps_of(path)["source"] == "profile-step step=N ranges"
+    bd = Breakdown(open_trace(path), step_range=r"^XlaModule:")
+    assert bd.by_step()["source"] == "--step-range ^XlaModule:"
+    assert len(bd.by_step()["steps"]) == 3
+
+
+def test_no_xla_ranges_says_so(build):
+    """A CPU run: XLA:CPU writes no NVTX, the user's own ranges are not steps."""
+    b = new()
+    for i in range(3):
+        b.nvtx(i * 1_000, i * 1_000 + 900, f"train_step {i}", tid=A)
+    path = build(b)
+    steps = analyze(open_trace(path), by="step")["steps"]
+    assert steps["steps"] == [] and steps["source"] is None
+    assert "no XLA module ranges" in steps["source_note"] and "XLA:CPU emits no NVTX" in steps["source_note"]
+    text = run_cli("analyze", "--by", "step", str(path)).stdout
+    assert "No steps in this trace: no step=N ranges, no --step-range; no XLA module ranges" in text
+    summary = run_summary(open_trace(path))
+    assert summary["steps"] == 0 and summary["median_step_ns"] is None and summary["step_source"] is None
+
+
+@pytest.mark.parametrize("kinds", [("copy",), ()])
+def test_every_view_finds_the_same_steps(build, kinds):
+    """Run summaries and rank tasks attribute fewer ops: the steps (and their spans) are the same."""
+    b = new()
+    compile_range(b, 0, 1_000, "jit_step", 1)
+    for i in range(4):
+        execution(b, 2_000 + i * 1_000, "jit_step", 1, (2_100 + i * 1_000, 2_400 + i * 1_000 + 10 * i))
+    path = build(b)
+    full = Breakdown(open_trace(path)).by_step(copies=False)
+    less = Breakdown(open_trace(path), kinds=kinds).by_step(copies=False)
+    assert less == full
+    assert full["median_included_step_ns"] == 320
+
+
+def test_scan_repeats_numbered_with_the_peeled_iteration(build):
+    """Under a scan with double buffering, XLA peels the first iteration: ``fusion.3.peeled_double_buffer``
+    is layer 0 of the same instruction, and the rest number on from it."""
+    b = new()
+    b.nvtx(0, 10_000, "XlaModule:#hlo_module=jit_step,program_id=1#", tid=A, domain_id=TSL)
+    path = "jit(step)/jvp(decoder)/while/body/mlp"
+    for i, op in enumerate(["fusion.3.peeled_double_buffer", "fusion.3", "fusion.3"]):
+        t = 100 + i * 1_000
+        b.nvtx(t, t + 500, f"Thunk:#name={path},hlo_op={op}#", tid=A, domain_id=TSL)
+        corr = b.copy(t + 50, t + 450, "d2h", 100 * (i + 1))
+        b.runtime(t + 10, t + 20, corr, name="cudaMemcpyAsync", tid=A)
+    rows = {r["name"]: r for r in Breakdown(open_trace(build(b))).by_layer()}
+    assert {n: r["copies"]["d2h"]["bytes"] for n, r in rows.items()} == {
+        "decoder[0]": 100,
+        "decoder[1]": 200,
+        "decoder[2]": 300,
+    }
+
+
+def test_one_process_driving_two_gpus(build):
+    """Each step runs once per GPU (one thread each): the k-th executions together are step k."""
+    b = new()
+    b.gpu(1)
+    compile_range(b, 0, 1_000, "jit_step", 1)
+    for i in range(3):
+        for dev, tid, lag in ((0, A, 0), (1, B, 50)):
+            t = 2_000 + i * 1_000 + lag
+            b.nvtx(t, t + 100, "XlaModule:#hlo_module=jit_step,program_id=1#", tid=tid, domain_id=TSL)
+            corr = b.copy(t + 100, t + 400 + 10 * dev, "d2h", 1000 * (dev + 1), device=dev)
+            b.runtime(t + 10, t + 15, corr, name="cudaMemcpyAsync", tid=tid)
+    path = build(b)
+    steps = steps_of(path)
+    assert [s["name"] for s in steps["steps"]] == ["jit_step#0", "jit_step#1", "jit_step#2"]
+    assert [s["excluded"] is not None for s in steps["steps"]] == [True, False, False]  # both GPUs' first run
+    s1 = steps["steps"][1]
+    assert (s1["start_ns"], s1["end_ns"]) == (3_100, 3_460)  # from device 0's first op to device 1's last
+    assert {d: c["d2h"]["bytes"] for d, c in s1["devices"].items()} == {"0": 1000, "1": 2000}
+    # the what-if replays the same steps, per device
+    doc = trace_whatif(open_trace(path), 0.5)
+    assert [s["name"] for s in doc["devices"]["1"]["steps"]] == ["jit_step#0", "jit_step#1", "jit_step#2"]
+    assert [s["measured_ns"] for s in doc["devices"]["1"]["steps"]] == [360, 360, 360]
