@@ -276,7 +276,8 @@ def test_dashboard_end_to_end(browser, server, runs):
     page.get_by_text("Copy streams", exact=True).click()
     pick(page, "streams-run", "offload_all · synthetic · GPU 0")
     # the figure of the run picked, not the one shown before it (a race CI lost once)
-    wait_graph(page, "streams-graph", "gd.data.length == 6 && ((gd.layout.title || {}).text || '').includes('synthetic')")
+    picked = "((gd.layout.title || {}).text || '').includes('synthetic')"
+    wait_graph(page, "streams-graph", f"gd.data.length == 6 && {picked}")
     page.wait_for_function("document.querySelector('#link-note').innerText.includes('synthetic')", timeout=30_000)
     note = page.inner_text("#link-note")
     assert "PCIe Gen5 x16" in note and "NVIDIA H100 80GB HBM3 (synthetic)" in note
