@@ -122,3 +122,21 @@ def test_duration_sums_equal_nsys_stats(nsys, shared_traces, name, tmp_path):
         dur = sum(d["copies"][cls]["duration_sum_ns"] for d in doc["devices"].values())
         cnt = sum(d["copies"][cls]["count"] for d in doc["devices"].values())
         assert (dur, cnt) == stats.get(op, (0, 0)), (cls, op)
+
+
+@pytest.mark.skipif(not EXPORTS, reason="../shared/traces is absent")
+@pytest.mark.parametrize("name", EXPORTS)
+def test_runtime_calls_named_is_a_filter_of_every_call(shared_traces, name):
+    """Calls picked by matching each distinct name are the calls picked by matching every row."""
+    import polars as pl
+
+    from profiler.analysis.hostsync import BLOCKING_NAMES
+    from profiler.trace.loader import RUNTIME_TABLE
+
+    trace = open_trace(shared_traces / name)
+    if not trace.has(RUNTIME_TABLE):
+        pytest.skip("no CUDA API rows")
+    every = trace.runtime_calls
+    for pattern in (BLOCKING_NAMES, r"^cu(?:da)?Memcpy", r"^cudaLaunchKernel"):
+        want = every.filter(pl.col("name").fill_null("").str.contains(pattern))
+        assert trace.runtime_calls_named(pattern).equals(want), pattern

@@ -42,6 +42,8 @@ EVENT_SYNC = ("cudaEventSynchronize", "cuEventSynchronize")
 DEVICE_SYNC = ("cudaDeviceSynchronize", "cuCtxSynchronize", "cudaThreadSynchronize")
 COPY_CALL = re.compile(r"^cu(?:da)?Memcpy")
 VERSION_SUFFIX = r"_v\d+$"
+# every name the classification below can pick, for reading only those calls
+BLOCKING_NAMES = "^(?:" + "|".join(STREAM_SYNC + EVENT_SYNC + DEVICE_SYNC) + r")(?:_v\d+)?$|" + COPY_CALL.pattern
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,8 @@ def host_syncs(trace: Trace, deps: Dependencies) -> HostSyncs:
         return HostSyncs.empty()
     base = pl.col("name").fill_null("").str.replace(VERSION_SUFFIX, "")
     calls = (
-        trace.runtime_calls.with_columns(base.alias("call"))
+        trace.runtime_calls_named(BLOCKING_NAMES)
+        .with_columns(base.alias("call"))
         .with_columns(
             pl.when(pl.col("call").is_in(STREAM_SYNC))
             .then(pl.lit("stream"))

@@ -422,9 +422,7 @@ class Trace:
         )
 
     @cached_property
-    def runtime_calls(self) -> pl.DataFrame:
-        """Every CUDA runtime/driver API call with its name: start, end, pid, tid, global_tid,
-        correlation_id, name (the findings and the what-if read which calls synchronize)."""
+    def _runtime_call_rows(self) -> pl.DataFrame:
         spec = {
             "start": ("start", I64),
             "end": ("end", I64),
@@ -432,9 +430,23 @@ class Trace:
             "correlation_id": ("correlationId", I64),
             "name_id": ("nameId", I64),
         }
-        df = self._read(RUNTIME_TABLE, spec, self._started_in_window(RUNTIME_TABLE))
+        return self._read(RUNTIME_TABLE, spec, self._started_in_window(RUNTIME_TABLE))
+
+    @cached_property
+    def runtime_calls(self) -> pl.DataFrame:
+        """Every CUDA runtime/driver API call with its name: start, end, pid, tid, global_tid,
+        correlation_id, name."""
+        return self.runtime_calls_named(None)
+
+    def runtime_calls_named(self, pattern: str | None) -> pl.DataFrame:
+        """The calls of :attr:`runtime_calls` whose name matches the regex *pattern* (all for None).
+        Names are matched once per distinct name, not per call (a trace has millions of launches)."""
+        df = self._runtime_call_rows
         names = self._strings(df["name_id"].unique()).rename({"id": "name_id", "value": "name"})
-        return df.join(names, on="name_id", how="left").select(
+        if pattern is not None:
+            names = names.filter(pl.col("name").fill_null("").str.contains(pattern))
+            df = df.filter(pl.col("name_id").is_in(names["name_id"].to_list()))
+        return df.join(names, on="name_id", how="left", maintain_order="left").select(
             "start",
             "end",
             _pid(pl.col("global_tid")).alias("pid"),

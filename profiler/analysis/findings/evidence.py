@@ -111,10 +111,11 @@ class Evidence:
         return st
 
     # --- host side ------------------------------------------------------------------------------
-    def need_runtime(self) -> pl.DataFrame:
+    def need_runtime(self, pattern: str | None = None) -> pl.DataFrame:
+        """The CUDA API calls (those whose name matches the regex *pattern*, when given)."""
         if not self.trace.has(RUNTIME_TABLE):
             raise CannotDecide("no CUDA API rows in the export (profile with nsys --trace=cuda)")
-        return self.trace.runtime_calls
+        return self.trace.runtime_calls_named(pattern)
 
     # --- GPU ops ------------------------------------------------------------------------------
     @cached_property

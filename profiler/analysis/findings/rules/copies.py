@@ -65,7 +65,7 @@ def pageable_copies(ev: Evidence) -> list[Finding]:
 @rule("sync-copies")
 def sync_copies(ev: Evidence) -> list[Finding]:
     name = pl.col("name").fill_null("")
-    calls = ev.need_runtime().filter(name.str.contains(COPY_CALL) & ~name.str.contains("Async", literal=True))
+    calls = ev.need_runtime(COPY_CALL).filter(~name.str.contains("Async", literal=True))
     steps = [s for s in ev.steps["steps"] if not s["excluded"]]
     scope = "the capture"
     if steps and calls.height:
