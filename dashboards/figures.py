@@ -76,6 +76,22 @@ def figure(data: list[dict[str, Any]], **layout: Any) -> Figure:
     return {"data": data, "layout": {**base, **layout}}
 
 
+def grouped_bars(data: list[dict[str, Any]], cats: list[str], title: str, x_title: str, **layout: Any) -> Figure:
+    """Bars grouped by category, the legend under the chart, the category axis fitted to its labels."""
+    xaxis, bottom = category_axis(cats)
+    return figure(
+        data,
+        barmode="group",
+        height=380 + bottom,
+        margin={"t": 50, "b": bottom + 70, "l": 70},
+        title={"text": title, **TITLE},
+        showlegend=True,
+        legend={"orientation": "h", "yref": "container", "y": 0.01, "yanchor": "bottom", "x": 0},
+        xaxis={**xaxis, "title": {"text": x_title}},
+        **layout,
+    )
+
+
 def note_figure(message: str, height: int = 220) -> Figure:
     """No data to draw: a figure with no axes that says why."""
     return figure(

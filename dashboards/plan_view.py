@@ -10,7 +10,7 @@ import dash
 from dash import Input, Output, dash_table, dcc, html
 
 from dashboards.data import RunStore, read_plan
-from dashboards.figures import COLORS, TITLE, Figure, category_axis, esc, figure, note_figure
+from dashboards.figures import COLORS, Figure, esc, grouped_bars, note_figure
 from profiler.analysis.policies import plan_table
 from profiler.errors import ProfilerError
 from profiler.report.policies_text import si
@@ -80,17 +80,12 @@ def plan_figure(tab: dict[str, Any]) -> Figure:
                 "font": {"size": 12, "color": "#D55E00"},
             }
         )
-    xaxis, bottom = category_axis(cats)
     top = max([r["device_bytes"] for r in ok] + [r["host_bytes"] or 0 for r in ok] + [lim or 0]) / div
-    return figure(
+    return grouped_bars(
         data,
-        barmode="group",
-        height=380 + bottom,
-        margin={"t": 50, "b": bottom + 70, "l": 70},
-        title={"text": esc(f"Memory per policy and batch, {tab['label']}"), **TITLE},
-        showlegend=True,
-        legend={"orientation": "h", "yref": "container", "y": 0.01, "yanchor": "bottom", "x": 0},
-        xaxis={**xaxis, "title": {"text": "policy · batch"}},
+        cats,
+        esc(f"Memory per policy and batch, {tab['label']}"),
+        "policy · batch",
         yaxis={"title": {"text": f"bytes ({name})"}, "range": [0, top * 1.15]},
         shapes=shapes,
         annotations=annotations,

@@ -21,9 +21,9 @@ from dashboards.figures import (
     HIDDEN_TINT,
     TITLE,
     Figure,
-    category_axis,
     esc,
     figure,
+    grouped_bars,
     note_figure,
     unique,
 )
@@ -322,16 +322,11 @@ def pvm_figure(pvm: dict[str, Any], run: dict[str, Any], label: str) -> tuple[Fi
                     " (%{customdata})<extra></extra>",
                 }
             )
-    xaxis, bottom = category_axis(cats)
-    fig = figure(
+    fig = grouped_bars(
         data,
-        barmode="group",
-        height=380 + bottom,
-        margin={"t": 50, "b": bottom + 70, "l": 70},
-        title={"text": esc(f"Planned vs moved per step: {label} (step module {pvm['step_module'] or '?'})"), **TITLE},
-        showlegend=True,
-        legend={"orientation": "h", "yref": "container", "y": 0.01, "yanchor": "bottom", "x": 0},
-        xaxis={**xaxis, "title": {"text": "layer · activation, or the XLA operation no plan explains"}},
+        cats,
+        esc(f"Planned vs moved per step: {label} (step module {pvm['step_module'] or '?'})"),
+        "layer · activation, or the XLA operation no plan explains",
         yaxis={"title": {"text": f"bytes per step ({b_name})"}, "rangemode": "tozero"},
     )
     flags = [f"{c}: {x['flag']}" for c, x in zip(cats, rows, strict=True) if x["flag"] != "ok"]
