@@ -42,6 +42,9 @@ mkdir -p "$work/lists/partial" "$work/debs"
 echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror trixie non-free" >"$work/sources.list"
 apt_opts=(-oDir::Etc::SourceList="$work/sources.list" -oDir::Etc::SourceParts=- \
           -oDir::State::Lists="$work/lists" -oAPT::Architecture=amd64)
+# As root, apt drops to its _apt user, which cannot enter the private mktemp folder, and warns
+# on every file; the download is the same either way, so download as root without the warning.
+[ "$(id -u)" = 0 ] && apt_opts+=(-oAPT::Sandbox::User=root)
 echo "install-nsys: downloading nsight-systems $ver (about 190 MB)" >&2
 apt-get "${apt_opts[@]}" update >/dev/null
 (cd "$work/debs" && apt-get "${apt_opts[@]}" download \
@@ -73,7 +76,7 @@ mkdir -p "$target/python/packages/nsys_recipe/third_party"
 # modules from host-linux-x64/python/lib; Debian puts them elsewhere.
 cp "$target/python/lib/nsysstats.py" "$target/python/lib/gpustats.py" "$host/python/lib/"
 
-"$target/nsys" --version >&2
+echo "install-nsys: installed $("$target/nsys" --version)" >&2
 # Check the pieces the project relies on before calling the install complete.
 "$target/nsys" export --help >/dev/null
 touch "$prefix/.complete"
