@@ -135,6 +135,7 @@ def test_plan_for_h100_without_a_gpu(aot_python, tmp_path):
         assert (r["planned_d2h_bytes_per_step"] > 0) is offloads, policy
         assert (r["host_bytes"] > 0) is offloads, policy
         assert r["planned_h2d_bytes_per_step"] == r["planned_d2h_bytes_per_step"]
+        assert r["remat_clones"] == 0, policy  # small enough: XLA recomputes nothing of its own
     assert rows["remat"]["recompute_overhead"] > rows["offload_qkv"]["recompute_overhead"] > 0
     layers = {(e["policy"]): e["layers"] for e in doc["layers"]}
     # batch 4, sequence 32, d_model 64, float32: each q/k/v projection is 4*32*64*4 bytes
@@ -181,3 +182,15 @@ def test_plan_without_the_cuda_plugin_says_how_to_get_it(tmp_path):
     assert not (tmp_path / "plans").exists()
     bad = run_cli("plan", "--target", "h900", str(TRAIN))
     assert bad.returncode == 2 and "unknown target 'h900'" in bad.stderr
+
+
+def test_plan_says_when_xla_rematerialized_the_baseline(aot_python, tmp_path):
+    """'none' too big for an H100: XLA's own rematerialization recomputes to fit, and the plan says so."""
+    big = ("--layers", "2", "--d-model", "1024", "--heads", "16", "--ffn", "4096", "--seq", "4096")
+    args = ("plan", "--target", "h100", "--batch", "32", "--policies", "none", "--out", str(tmp_path / "p"))
+    proc = run_cli(*args, str(TRAIN), *big, "--vocab", "32000", "--dtype", "bfloat16", timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    hlo = (tmp_path / "p" / "none-b32" / "step.hlo.txt").read_text()
+    clones = len(re.findall(r"^\s+(?:ROOT )?%?[\w.\-]+\.remat\d* = ", hlo, re.M))
+    assert clones > 0
+    assert f"note: none batch 32: XLA rematerialized {clones} instructions to fit the memory limit" in proc.stdout

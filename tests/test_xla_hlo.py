@@ -24,7 +24,7 @@ from profiler.capture import step_module
 from profiler.xla import dump
 from profiler.xla.buffers import device_bytes, memory_stats, parse_buffer_assignment
 from profiler.xla.compiled import agreement, cost_analysis, describe
-from profiler.xla.hlo import HloError, parse_text
+from profiler.xla.hlo import HloError, parse_text, remat_clones
 from profiler.xla.plan import offload_plan, plan_note
 from profiler.xla.proto import module_from_proto, read_bytes
 from profiler.xla.shapes import ShapeError, parse_shape
@@ -83,6 +83,30 @@ def test_bad_shapes_raise_shape_error(bad):
 
 
 # --- HLO text with host buffers in XLA's real syntax (../shared/hlo) ---------------------------
+
+
+REMAT_HLO = """HloModule jit_step, is_scheduled=true
+
+fused_computation.remat {
+  p0.remat = f32[4]{0} parameter(0)
+  ROOT e.1 = f32[4]{0} exponential(p0.remat)
+}
+
+ENTRY main {
+  p = f32[4]{0} parameter(0)
+  fusion.3 = f32[4]{0} fusion(p), kind=kLoop, calls=fused_computation.remat
+  fusion.3.remat2 = f32[4]{0} fusion(p), kind=kLoop, calls=fused_computation.remat
+  not.remat.copy = f32[4]{0} copy(fusion.3.remat2)
+  ROOT add.7 = f32[4]{0} add(fusion.3, not.remat.copy)
+}
+"""
+
+
+def test_remat_clones_are_the_instructions_the_pass_named():
+    """Clones end in .remat or .rematN; a name with .remat inside, or a computation's name, is no clone."""
+    names = [i.name for i in remat_clones(parse_text(REMAT_HLO))]
+    assert names == ["p0.remat", "fusion.3.remat2"]
+    assert remat_clones(parse_text(REMAT_HLO.replace(".remat2", ".copy2").replace("p0.remat", "p0"))) == []
 
 
 def test_aot_h100_step_plan(shared_hlo):

@@ -303,8 +303,9 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
                 "planned_h2d_bytes_per_step": plan["h2d_bytes_per_step"] if plan else None,
                 "flops_per_step": (comp.get("cost") or {}).get("flops"),
                 "recompute_overhead": None,
+                "remat_clones": res.get("remat_clones"),
                 "plan_note": res.get("plan_note"),
-                "notes": res.get("notes") or [],
+                "notes": list(res.get("notes") or []),
                 "dir": res.get("dir"),
             }
         )
@@ -313,6 +314,17 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
     for r in rows:
         if base.get(r["batch"]) and r["flops_per_step"]:
             r["recompute_overhead"] = r["flops_per_step"] / base[r["batch"]] - 1
+        if r["remat_clones"]:
+            r["notes"].append(
+                f"XLA rematerialized {r['remat_clones']} instructions to fit the memory limit "
+                "(.remat clones in the compiled HLO)"
+                + (
+                    f"; 'recompute' at this batch is against this {BASELINE_POLICY!r}, which already "
+                    "recomputes (a negative value: less recomputation than XLA chose)"
+                    if r["policy"] == BASELINE_POLICY
+                    else ""
+                )
+            )
     return {
         "label": doc["label"],
         "target": target,

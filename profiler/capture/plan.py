@@ -27,7 +27,7 @@ from profiler.conventions import BATCH_ENV, COMPILED_STEP, PLAN_DIR_ENV, PLAN_TA
 from profiler.errors import InputError, ProfilerError
 from profiler.xla import targets
 from profiler.xla.compiled import load_module
-from profiler.xla.hlo import HloError
+from profiler.xla.hlo import HloError, remat_clones
 from profiler.xla.plan import offload_plan, plan_note
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -188,6 +188,7 @@ def _one(
             try:
                 module, _, _ = load_module(hlo)
                 res["plan"] = offload_plan(module)
+                res["remat_clones"] = len(remat_clones(module))
                 if plan_note(res["plan"]):
                     res["plan_note"] = plan_note(res["plan"])
             except (HloError, OSError) as exc:

@@ -63,6 +63,16 @@ class Module:
         return sum(len(c.instructions) for c in self.computations.values())
 
 
+_REMAT = re.compile(r"\.remat\d*$")
+
+
+def remat_clones(module: Module) -> list[Instruction]:
+    """The instructions XLA's rematerialization pass added to *module*: it recomputes a value
+    instead of keeping it alive, to bring the peak under the memory limit, and names each clone
+    after the original with ``.remat``, ``.remat2``, ... appended."""
+    return [i for i in module.instructions() if _REMAT.search(i.name)]
+
+
 _HEADER = re.compile(r"^\s*HloModule\s+([^\s,]+)(.*)$")
 _COMP = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\)\s*->\s*.*)?\{\s*$")
 # a statement: NAME = SHAPE opcode(...); "metadata={...}" on a continuation line is no statement
