@@ -139,4 +139,6 @@ def test_runtime_calls_named_is_a_filter_of_every_call(shared_traces, name):
     every = trace.runtime_calls
     for pattern in (BLOCKING_NAMES, r"^cu(?:da)?Memcpy", r"^cudaLaunchKernel"):
         want = every.filter(pl.col("name").fill_null("").str.contains(pattern))
-        assert trace.runtime_calls_named(pattern).equals(want), pattern
+        fresh = open_trace(shared_traces / name)  # reads only the matching calls (none read before)
+        assert fresh.runtime_calls_named(pattern).equals(want), pattern
+        assert trace.runtime_calls_named(pattern).equals(want), pattern  # filters the calls read

@@ -178,22 +178,27 @@ class Trace:
 
     def _strings(self, *ids: pl.Series) -> pl.DataFrame:
         """The StringIds rows (id, value) for the ids in *ids* (NULLs ignored)."""
-        empty = pl.DataFrame(schema={"id": I64, "value": STR})
         wanted = pl.concat([i.cast(I64) for i in ids]).drop_nulls().unique()
-        if "StringIds" not in self.tables or wanted.len() == 0:
-            return empty
-        where = f"id IN ({','.join(map(str, wanted.to_list()))})" if wanted.len() <= 20_000 else ""
+        if wanted.len() == 0:
+            return self._read_strings("0")
+        if wanted.len() <= 20_000:
+            return self._read_strings(f"id IN ({','.join(map(str, wanted.to_list()))})")
+        return self._all_strings.filter(pl.col("id").is_in(wanted.implode()))
+
+    @cached_property
+    def _all_strings(self) -> pl.DataFrame:
+        """The whole StringIds table (id, value)."""
+        return self._read_strings()
+
+    def _read_strings(self, where: str = "") -> pl.DataFrame:
+        if "StringIds" not in self.tables or where == "0":
+            return pl.DataFrame(schema={"id": I64, "value": STR})
         try:
-            strings = sqlite_io.read_columns(
-                self.path,
-                "StringIds",
-                {"id": "id", "value": "value"},
-                {"id": I64, "value": STR},
-                where=where,
+            return sqlite_io.read_columns(
+                self.path, "StringIds", {"id": "id", "value": "value"}, {"id": I64, "value": STR}, where=where
             )
         except sqlite3.DatabaseError as exc:
             raise InputError(self.path, f"StringIds cannot be read ({exc})") from None
-        return strings.filter(pl.col("id").is_in(wanted.implode())) if not where else strings
 
     # --- the analysis window ------------------------------------------------
     @cached_property
@@ -421,31 +426,36 @@ class Trace:
             "correlation_id",
         )
 
-    @cached_property
-    def _runtime_call_rows(self) -> pl.DataFrame:
-        spec = {
-            "start": ("start", I64),
-            "end": ("end", I64),
-            "global_tid": ("globalTid", I64),
-            "correlation_id": ("correlationId", I64),
-            "name_id": ("nameId", I64),
-        }
-        return self._read(RUNTIME_TABLE, spec, self._started_in_window(RUNTIME_TABLE))
+    RUNTIME_CALL_SPEC: ClassVar[dict[str, tuple[str, pl.DataType]]] = {
+        "start": ("start", I64),
+        "end": ("end", I64),
+        "global_tid": ("globalTid", I64),
+        "correlation_id": ("correlationId", I64),
+        "name_id": ("nameId", I64),
+    }
 
     @cached_property
     def runtime_calls(self) -> pl.DataFrame:
         """Every CUDA runtime/driver API call with its name: start, end, pid, tid, global_tid,
         correlation_id, name."""
-        return self.runtime_calls_named(None)
+        df = self._read(RUNTIME_TABLE, self.RUNTIME_CALL_SPEC, self._started_in_window(RUNTIME_TABLE))
+        return self._named_calls(df, self._strings(df["name_id"].unique()))
 
-    def runtime_calls_named(self, pattern: str | None) -> pl.DataFrame:
-        """The calls of :attr:`runtime_calls` whose name matches the regex *pattern* (all for None).
-        Names are matched once per distinct name, not per call (a trace has millions of launches)."""
-        df = self._runtime_call_rows
-        names = self._strings(df["name_id"].unique()).rename({"id": "name_id", "value": "name"})
-        if pattern is not None:
-            names = names.filter(pl.col("name").fill_null("").str.contains(pattern))
-            df = df.filter(pl.col("name_id").is_in(names["name_id"].to_list()))
+    def runtime_calls_named(self, pattern: str) -> pl.DataFrame:
+        """The calls of :attr:`runtime_calls` whose name matches the regex *pattern*: the names are
+        matched in StringIds, and only their calls are read (a trace has millions of launches)."""
+        if "runtime_calls" in self.__dict__:
+            every = self.runtime_calls
+            return every.filter(pl.col("name").fill_null("").str.contains(pattern))
+        names = self._all_strings.filter(pl.col("value").str.contains(pattern))
+        where = f"nameId IN ({','.join(map(str, names['id'].to_list()))})" if names.height else "0"
+        in_window = self._started_in_window(RUNTIME_TABLE)
+        df = self._read(RUNTIME_TABLE, self.RUNTIME_CALL_SPEC, f"({where}) AND {in_window}" if in_window else where)
+        return self._named_calls(df, names)
+
+    @staticmethod
+    def _named_calls(df: pl.DataFrame, names: pl.DataFrame) -> pl.DataFrame:
+        names = names.rename({"id": "name_id", "value": "name"})
         return df.join(names, on="name_id", how="left", maintain_order="left").select(
             "start",
             "end",
