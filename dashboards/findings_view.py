@@ -196,11 +196,13 @@ def register(app: dash.Dash, store: RunStore) -> None:
         Input("tabs", "value"),
         Input("runs", "selected_rows"),
         State("runs", "data"),
+        State("findings-tab", "label"),
         prevent_initial_call=True,
     )
-    def on_findings(tab, selected, data):
+    def on_findings(tab, selected, data, shown):
         views = selection.selected_views(selected, data)
         label = count_label(store, views)
+        label = dash.no_update if label == shown else label  # a new label re-renders the tab
         if tab != "findings":
             return dash.no_update, label
         return panel(store, views), label
