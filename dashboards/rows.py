@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dashboards.data import RunRef
-from profiler.report.units import byte_unit, time_unit
+from profiler.report.units import byte_unit, human_time, time_unit
 
 # 4 significant digits, trailing zeros dropped: a column's unit follows its largest value (under
 # 1024 of it), and a small value still shows its digits (0.04688, never 0.00) beside its count
@@ -39,7 +39,8 @@ HEADER_TIPS = {
     "device": "one row per GPU: its CUDA device id and name",
     "rank": "rank of a multi-rank job: from the file or folder name (report.3.sqlite, rank3) or the manifest",
     "status": "profile-step's run status (ok, failed, interrupted, ...); plain trace: not made by profile-step",
-    "steps": "step=N ranges counted in the median (warm-up and outlier steps left out); none: no step ranges",
+    "steps": "steps counted in the median (step=N ranges, --step-range, or the executions of the XLA module "
+    "that dominates GPU time; warm-up and outliers left out; a cell's tooltip says which); none: no steps found",
     "step": "median of the included steps' durations (whole run, all GPUs)",
     "bytes": "bytes copied host<->device (D2H and H2D) on this GPU",
     "copies": "number of D2H and H2D copies on this GPU",
@@ -162,7 +163,25 @@ def raw_row(ref: RunRef, summary: dict[str, Any], device: str | None) -> dict[st
         "_policy": not plain(ref, summary),
         "_group": ref.group,
         "_full": full_name(ref, summary, device),
+        "_steps": steps_origin(summary),
     }
+
+
+def steps_origin(summary: dict[str, Any]) -> str:
+    """Where a run's steps and its analysis window come from (the steps cell's tooltip)."""
+    steps = summary.get("steps") or []
+    excluded = [s for s in steps if s["excluded"]]
+    source = summary.get("step_source")
+    text = f"steps: {source}" if source else "no steps found (no step ranges, no XLA module executions)"
+    if excluded:
+        text += f"; {len(excluded)} left out ({', '.join(sorted({str(s['excluded']) for s in excluded}))})"
+    win = summary.get("window") or {}
+    if win.get("source"):
+        length = f", {human_time(win['duration_ns'])}" if win.get("duration_ns") is not None else ""
+        text += f". Analysis window: {win['source']}{length}"
+    elif win:
+        text += ". Analysis window: the whole recording" + (f" ({win['note']})" if win.get("note") else "")
+    return text
 
 
 def error_row(ref: RunRef, message: str) -> dict[str, Any]:
@@ -213,7 +232,11 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[s
             if isinstance(out.get(key), int | float):
                 out[key] = out[key] / div
         scaled.append(out)
-    tips = [{"run": {"value": r["_full"], "type": "text"}} for r in rows]
+    tips = [
+        {"run": {"value": r["_full"], "type": "text"}}
+        | ({"steps": {"value": r["_steps"], "type": "text"}} if r.get("_steps") else {})
+        for r in rows
+    ]
     return columns, scaled, tips
 
 

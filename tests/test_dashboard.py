@@ -207,6 +207,12 @@ def test_dashboard_end_to_end(browser, server, runs):
     # a two-GPU run is two rows, each with its own device, labelled synthetic
     assert "GPU 0 · NVIDIA H100 80GB HBM3 (synthetic)" in table and "GPU 1 · NVIDIA H100 80GB HBM3 (synthetic)" in table
     assert "SYNTHETIC demo" in table
+    # the steps cell says where the steps and the analysis window come from
+    page.locator("#runs td[data-dash-column='steps']").nth(2).hover()
+    page.wait_for_selector(".dash-tooltip", timeout=10_000)
+    tip = page.inner_text(".dash-tooltip")
+    assert tip.startswith("steps: profile-step step=N ranges. Analysis window: the whole recording"), tip
+    page.mouse.move(0, 0)
     page.wait_for_selector(".error-card", timeout=30_000)
     assert "broken.sqlite" in page.inner_text("#errors")
 

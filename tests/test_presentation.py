@@ -226,3 +226,31 @@ def test_cpu_run_summary_says_no_gpu_once():
 def test_quickstart_documents_its_switch():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert "QUICKSTART_NO_DASHBOARD" in readme
+
+
+def test_steps_cell_says_where_the_steps_and_the_window_come_from(shared_traces):
+    """The runs table's steps tooltip: the step source, what was left out, the analysis window."""
+    from dashboards.rows import steps_origin
+    from profiler.analysis.run_metrics import collect
+    from profiler.trace import open_trace
+
+    root = Path(__file__).resolve().parents[1]
+    demo = collect(open_trace(root / "sample_traces/demo-synthetic/synthetic-4-offload_all/synthetic-trace.sqlite"))
+    assert steps_origin(demo) == (
+        "steps: profile-step step=N ranges. Analysis window: profile-step:capture range, "
+        + human_time(demo["window"]["duration_ns"])
+    )
+    plain = collect(open_trace(shared_traces / "alpa__jax_profile_mem.sqlite"))
+    assert steps_origin(plain) == (
+        "no steps found (no step ranges, no XLA module executions). Analysis window: the whole recording "
+        "(no profile-step:capture range; no cudaProfilerStart/Stop calls)"
+    )
+    xla = {
+        "step_source": "XLA module jit_train_step, program_id 7 (its executions)",
+        "steps": [{"excluded": "warm-up"}, {"excluded": None}, {"excluded": None}],
+        "window": {"source": None, "note": None, "duration_ns": None},
+    }
+    assert steps_origin(xla) == (
+        "steps: XLA module jit_train_step, program_id 7 (its executions); 1 left out (warm-up). "
+        "Analysis window: the whole recording"
+    )
