@@ -29,7 +29,7 @@ def where_text(where: dict[str, Any]) -> str:
             parts.append(f"GPU {value}")
         elif key == "direction":
             parts.append(str(value).upper())
-        elif key in ("steps", "layers") and isinstance(value, list):
+        elif key in ("steps", "layers", "kernels") and isinstance(value, list):
             shown = ", ".join(map(str, value[:4])) + (f" (+{len(value) - 4})" if len(value) > 4 else "")
             parts.append(f"{key} {shown}")
         elif key == "steps":

@@ -203,7 +203,26 @@ def test_nccl_slowed_by_copies_boundary(tmp_path, slow, fires):
     assert bool(found) is fires
     if fires:
         assert found[0]["evidence"]["ratio"] == pytest.approx(slow / 1000)
-        assert found[0]["where"] == {"device": "0", "kernel": "ncclDevKernel_AllGather_RING"}
+        assert found[0]["where"] == {"device": "0", "kernels": ["ncclDevKernel_AllGather_RING"]}
+
+
+def test_nccl_slowed_by_copies_is_one_finding_per_gpu_worst_first(tmp_path):
+    """Three NCCL kernel names on one GPU: two slowed beside copies (1.5x, 1.3x), one not: one finding."""
+    b = ExportBuilder()
+    for k, (name, slow) in enumerate((("nccl_AllGather", 1_300), ("nccl_ReduceScatter", 1_500), ("nccl_Bcast", 1_000))):
+        for i in range(3):
+            t = k * 1_000_000 + i * 10_000
+            b.kernel(t, t + 1000, name, stream=9)
+            u = k * 1_000_000 + 100_000 + i * 10_000
+            b.kernel(u, u + slow, name, stream=9)
+            b.copy(u, u + 500, "d2h", MIB, stream=20)
+    (found,) = fired(findings_of(write_run(tmp_path, b)), "nccl-slowed-by-copies")
+    assert found["where"] == {"device": "0", "kernels": ["nccl_ReduceScatter", "nccl_AllGather"]}
+    assert [k["ratio"] for k in found["evidence"]["kernels"]] == [pytest.approx(1.5), pytest.approx(1.3)]
+    assert (
+        "2 NCCL kernel(s) slower beside offload copies (nccl_ReduceScatter 1.50x, nccl_AllGather 1.30x)"
+        in (found["verdict"])
+    )
 
 
 def test_nccl_rule_skips_without_nccl(tmp_path):

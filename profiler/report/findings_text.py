@@ -9,7 +9,10 @@ LABEL = {"problem": "PROBLEM", "warning": "WARNING", "info": "info"}
 
 
 def _where(f: dict[str, Any]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in f["where"].items() if k not in ("policy",)) or "the run"
+    def value(v: Any) -> str:
+        return ", ".join(map(str, v)) if isinstance(v, list) else str(v)
+
+    return ", ".join(f"{k} {value(v)}" for k, v in f["where"].items() if k not in ("policy",)) or "the run"
 
 
 def render_findings(doc: dict[str, Any], width: int = 110) -> str:

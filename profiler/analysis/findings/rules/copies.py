@@ -258,18 +258,29 @@ def nccl_slowed_by_copies(ev: Evidence) -> list[Finding]:
         .filter(pl.col("ratio") > ev.config["nccl_slowdown"] * (1 + 1e-9))
         .sort("device", "ratio", descending=[False, True])
     )
-    return [
-        Finding(
-            "nccl-slowed-by-copies",
-            "warning",
-            f"device {dev}: {name} takes {ms(w)} (median) beside offload copies and {ms(wo)} without "
-            f"({ratio:.2f}x; {nw} and {nwo} kernels)",
-            "device-to-host traffic competes with NCCL for the link and for memory bandwidth (NVIDIA/nccl issues "
-            "1414 and 2218): schedule offloads away from collectives (latency hiding scheduler), or offload less "
-            "during the collective-heavy part of the step",
-            where={"device": str(dev), "kernel": name},
-            evidence={"median_with_ns": w, "median_without_ns": wo, "ratio": ratio, "with": nw, "without": nwo},
-            view="timeline",
+    out = []
+    for (dev,), rows in per.group_by("device", maintain_order=True):  # one finding per GPU, worst first
+        kernels = [
+            {"name": n, "median_with_ns": w, "median_without_ns": wo, "ratio": r, "with": nw, "without": nwo}
+            for n, w, wo, nw, nwo, r in rows.select(
+                "name", "with", "without", "n_with", "n_without", "ratio"
+            ).iter_rows()
+        ]
+        worst = kernels[0]
+        listed = [f"{k['name']} {k['ratio']:.2f}x" for k in kernels]
+        out.append(
+            Finding(
+                "nccl-slowed-by-copies",
+                "warning",
+                f"device {dev}: {len(kernels)} NCCL kernel(s) slower beside offload copies ({names(listed)}); "
+                f"the worst takes {ms(worst['median_with_ns'])} (median) beside them and "
+                f"{ms(worst['median_without_ns'])} without ({worst['with']} and {worst['without']} kernels)",
+                "device-to-host traffic competes with NCCL for the link and for memory bandwidth (NVIDIA/nccl "
+                "issues 1414 and 2218): schedule offloads away from collectives (latency hiding scheduler), or "
+                "offload less during the collective-heavy part of the step",
+                where={"device": str(dev), "kernels": [k["name"] for k in kernels]},
+                evidence={"ratio": worst["ratio"], "kernels": kernels},
+                view="timeline",
+            )
         )
-        for dev, name, w, wo, nw, nwo, ratio in per.iter_rows()
-    ]
+    return out
