@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import re
+import textwrap
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,11 +93,12 @@ def grouped_bars(data: list[dict[str, Any]], cats: list[str], title: str, x_titl
     )
 
 
-def note_figure(message: str, height: int = 220) -> Figure:
-    """No data to draw: a figure with no axes that says why."""
+def note_figure(message: str, height: int = 220, width_chars: int = 130) -> Figure:
+    """No data to draw: a figure with no axes that says why (long messages wrapped: plotly does not)."""
+    lines = textwrap.wrap(message, width_chars) or [""]
     return figure(
         [],
-        height=height,
+        height=max(height, 60 + 22 * len(lines)),
         plot_bgcolor="white",
         xaxis={"visible": False},
         yaxis={"visible": False},
@@ -104,7 +106,7 @@ def note_figure(message: str, height: int = 220) -> Figure:
         meta={"note": message},
         annotations=[
             {
-                "text": esc(message),
+                "text": "<br>".join(esc(line) for line in lines),
                 "showarrow": False,
                 "xref": "paper",
                 "yref": "paper",

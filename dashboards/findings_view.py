@@ -59,8 +59,11 @@ def _finding(f: dict[str, Any], rid: str, views: list[View], n: int) -> html.Div
     vid, step = target(f, rid, views)
     view = f.get("view") or "policies"
     gpu = View.parse(vid).device
+    summed = (f.get("where") or {}).get("device") is None and len(views) > 1  # a run-wide finding, several GPUs
     button = f"Show in {VIEW_LABEL.get(view, view)}" + (
-        f" (GPU {gpu})" if gpu is not None and view != "policies" else ""
+        f" (GPU {gpu}{'; the finding is over all GPUs' if summed else ''})"
+        if gpu is not None and view != "policies"
+        else ""
     )
     evidence = f.get("evidence") or {}
     return html.Div(
@@ -116,6 +119,20 @@ def _finding(f: dict[str, Any], rid: str, views: list[View], n: int) -> html.Div
     )
 
 
+def split_by_gpu(found: list[dict[str, Any]], views: list[View]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The findings of a run that its selected rows show (run-wide, or on a selected GPU), and the GPUs
+    of those left out (their rows are not selected)."""
+    selected = {str(v.device) for v in views if v.device is not None}
+
+    def on(f: dict[str, Any]) -> str | None:
+        d = (f.get("where") or {}).get("device")
+        return None if d is None else str(d)
+
+    shown = [f for f in found if on(f) is None or on(f) in selected]
+    left = sorted({on(f) for f in found if f not in shown}, key=lambda d: (len(d), d))
+    return shown, left
+
+
 def panel(store: RunStore, views: list[View]) -> list[Any]:
     """The findings of the selected runs: runs with findings first (the most severe first), one section
     each; then one line per run without any."""
@@ -137,14 +154,21 @@ def panel(store: RunStore, views: list[View]) -> list[Any]:
         skipped = (doc or {}).get("skipped") or []
         undecided = "Could not decide: " + "; ".join(f"{s['rule']} ({s['why']})" for s in skipped) + "."
         found = sorted((doc or {}).get("findings") or [], key=lambda f: SEVERITY_ORDER.index(f["severity"]))
+        found, left = split_by_gpu(found, run_views)
+        elsewhere = (
+            f"Findings on GPUs whose rows are not selected ({', '.join('GPU ' + d for d in left)}): "
+            "select those rows to see them. "
+            if left
+            else ""
+        )
         if not found:
             said = "no findings computed" if not doc else "no finding (every rule that could decide found nothing)"
             quiet.append(
                 html.Li(
                     [
                         html.Strong(short, title=full),
-                        f": {said}. ",
-                        html.Span(undecided if skipped else "", style=MUTED),
+                        f": {said}. " if not left else ": ",
+                        html.Span(elsewhere + (undecided if skipped else ""), style=MUTED),
                     ],
                     className="run-findings",
                     **{"data-run": rid},
@@ -155,6 +179,8 @@ def panel(store: RunStore, views: list[View]) -> list[Any]:
         for f in found:
             body.append(_finding(f, rid, run_views, n))
             n += 1
+        if left:
+            body.append(html.Div(elsewhere, className="elsewhere", style=MUTED))
         if skipped:
             body.append(html.Div(undecided, className="skipped", style=MUTED))
         if doc.get("disabled"):
@@ -173,8 +199,9 @@ def panel(store: RunStore, views: list[View]) -> list[Any]:
 def count_label(store: RunStore, views: list[View]) -> str:
     """The tab's label: ``Findings (3)``."""
     total = 0
-    for rid, _ in selection.selected_runs(store, views):
-        total += len((store.results[rid].summary.get("findings") or {}).get("findings") or [])
+    for rid, run_views in selection.selected_runs(store, views):
+        found = (store.results[rid].summary.get("findings") or {}).get("findings") or []
+        total += len(split_by_gpu(found, run_views)[0])
     return f"Findings ({total})"
 
 

@@ -44,7 +44,9 @@ HEADER_TIPS = {
     "step": "median of the included steps' durations (whole run, all GPUs)",
     "bytes": "bytes copied host<->device (D2H and H2D) on this GPU",
     "copies": "number of D2H and H2D copies on this GPU",
-    "exposed": "copy time on this GPU during which no kernel ran (METRICS.md exposed_ns)",
+    "exposed": "time on this GPU during which an h2d or d2h copy ran and no kernel did, both directions as "
+    "one (METRICS.md exposed_ns of the offload class): less than the D2H and H2D exposed times added when "
+    "the two directions overlap",
     "hidden": "share of copy time overlapped by kernels (METRICS.md hidden_fraction); no copies: none",
     "date": "when the run started (UTC)",
 }

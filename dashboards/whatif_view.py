@@ -225,6 +225,7 @@ def layout(default_target: str = DEFAULT_TARGET) -> list[Any]:
                     id="whatif-value",
                     type="number",
                     value=None,
+                    placeholder="GB/s or F",  # used by "custom link" and "factor F"; empty for a named link
                     min=0,
                     debounce=True,
                     disabled=True,

@@ -210,7 +210,8 @@ def test_what_the_copies_cost(browser, costs):  # noqa: F811
         demo_rid = next(r for r, name in folder_of.items() if name == "synthetic-4-offload_all")
         in_demo = f"#findings-panel .run-findings[data-run='{demo_rid}']"
         button = page.locator(f"{in_demo} .finding[data-view='layers'] button").first
-        assert button.inner_text().startswith("Show in Per layer (GPU 0)")
+        # a run-wide finding of a two-GPU run: it opens GPU 0 and says its numbers are over both
+        assert button.inner_text() == "Show in Per layer (GPU 0; the finding is over all GPUs)"
         button.click()
         page.wait_for_function(
             "document.querySelector('#tabs .tab--selected').innerText.includes('Per layer')", timeout=30_000

@@ -139,3 +139,19 @@ def test_plans_are_found_and_bad_ones_named(tmp_path):
     assert read_plan(by_name["20260101T000000-h100-abc"])["label"] == "compiled for H100"
     with pytest.raises(InputError, match=r"other\.json: is not a profile-step plan document"):
         read_plan(by_name["other.json"])
+
+
+def test_findings_of_unselected_gpus_are_left_out_and_named():
+    from dashboards.findings_view import split_by_gpu
+    from dashboards.rows import View
+
+    found = [
+        {"id": "a", "where": {"device": "0"}},
+        {"id": "b", "where": {"device": 7}},
+        {"id": "c", "where": {}},
+        {"id": "d", "where": {"device": "12"}},
+    ]
+    shown, left = split_by_gpu(found, [View("r", "0")])
+    assert [f["id"] for f in shown] == ["a", "c"] and left == ["7", "12"]
+    shown, left = split_by_gpu(found, [View("r", "7"), View("r", "12"), View("r", "0")])
+    assert [f["id"] for f in shown] == ["a", "b", "c", "d"] and left == []

@@ -149,7 +149,9 @@ def test_slow_link_needs_enough_copies_and_a_known_link(tmp_path):
     for i in range(2):
         b.copy(i * 100_000, i * 100_000 + 90_000, "d2h", MIB)
     path = write_run(tmp_path, b)
-    assert "no h2d/d2h copies of 1 MiB or more ran alone" in skipped(findings_of(path), "slow-link")
+    assert "no GPU ran 3 or more h2d or d2h copies of 1 MiB or more alone (the most: 2;" in skipped(
+        findings_of(path), "slow-link"
+    )
     assert fired(findings_of(path, slow_link_min_copies=2), "slow-link")
     b2 = ExportBuilder()
     b2.gpu(0, "Mystery 9000")

@@ -169,6 +169,21 @@ def test_policy_table_recompute_and_stalls():
     assert no_base["baseline"] is None and no_base["rows"][0]["recompute_overhead"] is None
 
 
+def test_policy_row_is_per_device_and_per_step():
+    """A two-GPU trace's step and copy sums are halved; a trace without steps moves nothing 'per step'."""
+    two = _run("offload_all", None, [10, 10, 10], stalls=[0, 6, 8]) | {
+        "devices": {"0": {}, "1": {}},
+        "copies": {"d2h": {"bytes": 600}, "h2d": {"bytes": 300}, "offload": {"bytes": 900}},
+    }
+    row = policy_table([two])["rows"][0]
+    assert row["devices"] == 2
+    assert row["stalled_ns"] == 3 and row["exposed_ns"] == 5  # medians of (0, 3, 4) and (0, 5, 10)
+    assert row["moved_d2h_bytes_per_step"] == 100 and row["moved_h2d_bytes_per_step"] == 50
+    stepless = two | {"steps": [], "median_step_ns": None, "stall_ns": 40}
+    row = policy_table([stepless])["rows"][0]
+    assert row["moved_d2h_bytes_per_step"] is None and row["stalled_ns"] is None
+
+
 def test_compare_gates_the_new_metrics(plan_run):
     base = collected(plan_run)
     head = copy.deepcopy(base)

@@ -143,7 +143,9 @@ def policy_row(run: dict[str, Any], peak_override: float | None = None) -> dict[
     runtime = (run.get("manifest") or {}).get("runtime") or {}
     comp = run.get("compiled") or {"notes": ["run summary without the compiled step"]}
     steps = _included(run)
-    n_steps = max(len(run.get("steps") or []), 1)
+    n_steps = len(run.get("steps") or [])
+    # per device: the trace's step and copy numbers are sums over its GPUs (an SPMD step runs on each)
+    n_dev = max(len(run.get("devices") or {}), 1)
     median_ns = run.get("median_step_ns")
     peak, limit, mem_source = measured_memory(run)
     memory = comp.get("memory") or {}
@@ -153,10 +155,21 @@ def policy_row(run: dict[str, Any], peak_override: float | None = None) -> dict[
     kind = device_kind(run)
     peak_tf = peak_override if peak_override is not None else peak_tflops(kind)
     secs = median_ns / 1e9 if median_ns else None
-    exposed = _median([s["exposed_ns"] for s in steps if s.get("exposed_ns") is not None])
-    stalls = [s["stall_ns"] for s in steps if s.get("stall_ns") is not None]
-    stalled = _median(stalls) if stalls else (run["stall_ns"] / n_steps if run.get("stall_ns") is not None else None)
+    exposed = _median([s["exposed_ns"] / n_dev for s in steps if s.get("exposed_ns") is not None])
+    stalls = [s["stall_ns"] / n_dev for s in steps if s.get("stall_ns") is not None]
+    stalled = (
+        _median(stalls)
+        if stalls
+        else (run["stall_ns"] / n_steps / n_dev if run.get("stall_ns") is not None and n_steps else None)
+    )
     copies = run.get("copies") or {}
+
+    def moved(direction: str) -> float | None:
+        """Bytes per step and device; none without steps (a capture is not a step)."""
+        if not copies or not n_steps:
+            return None
+        return (copies.get(direction) or {}).get("bytes", 0) / n_steps / n_dev
+
     return {
         "policy": run["policy"],
         "trace": run.get("trace"),
@@ -169,8 +182,9 @@ def policy_row(run: dict[str, Any], peak_override: float | None = None) -> dict[
         "compiled_host_bytes": device_bytes(memory, host=True) if memory else None,
         "planned_d2h_bytes_per_step": plan["d2h_bytes_per_step"] if plan else None,
         "planned_h2d_bytes_per_step": plan["h2d_bytes_per_step"] if plan else None,
-        "moved_d2h_bytes_per_step": (copies.get("d2h") or {}).get("bytes", 0) / n_steps if copies else None,
-        "moved_h2d_bytes_per_step": (copies.get("h2d") or {}).get("bytes", 0) / n_steps if copies else None,
+        "moved_d2h_bytes_per_step": moved("d2h"),
+        "moved_h2d_bytes_per_step": moved("h2d"),
+        "devices": n_dev,
         "flops_per_step": flops,
         "tflops": flops / secs / 1e12 if flops and secs else None,
         "model_flops_per_step": model_flops,

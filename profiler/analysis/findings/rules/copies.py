@@ -168,7 +168,15 @@ def slow_link(ev: Evidence) -> list[Finding]:
                     )
                 )
     if not judged:
-        raise CannotDecide("no h2d/d2h copies of 1 MiB or more ran alone (nothing to measure the link by)")
+        need = max(1, ev.config["slow_link_min_copies"])
+        most = max(
+            (d["copies"][c]["contexts"]["alone"]["count"] for d in ev.devices.values() for c in ("h2d", "d2h")),
+            default=0,
+        )
+        raise CannotDecide(
+            f"no GPU ran {need} or more h2d or d2h copies of 1 MiB or more alone (the most: {most}; "
+            "slow_link_min_copies): too few to measure the link by"
+        )
     return out
 
 
