@@ -448,7 +448,9 @@ class Trace:
             every = self.runtime_calls
             return every.filter(pl.col("name").fill_null("").str.contains(pattern))
         names = self._all_strings.filter(pl.col("value").str.contains(pattern))
-        where = f"nameId IN ({','.join(map(str, names['id'].to_list()))})" if names.height else "0"
+        name_id = self._col(RUNTIME_TABLE, "nameId")  # "NULL" in an export without names: nothing matches
+        ids = ",".join(map(str, names["id"].to_list()))
+        where = f"{name_id} IN ({ids})" if names.height and name_id != "NULL" else "0"
         in_window = self._started_in_window(RUNTIME_TABLE)
         df = self._read(RUNTIME_TABLE, self.RUNTIME_CALL_SPEC, f"({where}) AND {in_window}" if in_window else where)
         return self._named_calls(df, names)
