@@ -31,7 +31,7 @@ def si(x: float | None) -> str:
 
 
 def tflops(x: float | None) -> str:
-    return "-" if x is None else (f"{x:.3f}" if x >= 0.01 else f"{x:.2e}")
+    return "-" if x is None else (f"{x:.3f}" if x >= 0.01 else f"{x:.2g}")  # a CPU: 0.0092
 
 
 def signed_pct(x: float | None) -> str:
