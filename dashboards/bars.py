@@ -96,6 +96,15 @@ def _fmt(x: float, raw: float | None = None, own: Any = None) -> str:
     return f"{x:.3g}" if abs(x) < 100 else f"{x:,.0f}"
 
 
+def _one(
+    label: str, tip: str, part: str, value: float | None, div: float, color: str, top: float, missing: str
+) -> list[Any]:
+    """A cell of one bar: *value* in its column's unit (÷ *div*), or why there is none."""
+    if value is None:
+        return [_missing(missing)]
+    return [_bar(label, [Part(part, value / div, COLORS[color])], top, _fmt(value / div), tip)]
+
+
 def policy_table(items: list[Item]) -> html.Div:
     """The selected (run, GPU) rows side by side: copy time hidden / exposed per direction, the time other
     work stalled waiting for those copies, median step, bytes copied with the number of copies, peak device
@@ -197,28 +206,8 @@ def policy_table(items: list[Item]) -> html.Div:
                     tip,
                 )
             )
-        step = [
-            _bar(
-                label,
-                [Part("median step", item.step_ns / s_div, COLORS["step"])],
-                top_s,
-                _fmt(item.step_ns / s_div),
-                tip,
-            )
-            if item.step_ns is not None
-            else _missing("no step ranges")
-        ]
-        peak = [
-            _bar(
-                label,
-                [Part("peak memory", item.peak_bytes / m_div, COLORS["memory"])],
-                top_m,
-                _fmt(item.peak_bytes / m_div),
-                tip,
-            )
-            if item.peak_bytes is not None
-            else _missing("no memory events")
-        ]
+        step = _one(label, tip, "median step", item.step_ns, s_div, "step", top_s, "no step ranges")
+        peak = _one(label, tip, "peak memory", item.peak_bytes, m_div, "memory", top_m, "no memory events")
         for k, content in enumerate((copy_bars, stall_bars, step, byte_bars, peak), start=1):
             cells.append(html.Div([] if notes.get(k) else content, style=CELL))
     legend = html.Div(

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import site
-import stat
 import subprocess
 import sys
 import tempfile
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from profiler.errors import ProfilerError
-from profiler.trace.nsys import find_nsys, nsys_version
+from profiler.trace.nsys import find_nsys, nsys_version, writable
 
 RECIPE = "offload_overlap"
 SOURCE = Path(__file__).resolve().parent / RECIPE
@@ -85,15 +84,6 @@ def missing_framework_packages() -> list[str]:
     return missing
 
 
-def _writable(folder: Path) -> bool:
-    """Writable, and not marked read-only (root ignores the mode bits; we respect them)."""
-    try:
-        mode = folder.stat().st_mode
-    except OSError:
-        return False
-    return os.access(folder, os.W_OK) and bool(mode & stat.S_IWUSR)
-
-
 def copy_recipe(dest: Path) -> None:
     """The recipe's files and ``install.json`` into *dest*, replacing an earlier install of ours."""
     if dest.exists() and not (dest / MARKER).is_file():
@@ -127,7 +117,7 @@ def install(nsys_arg: str | None = None, into: str | None = None) -> Installed:
     if into is not None:
         folder = Path(into)
         folder.mkdir(parents=True, exist_ok=True)
-        if not _writable(folder):
+        if not writable(folder):
             raise RecipeInstallError(f"{folder} is not writable")
         copy_recipe(folder / RECIPE)
         return Installed(nsys, folder / RECIPE, listed=False)
@@ -138,7 +128,7 @@ def install(nsys_arg: str | None = None, into: str | None = None) -> Installed:
             "beside it): use an nsys with `nsys recipe` (--nsys PATH; bash scripts/install-nsys.sh installs 2023.4.4)"
         )
     recipes = package / "recipes"
-    if not _writable(recipes):
+    if not writable(recipes):
         raise RecipeInstallError(
             f"cannot install into {recipes}: the nsys install is read-only for this user; run "
             f"`sudo {environment_bin() / 'profile-step'} install-recipe --nsys {nsys}`, or install into a folder "

@@ -15,24 +15,24 @@ def _largest(values: Iterable[float | int | None]) -> float:
     return max((abs(v) for v in values if v is not None), default=0)
 
 
-def byte_unit(values: Iterable[int | float | None]) -> tuple[str, int]:
-    """The largest binary unit in which the largest of *values* is at least 1 (B when all are 0)."""
+def _unit(values: Iterable[float | int | None], units: tuple[tuple[str, int], ...]) -> tuple[str, int]:
+    """The largest of *units* in which the largest of *values* is at least 1 (the first below that)."""
     top = _largest(values)
-    name, div = BYTE_UNITS[0]
-    for n, d in BYTE_UNITS:
+    name, div = units[0]
+    for n, d in units:
         if top >= d:
             name, div = n, d
     return name, div
+
+
+def byte_unit(values: Iterable[int | float | None]) -> tuple[str, int]:
+    """The largest binary unit in which the largest of *values* is at least 1 (B when all are 0)."""
+    return _unit(values, BYTE_UNITS)
 
 
 def time_unit(values_ns: Iterable[int | float | None]) -> tuple[str, int]:
     """µs, ms or s: the largest in which the largest of *values_ns* is at least 1 (µs below 1 µs)."""
-    top = _largest(values_ns)
-    name, div = TIME_UNITS[0]
-    for n, d in TIME_UNITS:
-        if top >= d:
-            name, div = n, d
-    return name, div
+    return _unit(values_ns, TIME_UNITS)
 
 
 def scaled(value: int | float | None, div: int, decimals: int = 2) -> str:

@@ -272,8 +272,12 @@ class Trace:
             raise InputError(self.path, f"StringIds cannot be read ({exc})") from None
         if not ids:
             return empty
-        where = f"{name_id} IN ({','.join(map(str, ids))})"
-        return self._read(RUNTIME_TABLE, {"start": ("start", I64), "end": ("end", I64)}, where).sort("start")
+        return self._read(RUNTIME_TABLE, {"start": ("start", I64), "end": ("end", I64)}, self._named(ids)).sort("start")
+
+    def _named(self, ids: list[int]) -> str:
+        """The WHERE clause of the runtime rows whose name is one of the StringIds *ids* (none: ``0``)."""
+        name_id = self._col(RUNTIME_TABLE, "nameId")  # "NULL" in an export without names: nothing matches
+        return f"{name_id} IN ({','.join(map(str, ids))})" if ids and name_id != "NULL" else "0"
 
     @property
     def has_cuda_calls(self) -> bool:
@@ -448,9 +452,7 @@ class Trace:
             every = self.runtime_calls
             return every.filter(pl.col("name").fill_null("").str.contains(pattern))
         names = self._all_strings.filter(pl.col("value").str.contains(pattern))
-        name_id = self._col(RUNTIME_TABLE, "nameId")  # "NULL" in an export without names: nothing matches
-        ids = ",".join(map(str, names["id"].to_list()))
-        where = f"{name_id} IN ({ids})" if names.height and name_id != "NULL" else "0"
+        where = self._named(names["id"].to_list())
         in_window = self._started_in_window(RUNTIME_TABLE)
         df = self._read(RUNTIME_TABLE, self.RUNTIME_CALL_SPEC, f"({where}) AND {in_window}" if in_window else where)
         return self._named_calls(df, names)

@@ -131,12 +131,12 @@ def export_report(report: Path, nsys_path: str | None = None) -> Path:
             target.parent.mkdir(parents=True, exist_ok=True)
         except OSError:
             continue
-        if _writable(target.parent):
+        if writable(target.parent):
             return _export_to(nsys, report, target)
     raise InputError(report, "no writable place for its SQLite export")
 
 
-def _writable(folder: Path) -> bool:
+def writable(folder: Path) -> bool:
     """Writable, and not marked read-only (root ignores the mode bits; we respect them)."""
     try:
         mode = folder.stat().st_mode
