@@ -1,6 +1,7 @@
 """The findings panel: per selected run, what is wrong and what to try (``analysis.findings``, in the
-run summary), most severe first, each with a button that opens the view showing its evidence with
-that run and GPU selected; the rules that could not decide in a muted line."""
+run summary), by cost, highest first (the summary's order), each with what it costs, and a button
+that opens the view showing its evidence with that run and GPU selected; the rules that could not
+decide in a muted line."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dash import ALL, Input, Output, State, html
 from dashboards import selection
 from dashboards.data import RunStore
 from dashboards.rows import View
+from profiler.report.findings_text import by_cost, cost_text
 
 SEVERITY_COLOR = {"problem": "#D55E00", "warning": "#E69F00", "info": "#0072B2"}  # Okabe and Ito's
 SEVERITY_ORDER = ("problem", "warning", "info")
@@ -92,6 +94,12 @@ def _finding(f: dict[str, Any], rid: str, views: list[View], n: int) -> html.Div
                     ),
                     html.Code(f["id"], style={"marginRight": "8px"}),
                     html.Span(where_text(f.get("where") or {}), style={"color": "#555", "fontSize": "13px"}),
+                    html.Span(
+                        cost_text(f),
+                        className="cost",
+                        style={"color": "#555", "fontSize": "13px", "marginLeft": "8px"},
+                        **{"data-cost": "" if f.get("cost_ns") is None else str(f["cost_ns"])},
+                    ),
                 ]
             ),
             html.Div(f["verdict"], className="verdict", style={"margin": "4px 0"}),
@@ -134,15 +142,16 @@ def split_by_gpu(found: list[dict[str, Any]], views: list[View]) -> tuple[list[d
 
 
 def panel(store: RunStore, views: list[View]) -> list[Any]:
-    """The findings of the selected runs: runs with findings first (the most severe first), one section
-    each; then one line per run without any."""
+    """The findings of the selected runs: runs with findings first (the most severe first, then the
+    costliest), one section each, its findings by cost; then one line per run without any."""
     runs = selection.selected_runs(store, views)
     if not runs:
         return [html.Div("Select runs in the table above to see their findings.", className="note", style=MUTED)]
 
-    def rank(item: tuple[str, list[View]]) -> int:
+    def rank(item: tuple[str, list[View]]) -> tuple[int, float]:
         found = (store.results[item[0]].summary.get("findings") or {}).get("findings") or []
-        return min((SEVERITY_ORDER.index(f["severity"]) for f in found), default=len(SEVERITY_ORDER))
+        worst = min((SEVERITY_ORDER.index(f["severity"]) for f in found), default=len(SEVERITY_ORDER))
+        return worst, -max((f.get("cost_share") or 0 for f in found), default=0)
 
     out: list[Any] = []
     quiet: list[Any] = []
@@ -153,7 +162,7 @@ def panel(store: RunStore, views: list[View]) -> list[Any]:
         doc = summary.get("findings")
         skipped = (doc or {}).get("skipped") or []
         undecided = "Could not decide: " + "; ".join(f"{s['rule']} ({s['why']})" for s in skipped) + "."
-        found = sorted((doc or {}).get("findings") or [], key=lambda f: SEVERITY_ORDER.index(f["severity"]))
+        found = by_cost((doc or {}).get("findings") or [])  # as the summary lists them; older summaries too
         found, left = split_by_gpu(found, run_views)
         elsewhere = (
             f"Findings on GPUs whose rows are not selected ({', '.join('GPU ' + d for d in left)}): "

@@ -61,13 +61,13 @@ def steps(b: ExportBuilder, spans: list[tuple[int, int]]) -> None:
 
 def test_pageable_copies(tmp_path):
     b = ExportBuilder()
-    b.copy(0, 100, "h2d", MIB, host=PAGEABLE)
-    b.copy(200, 300, "d2h", MIB)
+    b.copy(0, 100_000, "h2d", MIB, host=PAGEABLE)
+    b.copy(200_000, 300_000, "d2h", MIB)
     path = write_run(tmp_path, b)
     (f,) = fired(findings_of(path), "pageable-copies")
     assert f["severity"] == "problem" and f["where"] == {"device": "0"}
-    assert f["evidence"] == {"h2d_pageable": 1, "d2h_pageable": 0}
-    assert "1 of 1 h2d" in f["verdict"]
+    assert f["evidence"] == {"h2d_pageable": 1, "d2h_pageable": 0, "exposed_ns": 100_000}
+    assert "1 of 1 h2d copies (1.0 MiB)" in f["verdict"]
     assert not fired(findings_of(path, pageable_min_count=2), "pageable-copies")  # one copy, two needed
 
 
@@ -83,7 +83,7 @@ def test_sync_copies_inside_steps_only(tmp_path):
     launched(b, 1100, "kernel", 1200, 1300, "k")
     doc = findings_of(write_run(tmp_path, b))
     (f,) = fired(doc, "sync-copies")
-    assert f["evidence"] == {"calls": 1, "host_ns": 200, "by_name": {"cudaMemcpy_v3020": 1}}
+    assert f["evidence"] == {"calls": 1, "host_ns": 200, "wall_ns": 200, "by_name": {"cudaMemcpy_v3020": 1}}
     assert "the 1 steps" in f["verdict"]
 
 
@@ -266,22 +266,23 @@ def test_offload_missing_needs_a_policy(tmp_path):
 
 
 def _exposed_run(tmp_path: Path, exposed: int, flags: str, name: str) -> Path:
-    # one 100 us copy, hidden by a kernel but for `exposed` ns
+    # one 10 ms copy, hidden by a kernel but for `exposed` ns
     b = ExportBuilder()
-    b.copy(0, 100_000, "d2h", MIB)
-    b.kernel(0, 100_000 - exposed, "k")
+    b.copy(0, 10_000_000, "d2h", MIB)
+    b.kernel(0, 10_000_000 - exposed, "k")
     return write_run(tmp_path, b, {"versions": {"jax": "0.10.2"}, "xla_flags": {"final": flags}}, name=name)
 
 
 def test_lhs_off(tmp_path):
     off = "--xla_gpu_enable_latency_hiding_scheduler=false --xla_gpu_enable_command_buffer="
-    (f,) = fired(findings_of(_exposed_run(tmp_path, 10_001, off, "a")), "lhs-off")
-    assert f["severity"] == "warning" and "is off" in f["verdict"]
-    assert not fired(findings_of(_exposed_run(tmp_path, 10_000, off, "b")), "lhs-off")  # 10% is not above
-    (unset,) = fired(findings_of(_exposed_run(tmp_path, 50_000, "", "c")), "lhs-off")
+    (f,) = fired(findings_of(_exposed_run(tmp_path, 1_000_001, off, "a")), "lhs-off")
+    assert f["severity"] == "warning" and "is off" in f["verdict"]  # 10% of the window: at most a warning
+    assert f["cost_ns"] == 1_000_001 and f["cost_basis_ns"] == 10_000_000
+    assert not fired(findings_of(_exposed_run(tmp_path, 1_000_000, off, "b")), "lhs-off")  # 10% is not above
+    (unset,) = fired(findings_of(_exposed_run(tmp_path, 5_000_000, "", "c")), "lhs-off")
     assert unset["severity"] == "info" and "not set" in unset["verdict"]
     on = "--xla_gpu_enable_latency_hiding_scheduler=true"
-    assert not fired(findings_of(_exposed_run(tmp_path, 50_000, on, "d")), "lhs-off")
+    assert not fired(findings_of(_exposed_run(tmp_path, 5_000_000, on, "d")), "lhs-off")
 
 
 def test_lhs_off_skips_what_is_not_an_xla_program(tmp_path):
@@ -412,7 +413,7 @@ def test_empty_export_never_crashes_and_says_why(tmp_path):
 
 def test_config_file_overrides_and_disables(tmp_path):
     cfg = tmp_path / "f.toml"
-    cfg.write_text('disabled = ["sync-copies"]\n[thresholds]\npageable_min_count = 5\n')
+    cfg.write_text('disabled = ["sync-copies", "exposed-copies"]\n[thresholds]\npageable_min_count = 5\n')
     loaded = load_config(cfg, rule_ids())
     assert loaded["pageable_min_count"] == 5 and "sync-copies" in loaded.disabled
     bad = tmp_path / "bad.toml"
@@ -426,20 +427,23 @@ def test_config_file_overrides_and_disables(tmp_path):
     out = run_cli("findings", "--json", "--findings-config", str(cfg), str(path))
     assert out.returncode == 0, out.stderr
     (run,) = json.loads(out.stdout)["runs"]
-    assert run["findings"] == [] and run["disabled"] == ["sync-copies"]
+    assert run["findings"] == [] and run["disabled"] == ["exposed-copies", "sync-copies"]
     out = run_cli("findings", "--findings-config", str(bad), str(path))
     assert out.returncode == 2 and "unknown threshold" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_analyze_prints_findings_and_json_has_them(tmp_path):
     b = ExportBuilder()
-    b.copy(0, 100, "h2d", MIB, host=PAGEABLE)
+    b.copy(0, 100_000, "h2d", MIB, host=PAGEABLE)
     path = write_run(tmp_path, b)
     text = run_cli("analyze", str(path))
     assert text.returncode == 0, text.stderr
-    assert "Findings: 1 problem" in text.stdout and "PROBLEM  pageable-copies" in text.stdout
+    assert "Findings: 2 problems; by cost, highest first" in text.stdout
+    assert "PROBLEM  pageable-copies (costs 100 µs, 100% of GPU 0's window (100 µs))" in text.stdout
     doc = json.loads(run_cli("analyze", "--json", str(path)).stdout)
-    assert [f["id"] for f in doc["findings"]["findings"]] == ["pageable-copies"]
+    # the same 100 us from two sides: the symptom first, then its cause
+    assert [f["id"] for f in doc["findings"]["findings"]] == ["exposed-copies", "pageable-copies"]
+    assert [f["cost_ns"] for f in doc["findings"]["findings"]] == [100_000, 100_000]
     assert "findings" not in json.loads(run_cli("analyze", "--json", "--no-findings", str(path)).stdout)
 
 
@@ -448,9 +452,11 @@ def test_analyze_prints_findings_and_json_has_them(tmp_path):
 
 def test_compare_reports_and_gates_new_findings(tmp_path):
     base = ExportBuilder()
-    base.copy(0, 100, "h2d", MIB)
-    head = ExportBuilder()
-    head.copy(0, 100, "h2d", MIB, host=PAGEABLE)
+    base.copy(0, 100_000, "h2d", MIB)
+    base.kernel(50_000, 100_000, "k")
+    head = ExportBuilder()  # the same exposed 50 us, now of a pageable copy: 50% of the window
+    head.copy(0, 100_000, "h2d", MIB, host=PAGEABLE)
+    head.kernel(50_000, 100_000, "k")
     bp, hp = write_run(tmp_path, base, name="base"), write_run(tmp_path, head, name="head")
     md = run_cli("compare", "--format", "markdown", str(bp), str(hp))
     assert md.returncode == 0, md.stdout + md.stderr  # reported, not gated by default

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from profiler.analysis.compare import METRICS
-from profiler.report.findings_text import findings_markdown
+from profiler.report.findings_text import by_cost, cost_text, findings_markdown
 from profiler.report.text import table
 
 SUMMARY_METRICS = (
@@ -90,8 +90,8 @@ def verdict(cmp: dict[str, Any]) -> str:
             f"polic{'y' if len(cmp['policies']) == 1 else 'ies'}; {', '.join(cmp['thresholds'])})"
         )
     limits = [f for f in cmp["failures"] if "threshold" in f]
-    if not limits:  # only new findings failed
-        worst = cmp["failures"][0]
+    if not limits:  # only new findings failed: name the costliest
+        worst = by_cost(cmp["failures"])[0]
         text = (
             f"❌ profile-step: new {worst['severity']} finding `{worst['finding']}` in `{worst['policy']}`: "
             f"{worst['verdict']}"
@@ -252,6 +252,6 @@ def render_terminal(cmp: dict[str, Any]) -> str:
         if names:
             out.append(f"missing in {side}: {', '.join(names)}")
     for pol in cmp["policies"]:
-        for f in (pol.get("findings") or {}).get("new", []):
-            out.append(f"new in head ({pol['policy']}): {f['severity']} {f['id']}: {f['verdict']}")
+        for f in by_cost((pol.get("findings") or {}).get("new", [])):
+            out.append(f"new in head ({pol['policy']}): {f['severity']} {f['id']} ({cost_text(f)}): {f['verdict']}")
     return "\n".join(out)

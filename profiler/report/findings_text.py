@@ -5,6 +5,8 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from profiler.analysis.findings.rules.text import dur, share
+
 LABEL = {"problem": "PROBLEM", "warning": "WARNING", "info": "info"}
 
 
@@ -15,15 +17,26 @@ def _where(f: dict[str, Any]) -> str:
     return ", ".join(f"{k} {value(v)}" for k, v in f["where"].items() if k not in ("policy",)) or "the run"
 
 
+def cost_text(f: dict[str, Any]) -> str:
+    """``costs 54.9 ms, 33% of GPU 0's window (165 ms)``, or ``no time cost``."""
+    cost = f.get("cost_ns")
+    if cost is None:
+        return "no time cost"
+    if f.get("cost_share") is None:
+        return f"costs {dur(cost)}"
+    return f"costs {dur(cost)}, {share(f['cost_share'])} of {f['cost_basis']} ({dur(f['cost_basis_ns'])})"
+
+
 def render_findings(doc: dict[str, Any], width: int = 110) -> str:
-    """``Findings`` block: one verdict per finding, what to try under it, skipped rules counted."""
+    """``Findings`` block, by cost: one verdict per finding with its cost, what to try under it,
+    skipped rules counted."""
     found, skipped = doc.get("findings") or [], doc.get("skipped") or []
     counts = {s: sum(f["severity"] == s for f in found) for s in ("problem", "warning", "info")}
     head = ", ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n) or "nothing to report"
-    out = [f"Findings: {head}"]
+    out = [f"Findings: {head}" + ("; by cost, highest first" if len(found) > 1 else "")]
     for f in found:
         out += textwrap.wrap(
-            f"{f['id']}: {f['verdict']}",
+            f"{f['id']} ({cost_text(f)}): {f['verdict']}",
             width,
             initial_indent=f"  {LABEL[f['severity']]:7s}  ",
             subsequent_indent=" " * 11,
@@ -35,12 +48,21 @@ def render_findings(doc: dict[str, Any], width: int = 110) -> str:
     return "\n".join(out)
 
 
+def by_cost(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Findings (as dictionaries) by ``cost_ns``, highest first, then those without a cost (a stable
+    sort: those of equal cost keep their order)."""
+    return sorted(found, key=lambda f: (f.get("cost_ns") is None, -(f.get("cost_ns") or 0)))
+
+
 def findings_markdown(new: list[dict[str, Any]], gone: list[dict[str, Any]], policy: str) -> list[str]:
     """Markdown lines for the findings that are new in head (and those head no longer has)."""
     out: list[str] = []
     if new:
         out += [f"**New findings in head** (`{policy}`):", ""]
-        out += [f"- **{f['severity']}** `{f['id']}` ({_where(f)}): {f['verdict']}. *Try:* {f['try']}" for f in new]
+        out += [
+            f"- **{f['severity']}** `{f['id']}` ({_where(f)}; {cost_text(f)}): {f['verdict']}. *Try:* {f['try']}"
+            for f in by_cost(new)
+        ]
         out.append("")
     if gone:
         out += [f"Gone in head (`{policy}`): " + "; ".join(f"`{f['id']}` ({_where(f)})" for f in gone), ""]

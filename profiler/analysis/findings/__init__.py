@@ -6,15 +6,22 @@ numbers that prove it, where it applies (device, stream, step, layer,
 policy), what to try, the evidence, and the dashboard view that shows it.
 A rule whose input is missing says nothing and is listed as skipped, with
 the reason.  Thresholds live in ``config.py``; every rule can be turned off.
+
+A finding whose cause costs time carries ``cost_ns`` (what it costs in the
+window, defined per rule) and ``cost_basis_ns`` (the window, windows or steps
+its ``cost_share`` is of).  Its severity then follows that share
+(``problem_share``, ``warning_share``), never above the severity the rule
+gave (the most it can be); a finding without a time cost keeps its rule's
+severity.  Findings are listed by cost, highest first, then those without.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from profiler.analysis.findings.config import FindingsConfig
+from profiler.analysis.findings.config import FindingsConfig, at_least
 from profiler.analysis.findings.evidence import CannotDecide, Evidence
 
 SEVERITIES = ("info", "warning", "problem")
@@ -29,17 +36,54 @@ class Finding:
     where: dict[str, Any] = field(default_factory=dict)
     evidence: dict[str, Any] = field(default_factory=dict)
     view: str = "policies"  # the dashboard tab that shows the evidence
+    cost_ns: int | None = None  # what the cause costs in the window; None: no time cost (a note)
+    cost_basis_ns: int | None = None  # the time cost_share is of (a device's window, the windows, the steps)
+    cost_basis: str = ""  # what that time is, in words ("GPU 0's window", "the 4 steps")
+
+    @property
+    def cost_share(self) -> float | None:
+        if self.cost_ns is None or not self.cost_basis_ns:
+            return None
+        return self.cost_ns / self.cost_basis_ns
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.rule,
             "severity": self.severity,
+            "cost_ns": self.cost_ns,
+            "cost_share": self.cost_share,
+            "cost_basis_ns": self.cost_basis_ns,
+            "cost_basis": self.cost_basis or None,
             "verdict": self.verdict,
             "where": self.where,
             "try": self.action,
             "evidence": self.evidence,
             "view": self.view,
         }
+
+
+def graded(f: Finding, config: FindingsConfig) -> Finding:
+    """*f* with its severity from its cost share: ``problem`` from ``problem_share``, ``warning``
+    from ``warning_share``, else ``info`` (also below ``severity_min_cost_ns``); never above the
+    rule's own severity.  A finding without a cost keeps its severity."""
+    if f.cost_ns is None:
+        return f
+    share = f.cost_share
+    if share is None or f.cost_ns < config["severity_min_cost_ns"]:
+        share = 0.0  # a cost in an empty window, or too small to matter
+    level = 2 if at_least(share, config["problem_share"]) else 1 if at_least(share, config["warning_share"]) else 0
+    return replace(f, severity=SEVERITIES[min(level, SEVERITIES.index(f.severity))])
+
+
+def by_cost(findings: list[Finding], order: list[str]) -> list[Finding]:
+    """Costed findings by ``cost_ns``, highest first, then those without a cost; ties (and the
+    uncosted) by severity, most severe first, then rule order."""
+
+    def key(f: Finding) -> tuple[int, int, int, int]:
+        costed = f.cost_ns is not None
+        return (0 if costed else 1, -(f.cost_ns or 0), -SEVERITIES.index(f.severity), order.index(f.rule))
+
+    return sorted(findings, key=key)
 
 
 Rule = Callable[[Evidence], list[Finding]]
@@ -57,8 +101,8 @@ def rule(rule_id: str) -> Callable[[Rule], Rule]:
 
 
 def evaluate(ev: Evidence) -> dict[str, Any]:
-    """Every enabled rule on *ev*: ``findings`` (most severe first), ``skipped`` (rule, why)
-    and ``disabled``."""
+    """Every enabled rule on *ev*: ``findings`` (by cost, highest first; see ``by_cost``),
+    ``skipped`` (rule, why) and ``disabled``."""
     from profiler.analysis.findings import rules  # noqa: F401  (registers the rules)
 
     found: list[Finding] = []
@@ -67,13 +111,11 @@ def evaluate(ev: Evidence) -> dict[str, Any]:
         if rule_id in ev.config.disabled:
             continue
         try:
-            found += fn(ev)
+            found += [graded(f, ev.config) for f in fn(ev)]
         except CannotDecide as why:
             skipped.append({"rule": rule_id, "why": str(why)})
-    order = list(RULES)
-    found.sort(key=lambda f: (-SEVERITIES.index(f.severity), order.index(f.rule)))
     return {
-        "findings": [f.to_dict() for f in found],
+        "findings": [f.to_dict() for f in by_cost(found, list(RULES))],
         "skipped": skipped,
         "disabled": sorted(ev.config.disabled),
     }
@@ -105,7 +147,9 @@ __all__ = [
     "Evidence",
     "Finding",
     "FindingsConfig",
+    "by_cost",
     "evaluate",
+    "graded",
     "rule",
     "rule_ids",
     "run_findings",

@@ -7,6 +7,7 @@ may override any of them and turn rules off::
 
     [thresholds]
     slow_link_fraction = 0.4
+    problem_share = 0.1    # a finding costing 10% of the window or more is a problem
 """
 
 from __future__ import annotations
@@ -21,6 +22,13 @@ from profiler.errors import InputError
 MIB = 1 << 20
 
 THRESHOLDS: dict[str, float] = {
+    # severity of a finding with a time cost, from its cost_share (cost_ns over the window, windows or
+    # steps it is measured in): problem at or above problem_share, warning at or above warning_share,
+    # info below; never above the severity its rule gives; and info whatever its share when it costs less
+    # than severity_min_cost_ns (a GPU whose window is one 3 us copy is not a problem)
+    "problem_share": 0.05,
+    "warning_share": 0.01,
+    "severity_min_cost_ns": 50_000,
     # offload-missing: a run whose policy name matches "offload" moving less than this per step
     "offload_min_bytes_per_step": MIB,
     # pageable-copies / sync-copies: how many it takes
@@ -35,6 +43,12 @@ THRESHOLDS: dict[str, float] = {
     "boundary_fraction": 0.1,
     "boundary_share": 0.5,
     "boundary_min_cost_fraction": 0.01,
+    # exposed-copies: more than this fraction of a device's h2d/d2h copy busy time is exposed, and the
+    # exposed time is at least exposed_copies_min_share of the device's window; the exposed time is
+    # shown in stretches: pieces closer than exposed_gap_fraction of the window join
+    "exposed_copies_fraction": 0.25,
+    "exposed_copies_min_share": 0.001,
+    "exposed_gap_fraction": 0.01,
     # lhs-off: more than this fraction of the copy busy time is exposed
     "lhs_exposed_fraction": 0.1,
     # slow-link: copies of 1 MiB or more running alone reach less than this fraction of the link

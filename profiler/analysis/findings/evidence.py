@@ -18,9 +18,12 @@ import polars as pl
 
 from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.findings.config import FindingsConfig
+from profiler.analysis.intervals import Intervals, difference, union
 from profiler.analysis.overlap import device_metrics
 from profiler.analysis.stalls import Stalls, add_stalls
 from profiler.trace.loader import RUNTIME_TABLE, Trace
+
+CAPTURE = "the capture's GPU time"  # from the first GPU op of the capture to the last, over all GPUs
 
 
 class CannotDecide(Exception):
@@ -79,6 +82,41 @@ class Evidence:
     @cached_property
     def gpu_names(self) -> dict[str, str]:
         return {str(d): str(n) for d, n in self.trace.devices.select("id", "name").iter_rows() if n is not None}
+
+    # --- what a cost is a share of (keyword arguments of a Finding) ----------------------------
+    def basis_device(self, dev: str | int) -> dict[str, Any]:
+        """A cost on one GPU: a share of its window (``span_ns``)."""
+        d = self.devices.get(str(dev))
+        return {"cost_basis_ns": int(d["span_ns"]) if d else 0, "cost_basis": f"GPU {dev}'s window"}
+
+    def basis_windows(self) -> dict[str, Any]:
+        """A cost summed over the GPUs: a share of their windows, summed."""
+        n = len(self.devices)
+        if n == 1:
+            return self.basis_device(next(iter(self.devices)))
+        return {
+            "cost_basis_ns": int(sum(d["span_ns"] for d in self.devices.values())),
+            "cost_basis": f"the summed windows of {n} GPUs",
+        }
+
+    def basis_capture(self) -> dict[str, Any]:
+        """A cost in wall-clock time (the host's): a share of the time from the first GPU op of the
+        capture to the last, over all GPUs."""
+        if not self.devices:
+            return {"cost_basis_ns": 0, "cost_basis": CAPTURE}
+        w0 = min(d["window_ns"][0] for d in self.devices.values())
+        w1 = max(d["window_ns"][1] for d in self.devices.values())
+        return {"cost_basis_ns": int(w1 - w0), "cost_basis": CAPTURE}
+
+    def basis_steps(self, steps: list[dict[str, Any]]) -> dict[str, Any]:
+        """A cost inside steps: a share of their durations, summed."""
+        return {"cost_basis_ns": int(sum(s["duration_ns"] for s in steps)), "cost_basis": f"the {len(steps)} steps"}
+
+    def exposed(self, copies: pl.DataFrame) -> Intervals:
+        """Per device, when the given copies ran and no kernel did (METRICS.md's exposed time, as
+        intervals: their length per device is ``exposed_ns`` of those copies)."""
+        u = union(copies["device"].to_numpy(), copies["start"].to_numpy(), copies["end"].to_numpy())
+        return difference(u, self.breakdown.kernel_sets.any)
 
     # --- steps and layers ---------------------------------------------------------------------
     @cached_property

@@ -12,8 +12,8 @@ from profiler.analysis.contexts import CONTEXTS, copy_contexts
 from profiler.analysis.findings import Finding, rule
 from profiler.analysis.findings.config import exceeds, under
 from profiler.analysis.findings.evidence import CannotDecide, Evidence
-from profiler.analysis.findings.rules.text import mib, ms, names, pct
-from profiler.analysis.intervals import measure_within, union
+from profiler.analysis.findings.rules.text import dur, ms, names, pct, size
+from profiler.analysis.intervals import length_by_group, measure_within, union
 from profiler.analysis.links import link_of_gpu, parse_link
 
 # cudaMemcpy, cudaMemcpy2D, cuMemcpyDtoH_v2, cudaMemcpyPeer ...: every copy call without "Async"
@@ -39,6 +39,9 @@ def memory_bound(name: str | None) -> bool | None:
 
 @rule("pageable-copies")
 def pageable_copies(ev: Evidence) -> list[Finding]:
+    pg = ev.offload_copies.filter(pl.col("host_kind") == "pageable")
+    exposed = length_by_group(ev.exposed(pg))  # cost: the pageable copies' exposed time, per device
+    moved = dict(pg.group_by("device").agg(pl.col("bytes").sum()).iter_rows())
     out = []
     for dev, d in ev.devices.items():
         per = {cls: (d["copies"][cls]["pageable_count"], d["copies"][cls]["count"]) for cls in ("h2d", "d2h")}
@@ -46,17 +49,21 @@ def pageable_copies(ev: Evidence) -> list[Finding]:
         if not n or n < ev.config["pageable_min_count"]:
             continue
         listed = " and ".join(f"{p} of {c} {cls}" for cls, (p, c) in per.items() if p)
+        cost = exposed.get(int(dev), 0)
         out.append(
             Finding(
                 "pageable-copies",
                 "problem",
-                f"device {dev}: {listed} copies use pageable host memory: they are staged through a bounce "
-                "buffer and cannot overlap kernels",
+                f"device {dev}: {listed} copies ({size(moved.get(int(dev), 0))}) use pageable host memory: they are "
+                f"staged through a bounce buffer and cannot overlap kernels; {dur(cost)} of them ran with no kernel "
+                "beside them",
                 'put the host side in pinned memory: memory_kind="pinned_host" (not "unpinned_host") in JAX, '
                 "cudaHostAlloc or cudaHostRegister in your own code",
                 where={"device": dev},
-                evidence={f"{cls}_pageable": p for cls, (p, _) in per.items()},
+                evidence={f"{cls}_pageable": p for cls, (p, _) in per.items()} | {"exposed_ns": cost},
                 view="streams",
+                cost_ns=cost,
+                **ev.basis_device(dev),
             )
         )
     return out
@@ -85,18 +92,24 @@ def sync_copies(ev: Evidence) -> list[Finding]:
         return []
     top = calls.group_by("name").len().sort(["len", "name"], descending=[True, False])
     blocked = int((calls["end"] - calls["start"]).sum())
+    # cost: the wall-clock time during which at least one host thread sat in such a call
+    wall = int(sum(length_by_group(union(np.zeros(n, dtype=np.int64), calls["start"], calls["end"])).values()))
     listed = [f"{name} x{count}" for name, count in top.iter_rows()]
+    threads = f" ({ms(wall)} of wall time: calls on several threads overlapped)" if wall < blocked else ""
+    basis = ev.basis_steps(steps) if steps else ev.basis_capture()
     return [
         Finding(
             "sync-copies",
-            "warning",
-            f"{n} synchronous copy calls during {scope} ({names(listed)}) held the host for {ms(blocked)}",
+            "problem",
+            f"{n} synchronous copy calls during {scope} ({names(listed)}) held the host for {ms(blocked)}{threads}",
             "use the asynchronous form on a stream of its own (cudaMemcpyAsync); in JAX a synchronous copy "
             "inside the step usually comes from reading a device array there (float(loss), np.asarray, "
             "jax.device_get, print): read it after the step",
             where={"steps": scope},
-            evidence={"calls": n, "host_ns": blocked, "by_name": dict(top.iter_rows())},
+            evidence={"calls": n, "host_ns": blocked, "wall_ns": wall, "by_name": dict(top.iter_rows())},
             view="timeline",
+            cost_ns=wall,
+            **basis,
         )
     ]
 
@@ -115,19 +128,25 @@ def copy_on_compute_stream(ev: Evidence) -> list[Finding]:
         .filter(pl.col("share") >= ev.config["compute_stream_share"] * (1 - 1e-9))
         .sort("device", "stream")
     )
+    # cost: the time the compute stream spent copying, |U(h2d/d2h copies on it)|
+    c = ev.offload_copies.join(shared.select("device", "stream"), on=["device", "stream"])
+    key = c["device"].to_numpy().astype(np.int64) * (1 << 32) + c["stream"].to_numpy()
+    held = length_by_group(union(key, c["start"].to_numpy(), c["end"].to_numpy()))
     return [
         Finding(
             "copy-on-compute-stream",
-            "warning",
-            f"device {dev}: {n} h2d/d2h copies ({mib(nbytes or 0)}) run on stream {stream}, the stream of "
-            f"{pct(share)} of the compute kernels ({k}): each copy waits for the kernels before it and holds up "
-            "the kernels after it",
+            "problem",
+            f"device {dev}: {n} h2d/d2h copies ({size(nbytes or 0)}) run on stream {stream}, the stream of "
+            f"{pct(share)} of the compute kernels ({k}), for {dur(held.get(int(dev) * (1 << 32) + int(stream), 0))}: "
+            "each copy waits for the kernels before it and holds up the kernels after it",
             "give the copies a stream of their own: XLA does for its async copy-start/copy-done; a device_put "
             "or device_get inside the step, or a CUDA graph that captured the copies, puts them on the "
             "compute stream",
             where={"device": str(dev), "stream": int(stream)},
             evidence={"copies": int(n), "bytes": int(nbytes or 0), "compute_kernels": int(k), "share": share},
             view="streams",
+            cost_ns=held.get(int(dev) * (1 << 32) + int(stream), 0),
+            **ev.basis_device(dev),
         )
         for dev, stream, n, nbytes, k, share in shared.iter_rows()
     ]
@@ -153,18 +172,29 @@ def slow_link(ev: Evidence) -> list[Finding]:
         for cls, alone in cases:
             frac = alone["gbps"] / link.gbps
             if under(frac, ev.config["slow_link_fraction"]):
+                # cost: the part of the direction's exposed time that the link's speed would remove
+                exposed = int(d["copies"][cls]["exposed_ns"])
+                cost = round(exposed * (1 - frac))
                 out.append(
                     Finding(
                         "slow-link",
-                        "warning",
+                        "problem",
                         f"device {dev}: {cls} copies of 1 MiB or more running alone reach {alone['gbps']:.1f} GB/s, "
-                        f"{pct(frac)} of {link.name} ({link.gbps:g} GB/s per direction)",
+                        f"{pct(frac)} of {link.name} ({link.gbps:g} GB/s per direction); at the link's speed the "
+                        f"{dur(exposed)} of exposed {cls} copy time would be {dur(cost)} shorter",
                         "check that the host buffers are pinned and on the GPU's NUMA node (numactl), the link's "
                         "generation and width (nvidia-smi -q, 'GPU Link Info'), and that no other process shares "
                         "the link; small copies are bound by latency: offload fewer, larger activations",
                         where={"device": dev, "direction": cls},
-                        evidence={"gbps_alone": alone["gbps"], "link_gbps": link.gbps, "copies": alone["count"]},
+                        evidence={
+                            "gbps_alone": alone["gbps"],
+                            "link_gbps": link.gbps,
+                            "copies": alone["count"],
+                            "exposed_ns": exposed,
+                        },
                         view="streams",
+                        cost_ns=cost,
+                        **ev.basis_device(dev),
                     )
                 )
     if not judged:
@@ -218,12 +248,20 @@ def copy_contention(ev: Evidence) -> list[Finding]:
                 continue
             top = _overlapped_kernels(ev, dev, cls)
             listed = [f"{t['name']}{' (memory-bound)' if t['memory_bound'] else ''}" for t in top]
+            # cost: the copy time lost beside kernels (their duration beyond their bytes at the alone rate),
+            # no more than the direction's exposed plus stalled time: a slower hidden copy costs only there
+            beside = ctx["kernels"]
+            lost = round(beside["duration_sum_ns"] - beside["bytes"] / ctx["alone"]["gbps"])
+            stalled = int(((d.get("stalls") or {}).get("by_blocker") or {}).get(cls, {}).get("stall_ns", 0))
+            reach = int(m["exposed_ns"]) + stalled
+            cost = max(0, min(lost, reach))
             out.append(
                 Finding(
                     "copy-contention",
-                    "warning",
+                    "problem",
                     f"device {dev}: {cls} copies beside kernels move {ctx['kernels']['gbps']:.1f} GB/s, {slow:.1f}x "
-                    f"slower than alone ({ctx['alone']['gbps']:.1f} GB/s)"
+                    f"slower than alone ({ctx['alone']['gbps']:.1f} GB/s): {dur(lost)} of copy time lost, of which "
+                    f"{dur(cost)} where the copies were exposed or stalled the GPU"
                     + (f"; most overlapped: {names(listed)}" if listed else ""),
                     "keep the copies away from memory-bound kernels (XLA's selective overlap for host offloading, "
                     "openxla/xla PR 46150), or run fewer async operations at once "
@@ -233,9 +271,13 @@ def copy_contention(ev: Evidence) -> list[Finding]:
                         "slowdown_with_kernels": slow,
                         "gbps_alone": ctx["alone"]["gbps"],
                         "gbps_beside_kernels": ctx["kernels"]["gbps"],
+                        "copy_time_lost_ns": lost,
+                        "exposed_plus_stalled_ns": reach,
                         "kernels": top,
                     },
                     view="streams",
+                    cost_ns=cost,
+                    **ev.basis_device(dev),
                 )
             )
     return out
@@ -276,19 +318,24 @@ def nccl_slowed_by_copies(ev: Evidence) -> list[Finding]:
         ]
         worst = kernels[0]
         listed = [f"{k['name']} {k['ratio']:.2f}x" for k in kernels]
+        # cost: the NCCL kernel time beyond their median alone, over the kernels beside copies
+        excess = round(sum(k["with"] * max(0.0, k["median_with_ns"] - k["median_without_ns"]) for k in kernels))
         out.append(
             Finding(
                 "nccl-slowed-by-copies",
-                "warning",
+                "problem",
                 f"device {dev}: {len(kernels)} NCCL kernel(s) slower beside offload copies ({names(listed)}); "
                 f"the worst takes {ms(worst['median_with_ns'])} (median) beside them and "
-                f"{ms(worst['median_without_ns'])} without ({worst['with']} and {worst['without']} kernels)",
+                f"{ms(worst['median_without_ns'])} without ({worst['with']} and {worst['without']} kernels); "
+                f"{dur(excess)} of NCCL time in all beyond the medians without copies",
                 "device-to-host traffic competes with NCCL for the link and for memory bandwidth (NVIDIA/nccl "
                 "issues 1414 and 2218): schedule offloads away from collectives (latency hiding scheduler), or "
                 "offload less during the collective-heavy part of the step",
                 where={"device": str(dev), "kernels": [k["name"] for k in kernels]},
-                evidence={"ratio": worst["ratio"], "kernels": kernels},
+                evidence={"ratio": worst["ratio"], "kernels": kernels, "excess_ns": excess},
                 view="timeline",
+                cost_ns=excess,
+                **ev.basis_device(str(dev)),
             )
         )
     return out

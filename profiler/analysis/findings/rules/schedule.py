@@ -87,14 +87,17 @@ def lhs_off(ev: Evidence) -> list[Finding]:
         state, how = None, "unknown (no manifest with the run's XLA_FLAGS)"
     if state is True:
         return []
+    gpus = f", summed over {len(ev.devices)} GPUs" if len(ev.devices) > 1 else ""
     return [
         Finding(
             "lhs-off",
-            "warning" if state is False else "info",
-            f"{pct(exposed / busy)} of the copy time ({ms(exposed)}) is exposed and the latency hiding scheduler "
-            f"is {how}",
+            "warning" if state is False else "info",  # the most it can be: whether it is the cause is a guess
+            f"{pct(exposed / busy)} of the copy time ({ms(exposed)}{gpus}) is exposed and the latency hiding "
+            f"scheduler is {how}",
             f"turn it on: XLA_FLAGS={LHS}=true (profile-step --lhs); it schedules async copies to overlap compute",
             evidence={"exposed_ns": exposed, "busy_ns": busy, "lhs": state},
+            cost_ns=exposed,  # the exposed offload time it may explain
+            **ev.basis_windows(),
         )
     ]
 
@@ -156,7 +159,7 @@ def _step_edges(ev: Evidence, flags_note: str) -> list[Finding]:
     return [
         Finding(
             "exposed-at-boundaries",
-            "warning",
+            "problem",
             f"{pct(share)} of the exposed or stalled copy time ({ms(at_edges)} of {ms(all_cost)}) sits in "
             f"the first and last {pct(f)} of the steps",
             "let XLA pipeline the offloads into neighbouring iterations: "
@@ -164,6 +167,10 @@ def _step_edges(ev: Evidence, flags_note: str) -> list[Finding]:
             where={"steps": len(steps)},
             evidence={"at_boundaries_ns": at_edges, "cost_ns": all_cost, "share": share},
             view="timeline",
+            cost_ns=at_edges,  # the exposed or stalled copy time at the steps' edges
+            cost_basis_ns=span,
+            cost_basis=f"the GPU spans of the {len(steps)} steps"
+            + (" (summed over GPUs)" if len(ev.devices) > 1 else ""),
         )
     ]
 
@@ -184,7 +191,7 @@ def _layer_loop_edges(ev: Evidence, flags_note: str) -> list[Finding]:
     return [
         Finding(
             "exposed-at-boundaries",
-            "warning",
+            "problem",
             f"{pct(ends / total)} of the exposed or stalled copy time ({ms(ends)} of {ms(total)}) belongs to the "
             f"first and last layer ({names[0]}, {names[-1]}) of {len(names)}",
             "the copies bunch where the layer loop starts and ends: let XLA pipeline them across iterations, "
@@ -192,6 +199,8 @@ def _layer_loop_edges(ev: Evidence, flags_note: str) -> list[Finding]:
             where={"layers": [names[0], names[-1]]},
             evidence={"at_ends_ns": ends, "cost_ns": total},
             view="layers",
+            cost_ns=ends,  # the exposed or stalled copy time of the loop's first and last layer
+            **ev.basis_windows(),
         )
     ]
 

@@ -31,17 +31,20 @@ def stall_hotspot(ev: Evidence) -> list[Finding]:
         name, worst = max(per.items(), key=lambda kv: (kv[1], kv[0]))
         share = worst / total
         if at_least(share, ev.config["hotspot_share"]):
+            gpus = f", summed over {len(ev.devices)} GPUs" if len(ev.devices) > 1 else ""
             out.append(
                 Finding(
                     "stall-hotspot",
-                    "warning",
+                    "problem",
                     f"the copies of {what} {name} cause {pct(share)} of the time stalled by copies "
-                    f"({ms(worst)} of {ms(total)})",
+                    f"({ms(worst)} of {ms(total)}{gpus})",
                     f"keep that {what}'s activation on the device (names_which_can_be_saved instead of offloaded), "
                     "or let its copy start earlier so that it lands before it is needed",
                     where={"layer" if what == "layer" else "op": name},
                     evidence={"stall_ns": worst, "total_stall_ns": total, "share": share},
                     view=view,
+                    cost_ns=worst,  # the time ops stood stalled by that layer's or operation's copies
+                    **ev.basis_windows(),
                 )
             )
     if not out and not ev.layers and not ev.ops:
@@ -56,10 +59,12 @@ def step_outliers(ev: Evidence) -> list[Finding]:
     if not out:
         return []
     listed = [f"{s['name']} ({s['excluded'].removeprefix('outlier: ')})" for s in out]
+    median_ns = ev.steps["median_step_ns"] or 0
+    extra = int(sum(max(0, s["duration_ns"] - median_ns) for s in out))
     return [
         Finding(
             "step-outliers",
-            "info",
+            "warning",  # the most it can be: a slow step may be a one-off (compilation, a checkpoint)
             f"{len(out)} of {len(steps)} steps were left out as outliers: {names(listed)}; medians do not include "
             f"them (median step {ms(ev.steps['median_step_ns'] or 0)})",
             "look at them in the timeline: a slow step that comes back is real cost (data loading, host "
@@ -67,6 +72,8 @@ def step_outliers(ev: Evidence) -> list[Finding]:
             where={"steps": [s["name"] for s in out]},
             evidence={"excluded": [{"name": s["name"], "duration_ns": s["duration_ns"]} for s in out]},
             view="timeline",
+            cost_ns=extra,  # the outliers' time beyond the median step
+            **ev.basis_steps(steps),
         )
     ]
 
@@ -81,7 +88,7 @@ def warmup_in_capture(ev: Evidence) -> list[Finding]:
     return [
         Finding(
             "warmup-in-capture",
-            "info",
+            "info",  # no time cost: a note on how the capture was taken
             f"{len(warm)} warm-up steps ran inside the capture ({ms(spent)}): they are left out of the step "
             "medians, but their compilation and autotuning count in the device totals",
             "start capturing after warm-up: enter annotate.capture() after the warm-up steps, or call "

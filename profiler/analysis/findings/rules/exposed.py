@@ -1,0 +1,217 @@
+"""The tool's own question on any trace: how much of the copy time ran with no kernel beside it,
+which copies, where in the window, and what to try."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from profiler.analysis.findings import Finding, rule
+from profiler.analysis.findings.config import exceeds, under
+from profiler.analysis.findings.evidence import Evidence
+from profiler.analysis.findings.rules.text import dur, names, pct, share, size
+from profiler.analysis.intervals import Intervals, measure_within
+
+TOP = 3  # copies and stretches named
+SMALL = 256 * 1024  # copies below this size are bound by latency more than by the link
+
+
+def stretches(iv: Intervals, gap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The intervals of one group joined where less than *gap* ns apart: start, end and the
+    length of *iv* inside each (the exposed time of the stretch)."""
+    if len(iv) == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z, z
+    new = np.r_[True, (iv.start[1:] - iv.end[:-1]) >= gap]
+    first = np.flatnonzero(new)
+    last = np.r_[first[1:] - 1, len(iv) - 1]
+    inside = np.add.reduceat(iv.end - iv.start, first)
+    return iv.start[first], iv.end[last], inside
+
+
+def tenths(iv: Intervals, g: int, w0: int, span: int) -> list[int]:
+    """The length of *iv* (group *g*) in each tenth of the window ``[w0, w0 + span)``."""
+    edges = w0 + (np.arange(11, dtype=np.int64) * span) // 10
+    return [int(x) for x in measure_within(iv, np.full(10, g), edges[:-1], edges[1:])]
+
+
+def _most_exposed(ev: Evidence, copies: pl.DataFrame, dev: int, w0: int) -> list[dict[str, Any]]:
+    """The copies of *dev* with the most time outside every kernel (each copy on its own)."""
+    k = ev.breakdown.kernel_sets.any
+    start, end = copies["start"].to_numpy(), copies["end"].to_numpy()
+    hidden = measure_within(k, np.full(copies.height, dev), start, end)
+    top = (
+        copies.with_columns(pl.Series("exposed_ns", (end - start) - hidden))
+        .filter(pl.col("exposed_ns") > 0)
+        .sort(["exposed_ns", "start"], descending=[True, False])
+        .head(TOP)
+    )
+    return [
+        {
+            "cls": c,
+            "bytes": int(b),
+            "stream": int(st),
+            "at_ns": int(s - w0),
+            "duration_ns": int(e - s),
+            "exposed_ns": int(x),
+            "host": h,
+        }
+        for c, b, st, s, e, x, h in top.select(
+            "cls", "bytes", "stream", "start", "end", "exposed_ns", "host_kind"
+        ).iter_rows()
+    ]
+
+
+def at(ns: float, span: int) -> str:
+    """A time into the window, in the unit of the window's length (one decimal)."""
+    unit, div = next(((u, d) for u, d in (("s", 10**9), ("ms", 10**6), ("µs", 10**3)) if span >= 10 * d), ("ns", 1))
+    return f"{ns / div:.{0 if div == 1 else 1}f} {unit}"
+
+
+def _where_text(
+    starts: np.ndarray, ends: np.ndarray, inside: np.ndarray, by_tenth: list[int], total: int, span: int, w0: int
+) -> str:
+    """Where the exposed time lies, in times from the window's start."""
+    order = np.argsort(-inside, kind="stable")[:TOP]
+    reach = int((ends[order] - starts[order]).sum())
+    if starts.size > TOP and reach >= span // 2:  # many stretches, the largest over half the window: spread
+        return (
+            f"spread over the window ({at(starts[0] - w0, span)} to {at(ends[-1] - w0, span)} from its start; "
+            f"{dur(min(by_tenth))} to {dur(max(by_tenth))} exposed in each tenth of it)"
+        )
+    covered = int(inside[order].sum())
+    listed = [f"{_range(starts[i] - w0, ends[i] - w0, span)} ({dur(inside[i])})" for i in sorted(order)]
+    more = f" of {starts.size}" if starts.size > order.size else ""
+    held = pct(covered / total)
+    return f"{order.size}{more} stretches hold {held} of it: {', '.join(listed)} from the window's start"
+
+
+def _range(lo: float, hi: float, span: int) -> str:
+    a, b = at(lo, span), at(hi, span)
+    return a if a == b else f"{a}-{b}"
+
+
+def _class_text(cls: str, m: dict[str, Any], sizes: pl.Series) -> str:
+    lo, hi, mid = int(sizes.min()), int(sizes.max()), int(sizes.median())
+    each = (
+        f"of {size(lo)}"
+        if m["count"] == 1
+        else f"of {size(lo)} each"
+        if lo == hi
+        else f"of {size(mid)} (median; {size(lo)} to {size(hi)})"
+    )
+    return f"{m['count']} {cls} {each}, {size(m['bytes'])} in all, {dur(m['exposed_ns'])} exposed"
+
+
+def _advice(
+    ev: Evidence, d: dict[str, Any], pageable_ns: int, outside_ns: int, exposed_ns: int, median_bytes: float
+) -> str:
+    kernels_busy = int(d["compute"]["busy_ns"] + d["nccl"]["busy_ns"])
+    busy = int(d["copies"]["offload"]["busy_ns"])
+    tips = []
+    if pageable_ns * 2 >= exposed_ns:
+        tips.append('pin the host buffers (cudaHostAlloc, memory_kind="pinned_host"): pageable copies do not overlap')
+    if kernels_busy < busy:
+        tips.append(
+            f"the kernels run {dur(kernels_busy)} in all, less than the copies' {dur(busy)}: no schedule hides "
+            "them all, move fewer bytes (keep data on the device, offload fewer or smaller activations)"
+        )
+    if outside_ns * 4 >= exposed_ns:
+        tips.append(
+            f"{dur(outside_ns)} of it lies before the first kernel or after the last (inputs in, results out): "
+            "overlap those with the previous or next iteration"
+        )
+    if median_bytes < SMALL:
+        tips.append(
+            f"the copies are small (median {size(median_bytes)}): each pays a fixed cost in latency; move the same "
+            "bytes in fewer, larger copies"
+        )
+    if ev.is_xla:
+        tips.append(
+            "let XLA schedule its copies under compute: the latency hiding scheduler (--lhs) and pipelined host "
+            "offloading (--pipelined-offload)"
+        )
+    else:
+        tips.append(
+            "issue each copy on a stream of its own ahead of the kernels that need it (prefetch), in chunks that "
+            "pipeline with compute"
+        )
+    return "; ".join(tips)
+
+
+@rule("exposed-copies")
+def exposed_copies(ev: Evidence) -> list[Finding]:
+    out = []
+    c = ev.offload_copies
+    iv = ev.exposed(c)
+    pageable = ev.exposed(c.filter(pl.col("host_kind") == "pageable"))
+    for dev, d in ev.devices.items():
+        off = d["copies"]["offload"]
+        busy, exposed = int(off["busy_ns"]), int(off["exposed_ns"])
+        w0, span = int(d["window_ns"][0]), int(d["span_ns"])
+        if not busy or not exceeds(exposed / busy, ev.config["exposed_copies_fraction"]):
+            continue
+        if under(exposed, ev.config["exposed_copies_min_share"] * span):
+            continue
+        g = int(dev)
+        mine = _of_group(iv, g)
+        starts, ends, inside = stretches(mine, max(1, int(ev.config["exposed_gap_fraction"] * span)))
+        k = ev.kernels.filter(pl.col("device") == g)
+        k0 = int(k["start"].min()) if k.height else int(d["window_ns"][1])
+        k1 = int(k["end"].max()) if k.height else k0
+        outside = int(exposed - measure_within(mine, np.array([g]), np.array([k0]), np.array([max(k0, k1)]))[0])
+        mine_pageable = _of_group(pageable, g)
+        pageable_ns = int((mine_pageable.end - mine_pageable.start).sum())
+        per_class = {
+            cls: {key: d["copies"][cls][key] for key in ("count", "bytes", "busy_ns", "exposed_ns")}
+            for cls in ("h2d", "d2h")
+        }
+        mine_copies = c.filter(pl.col("device") == g)
+        top = _most_exposed(ev, mine_copies, g, w0)
+        classes = " and ".join(
+            _class_text(cls, m, mine_copies.filter(pl.col("cls") == cls)["bytes"])
+            for cls, m in per_class.items()
+            if m["count"]
+        )
+        both = sum(m["exposed_ns"] for m in per_class.values()) - exposed
+        if both > 0:
+            classes += f" (both directions at once for {dur(both)})"
+        order = np.argsort(-inside, kind="stable")[:10]
+        by_tenth = tenths(mine, g, w0, span)
+        worst = [f"{t['cls']} {size(t['bytes'])} at {at(t['at_ns'], span)} ({dur(t['exposed_ns'])})" for t in top]
+        out.append(
+            Finding(
+                "exposed-copies",
+                "problem",
+                f"device {dev}: {pct(exposed / busy)} of the h2d/d2h copy time ran with no kernel beside it: "
+                f"{dur(exposed)} of {dur(busy)}, {share(exposed / span) if span else '0%'} of the {dur(span)} window. "
+                f"Copies: {classes}; {_where_text(starts, ends, inside, by_tenth, exposed, span, w0)}; "
+                f"most exposed: {names(worst)}",
+                _advice(ev, d, pageable_ns, outside, exposed, float(mine_copies["bytes"].median() or 0)),
+                where={"device": dev},
+                evidence={
+                    "exposed_ns": exposed,
+                    "busy_ns": busy,
+                    "classes": per_class,
+                    "stretches": [
+                        {"from_ns": int(starts[i] - w0), "to_ns": int(ends[i] - w0), "exposed_ns": int(inside[i])}
+                        for i in order
+                    ],
+                    "by_tenth_ns": by_tenth,
+                    "outside_kernels_span_ns": outside,
+                    "pageable_exposed_ns": pageable_ns,
+                    "most_exposed": top,
+                },
+                view="timeline",
+                cost_ns=exposed,
+                **ev.basis_device(dev),
+            )
+        )
+    return out
+
+
+def _of_group(iv: Intervals, g: int) -> Intervals:
+    lo, hi = np.searchsorted(iv.group, g, side="left"), np.searchsorted(iv.group, g, side="right")
+    return Intervals(iv.group[lo:hi], iv.start[lo:hi], iv.end[lo:hi])
