@@ -1,0 +1,379 @@
+"""What each finding costs: ``cost_ns`` per rule on exports built with known answers, the severity
+that follows ``cost_share`` (named thresholds, the rule's severity as a ceiling), the order by cost
+in every output, the exposed-copies finding, and the real traces where the issue saw it wrong."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from profiler.analysis.breakdown import Breakdown
+from profiler.analysis.findings import Finding, by_cost, graded, run_findings
+from profiler.analysis.findings.config import FindingsConfig
+from profiler.trace import open_trace
+from profiler.trace.synthetic import PAGEABLE, ExportBuilder
+from tests.conftest import run_cli
+from tests.test_findings import MIB, TID, _boundary_run, _stall_layers, findings_of, fired, launched, steps, write_run
+
+MS = 1_000_000
+
+
+# --- severity from the share, the order by cost -------------------------------------------------
+
+
+def _f(rule: str, severity: str, cost: int | None, basis: int | None = 1000) -> Finding:
+    return Finding(rule, severity, "v", "a", cost_ns=cost, cost_basis_ns=basis if cost is not None else None)
+
+
+@pytest.mark.parametrize(
+    ("cost", "ceiling", "want"),
+    [
+        (500_000, "problem", "problem"),  # 5% of 10 ms: problem_share
+        (499_999, "problem", "warning"),
+        (100_000, "problem", "warning"),  # 1%: warning_share
+        (99_999, "problem", "info"),
+        (500_000, "warning", "warning"),  # never above the rule's own severity
+        (500_000, "info", "info"),
+    ],
+)
+def test_severity_follows_the_share_under_the_rules_ceiling(cost, ceiling, want):
+    f = Finding("r", ceiling, "v", "a", cost_ns=cost, cost_basis_ns=10 * MS)
+    assert graded(f, FindingsConfig()).severity == want
+
+
+def test_severity_thresholds_are_named_and_configurable():
+    f = Finding("r", "problem", "v", "a", cost_ns=20_000, cost_basis_ns=MS)  # 2% of the window
+    assert graded(f, FindingsConfig()).severity == "info"  # 20 us < severity_min_cost_ns
+    low = FindingsConfig({**FindingsConfig().thresholds, "severity_min_cost_ns": 0})
+    assert graded(f, low).severity == "warning"
+    strict = FindingsConfig({**low.thresholds, "problem_share": 0.02})
+    assert graded(f, strict).severity == "problem"
+    note = Finding("r", "problem", "v", "a")  # no time cost: its rule's severity stands
+    assert graded(note, FindingsConfig()).severity == "problem" and note.cost_share is None
+
+
+def test_findings_are_listed_by_cost_then_those_without():
+    found = [
+        _f("a", "problem", None),
+        _f("b", "info", 10),
+        _f("c", "warning", 500),
+        _f("d", "info", None),
+        _f("e", "problem", 500),
+    ]
+    order = ["a", "b", "c", "d", "e"]
+    # equal costs: the more severe first; no cost: after every costed one, most severe first
+    assert [f.rule for f in by_cost(found, order)] == ["e", "c", "b", "a", "d"]
+
+
+def test_toml_thresholds_change_severities_in_the_cli(tmp_path):
+    b = ExportBuilder()
+    b.copy(0, 100_000, "h2d", MIB, host=PAGEABLE)
+    b.kernel(50_000, 10 * MS, "k")  # 50 us exposed of a 10 ms window: 0.5%
+    path = write_run(tmp_path, b)
+    plain = json.loads(run_cli("findings", "--json", str(path)).stdout)["runs"][0]["findings"]
+    assert {f["id"]: f["severity"] for f in plain} == {"exposed-copies": "info", "pageable-copies": "info"}
+    cfg = tmp_path / "f.toml"
+    cfg.write_text("[thresholds]\nwarning_share = 0.005\n")
+    out = run_cli("findings", "--json", "--findings-config", str(cfg), str(path))
+    assert out.returncode == 0, out.stderr
+    (f,) = [f for f in json.loads(out.stdout)["runs"][0]["findings"] if f["id"] == "pageable-copies"]
+    assert (f["severity"], f["cost_ns"], f["cost_basis_ns"]) == ("warning", 50_000, 10 * MS)
+    assert f["cost_share"] == pytest.approx(0.005) and f["cost_basis"] == "GPU 0's window"
+
+
+# --- cost_ns per rule ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("window", "severity"), [(2 * MS, "problem"), (100 * MS, "info")])
+def test_pageable_cost_is_their_exposed_time(tmp_path, window, severity):
+    b = ExportBuilder()
+    b.copy(0, MS, "h2d", MIB, host=PAGEABLE)  # half of it beside the kernel
+    b.copy(int(1.5 * MS), int(1.8 * MS), "d2h", MIB)  # pinned: not this rule's
+    b.kernel(MS // 2, window, "k")
+    (f,) = fired(findings_of(write_run(tmp_path, b)), "pageable-copies")
+    assert (f["cost_ns"], f["cost_basis_ns"], f["severity"]) == (MS // 2, window, severity)
+    assert "500 µs of them ran with no kernel beside them" in f["verdict"]
+
+
+def test_sync_copies_cost_is_the_wall_time_blocked(tmp_path):
+    b = ExportBuilder()
+    b.kernel(0, MS, "k")
+    b.runtime(1_000, 101_000, 900, name="cudaMemcpy_v3020", tid=TID)
+    b.runtime(51_000, 151_000, 901, name="cudaMemcpy_v3020", tid=TID + 1)  # another thread, at the same time
+    (f,) = fired(findings_of(write_run(tmp_path, b)), "sync-copies")
+    assert f["evidence"]["host_ns"] == 200_000 and f["evidence"]["wall_ns"] == 150_000
+    assert (f["cost_ns"], f["cost_basis_ns"], f["cost_basis"]) == (150_000, MS, "the capture's GPU time")
+    assert f["severity"] == "problem" and "0.150 ms of wall time" in f["verdict"]
+
+
+def test_sync_copies_in_steps_are_a_share_of_the_steps(tmp_path):
+    b = ExportBuilder()
+    steps(b, [(0, 400_000), (500_000, 900_000)])
+    b.runtime(100_000, 110_000, 900, name="cudaMemcpy_v3020", tid=TID)
+    launched(b, 0, "kernel", 0, 10 * MS, "k")
+    (f,) = fired(findings_of(write_run(tmp_path, b), severity_min_cost_ns=0), "sync-copies")
+    assert (f["cost_ns"], f["cost_basis_ns"], f["cost_basis"]) == (10_000, 800_000, "the 2 steps")
+    assert f["severity"] == "warning"  # 1.25% of the steps
+
+
+def test_copy_on_compute_stream_cost_is_the_streams_copy_time(tmp_path):
+    b = ExportBuilder()
+    for i in range(4):  # stream 7 runs 3 of the 4 compute kernels
+        b.kernel(i * MS, i * MS + MS // 2, "k", stream=7 if i < 3 else 9)
+    b.copy(500_000, 600_000, "d2h", MIB, stream=7)
+    b.copy(550_000, 700_000, "h2d", MIB, stream=7)  # overlaps the first: their union is 200 us
+    b.copy(600_000, 900_000, "h2d", MIB, stream=20)  # another stream: not counted
+    (f,) = fired(findings_of(write_run(tmp_path, b)), "copy-on-compute-stream")
+    assert (f["cost_ns"], f["cost_basis_ns"], f["severity"]) == (200_000, 3_500_000, "problem")
+    assert "2 h2d/d2h copies (2.0 MiB)" in f["verdict"] and "for 200 µs" in f["verdict"]
+
+
+def test_tiny_copies_on_the_compute_stream_say_bytes_not_mib(tmp_path):
+    b = ExportBuilder()
+    b.kernel(0, 300 * MS, "k", stream=7)
+    b.copy(MS, MS + 800, "h2d", 8, stream=7)
+    (f,) = fired(findings_of(write_run(tmp_path, b)), "copy-on-compute-stream")
+    assert "(8 B)" in f["verdict"] and f["severity"] == "info" and f["cost_ns"] == 800
+
+
+def test_slow_link_cost_is_the_exposed_time_a_full_link_removes(tmp_path):
+    b = ExportBuilder()
+    b.gpu(0, "NVIDIA H100 80GB HBM3")  # PCIe Gen5 x16: 63 GB/s
+    for i in range(3):
+        b.copy(i * MS, i * MS + 100_000, "d2h", MIB)  # 10.49 GB/s, alone, all exposed
+    (f,) = fired(findings_of(write_run(tmp_path, b)), "slow-link")
+    assert f["evidence"]["exposed_ns"] == 300_000
+    assert f["cost_ns"] == round(300_000 * (1 - (MIB / 100_000) / 63))
+    assert f["cost_basis_ns"] == 2 * MS + 100_000
+
+
+@pytest.mark.parametrize(("extra_exposed", "want"), [(0, 300_000), (MS, 450_000)])
+def test_copy_contention_cost_is_lost_copy_time_where_it_costs(tmp_path, extra_exposed, want):
+    # 3 copies of 4 MiB alone in 100 us, 3 beside a kernel in 250 us: 450 us of copy time lost;
+    # it costs only where the h2d copies were exposed (the 300 us alone, plus extra_exposed)
+    b = ExportBuilder()
+    for i in range(3):
+        t = i * 10 * MS
+        b.copy(t, t + 100_000, "h2d", 4 * MIB)
+        s = t + 500_000
+        b.copy(s, s + 250_000, "h2d", 4 * MIB)
+        b.kernel(s, s + 250_000, "gemm_fusion_dot.3", stream=7)
+    if extra_exposed:
+        b.copy(40 * MS, 40 * MS + extra_exposed, "h2d", MIB // 2)  # too small for the contexts, exposed
+    (f,) = fired(findings_of(write_run(tmp_path, b)), "copy-contention")
+    assert f["evidence"]["copy_time_lost_ns"] == 450_000
+    assert f["evidence"]["exposed_plus_stalled_ns"] == 300_000 + extra_exposed
+    assert f["cost_ns"] == want
+
+
+def test_nccl_slowed_cost_is_the_excess_over_the_median(tmp_path):
+    b = ExportBuilder()
+    for i in range(3):
+        b.kernel(i * 10_000, i * 10_000 + 1000, "ncclDevKernel_AllGather_RING", stream=9)
+        u = 100_000 + i * 10_000
+        b.kernel(u, u + 1_500, "ncclDevKernel_AllGather_RING", stream=9)
+        b.copy(u, u + 500, "d2h", MIB, stream=20)
+    (f,) = fired(findings_of(write_run(tmp_path, b)), "nccl-slowed-by-copies")
+    assert f["cost_ns"] == 3 * 500 and f["evidence"]["excess_ns"] == 1500
+
+
+def test_boundary_costs(tmp_path):
+    doc = findings_of(_boundary_run(tmp_path, True))
+    (f,) = fired(doc, "exposed-at-boundaries")
+    assert (f["cost_ns"], f["cost_basis_ns"], f["cost_basis"]) == (10_000, 100_000, "the GPU spans of the 1 steps")
+    assert f["severity"] == "info"  # 10% of the step, but 10 us: under severity_min_cost_ns
+    (g,) = fired(findings_of(_boundary_run(tmp_path, True), severity_min_cost_ns=0), "exposed-at-boundaries")
+    assert g["severity"] == "problem"
+
+
+def test_layer_loop_edges_cost(tmp_path):
+    b = ExportBuilder()
+    b.domain(1, "profile-step", tid=TID)
+    for i in range(4):  # layers 0 and 3 have 10 us exposed copies, 1 and 2 hidden ones
+        t = i * 100_000
+        b.nvtx(t, t + 50_000, f"layer={i}", tid=TID, domain_id=1)
+        launched(b, t + 10, "copy", t + 1000, t + 11_000, "d2h", MIB, stream=20)
+        launched(b, t + 20, "kernel", t + 1000, t + 1000 + (0 if i in (0, 3) else 10_000), "k")
+    (f,) = fired(findings_of(write_run(tmp_path, b)), "exposed-at-boundaries")
+    assert (f["cost_ns"], f["cost_basis_ns"]) == (20_000, 310_000)
+
+
+def test_stall_hotspot_cost_is_the_layers_stall(tmp_path):
+    (f,) = fired(findings_of(_stall_layers(tmp_path, [70_000, 10_000], "hot")), "stall-hotspot")
+    assert (f["cost_ns"], f["cost_basis_ns"], f["severity"]) == (70_000, 1_209_000, "problem")
+
+
+def test_step_outliers_cost_and_notes_without_cost(tmp_path):
+    b = ExportBuilder()
+    steps(b, [(0, 1000), (2000, 3000), (4000, 5000), (6000, 9001)])
+    b.kernel(0, 10, "k")
+    doc = findings_of(write_run(tmp_path, b), severity_min_cost_ns=0)
+    (f,) = fired(doc, "step-outliers")
+    assert (f["cost_ns"], f["cost_basis_ns"]) == (3001 - 1000, 6001)
+    assert f["severity"] == "warning"  # 33% of the steps, and a warning at most
+    b = ExportBuilder()
+    b.domain(1, "profile-step", tid=TID)
+    b.nvtx(0, 5000, "warmup=0", tid=TID, domain_id=1)
+    b.nvtx(6000, 7000, "step=0", tid=TID, domain_id=1)
+    b.kernel(0, 10, "k")
+    trace = open_trace(write_run(tmp_path, b, name="warm"))
+    doc = run_findings(trace, None, FindingsConfig(), Breakdown(trace, step_range="^(step|warmup)="))
+    (w,) = fired(doc, "warmup-in-capture")
+    assert w["cost_ns"] is None and w["cost_share"] is None and w["severity"] == "info"
+
+
+def test_offload_missing_has_no_time_cost_and_comes_after_costed_findings(tmp_path):
+    b = ExportBuilder()
+    steps(b, [(0, 10 * MS)])
+    launched(b, 10, "copy", 100, 200_100, "d2h", 1000)  # 200 us exposed, 1000 bytes
+    launched(b, 20, "kernel", 300_000, 9 * MS, "k")
+    manifest = {"policy": "offload_qkv", "runtime": {"backend": "gpu"}, "versions": {"jax": "0.10.2"}}
+    doc = findings_of(write_run(tmp_path, b, manifest))
+    ids = [f["id"] for f in doc["findings"]]
+    missing = fired(doc, "offload-missing")[0]
+    assert missing["cost_ns"] is None and missing["severity"] == "problem"
+    assert ids[-1] == "offload-missing" and "exposed-copies" in ids
+    costs = [f["cost_ns"] for f in doc["findings"] if f["cost_ns"] is not None]
+    assert costs == sorted(costs, reverse=True)
+    text = run_cli("findings", str(write_run(tmp_path, b, manifest, name="again"))).stdout
+    assert "offload-missing (no time cost)" in text
+
+
+# --- exposed-copies ------------------------------------------------------------------------------
+
+
+def _exposed_export() -> ExportBuilder:
+    """A 10 ms window: kernels but for [2, 3) and [7, 8) ms; an 8 MiB h2d over [1.5, 3.5) and a
+    4 MiB d2h over [6.5, 8.2) ms, each 1 ms exposed; a small h2d at 9 ms, hidden."""
+    b = ExportBuilder()
+    for s, e in ((0, 2), (3, 7), (8, 10)):
+        b.kernel(s * MS, e * MS, "k", stream=7)
+    b.copy(1_500_000, 3_500_000, "h2d", 8 * MIB)
+    b.copy(6_500_000, 8_200_000, "d2h", 4 * MIB)
+    b.copy(9_000_000, 9_100_000, "h2d", 64 * 1024)
+    return b
+
+
+def test_exposed_copies_known_answer(tmp_path):
+    doc = findings_of(write_run(tmp_path, _exposed_export()))
+    (f,) = fired(doc, "exposed-copies")
+    assert (f["cost_ns"], f["cost_basis_ns"], f["severity"]) == (2 * MS, 10 * MS, "problem")
+    ev = f["evidence"]
+    assert ev["busy_ns"] == 3_800_000 and ev["exposed_ns"] == 2 * MS
+    assert ev["classes"] == {
+        "h2d": {"count": 2, "bytes": 8 * MIB + 64 * 1024, "busy_ns": 2_100_000, "exposed_ns": MS},
+        "d2h": {"count": 1, "bytes": 4 * MIB, "busy_ns": 1_700_000, "exposed_ns": MS},
+    }
+    assert ev["stretches"] == [
+        {"from_ns": 2 * MS, "to_ns": 3 * MS, "exposed_ns": MS},
+        {"from_ns": 7 * MS, "to_ns": 8 * MS, "exposed_ns": MS},
+    ]
+    assert ev["by_tenth_ns"] == [0, 0, MS, 0, 0, 0, 0, MS, 0, 0]
+    assert [(c["cls"], c["bytes"], c["at_ns"], c["exposed_ns"]) for c in ev["most_exposed"]] == [
+        ("h2d", 8 * MIB, 1_500_000, MS),
+        ("d2h", 4 * MIB, 6_500_000, MS),
+    ]
+    assert "53% of the h2d/d2h copy time ran with no kernel beside it: 2.00 ms of 3.80 ms" in f["verdict"]
+    assert "20% of the 10.0 ms window" in f["verdict"]
+    assert "2 stretches hold 100% of it: 2.0 ms-3.0 ms (1.00 ms), 7.0 ms-8.0 ms (1.00 ms)" in f["verdict"]
+    assert "1 d2h of 4.0 MiB" in f["verdict"] and f["view"] == "timeline"
+
+
+@pytest.mark.parametrize(("exposed", "fires"), [(MS + 1, True), (MS, False)])
+def test_exposed_copies_fraction_boundary(tmp_path, exposed, fires):
+    b = ExportBuilder()
+    b.copy(0, 4 * MS, "d2h", MIB)
+    b.kernel(exposed, 10 * MS, "k")  # exposed of 4 ms: 25% does not fire (exposed_copies_fraction)
+    assert bool(fired(findings_of(write_run(tmp_path, b)), "exposed-copies")) is fires
+
+
+def test_exposed_copies_too_small_for_the_window_say_nothing(tmp_path):
+    b = ExportBuilder()
+    b.kernel(0, 100 * MS, "k")
+    b.copy(100 * MS, 100 * MS + 99_999, "h2d", 8)  # under 0.1% of the window (exposed_copies_min_share)
+    assert not fired(findings_of(write_run(tmp_path, b)), "exposed-copies")
+    assert fired(findings_of(write_run(tmp_path, b, name="low"), exposed_copies_min_share=0), "exposed-copies")
+
+
+# --- the dashboard keeps the order ----------------------------------------------------------------
+
+
+def _walk(node):
+    yield node
+    kids = getattr(node, "children", None)
+    for kid in kids if isinstance(kids, list) else [kids] if kids is not None else []:
+        if hasattr(kid, "to_plotly_json"):
+            yield from _walk(kid)
+
+
+def test_dashboard_findings_panel_lists_by_cost(tmp_path):
+    from dashboards.data import RunStore
+    from dashboards.findings_view import panel
+    from dashboards.rows import View
+
+    b = _exposed_export()
+    b.copy(int(9.5 * MS), int(9.5 * MS) + 60_000, "h2d", MIB, host=PAGEABLE, stream=7)  # 60 us on the compute stream
+    write_run(tmp_path, b)
+    store = RunStore([tmp_path])
+    (rid,) = store.refs
+    summary = store.get(rid).summary
+    found = summary["findings"]["findings"]
+    nodes = [n for node in panel(store, [View(rid, "0")]) for n in _walk(node)]
+    rules = [getattr(n, "data-rule") for n in nodes if getattr(n, "className", None) == "finding"]
+    costs = [getattr(n, "data-cost") for n in nodes if getattr(n, "className", None) == "cost"]
+    assert rules == [f["id"] for f in found] and len(rules) >= 3
+    assert costs == [str(f["cost_ns"]) for f in found]
+    assert [int(c) for c in costs] == sorted(map(int, costs), reverse=True) and int(costs[0]) == 2 * MS
+
+
+# --- real traces -----------------------------------------------------------------------------------
+
+
+def _shared_findings(shared_traces, name: str) -> tuple[dict, dict]:
+    trace = open_trace(shared_traces / f"{name}.sqlite")
+    bd = Breakdown(trace)
+    doc = run_findings(trace, None, FindingsConfig(), bd)
+    from profiler.analysis.findings.evidence import Evidence
+
+    return doc, Evidence(trace, None, bd).devices
+
+
+@pytest.mark.shared
+def test_exposed_copies_on_the_streams_trace(shared_traces):
+    doc, devices = _shared_findings(shared_traces, "gpu4__nsys_vectorAdd_streams_10000000__7498cc2")
+    (f,) = fired(doc, "exposed-copies")
+    off = devices["0"]["copies"]["offload"]
+    assert f["cost_ns"] == off["exposed_ns"] == 54_942_550 and f["cost_basis_ns"] == devices["0"]["span_ns"]
+    assert f["severity"] == "problem" and f["cost_share"] == pytest.approx(0.332, abs=0.001)
+    assert sum(s["exposed_ns"] for s in f["evidence"]["stretches"]) == off["exposed_ns"]
+    assert sum(f["evidence"]["by_tenth_ns"]) == off["exposed_ns"]
+    assert "85% of the h2d/d2h copy time" in f["verdict"] and "54.9 ms" in f["verdict"]
+
+
+@pytest.mark.shared
+def test_tiny_copies_of_the_mfu_pair_are_information(shared_traces):
+    for side in ("before", "after"):
+        doc, _ = _shared_findings(shared_traces, f"nsysai__mfu_2gpu_{side}")
+        assert doc["findings"] and {f["severity"] for f in doc["findings"]} == {"info"}, side
+        assert {"pageable-copies", "copy-on-compute-stream"} <= {f["id"] for f in doc["findings"]}
+
+
+@pytest.mark.shared
+def test_every_shared_trace_lists_by_cost_with_severity_from_share(shared_traces):
+    cfg = FindingsConfig()
+    for path in sorted(shared_traces.glob("*.sqlite")):
+        trace = open_trace(path)
+        found = run_findings(trace, None, cfg, Breakdown(trace))["findings"]
+        costed = [f for f in found if f["cost_ns"] is not None]
+        assert found[: len(costed)] == costed, path.name  # costed first
+        costs = [f["cost_ns"] for f in costed]
+        assert costs == sorted(costs, reverse=True), path.name
+        for f in costed:
+            share = f["cost_share"] if f["cost_ns"] >= cfg["severity_min_cost_ns"] else 0
+            level = 2 if share >= cfg["problem_share"] else 1 if share >= cfg["warning_share"] else 0
+            if f["id"] in ("lhs-off", "step-outliers"):  # their ceiling is lower
+                assert f["severity"] in ("info", "warning", "problem")[: level + 1], (path.name, f["id"])
+            else:
+                assert f["severity"] == ("info", "warning", "problem")[level], (path.name, f["id"])
+            assert f["cost_basis_ns"] and f["cost_basis"], (path.name, f["id"])
