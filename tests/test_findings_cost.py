@@ -265,10 +265,7 @@ def test_exposed_copies_known_answer(tmp_path):
         "h2d": {"count": 2, "bytes": 8 * MIB + 64 * 1024, "busy_ns": 2_100_000, "exposed_ns": MS},
         "d2h": {"count": 1, "bytes": 4 * MIB, "busy_ns": 1_700_000, "exposed_ns": MS},
     }
-    assert ev["stretches"] == [
-        {"from_ns": 2 * MS, "to_ns": 3 * MS, "exposed_ns": MS},
-        {"from_ns": 7 * MS, "to_ns": 8 * MS, "exposed_ns": MS},
-    ]
+    assert ev["longest_exposed"] == [{"from_ns": 2 * MS, "to_ns": 3 * MS}, {"from_ns": 7 * MS, "to_ns": 8 * MS}]
     assert ev["by_tenth_ns"] == [0, 0, MS, 0, 0, 0, 0, MS, 0, 0]
     assert [(c["cls"], c["bytes"], c["at_ns"], c["exposed_ns"]) for c in ev["most_exposed"]] == [
         ("h2d", 8 * MIB, 1_500_000, MS),
@@ -276,7 +273,7 @@ def test_exposed_copies_known_answer(tmp_path):
     ]
     assert "53% of the h2d/d2h copy time ran with no kernel beside it: 2.00 ms of 3.80 ms" in f["verdict"]
     assert "20% of the 10.0 ms window" in f["verdict"]
-    assert "2 stretches hold 100% of it: 2.0 ms-3.0 ms (1.00 ms), 7.0 ms-8.0 ms (1.00 ms)" in f["verdict"]
+    assert "100% of it in 2 tenths of the window: 2.0 ms-3.0 ms (1.00 ms), 7.0 ms-8.0 ms (1.00 ms)" in f["verdict"]
     assert "1 d2h of 4.0 MiB" in f["verdict"] and f["view"] == "timeline"
 
 
@@ -346,9 +343,9 @@ def test_exposed_copies_on_the_streams_trace(shared_traces):
     off = devices["0"]["copies"]["offload"]
     assert f["cost_ns"] == off["exposed_ns"] == 54_942_550 and f["cost_basis_ns"] == devices["0"]["span_ns"]
     assert f["severity"] == "problem" and f["cost_share"] == pytest.approx(0.332, abs=0.001)
-    assert sum(s["exposed_ns"] for s in f["evidence"]["stretches"]) == off["exposed_ns"]
     assert sum(f["evidence"]["by_tenth_ns"]) == off["exposed_ns"]
     assert "85% of the h2d/d2h copy time" in f["verdict"] and "54.9 ms" in f["verdict"]
+    assert "spread over the window: 4.53 ms to 6.00 ms of it in each tenth" in f["verdict"]
 
 
 @pytest.mark.shared

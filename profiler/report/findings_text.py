@@ -7,6 +7,7 @@ from typing import Any
 
 from profiler.analysis.findings.rules.text import dur, share
 
+OVERLAP = "a cost is the time its cause explains; findings that explain the same time each show it: do not add them"
 LABEL = {"problem": "PROBLEM", "warning": "WARNING", "info": "info"}
 
 
@@ -34,6 +35,8 @@ def render_findings(doc: dict[str, Any], width: int = 110) -> str:
     counts = {s: sum(f["severity"] == s for f in found) for s in ("problem", "warning", "info")}
     head = ", ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n) or "nothing to report"
     out = [f"Findings: {head}" + ("; by cost, highest first" if len(found) > 1 else "")]
+    if sum(f.get("cost_ns") is not None for f in found) > 1:
+        out.append(f"  ({OVERLAP})")
     for f in found:
         out += textwrap.wrap(
             f"{f['id']} ({cost_text(f)}): {f['verdict']}",

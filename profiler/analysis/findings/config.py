@@ -44,11 +44,9 @@ THRESHOLDS: dict[str, float] = {
     "boundary_share": 0.5,
     "boundary_min_cost_fraction": 0.01,
     # exposed-copies: more than this fraction of a device's h2d/d2h copy busy time is exposed, and the
-    # exposed time is at least exposed_copies_min_share of the device's window; the exposed time is
-    # shown in stretches: pieces closer than exposed_gap_fraction of the window join
+    # exposed time is at least exposed_copies_min_share of the device's window
     "exposed_copies_fraction": 0.25,
     "exposed_copies_min_share": 0.001,
-    "exposed_gap_fraction": 0.01,
     # lhs-off: more than this fraction of the copy busy time is exposed
     "lhs_exposed_fraction": 0.1,
     # slow-link: copies of 1 MiB or more running alone reach less than this fraction of the link

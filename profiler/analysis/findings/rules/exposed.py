@@ -18,36 +18,22 @@ TOP = 3  # copies and stretches named
 SMALL = 256 * 1024  # copies below this size are bound by latency more than by the link
 
 
-def stretches(iv: Intervals, gap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The intervals of one group joined where less than *gap* ns apart: start, end and the
-    length of *iv* inside each (the exposed time of the stretch)."""
-    if len(iv) == 0:
-        z = np.zeros(0, dtype=np.int64)
-        return z, z, z
-    new = np.r_[True, (iv.start[1:] - iv.end[:-1]) >= gap]
-    first = np.flatnonzero(new)
-    last = np.r_[first[1:] - 1, len(iv) - 1]
-    inside = np.add.reduceat(iv.end - iv.start, first)
-    return iv.start[first], iv.end[last], inside
-
-
 def tenths(iv: Intervals, g: int, w0: int, span: int) -> list[int]:
     """The length of *iv* (group *g*) in each tenth of the window ``[w0, w0 + span)``."""
     edges = w0 + (np.arange(11, dtype=np.int64) * span) // 10
     return [int(x) for x in measure_within(iv, np.full(10, g), edges[:-1], edges[1:])]
 
 
-def _most_exposed(ev: Evidence, copies: pl.DataFrame, dev: int, w0: int) -> list[dict[str, Any]]:
-    """The copies of *dev* with the most time outside every kernel (each copy on its own)."""
-    k = ev.breakdown.kernel_sets.any
+def each_exposed(ev: Evidence, copies: pl.DataFrame, dev: int) -> pl.DataFrame:
+    """*copies* (of *dev*) with ``exposed_ns``: each copy's own time outside every kernel."""
     start, end = copies["start"].to_numpy(), copies["end"].to_numpy()
-    hidden = measure_within(k, np.full(copies.height, dev), start, end)
-    top = (
-        copies.with_columns(pl.Series("exposed_ns", (end - start) - hidden))
-        .filter(pl.col("exposed_ns") > 0)
-        .sort(["exposed_ns", "start"], descending=[True, False])
-        .head(TOP)
-    )
+    hidden = measure_within(ev.breakdown.kernel_sets.any, np.full(copies.height, dev), start, end)
+    return copies.with_columns(pl.Series("exposed_ns", (end - start) - hidden))
+
+
+def _most_exposed(copies: pl.DataFrame, w0: int) -> list[dict[str, Any]]:
+    """The copies with the most time outside every kernel, longest first."""
+    top = copies.filter(pl.col("exposed_ns") > 0).sort(["exposed_ns", "start"], descending=[True, False]).head(TOP)
     return [
         {
             "cls": c,
@@ -70,22 +56,25 @@ def at(ns: float, span: int) -> str:
     return f"{ns / div:.{0 if div == 1 else 1}f} {unit}"
 
 
-def _where_text(
-    starts: np.ndarray, ends: np.ndarray, inside: np.ndarray, by_tenth: list[int], total: int, span: int, w0: int
-) -> str:
-    """Where the exposed time lies, in times from the window's start."""
-    order = np.argsort(-inside, kind="stable")[:TOP]
-    reach = int((ends[order] - starts[order]).sum())
-    if starts.size > TOP and reach >= span // 2:  # many stretches, the largest over half the window: spread
-        return (
-            f"spread over the window ({at(starts[0] - w0, span)} to {at(ends[-1] - w0, span)} from its start; "
-            f"{dur(min(by_tenth))} to {dur(max(by_tenth))} exposed in each tenth of it)"
-        )
-    covered = int(inside[order].sum())
-    listed = [f"{_range(starts[i] - w0, ends[i] - w0, span)} ({dur(inside[i])})" for i in sorted(order)]
-    more = f" of {starts.size}" if starts.size > order.size else ""
-    held = pct(covered / total)
-    return f"{order.size}{more} stretches hold {held} of it: {', '.join(listed)} from the window's start"
+def _where_text(by_tenth: list[int], total: int, span: int) -> str:
+    """Where the exposed time lies: the fewest tenths of the window holding 80% of it (adjacent ones
+    joined), or "spread" when that takes more than three."""
+    x = np.array(by_tenth, dtype=np.int64)
+    order = np.argsort(-x, kind="stable")
+    k = int(np.searchsorted(np.cumsum(x[order]), 0.8 * total)) + 1
+    if k > TOP:
+        return f"spread over the window: {dur(int(x.min()))} to {dur(int(x.max()))} of it in each tenth"
+    runs: list[list[int]] = []
+    for i in sorted(int(i) for i in order[:k]):  # at most three tenths
+        if runs and runs[-1][1] == i - 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    parts = [f"{_range(a * span // 10, (b + 1) * span // 10, span)} ({dur(int(x[a : b + 1].sum()))})" for a, b in runs]
+    held = int(x[order[:k]].sum())
+    return (
+        f"{pct(held / total)} of it in {k} tenth{'s' if k > 1 else ''} of the window: {', '.join(parts)} from its start"
+    )
 
 
 def _range(lo: float, hi: float, span: int) -> str:
@@ -105,30 +94,35 @@ def _class_text(cls: str, m: dict[str, Any], sizes: pl.Series) -> str:
     return f"{m['count']} {cls} {each}, {size(m['bytes'])} in all, {dur(m['exposed_ns'])} exposed"
 
 
-def _advice(
-    ev: Evidence, d: dict[str, Any], pageable_ns: int, outside_ns: int, exposed_ns: int, median_bytes: float
-) -> str:
+def _advice(ev: Evidence, dev: str, d: dict[str, Any], copies: pl.DataFrame, pageable_ns: int, outside_ns: int) -> str:
+    """What to try, from what the exposed time is made of."""
+    exposed = int(d["copies"]["offload"]["exposed_ns"])
     kernels_busy = int(d["compute"]["busy_ns"] + d["nccl"]["busy_ns"])
     busy = int(d["copies"]["offload"]["busy_ns"])
+    small = copies.filter(pl.col("bytes") < SMALL)
     tips = []
-    if pageable_ns * 2 >= exposed_ns:
+    if pageable_ns * 2 >= exposed:
         tips.append('pin the host buffers (cudaHostAlloc, memory_kind="pinned_host"): pageable copies do not overlap')
-    if kernels_busy < busy:
+    if kernels_busy == 0:
+        tips.append(f"no kernel ran on GPU {dev}: nothing there can hide its copies; overlap them with other work")
+    elif kernels_busy < busy:
         tips.append(
             f"the kernels run {dur(kernels_busy)} in all, less than the copies' {dur(busy)}: no schedule hides "
             "them all, move fewer bytes (keep data on the device, offload fewer or smaller activations)"
         )
-    if outside_ns * 4 >= exposed_ns:
+    if kernels_busy and outside_ns * 4 >= exposed:
         tips.append(
             f"{dur(outside_ns)} of it lies before the first kernel or after the last (inputs in, results out): "
             "overlap those with the previous or next iteration"
         )
-    if median_bytes < SMALL:
+    if small.height and int(small["exposed_ns"].sum()) * 2 >= exposed:
         tips.append(
-            f"the copies are small (median {size(median_bytes)}): each pays a fixed cost in latency; move the same "
-            "bytes in fewer, larger copies"
+            f"copies under {size(SMALL)} ({small.height}, median {size(float(small['bytes'].median() or 0))}) "
+            "hold most of it: each pays a fixed cost in latency; move the same bytes in fewer, larger copies"
         )
-    if ev.is_xla:
+    if kernels_busy == 0:
+        pass
+    elif ev.is_xla:
         tips.append(
             "let XLA schedule its copies under compute: the latency hiding scheduler (--lhs) and pipelined host "
             "offloading (--pipelined-offload)"
@@ -157,7 +151,6 @@ def exposed_copies(ev: Evidence) -> list[Finding]:
             continue
         g = int(dev)
         mine = _of_group(iv, g)
-        starts, ends, inside = stretches(mine, max(1, int(ev.config["exposed_gap_fraction"] * span)))
         k = ev.kernels.filter(pl.col("device") == g)
         k0 = int(k["start"].min()) if k.height else int(d["window_ns"][1])
         k1 = int(k["end"].max()) if k.height else k0
@@ -168,8 +161,8 @@ def exposed_copies(ev: Evidence) -> list[Finding]:
             cls: {key: d["copies"][cls][key] for key in ("count", "bytes", "busy_ns", "exposed_ns")}
             for cls in ("h2d", "d2h")
         }
-        mine_copies = c.filter(pl.col("device") == g)
-        top = _most_exposed(ev, mine_copies, g, w0)
+        mine_copies = each_exposed(ev, c.filter(pl.col("device") == g), g)
+        top = _most_exposed(mine_copies, w0)
         classes = " and ".join(
             _class_text(cls, m, mine_copies.filter(pl.col("cls") == cls)["bytes"])
             for cls, m in per_class.items()
@@ -178,7 +171,7 @@ def exposed_copies(ev: Evidence) -> list[Finding]:
         both = sum(m["exposed_ns"] for m in per_class.values()) - exposed
         if both > 0:
             classes += f" (both directions at once for {dur(both)})"
-        order = np.argsort(-inside, kind="stable")[:10]
+        longest = np.argsort(-(mine.end - mine.start), kind="stable")[:10]
         by_tenth = tenths(mine, g, w0, span)
         worst = [f"{t['cls']} {size(t['bytes'])} at {at(t['at_ns'], span)} ({dur(t['exposed_ns'])})" for t in top]
         out.append(
@@ -187,17 +180,16 @@ def exposed_copies(ev: Evidence) -> list[Finding]:
                 "problem",
                 f"device {dev}: {pct(exposed / busy)} of the h2d/d2h copy time ran with no kernel beside it: "
                 f"{dur(exposed)} of {dur(busy)}, {share(exposed / span) if span else '0%'} of the {dur(span)} window. "
-                f"Copies: {classes}; {_where_text(starts, ends, inside, by_tenth, exposed, span, w0)}; "
+                f"Copies: {classes}; {_where_text(by_tenth, exposed, span)}; "
                 f"most exposed: {names(worst)}",
-                _advice(ev, d, pageable_ns, outside, exposed, float(mine_copies["bytes"].median() or 0)),
+                _advice(ev, dev, d, mine_copies, pageable_ns, outside),
                 where={"device": dev},
                 evidence={
                     "exposed_ns": exposed,
                     "busy_ns": busy,
                     "classes": per_class,
-                    "stretches": [
-                        {"from_ns": int(starts[i] - w0), "to_ns": int(ends[i] - w0), "exposed_ns": int(inside[i])}
-                        for i in order
+                    "longest_exposed": [
+                        {"from_ns": int(mine.start[i] - w0), "to_ns": int(mine.end[i] - w0)} for i in longest
                     ],
                     "by_tenth_ns": by_tenth,
                     "outside_kernels_span_ns": outside,
