@@ -82,6 +82,44 @@ def test_toml_thresholds_change_severities_in_the_cli(tmp_path):
     assert f["cost_share"] == pytest.approx(0.005) and f["cost_basis"] == "GPU 0's window"
 
 
+def test_pr_comment_lists_new_findings_by_cost():
+    from profiler.report.findings_text import findings_markdown
+
+    def f(rule: str, cost: int | None) -> dict:
+        share = None if cost is None else cost / MS
+        return {
+            "id": rule,
+            "severity": "info",
+            "verdict": rule,
+            "try": "t",
+            "where": {"steps": "the capture"},
+            "cost_ns": cost,
+            "cost_share": share,
+            "cost_basis_ns": MS,
+            "cost_basis": "GPU 0's window",
+        }
+
+    new = [f("a", None), f("b", 10), f("c", 200_000)]
+    md = [line for line in findings_markdown(new, [], "p") if line.startswith("- ")]
+    assert [line.split("`")[1] for line in md] == ["c", "b", "a"]
+    assert "(the capture; costs 200 µs, 20% of GPU 0's window (1.00 ms))" in md[0] and "no time cost" in md[2]
+
+
+def test_compare_lists_new_findings_by_cost(tmp_path):
+    base = ExportBuilder()
+    base.copy(0, 100_000, "h2d", MIB, stream=20)
+    base.kernel(0, 1 * MS, "k", stream=7)
+    head = ExportBuilder()  # an exposed pageable copy (300 us) and a synchronous call (120 us)
+    head.kernel(0, 1 * MS, "k", stream=7)
+    head.copy(MS, MS + 300_000, "h2d", MIB, host=PAGEABLE, stream=20)
+    head.runtime(MS - 10_000, MS + 110_000, 900, name="cudaMemcpy_v3020", tid=TID)
+    bp, hp = write_run(tmp_path, base, name="base"), write_run(tmp_path, head, name="head")
+    out = run_cli("compare", str(bp), str(hp))  # exit 1: the exposed time regressed; the text is what counts
+    lines = [line for line in out.stdout.splitlines() if line.startswith("new in head")]
+    assert [line.split()[5] for line in lines] == ["exposed-copies", "pageable-copies", "sync-copies"], out.stdout
+    assert "(costs 120 µs, 9.2% of the capture's GPU time (1.30 ms))" in lines[2]
+
+
 # --- cost_ns per rule ----------------------------------------------------------------------------
 
 

@@ -15,7 +15,10 @@ def _where(f: dict[str, Any]) -> str:
     def value(v: Any) -> str:
         return ", ".join(map(str, v)) if isinstance(v, list) else str(v)
 
-    return ", ".join(f"{k} {value(v)}" for k, v in f["where"].items() if k not in ("policy",)) or "the run"
+    def part(k: str, v: Any) -> str:
+        return v if k == "steps" and isinstance(v, str) else f"{k} {value(v)}"  # "the capture", "the 4 steps"
+
+    return ", ".join(part(k, v) for k, v in f["where"].items() if k not in ("policy",)) or "the run"
 
 
 def cost_text(f: dict[str, Any]) -> str:

@@ -87,7 +87,7 @@ def lhs_off(ev: Evidence) -> list[Finding]:
         state, how = None, "unknown (no manifest with the run's XLA_FLAGS)"
     if state is True:
         return []
-    gpus = f", summed over {len(ev.devices)} GPUs" if len(ev.devices) > 1 else ""
+    gpus = _summed(ev)
     return [
         Finding(
             "lhs-off",
@@ -192,7 +192,8 @@ def _layer_loop_edges(ev: Evidence, flags_note: str) -> list[Finding]:
         Finding(
             "exposed-at-boundaries",
             "problem",
-            f"{pct(ends / total)} of the exposed or stalled copy time ({ms(ends)} of {ms(total)}) belongs to the "
+            f"{pct(ends / total)} of the exposed or stalled copy time ({ms(ends)} of {ms(total)}{_summed(ev)}) "
+            "belongs to the "
             f"first and last layer ({names[0]}, {names[-1]}) of {len(names)}",
             "the copies bunch where the layer loop starts and ends: let XLA pipeline them across iterations, "
             f"XLA_FLAGS={PIPELINED}=true{flags_note}",
@@ -203,6 +204,10 @@ def _layer_loop_edges(ev: Evidence, flags_note: str) -> list[Finding]:
             **ev.basis_windows(),
         )
     ]
+
+
+def _summed(ev: Evidence) -> str:
+    return f", summed over {len(ev.devices)} GPUs" if len(ev.devices) > 1 else ""
 
 
 def _pipelined_note(ev: Evidence) -> str:
