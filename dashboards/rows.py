@@ -162,6 +162,8 @@ def raw_row(ref: RunRef, summary: dict[str, Any], device: str | None) -> dict[st
         "hidden": None if not off or off["hidden_fraction"] is None else 100 * off["hidden_fraction"],
         "date": (man.get("started") or "")[:19].replace("T", " "),
         "_has_copies": bool(off and off["count"]),
+        "_hidden": bool(off and off["hidden_fraction"]),
+        "_source": ref.source,
         "_policy": not plain(ref, summary),
         "_group": ref.group,
         "_full": full_name(ref, summary, device),
@@ -198,6 +200,8 @@ def error_row(ref: RunRef, message: str) -> dict[str, Any]:
         "device": "cannot be read (see the card below)",
         "_full": f"{full_name(ref, None)} — cannot be read: {message}",
         "_has_copies": False,
+        "_hidden": False,
+        "_source": ref.source,
         "_policy": False,
         "_group": ref.group,
     }
@@ -259,12 +263,24 @@ def header_tooltips(columns: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def default_selection(rows: list[dict[str, Any]], limit: int = 10) -> list[int]:
-    """What the first view shows: the policy runs of the first folder that has a policy run with
-    host-device copies (a policy comparison); else the rows with copies of the first folder that has
-    any; else the first rows."""
-    policy_runs = [i for i, r in enumerate(rows) if r["_has_copies"] and r["_policy"]]
-    if policy_runs:  # the whole comparison: the group's runs without copies (none, remat) too
-        group = rows[policy_runs[0]]["_group"]
+    """What the first view shows, measured before modelled: the policy runs of the first folder that
+    has a measured policy run with host-device copies (a policy comparison); else the GPUs of the
+    first public trace with hidden copies (real copies where no GPU ran here); else the SYNTHETIC
+    demonstration's policy runs; else the rows with copies of the first folder that has any; else
+    the first rows."""
+    policy = [i for i, r in enumerate(rows) if r["_has_copies"] and r["_policy"]]
+    measured = [i for i in policy if rows[i]["_source"] != "synthetic"]
+    public = [i for i, r in enumerate(rows) if r["_hidden"] and r["_source"] == "external"]
+    if measured:  # the whole comparison: the group's runs without copies (none, remat) too
+        group = rows[measured[0]]["_group"]
+        return [i for i, r in enumerate(rows) if r["_group"] == group and r["_policy"] and r["_source"] != "synthetic"][
+            :limit
+        ]
+    if public:  # every GPU of that trace, with or without copies: the run as it was
+        run = rows[public[0]]["id"].partition("@")[0]
+        return [i for i, r in enumerate(rows) if r["id"].partition("@")[0] == run][:limit]
+    if policy:
+        group = rows[policy[0]]["_group"]
         return [i for i, r in enumerate(rows) if r["_group"] == group and r["_policy"]][:limit]
     with_copies = [i for i, r in enumerate(rows) if r["_has_copies"]]
     if with_copies:
