@@ -27,7 +27,7 @@ from dashboards.figures import (
     note_figure,
     unique,
 )
-from profiler.analysis.policies import frontier, planned_vs_moved, policy_table
+from profiler.analysis.policies import frontier, per_step_and_gpu, planned_vs_moved, policy_table
 from profiler.report.policies_text import si
 from profiler.report.units import byte_unit, human_bytes, human_time, time_unit
 
@@ -273,15 +273,18 @@ def pvm_figure(pvm: dict[str, Any], run: dict[str, Any], label: str) -> tuple[Fi
     """Planned against moved bytes per step, per layer and activation (``planned_vs_moved``), and the
     flagged rows as sentences."""
     comp = run.get("compiled") or {}
+    per = pvm.get("per") or "per step and GPU"
     if not comp.get("plan"):
-        moved = (run.get("copies") or {}).get("d2h", {}).get("bytes", 0) / max(len(run.get("steps") or []), 1)
+        n_steps, _, _ = per_step_and_gpu(run)
+        moved = {dev: (c.get("d2h") or {}).get("bytes") or 0 for dev, c in (run.get("devices") or {}).items()}
+        each = ", ".join(f"GPU {dev} {human_bytes(b / n_steps)}" for dev, b in moved.items())
         why = "; ".join(comp.get("notes") or []) or "no compiled step"
         return (
             note_figure(
                 f"No compiler plan for {label}: {why}. "
                 + (
-                    f"The trace moved {human_bytes(moved)} device-to-host per step (the Per layer view shows where)."
-                    if moved
+                    f"The trace moved device-to-host {per}: {each} (the Per layer view shows where)."
+                    if any(moved.values())
                     else "The trace moved nothing between device and host."
                 ),
                 height=200,
@@ -318,16 +321,17 @@ def pvm_figure(pvm: dict[str, Any], run: dict[str, Any], label: str) -> tuple[Fi
                         "line": {"color": COLORS[d], "width": 1.5},
                     },
                     "customdata": [esc(x["flag"]) for x in rows],
-                    "hovertemplate": f"%{{x}}: {dl} {kind} %{{y:.4g}} {b_name} per step"
-                    " (%{customdata})<extra></extra>",
+                    "hovertemplate": f"%{{x}}: {dl} {kind} %{{y:.4g}} {b_name} "
+                    + ("per step" if kind == "planned" else per)
+                    + " (%{customdata})<extra></extra>",
                 }
             )
     fig = grouped_bars(
         data,
         cats,
-        esc(f"Planned vs moved per step: {label} (step module {pvm['step_module'] or '?'})"),
+        esc(f"Planned per step vs moved {per}: {label} (step module {pvm['step_module'] or '?'})"),
         "layer · activation, or the XLA operation no plan explains",
-        yaxis={"title": {"text": f"bytes per step ({b_name})"}, "rangemode": "tozero"},
+        yaxis={"title": {"text": f"bytes per step and GPU ({b_name})"}, "rangemode": "tozero"},
     )
     flags = [f"{c}: {x['flag']}" for c, x in zip(cats, rows, strict=True) if x["flag"] != "ok"]
     return fig, flags
