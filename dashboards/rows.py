@@ -15,8 +15,10 @@ from dashboards.data import RunRef
 from profiler.report.units import byte_unit, human_time, time_unit
 
 # 4 significant digits, trailing zeros dropped: a column's unit follows its largest value (under
-# 1024 of it), and a small value still shows its digits (0.04688, never 0.00) beside its count
+# 1024 of it), and a small value still shows its digits (0.04688, never 0.00) beside its count;
+# under 0.01 of the unit it shows as "<0.01"
 SIGNIFICANT = ".4~r"
+TINY = 0.01  # a value under this, in its column's unit, shows as "<0.01" (the README's promise)
 SOURCE_LABEL = {
     "synthetic": "SYNTHETIC demo",
     "external": "public trace",
@@ -237,6 +239,8 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[s
         for key, div in (("step", t_div), ("exposed", e_div), ("bytes", b_div)):
             if isinstance(out.get(key), int | float):
                 out[key] = out[key] / div
+                if 0 < out[key] < TINY:  # too small to show in the column's unit: never 0.00000001863
+                    out[key] = f"<{TINY:g}"
         scaled.append(out)
     tips = [
         {"run": {"value": r["_full"], "type": "text"}}

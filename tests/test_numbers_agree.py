@@ -61,3 +61,30 @@ def test_the_note_without_a_plan_gives_each_gpu_its_own_bytes():
         assert f"moved device-to-host {words}" in text, text
         assert f"GPU 0 {each}, GPU 1 {each}" in text, text
         assert "12.0 MiB" not in text
+
+
+def test_point_labels_never_touch():
+    from dashboards.trade import place_labels
+
+    def touch(a, b):
+        return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+    # five runs on nearly one spot (same-HLO policies): labels move around it, the rest are left out
+    pts = [(10.0 + 0.01 * i, 5.0, f"offload_{i} · abc12{i}", 12) for i in range(5)]
+    placed = place_labels(pts, (0, 20), (0, 10))
+    boxes = [b for _, b in placed if b is not None]
+    assert [pos for pos, _ in placed][:2] == ["top center", "bottom center"]
+    assert all(not touch(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
+    assert any(pos is None for pos, _ in placed)  # not all five fit: said under the chart, never overlapped
+    apart = place_labels([(1.0, 1.0, "none · a", 12), (19.0, 9.0, "remat · b", 12)], (0, 20), (0, 10))
+    assert [pos for pos, _ in apart] == ["top center", "top center"]
+
+
+def test_runs_table_shows_tiny_values_as_under_0_01():
+    from dashboards.rows import table
+
+    base = {"_full": "x", "_steps": "", "step": None, "exposed": None}
+    rows = [{**base, "id": "a", "bytes": 136}, {**base, "id": "b", "bytes": 180 * 2**30}]  # 136 B beside 180 GiB
+    cols, data, _ = table(rows)
+    assert next(c for c in cols if c["id"] == "bytes")["name"] == "copied (GiB)"
+    assert [r["bytes"] for r in data] == ["<0.01", 180.0]

@@ -157,7 +157,8 @@ def _step_edges(ev: Evidence, flags_note: str) -> list[Finding]:
         Finding(
             "exposed-at-boundaries",
             "warning",
-            f"{pct(share)} of the exposed or stalled copy time ({ms(at_edges)} of {ms(all_cost)}) sits in "
+            f"{pct(share)} of the exposed or stalled copy time ({ms(at_edges)} of {ms(all_cost)}"
+            f"{f', the {len(ev.devices)} GPUs added' if len(ev.devices) > 1 else ''}) sits in "
             f"the first and last {pct(f)} of the steps",
             "let XLA pipeline the offloads into neighbouring iterations: "
             f"XLA_FLAGS={PIPELINED}=true (profile-step --pipelined-offload; openxla/xla PR 32297){flags_note}",
@@ -185,7 +186,8 @@ def _layer_loop_edges(ev: Evidence, flags_note: str) -> list[Finding]:
         Finding(
             "exposed-at-boundaries",
             "warning",
-            f"{pct(ends / total)} of the exposed or stalled copy time ({ms(ends)} of {ms(total)}) belongs to the "
+            f"{pct(ends / total)} of the exposed or stalled copy time ({ms(ends)} of {ms(total)}"
+            f"{f', the {len(ev.devices)} GPUs added' if len(ev.devices) > 1 else ''}) belongs to the "
             f"first and last layer ({names[0]}, {names[-1]}) of {len(names)}",
             "the copies bunch where the layer loop starts and ends: let XLA pipeline them across iterations, "
             f"XLA_FLAGS={PIPELINED}=true{flags_note}",
