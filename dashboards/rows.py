@@ -118,7 +118,7 @@ def device_text(summary: dict[str, Any], device: str | None) -> str:
     if device is None:
         return "no GPU activity"
     name = (summary.get("device_names") or {}).get(device)
-    return f"GPU {device}" + (f" · {name}" if name else "")
+    return f"GPU {device} · {name or 'unknown GPU (the export names none)'}"
 
 
 def full_name(ref: RunRef, summary: dict[str, Any] | None, device: str | None = None) -> str:
@@ -277,9 +277,7 @@ def default_selection(rows: list[dict[str, Any]], limit: int = 10) -> list[int]:
     public = [i for i, r in enumerate(rows) if r["_hidden"] and r["_source"] == "external"]
     if measured:  # the whole comparison: the group's runs without copies (none, remat) too
         group = rows[measured[0]]["_group"]
-        return [i for i, r in enumerate(rows) if r["_group"] == group and r["_policy"] and r["_source"] != "synthetic"][
-            :limit
-        ]
+        return [i for i, r in enumerate(rows) if r["_group"] == group and r["_policy"]][:limit]
     if public:  # every GPU of that trace, with or without copies: the run as it was
         run = rows[public[0]]["id"].partition("@")[0]
         return [i for i, r in enumerate(rows) if r["id"].partition("@")[0] == run][:limit]
