@@ -88,3 +88,24 @@ def test_runs_table_shows_tiny_values_as_under_0_01():
     cols, data, _ = table(rows)
     assert next(c for c in cols if c["id"] == "bytes")["name"] == "copied (GiB)"
     assert [r["bytes"] for r in data] == ["<0.01", 180.0]
+
+
+def test_a_layers_kernels_are_per_gpu_and_each_name_once():
+    from profiler.analysis.run_metrics import collect
+    from profiler.trace import open_trace
+    from tests.conftest import ROOT
+
+    demo = ROOT / "sample_traces/demo-synthetic/synthetic-4-offload_all/synthetic-trace.sqlite"
+    layer = collect(open_trace(demo))["layers"]["layer_0"]
+    names = [t["name"] for t in layer["top_kernels"]]
+    assert len(names) == len(set(names))  # two GPUs' rows of one name added, not listed twice
+    per_gpu = layer["top_kernels_by_device"]
+    assert set(per_gpu) == {"0", "1"}
+    for top in per_gpu.values():
+        assert len({t["name"] for t in top}) == len(top)
+    first = names[0]
+    both = [next(t for t in per_gpu[d] if t["name"] == first) for d in ("0", "1")]
+    whole = layer["top_kernels"][0]
+    assert whole["overlap_ns"] == sum(t["overlap_ns"] for t in both) and whole["kernels"] == sum(
+        t["kernels"] for t in both
+    )
