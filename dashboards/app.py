@@ -18,6 +18,7 @@ from dash import Input, Output, State, dash_table, dcc, html
 from dashboards import bars, figures, findings_view, links, plan_view, rows, selection, trade, whatif_view
 from dashboards.data import RunStore
 from dashboards.rows import View
+from profiler.analysis.stalls import STALL_OVER_COPY_TIME
 from profiler.errors import ProfilerError
 from profiler.report.units import human_bytes, human_time
 
@@ -190,6 +191,7 @@ def create_app(store: RunStore) -> dash.Dash:
                                     _graph("timeline-graph", config={"scrollZoom": True, "displaylogo": False})
                                 ),
                                 html.Div(id="timeline-note", style=MUTED),
+                                dcc.Store(id="timeline-focus"),  # what a finding's button asks to mark
                             ],
                         ),
                         dcc.Tab(
@@ -441,6 +443,8 @@ def create_app(store: RunStore) -> dash.Dash:
                 " Stalled by copies: the time GPU work waited, through a CUDA event, for the layer's copies to "
                 "finish (counted at the copy, even when the waiting op runs on another GPU)."
             )
+            if _stall_over_copy(per_device.values()):
+                hint += f" Where a layer's stall bar is longer than its copy time: {STALL_OVER_COPY_TIME}."
         else:
             hint += " No stream waits (CUDA events) on this GPU: stalls cannot be measured."
         return fig, hint
@@ -462,10 +466,12 @@ def create_app(store: RunStore) -> dash.Dash:
         if info is None:
             return html.P("Unknown layer.")
         per_dev = (info.get("devices") or {}).get(view.device) or _ZERO3
+        by_device = info.get("top_kernels_by_device")
+        top = (by_device or {}).get(view.device, []) if by_device is not None else info["top_kernels"]
         kernels = [
-            html.Li(f"{t['name']}: {human_time(t['overlap_ns'])} over {t['kernels']:,} kernel(s)")
-            for t in info["top_kernels"]
-        ] or [html.Li("no kernel overlapped these copies")]
+            html.Li(f"{t['name']}: {human_time(t['overlap_ns'])} over {t['kernels']:,} kernel(s)") for t in top
+        ] or [html.Li(f"no kernel of GPU {view.device} overlapped these copies")]
+        whose = f"GPU {view.device}" if by_device is not None else "all GPUs of the run"
         summary_rows = [
             {
                 "direction": figures.DIRECTION_LABEL.get(d, d),
@@ -483,6 +489,8 @@ def create_app(store: RunStore) -> dash.Dash:
             for d in ("d2h", "h2d", "offload")
         ]
         copies = figures.layer_copies(run.ops, layer, int(view.device) if view.device is not None else None)
+        over = _stall_over_copy([per_dev]) and _waits(run.summary, view.device)
+        why = [html.P(f"Stalled more than the copies took: {STALL_OVER_COPY_TIME}.", style=MUTED)] if over else []
         return html.Div(
             id="layer-detail-box",
             children=[
@@ -497,7 +505,8 @@ def create_app(store: RunStore) -> dash.Dash:
                     style_cell={"textAlign": "left", "fontSize": "13px", "padding": "3px 6px"},
                     style_header={"fontWeight": "bold"},
                 ),
-                html.Strong("Kernels that overlapped these copies (all GPUs of the run)"),
+                *why,
+                html.Strong(f"Kernels of {whose} that overlapped these copies"),
                 html.Ul(kernels),
                 html.Strong(f"The copies ({len(copies):,} shown, in time order)"),
                 dash_table.DataTable(
@@ -548,10 +557,11 @@ def create_app(store: RunStore) -> dash.Dash:
         Output("timeline-note", "children"),
         Input("tabs", "value"),
         Input("timeline-step", "value"),
+        Input("timeline-focus", "data"),
         State("timeline-run", "value"),
         prevent_initial_call=True,
     )
-    def on_timeline_step(tab, step, vid):
+    def on_timeline_step(tab, step, mark, vid):
         if tab != "timeline":
             return dash.no_update, dash.no_update
         if not vid or step is None:
@@ -564,10 +574,18 @@ def create_app(store: RunStore) -> dash.Dash:
             if r.height:
                 window = (int(r["start"][0]), int(r["end"][0]))
         device = int(view.device) if view.device is not None else None
-        fig, stats = figures.timeline_figure(run.device_ops(device), run.ranges, window)
+        focus = mark["focus"] if isinstance(mark, dict) and mark.get("vid") == vid else None
+        fig, stats = figures.timeline_figure(run.device_ops(device), run.ranges, window, focus=focus)
         if not stats["events"]:
             return fig, ""
         note = f"{stats['events']:,} GPU ops of GPU {view.device} in the window."
+        if focus:
+            what = focus.split(":", 1)[1].replace("|", ", ")
+            note += (
+                f" ▼ marks the {stats['marked']:,} ops of the finding ({what}) in the window."
+                if stats["marked"]
+                else f" None of the finding's ops ({what}) runs in this window: pick 'whole capture'."
+            )
         if stats["occupancy_lanes"]:
             note += (
                 " Lanes with too many ops to draw one by one are drawn as occupancy: the filled height is the share of "
@@ -656,6 +674,12 @@ def _waits(summary: dict[str, Any], device: str | None) -> int:
 
 _ZERO = {"count": 0, "bytes": 0, "busy_ns": 0, "overlap_any_ns": 0, "exposed_ns": 0, "hidden_fraction": None}
 _ZERO3 = {d: _ZERO for d in ("h2d", "d2h", "offload")}
+
+
+def _stall_over_copy(per_device: Any) -> bool:
+    """Whether any direction of these copy numbers (``{d2h: {...}, h2d: {...}}`` each) stalled other work
+    longer than the copies ran (``STALL_OVER_COPY_TIME`` says why that can be)."""
+    return any((c[d].get("stall_ns") or 0) > c[d]["busy_ns"] for c in per_device for d in ("d2h", "h2d"))
 
 
 def _stalled(summary: dict[str, Any], device: str | None) -> dict[str, int]:

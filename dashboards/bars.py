@@ -15,6 +15,7 @@ from typing import Any
 from dash import html
 
 from dashboards.figures import COLORS, DIRECTION_LABEL, HIDDEN_TINT, Item, unique
+from profiler.analysis.stalls import STALL_OVER_COPY_TIME
 from profiler.report.units import byte_unit, human_bytes, human_time, time_unit
 
 LABEL_WIDTH = "minmax(180px, max-content)"
@@ -105,6 +106,12 @@ def _one(
     return [_bar(label, [Part(part, value / div, COLORS[color])], top, _fmt(value / div), tip)]
 
 
+def _over(item: Item) -> bool:
+    """Whether the item's time stalled by a direction's copies exceeds that direction's copy time."""
+    stalled = item.stalled or {}
+    return bool(item.waits) and any((stalled.get(d) or 0) > item.copies[d]["busy_ns"] for d in ("d2h", "h2d"))
+
+
 def policy_table(items: list[Item]) -> html.Div:
     """The selected (run, GPU) rows side by side: copy time hidden / exposed per direction, the time other
     work stalled waiting for those copies, median step, bytes copied with the number of copies, peak device
@@ -128,7 +135,11 @@ def policy_table(items: list[Item]) -> html.Div:
         1: "no host-device copies in these runs" if no_copies else "",
         2: "no host-device copies in these runs"
         if no_copies
-        else ("no stream waits (CUDA events) in these runs: stalls cannot be measured" if no_waits else ""),
+        else (
+            "no stream waits (CUDA events) in these runs: stalls cannot be measured"
+            if no_waits
+            else (STALL_OVER_COPY_TIME if any(_over(i) for i in items) else "")
+        ),
         3: "no step ranges (profile-step's step=N, or --step-range) in these runs" if not top_s else "",
         4: "no host-device copies in these runs" if no_copies else "",
         5: "no CUDA memory events (nsys --cuda-memory-usage=true) in these runs" if not top_m else "",

@@ -39,7 +39,7 @@ from profiler.errors import InputError, ProfilerError
 from profiler.report import store
 from profiler.trace import load_trace
 
-CACHE_VERSION = "6"  # 6: findings carry cost_ns and cost_share, and are listed by cost
+CACHE_VERSION = "7"  # 7: findings by cost; sync rows on their context's GPU, layers' top kernels per GPU
 CACHE_SUFFIXES = (".profile-step.db", ".ops.parquet", ".ranges.parquet")
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 
@@ -102,9 +102,11 @@ def discover(paths: list[Path], depth: int = 2, licences: tuple[str, ...] | None
     """Runs under *paths*: run folders, folders of runs, trace files, *depth* folders deep.
 
     A folder with a ``CATALOG.tsv`` contributes the traces it lists (under *licences* when
-    given), each with its provenance.
+    given), each with its provenance; a trace two catalogues list (same repository, commit and
+    path: ``sample_traces/public`` and ``../shared/traces``) is shown once, from the first.
     """
     refs: dict[str, RunRef] = {}
+    listed: set[tuple[str, str, str]] = set()
 
     def add(ref: RunRef) -> None:
         refs.setdefault(ref.id, ref)
@@ -123,7 +125,9 @@ def discover(paths: list[Path], depth: int = 2, licences: tuple[str, ...] | None
         if (path / CATALOG).is_file():
             for file, prov in read_catalog(path).items():
                 trace = path / file
-                if allowed(prov, licences) and trace.is_file() and _is_trace(trace):
+                origin = (prov.repo, prov.commit, prov.path)
+                if allowed(prov, licences) and trace.is_file() and _is_trace(trace) and origin not in listed:
+                    listed.add(origin)
                     ref = _ref(trace, f"{name}/{file}" if level else file)
                     ref.source, ref.provenance = "external", prov
                     add(ref)

@@ -359,14 +359,16 @@ def timeline_figure(
     device: int | None = None,
     max_segments: int = 1500,
     bins: int = 1200,
+    focus: str | None = None,
 ) -> tuple[Figure, dict[str, Any]]:
-    """Lanes per stream of one device (compute, NCCL, D2H, H2D), the NVTX steps and the layers.
+    """Lanes per stream of one device (compute, NCCL, D2H, H2D), the NVTX steps and the layers; the ops
+    a finding names (*focus*: ``kernels:NAME|NAME`` or ``layer:NAME``) marked ▼ above their lanes.
 
     A lane with more than *max_segments* ops in the window is drawn as its occupancy: per bin of
     the window, the height of the lane's band is the fraction of time that something runs on it.
     A lane of fewer ops, most of them narrower than a bin, gets a tick at each op.
     """
-    stats: dict[str, Any] = {"events": 0, "drawn_segments": 0, "occupancy_lanes": [], "bins": bins}
+    stats: dict[str, Any] = {"events": 0, "drawn_segments": 0, "occupancy_lanes": [], "bins": bins, "marked": 0}
     if device is not None:
         ops = ops.filter(pl.col("device") == device)
     if ops.height == 0:
@@ -447,6 +449,11 @@ def timeline_figure(
             if np.median(e - s) < bin_ns:  # ops narrower than a pixel: a tick marks each one
                 data.append(_ticks(y, s, e, names, t0, div, color))
             stats["drawn_segments"] += len(s)
+        if focus:
+            hit = part.filter(_focus_filter(focus))
+            if hit.height:
+                data.append(_marks(y, hit, t0, div))
+                stats["marked"] += hit.height
     return (
         figure(
             data,
@@ -508,6 +515,30 @@ def _labels(y: int, spans: pl.DataFrame, t0: int, div: float, span: int) -> list
         {"x": float(x), "y": y, "text": esc(n), "showarrow": False, "font": {"color": "white", "size": 11}}
         for x, n in zip(centres, wide["layer"].to_list(), strict=True)
     ]
+
+
+def _focus_filter(focus: str) -> pl.Expr:
+    """The ops a finding names: kernels by name, or the ops of a layer."""
+    kind, _, value = focus.partition(":")
+    if kind == "kernels":
+        return (pl.col("kind") == "kernel") & pl.col("name").is_in(value.split("|"))
+    return pl.col("layer") == value
+
+
+def _marks(y: int, ops: pl.DataFrame, t0: int, div: float, limit: int = 3000) -> dict[str, Any]:
+    """A ▼ above each marked op of a lane (the first *limit*), visible however short the op."""
+    ops = ops.head(limit)
+    mid = ((ops["start"].to_numpy() + ops["end"].to_numpy()) / 2 - t0) / div
+    return {
+        "type": "scatter",
+        "x": np.round(mid, 6).tolist(),
+        "y": [y - 0.42] * ops.height,
+        "mode": "markers",
+        "marker": {"symbol": "triangle-down", "size": 9, "color": "#222"},
+        "name": "marked by the finding",
+        "hovertext": [f"marked: {esc(n)}" for n in ops["name"].to_list()],
+        "hoverinfo": "text",
+    }
 
 
 def _segments(
@@ -574,7 +605,24 @@ def _stream_color(classes: list[str]) -> str:
         return COLORS["d2h"]
     if classes == ["h2d"]:
         return COLORS["h2d"]
-    return COLORS["memset"]
+    if "d2h" in classes:  # both directions: D2H orange, striped with H2D green (_stream_marker)
+        return COLORS["d2h"]
+    return COLORS["h2d"] if "h2d" in classes else COLORS["memset"]
+
+
+def _stream_marker(streams: list[dict[str, Any]]) -> dict[str, Any]:
+    """A stream's bar in its copies' colour: one direction plain, both directions striped in the two
+    colours (never the grey of the "mixed" context, which is not a kind of copy)."""
+    both = ["d2h" in s["classes"] and "h2d" in s["classes"] for s in streams]
+    return {
+        "color": [_stream_color(s["classes"]) for s in streams],
+        "pattern": {
+            "shape": ["/" if b else "" for b in both],
+            "fgcolor": [COLORS["h2d"] if b else "#FFFFFF" for b in both],
+            "fillmode": "overlay",
+            "solidity": 0.5,
+        },
+    }
 
 
 # achieved GB/s by what ran beside a copy (METRICS.md "Copy bandwidth by context"): blue as the compute
@@ -590,7 +638,7 @@ def streams_figure(streams: list[dict[str, Any]], link_gbps: float, link_name: s
     if not streams:
         return note_figure("No copies on this GPU: no stream carried a copy.")
     labels = [f"stream {s['stream']}<br>{'+'.join(c.upper() for c in s['classes'])}" for s in streams]
-    colors = [_stream_color(s["classes"]) for s in streams]
+    marker = _stream_marker(streams)
     info = [
         f"{s.get('count', 0):,} copies, {human_bytes(s['bytes'])}, busy {human_time(s['busy_ns'])}" for s in streams
     ]
@@ -603,7 +651,7 @@ def streams_figure(streams: list[dict[str, Any]], link_gbps: float, link_name: s
             "type": "bar",
             "x": labels,
             "y": [100 * s["occupancy"] for s in streams],
-            "marker": {"color": colors},
+            "marker": marker,
             "customdata": info,
             "hovertemplate": "%{customdata}<br>occupancy %{y:.1f}%<extra></extra>",
             "showlegend": False,
@@ -616,7 +664,7 @@ def streams_figure(streams: list[dict[str, Any]], link_gbps: float, link_name: s
             "yaxis": "y2",
             "name": "all copies",
             "offsetgroup": "all",
-            "marker": {"color": colors},
+            "marker": marker,
             "customdata": info,
             "hovertemplate": "all copies: %{customdata}<br>%{y:.2f} GB/s<extra></extra>",
             "showlegend": False,

@@ -56,14 +56,28 @@ def target(finding: dict[str, Any], rid: str, views: list[View]) -> tuple[str, s
     return vid, step
 
 
+def focus(finding: dict[str, Any]) -> str:
+    """What the timeline marks for a finding, as ``kernels:NAME|NAME`` or ``layer:NAME`` ("": nothing
+    that the timeline's ops carry: an XLA operation, a scope)."""
+    where = finding.get("where") or {}
+    kernels = where.get("kernels")
+    if isinstance(kernels, list) and kernels:
+        return "kernels:" + "|".join(map(str, kernels))
+    if isinstance(where.get("layer"), str):
+        return "layer:" + where["layer"]
+    return ""
+
+
 def _finding(f: dict[str, Any], rid: str, views: list[View], n: int) -> html.Div:
     sev = f["severity"]
     vid, step = target(f, rid, views)
     view = f.get("view") or "policies"
     gpu = View.parse(vid).device
     summed = (f.get("where") or {}).get("device") is None and len(views) > 1  # a run-wide finding, several GPUs
+    mark = focus(f) if view == "timeline" else ""
+    marks = "; marked ▼" if mark else ("; the step it names" if step else "; nothing in it is marked")
     button = f"Show in {VIEW_LABEL.get(view, view)}" + (
-        f" (GPU {gpu}{'; the finding is over all GPUs' if summed else ''})"
+        f" (GPU {gpu}{'; the finding is over all GPUs' if summed else ''}{marks if view == 'timeline' else ''})"
         if gpu is not None and view != "policies"
         else ""
     )
@@ -108,7 +122,7 @@ def _finding(f: dict[str, Any], rid: str, views: list[View], n: int) -> html.Div
                 [
                     html.Button(
                         button,
-                        id={"type": OPEN, "view": view, "target": vid, "step": step or "", "n": n},
+                        id={"type": OPEN, "view": view, "target": vid, "step": step or "", "focus": mark, "n": n},
                         className="finding-open",
                         style={"marginTop": "6px", "cursor": "pointer"},
                     ),
@@ -249,15 +263,18 @@ def register(app: dash.Dash, store: RunStore) -> None:
         Output("timeline-run", "value", allow_duplicate=True),
         Output("timeline-step", "value", allow_duplicate=True),
         Output("streams-run", "value", allow_duplicate=True),
-        Input({"type": OPEN, "view": ALL, "target": ALL, "step": ALL, "n": ALL}, "n_clicks"),
+        Output("timeline-focus", "data"),
+        Input({"type": OPEN, "view": ALL, "target": ALL, "step": ALL, "focus": ALL, "n": ALL}, "n_clicks"),
         prevent_initial_call=True,
     )
     def on_open(_clicks):
         trig = dash.ctx.triggered_id
         if not trig or not dash.ctx.triggered[0].get("value"):
-            return (dash.no_update,) * 5  # the panel was drawn, nothing clicked
+            return (dash.no_update,) * 6  # the panel was drawn, nothing clicked
         view, vid, step = trig["view"], trig["target"], trig["step"] or dash.no_update
         out = {"layers": dash.no_update, "timeline": dash.no_update, "streams": dash.no_update}
         if view in RUN_CHOICE:
             out[view] = vid
-        return view, out["layers"], out["timeline"], step if view == "timeline" else dash.no_update, out["streams"]
+        mark = {"vid": vid, "focus": trig["focus"]} if view == "timeline" and trig["focus"] else None
+        timeline_step = (step if step is not dash.no_update else "__all__") if view == "timeline" else dash.no_update
+        return view, out["layers"], out["timeline"], timeline_step, out["streams"], mark

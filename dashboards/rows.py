@@ -15,8 +15,10 @@ from dashboards.data import RunRef
 from profiler.report.units import byte_unit, human_time, time_unit
 
 # 4 significant digits, trailing zeros dropped: a column's unit follows its largest value (under
-# 1024 of it), and a small value still shows its digits (0.04688, never 0.00) beside its count
+# 1024 of it), and a small value still shows its digits (0.04688, never 0.00) beside its count;
+# under 0.01 of the unit it shows as "<0.01"
 SIGNIFICANT = ".4~r"
+TINY = 0.01  # a value under this, in its column's unit, shows as "<0.01" (the README's promise)
 SOURCE_LABEL = {
     "synthetic": "SYNTHETIC demo",
     "external": "public trace",
@@ -116,7 +118,7 @@ def device_text(summary: dict[str, Any], device: str | None) -> str:
     if device is None:
         return "no GPU activity"
     name = (summary.get("device_names") or {}).get(device)
-    return f"GPU {device}" + (f" · {name}" if name else "")
+    return f"GPU {device} · {name or 'unknown GPU (the export names none)'}"
 
 
 def full_name(ref: RunRef, summary: dict[str, Any] | None, device: str | None = None) -> str:
@@ -162,6 +164,8 @@ def raw_row(ref: RunRef, summary: dict[str, Any], device: str | None) -> dict[st
         "hidden": None if not off or off["hidden_fraction"] is None else 100 * off["hidden_fraction"],
         "date": (man.get("started") or "")[:19].replace("T", " "),
         "_has_copies": bool(off and off["count"]),
+        "_hidden": bool(off and off["hidden_fraction"]),
+        "_source": ref.source,
         "_policy": not plain(ref, summary),
         "_group": ref.group,
         "_full": full_name(ref, summary, device),
@@ -198,6 +202,8 @@ def error_row(ref: RunRef, message: str) -> dict[str, Any]:
         "device": "cannot be read (see the card below)",
         "_full": f"{full_name(ref, None)} — cannot be read: {message}",
         "_has_copies": False,
+        "_hidden": False,
+        "_source": ref.source,
         "_policy": False,
         "_group": ref.group,
     }
@@ -233,6 +239,8 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[s
         for key, div in (("step", t_div), ("exposed", e_div), ("bytes", b_div)):
             if isinstance(out.get(key), int | float):
                 out[key] = out[key] / div
+                if 0 < out[key] < TINY:  # too small to show in the column's unit: never 0.00000001863
+                    out[key] = f"<{TINY:g}"
         scaled.append(out)
     tips = [
         {"run": {"value": r["_full"], "type": "text"}}
@@ -259,12 +267,22 @@ def header_tooltips(columns: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def default_selection(rows: list[dict[str, Any]], limit: int = 10) -> list[int]:
-    """What the first view shows: the policy runs of the first folder that has a policy run with
-    host-device copies (a policy comparison); else the rows with copies of the first folder that has
-    any; else the first rows."""
-    policy_runs = [i for i, r in enumerate(rows) if r["_has_copies"] and r["_policy"]]
-    if policy_runs:  # the whole comparison: the group's runs without copies (none, remat) too
-        group = rows[policy_runs[0]]["_group"]
+    """What the first view shows, measured before modelled: the policy runs of the first folder that
+    has a measured policy run with host-device copies (a policy comparison); else the GPUs of the
+    first public trace with hidden copies (real copies where no GPU ran here); else the SYNTHETIC
+    demonstration's policy runs; else the rows with copies of the first folder that has any; else
+    the first rows."""
+    policy = [i for i, r in enumerate(rows) if r["_has_copies"] and r["_policy"]]
+    measured = [i for i in policy if rows[i]["_source"] != "synthetic"]
+    public = [i for i, r in enumerate(rows) if r["_hidden"] and r["_source"] == "external"]
+    if measured:  # the whole comparison: the group's runs without copies (none, remat) too
+        group = rows[measured[0]]["_group"]
+        return [i for i, r in enumerate(rows) if r["_group"] == group and r["_policy"]][:limit]
+    if public:  # every GPU of that trace, with or without copies: the run as it was
+        run = rows[public[0]]["id"].partition("@")[0]
+        return [i for i, r in enumerate(rows) if r["id"].partition("@")[0] == run][:limit]
+    if policy:
+        group = rows[policy[0]]["_group"]
         return [i for i, r in enumerate(rows) if r["_group"] == group and r["_policy"]][:limit]
     with_copies = [i for i, r in enumerate(rows) if r["_has_copies"]]
     if with_copies:

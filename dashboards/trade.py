@@ -27,7 +27,7 @@ from dashboards.figures import (
     note_figure,
     unique,
 )
-from profiler.analysis.policies import frontier, planned_vs_moved, policy_table
+from profiler.analysis.policies import frontier, per_step_and_gpu, planned_vs_moved, policy_table
 from profiler.report.policies_text import si
 from profiler.report.units import byte_unit, human_bytes, human_time, time_unit
 
@@ -44,6 +44,46 @@ def _why_no_memory(p: dict[str, Any]) -> str:
     return (
         p["memory_detail"] or "no memory_stats() (a GPU run of profile-step), no CUDA memory events, no compiled step"
     )
+
+
+# Where a point's label may go, in the order tried, with the label box's offset from the point
+# (x, y: -1 left/below, 0 centred, 1 right/above of the marker).
+LABEL_SPOTS = (("top center", 0, 1), ("bottom center", 0, -1), ("middle right", 1, 0), ("middle left", -1, 0))
+PLOT_PX = (900, 300)  # the plot area at its narrowest, for telling whether two labels would touch
+CHAR_PX, LINE_PX = 7.5, 16
+
+
+def place_labels(
+    points: list[tuple[float, float, str, float]], x_range: tuple[float, float], y_range: tuple[float, float]
+) -> list[tuple[str | None, tuple[float, float, float, float] | None]]:
+    """Per point (x, y, label, marker size in px): a text position where its label touches no other
+    label or marker (greedy, in the points' order), and the label's box in px; None where none fits."""
+    sx = PLOT_PX[0] / ((x_range[1] - x_range[0]) or 1)
+    sy = PLOT_PX[1] / ((y_range[1] - y_range[0]) or 1)
+    px = [((x - x_range[0]) * sx, (y - y_range[0]) * sy, r / 2) for x, y, _, r in points]
+    markers = [(cx - r, cy - r, cx + r, cy + r) for cx, cy, r in px]
+    boxes: list[tuple[float, float, float, float]] = []
+
+    def clear(b: tuple[float, float, float, float], own: int) -> bool:
+        def hit(o: tuple[float, float, float, float]) -> bool:
+            return b[0] < o[2] and o[0] < b[2] and b[1] < o[3] and o[1] < b[3]
+
+        return not any(hit(o) for o in boxes) and not any(hit(m) for i, m in enumerate(markers) if i != own)
+
+    out: list[tuple[str | None, tuple[float, float, float, float] | None]] = []
+    for i, ((cx, cy, r), (_, _, label, _)) in enumerate(zip(px, points, strict=True)):
+        w, h = CHAR_PX * len(label) + 4, LINE_PX
+        for spot, dx, dy in LABEL_SPOTS:
+            x0 = cx - w / 2 if dx == 0 else (cx + r + 2 if dx > 0 else cx - r - 2 - w)
+            y0 = cy - h / 2 if dy == 0 else (cy + r + 2 if dy > 0 else cy - r - 2 - h)
+            box = (x0, y0, x0 + w, y0 + h)
+            if clear(box, i):
+                boxes.append(box)
+                out.append((spot, box))
+                break
+        else:
+            out.append((None, None))
+    return out
 
 
 def frontier_figure(points: list[dict[str, Any]], labels: list[str], x_mode: str) -> tuple[Figure, list[str]]:
@@ -78,6 +118,19 @@ def frontier_figure(points: list[dict[str, Any]], labels: list[str], x_mode: str
     def size(cost: float | None) -> float:
         return 12 + 28 * math.sqrt(cost / top_cost) if cost and top_cost else 12
 
+    xs = [p["step_ns"] / t_div if x_mode == "step" else p["tflops"] for p, _ in shown]
+    ys = [p["memory_bytes"] / m_div for p, _ in shown] + [v / m_div for v in limits]
+    pad = (max(xs) - min(xs)) * 0.15 or max(abs(max(xs)) * 0.1, 1e-9)
+    x_range, y_range = (min(xs) - pad, max(xs) + pad), (0, max(ys) * 1.2)
+    placed = place_labels(
+        [(x, p["memory_bytes"] / m_div, lab, size(p["copy_cost_ns"])) for x, (p, lab) in zip(xs, shown, strict=True)],
+        x_range,
+        y_range,
+    )
+    crowded = [lab for (_, lab), (pos, _) in zip(shown, placed, strict=True) if pos is None]
+    if crowded:
+        left_out.append(f"not labelled where the points crowd (hover a point for its run): {', '.join(crowded)}")
+    position = {lab: pos for (_, lab), (pos, _) in zip(shown, placed, strict=True)}
     data = []
     for source, (symbol, color, name) in MEMORY_MARKER.items():
         group = [(p, lab) for p, lab in shown if p["memory_source"] == source]
@@ -90,8 +143,8 @@ def frontier_figure(points: list[dict[str, Any]], labels: list[str], x_mode: str
                 "name": name,
                 "x": [p["step_ns"] / t_div if x_mode == "step" else p["tflops"] for p, _ in group],
                 "y": [p["memory_bytes"] / m_div for p, _ in group],
-                "text": [esc(lab) for _, lab in group],
-                "textposition": "top center",
+                "text": [esc(lab) if position[lab] else "" for _, lab in group],
+                "textposition": [position[lab] or "top center" for _, lab in group],
                 "cliponaxis": False,
                 "marker": {
                     "symbol": symbol,
@@ -117,8 +170,6 @@ def frontier_figure(points: list[dict[str, Any]], labels: list[str], x_mode: str
                 "<br>exposed + stalled copy time per step: %{customdata[5]}<extra></extra>",
             }
         )
-    ys = [p["memory_bytes"] / m_div for p, _ in shown] + [v / m_div for v in limits]
-    xs = [p["step_ns"] / t_div if x_mode == "step" else p["tflops"] for p, _ in shown]
     shapes, annotations = [], []
     for v in limits:
         shapes.append(
@@ -147,7 +198,6 @@ def frontier_figure(points: list[dict[str, Any]], labels: list[str], x_mode: str
             }
         )
     x_title = f"median step ({t_name})" if x_mode == "step" else "TFLOP/s per device (FLOPs per step / median step)"
-    pad = (max(xs) - min(xs)) * 0.15 or max(abs(max(xs)) * 0.1, 1e-9)
     fig = figure(
         data,
         height=480,
@@ -155,8 +205,8 @@ def frontier_figure(points: list[dict[str, Any]], labels: list[str], x_mode: str
         title={"text": "Peak device memory against " + X_MODES[x_mode] + ", one point per run", **TITLE},
         showlegend=True,
         legend={"orientation": "h", "yref": "container", "y": 0.01, "yanchor": "bottom", "x": 0},
-        xaxis={"title": {"text": x_title}, "range": [min(xs) - pad, max(xs) + pad], "zeroline": False},
-        yaxis={"title": {"text": f"peak device memory ({m_name})"}, "range": [0, max(ys) * 1.2]},
+        xaxis={"title": {"text": x_title}, "range": list(x_range), "zeroline": False},
+        yaxis={"title": {"text": f"peak device memory ({m_name})"}, "range": list(y_range)},
         shapes=shapes,
         annotations=annotations,
     )
@@ -273,15 +323,18 @@ def pvm_figure(pvm: dict[str, Any], run: dict[str, Any], label: str) -> tuple[Fi
     """Planned against moved bytes per step, per layer and activation (``planned_vs_moved``), and the
     flagged rows as sentences."""
     comp = run.get("compiled") or {}
+    per = pvm.get("per") or "per step and GPU"
     if not comp.get("plan"):
-        moved = (run.get("copies") or {}).get("d2h", {}).get("bytes", 0) / max(len(run.get("steps") or []), 1)
+        n_steps, _, _ = per_step_and_gpu(run)
+        moved = {dev: (c.get("d2h") or {}).get("bytes") or 0 for dev, c in (run.get("devices") or {}).items()}
+        each = ", ".join(f"GPU {dev} {human_bytes(b / n_steps)}" for dev, b in moved.items())
         why = "; ".join(comp.get("notes") or []) or "no compiled step"
         return (
             note_figure(
                 f"No compiler plan for {label}: {why}. "
                 + (
-                    f"The trace moved {human_bytes(moved)} device-to-host per step (the Per layer view shows where)."
-                    if moved
+                    f"The trace moved device-to-host {per}: {each} (the Per layer view shows where)."
+                    if any(moved.values())
                     else "The trace moved nothing between device and host."
                 ),
                 height=200,
@@ -318,16 +371,17 @@ def pvm_figure(pvm: dict[str, Any], run: dict[str, Any], label: str) -> tuple[Fi
                         "line": {"color": COLORS[d], "width": 1.5},
                     },
                     "customdata": [esc(x["flag"]) for x in rows],
-                    "hovertemplate": f"%{{x}}: {dl} {kind} %{{y:.4g}} {b_name} per step"
-                    " (%{customdata})<extra></extra>",
+                    "hovertemplate": f"%{{x}}: {dl} {kind} %{{y:.4g}} {b_name} "
+                    + ("per step" if kind == "planned" else per)
+                    + " (%{customdata})<extra></extra>",
                 }
             )
     fig = grouped_bars(
         data,
         cats,
-        esc(f"Planned vs moved per step: {label} (step module {pvm['step_module'] or '?'})"),
+        esc(f"Planned per step vs moved {per}: {label} (step module {pvm['step_module'] or '?'})"),
         "layer · activation, or the XLA operation no plan explains",
-        yaxis={"title": {"text": f"bytes per step ({b_name})"}, "rangemode": "tozero"},
+        yaxis={"title": {"text": f"bytes per step and GPU ({b_name})"}, "rangemode": "tozero"},
     )
     flags = [f"{c}: {x['flag']}" for c, x in zip(cats, rows, strict=True) if x["flag"] != "ok"]
     return fig, flags

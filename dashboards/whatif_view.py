@@ -83,11 +83,13 @@ def whatif_figure(rows: list[dict[str, Any]], title: str) -> Figure:
         pct = 100 * (after - before) / before
         return "no change" if pct == 0 else f"{pct:+.2g}%" if abs(pct) < 0.1 else f"{pct:+.1f}%"
 
+    has_steps = any(r["measured_ns"] is not None for r in rows)
+    panels = (("measured_ns", "predicted_ns", s_div), ("measured_span_ns", "span_ns", g_div))
     data = []
-    for axis, (m_key, p_key, div) in enumerate(
-        (("measured_ns", "predicted_ns", s_div), ("measured_span_ns", "span_ns", g_div))
-    ):
-        suffix = "" if axis == 0 else "2"
+    for axis, (m_key, p_key, div) in enumerate(panels):
+        if axis == 0 and not has_steps:
+            continue  # no median step to draw: the GPU span alone, said in the title
+        suffix = "" if axis == 0 or not has_steps else "2"
         for key, name, color in ((m_key, "measured", COLORS["step"]), (p_key, "predicted", PREDICTED)):
             data.append(
                 {
@@ -97,7 +99,7 @@ def whatif_figure(rows: list[dict[str, Any]], title: str) -> Figure:
                     "x": [val(r[key], div) for r in rows],
                     "name": name,
                     "legendgroup": name,
-                    "showlegend": axis == 0,
+                    "showlegend": axis == 0 or not has_steps,
                     "xaxis": "x" + suffix,
                     "yaxis": "y" + suffix,
                     "marker": {"color": color},
@@ -114,6 +116,18 @@ def whatif_figure(rows: list[dict[str, Any]], title: str) -> Figure:
     ]
     height = max(300, 70 * len(rows) + 170)
     left = text_px(y) + 16
+    if not has_steps:
+        return figure(
+            data,
+            barmode="group",
+            height=height,
+            margin={"t": 80, "b": 90, "l": left, "r": 60},
+            title={"text": esc(title + " (no step ranges in these runs: the GPU span only)"), **TITLE},
+            showlegend=True,
+            legend={"orientation": "h", "yref": "container", "y": 0.01, "yanchor": "bottom", "x": 0},
+            xaxis={"range": [0, tops[1] * 1.2], "title": {"text": f"GPU span of the capture ({g_name})"}},
+            yaxis={"type": "category", "autorange": "reversed"},
+        )
     return figure(
         data,
         barmode="group",

@@ -102,7 +102,13 @@ def findings_config(args: argparse.Namespace) -> Any:
 def add_findings_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--findings-config", default=None, metavar="FILE", help="TOML file: thresholds, disabled rules")
     p.add_argument("--disable-finding", action="append", metavar="ID", help="turn a finding rule off (repeatable)")
-    p.add_argument("--link", default=None, metavar="NAME", help="the host link, for slow-link (default: from the GPU)")
+    p.add_argument(
+        "--link",
+        default=None,
+        metavar="NAME",
+        help="the host link the copies' GB/s are compared with, and slow-link's (default: from the GPU's name; "
+        "an unknown GPU: PCIe Gen4 x16 assumed, and said)",
+    )
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -120,6 +126,13 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from profiler.trace import load_trace
 
     config = None if args.no_findings else findings_config(args)
+    if args.link:
+        from profiler.analysis.links import parse_link
+
+        try:
+            parse_link(args.link)
+        except ValueError as exc:
+            raise ProfilerError(f"--link: {exc}") from None
     trace = load_trace(args.trace[0], nsys=args.nsys, window=args.window)
     doc = analyze(
         trace,
@@ -132,7 +145,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if args.json:
         print(_json_dump(doc))
     else:
-        print(render_devices(doc))
+        print(render_devices(doc, link=args.link))
         if args.by:
             print()
             print(render_groups(doc, args.by))

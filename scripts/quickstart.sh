@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The main job on an embedded default: set everything up, profile the example
 # training step under every offload policy (tiny, on whatever JAX backend this
-# machine has), show it per layer (or, where no GPU ran, the same view of a
-# SYNTHETIC demonstration run), the per-policy table, then the example compiled
-# for an H100 without a GPU: which policy fits at which micro batch, and what
-# each layer sends to host memory; and open the dashboard on the runs, the
-# demonstration runs of sample_traces/ and, where ../shared/traces exists, the
-# real public traces it lists under the Apache-2.0 licence.
+# machine has), show it per layer (or, where no GPU ran, a real public trace's
+# hidden copies per stream, then the per-layer view of a SYNTHETIC demonstration
+# run), the per-policy table, then the example compiled for an H100 without a
+# GPU: which policy fits at which micro batch, and what each layer sends to host
+# memory; and open the dashboard on the runs, sample_traces/ (real public traces
+# first, then the demonstration runs) and, where ../shared/traces exists, the
+# real public traces it lists under the Apache-2.0 or MIT licence.
 #   bash scripts/quickstart.sh [extra profile-step options...]
 #   QUICKSTART_NO_DASHBOARD=1 bash scripts/quickstart.sh     # everything but the dashboard
 set -euo pipefail
@@ -33,10 +34,18 @@ trace="$(printf '%s\n' "${runs[@]}" | grep -- '-offload_qkv-' | tail -n1)/trace.
 if profile-step analyze --json "$trace" | python -c 'import json,sys; sys.exit(not json.load(sys.stdin)["devices"])'; then
   profile-step analyze --by layer "$trace"
 else
+  public=sample_traces/public/flexgen__nsight_report7.sqlite
   demo=sample_traces/demo-synthetic/synthetic-4-offload_all/synthetic-trace.sqlite
-  echo "No GPU ran here, so nothing moved between host and device. The per-layer view of a SYNTHETIC"
-  echo "demonstration run instead (offload_all on two modelled H100s: a model of a step, not a"
-  echo "measurement; see sample_traces/README.md):"
+  echo "No GPU ran here, so nothing moved between host and device. Real copies first: a public trace,"
+  echo "FlexGen's offloading test on two RTX 4090s (Relaxed-System-Lab/FlexGen@68a3291,"
+  echo "test/nsight_report7.nsys-rep, Apache-2.0: sample_traces/public/README.md and licenses/)."
+  echo "GPU 0's copies run on their own streams beside its kernels (per stream at the end of its part);"
+  echo "GPU 1 only copies, with no kernel to hide them:"
+  echo
+  profile-step analyze --no-findings "$public"
+  echo
+  echo "Then the per-layer view of a SYNTHETIC demonstration run (offload_all on two modelled H100s:"
+  echo "a model of a step, not a measurement; see sample_traces/README.md):"
   echo
   profile-step analyze --by layer "$demo"
 fi
@@ -51,9 +60,9 @@ if [ -z "${QUICKSTART_NO_DASHBOARD:-}" ]; then
   paths=(runs sample_traces)
   [ -d plans ] && paths+=(plans)  # the H100 plan above: the dashboard's Policy trade view shows it
   extra=()
-  if [ -f ../shared/traces/CATALOG.tsv ]; then  # real public traces, shown where they lie, never copied
+  if [ -f ../shared/traces/CATALOG.tsv ]; then  # more public traces, shown where they lie, never copied
     paths+=(../shared/traces)
-    extra=(--licence Apache-2.0)
+    extra=(--licence Apache-2.0 --licence MIT)  # those in sample_traces/public are shown once, from there
   fi
   echo
   echo "The dashboard, on ${paths[*]}:"

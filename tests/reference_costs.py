@@ -111,21 +111,37 @@ def load(path: Path) -> Model:
         o.launch = runtime.get((o.pid, o.corr))
         o.gtid = thread.get((o.pid, o.corr))
 
+    # the device of a record or a sync row: the one device its context's ops ran on in its process
+    ctx_devices: dict[tuple[int, int], set[int]] = {}
+    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
+        if table in tables:
+            for gpid, ctx, dev in con.execute(f"SELECT globalPid, contextId, deviceId FROM {table}"):
+                if gpid is not None and ctx is not None and dev is not None:
+                    ctx_devices.setdefault((_pid(gpid), ctx), set()).add(dev)
+
+    def device_of(gpid: int | None, ctx: int | None, dev: int | None) -> int | None:
+        found = ctx_devices.get((_pid(gpid), ctx), set())
+        return next(iter(found)) if len(found) == 1 else dev
+
     records = []
     if "CUPTI_ACTIVITY_KIND_CUDA_EVENT" in tables:
-        for dev, st, corr, gpid, ev in con.execute(
-            "SELECT deviceId, streamId, correlationId, globalPid, eventId FROM CUPTI_ACTIVITY_KIND_CUDA_EVENT"
+        for dev, ctx, st, corr, gpid, ev in con.execute(
+            "SELECT deviceId, contextId, streamId, correlationId, globalPid, eventId "
+            "FROM CUPTI_ACTIVITY_KIND_CUDA_EVENT"
         ):
             t = runtime.get((_pid(gpid), corr)) if corr is not None else None
             if ev is not None and t is not None:
-                records.append(((_pid(gpid), dev, st), ev, t, corr))
+                records.append(((_pid(gpid), device_of(gpid, ctx, dev), st), ev, t, corr))
     waits: dict[int, dict[str, int]] = {}
     sync_rows: dict = {}
     if "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION" in tables:
-        rows = con.execute(
-            "SELECT start, deviceId, streamId, globalPid, eventId, correlationId "
-            "FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
-        ).fetchall()
+        rows = [
+            (t_w, device_of(gpid, ctx, dev), st, gpid, ev, corr)
+            for t_w, dev, ctx, st, gpid, ev, corr in con.execute(
+                "SELECT start, deviceId, contextId, streamId, globalPid, eventId, correlationId "
+                "FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+            )
+        ]
         for _, dev, st, gpid, ev, corr in rows:
             unset = (None, UNSET)
             sync_rows.setdefault((_pid(gpid), corr), (dev, None if st in unset else st, None if ev in unset else ev))

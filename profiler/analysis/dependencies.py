@@ -3,7 +3,9 @@
 METRICS.md, "Stalls: what the copies cost", inputs and rules 1 to 3:
 
 - Process of a row: ``globalPid >> 24`` (``globalTid >> 24`` for runtime rows); a
-  stream is ``(deviceId, streamId)`` in its process; the launch time of a GPU op,
+  stream is ``(device, streamId)`` in its process, where the device of a record or a
+  wait is that of its context's ops (``Trace.context_devices``: nsys leaves
+  ``deviceId`` 0 on those rows, and stream ids repeat across GPUs); the launch time of a GPU op,
   and the time ``t_rec`` of an event record, is the ``start`` of the runtime row
   with the same correlationId in the same process.  A stream wait is a
   synchronization row with both ``streamId`` and ``eventId`` set (never judged

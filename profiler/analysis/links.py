@@ -42,9 +42,13 @@ GPU_LINKS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("gh200", "gb200", "gb300", "grace"), "nvlink-c2c"),
     (("b100", "b200", "b300"), "pcie6"),
     (("h100", "h200", "h800", "h20"), "pcie5"),
-    (("a100", "a800", "a30", "a40", "a10", "a16", "a2 ", "l40", "l4", "rtx 30", "rtx 40", "rtx a"), "pcie4"),
+    # Turing and Volta before Ampere and Ada: "Quadro RTX 4000" (Turing, Gen3) holds "rtx 40"
     (("v100", "t4", "p100", "p40", "rtx 20", "quadro rtx", "titan rtx", "titan v"), "pcie3"),
+    (("a100", "a800", "a30", "a40", "a10", "a16", "a2 ", "l40", "l4", "rtx 30", "rtx 40", "rtx a"), "pcie4"),
 )
+# The link assumed when the GPU is unknown (not named in the export, or not in GPU_LINKS): the one
+# most machines with a discrete GPU have today; always said, and ``--link`` chooses another.
+ASSUMED = "pcie4"
 
 
 def parse_link(text: str) -> Link:
@@ -74,3 +78,40 @@ def link_of_gpu(name: str | None) -> Link | None:
 def copy_scale(source: Link, target: Link) -> float:
     """``F``: how much longer a copy takes on *target* than on *source* (< 1: faster)."""
     return source.gbps / target.gbps
+
+
+@dataclass(frozen=True)
+class HostLink:
+    """The link a trace's copies are compared against, and where it comes from."""
+
+    link: Link
+    source: str  # "given" (--link), "gpu" (the device model's), "assumed" (unknown GPU)
+    why: str  # a clause for the page or the terminal
+
+    @property
+    def assumed(self) -> bool:
+        return self.source == "assumed"
+
+
+def host_link(gpu_names: list[str], given: str | Link | None = None) -> HostLink:
+    """The one rule (CLI and dashboard): the link *given* (``--link``, a name or a Link), else that of
+    the first named GPU whose family is known, else ``ASSUMED``, saying that the GPU is unknown
+    (no name in the export: 2026.2 exports have no ``TARGET_INFO_GPU``) or not in the table."""
+    if given is not None:
+        link = given if isinstance(given, Link) else parse_link(given)
+        return HostLink(link, "given", "as chosen (--link)")
+    named = [n for n in gpu_names if n]
+    for name in named:
+        link = link_of_gpu(name)
+        if link is not None:
+            return HostLink(link, "gpu", f"the host link of the device model ({name})")
+    if named:
+        unknown = f"the device model ({', '.join(dict.fromkeys(named))}) is not in the table of known GPUs"
+    else:
+        unknown = "unknown GPU (the export names none: no TARGET_INFO_GPU table)"
+    return HostLink(LINKS[ASSUMED], "assumed", f"assumed: {unknown}; --link NAME chooses another")
+
+
+def without_hint(why: str) -> str:
+    """*why* without the ``--link`` hint (for a page whose link menu chooses)."""
+    return why.removesuffix("; --link NAME chooses another")

@@ -211,9 +211,20 @@ def policy_table(runs: list[dict[str, Any]], peak_override: float | None = None)
 
 
 # --- planned against moved ---------------------------------------------------------------------
+def per_step_and_gpu(run: dict[str, Any]) -> tuple[int, int, str]:
+    """(steps, GPUs, words): what divides a run's trace-wide byte sums (every GPU, the whole window)
+    to give them per step and GPU, as the policy table shows them.  Without steps the divisor is
+    1 step, and the words say so: a capture is not a step."""
+    n_steps = len(run.get("steps") or [])
+    n_dev = max(len(run.get("devices") or {}), 1)
+    words = "per step and GPU" if n_steps else "per GPU, over the whole capture (no steps)"
+    return max(n_steps, 1), n_dev, words
+
+
 def planned_vs_moved(run: dict[str, Any], tolerance: float = DIFF_TOLERANCE) -> dict[str, Any]:
-    """Per layer and activation: planned bytes per step (the step module's plan) against the
-    bytes the trace moved per step, matched through the XLA instruction that moved them.
+    """Per layer and activation: planned bytes per step (the step module's plan, which each GPU
+    runs) against the bytes the trace moved per step and GPU (``per_step_and_gpu``: ``per`` says
+    which), matched through the XLA instruction that moved them.
 
     ``flag``: ``planned, not seen`` (the compiler planned an offload that never showed up),
     ``moved, not planned`` (copies no plan explains), ``differs`` (more than *tolerance*
@@ -221,7 +232,8 @@ def planned_vs_moved(run: dict[str, Any], tolerance: float = DIFF_TOLERANCE) -> 
     """
     comp = run.get("compiled") or {}
     plan = comp.get("plan")
-    n_steps = max(len(run.get("steps") or []), 1)
+    n_steps, n_dev, per = per_step_and_gpu(run)
+    share = n_steps * n_dev
     owner: dict[str, tuple[str | None, str | None]] = {}
     for m in (plan or {}).get("movements", []):
         owner.setdefault(m["instruction"], (m.get("layer"), m.get("activation")))
@@ -258,12 +270,12 @@ def planned_vs_moved(run: dict[str, Any], tolerance: float = DIFF_TOLERANCE) -> 
                 continue
             seen[d] += b
             x = row(*owner[name]) if name in owner else row(None, None, name)
-            x[f"moved_{d}_bytes"] += b / n_steps
+            x[f"moved_{d}_bytes"] += b / share
     copies = run.get("copies") or {}
     for d in ("d2h", "h2d"):
         rest = ((copies.get(d) or {}).get("bytes") or 0) - seen[d]
         if rest > 0:
-            row(None, None, "(outside any XLA instruction range)")[f"moved_{d}_bytes"] += rest / n_steps
+            row(None, None, "(outside any XLA instruction range)")[f"moved_{d}_bytes"] += rest / share
     out = []
     for x in rows.values():
         flags = []
@@ -286,6 +298,8 @@ def planned_vs_moved(run: dict[str, Any], tolerance: float = DIFF_TOLERANCE) -> 
         "step_module": comp.get("module"),
         "plan_note": comp.get("plan_note"),
         "steps": n_steps,
+        "devices": n_dev,
+        "per": per,
         "rows": out,
         "differences": sum(1 for x in out if x["flag"] != "ok"),
     }

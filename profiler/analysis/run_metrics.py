@@ -85,6 +85,16 @@ def _compiled(trace: Trace, bd: Breakdown) -> dict[str, Any]:
     return step_compiled(find_compiled(trace.path), executed_modules(bd.ranges.ranges), step)
 
 
+def _top_by_name(rows: list[dict[str, Any]], n: int = 5) -> list[dict[str, Any]]:
+    """The *n* kernel names that overlapped copies most: rows of one name (from several GPUs) added."""
+    by: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        t = by.setdefault(r["name"], {"name": r["name"], "overlap_ns": 0, "kernels": 0})
+        t["overlap_ns"] += r["overlap_ns"]
+        t["kernels"] += r["kernels"]
+    return sorted(by.values(), key=lambda t: (-t["overlap_ns"], t["name"]))[:n]
+
+
 def collect(
     trace: Trace,
     manifest: dict[str, Any] | None = None,
@@ -118,6 +128,7 @@ def collect(
         entry["top_kernels"] += row["top_kernels"]
         if row["device"] is not None:
             entry.setdefault("by_device", {})[row["device"]] = row["copies"]
+            entry.setdefault("top_by_device", {})[row["device"]] = row["top_kernels"]
     policy = (manifest or {}).get("policy") or bd.policy or "default"
     rank = (manifest or {}).get("rank")
     if rank is None:
@@ -162,7 +173,8 @@ def collect(
         "layers": {
             name: {
                 "inferred_index": v["inferred_index"],
-                "top_kernels": sorted(v["top_kernels"], key=lambda t: -t["overlap_ns"])[:5],
+                "top_kernels": _top_by_name(v["top_kernels"]),  # all GPUs of the run, each name once
+                "top_kernels_by_device": {dev: _top_by_name(t) for dev, t in (v.get("top_by_device") or {}).items()},
                 **{d: totals([c[d] for c in v["per_device"]]) for d in DIRECTIONS},
                 "devices": v.get("by_device", {}),  # per device: the h2d/d2h/offload numbers
             }

@@ -35,6 +35,14 @@ from profiler.analysis.dependencies import (
 )
 from profiler.trace.loader import SYNC_TABLE, Trace
 
+# Why "stalled by copies" can exceed the copies' own time (and the exposed time), by rule 4: said
+# wherever the two stand side by side and the stall is the larger.
+STALL_OVER_COPY_TIME = (
+    "time stalled can exceed the copies' own time: each op that waited for a copy counts its own wait "
+    "(several ops, on several streams or GPUs, can wait for one copy, and an op can wait for a copy that "
+    "itself waited), from when the op was ready, which can be before the copy started (queued behind "
+    "other copies)"
+)
 BLOCKER_CLASSES = ("h2d", "d2h", "offload", "kernel", "other")
 _BLOCKER_OF_KIND = {H2D: ("h2d", "offload"), D2H: ("d2h", "offload"), COMPUTE: ("kernel",), NCCL: ("kernel",)}
 _BLOCKER_OF_KIND |= {OTHER_COPY: ("other",), MEMSET: ("other",)}

@@ -15,14 +15,15 @@ def stall_lines(st: dict[str, Any] | None) -> list[str]:
         return []
     w = st["waits"]
     if not w["total"]:
-        return ["  stalls: no stream waits in this trace (nothing waited, through CUDA events, for a copy)"]
+        return ["  stalls: no stream waits on this GPU (nothing on it waited, through CUDA events, for a copy)"]
     off = st["by_blocker"]["offload"]
     kern = st["by_blocker"]["kernel"]
     return [
         f"  stalled by copies: {ms(off['stall_ns'])} ms over {off['count']} ops "
         f"(compute {ms(st['compute_stalled_by_offload_ns'])} ms, NCCL {ms(st['nccl_stalled_by_offload_ns'])} ms); "
         f"by kernels {ms(kern['stall_ns'])} ms; "
-        f"{w['total']} stream waits ({w['resolved']} resolved, {w['unresolved']} unresolved)"
+        f"{w['total']} stream wait{'' if w['total'] == 1 else 's'} on this GPU "
+        f"({w['resolved']} resolved, {w['unresolved']} unresolved)"
     ]
 
 

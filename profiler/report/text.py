@@ -108,8 +108,10 @@ def offload_rows(
 NO_GPU = "No GPU activity in this trace (a CPU-only run?): no kernels, copies or memsets."
 
 
-def render_devices(doc: dict[str, Any]) -> str:
-    """The readable form of ``analyze --json``."""
+def render_devices(doc: dict[str, Any], link: str | None = None) -> str:
+    """The readable form of ``analyze --json``; each GPU with copies says which host link its GB/s
+    compare with (*link*, ``--link``, else its device model's, else assumed and said so)."""
+    from profiler.analysis.links import host_link
     from profiler.report.costs_text import context_table, stall_lines
 
     info = doc.get("trace", {})
@@ -130,7 +132,7 @@ def render_devices(doc: dict[str, Any]) -> str:
         w = d["window_ns"]
         span = f"{ms(d['span_ns'])} ms" if w else "no valid ops"
         out.append(
-            f"Device {dev}{' (' + name + ')' if name else ''}: window {span}"
+            f"Device {dev} ({name or 'unknown GPU'}): window {span}"
             + (f", {d['invalid_ops']} invalid ops ignored" if d["invalid_ops"] else "")
         )
         out.append(
@@ -143,6 +145,9 @@ def render_devices(doc: dict[str, Any]) -> str:
         else:
             out.append("  no host-device copies (D2H or H2D) on this device")
         out += stall_lines(d.get("stalls")) + context_table(d["copies"])
+        if d["copies"]["offload"]["count"]:
+            chosen = host_link([name] if name else [], link)
+            out.append(f"  host link: {chosen.link.name} ({chosen.link.gbps:g} GB/s per direction), {chosen.why}")
         kinds = [c for c in ("d2d", "p2p", "other") if d["copies"][c]["count"]]
         if kinds:
             u = Units.of([d["copies"][c]["bytes"] for c in kinds], [d["copies"][c]["busy_ns"] for c in kinds])

@@ -70,6 +70,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "eventType": ("eventType",),
     "eventId": ("eventId",),
     "syncType": ("syncType",),
+    "contextId": ("contextId",),
 }
 
 # copyKind (ENUM_CUDA_MEMCPY_OPER) -> copy class of METRICS.md.
@@ -375,23 +376,65 @@ class Trace:
 
     # --- CUDA events: records and stream waits -----------------------------
     @cached_property
+    def context_devices(self) -> pl.DataFrame:
+        """pid, context, device: the one device that ran the ops (kernels, copies, memsets) of each
+        CUDA context in its process, over the whole recording; contexts with no op, or ops of
+        several devices, are left out (METRICS.md, Stalls, Inputs)."""
+        schema = {"pid": I64, "context": I64, "device": I64}
+        parts = []
+        for table in (KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE):
+            cols = [self._col(table, c) for c in ("globalPid", "contextId", "deviceId")]
+            if table in self.tables and "NULL" not in cols:
+                gpid, ctx, dev = cols
+                pid = f"(({gpid} >> 24) & 16777215)"
+                parts.append(f'SELECT DISTINCT {pid} AS pid, {ctx} AS context, {dev} AS device FROM "{table}"')
+        if not parts:
+            return pl.DataFrame(schema=schema)
+        sql = (
+            f"SELECT pid, context, MIN(device) AS device FROM ({' UNION '.join(parts)}) "
+            "WHERE pid IS NOT NULL AND context IS NOT NULL AND device IS NOT NULL "
+            "GROUP BY pid, context HAVING COUNT(DISTINCT device) = 1"
+        )
+        try:
+            return sqlite_io.read_query(self.path, sql, schema)
+        except sqlite3.DatabaseError as exc:
+            raise InputError(self.path, f"the GPU activity tables cannot be read ({exc})") from None
+
+    def _device_of_context(self, df: pl.DataFrame) -> pl.DataFrame:
+        """*df* (pid, context, device, ...) with ``device`` taken from its context's ops where they
+        name one device, its own ``deviceId`` otherwise (nsys leaves 0 on synchronization and
+        event rows); the context column dropped."""
+        if df.height == 0:
+            return df.drop("context")
+        ctx = self.context_devices.rename({"device": "_ctx_device"})
+        return (
+            df.join(ctx, on=["pid", "context"], how="left", maintain_order="left")
+            .with_columns(pl.coalesce("_ctx_device", "device").alias("device"))
+            .drop("context", "_ctx_device")
+        )
+
+    @cached_property
     def event_records(self) -> pl.DataFrame:
-        """``cudaEventRecord``/``cuEventRecord`` activity: device, stream, event_id, correlation_id, pid."""
+        """``cudaEventRecord``/``cuEventRecord`` activity: device (its context's), stream, event_id,
+        correlation_id, pid."""
         spec = {k: OP_SPEC[k] for k in ("device", "stream", "correlation_id", "global_pid")}
-        df = self._read(EVENT_TABLE, {**spec, "event_id": ("eventId", I64)}, self._launched_in_window(EVENT_TABLE))
-        return df.with_columns(_pid(pl.col("global_pid")).alias("pid")).drop("global_pid")
+        spec |= {"event_id": ("eventId", I64), "context": ("contextId", I64)}
+        df = self._read(EVENT_TABLE, spec, self._launched_in_window(EVENT_TABLE))
+        return self._device_of_context(df.with_columns(_pid(pl.col("global_pid")).alias("pid")).drop("global_pid"))
 
     @cached_property
     def syncs(self) -> pl.DataFrame:
         """Synchronization activity (stream waits, stream/event/device synchronizes): start, end,
-        device, stream, event_id, sync_type, correlation_id, pid.  Unset stream or event ids
-        (4294967295) read as NULL, so that a stream wait is a row with both set."""
-        spec = {**OP_SPEC, "event_id": ("eventId", I64), "sync_type": ("syncType", I64)}
+        device (its context's), stream, event_id, sync_type, correlation_id, pid.  Unset stream or
+        event ids (4294967295) read as NULL, so that a stream wait is a row with both set."""
+        spec = {**OP_SPEC, "event_id": ("eventId", I64), "sync_type": ("syncType", I64), "context": ("contextId", I64)}
         df = self._read(SYNC_TABLE, spec, self._launched_in_window(SYNC_TABLE))
         unset = [
             pl.when(pl.col(c) == UNSET_ID).then(None).otherwise(pl.col(c)).alias(c) for c in ("stream", "event_id")
         ]
-        return df.with_columns(*unset, _pid(pl.col("global_pid")).alias("pid")).drop("global_pid")
+        return self._device_of_context(
+            df.with_columns(*unset, _pid(pl.col("global_pid")).alias("pid")).drop("global_pid")
+        )
 
     # --- host side ----------------------------------------------------------
     @cached_property

@@ -151,6 +151,12 @@ def read_columns(
     return pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0]
 
 
+def read_query(path: Path, sql: str, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """The rows of one SELECT (its columns named as *schema*, in order) as a frame of *schema*."""
+    names = list(schema)
+    return _conform(_read_one(path, sql, names), names, schema)
+
+
 def _rowid_bounds(path: Path, table: str) -> tuple[int, int]:
     con = connect_ro(path)
     try:

@@ -252,13 +252,13 @@ class ExportBuilder:
         return self.strings[value]
 
     @staticmethod
-    def _op(start: int, end: int, device: int, stream: int, corr: int, pid: int) -> dict[str, object]:
-        """The columns every GPU activity table shares."""
+    def _op(start: int, end: int, device: int, stream: int, corr: int, pid: int, context: int = 1) -> dict[str, object]:
+        """The columns every GPU activity table shares (one CUDA context, 1, unless told)."""
         return {
             "start": start,
             "end": end,
             "deviceId": device,
-            "contextId": 1,
+            "contextId": context,
             "streamId": stream,
             "correlationId": corr,
             "globalPid": global_tid(pid, 0),
@@ -292,12 +292,13 @@ class ExportBuilder:
         short_id: int | None = None,
         correlation: int | None = None,
         pid: int = 100,
+        context: int = 1,
     ) -> int:
         """Add a kernel; returns its correlationId."""
         corr = self.next_correlation() if correlation is None else correlation
         self.rows["CUPTI_ACTIVITY_KIND_KERNEL"].append(
             {
-                **self._op(start, end, device, stream, corr, pid),
+                **self._op(start, end, device, stream, corr, pid, context),
                 "demangledName": self.string(demangled if demangled is not None else name),
                 "shortName": short_id if short_id is not None else self.string(name),
                 "registersPerThread": 32,
@@ -328,6 +329,7 @@ class ExportBuilder:
         host: int | None = PINNED,
         correlation: int | None = None,
         pid: int = 100,
+        context: int = 1,
     ) -> int:
         """Add a memcpy (*kind* a class name or a raw copyKind); returns its correlationId."""
         corr = self.next_correlation() if correlation is None else correlation
@@ -339,7 +341,7 @@ class ExportBuilder:
             dst = host if host is not None else PINNED
         self.rows["CUPTI_ACTIVITY_KIND_MEMCPY"].append(
             {
-                **self._op(start, end, device, stream, corr, pid),
+                **self._op(start, end, device, stream, corr, pid, context),
                 "bytes": nbytes,
                 "copyKind": ck,
                 "srcKind": src,
@@ -358,11 +360,12 @@ class ExportBuilder:
         stream: int = 7,
         correlation: int | None = None,
         pid: int = 100,
+        context: int = 1,
     ) -> int:
         corr = self.next_correlation() if correlation is None else correlation
         self.rows["CUPTI_ACTIVITY_KIND_MEMSET"].append(
             {
-                **self._op(start, end, device, stream, corr, pid),
+                **self._op(start, end, device, stream, corr, pid, context),
                 "value": 0,
                 "bytes": nbytes,
             }
@@ -403,6 +406,7 @@ class ExportBuilder:
         duration: int = 50,
         correlation: int | None = None,
         name: str = "cuEventRecord",
+        context: int = 1,
     ) -> int:
         """A ``cuEventRecord`` call at *t* on *stream*: its runtime row and its event row."""
         corr = self.next_correlation() if correlation is None else correlation
@@ -410,7 +414,7 @@ class ExportBuilder:
         self.rows["CUPTI_ACTIVITY_KIND_CUDA_EVENT"].append(
             {
                 "deviceId": device,
-                "contextId": 1,
+                "contextId": context,
                 "streamId": stream,
                 "correlationId": corr,
                 "globalPid": global_tid(pid, 0),
@@ -433,6 +437,7 @@ class ExportBuilder:
         sync_type: int | None = None,
         correlation: int | None = None,
         runtime: bool = True,
+        context: int = 1,
     ) -> int:
         """A synchronization call at *t* (runtime row at *t*, activity row just after it):
         ``stream_wait`` (stream and event set), ``stream_sync`` (stream), ``event_sync`` and
@@ -443,7 +448,7 @@ class ExportBuilder:
             self.runtime(t, t + duration, corr, name=SYNC_CALL[what], pid=pid, tid=tid)
         self.rows["CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"].append(
             {
-                **self._op(t + 10, t + duration - 10, device, UNSET if stream is None else stream, corr, pid),
+                **self._op(t + 10, t + duration - 10, device, UNSET if stream is None else stream, corr, pid, context),
                 "syncType": REAL_SYNC_TYPE[what] if sync_type is None else sync_type,
                 "eventId": UNSET if event_id is None else event_id,
             }

@@ -14,7 +14,7 @@ from profiler.analysis.findings.config import exceeds, under
 from profiler.analysis.findings.evidence import CannotDecide, Evidence
 from profiler.analysis.findings.rules.text import dur, ms, names, pct, size
 from profiler.analysis.intervals import length_by_group, measure_within, union
-from profiler.analysis.links import link_of_gpu, parse_link
+from profiler.analysis.links import host_link
 
 # cudaMemcpy, cudaMemcpy2D, cuMemcpyDtoH_v2, cudaMemcpyPeer ...: every copy call without "Async"
 COPY_CALL = r"^cu(?:da)?Memcpy"
@@ -165,9 +165,10 @@ def slow_link(ev: Evidence) -> list[Finding]:
         if not cases:
             continue
         name = ev.gpu_names.get(dev)
-        link = parse_link(ev.config.link) if ev.config.link else link_of_gpu(name)
-        if link is None:
-            raise CannotDecide(f"the host link of device {dev} ({name or 'an unnamed GPU'}) is unknown: give --link")
+        chosen = host_link([name] if name else [], ev.config.link or None)
+        if chosen.assumed:  # a slow link is never judged against an assumed one
+            raise CannotDecide(f"the host link of device {dev} ({name or 'unknown GPU'}) is unknown: give --link")
+        link = chosen.link
         judged = True
         for cls, alone in cases:
             frac = alone["gbps"] / link.gbps

@@ -160,7 +160,7 @@ def _step_edges(ev: Evidence, flags_note: str) -> list[Finding]:
         Finding(
             "exposed-at-boundaries",
             "problem",
-            f"{pct(share)} of the exposed or stalled copy time ({ms(at_edges)} of {ms(all_cost)}) sits in "
+            f"{pct(share)} of the exposed or stalled copy time ({ms(at_edges)} of {ms(all_cost)}{_summed(ev)}) sits in "
             f"the first and last {pct(f)} of the steps",
             "let XLA pipeline the offloads into neighbouring iterations: "
             f"XLA_FLAGS={PIPELINED}=true (profile-step --pipelined-offload; openxla/xla PR 32297){flags_note}",

@@ -15,6 +15,12 @@ def _stall_by_name(rows: list[dict]) -> dict[str, int]:
     return per
 
 
+def _summed(ev: Evidence) -> str:
+    """``, its N GPUs added`` where the numbers are sums over several GPUs (each counts its own stalls)."""
+    n = len(ev.devices)
+    return f", the {n} GPUs' stalls added" if n > 1 else ""
+
+
 @rule("stall-hotspot")
 def stall_hotspot(ev: Evidence) -> list[Finding]:
     ev.need_stalls()
@@ -31,13 +37,12 @@ def stall_hotspot(ev: Evidence) -> list[Finding]:
         name, worst = max(per.items(), key=lambda kv: (kv[1], kv[0]))
         share = worst / total
         if at_least(share, ev.config["hotspot_share"]):
-            gpus = f", summed over {len(ev.devices)} GPUs" if len(ev.devices) > 1 else ""
             out.append(
                 Finding(
                     "stall-hotspot",
                     "problem",
                     f"the copies of {what} {name} cause {pct(share)} of the time stalled by copies "
-                    f"({ms(worst)} of {ms(total)}{gpus})",
+                    f"({ms(worst)} of {ms(total)}{_summed(ev)})",
                     f"keep that {what}'s activation on the device (names_which_can_be_saved instead of offloaded), "
                     "or let its copy start earlier so that it lands before it is needed",
                     where={"layer" if what == "layer" else "op": name},

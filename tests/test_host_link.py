@@ -1,0 +1,68 @@
+"""One rule for a trace's host link (``analysis.links.host_link``), in the terminal and the dashboard:
+the link given with --link, else the device model's, else PCIe Gen4 assumed and said so, naming an
+unknown GPU (2026.2 exports have no TARGET_INFO_GPU table)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dashboards.links import default_link
+from profiler.analysis.links import LINKS, host_link
+from profiler.trace.synthetic import ExportBuilder
+from tests.conftest import run_cli
+
+MIB = 1 << 20
+
+
+def test_the_rule():
+    assert host_link(["NVIDIA H100 80GB HBM3"]).link == LINKS["pcie5"]
+    assert host_link(["NVIDIA H100 80GB HBM3"]).source == "gpu"
+    assert host_link(["Quadro RTX 4000"]).link == LINKS["pcie3"]  # Turing, not "rtx 40" (Ada, Gen4)
+    assert host_link(["NVIDIA RTX 4000 Ada Generation"]).link == LINKS["pcie4"]
+    unnamed = host_link([])
+    assert unnamed.assumed and unnamed.link == LINKS["pcie4"]
+    assert "unknown GPU" in unnamed.why and "TARGET_INFO_GPU" in unnamed.why and "--link" in unnamed.why
+    odd = host_link(["Some Accelerator 9000"])
+    assert odd.assumed and "Some Accelerator 9000" in odd.why and "not in the table" in odd.why
+    given = host_link([], "pcie5")
+    assert given.link == LINKS["pcie5"] and given.source == "given" and not given.assumed
+    assert host_link(["NVIDIA H100 80GB HBM3"], "100").link.gbps == 100.0  # --link wins over the model
+
+
+def test_dashboard_says_the_same_without_the_cli_hint():
+    link, why = default_link([])
+    assert link == LINKS["pcie4"]
+    assert why == "PCIe Gen4 x16 (31.5 GB/s per direction): assumed: unknown GPU (the export names none: no " + (
+        "TARGET_INFO_GPU table)"
+    )
+    assert "--link" not in why
+
+
+def _unnamed_gpu_export(build):
+    b = ExportBuilder(nsys_version="2026.2.1.210", schema_version="3.25.0", omit=("TARGET_INFO_GPU",))
+    b.kernel(0, 1000, "fusion")
+    b.copy(100, 400, "d2h", 4 * MIB, stream=20)
+    return build(b)
+
+
+def test_analyze_names_an_unknown_gpu_and_the_assumed_link(build):
+    path = _unnamed_gpu_export(build)
+    out = run_cli("analyze", "--no-findings", str(path))
+    assert out.returncode == 0, out.stderr
+    assert "Device 0 (unknown GPU): window" in out.stdout
+    line = next(ln for ln in out.stdout.splitlines() if "host link:" in ln)
+    assert line.strip() == (
+        "host link: PCIe Gen4 x16 (31.5 GB/s per direction), assumed: unknown GPU (the export names none: no "
+        "TARGET_INFO_GPU table); --link NAME chooses another"
+    )
+    chosen = run_cli("analyze", "--no-findings", "--link", "pcie5", str(path))
+    assert "host link: PCIe Gen5 x16 (63 GB/s per direction), as chosen (--link)" in chosen.stdout
+    bad = run_cli("analyze", "--no-findings", "--link", "warp9", str(path))
+    assert bad.returncode != 0 and bad.stderr.strip().count("\n") == 0 and "--link" in bad.stderr
+
+
+@pytest.mark.shared
+def test_real_2026_exports_say_unknown_gpu(shared_traces):
+    out = run_cli("analyze", "--no-findings", str(shared_traces / "nsysai__h100_2gpu_1s.sqlite"))
+    assert out.stdout.count("(unknown GPU): window") == 2
+    assert out.stdout.count("assumed: unknown GPU") == 2

@@ -1,0 +1,89 @@
+"""sample_traces/public: real GPU traces copied with their licences and provenance, shown first where
+no GPU ran here (before the SYNTHETIC demonstration runs)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from dashboards import rows
+from dashboards.catalog import read_catalog
+from dashboards.data import discover
+from profiler.analysis.run_metrics import collect
+from profiler.trace import open_trace
+from tests.conftest import ROOT
+
+PUBLIC = ROOT / "sample_traces" / "public"
+COPYABLE = ("flexgen__", "nsysai__")  # the only shared sources whose licences allow a copy
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_every_public_trace_is_catalogued_with_its_licence_and_provenance():
+    cat = read_catalog(PUBLIC)
+    files = sorted(p.name for p in PUBLIC.glob("*.sqlite"))
+    assert sorted(cat) == files and len(files) == 6
+    readme = (PUBLIC / "README.md").read_text()
+    for name, prov in cat.items():
+        assert name.startswith(COPYABLE), name
+        licence_file = prov.licence.split("(", 1)[1].rstrip(")")  # "Apache-2.0 (licenses/FlexGen-LICENSE)"
+        assert (PUBLIC / licence_file).is_file(), licence_file
+        assert len(prov.commit) == 40 and prov.repo and prov.path
+        assert f"`{name}`" in readme and prov.commit[:7] in readme and prov.path in readme
+    assert "Apache License" in (PUBLIC / "licenses" / "FlexGen-LICENSE").read_text()
+    assert "MIT License" in (PUBLIC / "licenses" / "nsys-ai-LICENSE").read_text()
+
+
+def test_the_copies_are_the_shared_files_unchanged(shared_traces):
+    shared = read_catalog(shared_traces)
+    for name, prov in read_catalog(PUBLIC).items():
+        assert _sha(PUBLIC / name) == _sha(shared_traces / name), name
+        same = ("file", "repo", "commit", "path", "licence", "gpus")
+        assert [getattr(prov, k) for k in same] == [getattr(shared[name], k) for k in same]
+        licence = prov.licence.split("(", 1)[1].rstrip(")")
+        assert (PUBLIC / licence).read_bytes() == (shared_traces / licence).read_bytes()
+
+
+def test_sample_traces_readme_says_what_is_real_and_what_is_synthetic():
+    text = (ROOT / "sample_traces" / "README.md").read_text()
+    assert "public/README.md" in text and "public/licenses/" in text and "flexgen__nsight_report7" in text
+    assert "SYNTHETIC" in text and "**no: a model**" in text
+
+
+def test_a_trace_in_two_catalogues_is_shown_once_from_the_first(shared_traces):
+    refs = discover([ROOT / "sample_traces", shared_traces], licences=("Apache-2.0", "MIT"))
+    public = [r for r in refs if r.source == "external"]
+    names = [Path(r.name).name for r in public]
+    assert len(names) == len(set(names))
+    for r in public:
+        if r.trace.name.startswith(COPYABLE):
+            assert r.trace.parent == PUBLIC, r.trace
+    assert {"gpubootcamp__report4.sqlite", "nsysai__h100_2gpu_1s.sqlite"} <= set(names)
+
+
+def _rows(*traces: Path) -> list[dict]:
+    refs = {r.trace.resolve(): r for r in discover([ROOT / "sample_traces"])}
+    out = []
+    for path in traces:
+        ref = refs[path.resolve()]
+        summary = collect(open_trace(path), ref.manifest)
+        out += [rows.raw_row(ref, summary, v.device) for v in rows.views(ref, summary)]
+    return out
+
+
+def test_the_first_view_is_a_real_trace_with_hidden_copies_before_the_synthetic_demo():
+    demo = ROOT / "sample_traces/demo-synthetic/synthetic-4-offload_all/synthetic-trace.sqlite"
+    cpu = next((ROOT / "sample_traces/cpu-example").glob("*-offload_qkv-*/trace.sqlite"))
+    raw = _rows(cpu, demo, PUBLIC / "flexgen__profile_name.sqlite", PUBLIC / "flexgen__nsight_report7.sqlite")
+    chosen = [raw[i] for i in rows.default_selection(raw)]
+    # both GPUs of FlexGen's pipeline test: GPU 0's copies hidden behind its kernels, GPU 1 only copies
+    assert [r["run"] for r in chosen] == ["nsight_report7", "nsight_report7"]
+    assert [r["source"] for r in chosen] == ["public trace"] * 2 and chosen[0]["hidden"] > 90
+    # without a public trace the SYNTHETIC policy runs come next, as before
+    rest = [r for r in raw if r["_source"] != "external"]
+    assert {rest[i]["source"] for i in rows.default_selection(rest)} == {"SYNTHETIC demo"}
+    # a measured policy run with copies comes before both
+    measured = [{**r, "_source": "run", "_group": "runs"} for r in rest if r["source"] == "SYNTHETIC demo"]
+    assert rows.default_selection(raw + measured) == list(range(len(raw), len(raw) + len(measured)))
