@@ -42,6 +42,7 @@ POLICY_HEADERS = (
     "policy",
     "steps",
     "step ms",
+    "min-max ms",
     "peak dev",
     "compiled dev",
     "compiled host",
@@ -55,7 +56,8 @@ POLICY_HEADERS = (
     "stalled ms",
 )
 POLICY_LEGEND = (
-    "per step and per device: step ms = median step; peak dev = measured peak device memory; compiled dev/host = "
+    "per step and per device: step ms = median step, min-max ms = its shortest and longest included step; "
+    "peak dev = measured peak device memory; compiled dev/host = "
     "the step's compiled module (arguments + outputs - aliased + temporaries); D2H planned = the compiler's "
     "offload plan; D2H moved = the trace; exposed/stalled = median copy time not hidden / compute waiting on copies"
 )
@@ -70,14 +72,16 @@ def render_policy_table(tab: dict[str, Any]) -> str:
         notes.setdefault(text, []).append(policy)
 
     for r in tab["rows"]:
+        marks = ("=" if r.get("same_hlo_as") else "") + ("~" if r.get("within_spread_of") else "")
         rows.append(
             [
-                r["policy"],
+                r["policy"] + (f" {marks}" if marks else ""),
                 str(r["steps"]),
                 ms(r["median_step_ns"]),
+                spread(r.get("step_min_ns"), r.get("step_max_ns")),
                 size(r["peak_device_bytes"]),
                 size(r["compiled_device_bytes"]),
-                size(r["compiled_host_bytes"]),
+                compiled_host(r),
                 size(r["planned_d2h_bytes_per_step"]),
                 size(r["moved_d2h_bytes_per_step"]),
                 si(r["flops_per_step"]),
@@ -101,11 +105,63 @@ def render_policy_table(tab: dict[str, Any]) -> str:
     out = [table(POLICY_HEADERS, rows), *textwrap.wrap(POLICY_LEGEND, 118)]
     if tab.get("baseline"):
         out.append(f"recompute: FLOPs per step against the {tab['baseline']!r} policy")
+    out += [f"{m}: {text}" for m, text in policy_marks(tab)]
     every = len(tab["rows"])
     for text, who in notes.items():
         scope = "all runs" if len(who) == every and every > 1 else ", ".join(dict.fromkeys(who))
         out.append(f"note ({scope}): {text}")
     return "\n".join(out)
+
+
+def spread(lo: float | None, hi: float | None) -> str:
+    return "-" if lo is None or hi is None else f"{lo / 1e6:.3f}-{hi / 1e6:.3f}"
+
+
+def compiled_host(r: dict[str, Any]) -> str:
+    """Compiled host memory; on XLA:CPU, where host memory is the device's, what the HLO places there."""
+    if r.get("host_in_device_memory"):
+        return f"{size(r.get('host_placed_bytes') or 0)} in dev"
+    return size(r["compiled_host_bytes"])
+
+
+def policy_marks(tab: dict[str, Any]) -> list[tuple[str, str]]:
+    """(mark, sentence) for the table's marked rows and its CPU runs: same step, within the noise."""
+    out = []
+    for g in tab.get("same_hlo") or []:
+        out.append(
+            (
+                "=",
+                f"{', '.join(g['policies'])} compiled to the same step (HLO fingerprint {g['fingerprint']}): "
+                "the policy had no effect on the program; does the script read $PROFILE_STEP_POLICY "
+                "(or the flag --policy-arg passes)?"
+                + (
+                    " (on XLA:CPU an offload policy can also compile to the step of no offload: offloading "
+                    "lowers to nothing there)"
+                    if g.get("cpu")
+                    else ""
+                ),
+            )
+        )
+    for w in tab.get("within_spread") or []:
+        a, b = w["policies"]
+        out.append(
+            (
+                "~",
+                f"{a} and {b} differ by {w['difference_ns'] / 1e6:.3f} ms per step, less than the spread of their "
+                f"steps ({w['spread_ns'] / 1e6:.3f} ms): not a measured difference",
+            )
+        )
+    cpu = tab.get("cpu_runs") or []
+    if cpu:
+        who = "all runs" if len(cpu) == len(tab["rows"]) else ", ".join(dict.fromkeys(cpu))
+        out.append(
+            (
+                "cpu",
+                f"{who} ran on a CPU, which does not stand for a GPU: step times, memory and copies differ there "
+                "(XLA:CPU does not offload); use it to check the script, not to choose a policy",
+            )
+        )
+    return out
 
 
 def render_planned_vs_moved_all(pvms: list[dict[str, Any]]) -> str:
