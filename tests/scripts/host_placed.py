@@ -62,7 +62,7 @@ step = jax.jit(update, out_shardings=(host, host))
 ws = jax.device_put(jnp.full((args.layers, args.width, args.width), 0.01, jnp.float32), host)
 mom = jax.device_put(jnp.zeros((args.layers, args.width, args.width), jnp.float32), host)
 x = jnp.ones((8, args.width), jnp.float32)
-for i in range(args.steps):
+for _ in range(args.steps):
     ws, mom = step(ws, mom, x)
 jax.block_until_ready(ws)
 print(f"host_placed.py: {args.steps} steps, policy {policy_name}, parameters in {ws.sharding.memory_kind}")
