@@ -133,13 +133,7 @@ def policy_marks(tab: dict[str, Any]) -> list[tuple[str, str]]:
                 "=",
                 f"{', '.join(g['policies'])} compiled to the same step (HLO fingerprint {g['fingerprint']}): "
                 "the policy had no effect on the program; does the script read $PROFILE_STEP_POLICY "
-                "(or the flag --policy-arg passes)?"
-                + (
-                    " (on XLA:CPU an offload policy can also compile to the step of no offload: offloading "
-                    "lowers to nothing there)"
-                    if g.get("cpu")
-                    else ""
-                ),
+                "(or the flag --policy-arg passes)?",
             )
         )
     for w in tab.get("within_spread") or []:

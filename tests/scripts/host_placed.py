@@ -5,8 +5,8 @@ and optimizer state kept in ``pinned_host`` and brought to the device inside the
 host_placed.py [--steps N] [--layers N] [--width N] [--reads-policy]
 
 It swallows unknown flags (``parse_known_args``) and, without ``--reads-policy``, never reads
-``$PROFILE_STEP_POLICY``: every policy then compiles the same step.  With it, ``remat``
-recomputes everything and any other policy offloads the activations.
+``$PROFILE_STEP_POLICY``: every policy then compiles the same step.  With it, ``none`` saves
+every activation, ``remat`` recomputes them and any other policy offloads them.
 """
 
 import argparse
@@ -26,7 +26,9 @@ ap.add_argument("--reads-policy", action="store_true")
 args, _unknown = ap.parse_known_args()  # swallows --policy NAME
 
 policy_name = os.environ.get("PROFILE_STEP_POLICY", "offload") if args.reads_policy else "offload"
-if policy_name == "remat":
+if policy_name == "none":
+    policy = jax.checkpoint_policies.everything_saveable
+elif policy_name == "remat":
     policy = jax.checkpoint_policies.nothing_saveable
 else:
     policy = jax.checkpoint_policies.save_and_offload_only_these_names(
