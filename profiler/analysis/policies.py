@@ -378,7 +378,14 @@ def planned_vs_moved(run: dict[str, Any], tolerance: float = DIFF_TOLERANCE) -> 
 # --- plans compiled for a target (profile-step plan) -----------------------------------------
 def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any]:
     """Per (policy, batch): device and host memory, whether it fits, planned host traffic, FLOPs,
-    recomputation; and per policy and batch the planned bytes per layer and activation."""
+    recomputation; and per policy and batch the planned bytes per layer and activation.
+
+    ``host_bytes`` is the most host memory one step holds at once (``memory_analysis()``: XLA
+    reuses the host space of copies never in host memory together), ``planned_d2h_bytes_per_step``
+    every byte sent to host in one step: the first is smaller when the schedule never keeps all
+    layers' offloaded data in host memory together.  ``host_live_peak_bytes`` recomputes the
+    first from the plan's schedule (a cross-check), ``late_d2h`` counts the device-to-host copies
+    scheduled after the backward pass began (their data stays in device memory until then)."""
     target = doc["target"]
     limit = int(target["memory_bytes"] * mem_fraction) if target.get("memory_bytes") else None
     rows, layers = [], []
@@ -399,6 +406,8 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
                 "fits": dev <= limit if dev is not None and limit is not None else None,
                 "planned_d2h_bytes_per_step": plan["d2h_bytes_per_step"] if plan else None,
                 "planned_h2d_bytes_per_step": plan["h2d_bytes_per_step"] if plan else None,
+                "host_live_peak_bytes": (plan or {}).get("host_live_peak_bytes"),
+                "late_d2h": (plan or {}).get("late_d2h"),
                 "flops_per_step": (comp.get("cost") or {}).get("flops"),
                 "recompute_overhead": None,
                 "remat_clones": res.get("remat_clones"),

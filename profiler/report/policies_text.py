@@ -238,13 +238,42 @@ def layer_pivot(layers: list[dict[str, Any]]) -> str:
     return "\n".join([out, *dict.fromkeys(notes)])
 
 
+PLAN_LEGEND = (
+    "device, host = the most memory one step holds at once on the device and in host memory (memory_analysis()); "
+    "D2H/step, H2D/step = every byte the plan sends to host and back in one step"
+)
+
+
+def plan_notes(r: dict[str, Any]) -> list[str]:
+    """Why a plan row's host memory is smaller than what it sends to host, and offloads scheduled late."""
+    out = []
+    host, sent, peak = r.get("host_bytes"), r.get("planned_d2h_bytes_per_step"), r.get("host_live_peak_bytes")
+    if host is not None and sent and host < sent:
+        check = ""
+        if peak is not None:
+            check = f" (the plan's schedule gives {size(peak)}" + (", the same)" if peak == host else ")")
+        out.append(
+            f"host {size(host)} against {size(sent)} sent to host per step: at most {size(host)} of offloaded data is "
+            f"in host memory at once{check}; XLA reuses the host space of copies that are never there together"
+        )
+    late = r.get("late_d2h")
+    if late and late["late"]:
+        out.append(
+            f"XLA scheduled {late['late']} of {late['of']} device-to-host copies ({size(late['late_bytes'])}) after "
+            "the first copy back to the device (the backward pass had begun): their data stays in device memory "
+            "until then"
+        )
+    return out
+
+
 def render_plan(tab: dict[str, Any]) -> str:
     """A plan compiled for a target: fits per policy and batch, then bytes per layer and activation."""
     t = tab["target"]
     lim = tab["limit_bytes"]
+    mem = t.get("memory_bytes")
     out = [
         f"== {tab['label']} ==",
-        f"device memory {size(t.get('memory_bytes'))}; usable {size(lim)} "
+        f"device memory {size(mem)}" + (f" ({mem / 2**20:,.0f} MiB)" if mem else "") + f"; usable {size(lim)} "
         f"(XLA_PYTHON_CLIENT_MEM_FRACTION {tab['mem_fraction']:g}); one device, no sharding",
     ]
     rows = []
@@ -284,6 +313,7 @@ def render_plan(tab: dict[str, Any]) -> str:
             left=(0, 2, 5),
         )
     )
+    out += textwrap.wrap(PLAN_LEGEND, 118)
     fitting: dict[Any, list[str]] = {}
     for r in tab["rows"]:
         if r["fits"]:
@@ -294,7 +324,7 @@ def render_plan(tab: dict[str, Any]) -> str:
         out.append(f"{label}{', '.join(names) + ' fit' if names else 'no policy fits'} in device memory")
     for r in tab["rows"]:
         at = "" if r["batch"] is None else f" batch {r['batch']}"
-        out += [f"note: {r['policy']}{at}: {n}" for n in r["notes"]]
+        out += [f"note: {r['policy']}{at}: {n}" for n in [*plan_notes(r), *r["notes"]]]
     # per layer: for each policy, the largest batch compiled
     chosen: dict[str, dict[str, Any]] = {}
     for entry in tab["layers"]:

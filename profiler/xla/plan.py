@@ -324,6 +324,8 @@ def offload_plan(module: Module) -> dict[str, Any]:
     host_values = sum(1 for i in module.instructions() if _host_bytes(i))
     return {
         "host_placements": host_placements(module),
+        "host_live_peak_bytes": host_live_peak(moves, module.entry) if module.scheduled else None,
+        "late_d2h": late_d2h(moves, module.entry) if module.scheduled else None,
         "module": module.name,
         "scheduled": module.scheduled,
         "host_values": host_values,
@@ -378,6 +380,43 @@ def host_placements(module: Module) -> dict[str, int]:
         "entry_output_bytes": sum(a.bytes for a in host_outs),
         "instructions": sum(1 for i in module.instructions() if _host_bytes(i)),
     }
+
+
+def host_live_peak(moves: list[dict[str, Any]], entry: str | None) -> int | None:
+    """The most bytes of offloaded data in host memory at once, in the entry computation's
+    schedule: each device-to-host copy holds its bytes from its position until the last copy
+    that brings it back (or the end of the step).  None when a movement runs inside a loop or
+    another computation (its buffers are slices of a larger one; XLA's buffer assignment knows)."""
+    d2h = [m for m in moves if m["direction"] == "d2h"]
+    if not d2h or any(m["computation"] != entry for m in moves):
+        return None if d2h else 0
+    end = max(m["position"] for m in moves) + 1
+    back: dict[str, int] = {}
+    for m in moves:
+        if m["direction"] == "h2d" and m.get("brings_back"):
+            back[m["brings_back"]] = max(back.get(m["brings_back"], -1), m["position"])
+    events = sorted(
+        [(m["position"], m["bytes"]) for m in d2h] + [(back.get(m["instruction"], end), -m["bytes"]) for m in d2h],
+        key=lambda e: (e[0], e[1]),  # a buffer freed at a position before one taken there
+    )
+    live = peak = 0
+    for _, delta in events:
+        live += delta
+        peak = max(peak, live)
+    return peak
+
+
+def late_d2h(moves: list[dict[str, Any]], entry: str | None) -> dict[str, int] | None:
+    """Device-to-host copies of the entry computation scheduled after its first host-to-device
+    copy (the backward pass has begun: until then their data stays in device memory), of all of
+    them; None without both directions there."""
+    d2h = [m["position"] for m in moves if m["computation"] == entry and m["direction"] == "d2h"]
+    h2d = [m["position"] for m in moves if m["computation"] == entry and m["direction"] == "h2d"]
+    if not d2h or not h2d:
+        return None
+    first_back = min(h2d)
+    late = [m for m in moves if m["computation"] == entry and m["direction"] == "d2h" and m["position"] > first_back]
+    return {"late": len(late), "late_bytes": sum(m["bytes"] for m in late), "of": len(d2h)}
 
 
 def _size(b: int) -> str:
