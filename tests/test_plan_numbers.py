@@ -87,3 +87,20 @@ def test_plan_of_offload_qkv_adds_up(aot_python, tmp_path):  # noqa: F811
     assert "the most memory one step holds at once" in text
     if row["host_bytes"] < row["planned_d2h_bytes_per_step"]:
         assert re.search(r"note: offload_qkv batch 8: host [\d.]+ [KMG]iB against [\d.]+ [KMG]iB sent to host", text)
+
+
+def test_plan_marks_policies_that_compiled_the_same_step():
+    def res(policy: str, batch: int, fp: str) -> dict:
+        return {"policy": policy, "batch": batch, "status": "ok", "compiled": {"module": "jit_step"},
+                "plan": None, "fingerprint": fp, "notes": []}  # fmt: skip
+
+    doc = {
+        "label": "compiled for X, not measured",
+        "target": {"memory_bytes": 81_559 * MiB},
+        "results": [res("none", 4, "a"), res("offload", 4, "a"), res("none", 8, "b"), res("offload", 8, "c")],
+    }
+    tab = plan_table(doc)
+    assert tab["same_hlo"] == [{"fingerprint": "a", "policies": ["none", "offload"], "cpu": False, "batch": 4}]
+    text = render_plan(tab)
+    assert "note: offload batch 4: the same compiled step as none (HLO fingerprint a)" in text
+    assert "batch 8: the same compiled step" not in text

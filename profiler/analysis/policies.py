@@ -411,6 +411,8 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
                 "flops_per_step": (comp.get("cost") or {}).get("flops"),
                 "recompute_overhead": None,
                 "remat_clones": res.get("remat_clones"),
+                "hlo_fingerprint": res.get("fingerprint"),
+                "same_hlo_as": [],
                 "plan_note": res.get("plan_note"),
                 "notes": list(res.get("notes") or []),
                 "dir": res.get("dir"),
@@ -418,7 +420,17 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
         )
         layers.append({"policy": res["policy"], "batch": res["batch"], "layers": by_layer(plan)})
     base = {r["batch"]: r["flops_per_step"] for r in rows if r["policy"] == BASELINE_POLICY and r["flops_per_step"]}
+    same = [
+        g | {"batch": b}
+        for b in dict.fromkeys(r["batch"] for r in rows)
+        for g in same_hlo([r for r in rows if r["batch"] == b])
+    ]
     for r in rows:
+        if r["same_hlo_as"]:
+            r["notes"].append(
+                f"the same compiled step as {', '.join(r['same_hlo_as'])} (HLO fingerprint {r['hlo_fingerprint']}): "
+                "the policy had no effect on the program"
+            )
         if base.get(r["batch"]) and r["flops_per_step"]:
             r["recompute_overhead"] = r["flops_per_step"] / base[r["batch"]] - 1
         if r["remat_clones"]:
@@ -439,6 +451,7 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
         "limit_bytes": limit,
         "rows": rows,
         "layers": layers,
+        "same_hlo": same,
     }
 
 
