@@ -252,7 +252,7 @@ def policy_datatable(tab: dict[str, Any], labels: list[str]) -> tuple[dash_table
     ]
     if tab.get("baseline"):
         lines.append(f"recompute: FLOPs per step against the {tab['baseline']!r} policy")
-    marks = {"=": "same compiled step", "~": "within the noise", "cpu": "CPU runs"}
+    marks = {"=": "same compiled step", "~": "within the noise", "!": "runs apart", "cpu": "CPU runs"}
     lines = [f"{marks.get(m, m)}: {text}" for m, text in policy_marks(tab)] + lines
     table = dash_table.DataTable(
         id="trade-table",

@@ -94,3 +94,16 @@ def test_dashboard_policy_table_shows_the_same_facts():
     assert "within the noise: none and offload differ by" in joined
     assert "CPU runs: all runs ran on a CPU" in joined
     assert any(c["if"]["filter_query"] == '{same_hlo} != ""' for c in table.style_data_conditional)
+
+
+def test_two_runs_of_one_policy_further_apart_than_their_spread():
+    """The issue's offload_all: 21.25 ms in one run, 3.24 ms in the next."""
+    tab = policy_table([run("offload_all", [21.0, 21.25, 21.5]), run("offload_all", [3.2, 3.24, 3.3])])
+    (apart,) = tab["runs_apart"]
+    assert apart["policy"] == "offload_all" and apart["median_steps_ns"] == [21.25 * MS, 3.24 * MS]
+    assert tab["within_spread"] == []
+    assert "!: two runs of offload_all took 21.250 and 3.240 ms per step, further apart than the spread" in (
+        render_policy_table(tab)
+    )
+    steady = policy_table([run("none", [5.0, 6.0, 7.0]), run("none", [5.5, 6.5, 7.5])])
+    assert steady["runs_apart"] == []

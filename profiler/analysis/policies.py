@@ -258,22 +258,36 @@ def same_hlo(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return groups
 
 
+def _pairs(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any], float, float]]:
+    """(a, b, difference of their median steps, the larger spread) for every two rows that have both."""
+    out = []
+    for i, a in enumerate(rows):
+        for b in rows[i + 1 :]:
+            spreads = [x for x in (a["step_spread_ns"], b["step_spread_ns"]) if x is not None]
+            if spreads and None not in (a["median_step_ns"], b["median_step_ns"]):
+                out.append((a, b, abs(a["median_step_ns"] - b["median_step_ns"]), max(spreads)))
+    return out
+
+
+def runs_apart(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Two runs of one policy whose median steps differ by more than the larger of their spreads:
+    the machine changed between the runs, and neither stands for the policy."""
+    return [
+        {"policy": a["policy"], "median_steps_ns": [a["median_step_ns"], b["median_step_ns"]], "spread_ns": spread}
+        for a, b, diff, spread in _pairs(rows)
+        if a["policy"] == b["policy"] and diff > spread
+    ]
+
+
 def within_spread(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Pairs of different policies whose median steps differ by less than the larger of their
     spreads (see the module docstring); fills each row's ``within_spread_of``."""
     out = []
-    for i, a in enumerate(rows):
-        for b in rows[i + 1 :]:
-            if a["policy"] == b["policy"] or None in (a["median_step_ns"], b["median_step_ns"]):
-                continue
-            spreads = [x for x in (a["step_spread_ns"], b["step_spread_ns"]) if x is not None]
-            if not spreads:
-                continue
-            diff = abs(a["median_step_ns"] - b["median_step_ns"])
-            if diff < max(spreads):
-                out.append({"policies": [a["policy"], b["policy"]], "difference_ns": diff, "spread_ns": max(spreads)})
-                a["within_spread_of"].append(b["policy"])
-                b["within_spread_of"].append(a["policy"])
+    for a, b, diff, spread in _pairs(rows):
+        if a["policy"] != b["policy"] and diff < spread:
+            out.append({"policies": [a["policy"], b["policy"]], "difference_ns": diff, "spread_ns": spread})
+            a["within_spread_of"].append(b["policy"])
+            b["within_spread_of"].append(a["policy"])
     return out
 
 
@@ -290,6 +304,7 @@ def policy_table(runs: list[dict[str, Any]], peak_override: float | None = None)
         "rows": rows,
         "same_hlo": same_hlo(rows),
         "within_spread": within_spread(rows),
+        "runs_apart": runs_apart(rows),
         "cpu_runs": [r["policy"] for r in rows if is_cpu(r)],
     }
 

@@ -145,6 +145,15 @@ def policy_marks(tab: dict[str, Any]) -> list[tuple[str, str]]:
                 f"steps ({w['spread_ns'] / 1e6:.3f} ms): not a measured difference",
             )
         )
+    for w in tab.get("runs_apart") or []:
+        a, b = (f"{t / 1e6:.3f}" for t in w["median_steps_ns"])
+        out.append(
+            (
+                "!",
+                f"two runs of {w['policy']} took {a} and {b} ms per step, further apart than the spread of their "
+                f"steps ({w['spread_ns'] / 1e6:.3f} ms): the machine changed between the runs",
+            )
+        )
     cpu = tab.get("cpu_runs") or []
     if cpu:
         who = "all runs" if len(cpu) == len(tab["rows"]) else ", ".join(dict.fromkeys(cpu))
