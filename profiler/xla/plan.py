@@ -427,8 +427,8 @@ def _size(b: int) -> str:
 
 
 CPU_HOST = (
-    "XLA:CPU keeps host memory in the device's own memory space: memory_analysis() counts host-placed "
-    "values as device memory (compiled host 0 B)"
+    "XLA:CPU keeps host memory in the device's own memory space: memory_analysis() counts the host-placed "
+    "values as device memory and reports no host memory (compiled host shows them as 'in dev')"
 )
 CPU_NO_OFFLOAD = (
     "JAX lowers a device_put to pinned_host inside a step (and so checkpoint offload policies) to nothing "
