@@ -13,7 +13,7 @@ from dashboards.data import RunStore, read_plan
 from dashboards.figures import COLORS, Figure, esc, grouped_bars, note_figure
 from profiler.analysis.policies import plan_table
 from profiler.errors import ProfilerError
-from profiler.report.policies_text import si
+from profiler.report.policies_text import PLAN_LEGEND, plan_notes, si
 from profiler.report.units import byte_unit, human_bytes
 
 MUTED = {"color": "#555", "fontSize": "13px", "margin": "4px 0"}
@@ -209,4 +209,13 @@ def register(app: dash.Dash, store: RunStore) -> None:
             f"{tab_doc['label'][:1].upper()}{tab_doc['label'][1:]}. Usable device memory = device memory x "
             f"{tab_doc['mem_fraction']:g} (XLA_PYTHON_CLIENT_MEM_FRACTION). " + "; ".join(said) + f". From {ref.path}."
         )
-        return plan_figure(tab_doc), plan_datatable(tab_doc), text
+        notes = [
+            f"{r['policy']}{'' if r['batch'] is None else ' batch ' + str(r['batch'])}: {n}"
+            for r in tab_doc["rows"]
+            for n in plan_notes(r)
+        ]
+        return (
+            plan_figure(tab_doc),
+            plan_datatable(tab_doc),
+            [html.Div(text + " " + PLAN_LEGEND + "."), *map(html.Div, notes)],
+        )

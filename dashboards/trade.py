@@ -28,7 +28,7 @@ from dashboards.figures import (
     unique,
 )
 from profiler.analysis.policies import frontier, per_step_and_gpu, planned_vs_moved, policy_table
-from profiler.report.policies_text import si
+from profiler.report.policies_text import policy_marks, si
 from profiler.report.units import byte_unit, human_bytes, human_time, time_unit
 
 MUTED = {"color": "#555", "fontSize": "13px", "margin": "4px 0"}
@@ -216,7 +216,7 @@ def frontier_figure(points: list[dict[str, Any]], labels: list[str], x_mode: str
 def policy_datatable(tab: dict[str, Any], labels: list[str]) -> tuple[dash_table.DataTable, list[str]]:
     """The per-policy table (``policy_table``) with units by column, and its notes (what is missing, why)."""
     rows = tab["rows"]
-    t_name, t_div = time_unit([r["median_step_ns"] for r in rows])
+    t_name, t_div = time_unit([v for r in rows for v in (r["median_step_ns"], r["step_min_ns"], r["step_max_ns"])])
     c_name, c_div = time_unit([v for r in rows for v in (r["exposed_ns"], r["stalled_ns"])])
     m_name, m_div = byte_unit(
         [v for r in rows for v in (r["peak_device_bytes"], r["compiled_device_bytes"], r["compiled_host_bytes"])]
@@ -236,9 +236,15 @@ def policy_datatable(tab: dict[str, Any], labels: list[str]) -> tuple[dash_table
                 "run": lab,
                 "steps": r["steps"],
                 "step": div(r["median_step_ns"], t_div),
+                "spread": "-"
+                if r["step_min_ns"] is None
+                else f"{r['step_min_ns'] / t_div:.4g}-{r['step_max_ns'] / t_div:.4g}",
+                "noise": ", ".join(r["within_spread_of"]),
+                "same_hlo": ", ".join(r["same_hlo_as"]),
                 "peak": div(r["peak_device_bytes"], m_div),
                 "compiled_dev": div(r["compiled_device_bytes"], m_div),
-                "compiled_host": div(r["compiled_host_bytes"], m_div),
+                # XLA:CPU keeps host memory in the device's: no host number of its own (see the notes)
+                "compiled_host": None if r["host_in_device_memory"] else div(r["compiled_host_bytes"], m_div),
                 "planned": div(r["planned_d2h_bytes_per_step"], p_div),
                 "moved": div(r["moved_d2h_bytes_per_step"], p_div),
                 "flops": si(r["flops_per_step"]),
@@ -263,11 +269,20 @@ def policy_datatable(tab: dict[str, Any], labels: list[str]) -> tuple[dash_table
             notes.setdefault(n, []).append(lab)
         if r["model_flops_per_step"] and r["mfu"] is None:
             notes.setdefault(f"no MFU: no peak FLOP/s known for {r['device_kind'] or '?'}", []).append(lab)
+        if r["host_in_device_memory"]:
+            notes.setdefault(
+                "compiled host '-': XLA:CPU keeps host memory in the device's own memory space, so what the step "
+                "places in host memory counts in compiled dev",
+                [],
+            ).append(lab)
     sig = {"specifier": ".4~r", "nully": "-"}
     columns = [
         {"id": "run", "name": "run", "type": "text"},
         {"id": "steps", "name": "steps", "type": "numeric"},
         {"id": "step", "name": f"median step ({t_name})", "type": "numeric", "format": sig},
+        {"id": "spread", "name": f"shortest-longest step ({t_name})", "type": "text"},
+        {"id": "noise", "name": "within the spread of", "type": "text"},
+        {"id": "same_hlo", "name": "same compiled step as", "type": "text"},
         {"id": "peak", "name": f"peak dev, measured ({m_name})", "type": "numeric", "format": sig},
         {"id": "compiled_dev", "name": f"compiled dev ({m_name})", "type": "numeric", "format": sig},
         {"id": "compiled_host", "name": f"compiled host ({m_name})", "type": "numeric", "format": sig},
@@ -287,6 +302,8 @@ def policy_datatable(tab: dict[str, Any], labels: list[str]) -> tuple[dash_table
     ]
     if tab.get("baseline"):
         lines.append(f"recompute: FLOPs per step against the {tab['baseline']!r} policy")
+    marks = {"=": "same compiled step", "~": "within the noise", "!": "runs apart", "cpu": "CPU runs"}
+    lines = [f"{marks.get(m, m)}: {text}" for m, text in policy_marks(tab)] + lines
     table = dash_table.DataTable(
         id="trade-table",
         columns=columns,
@@ -297,17 +314,26 @@ def policy_datatable(tab: dict[str, Any], labels: list[str]) -> tuple[dash_table
         style_table={"overflowX": "auto"},
         style_header={"fontWeight": "bold", "whiteSpace": "normal", "height": "auto"},
         style_cell=CELL,
+        style_data_conditional=[
+            {"if": {"filter_query": '{same_hlo} != ""'}, "backgroundColor": "#fdecea"},
+            {"if": {"filter_query": '{noise} != ""', "column_id": ["step", "spread", "noise"]}, "color": "#888"},
+        ],
     )
     return table, lines
 
 
 HEADER_TIPS = {
     "step": "median of the included steps (warm-up and outliers left out)",
+    "spread": "the shortest and the longest included step: two policies whose medians differ by less than the "
+    "larger spread are within the noise",
+    "noise": "policies whose median step differs from this one's by less than the larger of their spreads",
+    "same_hlo": "policies whose step module has the same HLO fingerprint: the policy changed nothing the compiler saw",
     "peak": "largest measured peak device memory over the run's devices: memory_stats() at the end of the "
     "capture, else the trace's CUDA memory events",
     "compiled_dev": "what one execution of the step's compiled module keeps on the device: arguments + outputs "
     "not aliased to arguments + temporaries (memory_analysis())",
-    "compiled_host": "the same in host memory (memory space 5): the offloaded activations",
+    "compiled_host": "the same in host memory (memory space 5): the offloaded activations; '-' on XLA:CPU, "
+    "which keeps host memory in the device's",
     "planned": "bytes the compiler's plan sends to host per step (the step module's optimized HLO)",
     "moved": "device-to-host bytes the trace moved, per step range",
     "flops": "FLOPs per step of the step's module (XLA's cost analysis; per device)",

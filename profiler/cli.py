@@ -277,6 +277,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     rows: list[dict[str, Any]] = []
     said: set[str] = set()
+    fingerprints: dict[str, list[str]] = {}  # HLO fingerprint of the step -> the policies that compiled it
 
     def show(res: RunResult) -> None:
         row: dict[str, Any] = {
@@ -293,6 +294,15 @@ def cmd_run(args: argparse.Namespace) -> int:
             agree = {True: "; dump and handed-over numbers agree", False: "; dump and handed-over numbers DIFFER"}
             how = agree.get(comp.get("agree"), "")
             print(f"   compiled step: {comp['step_module']} ({comp.get('chosen_by')}){how}")
+            fp = comp.get("fingerprint")
+            same = [p for p in fingerprints.get(fp, []) if p != res.policy] if fp else []
+            if same:
+                print(
+                    f"   same step as policy {', '.join(same)} (HLO fingerprint {fp}): the policy had no effect on "
+                    "the compiled program; does the script read $PROFILE_STEP_POLICY (or the flag --policy-arg passes)?"
+                )
+            if fp:
+                fingerprints.setdefault(fp, []).append(res.policy)
         elif comp.get("notes"):
             print(f"   compiled step: none recorded ({comp['notes'][-1]})")
         if res.sqlite is not None and run_summary is not None:

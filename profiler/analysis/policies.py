@@ -21,6 +21,16 @@ Definitions (also in the README):
   step time / the device's peak (``targets.PEAK_TFLOPS``, or ``--peak-tflops``).
 - *exposed* and *stalled copy time*: per-step medians of the offload copies'
   exposed time and of the compute time stalled waiting for them.
+- *spread of the steps*: the shortest and longest included step (and the
+  interquartile range); two policies whose median steps differ by less than the
+  larger of their two spreads (longest - shortest) are *within the noise*: the
+  table says so instead of ranking them.
+- *same step*: runs whose step modules have the same HLO fingerprint
+  (``profiler.xla.fingerprint``) ran the same program; when their policies
+  differ, the policy had no effect on what the compiler saw.
+- *host placements*: values the step's HLO places in memory space 5 (entry
+  parameters, outputs, instructions).  XLA:CPU keeps them in the device's own
+  memory: there they count in compiled dev, and compiled host is 0 B.
 """
 
 from __future__ import annotations
@@ -104,6 +114,8 @@ def step_compiled(
         "cost": cost,
         "plan": label(chosen.get("plan")),
         "plan_note": chosen.get("plan_note"),
+        "platform": chosen.get("platform"),
+        "fingerprint": (chosen.get("fingerprint") or {}).get("value"),
         "agreement": compiled.get("agreement"),
         "notes": notes + list(chosen.get("notes") or []),
     }
@@ -116,6 +128,23 @@ def _median(values: list[float]) -> float | None:
 
 def _included(run: dict[str, Any]) -> list[dict[str, Any]]:
     return [s for s in run.get("steps") or [] if not s.get("excluded")]
+
+
+def step_spread(steps: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Shortest, longest and interquartile range of the included steps' durations (ns)."""
+    d = sorted(float(s["duration_ns"]) for s in steps if s.get("duration_ns") is not None)
+    if not d:
+        return {"step_min_ns": None, "step_max_ns": None, "step_spread_ns": None, "step_iqr_ns": None}
+    iqr = None
+    if len(d) >= 2:
+        q1, _, q3 = statistics.quantiles(d, n=4, method="inclusive")
+        iqr = q3 - q1
+    return {"step_min_ns": d[0], "step_max_ns": d[-1], "step_spread_ns": d[-1] - d[0], "step_iqr_ns": iqr}
+
+
+def is_cpu(row: dict[str, Any]) -> bool:
+    """Whether a policy row's run ran on a CPU (its compiled step's platform or its devices)."""
+    return row.get("platform") == "cpu" or (row.get("device_kind") or "").lower() == "cpu"
 
 
 def measured_memory(run: dict[str, Any]) -> tuple[int | None, int | None, str | None]:
@@ -163,6 +192,7 @@ def policy_row(run: dict[str, Any], peak_override: float | None = None) -> dict[
         else (run["stall_ns"] / n_steps / n_dev if run.get("stall_ns") is not None and n_steps else None)
     )
     copies = run.get("copies") or {}
+    placements = (plan or {}).get("host_placements") or {}
 
     def moved(direction: str) -> float | None:
         """Bytes per step and device; none without steps (a capture is not a step)."""
@@ -175,11 +205,19 @@ def policy_row(run: dict[str, Any], peak_override: float | None = None) -> dict[
         "trace": run.get("trace"),
         "steps": len(steps),
         "median_step_ns": median_ns,
+        **step_spread(steps),
+        "within_spread_of": [],
         "peak_device_bytes": peak,
         "peak_device_source": mem_source,
         "device_limit_bytes": limit,
         "compiled_device_bytes": device_bytes(memory) if memory else None,
         "compiled_host_bytes": device_bytes(memory, host=True) if memory else None,
+        "platform": comp.get("platform"),
+        "host_placements": placements.get("layouts"),
+        "host_placed_bytes": (placements.get("entry_parameter_bytes", 0) + placements.get("entry_output_bytes", 0))
+        if placements
+        else None,
+        "host_in_device_memory": comp.get("platform") == "cpu",
         "planned_d2h_bytes_per_step": plan["d2h_bytes_per_step"] if plan else None,
         "planned_h2d_bytes_per_step": plan["h2d_bytes_per_step"] if plan else None,
         "moved_d2h_bytes_per_step": moved("d2h"),
@@ -195,19 +233,80 @@ def policy_row(run: dict[str, Any], peak_override: float | None = None) -> dict[
         "stalled_ns": stalled,
         "recompute_overhead": None,
         "step_module": comp.get("module"),
+        "hlo_fingerprint": comp.get("fingerprint"),
+        "same_hlo_as": [],
         "plan_note": comp.get("plan_note"),
         "notes": list(dict.fromkeys(comp.get("notes") or [])),
     }
 
 
+def same_hlo(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Groups of different policies whose step modules have the same HLO fingerprint; fills each
+    row's ``same_hlo_as`` with the other policies of its group."""
+    by_fp: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r.get("hlo_fingerprint"):
+            by_fp.setdefault(r["hlo_fingerprint"], []).append(r)
+    groups = []
+    for fp, members in by_fp.items():
+        policies = list(dict.fromkeys(r["policy"] for r in members))
+        if len(policies) < 2:
+            continue
+        for r in members:
+            r["same_hlo_as"] = [p for p in policies if p != r["policy"]]
+        groups.append({"fingerprint": fp, "policies": policies, "cpu": all(is_cpu(r) for r in members)})
+    return groups
+
+
+def _pairs(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any], float, float]]:
+    """(a, b, difference of their median steps, the larger spread) for every two rows that have both."""
+    out = []
+    for i, a in enumerate(rows):
+        for b in rows[i + 1 :]:
+            spreads = [x for x in (a["step_spread_ns"], b["step_spread_ns"]) if x is not None]
+            if spreads and None not in (a["median_step_ns"], b["median_step_ns"]):
+                out.append((a, b, abs(a["median_step_ns"] - b["median_step_ns"]), max(spreads)))
+    return out
+
+
+def runs_apart(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Two runs of one policy whose median steps differ by more than the larger of their spreads:
+    the machine changed between the runs, and neither stands for the policy."""
+    return [
+        {"policy": a["policy"], "median_steps_ns": [a["median_step_ns"], b["median_step_ns"]], "spread_ns": spread}
+        for a, b, diff, spread in _pairs(rows)
+        if a["policy"] == b["policy"] and diff > spread
+    ]
+
+
+def within_spread(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pairs of different policies whose median steps differ by less than the larger of their
+    spreads (see the module docstring); fills each row's ``within_spread_of``."""
+    out = []
+    for a, b, diff, spread in _pairs(rows):
+        if a["policy"] != b["policy"] and diff < spread:
+            out.append({"policies": [a["policy"], b["policy"]], "difference_ns": diff, "spread_ns": spread})
+            a["within_spread_of"].append(b["policy"])
+            b["within_spread_of"].append(a["policy"])
+    return out
+
+
 def policy_table(runs: list[dict[str, Any]], peak_override: float | None = None) -> dict[str, Any]:
-    """One row per run, in the runs' order; recomputation against the ``none`` policy's FLOPs."""
+    """One row per run, in the runs' order; recomputation against the ``none`` policy's FLOPs;
+    policies that compiled to the same step; step times within each other's spread; CPU runs."""
     rows = [policy_row(r, peak_override) for r in runs]
     base = next((r["flops_per_step"] for r in rows if r["policy"] == BASELINE_POLICY and r["flops_per_step"]), None)
     for r in rows:
         if base and r["flops_per_step"]:
             r["recompute_overhead"] = r["flops_per_step"] / base - 1
-    return {"baseline": BASELINE_POLICY if base else None, "rows": rows}
+    return {
+        "baseline": BASELINE_POLICY if base else None,
+        "rows": rows,
+        "same_hlo": same_hlo(rows),
+        "within_spread": within_spread(rows),
+        "runs_apart": runs_apart(rows),
+        "cpu_runs": [r["policy"] for r in rows if is_cpu(r)],
+    }
 
 
 # --- planned against moved ---------------------------------------------------------------------
@@ -308,7 +407,14 @@ def planned_vs_moved(run: dict[str, Any], tolerance: float = DIFF_TOLERANCE) -> 
 # --- plans compiled for a target (profile-step plan) -----------------------------------------
 def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any]:
     """Per (policy, batch): device and host memory, whether it fits, planned host traffic, FLOPs,
-    recomputation; and per policy and batch the planned bytes per layer and activation."""
+    recomputation; and per policy and batch the planned bytes per layer and activation.
+
+    ``host_bytes`` is the most host memory one step holds at once (``memory_analysis()``: XLA
+    reuses the host space of copies never in host memory together), ``planned_d2h_bytes_per_step``
+    every byte sent to host in one step: the first is smaller when the schedule never keeps all
+    layers' offloaded data in host memory together.  ``host_live_peak_bytes`` recomputes the
+    first from the plan's schedule (a cross-check), ``late_d2h`` counts the device-to-host copies
+    scheduled after the backward pass began (their data stays in device memory until then)."""
     target = doc["target"]
     limit = int(target["memory_bytes"] * mem_fraction) if target.get("memory_bytes") else None
     rows, layers = [], []
@@ -329,9 +435,13 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
                 "fits": dev <= limit if dev is not None and limit is not None else None,
                 "planned_d2h_bytes_per_step": plan["d2h_bytes_per_step"] if plan else None,
                 "planned_h2d_bytes_per_step": plan["h2d_bytes_per_step"] if plan else None,
+                "host_live_peak_bytes": (plan or {}).get("host_live_peak_bytes"),
+                "late_d2h": (plan or {}).get("late_d2h"),
                 "flops_per_step": (comp.get("cost") or {}).get("flops"),
                 "recompute_overhead": None,
                 "remat_clones": res.get("remat_clones"),
+                "hlo_fingerprint": res.get("fingerprint"),
+                "same_hlo_as": [],
                 "plan_note": res.get("plan_note"),
                 "notes": list(res.get("notes") or []),
                 "dir": res.get("dir"),
@@ -339,7 +449,17 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
         )
         layers.append({"policy": res["policy"], "batch": res["batch"], "layers": by_layer(plan)})
     base = {r["batch"]: r["flops_per_step"] for r in rows if r["policy"] == BASELINE_POLICY and r["flops_per_step"]}
+    same = [
+        g | {"batch": b}
+        for b in dict.fromkeys(r["batch"] for r in rows)
+        for g in same_hlo([r for r in rows if r["batch"] == b])
+    ]
     for r in rows:
+        if r["same_hlo_as"]:
+            r["notes"].append(
+                f"the same compiled step as {', '.join(r['same_hlo_as'])} (HLO fingerprint {r['hlo_fingerprint']}): "
+                "the policy had no effect on the program"
+            )
         if base.get(r["batch"]) and r["flops_per_step"]:
             r["recompute_overhead"] = r["flops_per_step"] / base[r["batch"]] - 1
         if r["remat_clones"]:
@@ -360,6 +480,7 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
         "limit_bytes": limit,
         "rows": rows,
         "layers": layers,
+        "same_hlo": same,
     }
 
 

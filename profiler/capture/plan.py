@@ -27,6 +27,7 @@ from profiler.conventions import BATCH_ENV, COMPILED_STEP, PLAN_DIR_ENV, PLAN_TA
 from profiler.errors import InputError, ProfilerError
 from profiler.xla import targets
 from profiler.xla.compiled import load_module
+from profiler.xla.fingerprint import module_fingerprint, text_fingerprint
 from profiler.xla.hlo import HloError, remat_clones
 from profiler.xla.plan import offload_plan, plan_note
 
@@ -186,8 +187,11 @@ def _one(
         hlo = sub / (compiled.get("hlo_file") or "step.hlo.txt")
         if hlo.is_file():
             try:
-                module, _, _ = load_module(hlo)
+                module, _, text = load_module(hlo)
                 res["plan"] = offload_plan(module)
+                res["fingerprint"] = (text_fingerprint(text) if text is not None else module_fingerprint(module))[
+                    "value"
+                ]
                 res["remat_clones"] = len(remat_clones(module))
                 if plan_note(res["plan"]):
                     res["plan_note"] = plan_note(res["plan"])

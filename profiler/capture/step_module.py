@@ -73,13 +73,17 @@ def record(run_dir: Path, dump_dir: Path | None, own_dump: bool) -> dict[str, An
     hlo = run_dir / (handed or {}).get("hlo_file", "") if (handed or {}).get("hlo_file") else None
     if declared and hlo is not None and hlo.is_file() and not any(m["name"] == declared for m in doc["modules"]):
         # no dump of it: the plan from the text the script wrote, memory and cost as handed over
-        entry = describe(dump.DumpModule(-1, declared, {"after": hlo}), with_cost=False)
+        entry = describe(
+            dump.DumpModule(-1, declared, {"after": hlo}), with_cost=False, platform=handed.get("platform")
+        )
         entry["notes"] = [n for n in entry["notes"] if "buffer assignment" not in n]
         entry.update(label=f"{declared} (handed over)", memory=handed.get("memory"), cost=handed.get("cost"))
         doc["modules"].append(entry)
         doc["step_module"], doc["chosen_by"] = entry["label"], "handed over by the script (no XLA dump)"
     rundir.write_json(run_dir / COMPILED, doc)
+    chosen = next((m for m in doc["modules"] if m.get("label") == doc["step_module"]), {})
     return {
+        "fingerprint": (chosen.get("fingerprint") or {}).get("value"),
         "file": COMPILED,
         "step_module": doc["step_module"],
         "chosen_by": doc["chosen_by"],

@@ -42,6 +42,7 @@ POLICY_HEADERS = (
     "policy",
     "steps",
     "step ms",
+    "min-max ms",
     "peak dev",
     "compiled dev",
     "compiled host",
@@ -55,7 +56,8 @@ POLICY_HEADERS = (
     "stalled ms",
 )
 POLICY_LEGEND = (
-    "per step and per device: step ms = median step; peak dev = measured peak device memory; compiled dev/host = "
+    "per step and per device: step ms = median step, min-max ms = its shortest and longest included step; "
+    "peak dev = measured peak device memory; compiled dev/host = "
     "the step's compiled module (arguments + outputs - aliased + temporaries); D2H planned = the compiler's "
     "offload plan; D2H moved = the trace; exposed/stalled = median copy time not hidden / compute waiting on copies"
 )
@@ -70,14 +72,16 @@ def render_policy_table(tab: dict[str, Any]) -> str:
         notes.setdefault(text, []).append(policy)
 
     for r in tab["rows"]:
+        marks = ("=" if r.get("same_hlo_as") else "") + ("~" if r.get("within_spread_of") else "")
         rows.append(
             [
-                r["policy"],
+                r["policy"] + (f" {marks}" if marks else ""),
                 str(r["steps"]),
                 ms(r["median_step_ns"]),
+                spread(r.get("step_min_ns"), r.get("step_max_ns")),
                 size(r["peak_device_bytes"]),
                 size(r["compiled_device_bytes"]),
-                size(r["compiled_host_bytes"]),
+                compiled_host(r),
                 size(r["planned_d2h_bytes_per_step"]),
                 size(r["moved_d2h_bytes_per_step"]),
                 si(r["flops_per_step"]),
@@ -101,11 +105,66 @@ def render_policy_table(tab: dict[str, Any]) -> str:
     out = [table(POLICY_HEADERS, rows), *textwrap.wrap(POLICY_LEGEND, 118)]
     if tab.get("baseline"):
         out.append(f"recompute: FLOPs per step against the {tab['baseline']!r} policy")
+    out += [f"{m}: {text}" for m, text in policy_marks(tab)]
     every = len(tab["rows"])
     for text, who in notes.items():
         scope = "all runs" if len(who) == every and every > 1 else ", ".join(dict.fromkeys(who))
         out.append(f"note ({scope}): {text}")
     return "\n".join(out)
+
+
+def spread(lo: float | None, hi: float | None) -> str:
+    return "-" if lo is None or hi is None else f"{lo / 1e6:.3f}-{hi / 1e6:.3f}"
+
+
+def compiled_host(r: dict[str, Any]) -> str:
+    """Compiled host memory; on XLA:CPU, where host memory is the device's, what the HLO places there."""
+    if r.get("host_in_device_memory"):
+        return f"{size(r.get('host_placed_bytes') or 0)} in dev"
+    return size(r["compiled_host_bytes"])
+
+
+def policy_marks(tab: dict[str, Any]) -> list[tuple[str, str]]:
+    """(mark, sentence) for the table's marked rows and its CPU runs: same step, within the noise."""
+    out = []
+    for g in tab.get("same_hlo") or []:
+        out.append(
+            (
+                "=",
+                f"{', '.join(g['policies'])} compiled to the same step (HLO fingerprint {g['fingerprint']}): "
+                "the policy had no effect on the program; does the script read $PROFILE_STEP_POLICY "
+                "(or the flag --policy-arg passes)?",
+            )
+        )
+    for w in tab.get("within_spread") or []:
+        a, b = w["policies"]
+        out.append(
+            (
+                "~",
+                f"{a} and {b} differ by {w['difference_ns'] / 1e6:.3f} ms per step, less than the spread of their "
+                f"steps ({w['spread_ns'] / 1e6:.3f} ms): not a measured difference",
+            )
+        )
+    for w in tab.get("runs_apart") or []:
+        a, b = (f"{t / 1e6:.3f}" for t in w["median_steps_ns"])
+        out.append(
+            (
+                "!",
+                f"two runs of {w['policy']} took {a} and {b} ms per step, further apart than the spread of their "
+                f"steps ({w['spread_ns'] / 1e6:.3f} ms): the machine changed between the runs",
+            )
+        )
+    cpu = tab.get("cpu_runs") or []
+    if cpu:
+        who = "all runs" if len(cpu) == len(tab["rows"]) else ", ".join(dict.fromkeys(cpu))
+        out.append(
+            (
+                "cpu",
+                f"{who} ran on a CPU, which does not stand for a GPU: step times, memory and copies differ there "
+                "(XLA:CPU does not offload); use it to check the script, not to choose a policy",
+            )
+        )
+    return out
 
 
 def render_planned_vs_moved_all(pvms: list[dict[str, Any]]) -> str:
@@ -188,13 +247,42 @@ def layer_pivot(layers: list[dict[str, Any]]) -> str:
     return "\n".join([out, *dict.fromkeys(notes)])
 
 
+PLAN_LEGEND = (
+    "device, host = the most memory one step holds at once on the device and in host memory (memory_analysis()); "
+    "D2H/step, H2D/step = every byte the plan sends to host and back in one step"
+)
+
+
+def plan_notes(r: dict[str, Any]) -> list[str]:
+    """Why a plan row's host memory is smaller than what it sends to host, and offloads scheduled late."""
+    out = []
+    host, sent, peak = r.get("host_bytes"), r.get("planned_d2h_bytes_per_step"), r.get("host_live_peak_bytes")
+    if host is not None and sent and host < sent:
+        check = ""
+        if peak is not None:
+            check = f" (the plan's schedule gives {size(peak)}" + (", the same)" if peak == host else ")")
+        out.append(
+            f"host {size(host)} against {size(sent)} sent to host per step: at most {size(host)} of offloaded data is "
+            f"in host memory at once{check}; XLA reuses the host space of copies that are never there together"
+        )
+    late = r.get("late_d2h")
+    if late and late["late"]:
+        out.append(
+            f"XLA scheduled {late['late']} of {late['of']} device-to-host copies ({size(late['late_bytes'])}) after "
+            "the first copy back to the device (the backward pass had begun): their data stays in device memory "
+            "until then"
+        )
+    return out
+
+
 def render_plan(tab: dict[str, Any]) -> str:
     """A plan compiled for a target: fits per policy and batch, then bytes per layer and activation."""
     t = tab["target"]
     lim = tab["limit_bytes"]
+    mem = t.get("memory_bytes")
     out = [
         f"== {tab['label']} ==",
-        f"device memory {size(t.get('memory_bytes'))}; usable {size(lim)} "
+        f"device memory {size(mem)}" + (f" ({mem / 2**20:,.0f} MiB)" if mem else "") + f"; usable {size(lim)} "
         f"(XLA_PYTHON_CLIENT_MEM_FRACTION {tab['mem_fraction']:g}); one device, no sharding",
     ]
     rows = []
@@ -234,6 +322,7 @@ def render_plan(tab: dict[str, Any]) -> str:
             left=(0, 2, 5),
         )
     )
+    out += textwrap.wrap(PLAN_LEGEND, 118)
     fitting: dict[Any, list[str]] = {}
     for r in tab["rows"]:
         if r["fits"]:
@@ -244,7 +333,7 @@ def render_plan(tab: dict[str, Any]) -> str:
         out.append(f"{label}{', '.join(names) + ' fit' if names else 'no policy fits'} in device memory")
     for r in tab["rows"]:
         at = "" if r["batch"] is None else f" batch {r['batch']}"
-        out += [f"note: {r['policy']}{at}: {n}" for n in r["notes"]]
+        out += [f"note: {r['policy']}{at}: {n}" for n in [*plan_notes(r), *r["notes"]]]
     # per layer: for each policy, the largest batch compiled
     chosen: dict[str, dict[str, Any]] = {}
     for entry in tab["layers"]:

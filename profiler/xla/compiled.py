@@ -9,6 +9,7 @@ empty with a note, and the rest of the description stays.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from functools import cache
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 from profiler.xla.buffers import memory_stats, parse_buffer_assignment
 from profiler.xla.dump import DumpModule
+from profiler.xla.fingerprint import module_fingerprint, text_fingerprint
 from profiler.xla.hlo import HloError, Module, parse_text
 from profiler.xla.plan import offload_plan, plan_note
 from profiler.xla.proto import WireError, module_from_proto, read_bytes
@@ -77,8 +79,22 @@ def load_module(path: Path) -> tuple[Module, list[dict[str, Any]], str | None]:
     return parse_text(text, str(path)), [], text
 
 
-def describe(mod: DumpModule, with_cost: bool = True) -> dict[str, Any]:
-    """Memory, cost and plan of a dumped module; problems become ``notes``."""
+_STAGE = re.compile(r"\.([\w.]+)_after_optimizations")
+
+
+def platform_of(path: Path | None) -> str | None:
+    """``cpu`` or ``gpu`` from a dump file's stage (``cpu_after_optimizations``,
+    ``sm_9.0a_gpu_after_optimizations``), None when the name does not say."""
+    m = _STAGE.search(path.name) if path is not None else None
+    if not m:
+        return None
+    stage = m.group(1)
+    return "cpu" if stage.endswith("cpu") else ("gpu" if stage.endswith("gpu") else stage)
+
+
+def describe(mod: DumpModule, with_cost: bool = True, platform: str | None = None) -> dict[str, Any]:
+    """Memory, cost, plan and fingerprint of a dumped module; problems become ``notes``.
+    *platform* (``cpu``, ``gpu``) when the file name does not say it."""
     notes: list[str] = []
     out: dict[str, Any] = {
         "name": mod.name,
@@ -89,9 +105,12 @@ def describe(mod: DumpModule, with_cost: bool = True) -> dict[str, Any]:
         "memory_source": None,
         "cost": None,
         "plan": None,
+        "platform": None,
+        "fingerprint": None,
         "notes": notes,
     }
     path = mod.files.get("after") or mod.files.get("after_proto")
+    out["platform"] = platform_of(path) or platform
     module, allocs, text = None, [], None
     if path is None:
         notes.append("no after-optimization module in the dump")
@@ -105,8 +124,9 @@ def describe(mod: DumpModule, with_cost: bool = True) -> dict[str, Any]:
         plan = offload_plan(module)
         out["plan"] = plan
         notes += plan["notes"]
-        if plan_note(plan):
-            out["plan_note"] = plan_note(plan)
+        if plan_note(plan, out["platform"]):
+            out["plan_note"] = plan_note(plan, out["platform"])
+        out["fingerprint"] = text_fingerprint(text) if text is not None else module_fingerprint(module)
     if "buffers" in mod.files:
         try:
             out["memory"] = memory_stats(parse_buffer_assignment(mod.files["buffers"].read_text(errors="replace")))

@@ -74,6 +74,18 @@ def describe_compiled(compiled: Any, hlo_text: str) -> dict[str, Any]:
     return doc
 
 
+def _platform(compiled: Any) -> str | None:
+    """``cpu`` or ``gpu``: the backend of the step's devices (of JAX's default one without arguments)."""
+    try:
+        import jax
+
+        shardings = [s for s in jax.tree.leaves(compiled.input_shardings) if hasattr(s, "device_set")]
+        plat = next(iter(shardings[0].device_set)).platform if shardings else jax.default_backend()
+    except Exception:  # never break the user's run for a label
+        return None
+    return "gpu" if plat in ("gpu", "cuda", "rocm") else plat
+
+
 def compiled_step(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """See the module docstring; returns the ``Compiled`` step (None when not under profile-step)."""
     plan_dir = os.environ.get(PLAN_DIR_ENV)
@@ -93,6 +105,7 @@ def compiled_step(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
         return None
     doc = describe_compiled(compiled, text)
     doc["source"] = "annotate.compiled_step (in the process)"
+    doc["platform"] = _platform(compiled)
     if not os.environ.get(XLA_DUMP_ENV):
         hlo = Path(run_dir) / "compiled_step.hlo.txt"
         hlo.write_text(text)

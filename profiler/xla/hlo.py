@@ -54,6 +54,10 @@ class Module:
     scheduled: bool = False
     truncated: bool = False
     notes: list[str] = field(default_factory=list)
+    # the header's entry_computation_layout: parameter shapes and the result shape (XLA:CPU
+    # prints host placement, S(5), only there; the ENTRY's parameter instructions carry none)
+    entry_parameters: tuple[Shape, ...] | None = None
+    entry_result: Shape | None = None
 
     def instructions(self) -> list[Instruction]:
         return [i for c in self.computations.values() for i in c.instructions]
@@ -119,6 +123,28 @@ def _operand_name(text: str) -> str | None:
     return t.split()[-1].lstrip("%")
 
 
+def entry_layout(header: str) -> tuple[tuple[Shape, ...], Shape] | None:
+    """(parameter shapes, result shape) of a header's ``entry_computation_layout={(...)->...}``,
+    or None when it has none or it cannot be read."""
+    at = header.find("entry_computation_layout={")
+    if at < 0:
+        return None
+    start = at + len("entry_computation_layout=")
+    end = _close(header, start)
+    if end < 0:
+        return None
+    body = header[start + 1 : end]
+    arrow = body.find(")->")
+    if arrow < 0:
+        return None
+    try:
+        params = parse_shape(body[: arrow + 1])
+        result = parse_shape(body[arrow + 3 :])
+    except ShapeError:
+        return None
+    return params.tuple or (), result
+
+
 def parse_instruction(line: str, computation: str, position: int) -> Instruction:
     """One instruction statement (possibly joined from several lines); raises ValueError."""
     m = _INSTR.match(line)
@@ -170,7 +196,7 @@ def parse_instruction(line: str, computation: str, position: int) -> Instruction
 
 def parse_text(text: str, source: str = "HLO text") -> Module:
     """The module in *text*; damage becomes notes (see the module docstring)."""
-    name, scheduled = None, False
+    name, scheduled, layout = None, False, None
     comps: dict[str, Computation] = {}
     entry = None
     notes: list[str] = []
@@ -202,6 +228,7 @@ def parse_text(text: str, source: str = "HLO text") -> Module:
             if hm and name is None:
                 name = hm.group(1)
                 scheduled = "is_scheduled=true" in hm.group(2)
+                layout = entry_layout(hm.group(2))
                 continue
             cm = _COMP.match(line)
             if cm and not line.startswith((" ", "\t")):
@@ -255,4 +282,6 @@ def parse_text(text: str, source: str = "HLO text") -> Module:
         scheduled=scheduled,
         truncated=truncated,
         notes=notes,
+        entry_parameters=layout[0] if layout else None,
+        entry_result=layout[1] if layout else None,
     )

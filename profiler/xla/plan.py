@@ -286,6 +286,13 @@ def offload_plan(module: Module) -> dict[str, Any]:
                 buffers.append(_buffer(ins, _host_bytes(ins), "AllocateBuffer"))
             elif op == "parameter" and comp.is_entry and _host_bytes(ins):
                 buffers.append(_buffer(ins, _host_bytes(ins), "entry parameter in host memory"))
+            elif op == "parameter" and comp.is_entry and ins.parameter_number is not None:
+                # XLA:CPU prints the placement only in the header's entry_computation_layout
+                layout = module.entry_parameters or ()
+                if ins.parameter_number < len(layout):
+                    nbytes = sum(a.bytes for a in layout[ins.parameter_number].arrays() if a.on_host)
+                    if nbytes:
+                        buffers.append(_buffer(ins, nbytes, "entry parameter in host memory (entry layout)"))
     # a slice brought back from a host buffer: whose buffer (the write that filled it) names it
     writers = {n: m for m in movements if m["direction"] == "d2h" for n in (m["instruction"], m["moved_by"]) if n}
     for mv in movements:
@@ -316,6 +323,9 @@ def offload_plan(module: Module) -> dict[str, Any]:
     unknown = sum(1 for m in moves if m["bytes_per_step"] is None)
     host_values = sum(1 for i in module.instructions() if _host_bytes(i))
     return {
+        "host_placements": host_placements(module),
+        "host_live_peak_bytes": host_live_peak(moves, module.entry) if module.scheduled else None,
+        "late_d2h": late_d2h(moves, module.entry) if module.scheduled else None,
         "module": module.name,
         "scheduled": module.scheduled,
         "host_values": host_values,
@@ -341,8 +351,94 @@ def _buffer(ins: Instruction, nbytes: int, kind: str) -> dict[str, Any]:
     }
 
 
-def plan_note(plan: dict[str, Any]) -> str | None:
-    """A sentence for a plan without movements (the usual CPU result), else None."""
+def host_placements(module: Module) -> dict[str, int]:
+    """Where the module places values in host memory (memory space 5): entry parameters and
+    outputs (from the header's entry layout when it has one, else the ENTRY's parameter
+    instructions and root), instructions whose value is in host memory, and all host-space
+    array layouts together (``layouts``: what a search for ``S(5)`` in the text counts, less
+    the repeats of old printing's operand shapes)."""
+    entry = module.computations.get(module.entry or "")
+    params = list(module.entry_parameters or ())
+    result = module.entry_result
+    if module.entry_parameters is None and entry is not None:
+        params = [
+            i.shape
+            for i in sorted(entry.instructions, key=lambda i: i.parameter_number or 0)
+            if i.opcode == "parameter"
+        ]
+        root = next((i for i in entry.instructions if i.is_root), None)
+        result = root.shape if root is not None else None
+    host_params = [a for p in params for a in p.arrays() if a.on_host]
+    host_outs = [a for a in (result.arrays() if result is not None else []) if a.on_host]
+    instr = [a for i in module.instructions() for a in i.shape.arrays() if a.on_host]
+    header = len(host_params) + len(host_outs) if module.entry_parameters is not None else 0
+    return {
+        "layouts": header + len(instr),
+        "entry_parameters": len(host_params),
+        "entry_parameter_bytes": sum(a.bytes for a in host_params),
+        "entry_outputs": len(host_outs),
+        "entry_output_bytes": sum(a.bytes for a in host_outs),
+        "instructions": sum(1 for i in module.instructions() if _host_bytes(i)),
+    }
+
+
+def host_live_peak(moves: list[dict[str, Any]], entry: str | None) -> int | None:
+    """The most bytes of offloaded data in host memory at once, in the entry computation's
+    schedule: each device-to-host copy holds its bytes from its position until the last copy
+    that brings it back (or the end of the step).  None when a movement runs inside a loop or
+    another computation (its buffers are slices of a larger one; XLA's buffer assignment knows)."""
+    d2h = [m for m in moves if m["direction"] == "d2h"]
+    if not d2h or any(m["computation"] != entry for m in moves):
+        return None if d2h else 0
+    end = max(m["position"] for m in moves) + 1
+    back: dict[str, int] = {}
+    for m in moves:
+        if m["direction"] == "h2d" and m.get("brings_back"):
+            back[m["brings_back"]] = max(back.get(m["brings_back"], -1), m["position"])
+    events = sorted(
+        [(m["position"], m["bytes"]) for m in d2h] + [(back.get(m["instruction"], end), -m["bytes"]) for m in d2h],
+        key=lambda e: (e[0], e[1]),  # a buffer freed at a position before one taken there
+    )
+    live = peak = 0
+    for _, delta in events:
+        live += delta
+        peak = max(peak, live)
+    return peak
+
+
+def late_d2h(moves: list[dict[str, Any]], entry: str | None) -> dict[str, int] | None:
+    """Device-to-host copies of the entry computation scheduled after its first host-to-device
+    copy (the backward pass has begun: until then their data stays in device memory), of all of
+    them; None without both directions there."""
+    d2h = [m["position"] for m in moves if m["computation"] == entry and m["direction"] == "d2h"]
+    h2d = [m["position"] for m in moves if m["computation"] == entry and m["direction"] == "h2d"]
+    if not d2h or not h2d:
+        return None
+    first_back = min(h2d)
+    late = [m for m in moves if m["computation"] == entry and m["direction"] == "d2h" and m["position"] > first_back]
+    return {"late": len(late), "late_bytes": sum(m["bytes"] for m in late), "of": len(d2h)}
+
+
+def _size(b: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if b >= scale:
+            return f"{b / scale:.2f} {unit}"
+    return f"{b} B"
+
+
+CPU_HOST = (
+    "XLA:CPU keeps host memory in the device's own memory space: memory_analysis() counts the host-placed "
+    "values as device memory and reports no host memory (compiled host shows them as 'in dev')"
+)
+CPU_NO_OFFLOAD = (
+    "JAX lowers a device_put to pinned_host inside a step (and so checkpoint offload policies) to nothing "
+    "on XLA:CPU: a CPU run cannot show whether the program offloads activations on a GPU"
+)
+
+
+def plan_note(plan: dict[str, Any], platform: str | None = None) -> str | None:
+    """A sentence for a plan without movements (the usual CPU result), else None; *platform*
+    (``cpu``, ``gpu``, None when unknown) says whether host memory is the device's own."""
     if plan["movements"]:
         return None
     if plan.get("offload_requests"):
@@ -350,4 +446,21 @@ def plan_note(plan: dict[str, Any]) -> str | None:
             "offload requests are present but not yet lowered: this looks like a module before "
             "optimization, not the compiler's plan"
         )
+    hp = plan.get("host_placements") or {}
+    parts = []
+    if hp.get("entry_parameters"):
+        parts.append(f"{hp['entry_parameters']} parameters ({_size(hp['entry_parameter_bytes'])})")
+    if hp.get("entry_outputs"):
+        parts.append(f"{hp['entry_outputs']} outputs ({_size(hp['entry_output_bytes'])})")
+    if hp.get("instructions"):
+        parts.append(f"{hp['instructions']} instruction values")
+    cpu = platform == "cpu"
+    if parts:
+        text = (
+            f"{hp.get('layouts', 0)} host placements (S(5)) in the step: {', '.join(parts)} in host memory; "
+            "no copy between device and host inside the step"
+        )
+        return f"{text}; {CPU_HOST}; {CPU_NO_OFFLOAD}" if cpu else text
+    if cpu:
+        return f"no host placement (S(5)) in the step; {CPU_NO_OFFLOAD}"
     return "the compiler placed nothing in host memory (S(5)): no offload in this program"

@@ -6,7 +6,9 @@ takes.  The ones here are written from public device facts: SM count, compute
 capability, memory size and bandwidth, boost clock, L2 size from NVIDIA's
 product datasheets (H100 SXM5, H200 SXM, B200 in DGX B200, A100 SXM4); per-SM
 and per-block limits from the CUDA C++ Programming Guide's table of compute
-capabilities.  Memory sizes are the datasheet's decimal gigabytes.  The
+capabilities.  Memory sizes are the devices' real capacity, the total that
+``nvidia-smi`` reports (an H100 80GB: 81,559 MiB = 85,520,809,984 bytes, not
+80 x 10^9; H200 143,771 MiB; B200 183,359 MiB; A100 80GB 81,920 MiB).  The
 compiler uses them for its cost models; the offload rewrite does not depend on
 them.  A description of your own device is one command on a machine that has
 it: ``jax.lib.xla_client.get_topology_for_devices(jax.local_devices()).target_config``
@@ -79,16 +81,17 @@ class GpuTarget:
         )
 
 
+MiB = 2**20
 TARGETS: dict[str, GpuTarget] = {
     t.key: t
     for t in (
-        GpuTarget("h100", "NVIDIA H100 80GB HBM3", 132, 9, 0, 80 * 10**9, 3.35e12, 1.98, 50 * 2**20, 128,
+        GpuTarget("h100", "NVIDIA H100 80GB HBM3", 132, 9, 0, 81559 * MiB, 3.35e12, 1.98, 50 * 2**20, 128,
                   233472, 232448, 989.4, 66.9),
-        GpuTarget("h200", "NVIDIA H200", 132, 9, 0, 141 * 10**9, 4.8e12, 1.98, 50 * 2**20, 128,
+        GpuTarget("h200", "NVIDIA H200", 132, 9, 0, 143771 * MiB, 4.8e12, 1.98, 50 * 2**20, 128,
                   233472, 232448, 989.4, 66.9),
-        GpuTarget("b200", "NVIDIA B200", 148, 10, 0, 180 * 10**9, 8.0e12, 1.965, 126 * 2**20, 128,
+        GpuTarget("b200", "NVIDIA B200", 148, 10, 0, 183359 * MiB, 8.0e12, 1.965, 126 * 2**20, 128,
                   233472, 232448, 2250.0, 80.0),
-        GpuTarget("a100", "NVIDIA A100-SXM4-80GB", 108, 8, 0, 80 * 10**9, 2.039e12, 1.41, 40 * 2**20, 64,
+        GpuTarget("a100", "NVIDIA A100-SXM4-80GB", 108, 8, 0, 81920 * MiB, 2.039e12, 1.41, 40 * 2**20, 64,
                   167936, 166912, 312.0, 19.5),
     )
 }  # fmt: skip

@@ -1,0 +1,106 @@
+"""The plan's numbers add up: the target's real memory, host memory held at once against bytes sent
+to host per step (cross-checked against the plan's own schedule), offloads scheduled late.
+
+The compile test uses the real GPU compiler in .venv-aot (skips without it, as test_compiled_step).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from profiler.analysis.policies import plan_table
+from profiler.report.policies_text import plan_notes, render_plan
+from profiler.xla.hlo import parse_text
+from profiler.xla.plan import host_live_peak, late_d2h, offload_plan
+from profiler.xla.targets import TARGETS, memory_of
+from tests.conftest import run_cli
+from tests.test_compiled_step import TRAIN, aot_python  # noqa: F401 (the fixture)
+
+MiB = 2**20
+
+
+def test_targets_have_their_real_capacity():
+    """nvidia-smi's totals, not decimal gigabytes: an H100 80GB has 81,559 MiB."""
+    assert TARGETS["h100"].memory_bytes == 85_520_809_984 == 81_559 * MiB
+    assert memory_of(TARGETS["h100"].spec_text()) == 85_520_809_984
+    assert {k: t.memory_bytes // MiB for k, t in TARGETS.items()} == {
+        "h100": 81_559,
+        "h200": 143_771,
+        "b200": 183_359,
+        "a100": 81_920,
+    }
+
+
+def mv(direction: str, name: str, pos: int, nbytes: int, back: str | None = None, comp: str = "main") -> dict:
+    return {"direction": direction, "instruction": name, "position": pos, "bytes": nbytes, "brings_back": back,
+            "computation": comp}  # fmt: skip
+
+
+def test_host_live_peak_and_late_copies():
+    """Two layers' copies that never overlap in host memory: the peak is one layer's; the second
+    layer's copy, after the first copy back, is late."""
+    moves = [
+        mv("d2h", "a", 10, 3 * MiB),
+        mv("h2d", "a_back", 20, 3 * MiB, back="a"),
+        mv("d2h", "b", 30, 3 * MiB),
+        mv("h2d", "b_back", 40, 3 * MiB, back="b"),
+    ]
+    assert host_live_peak(moves, "main") == 3 * MiB
+    assert late_d2h(moves, "main") == {"late": 1, "late_bytes": 3 * MiB, "of": 2}
+    together = [mv("d2h", "a", 10, MiB), mv("d2h", "b", 11, 2 * MiB), mv("h2d", "x", 40, MiB, back="b"),
+                mv("h2d", "y", 41, MiB, back="a")]  # fmt: skip
+    assert host_live_peak(together, "main") == 3 * MiB and late_d2h(together, "main")["late"] == 0
+    assert host_live_peak([mv("d2h", "a", 1, MiB, comp="body")], "main") is None  # inside a loop: XLA knows
+    assert host_live_peak([], "main") == 0
+
+
+def test_plan_notes_explain_host_against_sent():
+    row = {"host_bytes": 384 * MiB, "planned_d2h_bytes_per_step": 3 * 2**30, "host_live_peak_bytes": 384 * MiB,
+           "late_d2h": {"late": 21, "late_bytes": 21 * 128 * MiB, "of": 24}}  # fmt: skip
+    notes = plan_notes(row)
+    assert notes[0].startswith("host 384.00 MiB against 3.00 GiB sent to host per step: at most 384.00 MiB")
+    assert "(the plan's schedule gives 384.00 MiB, the same)" in notes[0]
+    assert notes[1].startswith("XLA scheduled 21 of 24 device-to-host copies (2.62 GiB) after the first copy back")
+    assert plan_notes({**row, "host_bytes": 3 * 2**30, "late_d2h": None}) == []
+
+
+def test_plan_of_offload_qkv_adds_up(aot_python, tmp_path):  # noqa: F811
+    """The real GPU compiler: host memory from memory_analysis() equals the most the plan's schedule holds in
+    host memory at once; the bytes sent are every layer's q, k and v; the header shows the real capacity."""
+    out = tmp_path / "plan"
+    args = ["--layers", "2", "--d-model", "256", "--heads", "4", "--ffn", "512", "--seq", "512"]
+    proc = run_cli("plan", "--target", "h100", "--policy", "offload_qkv", "--batch", "8", "--out", str(out),
+                   "--json", str(TRAIN), *args, timeout=1200)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (row,) = json.loads(proc.stdout)["plan"]["rows"]
+    one = 8 * 512 * 256 * 4  # batch x sequence x d_model x float32: one projection
+    assert row["planned_d2h_bytes_per_step"] == 2 * 3 * one
+    assert row["host_bytes"] == row["host_live_peak_bytes"] > 0  # XLA's buffer assignment = the schedule's peak
+    assert row["host_bytes"] <= row["planned_d2h_bytes_per_step"]
+    plan = offload_plan(parse_text((out / "offload_qkv-b8" / "step.hlo.txt").read_text()))
+    assert plan["host_live_peak_bytes"] == row["host_bytes"]
+    doc = json.loads((out / "plan.json").read_text())
+    assert doc["target"]["memory_bytes"] == 85_520_809_984
+    text = render_plan(plan_table(doc))
+    assert "device memory 79.65 GiB (81,559 MiB); usable 59.74 GiB" in text
+    assert "the most memory one step holds at once" in text
+    if row["host_bytes"] < row["planned_d2h_bytes_per_step"]:
+        assert re.search(r"note: offload_qkv batch 8: host [\d.]+ [KMG]iB against [\d.]+ [KMG]iB sent to host", text)
+
+
+def test_plan_marks_policies_that_compiled_the_same_step():
+    def res(policy: str, batch: int, fp: str) -> dict:
+        return {"policy": policy, "batch": batch, "status": "ok", "compiled": {"module": "jit_step"},
+                "plan": None, "fingerprint": fp, "notes": []}  # fmt: skip
+
+    doc = {
+        "label": "compiled for X, not measured",
+        "target": {"memory_bytes": 81_559 * MiB},
+        "results": [res("none", 4, "a"), res("offload", 4, "a"), res("none", 8, "b"), res("offload", 8, "c")],
+    }
+    tab = plan_table(doc)
+    assert tab["same_hlo"] == [{"fingerprint": "a", "policies": ["none", "offload"], "cpu": False, "batch": 4}]
+    text = render_plan(tab)
+    assert "note: offload batch 4: the same compiled step as none (HLO fingerprint a)" in text
+    assert "batch 8: the same compiled step" not in text
