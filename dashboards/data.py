@@ -39,7 +39,7 @@ from profiler.errors import InputError, ProfilerError
 from profiler.report import store
 from profiler.trace import load_trace
 
-CACHE_VERSION = "8"  # 8: platform and HLO fingerprint in summaries; findings by cost; sync rows on their context's GPU, layers' top kernels per GPU
+CACHE_VERSION = "8"  # 8: HLO fingerprints, findings by cost, sync rows on their context's GPU
 CACHE_SUFFIXES = (".profile-step.db", ".ops.parquet", ".ranges.parquet")
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 
