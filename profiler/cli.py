@@ -484,7 +484,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="REGEX",
         help="regex whose first group names the layer in XLA op_name paths (default, by convention: "
-        "layer_3, layers_3, x_layers_3, layers/3, block_3, h_3; scans: decoder/layers, layers, while/body)",
+        "layer_3, layers_3, x_layers_3, layers/3, block_3, h_3; a scan (while/body, layers, decoder): one family, "
+        "numbered by its iterations)",
     )
     a.add_argument(
         "--step-range",

@@ -333,31 +333,13 @@ class Breakdown:
         return lr[row_of[best[ops]]].select(pl.Series("op_id", ops, pl.Int64), "layer", "inferred")
 
     def _number_repeats(self, thunks: pl.DataFrame) -> pl.DataFrame:
-        """Under lax.scan one thunk repeats once per layer: number repeats in launch order per step.
-
-        Applies to layer names without a number (``layers``); backward-pass
-        thunks (``transpose(`` in the op_name path) run the layers in reverse.
-        """
-        if thunks.height == 0:
-            return thunks.with_columns(pl.lit(False).alias("inferred"))
-        scan_like = ~pl.col("layer").str.contains(r"\d")
-        # one execution of the step: the enclosing XlaModule range, else the step range
+        """Layers of a scan (lax.scan, flax ``nn.scan``, MaxText's scanned decoder): ``scan_layers``."""
         r = self.ranges.ranges
+        # one execution of the step: the enclosing XlaModule range, else the step range
         bounds = r.filter(pl.col("xla_kind") == "module")["start"].sort().to_numpy()
         if bounds.size == 0:
             bounds = self.step_ranges()["start"].sort().to_numpy()
-        step_of = np.searchsorted(bounds, thunks["start"].to_numpy(), side="right") - 1
-        t = thunks.with_columns(pl.Series("_step", step_of)).sort("start")
-        # one instruction: its name less the suffixes of XLA's passes (a peeled first iteration too)
-        t = t.with_columns(
-            pl.int_range(pl.len()).over("_step", "global_tid", "hlo_base").alias("_k"),
-            pl.len().over("_step", "global_tid", "hlo_base").alias("_n"),
-        )
-        k = pl.when(pl.col("backward")).then(pl.col("_n") - 1 - pl.col("_k")).otherwise(pl.col("_k"))
-        return t.with_columns(
-            pl.when(scan_like).then(pl.format("{}[{}]", pl.col("layer"), k)).otherwise(pl.col("layer")).alias("layer"),
-            scan_like.alias("inferred"),
-        ).drop("_step", "_k", "_n")
+        return scan_layers(thunks, bounds)
 
     def by_layer(self, top_kernels: bool = True) -> list[dict[str, Any]]:
         """Per layer and device; layers without GPU activity (a CPU run) are listed with zeros."""
@@ -394,6 +376,73 @@ class Breakdown:
             .select("op_id", pl.col("op").alias("group"))
         )
         return self.measure(assigned, distinct=True, top_kernels=top_kernels)
+
+
+SCAN_FAMILY_FALLBACK = "scan"  # the family of a scan whose paths name no layer component
+
+
+def scan_family(labels: pl.Series) -> str:
+    """One name for the scanned layers of a trace: the layer-like path component most of its thunks
+    carry (``decoder/layers`` counts as ``layers``; ``while/body`` names no layer), ties by name."""
+    named = labels.str.split("/").list.last().filter(labels != "while/body")
+    if named.len() == 0:
+        return SCAN_FAMILY_FALLBACK
+    counts = named.value_counts(name="n").sort(["n", named.name], descending=[True, False])
+    return str(counts[named.name][0])
+
+
+def scan_layers(thunks: pl.DataFrame, bounds: np.ndarray) -> pl.DataFrame:
+    """*thunks* (range_id, start, global_tid, hlo_base, layer, backward) with ``layer`` numbered where
+    it names a scan (no digit in it) and ``inferred`` set there.
+
+    Under a scan the loop body's thunks repeat once per iteration, and iteration k is layer k.  The
+    rule, per execution of the step (*bounds*: the executions' starts), launch thread and direction
+    (forward; backward, ``transpose(`` in the path, which runs the layers in reverse):
+
+    - every scanned thunk is one family, whatever component named it (``decoder``, ``layers``,
+      ``while/body``): a step holds one stack of scanned layers, named by ``scan_family``;
+    - the loop's trip count N is the most times one instruction (its name less the suffixes of
+      XLA's passes, so a peeled first iteration counts) ran; the loop body's first instruction is the
+      earliest of those that ran N times, and each of its runs starts an iteration;
+    - a scanned thunk belongs to the iteration whose start it follows; one before the first
+      iteration or after the last run of a body instruction lies outside the loop (no layer).
+    A step with two scanned stacks (an encoder and a decoder) shows them as one family; a loop of one
+    iteration cannot be told from the code around it by repetition (that code joins its layer).
+    """
+    if thunks.height == 0:
+        return thunks.with_columns(pl.lit(False).alias("inferred"))
+    scanned = ~pl.col("layer").str.contains(r"\d")
+    family = scan_family(thunks.filter(scanned)["layer"])
+    step_of = np.searchsorted(bounds, thunks["start"].to_numpy(), side="right") - 1
+    loop = ["_step", "global_tid", "backward"]
+    t = (
+        thunks.with_columns(pl.Series("_step", step_of), scanned.alias("_scan"), pl.int_range(pl.len()).alias("_row"))
+        .sort("start", "_row")
+        .with_columns(pl.len().over([*loop, "_scan", "hlo_base"]).alias("_runs"))
+        .with_columns(pl.col("_runs").filter(pl.col("_scan")).max().over(loop).alias("_trips"))
+    )
+    body = pl.col("_scan") & (pl.col("_runs") == pl.col("_trips"))
+    head = pl.col("hlo_base").filter(body).first().over(loop)
+    t = t.with_columns((body & (pl.col("hlo_base") == head)).alias("_head"), body.alias("_body"))
+    t = t.with_columns(
+        (pl.col("_head").cum_sum().over(loop) - 1).alias("_k"),
+        pl.col("_body").cum_sum(reverse=True).over(loop).alias("_later"),
+    )
+    k = pl.when(pl.col("backward")).then(pl.col("_trips") - 1 - pl.col("_k")).otherwise(pl.col("_k"))
+    inside = (pl.col("_k") >= 0) & (pl.col("_later") > 0)
+    layer = (
+        pl.when(~pl.col("_scan"))
+        .then(pl.col("layer"))
+        .when(inside)
+        .then(pl.format("{}[{}]", pl.lit(family), k))
+        .otherwise(None)
+    )
+    return (
+        t.with_columns(layer.alias("layer"), pl.col("_scan").alias("inferred"))
+        .filter(pl.col("layer").is_not_null())
+        .sort("_row")
+        .drop("_step", "_scan", "_row", "_runs", "_trips", "_head", "_body", "_k", "_later")
+    )
 
 
 @dataclass(frozen=True)
