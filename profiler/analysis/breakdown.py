@@ -201,7 +201,9 @@ class Breakdown:
         r = self.ranges.ranges
 
         def one_range_each(sel: pl.DataFrame, source: str) -> StepSet:
-            frame = sel.sort("start").with_row_index("index").with_columns(pl.lit(None, pl.String).alias("warmup"))
+            frame = sel.sort("start").with_row_index("index")
+            compiled = pl.Series(self._compiles_during(frame))
+            frame = frame.with_columns(pl.when(compiled).then(pl.lit(COMPILED_IN_STEP)).alias("warmup"))
             return StepSet(frame, frame.select("range_id", "index"), source, None)
 
         if self.step_range:
@@ -214,6 +216,15 @@ class Breakdown:
         xla = self.module_steps
         why = f"no {STEP_PREFIX}N ranges, no --step-range; " + (xla.note or "")
         return StepSet(xla.steps, xla.members, xla.source, xla.note if xla.source else why)
+
+    def _compiles_during(self, steps: pl.DataFrame) -> np.ndarray:
+        """Per step range: whether XLA compile work (``XlaCompile``, passes, autotuning) overlaps it."""
+        comp = self.ranges.ranges.filter(pl.col("xla_kind") == "compile")
+        if comp.height == 0 or steps.height == 0:
+            return np.zeros(steps.height, dtype=bool)
+        cu = union(np.zeros(comp.height, dtype=np.int64), comp["start"].to_numpy(), comp["end"].to_numpy())
+        zeros = np.zeros(steps.height, dtype=np.int64)
+        return measure_within(cu, zeros, steps["start"].to_numpy(), steps["end"].to_numpy()) > 0
 
     @cached_property
     def module_steps(self) -> ModuleSteps:
@@ -258,6 +269,8 @@ class Breakdown:
                 "excluded": [],
                 "median_step_ns": None,
                 "median_included_step_ns": None,
+                "included_steps": 0,
+                "outlier_reference_ns": None,
                 **source,
             }
         ids = steps.select("range_id", "index", "name", "start", "end")
@@ -268,16 +281,29 @@ class Breakdown:
             assigned = assigned.with_columns(pl.col("index").replace_strict(label).alias("group"))
             rows = {(r["name"], r["device"]): r for r in self.measure(assigned, top_kernels=False)}
         durations = (steps["end"] - steps["start"]).to_numpy()
+        marked = steps["warmup"].to_list()
+        named_warm = steps["name"].str.starts_with(WARMUP_PREFIX).to_numpy()
         not_warm = steps["warmup"].is_null().to_numpy()
         median = float(np.median(durations[not_warm] if not_warm.any() else durations))
+        slow = (durations > OUTLIER_FACTOR * median) & (median > 0) & (steps.height >= 3)
+        warm = ~not_warm | named_warm
+        leading = _leading_slow(durations, warm, median) & slow
+        kept = durations[~(warm | slow)]
+        included = int(np.median(kept)) if kept.size else None
+        per_group: dict[str, dict[str, Any]] = {}
+        for (g, d), r in rows.items():
+            per_group.setdefault(g, {})[d] = r["copies"]
         out, excluded = [], []
-        for idx, name, start, end, warm in steps.select("index", "name", "start", "end", "warmup").iter_rows():
+        spans = steps.select("index", "start", "end").iter_rows()
+        for pos, (idx, start, end) in enumerate(spans):
             dur = end - start
-            reason = warm or ("warm-up" if name.startswith(WARMUP_PREFIX) else None)
-            if reason is None and median > 0 and dur > OUTLIER_FACTOR * median and steps.height >= 3:
-                reason = f"outlier: {dur / median:.1f}x the median step"
+            times = f"{dur / included:.1f}x the median step" if included else "slow"
+            reason = marked[pos] or ("warm-up" if named_warm[pos] else None)
+            if reason is None and leading[pos]:
+                reason = f"warm-up: first steps, {times} (compilation, first executions)"
+            elif reason is None and slow[pos]:
+                reason = f"outlier: {times}"
             lab = label[idx]
-            per_dev = {d: r["copies"] for (g, d), r in rows.items() if g == lab}
             out.append(
                 {
                     "name": lab,
@@ -286,18 +312,21 @@ class Breakdown:
                     "end_ns": end,
                     "duration_ns": dur,
                     "excluded": reason,
-                    "devices": per_dev,
+                    "devices": per_group.get(lab, {}),
                 }
             )
             if reason:
                 excluded.append({"name": lab, "reason": reason})
-        kept = [s["duration_ns"] for s in out if not s["excluded"]]
         return {
             "steps": out,
             "attribution": how,
             "excluded": excluded,
-            "median_step_ns": int(median),  # over all steps but XLA warm-up: the yardstick for outliers
-            "median_included_step_ns": int(np.median(kept)) if kept else None,  # what summaries report
+            # one median step everywhere: over the included steps (warm-up and outliers left out)
+            "median_step_ns": included,
+            "median_included_step_ns": included,
+            "included_steps": int(kept.size),
+            # the yardstick for outliers: the median over all steps but warm-up that XLA or a range marks
+            "outlier_reference_ns": int(median),
             **source,
         }
 
@@ -376,6 +405,19 @@ class Breakdown:
             .select("op_id", pl.col("op").alias("group"))
         )
         return self.measure(assigned, distinct=True, top_kernels=top_kernels)
+
+
+COMPILED_IN_STEP = "warm-up: XLA compiled during it"
+
+
+def _leading_slow(durations: np.ndarray, warm: np.ndarray, median: float) -> np.ndarray:
+    """Per step: whether it is slow (over OUTLIER_FACTOR x *median*) and comes before the run's first
+    step that is neither slow nor warm-up: the first executions, which compile (a CPU run has no
+    compile ranges to show it)."""
+    slow = durations > OUTLIER_FACTOR * median
+    normal = np.flatnonzero(~(slow | warm))
+    first = normal[0] if normal.size else durations.size
+    return slow & (np.arange(durations.size) < first)
 
 
 SCAN_FAMILY_FALLBACK = "scan"  # the family of a scan whose paths name no layer component

@@ -162,6 +162,8 @@ def policy_row(run: dict[str, Any], peak_override: float | None = None) -> dict[
         if stalls
         else (run["stall_ns"] / n_steps / n_dev if run.get("stall_ns") is not None and n_steps else None)
     )
+    if not run.get("devices"):  # no GPU ran: copy time not hidden and stalls are not measured, not 0
+        exposed = stalled = None
     copies = run.get("copies") or {}
 
     def moved(direction: str) -> float | None:
@@ -173,6 +175,7 @@ def policy_row(run: dict[str, Any], peak_override: float | None = None) -> dict[
     return {
         "policy": run["policy"],
         "trace": run.get("trace"),
+        "gpu_activity": bool(run.get("devices")),
         "steps": len(steps),
         "median_step_ns": median_ns,
         "peak_device_bytes": peak,
