@@ -206,13 +206,24 @@ def scanned_step(b: ExportBuilder, t0: int, trips: int) -> int:
         t += 100
 
     thunk(f"{MAXTEXT}/embed/take", "gather_fusion.1")
+    b.nvtx(t, t + 80, "Thunk:#hlo_op=wrapped_slice.10#", tid=A, domain_id=TSL)  # no path, before the loop
+    t += 100
     for k in range(trips):
         op = "dynamic_slice_fusion.2" + (".peeled_double_buffer" if k == 0 else "")
         thunk("jit(train_step)/while/body/dynamic_slice", op)
         thunk(f"{MAXTEXT}/decoder/while/body/layers/self_attention/query_proj", "gemm_fusion_dot.3")
         thunk(f"{MAXTEXT}/decoder/layers/mlp/wi", "gemm_fusion_dot.4")
         thunk(f"{MAXTEXT}/decoder/while/body/layers/mlpwi", "copy-start.5", ("d2h", 100 * (k + 1)))
+        # no op path, as a third of real thunks: the iteration it runs in is its layer
+        b.nvtx(t, t + 80, "Thunk:#name=,hlo_op=copy-start.11#", tid=A, domain_id=TSL)
+        corr = b.copy(t + 20, t + 70, "h2d", 1000 * (k + 1))
+        b.runtime(t + 5, t + 10, corr, name="cudaMemcpyAsync", tid=A)
+        t += 100
     thunk(f"{MAXTEXT}/decoder/decoder_norm/mul", "loop_multiply_fusion.6", ("d2h", 7))
+    b.nvtx(t, t + 80, "Thunk:#hlo_op=wrapped_slice.12#", tid=A, domain_id=TSL)  # no path, after the loop body
+    corr = b.copy(t + 20, t + 70, "h2d", 5)
+    b.runtime(t + 5, t + 10, corr, name="cudaMemcpyAsync", tid=A)
+    t += 100
     back = "jit(train_step)/transpose(jvp(Transformer))/decoder/while/body/layers"
     for j in range(trips):
         thunk(f"{back}/mlp/wi", "gemm_fusion_dot.7")
@@ -231,7 +242,8 @@ def test_a_scanned_decoder_is_one_family_of_its_iterations(build, trips):
         c = rows[f"decoder[{k}]"]["copies"]
         assert rows[f"decoder[{k}]"]["inferred_index"]
         assert (c["d2h"]["count"], c["d2h"]["bytes"]) == (2, 2 * 100 * (k + 1)), "outside the loop: no layer"
-        assert (c["h2d"]["count"], c["h2d"]["bytes"]) == (2, 2 * 10 * (k + 1)), "backward numbered in reverse"
+        # backward numbered in reverse; the unnamed copy of forward iteration k in layer k
+        assert (c["h2d"]["count"], c["h2d"]["bytes"]) == (4, 2 * 10 * (k + 1) + 2 * 1000 * (k + 1))
 
 
 def test_plain_lax_scan_without_a_layer_name():

@@ -340,7 +340,9 @@ class Breakdown:
             pl.col("name").str.strip_prefix(LAYER_PREFIX).alias("layer"),
             pl.lit(False).alias("inferred"),
         )
-        thunks = self._number_repeats(r.filter((pl.col("xla_kind") == "thunk") & pl.col("layer").is_not_null()))
+        # thunks that name a layer, and those that name nothing (a scan's iteration may hold them)
+        named = pl.col("layer").is_not_null() | pl.col("op_path").is_null()
+        thunks = self._number_repeats(r.filter((pl.col("xla_kind") == "thunk") & named))
         return pl.concat([annotated, thunks.select("range_id", "start", "layer", "inferred")])
 
     def layer_assignment(self) -> pl.DataFrame:
@@ -447,13 +449,16 @@ def scan_layers(thunks: pl.DataFrame, bounds: np.ndarray) -> pl.DataFrame:
       XLA's passes, so a peeled first iteration counts) ran; the loop body's first instruction is the
       earliest of those that ran N times, and each of its runs starts an iteration;
     - a scanned thunk belongs to the iteration whose start it follows; one before the first
-      iteration or after the last run of a body instruction lies outside the loop (no layer).
+      iteration or after the last run of a body instruction lies outside the loop (no layer);
+    - a thunk with no op path (``Thunk:#hlo_op=copy-start.4#``: a third of real thunks) takes the
+      layer of the thunk with a path before it on its thread, when that one is in an iteration;
+      elsewhere it has no layer.
     A step with two scanned stacks (an encoder and a decoder) shows them as one family; a loop of one
     iteration cannot be told from the code around it by repetition (that code joins its layer).
     """
     if thunks.height == 0:
         return thunks.with_columns(pl.lit(False).alias("inferred"))
-    scanned = ~pl.col("layer").str.contains(r"\d")
+    scanned = (~pl.col("layer").str.contains(r"\d")).fill_null(False)
     family = scan_family(thunks.filter(scanned)["layer"])
     step_of = np.searchsorted(bounds, thunks["start"].to_numpy(), side="right") - 1
     loop = ["_step", "global_tid", "backward"]
@@ -479,12 +484,29 @@ def scan_layers(thunks: pl.DataFrame, bounds: np.ndarray) -> pl.DataFrame:
         .then(pl.format("{}[{}]", pl.lit(family), k))
         .otherwise(None)
     )
+    t = t.with_columns(layer.alias("layer"), pl.col("_scan").alias("inferred"))
+    t = _unnamed_in_iterations(t)
     return (
-        t.with_columns(layer.alias("layer"), pl.col("_scan").alias("inferred"))
-        .filter(pl.col("layer").is_not_null())
+        t.filter(pl.col("layer").is_not_null())
         .sort("_row")
         .drop("_step", "_scan", "_row", "_runs", "_trips", "_head", "_body", "_k", "_later")
     )
+
+
+def _unnamed_in_iterations(t: pl.DataFrame) -> pl.DataFrame:
+    """*t* (sorted by start) with each thunk that has no op path given the layer of the thunk with a
+    path before it on its thread in the same execution, when that one ran in a scan's iteration."""
+    unnamed = pl.col("op_path").is_null() & pl.col("layer").is_null()
+    if not t.select(unnamed.any()).item():
+        return t
+    in_iteration = pl.when(pl.col("_scan") & pl.col("layer").is_not_null()).then(pl.col("layer")).otherwise(pl.lit(""))
+    last = pl.when(~unnamed).then(in_iteration).forward_fill().over("_step", "global_tid")
+    t = t.with_columns(last.alias("_last"))
+    given = unnamed & (pl.col("_last").fill_null("") != "")
+    return t.with_columns(
+        pl.when(given).then(pl.col("_last")).otherwise(pl.col("layer")).alias("layer"),
+        (pl.col("inferred") | given).alias("inferred"),
+    ).drop("_last")
 
 
 @dataclass(frozen=True)
