@@ -246,6 +246,29 @@ def test_a_scanned_decoder_is_one_family_of_its_iterations(build, trips):
         assert (c["h2d"]["count"], c["h2d"]["bytes"]) == (4, 2 * 10 * (k + 1) + 2 * 1000 * (k + 1))
 
 
+def test_plain_lax_scan_in_a_jitted_loss(build):
+    """``jax.lax.scan`` in plain JAX: ``jit(step)/jvp(loss)/while/body/...`` forward and
+    ``transpose(jvp(loss))/while/body`` backward name no layer: one family ``scan`` of 3."""
+    b = new()
+    b.nvtx(0, 100_000, "XlaModule:#hlo_module=jit_step,program_id=1#", tid=A, domain_id=TSL)
+    t = 100
+    for direction, path, op in (
+        ("d2h", "jit(step)/jvp(loss)/while/body/dot_general", "fusion.1"),
+        ("h2d", "jit(step)/transpose(jvp(loss))/while/body/dot_general", "fusion.2"),
+    ):
+        for k in range(3):
+            b.nvtx(t, t + 80, f"Thunk:#name={path},hlo_op={op}#", tid=A, domain_id=TSL)
+            corr = b.copy(t + 20, t + 70, direction, 10 * (k + 1) if direction == "d2h" else 10 * (3 - k))
+            b.runtime(t + 5, t + 10, corr, name="cudaMemcpyAsync", tid=A)
+            t += 100
+    rows = {r["name"]: r["copies"] for r in Breakdown(open_trace(build(b))).by_layer()}
+    assert {n: (c["d2h"]["bytes"], c["h2d"]["bytes"]) for n, c in rows.items()} == {
+        "scan[0]": (10, 10),
+        "scan[1]": (20, 20),
+        "scan[2]": (30, 30),
+    }
+
+
 def test_plain_lax_scan_without_a_layer_name():
     assert scan_family(pl.Series("layer", ["while/body", "while/body"])) == "scan"
     assert scan_family(pl.Series("layer", ["while/body", "decoder/layers", "layers", "decoder"])) == "layers"
