@@ -304,8 +304,11 @@ def kernel_change(k: dict[str, Any]) -> str:
 
 def work_because(work: dict[str, Any]) -> str:
     """What the verdict adds on a work-rate failure: the two kernel changes that cost most."""
-    top = work["kernels"][:2]
-    return ("; " + "; ".join(kernel_change(k) for k in top)) if top else ""
+    parts = [kernel_change(k) for k in work["kernels"][:2]]
+    b, h = work["window"]["base"]["idle_ns"], work["window"]["head"]["idle_ns"]
+    if not work["step"] and h > b:
+        parts.append(f"idle per GPU {units.human_time(b)} → {units.human_time(h)}")
+    return ("; " + "; ".join(parts)) if parts else ""
 
 
 def _split_rows(sides: dict[str, dict[str, Any]], keys: tuple[str, ...]) -> tuple[list[list[str]], str]:
@@ -362,10 +365,9 @@ def work_sections(pol: dict[str, Any]) -> list[tuple[str, list[str], list[list[s
                     f"{units.scaled(t['base'], tu[1])} → {units.scaled(t['head'], tu[1])} {tu[0]}",
                 ]
             )
-        more = work["kernels_listed"] - len(work["kernels"])
-        title = "Kernel names whose work changed (all GPUs; by the time the change cost)"
-        if more > 0:
-            title += f"; {more} more"
+        title = "Kernel names whose calls or time per call changed, by the time the change cost (all GPUs)"
+        if work["kernels_listed"] > len(work["kernels"]):
+            title += f", the first {len(work['kernels'])} of {work['kernels_listed']}"
         out.append((title, ["kernel", "calls", "time per call", "time"], krows))
     return out
 
