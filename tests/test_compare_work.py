@@ -13,7 +13,7 @@ from profiler.analysis.run_metrics import collect
 from profiler.analysis.work import SPLIT_KEYS
 from profiler.trace import open_trace
 from profiler.trace.synthetic import ExportBuilder
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 
 US = 1_000
 DEFAULTS = [parse_threshold(t) for t in DEFAULT_THRESHOLDS]
@@ -157,3 +157,15 @@ def test_the_real_mfu_pair_is_a_slowdown(mfu_pair):
     assert win["head"]["idle_ns"] - win["base"]["idle_ns"] > 20e6  # the lost work became idle time
     md = run_cli("compare", "--format", "markdown", *map(str, mfu_pair)).stdout
     assert "no overlap regression" not in md and "`flash_fwd_kernel` calls 68 → 60 (-11.8%)" in md
+
+
+def test_runs_without_gpu_activity_show_no_copy_zeros():
+    runs = ROOT / "sample_traces" / "cpu-example"
+    proc = run_cli("compare", str(runs), str(runs))
+    assert proc.returncode == 0, proc.stderr
+    rows = [x for x in proc.stdout.splitlines() if "exposed copy time" in x or "stalled by copies" in x]
+    assert len(rows) == 4 and all(x.split()[-3:] == ["–", "–", "–"] for x in rows)
+    assert "No GPU activity in none (base, head), offload_qkv (base, head)" in proc.stdout
+    doc = json.loads(run_cli("compare", "--format", "json", str(runs), str(runs)).stdout)
+    assert all(p["metrics"]["exposed_ns"]["base"] is None for p in doc["policies"])
+    assert all(p["metrics"]["step_ns"]["base"] for p in doc["policies"])  # the steps are still measured

@@ -93,8 +93,19 @@ def per_step(run: dict[str, Any], metric: str) -> list[float]:
     return [s[key] for s in _included(run) if s.get(key) is not None]
 
 
+# the numbers a GPU measures: not 0 but unmeasured ("–") on a run where no GPU ran
+GPU_METRICS = ("exposed_ns", "stall_ns", "hidden_fraction", "busy_ns", "d2h_bytes", "h2d_bytes", "d2h_gbps", "h2d_gbps")
+
+
+def gpu_ran(run: dict[str, Any]) -> bool:
+    """Whether the run's trace holds GPU activity (a summary without the key: assumed so)."""
+    return bool(run.get("devices", True))
+
+
 def run_value(run: dict[str, Any], metric: str) -> float | None:
     """A run's headline value: per-step median when steps exist, else the whole-trace value."""
+    if metric in GPU_METRICS and not gpu_ran(run):
+        return None
     if metric == "tflops":  # one definition with the per-policy table: FLOPs / median step
         flops, step = step_flops(run), run_value(run, "step_ns")
         return flops / step / 1e3 if flops and step else None
@@ -293,6 +304,7 @@ def compare(
                 "rank_spread": spread if any(spread.values()) else None,
                 "findings": found,
                 "work": work,
+                "gpu_activity": {"base": gpu_ran(b), "head": gpu_ran(h)},
             }
         )
     result["passed"] = not result["failures"]

@@ -200,6 +200,8 @@ def render_markdown(cmp: dict[str, Any]) -> str:
             out += [f"Missing in {side}: " + ", ".join(f"`{n}`" for n in names), ""]
     for pol in cmp["policies"]:
         out += work_markdown(pol)
+    if idle := no_gpu_line(cmp):
+        out += [idle, ""]
     for pol in cmp["policies"]:
         found = pol.get("findings") or {}
         out += findings_markdown(found.get("new", []), found.get("gone", []), pol["policy"])
@@ -269,7 +271,21 @@ def render_terminal(cmp: dict[str, Any]) -> str:
             out.append(f"new in head ({pol['policy']}): {f['severity']} {f['id']}: {f['verdict']}")
     for pol in cmp["policies"]:
         out += work_terminal(pol)
+    if idle := no_gpu_line(cmp):
+        out.append(idle.replace("`", ""))
     return "\n".join(out)
+
+
+def no_gpu_line(cmp: dict[str, Any]) -> str | None:
+    """Which runs had no GPU activity, whose copy numbers are shown as not measured (–), not 0."""
+    sides = [
+        f"`{pol['policy']}` ({', '.join(s for s in ('base', 'head') if not pol['gpu_activity'][s])})"
+        for pol in cmp["policies"]
+        if not all((pol.get("gpu_activity") or {"base": True, "head": True}).values())
+    ]
+    if not sides:
+        return None
+    return f"No GPU activity in {', '.join(sides)}: copy times, bytes and rates are not measured (–)."
 
 
 # --- work per window (profiler.analysis.work) ---------------------------------------------------
