@@ -214,6 +214,8 @@ def scanned_step(b: ExportBuilder, t0: int, trips: int) -> int:
         thunk(f"{MAXTEXT}/decoder/while/body/layers/self_attention/query_proj", "gemm_fusion_dot.3")
         thunk(f"{MAXTEXT}/decoder/layers/mlp/wi", "gemm_fusion_dot.4")
         thunk(f"{MAXTEXT}/decoder/while/body/layers/mlpwi", "copy-start.5", ("d2h", 100 * (k + 1)))
+        for _ in range(3):  # a loop inside the layer (chunked attention): 3 runs per iteration
+            thunk(f"{MAXTEXT}/decoder/while/body/layers/attention/while/body/dot", "gemm_fusion_dot.13")
         # no op path, as a third of real thunks: the iteration it runs in is its layer
         b.nvtx(t, t + 80, "Thunk:#name=,hlo_op=copy-start.11#", tid=A, domain_id=TSL)
         corr = b.copy(t + 20, t + 70, "h2d", 1000 * (k + 1))

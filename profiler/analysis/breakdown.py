@@ -446,10 +446,12 @@ def scan_layers(thunks: pl.DataFrame, bounds: np.ndarray) -> pl.DataFrame:
     - every scanned thunk is one family, whatever component named it (``decoder``, ``layers``,
       ``while/body``): a step holds one stack of scanned layers, named by ``scan_family``;
     - the loop's trip count N is the most times one instruction (its name less the suffixes of
-      XLA's passes, so a peeled first iteration counts) ran; the loop body's first instruction is the
+      XLA's passes, so a peeled first iteration counts) ran, a loop inside a layer (``while/body``
+      twice in the path: it runs more often) left out; the loop body's first instruction is the
       earliest of those that ran N times, and each of its runs starts an iteration;
     - a scanned thunk belongs to the iteration whose start it follows; one before the first
-      iteration or after the last run of a body instruction lies outside the loop (no layer);
+      iteration, or after the last run of a body instruction without ``while/body`` in its path
+      (``decoder/decoder_norm``), lies outside the loop (no layer);
     - a thunk with no op path (``Thunk:#hlo_op=copy-start.4#``: a third of real thunks) takes the
       layer of the thunk with a path before it on its thread, when that one is in an iteration;
       elsewhere it has no layer.
@@ -462,13 +464,22 @@ def scan_layers(thunks: pl.DataFrame, bounds: np.ndarray) -> pl.DataFrame:
     family = scan_family(thunks.filter(scanned)["layer"])
     step_of = np.searchsorted(bounds, thunks["start"].to_numpy(), side="right") - 1
     loop = ["_step", "global_tid", "backward"]
+    # a loop inside the layer's body (``while/body`` twice in the path) runs more often: the trip
+    # count is read from the outermost loop's thunks only
+    depth = pl.col("op_path").str.count_matches("while/body", literal=True).fill_null(0)
+    outer = pl.col("_scan") & (pl.col("_depth") <= 1)
     t = (
-        thunks.with_columns(pl.Series("_step", step_of), scanned.alias("_scan"), pl.int_range(pl.len()).alias("_row"))
+        thunks.with_columns(
+            pl.Series("_step", step_of),
+            scanned.alias("_scan"),
+            pl.int_range(pl.len()).alias("_row"),
+            depth.alias("_depth"),
+        )
         .sort("start", "_row")
-        .with_columns(pl.len().over([*loop, "_scan", "hlo_base"]).alias("_runs"))
-        .with_columns(pl.col("_runs").filter(pl.col("_scan")).max().over(loop).alias("_trips"))
+        .with_columns(pl.len().over([*loop, "_scan", "hlo_base"]).alias("_runs"), outer.alias("_outer"))
+        .with_columns(pl.col("_runs").filter(pl.col("_outer")).max().over(loop).alias("_trips"))
     )
-    body = pl.col("_scan") & (pl.col("_runs") == pl.col("_trips"))
+    body = pl.col("_outer") & (pl.col("_runs") == pl.col("_trips"))
     head = pl.col("hlo_base").filter(body).first().over(loop)
     t = t.with_columns((body & (pl.col("hlo_base") == head)).alias("_head"), body.alias("_body"))
     t = t.with_columns(
@@ -476,7 +487,8 @@ def scan_layers(thunks: pl.DataFrame, bounds: np.ndarray) -> pl.DataFrame:
         pl.col("_body").cum_sum(reverse=True).over(loop).alias("_later"),
     )
     k = pl.when(pl.col("backward")).then(pl.col("_trips") - 1 - pl.col("_k")).otherwise(pl.col("_k"))
-    inside = (pl.col("_k") >= 0) & (pl.col("_later") > 0)
+    # after the loop body's last run: still inside when the path says so (``while/body``)
+    inside = (pl.col("_k") >= 0) & ((pl.col("_later") > 0) | (pl.col("_depth") >= 1))
     layer = (
         pl.when(~pl.col("_scan"))
         .then(pl.col("layer"))
@@ -489,7 +501,7 @@ def scan_layers(thunks: pl.DataFrame, bounds: np.ndarray) -> pl.DataFrame:
     return (
         t.filter(pl.col("layer").is_not_null())
         .sort("_row")
-        .drop("_step", "_scan", "_row", "_runs", "_trips", "_head", "_body", "_k", "_later")
+        .drop("_step", "_scan", "_row", "_runs", "_trips", "_head", "_body", "_k", "_later", "_depth", "_outer")
     )
 
 
