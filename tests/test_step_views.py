@@ -54,6 +54,8 @@ def test_a_run_folder_prints_the_asked_view():
     assert both.stdout.count("Steps (policy ") == 2 and "recompute" in both.stdout  # the policy table first
     layers = run_cli("analyze", "--by", "layer", str(CPU_RUNS)).stdout
     assert layers.count("== 2026") == 2
+    doc = json.loads(run_cli("analyze", "--by", "step", "--json", str(CPU_RUNS)).stdout)
+    assert [len(r["steps"]["steps"]) for r in doc["runs"]] == [3, 3]
 
 
 def test_no_zeros_where_no_gpu_ran():
