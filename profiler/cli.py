@@ -69,6 +69,50 @@ def cmd_policies(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run_views(args: argparse.Namespace) -> int:
+    """``analyze RUNS... --by VIEW``: the asked view of each run's trace (after the per-policy table
+    when there are several)."""
+    from profiler.analysis.summary import analyze
+    from profiler.report.sides import trace_paths
+    from profiler.report.text import render_groups
+    from profiler.trace import load_trace
+
+    traces = []
+    for arg in args.trace:
+        found = trace_paths(arg)
+        if not found:
+            raise ProfilerError(f"{arg}: no run folder or trace here")
+        traces += found
+    if len(traces) == 1:  # one run: the trace's own view, devices and findings included
+        args.trace = [str(traces[0])]
+        return cmd_analyze(args)
+    views = []
+    for t in traces:
+        doc = analyze(
+            load_trace(t, nsys=args.nsys, window=args.window),
+            device=args.device,
+            by=args.by,
+            layer_pattern=args.layer_pattern,
+            step_range=args.step_range,
+            findings=None,
+        )
+        views.append((t, doc))
+    if args.json:
+        key = {"step": "steps", "layer": "layers", "range": "ranges", "op": "ops"}[args.by]
+        print(
+            _json_dump(
+                {"runs": [{"trace": str(t), key: d.get(key), "attribution": d.get("attribution")} for t, d in views]}
+            )
+        )
+        return 0
+    cmd_policies(args)
+    for t, doc in views:
+        print()
+        print(f"== {t.parent.name} ({t.name}) ==")
+        print(render_groups(doc, args.by, all_steps=args.all_steps))
+    return 0
+
+
 def cmd_cross_check(args: argparse.Namespace) -> int:
     """``analyze TRACE --cross-check``: our numbers against nsys's own recipes; exit 1 if any differs."""
     from profiler.recipes.crosscheck import cross_check, render
@@ -119,6 +163,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     if len(args.trace) > 1 or Path(args.trace[0]).is_dir():
+        if args.by:
+            return cmd_run_views(args)
         return cmd_policies(args)
     from profiler.analysis.summary import analyze
     from profiler.report.findings_text import render_findings
@@ -148,7 +194,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         print(render_devices(doc, link=args.link))
         if args.by:
             print()
-            print(render_groups(doc, args.by))
+            print(render_groups(doc, args.by, all_steps=args.all_steps))
         if "findings" in doc:
             print()
             print(render_findings(doc["findings"]))
@@ -503,11 +549,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="also break copies down per step, layer, NVTX range name or XLA operation",
     )
     a.add_argument(
+        "--all-steps",
+        action="store_true",
+        help="with --by step: list every step (default: a list longer than 20 shows its first and last 5)",
+    )
+    a.add_argument(
         "--layer-pattern",
         default=None,
         metavar="REGEX",
         help="regex whose first group names the layer in XLA op_name paths (default, by convention: "
-        "layer_3, layers_3, x_layers_3, layers/3, block_3, h_3; scans: decoder/layers, layers, while/body)",
+        "layer_3, layers_3, x_layers_3, layers/3, block_3, h_3; a scan (while/body, layers, decoder): one family, "
+        "numbered by its iterations)",
     )
     a.add_argument(
         "--step-range",

@@ -238,8 +238,34 @@ def test_steps_and_outliers(build):
     assert steps["attribution"] == "launch thread"
     assert [s["name"] for s in steps["steps"]] == ["step=0", "step=1", "step=2", "step=3"]
     assert [s["devices"]["0"]["d2h"]["bytes"] for s in steps["steps"]] == [100, 200, 300, 400]
-    assert steps["excluded"] == [{"name": "step=0", "reason": "outlier: 4.8x the median step"}]
-    assert steps["median_step_ns"] == 1050
+    # the first steps, slow before any normal one, are the first executions (compilation): warm-up
+    assert steps["excluded"] == [
+        {"name": "step=0", "reason": "warm-up: first steps, 5.0x the median step (compilation, first executions)"}
+    ]
+    assert steps["outlier_reference_ns"] == 1050  # the yardstick: every step that no range marks warm-up
+    assert steps["median_step_ns"] == steps["median_included_step_ns"] == 1000  # one median: the included
+    assert steps["included_steps"] == 3
+
+
+def test_compiling_steps_are_warmup_and_a_later_slow_one_an_outlier(build):
+    """Steps 0 and 1 hold XLA's compilation (step 1 is not slow: the compile range says it), step 2
+    is normal, step 4 is slow after normal steps: an outlier."""
+    b = ExportBuilder()
+    add_annotated_domain(b)
+    b.domain(TSL, "TSL", tid=A)
+    for s, dur in enumerate([9000, 1000, 1000, 1000, 5000, 1100]):
+        t0 = s * 10_000
+        b.nvtx(t0, t0 + dur, f"step={s}", tid=A, domain_id=1)
+        launch_copy(b, t0 + 10, (t0 + 20, t0 + 70), "d2h", 100)
+    b.nvtx(100, 8000, "XlaCompile:#module=jit_step,program_id=1#", tid=B, domain_id=TSL)
+    b.nvtx(10_100, 10_500, "XlaCompile:#module=jit_step,program_id=2#", tid=B, domain_id=TSL)
+    steps = analyze(open_trace(build(b)), by="step")["steps"]
+    assert {e["name"]: e["reason"] for e in steps["excluded"]} == {
+        "step=0": "warm-up: XLA compiled during it",
+        "step=1": "warm-up: XLA compiled during it",
+        "step=4": "outlier: 5.0x the median step",
+    }
+    assert steps["median_step_ns"] == 1000 and steps["included_steps"] == 3
 
 
 def test_steps_by_time_when_launched_elsewhere(build):

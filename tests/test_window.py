@@ -100,7 +100,7 @@ def test_window_facts_and_text(build):
         "note": None,
     }
     text = run_cli("analyze", str(path)).stdout
-    assert "analysis window: profile-step:capture range, 8.000 ms" in text
+    assert "analysis window: profile-step:capture range, 8.00 ms" in text
     cuda = analyze(open_trace(build(recording("cuda", outside=True))))["trace"]["window"]
     assert (cuda["source"], cuda["start_ns"], cuda["end_ns"]) == ("cudaProfilerStart/Stop span", W0, W1)
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import polars as pl
 import pytest
 
-from profiler.analysis.breakdown import Breakdown
+from profiler.analysis.breakdown import Breakdown, scan_family
 from profiler.analysis.summary import analyze, run_summary
 from profiler.analysis.whatif import trace_whatif
 from profiler.trace import open_trace
@@ -180,3 +181,96 @@ def test_one_process_driving_two_gpus(build):
     doc = trace_whatif(open_trace(path), 0.5)
     assert [s["name"] for s in doc["devices"]["1"]["steps"]] == ["jit_step#0", "jit_step#1", "jit_step#2"]
     assert [s["measured_ns"] for s in doc["devices"]["1"]["steps"]] == [360, 360, 360]
+
+
+MAXTEXT = "jit(train_step)/jvp(Transformer)"
+
+
+def scanned_step(b: ExportBuilder, t0: int, trips: int) -> int:
+    """One execution of a scanned decoder as MaxText's names it: the loop body's thunks name the scan
+    by ``while/body``, ``decoder`` or ``decoder/layers``; forward iteration k moves 100*(k+1) bytes to
+    the host, backward iteration j (layer trips-1-j) 10*(trips-j) back; the final norm after the loop
+    (``decoder/decoder_norm``, once) moves 7 bytes and belongs to no layer."""
+    b.nvtx(t0, t0 + 100_000, "XlaModule:#hlo_module=jit_train_step,program_id=3#", tid=A, domain_id=TSL)
+    t = t0 + 100
+
+    def thunk(path: str, op: str, copy: tuple[str, int] | None = None) -> None:
+        nonlocal t
+        b.nvtx(t, t + 80, f"Thunk:#name={path},hlo_op={op}#", tid=A, domain_id=TSL)
+        if copy:
+            corr = b.copy(t + 20, t + 70, copy[0], copy[1])
+            b.runtime(t + 5, t + 10, corr, name="cudaMemcpyAsync", tid=A)
+        else:
+            corr = b.kernel(t + 20, t + 70, op)
+            b.runtime(t + 5, t + 10, corr, name="cuLaunchKernel", tid=A)
+        t += 100
+
+    thunk(f"{MAXTEXT}/embed/take", "gather_fusion.1")
+    b.nvtx(t, t + 80, "Thunk:#hlo_op=wrapped_slice.10#", tid=A, domain_id=TSL)  # no path, before the loop
+    t += 100
+    for k in range(trips):
+        op = "dynamic_slice_fusion.2" + (".peeled_double_buffer" if k == 0 else "")
+        thunk("jit(train_step)/while/body/dynamic_slice", op)
+        thunk(f"{MAXTEXT}/decoder/while/body/layers/self_attention/query_proj", "gemm_fusion_dot.3")
+        thunk(f"{MAXTEXT}/decoder/layers/mlp/wi", "gemm_fusion_dot.4")
+        thunk(f"{MAXTEXT}/decoder/while/body/layers/mlpwi", "copy-start.5", ("d2h", 100 * (k + 1)))
+        for _ in range(3):  # a loop inside the layer (chunked attention): 3 runs per iteration
+            thunk(f"{MAXTEXT}/decoder/while/body/layers/attention/while/body/dot", "gemm_fusion_dot.13")
+        # no op path, as a third of real thunks: the iteration it runs in is its layer
+        b.nvtx(t, t + 80, "Thunk:#name=,hlo_op=copy-start.11#", tid=A, domain_id=TSL)
+        corr = b.copy(t + 20, t + 70, "h2d", 1000 * (k + 1))
+        b.runtime(t + 5, t + 10, corr, name="cudaMemcpyAsync", tid=A)
+        t += 100
+    thunk(f"{MAXTEXT}/decoder/decoder_norm/mul", "loop_multiply_fusion.6", ("d2h", 7))
+    b.nvtx(t, t + 80, "Thunk:#hlo_op=wrapped_slice.12#", tid=A, domain_id=TSL)  # no path, after the loop body
+    corr = b.copy(t + 20, t + 70, "h2d", 5)
+    b.runtime(t + 5, t + 10, corr, name="cudaMemcpyAsync", tid=A)
+    t += 100
+    back = "jit(train_step)/transpose(jvp(Transformer))/decoder/while/body/layers"
+    for j in range(trips):
+        thunk(f"{back}/mlp/wi", "gemm_fusion_dot.7")
+        thunk(f"{back}/mlpwi", "copy-start.8", ("h2d", 10 * (trips - j)))
+    return t
+
+
+@pytest.mark.parametrize("trips", [2, 5])
+def test_a_scanned_decoder_is_one_family_of_its_iterations(build, trips):
+    b = new()
+    scanned_step(b, 0, trips)
+    scanned_step(b, 200_000, trips)
+    rows = {r["name"]: r for r in Breakdown(open_trace(build(b))).by_layer()}
+    assert sorted(rows) == [f"decoder[{k}]" for k in range(trips)]  # not decoder, layers and while/body
+    for k in range(trips):
+        c = rows[f"decoder[{k}]"]["copies"]
+        assert rows[f"decoder[{k}]"]["inferred_index"]
+        assert (c["d2h"]["count"], c["d2h"]["bytes"]) == (2, 2 * 100 * (k + 1)), "outside the loop: no layer"
+        # backward numbered in reverse; the unnamed copy of forward iteration k in layer k
+        assert (c["h2d"]["count"], c["h2d"]["bytes"]) == (4, 2 * 10 * (k + 1) + 2 * 1000 * (k + 1))
+
+
+def test_plain_lax_scan_in_a_jitted_loss(build):
+    """``jax.lax.scan`` in plain JAX: ``jit(step)/jvp(loss)/while/body/...`` forward and
+    ``transpose(jvp(loss))/while/body`` backward name no layer: one family ``scan`` of 3."""
+    b = new()
+    b.nvtx(0, 100_000, "XlaModule:#hlo_module=jit_step,program_id=1#", tid=A, domain_id=TSL)
+    t = 100
+    for direction, path, op in (
+        ("d2h", "jit(step)/jvp(loss)/while/body/dot_general", "fusion.1"),
+        ("h2d", "jit(step)/transpose(jvp(loss))/while/body/dot_general", "fusion.2"),
+    ):
+        for k in range(3):
+            b.nvtx(t, t + 80, f"Thunk:#name={path},hlo_op={op}#", tid=A, domain_id=TSL)
+            corr = b.copy(t + 20, t + 70, direction, 10 * (k + 1) if direction == "d2h" else 10 * (3 - k))
+            b.runtime(t + 5, t + 10, corr, name="cudaMemcpyAsync", tid=A)
+            t += 100
+    rows = {r["name"]: r["copies"] for r in Breakdown(open_trace(build(b))).by_layer()}
+    assert {n: (c["d2h"]["bytes"], c["h2d"]["bytes"]) for n, c in rows.items()} == {
+        "scan[0]": (10, 10),
+        "scan[1]": (20, 20),
+        "scan[2]": (30, 30),
+    }
+
+
+def test_plain_lax_scan_without_a_layer_name():
+    assert scan_family(pl.Series("layer", ["while/body", "while/body"])) == "scan"
+    assert scan_family(pl.Series("layer", ["while/body", "decoder/layers", "layers", "decoder"])) == "layers"

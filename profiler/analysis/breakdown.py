@@ -201,7 +201,9 @@ class Breakdown:
         r = self.ranges.ranges
 
         def one_range_each(sel: pl.DataFrame, source: str) -> StepSet:
-            frame = sel.sort("start").with_row_index("index").with_columns(pl.lit(None, pl.String).alias("warmup"))
+            frame = sel.sort("start").with_row_index("index")
+            compiled = pl.Series(self._compiles_during(frame))
+            frame = frame.with_columns(pl.when(compiled).then(pl.lit(COMPILED_IN_STEP)).alias("warmup"))
             return StepSet(frame, frame.select("range_id", "index"), source, None)
 
         if self.step_range:
@@ -214,6 +216,15 @@ class Breakdown:
         xla = self.module_steps
         why = f"no {STEP_PREFIX}N ranges, no --step-range; " + (xla.note or "")
         return StepSet(xla.steps, xla.members, xla.source, xla.note if xla.source else why)
+
+    def _compiles_during(self, steps: pl.DataFrame) -> np.ndarray:
+        """Per step range: whether XLA compile work (``XlaCompile``, passes, autotuning) overlaps it."""
+        comp = self.ranges.ranges.filter(pl.col("xla_kind") == "compile")
+        if comp.height == 0 or steps.height == 0:
+            return np.zeros(steps.height, dtype=bool)
+        cu = union(np.zeros(comp.height, dtype=np.int64), comp["start"].to_numpy(), comp["end"].to_numpy())
+        zeros = np.zeros(steps.height, dtype=np.int64)
+        return measure_within(cu, zeros, steps["start"].to_numpy(), steps["end"].to_numpy()) > 0
 
     @cached_property
     def module_steps(self) -> ModuleSteps:
@@ -258,6 +269,8 @@ class Breakdown:
                 "excluded": [],
                 "median_step_ns": None,
                 "median_included_step_ns": None,
+                "included_steps": 0,
+                "outlier_reference_ns": None,
                 **source,
             }
         ids = steps.select("range_id", "index", "name", "start", "end")
@@ -268,16 +281,29 @@ class Breakdown:
             assigned = assigned.with_columns(pl.col("index").replace_strict(label).alias("group"))
             rows = {(r["name"], r["device"]): r for r in self.measure(assigned, top_kernels=False)}
         durations = (steps["end"] - steps["start"]).to_numpy()
+        marked = steps["warmup"].to_list()
+        named_warm = steps["name"].str.starts_with(WARMUP_PREFIX).to_numpy()
         not_warm = steps["warmup"].is_null().to_numpy()
         median = float(np.median(durations[not_warm] if not_warm.any() else durations))
+        slow = (durations > OUTLIER_FACTOR * median) & (median > 0) & (steps.height >= 3)
+        warm = ~not_warm | named_warm
+        leading = _leading_slow(durations, warm, median) & slow
+        kept = durations[~(warm | slow)]
+        included = int(np.median(kept)) if kept.size else None
+        per_group: dict[str, dict[str, Any]] = {}
+        for (g, d), r in rows.items():
+            per_group.setdefault(g, {})[d] = r["copies"]
         out, excluded = [], []
-        for idx, name, start, end, warm in steps.select("index", "name", "start", "end", "warmup").iter_rows():
+        spans = steps.select("index", "start", "end").iter_rows()
+        for pos, (idx, start, end) in enumerate(spans):
             dur = end - start
-            reason = warm or ("warm-up" if name.startswith(WARMUP_PREFIX) else None)
-            if reason is None and median > 0 and dur > OUTLIER_FACTOR * median and steps.height >= 3:
-                reason = f"outlier: {dur / median:.1f}x the median step"
+            times = f"{dur / included:.1f}x the median step" if included else "slow"
+            reason = marked[pos] or ("warm-up" if named_warm[pos] else None)
+            if reason is None and leading[pos]:
+                reason = f"warm-up: first steps, {times} (compilation, first executions)"
+            elif reason is None and slow[pos]:
+                reason = f"outlier: {times}"
             lab = label[idx]
-            per_dev = {d: r["copies"] for (g, d), r in rows.items() if g == lab}
             out.append(
                 {
                     "name": lab,
@@ -286,18 +312,21 @@ class Breakdown:
                     "end_ns": end,
                     "duration_ns": dur,
                     "excluded": reason,
-                    "devices": per_dev,
+                    "devices": per_group.get(lab, {}),
                 }
             )
             if reason:
                 excluded.append({"name": lab, "reason": reason})
-        kept = [s["duration_ns"] for s in out if not s["excluded"]]
         return {
             "steps": out,
             "attribution": how,
             "excluded": excluded,
-            "median_step_ns": int(median),  # over all steps but XLA warm-up: the yardstick for outliers
-            "median_included_step_ns": int(np.median(kept)) if kept else None,  # what summaries report
+            # one median step everywhere: over the included steps (warm-up and outliers left out)
+            "median_step_ns": included,
+            "median_included_step_ns": included,
+            "included_steps": int(kept.size),
+            # the yardstick for outliers: the median over all steps but warm-up that XLA or a range marks
+            "outlier_reference_ns": int(median),
             **source,
         }
 
@@ -311,7 +340,9 @@ class Breakdown:
             pl.col("name").str.strip_prefix(LAYER_PREFIX).alias("layer"),
             pl.lit(False).alias("inferred"),
         )
-        thunks = self._number_repeats(r.filter((pl.col("xla_kind") == "thunk") & pl.col("layer").is_not_null()))
+        # thunks that name a layer, and those that name nothing (a scan's iteration may hold them)
+        named = pl.col("layer").is_not_null() | pl.col("op_path").is_null()
+        thunks = self._number_repeats(r.filter((pl.col("xla_kind") == "thunk") & named))
         return pl.concat([annotated, thunks.select("range_id", "start", "layer", "inferred")])
 
     def layer_assignment(self) -> pl.DataFrame:
@@ -333,31 +364,13 @@ class Breakdown:
         return lr[row_of[best[ops]]].select(pl.Series("op_id", ops, pl.Int64), "layer", "inferred")
 
     def _number_repeats(self, thunks: pl.DataFrame) -> pl.DataFrame:
-        """Under lax.scan one thunk repeats once per layer: number repeats in launch order per step.
-
-        Applies to layer names without a number (``layers``); backward-pass
-        thunks (``transpose(`` in the op_name path) run the layers in reverse.
-        """
-        if thunks.height == 0:
-            return thunks.with_columns(pl.lit(False).alias("inferred"))
-        scan_like = ~pl.col("layer").str.contains(r"\d")
-        # one execution of the step: the enclosing XlaModule range, else the step range
+        """Layers of a scan (lax.scan, flax ``nn.scan``, MaxText's scanned decoder): ``scan_layers``."""
         r = self.ranges.ranges
+        # one execution of the step: the enclosing XlaModule range, else the step range
         bounds = r.filter(pl.col("xla_kind") == "module")["start"].sort().to_numpy()
         if bounds.size == 0:
             bounds = self.step_ranges()["start"].sort().to_numpy()
-        step_of = np.searchsorted(bounds, thunks["start"].to_numpy(), side="right") - 1
-        t = thunks.with_columns(pl.Series("_step", step_of)).sort("start")
-        # one instruction: its name less the suffixes of XLA's passes (a peeled first iteration too)
-        t = t.with_columns(
-            pl.int_range(pl.len()).over("_step", "global_tid", "hlo_base").alias("_k"),
-            pl.len().over("_step", "global_tid", "hlo_base").alias("_n"),
-        )
-        k = pl.when(pl.col("backward")).then(pl.col("_n") - 1 - pl.col("_k")).otherwise(pl.col("_k"))
-        return t.with_columns(
-            pl.when(scan_like).then(pl.format("{}[{}]", pl.col("layer"), k)).otherwise(pl.col("layer")).alias("layer"),
-            scan_like.alias("inferred"),
-        ).drop("_step", "_k", "_n")
+        return scan_layers(thunks, bounds)
 
     def by_layer(self, top_kernels: bool = True) -> list[dict[str, Any]]:
         """Per layer and device; layers without GPU activity (a CPU run) are listed with zeros."""
@@ -394,6 +407,118 @@ class Breakdown:
             .select("op_id", pl.col("op").alias("group"))
         )
         return self.measure(assigned, distinct=True, top_kernels=top_kernels)
+
+
+COMPILED_IN_STEP = "warm-up: XLA compiled during it"
+
+
+def _leading_slow(durations: np.ndarray, warm: np.ndarray, median: float) -> np.ndarray:
+    """Per step: whether it is slow (over OUTLIER_FACTOR x *median*) and comes before the run's first
+    step that is neither slow nor warm-up: the first executions, which compile (a CPU run has no
+    compile ranges to show it)."""
+    slow = durations > OUTLIER_FACTOR * median
+    normal = np.flatnonzero(~(slow | warm))
+    first = normal[0] if normal.size else durations.size
+    return slow & (np.arange(durations.size) < first)
+
+
+SCAN_FAMILY_FALLBACK = "scan"  # the family of a scan whose paths name no layer component
+
+
+def scan_family(labels: pl.Series) -> str:
+    """One name for the scanned layers of a trace: the layer-like path component most of its thunks
+    carry (``decoder/layers`` counts as ``layers``; ``while/body`` names no layer), ties by name."""
+    named = labels.str.split("/").list.last().filter(labels != "while/body")
+    if named.len() == 0:
+        return SCAN_FAMILY_FALLBACK
+    counts = named.value_counts(name="n").sort(["n", named.name], descending=[True, False])
+    return str(counts[named.name][0])
+
+
+def scan_layers(thunks: pl.DataFrame, bounds: np.ndarray) -> pl.DataFrame:
+    """*thunks* (range_id, start, global_tid, hlo_base, layer, backward) with ``layer`` numbered where
+    it names a scan (no digit in it) and ``inferred`` set there.
+
+    Under a scan the loop body's thunks repeat once per iteration, and iteration k is layer k.  The
+    rule, per execution of the step (*bounds*: the executions' starts), launch thread and direction
+    (forward; backward, ``transpose(`` in the path, which runs the layers in reverse):
+
+    - every scanned thunk is one family, whatever component named it (``decoder``, ``layers``,
+      ``while/body``): a step holds one stack of scanned layers, named by ``scan_family``;
+    - the loop's trip count N is the most times one instruction (its name less the suffixes of
+      XLA's passes, so a peeled first iteration counts) ran, a loop inside a layer (``while/body``
+      twice in the path: it runs more often) left out; the loop body's first instruction is the
+      earliest of those that ran N times, and each of its runs starts an iteration;
+    - a scanned thunk belongs to the iteration whose start it follows; one before the first
+      iteration, or after the last run of a body instruction without ``while/body`` in its path
+      (``decoder/decoder_norm``), lies outside the loop (no layer);
+    - a thunk with no op path (``Thunk:#hlo_op=copy-start.4#``: a third of real thunks) takes the
+      layer of the thunk with a path before it on its thread, when that one is in an iteration;
+      elsewhere it has no layer.
+    A step with two scanned stacks (an encoder and a decoder) shows them as one family; a loop of one
+    iteration cannot be told from the code around it by repetition (that code joins its layer).
+    """
+    if thunks.height == 0:
+        return thunks.with_columns(pl.lit(False).alias("inferred"))
+    scanned = (~pl.col("layer").str.contains(r"\d")).fill_null(False)
+    family = scan_family(thunks.filter(scanned)["layer"])
+    step_of = np.searchsorted(bounds, thunks["start"].to_numpy(), side="right") - 1
+    loop = ["_step", "global_tid", "backward"]
+    # a loop inside the layer's body (``while/body`` twice in the path) runs more often: the trip
+    # count is read from the outermost loop's thunks only
+    depth = pl.col("op_path").str.count_matches("while/body", literal=True).fill_null(0)
+    outer = pl.col("_scan") & (pl.col("_depth") <= 1)
+    t = (
+        thunks.with_columns(
+            pl.Series("_step", step_of),
+            scanned.alias("_scan"),
+            pl.int_range(pl.len()).alias("_row"),
+            depth.alias("_depth"),
+        )
+        .sort("start", "_row")
+        .with_columns(pl.len().over([*loop, "_scan", "hlo_base"]).alias("_runs"), outer.alias("_outer"))
+        .with_columns(pl.col("_runs").filter(pl.col("_outer")).max().over(loop).alias("_trips"))
+    )
+    body = pl.col("_outer") & (pl.col("_runs") == pl.col("_trips"))
+    head = pl.col("hlo_base").filter(body).first().over(loop)
+    t = t.with_columns((body & (pl.col("hlo_base") == head)).alias("_head"), body.alias("_body"))
+    t = t.with_columns(
+        (pl.col("_head").cum_sum().over(loop) - 1).alias("_k"),
+        pl.col("_body").cum_sum(reverse=True).over(loop).alias("_later"),
+    )
+    k = pl.when(pl.col("backward")).then(pl.col("_trips") - 1 - pl.col("_k")).otherwise(pl.col("_k"))
+    # after the loop body's last run: still inside when the path says so (``while/body``)
+    inside = (pl.col("_k") >= 0) & ((pl.col("_later") > 0) | (pl.col("_depth") >= 1))
+    layer = (
+        pl.when(~pl.col("_scan"))
+        .then(pl.col("layer"))
+        .when(inside)
+        .then(pl.format("{}[{}]", pl.lit(family), k))
+        .otherwise(None)
+    )
+    t = t.with_columns(layer.alias("layer"), pl.col("_scan").alias("inferred"))
+    t = _unnamed_in_iterations(t)
+    return (
+        t.filter(pl.col("layer").is_not_null())
+        .sort("_row")
+        .drop("_step", "_scan", "_row", "_runs", "_trips", "_head", "_body", "_k", "_later", "_depth", "_outer")
+    )
+
+
+def _unnamed_in_iterations(t: pl.DataFrame) -> pl.DataFrame:
+    """*t* (sorted by start) with each thunk that has no op path given the layer of the thunk with a
+    path before it on its thread in the same execution, when that one ran in a scan's iteration."""
+    unnamed = pl.col("op_path").is_null() & pl.col("layer").is_null()
+    if not t.select(unnamed.any()).item():
+        return t
+    in_iteration = pl.when(pl.col("_scan") & pl.col("layer").is_not_null()).then(pl.col("layer")).otherwise(pl.lit(""))
+    last = pl.when(~unnamed).then(in_iteration).forward_fill().over("_step", "global_tid")
+    t = t.with_columns(last.alias("_last"))
+    given = unnamed & (pl.col("_last").fill_null("") != "")
+    return t.with_columns(
+        pl.when(given).then(pl.col("_last")).otherwise(pl.col("layer")).alias("layer"),
+        (pl.col("inferred") | given).alias("inferred"),
+    ).drop("_last")
 
 
 @dataclass(frozen=True)

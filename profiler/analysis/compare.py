@@ -18,7 +18,13 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-DEFAULT_THRESHOLDS = ("exposed_ns:+10%", "stall_ns:+10%", "step_ns:+5%", "hidden_fraction:-0.05")
+DEFAULT_THRESHOLDS = (
+    "exposed_ns:+10%",
+    "stall_ns:+10%",
+    "step_ns:+5%",
+    "hidden_fraction:-0.05",
+    "work_rate:-0.05",
+)
 
 # metric -> (label, unit, per-step key or None)
 METRICS: dict[str, tuple[str, str, str | None]] = {
@@ -35,7 +41,11 @@ METRICS: dict[str, tuple[str, str, str | None]] = {
     "peak_device_bytes": ("peak device memory", "bytes", None),
     "flops_per_step": ("FLOPs per step", "FLOPs", None),
     "tflops": ("TFLOP/s per device", "TFLOP/s", None),
+    # head's kernel work per GPU time over base's (profiler.analysis.work.work_rate; base is 1): gated
+    # only when a side has no steps, where equal windows can hide less work
+    "work_rate": ("kernel work per GPU time", "fraction", None),
 }
+STEPS_GATE = "both sides have steps: step time gates"
 LAYER_METRICS = ("exposed_ns", "stall_ns", "hidden_fraction", "d2h_bytes", "h2d_bytes", "busy_ns")
 
 
@@ -83,8 +93,19 @@ def per_step(run: dict[str, Any], metric: str) -> list[float]:
     return [s[key] for s in _included(run) if s.get(key) is not None]
 
 
+# the numbers a GPU measures: not 0 but unmeasured ("–") on a run where no GPU ran
+GPU_METRICS = ("exposed_ns", "stall_ns", "hidden_fraction", "busy_ns", "d2h_bytes", "h2d_bytes", "d2h_gbps", "h2d_gbps")
+
+
+def gpu_ran(run: dict[str, Any]) -> bool:
+    """Whether the run's trace holds GPU activity (a summary without the key: assumed so)."""
+    return bool(run.get("devices", True))
+
+
 def run_value(run: dict[str, Any], metric: str) -> float | None:
     """A run's headline value: per-step median when steps exist, else the whole-trace value."""
+    if metric in GPU_METRICS and not gpu_ran(run):
+        return None
     if metric == "tflops":  # one definition with the per-policy table: FLOPs / median step
         flops, step = step_flops(run), run_value(run, "step_ns")
         return flops / step / 1e3 if flops and step else None
@@ -97,6 +118,8 @@ def run_value(run: dict[str, Any], metric: str) -> float | None:
         return measured_memory(run)[0]
     if metric == "flops_per_step":
         return step_flops(run)
+    if metric == "work_rate":  # a ratio of two runs: set by compare (work_metric)
+        return None
     copies = run["copies"]
     return {
         "step_ns": run.get("median_step_ns"),
@@ -242,9 +265,13 @@ def compare(
             d = delta(run_value(b, m), run_value(h, m))
             d["noise"] = noise(b, h, m)
             metrics[m] = d
+        work = policy_work(b, h)
+        metrics["work_rate"] = work_metric(work)
         checks = []
         for t in thresholds:
             failed, note = crossed(t, metrics[t.metric], metrics[t.metric]["noise"])
+            if t.metric == "work_rate" and _included(b) and _included(h):
+                failed, note = False, STEPS_GATE
             checks.append({"threshold": t.text, "failed": failed, "note": note})
             if failed:
                 result["failures"].append({"policy": p, "threshold": t.text, **metrics[t.metric]})
@@ -276,10 +303,39 @@ def compare(
                 "runs": {"base": _provenance(b), "head": _provenance(h)},
                 "rank_spread": spread if any(spread.values()) else None,
                 "findings": found,
+                "work": work,
+                "gpu_activity": {"base": gpu_ran(b), "head": gpu_ran(h)},
             }
         )
     result["passed"] = not result["failures"]
     return result
+
+
+# --- work per window (profiler.analysis.work): beyond the copies ---------------------------------
+def _mean_stall_per_gpu(run: dict[str, Any]) -> float | None:
+    """Time stalled by copies in the mean included step, per GPU."""
+    steps, n_dev = _included(run), len((run.get("work") or {}).get("devices") or {}) or 1
+    vals = [s["stall_ns"] for s in steps if s.get("stall_ns") is not None]
+    return sum(vals) / len(vals) / n_dev if vals else None
+
+
+def policy_work(base: dict[str, Any], head: dict[str, Any]) -> dict[str, Any] | None:
+    """``work_compare`` of the two runs, with the mean step's stall time per GPU beside its split."""
+    from profiler.analysis.work import work_compare
+
+    work = work_compare(base.get("work"), head.get("work"))
+    if work and work["step"]:
+        for side, run in (("base", base), ("head", head)):
+            work["step"][side]["stall_ns"] = _mean_stall_per_gpu(run)
+    return work
+
+
+def work_metric(work: dict[str, Any] | None) -> dict[str, Any]:
+    """The ``work_rate`` metric: base 1, head the rate (None when either side ran no kernels)."""
+    rate = (work or {}).get("rate")
+    d = delta(1.0 if rate is not None else None, rate)
+    d["noise"] = None
+    return d
 
 
 def _provenance(run: dict[str, Any]) -> dict[str, Any]:

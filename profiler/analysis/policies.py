@@ -191,6 +191,9 @@ def policy_row(run: dict[str, Any], peak_override: float | None = None) -> dict[
         if stalls
         else (run["stall_ns"] / n_steps / n_dev if run.get("stall_ns") is not None and n_steps else None)
     )
+    gpu = bool(run.get("devices", True))  # a summary without the key: say nothing of the GPU
+    if not gpu:  # no GPU ran: copy time not hidden and stalls are not measured, not 0
+        exposed = stalled = None
     copies = run.get("copies") or {}
     placements = (plan or {}).get("host_placements") or {}
 
@@ -203,6 +206,7 @@ def policy_row(run: dict[str, Any], peak_override: float | None = None) -> dict[
     return {
         "policy": run["policy"],
         "trace": run.get("trace"),
+        "gpu_activity": gpu,
         "steps": len(steps),
         "median_step_ns": median_ns,
         **step_spread(steps),

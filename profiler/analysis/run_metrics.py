@@ -18,6 +18,7 @@ from profiler.analysis.findings.config import FindingsConfig
 from profiler.analysis.overlap import device_metrics
 from profiler.analysis.policies import executed_modules, step_compiled
 from profiler.analysis.stalls import add_stalls
+from profiler.analysis.work import run_work
 from profiler.conventions import COMPILED, MANIFEST, rank_from_name
 from profiler.trace.loader import Trace
 
@@ -170,6 +171,17 @@ def collect(
         "compute": {
             dev: {"compute": m["compute"], "nccl": m["nccl"], "span_ns": m["span_ns"]} for dev, m in devices.items()
         },
+        # per device: calls and time per kernel name, the window's time split; the split per included step
+        "work": run_work(
+            bd.kernels,
+            trace.copies,
+            trace.memsets,
+            bd.kernel_sets,
+            {dev: m["window_ns"] for dev, m in devices.items()},
+            steps["steps"],
+        )
+        if detail
+        else None,
         "layers": {
             name: {
                 "inferred_index": v["inferred_index"],

@@ -51,7 +51,8 @@ def _field(body: pl.Expr, key: str) -> pl.Expr:
 # and layers/3, blocks/3, h/3 (an index as its own component).
 NUMBERED_LAYER_RE = r"(?:^|[/(])((?:x_)?(?:layers?|blocks?|decoder)[_-]?\d+|h_\d+|(?:layers?|blocks?|h)/\d+)(?:[/)]|$)"
 # A scan over layers (lax.scan, flax nn.scan, MaxText's scanned decoder): the same thunks repeat
-# once per layer and are numbered by repetition.  Looked for only where no numbered layer is.
+# once per layer.  Looked for only where no numbered layer is; whichever component matched, the
+# scanned thunks of a trace are one family numbered by the loop's iterations (breakdown.scan_layers).
 SCANNED_LAYER_RE = r"(?:^|[/(])(decoder/layers|layers|layer|blocks|block|decoder|while/body)(?:[/)]|$)"
 DEFAULT_LAYER_PATTERN: str | None = None  # None: the two conventions above
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from profiler.analysis.compare import METRICS
+from profiler.analysis.compare import METRICS, STEPS_GATE
+from profiler.analysis.work import SPLIT_KEYS
+from profiler.report import units
 from profiler.report.findings_text import by_cost, cost_text, findings_markdown
 from profiler.report.text import table
 
@@ -21,9 +23,10 @@ SUMMARY_METRICS = (
     "peak_device_bytes",
     "flops_per_step",
     "tflops",
+    "work_rate",
 )
-# shown only when some run knows them (a measured peak, a compiled step module)
-OPTIONAL_METRICS = ("peak_device_bytes", "flops_per_step", "tflops")
+# shown only when some run knows them (a measured peak, a compiled step module, kernels on both sides)
+OPTIONAL_METRICS = ("peak_device_bytes", "flops_per_step", "tflops", "work_rate")
 
 
 def shown_metrics(cmp: dict[str, Any]) -> list[str]:
@@ -108,6 +111,8 @@ def verdict(cmp: dict[str, Any]) -> str:
         f"({change(metric, worst)}; limit {worst['threshold']})"
     )
     pol = next(p for p in cmp["policies"] if p["policy"] == worst["policy"])
+    if metric == "work_rate" and pol.get("work"):
+        text += work_because(pol["work"])
     per_layer = metric if metric in ("exposed_ns", "stall_ns") else "exposed_ns"
     grew = [lay for lay in pol["layers"] if (lay[per_layer]["delta"] or 0) > 0]
     if grew:
@@ -169,7 +174,7 @@ def render_markdown(cmp: dict[str, Any]) -> str:
             f"`{pol['policy']}` {c['threshold']}: {c['note']}" + noise_text(pol, c["threshold"])
             for pol in cmp["policies"]
             for c in pol["checks"]
-            if c["note"] and c["note"] != "not measurable"
+            if c["note"] and c["note"] not in ("not measurable", STEPS_GATE)
         ]
         if notes:
             out += ["Not gated: " + "; ".join(notes) + ".", ""]
@@ -177,16 +182,26 @@ def render_markdown(cmp: dict[str, Any]) -> str:
             "Step time, exposed copy time, time stalled by copies and hidden fraction are per-step medians "
             "when the runs hold steps; bytes and GB/s cover the whole capture."
         )
-        if any(m in OPTIONAL_METRICS for m in metrics):
+        if any(m in ("peak_device_bytes", "flops_per_step", "tflops") for m in metrics):
             footnote += (
                 " Peak device memory is the largest `memory_stats()` peak over the devices; FLOPs per step "
                 "are XLA's cost analysis of the step's compiled module, TFLOP/s those FLOPs over the median step."
+            )
+        if "work_rate" in metrics:
+            footnote += (
+                " Kernel work per GPU time is head's kernel time per GPU-second with each kernel name's calls "
+                "counted at base's time per call (100% = the same work in the same time); it gates when a "
+                "side has no steps."
             )
         out.append(footnote)
         out.append("")
     for side, names in (("head", cmp["missing"]["in_head"]), ("base", cmp["missing"]["in_base"])):
         if names:
             out += [f"Missing in {side}: " + ", ".join(f"`{n}`" for n in names), ""]
+    for pol in cmp["policies"]:
+        out += work_markdown(pol)
+    if idle := no_gpu_line(cmp):
+        out += [idle, ""]
     for pol in cmp["policies"]:
         found = pol.get("findings") or {}
         out += findings_markdown(found.get("new", []), found.get("gone", []), pol["policy"])
@@ -254,4 +269,138 @@ def render_terminal(cmp: dict[str, Any]) -> str:
     for pol in cmp["policies"]:
         for f in by_cost((pol.get("findings") or {}).get("new", [])):
             out.append(f"new in head ({pol['policy']}): {f['severity']} {f['id']} ({cost_text(f)}): {f['verdict']}")
+    for pol in cmp["policies"]:
+        out += work_terminal(pol)
+    if idle := no_gpu_line(cmp):
+        out.append(idle.replace("`", ""))
     return "\n".join(out)
+
+
+def no_gpu_line(cmp: dict[str, Any]) -> str | None:
+    """Which runs had no GPU activity, whose copy numbers are shown as not measured (–), not 0."""
+    sides = [
+        f"`{pol['policy']}` ({', '.join(s for s in ('base', 'head') if not pol['gpu_activity'][s])})"
+        for pol in cmp["policies"]
+        if not all((pol.get("gpu_activity") or {"base": True, "head": True}).values())
+    ]
+    if not sides:
+        return None
+    return f"No GPU activity in {', '.join(sides)}: copy times, bytes and rates are not measured (–)."
+
+
+# --- work per window (profiler.analysis.work) ---------------------------------------------------
+SPLIT_LABELS = {
+    "compute_ns": "compute",
+    "nccl_ns": "NCCL (not under compute)",
+    "exposed_copies_ns": "exposed copies",
+    "other_ns": "other GPU work",
+    "idle_ns": "idle (no GPU op)",
+    "stall_ns": "stalled by copies (within the above)",
+}
+
+
+def _rel(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:+.1f}%"
+
+
+def kernel_change(k: dict[str, Any]) -> str:
+    """``flash_fwd calls 68 → 60 (-11.8%)``, ``SendRecv per call 0.385 → 0.544 ms (+41.3%)``."""
+    c, pc = k["calls"], k["per_call_ns"]
+    parts = []
+    if c["relative"] is None or abs(c["relative"]) >= 0.005:
+        parts.append(f"calls {c['base']:,} → {c['head']:,} ({_rel(c['relative'])})")
+    if pc["relative"] is not None and abs(pc["relative"]) >= 0.005:
+        u = units.time_unit([pc["base"], pc["head"]])
+        parts.append(
+            f"per call {units.scaled(pc['base'], u[1], 3)} → {units.scaled(pc['head'], u[1], 3)} {u[0]} "
+            f"({_rel(pc['relative'])})"
+        )
+    return f"`{k['name'][:60]}` " + ", ".join(parts or ["unchanged"])
+
+
+def work_because(work: dict[str, Any]) -> str:
+    """What the verdict adds on a work-rate failure: the two kernel changes that cost most."""
+    parts = [kernel_change(k) for k in work["kernels"][:2]]
+    b, h = work["window"]["base"]["idle_ns"], work["window"]["head"]["idle_ns"]
+    if not work["step"] and h > b:
+        parts.append(f"idle per GPU {units.human_time(b)} → {units.human_time(h)}")
+    return ("; " + "; ".join(parts)) if parts else ""
+
+
+def _split_rows(sides: dict[str, dict[str, Any]], keys: tuple[str, ...]) -> tuple[list[list[str]], str]:
+    u = units.time_unit([v for side in sides.values() for k, v in side.items() if v is not None])
+    rows = []
+    for k in keys:
+        b, h = sides["base"].get(k), sides["head"].get(k)
+        if b is None and h is None:
+            continue
+        d = None if b is None or h is None else h - b
+        sign = "+" if d is not None and d > 0 else ""
+        rows.append(
+            [
+                SPLIT_LABELS.get(k, k),
+                units.scaled(b, u[1], 3),
+                units.scaled(h, u[1], 3),
+                "–" if d is None else sign + units.scaled(d, u[1], 3),
+            ]
+        )
+    return rows, u[0]
+
+
+def work_sections(pol: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, headers, rows) of the work tables of one policy: the step's split (both sides with
+    steps) or the window's, then the kernel names that changed."""
+    work = pol.get("work")
+    if not work:
+        return []
+    out = []
+    if work["step"]:
+        sides, total, what = work["step"], "step_ns", "the mean included step, per GPU"
+    else:
+        sides, total, what = work["window"], "span_ns", "the window, per GPU"
+    rows, unit = _split_rows(sides, (*SPLIT_KEYS, "stall_ns"))
+    head_rows, _ = _split_rows({s: {"t": v[total]} for s, v in sides.items()}, ("t",))
+    rows.insert(0, ["step" if work["step"] else "window", *head_rows[0][1:]])
+    gpus = work["gpus"]
+    n = f"{gpus['base']} / {gpus['head']} GPUs"
+    if gpus["base"] == gpus["head"]:
+        n = f"{gpus['base']} GPU" + ("s" if gpus["base"] > 1 else "")
+    out.append((f"Where the time went: {what} ({n})", ["part", f"base {unit}", f"head {unit}", f"change {unit}"], rows))
+    if work["kernels"]:
+        krows = []
+        for k in work["kernels"]:
+            c, pc, t = k["calls"], k["per_call_ns"], k["time_ns"]
+            u = units.time_unit([pc["base"], pc["head"]])
+            tu = units.time_unit([t["base"], t["head"]])
+            krows.append(
+                [
+                    k["name"][:60] + (" (NCCL)" if k["nccl"] else ""),
+                    f"{c['base']:,} → {c['head']:,} ({_rel(c['relative'])})",
+                    f"{units.scaled(pc['base'], u[1], 3)} → {units.scaled(pc['head'], u[1], 3)} {u[0]} "
+                    f"({_rel(pc['relative'])})",
+                    f"{units.scaled(t['base'], tu[1])} → {units.scaled(t['head'], tu[1])} {tu[0]}",
+                ]
+            )
+        title = "Kernel names whose calls or time per call changed, by the time the change cost (all GPUs)"
+        if work["kernels_listed"] > len(work["kernels"]):
+            title += f", the first {len(work['kernels'])} of {work['kernels_listed']}"
+        out.append((title, ["kernel", "calls", "time per call", "time"], krows))
+    return out
+
+
+def work_markdown(pol: dict[str, Any]) -> list[str]:
+    out = []
+    for title, heads, rows in work_sections(pol):
+        out += [f"<details><summary>{title}: <code>{pol['policy']}</code></summary>", ""]
+        out.append("| " + " | ".join(heads) + " |")
+        out.append("|" + "---|" * len(heads))
+        out += ["| " + " | ".join(r) + " |" for r in rows]
+        out += ["", "</details>", ""]
+    return out
+
+
+def work_terminal(pol: dict[str, Any]) -> list[str]:
+    out = []
+    for title, heads, rows in work_sections(pol):
+        out += ["", f"{pol['policy']}: {title}", table(heads, rows, left=(0,))]
+    return out

@@ -92,6 +92,8 @@ def render_policy_table(tab: dict[str, Any]) -> str:
                 ms(None if r["stalled_ns"] is None else int(r["stalled_ns"])),
             ]
         )
+        if not r.get("gpu_activity", True):
+            note(r["policy"], "no GPU activity: exposed and stalled time are not measured (-)")
         if r["peak_device_bytes"] is None and r["peak_device_source"]:
             note(r["policy"], f"no measured peak: {r['peak_device_source']}")
         if r["plan_note"]:

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from profiler.report.units import UNITS_NOTE, byte_unit, scaled, time_unit
+from profiler.report.units import UNITS_NOTE, byte_unit, human_time, scaled, time_unit
 
 
 def ms(ns: int | None) -> str:
@@ -187,7 +187,7 @@ def window_line(w: dict[str, Any]) -> str:
     """The analysis window (``trace.window`` of the JSON) in one line."""
     if w.get("start_ns") is None:
         return "analysis window: the whole recording" + (f" ({w['note']})" if w.get("note") else "")
-    span = f"{ms(w['duration_ns'])} ms" if w.get("duration_ns") is not None else "to the end of the recording"
+    span = human_time(w["duration_ns"]) if w.get("duration_ns") is not None else "to the end of the recording"
     return f"analysis window: {w['source']}, {span}" + (f" ({w['note']})" if w.get("note") else "")
 
 
@@ -199,7 +199,7 @@ def steps_line(summary: dict[str, Any]) -> str:
     warm = summary.get("warmup_steps")
     return (
         f"{summary['steps']} steps from {summary.get('step_source')}"
-        + (f", median {ms(med)} ms" if med is not None else "")
+        + (f", median {human_time(med)}" if med is not None else "")
         + (f", {warm} warm-up left out" if warm else "")
     )
 
@@ -285,8 +285,45 @@ NO_LAYERS = (
 )
 
 
-def render_groups(doc: dict[str, Any], by: str) -> str:
-    """The per-step / per-layer / per-range / per-op table of ``analyze --by``."""
+STEP_ENDS = 5  # a long step list shows its first and last few steps
+STEP_ROWS = 2 * STEP_ENDS + 10  # ... when it has more than this many
+STEP_PERCENTILES = (10, 90, 99)  # beside the median (np.median of the included steps)
+
+
+def shown_steps(steps: list[dict[str, Any]], all_steps: bool) -> tuple[list[dict[str, Any]], int]:
+    """The steps a table lists and how many it leaves out: all of a short list, else the first and
+    last ``STEP_ENDS``."""
+    if all_steps or len(steps) <= STEP_ROWS:
+        return steps, 0
+    return steps[:STEP_ENDS] + steps[-STEP_ENDS:], len(steps) - 2 * STEP_ENDS
+
+
+def step_stats_line(steps: dict[str, Any]) -> str:
+    """The one median step and what it includes, with percentiles of the included steps."""
+    rows = steps["steps"]
+    kept = sorted(s["duration_ns"] for s in rows if not s["excluded"])
+    warm = sum(1 for s in rows if s["excluded"] and s["excluded"].startswith("warm"))
+    outliers = sum(1 for s in rows if s["excluded"] and s["excluded"].startswith("outlier"))
+    left_out = ", ".join(
+        p for p in (f"{warm} warm-up" if warm else "", f"{outliers} outlier(s)" if outliers else "") if p
+    )
+    what = f"{len(kept):,} of {len(rows):,} steps" + (f"; {left_out} left out" if left_out else "")
+    if not kept:
+        return f"steps: none included ({what})"
+    med = steps.get("median_step_ns")
+    if med is None:
+        med = kept[(len(kept) - 1) // 2]
+    u = Units.of([], [kept[0], kept[-1], med])
+    spread = [f"min {u.t(kept[0])}"]
+    if len(kept) >= STEP_ROWS:  # percentiles (nearest rank) where there are enough steps to have them
+        spread += [f"p{q} {u.t(kept[min(len(kept) - 1, round(q / 100 * (len(kept) - 1)))])}" for q in STEP_PERCENTILES]
+    spread.append(f"max {u.t(kept[-1])} {u.time}")
+    return f"median step {u.t(med)} {u.time} over the included steps ({what}); " + ", ".join(spread)
+
+
+def render_groups(doc: dict[str, Any], by: str, all_steps: bool = False) -> str:
+    """The per-step / per-layer / per-range / per-op table of ``analyze --by``; a long step list
+    shows its first and last steps unless *all_steps*."""
     facts = doc.get("attribution") or {}
     notes = []
     if facts.get("open_ranges"):
@@ -307,28 +344,30 @@ def render_groups(doc: dict[str, Any], by: str) -> str:
         if steps.get("source_note"):
             source += f"; {steps['source_note']}"
         notes.append(f"steps from {source}")
-        u = group_units(c for s in steps["steps"] for c in (s["devices"] or {}).values())
-        step_u = Units.of([], [s["duration_ns"] for s in steps["steps"]])
+        shown, hidden = shown_steps(steps["steps"], all_steps)
+        u = group_units(c for s in shown for c in (s["devices"] or {}).values())
+        step_u = Units.of([], [s["duration_ns"] for s in shown])
         if not gpu:  # durations only: render_devices has said that there is no GPU activity
-            rows = [[s["name"], step_u.t(s["duration_ns"]), s["excluded"] or ""] for s in steps["steps"]]
+            rows = [[s["name"], step_u.t(s["duration_ns"]), s["excluded"] or ""] for s in shown]
             out = table(("step", f"step {step_u.time}", "excluded"), rows, left=(0, 2))
-            notes.append(f"median step {step_u.t(steps['median_step_ns'])} {step_u.time}")
-            return "\n".join([f"Steps{policy}:", out, *(f"note: {n}" for n in notes)])
-        rows = []
-        for s in steps["steps"]:
-            for dev, c in (s["devices"] or {"-": None}).items():
-                base = _group_row(s["name"], dev, c, u) if c else [s["name"], dev, *["-"] * 7]
-                rows.append([*base[:2], step_u.t(s["duration_ns"]), *base[2:], s["excluded"] or ""])
-        headers = group_headers(u)
-        out = table(
-            ("step", "device", f"step {step_u.time}", *headers[1:], "excluded"),
-            rows,
-            left=(0, 1, len(headers) + 2),
-        )
-        out = f"Steps{policy}:\n{out}"
-        notes.append(
-            f"steps attributed by {steps['attribution']}; median step {step_u.t(steps['median_step_ns'])} {step_u.time}"
-        )
+            out = f"Steps{policy}:\n{out}"
+        else:
+            rows = []
+            for s in shown:
+                for dev, c in (s["devices"] or {"-": None}).items():
+                    base = _group_row(s["name"], dev, c, u) if c else [s["name"], dev, *["-"] * 7]
+                    rows.append([*base[:2], step_u.t(s["duration_ns"]), *base[2:], s["excluded"] or ""])
+            headers = group_headers(u)
+            out = table(
+                ("step", "device", f"step {step_u.time}", *headers[1:], "excluded"),
+                rows,
+                left=(0, 1, len(headers) + 2),
+            )
+            out = f"Steps{policy}:\n{out}"
+            notes.append(f"steps attributed by {steps['attribution']}")
+        if hidden:
+            out += f"\n... {hidden:,} steps not shown (the first and last {STEP_ENDS}; --all-steps lists every one)"
+        out += "\n" + step_stats_line(steps)
     else:
         key = {"layer": "layers", "range": "ranges", "op": "ops"}[by]
         groups = doc[key]

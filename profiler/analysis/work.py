@@ -1,0 +1,216 @@
+"""The work in a window and where its time went: what ``compare`` reads beyond the copies.
+
+Two equal windows can hold different work (fewer calls of the same kernels, slower collectives),
+so a run also records, per device:
+
+- ``kernels``: per kernel name, ``calls`` and ``duration_sum_ns`` (time per call = the ratio);
+- ``split``: the window cut into disjoint parts that add up to it, from the unions of METRICS.md
+  ("Per device"): ``compute_ns = |U(compute) ∩ W|``; ``nccl_ns = |U(NCCL) ∩ W \\ U(compute)|``
+  (collective time not under compute); ``exposed_copies_ns = |U(h2d, d2h) ∩ W \\ U(kernels)|``;
+  ``other_ns``: the rest of ``|U(all valid ops) ∩ W|`` (memsets, d2d/p2p copies alone);
+  ``idle_ns = |W| - |U(all valid ops) ∩ W|``.
+
+``W`` is the device window (``window_ns``) for the run, and each step's span for the steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from profiler.analysis.intervals import Intervals, difference, join, measure_within_each, union
+from profiler.analysis.overlap import KernelSets, valid
+
+SPLIT_KEYS = ("compute_ns", "nccl_ns", "exposed_copies_ns", "other_ns", "idle_ns")
+
+
+def _union_of(frame: pl.DataFrame) -> Intervals:
+    return union(*(frame[c].to_numpy() for c in ("device", "start", "end")))
+
+
+def time_split(
+    ks: KernelSets, copies: pl.DataFrame, memsets: pl.DataFrame, device: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Per window ``[start, end)`` of *device*: the ``SPLIT_KEYS`` parts (module docstring), one
+    array each, adding up to ``end - start``.  *copies*, *memsets*: valid ops with ``device``."""
+    offload = _union_of(copies.filter(pl.col("cls").is_in(["h2d", "d2h"])))
+    active = join(join(ks.any, _union_of(copies)), _union_of(memsets))
+    nccl_only = difference(ks.nccl, ks.compute)
+    exposed = difference(offload, ks.any)
+    compute, nccl, exp, busy = measure_within_each([ks.compute, nccl_only, exposed, active], device, start, end)
+    other = busy - compute - nccl - exp
+    return {
+        "compute_ns": compute,
+        "nccl_ns": nccl,
+        "exposed_copies_ns": exp,
+        "other_ns": other,
+        "idle_ns": (end - start) - busy,
+    }
+
+
+def kernel_work(kernels: pl.DataFrame) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per device, per kernel name: ``calls``, ``duration_sum_ns``, ``nccl``."""
+    if "name" not in kernels.columns or kernels.height == 0:
+        return {}
+    agg = (
+        valid(kernels)
+        .group_by("device", "name")
+        .agg(
+            pl.len().alias("calls"),
+            (pl.col("end") - pl.col("start")).sum().alias("dur"),
+            pl.col("is_nccl").fill_null(False).any().alias("nccl"),
+        )
+        .sort("device", "name")
+    )
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for d, name, calls, dur, nccl in agg.iter_rows():
+        out.setdefault(str(d), {})[str(name)] = {"calls": int(calls), "duration_sum_ns": int(dur), "nccl": bool(nccl)}
+    return out
+
+
+def run_work(
+    kernels: pl.DataFrame,
+    copies: pl.DataFrame,
+    memsets: pl.DataFrame,
+    ks: KernelSets,
+    windows: dict[str, list[int] | None],
+    steps: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The ``work`` of a run: per device its kernels and the split of its window; per included
+    step (``steps``: by_step rows with start_ns, end_ns, excluded) the split on every device."""
+    copies, memsets = valid(copies), valid(memsets)
+    devs = [(int(d), w) for d, w in windows.items() if w]
+    dev = np.array([d for d, _ in devs], dtype=np.int64)
+    w0 = np.array([w[0] for _, w in devs], dtype=np.int64)
+    w1 = np.array([w[1] for _, w in devs], dtype=np.int64)
+    whole = time_split(ks, copies, memsets, dev, w0, w1)
+    per_kernel = kernel_work(kernels)
+    devices = {
+        str(d): {
+            "span_ns": int(w1[i] - w0[i]),
+            "split": {k: int(whole[k][i]) for k in SPLIT_KEYS},
+            "kernels": per_kernel.get(str(d), {}),
+        }
+        for i, d in enumerate(dev.tolist())
+    }
+    kept = [s for s in steps if not s.get("excluded")]
+    step_rows = []
+    if kept and dev.size:
+        s0 = np.repeat(np.array([s["start_ns"] for s in kept], dtype=np.int64), dev.size)
+        s1 = np.repeat(np.array([s["end_ns"] for s in kept], dtype=np.int64), dev.size)
+        sd = np.tile(dev, len(kept))
+        split = time_split(ks, copies, memsets, sd, s0, s1)
+        for j, s in enumerate(kept):
+            rows = slice(j * dev.size, (j + 1) * dev.size)
+            step_rows.append(
+                {
+                    "name": s["name"],
+                    "duration_ns": int(s["end_ns"] - s["start_ns"]),
+                    "devices": {
+                        str(d): {k: int(split[k][rows][i]) for k in SPLIT_KEYS} for i, d in enumerate(dev.tolist())
+                    },
+                }
+            )
+    return {"devices": devices, "steps": step_rows}
+
+
+# --- comparing two runs' work (compare) -------------------------------------------------------
+TOP_KERNEL_CHANGES = 8
+NOTABLE_SHARE = 0.01  # a kernel name whose time is under this share of both sides' kernel time is not listed
+NOTABLE_CHANGE = 0.05  # calls or time per call that changed by less than this is not listed
+
+
+def _kernels(work: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per kernel name over all devices: calls, duration_sum_ns, nccl."""
+    out: dict[str, dict[str, Any]] = {}
+    for dev in work["devices"].values():
+        for name, k in dev["kernels"].items():
+            e = out.setdefault(name, {"calls": 0, "duration_sum_ns": 0, "nccl": k["nccl"]})
+            e["calls"] += k["calls"]
+            e["duration_sum_ns"] += k["duration_sum_ns"]
+    return out
+
+
+def _per_gpu(work: dict[str, Any]) -> dict[str, float]:
+    """The window and its split, per GPU (the mean over devices)."""
+    devs = list(work["devices"].values())
+    n = len(devs) or 1
+    out = {"span_ns": sum(d["span_ns"] for d in devs) / n}
+    out.update({k: sum(d["split"][k] for d in devs) / n for k in SPLIT_KEYS})
+    return out
+
+
+def _step_split(work: dict[str, Any]) -> dict[str, float] | None:
+    """The mean included step and its split, per GPU (mean over steps and devices): the parts add
+    up to the mean step."""
+    steps = work["steps"]
+    if not steps:
+        return None
+    n_dev = len(steps[0]["devices"]) or 1
+    out = {"step_ns": sum(s["duration_ns"] for s in steps) / len(steps)}
+    for k in SPLIT_KEYS:
+        out[k] = sum(d[k] for s in steps for d in s["devices"].values()) / (len(steps) * n_dev)
+    return out
+
+
+def work_rate(base: dict[str, Any], head: dict[str, Any]) -> float | None:
+    """Head's kernel work per GPU-second over base's, the work of a kernel name counted at base's
+    time per call (head's for a name base never ran): 1.0 = the same work in the same time."""
+    bk, hk = _kernels(base), _kernels(head)
+    b_time = sum(k["duration_sum_ns"] for k in bk.values())
+    b_span = sum(d["span_ns"] for d in base["devices"].values())
+    h_span = sum(d["span_ns"] for d in head["devices"].values())
+    if not (b_time and b_span and h_span):
+        return None
+
+    def per_call(name: str) -> float:
+        k = bk.get(name) or hk[name]
+        return k["duration_sum_ns"] / k["calls"]
+
+    h_work = sum(k["calls"] * per_call(n) for n, k in hk.items())
+    return (h_work / h_span) / (b_time / b_span)
+
+
+def work_compare(base: dict[str, Any] | None, head: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What changed in the work of the window: the rate (``work_rate``), per GPU the window's split,
+    per step (both sides with steps) the mean step's split, and the kernel names whose calls or time
+    per call changed most (by the time the change cost: calls x per-call time)."""
+    if not base or not head or not base["devices"] or not head["devices"]:
+        return None
+    bk, hk = _kernels(base), _kernels(head)
+    total = max(sum(k["duration_sum_ns"] for k in bk.values()), sum(k["duration_sum_ns"] for k in hk.values()), 1)
+    rows = []
+    for name in sorted(set(bk) | set(hk)):
+        b, h = bk.get(name), hk.get(name)
+        b_calls, h_calls = (b or {}).get("calls", 0), (h or {}).get("calls", 0)
+        b_pc = b["duration_sum_ns"] / b["calls"] if b else None
+        h_pc = h["duration_sum_ns"] / h["calls"] if h else None
+        b_t, h_t = (b or {}).get("duration_sum_ns", 0), (h or {}).get("duration_sum_ns", 0)
+        calls_rel = (h_calls - b_calls) / b_calls if b_calls else None
+        pc_rel = (h_pc - b_pc) / b_pc if b_pc and h_pc is not None else None
+        notable = max(b_t, h_t) >= NOTABLE_SHARE * total and (
+            calls_rel is None or pc_rel is None or abs(calls_rel) >= NOTABLE_CHANGE or abs(pc_rel) >= NOTABLE_CHANGE
+        )
+        if not notable:
+            continue
+        rows.append(
+            {
+                "name": name,
+                "nccl": (b or h)["nccl"],
+                "calls": {"base": b_calls, "head": h_calls, "relative": calls_rel},
+                "per_call_ns": {"base": b_pc, "head": h_pc, "relative": pc_rel},
+                "time_ns": {"base": b_t, "head": h_t, "delta": h_t - b_t},
+            }
+        )
+    rows.sort(key=lambda r: (-abs(r["time_ns"]["delta"]), r["name"]))
+    b_steps, h_steps = _step_split(base), _step_split(head)
+    return {
+        "rate": work_rate(base, head),
+        "gpus": {"base": len(base["devices"]), "head": len(head["devices"])},
+        "window": {"base": _per_gpu(base), "head": _per_gpu(head)},
+        "step": {"base": b_steps, "head": h_steps} if b_steps and h_steps else None,
+        "kernels": rows[:TOP_KERNEL_CHANGES],
+        "kernels_listed": len(rows),
+    }
