@@ -188,7 +188,8 @@ def _export_to(nsys: Path, report: Path, target: Path) -> Path:
             check=False,
         )
         if proc.returncode != 0 or not tmp.exists():
-            raise InputError(report, f"nsys export failed: {_first_error(proc.stdout + proc.stderr)}")
+            text = proc.stdout + proc.stderr
+            raise InputError(report, too_new_problem(text, report) or f"nsys export failed: {_first_error(text)}")
         try:
             os.link(tmp, target)  # never replaces a file that appeared meanwhile
         except FileExistsError:
@@ -197,6 +198,24 @@ def _export_to(nsys: Path, report: Path, target: Path) -> Path:
         return target
     finally:
         tmp.unlink(missing_ok=True)
+
+
+# nsys's refusal of a report written by a newer nsys (2023.4.4 and 2024.2.3 word it so)
+TOO_NEW = re.compile(r"created in Nsight Systems version \(([^)]+)\), newer than your current version \(([^)]+)\)")
+
+
+def too_new_problem(text: str, report: Path) -> str | None:
+    """One line for a report too new for this nsys: both versions, and the export to run with the user's
+    own nsys, then the analysis of that export; None when *text* is not that refusal."""
+    m = TOO_NEW.search(text)
+    if m is None:
+        return None
+    theirs, ours = (v.split("-")[0] for v in m.groups())
+    export = report.with_suffix(".sqlite").name
+    return (
+        f"written by nsys {theirs}, newer than this nsys {ours}; export it with the nsys that wrote it "
+        f"(`nsys export --type sqlite --output {export} {report.name}`), then `profile-step analyze {export}`"
+    )
 
 
 def _first_error(text: str) -> str:
