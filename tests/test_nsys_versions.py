@@ -3,9 +3,12 @@ the recipe and the cross-check with each, every export schema of ../shared/trace
 
 from __future__ import annotations
 
+import os
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -145,14 +148,19 @@ def new_report(nsys_versions, tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("new-report")
     script = "import nvtx\nfor i in range(3):\n    with nvtx.annotate(f'step={i}'):\n        sum(range(10000))\n"
     options = ["--trace=nvtx", "--sample=none", "--cpuctxsw=none", "--output", "report"]
-    proc = subprocess.run(
-        [str(newest), "profile", *options, sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        cwd=folder,
-        check=False,
-        timeout=300,
-    )
+    private = tempfile.mkdtemp(prefix="nsys-")  # nsys's session files apart from other nsys runs (as capture does)
+    try:
+        proc = subprocess.run(
+            [str(newest), "profile", *options, sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            cwd=folder,
+            env={**os.environ, "TMPDIR": private},
+            check=False,
+            timeout=300,
+        )
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
     assert (folder / "report.nsys-rep").is_file(), proc.stdout[-2000:] + proc.stderr[-2000:]
     return folder / "report.nsys-rep"
 
