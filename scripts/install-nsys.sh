@@ -7,10 +7,12 @@
 #
 # Two versions (Debian has no other):
 #   2024.2  2024.2.3 from experimental (CUDA 12.5), the default: it opens
-#           reports written by nsys 2024.2 (2023.4.4 refuses them) and records
-#           the NVTX ranges of the nvtx package >= 0.2.12 (2023.4.4 loses them).
+#           reports written by nsys 2024.2 (2023.4.4 refuses them).  Like 2023.4.4
+#           it loses the NVTX ranges of the nvtx package >= 0.2.12 (0.2.17 tried),
+#           so the nvtx pin stays.
 #   2023.4  2023.4.4 from trixie (CUDA 12.4): the tests' version matrix (the same
-#           numbers from each nsys's export) and users whose reports are 2023.4.
+#           numbers, recipe tables and cross-check from each nsys), and the source
+#           of the libsqlite3.so.0 that 2024.2.3's recipes need (below).
 #
 # Usage: scripts/install-nsys.sh [--version 2024.2|2023.4] [PREFIX]
 #        (default 2024.2; PREFIX default .tools/nsys-2024.2.3 or .tools/nsys-2023.4.4)

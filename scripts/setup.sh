@@ -46,6 +46,7 @@ if [ "$aot" = 1 ]; then
   fi
 fi
 
+# 2023.4 first: it moves an earlier set-up's .tools/nsys (2023.4.4) to .tools/nsys-2023.4.4
 nsys_old=$(bash scripts/install-nsys.sh --version 2023.4 | tail -n1)
 nsys=$(bash scripts/install-nsys.sh --version 2024.2 | tail -n1)
 echo "setup: nsys 2024.2.3 (the default) at $nsys; 2023.4.4 at $nsys_old" >&2
