@@ -2,7 +2,8 @@
 # Everything profile-step needs on a fresh Debian/Ubuntu machine, idempotent:
 #   - a virtual environment .venv with the package, JAX (CPU or whatever pip
 #     gives), the nvtx binding and the test tools;
-#   - Nsight Systems 2023.4.4 in .tools/nsys (scripts/install-nsys.sh);
+#   - Nsight Systems 2024.2.3, the default, in .tools/nsys-2024.2.3, and 2023.4.4 in
+#     .tools/nsys-2023.4.4 for the tests' version matrix (scripts/install-nsys.sh);
 #   - with --browser: Debian's chromium + chromium-driver for the dashboard tests;
 #   - with --aot: a separate .venv-aot with JAX's CUDA plugin (jax[cuda12], the same JAX
 #     version as .venv, about 5.5 GB) for `profile-step plan`: compiling the step for a GPU
@@ -45,8 +46,10 @@ if [ "$aot" = 1 ]; then
   fi
 fi
 
-nsys=$(bash scripts/install-nsys.sh | tail -n1)
-echo "setup: nsys at $nsys" >&2
+# 2023.4 first: it moves an earlier set-up's .tools/nsys (2023.4.4) to .tools/nsys-2023.4.4
+nsys_old=$(bash scripts/install-nsys.sh --version 2023.4 | tail -n1)
+nsys=$(bash scripts/install-nsys.sh --version 2024.2 | tail -n1)
+echo "setup: nsys 2024.2.3 (the default) at $nsys; 2023.4.4 at $nsys_old" >&2
 
 if [ "$browser" = 1 ] && ! { command -v chromium >/dev/null && command -v chromedriver >/dev/null; }; then
   if [ "$(id -u)" = 0 ]; then

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from profiler.errors import NsysNotFound
-from profiler.trace.nsys import find_nsys
+from profiler.trace.nsys import find_nsys, installed_local_nsys
 from profiler.trace.synthetic import ExportBuilder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,13 +27,25 @@ def shared_traces() -> Path:
 
 @pytest.fixture(scope="session")
 def nsys() -> Path:
-    """The real nsys; missing is a failure in CI (which installs it), a skip elsewhere."""
+    """The real nsys as profile-step finds it (PATH, then set-up's 2024.2.3, then its 2023.4.4); missing is a
+    failure in CI (which installs it), a skip elsewhere."""
     try:
         return find_nsys()
     except NsysNotFound as exc:
         if os.environ.get("CI"):
             pytest.fail(f"CI must have nsys: {exc}")
         pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def nsys_versions() -> dict[str, Path]:
+    """Every nsys set-up installs (2024.2.3, the default, and 2023.4.4), by version; in CI all of them."""
+    found = installed_local_nsys()
+    if len(found) < 2:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must have both of set-up's nsys installs; found {sorted(found) or 'none'}")
+        pytest.skip(f"the version matrix needs both installs of scripts/setup.sh; found {sorted(found) or 'none'}")
+    return found
 
 
 @pytest.fixture

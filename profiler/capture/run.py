@@ -6,10 +6,12 @@ import contextlib
 import os
 import platform
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -246,6 +248,11 @@ def run_policy(
     prog = program(req, policy)
     cmd = nsys_command.build(nsys, run_dir / rundir.TRACE_STEM, prog, req.nsys_args, req.capture_range)
     env = run_env(req, policy, run_dir, plan)
+    # nsys keeps its sessions' sockets and files in $TMPDIR/nvidia, shared by every nsys run at the same
+    # time: beside other sessions (seen with 2023.4.4 ones), 2024.2.3 at times records nothing of the
+    # script (no NVTX, no OS runtime calls) while exiting 0.  A folder of this run's own keeps it apart.
+    nsys_tmp = Path(tempfile.mkdtemp(prefix="profile-step-nsys-"))
+    env["TMPDIR"] = str(nsys_tmp)
     manifest: dict[str, Any] = {
         "tool": "profile-step",
         "status": "running",
@@ -282,6 +289,7 @@ def run_policy(
     pump = _tee(proc.stdout, run_dir / rundir.LOG, echo)
     code, interrupted = _wait(proc)
     pump.join(timeout=10)
+    shutil.rmtree(nsys_tmp, ignore_errors=True)
 
     sqlite = run_dir / f"{rundir.TRACE_STEM}.sqlite"
     report = run_dir / f"{rundir.TRACE_STEM}.nsys-rep"

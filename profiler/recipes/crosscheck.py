@@ -1,9 +1,11 @@
 """``profile-step analyze --cross-check``: our numbers against Nsight Systems' own recipes.
 
-nsys 2023.4.4 has recipes that count what we count: copies per direction
-(count, summed duration, bytes), kernels, and the NVTX projection of GPU ops
-onto ranges (the attribution behind every per-range, per-layer and per-step
-number).  No recipe of that version measures unions or intersections (busy,
+nsys 2023.4.4 and 2024.2.3 have recipes that count what we count: copies per
+direction (count, summed duration, bytes), kernels, and the NVTX projection of
+GPU ops onto ranges (the attribution behind every per-range, per-layer and
+per-step number), with the same columns in both (2024.2's
+``nvtx_gpu_proj_trace`` adds ``Rank``, drops ``File``; neither is read here).
+No recipe of these versions measures unions or intersections of copies (busy,
 overlap, exposed time), so those cannot be cross-checked; the output says so.
 
 nsys's recipes write their SQLite or parquet export beside the report (and
@@ -48,10 +50,18 @@ OUTPUT_TABLE = {
 NAMES_SHOWN = 8  # range names listed one by one in the table (all are in the JSON)
 NOT_CHECKED = (
     "busy, overlap, exposed and hidden copy time, occupancy and GB/s: unions and intersections of intervals, "
-    "which no nsys 2023.4.4 recipe measures (nccl_gpu_overlap_trace is not in this version; the "
-    "*_time_util_map heatmaps give per-bin utilization rounded to 0.1%, and under NumPy 2 they fail in nsys's "
-    "own code, as do nvtx_gpu_proj_sum and nccl_gpu_proj_sum)"
+    "which no recipe of nsys {version} measures ({overlap}the *_time_util_map heatmaps give per-bin utilization "
+    "rounded to 0.1%, and under NumPy 2 they fail in nsys's own code, as do nvtx_gpu_proj_sum{more} and "
+    "nccl_gpu_proj_sum)"
 )
+
+
+def not_checked(version: str) -> str:
+    """What the recipes of this nsys version (seen in 2023.4.4 and 2024.2.3) cannot check."""
+    if version.startswith("2023."):
+        return NOT_CHECKED.format(version=version, overlap="nccl_gpu_overlap_trace is not in this version; ", more="")
+    overlap = "nccl_gpu_overlap_trace measures NCCL against compute kernels, not copies; "
+    return NOT_CHECKED.format(version=version, overlap=overlap, more=", nccl_gpu_overlap_trace")
 
 
 class CrossCheckError(ProfilerError):
@@ -361,16 +371,17 @@ def cross_check(path: str, nsys_arg: str | None = None) -> dict[str, Any]:
     checks += kernel_checks(trace, devices, results["cuda_gpu_kern_sum"])
     proj, detail = projection_checks(trace, results["nvtx_gpu_proj_trace"])
     checks += proj
+    version = nsys_version(nsys)
     return {
         "trace": str(path),
         "export": str(trace.path),
         "nsys": str(nsys),
-        "nsys_version": nsys_version(nsys),
+        "nsys_version": version,
         "recipes": {name: {k: v for k, v in r.items() if k != "rows"} for name, r in results.items()},
         "checks": [asdict(c) for c in checks],
         "nvtx_ranges_by_name": detail,
         "agree": all(c.agree for c in checks),
-        "not_checked": NOT_CHECKED,
+        "not_checked": not_checked(version.split("-")[0]),
     }
 
 

@@ -1,8 +1,8 @@
 """``profile-step install-recipe``: put the ``offload_overlap`` recipe where an nsys finds its recipes.
 
-nsys 2023.4 lists and runs the recipes in ``<install>/target-linux-x64/python/
+nsys 2023.4 and 2024.2 list and run the recipes in ``<install>/target-linux-x64/python/
 packages/nsys_recipe/recipes`` (``nsys recipe --help`` lists only those) and
-also runs recipes from the folder named by ``$NSYS_RECIPE_PATH`` (not listed).
+also run recipes from the folder named by ``$NSYS_RECIPE_PATH`` (not listed).
 Beside the recipe's files an ``install.json`` records this environment, for
 the recipe to find profile-step when nsys's Python is not this one.
 """
@@ -125,7 +125,7 @@ def install(nsys_arg: str | None = None, into: str | None = None) -> Installed:
     if package is None:
         raise RecipeInstallError(
             f"{nsys} (nsys {nsys_version(nsys)}) has no recipe framework (no python/packages/nsys_recipe "
-            "beside it): use an nsys with `nsys recipe` (--nsys PATH; bash scripts/install-nsys.sh installs 2023.4.4)"
+            "beside it): use an nsys with `nsys recipe` (--nsys PATH; bash scripts/install-nsys.sh installs 2024.2.3)"
         )
     recipes = package / "recipes"
     if not writable(recipes):

@@ -15,9 +15,16 @@ from pathlib import Path
 from profiler.errors import InputError, NsysNotFound
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-# Where scripts/install-nsys.sh puts Nsight Systems.
-LOCAL_PREFIX = PROJECT_ROOT / ".tools" / "nsys"
-LOCAL_NSYS = LOCAL_PREFIX / "usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys"
+# Where scripts/install-nsys.sh puts Nsight Systems: the default (newest) first.  2023.4.4 stays
+# for the tests' version matrix; `.tools/nsys` is the one-version layout before 2024.2.
+NSYS_IN_PREFIX = "usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys"
+LOCAL_PREFIXES = {
+    "2024.2.3": PROJECT_ROOT / ".tools" / "nsys-2024.2.3",
+    "2023.4.4": PROJECT_ROOT / ".tools" / "nsys-2023.4.4",
+}
+LOCAL_PREFIX = LOCAL_PREFIXES["2024.2.3"]
+LOCAL_NSYS = LOCAL_PREFIX / NSYS_IN_PREFIX
+LEGACY_NSYS = PROJECT_ROOT / ".tools" / "nsys" / NSYS_IN_PREFIX
 INSTALL_HINT = "install it with: bash scripts/install-nsys.sh (or pass --nsys PATH / set $NSYS)"
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 REPORT_MAGIC = b"NVIDIA Tegra Profiler Report"
@@ -33,11 +40,21 @@ def nsys_candidates(explicit: str | None = None) -> list[Path]:
     on_path = shutil.which("nsys")
     if on_path:
         found.append(Path(on_path))
-    found.append(LOCAL_NSYS)
+    found += local_nsys()
     found.append(Path("/usr/local/cuda/bin/nsys"))
     found += [Path(p) for p in sorted(glob.glob("/opt/nvidia/nsight-systems/*/bin/nsys"), reverse=True)]
     found += [Path(p) for p in sorted(glob.glob("/opt/nvidia/nsight-systems-cli/*/bin/nsys"), reverse=True)]
     return found
+
+
+def local_nsys() -> list[Path]:
+    """The project's own installs (scripts/install-nsys.sh), the default first, installed or not."""
+    return [prefix / NSYS_IN_PREFIX for prefix in LOCAL_PREFIXES.values()] + [LEGACY_NSYS]
+
+
+def installed_local_nsys() -> dict[str, Path]:
+    """The project's installs that are there, by version (``2024.2.3``), the default first."""
+    return {v: p / NSYS_IN_PREFIX for v, p in LOCAL_PREFIXES.items() if os.access(p / NSYS_IN_PREFIX, os.X_OK)}
 
 
 def find_nsys(explicit: str | None = None) -> Path:
@@ -171,7 +188,8 @@ def _export_to(nsys: Path, report: Path, target: Path) -> Path:
             check=False,
         )
         if proc.returncode != 0 or not tmp.exists():
-            raise InputError(report, f"nsys export failed: {_first_error(proc.stdout + proc.stderr)}")
+            text = proc.stdout + proc.stderr
+            raise InputError(report, too_new_problem(text, report) or f"nsys export failed: {_first_error(text)}")
         try:
             os.link(tmp, target)  # never replaces a file that appeared meanwhile
         except FileExistsError:
@@ -180,6 +198,24 @@ def _export_to(nsys: Path, report: Path, target: Path) -> Path:
         return target
     finally:
         tmp.unlink(missing_ok=True)
+
+
+# nsys's refusal of a report written by a newer nsys (2023.4.4 and 2024.2.3 word it so)
+TOO_NEW = re.compile(r"created in Nsight Systems version \(([^)]+)\), newer than your current version \(([^)]+)\)")
+
+
+def too_new_problem(text: str, report: Path) -> str | None:
+    """One line for a report too new for this nsys: both versions, and the export to run with the user's
+    own nsys, then the analysis of that export; None when *text* is not that refusal."""
+    m = TOO_NEW.search(text)
+    if m is None:
+        return None
+    theirs, ours = (v.split("-")[0] for v in m.groups())
+    export = report.with_suffix(".sqlite").name
+    return (
+        f"written by nsys {theirs}, newer than this nsys {ours}; export it with the nsys that wrote it "
+        f"(`nsys export --type sqlite --output {export} {report.name}`), then `profile-step analyze {export}`"
+    )
 
 
 def _first_error(text: str) -> str:
