@@ -61,7 +61,10 @@ def test_the_dominant_module_by_gpu_time_and_its_warmup(build):
     ]
     assert [s["duration_ns"] for s in steps["steps"]] == [1000] * 4  # projected onto the GPU
     assert steps["median_included_step_ns"] == 1000
-    assert steps["source_note"] == "the dominant of 2 XLA modules by GPU time"
+    assert steps["source_note"] == (
+        "jit_train_step: ran 4 times in the window, the most GPU time of the modules that ran more than once "
+        "(jit_metrics ran 10 times)"
+    )
 
 
 def test_an_execution_overlapping_its_modules_compilation_is_warmup(build):
