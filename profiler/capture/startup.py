@@ -9,7 +9,8 @@ its ``sitecustomize.py`` chains to any other ``sitecustomize`` and calls
   ``XlaModule:#hlo_module=NAME#``), so a trace holds each module's executions
   on every backend (XLA:CPU writes none).  The C++ dispatch fast path never
   returns to Python, so it is turned off for ``jax.jit`` functions (about
-  0.1 ms more host time per call); JAX's own one-op dispatch keeps it;
+  0.1 ms more host time per call); operations run one at a time (eagerly)
+  keep it and are not recorded;
 - merges profile-step's XLA flags (``$PROFILE_STEP_XLA_PRESETS``) into
   ``XLA_FLAGS`` just before JAX starts its first backend, so that a script
   that assigns ``os.environ["XLA_FLAGS"]`` itself keeps the dump and the
@@ -30,13 +31,10 @@ import sys
 import threading
 from typing import Any
 
-# names only; the hook imports nothing heavy at start-up
-DOMAIN = "profile-step"
-HOOK_ENV = "PROFILE_STEP_HOOK"
-PRESETS_ENV = "PROFILE_STEP_XLA_PRESETS"  # JSON: {"flags": {name: value}, "force": [names]}
-RUN_DIR_ENV = "PROFILE_STEP_RUN_DIR"
-STARTUP_FACTS = "startup.json"
-MODULE_RANGE = "XlaModule:#hlo_module={}#"
+from profiler.conventions import DOMAIN, HOOK_ENV, RUN_DIR_ENV, STARTUP_FACTS, XLA_PRESETS_ENV
+
+PRESETS_ENV = XLA_PRESETS_ENV  # JSON: {"flags": {name: value}, "force": [names]}
+MODULE_RANGE = "XlaModule:#hlo_module={}#"  # as XLA names its own (xla_names.parse_xla reads both)
 
 _facts: dict[str, Any] = {"hook": "installed", "python": platform.python_version(), "notes": []}
 _counts: dict[str, int] = {}
@@ -177,6 +175,9 @@ def patch_jax() -> None:
     inside = threading.local()  # set while a jax.jit call runs through Python (its first execution)
 
     def _run_python_pjit(*args: Any, **kwargs: Any) -> Any:
+        fun = args[2] if len(args) > 2 else kwargs.get("fun")
+        if getattr(fun, "_apply_primitive", False):  # one op run eagerly (jnp.ones, x + 1): not a program
+            return run_python(*args, **kwargs)
         depth = getattr(inside, "depth", 0)
         inside.depth = depth + 1
         try:
@@ -279,12 +280,14 @@ def _patch_backend_start() -> None:
 class _JaxWatch:
     """A meta-path finder that patches JAX right after ``import jax`` finishes."""
 
+    done = False
+
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != "jax":
+        if name != "jax" or self.done:
             return None
         import importlib.machinery
 
-        sys.meta_path.remove(self)
+        self.done = True  # left in sys.meta_path: removing it while Python walks the list skips a finder
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is None or spec.loader is None:
             return spec

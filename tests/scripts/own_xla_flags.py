@@ -20,7 +20,7 @@ steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv el
 
 @jax.jit
 def step(w, x):
-    return w - 0.01 * jnp.tanh(x @ w)
+    return w - 0.01 * jnp.tanh(x.T @ (x @ w))
 
 
 w, x = jnp.zeros((64, 64)), jnp.ones((16, 64))
