@@ -171,3 +171,45 @@ def test_own_xla_flags_under_nsys(nsys, tmp_path):
     assert xla_flags.parse(flags["in_force"])["--xla_gpu_enable_command_buffer"] == ""
     assert man["compiled"]["step_module"].endswith(".jit_step")
     assert "compiled step: module_" in proc.stdout and "holds no module" not in proc.stdout
+
+
+# --- the step chosen at capture time from the hook's executions ---------------------------------
+
+
+def fake_dump(folder: Path, sizes: dict[str, int]) -> None:
+    """A dump folder: per module one after-optimization text of *sizes* bytes (the step by size)."""
+    folder.mkdir(parents=True)
+    for i, (name, size) in enumerate(sizes.items()):
+        text = f"HloModule {name}\n" + "x" * size
+        (folder / f"module_{i:04d}.{name}.cpu_after_optimizations.txt").write_text(text)
+
+
+def test_capture_step_is_the_module_that_ran_most(tmp_path):
+    from profiler.capture import step_module
+
+    sizes = {"jit_init": 50_000, "jit_a": 40_000, "jit_b": 30_000, "jit_c": 20_000, "jit_update": 100}
+    fake_dump(tmp_path / "xla_dump", sizes)
+    hook = {"jax": "0.10.2", "executions": {"jit_update": 5, "jit_init": 1, "jit__reduce_sum": 1}}
+    short = step_module.record(tmp_path, tmp_path / "xla_dump", True, hook)
+    assert short["step_module"] == "module_0004.jit_update"
+    assert short["chosen_by"] == "jit_update: ran 5 times in the run (jit_init ran once, jit__reduce_sum ran once)"
+    kept = {m.name for m in dump.scan(tmp_path / "xla_dump")}
+    assert "jit_update" in kept and "jit_init" in kept  # the step survives the pruning, small as it is
+    fake_dump(tmp_path / "r2" / "xla_dump", sizes)
+    short = step_module.record(tmp_path / "r2", tmp_path / "r2" / "xla_dump", True, None)
+    assert short["step_module"] == "module_0000.jit_init" and "largest" in short["chosen_by"]  # no hook: size
+
+
+def test_no_dump_says_why_in_one_line(tmp_path):
+    from profiler.capture import step_module
+
+    def why(hook):
+        (note,) = [n for n in step_module.record(tmp_path, tmp_path / "xla_dump", True, hook)["notes"] if "dump" in n]
+        assert "\n" not in note and ".partial" not in note
+        return note
+
+    assert "the script never imported JAX" in why({"python": "3.11"})
+    lost = why({"jax": "0.4.1", "xla_flags_at_exit": "--xla_cpu_enable_fast_math=false"})
+    assert "the script replaced XLA_FLAGS ('--xla_cpu_enable_fast_math=false')" in lost
+    assert "could not put it back" in lost
+    assert "holds no module: the script compiled nothing with XLA, or replaced XLA_FLAGS" in why(None)

@@ -40,7 +40,10 @@ from profiler.analysis.intervals import length_by_group, union
 from profiler.conventions import DOMAIN
 
 I64 = pl.Int64
-NO_XLA = "no XLA module ranges: XLA writes them only on GPUs (XLA:CPU emits no NVTX), and only with nsys tracing NVTX"
+NO_XLA = (
+    "no XLA module ranges: XLA writes them only on GPUs (XLA:CPU emits no NVTX), and only with nsys tracing NVTX; "
+    "profile-step run's start-up hook writes them for jax.jit programs on every backend"
+)
 
 
 @dataclass(frozen=True)

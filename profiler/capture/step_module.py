@@ -44,7 +44,12 @@ def _no_dump(run_dir: Path, dump_dir: Path, hook: dict[str, Any] | None) -> str:
             f"no XLA dump in {where}: the script replaced XLA_FLAGS ({at_exit!r}), dropping profile-step's "
             "--xla_dump_to, and the start-up hook could not put it back in this JAX; keep the flags it was given"
         )
-    return f"the XLA dump {where} holds no module (did the script compile anything with XLA?)"
+    if not hook:
+        return (
+            f"the XLA dump {where} holds no module: the script compiled nothing with XLA, or replaced XLA_FLAGS "
+            "(the start-up hook that keeps profile-step's flags did not run: PROFILE_STEP_HOOK=0, or not Python)"
+        )
+    return f"the XLA dump {where} holds no module, with --xla_dump_to in force (did the script compile anything?)"
 
 
 def by_executions(mods: list[dump.DumpModule], executions: dict[str, int]) -> list[dump.DumpModule]:
