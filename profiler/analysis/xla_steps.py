@@ -80,6 +80,8 @@ def choice(totals: pl.DataFrame) -> str:
         why += ", the most GPU time of the modules that ran more than once"
     elif rest.height and n > 1 and (rest["executions"] == n).any():
         why += ", as often as others, with the most time"
+    if not rest.height:
+        return why + ", the only XLA module that ran"
     shown = [f"{m} ran {_times(int(c))}" for m, c in rest.head(2).select("hlo_module", "executions").iter_rows()]
     if rest.height > 2:
         shown.append(f"{rest.height - 2} more modules")
