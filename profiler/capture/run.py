@@ -160,7 +160,7 @@ def child_facts(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(runtime, startup): what ``annotate`` wrote (``runtime.json``) over what the start-up hook
     wrote (``startup.json``: versions, devices, XLA flags, executions), and the hook's own facts."""
     hook = _read_facts(run_dir / startup.STARTUP_FACTS)
-    runtime = {k: hook[k] for k in ("python", "jax", "jaxlib", "devices") if hook.get(k) is not None}
+    runtime = {k: hook[k] for k in ("python", "jax", "jaxlib", "nvtx_binding", "devices") if hook.get(k) is not None}
     runtime.update({k: v for k, v in _read_facts(run_dir / RUNTIME_FACTS).items() if v is not None})
     return runtime, hook
 

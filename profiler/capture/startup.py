@@ -9,8 +9,9 @@ its ``sitecustomize.py`` chains to any other ``sitecustomize`` and calls
   ``XlaModule:#hlo_module=NAME#``), so a trace holds each module's executions
   on every backend (XLA:CPU writes none).  The C++ dispatch fast path never
   returns to Python, so it is turned off for ``jax.jit`` functions (about
-  0.1 ms more host time per call); operations run one at a time (eagerly)
-  keep it and are not recorded;
+  0.1 ms more host time per call); JAX's own jitted functions (``jnp.sum``,
+  ``jax.random.normal``) and operations run one at a time keep it and are
+  not recorded;
 - merges profile-step's XLA flags (``$PROFILE_STEP_XLA_PRESETS``) into
   ``XLA_FLAGS`` just before JAX starts its first backend, so that a script
   that assigns ``os.environ["XLA_FLAGS"]`` itself keeps the dump and the
@@ -129,7 +130,9 @@ def _nvtx_pair() -> tuple[Any, Any] | None:
         def pop() -> None:
             _lib.pop_range(dom.handle)
 
-        _facts["nvtx_binding"] = getattr(nvtx, "__version__", None)
+        from importlib.metadata import version
+
+        _facts["nvtx_binding"] = version("nvtx")
         return push, pop
     except Exception:
         return (lambda name: nvtx.push_range(name, domain=DOMAIN)), (lambda: nvtx.pop_range(domain=DOMAIN))
@@ -140,6 +143,14 @@ def _module_name(call: Any) -> str:
         return call.xla_executable.hlo_modules()[0].name
     except Exception:
         return str(getattr(call, "name", "unknown"))
+
+
+def _jax_internal(fun: Any) -> bool:
+    """Whether *fun* is one of JAX's own jitted functions (or an operation run eagerly)."""
+    if getattr(fun, "_apply_primitive", False):
+        return True
+    module = getattr(fun, "__module__", None) or ""
+    return module == "jax" or module.startswith(("jax.", "jaxlib."))
 
 
 def patch_jax() -> None:
@@ -168,7 +179,7 @@ def patch_jax() -> None:
         return
     user: weakref.WeakSet[Any] = weakref.WeakSet()
     names: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
-    ranges = _nvtx_pair()
+    ranges = None if os.environ.get(HOOK_ENV) == "count" else _nvtx_pair()  # count: no NVTX ranges
     run_python, fastpath = pjit._run_python_pjit, pjit._get_fastpath_data
     execute = pxla.ExecuteReplicated.__call__
 
@@ -176,7 +187,7 @@ def patch_jax() -> None:
 
     def _run_python_pjit(*args: Any, **kwargs: Any) -> Any:
         fun = args[2] if len(args) > 2 else kwargs.get("fun")
-        if getattr(fun, "_apply_primitive", False):  # one op run eagerly (jnp.ones, x + 1): not a program
+        if _jax_internal(fun):  # jnp.sum, jax.random.normal, one op run eagerly: JAX's, not the script's
             return run_python(*args, **kwargs)
         depth = getattr(inside, "depth", 0)
         inside.depth = depth + 1
