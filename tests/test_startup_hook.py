@@ -171,6 +171,9 @@ def test_own_xla_flags_under_nsys(nsys, tmp_path):
     assert xla_flags.parse(flags["in_force"])["--xla_gpu_enable_command_buffer"] == ""
     assert man["compiled"]["step_module"].endswith(".jit_step")
     assert "compiled step: module_" in proc.stdout and "holds no module" not in proc.stdout
+    assert "policy p: the script set XLA_FLAGS itself; the start-up hook put --xla_gpu_enable_command_buffer" in (
+        proc.stderr
+    )
 
 
 # --- the step chosen at capture time from the hook's executions ---------------------------------

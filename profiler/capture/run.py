@@ -165,6 +165,17 @@ def child_facts(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return runtime, hook
 
 
+def flags_line(policy: str, hook: dict[str, Any]) -> str | None:
+    """One line when the script replaced XLA_FLAGS and the start-up hook put profile-step's back."""
+    put_back = ((hook or {}).get("xla_flags") or {}).get("put_back") or []
+    if not put_back:
+        return None
+    return (
+        f"profile-step: policy {policy}: the script set XLA_FLAGS itself; the start-up hook put "
+        f"{', '.join(put_back)} back before JAX started its backend (startup.json has the flags in force)"
+    )
+
+
 def git_facts(script: Path) -> dict[str, Any] | None:
     """Commit and dirtiness of the repository holding *script*, if any."""
 
@@ -323,6 +334,9 @@ def run_policy(
     if policy == UNNAMED_POLICY and runtime.get("policy"):
         manifest["policy"] = runtime["policy"]  # what the script ran (annotate.policy_name's default)
     manifest["startup_hook"] = {k: hook.get(k) for k in ("hook", "xla_flags", "executions", "notes")} if hook else None
+    said = flags_line(policy, hook)
+    if said:
+        print(said, file=sys.stderr, flush=True)
     manifest.update(
         {
             "status": status,

@@ -54,9 +54,11 @@ def write_facts() -> None:
     if not run_dir:
         return
     try:
+        path = os.path.join(run_dir, STARTUP_FACTS)
+        if "jax" not in _facts and os.path.exists(path):
+            return  # a process the script started that never imported JAX: the JAX process's facts stay
         with _lock:
             doc = {**_facts, "executions": dict(sorted(_counts.items(), key=lambda kv: -kv[1]))}
-        path = os.path.join(run_dir, STARTUP_FACTS)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as fh:
             json.dump(doc, fh, indent=2, default=str)
