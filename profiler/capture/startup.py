@@ -270,11 +270,23 @@ def _patch_backend_start() -> None:
         return
     state = {"first": True}
 
-    def _init_backend(platform_name: str) -> Any:
+    def first() -> None:
         if state["first"]:
             state["first"] = False
             keep_xla_flags()
             write_facts()
+
+    discover = getattr(xla_bridge, "_discover_and_register_pjrt_plugins", None)
+    if discover is not None:  # a GPU plugin loads here, before any backend starts: the flags first
+
+        def _discover_and_register_pjrt_plugins(*args: Any, **kwargs: Any) -> Any:
+            first()
+            return discover(*args, **kwargs)
+
+        xla_bridge._discover_and_register_pjrt_plugins = _discover_and_register_pjrt_plugins
+
+    def _init_backend(platform_name: str) -> Any:
+        first()
         client = init(platform_name)
         try:
             devices = _facts.setdefault("devices", [])
