@@ -9,7 +9,7 @@ its ``sitecustomize.py`` chains to any other ``sitecustomize`` and calls
   ``XlaModule:#hlo_module=NAME#``), so a trace holds each module's executions
   on every backend (XLA:CPU writes none).  The C++ dispatch fast path never
   returns to Python, so it is turned off for ``jax.jit`` functions (about
-  0.1 ms more host time per call); JAX's own jitted functions (``jnp.sum``,
+  0.15 ms more host time per call); JAX's own jitted functions (``jnp.sum``,
   ``jax.random.normal``) and operations run one at a time keep it and are
   not recorded;
 - merges profile-step's XLA flags (``$PROFILE_STEP_XLA_PRESETS``) into
