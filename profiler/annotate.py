@@ -27,6 +27,7 @@ warm-up stay out of the numbers (``--capture-range all`` analyzes everything;
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -70,8 +71,14 @@ def nvtx_range(message: str, color: str | None = None) -> Iterator[None]:
 
 
 def policy_name(default: str = "none") -> str:
-    """The offload policy profile-step runs this process for (``$PROFILE_STEP_POLICY``)."""
-    return os.environ.get(POLICY_ENV) or default
+    """The offload policy profile-step runs this process for (``$PROFILE_STEP_POLICY``), else
+    *default*; under ``profile-step run`` the answer is recorded for the run's manifest."""
+    policy = os.environ.get(POLICY_ENV) or default
+    run_dir = os.environ.get(RUN_DIR_ENV)
+    if run_dir and not os.path.exists(os.path.join(run_dir, RUNTIME_FACTS)):
+        with contextlib.suppress(OSError):  # facts are best effort; never break the user's run
+            write_runtime_facts(policy=policy)
+    return policy
 
 
 @contextmanager

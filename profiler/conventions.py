@@ -37,6 +37,8 @@ XLA_DUMP_ENV = "PROFILE_STEP_XLA_DUMP"  # the dump folder profile-step asked XLA
 PLAN_DIR_ENV = "PROFILE_STEP_PLAN_DIR"  # profile-step plan: where the compiled step's facts go
 PLAN_TARGET_ENV = "PROFILE_STEP_PLAN_TARGET"  # profile-step plan: the GPU target description file
 BATCH_ENV = "PROFILE_STEP_BATCH"  # profile-step plan: the micro batch asked for
+HOOK_ENV = "PROFILE_STEP_HOOK"  # 0: no start-up hook in the script's interpreter (profiler.capture.startup)
+XLA_PRESETS_ENV = "PROFILE_STEP_XLA_PRESETS"  # profile-step's XLA flags, for the hook to keep in force
 
 # --- run folders: runs/<UTC>-<policy>[-rank<R>]-<id>[.partial]/ -----------------------------
 PARTIAL_SUFFIX = ".partial"
@@ -44,6 +46,7 @@ MANIFEST = "manifest.json"
 TRACE_STEM = "trace"
 LOG = "output.log"
 RUNTIME_FACTS = "runtime.json"
+STARTUP_FACTS = "startup.json"  # what the start-up hook saw: versions, devices, XLA flags, executions
 COMPILED_STEP = "compiled_step.json"  # what the script handed over (annotate.compiled_step)
 COMPILED = "compiled.json"  # the step's compiled module read from the XLA dump, by profile-step
 XLA_DUMP_DIR = "xla_dump"

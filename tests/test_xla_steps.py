@@ -62,7 +62,10 @@ def test_the_dominant_module_by_gpu_time_and_its_warmup(build):
     ]
     assert [s["duration_ns"] for s in steps["steps"]] == [1000] * 4  # projected onto the GPU
     assert steps["median_included_step_ns"] == 1000
-    assert steps["source_note"] == "the dominant of 2 XLA modules by GPU time"
+    assert steps["source_note"] == (
+        "jit_train_step: ran 4 times in the window, the most GPU time of the modules that ran more than once "
+        "(jit_metrics ran 10 times)"
+    )
 
 
 def test_an_execution_overlapping_its_modules_compilation_is_warmup(build):
@@ -274,3 +277,73 @@ def test_plain_lax_scan_in_a_jitted_loss(build):
 def test_plain_lax_scan_without_a_layer_name():
     assert scan_family(pl.Series("layer", ["while/body", "while/body"])) == "scan"
     assert scan_family(pl.Series("layer", ["while/body", "decoder/layers", "layers", "decoder"])) == "layers"
+
+
+# --- executions recorded by profile-step's start-up hook (profiler.capture.startup) ----------------
+
+
+def hook_execution(b: ExportBuilder, t: int, dur: int, module: str) -> None:
+    """One execution as the start-up hook records it: host time only, in profile-step's domain."""
+    b.nvtx(t, t + dur, f"XlaModule:#hlo_module={module}#", tid=A, domain_id=PS)
+
+
+def test_hook_executions_on_a_cpu_the_init_is_not_the_step(build):
+    """No GPU, no XLA ranges: init runs once (long), the step and a helper 5 times each."""
+    b = ExportBuilder()
+    b.domain(PS, "profile-step", tid=A)
+    hook_execution(b, 0, 90_000, "jit_init")
+    for i in range(5):
+        t = 100_000 + i * 10_000
+        hook_execution(b, t, 2_000, "jit_update")
+        hook_execution(b, t + 5_000, 500, "jit__reduce_sum")  # as often, less time: not the step
+    steps = steps_of(build(b))
+    assert steps["source"] == "XLA module jit_update (its executions, recorded by profile-step's start-up hook)"
+    assert [s["name"] for s in steps["steps"]] == [f"jit_update#{i}" for i in range(5)]
+    assert [s["duration_ns"] for s in steps["steps"]] == [2_000] * 5  # host time: no GPU ops
+    assert steps["source_note"] == (
+        "jit_update: ran 5 times in the window, as often as others, with the most time "
+        "(jit__reduce_sum ran 5 times, jit_init ran once)"
+    )
+
+
+def test_the_module_that_ran_most_often_on_a_cpu(build):
+    b = ExportBuilder()
+    b.domain(PS, "profile-step", tid=A)
+    hook_execution(b, 0, 90_000, "jit_eval")
+    hook_execution(b, 95_000, 1_000, "jit_eval")
+    for i in range(3):
+        hook_execution(b, 100_000 + i * 10_000, 2_000, "jit_update")
+    steps = steps_of(build(b))
+    assert steps["source"].startswith("XLA module jit_update ")  # 3 executions beat 2 longer ones
+    assert steps["source_note"] == "jit_update: ran 3 times in the window (jit_eval ran 2 times)"
+
+
+def test_xla_module_ranges_win_over_the_hooks(build):
+    """On a GPU both exist for the same executions: XLA's own count once, the hook's not at all."""
+    b = new()
+    hook_execution(b, 1_000, 5_000, "jit_init")  # init on the hook only: no XLA range, never a step
+    for i in range(4):
+        t = 20_000 + i * 10_000
+        hook_execution(b, t - 5, 110, "jit_train_step")
+        execution(b, t, "jit_train_step", 3, (t + 100, t + 1_100))
+    steps = steps_of(build(b))
+    assert steps["source"] == "XLA module jit_train_step, program_id 3 (its executions)"
+    assert len(steps["steps"]) == 4 and steps["source_note"] is None
+
+
+def test_the_steps_module_and_its_reason_reach_the_compiled_step():
+    from profiler.analysis.policies import step_compiled
+
+    compiled = {
+        "modules": [
+            {"name": "jit_init", "id": 2, "label": "module_0002.jit_init", "cost": {"flops": 9e8}},
+            {"name": "jit_update", "id": 7, "label": "module_0007.jit_update", "cost": {"flops": 2e6}},
+        ],
+        "step_module": "module_0002.jit_init",
+        "chosen_by": "the largest module in the dump",
+    }
+    why = "jit_update: ran 5 times in the window (jit_init ran once)"
+    got = step_compiled(compiled, [("jit_init", None)], ("jit_update", None), why)
+    assert got["module"] == "module_0007.jit_update" and got["cost"] == {"flops": 2e6} and got["chosen_by"] == why
+    got = step_compiled(compiled, [], ("jit_update", None))
+    assert got["chosen_by"] == "the XLA module whose executions are the steps (jit_update)"

@@ -72,13 +72,14 @@ def step_compiled(
     compiled: dict[str, Any] | None,
     executed: list[tuple[str, int | None]] | None = None,
     step_module: tuple[str, int | None] | None = None,
+    step_reason: str | None = None,
 ) -> dict:
     """The step's module from a run's ``compiled.json``, its plan labelled with layers.
 
     The module the script handed over wins, then the module whose executions
     the steps analysis took as the steps (*step_module*: ``Breakdown.module_steps``,
-    by GPU time, autotuning left out), then the module the trace ran longest
-    (when the dump kept it), then the capture's own choice.
+    by ``xla_steps``' rule, autotuning left out; *step_reason* says how), then the
+    module the trace ran longest (when the dump kept it), then the capture's own choice.
     """
     if not compiled:
         return {"module": None, "chosen_by": None, "notes": ["no compiled.json in the run folder"]}
@@ -87,13 +88,14 @@ def step_compiled(
     chosen, why = None, compiled.get("chosen_by")
     if handed:
         chosen = next((m for m in reversed(mods) if m["name"] == handed), None)
-    candidates = [(step_module, "the XLA module whose executions are the steps")] if step_module else []
+    reason = step_reason or "the XLA module whose executions are the steps"
+    candidates = [(step_module, reason)] if step_module else []
     candidates += [(e, "the XLA module that ran longest in the trace") for e in executed or []]
     if chosen is None:
         for (name, pid), reason in candidates:
             chosen = next((m for m in mods if m["name"] == name and (pid is None or m["id"] == pid)), None)
             if chosen is not None:
-                why = f"{reason} ({name})"
+                why = reason if reason.startswith(f"{name}: ") else f"{reason} ({name})"
                 break
     if chosen is None:
         chosen = next((m for m in mods if m.get("label") == compiled.get("step_module")), None)
@@ -239,6 +241,7 @@ def policy_row(run: dict[str, Any], peak_override: float | None = None) -> dict[
         "step_module": comp.get("module"),
         "hlo_fingerprint": comp.get("fingerprint"),
         "same_hlo_as": [],
+        "step_chosen_by": comp.get("chosen_by"),
         "plan_note": comp.get("plan_note"),
         "notes": list(dict.fromkeys(comp.get("notes") or [])),
     }
@@ -399,6 +402,7 @@ def planned_vs_moved(run: dict[str, Any], tolerance: float = DIFF_TOLERANCE) -> 
         "policy": run["policy"],
         "trace": run.get("trace"),
         "step_module": comp.get("module"),
+        "step_chosen_by": comp.get("chosen_by"),
         "plan_note": comp.get("plan_note"),
         "steps": n_steps,
         "devices": n_dev,

@@ -83,7 +83,7 @@ def _compiled(trace: Trace, bd: Breakdown) -> dict[str, Any]:
     """The compiled step of the run folder, matched to the module the steps analysis found."""
     ms = bd.module_steps
     step = (ms.module, ms.program_id) if ms.module else None
-    return step_compiled(find_compiled(trace.path), executed_modules(bd.ranges.ranges), step)
+    return step_compiled(find_compiled(trace.path), executed_modules(bd.ranges.ranges), step, ms.chosen_by)
 
 
 def _top_by_name(rows: list[dict[str, Any]], n: int = 5) -> list[dict[str, Any]]:

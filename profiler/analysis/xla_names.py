@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from profiler.conventions import XLA_DOMAIN
+from profiler.conventions import DOMAIN, XLA_DOMAIN
 
 MAX_OP_PATH = 65_536  # bytes; real op_name paths are a few hundred
 
@@ -85,11 +85,17 @@ def parse_xla(
     (module/thunk/compile/malformed, NULL for a user range), hlo_module, program_id, op_path,
     hlo_op, hlo_op_id, hlo_base (the instruction less pass suffixes), layer, activation, backward.
 
-    *domain*: the column holding each range's NVTX domain; only ``TSL`` ranges are XLA's.
+    *domain*: the column holding each range's NVTX domain; only ``TSL`` ranges are XLA's, and
+    the ``XlaModule`` ranges profile-step's start-up hook writes in its own domain (one per
+    execution, on every backend) where the frame holds none of XLA's own.
     ``None`` reads every name as if it were XLA's.  Parsed in stages (each regex runs once).
     """
     t = pl.col(text).fill_null("")
     in_xla = pl.lit(True) if domain is None else (pl.col(domain) == XLA_DOMAIN).fill_null(False)
+    if domain is not None:
+        is_module = t.str.starts_with("XlaModule:#")
+        hook = (pl.col(domain) == DOMAIN).fill_null(False) & is_module
+        in_xla = in_xla | (hook & ~(in_xla & is_module).any())
     staged = frame.with_columns(
         in_xla.alias("_in"),
         t.str.extract(MODULE_BODY_RE, 1).alias("_mbody"),

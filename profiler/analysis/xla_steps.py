@@ -1,8 +1,14 @@
 """Training steps and warm-up from XLA's own ranges, for scripts with no step annotation.
 
 On a GPU, XLA writes one ``XlaModule`` range (domain ``TSL``) per execution of
-an executable.  The executions of the module that dominates the GPU's time
-are the steps:
+an executable; on any backend profile-step's start-up hook writes the same in
+its own domain (``profiler.capture.startup``).  The executions of the step's
+module are the steps:
+
+- the step's module: of the modules that ran more than once in the window
+  (all, if none did), the one with the most GPU time, then the most
+  executions, then the most host time; so a script's init (run once) is never
+  its step, and on a CPU (no GPU time) the module that ran most often is;
 
 - executions are grouped by (``hlo_module``, ``program_id``); a group's GPU
   time is the sum over its executions of the busy time (union) of the GPU ops
@@ -31,9 +37,13 @@ import numpy as np
 import polars as pl
 
 from profiler.analysis.intervals import length_by_group, union
+from profiler.conventions import DOMAIN
 
 I64 = pl.Int64
-NO_XLA = "no XLA module ranges: XLA writes them only on GPUs (XLA:CPU emits no NVTX), and only with nsys tracing NVTX"
+NO_XLA = (
+    "no XLA module ranges: XLA writes them only on GPUs (XLA:CPU emits no NVTX), and only with nsys tracing NVTX; "
+    "profile-step run's start-up hook writes them for jax.jit programs on every backend"
+)
 
 
 @dataclass(frozen=True)
@@ -45,13 +55,37 @@ class ModuleSteps:
     module: str | None
     program_id: int | None
     note: str | None
+    chosen_by: str | None = None  # how the module was chosen: "jit_update: ran 5 times in the window (...)"
+    by_hook: bool = False  # the executions come from profile-step's start-up hook (no XLA module ranges)
 
     @property
     def source(self) -> str | None:
         if self.module is None:
             return None
         pid = f", program_id {self.program_id}" if self.program_id is not None else ""
-        return f"XLA module {self.module}{pid} (its executions)"
+        hook = ", recorded by profile-step's start-up hook" if self.by_hook else ""
+        return f"XLA module {self.module}{pid} (its executions{hook})"
+
+
+def _times(n: int) -> str:
+    return "once" if n == 1 else f"{n} times"
+
+
+def choice(totals: pl.DataFrame) -> str:
+    """How the first row of *totals* (ranked modules: hlo_module, executions, gpu_ns) was chosen."""
+    name, n, gpu = totals["hlo_module"][0], int(totals["executions"][0]), int(totals["gpu_ns"][0])
+    rest = totals.slice(1)
+    why = f"{name}: ran {_times(n)} in the window"
+    if rest.height and gpu and (rest["executions"] > 1).any() and n > 1:
+        why += ", the most GPU time of the modules that ran more than once"
+    elif rest.height and n > 1 and (rest["executions"] == n).any():
+        why += ", as often as others, with the most time"
+    if not rest.height:
+        return why + ", the only XLA module that ran"
+    shown = [f"{m} ran {_times(int(c))}" for m, c in rest.head(2).select("hlo_module", "executions").iter_rows()]
+    if rest.height > 2:
+        shown.append(f"{rest.height - 2} more modules")
+    return why + (f" ({', '.join(shown)})" if shown else "")
 
 
 def _projection(modules: pl.DataFrame, pairs: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
@@ -128,7 +162,8 @@ def module_steps(ranges: pl.DataFrame, pairs: pl.DataFrame, ops: pl.DataFrame) -
             pl.col("start").min().alias("first"),
             pl.len().alias("executions"),
         )
-        .sort(["gpu_ns", "host_ns", "first"], descending=[True, True, False])
+        .with_columns((pl.col("executions") > 1).alias("_repeated"))
+        .sort(["_repeated", "gpu_ns", "executions", "host_ns", "first"], descending=[True, True, True, True, False])
     )
     module, program = totals["hlo_module"][0], totals["program_id"][0]
     same = pl.col("hlo_module") == module
@@ -185,8 +220,9 @@ def module_steps(ranges: pl.DataFrame, pairs: pl.DataFrame, ops: pl.DataFrame) -
     )
     members = execs.select("range_id", pl.col("_k").cast(pl.UInt32).alias("index"))
     others = totals.height - 1
-    note = f"the dominant of {totals.height} XLA modules by GPU time" if others else None
-    return ModuleSteps(steps, members, module, program, note)
+    note = choice(totals) if others else None
+    by_hook = bool(execs.height) and "domain" in execs.columns and execs["domain"][0] == DOMAIN
+    return ModuleSteps(steps, members, module, program, note, choice(totals), by_hook)
 
 
 def _overlaps(execs: pl.DataFrame, compiles: pl.DataFrame) -> pl.Series:

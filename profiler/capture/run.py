@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import shlex
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiler.capture import nsys_command, rundir, step_module, xla_flags
+from profiler.capture import nsys_command, rundir, startup, step_module, xla_flags
 from profiler.capture.console import ConsoleFilter
 from profiler.conventions import (
     CAPTURE_MANIFEST_KEY,
@@ -51,6 +52,9 @@ ENV_PREFIXES = (
     "WORLD_SIZE",
 )
 INTERRUPT_GRACE_S = 120
+# the policy of a run asked for none (`profile-step run script.py`): the script's own default stands
+UNNAMED_POLICY = "default"
+HOOK_DIR = Path(__file__).resolve().parent / "hook"  # sitecustomize.py: profiler.capture.startup
 # Where launchers put a process's rank (torchrun, Open MPI, Slurm, MPICH/PMIx).
 RANK_ENV = ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK", "PMIX_RANK")
 
@@ -130,15 +134,48 @@ def run_env(req: RunRequest, policy: str, run_dir: Path, plan: xla_flags.FlagPla
         env.setdefault("NSYS_NVTX_PROFILER_REGISTER_ONLY", "0")  # match ranges whose names are not registered
     env["XLA_FLAGS"] = plan.after
     env.setdefault("JAX_TRACEBACK_IN_LOCATIONS_LIMIT", "-1")
-    env[POLICY_ENV] = policy
+    if policy == UNNAMED_POLICY:
+        env.pop(POLICY_ENV, None)  # annotate.policy_name(default) gives the script's own default
+    else:
+        env[POLICY_ENV] = policy
     env[RUN_DIR_ENV] = str(run_dir)
     if plan.set_by_preset.get(xla_flags.DUMP_TO):
         env[XLA_DUMP_ENV] = plan.set_by_preset[xla_flags.DUMP_TO]
+    # the start-up hook puts these back if the script replaces XLA_FLAGS before JAX's backend starts
+    env[startup.PRESETS_ENV] = json.dumps({"flags": plan.set_by_preset, "force": xla_flags.forced(plan)})
     env["PYTHONUNBUFFERED"] = "1"
-    # keep the project importable for scripts that `from profiler import annotate`
+    # the start-up hook first, then the project (for scripts that `from profiler import annotate`)
     root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HOOK_DIR), root, env.get("PYTHONPATH", "")) if p)
     return env
+
+
+def _read_facts(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def child_facts(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(runtime, startup): what ``annotate`` wrote (``runtime.json``) over what the start-up hook
+    wrote (``startup.json``: versions, devices, XLA flags, executions), and the hook's own facts."""
+    hook = _read_facts(run_dir / startup.STARTUP_FACTS)
+    runtime = {k: hook[k] for k in ("python", "jax", "jaxlib", "nvtx_binding", "devices") if hook.get(k) is not None}
+    runtime.update({k: v for k, v in _read_facts(run_dir / RUNTIME_FACTS).items() if v is not None})
+    return runtime, hook
+
+
+def flags_line(policy: str, hook: dict[str, Any]) -> str | None:
+    """One line when the script replaced XLA_FLAGS and the start-up hook put profile-step's back."""
+    put_back = ((hook or {}).get("xla_flags") or {}).get("put_back") or []
+    if not put_back:
+        return None
+    return (
+        f"profile-step: policy {policy}: the script set XLA_FLAGS itself; the start-up hook put "
+        f"{', '.join(put_back)} back before JAX started its backend (startup.json has the flags in force)"
+    )
 
 
 def git_facts(script: Path) -> dict[str, Any] | None:
@@ -301,15 +338,13 @@ def run_policy(
         status = "no-trace"
     else:
         status = "ok"
-    runtime = {}
-    runtime_file = run_dir / RUNTIME_FACTS
-    if runtime_file.exists():
-        import json
-
-        try:
-            runtime = json.loads(runtime_file.read_text())
-        except ValueError:
-            runtime = {}
+    runtime, hook = child_facts(run_dir)
+    if policy == UNNAMED_POLICY and runtime.get("policy"):
+        manifest["policy"] = runtime["policy"]  # what the script ran (annotate.policy_name's default)
+    manifest["startup_hook"] = {k: hook.get(k) for k in ("hook", "xla_flags", "executions", "notes")} if hook else None
+    said = flags_line(policy, hook)
+    if said:
+        print(said, file=sys.stderr, flush=True)
     manifest.update(
         {
             "status": status,
@@ -330,14 +365,14 @@ def run_policy(
     own = xla_flags.DUMP_TO in plan.set_by_preset
     dump_dir = run_dir / XLA_DUMP_DIR if own else (Path(user_dump) if user_dump else None)
     try:
-        manifest["compiled"] = step_module.record(run_dir, dump_dir, own)
+        manifest["compiled"] = step_module.record(run_dir, dump_dir, own, hook)
     except Exception as exc:  # the compiled module is a bonus: never lose the run over it
         manifest["compiled"] = {"notes": [f"reading the compiled step failed: {type(exc).__name__}: {exc}"]}
     rundir.write_json(run_dir / rundir.MANIFEST, manifest)
     if not interrupted:
         run_dir = rundir.finish(run_dir)
     return RunResult(
-        policy,
+        manifest["policy"],
         run_dir,
         code,
         status,

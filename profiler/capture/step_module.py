@@ -27,9 +27,58 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def record(run_dir: Path, dump_dir: Path | None, own_dump: bool) -> dict[str, Any]:
-    """Write ``compiled.json`` into *run_dir*; returns the short form for the manifest."""
+def _no_dump(run_dir: Path, dump_dir: Path, hook: dict[str, Any] | None) -> str:
+    """Why the dump holds no module, in one line: the script's own XLA_FLAGS, or no JAX at all."""
+    where = f"{dump_dir.relative_to(run_dir)}/ in the run folder" if dump_dir.is_relative_to(run_dir) else str(dump_dir)
+    flags = (hook or {}).get("xla_flags") or {}
+    at_exit = (hook or {}).get("xla_flags_at_exit")
+    if hook and not hook.get("jax"):
+        return f"no XLA dump in {where}: the script never imported JAX"
+    if flags and "--xla_dump_to" not in flags.get("in_force", ""):
+        return (
+            f"no XLA dump in {where}: XLA started with the script's own XLA_FLAGS ({flags.get('in_force')!r}), "
+            "without profile-step's --xla_dump_to; add profile-step's flags to the script's XLA_FLAGS"
+        )
+    if hook and not flags and at_exit is not None and "--xla_dump_to" not in at_exit:
+        return (
+            f"no XLA dump in {where}: the script replaced XLA_FLAGS ({at_exit!r}), dropping profile-step's "
+            "--xla_dump_to, and the start-up hook could not put it back in this JAX; keep the flags it was given"
+        )
+    if not hook:
+        return (
+            f"the XLA dump {where} holds no module: the script compiled nothing with XLA, or replaced XLA_FLAGS "
+            "(the start-up hook that keeps profile-step's flags did not run: PROFILE_STEP_HOOK=0, or not Python)"
+        )
+    return f"the XLA dump {where} holds no module, with --xla_dump_to in force (did the script compile anything?)"
+
+
+def by_executions(mods: list[dump.DumpModule], executions: dict[str, int]) -> list[dump.DumpModule]:
+    """The compiled modules the start-up hook saw run, most executions first (then the larger)."""
+    ran = [m for m in mods if executions.get(m.name) and ("after" in m.files or "after_proto" in m.files)]
+    return sorted(ran, key=lambda m: (-executions[m.name], -m.size, -m.id))
+
+
+def executions_reason(name: str, executions: dict[str, int], sizes: dict[str, int] | None = None) -> str:
+    """``jit_update: ran 5 times (jit_init ran once)``: how a module was chosen by its executions
+    (the others named: the most executions, then the largest in the dump, *sizes*)."""
+
+    def times(n: int) -> str:
+        return "once" if n == 1 else f"{n} times"
+
+    size = sizes or {}
+    others = sorted(((n, c) for n, c in executions.items() if n != name), key=lambda kv: (-kv[1], -size.get(kv[0], 0)))
+    others = others[:2]
+    tail = ", ".join(f"{n} ran {times(c)}" for n, c in others)
+    return f"{name}: ran {times(executions[name])} in the run" + (f" ({tail})" if tail else "")
+
+
+def record(run_dir: Path, dump_dir: Path | None, own_dump: bool, hook: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write ``compiled.json`` into *run_dir*; returns the short form for the manifest.
+
+    *hook*: the start-up hook's facts (``startup.json``); its executions per module choose the
+    step when the script handed none over (the module that ran most often, then the larger)."""
     handed = _read_json(run_dir / COMPILED_STEP)
+    executions = {k: int(v) for k, v in ((hook or {}).get("executions") or {}).items()}
     notes: list[str] = []
     doc: dict[str, Any] = {
         "dump_dir": None,
@@ -50,13 +99,18 @@ def record(run_dir: Path, dump_dir: Path | None, own_dump: bool) -> dict[str, An
     if dump_dir is None:
         notes.append("no XLA dump was asked for (--no-xla-dump)")
     elif not mods:
-        notes.append(f"the XLA dump {dump_dir} holds no module (did the script compile anything with XLA?)")
+        notes.append(_no_dump(run_dir, dump_dir, hook))
     else:
         doc["dump_dir"] = str(dump_dir.relative_to(run_dir)) if dump_dir.is_relative_to(run_dir) else str(dump_dir)
         step, why = dump.choose_step(mods, declared)
+        ran = by_executions(mods, executions)
+        if ran and not (declared and why.startswith("handed over")):
+            sizes = {m.name: m.size for m in mods}
+            step, why = ran[0], executions_reason(ran[0].name, executions, sizes)
         keep = dump.candidates(mods, declared)
-        if step is not None and step not in keep:
-            keep.append(step)
+        for m in [step, *ran[: dump.CANDIDATES]]:  # the modules that ran: the trace may make one the step
+            if m is not None and m not in keep:
+                keep.append(m)
         doc["step_module"] = step.label if step else None
         doc["chosen_by"] = why
         for m in keep:

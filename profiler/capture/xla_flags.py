@@ -68,3 +68,8 @@ def plan(
     flags.update(asked)
     kept = {k: v for k, v in user.items() if k not in asked}
     return FlagPlan(before=user_flags or "", after=render(flags), set_by_preset=asked, kept_from_user=kept)
+
+
+def forced(plan: FlagPlan) -> list[str]:
+    """The presets asked for on the command line (they win over the script's own value too)."""
+    return [k for k in (LHS, PIPELINED_OFFLOAD, ASYNC_LIMIT) if k in plan.set_by_preset]

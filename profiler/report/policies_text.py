@@ -101,7 +101,8 @@ def render_policy_table(tab: dict[str, Any]) -> str:
         if r["model_flops_per_step"] and r["mfu"] is None:
             note(r["policy"], f"no MFU: no peak FLOP/s known for device {r['device_kind'] or '?'} (--peak-tflops)")
         if r["step_module"]:
-            note(r["policy"], f"step module {r['step_module'].split('.', 1)[-1]}")
+            why = f" ({r['step_chosen_by']})" if r.get("step_chosen_by") else ""
+            note(r["policy"], f"step module {r['step_module'].split('.', 1)[-1]}{why}")
         for n in r["notes"]:
             note(r["policy"], n)
     out = [table(POLICY_HEADERS, rows), *textwrap.wrap(POLICY_LEGEND, 118)]

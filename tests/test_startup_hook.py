@@ -1,0 +1,218 @@
+"""The start-up hook in the profiled script's interpreter (``profiler.capture.startup``).
+
+The scripts run with the environment ``profile-step run`` gives them (``run.run_env``), first
+without nsys (what the hook writes), then under the real nsys (what the analysis makes of it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from profiler.capture import run, startup, xla_flags
+from profiler.conventions import HOOK_ENV, RUNTIME_FACTS, STARTUP_FACTS, XLA_DUMP_DIR
+from profiler.xla import dump
+from tests.conftest import ROOT, run_cli
+
+INIT_HEAVY = ROOT / "tests" / "scripts" / "init_heavy.py"
+OWN_FLAGS = ROOT / "tests" / "scripts" / "own_xla_flags.py"
+
+
+def child(script: Path | None, run_dir: Path, *args: str, code: str | None = None, policy: str = "p", **env: str):
+    """Run *script* (or ``python -c code``) as profile-step would, without nsys."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    plan = xla_flags.plan(os.environ.get("XLA_FLAGS", ""), dump_to=str(run_dir / XLA_DUMP_DIR))
+    req = run.RunRequest(script=script or Path("x.py"))
+    full = {**run.run_env(req, policy, run_dir, plan), **env}
+    cmd = [sys.executable, *(["-c", code] if code is not None else [str(script)]), *args]
+    return subprocess.run(cmd, env=full, capture_output=True, text=True, timeout=300, check=False)
+
+
+def facts(run_dir: Path) -> dict:
+    return json.loads((run_dir / STARTUP_FACTS).read_text())
+
+
+# --- pure parts --------------------------------------------------------------------------------
+
+
+def test_merged_flags_add_what_the_script_dropped_and_keep_its_own():
+    presets = {"--xla_dump_to": "/r/xla_dump", "--xla_gpu_enable_command_buffer": "", "--xla_lhs": "true"}
+    text, added = startup.merged_flags(
+        "--xla_cpu_enable_fast_math=false --xla_gpu_enable_command_buffer=FUSION --xla_lhs=false", presets, []
+    )
+    assert xla_flags.parse(text) == {
+        "--xla_cpu_enable_fast_math": "false",
+        "--xla_gpu_enable_command_buffer": "FUSION",  # the script's own choice stands
+        "--xla_lhs": "false",
+        "--xla_dump_to": "/r/xla_dump",
+    }
+    assert added == ["--xla_dump_to"]
+    text, added = startup.merged_flags("--xla_lhs=false", presets, ["--xla_lhs"])  # asked on the command line
+    assert xla_flags.parse(text)["--xla_lhs"] == "true" and "--xla_lhs" in added
+
+
+# --- the hook without nsys ---------------------------------------------------------------------
+
+
+def test_executions_per_module_versions_and_devices(tmp_path):
+    out = child(INIT_HEAVY, tmp_path / "run")
+    assert out.returncode == 0, out.stderr
+    doc = facts(tmp_path / "run")
+    assert doc["executions"] == {"jit_update": 5, "jit_init": 1}  # not JAX's own (jax.random, jnp.sum)
+    assert doc["jax"] and doc["jaxlib"] and doc["python"]
+    assert doc["devices"] and doc["devices"][0]["platform"] == "cpu"
+    assert doc["notes"] == []
+    runtime, _ = run.child_facts(tmp_path / "run")  # what the manifest records for an unannotated run
+    assert runtime["jax"] == doc["jax"] and runtime["devices"] == doc["devices"]
+
+
+@pytest.mark.parametrize("where", ["before-import", "after-import"])
+def test_a_script_that_sets_xla_flags_keeps_the_dump(tmp_path, where):
+    args = ["--after-import"] if where == "after-import" else []
+    out = child(OWN_FLAGS, tmp_path / "run", *args)
+    assert out.returncode == 0, out.stderr
+    flags = facts(tmp_path / "run")["xla_flags"]
+    assert flags["at_backend_start"] == "--xla_cpu_enable_fast_math=false"  # the script's, as it set them
+    assert {"--xla_dump_to", "--xla_dump_hlo_as_text", "--xla_gpu_enable_command_buffer"} <= set(flags["put_back"])
+    in_force = xla_flags.parse(flags["in_force"])
+    assert in_force["--xla_cpu_enable_fast_math"] == "false"
+    assert in_force["--xla_dump_to"] == str(tmp_path / "run" / XLA_DUMP_DIR)
+    assert "jit_step" in {m.name for m in dump.scan(tmp_path / "run" / XLA_DUMP_DIR)}  # XLA did dump
+
+
+def test_without_the_hook_the_dump_is_lost_and_said_so(tmp_path):
+    out = child(OWN_FLAGS, tmp_path / "run", **{HOOK_ENV: "0"})
+    assert out.returncode == 0, out.stderr
+    assert not (tmp_path / "run" / STARTUP_FACTS).exists()
+    assert not (tmp_path / "run" / XLA_DUMP_DIR).exists()  # the script's XLA_FLAGS won
+
+
+def test_other_sitecustomize_runs_first_and_a_broken_one_breaks_nothing(tmp_path):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "sitecustomize.py").write_text(
+        "import os\nopen(os.environ['MARK'], 'w').write('ran')\n", encoding="utf-8"
+    )
+    env = {"PYTHONPATH": f"{run.HOOK_DIR}{os.pathsep}{ROOT}{os.pathsep}{theirs}", "MARK": str(tmp_path / "mark")}
+    code = "import jax.numpy as jnp, jax; print(float(jax.jit(lambda x: (x + 1).sum())(jnp.ones(2))))"
+    out = child(None, tmp_path / "run", code=code, **env)
+    assert out.returncode == 0 and out.stdout.strip() == "4.0", out.stderr
+    assert (tmp_path / "mark").read_text() == "ran"
+    assert facts(tmp_path / "run")["executions"] == {"jit__lambda": 1}
+    (theirs / "sitecustomize.py").write_text("raise ValueError('broken on purpose')\n", encoding="utf-8")
+    out = child(None, tmp_path / "run2", code=code, **env)
+    assert out.returncode == 0 and out.stdout.strip() == "4.0", out.stderr
+    assert "Error in sitecustomize" in out.stderr and "broken on purpose" in out.stderr
+    assert facts(tmp_path / "run2")["executions"] == {"jit__lambda": 1}
+
+
+def test_unnamed_policy_is_the_scripts_own_default(tmp_path):
+    code = "from profiler import annotate; print(annotate.policy_name('none'))"
+    out = child(None, tmp_path / "run", code=code, policy=run.UNNAMED_POLICY)
+    assert out.returncode == 0 and out.stdout.strip() == "none", out.stderr
+    assert json.loads((tmp_path / "run" / RUNTIME_FACTS).read_text())["policy"] == "none"
+    out = child(None, tmp_path / "run2", code=code, policy="offload")
+    assert out.stdout.strip() == "offload"
+
+
+# --- under the real nsys -----------------------------------------------------------------------
+
+
+def only_run(runs: Path) -> Path:
+    (folder,) = [p for p in runs.iterdir() if p.is_dir()]
+    return folder
+
+
+@pytest.mark.nsys
+def test_init_larger_than_its_step_under_nsys(nsys, tmp_path):
+    """Init (284 MFLOP) runs once, the step (2 MFLOP) 5 times: the step is the step, FLOPs and all."""
+    want = json.loads(
+        subprocess.run(
+            [sys.executable, str(INIT_HEAVY), "--describe"], capture_output=True, text=True, check=True, timeout=300
+        ).stdout
+    )
+    assert want["jit_init"] > 10 * want["jit_update"]  # the script is what the test needs
+    runs = tmp_path / "runs"
+    proc = run_cli("run", "--runs-dir", str(runs), "--nsys", str(nsys), str(INIT_HEAVY))
+    assert proc.returncode == 0, proc.stderr
+    folder = only_run(runs)
+    man = json.loads((folder / "manifest.json").read_text())
+    assert man["compiled"]["step_module"].endswith(".jit_update")
+    assert man["compiled"]["chosen_by"].startswith("jit_update: ran 5 times in the run")
+    assert man["versions"]["jax"] and man["versions"]["jaxlib"] and man["versions"]["python"]
+    assert man["devices"][0]["platform"] == "cpu"
+    assert "5 steps from XLA module jit_update (its executions, recorded by profile-step's start-up hook)" in (
+        proc.stdout
+    )
+    doc = json.loads(run_cli("analyze", "--json", str(folder)).stdout)
+    (row,) = doc["policies"]["rows"]
+    assert row["step_module"].endswith(".jit_update")
+    assert row["flops_per_step"] == want["jit_update"]
+    assert row["step_chosen_by"].startswith("jit_update: ran 5 times in the window")
+    assert "jit_init ran once" in row["step_chosen_by"]
+    text = run_cli("analyze", str(folder)).stdout
+    assert "step module jit_update (jit_update: ran 5 times in the window" in text
+
+
+@pytest.mark.nsys
+def test_own_xla_flags_under_nsys(nsys, tmp_path):
+    runs = tmp_path / "runs"
+    proc = run_cli("run", "--policy", "p", "--runs-dir", str(runs), "--nsys", str(nsys), str(OWN_FLAGS))
+    assert proc.returncode == 0, proc.stderr
+    folder = only_run(runs)
+    man = json.loads((folder / "manifest.json").read_text())
+    flags = man["startup_hook"]["xla_flags"]
+    assert "--xla_dump_to" in flags["put_back"]
+    assert xla_flags.parse(flags["in_force"])["--xla_gpu_enable_command_buffer"] == ""
+    assert man["compiled"]["step_module"].endswith(".jit_step")
+    assert "compiled step: module_" in proc.stdout and "holds no module" not in proc.stdout
+    assert "policy p: the script set XLA_FLAGS itself; the start-up hook put --xla_gpu_enable_command_buffer" in (
+        proc.stderr
+    )
+
+
+# --- the step chosen at capture time from the hook's executions ---------------------------------
+
+
+def fake_dump(folder: Path, sizes: dict[str, int]) -> None:
+    """A dump folder: per module one after-optimization text of *sizes* bytes (the step by size)."""
+    folder.mkdir(parents=True)
+    for i, (name, size) in enumerate(sizes.items()):
+        text = f"HloModule {name}\n" + "x" * size
+        (folder / f"module_{i:04d}.{name}.cpu_after_optimizations.txt").write_text(text)
+
+
+def test_capture_step_is_the_module_that_ran_most(tmp_path):
+    from profiler.capture import step_module
+
+    sizes = {"jit_init": 50_000, "jit_a": 40_000, "jit_b": 30_000, "jit_c": 20_000, "jit_update": 100}
+    fake_dump(tmp_path / "xla_dump", sizes)
+    hook = {"jax": "0.10.2", "executions": {"jit_update": 5, "jit_init": 1, "jit__reduce_sum": 1}}
+    short = step_module.record(tmp_path, tmp_path / "xla_dump", True, hook)
+    assert short["step_module"] == "module_0004.jit_update"
+    assert short["chosen_by"] == "jit_update: ran 5 times in the run (jit_init ran once, jit__reduce_sum ran once)"
+    kept = {m.name for m in dump.scan(tmp_path / "xla_dump")}
+    assert "jit_update" in kept and "jit_init" in kept  # the step survives the pruning, small as it is
+    fake_dump(tmp_path / "r2" / "xla_dump", sizes)
+    short = step_module.record(tmp_path / "r2", tmp_path / "r2" / "xla_dump", True, None)
+    assert short["step_module"] == "module_0000.jit_init" and "largest" in short["chosen_by"]  # no hook: size
+
+
+def test_no_dump_says_why_in_one_line(tmp_path):
+    from profiler.capture import step_module
+
+    def why(hook):
+        (note,) = [n for n in step_module.record(tmp_path, tmp_path / "xla_dump", True, hook)["notes"] if "dump" in n]
+        assert "\n" not in note and ".partial" not in note
+        return note
+
+    assert "the script never imported JAX" in why({"python": "3.11"})
+    lost = why({"jax": "0.4.1", "xla_flags_at_exit": "--xla_cpu_enable_fast_math=false"})
+    assert "the script replaced XLA_FLAGS ('--xla_cpu_enable_fast_math=false')" in lost
+    assert "could not put it back" in lost
+    assert "holds no module: the script compiled nothing with XLA, or replaced XLA_FLAGS" in why(None)
