@@ -18,6 +18,7 @@ import polars as pl
 
 from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.findings.config import FindingsConfig
+from profiler.analysis.kernels_slowed import add_kernels_beside
 from profiler.analysis.overlap import device_metrics
 from profiler.analysis.stalls import Stalls, add_stalls
 from profiler.trace.loader import RUNTIME_TABLE, Trace
@@ -46,6 +47,7 @@ class Evidence:
         bd = self.breakdown
         doc = device_metrics(bd.kernels, self.trace.copies, self.trace.memsets, kernel_sets=bd.kernel_sets)
         add_stalls(doc, bd.stalls)
+        add_kernels_beside(doc, self.trace.kernels, self.trace.copies)
         return doc
 
     @cached_property
