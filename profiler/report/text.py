@@ -110,7 +110,7 @@ NO_GPU = "No GPU activity in this trace (a CPU-only run?): no kernels, copies or
 
 def render_devices(doc: dict[str, Any]) -> str:
     """The readable form of ``analyze --json``."""
-    from profiler.report.costs_text import context_table, stall_lines
+    from profiler.report.costs_text import context_table, kernels_beside_lines, stall_lines
 
     info = doc.get("trace", {})
     head = (
@@ -143,6 +143,7 @@ def render_devices(doc: dict[str, Any]) -> str:
         else:
             out.append("  no host-device copies (D2H or H2D) on this device")
         out += stall_lines(d.get("stalls")) + context_table(d["copies"])
+        out += kernels_beside_lines(d.get("kernels_beside_copies"))
         kinds = [c for c in ("d2d", "p2p", "other") if d["copies"][c]["count"]]
         if kinds:
             u = Units.of([d["copies"][c]["bytes"] for c in kinds], [d["copies"][c]["busy_ns"] for c in kinds])
