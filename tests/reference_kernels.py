@@ -7,13 +7,34 @@ and independent of the code under test.
 
 from __future__ import annotations
 
+import bisect
 import sqlite3
 from pathlib import Path
 from typing import Any
 
-from tests.reference_costs import _overlap
-
 H2D, D2H = 1, 2
+
+
+def merged(ivs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The union of *ivs* as sorted, disjoint intervals (empty ones dropped)."""
+    out: list[list[int]] = []
+    for s, e in sorted(iv for iv in ivs if iv[1] > iv[0]):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def overlap(a0: int, a1: int, union: list[tuple[int, int]], starts: list[int]) -> int:
+    """|[a0, a1) ∩ union|: the pieces from the last one starting before a0 on, until a1."""
+    total = 0
+    i = max(0, bisect.bisect_right(starts, a0) - 1)
+    while i < len(union) and union[i][0] < a1:
+        s, e = union[i]
+        total += max(0, min(a1, e) - max(a0, s))
+        i += 1
+    return total
 
 
 def _columns(con: sqlite3.Connection, table: str) -> set[str]:
@@ -38,14 +59,18 @@ def kernels_beside_copies(path: Path) -> dict[int, dict[str, Any]]:
             f"SELECT start, end, deviceId, shortName, demangledName, {shape} FROM CUPTI_ACTIVITY_KIND_KERNEL"
         ).fetchall()
     con.close()
+    unions = {}
+    for dev, mine in copies.items():
+        every = merged([(a, b) for a, b, _ in mine])
+        offload = merged([(a, b) for a, b, k in mine if k in (H2D, D2H)])
+        unions[dev] = (every, [a for a, _ in every], offload, [a for a, _ in offload])
     groups: dict[tuple, dict[str, list[int]]] = {}
     calls: dict[int, dict[str, int]] = {}
     for s, e, dev, short, dem, gx, gy, gz, bx, by, bz in kernels:
         if None in (s, e, dev) or e <= s:
             continue
-        mine = copies.get(dev, [])
-        every = _overlap(s, e, [(a, b) for a, b, _ in mine])
-        offload = _overlap(s, e, [(a, b) for a, b, k in mine if k in (H2D, D2H)])
+        u_all, s_all, u_off, s_off = unions.get(dev, ([], [], [], []))
+        every, offload = overlap(s, e, u_all, s_all), overlap(s, e, u_off, s_off)
         if every == 0:
             side = "alone"
         elif 2 * offload >= e - s:
