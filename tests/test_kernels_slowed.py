@@ -204,8 +204,8 @@ event = st.tuples(
     st.sampled_from([0, 1]),  # device
     st.sampled_from(["fa", "fb", "ncclK"]),
     st.sampled_from([(1, 1, 1), (2, 1, 1)]),  # grid
-    st.integers(0, 300),  # start
-    st.integers(-3, 60),  # duration (negative: invalid)
+    st.one_of(st.integers(0, 300), st.integers(0, 60).map(lambda x: 5 * x)),  # start (on a grid: ties)
+    st.one_of(st.integers(-3, 60), st.sampled_from([0, 10, 10, 20, 40])),  # duration (negative: invalid)
 )
 
 
