@@ -18,7 +18,7 @@ import polars as pl
 
 from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.findings.config import FindingsConfig
-from profiler.analysis.kernels_slowed import add_kernels_beside
+from profiler.analysis.kernels_slowed import add_kernels_beside, kernel_groups
 from profiler.analysis.overlap import device_metrics
 from profiler.analysis.stalls import Stalls, add_stalls
 from profiler.trace.loader import RUNTIME_TABLE, Trace
@@ -125,6 +125,11 @@ class Evidence:
         """Valid kernels with names: device, stream, start, end, name, is_nccl."""
         k = self.trace.kernels
         return k.filter(pl.col("end") >= pl.col("start")).select("device", "stream", "start", "end", "name", "is_nccl")
+
+    @cached_property
+    def kernel_groups(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Every group of METRICS.md "Kernels slowed by copies" that counts, and the calls per side."""
+        return kernel_groups(self.trace.kernels, self.trace.copies)
 
     @cached_property
     def offload_copies(self) -> pl.DataFrame:

@@ -1,3 +1,3 @@
 """The rules, registered in the order they are reported (within a severity)."""
 
-from profiler.analysis.findings.rules import copies, schedule, steps  # noqa: F401
+from profiler.analysis.findings.rules import copies, kernels, schedule, steps  # noqa: F401
