@@ -255,3 +255,30 @@ def test_real_traces_what_the_kernels_show(shared_traces):
     flex = analyze(open_trace(shared_traces / "flexgen__nsight_report7.sqlite"))["devices"]["0"]
     assert flex["copies"]["h2d"]["slowdown_with_kernels"] == pytest.approx(1.1655, abs=1e-4)
     assert flex["kernels_beside_copies"] == {**empty_entry(), "calls_beside": 40}
+
+
+# --- the compare gate -------------------------------------------------------------------------------------
+
+
+def _slowed_run(build, beside: int, name: str) -> Path:
+    b = ExportBuilder()
+    b.gpu(0)
+    group("fusion", [1000, 1000, 1000], [beside] * 3, b, 0)
+    return build(b, name)
+
+
+@pytest.mark.parametrize(("beside", "fails"), [(2100, False), (2101, True)])
+def test_compare_gates_on_kernel_excess_by_default(build, beside, fails):
+    # base: 3 x (2000 - 1000) = 3000 ns lost; head 3 x 1100 = 3300 (+10%, at the limit: passes), 3303 fails
+    from profiler.analysis.compare import DEFAULT_THRESHOLDS, compare, parse_threshold
+    from profiler.analysis.run_metrics import collect
+
+    base, head = _slowed_run(build, 2000, "base.sqlite"), _slowed_run(build, beside, "head.sqlite")
+    b, h = collect(open_trace(base)), collect(open_trace(head))
+    assert b["kernel_excess_ns"] == 3000 and h["kernel_excess_ns"] == 3 * (beside - 1000)
+    assert b["kernels_beside_copies"]["0"]["groups"] == 1
+    cmp = compare([b], [h], [parse_threshold(t) for t in DEFAULT_THRESHOLDS])
+    assert [f["threshold"] for f in cmp["failures"]] == (["kernel_excess_ns:+10%"] if fails else [])
+    proc = run_cli("compare", str(base), str(head))
+    assert proc.returncode == (1 if fails else 0), proc.stdout + proc.stderr
+    assert "kernel time lost beside copies" in proc.stdout

@@ -21,9 +21,10 @@ SUMMARY_METRICS = (
     "peak_device_bytes",
     "flops_per_step",
     "tflops",
+    "kernel_excess_ns",
 )
-# shown only when some run knows them (a measured peak, a compiled step module)
-OPTIONAL_METRICS = ("peak_device_bytes", "flops_per_step", "tflops")
+# shown only when some run knows them (a measured peak, a compiled step module, kernels beside copies)
+OPTIONAL_METRICS = ("peak_device_bytes", "flops_per_step", "tflops", "kernel_excess_ns")
 
 
 def shown_metrics(cmp: dict[str, Any]) -> list[str]:
