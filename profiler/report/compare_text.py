@@ -30,6 +30,7 @@ OPTIONAL_METRICS = ("peak_device_bytes", "flops_per_step", "tflops", "kernel_exc
 def shown_metrics(cmp: dict[str, Any]) -> list[str]:
     """SUMMARY_METRICS less the optional ones that no policy has on either side (kernel time lost beside
     copies: that no policy lost)."""
+
     def known(v: Any, m: str) -> bool:  # kernel time lost: shown once some run lost any
         return bool(v) if m == "kernel_excess_ns" else v is not None
 
