@@ -39,7 +39,7 @@ from profiler.errors import InputError, ProfilerError
 from profiler.report import store
 from profiler.trace import load_trace
 
-CACHE_VERSION = "5"  # 5: nccl-slowed-by-copies is one finding per GPU
+CACHE_VERSION = "6"  # 6: kernels_beside_copies in the summary; 5: nccl-slowed-by-copies is one finding per GPU
 CACHE_SUFFIXES = (".profile-step.db", ".ops.parquet", ".ranges.parquet")
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 
