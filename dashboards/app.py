@@ -15,7 +15,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dash_table, dcc, html
 
-from dashboards import bars, figures, findings_view, links, plan_view, rows, selection, trade, whatif_view
+from dashboards import bars, figures, findings_view, kernels_view, links, plan_view, rows, selection, trade, whatif_view
 from dashboards.data import RunStore
 from dashboards.rows import View
 from profiler.analysis.stalls import STALL_OVER_COPY_TIME
@@ -154,7 +154,10 @@ def create_app(store: RunStore) -> dash.Dash:
                         dcc.Tab(
                             label="Policies",
                             value="policies",
-                            children=[html.Div(sel["bars"], id="policy-bars")],
+                            children=[
+                                html.Div(sel["bars"], id="policy-bars"),
+                                html.Div(kernels_view.policy_panel(store, views), id="policy-kernels"),
+                            ],
                         ),
                         dcc.Tab(
                             id="findings-tab",
@@ -173,6 +176,7 @@ def create_app(store: RunStore) -> dash.Dash:
                                 ),
                                 dcc.Loading(_graph("layer-graph")),
                                 html.Div(id="layer-hint", style=MUTED),
+                                html.Div(id="layer-kernels"),
                                 html.Div(id="layer-details"),
                             ],
                         ),
@@ -660,6 +664,7 @@ def create_app(store: RunStore) -> dash.Dash:
     trade.register(app, store)
     plan_view.register(app, store)
     whatif_view.register(app, store)
+    kernels_view.register(app, store)
     app.layout = layout  # a function: each page load gets the runs analyzed so far
     return app
 

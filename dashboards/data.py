@@ -39,7 +39,7 @@ from profiler.errors import InputError, ProfilerError
 from profiler.report import store
 from profiler.trace import load_trace
 
-CACHE_VERSION = "8"  # 8: HLO fingerprints, findings by cost, sync rows on their context's GPU
+CACHE_VERSION = "9"  # 9: kernels_beside_copies; 8: HLO fingerprints, findings by cost, sync rows on their GPU
 CACHE_SUFFIXES = (".profile-step.db", ".ops.parquet", ".ranges.parquet")
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 

@@ -727,7 +727,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--fail-on",
         action="append",
         metavar="METRIC:+N%",
-        help="a threshold (repeatable); default: exposed_ns:+10%%, stall_ns:+10%%, step_ns:+5%%, hidden_fraction:-0.05",
+        help="a threshold (repeatable); default: exposed_ns:+10%%, stall_ns:+10%%, step_ns:+5%%, "
+        "hidden_fraction:-0.05, kernel_excess_ns:+10%%",
     )
     cmp.add_argument(
         "--fail-on-finding",

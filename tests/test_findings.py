@@ -188,43 +188,84 @@ def test_copy_contention_boundary(tmp_path, beside, fires):
         assert "(memory-bound)" in f["verdict"]
 
 
-# --- nccl-slowed-by-copies --------------------------------------------------------------------
+# --- kernels-slowed-by-copies and its NCCL case --------------------------------------------
+
+
+def slowed_group(b: ExportBuilder, name: str, slow: int, t0: int = 0, stream: int = 9) -> None:
+    """3 kernels of *name* alone (1000 ns), then 3 wholly under a d2h copy (*slow* ns)."""
+    for i in range(3):
+        t = t0 + i * 10_000
+        b.kernel(t, t + 1000, name, stream=stream)
+        u = t0 + 100_000 + i * 10_000
+        b.kernel(u, u + slow, name, stream=stream)
+        b.copy(u, u + slow, "d2h", MIB, stream=20)
 
 
 @pytest.mark.parametrize(("slow", "fires"), [(1_201, True), (1_200, False)])
 def test_nccl_slowed_by_copies_boundary(tmp_path, slow, fires):
     b = ExportBuilder()
-    for i in range(3):
-        t = i * 10_000
-        b.kernel(t, t + 1000, "ncclDevKernel_AllGather_RING", stream=9)
-        u = 100_000 + i * 10_000
-        b.kernel(u, u + slow, "ncclDevKernel_AllGather_RING", stream=9)
-        b.copy(u, u + 500, "d2h", MIB, stream=20)
+    slowed_group(b, "ncclDevKernel_AllGather_RING", slow)
     doc = findings_of(write_run(tmp_path, b))
     found = fired(doc, "nccl-slowed-by-copies")
     assert bool(found) is fires
+    assert not fired(doc, "kernels-slowed-by-copies")  # the NCCL case only
     if fires:
-        assert found[0]["evidence"]["ratio"] == pytest.approx(slow / 1000)
+        (g,) = found[0]["evidence"]["groups"]
+        assert g["slowdown"] == pytest.approx(slow / 1000)
+        assert found[0]["evidence"]["excess_ns"] == 3 * (slow - 1000) == g["excess_ns"]
         assert found[0]["where"] == {"device": "0", "kernels": ["ncclDevKernel_AllGather_RING"]}
 
 
-def test_nccl_slowed_by_copies_is_one_finding_per_gpu_worst_first(tmp_path):
+def test_nccl_slowed_by_copies_is_one_finding_per_gpu_most_excess_first(tmp_path):
     """Three NCCL kernel names on one GPU: two slowed beside copies (1.5x, 1.3x), one not: one finding."""
     b = ExportBuilder()
     for k, (name, slow) in enumerate((("nccl_AllGather", 1_300), ("nccl_ReduceScatter", 1_500), ("nccl_Bcast", 1_000))):
-        for i in range(3):
-            t = k * 1_000_000 + i * 10_000
-            b.kernel(t, t + 1000, name, stream=9)
-            u = k * 1_000_000 + 100_000 + i * 10_000
-            b.kernel(u, u + slow, name, stream=9)
-            b.copy(u, u + 500, "d2h", MIB, stream=20)
+        slowed_group(b, name, slow, t0=k * 1_000_000)
     (found,) = fired(findings_of(write_run(tmp_path, b)), "nccl-slowed-by-copies")
     assert found["where"] == {"device": "0", "kernels": ["nccl_ReduceScatter", "nccl_AllGather"]}
-    assert [k["ratio"] for k in found["evidence"]["kernels"]] == [pytest.approx(1.5), pytest.approx(1.3)]
+    assert [g["slowdown"] for g in found["evidence"]["groups"]] == [pytest.approx(1.5), pytest.approx(1.3)]
+    assert found["evidence"]["excess_ns"] == 3 * 500 + 3 * 300
     assert (
-        "2 NCCL kernel(s) slower beside offload copies (nccl_ReduceScatter 1.50x, nccl_AllGather 1.30x)"
-        in (found["verdict"])
+        "2 NCCL kernel group(s) (name, grid/block) run slower beside h2d/d2h copies "
+        "(nccl_ReduceScatter 1x1x1/128x1x1 1.50x, nccl_AllGather 1x1x1/128x1x1 1.30x): 0.002 ms of kernel time lost"
+        in found["verdict"]
     )
+
+
+@pytest.mark.parametrize(("slow", "fires"), [(1_101, True), (1_100, False)])
+def test_kernels_slowed_by_copies_boundary(tmp_path, slow, fires):
+    b = ExportBuilder()
+    slowed_group(b, "loop_add_fusion", slow, stream=7)
+    slowed_group(b, "ncclKernel", 2_000, t0=1_000_000)  # the NCCL case's, not this rule's
+    doc = findings_of(write_run(tmp_path, b))
+    found = fired(doc, "kernels-slowed-by-copies")
+    assert bool(found) is fires
+    if fires:
+        assert found[0]["where"] == {"device": "0", "kernels": ["loop_add_fusion"]}
+        assert found[0]["evidence"]["excess_ns"] == 3 * (slow - 1000)
+        assert "hidden, not free" in found[0]["verdict"] and "size bias" in found[0]["try"]
+    assert fired(doc, "nccl-slowed-by-copies")[0]["evidence"]["excess_ns"] == 3000
+
+
+def test_kernels_slowed_skips_without_a_baseline(tmp_path):
+    b = ExportBuilder()
+    for i in range(4):  # every kernel under a copy: nothing ran alone
+        b.kernel(i * 100, i * 100 + 50, "fusion")
+        b.copy(i * 100, i * 100 + 50, "h2d", MIB)
+    doc = findings_of(write_run(tmp_path, b))
+    assert "no kernel ran alone to compare with (no baseline)" in skipped(doc, "kernels-slowed-by-copies")
+
+
+@pytest.mark.shared
+def test_kernels_slowed_on_the_gpu4_streams_trace(shared_traces):
+    trace = open_trace(shared_traces / "gpu4__nsys_vectorAdd_streams_10000000__7498cc2.sqlite")
+    doc = run_findings(trace, None, FindingsConfig(), Breakdown(trace))
+    (found,) = fired(doc, "kernels-slowed-by-copies")
+    assert found["evidence"]["excess_ns"] == 1_811_840  # vecAdd: 1490 calls x (4448 - 3232) ns
+    assert "vecAdd 4x1x1/256x1x1 1.38x" in found["verdict"] and "1.812 ms of kernel time lost" in found["verdict"]
+    flex = open_trace(shared_traces / "flexgen__nsight_report7.sqlite")
+    doc = run_findings(flex, None, FindingsConfig(), Breakdown(flex))
+    assert "no baseline" in skipped(doc, "kernels-slowed-by-copies")
 
 
 def test_nccl_rule_skips_without_nccl(tmp_path):

@@ -211,8 +211,9 @@ def test_nccl_slowed_cost_is_the_excess_over_the_median(tmp_path):
         b.kernel(i * 10_000, i * 10_000 + 1000, "ncclDevKernel_AllGather_RING", stream=9)
         u = 100_000 + i * 10_000
         b.kernel(u, u + 1_500, "ncclDevKernel_AllGather_RING", stream=9)
-        b.copy(u, u + 500, "d2h", MIB, stream=20)
+        b.copy(u, u + 1_500, "d2h", MIB, stream=20)  # beside: the copy covers the whole kernel
     (f,) = fired(findings_of(write_run(tmp_path, b)), "nccl-slowed-by-copies")
+    # METRICS "Kernels slowed by copies": 3 beside x (1500 - 1000) over the group's lower medians
     assert f["cost_ns"] == 3 * 500 and f["evidence"]["excess_ns"] == 1500
 
 

@@ -24,6 +24,7 @@ DEFAULT_THRESHOLDS = (
     "step_ns:+5%",
     "hidden_fraction:-0.05",
     "work_rate:-0.05",
+    "kernel_excess_ns:+10%",
 )
 
 # metric -> (label, unit, per-step key or None)
@@ -44,6 +45,8 @@ METRICS: dict[str, tuple[str, str, str | None]] = {
     # head's kernel work per GPU time over base's (profiler.analysis.work.work_rate; base is 1): gated
     # only when a side has no steps, where equal windows can hide less work
     "work_rate": ("kernel work per GPU time", "fraction", None),
+    # METRICS.md "Kernels slowed by copies": excess_ns over all devices (None in a run recorded without it)
+    "kernel_excess_ns": ("kernel time lost beside copies", "ns", None),
 }
 STEPS_GATE = "both sides have steps: step time gates"
 LAYER_METRICS = ("exposed_ns", "stall_ns", "hidden_fraction", "d2h_bytes", "h2d_bytes", "busy_ns")
@@ -120,6 +123,8 @@ def run_value(run: dict[str, Any], metric: str) -> float | None:
         return step_flops(run)
     if metric == "work_rate":  # a ratio of two runs: set by compare (work_metric)
         return None
+    if metric == "kernel_excess_ns":
+        return run.get("kernel_excess_ns")
     copies = run["copies"]
     return {
         "step_ns": run.get("median_step_ns"),

@@ -15,6 +15,7 @@ from profiler.analysis.attribution import OP_KINDS
 from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.findings import run_findings
 from profiler.analysis.findings.config import FindingsConfig
+from profiler.analysis.kernels_slowed import add_kernels_beside, kernel_totals
 from profiler.analysis.overlap import device_metrics
 from profiler.analysis.policies import executed_modules, step_compiled
 from profiler.analysis.stalls import add_stalls
@@ -119,6 +120,8 @@ def collect(
         streams=detail,
     )
     add_stalls(devices, bd.stalls)
+    if detail:
+        add_kernels_beside(devices, bd.kernels, trace.copies)
     steps = bd.by_step(copies=detail)
     layers: dict[str, dict[str, Any]] = {}
     for row in bd.by_layer(top_kernels=detail):
@@ -167,6 +170,8 @@ def collect(
         "streams": {dev: m["streams"] for dev, m in devices.items()},
         "stalls": {dev: m["stalls"] for dev, m in devices.items()},
         "stall_ns": sum(m["stalls"]["by_blocker"]["offload"]["stall_ns"] for m in devices.values()),
+        # kernels slowed by copies (METRICS.md), per device, and the excess kernel time over all devices
+        **kernel_totals(devices),
         "peak_memory_bytes": {dev: m["memory"]["peak_allocated_bytes"] for dev, m in devices.items() if "memory" in m},
         "compute": {
             dev: {"compute": m["compute"], "nccl": m["nccl"], "span_ns": m["span_ns"]} for dev, m in devices.items()

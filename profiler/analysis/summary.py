@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import polars as pl
+
 from profiler.analysis.attribution import OP_KINDS
 from profiler.analysis.findings.config import FindingsConfig
+from profiler.analysis.kernels_slowed import add_kernels_beside
 from profiler.analysis.overlap import device_metrics
 from profiler.analysis.stalls import add_stalls
 from profiler.trace.loader import Trace
@@ -36,8 +39,10 @@ def analyze(
     from profiler.analysis.breakdown import Breakdown
     from profiler.analysis.xla_names import DEFAULT_LAYER_PATTERN
 
-    # without a view or findings, kernels enter only through their spans: no names or launches to read
+    # without a view or findings, no op is attributed to NVTX ranges (no launches to read)
     kinds = OP_KINDS if by is not None or findings is not None else ()
+    # kernels with names and launch shapes (kernels_beside_copies), read first: the spans come from them
+    named = trace.kernels if device is None else trace.kernels.filter(pl.col("device") == device)
     bd = Breakdown(trace, layer_pattern or DEFAULT_LAYER_PATTERN, step_range, kinds=kinds)
     doc: dict[str, Any] = {
         "trace": trace_info(trace),
@@ -51,6 +56,7 @@ def analyze(
         ),
     }
     add_stalls(doc["devices"], bd.stalls)
+    add_kernels_beside(doc["devices"], named, trace.copies)
     if findings is not None:
         from profiler.analysis.findings import run_findings
         from profiler.analysis.run_metrics import find_manifest

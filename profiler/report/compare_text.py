@@ -24,18 +24,25 @@ SUMMARY_METRICS = (
     "flops_per_step",
     "tflops",
     "work_rate",
+    "kernel_excess_ns",
 )
-# shown only when some run knows them (a measured peak, a compiled step module, kernels on both sides)
-OPTIONAL_METRICS = ("peak_device_bytes", "flops_per_step", "tflops", "work_rate")
+# shown only when some run knows them (a measured peak, a compiled step module, kernels on both sides,
+# kernels beside copies)
+OPTIONAL_METRICS = ("peak_device_bytes", "flops_per_step", "tflops", "work_rate", "kernel_excess_ns")
 
 
 def shown_metrics(cmp: dict[str, Any]) -> list[str]:
-    """SUMMARY_METRICS less the optional ones that no policy has on either side."""
+    """SUMMARY_METRICS less the optional ones that no policy has on either side (kernel time lost beside
+    copies: that no policy lost)."""
+
+    def known(v: Any, m: str) -> bool:  # kernel time lost: shown once some run lost any
+        return bool(v) if m == "kernel_excess_ns" else v is not None
+
     return [
         m
         for m in SUMMARY_METRICS
         if m not in OPTIONAL_METRICS
-        or any(p["metrics"][m]["base"] is not None or p["metrics"][m]["head"] is not None for p in cmp["policies"])
+        or any(known(p["metrics"][m]["base"], m) or known(p["metrics"][m]["head"], m) for p in cmp["policies"])
     ]
 
 

@@ -41,3 +41,54 @@ def context_table(copies: dict[str, Any]) -> list[str]:
         return []
     headers = ("GB/s by context (copies >= 1 MiB)", *(f"{label} (n)" for _, label in CONTEXT_LABELS), "slowdown")
     return ["", table(headers, rows)]
+
+
+def kernels_beside_lines(kb: dict[str, Any] | None) -> list[str]:
+    """Kernels slowed by copies (METRICS.md): a line on the device's kernels alone and beside
+    h2d/d2h copies and, when groups count, their medians and excess time, with the size-bias caveat."""
+    from profiler.analysis.kernels_slowed import MIN_CALLS, SIZE_BIAS_NOTE, no_baseline
+    from profiler.report.text import Units
+
+    if not kb or not (kb["calls_alone"] or kb["calls_beside"]):
+        return []
+    head = "  kernels beside copies: "
+    alone = _n(kb["calls_alone"], "kernel")
+    sides = f"{alone} alone (no copy overlaps them), {kb['calls_beside']} beside h2d/d2h copies"
+    if not kb["calls_beside"]:
+        return ["", head + f"none ran beside h2d/d2h copies ({kb['calls_alone']} alone): nothing to measure"]
+    if no_baseline(kb):
+        return [
+            "",
+            head + f"all {kb['calls_beside']} counted kernels ran beside h2d/d2h copies, none alone: "
+            "no baseline to measure a slowdown against (0 groups)",
+        ]
+    if not kb["groups"]:
+        return ["", head + f"{sides}; no (name, grid, block) has {MIN_CALLS} of each: 0 groups"]
+    top = kb["top"]
+    u = Units.of([], [v for g in top for v in (g["alone"]["median_ns"], g["beside"]["median_ns"])])
+    e = Units.of([], [kb["excess_ns"], *(g["excess_ns"] for g in top)])
+    rows = [
+        [
+            g["name"] or "?",
+            "x".join(map(str, g["grid"])),
+            "x".join(map(str, g["block"])),
+            f"{u.t(g['alone']['median_ns'])} ({g['alone']['count']})",
+            f"{u.t(g['beside']['median_ns'])} ({g['beside']['count']})",
+            f"{g['slowdown']:.2f}x",
+            e.t(g["excess_ns"]),
+        ]
+        for g in top
+    ]
+    headers = ("kernel", "grid", "block", f"alone {u.time} (n)", f"beside {u.time} (n)", "slowdown", f"excess {e.time}")
+    shown = f"the {len(top)} with most excess" if kb["groups"] > len(top) else "all"
+    return [
+        "",
+        head + f"{sides}; {_n(kb['groups'], 'group')} (name, grid, block) with {MIN_CALLS}+ of each, {shown} below; "
+        f"excess kernel time {e.t(kb['excess_ns'])} {e.time} (median durations, lower median)",
+        table(headers, rows, left=(0, 1, 2)),
+        f"  caveat: {SIZE_BIAS_NOTE}",
+    ]
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"

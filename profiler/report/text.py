@@ -112,7 +112,7 @@ def render_devices(doc: dict[str, Any], link: str | None = None) -> str:
     """The readable form of ``analyze --json``; each GPU with copies says which host link its GB/s
     compare with (*link*, ``--link``, else its device model's, else assumed and said so)."""
     from profiler.analysis.links import host_link
-    from profiler.report.costs_text import context_table, stall_lines
+    from profiler.report.costs_text import context_table, kernels_beside_lines, stall_lines
 
     info = doc.get("trace", {})
     head = (
@@ -148,6 +148,7 @@ def render_devices(doc: dict[str, Any], link: str | None = None) -> str:
         if d["copies"]["offload"]["count"]:
             chosen = host_link([name] if name else [], link)
             out.append(f"  host link: {chosen.link.name} ({chosen.link.gbps:g} GB/s per direction), {chosen.why}")
+        out += kernels_beside_lines(d.get("kernels_beside_copies"))
         kinds = [c for c in ("d2d", "p2p", "other") if d["copies"][c]["count"]]
         if kinds:
             u = Units.of([d["copies"][c]["bytes"] for c in kinds], [d["copies"][c]["busy_ns"] for c in kinds])

@@ -96,6 +96,16 @@ KERNEL_NAME_SPEC: dict[str, tuple[str, pl.DataType]] = {
     "short_id": ("shortName", I64),
     "demangled_id": ("demangledName", I64),
 }
+# A kernel's launch shape (NULL in an export without these columns).
+SHAPE_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+KERNEL_SHAPE_SPEC: dict[str, tuple[str, pl.DataType]] = {
+    "grid_x": ("gridX", I64),
+    "grid_y": ("gridY", I64),
+    "grid_z": ("gridZ", I64),
+    "block_x": ("blockX", I64),
+    "block_y": ("blockY", I64),
+    "block_z": ("blockZ", I64),
+}
 
 
 def _pid(expr: pl.Expr) -> pl.Expr:
@@ -288,8 +298,10 @@ class Trace:
     # --- GPU activity -------------------------------------------------------
     @cached_property
     def kernels(self) -> pl.DataFrame:
-        """device, stream, start, end, correlation_id, pid, name, is_nccl."""
-        raw = self._read(KERNEL_TABLE, {**OP_SPEC, **KERNEL_NAME_SPEC}, self._launched_in_window(KERNEL_TABLE))
+        """device, stream, start, end, correlation_id, pid, name, is_nccl, and the launch shape
+        (``SHAPE_COLUMNS``: grid_x .. block_z)."""
+        spec = {**OP_SPEC, **KERNEL_NAME_SPEC, **KERNEL_SHAPE_SPEC}
+        raw = self._read(KERNEL_TABLE, spec, self._launched_in_window(KERNEL_TABLE))
         return self._named_kernels(raw, names=True).select(
             "device",
             "stream",
@@ -299,6 +311,7 @@ class Trace:
             _pid(pl.col("global_pid")).alias("pid"),
             "name",
             "is_nccl",
+            *SHAPE_COLUMNS,
         )
 
     @cached_property

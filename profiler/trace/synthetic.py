@@ -293,8 +293,10 @@ class ExportBuilder:
         correlation: int | None = None,
         pid: int = 100,
         context: int = 1,
+        grid: tuple[int, int, int] = (1, 1, 1),
+        block: tuple[int, int, int] = (128, 1, 1),
     ) -> int:
-        """Add a kernel; returns its correlationId."""
+        """Add a kernel (launched with *grid* and *block*); returns its correlationId."""
         corr = self.next_correlation() if correlation is None else correlation
         self.rows["CUPTI_ACTIVITY_KIND_KERNEL"].append(
             {
@@ -302,12 +304,8 @@ class ExportBuilder:
                 "demangledName": self.string(demangled if demangled is not None else name),
                 "shortName": short_id if short_id is not None else self.string(name),
                 "registersPerThread": 32,
-                "gridX": 1,
-                "gridY": 1,
-                "gridZ": 1,
-                "blockX": 128,
-                "blockY": 1,
-                "blockZ": 1,
+                **{f"grid{a}": v for a, v in zip("XYZ", grid, strict=True)},
+                **{f"block{a}": v for a, v in zip("XYZ", block, strict=True)},
                 "staticSharedMemory": 0,
                 "dynamicSharedMemory": 0,
                 "localMemoryPerThread": 0,

@@ -55,9 +55,10 @@ THRESHOLDS: dict[str, float] = {
     # copy-contention: GB/s alone / GB/s beside kernels above this, with enough copies in both
     "contention_slowdown": 1.5,
     "contention_min_copies": 3,
-    # nccl-slowed-by-copies: median duration beside offload copies / without, per NCCL kernel name
+    # kernels-slowed-by-copies / nccl-slowed-by-copies: a (name, grid, block) group's lower-median duration
+    # beside h2d/d2h copies / alone above this (METRICS.md "Kernels slowed by copies": 3 calls each)
+    "kernel_slowdown": 1.1,
     "nccl_slowdown": 1.2,
-    "nccl_min_samples": 3,
     # stall-hotspot: one layer or one XLA instruction causes this share of the copy-caused stall time,
     # which is at least this many ns
     "hotspot_share": 0.5,

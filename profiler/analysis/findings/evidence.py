@@ -19,6 +19,7 @@ import polars as pl
 from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.findings.config import FindingsConfig
 from profiler.analysis.intervals import Intervals, difference, union
+from profiler.analysis.kernels_slowed import add_kernels_beside, kernel_groups
 from profiler.analysis.overlap import device_metrics
 from profiler.analysis.stalls import Stalls, add_stalls
 from profiler.trace.loader import RUNTIME_TABLE, Trace
@@ -49,6 +50,7 @@ class Evidence:
         bd = self.breakdown
         doc = device_metrics(bd.kernels, self.trace.copies, self.trace.memsets, kernel_sets=bd.kernel_sets)
         add_stalls(doc, bd.stalls)
+        add_kernels_beside(doc, self.trace.kernels, self.trace.copies)
         return doc
 
     @cached_property
@@ -161,6 +163,11 @@ class Evidence:
         """Valid kernels with names: device, stream, start, end, name, is_nccl."""
         k = self.trace.kernels
         return k.filter(pl.col("end") >= pl.col("start")).select("device", "stream", "start", "end", "name", "is_nccl")
+
+    @cached_property
+    def kernel_groups(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Every group of METRICS.md "Kernels slowed by copies" that counts, and the calls per side."""
+        return kernel_groups(self.trace.kernels, self.trace.copies)
 
     @cached_property
     def offload_copies(self) -> pl.DataFrame:

@@ -1,0 +1,150 @@
+"""Kernels slowed by copies (METRICS.md), in the Policies and Per layer tabs.
+
+Nothing is computed here: every number is the run summary's ``kernels_beside_copies`` (one entry
+per GPU, made by ``profiler.analysis.kernels_slowed``), shown as it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Input, Output, State, dash_table, html
+
+from dashboards import rows, selection
+from dashboards.data import RunStore
+from dashboards.rows import View
+from profiler.analysis.kernels_slowed import MIN_CALLS, SIZE_BIAS_NOTE, no_baseline
+from profiler.errors import ProfilerError
+from profiler.report.units import human_time
+
+MUTED = {"color": "#444", "fontSize": "13px", "margin": "6px 0"}
+CELL = {"textAlign": "left", "fontSize": "13px", "padding": "3px 6px"}
+CAVEAT = f"Kernels alone: no copy overlaps them; beside: at least half of each under h2d/d2h copies. {SIZE_BIAS_NOTE}."
+
+
+def entry(summary: dict[str, Any], device: str | None) -> dict[str, Any] | None:
+    """The GPU's ``kernels_beside_copies``, or None (no GPU, or a run analyzed before the metric)."""
+    return (summary.get("kernels_beside_copies") or {}).get(device) if device is not None else None
+
+
+def status(kb: dict[str, Any] | None) -> str:
+    """One sentence on what the GPU's kernels show."""
+    if kb is None:
+        return "not measured for this run"
+    alone, beside = kb["calls_alone"], kb["calls_beside"]
+    if not alone and not beside:
+        return "no kernels alone or beside copies"
+    if not beside:
+        return f"no kernel ran beside h2d/d2h copies ({alone:,} alone): nothing to measure"
+    if no_baseline(kb):
+        return f"all {beside:,} kernels ran beside copies, none alone: no baseline, 0 groups"
+    if not kb["groups"]:
+        return f"{alone:,} alone, {beside:,} beside, but no (name, grid, block) has {MIN_CALLS} of each: 0 groups"
+    return (
+        f"{kb['groups']} group(s) of {MIN_CALLS}+ alone and beside: {human_time(kb['excess_ns'])} of kernel time "
+        f"lost ({alone:,} kernels alone, {beside:,} beside)"
+    )
+
+
+def group_rows(kb: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``top`` groups as table rows."""
+    return [
+        {
+            "kernel": g["name"] or "?",
+            "grid": "x".join(map(str, g["grid"])),
+            "block": "x".join(map(str, g["block"])),
+            "alone (n)": f"{human_time(g['alone']['median_ns'])} ({g['alone']['count']:,})",
+            "beside copies (n)": f"{human_time(g['beside']['median_ns'])} ({g['beside']['count']:,})",
+            "slowdown": f"{g['slowdown']:.2f}x",
+            "excess": human_time(g["excess_ns"]),
+        }
+        for g in kb["top"]
+    ]
+
+
+def _table(tid: str, data: list[dict[str, Any]]) -> dash_table.DataTable:
+    cols = list(data[0]) if data else []
+    return dash_table.DataTable(
+        id=tid,
+        data=data,
+        columns=[{"id": c, "name": c} for c in cols],
+        style_cell=CELL,
+        style_header={"fontWeight": "bold"},
+    )
+
+
+def layer_panel(summary: dict[str, Any], device: str | None) -> list[Any]:
+    """Per layer tab: the GPU's kernels beside copies (a per-GPU number: kernels are not split by layer)."""
+    kb = entry(summary, device)
+    out: list[Any] = [
+        html.Strong(f"Kernels slowed by copies, GPU {device} (the whole window, not per layer)"),
+        html.Div(status(kb), id="layer-kernels-status", style=MUTED),
+    ]
+    if kb and kb["top"]:
+        out.append(_table("layer-kernels-table", group_rows(kb)))
+        out.append(html.Div(CAVEAT + " Median durations are lower medians.", style=MUTED))
+    return out
+
+
+def policy_rows(store: RunStore, views: list[View]) -> list[dict[str, Any]]:
+    """Policies tab: one row per selected (run, GPU), with its group of most excess."""
+    out = []
+    for view in views:
+        if view.device is None:
+            continue
+        try:
+            summary = store.get(view.rid).summary
+        except ProfilerError:
+            continue  # the policy table's error card says why
+        kb = entry(summary, view.device)
+        worst = kb["top"][0] if kb and kb["top"] else None
+        out.append(
+            {
+                "run and GPU": rows.label(store.refs[view.rid], summary, view.device),
+                "groups": kb["groups"] if kb else "-",
+                "kernel time lost": human_time(kb["excess_ns"]) if kb else "-",
+                "most excess": f"{worst['name']} {worst['slowdown']:.2f}x" if worst else "-",
+                "what the kernels show": status(kb),
+            }
+        )
+    return out
+
+
+def policy_panel(store: RunStore, views: list[View]) -> list[Any]:
+    data = policy_rows(store, views)
+    if not data:
+        return []
+    return [
+        html.H4("Kernels slowed by copies (hidden is not free)", style={"margin": "14px 0 4px"}),
+        _table("policy-kernels-table", data),
+        html.Div(CAVEAT, style=MUTED),
+    ]
+
+
+def register(app: dash.Dash, store: RunStore) -> None:
+    @app.callback(
+        Output("policy-kernels", "children"),
+        Input("runs", "selected_rows"),
+        State("runs", "data"),
+    )
+    def on_policy_kernels(selected, data):
+        return policy_panel(store, selection.selected_views(selected, data))
+
+    @app.callback(
+        Output("layer-kernels", "children"),
+        Input("tabs", "value"),
+        Input("layer-run", "value"),
+        prevent_initial_call=True,
+    )
+    def on_layer_kernels(tab, vid):
+        if tab != "layers":
+            return dash.no_update
+        if not vid:
+            return []
+        view = View.parse(vid)
+        try:
+            summary = store.get(view.rid).summary
+        except ProfilerError:
+            return []
+        return layer_panel(summary, view.device)

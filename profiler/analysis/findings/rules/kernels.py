@@ -1,0 +1,109 @@
+"""Rules about the kernels beside the copies: a hidden copy that costs kernel time (METRICS.md
+"Kernels slowed by copies"), for compute kernels and, as its NCCL case, for collectives."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from profiler.analysis.findings import Finding, rule
+from profiler.analysis.findings.config import exceeds
+from profiler.analysis.findings.evidence import CannotDecide, Evidence
+from profiler.analysis.findings.rules.text import ms, names
+from profiler.analysis.kernels_slowed import SIZE_BIAS_NOTE, group_entry, no_baseline
+
+
+def _judged(ev: Evidence) -> None:
+    """CannotDecide unless some device has a group of kernels both alone and beside copies."""
+    per = {d: v.get("kernels_beside_copies") for d, v in ev.devices.items()}
+    if any(e and e["groups"] for e in per.values()):
+        return
+    blind = [d for d, e in per.items() if e and no_baseline(e)]
+    if blind:
+        raise CannotDecide(
+            f"every kernel that ran beside copies on device {', '.join(blind)} ran beside them: no kernel ran "
+            "alone to compare with (no baseline)"
+        )
+    raise CannotDecide("no (name, grid, block) group has 3 kernels alone and 3 beside h2d/d2h copies on any device")
+
+
+def _slowed(ev: Evidence, nccl: bool, limit: str) -> list[tuple[str, list[dict[str, Any]], int]]:
+    """Per device (in order): the groups (NCCL or not) slower beside copies than *limit*, most excess first,
+    and their excess time."""
+    groups, _ = ev.kernel_groups
+    groups = groups.filter(pl.col("is_nccl").fill_null(False) == nccl)
+    out = []
+    for (dev,), rows in groups.sort("device", maintain_order=True).group_by("device", maintain_order=True):
+        slow = [
+            r for r in rows.iter_rows(named=True) if r["excess_ns"] > 0 and exceeds(r["slowdown"], ev.config[limit])
+        ]
+        if slow:
+            out.append((str(dev), [group_entry(r) for r in slow], sum(r["excess_ns"] for r in slow)))
+    return out
+
+
+def _listed(groups: list[dict[str, Any]]) -> list[str]:
+    return [
+        f"{g['name']} {'x'.join(map(str, g['grid']))}/{'x'.join(map(str, g['block']))} {g['slowdown']:.2f}x"
+        for g in groups
+    ]
+
+
+def _finding(
+    ev: Evidence, rule_id: str, dev: str, groups: list[dict[str, Any]], excess: int, what: str, action: str
+) -> Finding:
+    beside = sum(g["beside"]["count"] for g in groups)
+    return Finding(
+        rule_id,
+        "problem",
+        f"device {dev}: {len(groups)} {what} group(s) (name, grid/block) run slower beside h2d/d2h copies "
+        f"({names(_listed(groups))}): {ms(excess)} of kernel time lost over {beside} calls beside copies "
+        "(beside minus alone lower-median duration, per call): these copies are hidden, not free",
+        action + f"; {SIZE_BIAS_NOTE}: the evidence gives each group's medians and counts",
+        where={"device": dev, "kernels": [g["name"] for g in groups]},
+        evidence={"excess_ns": excess, "groups": groups},
+        view="policies",
+        cost_ns=excess,
+        **ev.basis_device(dev),
+    )
+
+
+@rule("kernels-slowed-by-copies")
+def kernels_slowed_by_copies(ev: Evidence) -> list[Finding]:
+    _judged(ev)
+    return [
+        _finding(
+            ev,
+            "kernels-slowed-by-copies",
+            dev,
+            groups,
+            excess,
+            "kernel",
+            "the copies share HBM bandwidth with the kernels beside them: keep offload copies away from "
+            "memory-bound kernels (XLA's selective overlap for host offloading, openxla/xla issue 46150), offload "
+            "fewer or larger activations, or compare the step time with the copies on the device",
+        )
+        for dev, groups, excess in _slowed(ev, nccl=False, limit="kernel_slowdown")
+    ]
+
+
+@rule("nccl-slowed-by-copies")
+def nccl_slowed_by_copies(ev: Evidence) -> list[Finding]:
+    if not ev.kernels["is_nccl"].fill_null(False).any():
+        raise CannotDecide("no NCCL kernels in this trace")
+    _judged(ev)
+    return [
+        _finding(
+            ev,
+            "nccl-slowed-by-copies",
+            dev,
+            groups,
+            excess,
+            "NCCL kernel",
+            "device-to-host traffic competes with NCCL for the link and for memory bandwidth (NVIDIA/nccl "
+            "issues 1414 and 2218): schedule offloads away from collectives (latency hiding scheduler), or "
+            "offload less during the collective-heavy part of the step",
+        )
+        for dev, groups, excess in _slowed(ev, nccl=True, limit="nccl_slowdown")
+    ]

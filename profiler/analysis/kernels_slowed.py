@@ -1,0 +1,155 @@
+"""Kernels slowed by copies: the kernels' side of "Copy bandwidth by context".
+
+METRICS.md, "Kernels slowed by copies": per device, over its valid kernels
+(``end > start``, compute and NCCL alike):
+
+- ``alone``: the kernel overlaps no valid copy of its device, of any class;
+- ``beside``: ``2 * |k ∩ U(h2d and d2h copies)| >= end - start``;
+- otherwise neither, not counted.
+
+Kernels are grouped by (name, grid, block); a group counts with at least 3
+``alone`` and 3 ``beside`` kernels.  Medians are lower medians (the element
+at ``(n - 1) // 2`` of the sorted durations); ``excess_ns = beside.count *
+max(0, beside.median_ns - alone.median_ns)``.  Two sweeps (the unions of all
+copies and of the offload copies) and one group-by: no loop per kernel.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from profiler.analysis.intervals import measure_within_each, union
+from profiler.trace.loader import SHAPE_COLUMNS
+
+ALONE, BESIDE, NEITHER = 0, 1, -1
+MIN_CALLS = 3  # a group counts with this many kernels alone and this many beside copies
+TOP = 10
+KEYS = ("device", "name", *SHAPE_COLUMNS)
+SIZE_BIAS_NOTE = (
+    "grouping by name and launch shape narrows the size bias (a longer kernel is more likely to meet a copy) "
+    "but does not remove it"
+)
+
+
+def _spans(frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return tuple(frame[c].to_numpy() for c in ("device", "start", "end"))  # type: ignore[return-value]
+
+
+def kernel_sides(kernels: pl.DataFrame, copies: pl.DataFrame) -> np.ndarray:
+    """Per row of *kernels*: ``ALONE``, ``BESIDE`` or ``NEITHER`` (also for invalid kernels)."""
+    out = np.full(kernels.height, NEITHER, dtype=np.int8)
+    ok = (
+        kernels.select((pl.col("end") > pl.col("start")) & pl.col("device").is_not_null())
+        .to_series()
+        .fill_null(False)
+        .to_numpy()
+    )
+    rows = np.flatnonzero(ok)
+    if rows.size == 0:
+        return out
+    good = copies.filter((pl.col("end") >= pl.col("start")) & pl.col("device").is_not_null())
+    offload = good.filter(pl.col("cls").is_in(["h2d", "d2h"]))
+    sets = [union(*_spans(good)), union(*_spans(offload))]
+    dev, s, e = (a[rows] for a in _spans(kernels))
+    ov_all, ov_off = measure_within_each(sets, dev, s, e)
+    out[rows] = np.where(ov_all == 0, ALONE, np.where(2 * ov_off >= e - s, BESIDE, NEITHER))
+    return out
+
+
+def kernel_groups(kernels: pl.DataFrame, copies: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(the groups that count, the calls per device and side).
+
+    The groups: device, name, grid_x .. block_z, is_nccl, alone_count, alone_median_ns,
+    beside_count, beside_median_ns, slowdown, excess_ns.  The calls: device, side, calls.
+    *kernels* needs device, start, end, name, is_nccl and the shape columns (``Trace.kernels``).
+    """
+    k = kernels.select(*KEYS, "is_nccl", (pl.col("end") - pl.col("start")).alias("dur")).with_columns(
+        pl.Series("side", kernel_sides(kernels, copies))
+    )
+    k = k.filter(pl.col("side") != NEITHER)
+    calls = k.group_by("device", "side").agg(pl.len().alias("calls"))
+    per_side = (
+        k.sort("dur")
+        .group_by(*KEYS, "side")
+        .agg(
+            pl.len().alias("count"),
+            pl.col("dur").get((pl.len() - 1) // 2).alias("median_ns"),  # the lower median of sorted durations
+            pl.col("is_nccl").first(),
+        )
+        .filter(pl.col("count") >= MIN_CALLS)
+    )
+    alone = per_side.filter(pl.col("side") == ALONE).select(
+        *KEYS, "is_nccl", pl.col("count").alias("alone_count"), pl.col("median_ns").alias("alone_median_ns")
+    )
+    beside = per_side.filter(pl.col("side") == BESIDE).select(
+        *KEYS, pl.col("count").alias("beside_count"), pl.col("median_ns").alias("beside_median_ns")
+    )
+    groups = alone.join(beside, on=list(KEYS), how="inner", nulls_equal=True).with_columns(
+        (pl.col("beside_median_ns") / pl.col("alone_median_ns")).alias("slowdown"),
+        (pl.col("beside_count") * (pl.col("beside_median_ns") - pl.col("alone_median_ns")).clip(lower_bound=0))
+        .cast(pl.Int64)
+        .alias("excess_ns"),
+    )
+    order = ["excess_ns", "device", "name", *SHAPE_COLUMNS]
+    groups = groups.sort(order, descending=[True] + [False] * (len(order) - 1), nulls_last=True)
+    return groups, calls
+
+
+def _shape(row: dict[str, Any], part: str) -> list[int | None]:
+    return [row[f"{part}_{axis}"] for axis in "xyz"]
+
+
+def group_entry(row: dict[str, Any]) -> dict[str, Any]:
+    """One group of ``top`` (METRICS.md) from a row of ``kernel_groups``."""
+    return {
+        "name": row["name"],
+        "grid": _shape(row, "grid"),
+        "block": _shape(row, "block"),
+        "alone": {"count": row["alone_count"], "median_ns": row["alone_median_ns"]},
+        "beside": {"count": row["beside_count"], "median_ns": row["beside_median_ns"]},
+        "slowdown": row["slowdown"],
+        "excess_ns": row["excess_ns"],
+    }
+
+
+def empty_entry() -> dict[str, Any]:
+    return {"groups": 0, "calls_alone": 0, "calls_beside": 0, "excess_ns": 0, "top": []}
+
+
+def kernels_beside_copies(kernels: pl.DataFrame, copies: pl.DataFrame) -> dict[int, dict[str, Any]]:
+    """METRICS.md ``kernels_beside_copies`` per device that has a counted kernel or a group."""
+    groups, calls = kernel_groups(kernels, copies)
+    out: dict[int, dict[str, Any]] = {}
+    for dev, side, n in calls.iter_rows():
+        out.setdefault(int(dev), empty_entry())["calls_alone" if side == ALONE else "calls_beside"] = int(n)
+    for (dev,), rows in groups.group_by("device", maintain_order=True):
+        e = out.setdefault(int(dev), empty_entry())
+        e["groups"] = rows.height
+        e["excess_ns"] = int(rows["excess_ns"].sum())
+        e["top"] = [group_entry(r) for r in rows.head(TOP).iter_rows(named=True)]
+    return out
+
+
+def add_kernels_beside(devices: dict[str, dict[str, Any]], kernels: pl.DataFrame, copies: pl.DataFrame) -> None:
+    """Add ``kernels_beside_copies`` to each device of a METRICS.md ``devices`` object."""
+    per = kernels_beside_copies(kernels, copies) if devices else {}
+    for dev, d in devices.items():
+        d["kernels_beside_copies"] = per.get(int(dev), empty_entry())
+
+
+def no_baseline(entry: dict[str, Any]) -> bool:
+    """True when kernels ran beside copies but none alone: nothing to compare them with."""
+    return entry["groups"] == 0 and entry["calls_beside"] > 0 and entry["calls_alone"] == 0
+
+
+def kernel_totals(devices: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A run's ``kernels_beside_copies`` per device and ``kernel_excess_ns`` over all devices (None
+    when no device has the metric: a run recorded without it)."""
+    per = {dev: d["kernels_beside_copies"] for dev, d in devices.items() if "kernels_beside_copies" in d}
+    return {
+        "kernels_beside_copies": per,
+        "kernel_excess_ns": sum(e["excess_ns"] for e in per.values()) if per else None,
+    }

@@ -1,0 +1,284 @@
+"""METRICS.md "Kernels slowed by copies": hand-built exports checked to the nanosecond, random
+exports against the plain reference (``tests/reference_kernels.py``), and the real traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from profiler.analysis.kernels_slowed import empty_entry
+from profiler.analysis.summary import analyze
+from profiler.trace import open_trace
+from profiler.trace.synthetic import ExportBuilder
+from tests import reference_kernels as ref
+from tests.conftest import run_cli
+
+MIB = 1 << 20
+
+
+def kb(path: Path, device: str = "0") -> dict:
+    return analyze(open_trace(path))["devices"][device]["kernels_beside_copies"]
+
+
+def group(name: str, alone: list[int], beside: list[int], b: ExportBuilder, t0: int, **kw) -> int:
+    """Kernels of *name*: one per duration in *alone* (no copy near), then one per duration in
+    *beside*, each wholly under its own h2d copy; returns the time after them."""
+    t = t0
+    for d in alone:
+        b.kernel(t, t + d, name, **kw)
+        t += d + 1000
+    for d in beside:
+        b.kernel(t, t + d, name, **kw)
+        b.copy(t, t + d, "h2d", MIB, device=kw.get("device", 0))
+        t += d + 1000
+    return t
+
+
+def test_sides_at_their_boundaries(build):
+    # k1 [0,10) under h2d [5,10): 2*5 = 10 >= 10: beside (the 2x rule's equality)
+    # k2 [100,110) under d2h [106,110): 2*4 = 8 < 10: neither
+    # k3 [200,210) touches h2d [190,200) only at 200: alone (half-open)
+    # k4 [300,310) under d2d [300,310) only: overlaps a copy, no offload copy: neither
+    # k5 [400,410) under d2d and h2d [400,405): 2*5 >= 10: beside
+    # k6 [500,500) zero-length, k7 [600,590) invalid: not counted
+    b = ExportBuilder()
+    b.gpu(0)
+    b.kernel(0, 10, "k")
+    b.copy(5, 10, "h2d", MIB)
+    b.kernel(100, 110, "k")
+    b.copy(106, 110, "d2h", MIB)
+    b.kernel(200, 210, "k")
+    b.copy(190, 200, "h2d", MIB)
+    b.kernel(300, 310, "k")
+    b.copy(300, 310, "d2d", MIB)
+    b.kernel(400, 410, "k")
+    b.copy(400, 410, "d2d", MIB)
+    b.copy(400, 405, "h2d", MIB)
+    b.kernel(500, 500, "k")
+    b.kernel(600, 590, "k")
+    assert kb(build(b)) == {"groups": 0, "calls_alone": 1, "calls_beside": 2, "excess_ns": 0, "top": []}
+
+
+def test_lower_medians_slowdown_and_excess(build):
+    # alone 10, 20, 30, 40 -> sorted index (4-1)//2 = 1: 20; beside 25, 35, 45, 55 -> 35
+    # slowdown 35/20 = 1.75, excess = 4 * (35 - 20) = 60; an NCCL group counts alike:
+    # alone 100, 100, 300 -> 100; beside 90, 130, 500 -> 130: excess 3 * 30 = 90
+    b = ExportBuilder()
+    b.gpu(0)
+    t = group("fusion", [40, 10, 30, 20], [55, 25, 45, 35], b, 0, grid=(8, 2, 1), block=(256, 1, 1))
+    group("ncclKernel_AllReduce", [300, 100, 100], [500, 90, 130], b, t)
+    got = kb(build(b))
+    assert got == {
+        "groups": 2,
+        "calls_alone": 7,
+        "calls_beside": 7,
+        "excess_ns": 150,
+        "top": [
+            {
+                "name": "ncclKernel_AllReduce",
+                "grid": [1, 1, 1],
+                "block": [128, 1, 1],
+                "alone": {"count": 3, "median_ns": 100},
+                "beside": {"count": 3, "median_ns": 130},
+                "slowdown": 1.3,
+                "excess_ns": 90,
+            },
+            {
+                "name": "fusion",
+                "grid": [8, 2, 1],
+                "block": [256, 1, 1],
+                "alone": {"count": 4, "median_ns": 20},
+                "beside": {"count": 4, "median_ns": 35},
+                "slowdown": 1.75,
+                "excess_ns": 60,
+            },
+        ],
+    }
+
+
+def test_groups_need_three_of_each_and_faster_beside_adds_nothing(build):
+    b = ExportBuilder()
+    b.gpu(0)
+    t = group("few", [10, 10, 10], [50, 50], b, 0)  # 2 beside: does not count
+    t = group("few", [10], [], b, t, grid=(2, 1, 1))  # another shape: another group
+    group("fast", [100, 100, 100], [60, 60, 60], b, t)  # counts, slowdown 0.6, excess 0
+    got = kb(build(b))
+    assert (got["groups"], got["calls_alone"], got["calls_beside"], got["excess_ns"]) == (1, 7, 5, 0)
+    assert [(g["name"], g["slowdown"], g["excess_ns"]) for g in got["top"]] == [("fast", 0.6, 0)]
+
+
+def test_top_orders_ties_by_name_grid_block_and_keeps_ten(build):
+    # 12 groups, each excess 3 * 10 = 30 except "z" (3 * 20 = 60): z first, then ties ascending
+    b = ExportBuilder()
+    b.gpu(0)
+    t = group("z", [10] * 3, [30] * 3, b, 0)
+    shapes = [("b", (1, 1, 1), (64, 1, 1)), ("a", (2, 1, 1), (64, 1, 1)), ("a", (1, 1, 1), (128, 1, 1))]
+    shapes += [("a", (1, 1, 1), (64, 1, 1)), ("a", (1, 2, 1), (32, 1, 1))]
+    shapes += [(f"c{i}", (1, 1, 1), (64, 1, 1)) for i in range(6)]
+    for name, grid, block in shapes:
+        t = group(name, [10] * 3, [20] * 3, b, t, grid=grid, block=block)
+    got = kb(build(b))
+    assert got["groups"] == 12 and got["excess_ns"] == 60 + 11 * 30
+    order = [(g["name"], g["grid"], g["block"]) for g in got["top"]]
+    assert order == [
+        ("z", [1, 1, 1], [128, 1, 1]),
+        ("a", [1, 1, 1], [64, 1, 1]),
+        ("a", [1, 1, 1], [128, 1, 1]),
+        ("a", [1, 2, 1], [32, 1, 1]),
+        ("a", [2, 1, 1], [64, 1, 1]),
+        ("b", [1, 1, 1], [64, 1, 1]),
+        *((f"c{i}", [1, 1, 1], [64, 1, 1]) for i in range(4)),
+    ]
+
+
+def test_a_device_whose_kernels_all_overlap_copies_has_no_baseline(build, tmp_path):
+    b = ExportBuilder()
+    b.gpu(0)
+    b.gpu(1)
+    group("fusion", [], [10, 20, 30, 40], b, 0)
+    group("fusion", [10, 10, 10], [30, 30, 30], b, 0, device=1)
+    path = build(b)
+    doc = analyze(open_trace(path))["devices"]
+    assert doc["0"]["kernels_beside_copies"] == {
+        "groups": 0,
+        "calls_alone": 0,
+        "calls_beside": 4,
+        "excess_ns": 0,
+        "top": [],
+    }
+    assert doc["1"]["kernels_beside_copies"]["excess_ns"] == 60
+    out = run_cli("analyze", str(path), "--no-findings").stdout
+    dev0, dev1 = out.split("Device 1")
+    assert "none alone: no baseline to measure a slowdown against (0 groups)" in dev0
+    assert "size bias" in dev1 and "1 group (name, grid, block)" in dev1
+    assert "fusion  1x1x1  128x1x1" in dev1 and "1.500x" not in dev1 and "3.00x" in dev1
+
+
+def test_names_fall_back_to_demangled_and_shapes_may_be_missing(build):
+    # short name ids that StringIds lacks: the demangled name groups them; no grid/block columns: nulls
+    omit = [f"CUPTI_ACTIVITY_KIND_KERNEL.{c}" for c in ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")]
+    b = ExportBuilder(omit=omit)
+    b.gpu(0)
+    t = 0
+    for i, d in enumerate([10, 10, 10, 20, 20, 20]):
+        b.kernel(t, t + d, "x", demangled="_Z6kernelv", short_id=9000 + i)
+        if i >= 3:
+            b.copy(t, t + d, "d2h", MIB)
+        t += 100
+    path = build(b)
+    got = kb(path)
+    assert got["top"] == [
+        {
+            "name": "_Z6kernelv",
+            "grid": [None, None, None],
+            "block": [None, None, None],
+            "alone": {"count": 3, "median_ns": 10},
+            "beside": {"count": 3, "median_ns": 20},
+            "slowdown": 2.0,
+            "excess_ns": 30,
+        }
+    ]
+    assert ref.kernels_beside_copies(path)[0] == got
+
+
+def test_device_filter_and_devices_without_kernels(build):
+    b = ExportBuilder()
+    b.gpu(0)
+    b.gpu(1)
+    group("fusion", [10, 10, 10], [30, 30, 30], b, 0)
+    b.copy(0, 10, "h2d", MIB, device=1)  # device 1: copies only
+    path = build(b)
+    full = analyze(open_trace(path))["devices"]
+    assert full["1"]["kernels_beside_copies"] == empty_entry()
+    only = analyze(open_trace(path), device=0)["devices"]
+    assert only["0"]["kernels_beside_copies"] == full["0"]["kernels_beside_copies"]
+
+
+# --- random exports against the reference ---------------------------------------------------------------
+
+event = st.tuples(
+    st.sampled_from(["kernel", "kernel", "kernel", "h2d", "d2h", "d2d"]),
+    st.sampled_from([0, 1]),  # device
+    st.sampled_from(["fa", "fb", "ncclK"]),
+    st.sampled_from([(1, 1, 1), (2, 1, 1)]),  # grid
+    st.one_of(st.integers(0, 300), st.integers(0, 60).map(lambda x: 5 * x)),  # start (on a grid: ties)
+    st.one_of(st.integers(-3, 60), st.sampled_from([0, 10, 10, 20, 40])),  # duration (negative: invalid)
+)
+
+
+def build_random(events: list[tuple], path: Path) -> Path:
+    b = ExportBuilder()
+    for kind, dev, name, grid, start, dur in events:
+        if kind == "kernel":
+            b.kernel(start, start + dur, name, device=dev, grid=grid)
+        else:
+            b.copy(start, start + dur, kind, MIB, device=dev)
+    return b.write(path)
+
+
+def check(path: Path) -> None:
+    expected = ref.kernels_beside_copies(path)
+    devices = analyze(open_trace(path))["devices"]
+    for dev, d in devices.items():
+        assert d["kernels_beside_copies"] == expected.get(int(dev), empty_entry()), dev
+    assert set(expected) <= {int(d) for d in devices}
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(event, min_size=1, max_size=70))
+def test_random_exports_match_the_reference(tmp_path_factory, events):
+    check(build_random(events, tmp_path_factory.mktemp("kb") / "r.sqlite"))
+
+
+# --- real traces ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.shared
+def test_real_traces_match_the_reference(shared_traces):
+    for path in sorted(shared_traces.glob("*.sqlite")):
+        check(path)
+
+
+@pytest.mark.shared
+def test_real_traces_what_the_kernels_show(shared_traces):
+    # gpu4 streams: vecAdd (grid 4x1x1, block 256x1x1) takes 3.232 µs alone (5880 calls) and
+    # 4.448 µs beside its own h2d/d2h copies (1490 calls): 1490 * 1216 ns = 1.81184 ms of excess
+    streams = kb(shared_traces / "gpu4__nsys_vectorAdd_streams_10000000__7498cc2.sqlite")
+    assert (streams["groups"], streams["calls_alone"], streams["calls_beside"]) == (1, 5880, 1490)
+    (vec,) = streams["top"]
+    assert (vec["name"], vec["grid"], vec["block"]) == ("vecAdd", [4, 1, 1], [256, 1, 1])
+    assert (vec["alone"]["median_ns"], vec["beside"]["median_ns"], vec["excess_ns"]) == (3232, 4448, 1811840)
+    # FlexGen report7: h2d copies are 1.17x slower beside kernels, but every kernel runs beside copies
+    flex = analyze(open_trace(shared_traces / "flexgen__nsight_report7.sqlite"))["devices"]["0"]
+    assert flex["copies"]["h2d"]["slowdown_with_kernels"] == pytest.approx(1.1655, abs=1e-4)
+    assert flex["kernels_beside_copies"] == {**empty_entry(), "calls_beside": 40}
+
+
+# --- the compare gate -------------------------------------------------------------------------------------
+
+
+def _slowed_run(build, beside: int, name: str) -> Path:
+    b = ExportBuilder()
+    b.gpu(0)
+    group("fusion", [1000, 1000, 1000], [beside] * 3, b, 0)
+    return build(b, name)
+
+
+@pytest.mark.parametrize(("beside", "fails"), [(2100, False), (2101, True)])
+def test_compare_gates_on_kernel_excess_by_default(build, beside, fails):
+    # base: 3 x (2000 - 1000) = 3000 ns lost; head 3 x 1100 = 3300 (+10%, at the limit: passes), 3303 fails
+    from profiler.analysis.compare import DEFAULT_THRESHOLDS, compare, parse_threshold
+    from profiler.analysis.run_metrics import collect
+
+    base, head = _slowed_run(build, 2000, "base.sqlite"), _slowed_run(build, beside, "head.sqlite")
+    b, h = collect(open_trace(base)), collect(open_trace(head))
+    assert b["kernel_excess_ns"] == 3000 and h["kernel_excess_ns"] == 3 * (beside - 1000)
+    assert b["kernels_beside_copies"]["0"]["groups"] == 1
+    cmp = compare([b], [h], [parse_threshold(t) for t in DEFAULT_THRESHOLDS])
+    assert [f["threshold"] for f in cmp["failures"]] == (["kernel_excess_ns:+10%"] if fails else [])
+    proc = run_cli("compare", str(base), str(head))
+    assert proc.returncode == (1 if fails else 0), proc.stdout + proc.stderr
+    assert "kernel time lost beside copies" in proc.stdout
