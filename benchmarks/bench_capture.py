@@ -61,7 +61,7 @@ def main() -> int:
     nsys = str(find_nsys(args.nsys))
     py = sys.executable
     out = Path(tempfile.mkdtemp(prefix="bench-capture-"))
-    ps = [py, "-m", "profiler.cli", "run", "--nsys", nsys]
+    ps = [py, "-m", "profiler.cli", "run", "--policy", "none", "--nsys", nsys]  # the example knows no "default"
     workloads = {
         f"loop of {args.steps} jitted steps": [str(LOOP), "--steps", str(args.steps)],
         f"examples/train.py --steps {args.example_steps}": [str(EXAMPLE), "--steps", str(args.example_steps)],
