@@ -38,6 +38,8 @@ def all_rows(store: RunStore) -> list[dict[str, Any]]:
         if rid in store.results:
             summary = store.results[rid].summary
             out += [rows.raw_row(ref, summary, v.device) for v in rows.views(ref, summary)]
+        elif ref.no_trace:
+            out.append(rows.no_trace_row(ref))
         elif rid in store.errors:
             out.append(rows.error_row(ref, store.errors[rid]))
     return out
@@ -281,6 +283,8 @@ def create_app(store: RunStore) -> dash.Dash:
         and the run choices (with their values kept where possible) of the per-run tabs."""
         good, cards, items, prov, seen, with_copies = [], [], [], [], set(), set()
         for view in views:
+            if store.refs[view.rid].no_trace:  # its row says why; nothing to draw
+                continue
             try:
                 summary = store.get(view.rid).summary
             except ProfilerError as exc:

@@ -34,6 +34,7 @@ from dashboards.catalog import CATALOG, Provenance, allowed, read_catalog
 from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.run_metrics import collect
 from profiler.analysis.whatif import trace_whatif
+from profiler.capture import no_trace
 from profiler.conventions import MANIFEST, PARTIAL_SUFFIX
 from profiler.errors import InputError, ProfilerError
 from profiler.report import store
@@ -61,6 +62,7 @@ class RunRef:
     source: str = "trace"
     provenance: Provenance | None = None
     group: str = ""  # the folder given (and its first sub-folder) the run was found under
+    no_trace: str | None = None  # a run folder without a trace: why (listed once, never analyzed)
 
     @property
     def synthetic(self) -> bool:
@@ -120,7 +122,10 @@ def discover(paths: list[Path], depth: int = 2, licences: tuple[str, ...] | None
             return
         if (path / MANIFEST).is_file():
             manifest = _manifest(path)
-            add(_ref(_trace_in(path, manifest), name, path, manifest))
+            ref = _ref(_trace_in(path, manifest), name, path, manifest)
+            if not ref.trace.is_file():
+                ref.no_trace = no_trace.reason(path, manifest)
+            add(ref)
             return
         if (path / CATALOG).is_file():
             for file, prov in read_catalog(path).items():
@@ -287,6 +292,8 @@ class RunStore:
         """The analysis of *run_id* (raises ProfilerError with a one-line reason)."""
         if run_id not in self.refs:
             raise ProfilerError(f"unknown run {run_id!r}")
+        if self.refs[run_id].no_trace:  # said once, in its row of the runs table: not an error of every view
+            raise ProfilerError(f"{self.refs[run_id].name}: no trace: {self.refs[run_id].no_trace}")
         with self._locks[run_id]:
             if run_id in self.results:
                 return self.results[run_id]
@@ -310,7 +317,7 @@ class RunStore:
         """Analyze every run in a background thread (progress in ``progress()``), then call *then*."""
 
         def work() -> None:
-            for rid in list(self.refs):
+            for rid in [r for r, ref in self.refs.items() if not ref.no_trace]:
                 with contextlib.suppress(ProfilerError):
                     self.get(rid)
             if then is not None:
@@ -321,7 +328,7 @@ class RunStore:
         return t
 
     def progress(self) -> tuple[int, int, str | None]:
-        done = len(self.results) + len(self.errors)
+        done = len(self.results) + len(self.errors) + sum(1 for r in self.refs.values() if r.no_trace)
         return done, len(self.refs), self.current
 
 

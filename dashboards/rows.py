@@ -209,6 +209,15 @@ def error_row(ref: RunRef, message: str) -> dict[str, Any]:
     }
 
 
+def no_trace_row(ref: RunRef) -> dict[str, Any]:
+    """A run folder without a trace: its one row, with the reason (no card, no number)."""
+    row = error_row(ref, ref.no_trace or "")
+    policy = (ref.manifest or {}).get("policy")
+    reason = f"no trace: {ref.no_trace}"
+    full = f"{full_name(ref, None)} — {reason}"
+    return {**row, "policy": policy or "-", "status": "no trace", "device": reason, "_full": full}
+
+
 def table(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """Columns (units chosen by the magnitude of the rows), rows scaled to them, and tooltips."""
 

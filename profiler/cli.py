@@ -11,6 +11,7 @@ from typing import Any
 
 from profiler.errors import ProfilerError
 
+NO_TRACE_EXIT = 4  # run: every script exited 0, and a policy still ended without a trace
 SUBCOMMANDS = ("analyze", "run", "record", "compare", "dashboard", "whatif", "findings", "install-recipe", "plan")
 
 
@@ -55,15 +56,28 @@ def cmd_policies(args: argparse.Namespace) -> int:
 
     from profiler.analysis.policies import planned_vs_moved, policy_table
     from profiler.report.policies_text import render_planned_vs_moved_all, render_policy_table
-    from profiler.report.sides import load_runs
+    from profiler.report.sides import NoTrace, load_runs
 
-    runs = [r for arg in args.trace for r in load_runs(arg, Path(args.db), args.nsys)]
+    skipped: list[NoTrace] = []  # run folders without a trace: listed once, never in the way of the others
+    runs = [r for arg in args.trace for r in load_runs(arg, Path(args.db), args.nsys, skipped)]
+    skipped = list(dict.fromkeys(skipped))
+    if not runs and skipped:
+        if args.json:
+            print(_json_dump({"policies": None, "planned_vs_moved": [], "no_trace": [s.doc() for s in skipped]}))
+        for s in skipped:
+            print(f"profile-step: {s.line()}", file=sys.stderr)
+        print("profile-step: error: none of these runs has a trace", file=sys.stderr)
+        return 2
     tab = policy_table(runs, args.peak_tflops)
     pvm = [planned_vs_moved(r) for r in runs]
     if args.json:
-        print(_json_dump({"policies": tab, "planned_vs_moved": pvm}))
+        print(_json_dump({"policies": tab, "planned_vs_moved": pvm, "no_trace": [s.doc() for s in skipped]}))
         return 0
     print(render_policy_table(tab))
+    if skipped:
+        print(f"\nnot in the table ({len(skipped)} without a trace):")
+        for s in skipped:
+            print(f"  {s.line()}")
     print()
     print(render_planned_vs_moved_all(pvm))
     return 0
@@ -209,14 +223,16 @@ def cmd_findings(args: argparse.Namespace) -> int:
     from profiler.analysis.xla_names import DEFAULT_LAYER_PATTERN
     from profiler.errors import InputError
     from profiler.report.findings_text import render_findings
-    from profiler.report.sides import trace_paths
+    from profiler.report.sides import NoTrace, trace_paths
     from profiler.trace import load_trace
 
     config = findings_config(args)
     docs = []
+    skipped: list[NoTrace] = []
     for arg in args.paths:
-        paths = trace_paths(arg)
-        if not paths:
+        before = len(skipped)
+        paths = trace_paths(arg, skipped)
+        if not paths and len(skipped) == before:
             raise InputError(arg, "no such trace, run folder or folder of runs")
         for path in paths:
             trace = load_trace(path, nsys=args.nsys)
@@ -224,15 +240,18 @@ def cmd_findings(args: argparse.Namespace) -> int:
             bd = Breakdown(trace, args.layer_pattern or DEFAULT_LAYER_PATTERN, args.step_range)
             found = run_findings(trace, manifest, config, bd)
             docs.append({"trace": str(path), "policy": (manifest or {}).get("policy") or bd.policy, **found})
+    skipped = list(dict.fromkeys(skipped))
     if args.json:
-        print(_json_dump({"runs": docs}))
-        return 0
+        print(_json_dump({"runs": docs, "no_trace": [s.doc() for s in skipped]}))
+        return 0 if docs else 2
     for i, d in enumerate(docs):
         if i:
             print()
         print(f"{d['trace']}" + (f"  (policy {d['policy']})" if d["policy"] else ""))
         print(render_findings(d))
-    return 0
+    for s in skipped:
+        print(f"\n{s.line()}")
+    return 0 if docs else 2
 
 
 def cmd_whatif(args: argparse.Namespace) -> int:
@@ -319,6 +338,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         async_limit=args.async_limit,
         python=args.python,
         policy_arg=args.policy_arg,
+        trace_extra=args.trace_extra or [],
         xla_dump=not args.no_xla_dump,
     )
     rows: list[dict[str, Any]] = []
@@ -368,7 +388,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     print("   " + ("no GPU activity in this trace either" if said else NO_GPU))
                     said.add("no-gpu")
         elif res.sqlite is None and res.status != "interrupted":
-            print(f"   no trace was written; see {res.run_dir / 'output.log'}")
+            print(f"   no trace was written: {res.manifest.get('no_trace_reason')}; see {res.run_dir / 'output.log'}")
             if res.status == "no-trace" and capture_range.startswith("nvtx:"):
                 print(
                     f"   (nsys waited for the NVTX range {capture_range[5:]}: did the script open it? "
@@ -384,7 +404,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("\n" + render_policy_table(rows))
     if any(r.status == "interrupted" for r in results):
         return 130
-    return next((r.exit_code for r in results if r.exit_code != 0), 0)
+    code = next((r.exit_code for r in results if r.exit_code != 0), 0)
+    missing = [r.policy for r in results if r.sqlite is None]
+    if missing:
+        print(
+            f"profile-step: {len(missing)} of {len(results)} policies ended without a trace ({', '.join(missing)}): "
+            f"exit {code or NO_TRACE_EXIT}",
+            file=sys.stderr,
+        )
+    return code or (NO_TRACE_EXIT if missing else 0)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -438,12 +466,18 @@ def cmd_record(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from profiler.errors import InputError
-    from profiler.report.sides import load_runs
+    from profiler.report.sides import NoTrace, load_runs
     from profiler.report.store import record
 
     if not Path(args.run).exists():
         raise InputError(args.run, "no such trace or run folder")
-    for run in load_runs(args.run, Path(args.db), args.nsys):
+    skipped: list[NoTrace] = []
+    runs = load_runs(args.run, Path(args.db), args.nsys, skipped)
+    for s in skipped:
+        print(f"profile-step: not recorded: {s.line()}", file=sys.stderr)
+    if not runs and skipped:
+        raise InputError(args.run, "no run with a trace to record")
+    for run in runs:
         rid = record(Path(args.db), run, args.label)
         print(
             f"recorded {run['policy']} ({Path(run['trace']).name}) as {rid}"
@@ -458,7 +492,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     from profiler.analysis.compare import DEFAULT_THRESHOLDS, compare, parse_threshold
     from profiler.report.compare_text import render_markdown, render_terminal
-    from profiler.report.sides import load_runs
+    from profiler.report.sides import NoTrace, load_runs
 
     try:
         thresholds = [parse_threshold(t) for t in (args.fail_on or DEFAULT_THRESHOLDS)]
@@ -471,8 +505,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         gates = [finding_gate(g, rule_ids()) for g in args.fail_on_finding or []]
     except ValueError as exc:
         raise ProfilerError(str(exc)) from None
-    base = load_runs(args.base, Path(args.db), args.nsys)
-    head = load_runs(args.head, Path(args.db), args.nsys)
+    skipped: list[NoTrace] = []
+    base = load_runs(args.base, Path(args.db), args.nsys, skipped)
+    head = load_runs(args.head, Path(args.db), args.nsys, skipped)
+    for s in dict.fromkeys(skipped):
+        print(f"profile-step: not compared: {s.line()}", file=sys.stderr)
     result = compare(base, head, thresholds, gates)
     if args.format == "json":
         print(_json_dump(result))
@@ -695,8 +732,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--policy-arg",
         default=None,
-        metavar="FLAG",
-        help="also pass the policy to the script as FLAG NAME (e.g. --policy-arg=--policy)",
+        metavar="FLAG|TEMPLATE",
+        help="also pass the policy to the script: a FLAG gives FLAG NAME (--policy-arg=--policy); a TEMPLATE "
+        "with {policy} gives it filled in (MaxText: 'remat_policy={policy}'; '--remat={policy}')",
+    )
+    r.add_argument(
+        "--trace-extra",
+        action="append",
+        metavar="A,B",
+        help="nsys traces to record beyond what the analysis reads (cuda,nvtx), e.g. osrt or cublas,cudnn "
+        "(repeatable; --nsys-arg=--trace=... replaces the whole set)",
     )
     r.add_argument("--no-summary", action="store_true", help="only the one-line result per policy")
     r.add_argument(
@@ -752,7 +797,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--batch-arg", default="--batch", metavar="FLAG", help="how the script takes the batch ('' none)")
     pl.add_argument("--policy", action="append", metavar="NAME", help="a policy (repeatable)")
     pl.add_argument("--policies", action="append", metavar="A,B,C", help="several policies at once")
-    pl.add_argument("--policy-arg", default=None, metavar="FLAG", help="also pass the policy as FLAG NAME")
+    pl.add_argument("--policy-arg", default=None, metavar="FLAG|TEMPLATE", help="also pass the policy, as for run")
     pl.add_argument("--python", default=None, help="a Python with jax[cuda12] (default: .venv-aot, then this one)")
     pl.add_argument("--mem-fraction", type=float, default=None, help="usable share of device memory (default 0.75)")
     pl.add_argument("--out", default=None, help="an empty or new folder for the results (default: plans/<time>-...)")

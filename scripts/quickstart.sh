@@ -21,16 +21,31 @@ if .venv/bin/python -c 'import jax,sys; sys.exit(jax.default_backend()!="gpu")' 
 fi
 policies=none,remat,offload_qkv,offload_mlp,offload_all
 since=$(date -u +%Y%m%dT%H%M%S)
-profile-step --policies "$policies" --no-summary "$@" examples/train.py --layers 4 --steps 3 --dispatch "$dispatch"
+# a policy that ends without a trace (nsys can lose its agent under load) is listed, not fatal:
+# profile-step exits 4 after every policy has run, and the steps below use the runs that have one
+captured=0
+profile-step --policies "$policies" --no-summary "$@" examples/train.py --layers 4 --steps 3 --dispatch "$dispatch" ||
+  captured=$?
 runs=()
+traced=()
 for d in runs/*/; do
   name=$(basename "$d")
   if [[ "$name" > "$since" || "$name" == "$since"* ]] && [[ "$name" != *.partial ]]; then
     runs+=("${d%/}")
+    [ -f "$d/trace.sqlite" ] && traced+=("${d%/}")
   fi
 done
+if [ "${#traced[@]}" -eq 0 ]; then
+  echo "quickstart: no policy ended with a trace (profile-step exited $captured); see the output above" >&2
+  exit "$(( captured ? captured : 1 ))"
+fi
+if [ "$captured" -ne 0 ]; then
+  echo "quickstart: profile-step exited $captured (see above); carrying on with the runs that have a trace"
+fi
 echo
-trace="$(printf '%s\n' "${runs[@]}" | grep -- '-offload_qkv-' | tail -n1)/trace.sqlite"
+# offload_qkv's run when it has a trace, else the last run that has one
+pick=$(printf '%s\n' "${traced[@]}" | grep -- '-offload_qkv-' | tail -n1 || true)
+trace="${pick:-${traced[-1]}}/trace.sqlite"
 if profile-step analyze --json "$trace" | python -c 'import json,sys; sys.exit(not json.load(sys.stdin)["devices"])'; then
   profile-step analyze --by layer "$trace"
 else

@@ -361,7 +361,8 @@ def test_cuda_profiler_api_mode_without_cuda_says_why(nsys, tmp_path):
     proc = run_cli(
         "--capture-range", "cuda-profiler-api", "--runs-dir", str(tmp_path), "--nsys", str(nsys), str(PROFILER_API)
     )
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 4, proc.stderr  # the script exited 0, and the policy still has no trace
+    assert "profile-step: 1 of 1 policies ended without a trace (default): exit 4" in proc.stderr
     assert "--capture-range cuda-profiler-api: no CUDA runtime: the CUDA driver (libcuda.so.1)" in proc.stderr
     assert "no-trace" in proc.stdout
     assert "nsys waited for cudaProfilerStart() and it never took effect: no CUDA runtime" in proc.stdout

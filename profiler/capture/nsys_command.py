@@ -47,10 +47,24 @@ SHORT = {
 }
 
 
-def default_options(capture: str = "auto") -> dict[str, str]:
+# What the analysis reads (trace/loader.py): the CUPTI activity and runtime tables (cuda), NVTX_EVENTS
+# (nvtx) and CUDA_GPU_MEMORY_USAGE_EVENTS (--cuda-memory-usage). OS runtime calls and their call chains
+# (osrt), cuBLAS and cuDNN API ranges are read by nothing: recorded on request (--trace-extra).
+ANALYSIS_TRACE = ("cuda", "nvtx")
+
+
+def trace_set(extra: Sequence[str] = ()) -> str:
+    """nsys's ``--trace`` value: what the analysis reads, then *extra* (``osrt``, ``cublas,cudnn``...)."""
+    names = [n.strip() for group in extra for n in group.split(",") if n.strip()]
+    if "none" in names:
+        raise ValueError("--trace-extra adds to cuda,nvtx; to replace the set, use --nsys-arg=--trace=...")
+    return ",".join(dict.fromkeys([*ANALYSIS_TRACE, *names]))
+
+
+def default_options(capture: str = "auto", trace_extra: Sequence[str] = ()) -> dict[str, str]:
     """nsys profile options suited to measuring copy overlap, recording what *capture* asks for."""
     opts = {
-        "--trace": "cuda,nvtx,osrt,cublas,cudnn",
+        "--trace": trace_set(trace_extra),
         "--cuda-memory-usage": "true",
         "--cuda-graph-trace": "node",
         "--sample": "none",
@@ -88,10 +102,15 @@ def parse_user_options(args: Sequence[str]) -> dict[str, str | None]:
 
 
 def build(
-    nsys: Path, output: Path, program: Sequence[str], user_args: Sequence[str] = (), capture: str = "auto"
+    nsys: Path,
+    output: Path,
+    program: Sequence[str],
+    user_args: Sequence[str] = (),
+    capture: str = "auto",
+    trace_extra: Sequence[str] = (),
 ) -> list[str]:
     """The full command: ``nsys profile [defaults, overridden by the user's] -o OUTPUT program...``."""
-    opts: dict[str, str | None] = dict(default_options(capture))
+    opts: dict[str, str | None] = dict(default_options(capture, trace_extra))
     opts.update(parse_user_options(user_args))
     opts["--output"] = str(output)
     cmd = [str(nsys), "profile"]

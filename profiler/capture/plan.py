@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiler.capture import rundir
+from profiler.capture import policy_arg, rundir
 from profiler.conventions import BATCH_ENV, COMPILED_STEP, PLAN_DIR_ENV, PLAN_TARGET_ENV, POLICY_ENV
 from profiler.errors import InputError, ProfilerError
 from profiler.xla import targets
@@ -91,15 +91,18 @@ def program(req: PlanRequest, python: str, policy: str, batch: int | None) -> li
     cmd += req.script_args
     if batch is not None and req.batch_arg:
         cmd += [req.batch_arg, str(batch)]
-    if req.policy_arg:
-        cmd += [req.policy_arg, policy]
-    return cmd
+    return cmd + policy_arg.words(req.policy_arg, policy)
 
 
 def run_plan(req: PlanRequest, echo: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)) -> dict:
     """Compile every (policy, batch); returns the plan document (also written as plan.json)."""
     if not req.script.exists():
         raise InputError(req.script, "no such training script")
+    if req.policy_arg is not None:
+        try:
+            policy_arg.check(req.policy_arg)
+        except ValueError as exc:
+            raise ProfilerError(f"--policy-arg: {exc}") from None
     try:
         label, spec, builtin = targets.resolve(req.target)
     except ValueError as exc:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiler.capture import nsys_command, rundir, startup, step_module, xla_flags
+from profiler.capture import no_trace, nsys_command, policy_arg, rundir, startup, step_module, xla_flags
 from profiler.capture.console import ConsoleFilter
 from profiler.conventions import (
     CAPTURE_MANIFEST_KEY,
@@ -83,7 +83,8 @@ class RunRequest:
     pipelined_offload: bool = False
     async_limit: int | None = None
     python: str | None = None
-    policy_arg: str | None = None
+    policy_arg: str | None = None  # a flag (--policy: "--policy NAME") or a template ("remat_policy={policy}")
+    trace_extra: list[str] = field(default_factory=list)  # nsys traces beyond cuda,nvtx (osrt, cublas, ...)
     xla_dump: bool = True  # ask XLA for a dump of the step's module (pruned after the run)
 
 
@@ -102,9 +103,7 @@ def program(req: RunRequest, policy: str) -> list[str]:
     script = str(req.script)
     cmd = [req.python or sys.executable, script] if req.script.suffix == ".py" else [script]
     cmd += req.script_args
-    if req.policy_arg:
-        cmd += [req.policy_arg, policy]
-    return cmd
+    return cmd + policy_arg.words(req.policy_arg, policy)
 
 
 def cuda_driver_problem() -> str | None:
@@ -246,6 +245,17 @@ def _wait(proc: subprocess.Popen[str]) -> tuple[int, bool]:
                 return proc.wait(), True
 
 
+def _capture(cmd: list[str], env: dict[str, str], run_dir: Path, echo: Callable[[str], None]) -> tuple[int, bool]:
+    """nsys with the script, its output teed into the run's log: (exit code, interrupted)."""
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1
+    )
+    pump = _tee(proc.stdout, run_dir / rundir.LOG, echo)
+    code, interrupted = _wait(proc)
+    pump.join(timeout=10)
+    return code, interrupted
+
+
 def check_request(req: RunRequest) -> Path:
     """Fail before anything starts: the script must exist, nsys must be there."""
     if not req.script.exists():
@@ -258,6 +268,15 @@ def check_request(req: RunRequest) -> Path:
         nsys_command.parse_user_options(req.nsys_args)
     except ValueError as exc:
         raise ProfilerError(f"--nsys-arg: {exc}") from None
+    if req.policy_arg is not None:
+        try:
+            policy_arg.check(req.policy_arg)
+        except ValueError as exc:
+            raise ProfilerError(f"--policy-arg: {exc}") from None
+    try:
+        nsys_command.trace_set(req.trace_extra)
+    except ValueError as exc:
+        raise ProfilerError(f"--trace-extra: {exc}") from None
     try:
         check_spec(req.capture_range)
     except ValueError as exc:
@@ -283,7 +302,7 @@ def run_policy(
         dump_to=str(run_dir / XLA_DUMP_DIR) if req.xla_dump else None,
     )
     prog = program(req, policy)
-    cmd = nsys_command.build(nsys, run_dir / rundir.TRACE_STEM, prog, req.nsys_args, req.capture_range)
+    cmd = nsys_command.build(nsys, run_dir / rundir.TRACE_STEM, prog, req.nsys_args, req.capture_range, req.trace_extra)
     env = run_env(req, policy, run_dir, plan)
     # nsys keeps its sessions' sockets and files in $TMPDIR/nvidia, shared by every nsys run at the same
     # time: beside other sessions (seen with 2023.4.4 ones), 2024.2.3 at times records nothing of the
@@ -320,12 +339,15 @@ def run_policy(
     }
     rundir.write_json(run_dir / rundir.MANIFEST, manifest)
     print(f"profile-step: policy {policy}: {shlex.join(cmd)}", file=sys.stderr, flush=True)
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1
-    )
-    pump = _tee(proc.stdout, run_dir / rundir.LOG, echo)
-    code, interrupted = _wait(proc)
-    pump.join(timeout=10)
+    code, interrupted = _capture(cmd, env, run_dir, echo)
+    lost = None if interrupted else no_trace.agent_lost(run_dir)
+    if lost:  # nsys's own failure under load, not the script's: once more
+        print(
+            f"profile-step: policy {policy}: nsys lost its agent ({lost}); retrying once", file=sys.stderr, flush=True
+        )
+        no_trace.set_aside(run_dir)
+        manifest["retried"] = {"reason": lost, "first_log": no_trace.FIRST_ATTEMPT_LOG}
+        code, interrupted = _capture(cmd, env, run_dir, echo)
     shutil.rmtree(nsys_tmp, ignore_errors=True)
 
     sqlite = run_dir / f"{rundir.TRACE_STEM}.sqlite"
@@ -358,6 +380,8 @@ def run_policy(
             "runtime": runtime,
         }
     )
+    if not sqlite.exists():
+        manifest[no_trace.NO_TRACE_KEY] = no_trace.describe(run_dir, status, code, lost)
     manifest["versions"].update({k: runtime.get(k) for k in ("python", "jax", "jaxlib", "nvtx_binding")})
     manifest["devices"] = runtime.get("devices")
     manifest["device_memory"] = runtime.get("device_memory")

@@ -3,10 +3,13 @@ exports (the ranks of one job), a glob of exports, or a label in the results dat
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from profiler.analysis.run_metrics import collect, find_manifest
+from profiler.capture import no_trace
+from profiler.capture.rundir import read_manifest
 from profiler.conventions import MANIFEST, PARTIAL_SUFFIX, TRACE_STEM
 from profiler.errors import InputError
 from profiler.report.store import load_label
@@ -22,22 +25,58 @@ def run_folders(path: Path) -> list[Path]:
     )
 
 
+@dataclass(frozen=True)
+class NoTrace:
+    """A run folder without a trace: listed once, with its reason, and left out of the analysis."""
+
+    run_dir: Path
+    policy: str | None
+    status: str | None
+    reason: str
+
+    @classmethod
+    def of(cls, run_dir: Path) -> NoTrace:
+        try:
+            manifest = read_manifest(run_dir)
+        except (OSError, ValueError):
+            manifest = {}
+        manifest = manifest if isinstance(manifest, dict) else {}
+        return cls(run_dir, manifest.get("policy"), manifest.get("status"), no_trace.reason(run_dir, manifest))
+
+    def doc(self) -> dict[str, Any]:
+        return {"run_dir": str(self.run_dir), "policy": self.policy, "status": self.status, "reason": self.reason}
+
+    def line(self) -> str:
+        return f"{self.run_dir}" + (f" (policy {self.policy})" if self.policy else "") + f": no trace: {self.reason}"
+
+
 def trace_of(run_dir: Path) -> Path:
     for name in (f"{TRACE_STEM}.sqlite", f"{TRACE_STEM}.nsys-rep"):
         if (run_dir / name).is_file():
             return run_dir / name
-    raise InputError(run_dir, "this run has no trace (see its manifest.json and output.log)")
+    raise InputError(run_dir, f"this run has no trace: {NoTrace.of(run_dir).reason}")
 
 
-def trace_paths(arg: str) -> list[Path] | None:
+def trace_paths(arg: str, skipped: list[NoTrace] | None = None) -> list[Path] | None:
     """The traces *arg* names as a path (a trace, a run folder, a folder of runs or exports, a glob),
-    or None when it names none (it may be a label)."""
+    or None when it names none (it may be a label).  With *skipped*, run folders without a trace are
+    added to it instead of stopping everything."""
     from profiler.parallel import rank_inputs
 
     path = Path(arg)
     if path.is_dir():
         folders = run_folders(path)
-        return [trace_of(f) for f in folders] if folders else rank_inputs(arg)  # run folders, else exports
+        if not folders:
+            return rank_inputs(arg)  # a folder of exports
+        if skipped is None:
+            return [trace_of(f) for f in folders]
+        found = []
+        for folder in folders:
+            if no_trace.has_trace(folder):
+                found.append(trace_of(folder))
+            else:
+                skipped.append(NoTrace.of(folder))
+        return found
     if path.exists():
         return [path]
     if any(c in arg for c in "*?["):
@@ -45,9 +84,12 @@ def trace_paths(arg: str) -> list[Path] | None:
     return None
 
 
-def load_runs(arg: str, db: Path, nsys: str | None = None) -> list[dict[str, Any]]:
-    """The runs *arg* names, analyzed (or read back from the results database)."""
-    traces = trace_paths(arg)
+def load_runs(
+    arg: str, db: Path, nsys: str | None = None, skipped: list[NoTrace] | None = None
+) -> list[dict[str, Any]]:
+    """The runs *arg* names, analyzed (or read back from the results database); run folders without
+    a trace go to *skipped* when it is given."""
+    traces = trace_paths(arg, skipped)
     if traces is not None:
         return [collect(load_trace(t, nsys), find_manifest(t)) for t in traces]
     if db.is_file():

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Stands in for nsys in ONE failure mode only, the one the real nsys shows under load and cannot be made
+# to show on demand: `nsys profile` prints "Connection to Agent lost ... 'End of file'", writes no
+# report and exits 0. Every other call, and every profile call it does not fail, is the real nsys.
+#   REAL_NSYS             the real nsys binary (required)
+#   LOSE_AGENT_POLICY     fail every `profile` of this $PROFILE_STEP_POLICY
+#   LOSE_AGENT_COUNT_FILE with LOSE_AGENT_TIMES (default 1): fail the first N `profile` calls, counted in the file
+set -u
+if [ "${1:-}" = profile ]; then
+  lose=0
+  if [ -n "${LOSE_AGENT_POLICY:-}" ]; then
+    [ "${PROFILE_STEP_POLICY:-}" = "$LOSE_AGENT_POLICY" ] && lose=1
+  elif [ -n "${LOSE_AGENT_COUNT_FILE:-}" ]; then
+    n=$(cat "$LOSE_AGENT_COUNT_FILE" 2>/dev/null || echo 0)
+    if [ "$n" -lt "${LOSE_AGENT_TIMES:-1}" ]; then
+      echo $((n + 1)) >"$LOSE_AGENT_COUNT_FILE"
+      lose=1
+    fi
+  fi
+  if [ "$lose" = 1 ]; then
+    echo "Collecting data..."
+    echo "Connection to Agent lost. This is most likely a bug. Internal reason: 'End of file'."
+    exit 0
+  fi
+fi
+exec "$REAL_NSYS" "$@"

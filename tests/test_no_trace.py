@@ -1,0 +1,142 @@
+"""A policy that ends without a trace: one retry when nsys loses its agent, exit code 4 after every
+policy has run, and analyze (text and --json), findings and the dashboard list the run once, with its
+reason, and go on with the others.
+
+nsys loses its agent only under load, never on demand, so ``tests/scripts/nsys_loses_agent.sh``
+stands in for it in that one failure (it prints nsys's own message, writes nothing and exits 0);
+every other call goes to the real nsys.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dashboards.app import all_rows
+from dashboards.data import RunStore
+from profiler.capture import no_trace
+from tests.conftest import ROOT, run_cli
+
+STEPS = ROOT / "tests" / "scripts" / "steps.py"
+FAKE = ROOT / "tests" / "scripts" / "nsys_loses_agent.sh"
+LOST = "Connection to Agent lost. This is most likely a bug. Internal reason: 'End of file'."
+
+
+def manifests(runs: Path) -> dict[str, tuple[Path, dict]]:
+    out = {}
+    for d in sorted(runs.iterdir()):
+        man = json.loads((d / "manifest.json").read_text())
+        out[man["policy"]] = (d, man)
+    return out
+
+
+@pytest.fixture(scope="module")
+def lost_b(nsys, tmp_path_factory) -> tuple[Path, object]:
+    """Policies b then a; nsys loses its agent on every capture of b (the retry too)."""
+    runs = tmp_path_factory.mktemp("lost") / "runs"
+    proc = run_cli(
+        "--policies", "b,a", "--runs-dir", str(runs), "--nsys", str(FAKE), "--no-summary", str(STEPS),
+        env={"REAL_NSYS": str(nsys), "LOSE_AGENT_POLICY": "b"},
+    )  # fmt: skip
+    return runs, proc
+
+
+@pytest.mark.nsys
+def test_lost_agent_is_retried_once_and_the_retry_kept(nsys, tmp_path):
+    count = tmp_path / "count"
+    proc = run_cli(
+        "--policy", "p", "--runs-dir", str(tmp_path / "runs"), "--nsys", str(FAKE), "--no-summary", str(STEPS),
+        env={"REAL_NSYS": str(nsys), "LOSE_AGENT_COUNT_FILE": str(count), "LOSE_AGENT_TIMES": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert count.read_text().strip() == "1"
+    said = [ln for ln in proc.stderr.splitlines() if "retrying once" in ln]
+    assert said == [f"profile-step: policy p: nsys lost its agent ({LOST}); retrying once"]
+    run, man = manifests(tmp_path / "runs")["p"]
+    assert man["status"] == "ok" and (run / "trace.sqlite").is_file()
+    assert man["retried"] == {"reason": LOST, "first_log": no_trace.FIRST_ATTEMPT_LOG}
+    assert LOST in (run / no_trace.FIRST_ATTEMPT_LOG).read_text()
+    assert LOST not in (run / "output.log").read_text()
+    assert no_trace.NO_TRACE_KEY not in man
+    assert "policy=p" in (run / "output.log").read_text()  # the script ran on the retry
+
+
+@pytest.mark.nsys
+def test_exit_code_says_a_policy_ended_without_a_trace(lost_b):
+    runs, proc = lost_b
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert proc.stderr.count("retrying once") == 1  # once, not in a loop
+    assert "profile-step: 1 of 2 policies ended without a trace (b): exit 4" in proc.stderr
+    found = manifests(runs)
+    assert set(found) == {"a", "b"}  # a ran after b failed
+    run_b, man_b = found["b"]
+    assert man_b["status"] == "no-trace" and man_b["exit_code"] == 0
+    assert man_b[no_trace.NO_TRACE_KEY] == f"nsys lost its agent and wrote no report, on the retry too ({LOST})"
+    assert f"== policy b: no-trace (exit 0) -> {run_b}" in proc.stdout
+    assert f"no trace was written: {man_b[no_trace.NO_TRACE_KEY]}" in proc.stdout
+    assert (found["a"][0] / "trace.sqlite").is_file()
+
+
+@pytest.mark.nsys
+def test_analyze_lists_the_run_once_and_goes_on(lost_b):
+    runs, _ = lost_b
+    found = manifests(runs)
+    folders = [str(found["b"][0]), str(found["a"][0])]  # as `analyze runs/*` expands
+    for args in (folders, [str(runs)]):
+        proc = run_cli("analyze", "--json", *args)
+        assert proc.returncode == 0, proc.stderr
+        doc = json.loads(proc.stdout)  # the whole stdout is one JSON document
+        assert [r["policy"] for r in doc["policies"]["rows"]] == ["a"]
+        assert doc["no_trace"] == [
+            {
+                "run_dir": str(found["b"][0]),
+                "policy": "b",
+                "status": "no-trace",
+                "reason": found["b"][1]["no_trace_reason"],
+            }
+        ]
+        text = run_cli("analyze", *args)
+        assert text.returncode == 0, text.stderr
+        assert text.stdout.count(str(found["b"][0])) == 1
+        assert f"{found['b'][0]} (policy b): no trace: nsys lost its agent" in text.stdout
+    alone = run_cli("analyze", "--json", str(found["b"][0]))
+    assert alone.returncode == 2 and json.loads(alone.stdout)["policies"] is None
+    assert alone.stderr.splitlines()[-1] == "profile-step: error: none of these runs has a trace"
+    fnd = run_cli("findings", "--json", str(runs))
+    assert fnd.returncode == 0, fnd.stderr
+    assert [d["policy"] for d in json.loads(fnd.stdout)["runs"]] == ["a"]
+    assert [d["policy"] for d in json.loads(fnd.stdout)["no_trace"]] == ["b"]
+
+
+@pytest.mark.nsys
+def test_dashboard_lists_the_run_once_without_error_cards(lost_b):
+    runs, _ = lost_b
+    store = RunStore([runs])
+    store.warm_up().join(timeout=300)
+    assert store.errors == {}  # no error card, in any view
+    done, total, _ = store.progress()
+    assert done == total == 2
+    rows = all_rows(store)
+    b_rows = [r for r in rows if r["status"] == "no trace"]
+    assert len(b_rows) == 1 and b_rows[0]["policy"] == "b"
+    assert "nsys lost its agent" in b_rows[0]["device"]
+    assert [r["policy"] for r in rows if r["status"] != "no trace"] == ["a"]
+
+
+def test_a_run_killed_before_nsys_finished(tmp_path):
+    """A run folder with only its manifest (profile-step was killed): its reason, without nsys at all."""
+    run = tmp_path / "runs" / "20261201T000000-x-abcdef"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text(json.dumps({"tool": "profile-step", "policy": "x", "status": "running"}))
+    (run / "output.log").write_text("step 0 done policy=x\n[1/2] [====   50%] trace.nsys-rep\n")
+    reason = "the capture never finished (profile-step was stopped before nsys wrote a report)"
+    assert no_trace.reason(run, json.loads((run / "manifest.json").read_text())) == (
+        f"{reason}; last output: step 0 done policy=x"
+    )
+    proc = run_cli("analyze", str(tmp_path / "runs"))
+    assert proc.returncode == 2
+    assert f"{run} (policy x): no trace: {reason}" in proc.stderr
+    (ref,) = RunStore([tmp_path / "runs"]).refs.values()
+    assert ref.no_trace.startswith(reason)
