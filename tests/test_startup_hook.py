@@ -216,3 +216,17 @@ def test_no_dump_says_why_in_one_line(tmp_path):
     assert "the script replaced XLA_FLAGS ('--xla_cpu_enable_fast_math=false')" in lost
     assert "could not put it back" in lost
     assert "holds no module: the script compiled nothing with XLA, or replaced XLA_FLAGS" in why(None)
+
+
+def test_a_script_python_without_nvtx_is_said_with_the_install_command():
+    from profiler.capture.run import nvtx_line
+
+    hook = {
+        "notes": ["no nvtx binding: executions are counted, not recorded in the trace"],
+        "executable": "/opt/maxtext venv/bin/python",
+        "executions": {"jit__lambda": 1, "jit_train_step": 5},
+    }
+    line = nvtx_line("minimal", hook)
+    assert "jit_train_step 5x, jit__lambda 1x" in line
+    assert "'/opt/maxtext venv/bin/python' -m pip install 'nvtx>=0.2.8,<0.2.12'" in line
+    assert nvtx_line("minimal", {"notes": [], "executions": {"jit_step": 3}}) is None

@@ -177,6 +177,20 @@ def flags_line(policy: str, hook: dict[str, Any]) -> str | None:
     )
 
 
+def nvtx_line(policy: str, hook: dict[str, Any]) -> str | None:
+    """One line when the script's interpreter has no nvtx package: the hook counted executions but wrote
+    no ranges, so a run without XLA's own ranges (any CPU run) has no steps."""
+    if not any(str(n).startswith("no nvtx binding") for n in (hook or {}).get("notes") or []):
+        return None
+    exe = hook.get("executable") or "python"
+    runs = ", ".join(f"{m} {n}x" for m, n in sorted((hook.get("executions") or {}).items(), key=lambda kv: -kv[1]))
+    return (
+        f"profile-step: policy {policy}: the script's Python has no nvtx package, so the start-up hook counted "
+        f"the executions ({runs or 'none'}) but wrote no ranges: without XLA's own (any CPU run) there are no "
+        f"steps; install it there: {shlex.quote(exe)} -m pip install 'nvtx>=0.2.8,<0.2.12'"
+    )
+
+
 def git_facts(script: Path) -> dict[str, Any] | None:
     """Commit and dirtiness of the repository holding *script*, if any."""
 
@@ -364,9 +378,9 @@ def run_policy(
     if policy == UNNAMED_POLICY and runtime.get("policy"):
         manifest["policy"] = runtime["policy"]  # what the script ran (annotate.policy_name's default)
     manifest["startup_hook"] = {k: hook.get(k) for k in ("hook", "xla_flags", "executions", "notes")} if hook else None
-    said = flags_line(policy, hook)
-    if said:
-        print(said, file=sys.stderr, flush=True)
+    for said in (flags_line(policy, hook), nvtx_line(policy, hook)):
+        if said:
+            print(said, file=sys.stderr, flush=True)
     manifest.update(
         {
             "status": status,
