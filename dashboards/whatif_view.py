@@ -262,7 +262,7 @@ def layout(default_target: str = DEFAULT_TARGET) -> list[Any]:
         dcc.Loading(dcc.Graph(id="whatif-graph", figure=note_figure("Loading …"), config={"displaylogo": False})),
         dcc.Interval(id="whatif-poll", interval=800, disabled=True),
         html.Div(
-            "Predicted with profile-step whatif's replay (README, 'What-if'): per selected row, the median of the "
+            "Predicted with profile-step whatif's replay (docs/whatif.md): per selected row, the median of the "
             "included steps' predicted times, and the GPU span of the capture. Limits: copies run at the same "
             "fraction of any link; kernels keep their durations.",
             style=MUTED,

@@ -650,7 +650,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     fnd = sub.add_parser(
         "findings",
-        help="what is wrong with the copies, and what to try (the rules and thresholds: README)",
+        help="what is wrong with the copies, and what to try (the rules and thresholds: docs/findings.md)",
     )
     fnd.add_argument("paths", nargs="+", help="traces, run folders, folders of runs or exports, globs")
     fnd.add_argument("--json", action="store_true", help="findings, skipped rules and why, per trace")
