@@ -166,7 +166,8 @@ def test_run_line_and_table_say_which_policies_compiled_the_same_step(nsys, tmp_
     assert doc["cpu_runs"] == ["none", "offload"]
     assert all(r["host_placements"] == 4 and r["host_in_device_memory"] for r in doc["rows"])
     table = run_cli("analyze", str(runs)).stdout
-    assert re.search(r"^none =\s", table, re.M) and re.search(r"^offload =\s", table, re.M)
+    # '=' marks the same step; '~' may follow when the two medians also differ by less than their spread
+    assert re.search(r"^none =~?\s", table, re.M) and re.search(r"^offload =~?\s", table, re.M)
     assert "=: none, offload compiled to the same step" in table
     assert "in dev" in table and "no offload in this program" not in table
     assert "ran on a CPU, which does not stand for a GPU" in table
