@@ -18,14 +18,13 @@ from dash import Input, Output, State, dash_table, dcc, html
 from dashboards import bars, figures, findings_view, kernels_view, links, plan_view, rows, selection, trade, whatif_view
 from dashboards.data import RunStore
 from dashboards.rows import View
+from dashboards.styles import CELL, CONTROL, ERROR_CARD, ERROR_COLOR, FONT_FAMILY, HEADER, MUTED, PAGE
 from profiler.analysis.stalls import STALL_OVER_COPY_TIME
 from profiler.errors import ProfilerError
 from profiler.report.units import human_bytes, human_time
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 TABS = ("policies", "findings", "trade", "whatif", "layers", "timeline", "ranks", "streams")
-MUTED = {"color": "#444", "fontSize": "13px", "margin": "6px 0"}
-CONTROL = {"display": "flex", "gap": "8px", "alignItems": "center", "margin": "8px 0"}
 LINK_OPTIONS = [{"label": links.label(lk), "value": lk.key} for lk in links.LINKS] + [
     {"label": "custom (GB/s per direction)", "value": links.CUSTOM}
 ]
@@ -54,13 +53,7 @@ def _card(message: str) -> html.Div:
     return html.Div(
         [html.Strong("Cannot show this run: "), html.Span(message)],
         className="error-card",
-        style={
-            "border": "1px solid #D55E00",
-            "background": "#FFF4EC",
-            "padding": "8px",
-            "margin": "6px 0",
-            "borderRadius": "4px",
-        },
+        style=ERROR_CARD,
     )
 
 
@@ -103,12 +96,12 @@ def create_app(store: RunStore) -> dash.Dash:
         selected = rows.default_selection(raw)
         done, total, _ = store.progress()
         views = selected_views(selected, data)
-        sel = selection(views, [None, None, None])
+        sel = follow_rows(views, [None, None, None])
         opts, (layer_run, timeline_run, streams_run) = sel["options"], sel["values"]
         rank_opts, rank_value, rank_style = rank_choices(views, None)
         link_key, link_gbps, link_note = link_choice(streams_run)
         return html.Div(
-            style={"fontFamily": "Helvetica, Arial, sans-serif", "margin": "12px 20px", "color": "#222"},
+            style=PAGE,
             children=[
                 html.H2("profile-step: are the offload copies hidden?", style={"margin": "4px 0"}),
                 html.Div(_progress(done, total, None, len(store.plans)), id="progress", style=MUTED),
@@ -131,7 +124,7 @@ def create_app(store: RunStore) -> dash.Dash:
                     style_cell={
                         "textAlign": "left",
                         "fontSize": "13px",
-                        "fontFamily": "Helvetica, Arial, sans-serif",
+                        "fontFamily": FONT_FAMILY,
                         "maxWidth": "280px",
                         "overflow": "hidden",
                         "textOverflow": "ellipsis",
@@ -139,7 +132,7 @@ def create_app(store: RunStore) -> dash.Dash:
                     },
                     style_cell_conditional=[{"if": {"column_id": "device"}, "maxWidth": "360px"}],
                     style_data_conditional=[
-                        {"if": {"filter_query": "{status} = error"}, "color": "#B04000"},
+                        {"if": {"filter_query": "{status} = error"}, "color": ERROR_COLOR},
                         {"if": {"filter_query": "{source} = 'SYNTHETIC demo'"}, "fontStyle": "italic"},
                     ],
                 ),
@@ -278,7 +271,7 @@ def create_app(store: RunStore) -> dash.Dash:
         new_sel = rows.default_selection(raw) if untouched else [i for i, r in enumerate(data) if r["id"] in keep]
         return msg, columns, data, tips, finished, new_sel
 
-    def selection(views: list[View], current: list[str | None]) -> dict[str, Any]:
+    def follow_rows(views: list[View], current: list[str | None]) -> dict[str, Any]:
         """Everything that follows from the selected rows: the policy figure, error cards, provenance,
         and the run choices (with their values kept where possible) of the per-run tabs."""
         good, cards, items, prov, seen, with_copies = [], [], [], [], set(), set()
@@ -354,7 +347,7 @@ def create_app(store: RunStore) -> dash.Dash:
         prevent_initial_call=True,
     )
     def on_select(selected, data, *current):
-        sel = selection(selected_views(selected, data), list(current))
+        sel = follow_rows(selected_views(selected, data), list(current))
         opts, (v1, v2, v3) = sel["options"], sel["values"]
         return sel["bars"], sel["errors"], sel["provenance"], opts, v1, opts, v2, opts, v3
 
@@ -510,8 +503,8 @@ def create_app(store: RunStore) -> dash.Dash:
                         {"id": c, "name": c}
                         for c in ("direction", "copies", "size", "busy", "exposed", "hidden", "stalled by these copies")
                     ],
-                    style_cell={"textAlign": "left", "fontSize": "13px", "padding": "3px 6px"},
-                    style_header={"fontWeight": "bold"},
+                    style_cell=CELL,
+                    style_header=HEADER,
                 ),
                 *why,
                 html.Strong(f"Kernels of {whose} that overlapped these copies"),
@@ -534,8 +527,8 @@ def create_app(store: RunStore) -> dash.Dash:
                         {"id": "size", "name": "size"},
                         {"id": "bytes", "name": "bytes", "type": "numeric", "format": {"specifier": ",d"}},
                     ],
-                    style_cell={"textAlign": "left", "fontSize": "13px", "padding": "3px 6px"},
-                    style_header={"fontWeight": "bold"},
+                    style_cell=CELL,
+                    style_header=HEADER,
                 ),
             ],
         )

@@ -13,13 +13,13 @@ from dash import ALL, Input, Output, State, html
 from dashboards import selection
 from dashboards.data import RunStore
 from dashboards.rows import View
+from dashboards.styles import MUTED
 from profiler.report.findings_text import by_cost, cost_text
 
 SEVERITY_COLOR = {"problem": "#D55E00", "warning": "#E69F00", "info": "#0072B2"}  # Okabe and Ito's
 SEVERITY_ORDER = ("problem", "warning", "info")
 VIEW_LABEL = {"policies": "Policies", "layers": "Per layer", "timeline": "Timeline", "streams": "Copy streams"}
 RUN_CHOICE = {"layers": "layer-run", "timeline": "timeline-run", "streams": "streams-run"}
-MUTED = {"color": "#555", "fontSize": "13px", "margin": "4px 0"}
 OPEN = "finding-open"
 
 
