@@ -15,13 +15,25 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dash_table, dcc, html
 
-from dashboards import bars, figures, findings_view, kernels_view, links, plan_view, rows, selection, trade, whatif_view
+from dashboards import (
+    bars,
+    copy_numbers,
+    figures,
+    findings_view,
+    kernels_view,
+    layers_view,
+    links,
+    plan_view,
+    rows,
+    selection,
+    trade,
+    whatif_view,
+    widgets,
+)
 from dashboards.data import RunStore
 from dashboards.rows import View
-from dashboards.styles import CELL, CONTROL, ERROR_CARD, ERROR_COLOR, FONT_FAMILY, HEADER, MUTED, PAGE
-from profiler.analysis.stalls import STALL_OVER_COPY_TIME
+from dashboards.styles import CONTROL, ERROR_COLOR, FONT_FAMILY, MUTED, PAGE
 from profiler.errors import ProfilerError
-from profiler.report.units import human_bytes, human_time
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 TABS = ("policies", "findings", "trade", "whatif", "layers", "timeline", "ranks", "streams")
@@ -47,29 +59,6 @@ def all_rows(store: RunStore) -> list[dict[str, Any]]:
 def table_rows(store: RunStore) -> list[dict[str, Any]]:
     """The rows as the browser gets them (units applied, private keys dropped)."""
     return rows.table(all_rows(store))[1]
-
-
-def _card(message: str) -> html.Div:
-    return html.Div(
-        [html.Strong("Cannot show this run: "), html.Span(message)],
-        className="error-card",
-        style=ERROR_CARD,
-    )
-
-
-def _graph(gid: str, figure: dict[str, Any] | None = None, **config: Any) -> dcc.Graph:
-    return dcc.Graph(id=gid, figure=figure or figures.note_figure("Loading …"), config={"displaylogo": False, **config})
-
-
-def _dropdown(
-    did: str, placeholder: str, width: str = "100%", options: list[Any] | None = None, value: Any = None
-) -> html.Div:
-    return html.Div(
-        dcc.Dropdown(
-            id=did, clearable=False, placeholder=placeholder, optionHeight=40, options=options or [], value=value
-        ),
-        style={"flex": "1 1 " + width, "minWidth": "260px"},
-    )
 
 
 def create_app(store: RunStore) -> dash.Dash:
@@ -162,32 +151,20 @@ def create_app(store: RunStore) -> dash.Dash:
                         ),
                         dcc.Tab(label="Policy trade", value="trade", children=trade.layout(list(store.plans.values()))),
                         dcc.Tab(label="What-if", value="whatif", children=whatif_view.layout()),
-                        dcc.Tab(
-                            label="Per layer",
-                            value="layers",
-                            children=[
-                                html.Div(
-                                    _dropdown("layer-run", "run and GPU", options=opts, value=layer_run), style=CONTROL
-                                ),
-                                dcc.Loading(_graph("layer-graph")),
-                                html.Div(id="layer-hint", style=MUTED),
-                                html.Div(id="layer-kernels"),
-                                html.Div(id="layer-details"),
-                            ],
-                        ),
+                        layers_view.tab(opts, layer_run),
                         dcc.Tab(
                             label="Timeline",
                             value="timeline",
                             children=[
                                 html.Div(
                                     [
-                                        _dropdown("timeline-run", "run and GPU", "60%", opts, timeline_run),
-                                        _dropdown("timeline-step", "step"),
+                                        widgets.dropdown("timeline-run", "run and GPU", "60%", opts, timeline_run),
+                                        widgets.dropdown("timeline-step", "step"),
                                     ],
                                     style=CONTROL,
                                 ),
                                 dcc.Loading(
-                                    _graph("timeline-graph", config={"scrollZoom": True, "displaylogo": False})
+                                    widgets.graph("timeline-graph", config={"scrollZoom": True, "displaylogo": False})
                                 ),
                                 html.Div(id="timeline-note", style=MUTED),
                                 dcc.Store(id="timeline-focus"),  # what a finding's button asks to mark
@@ -198,11 +175,11 @@ def create_app(store: RunStore) -> dash.Dash:
                             value="ranks",
                             children=[
                                 html.Div(
-                                    _dropdown("rank-policy", "policy", options=rank_opts, value=rank_value),
+                                    widgets.dropdown("rank-policy", "policy", options=rank_opts, value=rank_value),
                                     id="rank-controls",
                                     style=rank_style,
                                 ),
-                                dcc.Loading(_graph("rank-heatmap")),
+                                dcc.Loading(widgets.graph("rank-heatmap")),
                                 html.Ul(id="rank-findings"),
                             ],
                         ),
@@ -212,7 +189,7 @@ def create_app(store: RunStore) -> dash.Dash:
                             children=[
                                 html.Div(
                                     [
-                                        _dropdown("streams-run", "run and GPU", "45%", opts, streams_run),
+                                        widgets.dropdown("streams-run", "run and GPU", "45%", opts, streams_run),
                                         html.Div(
                                             dcc.Dropdown(
                                                 id="link-preset",
@@ -236,7 +213,7 @@ def create_app(store: RunStore) -> dash.Dash:
                                     style=CONTROL,
                                 ),
                                 html.Div(link_note, id="link-note", style=MUTED),
-                                dcc.Loading(_graph("streams-graph")),
+                                dcc.Loading(widgets.graph("streams-graph")),
                             ],
                         ),
                     ],
@@ -281,7 +258,7 @@ def create_app(store: RunStore) -> dash.Dash:
             try:
                 summary = store.get(view.rid).summary
             except ProfilerError as exc:
-                cards.append(_card(str(exc)))
+                cards.append(widgets.card(str(exc)))
                 continue
             ref = store.refs[view.rid]
             good.append(view.id)
@@ -292,12 +269,12 @@ def create_app(store: RunStore) -> dash.Dash:
                 figures.Item(
                     label=rows.label(ref, summary, view.device),
                     full=rows.full_name(ref, summary, view.device),
-                    copies={d: off.get(d) or _ZERO for d in ("h2d", "d2h", "offload")},
+                    copies={d: off.get(d) or copy_numbers.ZERO for d in ("h2d", "d2h", "offload")},
                     step_ns=summary["median_step_ns"],
                     peak_bytes=(summary.get("peak_memory_bytes") or {}).get(view.device),
                     synthetic=ref.synthetic,
-                    waits=_waits(summary, view.device),
-                    stalled=_stalled(summary, view.device),
+                    waits=copy_numbers.waits(summary, view.device),
+                    stalled=copy_numbers.stalled(summary, view.device),
                 )
             )
             if ref.provenance is not None and ref.id not in seen:
@@ -315,7 +292,7 @@ def create_app(store: RunStore) -> dash.Dash:
         # a per-run view opens on the first selected row with copies (else the first row)
         first = next((v for v in good if v in with_copies), good[0] if good else None)
         values = [v if v in good else first for v in current]
-        failed = [_card(msg) for rid, msg in list(store.errors.items()) if rid not in {v.rid for v in views}]
+        failed = [widgets.card(msg) for rid, msg in list(store.errors.items()) if rid not in {v.rid for v in views}]
         return {
             "bars": bars.policy_table(items),
             "errors": cards + failed,  # every run that cannot be read, selected or not
@@ -414,126 +391,6 @@ def create_app(store: RunStore) -> dash.Dash:
         return fig, items
 
     @app.callback(
-        Output("layer-graph", "figure"),
-        Output("layer-hint", "children"),
-        Input("tabs", "value"),
-        Input("layer-run", "value"),
-        prevent_initial_call=True,
-    )
-    def on_layer_run(tab, vid):
-        if tab != "layers":
-            return dash.no_update, dash.no_update
-        if not vid:
-            return figures.note_figure("Select runs in the table above, then pick one here."), ""
-        view = View.parse(vid)
-        summary = store.get(view.rid).summary
-        per_device = {
-            name: (v.get("devices") or {}).get(view.device) or _ZERO3 for name, v in summary["layers"].items()
-        }
-        short, _ = view_label(view)
-        title = f"Copy time{' and stalls' if _waits(summary, view.device) else ''} per layer: {short}"
-        if store.refs[view.rid].synthetic:
-            title += " (SYNTHETIC: a model, not a measurement)"
-        waits = _waits(summary, view.device)
-        fig = figures.layer_figure(per_device, title, stalls=waits > 0)
-        if figures.is_note(fig):
-            return fig, ""
-        hint = "Click a layer's bar to see its copies and the kernels that hid them."
-        if waits:
-            hint += (
-                " Stalled by copies: the time GPU work waited, through a CUDA event, for the layer's copies to "
-                "finish (counted at the copy, even when the waiting op runs on another GPU)."
-            )
-            if _stall_over_copy(per_device.values()):
-                hint += f" Where a layer's stall bar is longer than its copy time: {STALL_OVER_COPY_TIME}."
-        else:
-            hint += " No stream waits (CUDA events) on this GPU: stalls cannot be measured."
-        return fig, hint
-
-    @app.callback(
-        Output("layer-details", "children"),
-        Input("layer-graph", "clickData"),
-        State("layer-run", "value"),
-        prevent_initial_call=True,
-    )
-    def on_layer_click(click, vid):
-        if not click or not vid:
-            return []
-        layer = click["points"][0].get("customdata")
-        layer = layer[0] if isinstance(layer, list) else layer
-        view = View.parse(vid)
-        run = store.get(view.rid)
-        info = run.summary["layers"].get(layer)
-        if info is None:
-            return html.P("Unknown layer.")
-        per_dev = (info.get("devices") or {}).get(view.device) or _ZERO3
-        by_device = info.get("top_kernels_by_device")
-        top = (by_device or {}).get(view.device, []) if by_device is not None else info["top_kernels"]
-        kernels = [
-            html.Li(f"{t['name']}: {human_time(t['overlap_ns'])} over {t['kernels']:,} kernel(s)") for t in top
-        ] or [html.Li(f"no kernel of GPU {view.device} overlapped these copies")]
-        whose = f"GPU {view.device}" if by_device is not None else "all GPUs of the run"
-        summary_rows = [
-            {
-                "direction": figures.DIRECTION_LABEL.get(d, d),
-                "copies": per_dev[d]["count"],
-                "size": human_bytes(per_dev[d]["bytes"]),
-                "busy": human_time(per_dev[d]["busy_ns"]),
-                "exposed": human_time(per_dev[d]["exposed_ns"]),
-                "hidden": "no copies"
-                if per_dev[d]["hidden_fraction"] is None
-                else f"{100 * per_dev[d]['hidden_fraction']:.1f}%",
-                "stalled by these copies": human_time(per_dev[d].get("stall_ns") or 0)
-                if _waits(run.summary, view.device)
-                else "no stream waits",
-            }
-            for d in ("d2h", "h2d", "offload")
-        ]
-        copies = figures.layer_copies(run.ops, layer, int(view.device) if view.device is not None else None)
-        over = _stall_over_copy([per_dev]) and _waits(run.summary, view.device)
-        why = [html.P(f"Stalled more than the copies took: {STALL_OVER_COPY_TIME}.", style=MUTED)] if over else []
-        return html.Div(
-            id="layer-detail-box",
-            children=[
-                html.H4(f"Layer {layer}, GPU {view.device}", style={"margin": "8px 0 4px"}),
-                dash_table.DataTable(
-                    id="layer-summary",
-                    data=summary_rows,
-                    columns=[
-                        {"id": c, "name": c}
-                        for c in ("direction", "copies", "size", "busy", "exposed", "hidden", "stalled by these copies")
-                    ],
-                    style_cell=CELL,
-                    style_header=HEADER,
-                ),
-                *why,
-                html.Strong(f"Kernels of {whose} that overlapped these copies"),
-                html.Ul(kernels),
-                html.Strong(f"The copies ({len(copies):,} shown, in time order)"),
-                dash_table.DataTable(
-                    id="layer-copies",
-                    data=copies,
-                    page_size=10,
-                    columns=[
-                        {"id": "direction", "name": "direction"},
-                        {"id": "stream", "name": "stream", "type": "numeric"},
-                        {"id": "start_ms", "name": "start (ms)", "type": "numeric", "format": {"specifier": ".3f"}},
-                        {
-                            "id": "duration_us",
-                            "name": "duration (µs)",
-                            "type": "numeric",
-                            "format": {"specifier": ".1f"},
-                        },
-                        {"id": "size", "name": "size"},
-                        {"id": "bytes", "name": "bytes", "type": "numeric", "format": {"specifier": ",d"}},
-                    ],
-                    style_cell=CELL,
-                    style_header=HEADER,
-                ),
-            ],
-        )
-
-    @app.callback(
         Output("timeline-step", "options"),
         Output("timeline-step", "value"),
         Input("tabs", "value"),
@@ -566,7 +423,7 @@ def create_app(store: RunStore) -> dash.Dash:
         if tab != "timeline":
             return dash.no_update, dash.no_update
         if not vid or step is None:
-            return figures.note_figure("Select runs in the table above, then pick one here."), ""
+            return figures.note_figure(widgets.RUN_PROMPT), ""
         view = View.parse(vid)
         run = store.get(view.rid)
         window = None
@@ -641,7 +498,7 @@ def create_app(store: RunStore) -> dash.Dash:
         if tab != "streams":
             return dash.no_update
         if not vid:
-            return figures.note_figure("Select runs in the table above, then pick one here.")
+            return figures.note_figure(widgets.RUN_PROMPT)
         view = View.parse(vid)
         summary = store.get(view.rid).summary
         streams = (summary.get("streams") or {}).get(view.device, []) if view.device else []
@@ -662,32 +519,12 @@ def create_app(store: RunStore) -> dash.Dash:
     plan_view.register(app, store)
     whatif_view.register(app, store)
     kernels_view.register(app, store)
+    layers_view.register(app, store)
     app.layout = layout  # a function: each page load gets the runs analyzed so far
     return app
 
 
 selected_views = selection.selected_views
-
-
-def _waits(summary: dict[str, Any], device: str | None) -> int:
-    """Stream waits recorded on *device*: without any, stalls cannot be measured there."""
-    return int((((summary.get("stalls") or {}).get(device) or {}).get("waits") or {}).get("total") or 0)
-
-
-_ZERO = {"count": 0, "bytes": 0, "busy_ns": 0, "overlap_any_ns": 0, "exposed_ns": 0, "hidden_fraction": None}
-_ZERO3 = {d: _ZERO for d in ("h2d", "d2h", "offload")}
-
-
-def _stall_over_copy(per_device: Any) -> bool:
-    """Whether any direction of these copy numbers (``{d2h: {...}, h2d: {...}}`` each) stalled other work
-    longer than the copies ran (``STALL_OVER_COPY_TIME`` says why that can be)."""
-    return any((c[d].get("stall_ns") or 0) > c[d]["busy_ns"] for c in per_device for d in ("d2h", "h2d"))
-
-
-def _stalled(summary: dict[str, Any], device: str | None) -> dict[str, int]:
-    """GPU time on *device* stalled waiting for D2H and for H2D copies (the device's ``stalls`` object)."""
-    by = (((summary.get("stalls") or {}).get(device) or {}).get("by_blocker")) or {}
-    return {d: int((by.get(d) or {}).get("stall_ns") or 0) for d in ("d2h", "h2d")}
 
 
 def _progress(done: int, total: int, current: str | None, plans: int = 0) -> str:
