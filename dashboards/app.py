@@ -24,6 +24,7 @@ from dashboards import (
     layers_view,
     links,
     plan_view,
+    ranks_view,
     rows,
     selection,
     timeline_view,
@@ -88,7 +89,7 @@ def create_app(store: RunStore) -> dash.Dash:
         views = selected_views(selected, data)
         sel = follow_rows(views, [None, None, None])
         opts, (layer_run, timeline_run, streams_run) = sel["options"], sel["values"]
-        rank_opts, rank_value, rank_style = rank_choices(views, None)
+        rank_opts, rank_value, rank_style = ranks_view.rank_choices(store, views, None)
         link_key, link_gbps, link_note = link_choice(streams_run)
         return html.Div(
             style=PAGE,
@@ -154,19 +155,7 @@ def create_app(store: RunStore) -> dash.Dash:
                         dcc.Tab(label="What-if", value="whatif", children=whatif_view.layout()),
                         layers_view.tab(opts, layer_run),
                         timeline_view.tab(opts, timeline_run),
-                        dcc.Tab(
-                            label="Ranks",
-                            value="ranks",
-                            children=[
-                                html.Div(
-                                    widgets.dropdown("rank-policy", "policy", options=rank_opts, value=rank_value),
-                                    id="rank-controls",
-                                    style=rank_style,
-                                ),
-                                dcc.Loading(widgets.graph("rank-heatmap")),
-                                html.Ul(id="rank-findings"),
-                            ],
-                        ),
+                        ranks_view.tab(rank_opts, rank_value, rank_style),
                         dcc.Tab(
                             label="Copy streams",
                             value="streams",
@@ -312,68 +301,6 @@ def create_app(store: RunStore) -> dash.Dash:
         opts, (v1, v2, v3) = sel["options"], sel["values"]
         return sel["bars"], sel["errors"], sel["provenance"], opts, v1, opts, v2, opts, v3
 
-    def rank_choices(views: list[View], current: str | None) -> tuple[list[dict[str, str]], str | None, dict]:
-        ranked = [s for s in _summaries(store, views) if s.get("rank") is not None]
-        policies = sorted({s["policy"] for s in ranked})
-        value = current if current in policies else (policies[0] if policies else None)
-        style = CONTROL if policies else {"display": "none"}
-        return [{"label": p, "value": p} for p in policies], value, style
-
-    @app.callback(
-        Output("rank-policy", "options"),
-        Output("rank-policy", "value"),
-        Output("rank-controls", "style"),
-        Input("runs", "selected_rows"),
-        State("runs", "data"),
-        State("rank-policy", "value"),
-        prevent_initial_call=True,
-    )
-    def on_rank_runs(selected, data, current):
-        return rank_choices(selected_views(selected, data), current)
-
-    @app.callback(
-        Output("rank-heatmap", "figure"),
-        Output("rank-findings", "children"),
-        Input("tabs", "value"),
-        Input("rank-policy", "value"),
-        Input("runs", "selected_rows"),
-        State("runs", "data"),
-        prevent_initial_call=True,
-    )
-    def on_rank_policy(tab, policy, selected, data):
-        if tab != "ranks":
-            return dash.no_update, dash.no_update
-        from profiler.analysis.ranks import cross_rank
-
-        summaries = _summaries(store, selected_views(selected, data))
-        runs = [s for s in summaries if s.get("rank") is not None and s["policy"] == policy]
-        if not runs:
-            return (
-                figures.note_figure(
-                    "None of the selected runs is a rank of a multi-rank job. Ranks come from file or folder "
-                    "names (report.3.sqlite, ...-rank3-...) or the run's manifest: "
-                    "profile-step analyze DIR --ranks reads a whole job."
-                ),
-                [],
-            )
-        fig = figures.rank_heatmap(runs, policy)
-        doc = cross_rank(runs)["policies"].get(policy)
-        items = []
-        if doc:
-            items += [
-                html.Li(f"straggler rank {s['rank']}: step {s['vs_median']:.2f}x the median; " + "; ".join(s["why"]))
-                for s in doc["stragglers"]
-            ]
-            items += [
-                html.Li(
-                    f"slow link? rank {s['rank']} {s['direction']} {s['gbps']:.1f} GB/s vs median "
-                    f"{s['median_gbps']:.1f} GB/s"
-                )
-                for s in doc["sick_links"]
-            ]
-            items = items or [html.Li("no straggler and no slow link among these ranks")]
-        return fig, items
-
     def link_choice(vid: str | None) -> tuple[str | None, float | None, str]:
         """The link drawn by default for a (run, GPU): from its device model, and why."""
         if not vid:
@@ -441,6 +368,7 @@ def create_app(store: RunStore) -> dash.Dash:
     kernels_view.register(app, store)
     layers_view.register(app, store)
     timeline_view.register(app, store)
+    ranks_view.register(app, store)
     app.layout = layout  # a function: each page load gets the runs analyzed so far
     return app
 
@@ -456,15 +384,6 @@ def _progress(done: int, total: int, current: str | None, plans: int = 0) -> str
     if done >= total:
         return f"{total} run(s); one row per GPU. Pick rows to compare them below."
     return f"Analyzing runs: {done}/{total} done" + (f", now {current}" if current else "") + " …"
-
-
-def _summaries(store: RunStore, views: list[View]) -> list[dict[str, Any]]:
-    out, seen = [], set()
-    for v in views:
-        if v.rid in store.results and v.rid not in seen:
-            seen.add(v.rid)
-            out.append({**store.results[v.rid].summary, "path": store.refs[v.rid].name})
-    return out
 
 
 def default_paths(root: Path) -> list[Path]:
