@@ -22,11 +22,11 @@ from dashboards import (
     findings_view,
     kernels_view,
     layers_view,
-    links,
     plan_view,
     ranks_view,
     rows,
     selection,
+    streams_view,
     timeline_view,
     trade,
     whatif_view,
@@ -34,14 +34,11 @@ from dashboards import (
 )
 from dashboards.data import RunStore
 from dashboards.rows import View
-from dashboards.styles import CONTROL, ERROR_COLOR, FONT_FAMILY, MUTED, PAGE
+from dashboards.styles import ERROR_COLOR, FONT_FAMILY, MUTED, PAGE
 from profiler.errors import ProfilerError
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 TABS = ("policies", "findings", "trade", "whatif", "layers", "timeline", "ranks", "streams")
-LINK_OPTIONS = [{"label": links.label(lk), "value": lk.key} for lk in links.LINKS] + [
-    {"label": "custom (GB/s per direction)", "value": links.CUSTOM}
-]
 
 
 def all_rows(store: RunStore) -> list[dict[str, Any]]:
@@ -90,7 +87,6 @@ def create_app(store: RunStore) -> dash.Dash:
         sel = follow_rows(views, [None, None, None])
         opts, (layer_run, timeline_run, streams_run) = sel["options"], sel["values"]
         rank_opts, rank_value, rank_style = ranks_view.rank_choices(store, views, None)
-        link_key, link_gbps, link_note = link_choice(streams_run)
         return html.Div(
             style=PAGE,
             children=[
@@ -156,39 +152,7 @@ def create_app(store: RunStore) -> dash.Dash:
                         layers_view.tab(opts, layer_run),
                         timeline_view.tab(opts, timeline_run),
                         ranks_view.tab(rank_opts, rank_value, rank_style),
-                        dcc.Tab(
-                            label="Copy streams",
-                            value="streams",
-                            children=[
-                                html.Div(
-                                    [
-                                        widgets.dropdown("streams-run", "run and GPU", "45%", opts, streams_run),
-                                        html.Div(
-                                            dcc.Dropdown(
-                                                id="link-preset",
-                                                clearable=False,
-                                                value=link_key,
-                                                options=LINK_OPTIONS,
-                                            ),
-                                            style={"flex": "1 1 35%", "minWidth": "260px"},
-                                        ),
-                                        dcc.Input(
-                                            id="link-gbps",
-                                            type="number",
-                                            value=link_gbps,
-                                            min=0.1,
-                                            debounce=True,
-                                            disabled=True,
-                                            style={"width": "90px"},
-                                        ),
-                                        html.Span("GB/s"),
-                                    ],
-                                    style=CONTROL,
-                                ),
-                                html.Div(link_note, id="link-note", style=MUTED),
-                                dcc.Loading(widgets.graph("streams-graph")),
-                            ],
-                        ),
+                        streams_view.tab(store, opts, streams_run),
                     ],
                 ),
             ],
@@ -301,62 +265,6 @@ def create_app(store: RunStore) -> dash.Dash:
         opts, (v1, v2, v3) = sel["options"], sel["values"]
         return sel["bars"], sel["errors"], sel["provenance"], opts, v1, opts, v2, opts, v3
 
-    def link_choice(vid: str | None) -> tuple[str | None, float | None, str]:
-        """The link drawn by default for a (run, GPU): from its device model, and why."""
-        if not vid:
-            return None, None, ""
-        view = View.parse(vid)
-        summary = store.get(view.rid).summary
-        name = (summary.get("device_names") or {}).get(view.device)
-        link, why = links.default_link([name] if name else summary.get("gpus") or [])
-        return link.key, link.gbps, f"Link drawn: {why}. Pick another, or a custom rate, to compare."
-
-    @app.callback(
-        Output("link-preset", "value"),
-        Output("link-gbps", "value"),
-        Output("link-note", "children"),
-        Input("streams-run", "value"),
-        prevent_initial_call=True,
-    )
-    def on_streams_run(vid):
-        key, gbps, note = link_choice(vid)
-        return (key, gbps, note) if vid else (dash.no_update, dash.no_update, "")
-
-    @app.callback(
-        Output("link-gbps", "disabled"),
-        Output("link-gbps", "value", allow_duplicate=True),
-        Input("link-preset", "value"),
-        prevent_initial_call=True,
-    )
-    def on_preset(key):
-        if key == links.CUSTOM or key is None:
-            return False, dash.no_update
-        return True, links.BY_KEY[key].gbps
-
-    @app.callback(
-        Output("streams-graph", "figure"),
-        Input("tabs", "value"),
-        Input("streams-run", "value"),
-        Input("link-gbps", "value"),
-        State("link-preset", "value"),
-        prevent_initial_call=True,
-    )
-    def on_streams(tab, vid, gbps, key):
-        if tab != "streams":
-            return dash.no_update
-        if not vid:
-            return figures.note_figure(widgets.RUN_PROMPT)
-        view = View.parse(vid)
-        summary = store.get(view.rid).summary
-        streams = (summary.get("streams") or {}).get(view.device, []) if view.device else []
-        name = links.BY_KEY[key].name if key in links.BY_KEY else "custom link"
-        short, _ = view_label(view)
-        title = figures.esc(short)
-        if store.refs[view.rid].synthetic:
-            title += " (SYNTHETIC: a model, not a measurement)"
-        fig = figures.streams_figure(streams, float(gbps or links.BY_KEY[links.FALLBACK].gbps), name, title)
-        return fig
-
     @app.callback(Output("plotly-warm", "children"), Input("warm", "n_intervals"), prevent_initial_call=True)
     def warm(_n):
         return dcc.Graph(figure=figures.note_figure(""), style={"display": "none"})
@@ -369,6 +277,7 @@ def create_app(store: RunStore) -> dash.Dash:
     layers_view.register(app, store)
     timeline_view.register(app, store)
     ranks_view.register(app, store)
+    streams_view.register(app, store)
     app.layout = layout  # a function: each page load gets the runs analyzed so far
     return app
 
