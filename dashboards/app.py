@@ -10,141 +10,50 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Any
 
 import dash
-from dash import Input, Output, State, dash_table, dcc, html
+from dash import Input, Output, dcc, html
 
-from dashboards import bars, figures, findings_view, kernels_view, links, plan_view, rows, selection, trade, whatif_view
+from dashboards import (
+    figures,
+    findings_view,
+    kernels_view,
+    layers_view,
+    plan_view,
+    ranks_view,
+    rows,
+    runs_view,
+    selection,
+    streams_view,
+    timeline_view,
+    trade,
+    whatif_view,
+)
 from dashboards.data import RunStore
 from dashboards.rows import View
-from profiler.analysis.stalls import STALL_OVER_COPY_TIME
+from dashboards.runs_view import all_rows, table_rows  # noqa: F401 (table_rows: kept importable from app)
+from dashboards.styles import PAGE
 from profiler.errors import ProfilerError
-from profiler.report.units import human_bytes, human_time
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 TABS = ("policies", "findings", "trade", "whatif", "layers", "timeline", "ranks", "streams")
-MUTED = {"color": "#444", "fontSize": "13px", "margin": "6px 0"}
-CONTROL = {"display": "flex", "gap": "8px", "alignItems": "center", "margin": "8px 0"}
-LINK_OPTIONS = [{"label": links.label(lk), "value": lk.key} for lk in links.LINKS] + [
-    {"label": "custom (GB/s per direction)", "value": links.CUSTOM}
-]
-
-
-def all_rows(store: RunStore) -> list[dict[str, Any]]:
-    """Rows for every run analyzed so far (errors included), in discovery order."""
-    out = []
-    for rid, ref in store.refs.items():
-        if rid in store.results:
-            summary = store.results[rid].summary
-            out += [rows.raw_row(ref, summary, v.device) for v in rows.views(ref, summary)]
-        elif ref.no_trace:
-            out.append(rows.no_trace_row(ref))
-        elif rid in store.errors:
-            out.append(rows.error_row(ref, store.errors[rid]))
-    return out
-
-
-def table_rows(store: RunStore) -> list[dict[str, Any]]:
-    """The rows as the browser gets them (units applied, private keys dropped)."""
-    return rows.table(all_rows(store))[1]
-
-
-def _card(message: str) -> html.Div:
-    return html.Div(
-        [html.Strong("Cannot show this run: "), html.Span(message)],
-        className="error-card",
-        style={
-            "border": "1px solid #D55E00",
-            "background": "#FFF4EC",
-            "padding": "8px",
-            "margin": "6px 0",
-            "borderRadius": "4px",
-        },
-    )
-
-
-def _graph(gid: str, figure: dict[str, Any] | None = None, **config: Any) -> dcc.Graph:
-    return dcc.Graph(id=gid, figure=figure or figures.note_figure("Loading …"), config={"displaylogo": False, **config})
-
-
-def _dropdown(
-    did: str, placeholder: str, width: str = "100%", options: list[Any] | None = None, value: Any = None
-) -> html.Div:
-    return html.Div(
-        dcc.Dropdown(
-            id=did, clearable=False, placeholder=placeholder, optionHeight=40, options=options or [], value=value
-        ),
-        style={"flex": "1 1 " + width, "minWidth": "260px"},
-    )
 
 
 def create_app(store: RunStore) -> dash.Dash:
     app = dash.Dash(__name__, title="profile-step", update_title=None)
 
-    def view_label(view: View) -> tuple[str, str]:
-        ref = store.refs[view.rid]
-        summary = store.results[view.rid].summary
-        return rows.label(ref, summary, view.device), rows.full_name(ref, summary, view.device)
-
-    def options(view_ids: list[str]) -> list[dict[str, Any]]:
-        out = []
-        for vid in view_ids:
-            view = View.parse(vid)
-            if view.rid in store.results:
-                short, full = view_label(view)
-                out.append({"label": html.Span(short, title=full), "value": vid, "search": full})
-        return out
-
     def layout() -> html.Div:
         """The page with its first view filled in: no callback stands between loading and seeing."""
         raw = all_rows(store)
-        columns, data, tips = rows.table(raw)
-        selected = rows.default_selection(raw)
-        done, total, _ = store.progress()
-        views = selected_views(selected, data)
-        sel = selection(views, [None, None, None])
+        views = selected_views(rows.default_selection(raw), rows.table(raw)[1])
+        sel = runs_view.follow_rows(store, views, [None, None, None])
         opts, (layer_run, timeline_run, streams_run) = sel["options"], sel["values"]
-        rank_opts, rank_value, rank_style = rank_choices(views, None)
-        link_key, link_gbps, link_note = link_choice(streams_run)
+        rank_opts, rank_value, rank_style = ranks_view.rank_choices(store, views, None)
         return html.Div(
-            style={"fontFamily": "Helvetica, Arial, sans-serif", "margin": "12px 20px", "color": "#222"},
+            style=PAGE,
             children=[
                 html.H2("profile-step: are the offload copies hidden?", style={"margin": "4px 0"}),
-                html.Div(_progress(done, total, None, len(store.plans)), id="progress", style=MUTED),
-                dcc.Interval(id="poll", interval=700, n_intervals=0, disabled=done >= total),
-                dash_table.DataTable(
-                    id="runs",
-                    columns=columns,
-                    data=data,
-                    tooltip_data=tips,
-                    tooltip_header=rows.header_tooltips(columns),
-                    tooltip_delay=300,
-                    tooltip_duration=None,
-                    row_selectable="multi",
-                    selected_rows=selected,
-                    sort_action="native",
-                    filter_action="native",
-                    page_action="none",
-                    style_table={"overflowX": "auto", "maxHeight": "340px", "overflowY": "auto"},
-                    style_header={"fontWeight": "bold", "whiteSpace": "normal", "height": "auto"},
-                    style_cell={
-                        "textAlign": "left",
-                        "fontSize": "13px",
-                        "fontFamily": "Helvetica, Arial, sans-serif",
-                        "maxWidth": "280px",
-                        "overflow": "hidden",
-                        "textOverflow": "ellipsis",
-                        "padding": "3px 6px",
-                    },
-                    style_cell_conditional=[{"if": {"column_id": "device"}, "maxWidth": "360px"}],
-                    style_data_conditional=[
-                        {"if": {"filter_query": "{status} = error"}, "color": "#B04000"},
-                        {"if": {"filter_query": "{source} = 'SYNTHETIC demo'"}, "fontStyle": "italic"},
-                    ],
-                ),
-                html.Div(rows.SOURCE_NOTE, id="table-note", style=MUTED),
-                html.Div(sel["provenance"], id="provenance", style=MUTED),
+                *runs_view.table_part(store, raw, sel),
                 # plotly.js (5 MB) loads after the first view, so that the other views open at once
                 dcc.Interval(id="warm", interval=600, max_intervals=1),
                 html.Div(id="plotly-warm", style={"display": "none"}),
@@ -153,14 +62,7 @@ def create_app(store: RunStore) -> dash.Dash:
                     id="tabs",
                     value="policies",
                     children=[
-                        dcc.Tab(
-                            label="Policies",
-                            value="policies",
-                            children=[
-                                html.Div(sel["bars"], id="policy-bars"),
-                                html.Div(kernels_view.policy_panel(store, views), id="policy-kernels"),
-                            ],
-                        ),
+                        runs_view.policies_tab(store, views, sel),
                         dcc.Tab(
                             id="findings-tab",
                             label=findings_view.count_label(store, views),
@@ -169,551 +71,34 @@ def create_app(store: RunStore) -> dash.Dash:
                         ),
                         dcc.Tab(label="Policy trade", value="trade", children=trade.layout(list(store.plans.values()))),
                         dcc.Tab(label="What-if", value="whatif", children=whatif_view.layout()),
-                        dcc.Tab(
-                            label="Per layer",
-                            value="layers",
-                            children=[
-                                html.Div(
-                                    _dropdown("layer-run", "run and GPU", options=opts, value=layer_run), style=CONTROL
-                                ),
-                                dcc.Loading(_graph("layer-graph")),
-                                html.Div(id="layer-hint", style=MUTED),
-                                html.Div(id="layer-kernels"),
-                                html.Div(id="layer-details"),
-                            ],
-                        ),
-                        dcc.Tab(
-                            label="Timeline",
-                            value="timeline",
-                            children=[
-                                html.Div(
-                                    [
-                                        _dropdown("timeline-run", "run and GPU", "60%", opts, timeline_run),
-                                        _dropdown("timeline-step", "step"),
-                                    ],
-                                    style=CONTROL,
-                                ),
-                                dcc.Loading(
-                                    _graph("timeline-graph", config={"scrollZoom": True, "displaylogo": False})
-                                ),
-                                html.Div(id="timeline-note", style=MUTED),
-                                dcc.Store(id="timeline-focus"),  # what a finding's button asks to mark
-                            ],
-                        ),
-                        dcc.Tab(
-                            label="Ranks",
-                            value="ranks",
-                            children=[
-                                html.Div(
-                                    _dropdown("rank-policy", "policy", options=rank_opts, value=rank_value),
-                                    id="rank-controls",
-                                    style=rank_style,
-                                ),
-                                dcc.Loading(_graph("rank-heatmap")),
-                                html.Ul(id="rank-findings"),
-                            ],
-                        ),
-                        dcc.Tab(
-                            label="Copy streams",
-                            value="streams",
-                            children=[
-                                html.Div(
-                                    [
-                                        _dropdown("streams-run", "run and GPU", "45%", opts, streams_run),
-                                        html.Div(
-                                            dcc.Dropdown(
-                                                id="link-preset",
-                                                clearable=False,
-                                                value=link_key,
-                                                options=LINK_OPTIONS,
-                                            ),
-                                            style={"flex": "1 1 35%", "minWidth": "260px"},
-                                        ),
-                                        dcc.Input(
-                                            id="link-gbps",
-                                            type="number",
-                                            value=link_gbps,
-                                            min=0.1,
-                                            debounce=True,
-                                            disabled=True,
-                                            style={"width": "90px"},
-                                        ),
-                                        html.Span("GB/s"),
-                                    ],
-                                    style=CONTROL,
-                                ),
-                                html.Div(link_note, id="link-note", style=MUTED),
-                                dcc.Loading(_graph("streams-graph")),
-                            ],
-                        ),
+                        layers_view.tab(opts, layer_run),
+                        timeline_view.tab(opts, timeline_run),
+                        ranks_view.tab(rank_opts, rank_value, rank_style),
+                        streams_view.tab(store, opts, streams_run),
                     ],
                 ),
             ],
         )
-
-    @app.callback(
-        Output("progress", "children"),
-        Output("runs", "columns"),
-        Output("runs", "data"),
-        Output("runs", "tooltip_data"),
-        Output("poll", "disabled"),
-        Output("runs", "selected_rows"),
-        Input("poll", "n_intervals"),
-        State("runs", "selected_rows"),
-        State("runs", "data"),
-        prevent_initial_call=True,
-    )
-    def refresh(_n: int, selected: list[int], old: list[dict[str, Any]]):
-        done, total, current = store.progress()
-        raw = all_rows(store)
-        finished = done >= total
-        msg = _progress(done, total, current, len(store.plans))
-        if len(raw) == len(old or []):
-            return msg, dash.no_update, dash.no_update, dash.no_update, finished, dash.no_update
-        columns, data, tips = rows.table(raw)
-        keep = {old[i]["id"] for i in (selected or []) if i < len(old or [])}
-        before = [r for r in raw if r["id"] in {o["id"] for o in old or []}]
-        untouched = keep == {before[i]["id"] for i in rows.default_selection(before)} if before else True
-        # the first view's choice follows the runs as they come in, until the user picks rows
-        new_sel = rows.default_selection(raw) if untouched else [i for i, r in enumerate(data) if r["id"] in keep]
-        return msg, columns, data, tips, finished, new_sel
-
-    def selection(views: list[View], current: list[str | None]) -> dict[str, Any]:
-        """Everything that follows from the selected rows: the policy figure, error cards, provenance,
-        and the run choices (with their values kept where possible) of the per-run tabs."""
-        good, cards, items, prov, seen, with_copies = [], [], [], [], set(), set()
-        for view in views:
-            if store.refs[view.rid].no_trace:  # its row says why; nothing to draw
-                continue
-            try:
-                summary = store.get(view.rid).summary
-            except ProfilerError as exc:
-                cards.append(_card(str(exc)))
-                continue
-            ref = store.refs[view.rid]
-            good.append(view.id)
-            off = (summary["devices"].get(view.device) or {}) if view.device else {}
-            if (off.get("offload") or {}).get("count"):
-                with_copies.add(view.id)
-            items.append(
-                figures.Item(
-                    label=rows.label(ref, summary, view.device),
-                    full=rows.full_name(ref, summary, view.device),
-                    copies={d: off.get(d) or _ZERO for d in ("h2d", "d2h", "offload")},
-                    step_ns=summary["median_step_ns"],
-                    peak_bytes=(summary.get("peak_memory_bytes") or {}).get(view.device),
-                    synthetic=ref.synthetic,
-                    waits=_waits(summary, view.device),
-                    stalled=_stalled(summary, view.device),
-                )
-            )
-            if ref.provenance is not None and ref.id not in seen:
-                seen.add(ref.id)
-                p = ref.provenance
-                prov.append(
-                    html.Li(
-                        [
-                            html.Strong(rows.short_id(ref)),
-                            f": real trace from {p.repo} (commit {p.commit[:10]}, {p.licence}), {p.path}. "
-                            f"{p.description}",
-                        ]
-                    )
-                )
-        # a per-run view opens on the first selected row with copies (else the first row)
-        first = next((v for v in good if v in with_copies), good[0] if good else None)
-        values = [v if v in good else first for v in current]
-        failed = [_card(msg) for rid, msg in list(store.errors.items()) if rid not in {v.rid for v in views}]
-        return {
-            "bars": bars.policy_table(items),
-            "errors": cards + failed,  # every run that cannot be read, selected or not
-            "provenance": [
-                html.Strong("Real traces from public repositories (not made by this project):"),
-                html.Ul(prov),
-            ]
-            if prov
-            else [],
-            "options": options(good),
-            "values": values,
-        }
-
-    @app.callback(
-        Output("policy-bars", "children"),
-        Output("errors", "children"),
-        Output("provenance", "children"),
-        Output("layer-run", "options"),
-        Output("layer-run", "value"),
-        Output("timeline-run", "options"),
-        Output("timeline-run", "value"),
-        Output("streams-run", "options"),
-        Output("streams-run", "value"),
-        Input("runs", "selected_rows"),
-        State("runs", "data"),
-        State("layer-run", "value"),
-        State("timeline-run", "value"),
-        State("streams-run", "value"),
-        prevent_initial_call=True,
-    )
-    def on_select(selected, data, *current):
-        sel = selection(selected_views(selected, data), list(current))
-        opts, (v1, v2, v3) = sel["options"], sel["values"]
-        return sel["bars"], sel["errors"], sel["provenance"], opts, v1, opts, v2, opts, v3
-
-    def rank_choices(views: list[View], current: str | None) -> tuple[list[dict[str, str]], str | None, dict]:
-        ranked = [s for s in _summaries(store, views) if s.get("rank") is not None]
-        policies = sorted({s["policy"] for s in ranked})
-        value = current if current in policies else (policies[0] if policies else None)
-        style = CONTROL if policies else {"display": "none"}
-        return [{"label": p, "value": p} for p in policies], value, style
-
-    @app.callback(
-        Output("rank-policy", "options"),
-        Output("rank-policy", "value"),
-        Output("rank-controls", "style"),
-        Input("runs", "selected_rows"),
-        State("runs", "data"),
-        State("rank-policy", "value"),
-        prevent_initial_call=True,
-    )
-    def on_rank_runs(selected, data, current):
-        return rank_choices(selected_views(selected, data), current)
-
-    @app.callback(
-        Output("rank-heatmap", "figure"),
-        Output("rank-findings", "children"),
-        Input("tabs", "value"),
-        Input("rank-policy", "value"),
-        Input("runs", "selected_rows"),
-        State("runs", "data"),
-        prevent_initial_call=True,
-    )
-    def on_rank_policy(tab, policy, selected, data):
-        if tab != "ranks":
-            return dash.no_update, dash.no_update
-        from profiler.analysis.ranks import cross_rank
-
-        summaries = _summaries(store, selected_views(selected, data))
-        runs = [s for s in summaries if s.get("rank") is not None and s["policy"] == policy]
-        if not runs:
-            return (
-                figures.note_figure(
-                    "None of the selected runs is a rank of a multi-rank job. Ranks come from file or folder "
-                    "names (report.3.sqlite, ...-rank3-...) or the run's manifest: "
-                    "profile-step analyze DIR --ranks reads a whole job."
-                ),
-                [],
-            )
-        fig = figures.rank_heatmap(runs, policy)
-        doc = cross_rank(runs)["policies"].get(policy)
-        items = []
-        if doc:
-            items += [
-                html.Li(f"straggler rank {s['rank']}: step {s['vs_median']:.2f}x the median; " + "; ".join(s["why"]))
-                for s in doc["stragglers"]
-            ]
-            items += [
-                html.Li(
-                    f"slow link? rank {s['rank']} {s['direction']} {s['gbps']:.1f} GB/s vs median "
-                    f"{s['median_gbps']:.1f} GB/s"
-                )
-                for s in doc["sick_links"]
-            ]
-            items = items or [html.Li("no straggler and no slow link among these ranks")]
-        return fig, items
-
-    @app.callback(
-        Output("layer-graph", "figure"),
-        Output("layer-hint", "children"),
-        Input("tabs", "value"),
-        Input("layer-run", "value"),
-        prevent_initial_call=True,
-    )
-    def on_layer_run(tab, vid):
-        if tab != "layers":
-            return dash.no_update, dash.no_update
-        if not vid:
-            return figures.note_figure("Select runs in the table above, then pick one here."), ""
-        view = View.parse(vid)
-        summary = store.get(view.rid).summary
-        per_device = {
-            name: (v.get("devices") or {}).get(view.device) or _ZERO3 for name, v in summary["layers"].items()
-        }
-        short, _ = view_label(view)
-        title = f"Copy time{' and stalls' if _waits(summary, view.device) else ''} per layer: {short}"
-        if store.refs[view.rid].synthetic:
-            title += " (SYNTHETIC: a model, not a measurement)"
-        waits = _waits(summary, view.device)
-        fig = figures.layer_figure(per_device, title, stalls=waits > 0)
-        if figures.is_note(fig):
-            return fig, ""
-        hint = "Click a layer's bar to see its copies and the kernels that hid them."
-        if waits:
-            hint += (
-                " Stalled by copies: the time GPU work waited, through a CUDA event, for the layer's copies to "
-                "finish (counted at the copy, even when the waiting op runs on another GPU)."
-            )
-            if _stall_over_copy(per_device.values()):
-                hint += f" Where a layer's stall bar is longer than its copy time: {STALL_OVER_COPY_TIME}."
-        else:
-            hint += " No stream waits (CUDA events) on this GPU: stalls cannot be measured."
-        return fig, hint
-
-    @app.callback(
-        Output("layer-details", "children"),
-        Input("layer-graph", "clickData"),
-        State("layer-run", "value"),
-        prevent_initial_call=True,
-    )
-    def on_layer_click(click, vid):
-        if not click or not vid:
-            return []
-        layer = click["points"][0].get("customdata")
-        layer = layer[0] if isinstance(layer, list) else layer
-        view = View.parse(vid)
-        run = store.get(view.rid)
-        info = run.summary["layers"].get(layer)
-        if info is None:
-            return html.P("Unknown layer.")
-        per_dev = (info.get("devices") or {}).get(view.device) or _ZERO3
-        by_device = info.get("top_kernels_by_device")
-        top = (by_device or {}).get(view.device, []) if by_device is not None else info["top_kernels"]
-        kernels = [
-            html.Li(f"{t['name']}: {human_time(t['overlap_ns'])} over {t['kernels']:,} kernel(s)") for t in top
-        ] or [html.Li(f"no kernel of GPU {view.device} overlapped these copies")]
-        whose = f"GPU {view.device}" if by_device is not None else "all GPUs of the run"
-        summary_rows = [
-            {
-                "direction": figures.DIRECTION_LABEL.get(d, d),
-                "copies": per_dev[d]["count"],
-                "size": human_bytes(per_dev[d]["bytes"]),
-                "busy": human_time(per_dev[d]["busy_ns"]),
-                "exposed": human_time(per_dev[d]["exposed_ns"]),
-                "hidden": "no copies"
-                if per_dev[d]["hidden_fraction"] is None
-                else f"{100 * per_dev[d]['hidden_fraction']:.1f}%",
-                "stalled by these copies": human_time(per_dev[d].get("stall_ns") or 0)
-                if _waits(run.summary, view.device)
-                else "no stream waits",
-            }
-            for d in ("d2h", "h2d", "offload")
-        ]
-        copies = figures.layer_copies(run.ops, layer, int(view.device) if view.device is not None else None)
-        over = _stall_over_copy([per_dev]) and _waits(run.summary, view.device)
-        why = [html.P(f"Stalled more than the copies took: {STALL_OVER_COPY_TIME}.", style=MUTED)] if over else []
-        return html.Div(
-            id="layer-detail-box",
-            children=[
-                html.H4(f"Layer {layer}, GPU {view.device}", style={"margin": "8px 0 4px"}),
-                dash_table.DataTable(
-                    id="layer-summary",
-                    data=summary_rows,
-                    columns=[
-                        {"id": c, "name": c}
-                        for c in ("direction", "copies", "size", "busy", "exposed", "hidden", "stalled by these copies")
-                    ],
-                    style_cell={"textAlign": "left", "fontSize": "13px", "padding": "3px 6px"},
-                    style_header={"fontWeight": "bold"},
-                ),
-                *why,
-                html.Strong(f"Kernels of {whose} that overlapped these copies"),
-                html.Ul(kernels),
-                html.Strong(f"The copies ({len(copies):,} shown, in time order)"),
-                dash_table.DataTable(
-                    id="layer-copies",
-                    data=copies,
-                    page_size=10,
-                    columns=[
-                        {"id": "direction", "name": "direction"},
-                        {"id": "stream", "name": "stream", "type": "numeric"},
-                        {"id": "start_ms", "name": "start (ms)", "type": "numeric", "format": {"specifier": ".3f"}},
-                        {
-                            "id": "duration_us",
-                            "name": "duration (µs)",
-                            "type": "numeric",
-                            "format": {"specifier": ".1f"},
-                        },
-                        {"id": "size", "name": "size"},
-                        {"id": "bytes", "name": "bytes", "type": "numeric", "format": {"specifier": ",d"}},
-                    ],
-                    style_cell={"textAlign": "left", "fontSize": "13px", "padding": "3px 6px"},
-                    style_header={"fontWeight": "bold"},
-                ),
-            ],
-        )
-
-    @app.callback(
-        Output("timeline-step", "options"),
-        Output("timeline-step", "value"),
-        Input("tabs", "value"),
-        Input("timeline-run", "value"),
-        State("timeline-step", "value"),
-        prevent_initial_call=True,
-    )
-    def on_timeline_run(tab, vid, current):
-        if tab != "timeline":
-            return dash.no_update, dash.no_update
-        if not vid:
-            return [], None
-        ranges = store.get(View.parse(vid).rid).ranges
-        names = ranges.filter(ranges["lane"] == "step")["name"].to_list()
-        opts = [{"label": "whole capture", "value": "__all__"}] + [{"label": n, "value": n} for n in names]
-        if current in names or current == "__all__":
-            return opts, current
-        return opts, (names[len(names) // 2] if names else "__all__")
-
-    @app.callback(
-        Output("timeline-graph", "figure"),
-        Output("timeline-note", "children"),
-        Input("tabs", "value"),
-        Input("timeline-step", "value"),
-        Input("timeline-focus", "data"),
-        State("timeline-run", "value"),
-        prevent_initial_call=True,
-    )
-    def on_timeline_step(tab, step, mark, vid):
-        if tab != "timeline":
-            return dash.no_update, dash.no_update
-        if not vid or step is None:
-            return figures.note_figure("Select runs in the table above, then pick one here."), ""
-        view = View.parse(vid)
-        run = store.get(view.rid)
-        window = None
-        if step != "__all__":
-            r = run.ranges.filter((run.ranges["lane"] == "step") & (run.ranges["name"] == step))
-            if r.height:
-                window = (int(r["start"][0]), int(r["end"][0]))
-        device = int(view.device) if view.device is not None else None
-        focus = mark["focus"] if isinstance(mark, dict) and mark.get("vid") == vid else None
-        fig, stats = figures.timeline_figure(run.device_ops(device), run.ranges, window, focus=focus)
-        if not stats["events"]:
-            return fig, ""
-        note = f"{stats['events']:,} GPU ops of GPU {view.device} in the window."
-        if focus:
-            what = focus.split(":", 1)[1].replace("|", ", ")
-            note += (
-                f" ▼ marks the {stats['marked']:,} ops of the finding ({what}) in the window."
-                if stats["marked"]
-                else f" None of the finding's ops ({what}) runs in this window: pick 'whole capture'."
-            )
-        if stats["occupancy_lanes"]:
-            note += (
-                " Lanes with too many ops to draw one by one are drawn as occupancy: the filled height is the share of "
-                f"each of the {stats['bins']:,} time bins during which something ran on the stream "
-                f"(an empty outline is 0%, a full band 100%): {', '.join(stats['occupancy_lanes'])}."
-            )
-        if store.refs[view.rid].synthetic:
-            note += " SYNTHETIC run: a model of a step, not a measurement."
-        return fig, note
-
-    def link_choice(vid: str | None) -> tuple[str | None, float | None, str]:
-        """The link drawn by default for a (run, GPU): from its device model, and why."""
-        if not vid:
-            return None, None, ""
-        view = View.parse(vid)
-        summary = store.get(view.rid).summary
-        name = (summary.get("device_names") or {}).get(view.device)
-        link, why = links.default_link([name] if name else summary.get("gpus") or [])
-        return link.key, link.gbps, f"Link drawn: {why}. Pick another, or a custom rate, to compare."
-
-    @app.callback(
-        Output("link-preset", "value"),
-        Output("link-gbps", "value"),
-        Output("link-note", "children"),
-        Input("streams-run", "value"),
-        prevent_initial_call=True,
-    )
-    def on_streams_run(vid):
-        key, gbps, note = link_choice(vid)
-        return (key, gbps, note) if vid else (dash.no_update, dash.no_update, "")
-
-    @app.callback(
-        Output("link-gbps", "disabled"),
-        Output("link-gbps", "value", allow_duplicate=True),
-        Input("link-preset", "value"),
-        prevent_initial_call=True,
-    )
-    def on_preset(key):
-        if key == links.CUSTOM or key is None:
-            return False, dash.no_update
-        return True, links.BY_KEY[key].gbps
-
-    @app.callback(
-        Output("streams-graph", "figure"),
-        Input("tabs", "value"),
-        Input("streams-run", "value"),
-        Input("link-gbps", "value"),
-        State("link-preset", "value"),
-        prevent_initial_call=True,
-    )
-    def on_streams(tab, vid, gbps, key):
-        if tab != "streams":
-            return dash.no_update
-        if not vid:
-            return figures.note_figure("Select runs in the table above, then pick one here.")
-        view = View.parse(vid)
-        summary = store.get(view.rid).summary
-        streams = (summary.get("streams") or {}).get(view.device, []) if view.device else []
-        name = links.BY_KEY[key].name if key in links.BY_KEY else "custom link"
-        short, _ = view_label(view)
-        title = figures.esc(short)
-        if store.refs[view.rid].synthetic:
-            title += " (SYNTHETIC: a model, not a measurement)"
-        fig = figures.streams_figure(streams, float(gbps or links.BY_KEY[links.FALLBACK].gbps), name, title)
-        return fig
 
     @app.callback(Output("plotly-warm", "children"), Input("warm", "n_intervals"), prevent_initial_call=True)
     def warm(_n):
         return dcc.Graph(figure=figures.note_figure(""), style={"display": "none"})
 
+    runs_view.register(app, store)
     findings_view.register(app, store)
     trade.register(app, store)
     plan_view.register(app, store)
     whatif_view.register(app, store)
     kernels_view.register(app, store)
+    layers_view.register(app, store)
+    timeline_view.register(app, store)
+    ranks_view.register(app, store)
+    streams_view.register(app, store)
     app.layout = layout  # a function: each page load gets the runs analyzed so far
     return app
 
 
 selected_views = selection.selected_views
-
-
-def _waits(summary: dict[str, Any], device: str | None) -> int:
-    """Stream waits recorded on *device*: without any, stalls cannot be measured there."""
-    return int((((summary.get("stalls") or {}).get(device) or {}).get("waits") or {}).get("total") or 0)
-
-
-_ZERO = {"count": 0, "bytes": 0, "busy_ns": 0, "overlap_any_ns": 0, "exposed_ns": 0, "hidden_fraction": None}
-_ZERO3 = {d: _ZERO for d in ("h2d", "d2h", "offload")}
-
-
-def _stall_over_copy(per_device: Any) -> bool:
-    """Whether any direction of these copy numbers (``{d2h: {...}, h2d: {...}}`` each) stalled other work
-    longer than the copies ran (``STALL_OVER_COPY_TIME`` says why that can be)."""
-    return any((c[d].get("stall_ns") or 0) > c[d]["busy_ns"] for c in per_device for d in ("d2h", "h2d"))
-
-
-def _stalled(summary: dict[str, Any], device: str | None) -> dict[str, int]:
-    """GPU time on *device* stalled waiting for D2H and for H2D copies (the device's ``stalls`` object)."""
-    by = (((summary.get("stalls") or {}).get(device) or {}).get("by_blocker")) or {}
-    return {d: int((by.get(d) or {}).get("stall_ns") or 0) for d in ("d2h", "h2d")}
-
-
-def _progress(done: int, total: int, current: str | None, plans: int = 0) -> str:
-    if not total:
-        return "No runs found. Give run folders or traces: profile-step dashboard runs/ trace.sqlite" + (
-            f" ({plans} profile-step plan(s): see Policy trade)" if plans else ""
-        )
-    if done >= total:
-        return f"{total} run(s); one row per GPU. Pick rows to compare them below."
-    return f"Analyzing runs: {done}/{total} done" + (f", now {current}" if current else "") + " …"
-
-
-def _summaries(store: RunStore, views: list[View]) -> list[dict[str, Any]]:
-    out, seen = [], set()
-    for v in views:
-        if v.rid in store.results and v.rid not in seen:
-            seen.add(v.rid)
-            out.append({**store.results[v.rid].summary, "path": store.refs[v.rid].name})
-    return out
 
 
 def default_paths(root: Path) -> list[Path]:

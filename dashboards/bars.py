@@ -15,6 +15,7 @@ from typing import Any
 from dash import html
 
 from dashboards.figures import COLORS, DIRECTION_LABEL, HIDDEN_TINT, Item, unique
+from dashboards.styles import MUTED_COLOR
 from profiler.analysis.stalls import STALL_OVER_COPY_TIME
 from profiler.report.units import byte_unit, human_bytes, human_time, time_unit
 
@@ -86,7 +87,13 @@ def _missing(text: str) -> html.Div:
     return html.Div(
         text,
         className="missing",
-        style={"fontSize": "12px", "color": "#666", "height": "15px", "whiteSpace": "nowrap", "overflow": "hidden"},
+        style={
+            "fontSize": "12px",
+            "color": MUTED_COLOR,
+            "height": "15px",
+            "whiteSpace": "nowrap",
+            "overflow": "hidden",
+        },
     )
 
 
@@ -158,7 +165,7 @@ def policy_table(items: list[Item]) -> html.Div:
     }
     cells: list[Any] = [
         html.Div(
-            [html.Strong(h), html.Div(notes.get(k, ""), className="panel-note", style={"color": "#444"})],
+            [html.Strong(h), html.Div(notes.get(k, ""), className="panel-note", style={"color": MUTED_COLOR})],
             className="head",
             title=head_tips.get(k, ""),
             style={**CELL, "fontSize": "13px", "borderBottom": "2px solid #999", "justifyContent": "flex-end"},

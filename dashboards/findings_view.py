@@ -13,13 +13,13 @@ from dash import ALL, Input, Output, State, html
 from dashboards import selection
 from dashboards.data import RunStore
 from dashboards.rows import View
+from dashboards.styles import MUTED, MUTED_COLOR
 from profiler.report.findings_text import by_cost, cost_text
 
 SEVERITY_COLOR = {"problem": "#D55E00", "warning": "#E69F00", "info": "#0072B2"}  # Okabe and Ito's
 SEVERITY_ORDER = ("problem", "warning", "info")
 VIEW_LABEL = {"policies": "Policies", "layers": "Per layer", "timeline": "Timeline", "streams": "Copy streams"}
 RUN_CHOICE = {"layers": "layer-run", "timeline": "timeline-run", "streams": "streams-run"}
-MUTED = {"color": "#555", "fontSize": "13px", "margin": "4px 0"}
 OPEN = "finding-open"
 
 
@@ -107,11 +107,11 @@ def _finding(f: dict[str, Any], rid: str, views: list[View], n: int) -> html.Div
                         },
                     ),
                     html.Code(f["id"], style={"marginRight": "8px"}),
-                    html.Span(where_text(f.get("where") or {}), style={"color": "#555", "fontSize": "13px"}),
+                    html.Span(where_text(f.get("where") or {}), style={"color": MUTED_COLOR, "fontSize": "13px"}),
                     html.Span(
                         cost_text(f),
                         className="cost",
-                        style={"color": "#555", "fontSize": "13px", "marginLeft": "8px"},
+                        style={"color": MUTED_COLOR, "fontSize": "13px", "marginLeft": "8px"},
                         **{"data-cost": "" if f.get("cost_ns") is None else str(f["cost_ns"])},
                     ),
                 ]

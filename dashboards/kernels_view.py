@@ -14,12 +14,11 @@ from dash import Input, Output, State, dash_table, html
 from dashboards import rows, selection
 from dashboards.data import RunStore
 from dashboards.rows import View
+from dashboards.styles import CELL, HEADER, MUTED
 from profiler.analysis.kernels_slowed import MIN_CALLS, SIZE_BIAS_NOTE, no_baseline
 from profiler.errors import ProfilerError
 from profiler.report.units import human_time
 
-MUTED = {"color": "#444", "fontSize": "13px", "margin": "6px 0"}
-CELL = {"textAlign": "left", "fontSize": "13px", "padding": "3px 6px"}
 CAVEAT = f"Kernels alone: no copy overlaps them; beside: at least half of each under h2d/d2h copies. {SIZE_BIAS_NOTE}."
 
 
@@ -70,7 +69,7 @@ def _table(tid: str, data: list[dict[str, Any]]) -> dash_table.DataTable:
         data=data,
         columns=[{"id": c, "name": c} for c in cols],
         style_cell=CELL,
-        style_header={"fontWeight": "bold"},
+        style_header=HEADER,
     )
 
 

@@ -11,13 +11,11 @@ from dash import Input, Output, dash_table, dcc, html
 
 from dashboards.data import RunStore, read_plan
 from dashboards.figures import COLORS, Figure, esc, grouped_bars, note_figure
+from dashboards.styles import CELL, ERROR_COLOR, MUTED
 from profiler.analysis.policies import plan_table
 from profiler.errors import ProfilerError
 from profiler.report.policies_text import PLAN_LEGEND, plan_notes, si
 from profiler.report.units import byte_unit, human_bytes
-
-MUTED = {"color": "#555", "fontSize": "13px", "margin": "4px 0"}
-CELL = {"textAlign": "left", "fontSize": "13px", "padding": "3px 6px", "fontFamily": "Helvetica, Arial, sans-serif"}
 
 
 def plan_figure(tab: dict[str, Any]) -> Figure:
@@ -141,7 +139,7 @@ def plan_datatable(tab: dict[str, Any]) -> dash_table.DataTable:
         style_table={"overflowX": "auto"},
         style_header={"fontWeight": "bold", "whiteSpace": "normal", "height": "auto"},
         style_cell=CELL,
-        style_data_conditional=[{"if": {"filter_query": "{fits} = NO"}, "color": "#B04000"}],
+        style_data_conditional=[{"if": {"filter_query": "{fits} = NO"}, "color": ERROR_COLOR}],
     )
 
 

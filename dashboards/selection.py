@@ -1,6 +1,6 @@
 """What the selected rows of the runs table stand for: (run, GPU) views, their labels, their runs.
 
-Shared by the views of ``app`` and the views in their own modules (findings, policy trade, what-if).
+Shared by every view module (runs, findings, policy trade, what-if, layers, timeline, ranks, streams).
 """
 
 from __future__ import annotations

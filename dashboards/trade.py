@@ -27,17 +27,16 @@ from dashboards.figures import (
     note_figure,
     unique,
 )
+from dashboards.styles import CELL, CONTROL, MUTED
 from profiler.analysis.policies import frontier, per_step_and_gpu, planned_vs_moved, policy_table
 from profiler.report.policies_text import policy_marks, si
 from profiler.report.units import byte_unit, human_bytes, human_time, time_unit
 
-MUTED = {"color": "#555", "fontSize": "13px", "margin": "4px 0"}
 MEMORY_MARKER = {
     "measured": ("circle", COLORS["compute"], "peak measured"),
     "compiled": ("diamond", COLORS["nccl"], "compiled step (memory_analysis(), not measured)"),
 }
 X_MODES = {"step": "median step time", "tflops": "TFLOP/s per device"}
-CELL = {"textAlign": "left", "fontSize": "13px", "padding": "3px 6px", "fontFamily": "Helvetica, Arial, sans-serif"}
 
 
 def _why_no_memory(p: dict[str, Any]) -> str:
@@ -418,7 +417,6 @@ def note(text: str) -> html.Div:
 
 
 # --- the view: layout and callbacks --------------------------------------------------------------
-CONTROL = {"display": "flex", "gap": "8px", "alignItems": "center", "margin": "8px 0"}
 H4 = {"margin": "18px 0 4px"}
 
 

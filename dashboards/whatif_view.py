@@ -19,6 +19,8 @@ from dashboards import links, selection
 from dashboards.data import RunStore
 from dashboards.figures import COLORS, TITLE, Figure, esc, figure, note_figure, text_px, unique
 from dashboards.rows import View
+from dashboards.styles import CONTROL as ROW
+from dashboards.styles import ERROR_COLOR, MUTED
 from profiler.analysis.links import Link, copy_scale
 from profiler.analysis.whatif import step_medians
 from profiler.report.units import human_time, time_unit
@@ -26,8 +28,7 @@ from profiler.report.units import human_time, time_unit
 FACTOR = "factor"
 AUTO = "auto"
 DEFAULT_TARGET = "nvlink-c2c"
-MUTED = {"color": "#555", "fontSize": "13px", "margin": "4px 0"}
-CONTROL = {"display": "flex", "gap": "8px", "alignItems": "center", "margin": "8px 0", "flexWrap": "wrap"}
+CONTROL = {**ROW, "flexWrap": "wrap"}
 TARGET_OPTIONS = (
     [{"label": links.label(lk), "value": lk.key} for lk in links.LINKS]
     + [{"label": "custom link (GB/s per direction)", "value": links.CUSTOM}]
@@ -173,7 +174,7 @@ def compute(
             waiting.append(label)
             continue
         if state == "error":
-            lines.append(html.Li(f"{label}: {doc}", style={"color": "#B04000"}))
+            lines.append(html.Li(f"{label}: {doc}", style={"color": ERROR_COLOR}))
             continue
         med = step_medians(doc).get(view.device)
         if med is None:

@@ -1,0 +1,157 @@
+"""The Per layer tab: copy time (and stalls) per layer of one (run, GPU); a click opens a layer's copies.
+
+Every number is the run summary's ``layers`` entry for the GPU, shown as it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Input, Output, State, dash_table, dcc, html
+
+from dashboards import copy_numbers, figures, selection
+from dashboards.data import RunStore
+from dashboards.rows import View
+from dashboards.styles import CELL, CONTROL, HEADER, MUTED
+from dashboards.widgets import RUN_PROMPT, dropdown, graph
+from profiler.analysis.stalls import STALL_OVER_COPY_TIME
+from profiler.report.units import human_bytes, human_time
+
+
+def tab(options: list[dict[str, Any]], value: str | None) -> dcc.Tab:
+    """The tab, its run choice filled in."""
+    return dcc.Tab(
+        label="Per layer",
+        value="layers",
+        children=[
+            html.Div(dropdown("layer-run", "run and GPU", options=options, value=value), style=CONTROL),
+            dcc.Loading(graph("layer-graph")),
+            html.Div(id="layer-hint", style=MUTED),
+            html.Div(id="layer-kernels"),
+            html.Div(id="layer-details"),
+        ],
+    )
+
+
+def register(app: dash.Dash, store: RunStore) -> None:
+    @app.callback(
+        Output("layer-graph", "figure"),
+        Output("layer-hint", "children"),
+        Input("tabs", "value"),
+        Input("layer-run", "value"),
+        prevent_initial_call=True,
+    )
+    def on_layer_run(tab, vid):
+        if tab != "layers":
+            return dash.no_update, dash.no_update
+        if not vid:
+            return figures.note_figure(RUN_PROMPT), ""
+        view = View.parse(vid)
+        summary = store.get(view.rid).summary
+        per_device = {
+            name: (v.get("devices") or {}).get(view.device) or copy_numbers.ZERO3
+            for name, v in summary["layers"].items()
+        }
+        short, _ = selection.view_label(store, view)
+        title = f"Copy time{' and stalls' if copy_numbers.waits(summary, view.device) else ''} per layer: {short}"
+        if store.refs[view.rid].synthetic:
+            title += " (SYNTHETIC: a model, not a measurement)"
+        waits = copy_numbers.waits(summary, view.device)
+        fig = figures.layer_figure(per_device, title, stalls=waits > 0)
+        if figures.is_note(fig):
+            return fig, ""
+        hint = "Click a layer's bar to see its copies and the kernels that hid them."
+        if waits:
+            hint += (
+                " Stalled by copies: the time GPU work waited, through a CUDA event, for the layer's copies to "
+                "finish (counted at the copy, even when the waiting op runs on another GPU)."
+            )
+            if copy_numbers.stall_over_copy(per_device.values()):
+                hint += f" Where a layer's stall bar is longer than its copy time: {STALL_OVER_COPY_TIME}."
+        else:
+            hint += " No stream waits (CUDA events) on this GPU: stalls cannot be measured."
+        return fig, hint
+
+    @app.callback(
+        Output("layer-details", "children"),
+        Input("layer-graph", "clickData"),
+        State("layer-run", "value"),
+        prevent_initial_call=True,
+    )
+    def on_layer_click(click, vid):
+        if not click or not vid:
+            return []
+        layer = click["points"][0].get("customdata")
+        layer = layer[0] if isinstance(layer, list) else layer
+        view = View.parse(vid)
+        run = store.get(view.rid)
+        info = run.summary["layers"].get(layer)
+        if info is None:
+            return html.P("Unknown layer.")
+        per_dev = (info.get("devices") or {}).get(view.device) or copy_numbers.ZERO3
+        by_device = info.get("top_kernels_by_device")
+        top = (by_device or {}).get(view.device, []) if by_device is not None else info["top_kernels"]
+        kernels = [
+            html.Li(f"{t['name']}: {human_time(t['overlap_ns'])} over {t['kernels']:,} kernel(s)") for t in top
+        ] or [html.Li(f"no kernel of GPU {view.device} overlapped these copies")]
+        whose = f"GPU {view.device}" if by_device is not None else "all GPUs of the run"
+        summary_rows = [
+            {
+                "direction": figures.DIRECTION_LABEL.get(d, d),
+                "copies": per_dev[d]["count"],
+                "size": human_bytes(per_dev[d]["bytes"]),
+                "busy": human_time(per_dev[d]["busy_ns"]),
+                "exposed": human_time(per_dev[d]["exposed_ns"]),
+                "hidden": "no copies"
+                if per_dev[d]["hidden_fraction"] is None
+                else f"{100 * per_dev[d]['hidden_fraction']:.1f}%",
+                "stalled by these copies": human_time(per_dev[d].get("stall_ns") or 0)
+                if copy_numbers.waits(run.summary, view.device)
+                else "no stream waits",
+            }
+            for d in ("d2h", "h2d", "offload")
+        ]
+        copies = figures.layer_copies(run.ops, layer, int(view.device) if view.device is not None else None)
+        over = copy_numbers.stall_over_copy([per_dev]) and copy_numbers.waits(run.summary, view.device)
+        why = [html.P(f"Stalled more than the copies took: {STALL_OVER_COPY_TIME}.", style=MUTED)] if over else []
+        return html.Div(
+            id="layer-detail-box",
+            children=[
+                html.H4(f"Layer {layer}, GPU {view.device}", style={"margin": "8px 0 4px"}),
+                dash_table.DataTable(
+                    id="layer-summary",
+                    data=summary_rows,
+                    columns=[
+                        {"id": c, "name": c}
+                        for c in ("direction", "copies", "size", "busy", "exposed", "hidden", "stalled by these copies")
+                    ],
+                    style_cell=CELL,
+                    style_header=HEADER,
+                ),
+                *why,
+                html.Strong(f"Kernels of {whose} that overlapped these copies"),
+                html.Ul(kernels),
+                html.Strong(f"The copies ({len(copies):,} shown, in time order)"),
+                dash_table.DataTable(
+                    id="layer-copies",
+                    data=copies,
+                    page_size=10,
+                    columns=[
+                        {"id": "direction", "name": "direction"},
+                        {"id": "stream", "name": "stream", "type": "numeric"},
+                        {"id": "start_ms", "name": "start (ms)", "type": "numeric", "format": {"specifier": ".3f"}},
+                        {
+                            "id": "duration_us",
+                            "name": "duration (µs)",
+                            "type": "numeric",
+                            "format": {"specifier": ".1f"},
+                        },
+                        {"id": "size", "name": "size"},
+                        {"id": "bytes", "name": "bytes", "type": "numeric", "format": {"specifier": ",d"}},
+                    ],
+                    style_cell=CELL,
+                    style_header=HEADER,
+                ),
+            ],
+        )

@@ -1,0 +1,109 @@
+"""The Ranks tab: the selected ranks of one multi-rank job side by side, stragglers and slow links named.
+
+The numbers are ``profiler.analysis.ranks.cross_rank`` over the ranks' summaries.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Input, Output, State, dcc, html
+
+from dashboards import figures
+from dashboards.data import RunStore
+from dashboards.rows import View
+from dashboards.selection import selected_views
+from dashboards.styles import CONTROL
+from dashboards.widgets import dropdown, graph
+
+
+def tab(options: list[dict[str, str]], value: str | None, style: dict[str, Any]) -> dcc.Tab:
+    """The tab, its policy choice filled in (hidden while no rank is selected)."""
+    return dcc.Tab(
+        label="Ranks",
+        value="ranks",
+        children=[
+            html.Div(dropdown("rank-policy", "policy", options=options, value=value), id="rank-controls", style=style),
+            dcc.Loading(graph("rank-heatmap")),
+            html.Ul(id="rank-findings"),
+        ],
+    )
+
+
+def _summaries(store: RunStore, views: list[View]) -> list[dict[str, Any]]:
+    """The analyzed runs' summaries among *views*, each once, with their paths."""
+    out, seen = [], set()
+    for v in views:
+        if v.rid in store.results and v.rid not in seen:
+            seen.add(v.rid)
+            out.append({**store.results[v.rid].summary, "path": store.refs[v.rid].name})
+    return out
+
+
+def rank_choices(
+    store: RunStore, views: list[View], current: str | None
+) -> tuple[list[dict[str, str]], str | None, dict]:
+    """The policies of the selected ranks, the one shown (kept where possible), and the controls' style."""
+    ranked = [s for s in _summaries(store, views) if s.get("rank") is not None]
+    policies = sorted({s["policy"] for s in ranked})
+    value = current if current in policies else (policies[0] if policies else None)
+    style = CONTROL if policies else {"display": "none"}
+    return [{"label": p, "value": p} for p in policies], value, style
+
+
+def register(app: dash.Dash, store: RunStore) -> None:
+    @app.callback(
+        Output("rank-policy", "options"),
+        Output("rank-policy", "value"),
+        Output("rank-controls", "style"),
+        Input("runs", "selected_rows"),
+        State("runs", "data"),
+        State("rank-policy", "value"),
+        prevent_initial_call=True,
+    )
+    def on_rank_runs(selected, data, current):
+        return rank_choices(store, selected_views(selected, data), current)
+
+    @app.callback(
+        Output("rank-heatmap", "figure"),
+        Output("rank-findings", "children"),
+        Input("tabs", "value"),
+        Input("rank-policy", "value"),
+        Input("runs", "selected_rows"),
+        State("runs", "data"),
+        prevent_initial_call=True,
+    )
+    def on_rank_policy(tab, policy, selected, data):
+        if tab != "ranks":
+            return dash.no_update, dash.no_update
+        from profiler.analysis.ranks import cross_rank
+
+        summaries = _summaries(store, selected_views(selected, data))
+        runs = [s for s in summaries if s.get("rank") is not None and s["policy"] == policy]
+        if not runs:
+            return (
+                figures.note_figure(
+                    "None of the selected runs is a rank of a multi-rank job. Ranks come from file or folder "
+                    "names (report.3.sqlite, ...-rank3-...) or the run's manifest: "
+                    "profile-step analyze DIR --ranks reads a whole job."
+                ),
+                [],
+            )
+        fig = figures.rank_heatmap(runs, policy)
+        doc = cross_rank(runs)["policies"].get(policy)
+        items = []
+        if doc:
+            items += [
+                html.Li(f"straggler rank {s['rank']}: step {s['vs_median']:.2f}x the median; " + "; ".join(s["why"]))
+                for s in doc["stragglers"]
+            ]
+            items += [
+                html.Li(
+                    f"slow link? rank {s['rank']} {s['direction']} {s['gbps']:.1f} GB/s vs median "
+                    f"{s['median_gbps']:.1f} GB/s"
+                )
+                for s in doc["sick_links"]
+            ]
+            items = items or [html.Li("no straggler and no slow link among these ranks")]
+        return fig, items

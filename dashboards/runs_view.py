@@ -1,0 +1,222 @@
+"""The runs table (one row per run and GPU, filled in while runs are analyzed) and the Policies tab.
+
+The table's selection drives every other view; ``follow_rows`` is what follows from it here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Input, Output, State, dash_table, dcc, html
+
+from dashboards import bars, copy_numbers, figures, kernels_view, rows, selection, widgets
+from dashboards.data import RunStore
+from dashboards.rows import View
+from dashboards.styles import ERROR_COLOR, FONT_FAMILY, MUTED
+from profiler.errors import ProfilerError
+
+
+def all_rows(store: RunStore) -> list[dict[str, Any]]:
+    """Rows for every run analyzed so far (errors included), in discovery order."""
+    out = []
+    for rid, ref in store.refs.items():
+        if rid in store.results:
+            summary = store.results[rid].summary
+            out += [rows.raw_row(ref, summary, v.device) for v in rows.views(ref, summary)]
+        elif ref.no_trace:
+            out.append(rows.no_trace_row(ref))
+        elif rid in store.errors:
+            out.append(rows.error_row(ref, store.errors[rid]))
+    return out
+
+
+def table_rows(store: RunStore) -> list[dict[str, Any]]:
+    """The rows as the browser gets them (units applied, private keys dropped)."""
+    return rows.table(all_rows(store))[1]
+
+
+def progress_text(done: int, total: int, current: str | None, plans: int = 0) -> str:
+    """The line above the runs table: how many runs, or how far their analysis is."""
+    if not total:
+        return "No runs found. Give run folders or traces: profile-step dashboard runs/ trace.sqlite" + (
+            f" ({plans} profile-step plan(s): see Policy trade)" if plans else ""
+        )
+    if done >= total:
+        return f"{total} run(s); one row per GPU. Pick rows to compare them below."
+    return f"Analyzing runs: {done}/{total} done" + (f", now {current}" if current else "") + " …"
+
+
+def options(store: RunStore, view_ids: list[str]) -> list[dict[str, Any]]:
+    """Dropdown choices for the analyzed (run, GPU) views among *view_ids*: short label, full name on hover."""
+    out = []
+    for vid in view_ids:
+        view = View.parse(vid)
+        if view.rid in store.results:
+            short, full = selection.view_label(store, view)
+            out.append({"label": html.Span(short, title=full), "value": vid, "search": full})
+    return out
+
+
+def follow_rows(store: RunStore, views: list[View], current: list[str | None]) -> dict[str, Any]:
+    """Everything that follows from the selected rows: the policy figure, error cards, provenance,
+    and the run choices (with their values kept where possible) of the per-run tabs."""
+    good, cards, items, prov, seen, with_copies = [], [], [], [], set(), set()
+    for view in views:
+        if store.refs[view.rid].no_trace:  # its row says why; nothing to draw
+            continue
+        try:
+            summary = store.get(view.rid).summary
+        except ProfilerError as exc:
+            cards.append(widgets.card(str(exc)))
+            continue
+        ref = store.refs[view.rid]
+        good.append(view.id)
+        off = (summary["devices"].get(view.device) or {}) if view.device else {}
+        if (off.get("offload") or {}).get("count"):
+            with_copies.add(view.id)
+        items.append(
+            figures.Item(
+                label=rows.label(ref, summary, view.device),
+                full=rows.full_name(ref, summary, view.device),
+                copies={d: off.get(d) or copy_numbers.ZERO for d in ("h2d", "d2h", "offload")},
+                step_ns=summary["median_step_ns"],
+                peak_bytes=(summary.get("peak_memory_bytes") or {}).get(view.device),
+                synthetic=ref.synthetic,
+                waits=copy_numbers.waits(summary, view.device),
+                stalled=copy_numbers.stalled(summary, view.device),
+            )
+        )
+        if ref.provenance is not None and ref.id not in seen:
+            seen.add(ref.id)
+            p = ref.provenance
+            prov.append(
+                html.Li(
+                    [
+                        html.Strong(rows.short_id(ref)),
+                        f": real trace from {p.repo} (commit {p.commit[:10]}, {p.licence}), {p.path}. {p.description}",
+                    ]
+                )
+            )
+    # a per-run view opens on the first selected row with copies (else the first row)
+    first = next((v for v in good if v in with_copies), good[0] if good else None)
+    values = [v if v in good else first for v in current]
+    failed = [widgets.card(msg) for rid, msg in list(store.errors.items()) if rid not in {v.rid for v in views}]
+    return {
+        "bars": bars.policy_table(items),
+        "errors": cards + failed,  # every run that cannot be read, selected or not
+        "provenance": [
+            html.Strong("Real traces from public repositories (not made by this project):"),
+            html.Ul(prov),
+        ]
+        if prov
+        else [],
+        "options": options(store, good),
+        "values": values,
+    }
+
+
+def table_part(store: RunStore, raw: list[dict[str, Any]], sel: dict[str, Any]) -> list[Any]:
+    """The progress line, the runs table with its first selection, and the notes under it."""
+    columns, data, tips = rows.table(raw)
+    selected = rows.default_selection(raw)
+    done, total, _ = store.progress()
+    return [
+        html.Div(progress_text(done, total, None, len(store.plans)), id="progress", style=MUTED),
+        dcc.Interval(id="poll", interval=700, n_intervals=0, disabled=done >= total),
+        dash_table.DataTable(
+            id="runs",
+            columns=columns,
+            data=data,
+            tooltip_data=tips,
+            tooltip_header=rows.header_tooltips(columns),
+            tooltip_delay=300,
+            tooltip_duration=None,
+            row_selectable="multi",
+            selected_rows=selected,
+            sort_action="native",
+            filter_action="native",
+            page_action="none",
+            style_table={"overflowX": "auto", "maxHeight": "340px", "overflowY": "auto"},
+            style_header={"fontWeight": "bold", "whiteSpace": "normal", "height": "auto"},
+            style_cell={
+                "textAlign": "left",
+                "fontSize": "13px",
+                "fontFamily": FONT_FAMILY,
+                "maxWidth": "280px",
+                "overflow": "hidden",
+                "textOverflow": "ellipsis",
+                "padding": "3px 6px",
+            },
+            style_cell_conditional=[{"if": {"column_id": "device"}, "maxWidth": "360px"}],
+            style_data_conditional=[
+                {"if": {"filter_query": "{status} = error"}, "color": ERROR_COLOR},
+                {"if": {"filter_query": "{source} = 'SYNTHETIC demo'"}, "fontStyle": "italic"},
+            ],
+        ),
+        html.Div(rows.SOURCE_NOTE, id="table-note", style=MUTED),
+        html.Div(sel["provenance"], id="provenance", style=MUTED),
+    ]
+
+
+def policies_tab(store: RunStore, views: list[View], sel: dict[str, Any]) -> dcc.Tab:
+    """The Policies tab: the selected rows' copy numbers side by side, and their kernels beside copies."""
+    return dcc.Tab(
+        label="Policies",
+        value="policies",
+        children=[
+            html.Div(sel["bars"], id="policy-bars"),
+            html.Div(kernels_view.policy_panel(store, views), id="policy-kernels"),
+        ],
+    )
+
+
+def register(app: dash.Dash, store: RunStore) -> None:
+    @app.callback(
+        Output("progress", "children"),
+        Output("runs", "columns"),
+        Output("runs", "data"),
+        Output("runs", "tooltip_data"),
+        Output("poll", "disabled"),
+        Output("runs", "selected_rows"),
+        Input("poll", "n_intervals"),
+        State("runs", "selected_rows"),
+        State("runs", "data"),
+        prevent_initial_call=True,
+    )
+    def refresh(_n: int, selected: list[int], old: list[dict[str, Any]]):
+        done, total, current = store.progress()
+        raw = all_rows(store)
+        finished = done >= total
+        msg = progress_text(done, total, current, len(store.plans))
+        if len(raw) == len(old or []):
+            return msg, dash.no_update, dash.no_update, dash.no_update, finished, dash.no_update
+        columns, data, tips = rows.table(raw)
+        keep = {old[i]["id"] for i in (selected or []) if i < len(old or [])}
+        before = [r for r in raw if r["id"] in {o["id"] for o in old or []}]
+        untouched = keep == {before[i]["id"] for i in rows.default_selection(before)} if before else True
+        # the first view's choice follows the runs as they come in, until the user picks rows
+        new_sel = rows.default_selection(raw) if untouched else [i for i, r in enumerate(data) if r["id"] in keep]
+        return msg, columns, data, tips, finished, new_sel
+
+    @app.callback(
+        Output("policy-bars", "children"),
+        Output("errors", "children"),
+        Output("provenance", "children"),
+        Output("layer-run", "options"),
+        Output("layer-run", "value"),
+        Output("timeline-run", "options"),
+        Output("timeline-run", "value"),
+        Output("streams-run", "options"),
+        Output("streams-run", "value"),
+        Input("runs", "selected_rows"),
+        State("runs", "data"),
+        State("layer-run", "value"),
+        State("timeline-run", "value"),
+        State("streams-run", "value"),
+        prevent_initial_call=True,
+    )
+    def on_select(selected, data, *current):
+        sel = follow_rows(store, selection.selected_views(selected, data), list(current))
+        opts, (v1, v2, v3) = sel["options"], sel["values"]
+        return sel["bars"], sel["errors"], sel["provenance"], opts, v1, opts, v2, opts, v3

@@ -1,0 +1,113 @@
+"""The Copy streams tab: one (run, GPU)'s copy streams against a host link's rate (its own, or one picked).
+
+The streams are the run summary's ``streams`` for the GPU; the default link comes from the GPU's model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Input, Output, State, dcc, html
+
+from dashboards import figures, links, selection
+from dashboards.data import RunStore
+from dashboards.rows import View
+from dashboards.styles import CONTROL, MUTED
+from dashboards.widgets import RUN_PROMPT, dropdown, graph
+
+LINK_OPTIONS = [{"label": links.label(lk), "value": lk.key} for lk in links.LINKS] + [
+    {"label": "custom (GB/s per direction)", "value": links.CUSTOM}
+]
+
+
+def link_choice(store: RunStore, vid: str | None) -> tuple[str | None, float | None, str]:
+    """The link drawn by default for a (run, GPU): from its device model, and why."""
+    if not vid:
+        return None, None, ""
+    view = View.parse(vid)
+    summary = store.get(view.rid).summary
+    name = (summary.get("device_names") or {}).get(view.device)
+    link, why = links.default_link([name] if name else summary.get("gpus") or [])
+    return link.key, link.gbps, f"Link drawn: {why}. Pick another, or a custom rate, to compare."
+
+
+def tab(store: RunStore, options: list[dict[str, Any]], value: str | None) -> dcc.Tab:
+    """The tab, its run choice and that run's link filled in."""
+    link_key, link_gbps, link_note = link_choice(store, value)
+    return dcc.Tab(
+        label="Copy streams",
+        value="streams",
+        children=[
+            html.Div(
+                [
+                    dropdown("streams-run", "run and GPU", "45%", options, value),
+                    html.Div(
+                        dcc.Dropdown(id="link-preset", clearable=False, value=link_key, options=LINK_OPTIONS),
+                        style={"flex": "1 1 35%", "minWidth": "260px"},
+                    ),
+                    dcc.Input(
+                        id="link-gbps",
+                        type="number",
+                        value=link_gbps,
+                        min=0.1,
+                        debounce=True,
+                        disabled=True,
+                        style={"width": "90px"},
+                    ),
+                    html.Span("GB/s"),
+                ],
+                style=CONTROL,
+            ),
+            html.Div(link_note, id="link-note", style=MUTED),
+            dcc.Loading(graph("streams-graph")),
+        ],
+    )
+
+
+def register(app: dash.Dash, store: RunStore) -> None:
+    @app.callback(
+        Output("link-preset", "value"),
+        Output("link-gbps", "value"),
+        Output("link-note", "children"),
+        Input("streams-run", "value"),
+        prevent_initial_call=True,
+    )
+    def on_streams_run(vid):
+        key, gbps, note = link_choice(store, vid)
+        return (key, gbps, note) if vid else (dash.no_update, dash.no_update, "")
+
+    @app.callback(
+        Output("link-gbps", "disabled"),
+        Output("link-gbps", "value", allow_duplicate=True),
+        Input("link-preset", "value"),
+        prevent_initial_call=True,
+    )
+    def on_preset(key):
+        if key == links.CUSTOM or key is None:
+            return False, dash.no_update
+        return True, links.BY_KEY[key].gbps
+
+    @app.callback(
+        Output("streams-graph", "figure"),
+        Input("tabs", "value"),
+        Input("streams-run", "value"),
+        Input("link-gbps", "value"),
+        State("link-preset", "value"),
+        prevent_initial_call=True,
+    )
+    def on_streams(tab, vid, gbps, key):
+        if tab != "streams":
+            return dash.no_update
+        if not vid:
+            return figures.note_figure(RUN_PROMPT)
+        view = View.parse(vid)
+        summary = store.get(view.rid).summary
+        streams = (summary.get("streams") or {}).get(view.device, []) if view.device else []
+        name = links.BY_KEY[key].name if key in links.BY_KEY else "custom link"
+        short, _ = selection.view_label(store, view)
+        title = figures.esc(short)
+        if store.refs[view.rid].synthetic:
+            title += " (SYNTHETIC: a model, not a measurement)"
+        fig = figures.streams_figure(streams, float(gbps or links.BY_KEY[links.FALLBACK].gbps), name, title)
+        return fig

@@ -1,0 +1,100 @@
+"""The Timeline tab: one step (or the whole capture) of one (run, GPU), lane by lane.
+
+A finding's "show in timeline" button marks its ops here (``timeline-focus``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Input, Output, State, dcc, html
+
+from dashboards import figures
+from dashboards.data import RunStore
+from dashboards.rows import View
+from dashboards.styles import CONTROL, MUTED
+from dashboards.widgets import RUN_PROMPT, dropdown, graph
+
+
+def tab(options: list[dict[str, Any]], value: str | None) -> dcc.Tab:
+    """The tab, its run choice filled in (the step follows once the tab is shown)."""
+    return dcc.Tab(
+        label="Timeline",
+        value="timeline",
+        children=[
+            html.Div(
+                [dropdown("timeline-run", "run and GPU", "60%", options, value), dropdown("timeline-step", "step")],
+                style=CONTROL,
+            ),
+            dcc.Loading(graph("timeline-graph", config={"scrollZoom": True, "displaylogo": False})),
+            html.Div(id="timeline-note", style=MUTED),
+            dcc.Store(id="timeline-focus"),  # what a finding's button asks to mark
+        ],
+    )
+
+
+def register(app: dash.Dash, store: RunStore) -> None:
+    @app.callback(
+        Output("timeline-step", "options"),
+        Output("timeline-step", "value"),
+        Input("tabs", "value"),
+        Input("timeline-run", "value"),
+        State("timeline-step", "value"),
+        prevent_initial_call=True,
+    )
+    def on_timeline_run(tab, vid, current):
+        if tab != "timeline":
+            return dash.no_update, dash.no_update
+        if not vid:
+            return [], None
+        ranges = store.get(View.parse(vid).rid).ranges
+        names = ranges.filter(ranges["lane"] == "step")["name"].to_list()
+        opts = [{"label": "whole capture", "value": "__all__"}] + [{"label": n, "value": n} for n in names]
+        if current in names or current == "__all__":
+            return opts, current
+        return opts, (names[len(names) // 2] if names else "__all__")
+
+    @app.callback(
+        Output("timeline-graph", "figure"),
+        Output("timeline-note", "children"),
+        Input("tabs", "value"),
+        Input("timeline-step", "value"),
+        Input("timeline-focus", "data"),
+        State("timeline-run", "value"),
+        prevent_initial_call=True,
+    )
+    def on_timeline_step(tab, step, mark, vid):
+        if tab != "timeline":
+            return dash.no_update, dash.no_update
+        if not vid or step is None:
+            return figures.note_figure(RUN_PROMPT), ""
+        view = View.parse(vid)
+        run = store.get(view.rid)
+        window = None
+        if step != "__all__":
+            r = run.ranges.filter((run.ranges["lane"] == "step") & (run.ranges["name"] == step))
+            if r.height:
+                window = (int(r["start"][0]), int(r["end"][0]))
+        device = int(view.device) if view.device is not None else None
+        focus = mark["focus"] if isinstance(mark, dict) and mark.get("vid") == vid else None
+        fig, stats = figures.timeline_figure(run.device_ops(device), run.ranges, window, focus=focus)
+        if not stats["events"]:
+            return fig, ""
+        note = f"{stats['events']:,} GPU ops of GPU {view.device} in the window."
+        if focus:
+            what = focus.split(":", 1)[1].replace("|", ", ")
+            note += (
+                f" ▼ marks the {stats['marked']:,} ops of the finding ({what}) in the window."
+                if stats["marked"]
+                else f" None of the finding's ops ({what}) runs in this window: pick 'whole capture'."
+            )
+        if stats["occupancy_lanes"]:
+            note += (
+                " Lanes with too many ops to draw one by one are drawn as occupancy: the filled height is the share of "
+                f"each of the {stats['bins']:,} time bins during which something ran on the stream "
+                f"(an empty outline is 0%, a full band 100%): {', '.join(stats['occupancy_lanes'])}."
+            )
+        if store.refs[view.rid].synthetic:
+            note += " SYNTHETIC run: a model of a step, not a measurement."
+        return fig, note

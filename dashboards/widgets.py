@@ -1,0 +1,38 @@
+"""Small building blocks shared by the views: a graph, a run dropdown, an error card."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dash import dcc, html
+
+from dashboards import figures
+from dashboards.styles import ERROR_CARD
+
+RUN_PROMPT = "Select runs in the table above, then pick one here."
+
+
+def card(message: str) -> html.Div:
+    """A run that cannot be shown, and why."""
+    return html.Div(
+        [html.Strong("Cannot show this run: "), html.Span(message)],
+        className="error-card",
+        style=ERROR_CARD,
+    )
+
+
+def graph(gid: str, figure: dict[str, Any] | None = None, **config: Any) -> dcc.Graph:
+    """A graph that says "Loading …" until its callback draws it."""
+    return dcc.Graph(id=gid, figure=figure or figures.note_figure("Loading …"), config={"displaylogo": False, **config})
+
+
+def dropdown(
+    did: str, placeholder: str, width: str = "100%", options: list[Any] | None = None, value: Any = None
+) -> html.Div:
+    """A dropdown that takes *width* of its row (at least 260 px)."""
+    return html.Div(
+        dcc.Dropdown(
+            id=did, clearable=False, placeholder=placeholder, optionHeight=40, options=options or [], value=value
+        ),
+        style={"flex": "1 1 " + width, "minWidth": "260px"},
+    )
