@@ -63,7 +63,7 @@ POLICY_LEGEND = (
 )
 
 
-def render_policy_table(tab: dict[str, Any]) -> str:
+def render_policy_comparison(tab: dict[str, Any]) -> str:
     """The per-policy table with notes on what is missing and why."""
     rows = []
     notes: dict[str, list[str]] = {}

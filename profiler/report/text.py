@@ -154,7 +154,7 @@ def steps_line(summary: dict[str, Any]) -> str:
     )
 
 
-def render_policy_table(rows: list[dict[str, Any]]) -> str:
+def render_sweep_summary(rows: list[dict[str, Any]]) -> str:
     """One line per policy run: status, steps, step time, offloaded bytes, busy/exposed copy time."""
     offs = [r.get("offload") or {} for r in rows]
     step = Units.of([], [r.get("median_step_ns") for r in rows])
