@@ -7,7 +7,8 @@ import textwrap
 from typing import Any
 
 from profiler.analysis.xla_names import ACTIVATION_NAMES
-from profiler.report.text import ms, pct, table
+from profiler.report.table import table
+from profiler.report.units import ms, pct
 
 
 def size(b: float | None) -> str:
