@@ -55,7 +55,7 @@ def cmd_policies(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from profiler.analysis.policies import planned_vs_moved, policy_table
-    from profiler.report.policies_text import render_planned_vs_moved_all, render_policy_table
+    from profiler.report.policies_text import render_planned_vs_moved_all, render_policy_comparison
     from profiler.report.sides import NoTrace, load_runs
 
     skipped: list[NoTrace] = []  # run folders without a trace: listed once, never in the way of the others
@@ -73,7 +73,7 @@ def cmd_policies(args: argparse.Namespace) -> int:
     if args.json:
         print(_json_dump({"policies": tab, "planned_vs_moved": pvm, "no_trace": [s.doc() for s in skipped]}))
         return 0
-    print(render_policy_table(tab))
+    print(render_policy_comparison(tab))
     if skipped:
         print(f"\nnot in the table ({len(skipped)} without a trace):")
         for s in skipped:
@@ -311,7 +311,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:  # capture needs no analysis packages; a bare GPU node may only have what training needs
         from profiler.analysis.summary import run_summary
-        from profiler.report.text import NO_GPU, render_devices, render_policy_table, steps_line, window_line
+        from profiler.report.text import NO_GPU, render_devices, render_sweep_summary, steps_line, window_line
         from profiler.trace import open_trace
     except ImportError as exc:
         run_summary = None
@@ -401,7 +401,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     results = run_all(req, on_result=show)
     if len(rows) > 1 and run_summary is not None:
-        print("\n" + render_policy_table(rows))
+        print("\n" + render_sweep_summary(rows))
     if any(r.status == "interrupted" for r in results):
         return 130
     code = next((r.exit_code for r in results if r.exit_code != 0), 0)

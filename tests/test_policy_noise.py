@@ -8,7 +8,7 @@ import re
 import pytest
 
 from profiler.analysis.policies import policy_table, step_spread
-from profiler.report.policies_text import render_policy_table
+from profiler.report.policies_text import render_policy_comparison
 
 MS = 1_000_000
 
@@ -57,7 +57,7 @@ def test_noise_is_said_and_a_real_difference_is_not():
     assert pair["difference_ns"] == pytest.approx(4.48 * MS) and pair["spread_ns"] == pytest.approx(18.05 * MS)
     assert rows["offload"]["within_spread_of"] == [] and rows["remat"]["within_spread_of"] == ["none"]
     assert tab["cpu_runs"] == ["none", "remat", "offload"]
-    text = render_policy_table(tab)
+    text = render_policy_comparison(tab)
     assert re.search(r"^none ~\s+3\s+8\.030\s+3\.200-21\.250\s", text, re.M), text
     assert re.search(r"^offload\s+3\s", text, re.M)
     assert "~: none and remat differ by 4.480 ms per step, less than the spread of their steps (18.050 ms)" in text
@@ -72,7 +72,7 @@ def test_same_hlo_marks_different_policies_only():
     assert tab["same_hlo"] == [{"fingerprint": "aaa", "policies": ["none", "offload"], "cpu": False}]
     assert [r["same_hlo_as"] for r in tab["rows"]] == [["offload"], ["none"], ["offload"], [], []]
     assert tab["cpu_runs"] == []
-    text = render_policy_table(tab)
+    text = render_policy_comparison(tab)
     assert len(re.findall(r"^(none|offload) =", text, re.M)) == 3 and not re.search(r"^remat =", text, re.M)
     assert "=: none, offload compiled to the same step (HLO fingerprint aaa)" in text
     assert "does not stand for a GPU" not in text
@@ -103,7 +103,7 @@ def test_two_runs_of_one_policy_further_apart_than_their_spread():
     assert apart["policy"] == "offload_all" and apart["median_steps_ns"] == [21.25 * MS, 3.24 * MS]
     assert tab["within_spread"] == []
     assert "!: two runs of offload_all took 21.250 and 3.240 ms per step, further apart than the spread" in (
-        render_policy_table(tab)
+        render_policy_comparison(tab)
     )
     steady = policy_table([run("none", [5.0, 6.0, 7.0]), run("none", [5.5, 6.5, 7.5])])
     assert steady["runs_apart"] == []

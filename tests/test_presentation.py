@@ -212,13 +212,13 @@ def test_terminal_no_host_device_copies_is_said(build):
 
 
 def test_cpu_run_summary_says_no_gpu_once():
-    from profiler.report.text import render_policy_table
+    from profiler.report.text import render_sweep_summary
 
     rows = [
         {"policy": p, "status": "ok", "exit_code": 0, "steps": 3, "median_step_ns": 7_500_000, "run_dir": f"runs/{p}"}
         for p in ("none", "offload_qkv")
     ]
-    out = render_policy_table(rows)
+    out = render_sweep_summary(rows)
     assert out.splitlines()[0].split()[:6] == ["policy", "status", "exit", "steps", "median", "step"]
     assert "ms" in out.splitlines()[0] and "copies" in out.splitlines()[0]
 

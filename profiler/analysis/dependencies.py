@@ -327,3 +327,13 @@ def dependencies(trace: Trace, ops: GpuOps | None = None) -> Dependencies:
         n_res = int((resolved & on).sum())
         counts[int(dev)] = {"total": int(on.sum()), "resolved": n_res, "unresolved": int(on.sum()) - n_res}
     return Dependencies(ops, target[applied], blocker[applied], counts, events)
+
+
+def segmented_cummax(values: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """Running maximum of *values* restarting where the (non-decreasing) segment id *seg* changes."""
+    if values.size == 0:
+        return values.copy()
+    uniq, rank = np.unique(values, return_inverse=True)
+    n = np.int64(uniq.size)
+    code = seg.astype(np.int64) * n + rank
+    return uniq[np.maximum.accumulate(code) - seg.astype(np.int64) * n]

@@ -34,6 +34,7 @@ from profiler.analysis.dependencies import (
     GpuOps,
     _stream_keys,
     completed_ops,
+    segmented_cummax,
 )
 from profiler.trace.loader import RUNTIME_TABLE, Trace
 
@@ -74,8 +75,6 @@ class HostSyncs:
         if out.size:
             first = np.r_[True, self.gtid[1:] != self.gtid[:-1]]
             seg = np.cumsum(first) - 1
-            from profiler.analysis.replay import segmented_cummax
-
             out = segmented_cummax(out, seg)
         return out
 

@@ -29,7 +29,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from profiler.analysis.dependencies import D2H, H2D, NO_TIME, Dependencies, GpuOps, search_in_groups
+from profiler.analysis.dependencies import (
+    D2H,
+    H2D,
+    NO_TIME,
+    Dependencies,
+    GpuOps,
+    search_in_groups,
+    segmented_cummax,
+)
 from profiler.analysis.hostsync import HostSyncs
 
 
@@ -73,16 +81,6 @@ def scaled_durations(deps: Dependencies, factor: float) -> np.ndarray:
         dur = dur.copy()
         dur[copy] = np.floor(dur[copy].astype(np.float64) * factor + 0.5).astype(np.int64)
     return dur
-
-
-def segmented_cummax(values: np.ndarray, seg: np.ndarray) -> np.ndarray:
-    """Running maximum of *values* restarting where the (non-decreasing) segment id *seg* changes."""
-    if values.size == 0:
-        return values.copy()
-    uniq, rank = np.unique(values, return_inverse=True)
-    n = np.int64(uniq.size)
-    code = seg.astype(np.int64) * n + rank
-    return uniq[np.maximum.accumulate(code) - seg.astype(np.int64) * n]
 
 
 def replay(deps: Dependencies, factor: float, host: HostSyncs | None = None) -> Replay:

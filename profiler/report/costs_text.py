@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from profiler.report.text import gbps, ms, table
+from profiler.analysis.kernels_slowed import MIN_CALLS, SIZE_BIAS_NOTE, no_baseline
+from profiler.report.table import table
+from profiler.report.units import Units, gbps, ms
 
 CONTEXT_LABELS = (("alone", "alone"), ("kernels", "beside kernels"), ("copies", "beside copies"), ("mixed", "mixed"))
 
@@ -46,9 +48,6 @@ def context_table(copies: dict[str, Any]) -> list[str]:
 def kernels_beside_lines(kb: dict[str, Any] | None) -> list[str]:
     """Kernels slowed by copies (METRICS.md): a line on the device's kernels alone and beside
     h2d/d2h copies and, when groups count, their medians and excess time, with the size-bias caveat."""
-    from profiler.analysis.kernels_slowed import MIN_CALLS, SIZE_BIAS_NOTE, no_baseline
-    from profiler.report.text import Units
-
     if not kb or not (kb["calls_alone"] or kb["calls_beside"]):
         return []
     head = "  kernels beside copies: "

@@ -7,7 +7,8 @@ import textwrap
 from typing import Any
 
 from profiler.analysis.xla_names import ACTIVATION_NAMES
-from profiler.report.text import ms, pct, table
+from profiler.report.table import table
+from profiler.report.units import ms, pct
 
 
 def size(b: float | None) -> str:
@@ -63,7 +64,7 @@ POLICY_LEGEND = (
 )
 
 
-def render_policy_table(tab: dict[str, Any]) -> str:
+def render_policy_comparison(tab: dict[str, Any]) -> str:
     """The per-policy table with notes on what is missing and why."""
     rows = []
     notes: dict[str, list[str]] = {}

@@ -2,61 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
-from profiler.report.units import UNITS_NOTE, byte_unit, human_time, scaled, time_unit
-
-
-def ms(ns: int | None) -> str:
-    return "-" if ns is None else f"{ns / 1e6:.3f}"
-
-
-def mib(b: int | None) -> str:
-    return "-" if b is None else f"{b / 2**20:.2f}"
-
-
-def pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
-
-
-def gbps(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}"
-
-
-@dataclass(frozen=True)
-class Units:
-    """One size unit and one time unit for a table, chosen by the largest value it shows."""
-
-    size: str
-    size_div: int
-    time: str
-    time_div: int
-
-    @staticmethod
-    def of(sizes: Iterable[int | float | None], times: Iterable[int | float | None]) -> Units:
-        return Units(*byte_unit(sizes), *time_unit(times))
-
-    def b(self, value: int | None) -> str:
-        return scaled(value, self.size_div)
-
-    def t(self, ns: int | None) -> str:
-        return scaled(ns, self.time_div, 3)
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: Sequence[int] = (0,)) -> str:
-    """A plain, aligned table: the *left* columns (the first by default) left, the others right."""
-    cells = [list(headers), *[list(map(str, r)) for r in rows]]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-
-    def fmt(r: list[str]) -> str:
-        return "  ".join(
-            c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
-        ).rstrip()
-
-    sep = "  ".join("-" * w for w in widths)
-    return "\n".join([fmt(cells[0]), sep, *(fmt(r) for r in cells[1:])])
+from profiler.analysis.links import host_link
+from profiler.report.costs_text import context_table, kernels_beside_lines, stall_lines
+from profiler.report.table import table
+from profiler.report.units import UNITS_NOTE, Units, gbps, human_time, ms, pct
 
 
 def offload_headers(u: Units) -> tuple[str, ...]:
@@ -111,9 +63,6 @@ NO_GPU = "No GPU activity in this trace (a CPU-only run?): no kernels, copies or
 def render_devices(doc: dict[str, Any], link: str | None = None) -> str:
     """The readable form of ``analyze --json``; each GPU with copies says which host link its GB/s
     compare with (*link*, ``--link``, else its device model's, else assumed and said so)."""
-    from profiler.analysis.links import host_link
-    from profiler.report.costs_text import context_table, kernels_beside_lines, stall_lines
-
     info = doc.get("trace", {})
     head = (
         f"{info.get('path', '')}  (nsys {info.get('nsys_version') or '?'}, schema {info.get('schema_version') or '?'})"
@@ -205,7 +154,7 @@ def steps_line(summary: dict[str, Any]) -> str:
     )
 
 
-def render_policy_table(rows: list[dict[str, Any]]) -> str:
+def render_sweep_summary(rows: list[dict[str, Any]]) -> str:
     """One line per policy run: status, steps, step time, offloaded bytes, busy/exposed copy time."""
     offs = [r.get("offload") or {} for r in rows]
     step = Units.of([], [r.get("median_step_ns") for r in rows])

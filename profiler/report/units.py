@@ -5,6 +5,7 @@ per second, i.e. bytes per nanosecond), as nsys and link specifications state it
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 BYTE_UNITS: tuple[tuple[str, int], ...] = (("B", 1), ("KiB", 2**10), ("MiB", 2**20), ("GiB", 2**30), ("TiB", 2**40))
 TIME_UNITS: tuple[tuple[str, int], ...] = (("µs", 10**3), ("ms", 10**6), ("s", 10**9))
@@ -71,3 +72,39 @@ def human_time(ns: int | float | None) -> str:
     if ns == 0:
         return "0"
     return _human(ns, TIME_UNITS, time_unit([ns]))
+
+
+def ms(ns: int | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.3f}"
+
+
+def mib(b: int | None) -> str:
+    return "-" if b is None else f"{b / 2**20:.2f}"
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def gbps(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+@dataclass(frozen=True)
+class Units:
+    """One size unit and one time unit for a table, chosen by the largest value it shows."""
+
+    size: str
+    size_div: int
+    time: str
+    time_div: int
+
+    @staticmethod
+    def of(sizes: Iterable[int | float | None], times: Iterable[int | float | None]) -> Units:
+        return Units(*byte_unit(sizes), *time_unit(times))
+
+    def b(self, value: int | None) -> str:
+        return scaled(value, self.size_div)
+
+    def t(self, ns: int | None) -> str:
+        return scaled(ns, self.time_div, 3)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from profiler.conventions import (
     CAPTURE_MANIFEST_KEY,
@@ -37,11 +37,20 @@ from profiler.conventions import (
     MANIFEST,
 )
 
-if TYPE_CHECKING:
-    from profiler.trace.loader import Trace
-
 SPECS = ("auto", "all", "cuda-profiler-api")
 OPEN_END = 1 << 62  # the end of a window whose range or profiler span never closed
+
+
+class Recording(Protocol):
+    """What the window is found from: the parts of ``loader.Trace`` read here (so this module
+    does not import the loader, which imports it)."""
+
+    @property
+    def has_cuda_calls(self) -> bool: ...
+
+    def runtime_named(self, prefixes: tuple[str, ...]) -> Any: ...
+
+    def nvtx_ranges_named(self, name: str, domain: str | None) -> Any: ...
 
 
 def check_spec(spec: str) -> str:
@@ -112,7 +121,7 @@ def _first_range(rows: Any, what: str) -> tuple[int, int | None, str | None]:
     return start, (int(end) if end is not None else None), note
 
 
-def _profiler_span(trace: Trace) -> tuple[Window | None, str]:
+def _profiler_span(trace: Recording) -> tuple[Window | None, str]:
     """The first cudaProfilerStart and the next cudaProfilerStop, or why there is none."""
     starts = trace.runtime_named(CUDA_PROFILER_START)
     if starts.height == 0:
@@ -129,7 +138,7 @@ def _profiler_span(trace: Trace) -> tuple[Window | None, str]:
     return Window("", t0, end, "cudaProfilerStart/Stop span", note), ""
 
 
-def find(trace: Trace, spec: str) -> Window:
+def find(trace: Recording, spec: str) -> Window:
     """The analysis window of *trace* under *spec* (see the module docstring)."""
     if spec == "all":
         return Window(spec, note="--capture-range all")
