@@ -104,6 +104,14 @@ def _fmt(x: float, raw: float | None = None, own: Any = None) -> str:
     return f"{x:.3g}" if abs(x) < 100 else f"{x:,.0f}"
 
 
+def _pair(a: float, b: float, raw_a: float, raw_b: float) -> str:
+    """``exposed / hidden`` in the column's unit; both in their own units when either is too small to
+    read there (``30.9 µs / 3.79 s``, never ``30.9 µs / 3.79``)."""
+    if any(x and abs(x) < 0.01 for x in (a, b)):
+        return f"{human_time(raw_a)} / {human_time(raw_b)}"
+    return f"{_fmt(a)} / {_fmt(b)}"
+
+
 def _one(
     label: str, tip: str, part: str, value: float | None, div: float, color: str, top: float, missing: str
 ) -> list[Any]:
@@ -196,8 +204,7 @@ def policy_table(items: list[Item]) -> html.Div:
                     label,
                     [Part(f"{dl} exposed", exposed, COLORS[d]), Part(f"{dl} hidden", hidden, HIDDEN_TINT[d])],
                     top_t,
-                    f"{dl} {_fmt(exposed, c['exposed_ns'], human_time)}"
-                    f" / {_fmt(hidden, c['overlap_any_ns'], human_time)}",
+                    f"{dl} {_pair(exposed, hidden, c['exposed_ns'], c['overlap_any_ns'])}",
                     tip,
                 )
             )
