@@ -79,14 +79,14 @@ def render_devices(doc: dict[str, Any], link: str | None = None) -> str:
         name = gpus.get(dev, "")
         out.append("")
         w = d["window_ns"]
-        span = f"{ms(d['span_ns'])} ms" if w else "no valid ops"
+        span = human_time(d["span_ns"]) if w else "no valid ops"
         out.append(
             f"Device {dev} ({name or 'unknown GPU'}): window {span}"
             + (f", {d['invalid_ops']} invalid ops ignored" if d["invalid_ops"] else "")
         )
         out.append(
-            f"  compute: {d['compute']['count']} kernels, busy {ms(d['compute']['busy_ns'])} ms"
-            f"   NCCL: {d['nccl']['count']} kernels, busy {ms(d['nccl']['busy_ns'])} ms"
+            f"  compute: {d['compute']['count']} kernels, busy {human_time(d['compute']['busy_ns'])}"
+            f"   NCCL: {d['nccl']['count']} kernels, busy {human_time(d['nccl']['busy_ns'])}"
         )
         if d["copies"]["offload"]["count"]:
             u = offload_units(d["copies"])
