@@ -98,11 +98,7 @@ def run_plan(req: PlanRequest, echo: Callable[[str], None] = lambda s: print(s, 
     """Compile every (policy, batch); returns the plan document (also written as plan.json)."""
     if not req.script.exists():
         raise InputError(req.script, "no such training script")
-    if req.policy_arg is not None:
-        try:
-            policy_arg.check(req.policy_arg)
-        except ValueError as exc:
-            raise ProfilerError(f"--policy-arg: {exc}") from None
+    policy_arg.require(req.policy_arg)
     try:
         label, spec, builtin = targets.resolve(req.target)
     except ValueError as exc:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 import shlex
 
+from profiler.errors import ProfilerError
+
 PLACEHOLDER = "{policy}"
 _OTHER_FIELD = re.compile(r"\{[^{}]*\}")
 
@@ -29,6 +31,16 @@ def check(spec: str) -> None:
         shlex.split(spec)
     except ValueError as exc:
         raise ValueError(f"{spec!r}: {exc}") from None
+
+
+def require(spec: str | None) -> None:
+    """:func:`check` for a request: nothing to check without a spec; a bad one is the user's one-line error."""
+    if spec is None:
+        return
+    try:
+        check(spec)
+    except ValueError as exc:
+        raise ProfilerError(f"--policy-arg: {exc}") from None
 
 
 def words(spec: str | None, policy: str) -> list[str]:

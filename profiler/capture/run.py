@@ -282,11 +282,7 @@ def check_request(req: RunRequest) -> Path:
         nsys_command.parse_user_options(req.nsys_args)
     except ValueError as exc:
         raise ProfilerError(f"--nsys-arg: {exc}") from None
-    if req.policy_arg is not None:
-        try:
-            policy_arg.check(req.policy_arg)
-        except ValueError as exc:
-            raise ProfilerError(f"--policy-arg: {exc}") from None
+    policy_arg.require(req.policy_arg)
     try:
         nsys_command.trace_set(req.trace_extra)
     except ValueError as exc:
