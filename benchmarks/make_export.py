@@ -2,7 +2,7 @@
 
 Default: 1,000,000 kernels (1% NCCL) and 200,000 h2d/d2h copies over 8 streams
 and 2 devices, plus 20,000 memsets.  Rows are generated with NumPy and inserted
-in bulk; the tables use the same DDL as profiler.trace.synthetic.
+in bulk; the tables use the same DDL as profiler.synthetic.export.
 
 With ``--events``: CUDA launches for every op, and the event records and stream
 waits XLA's async copies synchronize through: every copy waits for the compute
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from profiler.trace.synthetic import DDL, ENUMS, global_tid
+from profiler.synthetic.export import DDL, ENUMS, global_tid
 
 
 def create(con: sqlite3.Connection, table: str) -> list[str]:

@@ -46,7 +46,7 @@ TRACE_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 
 
 # Where a run comes from: a profile-step run folder, a SYNTHETIC demonstration run (made by
-# profiler/trace/demo.py, never a measurement), a public trace listed in a CATALOG.tsv, a trace file.
+# profiler/synthetic/demo.py, never a measurement), a public trace listed in a CATALOG.tsv, a trace file.
 SOURCES = ("run", "synthetic", "external", "trace")
 
 

@@ -220,11 +220,11 @@ def cmd_findings(args: argparse.Namespace) -> int:
     from profiler.analysis.breakdown import Breakdown
     from profiler.analysis.findings import run_findings
     from profiler.analysis.run_metrics import find_manifest
-    from profiler.analysis.xla_names import DEFAULT_LAYER_PATTERN
     from profiler.errors import InputError
     from profiler.report.findings_text import render_findings
     from profiler.report.sides import NoTrace, trace_paths
     from profiler.trace import load_trace
+    from profiler.xla.names import DEFAULT_LAYER_PATTERN
 
     config = findings_config(args)
     docs = []

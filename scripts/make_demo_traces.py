@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/make_demo_traces.py [--out DIR] [--layers N] [--steps N]
 
-The runs come from the stated model in profiler/trace/demo.py (and sample_traces/README.md), not from
+The runs come from the stated model in profiler/synthetic/demo.py (and sample_traces/README.md), not from
 a GPU. Existing run folders are never overwritten: remove them first to remake them.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from profiler.trace.demo import POLICIES, StepModel, write_demo_runs  # noqa: E402
+from profiler.synthetic.demo import POLICIES, StepModel, write_demo_runs  # noqa: E402
 
 
 def main() -> int:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from profiler.errors import NsysNotFound
+from profiler.synthetic.export import ExportBuilder
 from profiler.trace.nsys import find_nsys, installed_local_nsys
-from profiler.trace.synthetic import ExportBuilder
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_TRACES = ROOT.parent / "shared" / "traces"

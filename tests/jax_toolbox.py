@@ -17,7 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
-from profiler.trace.synthetic import ExportBuilder
+from profiler.synthetic.export import ExportBuilder
 
 ARCHIVES = ("NVIDIA__JAX-Toolbox__pax_fsdp4_4proc_proc0.zip", "NVIDIA__JAX-Toolbox__pax_fsdp4_4proc_proc1.zip")
 PUSHPOP = "report_nvtx_pushpop_trace.csv.xz"

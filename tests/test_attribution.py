@@ -9,9 +9,9 @@ import pytest
 
 from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.summary import analyze
-from profiler.analysis.xla_names import parse_xla
+from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
-from profiler.trace.synthetic import ExportBuilder
+from profiler.xla.names import parse_xla
 from tests.conftest import run_cli
 
 A, B, C, D = 100, 200, 300, 400  # thread ids, all in process 100

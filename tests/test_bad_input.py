@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.trace.synthetic import ExportBuilder
+from profiler.synthetic.export import ExportBuilder
 from tests.conftest import run_cli
 
 

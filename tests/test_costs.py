@@ -15,8 +15,8 @@ import pytest
 
 from profiler.analysis.summary import analyze
 from profiler.analysis.whatif import trace_whatif
+from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
-from profiler.trace.synthetic import ExportBuilder
 from tests.conftest import run_cli
 
 MIB = 1 << 20

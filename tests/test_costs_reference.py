@@ -22,8 +22,8 @@ from profiler.analysis.hostsync import host_syncs
 from profiler.analysis.replay import replay
 from profiler.analysis.summary import analyze
 from profiler.analysis.whatif import trace_whatif
+from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
-from profiler.trace.synthetic import ExportBuilder
 from tests import reference_costs as ref
 
 MIB = 1 << 20

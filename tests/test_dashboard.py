@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.trace.demo import StepModel, write_demo_runs
+from profiler.synthetic.demo import StepModel, write_demo_runs
 from tests.browser import CHROMIUM, CHROMIUM_FLAGS
 from tests.conftest import ROOT, run_cli
 from tests.training_traces import training_export

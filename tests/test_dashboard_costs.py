@@ -18,9 +18,9 @@ from profiler.analysis.policies import frontier, plan_table, planned_vs_moved, p
 from profiler.analysis.run_metrics import collect, find_manifest
 from profiler.analysis.whatif import step_medians, trace_whatif
 from profiler.capture import step_module
+from profiler.synthetic.demo import StepModel, write_demo_runs
+from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
-from profiler.trace.demo import StepModel, write_demo_runs
-from profiler.trace.synthetic import ExportBuilder
 from tests.test_dashboard import (  # noqa: F401  (browser: a fixture)
     DIVISORS,
     browser,

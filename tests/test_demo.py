@@ -14,8 +14,8 @@ import pytest
 
 from profiler.analysis.run_metrics import collect
 from profiler.analysis.summary import analyze
+from profiler.synthetic.demo import ALL_NAMES, POLICIES, TRACE_FILE, Program, StepModel, demo_run, write_demo_runs
 from profiler.trace import open_trace
-from profiler.trace.demo import ALL_NAMES, POLICIES, TRACE_FILE, Program, StepModel, demo_run, write_demo_runs
 from tests.conftest import ROOT, run_cli
 
 SAMPLES = ROOT / "sample_traces" / "demo-synthetic"

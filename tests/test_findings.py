@@ -14,8 +14,8 @@ from profiler.analysis.findings import rule_ids, run_findings
 from profiler.analysis.findings.config import FindingsConfig, load_config
 from profiler.analysis.run_metrics import find_manifest
 from profiler.errors import InputError
+from profiler.synthetic.export import PAGEABLE, ExportBuilder
 from profiler.trace import open_trace
-from profiler.trace.synthetic import PAGEABLE, ExportBuilder
 from tests.conftest import run_cli
 
 MIB = 1 << 20

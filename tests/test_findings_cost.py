@@ -11,8 +11,8 @@ import pytest
 from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.findings import Finding, by_cost, graded, run_findings
 from profiler.analysis.findings.config import FindingsConfig
+from profiler.synthetic.export import PAGEABLE, ExportBuilder
 from profiler.trace import open_trace
-from profiler.trace.synthetic import PAGEABLE, ExportBuilder
 from tests.conftest import run_cli
 from tests.test_findings import MIB, TID, _boundary_run, _stall_layers, findings_of, fired, launched, steps, write_run
 

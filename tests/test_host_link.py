@@ -8,7 +8,7 @@ import pytest
 
 from dashboards.links import default_link
 from profiler.analysis.links import LINKS, host_link
-from profiler.trace.synthetic import ExportBuilder
+from profiler.synthetic.export import ExportBuilder
 from tests.conftest import run_cli
 
 MIB = 1 << 20

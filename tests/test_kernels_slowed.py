@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from profiler.analysis.kernels_slowed import empty_entry
 from profiler.analysis.summary import analyze
+from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
-from profiler.trace.synthetic import ExportBuilder
 from tests import reference_kernels as ref
 from tests.conftest import run_cli
 

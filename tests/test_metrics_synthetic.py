@@ -11,8 +11,8 @@ import json
 import pytest
 
 from profiler.analysis.summary import analyze
+from profiler.synthetic.export import PAGEABLE, PINNED, ExportBuilder
 from profiler.trace import open_trace
-from profiler.trace.synthetic import PAGEABLE, PINNED, ExportBuilder
 from tests.conftest import run_cli
 
 NO_CONTEXTS = {

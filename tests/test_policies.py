@@ -18,8 +18,8 @@ from profiler.analysis.policies import planned_vs_moved, policy_row, policy_tabl
 from profiler.analysis.run_metrics import collect, find_manifest
 from profiler.capture import step_module
 from profiler.report.compare_text import render_markdown
+from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
-from profiler.trace.synthetic import ExportBuilder
 from tests.conftest import ROOT, run_cli
 
 AOT = ROOT.parent / "shared" / "hlo" / "aot_h100__two_layer_offload_step_after_opt.hlo.txt"

@@ -14,7 +14,7 @@ from dashboards.figures import busy_fraction, category_axis, timeline_figure
 from dashboards.links import default_link
 from profiler.errors import InputError
 from profiler.report.units import byte_unit, human_bytes, human_time, scaled, time_unit
-from profiler.trace.synthetic import ExportBuilder
+from profiler.synthetic.export import ExportBuilder
 from tests.conftest import run_cli
 
 

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from profiler.analysis.attribution import _with_launches_by_join, with_launches
 from profiler.analysis.run_metrics import collect
+from profiler.synthetic.export import ExportBuilder
 from profiler.trace import load_trace
 from profiler.trace.sqlite_io import estimate_rows
-from profiler.trace.synthetic import ExportBuilder
 from tests.training_traces import training_export
 
 SHARED_TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from profiler.report.text import window_line
-from profiler.trace.synthetic import ExportBuilder
+from profiler.synthetic.export import ExportBuilder
 from tests.conftest import ROOT, run_cli
 
 CPU_RUNS = ROOT / "sample_traces" / "cpu-example"

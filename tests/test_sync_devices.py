@@ -5,8 +5,8 @@ exports built with known answers, to the nanosecond, and on the real exports tha
 from __future__ import annotations
 
 from profiler.analysis.summary import analyze
+from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
-from profiler.trace.synthetic import ExportBuilder
 from tests.test_costs import launched
 
 MIB = 1 << 20

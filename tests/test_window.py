@@ -10,8 +10,8 @@ import pytest
 from profiler.analysis.run_metrics import collect
 from profiler.analysis.steps import step_summary
 from profiler.analysis.summary import analyze
+from profiler.synthetic.export import ExportBuilder
 from profiler.trace import load_trace, open_trace
-from profiler.trace.synthetic import ExportBuilder
 from tests.conftest import run_cli
 
 T = 100  # the training loop's thread

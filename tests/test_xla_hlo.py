@@ -19,12 +19,12 @@ import pytest
 
 from profiler.analysis.offload_plan import by_layer, label
 from profiler.analysis.policies import executed_modules
-from profiler.analysis.xla_names import parse_xla
 from profiler.capture import step_module
 from profiler.xla import dump
 from profiler.xla.buffers import device_bytes, memory_stats, parse_buffer_assignment
 from profiler.xla.compiled import agreement, cost_analysis, describe
 from profiler.xla.hlo import HloError, parse_text, remat_clones
+from profiler.xla.names import parse_xla
 from profiler.xla.plan import offload_plan, plan_note
 from profiler.xla.proto import module_from_proto, read_bytes
 from profiler.xla.shapes import ShapeError, parse_shape

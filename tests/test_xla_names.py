@@ -6,7 +6,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from profiler.analysis.xla_names import MAX_OP_PATH, parse_xla
+from profiler.xla.names import MAX_OP_PATH, parse_xla
 
 PAX_PATH = "pjit(_wrapped_step_fn)/jit(main)/jvp(xformer_lm.apply)/xformer_lm/lm/transformer"
 

@@ -8,8 +8,8 @@ import pytest
 from profiler.analysis.breakdown import Breakdown, scan_family
 from profiler.analysis.summary import analyze, run_summary
 from profiler.analysis.whatif import trace_whatif
+from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
-from profiler.trace.synthetic import ExportBuilder
 from tests.conftest import run_cli
 
 A, B = 100, 200  # the step loop's thread; a compiling thread

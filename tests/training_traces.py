@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from profiler.trace.synthetic import ExportBuilder
+from profiler.synthetic.export import ExportBuilder
 
 TID = 100
 

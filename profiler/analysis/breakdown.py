@@ -20,10 +20,10 @@ from profiler.analysis import attribution
 from profiler.analysis.intervals import measure_within, union
 from profiler.analysis.overlap import KernelSets, offload_metrics, valid, windows_and_invalid
 from profiler.analysis.stalls import Stalls, has_waits, trace_stalls
-from profiler.analysis.xla_names import DEFAULT_LAYER_PATTERN, parse_xla
 from profiler.analysis.xla_steps import ModuleSteps, module_steps
 from profiler.conventions import DOMAIN, LAYER_PREFIX, POLICY_PREFIX, STEP_PREFIX, WARMUP_PREFIX
 from profiler.trace.loader import Trace
+from profiler.xla.names import DEFAULT_LAYER_PATTERN, parse_xla
 
 OUTLIER_FACTOR = 2.0  # a step slower than this times the median is left out of summaries
 TOP_KERNELS = 3
@@ -35,7 +35,7 @@ class Breakdown:
     """Attribution of one trace, computed once and shared by every view."""
 
     trace: Trace
-    layer_pattern: str | None = DEFAULT_LAYER_PATTERN  # None: layer names by convention (xla_names.py)
+    layer_pattern: str | None = DEFAULT_LAYER_PATTERN  # None: layer names by convention (xla/names.py)
     step_range: str | None = None  # a regex for user step ranges; default: step=N, else XLA's modules
     # The GPU ops attributed to ranges.  Copies alone give the same per-layer and per-step
     # copy numbers (kernels enter only as the device's kernel unions) for a fraction of the work;

@@ -2,7 +2,7 @@
 movement, and bytes per layer and activation.
 
 Names come from the movements' ``op_name`` evidence (see ``profiler.xla.plan``)
-parsed exactly as XLA thunk ranges are (``xla_names.parse_xla``), so a planned
+parsed exactly as XLA thunk ranges are (``profiler.xla.names.parse_xla``), so a planned
 layer is named as the trace's layers are.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from profiler.analysis.xla_names import DEFAULT_LAYER_PATTERN, parse_xla
+from profiler.xla.names import DEFAULT_LAYER_PATTERN, parse_xla
 
 
 def _parse_paths(paths: list[str], layer_pattern: str | None) -> dict[str, tuple[str | None, str | None]]:

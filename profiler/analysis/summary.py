@@ -37,7 +37,7 @@ def analyze(
     ``ranges`` (METRICS.md), ``steps``, ``layers`` or ``ops``; with a *findings* configuration,
     ``findings`` (the rules' verdicts, and the rules skipped and why)."""
     from profiler.analysis.breakdown import Breakdown
-    from profiler.analysis.xla_names import DEFAULT_LAYER_PATTERN
+    from profiler.xla.names import DEFAULT_LAYER_PATTERN
 
     # without a view or findings, no op is attributed to NVTX ranges (no launches to read)
     kinds = OP_KINDS if by is not None or findings is not None else ()

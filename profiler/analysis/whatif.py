@@ -159,7 +159,7 @@ def trace_whatif(
 ) -> dict[str, Any]:
     """``whatif`` with the trace's own steps (the steps analysis of ``analyze --by step``)."""
     from profiler.analysis.breakdown import Breakdown
-    from profiler.analysis.xla_names import DEFAULT_LAYER_PATTERN
+    from profiler.xla.names import DEFAULT_LAYER_PATTERN
 
     bd = Breakdown(trace, layer_pattern or DEFAULT_LAYER_PATTERN, step_range)
     deps = bd.stalls.deps if bd.stalls is not None else None

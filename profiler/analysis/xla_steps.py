@@ -137,7 +137,7 @@ def _inside(points: pl.DataFrame, spans: pl.DataFrame, by: str) -> pl.Series:
 
 
 def module_steps(ranges: pl.DataFrame, pairs: pl.DataFrame, ops: pl.DataFrame) -> ModuleSteps:
-    """The steps of *ranges* (parsed by ``xla_names.parse_xla``) from XLA module executions.
+    """The steps of *ranges* (parsed by ``profiler.xla.names.parse_xla``) from XLA module executions.
 
     *pairs* (op_id, range_id) and *ops* (by op_id) give the GPU ops launched inside each range.
     """

@@ -35,7 +35,7 @@ from typing import Any
 from profiler.conventions import DOMAIN, HOOK_ENV, RUN_DIR_ENV, STARTUP_FACTS, XLA_PRESETS_ENV
 
 PRESETS_ENV = XLA_PRESETS_ENV  # JSON: {"flags": {name: value}, "force": [names]}
-MODULE_RANGE = "XlaModule:#hlo_module={}#"  # as XLA names its own (xla_names.parse_xla reads both)
+MODULE_RANGE = "XlaModule:#hlo_module={}#"  # as XLA names its own (xla.names.parse_xla reads both)
 
 _facts: dict[str, Any] = {"hook": "installed", "python": platform.python_version(), "notes": []}
 _counts: dict[str, int] = {}

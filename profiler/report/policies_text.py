@@ -6,9 +6,9 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from profiler.analysis.xla_names import ACTIVATION_NAMES
 from profiler.report.table import table
 from profiler.report.units import ms, pct
+from profiler.xla.names import ACTIVATION_NAMES
 
 
 def size(b: float | None) -> str:

@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from profiler.conventions import CAPTURE_RANGE, DOMAIN, MANIFEST, POLICY_PREFIX, STEP_PREFIX
-from profiler.trace.synthetic import ExportBuilder
+from profiler.synthetic.export import ExportBuilder
 
 SYNTHETIC = "synthetic"
 TRACE_FILE = "synthetic-trace.sqlite"
@@ -399,7 +399,10 @@ def demo_run(m: StepModel, policy: str, path: Path) -> Path:
     placed, steps = simulate(m, program)
     b = ExportBuilder()
     b.rows["META_DATA_EXPORT"].append(
-        {"name": "PROFILE_STEP_SYNTHETIC", "value": "made by profiler/trace/demo.py from a model; not a measurement"}
+        {
+            "name": "PROFILE_STEP_SYNTHETIC",
+            "value": "made by profiler/synthetic/demo.py from a model; not a measurement",
+        }
     )
     ops = program.ops
     cross = [sorted({i for i in op.deps if ops[i].stream != op.stream}) for op in ops]
@@ -464,7 +467,7 @@ def demo_run(m: StepModel, policy: str, path: Path) -> Path:
 def manifest(m: StepModel, policy: str) -> dict[str, Any]:
     """The run folder's manifest: what made it, from which model, and that it is synthetic."""
     return {
-        "tool": "profile-step demo generator (profiler/trace/demo.py)",
+        "tool": "profile-step demo generator (profiler/synthetic/demo.py)",
         "synthetic": True,
         "status": SYNTHETIC,
         "policy": policy,
