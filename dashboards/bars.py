@@ -17,7 +17,7 @@ from dash import html
 from dashboards.figures import COLORS, DIRECTION_LABEL, HIDDEN_TINT, Item, unique
 from dashboards.styles import MUTED_COLOR
 from profiler.analysis.stalls import STALL_OVER_COPY_TIME
-from profiler.report.units import byte_unit, human_bytes, human_time, time_unit
+from profiler.units import byte_unit, human_bytes, human_time, time_unit
 
 LABEL_WIDTH = "minmax(180px, max-content)"
 CELL = {

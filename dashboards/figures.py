@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 
 from profiler.analysis.intervals import union
-from profiler.report.units import human_bytes, human_time, time_unit
+from profiler.units import human_bytes, human_time, time_unit
 
 Figure = dict[str, Any]
 COLORS = {

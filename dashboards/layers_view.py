@@ -16,7 +16,7 @@ from dashboards.rows import View
 from dashboards.styles import CELL, CONTROL, HEADER, MUTED
 from dashboards.widgets import RUN_PROMPT, dropdown, graph
 from profiler.analysis.stalls import STALL_OVER_COPY_TIME
-from profiler.report.units import human_bytes, human_time
+from profiler.units import human_bytes, human_time
 
 
 def tab(options: list[dict[str, Any]], value: str | None) -> dcc.Tab:

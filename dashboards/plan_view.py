@@ -14,8 +14,8 @@ from dashboards.figures import COLORS, Figure, esc, grouped_bars, note_figure
 from dashboards.styles import CELL, ERROR_COLOR, MUTED
 from profiler.analysis.policies import plan_table
 from profiler.errors import ProfilerError
-from profiler.report.policies_text import PLAN_LEGEND, plan_notes, si
-from profiler.report.units import byte_unit, human_bytes
+from profiler.report.policies_text import PLAN_LEGEND, plan_notes
+from profiler.units import byte_unit, human_bytes, si
 
 
 def plan_figure(tab: dict[str, Any]) -> Figure:

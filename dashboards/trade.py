@@ -29,8 +29,8 @@ from dashboards.figures import (
 )
 from dashboards.styles import CELL, CONTROL, MUTED
 from profiler.analysis.policies import frontier, per_step_and_gpu, planned_vs_moved, policy_table
-from profiler.report.policies_text import policy_marks, si
-from profiler.report.units import byte_unit, human_bytes, human_time, time_unit
+from profiler.report.policies_text import policy_marks
+from profiler.units import byte_unit, human_bytes, human_time, si, time_unit
 
 MEMORY_MARKER = {
     "measured": ("circle", COLORS["compute"], "peak measured"),

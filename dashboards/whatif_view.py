@@ -23,7 +23,7 @@ from dashboards.styles import CONTROL as ROW
 from dashboards.styles import ERROR_COLOR, MUTED
 from profiler.analysis.links import Link, copy_scale
 from profiler.analysis.whatif import step_medians
-from profiler.report.units import human_time, time_unit
+from profiler.units import human_time, time_unit
 
 FACTOR = "factor"
 AUTO = "auto"

@@ -1,5 +1,6 @@
 """No import circles among profiler/ and dashboards/: module-level imports (those under
-``TYPE_CHECKING`` included) form no cycle."""
+``TYPE_CHECKING`` included) form no cycle; and data flows one way: the lower layers (units,
+conventions, trace, xla, analysis) import nothing above them, not even inside a function."""
 
 from __future__ import annotations
 
@@ -94,3 +95,55 @@ def test_a_cycle_is_found(tmp_path: Path):
     (pkg / "c.py").write_text("import profiler.b\n")
     (tmp_path / "dashboards").mkdir()
     assert cycles(import_graph(tmp_path)) == [["profiler.a", "profiler.b", "profiler.a"]]
+
+
+# What each lower layer may import of the project (in functions too); anything else is above it.
+BASE = {"profiler.units", "profiler.conventions", "profiler.errors"}  # and the bare package, profiler/__init__
+LAYERS = {
+    "profiler.units": BASE,
+    "profiler.conventions": BASE,
+    "profiler.errors": BASE,
+    "profiler.trace": BASE | {"profiler.trace"},
+    "profiler.xla": BASE | {"profiler.xla"},
+    "profiler.analysis": BASE | {"profiler.trace", "profiler.xla", "profiler.analysis"},
+}
+
+
+def _layer(module: str) -> str | None:
+    return next((k for k in sorted(LAYERS, key=len, reverse=True) if module == k or module.startswith(k + ".")), None)
+
+
+def _within(module: str, allowed: set[str]) -> bool:
+    return any(module == ok or module.startswith(ok + ".") for ok in allowed)
+
+
+def layer_breaks(root: Path) -> list[str]:
+    """``module -> imported`` for each import of a lower layer that reaches above it."""
+    mods = modules(root)
+    out = []
+    for name, path in sorted(mods.items()):
+        layer = _layer(name)
+        if layer is None:
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        nodes = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+        targets = {t for n in nodes if not getattr(n, "level", 0) for t in _targets(n, mods)}
+        out += [f"{name} -> {t}" for t in sorted(targets) if t != "profiler" and not _within(t, LAYERS[layer])]
+    return out
+
+
+def test_lower_layers_import_nothing_above_them():
+    assert layer_breaks(ROOT) == []
+
+
+def test_a_layer_break_is_found(tmp_path: Path):
+    for pkg in ("profiler", "profiler/analysis", "profiler/report", "dashboards"):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / "profiler/units.py").write_text("")
+    (tmp_path / "profiler/report/text.py").write_text("from profiler.units import ms\n")
+    body = "from profiler import units\n\n\ndef f():\n    import dashboards\n"
+    (tmp_path / "profiler/analysis/a.py").write_text(body)
+    (tmp_path / "profiler/analysis/b.py").write_text("from profiler.report.text import ms\n")
+    found = layer_breaks(tmp_path)
+    assert found == ["profiler.analysis.a -> dashboards", "profiler.analysis.b -> profiler.report.text"]

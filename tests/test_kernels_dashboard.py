@@ -10,9 +10,9 @@ import pytest
 from dashboards import kernels_view, rows
 from dashboards.data import discover
 from profiler.analysis.run_metrics import collect
-from profiler.report.units import human_time
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
+from profiler.units import human_time
 from tests.test_dashboard import browser, dashboard, pick, wait_rows  # noqa: F401  (browser: a fixture)
 from tests.test_kernels_slowed import group
 

@@ -13,8 +13,8 @@ from dashboards.catalog import allowed, read_catalog
 from dashboards.figures import busy_fraction, category_axis, timeline_figure
 from dashboards.links import default_link
 from profiler.errors import InputError
-from profiler.report.units import byte_unit, human_bytes, human_time, scaled, time_unit
 from profiler.synthetic.export import ExportBuilder
+from profiler.units import byte_unit, human_bytes, human_time, scaled, time_unit
 from tests.conftest import run_cli
 
 

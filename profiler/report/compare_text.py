@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from profiler import units
 from profiler.analysis.compare import METRICS, STEPS_GATE
 from profiler.analysis.work import SPLIT_KEYS
-from profiler.report import units
 from profiler.report.findings_text import by_cost, cost_text, findings_markdown
 from profiler.report.text import table
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from profiler.analysis.kernels_slowed import MIN_CALLS, SIZE_BIAS_NOTE, no_baseline
 from profiler.report.table import table
-from profiler.report.units import Units, gbps, ms
+from profiler.units import Units, gbps, ms
 
 CONTEXT_LABELS = (("alone", "alone"), ("kernels", "beside kernels"), ("copies", "beside copies"), ("mixed", "mixed"))
 

@@ -7,36 +7,14 @@ import textwrap
 from typing import Any
 
 from profiler.report.table import table
-from profiler.report.units import ms, pct
+from profiler.units import human_bytes, ms, pct, si, signed_pct, tflops
 from profiler.xla.names import ACTIVATION_NAMES
 
 
 def size(b: float | None) -> str:
-    """Bytes in the largest binary unit that keeps the number >= 1."""
-    if b is None:
-        return "-"
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(b) >= scale:
-            return f"{b / scale:.2f} {unit}"
-    return f"{b:.0f} B"
-
-
-def si(x: float | None) -> str:
-    """A count (FLOPs) with an SI prefix."""
-    if x is None:
-        return "-"
-    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.2f} {unit}"
-    return f"{x:.0f}"
-
-
-def tflops(x: float | None) -> str:
-    return "-" if x is None else (f"{x:.3f}" if x >= 0.01 else f"{x:.2g}")  # a CPU: 0.0092
-
-
-def signed_pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:+.1f}%"
+    """Bytes in the largest binary unit that keeps the number >= 1, two decimals: ``1.50 GiB``; under
+    1 KiB rounded, not cut (bytes per step and device need not be whole)."""
+    return f"{b:.0f} B" if b is not None and abs(b) < 1024 else human_bytes(b, places=(2, 2, 2))
 
 
 POLICY_HEADERS = (

@@ -8,7 +8,7 @@ from typing import Any
 from profiler.analysis.links import host_link
 from profiler.report.costs_text import context_table, kernels_beside_lines, stall_lines
 from profiler.report.table import table
-from profiler.report.units import UNITS_NOTE, Units, gbps, human_time, ms, pct
+from profiler.units import UNITS_NOTE, Units, gbps, human_time, ms, pct
 
 
 def offload_headers(u: Units) -> tuple[str, ...]:
