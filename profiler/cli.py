@@ -7,16 +7,24 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from profiler.errors import ProfilerError
 
 NO_TRACE_EXIT = 4  # run: every script exited 0, and a policy still ended without a trace
-SUBCOMMANDS = ("analyze", "run", "record", "compare", "dashboard", "whatif", "findings", "install-recipe", "plan")
 
 
 def _json_dump(doc: Any) -> str:
     return json.dumps(doc, indent=2, allow_nan=False)
+
+
+def asked_policies(args: argparse.Namespace) -> list[str]:
+    """``--policy A --policies B,C``: the policies in the order given, each once."""
+    policies = list(args.policy or [])
+    for group in args.policies or []:
+        policies += [p.strip() for p in group.split(",") if p.strip()]
+    return list(dict.fromkeys(policies))
 
 
 def cmd_ranks(args: argparse.Namespace) -> int:
@@ -141,32 +149,9 @@ def cmd_cross_check(args: argparse.Namespace) -> int:
 def findings_config(args: argparse.Namespace) -> Any:
     """The findings' configuration from ``--findings-config``, ``--disable-finding`` and ``--link``."""
     from profiler.analysis.findings import rule_ids
-    from profiler.analysis.findings.config import load_config
+    from profiler.analysis.findings.config import configure
 
-    known = rule_ids()
-    unknown = [r for r in args.disable_finding or [] if r not in known]
-    if unknown:
-        raise ProfilerError(f"--disable-finding: unknown rule {unknown[0]!r} (rules: {', '.join(sorted(known))})")
-    if args.link:
-        from profiler.analysis.links import parse_link
-
-        try:
-            parse_link(args.link)
-        except ValueError as exc:
-            raise ProfilerError(f"--link: {exc}") from None
-    return load_config(args.findings_config, known).with_(args.disable_finding, args.link)
-
-
-def add_findings_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--findings-config", default=None, metavar="FILE", help="TOML file: thresholds, disabled rules")
-    p.add_argument("--disable-finding", action="append", metavar="ID", help="turn a finding rule off (repeatable)")
-    p.add_argument(
-        "--link",
-        default=None,
-        metavar="NAME",
-        help="the host link the copies' GB/s are compared with, and slow-link's (default: from the GPU's name; "
-        "an unknown GPU: PCIe Gen4 x16 assumed, and said)",
-    )
+    return configure(args.findings_config, args.disable_finding, args.link, rule_ids())
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -180,19 +165,14 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         if args.by:
             return cmd_run_views(args)
         return cmd_policies(args)
+    from profiler.analysis.findings.config import checked_link
     from profiler.analysis.summary import analyze
     from profiler.report.findings_text import render_findings
     from profiler.report.text import render_devices, render_groups
     from profiler.trace import load_trace
 
     config = None if args.no_findings else findings_config(args)
-    if args.link:
-        from profiler.analysis.links import parse_link
-
-        try:
-            parse_link(args.link)
-        except ValueError as exc:
-            raise ProfilerError(f"--link: {exc}") from None
+    checked_link(args.link)  # the devices' table compares with it, findings or not
     trace = load_trace(args.trace[0], nsys=args.nsys, window=args.window)
     doc = analyze(
         trace,
@@ -256,7 +236,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
 
 def cmd_whatif(args: argparse.Namespace) -> int:
     """``whatif TRACE``: the step replayed with copies on another host link."""
-    from profiler.analysis.links import copy_scale, link_of_gpu, parse_link
+    from profiler.analysis.links import copy_scale, link_change, parse_link, recorded_link
     from profiler.analysis.whatif import trace_whatif
     from profiler.errors import InputError
     from profiler.report.whatif_text import render_whatif
@@ -272,16 +252,12 @@ def cmd_whatif(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise ProfilerError(f"--link/--from-link: {exc}") from None
         if source is None:
-            names = dict(trace.devices.select("id", "name").iter_rows())
-            found = {link_of_gpu(n) for n in names.values()} if names else {None}
-            if None in found or len(found) != 1:
-                what = ", ".join(sorted({str(n) for n in names.values()})) or "no GPU named in the export"
-                raise InputError(
-                    args.trace, f"cannot tell which host link its GPUs ({what}) use: give it with --from-link NAME"
-                )
-            source = found.pop()
+            try:
+                source = recorded_link(trace.devices["name"].to_list())
+            except ValueError as exc:
+                raise InputError(args.trace, str(exc)) from None
         factor = copy_scale(source, target)
-        link_doc = {"from": source.name, "to": target.name, "from_gbps": source.gbps, "to_gbps": target.gbps}
+        link_doc = link_change(source, target)
     elif factor is None:
         factor = 0.0
     if not factor >= 0:
@@ -322,13 +298,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"--keep-warmup is --capture-range all; it contradicts --capture-range {args.capture_range}"
         )
     capture_range = "all" if args.keep_warmup else (args.capture_range or "auto")
-    policies = [p for p in args.policy or []]
-    for group in args.policies or []:
-        policies += [p.strip() for p in group.split(",") if p.strip()]
+    policies = asked_policies(args)
     req = RunRequest(
         script=Path(args.script),
         script_args=list(args.script_args),
-        policies=list(dict.fromkeys(policies)) or [os.environ.get("PROFILE_STEP_POLICY") or "default"],
+        policies=policies or [os.environ.get("PROFILE_STEP_POLICY") or "default"],
         runs_dir=Path(args.runs_dir),
         nsys=args.nsys,
         nsys_args=args.nsys_arg or [],
@@ -420,13 +394,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from profiler.analysis.policies import plan_table
-    from profiler.capture.plan import PlanRequest, run_plan
+    from profiler.capture.plan import PlanRequest, run_plan, usable_fraction
     from profiler.conventions import EXAMPLE_POLICIES
     from profiler.report.policies_text import render_plan
 
-    policies = list(args.policy or [])
-    for group in args.policies or []:
-        policies += [p.strip() for p in group.split(",") if p.strip()]
+    policies = asked_policies(args)
     if not policies:
         policies = list(EXAMPLE_POLICIES)
         print(f"plan: policies {', '.join(policies)} (the example's; --policies for your own)", file=sys.stderr)
@@ -434,16 +406,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         batches: list[int | None] = [int(b) for b in args.batch.split(",")] if args.batch else [None]
     except ValueError:
         raise ProfilerError(f"--batch: expected numbers like 1,4,8, got {args.batch!r}") from None
-    fraction = args.mem_fraction
-    if fraction is None:
-        try:
-            fraction = float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.75"))
-        except ValueError:
-            fraction = 0.75
     req = PlanRequest(
         script=Path(args.script),
         script_args=list(args.script_args),
-        policies=list(dict.fromkeys(policies)),
+        policies=policies,
         batches=batches,
         target=args.target,
         python=args.python,
@@ -453,7 +419,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         plans_dir=Path(args.plans_dir),
     )
     doc = run_plan(req)
-    tab = plan_table(doc, fraction)
+    tab = plan_table(doc, usable_fraction(args.mem_fraction))
     if args.json:
         print(_json_dump({"plan": tab, "out_dir": doc["out_dir"]}))
     else:
@@ -559,16 +525,91 @@ def cmd_install_recipe(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="profile-step",
-        description="Profile JAX host offloading under Nsight Systems and measure whether "
-        "device<->host copies are hidden behind compute and NCCL.",
-        epilog="Shortcut: `profile-step train.py ...` is `profile-step run train.py ...`.",
-    )
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+def _parent(*arguments: tuple[tuple[str, ...], dict[str, Any]]) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    for flags, kw in arguments:
+        p.add_argument(*flags, **kw)
+    return p
 
-    a = sub.add_parser("analyze", help="copy overlap metrics of an nsys export or report")
+
+def _arg(*flags: str, **kw: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
+    return flags, kw
+
+
+@dataclass(frozen=True)
+class Shared:
+    """Options that mean the same on every subcommand that takes them, as parent parsers
+    (``sub.add_parser(NAME, parents=[shared.nsys, shared.json])``)."""
+
+    nsys: argparse.ArgumentParser
+    json: argparse.ArgumentParser
+    device: argparse.ArgumentParser
+    steps: argparse.ArgumentParser  # how the trace is cut into layers and steps
+    findings: argparse.ArgumentParser
+    db: argparse.ArgumentParser
+    policies: argparse.ArgumentParser
+
+
+def shared_options() -> Shared:
+    return Shared(
+        nsys=_parent(
+            _arg(
+                "--nsys",
+                default=None,
+                help="nsys binary, to record or to export a .nsys-rep (default: the one profile-step finds)",
+            )
+        ),
+        json=_parent(_arg("--json", action="store_true", help="print the result as JSON instead of text")),
+        device=_parent(_arg("--device", type=int, default=None, help="only this deviceId")),
+        steps=_parent(
+            _arg(
+                "--layer-pattern",
+                default=None,
+                metavar="REGEX",
+                help="regex whose first group names the layer in XLA op_name paths (default, by convention: "
+                "layer_3, layers_3, x_layers_3, layers/3, block_3, h_3; a scan (while/body, layers, decoder): one "
+                "family, numbered by its iterations)",
+            ),
+            _arg(
+                "--step-range",
+                default=None,
+                metavar="REGEX",
+                help="NVTX range names that mark steps (default: profile-step's step=N ranges, "
+                "else the executions of the dominant XLA module)",
+            ),
+        ),
+        findings=_parent(
+            _arg("--findings-config", default=None, metavar="FILE", help="TOML file: thresholds, disabled rules"),
+            _arg("--disable-finding", action="append", metavar="ID", help="turn a finding rule off (repeatable)"),
+            _arg(
+                "--link",
+                default=None,
+                metavar="NAME",
+                help="the host link the copies' GB/s are compared with, and slow-link's (default: from the GPU's "
+                "name; an unknown GPU: PCIe Gen4 x16 assumed, and said)",
+            ),
+        ),
+        db=_parent(_arg("--db", default="results.db", help="results database, for labels (default: results.db)")),
+        policies=_parent(
+            _arg("--policy", action="append", metavar="NAME", help="an offload policy (repeatable)"),
+            _arg("--policies", action="append", metavar="A,B,C", help="several policies at once"),
+            _arg(
+                "--policy-arg",
+                default=None,
+                metavar="FLAG|TEMPLATE",
+                help="also pass the policy to the script: a FLAG gives FLAG NAME (--policy-arg=--policy); a "
+                "TEMPLATE with {policy} gives it filled in (MaxText: 'remat_policy={policy}'; '--remat={policy}')",
+            ),
+        ),
+    )
+
+
+def add_analyze(sub: Any, shared: Shared) -> None:
+    a = sub.add_parser(
+        "analyze",
+        parents=[shared.json, shared.device, shared.nsys, shared.steps, shared.findings, shared.db],
+        help="copy overlap metrics of an nsys export or report",
+    )
     a.add_argument(
         "trace",
         nargs="+",
@@ -576,9 +617,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="an nsys SQLite export (.sqlite) or report (.nsys-rep); several traces, run folders or "
         "folders of runs: the per-policy table (memory, FLOPs, speed) and planned vs moved per layer",
     )
-    a.add_argument("--json", action="store_true", help="print the METRICS.md JSON")
-    a.add_argument("--device", type=int, default=None, help="only this deviceId")
-    a.add_argument("--nsys", default=None, help="nsys binary (to export a .nsys-rep)")
     a.add_argument(
         "--by",
         choices=("step", "layer", "range", "op"),
@@ -590,23 +628,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --by step: list every step (default: a list longer than 20 shows its first and last 5)",
     )
-    a.add_argument(
-        "--layer-pattern",
-        default=None,
-        metavar="REGEX",
-        help="regex whose first group names the layer in XLA op_name paths (default, by convention: "
-        "layer_3, layers_3, x_layers_3, layers/3, block_3, h_3; a scan (while/body, layers, decoder): one family, "
-        "numbered by its iterations)",
-    )
-    a.add_argument(
-        "--step-range",
-        default=None,
-        metavar="REGEX",
-        help="NVTX range names that mark steps (default: profile-step's step=N ranges, "
-        "else the executions of the dominant XLA module)",
-    )
     a.add_argument("--no-findings", action="store_true", help="leave out the findings (faster on big traces)")
-    add_findings_options(a)
     a.add_argument(
         "--window",
         default=None,
@@ -639,7 +661,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="per-policy table: the device's peak TFLOP/s for MFU (default: a table of NVIDIA datasheet numbers)",
     )
-    a.add_argument("--db", default="results.db", help="per-policy table: results database for labels")
     a.add_argument(
         "--cross-check",
         action="store_true",
@@ -648,20 +669,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a.set_defaults(func=cmd_analyze)
 
+
+def add_findings(sub: Any, shared: Shared) -> None:
     fnd = sub.add_parser(
         "findings",
+        parents=[shared.json, shared.findings, shared.steps, shared.nsys],
         help="what is wrong with the copies, and what to try (the rules and thresholds: docs/findings.md)",
     )
     fnd.add_argument("paths", nargs="+", help="traces, run folders, folders of runs or exports, globs")
-    fnd.add_argument("--json", action="store_true", help="findings, skipped rules and why, per trace")
-    add_findings_options(fnd)
-    fnd.add_argument("--layer-pattern", default=None, metavar="REGEX", help="as for analyze")
-    fnd.add_argument("--step-range", default=None, metavar="REGEX", help="as for analyze")
-    fnd.add_argument("--nsys", default=None, help="nsys binary (to export a .nsys-rep)")
     fnd.set_defaults(func=cmd_findings)
 
+
+def add_whatif(sub: Any, shared: Shared) -> None:
     w = sub.add_parser(
         "whatif",
+        parents=[shared.json, shared.device, shared.steps, shared.nsys],
         help="replay a trace with faster (or slower) host copies: predicted step time and stalls",
         description="Replays the trace with every h2d/d2h copy's duration scaled (METRICS.md, What-if). "
         "Default: --copy-scale 0, the most the copies can cost.",
@@ -681,20 +703,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="the link the trace was recorded on (default: from the GPU's name in the export)",
     )
-    w.add_argument("--json", action="store_true", help="print the what-if JSON")
     w.add_argument(
         "--no-host-sync",
         action="store_true",
         help="keep every host launch time as recorded (default: move the work after a blocking call)",
     )
-    w.add_argument("--device", type=int, default=None, help="only this deviceId")
-    w.add_argument("--layer-pattern", default=None, metavar="REGEX", help="as for analyze")
-    w.add_argument("--step-range", default=None, metavar="REGEX", help="as for analyze")
-    w.add_argument("--nsys", default=None, help="nsys binary (to export a .nsys-rep)")
     w.set_defaults(func=cmd_whatif)
 
+
+def add_run(sub: Any, shared: Shared) -> None:
     r = sub.add_parser(
         "run",
+        parents=[shared.policies, shared.nsys],
         help="profile a training script under nsys, once per policy",
         description="Run SCRIPT under nsys profile once per policy, export SQLite, and show the "
         "copy-overlap summary. The whole run is recorded; the analysis reads the part between "
@@ -702,10 +722,7 @@ def build_parser() -> argparse.ArgumentParser:
         "and warm-up from XLA's own ranges when it marks none. The policy reaches the script "
         "as $PROFILE_STEP_POLICY (and as `--policy-arg FLAG NAME` when asked).",
     )
-    r.add_argument("--policy", action="append", metavar="NAME", help="an offload policy (repeatable)")
-    r.add_argument("--policies", action="append", metavar="A,B,C", help="several policies at once")
     r.add_argument("--runs-dir", default="runs", help="where run folders go (default: runs/)")
-    r.add_argument("--nsys", default=None, help="nsys binary")
     r.add_argument(
         "--nsys-arg",
         action="append",
@@ -730,13 +747,6 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--async-limit", type=int, metavar="N", help="XLA parallel async compute limit")
     r.add_argument("--python", default=None, help="interpreter for a .py script (default: this one)")
     r.add_argument(
-        "--policy-arg",
-        default=None,
-        metavar="FLAG|TEMPLATE",
-        help="also pass the policy to the script: a FLAG gives FLAG NAME (--policy-arg=--policy); a TEMPLATE "
-        "with {policy} gives it filled in (MaxText: 'remat_policy={policy}'; '--remat={policy}')",
-    )
-    r.add_argument(
         "--trace-extra",
         action="append",
         metavar="A,B",
@@ -753,15 +763,20 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
     r.set_defaults(func=cmd_run)
 
-    rec = sub.add_parser("record", help="store a run's analyzed metrics in the results database")
+
+def add_record(sub: Any, shared: Shared) -> None:
+    rec = sub.add_parser(
+        "record", parents=[shared.db, shared.nsys], help="store a run's analyzed metrics in the results database"
+    )
     rec.add_argument("run", help="a trace, a run folder, or a folder of runs")
     rec.add_argument("--label", default=None, help="a label to compare by later (main, pr-123, ...)")
-    rec.add_argument("--db", default="results.db", help="results database (default: results.db)")
-    rec.add_argument("--nsys", default=None, help="nsys binary (to export a .nsys-rep)")
     rec.set_defaults(func=cmd_record)
 
+
+def add_compare(sub: Any, shared: Shared) -> None:
     cmp = sub.add_parser(
         "compare",
+        parents=[shared.db, shared.nsys],
         help="compare two runs (or labels) and gate on overlap regressions",
         description="Exit code 0: no threshold crossed; 1: a threshold crossed; 2: bad input.",
     )
@@ -781,12 +796,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ID|SEVERITY",
         help="fail when head has a finding that base has not: a rule id, or a severity (that or worse)",
     )
-    cmp.add_argument("--db", default="results.db", help="results database for labels")
-    cmp.add_argument("--nsys", default=None, help="nsys binary (to export a .nsys-rep)")
     cmp.set_defaults(func=cmd_compare)
 
+
+def add_plan(sub: Any, shared: Shared) -> None:
     pl = sub.add_parser(
         "plan",
+        parents=[shared.policies, shared.json],
         help="compile a script's step for a GPU target without a GPU: memory, FLOPs and offload plan per policy",
         description="Run SCRIPT once per policy and micro batch under a Python with JAX's CUDA plugin "
         "(JAX_PLATFORMS=cpu, no GPU needed); annotate.compiled_step(step, *args) compiles the step for "
@@ -795,20 +811,19 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--target", default="h100", help="h100, h200, b200, a100, or a GpuTargetConfigProto text file")
     pl.add_argument("--batch", default=None, metavar="N[,N...]", help="micro batch sizes, passed as --batch N")
     pl.add_argument("--batch-arg", default="--batch", metavar="FLAG", help="how the script takes the batch ('' none)")
-    pl.add_argument("--policy", action="append", metavar="NAME", help="a policy (repeatable)")
-    pl.add_argument("--policies", action="append", metavar="A,B,C", help="several policies at once")
-    pl.add_argument("--policy-arg", default=None, metavar="FLAG|TEMPLATE", help="also pass the policy, as for run")
     pl.add_argument("--python", default=None, help="a Python with jax[cuda12] (default: .venv-aot, then this one)")
     pl.add_argument("--mem-fraction", type=float, default=None, help="usable share of device memory (default 0.75)")
     pl.add_argument("--out", default=None, help="an empty or new folder for the results (default: plans/<time>-...)")
     pl.add_argument("--plans-dir", default="plans", help="where plan folders go (default: plans/)")
-    pl.add_argument("--json", action="store_true", help="print the plan document as JSON")
     pl.add_argument("script", help="the training script (.py)")
     pl.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
     pl.set_defaults(func=cmd_plan)
 
+
+def add_dashboard(sub: Any, shared: Shared) -> None:
     dsh = sub.add_parser(
         "dashboard",
+        parents=[shared.nsys],
         help="the web app: runs, policies, findings, policy trade, what-if, layers, timeline, copy streams",
     )
     dsh.add_argument(
@@ -820,7 +835,6 @@ def build_parser() -> argparse.ArgumentParser:
     dsh.add_argument("--host", default="127.0.0.1")
     dsh.add_argument("--port", type=int, default=8050)
     dsh.add_argument("--allow-remote", action="store_true", help="allow binding to a non-localhost address")
-    dsh.add_argument("--nsys", default=None, help="nsys binary (to export .nsys-rep files)")
     dsh.add_argument(
         "--licence",
         action="append",
@@ -830,6 +844,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dsh.set_defaults(func=cmd_dashboard)
 
+
+def add_install_recipe(sub: Any, shared: Shared) -> None:
     ins = sub.add_parser(
         "install-recipe",
         help="install the offload_overlap recipe where nsys finds recipes (`nsys recipe offload_overlap`)",
@@ -842,6 +858,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="install into DIR instead (for a read-only nsys): run nsys with NSYS_RECIPE_PATH=DIR",
     )
     ins.set_defaults(func=cmd_install_recipe)
+
+
+# Each subcommand's parser, in the order --help lists them; a new one is a function here and its cmd_*.
+COMMANDS = {
+    "analyze": add_analyze,
+    "findings": add_findings,
+    "whatif": add_whatif,
+    "run": add_run,
+    "record": add_record,
+    "compare": add_compare,
+    "plan": add_plan,
+    "dashboard": add_dashboard,
+    "install-recipe": add_install_recipe,
+}
+SUBCOMMANDS = tuple(COMMANDS)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="profile-step",
+        description="Profile JAX host offloading under Nsight Systems and measure whether "
+        "device<->host copies are hidden behind compute and NCCL.",
+        epilog="Shortcut: `profile-step train.py ...` is `profile-step run train.py ...`.",
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    shared = shared_options()
+    for add in COMMANDS.values():
+        add(sub, shared)
     return p
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dashboards.links import default_link
-from profiler.analysis.links import LINKS, host_link
+from profiler.analysis.links import LINKS, host_link, recorded_link
 from profiler.synthetic.export import ExportBuilder
 from tests.conftest import run_cli
 
@@ -27,6 +27,20 @@ def test_the_rule():
     given = host_link([], "pcie5")
     assert given.link == LINKS["pcie5"] and given.source == "given" and not given.assumed
     assert host_link(["NVIDIA H100 80GB HBM3"], "100").link.gbps == 100.0  # --link wins over the model
+
+
+def test_the_recorded_link_is_never_assumed():
+    """The what-if's source link: the GPUs' family, as host_link tells it, but no guess for F."""
+    assert recorded_link(["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"]) == LINKS["pcie5"]
+    for names, shown in (
+        ([], "no GPU named in the export"),
+        (["Some Accelerator 9000"], "Some Accelerator 9000"),
+        (["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"], "NVIDIA A100-SXM4-80GB, NVIDIA H100 80GB HBM3"),
+        (["NVIDIA H100 80GB HBM3", None], "NVIDIA H100 80GB HBM3, None"),
+    ):
+        with pytest.raises(ValueError, match="--from-link") as err:
+            recorded_link(names)
+        assert f"its GPUs ({shown}) use" in str(err.value)
 
 
 def test_dashboard_says_the_same_without_the_cli_hint():

@@ -112,6 +112,23 @@ def host_link(gpu_names: list[str], given: str | Link | None = None) -> HostLink
     return HostLink(LINKS[ASSUMED], "assumed", f"assumed: {unknown}; --link NAME chooses another")
 
 
+def recorded_link(gpu_names: list[str | None]) -> Link:
+    """The link a trace was recorded on, for the what-if's ``F`` when none is given: ``host_link``'s
+    rule (each GPU's family), but never assumed: ValueError when the export names no GPU, a GPU's
+    family is not in the table, or its GPUs use different links (``--from-link`` then says)."""
+    found = {link_of_gpu(n) for n in gpu_names}
+    link = found.pop() if len(found) == 1 else None
+    if link is None:
+        what = ", ".join(sorted({str(n) for n in gpu_names})) or "no GPU named in the export"
+        raise ValueError(f"cannot tell which host link its GPUs ({what}) use: give it with --from-link NAME")
+    return link
+
+
+def link_change(source: Link, target: Link) -> dict[str, str | float]:
+    """The what-if's ``link`` document: the two links, by name and GB/s."""
+    return {"from": source.name, "to": target.name, "from_gbps": source.gbps, "to_gbps": target.gbps}
+
+
 def without_hint(why: str) -> str:
     """*why* without the ``--link`` hint (for a page whose link menu chooses)."""
     return why.removesuffix("; --link NAME chooses another")

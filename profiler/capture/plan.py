@@ -50,6 +50,17 @@ class PlanRequest:
     plans_dir: Path = Path("plans")
 
 
+def usable_fraction(given: float | None) -> float:
+    """The share of device memory a step may use: *given* (``--mem-fraction``), else what
+    $XLA_PYTHON_CLIENT_MEM_FRACTION tells JAX, else JAX's default 0.75."""
+    if given is not None:
+        return given
+    try:
+        return float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.75"))
+    except ValueError:
+        return 0.75
+
+
 def has_cuda_plugin(python: str) -> bool:
     if Path(python).absolute() == Path(sys.executable).absolute():  # venv pythons are symlinks: no resolve()
         return importlib.util.find_spec("jax_cuda12_plugin") is not None

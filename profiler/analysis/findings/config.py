@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiler.errors import InputError
+from profiler.analysis.links import parse_link
+from profiler.errors import InputError, ProfilerError
 
 MIB = 1 << 20
 
@@ -125,3 +126,26 @@ def load_config(path: str | Path | None, known_rules: set[str]) -> FindingsConfi
         raise InputError(path, f"disabled must list rule ids among: {', '.join(sorted(known_rules))}")
     link = doc.get("link")
     return FindingsConfig(thresholds, frozenset(disabled), str(link) if link is not None else None)
+
+
+def checked_link(text: str | None) -> str | None:
+    """*text* (``--link``) when it names a link or a bandwidth; the one-line error otherwise."""
+    if text:
+        try:
+            parse_link(text)
+        except ValueError as exc:
+            raise ProfilerError(f"--link: {exc}") from None
+    return text
+
+
+def configure(
+    path: str | Path | None, disabled: list[str] | None, link: str | None, known_rules: set[str]
+) -> FindingsConfig:
+    """What a command asks for: the defaults, the TOML file at *path*, and on top the rules it
+    turns off (``--disable-finding``) and the host *link* (``--link``), both checked before the file."""
+    unknown = [r for r in disabled or [] if r not in known_rules]
+    if unknown:
+        rules = ", ".join(sorted(known_rules))
+        raise ProfilerError(f"--disable-finding: unknown rule {unknown[0]!r} (rules: {rules})")
+    link = checked_link(link)
+    return load_config(path, known_rules).with_(disabled, link)
