@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from dashboards.styles import MUTED_COLOR
 from profiler.analysis.intervals import union
 from profiler.units import human_bytes, human_time, time_unit
 
@@ -112,7 +113,7 @@ def note_figure(message: str, height: int = 220, width_chars: int = 130) -> Figu
                 "yref": "paper",
                 "x": 0.5,
                 "y": 0.5,
-                "font": {"size": 14, "color": "#444"},
+                "font": {"size": 14, "color": MUTED_COLOR},
             }
         ],
     )
@@ -158,7 +159,7 @@ def _panel_note(message: str, i: int) -> dict[str, Any]:
         "yref": "y domain",
         "x": 0.5,
         "y": 0.5,
-        "font": {"size": 12, "color": "#444"},
+        "font": {"size": 12, "color": MUTED_COLOR},
     }
 
 
