@@ -551,6 +551,8 @@ class Shared:
 
 
 def shared_options() -> Shared:
+    from profiler.analysis.links import ASSUMED, LINKS  # no polars: a capture-only machine builds the parser too
+
     return Shared(
         nsys=_parent(
             _arg(
@@ -586,7 +588,7 @@ def shared_options() -> Shared:
                 default=None,
                 metavar="NAME",
                 help="the host link the copies' GB/s are compared with, and slow-link's (default: from the GPU's "
-                "name; an unknown GPU: PCIe Gen4 x16 assumed, and said)",
+                f"name; an unknown GPU: {LINKS[ASSUMED].name} assumed, and said)",
             ),
         ),
         db=_parent(_arg("--db", default="results.db", help="results database, for labels (default: results.db)")),
@@ -681,6 +683,8 @@ def add_findings(sub: Any, shared: Shared) -> None:
 
 
 def add_whatif(sub: Any, shared: Shared) -> None:
+    from profiler.analysis.links import LINKS
+
     w = sub.add_parser(
         "whatif",
         parents=[shared.json, shared.device, shared.steps, shared.nsys],
@@ -695,7 +699,7 @@ def add_whatif(sub: Any, shared: Shared) -> None:
         "--link",
         default=None,
         metavar="NAME",
-        help="the link to predict for: pcie3, pcie4, pcie5, pcie6, nvlink-c2c, or a bandwidth in GB/s",
+        help=f"the link to predict for: {', '.join(LINKS)}, or a bandwidth in GB/s",
     )
     w.add_argument(
         "--from-link",
