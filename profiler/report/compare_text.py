@@ -54,11 +54,11 @@ def value(metric: str, v: float | None) -> str:
         return "–"
     unit = METRICS[metric][1] if metric in METRICS else ("fraction" if "fraction" in metric else "ns")
     if unit == "ns":
-        return f"{v / 1e6:.3f} ms"
+        return units.ms(v, unit=True)
     if unit == "bytes":
-        return f"{v / 2**20:.1f} MiB"
+        return units.mib(v, 1, unit=True)
     if unit == "fraction":
-        return f"{100 * v:.1f}%"
+        return units.pct(v)
     if unit == "FLOPs":
         return f"{v / 1e9:.3f} GFLOP"
     if unit == "TFLOP/s":
