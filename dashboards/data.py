@@ -35,9 +35,9 @@ from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.run_metrics import collect
 from profiler.analysis.whatif import trace_whatif
 from profiler.capture import no_trace
-from profiler.conventions import MANIFEST, PARTIAL_SUFFIX
 from profiler.errors import InputError, ProfilerError
 from profiler.report import store
+from profiler.runs import folder
 from profiler.trace import load_trace
 
 CACHE_VERSION = "9"  # 9: kernels_beside_copies; 8: HLO fingerprints, findings by cost, sync rows on their GPU
@@ -70,30 +70,12 @@ class RunRef:
 
 
 def _ref(trace: Path, name: str, run_dir: Path | None = None, manifest: dict[str, Any] | None = None) -> RunRef:
-    rid = hashlib.sha1(str(trace.resolve()).encode()).hexdigest()[:12]
-    partial = run_dir is not None and run_dir.name.endswith(PARTIAL_SUFFIX)
+    rid = folder.run_id(trace)
+    partial = run_dir is not None and folder.is_partial(run_dir)
     source = "trace"
     if manifest is not None:
         source = "synthetic" if manifest.get("synthetic") is True else "run"
     return RunRef(rid, trace, name, manifest, partial, source)
-
-
-def _manifest(run_dir: Path) -> dict[str, Any] | None:
-    try:
-        doc = json.loads((run_dir / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
-def _trace_in(run_dir: Path, manifest: dict[str, Any] | None) -> Path:
-    """The run's trace: the export its manifest names, else trace.sqlite / trace.nsys-rep."""
-    named = ((manifest or {}).get("files") or {}).get("sqlite")
-    candidates = ([named] if isinstance(named, str) and "/" not in named else []) + ["trace.sqlite", "trace.nsys-rep"]
-    for name in candidates:
-        if (run_dir / name).is_file():
-            return run_dir / name
-    return run_dir / candidates[0]  # missing: shown as an error card
 
 
 def _is_trace(path: Path) -> bool:
@@ -120,10 +102,11 @@ def discover(paths: list[Path], depth: int = 2, licences: tuple[str, ...] | None
             return
         if not path.is_dir():
             return
-        if (path / MANIFEST).is_file():
-            manifest = _manifest(path)
-            ref = _ref(_trace_in(path, manifest), name, path, manifest)
-            if not ref.trace.is_file():
+        if folder.is_run(path):
+            manifest = folder.manifest_in(path)
+            trace = folder.trace_in(path, manifest)
+            ref = _ref(trace or path / folder.TRACE_FILES[0], name, path, manifest)  # no trace: an error card
+            if trace is None:
                 ref.no_trace = no_trace.reason(path, manifest)
             add(ref)
             return
@@ -169,7 +152,7 @@ def cache_base(trace: Path) -> Path:
         return trace
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "profile-step" / "dashboard"
     base.mkdir(parents=True, exist_ok=True)
-    return base / (hashlib.sha1(str(trace.resolve()).encode()).hexdigest()[:16] + "-" + trace.name)
+    return base / (folder.run_id(trace) + "-" + trace.name)
 
 
 def _stamp(trace: Path) -> dict[str, Any]:
@@ -451,7 +434,7 @@ def discover_plans(paths: list[Path], depth: int = 2) -> list[PlanRef]:
         if (path / PLAN_FILE).is_file():
             add(path / PLAN_FILE, path.name)
             return
-        if level >= depth or (path / MANIFEST).is_file() or (path / CATALOG).is_file():
+        if level >= depth or folder.is_run(path) or (path / CATALOG).is_file():
             return
         with contextlib.suppress(OSError):
             for child in sorted(path.iterdir()):

@@ -219,11 +219,11 @@ def cmd_findings(args: argparse.Namespace) -> int:
     """``findings TRACE|RUN...``: only the findings, for every trace the paths name."""
     from profiler.analysis.breakdown import Breakdown
     from profiler.analysis.findings import run_findings
-    from profiler.analysis.run_metrics import find_manifest
     from profiler.analysis.xla_names import DEFAULT_LAYER_PATTERN
     from profiler.errors import InputError
     from profiler.report.findings_text import render_findings
     from profiler.report.sides import NoTrace, trace_paths
+    from profiler.runs.folder import manifest_of
     from profiler.trace import load_trace
 
     config = findings_config(args)
@@ -236,7 +236,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
             raise InputError(arg, "no such trace, run folder or folder of runs")
         for path in paths:
             trace = load_trace(path, nsys=args.nsys)
-            manifest = find_manifest(trace.path)
+            manifest = manifest_of(trace.path)
             bd = Breakdown(trace, args.layer_pattern or DEFAULT_LAYER_PATTERN, args.step_range)
             found = run_findings(trace, manifest, config, bd)
             docs.append({"trace": str(path), "policy": (manifest or {}).get("policy") or bd.policy, **found})

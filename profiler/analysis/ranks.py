@@ -14,9 +14,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from profiler.analysis.run_metrics import collect, find_manifest
+from profiler.analysis.run_metrics import collect
 from profiler.conventions import DEFAULT_RANK_PATTERN, rank_from_name
 from profiler.errors import ProfilerError
+from profiler.runs.folder import manifest_of
 
 SICK_LINK_FACTOR = 0.7  # a rank below 70% of the median copy bandwidth is flagged
 STRAGGLER_FACTOR = 1.1  # a rank 10% slower than the median step is a straggler
@@ -29,7 +30,7 @@ def rank_result(path: str, nsys: str | None = None, pattern: str = DEFAULT_RANK_
     p = Path(path)
     out: dict[str, Any] = {"path": path, "rank": rank_from_name(p, pattern)}
     try:
-        manifest = find_manifest(p)
+        manifest = manifest_of(p)
         if out["rank"] is None and manifest and manifest.get("rank") is not None:
             out["rank"] = int(manifest["rank"])
         run = collect(load_trace(p, nsys), manifest, detail=False)

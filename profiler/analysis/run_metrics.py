@@ -7,8 +7,6 @@ numbers come from ``overlap``/``breakdown``; nothing is computed twice.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from profiler.analysis.attribution import OP_KINDS
@@ -20,7 +18,8 @@ from profiler.analysis.overlap import device_metrics
 from profiler.analysis.policies import executed_modules, step_compiled
 from profiler.analysis.stalls import add_stalls
 from profiler.analysis.work import run_work
-from profiler.conventions import COMPILED, MANIFEST, rank_from_name
+from profiler.conventions import rank_from_name
+from profiler.runs.folder import compiled_of
 from profiler.trace.loader import Trace
 
 DIRECTIONS = ("h2d", "d2h", "offload")
@@ -45,15 +44,6 @@ def totals(per_device: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def find_compiled(trace_path: Path) -> dict[str, Any] | None:
-    """The compiled.json (the step's compiled module, see profiler.capture.step_module) beside the trace."""
-    cand = trace_path.parent / COMPILED
-    try:
-        return json.loads(cand.read_text()) if cand.is_file() else None
-    except (OSError, ValueError):
-        return None
-
-
 def copy_ops(bd: Breakdown) -> list[dict[str, Any]]:
     """Copy bytes per XLA instruction (or innermost range) and device, for planned-vs-moved."""
     out = []
@@ -71,20 +61,11 @@ def copy_ops(bd: Breakdown) -> list[dict[str, Any]]:
     return out
 
 
-def find_manifest(trace_path: Path) -> dict[str, Any] | None:
-    """The manifest.json of the run folder holding *trace_path*, if any."""
-    cand = trace_path.parent / MANIFEST
-    try:
-        return json.loads(cand.read_text()) if cand.is_file() else None
-    except (OSError, ValueError):
-        return None
-
-
 def _compiled(trace: Trace, bd: Breakdown) -> dict[str, Any]:
     """The compiled step of the run folder, matched to the module the steps analysis found."""
     ms = bd.module_steps
     step = (ms.module, ms.program_id) if ms.module else None
-    return step_compiled(find_compiled(trace.path), executed_modules(bd.ranges.ranges), step, ms.chosen_by)
+    return step_compiled(compiled_of(trace.path), executed_modules(bd.ranges.ranges), step, ms.chosen_by)
 
 
 def _top_by_name(rows: list[dict[str, Any]], n: int = 5) -> list[dict[str, Any]]:

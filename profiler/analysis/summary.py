@@ -59,10 +59,10 @@ def analyze(
     add_kernels_beside(doc["devices"], named, trace.copies)
     if findings is not None:
         from profiler.analysis.findings import run_findings
-        from profiler.analysis.run_metrics import find_manifest
+        from profiler.runs.folder import manifest_of
 
         devices = doc["devices"] if device is None else None
-        doc["findings"] = run_findings(trace, find_manifest(trace.path), findings, bd, devices)
+        doc["findings"] = run_findings(trace, manifest_of(trace.path), findings, bd, devices)
     if by is None:
         return doc
     if by == "range":

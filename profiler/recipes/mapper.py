@@ -69,11 +69,11 @@ def report_names(paths: list[str]) -> dict[str, str]:
 
 def report_rank(path: Path, pattern: str = DEFAULT_RANK_PATTERN) -> int | None:
     """The rank the file (or its run folder) is named by, else its run manifest's rank."""
-    from profiler.analysis.run_metrics import find_manifest
+    from profiler.runs.folder import manifest_of
 
     rank = rank_from_name(path, pattern)
     if rank is None:
-        manifest = find_manifest(path)
+        manifest = manifest_of(path)
         if manifest and manifest.get("rank") is not None:
             rank = int(manifest["rank"])
     return rank

@@ -7,22 +7,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from profiler.analysis.run_metrics import collect, find_manifest
+from profiler.analysis.run_metrics import collect
 from profiler.capture import no_trace
-from profiler.capture.rundir import read_manifest
-from profiler.conventions import MANIFEST, PARTIAL_SUFFIX, TRACE_STEM
 from profiler.errors import InputError
 from profiler.report.store import load_label
+from profiler.runs import folder
 from profiler.trace import load_trace
 
 
 def run_folders(path: Path) -> list[Path]:
     """*path* itself when it is a run folder, else its finished run folders in time order."""
-    if (path / MANIFEST).is_file():
+    if folder.is_run(path):
         return [path]
-    return sorted(
-        d for d in path.iterdir() if d.is_dir() and (d / MANIFEST).is_file() and not d.name.endswith(PARTIAL_SUFFIX)
-    )
+    return sorted(d for d in path.iterdir() if d.is_dir() and folder.is_run(d) and not folder.is_partial(d))
 
 
 @dataclass(frozen=True)
@@ -37,7 +34,7 @@ class NoTrace:
     @classmethod
     def of(cls, run_dir: Path) -> NoTrace:
         try:
-            manifest = read_manifest(run_dir)
+            manifest = folder.read_manifest(run_dir)
         except (OSError, ValueError):
             manifest = {}
         manifest = manifest if isinstance(manifest, dict) else {}
@@ -51,9 +48,9 @@ class NoTrace:
 
 
 def trace_of(run_dir: Path) -> Path:
-    for name in (f"{TRACE_STEM}.sqlite", f"{TRACE_STEM}.nsys-rep"):
-        if (run_dir / name).is_file():
-            return run_dir / name
+    trace = folder.trace_in(run_dir, folder.manifest_in(run_dir))
+    if trace is not None:
+        return trace
     raise InputError(run_dir, f"this run has no trace: {NoTrace.of(run_dir).reason}")
 
 
@@ -71,11 +68,12 @@ def trace_paths(arg: str, skipped: list[NoTrace] | None = None) -> list[Path] | 
         if skipped is None:
             return [trace_of(f) for f in folders]
         found = []
-        for folder in folders:
-            if no_trace.has_trace(folder):
-                found.append(trace_of(folder))
+        for run in folders:
+            trace = folder.trace_in(run, folder.manifest_in(run))
+            if trace is not None:
+                found.append(trace)
             else:
-                skipped.append(NoTrace.of(folder))
+                skipped.append(NoTrace.of(run))
         return found
     if path.exists():
         return [path]
@@ -91,7 +89,7 @@ def load_runs(
     a trace go to *skipped* when it is given."""
     traces = trace_paths(arg, skipped)
     if traces is not None:
-        return [collect(load_trace(t, nsys), find_manifest(t)) for t in traces]
+        return [collect(load_trace(t, nsys), folder.manifest_of(t)) for t in traces]
     if db.is_file():
         return load_label(db, arg)
     raise InputError(arg, f"is neither a trace, a run folder, nor a label (no results database {db})")
