@@ -30,113 +30,17 @@ from typing import Any
 import polars as pl
 import sqlite_utils
 
-from dashboards.catalog import CATALOG, Provenance, allowed, read_catalog
 from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.run_metrics import collect
 from profiler.analysis.whatif import trace_whatif
-from profiler.capture import no_trace
 from profiler.errors import InputError, ProfilerError
 from profiler.report import store
 from profiler.runs import folder
+from profiler.runs.catalog import CATALOG
+from profiler.runs.discover import RunRef, discover
 from profiler.trace import load_trace
 
 CACHE_VERSION = "9"  # 9: kernels_beside_copies; 8: HLO fingerprints, findings by cost, sync rows on their GPU
-CACHE_SUFFIXES = (".profile-step.db", ".ops.parquet", ".ranges.parquet")
-TRACE_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
-
-
-# Where a run comes from: a profile-step run folder, a SYNTHETIC demonstration run (made by
-# profiler/trace/demo.py, never a measurement), a public trace listed in a CATALOG.tsv, a trace file.
-SOURCES = ("run", "synthetic", "external", "trace")
-
-
-@dataclass
-class RunRef:
-    """A run the dashboard knows: an id, its trace, and its manifest when profile-step made it."""
-
-    id: str
-    trace: Path
-    name: str
-    manifest: dict[str, Any] | None = None
-    partial: bool = False
-    source: str = "trace"
-    provenance: Provenance | None = None
-    group: str = ""  # the folder given (and its first sub-folder) the run was found under
-    no_trace: str | None = None  # a run folder without a trace: why (listed once, never analyzed)
-
-    @property
-    def synthetic(self) -> bool:
-        return self.source == "synthetic"
-
-
-def _ref(trace: Path, name: str, run_dir: Path | None = None, manifest: dict[str, Any] | None = None) -> RunRef:
-    rid = folder.run_id(trace)
-    partial = run_dir is not None and folder.is_partial(run_dir)
-    source = "trace"
-    if manifest is not None:
-        source = "synthetic" if manifest.get("synthetic") is True else "run"
-    return RunRef(rid, trace, name, manifest, partial, source)
-
-
-def _is_trace(path: Path) -> bool:
-    return path.suffix in TRACE_SUFFIXES and not path.name.endswith(CACHE_SUFFIXES) and ".partial." not in path.name
-
-
-def discover(paths: list[Path], depth: int = 2, licences: tuple[str, ...] | None = None) -> list[RunRef]:
-    """Runs under *paths*: run folders, folders of runs, trace files, *depth* folders deep.
-
-    A folder with a ``CATALOG.tsv`` contributes the traces it lists (under *licences* when
-    given), each with its provenance; a trace two catalogues list (same repository, commit and
-    path: ``sample_traces/public`` and ``../shared/traces``) is shown once, from the first.
-    """
-    refs: dict[str, RunRef] = {}
-    listed: set[tuple[str, str, str]] = set()
-
-    def add(ref: RunRef) -> None:
-        refs.setdefault(ref.id, ref)
-
-    def visit(path: Path, name: str, level: int) -> None:
-        if path.is_file():
-            if _is_trace(path) and not (path.suffix != ".sqlite" and path.with_suffix(".sqlite").is_file()):
-                add(_ref(path, name))  # a report whose export sits beside it is shown once, as the export
-            return
-        if not path.is_dir():
-            return
-        if folder.is_run(path):
-            manifest = folder.manifest_in(path)
-            trace = folder.trace_in(path, manifest)
-            ref = _ref(trace or path / folder.TRACE_FILES[0], name, path, manifest)  # no trace: an error card
-            if trace is None:
-                ref.no_trace = no_trace.reason(path, manifest)
-            add(ref)
-            return
-        if (path / CATALOG).is_file():
-            for file, prov in read_catalog(path).items():
-                trace = path / file
-                origin = (prov.repo, prov.commit, prov.path)
-                if allowed(prov, licences) and trace.is_file() and _is_trace(trace) and origin not in listed:
-                    listed.add(origin)
-                    ref = _ref(trace, f"{name}/{file}" if level else file)
-                    ref.source, ref.provenance = "external", prov
-                    add(ref)
-            return
-        if level >= depth:
-            return
-        for child in sorted(path.iterdir()):
-            visit(child, f"{name}/{child.name}" if level else child.name, level + 1)
-
-    for path in paths:
-        before = set(refs)
-        if path.is_file() and path.suffix == ".json":
-            continue  # a plan document (``discover_plans``)
-        if path.is_file():
-            add(_ref(path, path.name))
-        else:
-            visit(path, path.name, 0)
-        for rid in set(refs) - before:  # runs of one folder (and sub-folder) belong together
-            ref = refs[rid]
-            ref.group = str(path / ref.name.split("/")[0]) if "/" in ref.name else str(path)
-    return list(refs.values())
 
 
 def _writable(folder: Path) -> bool:

@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from dashboards.data import RunRef
 from profiler.report.units import byte_unit, human_time, time_unit
+from profiler.runs.discover import RunRef
 
 # 4 significant digits, trailing zeros dropped: a column's unit follows its largest value (under
 # 1024 of it), and a small value still shows its digits (0.04688, never 0.00) beside its count;

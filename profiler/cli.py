@@ -23,8 +23,9 @@ def cmd_ranks(args: argparse.Namespace) -> int:
     """``analyze DIR --ranks``: every rank's export, then the cross-rank view."""
     from profiler.analysis.ranks import cross_rank
     from profiler.conventions import DEFAULT_RANK_PATTERN
-    from profiler.parallel import map_ranks, rank_inputs, usable_cores
+    from profiler.parallel import map_ranks, usable_cores
     from profiler.report.text import render_ranks
+    from profiler.runs.discover import rank_inputs
 
     if len(args.trace) != 1:
         raise ProfilerError("--ranks takes one folder or glob")
@@ -56,7 +57,8 @@ def cmd_policies(args: argparse.Namespace) -> int:
 
     from profiler.analysis.policies import planned_vs_moved, policy_table
     from profiler.report.policies_text import render_planned_vs_moved_all, render_policy_comparison
-    from profiler.report.sides import NoTrace, load_runs
+    from profiler.report.sides import load_runs
+    from profiler.runs.discover import NoTrace
 
     skipped: list[NoTrace] = []  # run folders without a trace: listed once, never in the way of the others
     runs = [r for arg in args.trace for r in load_runs(arg, Path(args.db), args.nsys, skipped)]
@@ -87,8 +89,8 @@ def cmd_run_views(args: argparse.Namespace) -> int:
     """``analyze RUNS... --by VIEW``: the asked view of each run's trace (after the per-policy table
     when there are several)."""
     from profiler.analysis.summary import analyze
-    from profiler.report.sides import trace_paths
     from profiler.report.text import render_groups
+    from profiler.runs.discover import trace_paths
     from profiler.trace import load_trace
 
     traces = []
@@ -222,7 +224,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
     from profiler.analysis.xla_names import DEFAULT_LAYER_PATTERN
     from profiler.errors import InputError
     from profiler.report.findings_text import render_findings
-    from profiler.report.sides import NoTrace, trace_paths
+    from profiler.runs.discover import NoTrace, trace_paths
     from profiler.runs.folder import manifest_of
     from profiler.trace import load_trace
 
@@ -466,8 +468,9 @@ def cmd_record(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from profiler.errors import InputError
-    from profiler.report.sides import NoTrace, load_runs
+    from profiler.report.sides import load_runs
     from profiler.report.store import record
+    from profiler.runs.discover import NoTrace
 
     if not Path(args.run).exists():
         raise InputError(args.run, "no such trace or run folder")
@@ -492,7 +495,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     from profiler.analysis.compare import DEFAULT_THRESHOLDS, compare, parse_threshold
     from profiler.report.compare_text import render_markdown, render_terminal
-    from profiler.report.sides import NoTrace, load_runs
+    from profiler.report.sides import load_runs
+    from profiler.runs.discover import NoTrace
 
     try:
         thresholds = [parse_threshold(t) for t in (args.fail_on or DEFAULT_THRESHOLDS)]

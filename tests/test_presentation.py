@@ -9,11 +9,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from dashboards.catalog import allowed, read_catalog
 from dashboards.figures import busy_fraction, category_axis, timeline_figure
 from dashboards.links import default_link
 from profiler.errors import InputError
 from profiler.report.units import byte_unit, human_bytes, human_time, scaled, time_unit
+from profiler.runs.catalog import allowed, read_catalog
 from profiler.trace.synthetic import ExportBuilder
 from tests.conftest import run_cli
 
@@ -79,7 +79,7 @@ def test_a_bad_catalogue_is_one_line(tmp_path):
 
 
 def test_only_catalogued_traces_under_the_licence_are_shown(tmp_path):
-    from dashboards.data import discover
+    from profiler.runs.discover import discover
 
     for name in ("a.sqlite", "b.sqlite", "c.sqlite"):
         ExportBuilder().write(tmp_path / name)

@@ -23,7 +23,7 @@ def expand_inputs(args: list[str]) -> list[str]:
     A report whose export lies beside it counts once, as the export (as in
     ``analyze --ranks``); the order is kept, duplicates dropped.
     """
-    from profiler.parallel import rank_inputs
+    from profiler.runs.discover import rank_inputs
 
     found: list[str] = []
     for arg in args:
