@@ -2,7 +2,7 @@
 
 The dashboard only ever refers to a run by an opaque id; paths are found once,
 under the folders it was started with, and never taken from the browser.
-Each trace's analysis (``run_metrics.collect``, the same code as
+Each trace's analysis (``runs.result.build``, the same code as
 ``profile-step analyze``/``compare``) is cached beside it, in an SQLite results
 file written through sqlite-utils (``<trace>.profile-step.db``), with its GPU
 ops and NVTX step/layer ranges in Parquet for the timeline.  The cache is
@@ -30,14 +30,14 @@ from typing import Any
 import polars as pl
 import sqlite_utils
 
-from profiler.analysis.breakdown import Breakdown
-from profiler.analysis.run_metrics import collect
+from profiler.analysis.findings.config import FindingsConfig
 from profiler.analysis.whatif import trace_whatif
 from profiler.errors import InputError, ProfilerError
 from profiler.report import store
 from profiler.runs import folder
 from profiler.runs.catalog import CATALOG
 from profiler.runs.discover import RunRef, discover
+from profiler.runs.result import build
 from profiler.trace import load_trace
 
 CACHE_VERSION = "9"  # 9: kernels_beside_copies; 8: HLO fingerprints, findings by cost, sync rows on their GPU
@@ -128,8 +128,9 @@ def analyze_run(ref: RunRef, nsys: str | None = None) -> Analysis:
     if summary is not None and ops_path.is_file() and ranges_path.is_file():
         return Analysis(summary, ops_path, ranges_path, trace_file, db_path)
     trace = load_trace(trace_file, nsys)
-    summary = collect(trace, ref.manifest)
-    bd = Breakdown(trace)
+    run = build(trace, ref.manifest, findings=FindingsConfig())
+    summary = run.to_json()
+    bd = run.breakdown  # the same attribution: its ops and ranges for the timeline
     layers = bd.layer_assignment()
     ops = (
         bd.ops.join(layers.select("op_id", "layer"), on="op_id", how="left")

@@ -57,8 +57,8 @@ def cmd_policies(args: argparse.Namespace) -> int:
 
     from profiler.analysis.policies import planned_vs_moved, policy_table
     from profiler.report.policies_text import render_planned_vs_moved_all, render_policy_comparison
-    from profiler.report.sides import load_runs
     from profiler.runs.discover import NoTrace
+    from profiler.runs.result import load_runs
 
     skipped: list[NoTrace] = []  # run folders without a trace: listed once, never in the way of the others
     runs = [r for arg in args.trace for r in load_runs(arg, Path(args.db), args.nsys, skipped)]
@@ -88,9 +88,9 @@ def cmd_policies(args: argparse.Namespace) -> int:
 def cmd_run_views(args: argparse.Namespace) -> int:
     """``analyze RUNS... --by VIEW``: the asked view of each run's trace (after the per-policy table
     when there are several)."""
-    from profiler.analysis.summary import analyze
     from profiler.report.text import render_groups
     from profiler.runs.discover import trace_paths
+    from profiler.runs.result import analyze
     from profiler.trace import load_trace
 
     traces = []
@@ -182,9 +182,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         if args.by:
             return cmd_run_views(args)
         return cmd_policies(args)
-    from profiler.analysis.summary import analyze
     from profiler.report.findings_text import render_findings
     from profiler.report.text import render_devices, render_groups
+    from profiler.runs.result import analyze
     from profiler.trace import load_trace
 
     config = None if args.no_findings else findings_config(args)
@@ -219,13 +219,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 def cmd_findings(args: argparse.Namespace) -> int:
     """``findings TRACE|RUN...``: only the findings, for every trace the paths name."""
-    from profiler.analysis.breakdown import Breakdown
-    from profiler.analysis.findings import run_findings
-    from profiler.analysis.xla_names import DEFAULT_LAYER_PATTERN
     from profiler.errors import InputError
     from profiler.report.findings_text import render_findings
     from profiler.runs.discover import NoTrace, trace_paths
-    from profiler.runs.folder import manifest_of
+    from profiler.runs.result import findings_of
     from profiler.trace import load_trace
 
     config = findings_config(args)
@@ -238,10 +235,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
             raise InputError(arg, "no such trace, run folder or folder of runs")
         for path in paths:
             trace = load_trace(path, nsys=args.nsys)
-            manifest = manifest_of(trace.path)
-            bd = Breakdown(trace, args.layer_pattern or DEFAULT_LAYER_PATTERN, args.step_range)
-            found = run_findings(trace, manifest, config, bd)
-            docs.append({"trace": str(path), "policy": (manifest or {}).get("policy") or bd.policy, **found})
+            docs.append({"trace": str(path), **findings_of(trace, config, args.layer_pattern, args.step_range)})
     skipped = list(dict.fromkeys(skipped))
     if args.json:
         print(_json_dump({"runs": docs, "no_trace": [s.doc() for s in skipped]}))
@@ -298,7 +292,7 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     if args.json:
         print(_json_dump(doc))
         return 0
-    from profiler.analysis.summary import analyze
+    from profiler.runs.result import analyze
 
     measured = {k: v["stalls"] for k, v in analyze(trace)["devices"].items()}
     gpus = {str(d): n for d, n in trace.devices.select("id", "name").iter_rows()}
@@ -312,8 +306,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from profiler.capture.run import RunRequest, RunResult, run_all
 
     try:  # capture needs no analysis packages; a bare GPU node may only have what training needs
-        from profiler.analysis.summary import run_summary
         from profiler.report.text import NO_GPU, render_devices, render_sweep_summary, steps_line, window_line
+        from profiler.runs.result import run_summary
         from profiler.trace import open_trace
     except ImportError as exc:
         run_summary = None
@@ -468,9 +462,9 @@ def cmd_record(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from profiler.errors import InputError
-    from profiler.report.sides import load_runs
     from profiler.report.store import record
     from profiler.runs.discover import NoTrace
+    from profiler.runs.result import load_runs
 
     if not Path(args.run).exists():
         raise InputError(args.run, "no such trace or run folder")
@@ -495,8 +489,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     from profiler.analysis.compare import DEFAULT_THRESHOLDS, compare, parse_threshold
     from profiler.report.compare_text import render_markdown, render_terminal
-    from profiler.report.sides import load_runs
     from profiler.runs.discover import NoTrace
+    from profiler.runs.result import load_runs
 
     try:
         thresholds = [parse_threshold(t) for t in (args.fail_on or DEFAULT_THRESHOLDS)]

@@ -1,6 +1,6 @@
 """Running the per-rank task over many exports: serially, in a local process pool, or on Dask.
 
-Every engine runs the same function (``analysis.ranks.rank_result``) on one
+Every engine runs the same function (``runs.result.rank_result``) on one
 path at a time and gets back only its small result; results come back in the
 order of the paths given.  Workers read the exports where they lie, so with
 Dask they must see the same file system and have this package installed.
@@ -20,9 +20,9 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from profiler.analysis.ranks import rank_result
 from profiler.conventions import DEFAULT_RANK_PATTERN, rank_from_name
 from profiler.errors import ProfilerError
+from profiler.runs.result import rank_result
 
 
 def usable_cores() -> int:

@@ -8,8 +8,8 @@ import polars as pl
 import pytest
 
 from profiler.analysis.breakdown import Breakdown
-from profiler.analysis.summary import analyze
 from profiler.analysis.xla_names import parse_xla
+from profiler.runs.result import analyze
 from profiler.trace import open_trace
 from profiler.trace.synthetic import ExportBuilder
 from tests.conftest import run_cli

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from profiler.analysis.policies import frontier, plan_table, planned_vs_moved, policy_table
-from profiler.analysis.run_metrics import collect
 from profiler.analysis.whatif import step_medians, trace_whatif
 from profiler.capture import step_module
 from profiler.runs.discover import discover
 from profiler.runs.folder import manifest_of
+from profiler.runs.result import collect
 from profiler.trace import open_trace
 from profiler.trace.demo import StepModel, write_demo_runs
 from profiler.trace.synthetic import ExportBuilder

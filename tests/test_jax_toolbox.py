@@ -11,8 +11,8 @@ import polars as pl
 import pytest
 
 from profiler.analysis.breakdown import Breakdown
-from profiler.analysis.summary import analyze, run_summary
 from profiler.analysis.xla_names import parse_xla
+from profiler.runs.result import analyze, run_summary
 from profiler.trace import open_trace
 from tests.conftest import run_cli
 from tests.jax_toolbox import ARCHIVES, PUSHPOP, archive_export, read_archive

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from dashboards import kernels_view, rows
-from profiler.analysis.run_metrics import collect
 from profiler.report.units import human_time
 from profiler.runs.discover import discover
+from profiler.runs.result import collect
 from profiler.trace import open_trace
 from profiler.trace.synthetic import ExportBuilder
 from tests.test_dashboard import browser, dashboard, pick, wait_rows  # noqa: F401  (browser: a fixture)

@@ -15,10 +15,10 @@ import pytest
 
 from profiler.analysis.compare import compare, parse_threshold, run_value
 from profiler.analysis.policies import planned_vs_moved, policy_row, policy_table
-from profiler.analysis.run_metrics import collect
 from profiler.capture import step_module
 from profiler.report.compare_text import render_markdown
 from profiler.runs.folder import manifest_of
+from profiler.runs.result import collect
 from profiler.trace import open_trace
 from profiler.trace.synthetic import ExportBuilder
 from tests.conftest import ROOT, run_cli

@@ -231,7 +231,7 @@ def test_quickstart_documents_its_switch():
 def test_steps_cell_says_where_the_steps_and_the_window_come_from(shared_traces):
     """The runs table's steps tooltip: the step source, what was left out, the analysis window."""
     from dashboards.rows import steps_origin
-    from profiler.analysis.run_metrics import collect
+    from profiler.runs.result import collect
     from profiler.trace import open_trace
 
     root = Path(__file__).resolve().parents[1]

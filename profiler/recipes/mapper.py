@@ -85,13 +85,19 @@ def analyze_documents(
     """``analyze --json`` (with the findings of the default configuration), ``analyze --by layer
     --json`` and ``analyze --by step --json`` of one report."""
     from profiler.analysis.findings.config import FindingsConfig
-    from profiler.analysis.summary import analyze
+    from profiler.runs.folder import manifest_of
+    from profiler.runs.result import build
     from profiler.trace import load_trace
 
     trace = load_trace(path, nsys)
-    opts = {"layer_pattern": layer_pattern, "step_range": step_range}
-    plain = analyze(trace, findings=FindingsConfig(), **opts)
-    return plain, analyze(trace, by="layer", **opts), analyze(trace, by="step", **opts)
+    run = build(
+        trace, manifest_of(trace.path), layer_pattern=layer_pattern, step_range=step_range, findings=FindingsConfig()
+    )  # one analysis, three of its documents
+    return (
+        run.analysis_json(),
+        run.analysis_json("layer", with_findings=False),
+        run.analysis_json("step", with_findings=False),
+    )
 
 
 def map_report(

@@ -44,7 +44,7 @@ def open_db(path: Path, create: bool) -> sqlite_utils.Database:
 
 
 def record(db_path: Path, run: dict[str, Any], label: str | None) -> str:
-    """Write *run* (``run_metrics.collect``) under *label*; returns its run id."""
+    """Write *run* (``runs.result.RunResult.to_json``) under *label*; returns its run id."""
     db = open_db(db_path, create=True)
     rid = run_id(run["trace"])
     now = datetime.now(UTC).isoformat(timespec="seconds")
@@ -113,7 +113,7 @@ def record(db_path: Path, run: dict[str, Any], label: str | None) -> str:
 
 
 def load_label(db_path: Path, label: str) -> list[dict[str, Any]]:
-    """Every run recorded under *label*, as ``run_metrics.collect`` documents."""
+    """Every run recorded under *label*, as ``runs.result.RunResult.to_json`` documents."""
     db = open_db(db_path, create=False)
     if not db["runs"].exists():
         raise InputError(db_path, "the results database is empty (nothing recorded yet)")
