@@ -3,13 +3,10 @@
 The dashboard only ever refers to a run by an opaque id; paths are found once,
 under the folders it was started with, and never taken from the browser.
 Each trace's analysis (``runs.result.build``, the same code as
-``profile-step analyze``/``compare``) is cached beside it, in an SQLite results
-file written through sqlite-utils (``<trace>.profile-step.db``), with its GPU
-ops and NVTX step/layer ranges in Parquet for the timeline.  The cache is
-reused until the trace's size or modification time changes; a folder that is
-not writable gets its cache under ``~/.cache/profile-step/dashboard``.
-What-ifs (``whatif.trace_whatif``) are computed on demand in the background and
-kept in the same results file, one row per factor.  ``plan.json`` documents
+``profile-step analyze``/``compare``) is kept in its cache (``runs.store.CacheFiles``),
+reused until the trace's size or modification time changes.  What-ifs
+(``whatif.trace_whatif``) are computed on demand in the background and kept in the
+same cache, one row per factor.  ``plan.json`` documents
 of ``profile-step plan`` found under the same folders are listed as plans.
 """
 
@@ -18,9 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import queue
-import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,40 +23,15 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-import sqlite_utils
 
 from profiler.analysis.findings.config import FindingsConfig
 from profiler.analysis.whatif import trace_whatif
 from profiler.errors import InputError, ProfilerError
-from profiler.report import store
-from profiler.runs import folder
+from profiler.runs import folder, store
 from profiler.runs.catalog import CATALOG
 from profiler.runs.discover import RunRef, discover
 from profiler.runs.result import build
 from profiler.trace import load_trace
-
-CACHE_VERSION = "9"  # 9: kernels_beside_copies; 8: HLO fingerprints, findings by cost, sync rows on their GPU
-
-
-def _writable(folder: Path) -> bool:
-    try:
-        return os.access(folder, os.W_OK) and bool(folder.stat().st_mode & stat.S_IWUSR)
-    except OSError:
-        return False
-
-
-def cache_base(trace: Path) -> Path:
-    """``<trace>`` beside it, or a per-trace name in the user cache when its folder is read-only."""
-    if _writable(trace.parent):
-        return trace
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "profile-step" / "dashboard"
-    base.mkdir(parents=True, exist_ok=True)
-    return base / (folder.run_id(trace) + "-" + trace.name)
-
-
-def _stamp(trace: Path) -> dict[str, Any]:
-    st = trace.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "version": CACHE_VERSION}
 
 
 @dataclass
@@ -97,21 +67,6 @@ class Analysis:
         return self._by_device[device]
 
 
-def _read_cache(base: Path, trace: Path) -> dict[str, Any] | None:
-    db_path = Path(str(base) + ".profile-step.db")
-    if not db_path.is_file():
-        return None
-    try:
-        db = sqlite_utils.Database(db_path)
-        meta = {r["key"]: r["value"] for r in db["meta"].rows} if db["meta"].exists() else {}
-        if meta.get("stamp") != json.dumps(_stamp(trace), sort_keys=True):
-            return None
-        row = next(iter(db.query("SELECT summary_json FROM runs LIMIT 1")), None)
-        return json.loads(row["summary_json"]) if row else None
-    except Exception:  # a damaged cache is rebuilt, never trusted
-        return None
-
-
 def analyze_run(ref: RunRef, nsys: str | None = None) -> Analysis:
     """The run's analysis, from the cache when it is current, else computed and cached."""
     if not ref.trace.exists():
@@ -121,44 +76,14 @@ def analyze_run(ref: RunRef, nsys: str | None = None) -> Analysis:
     trace_file = ref.trace
     if trace_file.suffix != ".sqlite":
         trace_file = load_trace(ref.trace, nsys).path  # a report: analyze its (cached) export
-    base = cache_base(trace_file)
-    ops_path, ranges_path = Path(str(base) + ".ops.parquet"), Path(str(base) + ".ranges.parquet")
-    db_path = Path(str(base) + ".profile-step.db")
-    summary = _read_cache(base, trace_file)
-    if summary is not None and ops_path.is_file() and ranges_path.is_file():
-        return Analysis(summary, ops_path, ranges_path, trace_file, db_path)
-    trace = load_trace(trace_file, nsys)
-    run = build(trace, ref.manifest, findings=FindingsConfig())
+    files = store.CacheFiles.of(trace_file)
+    summary = files.read()
+    if summary is not None:
+        return Analysis(summary, files.ops, files.ranges, trace_file, files.db)
+    run = build(load_trace(trace_file, nsys), ref.manifest, findings=FindingsConfig())
     summary = run.to_json()
-    bd = run.breakdown  # the same attribution: its ops and ranges for the timeline
-    layers = bd.layer_assignment()
-    ops = (
-        bd.ops.join(layers.select("op_id", "layer"), on="op_id", how="left")
-        .select("op_id", "kind", "device", "stream", "start", "end", "name", "is_nccl", "cls", "bytes", "layer")
-        .sort("device", "start")  # a device's ops are then in time order: a step's window is a slice
-    )
-    r = bd.ranges.ranges
-    steps = bd.step_ranges().select(pl.lit("step").alias("lane"), "name", "start", "end")
-    layer_ranges = bd.layer_ranges.join(r.select("range_id", "end"), on="range_id").select(
-        pl.lit("layer").alias("lane"), pl.col("layer").alias("name"), "start", "end"
-    )
-    ranges = pl.concat([steps, layer_ranges])
-    _write_atomic(ops_path, ops.write_parquet)
-    _write_atomic(ranges_path, ranges.write_parquet)
-    tmp = db_path.with_name(f".{db_path.name}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)
-    store.record(tmp, summary, label="dashboard-cache")
-    db = sqlite_utils.Database(tmp)
-    db["meta"].insert({"key": "stamp", "value": json.dumps(_stamp(trace_file), sort_keys=True)}, pk="key")
-    db.close()
-    os.replace(tmp, db_path)
-    return Analysis(summary, ops_path, ranges_path, trace_file, db_path)
-
-
-def _write_atomic(path: Path, writer: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    writer(tmp)
-    os.replace(tmp, path)
+    files.write(summary, *run.timeline())
+    return Analysis(summary, files.ops, files.ranges, trace_file, files.db)
 
 
 class RunStore:
@@ -221,37 +146,6 @@ class RunStore:
 
 
 # --- what-ifs: the replay of a run with its copies scaled by a factor ---------------------------
-WHATIF_TABLE = "whatif"
-WHATIF_VERSION = "1"
-
-
-def whatif_key(factor: float, model_host: bool) -> str:
-    """The cache key of one what-if of a run: the exact factor, and whether host synchronization is modeled."""
-    return f"v{WHATIF_VERSION}/{factor!r}/{'host' if model_host else 'launch'}"
-
-
-def _read_whatif(db_path: Path | None, key: str) -> dict[str, Any] | None:
-    if db_path is None or not db_path.is_file():
-        return None
-    try:
-        db = sqlite_utils.Database(db_path)
-        if not db[WHATIF_TABLE].exists():
-            return None
-        row = next(iter(db.query(f"SELECT doc FROM {WHATIF_TABLE} WHERE key = ?", [key])), None)
-        return json.loads(row["doc"]) if row else None
-    except Exception:  # a damaged cache is recomputed, never trusted
-        return None
-
-
-def _write_whatif(db_path: Path | None, key: str, doc: dict[str, Any]) -> None:
-    if db_path is None or not db_path.is_file():
-        return
-    with contextlib.suppress(Exception):  # the cache is a convenience: a read-only file only costs a recompute
-        db = sqlite_utils.Database(db_path)
-        db[WHATIF_TABLE].upsert({"key": key, "doc": json.dumps(doc)}, pk="key")
-        db.close()
-
-
 class WhatIfs:
     """What-if documents (``whatif.trace_whatif``) per (run, factor, host model): from memory, else
     from the run's results file, else computed by one background worker while the page says
@@ -269,7 +163,7 @@ class WhatIfs:
     def get(self, rid: str, factor: float, model_host: bool = True) -> tuple[str, Any]:
         """``("done", doc)``, ``("computing", None)`` (started, or queued, in the background) or
         ``("error", message)``."""
-        key = (rid, whatif_key(factor, model_host))
+        key = (rid, store.whatif_key(factor, model_host))
         with self._lock:
             if key in self._docs:
                 return "done", self._docs[key]
@@ -281,7 +175,7 @@ class WhatIfs:
             run = self.store.get(rid)
         except ProfilerError as exc:
             return "error", str(exc)
-        doc = _read_whatif(run.db_path, key[1])
+        doc = store.read_whatif(run.db_path, key[1])
         with self._lock:
             if doc is not None:
                 self._docs[key] = doc
@@ -302,7 +196,7 @@ class WhatIfs:
         try:
             trace = load_trace(run.trace_path, self.store.nsys)
             doc = trace_whatif(trace, factor, model_host=model_host)
-            _write_whatif(run.db_path, key[1], doc)
+            store.write_whatif(run.db_path, key[1], doc)
             with self._lock:
                 self._docs[key] = doc
         except Exception as exc:  # one run's failure is shown on the page, never raised in the worker

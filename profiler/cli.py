@@ -462,9 +462,9 @@ def cmd_record(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from profiler.errors import InputError
-    from profiler.report.store import record
     from profiler.runs.discover import NoTrace
     from profiler.runs.result import load_runs
+    from profiler.runs.store import record
 
     if not Path(args.run).exists():
         raise InputError(args.run, "no such trace or run folder")

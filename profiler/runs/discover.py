@@ -21,7 +21,7 @@ from profiler.runs.catalog import CATALOG, Provenance, allowed, read_catalog
 
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 # files beside a trace that are not traces: the dashboard's cache, an export being written
-CACHE_MARKS = (".profile-step.db", ".ops.parquet", ".ranges.parquet", ".partial.")
+CACHE_MARKS = (*folder.CACHE_SUFFIXES, ".partial.")
 
 
 def is_trace(path: Path) -> bool:

@@ -42,6 +42,8 @@ __all__ = [
 
 RUN_ID_CHARS = 16  # the results database's ids since its first version (a recorded run keeps its id)
 TRACE_FILES = (f"{TRACE_STEM}.sqlite", f"{TRACE_STEM}.nsys-rep")
+# what the dashboard keeps beside a trace it analysed (``store.CacheFiles``): never a trace itself
+CACHE_SUFFIXES = (".profile-step.db", ".ops.parquet", ".ranges.parquet")
 
 
 # --- writing (capture) -------------------------------------------------------------------------

@@ -208,6 +208,23 @@ class RunResult:
         windows = {dev: m["window_ns"] for dev, m in self.devices.items()}
         return run_work(bd.kernels, self.trace.copies, self.trace.memsets, bd.kernel_sets, windows, self.steps.groups)
 
+    def timeline(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The dashboard's timeline: the GPU ops (with their layer, each device's in time order, so
+        a step's window is a slice) and the NVTX step and layer ranges (``lane``, name, start, end)."""
+        bd = self.breakdown
+        layers = bd.layer_assignment()
+        ops = (
+            bd.ops.join(layers.select("op_id", "layer"), on="op_id", how="left")
+            .select("op_id", "kind", "device", "stream", "start", "end", "name", "is_nccl", "cls", "bytes", "layer")
+            .sort("device", "start")
+        )
+        r = bd.ranges.ranges
+        steps = bd.step_ranges().select(pl.lit("step").alias("lane"), "name", "start", "end")
+        layer_ranges = bd.layer_ranges.join(r.select("range_id", "end"), on="range_id").select(
+            pl.lit("layer").alias("lane"), pl.col("layer").alias("name"), "start", "end"
+        )
+        return ops, pl.concat([steps, layer_ranges])
+
     def copies(self) -> dict[str, dict[str, Any]]:
         """Copy-class metrics per direction over all devices."""
         return {d: totals([dev["copies"][d] for dev in self.devices.values()]) for d in DIRECTIONS}
@@ -417,7 +434,7 @@ def load_runs(
     """The run documents *arg* names: its traces analysed (``RunResult.to_json``), or the runs
     recorded under that label in the results database; run folders without a trace go to
     *skipped* when it is given."""
-    from profiler.report.store import load_label
+    from profiler.runs.store import load_label
     from profiler.trace import load_trace
 
     traces = trace_paths(arg, skipped)
