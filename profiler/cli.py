@@ -76,6 +76,9 @@ def cmd_policies(args: argparse.Namespace) -> int:
         print(_json_dump({"policies": tab, "planned_vs_moved": pvm, "no_trace": [s.doc() for s in skipped]}))
         return 0
     print(render_policy_comparison(tab))
+    synthetic = [r["policy"] for r in runs if (r.get("manifest") or {}).get("synthetic") is True]
+    if synthetic:
+        print(f"SYNTHETIC (a demonstration model, not a measurement): {', '.join(synthetic)}")
     if skipped:
         print(f"\nnot in the table ({len(skipped)} without a trace):")
         for s in skipped:
