@@ -26,7 +26,8 @@ sys.path.insert(0, str(HERE.parent))
 
 from benchmarks.make_export import make  # noqa: E402
 from profiler.analysis.ranks import cross_rank  # noqa: E402
-from profiler.parallel import map_ranks, rank_inputs, single_threaded  # noqa: E402
+from profiler.parallel import map_ranks, single_threaded  # noqa: E402
+from profiler.runs.discover import rank_inputs  # noqa: E402
 from profiler.trace.sqlite_io import _read_adbc, ro_uri  # noqa: E402
 
 DATA = HERE / "data" / "ranks"

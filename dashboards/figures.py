@@ -1,6 +1,6 @@
 """Plotly figures from analyzed runs, as plain figure dicts (``{"data": [...], "layout": {...}}``:
 what ``dcc.Graph`` takes, without plotly's object validation, which costs tenths of a second per
-figure).  Drawing only: every number comes from the run summary (``run_metrics.collect``) or the
+figure).  Drawing only: every number comes from the run summary (``runs.result.RunResult.to_json``) or the
 cached ops; nothing is measured here.
 
 Conventions for every figure: one colour-blind-safe palette (Okabe and Ito's) for compute, NCCL,

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from dashboards.data import RunRef
+from profiler.runs.discover import RunRef
 from profiler.units import byte_unit, human_time, time_unit
 
 # 4 significant digits, trailing zeros dropped: a column's unit follows its largest value (under

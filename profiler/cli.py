@@ -31,8 +31,9 @@ def cmd_ranks(args: argparse.Namespace) -> int:
     """``analyze DIR --ranks``: every rank's export, then the cross-rank view."""
     from profiler.analysis.ranks import cross_rank
     from profiler.conventions import DEFAULT_RANK_PATTERN
-    from profiler.parallel import map_ranks, rank_inputs, usable_cores
+    from profiler.parallel import map_ranks, usable_cores
     from profiler.report.text import render_ranks
+    from profiler.runs.discover import rank_inputs
 
     if len(args.trace) != 1:
         raise ProfilerError("--ranks takes one folder or glob")
@@ -64,7 +65,8 @@ def cmd_policies(args: argparse.Namespace) -> int:
 
     from profiler.analysis.policies import planned_vs_moved, policy_table
     from profiler.report.policies_text import render_planned_vs_moved_all, render_policy_comparison
-    from profiler.report.sides import NoTrace, load_runs
+    from profiler.runs.discover import NoTrace
+    from profiler.runs.result import load_runs
 
     skipped: list[NoTrace] = []  # run folders without a trace: listed once, never in the way of the others
     runs = [r for arg in args.trace for r in load_runs(arg, Path(args.db), args.nsys, skipped)]
@@ -82,6 +84,9 @@ def cmd_policies(args: argparse.Namespace) -> int:
         print(_json_dump({"policies": tab, "planned_vs_moved": pvm, "no_trace": [s.doc() for s in skipped]}))
         return 0
     print(render_policy_comparison(tab))
+    synthetic = [r["policy"] for r in runs if (r.get("manifest") or {}).get("synthetic") is True]
+    if synthetic:
+        print(f"SYNTHETIC (a demonstration model, not a measurement): {', '.join(synthetic)}")
     if skipped:
         print(f"\nnot in the table ({len(skipped)} without a trace):")
         for s in skipped:
@@ -94,9 +99,9 @@ def cmd_policies(args: argparse.Namespace) -> int:
 def cmd_run_views(args: argparse.Namespace) -> int:
     """``analyze RUNS... --by VIEW``: the asked view of each run's trace (after the per-policy table
     when there are several)."""
-    from profiler.analysis.summary import analyze
-    from profiler.report.sides import trace_paths
     from profiler.report.text import render_groups
+    from profiler.runs.discover import trace_paths
+    from profiler.runs.result import analyze
     from profiler.trace import load_trace
 
     traces = []
@@ -166,9 +171,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             return cmd_run_views(args)
         return cmd_policies(args)
     from profiler.analysis.findings.config import checked_link
-    from profiler.analysis.summary import analyze
     from profiler.report.findings_text import render_findings
     from profiler.report.text import render_devices, render_groups
+    from profiler.runs.result import analyze
     from profiler.trace import load_trace
 
     config = None if args.no_findings else findings_config(args)
@@ -197,14 +202,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 def cmd_findings(args: argparse.Namespace) -> int:
     """``findings TRACE|RUN...``: only the findings, for every trace the paths name."""
-    from profiler.analysis.breakdown import Breakdown
-    from profiler.analysis.findings import run_findings
-    from profiler.analysis.run_metrics import find_manifest
     from profiler.errors import InputError
     from profiler.report.findings_text import render_findings
-    from profiler.report.sides import NoTrace, trace_paths
+    from profiler.runs.discover import NoTrace, trace_paths
+    from profiler.runs.result import findings_of
     from profiler.trace import load_trace
-    from profiler.xla.names import DEFAULT_LAYER_PATTERN
 
     config = findings_config(args)
     docs = []
@@ -216,10 +218,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
             raise InputError(arg, "no such trace, run folder or folder of runs")
         for path in paths:
             trace = load_trace(path, nsys=args.nsys)
-            manifest = find_manifest(trace.path)
-            bd = Breakdown(trace, args.layer_pattern or DEFAULT_LAYER_PATTERN, args.step_range)
-            found = run_findings(trace, manifest, config, bd)
-            docs.append({"trace": str(path), "policy": (manifest or {}).get("policy") or bd.policy, **found})
+            docs.append({"trace": str(path), **findings_of(trace, config, args.layer_pattern, args.step_range)})
     skipped = list(dict.fromkeys(skipped))
     if args.json:
         print(_json_dump({"runs": docs, "no_trace": [s.doc() for s in skipped]}))
@@ -272,7 +271,7 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     if args.json:
         print(_json_dump(doc))
         return 0
-    from profiler.analysis.summary import analyze
+    from profiler.runs.result import analyze
 
     measured = {k: v["stalls"] for k, v in analyze(trace)["devices"].items()}
     gpus = {str(d): n for d, n in trace.devices.select("id", "name").iter_rows()}
@@ -286,8 +285,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from profiler.capture.run import RunRequest, RunResult, run_all
 
     try:  # capture needs no analysis packages; a bare GPU node may only have what training needs
-        from profiler.analysis.summary import run_summary
         from profiler.report.text import NO_GPU, render_devices, render_sweep_summary, steps_line, window_line
+        from profiler.runs.result import run_summary
         from profiler.trace import open_trace
     except ImportError as exc:
         run_summary = None
@@ -432,8 +431,9 @@ def cmd_record(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from profiler.errors import InputError
-    from profiler.report.sides import NoTrace, load_runs
-    from profiler.report.store import record
+    from profiler.runs.discover import NoTrace
+    from profiler.runs.result import load_runs
+    from profiler.runs.store import record
 
     if not Path(args.run).exists():
         raise InputError(args.run, "no such trace or run folder")
@@ -458,7 +458,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     from profiler.analysis.compare import DEFAULT_THRESHOLDS, compare, parse_threshold
     from profiler.report.compare_text import render_markdown, render_terminal
-    from profiler.report.sides import NoTrace, load_runs
+    from profiler.runs.discover import NoTrace
+    from profiler.runs.result import load_runs
 
     try:
         thresholds = [parse_threshold(t) for t in (args.fail_on or DEFAULT_THRESHOLDS)]

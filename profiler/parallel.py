@@ -1,6 +1,6 @@
 """Running the per-rank task over many exports: serially, in a local process pool, or on Dask.
 
-Every engine runs the same function (``analysis.ranks.rank_result``) on one
+Every engine runs the same function (``runs.result.rank_result``) on one
 path at a time and gets back only its small result; results come back in the
 order of the paths given.  Workers read the exports where they lie, so with
 Dask they must see the same file system and have this package installed.
@@ -9,7 +9,6 @@ Dask they must see the same file system and have this package installed.
 from __future__ import annotations
 
 import ctypes
-import glob
 import os
 import sys
 from collections import deque
@@ -21,34 +20,9 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from profiler.analysis.ranks import rank_result
 from profiler.conventions import DEFAULT_RANK_PATTERN, rank_from_name
-from profiler.errors import InputError, ProfilerError
-
-TRACE_GLOBS = ("*.sqlite", "*.nsys-rep", "*.qdrep")
-CACHE_MARKS = (".profile-step.db", ".ops.parquet", ".ranges.parquet", ".partial.")
-
-
-def rank_inputs(arg: str) -> list[Path]:
-    """The rank exports named by *arg*: a folder (exports in it, or run folders' traces) or a glob."""
-    path = Path(arg)
-    if path.is_dir():
-        found = [p for g in TRACE_GLOBS for p in path.glob(g)]
-        found += [p for g in TRACE_GLOBS for p in path.glob(f"*/{g}")]
-    else:
-        found = [Path(p) for p in glob.glob(arg)]
-        if not found and not any(c in arg for c in "*?["):
-            raise InputError(arg, "no such folder")
-    found = [
-        p
-        for p in found
-        if p.is_file() and p.suffix in (".sqlite", ".nsys-rep", ".qdrep") and not any(m in p.name for m in CACHE_MARKS)
-    ]
-    # a report whose export sits beside it counts once, as the export
-    found = [p for p in found if p.suffix == ".sqlite" or not p.with_suffix(".sqlite").is_file()]
-    if not found:
-        raise InputError(arg, "holds no nsys exports or reports (*.sqlite, *.nsys-rep)")
-    return sorted(set(found))
+from profiler.errors import ProfilerError
+from profiler.runs.result import rank_result
 
 
 def usable_cores() -> int:

@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from profiler.analysis.breakdown import Breakdown
-from profiler.analysis.summary import analyze
+from profiler.runs.result import analyze
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
 from profiler.xla.names import parse_xla

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from profiler.analysis.steps import annotated_ranges, step_summary
-from profiler.analysis.summary import run_summary
 from profiler.capture import nsys_command, xla_flags
 from profiler.capture.run import cuda_driver_problem
+from profiler.runs.result import run_summary
 from profiler.trace import open_trace
 from profiler.trace.nsys import nsys_version
 from tests.conftest import ROOT, run_cli

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from profiler.analysis.compare import compare, crossed, delta, parse_threshold
-from profiler.analysis.run_metrics import collect
+from profiler.runs.result import collect
 from profiler.trace import open_trace
 from profiler.trace.nsys import nsys_version
 from tests.conftest import ROOT, run_cli

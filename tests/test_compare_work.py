@@ -9,8 +9,8 @@ import json
 import pytest
 
 from profiler.analysis.compare import DEFAULT_THRESHOLDS, compare, parse_threshold
-from profiler.analysis.run_metrics import collect
 from profiler.analysis.work import SPLIT_KEYS
+from profiler.runs.result import collect
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
 from tests.conftest import ROOT, run_cli

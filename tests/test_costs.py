@@ -13,8 +13,8 @@ import sqlite3
 
 import pytest
 
-from profiler.analysis.summary import analyze
 from profiler.analysis.whatif import trace_whatif
+from profiler.runs.result import analyze
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
 from tests.conftest import run_cli

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from profiler.analysis.dependencies import D2H, H2D, dependencies
 from profiler.analysis.hostsync import host_syncs
 from profiler.analysis.replay import replay
-from profiler.analysis.summary import analyze
 from profiler.analysis.whatif import trace_whatif
+from profiler.runs.result import analyze
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
 from tests import reference_costs as ref

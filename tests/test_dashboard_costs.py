@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from dashboards.data import discover
 from profiler.analysis.policies import frontier, plan_table, planned_vs_moved, policy_table
-from profiler.analysis.run_metrics import collect, find_manifest
 from profiler.analysis.whatif import step_medians, trace_whatif
 from profiler.capture import step_module
+from profiler.runs.discover import discover
+from profiler.runs.folder import manifest_of
+from profiler.runs.result import collect
 from profiler.synthetic.demo import StepModel, write_demo_runs
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
@@ -124,7 +125,7 @@ def summaries(folder: Path) -> dict[str, dict]:
     for trace in sorted(folder.glob("*/*.sqlite")):
         if trace.name.endswith(".profile-step.db"):
             continue
-        out[trace.parent.name] = collect(open_trace(trace), find_manifest(trace))
+        out[trace.parent.name] = collect(open_trace(trace), manifest_of(trace))
     return out
 
 

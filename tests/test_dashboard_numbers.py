@@ -124,8 +124,9 @@ def test_whatifs_are_computed_in_the_background_and_kept(tmp_path):
 
 
 def test_plans_are_found_and_bad_ones_named(tmp_path):
-    from dashboards.data import discover, discover_plans, read_plan
+    from dashboards.data import discover_plans, read_plan
     from profiler.errors import InputError
+    from profiler.runs.discover import discover
 
     good = tmp_path / "plans" / "20260101T000000-h100-abc"
     good.mkdir(parents=True)

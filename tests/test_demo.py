@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.analysis.run_metrics import collect
-from profiler.analysis.summary import analyze
+from profiler.runs.result import analyze, collect
 from profiler.synthetic.demo import ALL_NAMES, POLICIES, TRACE_FILE, Program, StepModel, demo_run, write_demo_runs
 from profiler.trace import open_trace
 from tests.conftest import ROOT, run_cli

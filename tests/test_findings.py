@@ -12,8 +12,8 @@ import pytest
 from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.findings import rule_ids, run_findings
 from profiler.analysis.findings.config import FindingsConfig, load_config
-from profiler.analysis.run_metrics import find_manifest
 from profiler.errors import InputError
+from profiler.runs.folder import manifest_of
 from profiler.synthetic.export import PAGEABLE, ExportBuilder
 from profiler.trace import open_trace
 from tests.conftest import run_cli
@@ -39,7 +39,7 @@ def write_run(tmp_path: Path, b: ExportBuilder, manifest: dict | None = None, na
 def findings_of(path: Path, **thresholds) -> dict:
     cfg = FindingsConfig({**FindingsConfig().thresholds, **thresholds})
     trace = open_trace(path)
-    return run_findings(trace, find_manifest(trace.path), cfg, Breakdown(trace))
+    return run_findings(trace, manifest_of(trace.path), cfg, Breakdown(trace))
 
 
 def fired(doc: dict, rule: str) -> list[dict]:

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from profiler.analysis.breakdown import Breakdown
-from profiler.analysis.summary import analyze, run_summary
+from profiler.runs.result import analyze, run_summary
 from profiler.trace import open_trace
 from profiler.xla.names import parse_xla
 from tests.conftest import run_cli

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from dashboards import kernels_view, rows
-from dashboards.data import discover
-from profiler.analysis.run_metrics import collect
+from profiler.runs.discover import discover
+from profiler.runs.result import collect
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
 from profiler.units import human_time

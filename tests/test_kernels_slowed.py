@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from profiler.analysis.kernels_slowed import empty_entry
-from profiler.analysis.summary import analyze
+from profiler.runs.result import analyze
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
 from tests import reference_kernels as ref
@@ -271,7 +271,7 @@ def _slowed_run(build, beside: int, name: str) -> Path:
 def test_compare_gates_on_kernel_excess_by_default(build, beside, fails):
     # base: 3 x (2000 - 1000) = 3000 ns lost; head 3 x 1100 = 3300 (+10%, at the limit: passes), 3303 fails
     from profiler.analysis.compare import DEFAULT_THRESHOLDS, compare, parse_threshold
-    from profiler.analysis.run_metrics import collect
+    from profiler.runs.result import collect
 
     base, head = _slowed_run(build, 2000, "base.sqlite"), _slowed_run(build, beside, "head.sqlite")
     b, h = collect(open_trace(base)), collect(open_trace(head))

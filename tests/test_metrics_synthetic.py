@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from profiler.analysis.summary import analyze
+from profiler.runs.result import analyze
 from profiler.synthetic.export import PAGEABLE, PINNED, ExportBuilder
 from profiler.trace import open_trace
 from tests.conftest import run_cli

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.analysis.summary import analyze
+from profiler.runs.result import analyze
 from profiler.trace import open_trace
 from profiler.trace.nsys import find_nsys, installed_local_nsys, too_new_problem
 from tests.conftest import SHARED_TRACES, run_cli

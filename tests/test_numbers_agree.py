@@ -91,7 +91,7 @@ def test_runs_table_shows_tiny_values_as_under_0_01():
 
 
 def test_a_layers_kernels_are_per_gpu_and_each_name_once():
-    from profiler.analysis.run_metrics import collect
+    from profiler.runs.result import collect
     from profiler.trace import open_trace
     from tests.conftest import ROOT
 

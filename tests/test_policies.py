@@ -15,9 +15,10 @@ import pytest
 
 from profiler.analysis.compare import compare, parse_threshold, run_value
 from profiler.analysis.policies import planned_vs_moved, policy_row, policy_table
-from profiler.analysis.run_metrics import collect, find_manifest
 from profiler.capture import step_module
 from profiler.report.compare_text import render_markdown
+from profiler.runs.folder import manifest_of
+from profiler.runs.result import collect
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
 from tests.conftest import ROOT, run_cli
@@ -95,7 +96,7 @@ def plan_run(tmp_path) -> Path:
 
 
 def collected(run: Path) -> dict:
-    return collect(open_trace(run / "trace.sqlite"), find_manifest(run / "trace.sqlite"))
+    return collect(open_trace(run / "trace.sqlite"), manifest_of(run / "trace.sqlite"))
 
 
 def test_planned_vs_moved_flags_each_difference(plan_run):

@@ -9,10 +9,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from dashboards.catalog import allowed, read_catalog
 from dashboards.figures import busy_fraction, category_axis, timeline_figure
 from dashboards.links import default_link
 from profiler.errors import InputError
+from profiler.runs.catalog import allowed, read_catalog
 from profiler.synthetic.export import ExportBuilder
 from profiler.units import byte_unit, human_bytes, human_time, scaled, time_unit
 from tests.conftest import run_cli
@@ -79,7 +79,7 @@ def test_a_bad_catalogue_is_one_line(tmp_path):
 
 
 def test_only_catalogued_traces_under_the_licence_are_shown(tmp_path):
-    from dashboards.data import discover
+    from profiler.runs.discover import discover
 
     for name in ("a.sqlite", "b.sqlite", "c.sqlite"):
         ExportBuilder().write(tmp_path / name)
@@ -231,7 +231,7 @@ def test_quickstart_documents_its_switch():
 def test_steps_cell_says_where_the_steps_and_the_window_come_from(shared_traces):
     """The runs table's steps tooltip: the step source, what was left out, the analysis window."""
     from dashboards.rows import steps_origin
-    from profiler.analysis.run_metrics import collect
+    from profiler.runs.result import collect
     from profiler.trace import open_trace
 
     root = Path(__file__).resolve().parents[1]

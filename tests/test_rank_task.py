@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from profiler.analysis.attribution import _with_launches_by_join, with_launches
-from profiler.analysis.run_metrics import collect
+from profiler.runs.result import collect
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import load_trace
 from profiler.trace.sqlite_io import estimate_rows

@@ -9,7 +9,8 @@ import pytest
 
 from profiler.analysis.ranks import cross_rank
 from profiler.conventions import rank_from_name
-from profiler.parallel import map_ranks, rank_inputs
+from profiler.parallel import map_ranks
+from profiler.runs.discover import rank_inputs
 from tests.conftest import run_cli
 from tests.training_traces import training_export
 

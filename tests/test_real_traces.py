@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.analysis.summary import analyze
+from profiler.runs.result import analyze
 from profiler.trace import open_trace
 from tests.conftest import SHARED_TRACES, nsys_stats_csv, run_cli
 

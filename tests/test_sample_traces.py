@@ -7,9 +7,9 @@ import hashlib
 from pathlib import Path
 
 from dashboards import rows
-from dashboards.catalog import read_catalog
-from dashboards.data import discover
-from profiler.analysis.run_metrics import collect
+from profiler.runs.catalog import read_catalog
+from profiler.runs.discover import discover
+from profiler.runs.result import collect
 from profiler.trace import open_trace
 from tests.conftest import ROOT
 

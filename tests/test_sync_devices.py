@@ -4,7 +4,7 @@ exports built with known answers, to the nanosecond, and on the real exports tha
 
 from __future__ import annotations
 
-from profiler.analysis.summary import analyze
+from profiler.runs.result import analyze
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
 from tests.test_costs import launched

@@ -7,9 +7,8 @@ import json
 
 import pytest
 
-from profiler.analysis.run_metrics import collect
 from profiler.analysis.steps import step_summary
-from profiler.analysis.summary import analyze
+from profiler.runs.result import analyze, collect
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import load_trace, open_trace
 from tests.conftest import run_cli

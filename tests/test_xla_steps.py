@@ -6,8 +6,8 @@ import polars as pl
 import pytest
 
 from profiler.analysis.breakdown import Breakdown, scan_family
-from profiler.analysis.summary import analyze, run_summary
 from profiler.analysis.whatif import trace_whatif
+from profiler.runs.result import analyze, run_summary
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
 from tests.conftest import run_cli

@@ -1,6 +1,6 @@
 """Comparing two sets of runs (base and head) and gating on thresholds.
 
-Pure functions over ``run_metrics.collect`` documents.  Runs are matched by
+Pure functions over ``runs.result.RunResult.to_json`` documents.  Runs are matched by
 policy, layers by name.  A threshold ``METRIC:+N%`` fails when head is more
 than N% above base (``-N%``: below), ``METRIC:+N`` when more than N above in
 the metric's own unit; equal to the threshold passes.  When both sides have

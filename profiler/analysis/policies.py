@@ -1,5 +1,5 @@
 """The policy decision: memory, FLOPs and speed per policy, and the compiler's plan against what
-the trace shows moving.  Pure functions over run summaries (``run_metrics.collect``) and plan
+the trace shows moving.  Pure functions over run summaries (``runs.result.RunResult.to_json``) and plan
 documents (``profile-step plan``).
 
 Definitions (also in the README):

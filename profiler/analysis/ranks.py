@@ -1,6 +1,6 @@
 """Many ranks: one small result per rank export, and the cross-rank view.
 
-``rank_result`` is the per-rank task: it reads one export where it lies and
+``profiler.runs.result.rank_result`` is the per-rank task: it reads one export where it lies and
 returns only a small dict (its METRICS.md devices, per-layer offload numbers,
 step times), so memory stays bounded by one rank per worker.  ``cross_rank``
 combines the results: min/median/max of exposed copy time per layer and
@@ -11,42 +11,10 @@ from __future__ import annotations
 
 import re
 import statistics
-from pathlib import Path
 from typing import Any
-
-from profiler.analysis.run_metrics import collect, find_manifest
-from profiler.conventions import DEFAULT_RANK_PATTERN, rank_from_name
-from profiler.errors import ProfilerError
 
 SICK_LINK_FACTOR = 0.7  # a rank below 70% of the median copy bandwidth is flagged
 STRAGGLER_FACTOR = 1.1  # a rank 10% slower than the median step is a straggler
-
-
-def rank_result(path: str, nsys: str | None = None, pattern: str = DEFAULT_RANK_PATTERN) -> dict[str, Any]:
-    """Analyze one rank's export; never raises (a failure comes back as ``error``)."""
-    from profiler.trace import load_trace
-
-    p = Path(path)
-    out: dict[str, Any] = {"path": path, "rank": rank_from_name(p, pattern)}
-    try:
-        manifest = find_manifest(p)
-        if out["rank"] is None and manifest and manifest.get("rank") is not None:
-            out["rank"] = int(manifest["rank"])
-        run = collect(load_trace(p, nsys), manifest, detail=False)
-    except ProfilerError as exc:
-        return {**out, "error": str(exc)}
-    except Exception as exc:  # a rank must never take the others down
-        return {**out, "error": f"{path}: {type(exc).__name__}: {exc}"}
-    if out["rank"] is None and run["devices"]:
-        out["rank"] = min(int(d) for d in run["devices"])  # one GPU per rank: its device id
-    return {
-        **out,
-        "policy": run["policy"],
-        "median_step_ns": run["median_step_ns"],
-        "copies": run["copies"],
-        "devices": run["devices"],
-        "layers": {name: {d: v[d] for d in ("h2d", "d2h", "offload")} for name, v in run["layers"].items()},
-    }
 
 
 def _spread(values: list[float]) -> dict[str, float | None]:

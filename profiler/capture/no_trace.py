@@ -13,16 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from profiler.capture.console import ConsoleFilter
-from profiler.conventions import LOG, MANIFEST, TRACE_STEM
+from profiler.conventions import LOG, MANIFEST
+from profiler.runs.folder import has_trace
 
 AGENT_LOST = re.compile(r"Connection to Agent lost\b.*")
 FIRST_ATTEMPT_LOG = "output.attempt1.log"
 NO_TRACE_KEY = "no_trace_reason"  # the manifest's one-line reason when a run has no trace
 _REASON_CHARS = 240
-
-
-def has_trace(run_dir: Path) -> bool:
-    return any((run_dir / f"{TRACE_STEM}{ext}").is_file() for ext in (".sqlite", ".nsys-rep"))
 
 
 def _lines(log: Path) -> list[str]:

@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiler.capture import policy_arg, rundir
+from profiler.capture import policy_arg
 from profiler.conventions import BATCH_ENV, COMPILED_STEP, PLAN_DIR_ENV, PLAN_TARGET_ENV, POLICY_ENV
 from profiler.errors import InputError, ProfilerError
+from profiler.runs import folder
 from profiler.xla import targets
 from profiler.xla.compiled import load_module
 from profiler.xla.fingerprint import module_fingerprint, text_fingerprint
@@ -136,7 +137,7 @@ def run_plan(req: PlanRequest, echo: Callable[[str], None] = lambda s: print(s, 
     for policy in req.policies:
         for batch in req.batches:
             doc["results"].append(_one(req, python, spec_file, out, policy, batch, echo))
-    rundir.write_json(out / "plan.json", doc)
+    folder.write_json(out / "plan.json", doc)
     return doc
 
 
@@ -146,13 +147,13 @@ def _new_folder(req: PlanRequest, key: str) -> Path:
             raise InputError(req.out_dir, "exists and is not an empty folder (profile-step never overwrites)")
         req.out_dir.mkdir(parents=True, exist_ok=True)
         return req.out_dir
-    return rundir.finish(rundir.create(req.plans_dir, key))
+    return folder.finish(folder.create(req.plans_dir, key))
 
 
 def _one(
     req: PlanRequest, python: str, spec_file: Path, out: Path, policy: str, batch: int | None, echo: Callable
 ) -> dict[str, Any]:
-    sub = out / (f"{rundir.slug(policy)}-b{batch}" if batch is not None else rundir.slug(policy))
+    sub = out / (f"{folder.slug(policy)}-b{batch}" if batch is not None else folder.slug(policy))
     sub.mkdir()
     env = dict(os.environ)
     env.update(

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiler.capture import no_trace, nsys_command, policy_arg, rundir, startup, step_module, xla_flags
+from profiler.capture import no_trace, nsys_command, policy_arg, startup, step_module, xla_flags
 from profiler.capture.console import ConsoleFilter
 from profiler.conventions import (
     CAPTURE_MANIFEST_KEY,
@@ -30,6 +30,7 @@ from profiler.conventions import (
     XLA_DUMP_ENV,
 )
 from profiler.errors import InputError, ProfilerError
+from profiler.runs import folder
 from profiler.trace.nsys import find_nsys, nsys_version
 from profiler.trace.window import check_spec
 
@@ -264,7 +265,7 @@ def _capture(cmd: list[str], env: dict[str, str], run_dir: Path, echo: Callable[
     proc = subprocess.Popen(
         cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1
     )
-    pump = _tee(proc.stdout, run_dir / rundir.LOG, echo)
+    pump = _tee(proc.stdout, run_dir / folder.LOG, echo)
     code, interrupted = _wait(proc)
     pump.join(timeout=10)
     return code, interrupted
@@ -303,7 +304,7 @@ def run_policy(
 ) -> RunResult:
     """One profiled run of the script for *policy*."""
     rank = launcher_rank()
-    run_dir = rundir.create(req.runs_dir, policy, rank)
+    run_dir = folder.create(req.runs_dir, policy, rank)
     plan = xla_flags.plan(
         os.environ.get("XLA_FLAGS", ""),
         req.lhs,
@@ -312,7 +313,7 @@ def run_policy(
         dump_to=str(run_dir / XLA_DUMP_DIR) if req.xla_dump else None,
     )
     prog = program(req, policy)
-    cmd = nsys_command.build(nsys, run_dir / rundir.TRACE_STEM, prog, req.nsys_args, req.capture_range, req.trace_extra)
+    cmd = nsys_command.build(nsys, run_dir / folder.TRACE_STEM, prog, req.nsys_args, req.capture_range, req.trace_extra)
     env = run_env(req, policy, run_dir, plan)
     # nsys keeps its sessions' sockets and files in $TMPDIR/nvidia, shared by every nsys run at the same
     # time: beside other sessions (seen with 2023.4.4 ones), 2024.2.3 at times records nothing of the
@@ -345,9 +346,9 @@ def run_policy(
             "machine": platform.machine(),
         },
         "git": git_facts(req.script),
-        "started": rundir.now(),
+        "started": folder.now(),
     }
-    rundir.write_json(run_dir / rundir.MANIFEST, manifest)
+    folder.write_json(run_dir / folder.MANIFEST, manifest)
     print(f"profile-step: policy {policy}: {shlex.join(cmd)}", file=sys.stderr, flush=True)
     code, interrupted = _capture(cmd, env, run_dir, echo)
     lost = None if interrupted else no_trace.agent_lost(run_dir)
@@ -360,8 +361,8 @@ def run_policy(
         code, interrupted = _capture(cmd, env, run_dir, echo)
     shutil.rmtree(nsys_tmp, ignore_errors=True)
 
-    sqlite = run_dir / f"{rundir.TRACE_STEM}.sqlite"
-    report = run_dir / f"{rundir.TRACE_STEM}.nsys-rep"
+    sqlite = run_dir / f"{folder.TRACE_STEM}.sqlite"
+    report = run_dir / f"{folder.TRACE_STEM}.nsys-rep"
     if interrupted:
         status = "interrupted"
     elif code != 0:
@@ -381,11 +382,11 @@ def run_policy(
         {
             "status": status,
             "exit_code": code,
-            "finished": rundir.now(),
+            "finished": folder.now(),
             "files": {
                 "report": report.name if report.exists() else None,
                 "sqlite": sqlite.name if sqlite.exists() else None,
-                "log": rundir.LOG,
+                "log": folder.LOG,
             },
             "runtime": runtime,
         }
@@ -402,9 +403,9 @@ def run_policy(
         manifest["compiled"] = step_module.record(run_dir, dump_dir, own, hook)
     except Exception as exc:  # the compiled module is a bonus: never lose the run over it
         manifest["compiled"] = {"notes": [f"reading the compiled step failed: {type(exc).__name__}: {exc}"]}
-    rundir.write_json(run_dir / rundir.MANIFEST, manifest)
+    folder.write_json(run_dir / folder.MANIFEST, manifest)
     if not interrupted:
-        run_dir = rundir.finish(run_dir)
+        run_dir = folder.finish(run_dir)
     return RunResult(
         manifest["policy"],
         run_dir,

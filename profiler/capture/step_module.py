@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from profiler.capture import rundir
 from profiler.conventions import COMPILED, COMPILED_STEP
+from profiler.runs import folder
 from profiler.xla import dump
 from profiler.xla.compiled import agreement, describe
 
@@ -134,7 +134,7 @@ def record(run_dir: Path, dump_dir: Path | None, own_dump: bool, hook: dict[str,
         entry.update(label=f"{declared} (handed over)", memory=handed.get("memory"), cost=handed.get("cost"))
         doc["modules"].append(entry)
         doc["step_module"], doc["chosen_by"] = entry["label"], "handed over by the script (no XLA dump)"
-    rundir.write_json(run_dir / COMPILED, doc)
+    folder.write_json(run_dir / COMPILED, doc)
     chosen = next((m for m in doc["modules"] if m.get("label") == doc["step_module"]), {})
     return {
         "fingerprint": (chosen.get("fingerprint") or {}).get("value"),

@@ -351,8 +351,8 @@ def projection_checks(trace: Any, proj: dict[str, Any]) -> tuple[list[Check], li
 
 def cross_check(path: str, nsys_arg: str | None = None) -> dict[str, Any]:
     """Run nsys's recipes on the report (or export) at *path* and compare them with ours."""
-    from profiler.analysis.summary import analyze
     from profiler.recipes.install import missing_framework_packages, recipe_package
+    from profiler.runs.result import analyze
     from profiler.trace import load_trace
 
     trace = load_trace(path, nsys_arg)

@@ -23,7 +23,7 @@ def expand_inputs(args: list[str]) -> list[str]:
     A report whose export lies beside it counts once, as the export (as in
     ``analyze --ranks``); the order is kept, duplicates dropped.
     """
-    from profiler.parallel import rank_inputs
+    from profiler.runs.discover import rank_inputs
 
     found: list[str] = []
     for arg in args:
@@ -69,11 +69,11 @@ def report_names(paths: list[str]) -> dict[str, str]:
 
 def report_rank(path: Path, pattern: str = DEFAULT_RANK_PATTERN) -> int | None:
     """The rank the file (or its run folder) is named by, else its run manifest's rank."""
-    from profiler.analysis.run_metrics import find_manifest
+    from profiler.runs.folder import manifest_of
 
     rank = rank_from_name(path, pattern)
     if rank is None:
-        manifest = find_manifest(path)
+        manifest = manifest_of(path)
         if manifest and manifest.get("rank") is not None:
             rank = int(manifest["rank"])
     return rank
@@ -85,13 +85,19 @@ def analyze_documents(
     """``analyze --json`` (with the findings of the default configuration), ``analyze --by layer
     --json`` and ``analyze --by step --json`` of one report."""
     from profiler.analysis.findings.config import FindingsConfig
-    from profiler.analysis.summary import analyze
+    from profiler.runs.folder import manifest_of
+    from profiler.runs.result import build
     from profiler.trace import load_trace
 
     trace = load_trace(path, nsys)
-    opts = {"layer_pattern": layer_pattern, "step_range": step_range}
-    plain = analyze(trace, findings=FindingsConfig(), **opts)
-    return plain, analyze(trace, by="layer", **opts), analyze(trace, by="step", **opts)
+    run = build(
+        trace, manifest_of(trace.path), layer_pattern=layer_pattern, step_range=step_range, findings=FindingsConfig()
+    )  # one analysis, three of its documents
+    return (
+        run.analysis_json(),
+        run.analysis_json("layer", with_findings=False),
+        run.analysis_json("step", with_findings=False),
+    )
 
 
 def map_report(

@@ -23,19 +23,17 @@ ranges that overlap it, cut to it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from profiler.conventions import (
-    CAPTURE_MANIFEST_KEY,
     CAPTURE_RANGE,
     CUDA_PROFILER_START,
     CUDA_PROFILER_STOP,
     DOMAIN,
-    MANIFEST,
 )
+from profiler.runs.folder import window_spec_of
 
 SPECS = ("auto", "all", "cuda-profiler-api")
 OPEN_END = 1 << 62  # the end of a window whose range or profiler span never closed
@@ -75,11 +73,10 @@ def nvtx_name_and_domain(spec: str) -> tuple[str, str | None]:
 
 def spec_from_manifest(trace_path: Path) -> str | None:
     """The analysis window a run folder's manifest asks for (``capture.analysis_window``), if any."""
+    spec = window_spec_of(trace_path)
     try:
-        doc = json.loads((trace_path.parent / MANIFEST).read_text())
-        spec = doc.get(CAPTURE_MANIFEST_KEY, {}).get("analysis_window")
-        return check_spec(spec) if isinstance(spec, str) else None
-    except (OSError, ValueError, AttributeError):
+        return check_spec(spec) if spec is not None else None
+    except ValueError:
         return None
 
 
