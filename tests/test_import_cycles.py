@@ -98,8 +98,11 @@ def test_a_cycle_is_found(tmp_path: Path):
 
 
 # What each lower layer may import of the project (in functions too); anything else is above it.
-BASE = {"profiler.units", "profiler.conventions", "profiler.errors"}  # and the bare package, profiler/__init__
+# runs/folder.py is the run folder's one reader and writer: standard library and conventions only, so
+# capture (which writes folders) and trace (which reads a capture's window from one) stand on it.
+BASE = {"profiler.units", "profiler.conventions", "profiler.errors", "profiler.runs.folder"}
 LAYERS = {
+    "profiler.runs.folder": BASE,
     "profiler.units": BASE,
     "profiler.conventions": BASE,
     "profiler.errors": BASE,
