@@ -451,6 +451,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         policy_arg=args.policy_arg,
         out_dir=Path(args.out) if args.out else None,
         plans_dir=Path(args.plans_dir),
+        links=[k.strip() for group in args.link or [] for k in group.split(",") if k.strip()] or None,
     )
     doc = run_plan(req)
     tab = plan_table(doc, fraction)
@@ -803,6 +804,14 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--out", default=None, help="an empty or new folder for the results (default: plans/<time>-...)")
     pl.add_argument("--plans-dir", default="plans", help="where plan folders go (default: plans/)")
     pl.add_argument("--json", action="store_true", help="print the plan document as JSON")
+    # predicted step per host link (profiler.predict): kept in one block
+    pl.add_argument(
+        "--link",
+        action="append",
+        metavar="LINK[,LINK...]",
+        help="host links to predict the step on: pcie3..pcie6 (pcie-gen5, ...), nvlink-c2c or GB/s "
+        "(default: the target's own)",
+    )
     pl.add_argument("script", help="the training script (.py)")
     pl.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
     pl.set_defaults(func=cmd_plan)

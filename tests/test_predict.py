@@ -24,6 +24,7 @@ from tests.conftest import ROOT, run_cli
 from tests.test_compiled_step import aot_python  # noqa: F401 (the fixture)
 
 SHARED_HLO = ROOT.parent / "shared" / "hlo"
+TRAIN = ROOT / "examples" / "train.py"
 OVERLAP = ROOT / "tests" / "scripts" / "offload_overlap.py"
 H100 = TARGETS["h100"]
 LINKS = [parse_link(k) for k in ("pcie4", "pcie5", "pcie-gen5", "nvlink-c2c")]
@@ -130,3 +131,107 @@ def test_prediction_grows_with_the_batch(aot_python, tmp_path):  # noqa: F811
     assert steps == sorted(steps) and steps[0] < steps[-1]
     assert exposed == sorted(exposed) and exposed[0] < exposed[-1]
     json.dumps(doc)  # the document is JSON
+
+
+def test_plan_predicts_per_policy_batch_and_link(aot_python, tmp_path):  # noqa: F811
+    """``plan --link A,B --json``: predicted_step_ns and predicted_exposed_ns per result and link, the
+    verdict of offloading against rematerialization, and the same numbers in the text."""
+    args = ("plan", "--target", "h100", "--policies", "remat,offload_qkv", "--batch", "2,8",
+            "--link", "pcie-gen5,nvlink-c2c")  # fmt: skip
+    proc = run_cli(*args, "--json", "--out", str(tmp_path / "j"), str(TRAIN), "--layers", "2", timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    tab = json.loads(proc.stdout)["plan"]
+    preds = tab["predictions"]
+    assert [(p["policy"], p["batch"], p["link"]) for p in preds] == [
+        (pol, b, link) for pol in ("remat", "offload_qkv") for b in (2, 8) for link in ("pcie5", "nvlink-c2c")
+    ]
+    assert all(p["predicted_step_ns"] > 0 and p["predicted_exposed_ns"] >= 0 for p in preds)
+    by = {(p["policy"], p["batch"], p["link"]): p for p in preds}
+    for b in (2, 8):
+        slow, fast = by[("offload_qkv", b, "pcie5")], by[("offload_qkv", b, "nvlink-c2c")]
+        assert slow["predicted_step_ns"] >= fast["predicted_step_ns"]
+        assert slow["predicted_exposed_ns"] >= fast["predicted_exposed_ns"]
+        assert slow["copy_bytes"]["d2h"] == 2 * 3 * b * 32 * 64 * 4  # 2 layers x q, k, v of batch x 32 x 64 f32
+        assert by[("remat", b, "pcie5")]["predicted_step_ns"] == by[("remat", b, "nvlink-c2c")]["predicted_step_ns"]
+    for pol in ("remat", "offload_qkv"):
+        assert by[(pol, 2, "pcie5")]["predicted_compute_ns"] < by[(pol, 8, "pcie5")]["predicted_compute_ns"]
+    verdicts = {(v["batch"], v["link"]): v for v in tab["offload_vs_remat"]}
+    assert set(verdicts) == {(b, k) for b in (2, 8) for k in ("pcie5", "nvlink-c2c")}
+    for (b, k), v in verdicts.items():
+        rem, off = by[("remat", b, k)]["predicted_step_ns"], by[("offload_qkv", b, k)]["predicted_step_ns"]
+        assert v["saving_ns"] == rem - off and v["winner"] == ("offload" if rem > off else "remat")
+    assert [lk["key"] for lk in tab["links"]] == ["pcie5", "nvlink-c2c"]
+    text = run_cli(*args, "--out", str(tmp_path / "t"), str(TRAIN), "--layers", "2", timeout=1800)
+    assert text.returncode == 0, text.stderr[-2000:]
+    assert "predicted (roofline over the compiled schedule, not measured), NVIDIA H100 80GB HBM3:" in text.stdout
+    assert "link NVLink-C2C: 450 GB/s per direction, as chosen (--link)" in text.stdout
+    assert "batch 8, PCIe Gen5 x16: " in text.stdout
+    bad = run_cli("plan", "--link", "pcie9", str(TRAIN))
+    assert bad.returncode == 2 and "--link: unknown link 'pcie9'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def _run_folder(tmp: Path, hlo: Path) -> dict:
+    """A run folder holding a GPU step's compiled module (XLA's real output) and a run summary of it."""
+    from profiler.analysis.policies import step_compiled
+
+    folder = tmp / "run"
+    (folder / "xla_dump").mkdir(parents=True)
+    name = "module_0007.jit_train_step.sm_9.0_gpu_after_optimizations.txt"
+    (folder / "xla_dump" / name).write_text(hlo.read_text())
+    compiled = {
+        "dump_dir": "xla_dump",
+        "step_module": "module_0007.jit_train_step",
+        "chosen_by": "handed over",
+        "modules": [
+            {
+                "name": "jit_train_step",
+                "id": 7,
+                "label": "module_0007.jit_train_step",
+                "files": {"after": name},
+                "platform": "gpu",
+                "plan": None,
+                "notes": [],
+            }
+        ],
+        "notes": [],
+    }
+    (folder / "compiled.json").write_text(json.dumps(compiled))
+    steps = [{"name": f"step {i}", "duration_ns": 1_000_000 + i, "excluded": False, "exposed_ns": 40_000,
+              "stall_ns": 0} for i in range(3)]  # fmt: skip
+    return {
+        "policy": "offload",
+        "trace": str(folder / "trace.sqlite"),
+        "gpus": ["NVIDIA H100 80GB HBM3"],
+        "steps": steps,
+        "median_step_ns": 1_000_001,
+        "devices": {"0": {}},
+        "layers": {"layer_0": {"offload": {"exposed_ns": 3 * 30_000}}, "layer_1": {"offload": {"exposed_ns": 0}}},
+        "compiled": step_compiled(compiled),
+    }
+
+
+def test_predicted_against_measured_in_the_policy_table(two_layer, tmp_path):
+    """After a run: the run's own compiled step predicted on its GPU (H100) and host link (PCIe Gen5),
+    against the measured median step and exposed time, per layer too; a CPU run says why it has none."""
+    from profiler.analysis.policies import policy_table
+    from profiler.report.policies_text import render_policy_comparison
+
+    hlo = SHARED_HLO / "aot_h100__two_layer_offload_step_after_opt.hlo.txt"
+    run = _run_folder(tmp_path, hlo)
+    expect = predict_file(hlo, H100.spec_text(), [parse_link("pcie5")])["predictions"][0]
+    cpu = {**run, "policy": "cpu", "compiled": {**run["compiled"], "platform": "cpu"}}
+    tab = policy_table([run, cpu])
+    p = tab["rows"][0]["predicted"]
+    assert p["link"] == "PCIe Gen5 x16" and p["target"] == "profile-step's h100 target (NVIDIA H100 80GB HBM3)"
+    assert p["predicted_step_ns"] == expect["predicted_step_ns"] > 0
+    assert p["predicted_exposed_ns"] == expect["predicted_exposed_ns"]
+    assert p["step_error"] == pytest.approx(expect["predicted_step_ns"] / 1_000_001 - 1)
+    assert p["exposed_error_ns"] == expect["predicted_exposed_ns"] - 40_000
+    layers = {x["layer"]: x for x in p["layers"]}
+    assert layers["layer_0"]["measured_exposed_ns"] == 30_000  # 3 steps, 1 device
+    assert layers["layer_1"]["measured_exposed_ns"] == 0
+    assert tab["rows"][1]["predicted"]["predicted_step_ns"] is None
+    text = render_policy_comparison(tab)
+    assert "predicted (roofline over the compiled schedule, not measured) against measured" in text
+    assert f"{100 * p['step_error']:+.1f}%" in text
+    assert "cpu: no prediction: a CPU run's compiled step is XLA:CPU's, with no GPU schedule" in text
