@@ -235,3 +235,34 @@ def test_predicted_against_measured_in_the_policy_table(two_layer, tmp_path):
     assert "predicted (roofline over the compiled schedule, not measured) against measured" in text
     assert f"{100 * p['step_error']:+.1f}%" in text
     assert "cpu: no prediction: a CPU run's compiled step is XLA:CPU's, with no GPU schedule" in text
+
+
+def test_pax_step_on_its_own_a100_target(shared_traces, tmp_path):
+    """The real Pax FSDP step (an A100 archive, HLO proto): dots keep their contracted dimensions from
+    the proto, its 23 async collectives run on the collective stream, and the device is the dump's
+    own target description."""
+    import zipfile
+
+    from profiler.xla.compiled import load_module
+    from profiler.xla.proto import read_bytes
+
+    archive = shared_traces / "jax-toolbox" / "NVIDIA__JAX-Toolbox__pax_fsdp4_4proc_proc0.zip"
+    with zipfile.ZipFile(archive) as z:
+        for name in z.namelist():
+            if name.startswith("dump/module_0040.") and ("after_optimizations" in name or "target_config" in name):
+                z.extract(name, tmp_path)
+    dump = tmp_path / "dump"
+    hlo = dump / "module_0040.pjit__wrapped_step_fn.sm_8.0_gpu_after_optimizations.hlo.pb.xz"
+    spec = read_bytes(dump / "module_0040.pjit__wrapped_step_fn.gpu_target_config.pbtxt.xz").decode()
+    module, _, _ = load_module(hlo)
+    dots = [i for i in module.instructions() if i.opcode == "dot"]
+    assert dots and all("lhs_contracting_dims" in d.attrs for d in dots)
+    sched = schedule.build(module)
+    starts = [o for o in sched.ops if o.kind == "start"]
+    assert len(starts) == 23 and {o.stream for o in starts} == {"collective"}
+    dev = roofline.device_from_spec(spec)
+    assert dev.name == "NVIDIA A100-SXM4-40GB" and dev.matmul_flops == pytest.approx(312e12)
+    assert dev.hbm_bytes_s == pytest.approx(1555.2e9)
+    pred = simulate(sched, roofline.costs(sched, dev), parse_link("pcie4"))
+    assert pred.costed_by["missing"] == 0 and pred.exposed_ns == 0  # no host copies in this step
+    assert pred.step_ns >= pred.compute_ns > 0 and pred.collective_ns > 0

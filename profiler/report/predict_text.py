@@ -58,24 +58,28 @@ def verdict_lines(verdicts: list[dict[str, Any]]) -> list[str]:
             why = f" ({', '.join(v['not_fitting'])} do not fit)" if v["not_fitting"] else ""
             out.append(f"{where}: {missing} has no fitting prediction to compare{why}")
             continue
-        off, rem = v["offload_step_ns"], v["remat_step_ns"]
+        off, rem, exp = v["offload_step_ns"], v["remat_step_ns"], v["offload_exposed_ns"]
+        unit, div = time_unit([off, rem])
         if v["winner"] == "offload":
             verb = (
                 f"offloading beats rematerialization by {human_time(v['saving_ns'])} per step "
                 f"({100 * v['saving']:.1f}%)"
             )
         elif v["winner"] == "remat":
-            verb = (f"rematerialization beats offloading by {human_time(-v['saving_ns'])} per step "
-                    f"({-100 * v['saving']:.1f}%)")  # fmt: skip
+            verb = (
+                f"rematerialization beats offloading by {human_time(-v['saving_ns'])} per step "
+                f"({-100 * v['saving']:.1f}%)"
+            )
         else:
             verb = "offloading and rematerialization tie"
+        exposed = f"{human_time(exp)} of copy time exposed" if exp else "no copy time exposed"
         line = (
-            f"{where}: {verb}: {v['offload_policy']} {human_time(off)} "
-            f"({human_time(v['offload_exposed_ns'])} of copies exposed) against remat {human_time(rem)}"
+            f"{where}: {verb}: {v['offload_policy']} {off / div:.2f} {unit} ({exposed}) "
+            f"against remat {rem / div:.2f} {unit}"
         )
         if v["fastest_fitting"] not in (v["offload_policy"], "remat"):
             line += f"; fastest that fits: {v['fastest_fitting']} {human_time(v['fastest_step_ns'])}"
-        out.append(line)
+        out += textwrap.wrap(line, 118, subsequent_indent="  ")
     return out
 
 
