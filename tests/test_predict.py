@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from profiler.xla.hlo import parse_text
 from profiler.xla.targets import TARGETS
 from tests.conftest import ROOT, run_cli
 from tests.test_compiled_step import aot_python  # noqa: F401 (the fixture)
+from tests.test_policies import plan_run  # noqa: F401 (the fixture)
 
 SHARED_HLO = ROOT.parent / "shared" / "hlo"
 TRAIN = ROOT / "examples" / "train.py"
@@ -266,3 +268,62 @@ def test_pax_step_on_its_own_a100_target(shared_traces, tmp_path):
     pred = simulate(sched, roofline.costs(sched, dev), parse_link("pcie4"))
     assert pred.costed_by["missing"] == 0 and pred.exposed_ns == 0  # no host copies in this step
     assert pred.step_ns >= pred.compute_ns > 0 and pred.collective_ns > 0
+
+
+def test_analyze_shows_predicted_against_measured(plan_run):  # noqa: F811
+    """analyze on a run folder with a real-schema export of an H100 run and the GPU compiler's step in
+    its dump: the predicted step of that module on the H100 and PCIe Gen5, against the measured."""
+    hlo = SHARED_HLO / "aot_h100__two_layer_offload_step_after_opt.hlo.txt"
+    expect = predict_file(hlo, H100.spec_text(), [parse_link("pcie5")])["predictions"][0]
+    doc = json.loads(run_cli("analyze", "--json", str(plan_run)).stdout)
+    (row,) = doc["policies"]["rows"]
+    p = row["predicted"]
+    assert p["predicted_step_ns"] == expect["predicted_step_ns"]
+    assert p["measured_step_ns"] == row["median_step_ns"] > 0
+    assert p["step_error"] == pytest.approx(expect["predicted_step_ns"] / row["median_step_ns"] - 1)
+    assert p["link"] == "PCIe Gen5 x16"
+    text = run_cli("analyze", str(plan_run))
+    assert text.returncode == 0, text.stderr
+    assert "against measured, per step and device:" in text.stdout
+    err = re.escape(f"{100 * p['step_error']:+.1f}%")
+    assert re.search(rf"^offload_x\s+\S+\s+\S+\s+{err}", text.stdout, re.M)
+
+
+def test_op_classes_of_the_real_two_layer_step(two_layer):
+    classes = roofline.op_classes(schedule.build(two_layer))
+    assert classes["copy-start.4"] == "copy" and classes["gemm_fusion_dot.4"] == "matmul"
+    assert classes["loop_reduce_fusion"] == "fusion"
+    assert "copy-done.4" not in classes and "bitcast.13" not in classes
+
+
+def test_async_collective_hides_behind_independent_work():
+    """An all-reduce over 4 devices: payload x 2(n-1)/n over NVLink; hidden behind a dot that does not
+    need it, exposed when the next kernel does."""
+    text = """HloModule m, is_scheduled=true
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %s = f32[] add(%x, %y)
+}
+ENTRY %e (g: f32[1048576], a: bf16[8192,8192], b: bf16[8192,8192]) -> (f32[1048576], bf16[8192,8192]) {
+  %g = f32[1048576]{0} parameter(0)
+  %a = bf16[8192,8192]{1,0} parameter(1)
+  %b = bf16[8192,8192]{1,0} parameter(2)
+  %ars = f32[1048576]{0} all-reduce-start(%g), replica_groups={{0,1,2,3}}, to_apply=%add
+  %d = bf16[8192,8192]{1,0} dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %ard = f32[1048576]{0} all-reduce-done(%ars)
+  %n = f32[1048576]{0} negate(%ard)
+  ROOT %t = (f32[1048576]{0}, bf16[8192,8192]{1,0}) tuple(%n, %d)
+}
+"""
+    module = parse_text(text)
+    sched = schedule.build(module)
+    dev = roofline.device_from_spec(H100.spec_text())
+    costs = roofline.costs(sched, dev)
+    assert costs["ars"] == pytest.approx(4 * 2**20 * 2 * 3 / 4 / 450e9 * 1e9, abs=1)
+    assert costs["d"] == pytest.approx(2 * 8192**3 / 989.4e12 * 1e9, abs=1)  # bf16: compute-bound
+    hidden = simulate(sched, costs)
+    assert hidden.exposed_collective_ns == 0 and hidden.step_ns == costs["d"] + costs["n"]
+    no_dot = simulate(sched, {**costs, "d": 0})
+    assert no_dot.exposed_collective_ns == costs["ars"]
+    assert no_dot.step_ns == costs["ars"] + costs["n"]
