@@ -270,6 +270,11 @@ def op_classes(schedule: Schedule) -> dict[str, str]:
     return out
 
 
+def op_class(schedule: Schedule, name: str) -> str:
+    """One instruction's class (``op_classes``; for many, call that once)."""
+    return op_classes(schedule).get(name, "other")
+
+
 def costs(schedule: Schedule, device: Device, launch_ns: int = 0) -> dict[str, int]:
     """Roofline ns per execution of every instruction in *schedule* that runs on a stream, host
     copies left out (the simulator prices them over a link); *launch_ns* is added to each kernel."""
