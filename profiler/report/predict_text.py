@@ -44,6 +44,7 @@ def render_predictions(tab: dict[str, Any]) -> list[str]:
     for link in tab.get("links") or []:
         out.append(f"link {link['name']}: {link['gbps']:g} GB/s per direction, {link['why']}")
     out += verdict_lines(tab.get("offload_vs_remat") or [])
+    out += layer_table(tab)
     return out
 
 
@@ -127,3 +128,37 @@ def render_against(tab: dict[str, Any]) -> list[str]:
             why = next(iter((r.get("predicted") or {}).get("notes") or []), "no prediction")
             out.append(f"{r['policy']}: {why}")
     return out
+
+
+def layer_table(tab: dict[str, Any]) -> list[str]:
+    """Predicted exposed copy time per layer at the largest batch, one column per policy and link
+    (only policies whose copies are attributed to layers)."""
+    preds = [p for p in tab.get("predictions") or [] if any(x["layer"] for x in p.get("layers") or [])]
+    if not preds:
+        return []
+    top = max((p["batch"] or 0) for p in preds)
+    preds = [p for p in preds if (p["batch"] or 0) == top]
+    layers = list(dict.fromkeys(x["layer"] for p in preds for x in p["layers"]))
+    from profiler.analysis.breakdown import _natural_key
+
+    layers.sort(key=lambda n: _natural_key(n or "~"))
+    vals = [x["exposed_ns"] for p in preds for x in p["layers"]]
+    unit, div = time_unit(vals)
+    cells = {(p["policy"], p["link"], x["layer"]): x["exposed_ns"] for p in preds for x in p["layers"]}
+    names = [str(lay or "(no layer)") for lay in layers]
+    if len(layers) <= 10:  # a row per policy and link, a column per layer
+        heads = ["policy", "link", *names]
+        rows = [
+            [p["policy"], p["link"], *(scaled(cells.get((p["policy"], p["link"], lay)), div) for lay in layers)]
+            for p in preds
+        ]
+        left: tuple[int, ...] = (0, 1)
+    else:
+        heads = ["layer", *(f"{p['policy']} {p['link']}" for p in preds)]
+        rows = [
+            [name, *(scaled(cells.get((p["policy"], p["link"], lay)), div) for p in preds)]
+            for name, lay in zip(names, layers, strict=True)
+        ]
+        left = (0,)
+    at = f", batch {top}" if top else ""
+    return [f"\npredicted exposed copy time per layer ({unit}){at}:", table(heads, rows, left=left)]
