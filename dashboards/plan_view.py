@@ -272,7 +272,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
         if predicted is not None:
             said_predicted = [
                 f"Predicted (roofline over the compiled schedule, not measured): {PREDICTED_LEGEND}.",
-                *verdict_lines(tab_doc.get("offload_vs_remat") or []),
+                *verdict_lines(tab_doc.get("offload_vs_remat") or [], width=None),
             ]
         return (
             plan_figure(tab_doc),

@@ -48,8 +48,9 @@ def render_predictions(tab: dict[str, Any]) -> list[str]:
     return out
 
 
-def verdict_lines(verdicts: list[dict[str, Any]]) -> list[str]:
-    """One sentence per (batch, link): offloading against rematerialization, by how much."""
+def verdict_lines(verdicts: list[dict[str, Any]], width: int | None = 118) -> list[str]:
+    """One sentence per (batch, link): offloading against rematerialization, by how much (wrapped to
+    *width* for a terminal; None: one line each)."""
     out = []
     for v in verdicts:
         at = f"batch {v['batch']}, " if v["batch"] is not None else ""
@@ -80,7 +81,7 @@ def verdict_lines(verdicts: list[dict[str, Any]]) -> list[str]:
         )
         if v["fastest_fitting"] not in (v["offload_policy"], "remat"):
             line += f"; fastest that fits: {v['fastest_fitting']} {human_time(v['fastest_step_ns'])}"
-        out += textwrap.wrap(line, 118, subsequent_indent="  ")
+        out += textwrap.wrap(line, width, subsequent_indent="  ") if width else [line]
     return out
 
 
