@@ -104,43 +104,44 @@ class Costs:
         self.module = module
         self.device = device
         self.by_comp = {c.name: {i.name: i for i in c.instructions} for c in module.computations.values()}
-        self._comp_flops: dict[str, tuple[float, float]] = {}
+        self._comp_flops: dict[str, tuple[float, float, float]] = {}
 
     def operand(self, ins: Instruction, k: int) -> Instruction | None:
         return self.by_comp.get(ins.computation, {}).get(ins.operands[k]) if k < len(ins.operands) else None
 
     # --- FLOPs ----------------------------------------------------------------------------------
-    def flops(self, ins: Instruction) -> tuple[float, float]:
-        """(matmul FLOPs weighted to bf16-peak equivalents, vector FLOPs) of one instruction."""
+    def flops(self, ins: Instruction) -> tuple[float, float, float]:
+        """(matmul FLOPs weighted to bf16-peak equivalents, vector FLOPs, matmul FLOPs) of one
+        instruction (the last as XLA's cost analysis counts them)."""
         op = ins.opcode
         if op in ("dot", "convolution"):
             lhs, rhs = self.operand(ins, 0), self.operand(ins, 1)
             out = _elems(ins.shape)
             k = self._contracted(ins, lhs, rhs) if op == "dot" else self._kernel_size(ins, rhs)
             dtype = (lhs.shape.dtype if lhs is not None else None) or ins.shape.dtype or "f32"
-            return 2.0 * out * k * _matmul_weight(dtype), 0.0
+            return 2.0 * out * k * _matmul_weight(dtype), 0.0, 2.0 * out * k
         if op in ("fusion", "call", "async-start") and ins.called:
-            m = v = 0.0
+            m = v = r = 0.0
             for c in ins.called:
-                cm, cv = self.computation_flops(c)
-                m, v = m + cm, v + cv
-            return m, v
+                cm, cv, cr = self.computation_flops(c)
+                m, v, r = m + cm, v + cv, r + cr
+            return m, v, r
         if op in ELEMENTWISE:
-            return 0.0, float(_elems(ins.shape))
+            return 0.0, float(_elems(ins.shape)), 0.0
         if op in ("reduce", "reduce-window", "scatter", "select-and-scatter"):
             src = self.operand(ins, 0)
-            return 0.0, float(_elems(src.shape) if src is not None else _elems(ins.shape))
-        return 0.0, 0.0
+            return 0.0, float(_elems(src.shape) if src is not None else _elems(ins.shape)), 0.0
+        return 0.0, 0.0, 0.0
 
-    def computation_flops(self, name: str) -> tuple[float, float]:
+    def computation_flops(self, name: str) -> tuple[float, float, float]:
         if name not in self._comp_flops:
-            self._comp_flops[name] = (0.0, 0.0)  # a cycle (never in valid HLO) costs nothing
-            m = v = 0.0
+            self._comp_flops[name] = (0.0, 0.0, 0.0)  # a cycle (never in valid HLO) costs nothing
+            m = v = r = 0.0
             comp = self.module.computations.get(name)
             for i in comp.instructions if comp else []:
-                fm, fv = self.flops(i)  # a reduce's applied computation is counted by its elements
-                m, v = m + fm, v + fv
-            self._comp_flops[name] = (m, v)
+                fm, fv, fr = self.flops(i)  # a reduce's applied computation is counted by its elements
+                m, v, r = m + fm, v + fv, r + fr
+            self._comp_flops[name] = (m, v, r)
         return self._comp_flops[name]
 
     def _contracted(self, ins: Instruction, lhs: Instruction | None, rhs: Instruction | None) -> float:
@@ -199,7 +200,7 @@ class Costs:
 
     # --- time -----------------------------------------------------------------------------------
     def kernel_ns(self, ins: Instruction) -> int:
-        m, v = self.flops(ins)
+        m, v, _ = self.flops(ins)
         d = self.device
         t = max(m / d.matmul_flops + v / d.vector_flops, self.hbm_bytes(ins) / d.hbm_bytes_s)
         return math.ceil(t * 1e9)
@@ -243,6 +244,24 @@ def _matmul_weight(dtype: str) -> float:
     if dtype == "f32":
         return 2.0  # TF32 tensor cores: half the bf16 rate
     return 32.0  # f64 / integer dots: far from the tensor-core peak
+
+
+def totals(schedule: Schedule, device: Device) -> dict[str, float]:
+    """FLOPs (matmul and other) and HBM bytes of one step: every compute execution of *schedule*
+    added up (the numbers to hold against XLA's own cost analysis of the module)."""
+    c = Costs(schedule.module_ref, device)
+    out = {"matmul_flops": 0.0, "other_flops": 0.0, "hbm_bytes": 0.0}
+    for op in schedule.ops:
+        if op.kind != "compute":
+            continue
+        ins = schedule.instructions.get(op.name)
+        if ins is None:
+            continue
+        _, v, r = c.flops(ins)
+        out["matmul_flops"] += r
+        out["other_flops"] += v
+        out["hbm_bytes"] += c.hbm_bytes(ins)
+    return out
 
 
 def op_classes(schedule: Schedule) -> dict[str, str]:
