@@ -140,7 +140,8 @@ def predict_links(given: list[str] | None, label: str) -> list[HostLink]:
     """The links to predict on: those given (``--link a,b``), else the target's own host link."""
     try:
         if given:
-            return [host_link([], g) for g in dict.fromkeys(given)]
+            links = [host_link([], g) for g in given]
+            return list({h.link.key: h for h in links}.values())  # each link once, in the order given
         return [host_link([label])]
     except ValueError as exc:
         raise ProfilerError(f"--link: {exc}") from None
