@@ -38,6 +38,11 @@ def predict_file(hlo: Path, spec_text: str, links: list[Link], peak_bf16_tflops:
         "hbm_gbps": device.hbm_bytes_s / 1e9,
         "interconnect_gbps": device.interconnect_bytes_s / 1e9,
     }
-    for link, pred in zip(links, predict_module(module, device, links), strict=True):
+    try:
+        preds = predict_module(module, device, links)
+    except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError) as exc:  # a module the replay misreads
+        out["notes"].append(f"no prediction: the replay of {hlo.name} failed ({type(exc).__name__}: {exc})")
+        return out
+    for link, pred in zip(links, preds, strict=True):
         out["predictions"].append({**pred.doc(), "link_name": link.name, "link_gbps": link.gbps})
     return out
