@@ -354,3 +354,25 @@ ENTRY %e (a: f32[1024,1024]) -> f32[1024,1024] {
     copies = sum(4 * o.bytes for o in sched.ops if o.kind == "start")
     assert got["matmul_flops"] + got["other_flops"] == pytest.approx(xla["flops"], rel=0.02)
     assert got["hbm_bytes"] + copies == pytest.approx(xla["bytes accessed"], rel=0.02)
+
+
+def test_scanned_layers_replay_every_trip(aot_python, tmp_path):  # noqa: F811
+    """Layers under lax.scan: the offloads are async fusions (fusion-start / fusion-done) inside the
+    while loops; the replay runs each body known_trip_count times, so the predicted copy bytes are
+    the plan's bytes per step, all on the copy streams."""
+    out = tmp_path / "scan"
+    proc = run_cli("plan", "--target", "h100", "--policy", "offload_qkv", "--batch", "8", "--link", "pcie5", "--json",
+                   "--out", str(out), str(TRAIN), "--scan", "--layers", "3", timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    tab = json.loads(proc.stdout)["plan"]
+    (row,) = tab["rows"]
+    (p,) = tab["predictions"]
+    assert p["copy_bytes"] == {"d2h": row["planned_d2h_bytes_per_step"], "h2d": row["planned_h2d_bytes_per_step"]}
+    assert row["planned_d2h_bytes_per_step"] == 3 * 3 * 8 * 32 * 64 * 4  # 3 layers x q, k, v
+    from profiler.xla.compiled import load_module
+
+    module, _, _ = load_module(out / "offload_qkv-b8" / "step.hlo.txt")
+    sched = schedule.build(module)
+    starts = [o for o in sched.ops if o.kind == "start" and o.stream in ("d2h", "h2d")]
+    assert len(starts) == 3 * 6 and {o.opcode for o in starts} == {"fusion-start"}
+    assert sorted({o.iteration for o in starts}) == [0, 1, 2]

@@ -180,14 +180,14 @@ class _Builder:
     def one(self, ins: Instruction, deps: list[int], iteration: int | None) -> int:
         op = ins.opcode
         move = self.moves.get(ins.name)
-        if op in DONES:
+        if op in DONES or op.endswith("-done"):  # also fusion-done and other async wrappers
             start = deps[0] if deps else None
             while start is not None and self.ops[start].kind == "free" and self.ops[start].opcode == "async-update":
                 start = self.ops[start].deps[0] if self.ops[start].deps else None
             if start is None or self.ops[start].kind != "start":
                 return self.emit(ins, "free", deps, iteration)
             return self.emit(ins, "done", deps, iteration, pair=start)
-        if op in STARTS:
+        if op in STARTS or op.endswith("-start"):
             if move is not None:
                 return self.emit(ins, "start", deps, iteration, stream=move["direction"], bytes=move["bytes"])
             coll = _collective_of(self.module, ins)
