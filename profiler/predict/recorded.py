@@ -34,7 +34,10 @@ def _step_files(folder: Path, label: str | None) -> tuple[Path | None, Path | No
     files = mod.get("files") or {}
     hlo = files.get("after") or files.get("after_proto")
     target = files.get("target")
-    return (dump / hlo if hlo else None), (dump / target if target else None)
+    path = dump / hlo if hlo else None
+    if path is not None and not path.is_file() and (folder / hlo).is_file():
+        path = folder / hlo  # handed over without a dump: the text the script wrote into the run folder
+    return path, (dump / target if target else None)
 
 
 def _spec_for(gpus: list[str], target_file: Path | None) -> tuple[str | None, str]:
