@@ -64,6 +64,7 @@ def cmd_policies(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from profiler.analysis.policies import planned_vs_moved, policy_table
+    from profiler.predict.recorded import predicted
     from profiler.report.policies_text import render_planned_vs_moved_all, render_policy_comparison
     from profiler.runs.discover import NoTrace
     from profiler.runs.result import load_runs
@@ -78,7 +79,7 @@ def cmd_policies(args: argparse.Namespace) -> int:
             print(f"profile-step: {s.line()}", file=sys.stderr)
         print("profile-step: error: none of these runs has a trace", file=sys.stderr)
         return 2
-    tab = policy_table(runs, args.peak_tflops)
+    tab = policy_table(runs, args.peak_tflops, predict=predicted)
     pvm = [planned_vs_moved(r) for r in runs]
     if args.json:
         print(_json_dump({"policies": tab, "planned_vs_moved": pvm, "no_trace": [s.doc() for s in skipped]}))
@@ -416,6 +417,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         policy_arg=args.policy_arg,
         out_dir=Path(args.out) if args.out else None,
         plans_dir=Path(args.plans_dir),
+        links=[k.strip() for group in args.link or [] for k in group.split(",") if k.strip()] or None,
     )
     doc = run_plan(req)
     tab = plan_table(doc, usable_fraction(args.mem_fraction))
@@ -820,6 +822,14 @@ def add_plan(sub: Any, shared: Shared) -> None:
     pl.add_argument("--mem-fraction", type=float, default=None, help="usable share of device memory (default 0.75)")
     pl.add_argument("--out", default=None, help="an empty or new folder for the results (default: plans/<time>-...)")
     pl.add_argument("--plans-dir", default="plans", help="where plan folders go (default: plans/)")
+    # predicted step per host link (profiler.predict): kept in one block
+    pl.add_argument(
+        "--link",
+        action="append",
+        metavar="LINK[,LINK...]",
+        help="host links to predict the step on: pcie3..pcie6 (pcie-gen5, ...), nvlink-c2c or GB/s "
+        "(default: the target's own)",
+    )
     pl.add_argument("script", help="the training script (.py)")
     pl.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
     pl.set_defaults(func=cmd_plan)

@@ -29,6 +29,7 @@ __all__ = [
     "MANIFEST",
     "PARTIAL_SUFFIX",
     "TRACE_STEM",
+    "compiled_in",
     "compiled_of",
     "create",
     "finish",
@@ -124,9 +125,14 @@ def manifest_of(trace_path: Path) -> dict[str, Any] | None:
     return manifest_in(Path(trace_path).parent)
 
 
+def compiled_in(run_dir: Path) -> dict[str, Any] | None:
+    """The compiled.json of *run_dir* (the step's compiled module, see profiler.capture.step_module)."""
+    return _json_object(Path(run_dir) / COMPILED)
+
+
 def compiled_of(trace_path: Path) -> dict[str, Any] | None:
-    """The compiled.json (the step's compiled module, see profiler.capture.step_module) beside the trace."""
-    return _json_object(Path(trace_path).parent / COMPILED)
+    """The compiled.json beside the trace."""
+    return compiled_in(Path(trace_path).parent)
 
 
 def window_spec_of(trace_path: Path) -> str | None:
