@@ -114,7 +114,13 @@ def run_work(
     dev = np.array([d for d, _ in devs], dtype=np.int64)
     w0 = np.array([w[0] for _, w in devs], dtype=np.int64)
     w1 = np.array([w[1] for _, w in devs], dtype=np.int64)
-    whole = time_split(ks, copies, memsets, dev, w0, w1)
+    kept = [s for s in steps if not s.get("excluded")] if dev.size else []
+    # the device windows, then each included step on every device: one split, the sets built once
+    s0 = np.repeat(np.array([s["start_ns"] for s in kept], dtype=np.int64), dev.size)
+    s1 = np.repeat(np.array([s["end_ns"] for s in kept], dtype=np.int64), dev.size)
+    both = time_split(ks, copies, memsets, np.r_[dev, np.tile(dev, len(kept))], np.r_[w0, s0], np.r_[w1, s1])
+    whole = {k: v[: dev.size] for k, v in both.items()}
+    split = {k: v[dev.size :] for k, v in both.items()}
     per_kernel = kernel_work(kernels)
     devices = {
         str(d): {
@@ -124,24 +130,18 @@ def run_work(
         }
         for i, d in enumerate(dev.tolist())
     }
-    kept = [s for s in steps if not s.get("excluded")]
     step_rows = []
-    if kept and dev.size:
-        s0 = np.repeat(np.array([s["start_ns"] for s in kept], dtype=np.int64), dev.size)
-        s1 = np.repeat(np.array([s["end_ns"] for s in kept], dtype=np.int64), dev.size)
-        sd = np.tile(dev, len(kept))
-        split = time_split(ks, copies, memsets, sd, s0, s1)
-        for j, s in enumerate(kept):
-            rows = slice(j * dev.size, (j + 1) * dev.size)
-            step_rows.append(
-                {
-                    "name": s["name"],
-                    "duration_ns": int(s["end_ns"] - s["start_ns"]),
-                    "devices": {
-                        str(d): {k: int(split[k][rows][i]) for k in SPLIT_KEYS} for i, d in enumerate(dev.tolist())
-                    },
-                }
-            )
+    for j, s in enumerate(kept):
+        rows = slice(j * dev.size, (j + 1) * dev.size)
+        step_rows.append(
+            {
+                "name": s["name"],
+                "duration_ns": int(s["end_ns"] - s["start_ns"]),
+                "devices": {
+                    str(d): {k: int(split[k][rows][i]) for k in SPLIT_KEYS} for i, d in enumerate(dev.tolist())
+                },
+            }
+        )
     return {"devices": devices, "steps": step_rows}
 
 
