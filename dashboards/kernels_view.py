@@ -126,6 +126,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
         Output("policy-kernels", "children"),
         Input("runs", "selected_rows"),
         State("runs", "data"),
+        prevent_initial_call=True,  # the first view comes with the panel drawn (runs_view.policies_tab)
     )
     def on_policy_kernels(selected, data):
         return policy_panel(store, selection.selected_views(selected, data))
