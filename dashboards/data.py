@@ -241,8 +241,8 @@ def analyze_run(ref: RunRef, nsys: str | None = None) -> Analysis:
     if summary is not None and ops_path.is_file() and ranges_path.is_file():
         return Analysis(summary, ops_path, ranges_path, trace_file, db_path)
     trace = load_trace(trace_file, nsys)
-    summary = collect(trace, ref.manifest)
-    bd = Breakdown(trace)
+    bd = Breakdown(trace)  # one attribution for the summary and the timeline's ops
+    summary = collect(trace, ref.manifest, breakdown=bd)
     layers = bd.layer_assignment()
     ops = (
         bd.ops.join(layers.select("op_id", "layer"), on="op_id", how="left")

@@ -102,15 +102,18 @@ def collect(
     manifest: dict[str, Any] | None = None,
     detail: bool = True,
     findings: FindingsConfig | None = None,
+    breakdown: Breakdown | None = None,
 ) -> dict[str, Any]:
     """One run's summary: policy, steps, per-direction totals, per-layer totals, findings.
 
     ``detail=False`` (the per-rank task) leaves out per-step copy numbers, the
     kernels that hid each layer's copies, per-stream numbers, peak memory and
-    the findings.
+    the findings.  *breakdown*: the trace's attribution when the caller keeps it
+    (the dashboard writes its ops and ranges next); it must attribute the kinds
+    *detail* needs (all ops, or copies alone).
     """
     # copy numbers per layer and step need only the copies attributed; top kernels need all ops
-    bd = Breakdown(trace, kinds=OP_KINDS if detail else ("copy",))
+    bd = breakdown if breakdown is not None else Breakdown(trace, kinds=OP_KINDS if detail else ("copy",))
     devices = device_metrics(
         bd.kernels,
         trace.copies,
