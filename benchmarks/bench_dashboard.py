@@ -1,9 +1,9 @@
 """Dashboard speed in a real headless Chromium, with the analysis cached.
 
-    python benchmarks/bench_dashboard.py [--repeat 3]
+    python benchmarks/bench_dashboard.py [--repeat 3] [--data DIR]
 
 Makes two annotated exports of 1,000,000 GPU events each (800k kernels, 200k
-copies; 10 steps x 48 layers) under benchmarks/data/dash/, analyzes them once
+copies; 10 steps x 48 layers) under benchmarks/data/dash/ (or DIR), analyzes them once
 (cache beside them), starts the dashboard on them and measures, in Chromium:
 the first view (page load until the runs table and the policy bars are
 drawn), switching to each view (tab), switching the per-layer view between
@@ -48,20 +48,39 @@ def graph_ready(graph: str, n: int = 1) -> str:
     )
 
 
+IN_FLIGHT = """since => {
+  const spans = performance.getEntriesByType('resource').concat(performance.getEntriesByType('navigation'))
+    .filter(e => e.startTime >= since).map(e => [e.startTime, e.responseEnd]).sort((x, y) => x[0] - y[0]);
+  let total = 0, lo = -1, hi = -1;
+  for (const [s, e] of spans) {
+    if (s > hi) { total += hi - lo; lo = s; hi = e; } else { hi = Math.max(hi, e); }
+  }
+  return (total + hi - lo) / 1000;
+}"""
+
+
+def in_flight(page, since: float) -> float:
+    """Seconds since *since* (the page's clock, ms) during which a request was in flight: the union of
+    the resource timings (the page, its scripts, Dash's callbacks), waiting for the server included."""
+    return page.evaluate(IN_FLIGHT, since)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--data", type=Path, default=DATA, help="where the two exports are made (and their caches)")
     a = ap.parse_args()
-    DATA.mkdir(parents=True, exist_ok=True)
+    data = a.data.resolve()
+    data.mkdir(parents=True, exist_ok=True)
     for name, seed, policy in (("a.sqlite", 0, "offload_qkv"), ("b.sqlite", 1, "offload_mlp")):
-        if not (DATA / name).exists():
-            make(DATA / name, 800_000, 200_000, 20_000, seed=seed, annotate=True, policy=policy)
+        if not (data / name).exists():
+            make(data / name, 800_000, 200_000, 20_000, seed=seed, annotate=True, policy=policy)
     t = time.perf_counter()
-    store = RunStore([DATA])
+    store = RunStore([data])
     for rid in store.refs:
         store.get(rid)
     print(f"analysis (cold or cached) of both runs: {time.perf_counter() - t:.1f} s")
-    for db in DATA.glob("*.profile-step.db"):  # the what-if's first view computes its replays
+    for db in data.glob("*.profile-step.db"):  # the what-if's first view computes its replays
         with sqlite3.connect(db) as con:
             con.execute("DROP TABLE IF EXISTS whatif")
 
@@ -69,7 +88,7 @@ def main() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = subprocess.Popen(
-        [sys.executable, "-m", "dashboards", str(DATA), "--port", str(port)],
+        [sys.executable, "-m", "dashboards", str(data), "--port", str(port)],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -99,17 +118,19 @@ def main() -> None:
     }
 
     cpu: dict[str, list[float]] = {k: [] for k in results}
+    served: dict[str, list[float]] = {k: [] for k in results}
 
     def thread_time(cdp) -> float:
         """CPU seconds of the page's main thread so far (Chromium's ThreadTime metric)."""
         return next(m["value"] for m in cdp.send("Performance.getMetrics")["metrics"] if m["name"] == "ThreadTime")
 
     def tab(page, label: str, ready: str, key: str, exact: bool = True) -> None:
-        c0, t0 = thread_time(page.cdp), time.perf_counter()
+        c0, t0, p0 = thread_time(page.cdp), time.perf_counter(), page.evaluate("performance.now()")
         page.get_by_text(label, exact=exact).first.click()
         page.wait_for_function(ready, timeout=120_000)
         results[key].append(time.perf_counter() - t0)
         cpu[key].append(thread_time(page.cdp) - c0)
+        served[key].append(in_flight(page, p0))
 
     try:
         with sync_playwright() as p:
@@ -122,15 +143,17 @@ def main() -> None:
                 page.goto(url)
                 page.wait_for_function("document.querySelectorAll('#runs tr').length >= 4", timeout=120_000)
                 page.wait_for_function(POLICY_READY, timeout=120_000)
+                page.evaluate("performance.setResourceTimingBufferSize(100000)")
                 results["first view"].append(time.perf_counter() - t0)
                 cpu["first view"].append(thread_time(page.cdp) - c0)
+                served["first view"].append(in_flight(page, 0.0))
 
                 tab(page, "Per layer", graph_ready("layer-graph", 4), "tab: per layer")
                 before = page.evaluate(
                     "JSON.stringify(document.querySelector('#layer-graph .js-plotly-plot').data[1].y)"
                 )
                 page.click("#layer-run")
-                c0, t0 = thread_time(page.cdp), time.perf_counter()
+                c0, t0, p0 = thread_time(page.cdp), time.perf_counter(), page.evaluate("performance.now()")
                 page.get_by_text("offload_mlp · b · GPU 0", exact=True).last.click()
                 page.wait_for_function(
                     "JSON.stringify(document.querySelector('#layer-graph .js-plotly-plot').data[1].y) !== "
@@ -139,13 +162,15 @@ def main() -> None:
                 )
                 results["switch run (per-layer view)"].append(time.perf_counter() - t0)
                 cpu["switch run (per-layer view)"].append(thread_time(page.cdp) - c0)
+                served["switch run (per-layer view)"].append(in_flight(page, p0))
 
                 box = page.locator("#layer-graph .point").nth(5).bounding_box()
-                c0, t0 = thread_time(page.cdp), time.perf_counter()
+                c0, t0, p0 = thread_time(page.cdp), time.perf_counter(), page.evaluate("performance.now()")
                 page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
                 page.wait_for_selector("#layer-detail-box", timeout=120_000)
                 results["click a layer"].append(time.perf_counter() - t0)
                 cpu["click a layer"].append(thread_time(page.cdp) - c0)
+                served["click a layer"].append(in_flight(page, p0))
 
                 tab(
                     page,
@@ -176,12 +201,14 @@ def main() -> None:
         server.terminate()
         server.wait(timeout=20)
     print(f"timeline: {note}")
-    print(f"{'view':32s} {'median s':>9s} {'max s':>7s} {'page CPU s':>11s}  (n={a.repeat})")
+    print(f"{'view':40s} {'median s':>9s} {'max s':>7s} {'page CPU s':>11s} {'requests s':>11s}  (n={a.repeat})")
     for name, vals in results.items():
         if not vals:
             continue
-        print(f"{name:32s} {statistics.median(vals):9.2f} {max(vals):7.2f} {statistics.median(cpu[name]):11.2f}")
+        med = statistics.median
+        print(f"{name:40s} {med(vals):9.2f} {max(vals):7.2f} {med(cpu[name]):11.2f} {med(served[name]):11.2f}")
     print("page CPU: CPU time of the page's main thread (Chromium's ThreadTime), median")
+    print("requests: time with a request to the server in flight (the page, its scripts, callbacks), median")
 
 
 if __name__ == "__main__":

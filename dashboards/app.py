@@ -25,6 +25,7 @@ from dashboards import (
     runs_view,
     selection,
     streams_view,
+    tab_gate,
     timeline_view,
     trade,
     whatif_view,
@@ -58,6 +59,7 @@ def create_app(store: RunStore) -> dash.Dash:
                 dcc.Interval(id="warm", interval=600, max_intervals=1),
                 html.Div(id="plotly-warm", style={"display": "none"}),
                 html.Div(sel["errors"], id="errors"),
+                *tab_gate.stores(TABS),
                 dcc.Tabs(
                     id="tabs",
                     value="policies",
@@ -84,6 +86,7 @@ def create_app(store: RunStore) -> dash.Dash:
     def warm(_n):
         return dcc.Graph(figure=figures.note_figure(""), style={"display": "none"})
 
+    tab_gate.register(app, TABS)
     runs_view.register(app, store)
     findings_view.register(app, store)
     trade.register(app, store)

@@ -10,7 +10,7 @@ from typing import Any
 import dash
 from dash import ALL, Input, Output, State, html
 
-from dashboards import selection
+from dashboards import selection, tab_gate
 from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.styles import MUTED, MUTED_COLOR
@@ -243,13 +243,14 @@ def register(app: dash.Dash, store: RunStore) -> None:
     @app.callback(
         Output("findings-panel", "children"),
         Output("findings-tab", "label"),
-        Input("tabs", "value"),
+        tab_gate.opened("findings"),
         Input("runs", "selected_rows"),
         State("runs", "data"),
         State("findings-tab", "label"),
+        tab_gate.SHOWN,
         prevent_initial_call=True,
     )
-    def on_findings(tab, selected, data, shown):
+    def on_findings(_opened, selected, data, shown, tab):
         views = selection.selected_views(selected, data)
         label = count_label(store, views)
         label = dash.no_update if label == shown else label  # a new label re-renders the tab

@@ -11,7 +11,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dash_table, html
 
-from dashboards import rows, selection
+from dashboards import rows, selection, tab_gate
 from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.styles import CELL, HEADER, MUTED
@@ -126,17 +126,19 @@ def register(app: dash.Dash, store: RunStore) -> None:
         Output("policy-kernels", "children"),
         Input("runs", "selected_rows"),
         State("runs", "data"),
+        prevent_initial_call=True,  # the first view comes with the panel drawn (runs_view.policies_tab)
     )
     def on_policy_kernels(selected, data):
         return policy_panel(store, selection.selected_views(selected, data))
 
     @app.callback(
         Output("layer-kernels", "children"),
-        Input("tabs", "value"),
+        tab_gate.opened("layers"),
         Input("layer-run", "value"),
+        tab_gate.SHOWN,
         prevent_initial_call=True,
     )
-    def on_layer_kernels(tab, vid):
+    def on_layer_kernels(_opened, vid, tab):
         if tab != "layers":
             return dash.no_update
         if not vid:

@@ -10,7 +10,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dash_table, dcc, html
 
-from dashboards import copy_numbers, figures, selection
+from dashboards import copy_numbers, figures, selection, tab_gate
 from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.styles import CELL, CONTROL, HEADER, MUTED
@@ -38,11 +38,12 @@ def register(app: dash.Dash, store: RunStore) -> None:
     @app.callback(
         Output("layer-graph", "figure"),
         Output("layer-hint", "children"),
-        Input("tabs", "value"),
+        tab_gate.opened("layers"),
         Input("layer-run", "value"),
+        tab_gate.SHOWN,
         prevent_initial_call=True,
     )
-    def on_layer_run(tab, vid):
+    def on_layer_run(_opened, vid, tab):
         if tab != "layers":
             return dash.no_update, dash.no_update
         if not vid:

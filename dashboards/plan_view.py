@@ -9,6 +9,7 @@ from typing import Any
 import dash
 from dash import Input, Output, dash_table, dcc, html
 
+from dashboards import tab_gate
 from dashboards.data import RunStore, read_plan
 from dashboards.figures import COLORS, Figure, esc, grouped_bars, note_figure
 from dashboards.styles import CELL, ERROR_COLOR, MUTED
@@ -233,11 +234,12 @@ def register(app: dash.Dash, store: RunStore) -> None:
         Output("plan-graph", "figure"),
         Output("plan-table-box", "children"),
         Output("plan-note", "children"),
-        Input("tabs", "value"),
+        tab_gate.opened("trade"),
         Input("plan-choice", "value"),
+        tab_gate.SHOWN,
         prevent_initial_call=True,
     )
-    def on_plan(tab, pid):
+    def on_plan(_opened, pid, tab):
         if tab != "trade":
             return dash.no_update, dash.no_update, dash.no_update
         ref = store.plans.get(pid)

@@ -10,7 +10,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc, html
 
-from dashboards import figures
+from dashboards import figures, tab_gate
 from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.selection import selected_views
@@ -68,13 +68,14 @@ def register(app: dash.Dash, store: RunStore) -> None:
     @app.callback(
         Output("rank-heatmap", "figure"),
         Output("rank-findings", "children"),
-        Input("tabs", "value"),
+        tab_gate.opened("ranks"),
         Input("rank-policy", "value"),
         Input("runs", "selected_rows"),
         State("runs", "data"),
+        tab_gate.SHOWN,
         prevent_initial_call=True,
     )
-    def on_rank_policy(tab, policy, selected, data):
+    def on_rank_policy(_opened, policy, selected, data, tab):
         if tab != "ranks":
             return dash.no_update, dash.no_update
         from profiler.analysis.ranks import cross_rank

@@ -10,7 +10,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc, html
 
-from dashboards import figures, links, selection
+from dashboards import figures, links, selection, tab_gate
 from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.styles import CONTROL, MUTED
@@ -90,13 +90,14 @@ def register(app: dash.Dash, store: RunStore) -> None:
 
     @app.callback(
         Output("streams-graph", "figure"),
-        Input("tabs", "value"),
+        tab_gate.opened("streams"),
         Input("streams-run", "value"),
         Input("link-gbps", "value"),
         State("link-preset", "value"),
+        tab_gate.SHOWN,
         prevent_initial_call=True,
     )
-    def on_streams(tab, vid, gbps, key):
+    def on_streams(_opened, vid, gbps, key, tab):
         if tab != "streams":
             return dash.no_update
         if not vid:

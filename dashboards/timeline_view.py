@@ -10,7 +10,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc, html
 
-from dashboards import figures
+from dashboards import figures, tab_gate
 from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.styles import CONTROL, MUTED
@@ -38,12 +38,13 @@ def register(app: dash.Dash, store: RunStore) -> None:
     @app.callback(
         Output("timeline-step", "options"),
         Output("timeline-step", "value"),
-        Input("tabs", "value"),
+        tab_gate.opened("timeline"),
         Input("timeline-run", "value"),
         State("timeline-step", "value"),
+        tab_gate.SHOWN,
         prevent_initial_call=True,
     )
-    def on_timeline_run(tab, vid, current):
+    def on_timeline_run(_opened, vid, current, tab):
         if tab != "timeline":
             return dash.no_update, dash.no_update
         if not vid:
@@ -58,13 +59,14 @@ def register(app: dash.Dash, store: RunStore) -> None:
     @app.callback(
         Output("timeline-graph", "figure"),
         Output("timeline-note", "children"),
-        Input("tabs", "value"),
+        tab_gate.opened("timeline"),
         Input("timeline-step", "value"),
         Input("timeline-focus", "data"),
         State("timeline-run", "value"),
+        tab_gate.SHOWN,
         prevent_initial_call=True,
     )
-    def on_timeline_step(tab, step, mark, vid):
+    def on_timeline_step(_opened, step, mark, vid, tab):
         if tab != "timeline":
             return dash.no_update, dash.no_update
         if not vid or step is None:

@@ -14,7 +14,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dash_table, dcc, html
 
-from dashboards import plan_view, selection
+from dashboards import plan_view, selection, tab_gate
 from dashboards.data import RunStore
 from dashboards.figures import (
     COLORS,
@@ -489,14 +489,15 @@ def register(app: dash.Dash, store: RunStore) -> None:
         Output("trade-table-box", "children"),
         Output("pvm-run", "options"),
         Output("pvm-run", "value"),
-        Input("tabs", "value"),
+        tab_gate.opened("trade"),
         Input("trade-x", "value"),
         Input("runs", "selected_rows"),
         State("runs", "data"),
         State("pvm-run", "value"),
+        tab_gate.SHOWN,
         prevent_initial_call=True,
     )
-    def on_trade(tab, x_mode, selected, data, current):
+    def on_trade(_opened, x_mode, selected, data, current, tab):
         if tab != "trade":
             return (dash.no_update,) * 5
         rids, summaries, labels = runs_of(selected, data)
@@ -538,11 +539,12 @@ def register(app: dash.Dash, store: RunStore) -> None:
     @app.callback(
         Output("pvm-graph", "figure"),
         Output("pvm-flags", "children"),
-        Input("tabs", "value"),
+        tab_gate.opened("trade"),
         Input("pvm-run", "value"),
+        tab_gate.SHOWN,
         prevent_initial_call=True,
     )
-    def on_pvm(tab, rid):
+    def on_pvm(_opened, rid, tab):
         if tab != "trade":
             return dash.no_update, dash.no_update
         if not rid or rid not in store.results:

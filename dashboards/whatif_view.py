@@ -15,7 +15,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc, html
 
-from dashboards import links, selection
+from dashboards import links, selection, tab_gate
 from dashboards.data import RunStore
 from dashboards.figures import COLORS, TITLE, Figure, esc, figure, note_figure, text_px, unique
 from dashboards.rows import View
@@ -289,7 +289,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
         Output("whatif-graph", "figure"),
         Output("whatif-note", "children"),
         Output("whatif-poll", "disabled"),
-        Input("tabs", "value"),
+        tab_gate.opened("whatif"),
         Input("whatif-to", "value"),
         Input("whatif-value", "value"),
         Input("whatif-from", "value"),
@@ -297,9 +297,10 @@ def register(app: dash.Dash, store: RunStore) -> None:
         Input("runs", "selected_rows"),
         Input("whatif-poll", "n_intervals"),
         State("runs", "data"),
+        tab_gate.SHOWN,
         prevent_initial_call=True,
     )
-    def on_whatif(tab, target, value, source, host, selected, _n, data):
+    def on_whatif(_opened, target, value, source, host, selected, _n, data, tab):
         if tab != "whatif":
             return dash.no_update, dash.no_update, True
         views = selection.selected_views(selected, data)

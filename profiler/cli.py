@@ -236,11 +236,13 @@ def cmd_findings(args: argparse.Namespace) -> int:
 
 def cmd_whatif(args: argparse.Namespace) -> int:
     """``whatif TRACE``: the step replayed with copies on another host link."""
+    from profiler.analysis.breakdown import Breakdown
     from profiler.analysis.links import copy_scale, link_change, parse_link, recorded_link
-    from profiler.analysis.whatif import trace_whatif
+    from profiler.analysis.whatif import measured_stalls, trace_whatif
     from profiler.errors import InputError
     from profiler.report.whatif_text import render_whatif
     from profiler.trace import load_trace
+    from profiler.xla.names import DEFAULT_LAYER_PATTERN
 
     trace = load_trace(args.trace, nsys=args.nsys)
     link_doc = None
@@ -262,9 +264,8 @@ def cmd_whatif(args: argparse.Namespace) -> int:
         factor = 0.0
     if not factor >= 0:
         raise ProfilerError(f"--copy-scale must be >= 0, got {factor}")
-    doc = trace_whatif(
-        trace, factor, layer_pattern=args.layer_pattern, step_range=args.step_range, model_host=not args.no_host_sync
-    )
+    bd = Breakdown(trace, args.layer_pattern or DEFAULT_LAYER_PATTERN, args.step_range)
+    doc = trace_whatif(trace, factor, model_host=not args.no_host_sync, breakdown=bd)
     if link_doc:
         doc["link"] = link_doc
     if args.device is not None:
@@ -272,9 +273,7 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     if args.json:
         print(_json_dump(doc))
         return 0
-    from profiler.runs.result import analyze
-
-    measured = {k: v["stalls"] for k, v in analyze(trace)["devices"].items()}
+    measured = measured_stalls(bd, list(doc["devices"]))  # the analysis' stalls: not analyzed twice
     gpus = {str(d): n for d, n in trace.devices.select("id", "name").iter_rows()}
     print(render_whatif(doc, measured, gpus))
     return 0

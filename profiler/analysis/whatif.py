@@ -21,7 +21,7 @@ that makes a dependency cycle, host calls are not moved and
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -31,6 +31,9 @@ from profiler.analysis.hostsync import host_syncs
 from profiler.analysis.replay import Replay, replay
 from profiler.analysis.stalls import empty_stalls, op_stalls
 from profiler.trace.loader import Trace
+
+if TYPE_CHECKING:
+    from profiler.analysis.breakdown import Breakdown
 
 _KEYS = ["pid", "device", "stream", "correlation_id", "start"]
 
@@ -156,12 +159,16 @@ def trace_whatif(
     layer_pattern: str | None = None,
     step_range: str | None = None,
     model_host: bool = True,
+    breakdown: Breakdown | None = None,
 ) -> dict[str, Any]:
-    """``whatif`` with the trace's own steps (the steps analysis of ``analyze --by step``)."""
+    """``whatif`` with the trace's own steps (the steps analysis of ``analyze --by step``).
+
+    *breakdown*: the trace's analysis when the caller has one (its stalls' dependencies and steps
+    are reused, and the caller can read the measured stalls from it); else made here."""
     from profiler.analysis.breakdown import Breakdown
     from profiler.xla.names import DEFAULT_LAYER_PATTERN
 
-    bd = Breakdown(trace, layer_pattern or DEFAULT_LAYER_PATTERN, step_range)
+    bd = breakdown if breakdown is not None else Breakdown(trace, layer_pattern or DEFAULT_LAYER_PATTERN, step_range)
     deps = bd.stalls.deps if bd.stalls is not None else None
     ranges = bd.step_ranges()
     if ranges.height == 0:
@@ -180,6 +187,13 @@ def trace_whatif(
         .with_columns(assigned["index"].cast(pl.Int64).alias("index"))
     )
     return whatif(trace, factor, steps, step_ops, deps=deps, model_host=model_host)
+
+
+def measured_stalls(bd: Breakdown, devices: list[str]) -> dict[str, dict[str, Any]]:
+    """The recorded timeline's METRICS.md ``stalls`` of each of *devices* (as ``analyze`` gives them),
+    from the analysis the what-if was made with: its dependencies are not found twice."""
+    per_device = bd.stalls.by_device() if bd.stalls is not None else {}
+    return {dev: per_device.get(int(dev), empty_stalls()) for dev in devices}
 
 
 def step_medians(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:

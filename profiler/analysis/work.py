@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from profiler.analysis.intervals import Intervals, difference, join, measure_within_each, union
+from profiler.analysis.intervals import Intervals, measure_within_each, union
 from profiler.analysis.overlap import KernelSets, valid
 
 SPLIT_KEYS = ("compute_ns", "nccl_ns", "exposed_copies_ns", "other_ns", "idle_ns")
@@ -30,15 +30,44 @@ def _union_of(frame: pl.DataFrame) -> Intervals:
     return union(*(frame[c].to_numpy() for c in ("device", "start", "end")))
 
 
+def union_all(*sets: Intervals) -> Intervals:
+    """``a ∪ b ∪ ...`` of canonical sets: one running maximum over their intervals (the same set as
+    ``join`` gives, without its sweep over every boundary)."""
+    return union(*(np.concatenate([getattr(iv, c) for iv in sets]) for c in ("group", "start", "end")))
+
+
+def minus(a: Intervals, b: Intervals) -> Intervals:
+    """``a \\ b`` (``intervals.difference``, the same canonical set) by binary search: per interval of
+    *a*, the gaps between the intervals of *b* that overlap it, clipped to it; no sort."""
+    pieces = []
+    for g in np.unique(a.group).tolist():
+        a0, a1 = np.searchsorted(a.group, [g, g + 1])
+        b0, b1 = np.searchsorted(b.group, [g, g + 1])
+        s_a, e_a, s_b, e_b = a.start[a0:a1], a.end[a0:a1], b.start[b0:b1], b.end[b0:b1]
+        lo = np.searchsorted(e_b, s_a, side="right")  # the first interval of b ending after a's start
+        n = np.searchsorted(s_b, e_a, side="left") - lo  # how many of b overlap (or touch) it
+        row = np.repeat(np.arange(s_a.size), n + 1)
+        k = np.arange(row.size) - np.repeat(np.cumsum(n + 1) - (n + 1), n + 1)  # piece k of its interval
+        j = lo[row] + k  # piece k lies between b's intervals j - 1 and j
+        start = np.where(k == 0, s_a[row], e_b[np.maximum(j - 1, 0)] if e_b.size else 0)
+        end = np.where(k == n[row], e_a[row], s_b[np.minimum(j, max(s_b.size - 1, 0))] if s_b.size else 0)
+        start, end = np.maximum(start, s_a[row]), np.minimum(end, e_a[row])
+        keep = end > start
+        pieces.append((np.full(int(keep.sum()), g, dtype=np.int64), start[keep], end[keep]))
+    if not pieces:
+        return Intervals.empty()
+    return Intervals(*(np.concatenate([p[i] for p in pieces]).astype(np.int64) for i in range(3)))
+
+
 def time_split(
     ks: KernelSets, copies: pl.DataFrame, memsets: pl.DataFrame, device: np.ndarray, start: np.ndarray, end: np.ndarray
 ) -> dict[str, np.ndarray]:
     """Per window ``[start, end)`` of *device*: the ``SPLIT_KEYS`` parts (module docstring), one
     array each, adding up to ``end - start``.  *copies*, *memsets*: valid ops with ``device``."""
     offload = _union_of(copies.filter(pl.col("cls").is_in(["h2d", "d2h"])))
-    active = join(join(ks.any, _union_of(copies)), _union_of(memsets))
-    nccl_only = difference(ks.nccl, ks.compute)
-    exposed = difference(offload, ks.any)
+    active = union_all(ks.any, _union_of(copies), _union_of(memsets))
+    nccl_only = minus(ks.nccl, ks.compute)
+    exposed = minus(offload, ks.any)
     compute, nccl, exp, busy = measure_within_each([ks.compute, nccl_only, exposed, active], device, start, end)
     other = busy - compute - nccl - exp
     return {
@@ -85,7 +114,13 @@ def run_work(
     dev = np.array([d for d, _ in devs], dtype=np.int64)
     w0 = np.array([w[0] for _, w in devs], dtype=np.int64)
     w1 = np.array([w[1] for _, w in devs], dtype=np.int64)
-    whole = time_split(ks, copies, memsets, dev, w0, w1)
+    kept = [s for s in steps if not s.get("excluded")] if dev.size else []
+    # the device windows, then each included step on every device: one split, the sets built once
+    s0 = np.repeat(np.array([s["start_ns"] for s in kept], dtype=np.int64), dev.size)
+    s1 = np.repeat(np.array([s["end_ns"] for s in kept], dtype=np.int64), dev.size)
+    both = time_split(ks, copies, memsets, np.r_[dev, np.tile(dev, len(kept))], np.r_[w0, s0], np.r_[w1, s1])
+    whole = {k: v[: dev.size] for k, v in both.items()}
+    split = {k: v[dev.size :] for k, v in both.items()}
     per_kernel = kernel_work(kernels)
     devices = {
         str(d): {
@@ -95,24 +130,18 @@ def run_work(
         }
         for i, d in enumerate(dev.tolist())
     }
-    kept = [s for s in steps if not s.get("excluded")]
     step_rows = []
-    if kept and dev.size:
-        s0 = np.repeat(np.array([s["start_ns"] for s in kept], dtype=np.int64), dev.size)
-        s1 = np.repeat(np.array([s["end_ns"] for s in kept], dtype=np.int64), dev.size)
-        sd = np.tile(dev, len(kept))
-        split = time_split(ks, copies, memsets, sd, s0, s1)
-        for j, s in enumerate(kept):
-            rows = slice(j * dev.size, (j + 1) * dev.size)
-            step_rows.append(
-                {
-                    "name": s["name"],
-                    "duration_ns": int(s["end_ns"] - s["start_ns"]),
-                    "devices": {
-                        str(d): {k: int(split[k][rows][i]) for k in SPLIT_KEYS} for i, d in enumerate(dev.tolist())
-                    },
-                }
-            )
+    for j, s in enumerate(kept):
+        rows = slice(j * dev.size, (j + 1) * dev.size)
+        step_rows.append(
+            {
+                "name": s["name"],
+                "duration_ns": int(s["end_ns"] - s["start_ns"]),
+                "devices": {
+                    str(d): {k: int(split[k][rows][i]) for k in SPLIT_KEYS} for i, d in enumerate(dev.tolist())
+                },
+            }
+        )
     return {"devices": devices, "steps": step_rows}
 
 

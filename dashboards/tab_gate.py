@@ -1,0 +1,35 @@
+"""Which tab's callbacks a tab switch runs: only the shown tab's.
+
+Every view draws its figure only while its tab is shown.  Were each view's callback an input of the
+tabs' value, a switch would send the server one request per view, all but one answering "nothing to
+do" (ten requests per switch).  Instead one callback in the browser gives ``opened-<tab>`` (a store)
+a new value each time that tab is opened, and a view's callbacks take that store as input and the
+tabs' value as state.
+"""
+
+from __future__ import annotations
+
+from dash import Dash, Input, Output, State, dcc
+
+SHOWN = State("tabs", "value")  # the tab shown, read by the views' callbacks when another input fires
+
+
+def opened(tab: str) -> Input:
+    """The input that fires when *tab* is opened."""
+    return Input(f"opened-{tab}", "data")
+
+
+def stores(tabs: tuple[str, ...]) -> list[dcc.Store]:
+    return [dcc.Store(id=f"opened-{t}") for t in tabs]
+
+
+def register(app: Dash, tabs: tuple[str, ...]) -> None:
+    """In the browser: the opened tab's store gets a new value (the time), the others are left alone."""
+    names = ", ".join(f'"{t}"' for t in tabs)
+    app.clientside_callback(
+        f"function(tab) {{ const skip = window.dash_clientside.no_update, now = Date.now();"
+        f" return [{names}].map(t => t === tab ? now : skip); }}",
+        [Output(f"opened-{t}", "data") for t in tabs],
+        Input("tabs", "value"),
+        prevent_initial_call=True,
+    )
