@@ -43,7 +43,9 @@ def op_class(opcode: pl.Expr, name: pl.Expr, target: pl.Expr | None = None) -> p
     and custom-call target."""
     tgt = target.fill_null("") if target is not None else pl.lit("")
     nm = name.fill_null("")
-    op = opcode.fill_null("")
+    # without the module, the opcode as XLA's instruction names say it (fusion.3, copy-start.1)
+    guess = pl.when(nm.str.contains("fusion")).then(pl.lit("fusion")).otherwise(nm.str.replace(r"(?:\.\d+)+$", ""))
+    op = pl.coalesce(opcode, guess).fill_null("")
     collective = pl.any_horizontal([op.str.starts_with(p) for p in COLLECTIVE_PREFIXES]) | (
         (op == "async-start") & pl.any_horizontal([nm.str.contains(p, literal=True) for p in COLLECTIVE_PREFIXES])
     )
@@ -146,6 +148,7 @@ def export_spans(
             right_on="m_start",
             by="global_tid",
             strategy="backward",
+            check_sortedness=False,  # sorted by time above; per thread too
         )
         .filter(pl.col("execution").is_not_null() & (pl.col("start") < pl.col("m_end")))
     )
