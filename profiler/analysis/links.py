@@ -34,6 +34,7 @@ ALIASES = {
     "gen4": "pcie4",
     "gen5": "pcie5",
     "gen6": "pcie6",
+    **{f"pcie-gen{n}": f"pcie{n}" for n in (3, 4, 5, 6)},
     "c2c": "nvlink-c2c",
     "nvlink": "nvlink-c2c",
 }

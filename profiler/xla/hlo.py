@@ -37,6 +37,8 @@ class Instruction:
     tuple_index: int | None = None  # get-tuple-element
     parameter_number: int | None = None  # parameter
     is_root: bool = False
+    # for costs (profiler.predict): dot/convolution dimension attributes, collectives' replica_groups
+    attrs: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -90,6 +92,11 @@ _QUEUE = re.compile(r'"operation_queue_id"\s*:\s*"?(\d+)')
 _TRIP = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)')
 _INDEX = re.compile(r"\bindex=(\d+)")
 _COMMENT = re.compile(r"/\*.*?\*/", re.S)
+_COST_ATTR = re.compile(
+    r"\b(lhs_contracting_dims|lhs_batch_dims|dim_labels|feature_group_count|replica_groups)="
+    r"(\{[^=]*?\}\}|\{[^}]*\}|\[[^\]]*\][^,\s]*|[\w>-]+)"
+)
+COST_ATTR_OPS = {"dot", "convolution"}
 NO_OPERANDS = {"parameter", "constant", "iota", "rng-get-and-update-state", "partition-id", "replica-id"}
 
 
@@ -176,6 +183,7 @@ def parse_instruction(line: str, computation: str, position: int) -> Instruction
     queue = _QUEUE.search(attrs) if "operation_queue_id" in attrs else None
     trip = _TRIP.search(attrs) if opcode == "while" else None
     index = _INDEX.search(attrs) if opcode == "get-tuple-element" else None
+    cost_attrs = dict(_COST_ATTR.findall(attrs)) if opcode in COST_ATTR_OPS or "replica_groups=" in attrs else {}
     return Instruction(
         name=name,
         opcode=opcode,
@@ -191,6 +199,7 @@ def parse_instruction(line: str, computation: str, position: int) -> Instruction
         tuple_index=int(index.group(1)) if index else None,
         parameter_number=int(inner) if opcode == "parameter" and inner.strip().isdigit() else None,
         is_root=root,
+        attrs=cost_attrs,
     )
 
 

@@ -1,0 +1,284 @@
+"""A roofline cost per instruction, from the target's peak FLOP/s and HBM bandwidth.
+
+``cost = max(matmul FLOPs / matmul peak + other FLOPs / vector peak, HBM bytes / HBM bandwidth)``
+per kernel (a fusion, a custom call, an unfused instruction); collectives are
+their payload over the GPU interconnect with a ring's factor.  Host copies are
+not costed here: the simulator prices them over the chosen host link (or takes
+a measured cost).  The assumptions, in docs/plan.md ("Prediction"):
+
+- FLOPs: a dot is ``2 x result elements x contracted size``, a convolution
+  ``2 x result elements x kernel elements / output features``; an elementwise
+  instruction one FLOP per result element, a reduce one per input element;
+  dots in bf16/f16 run at the dense tensor-core peak, f32 dots at half of it
+  (TF32, JAX's default precision on GPUs), fp8 at twice; everything else at the
+  FP32 vector peak (SMs x FP32 lanes x 2 x clock, from the target description).
+- Bytes: a kernel reads its operands and writes its result once from HBM, but
+  a fusion parameter read only through slices counts the slices' bytes, and an
+  in-place ``dynamic-update-slice`` writes only its update; nothing stays in L2.
+- No launch overhead, no tail effects, no autotuning (deviceless compilation
+  picks default kernels); copies do not slow kernels down.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from profiler.predict.schedule import COLLECTIVES, Schedule
+from profiler.xla.hlo import Instruction, Module
+from profiler.xla.shapes import Shape
+from profiler.xla.targets import TARGETS, peak_tflops
+
+ELEMENTWISE = {
+    "add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "remainder", "negate", "abs",
+    "exponential", "exponential-minus-one", "log", "log-plus-one", "tanh", "logistic", "sqrt", "rsqrt", "cbrt",
+    "sine", "cosine", "tan", "atan2", "erf", "compare", "select", "clamp", "and", "or", "xor", "not", "floor",
+    "ceil", "round-nearest-afz", "round-nearest-even", "sign", "convert", "is-finite",
+}  # fmt: skip
+SLICES = {"slice", "dynamic-slice", "gather"}
+NO_HBM = {"parameter", "constant", "bitcast", "get-tuple-element", "tuple", "after-all", "opt-barrier"}
+# GPU-to-GPU bandwidth per direction (decimal GB/s) by device name fragment (lower case), first match
+# wins: NVLink 5 (B200), NVLink 4 (H100/H200 SXM: 18 links x 25 GB/s), NVLink 3 (A100 SXM4)
+INTERCONNECT_GBPS: tuple[tuple[str, float], ...] = (("b200", 900.0), ("gb200", 900.0), ("h100", 450.0),
+                                                    ("h200", 450.0), ("a100", 300.0))  # fmt: skip
+DEFAULT_INTERCONNECT_GBPS = 450.0
+_DIMS = re.compile(r"\d+")
+
+
+@dataclass(frozen=True)
+class Device:
+    """What the roofline needs of a GPU (rates in per second)."""
+
+    name: str
+    matmul_flops: float  # dense bf16/f16 tensor-core FLOP/s
+    vector_flops: float  # FP32 non-tensor FLOP/s
+    hbm_bytes_s: float
+    interconnect_bytes_s: float  # per direction, to another GPU
+
+
+def _field(text: str, key: str) -> str | None:
+    m = re.search(rf"^\s*{key}:\s*\"?([^\"\n]*)\"?\s*$", text, re.M)
+    return m.group(1).strip() if m else None
+
+
+def device_from_spec(spec_text: str, peak_bf16_tflops: float | None = None) -> Device:
+    """A Device from a ``GpuTargetConfigProto`` text (``../shared/hlo/gpu_specs/``, ``targets.py``):
+    HBM bandwidth, SMs, FP32 lanes and clock from the description; the tensor-core peak from
+    *peak_bf16_tflops*, else the built-in target of the same name, else ``targets.PEAK_TFLOPS``."""
+    name = _field(spec_text, "device_description_str") or "GPU"
+    try:
+        bw = float(_field(spec_text, "memory_bandwidth") or "nan")
+        sms = int(_field(spec_text, "core_count") or "0")
+        lanes = int(_field(spec_text, "fpus_per_core") or "0")
+        clock = float(_field(spec_text, "clock_rate_ghz") or "nan")
+    except ValueError:
+        raise ValueError("the target description's memory_bandwidth, core_count or clock is not a number") from None
+    if not bw > 0:
+        raise ValueError("the target description has no memory_bandwidth")
+    vector = sms * lanes * 2 * clock * 1e9 if sms and lanes and clock > 0 else float("nan")
+    peak = peak_bf16_tflops
+    if peak is None:
+        peak = next((t.peak_bf16_tflops for t in TARGETS.values() if t.description == name), None) or peak_tflops(name)
+    if peak is None:
+        raise ValueError(f"no tensor-core peak known for {name!r}: pass one (peak_bf16_tflops)")
+    if not vector > 0:
+        vector = peak * 1e12 / 16  # the ratio of an H100's dense bf16 to FP32 vector peak, about 15
+    low = name.lower()
+    ic = next((g for k, g in INTERCONNECT_GBPS if k in low), DEFAULT_INTERCONNECT_GBPS)
+    return Device(name, peak * 1e12, vector, bw, ic * 1e9)
+
+
+def _prod(xs: tuple[int, ...] | list[int]) -> int:
+    return math.prod(xs) if xs else 1
+
+
+def _elems(shape: Shape) -> int:
+    return sum(_prod(a.dims) for a in shape.arrays())
+
+
+class Costs:
+    """Roofline costs of a module's instructions on one device (cached per computation)."""
+
+    def __init__(self, module: Module, device: Device) -> None:
+        self.module = module
+        self.device = device
+        self.by_comp = {c.name: {i.name: i for i in c.instructions} for c in module.computations.values()}
+        self._comp_flops: dict[str, tuple[float, float]] = {}
+
+    def operand(self, ins: Instruction, k: int) -> Instruction | None:
+        return self.by_comp.get(ins.computation, {}).get(ins.operands[k]) if k < len(ins.operands) else None
+
+    # --- FLOPs ----------------------------------------------------------------------------------
+    def flops(self, ins: Instruction) -> tuple[float, float]:
+        """(matmul FLOPs weighted to bf16-peak equivalents, vector FLOPs) of one instruction."""
+        op = ins.opcode
+        if op in ("dot", "convolution"):
+            lhs, rhs = self.operand(ins, 0), self.operand(ins, 1)
+            out = _elems(ins.shape)
+            k = self._contracted(ins, lhs, rhs) if op == "dot" else self._kernel_size(ins, rhs)
+            dtype = (lhs.shape.dtype if lhs is not None else None) or ins.shape.dtype or "f32"
+            return 2.0 * out * k * _matmul_weight(dtype), 0.0
+        if op in ("fusion", "call", "async-start") and ins.called:
+            m = v = 0.0
+            for c in ins.called:
+                cm, cv = self.computation_flops(c)
+                m, v = m + cm, v + cv
+            return m, v
+        if op in ELEMENTWISE:
+            return 0.0, float(_elems(ins.shape))
+        if op in ("reduce", "reduce-window", "scatter", "select-and-scatter"):
+            src = self.operand(ins, 0)
+            return 0.0, float(_elems(src.shape) if src is not None else _elems(ins.shape))
+        return 0.0, 0.0
+
+    def computation_flops(self, name: str) -> tuple[float, float]:
+        if name not in self._comp_flops:
+            self._comp_flops[name] = (0.0, 0.0)  # a cycle (never in valid HLO) costs nothing
+            m = v = 0.0
+            comp = self.module.computations.get(name)
+            for i in comp.instructions if comp else []:
+                fm, fv = self.flops(i)  # a reduce's applied computation is counted by its elements
+                m, v = m + fm, v + fv
+            self._comp_flops[name] = (m, v)
+        return self._comp_flops[name]
+
+    def _contracted(self, ins: Instruction, lhs: Instruction | None, rhs: Instruction | None) -> float:
+        dims = ins.attrs.get("lhs_contracting_dims")
+        if lhs is not None and dims is not None:
+            idx = [int(d) for d in _DIMS.findall(dims)]
+            return float(_prod([lhs.shape.dims[i] for i in idx if i < len(lhs.shape.dims)]))
+        if lhs is None or rhs is None:
+            return 1.0
+        # no dimension numbers (a proto): K from sizes, with the leading result dimension as batch
+        out = _elems(ins.shape)
+        batch = ins.shape.dims[0] if len(ins.shape.dims) >= 3 else 1
+        return math.sqrt(max(_elems(lhs.shape) * _elems(rhs.shape) / max(out * batch, 1), 1.0))
+
+    def _kernel_size(self, ins: Instruction, rhs: Instruction | None) -> float:
+        if rhs is None:
+            return 1.0
+        labels = ins.attrs.get("dim_labels", "")
+        kernel = labels.split("_")[1].split("->")[0] if labels.count("_") >= 1 else ""
+        o = kernel.find("o")
+        feats = rhs.shape.dims[o] if 0 <= o < len(rhs.shape.dims) else 1
+        return _elems(rhs.shape) / max(feats, 1)
+
+    # --- bytes ----------------------------------------------------------------------------------
+    def hbm_bytes(self, ins: Instruction) -> int:
+        """Device-memory bytes a kernel reads and writes (see the module docstring)."""
+        if ins.opcode in NO_HBM:
+            return 0
+        out = sum(a.bytes for a in ins.shape.arrays() if not a.on_host)
+        reads = 0
+        fused = self.module.computations.get(ins.called[0]) if ins.opcode == "fusion" and ins.called else None
+        params = {i.parameter_number: i for i in fused.instructions if i.opcode == "parameter"} if fused else {}
+        users: dict[str, list[Instruction]] = {}
+        if fused is not None:
+            for i in fused.instructions:
+                for o in i.operands:
+                    users.setdefault(o, []).append(i)
+            root = next((i for i in fused.instructions if i.is_root), None)
+            if root is not None and root.opcode == "dynamic-update-slice" and len(root.operands) > 1:
+                upd = self.by_comp[fused.name].get(root.operands[1])
+                out = upd.shape.bytes if upd is not None else out
+        for k, name in enumerate(ins.operands):
+            src = self.by_comp.get(ins.computation, {}).get(name)
+            if src is None:
+                continue
+            size = sum(a.bytes for a in src.shape.arrays() if not a.on_host)
+            p = params.get(k)
+            if p is not None:
+                us = users.get(p.name, [])
+                if us and all(u.opcode in SLICES for u in us):
+                    size = min(size, sum(u.shape.bytes for u in us))
+                elif us and all(u.opcode == "dynamic-update-slice" and u.operands[0] == p.name for u in us):
+                    size = 0  # the buffer updated in place: only the update is written
+            reads += size
+        return reads + out
+
+    # --- time -----------------------------------------------------------------------------------
+    def kernel_ns(self, ins: Instruction) -> int:
+        m, v = self.flops(ins)
+        d = self.device
+        t = max(m / d.matmul_flops + v / d.vector_flops, self.hbm_bytes(ins) / d.hbm_bytes_s)
+        return math.ceil(t * 1e9)
+
+    def collective_ns(self, ins: Instruction, payload: int) -> int:
+        kind = ins.opcode.removesuffix("-start")
+        if kind not in COLLECTIVES:
+            kind = next((s.opcode.removesuffix("-start") for c in ins.called for s in
+                         (self.module.computations[c].instructions if c in self.module.computations else [])
+                         if s.opcode.removesuffix("-start") in COLLECTIVES), kind)  # fmt: skip
+        n = group_size(ins, self.module)
+        share = (n - 1) / n if n else 1.0
+        factor = 2 * share if kind == "all-reduce" else (1.0 if kind == "collective-permute" else share)
+        return math.ceil(payload * factor / self.device.interconnect_bytes_s * 1e9)
+
+
+def group_size(ins: Instruction, module: Module) -> int | None:
+    """Devices in one replica group (``{{0,1,2,3}}`` or the iota form ``[2,4]<=[8]``), looking inside
+    an async wrapper; None when the instruction does not say."""
+    cands = [ins] + [s for c in ins.called for s in (module.computations[c].instructions
+                                                     if c in module.computations else [])]  # fmt: skip
+    for i in cands:
+        g = i.attrs.get("replica_groups")
+        if not g:
+            continue
+        if g.startswith("["):
+            nums = _DIMS.findall(g.split("]")[0])
+            return int(nums[-1]) if nums else None
+        first = g.strip("{}").split("}")[0]
+        nums = _DIMS.findall(first)
+        return len(nums) or None
+    return None
+
+
+def _matmul_weight(dtype: str) -> float:
+    """How many bf16-peak FLOPs one FLOP of a dot in *dtype* costs."""
+    if dtype in ("bf16", "f16"):
+        return 1.0
+    if dtype.startswith("f8") or dtype.startswith("f4"):
+        return 0.5
+    if dtype == "f32":
+        return 2.0  # TF32 tensor cores: half the bf16 rate
+    return 32.0  # f64 / integer dots: far from the tensor-core peak
+
+
+def op_class(schedule: Schedule, name: str) -> str:
+    """``matmul``, ``fusion``, ``collective``, ``copy`` or ``other`` for an instruction of the
+    schedule (the classes the accuracy is reported by)."""
+    ins = schedule.instructions.get(name)
+    if ins is None:
+        return "other"
+    op = next((o for o in schedule.ops if o.name == name), None)
+    if op is not None and (op.kind == "copy" or op.stream in ("d2h", "h2d")):
+        return "copy"
+    if op is not None and (op.kind == "collective" or op.stream == "collective"):
+        return "collective"
+    if ins.opcode in ("dot", "convolution") or (ins.custom_call_target or "").startswith(("__cublas", "__cudnn")):
+        return "matmul"
+    if ins.opcode == "fusion":
+        comp = schedule.module_ref.computations.get(ins.called[0]) if ins.called else None
+        if comp is not None and any(i.opcode in ("dot", "convolution") for i in comp.instructions):
+            return "matmul"
+        return "fusion"
+    return "other"
+
+
+def costs(schedule: Schedule, device: Device, launch_ns: int = 0) -> dict[str, int]:
+    """Roofline ns per execution of every instruction in *schedule* that runs on a stream, host
+    copies left out (the simulator prices them over a link); *launch_ns* is added to each kernel."""
+    c = Costs(schedule.module_ref, device)
+    out: dict[str, int] = {}
+    for op in schedule.ops:
+        if op.name in out or op.kind in ("free", "done", "copy") or op.stream in ("d2h", "h2d"):
+            continue
+        ins = schedule.instructions.get(op.name)
+        if ins is None:
+            continue
+        if op.kind == "collective" or op.stream == "collective":
+            out[op.name] = c.collective_ns(ins, op.bytes)
+        else:
+            out[op.name] = c.kernel_ns(ins) + launch_ns
+    return out
