@@ -4,7 +4,6 @@ real JAX-Toolbox Pax archives, and the PGLE round trip through the real GPU comp
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -33,16 +32,11 @@ def thunk_export(
     t = 1_000_000
     for k in range(executions):
         host, gpu = t, t + 5_000
-        marks = []
         for name, ns, kind, nbytes in instrs:
             dur = ns + (k * slower if kind == "kernel" else 0)
             b.nvtx(host, host + 100, f"Thunk:#name=jit(step)/x,hlo_op={name}#", tid=TID, domain_id=TSL)
-            if kind == "kernel":
-                corr = b.kernel(gpu, gpu + dur, f"k_{name}")
-            else:
-                corr = b.copy(gpu, gpu + dur, kind, nbytes)
+            corr = b.kernel(gpu, gpu + dur, f"k_{name}") if kind == "kernel" else b.copy(gpu, gpu + dur, kind, nbytes)
             b.runtime(host + 10, host + 20, corr, name="cuLaunchKernel", tid=TID)
-            marks.append(host)
             host += 200
             gpu += dur + 1_000
         b.nvtx(t, max(host, gpu) + 10, f"XlaModule:#hlo_module={module},program_id=7#", tid=TID, domain_id=TSL)
