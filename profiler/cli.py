@@ -831,10 +831,18 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--plans-dir", default="plans", help="where plan folders go (default: plans/)")
     pl.add_argument("--json", action="store_true", help="print the plan document as JSON")
     # issue 23: measured costs into the plan (calibration, PGLE)
-    pl.add_argument("--pgle", default=None, metavar="FILE", help="also compile with this PGLE profile "
-                    "(profile-step pgle) and show where the copies moved")
-    pl.add_argument("--calibrate", default=None, metavar="RUN_OR_TRACE", help="per-instruction costs and "
-                    "copy bandwidth measured by a run (nsys export, run folder, nsys-jax archive)")
+    pl.add_argument(
+        "--pgle",
+        default=None,
+        metavar="FILE",
+        help="also compile with this PGLE profile (profile-step pgle) and show where the copies moved",
+    )
+    pl.add_argument(
+        "--calibrate",
+        default=None,
+        metavar="RUN_OR_TRACE",
+        help="per-instruction costs and copy bandwidth measured by a run (nsys export, run folder, nsys-jax archive)",
+    )
     pl.add_argument("script", help="the training script (.py)")
     pl.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
     pl.set_defaults(func=cmd_plan)

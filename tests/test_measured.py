@@ -4,6 +4,7 @@ real JAX-Toolbox Pax archives, and the PGLE round trip through the real GPU comp
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -119,39 +120,93 @@ def test_pax_archive_instruction_times(shared_traces):
     assert {"matmul", "fusion", "collective"} <= classes
 
 
-def test_pgle_round_trip_moves_the_copies(aot_python, tmp_path, build):  # noqa: F811
-    """The real GPU compiler: a measured profile in which compute is expensive and copies cheap, written
-    by `profile-step pgle` from an export named after the compiled step's own instructions, changes
-    where XLA schedules the copy-starts of a small offloading step."""
-    args = ["--layers", "2", "--d-model", "256", "--heads", "4", "--ffn", "512", "--seq", "512"]
-    base = tmp_path / "base"
-    proc = run_cli("plan", "--target", "h100", "--policy", "offload_qkv", "--batch", "8", "--out", str(base),
-                   "--json", str(TRAIN), *args, timeout=1200)  # fmt: skip
+ARGS = ["--layers", "2", "--d-model", "256", "--heads", "4", "--ffn", "512", "--seq", "512"]
+
+
+@pytest.fixture(scope="module")
+def base_step(aot_python, tmp_path_factory):  # noqa: F811
+    """The example's offload_qkv step at batch 8, compiled for an H100 by the real GPU compiler."""
+    out = tmp_path_factory.mktemp("base") / "plan"
+    proc = run_cli("plan", "--target", "h100", "--policy", "offload_qkv", "--batch", "8", "--out", str(out),
+                   "--json", str(TRAIN), *ARGS, timeout=1200)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    module = load_module(base / "offload_qkv-b8" / "step.hlo.txt")[0]
+    return out / "offload_qkv-b8" / "step.hlo.txt"
+
+
+def measured_run(hlo: Path, folder: Path, compute_ns: int, copy_ns: int) -> tuple[Path, list]:
+    """A run folder (trace.sqlite + xla_dump/) whose export ran the compiled step *hlo* twice, its
+    instructions one after another under their thunk ranges: kernels of *compute_ns*, copies of 1 MiB
+    taking *copy_ns*; returns the folder and the instructions measured."""
+    module = load_module(hlo)[0]
     entry = module.computations[module.entry].instructions
     work = [i for i in entry if i.opcode not in pgle.NO_WORK or i.opcode == "copy-start"]
+    instrs = [(i.name, copy_ns, pgle.schedule_copies(module)[0]["direction"], 1 << 20) if i.opcode == "copy-start"
+              else (i.name, compute_ns, "kernel", 0) for i in work]  # fmt: skip
+    folder.mkdir()
+    thunk_export(instrs, executions=2, module=module.name).write(folder / "trace.sqlite")
+    (folder / "xla_dump").mkdir()
+    (folder / "xla_dump" / f"module_0007.{module.name}.sm_9.0_gpu_after_optimizations.txt").write_text(hlo.read_text())
+    return folder, work
+
+
+def test_pgle_round_trip_moves_the_copies(base_step, tmp_path):
+    """The real GPU compiler: a measured profile in which compute is expensive and copies cheap, written
+    by `profile-step pgle` from a run of the compiled step's own instructions, changes where XLA
+    schedules the copy-starts of a small offloading step."""
+    module = load_module(base_step)[0]
+    run, work = measured_run(base_step, tmp_path / "run", compute_ns=5_000_000, copy_ns=1_000)
     assert sum(i.opcode == "copy-start" for i in work) >= 4
-    instrs = [(i.name, 1_000, "d2h", 1 << 20) if i.opcode == "copy-start" else (i.name, 5_000_000, "kernel", 0)
-              for i in work]  # fmt: skip
-    export = build(thunk_export(instrs, executions=2, module=module.name))
     profile = tmp_path / "measured.pbtxt"
-    proc = run_cli("pgle", str(export), "-o", str(profile), "--hlo", str(base / "offload_qkv-b8" / "step.hlo.txt"))
+    proc = run_cli("pgle", str(run), "-o", str(profile))
     assert proc.returncode == 0, proc.stderr
     assert len(pgle.read_profile(profile)) == len(work)
     out = tmp_path / "with"
     proc = run_cli("plan", "--target", "h100", "--policy", "offload_qkv", "--batch", "8", "--out", str(out),
-                   "--pgle", str(profile), "--json", str(TRAIN), *args, timeout=1200)  # fmt: skip
+                   "--pgle", str(profile), "--json", str(TRAIN), *ARGS, timeout=1200)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     (res,) = json.loads(proc.stdout)["results"]
     g = res["pgle"]
     assert g["status"] == "ok" and g["profile_names_found"] == len(work)
     assert g["schedule_changed"] and g["copies_moved"] >= 1
-    moved = [c for c in g["copies"] if c["moved"]]
-    assert all(c["before"]["between"] != c["after"]["between"] or c["before"]["position"] != c["after"]["position"]
-               for c in moved)  # fmt: skip
     # the baseline of the --pgle run is the same compilation as the plain plan
     assert [c["before"] for c in g["copies"]] == pgle.schedule_copies(module, pgle.read_profile(profile))
+    assert {"before", "after"} <= set(g["predicted"]) and all("exposed_ns_after" in c for c in g["copies"])
+    text = run_cli("plan", "--target", "h100", "--policy", "offload_qkv", "--batch", "8", "--out",
+                   str(tmp_path / "text"), "--pgle", str(profile), str(TRAIN), *ARGS, timeout=1200).stdout  # fmt: skip
+    assert "Schedule with the PGLE profile" in text and "copies moved" in text
+
+
+def test_calibrate_predicts_the_same_program_from_its_measured_costs(base_step, tmp_path):
+    """`plan --calibrate RUN`: at the measured batch every kernel takes its measured time (same name and
+    shape); at another batch the roofline times the measured scale; a faster link hides more."""
+    run, work = measured_run(base_step, tmp_path / "run", compute_ns=200_000, copy_ns=100_000)
+    proc = run_cli("plan", "--target", "h100", "--policy", "offload_qkv", "--batch", "8,16", "--out",
+                   str(tmp_path / "plan"), "--calibrate", str(run), "--json", str(TRAIN), *ARGS,
+                   timeout=1200)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    b8, b16 = doc["results"]
+    kernels = sum(i.opcode != "copy-start" for i in work)
+    (at8,), (at16,) = b8["calibrated"], b16["calibrated"]
+    assert at8["costed"]["measured"] == kernels and at8["costed"]["scaled"] == 0
+    # kernels of 200 us each, one after another: the step is at least their sum
+    assert at8["predicted_step_ns"] >= kernels * 200_000
+    assert at16["costed"]["scaled"] > 0 and at16["costed"]["measured"] < kernels
+    assert at16["predicted_step_ns"] > at8["predicted_step_ns"]  # twice the batch
+    assert set(doc["calibration"]["scale"]) & {"fusion", "matmul"}
+    # the same calibration on other links: a faster link exposes no more and is no slower
+    from profiler.analysis.links import LINKS
+    from profiler.predict import calibrate
+    from profiler.xla.targets import TARGETS
+
+    m = load(run)
+    cal = calibrate.calibrate(m, TARGETS["h100"].spec_text())
+    preds = calibrate.predict(cal, load_module(base_step)[0], TARGETS["h100"].spec_text(),
+                              [LINKS[k] for k in ("pcie3", "pcie4", "pcie5", "nvlink-c2c")])  # fmt: skip
+    exposed = [p["predicted_exposed_ns"] for p in preds]
+    steps = [p["predicted_step_ns"] for p in preds]
+    assert exposed == sorted(exposed, reverse=True) and steps == sorted(steps, reverse=True)
+    assert exposed[0] > exposed[-1]
 
 
 REPLAY_GOAL = 0.05  # benchmarks/README, "Issue 23: how good the prediction is"

@@ -1,11 +1,11 @@
 """Costs calibrated from a run (issue 23 item 2): what a trace measured per instruction, carried to
 another compilation of the same program (another policy, batch or link) or to another program.
 
-- an instruction of the target schedule with the same name and the same result shape as one the
-  run measured takes its measured time (``measured``);
+- in a module of the same name as the run's, an instruction with the same name and result shape
+  as one the run measured takes its measured time (``measured``);
 - any other takes its roofline cost times its op class's scale factor (``scaled``): the measured
   time over the roofline time of that class's instructions in the measured run, on the measured
-  GPU (a class never measured keeps the roofline, ``roofline``);
+  GPU (a class never measured, or with under 10 µs of roofline time, keeps the roofline);
 - a host copy takes its bytes over the link's bandwidth times the efficiency the run's copies of
   that size reached on the run's own link (``copy``: the same assumption as the what-if: copies
   run at the same fraction of whatever link they use); without measured copies, the link's
@@ -31,6 +31,7 @@ from profiler.xla.hlo import Module
 from profiler.xla.measured import Measured
 
 CLASSES = ("matmul", "fusion", "collective", "other")
+MIN_SCALE_NS = 10_000  # a class whose roofline time in the run is below this gets no scale factor
 
 
 @dataclass
@@ -68,6 +69,19 @@ def measured_costs(m: Measured) -> dict[str, int]:
     return {s: round(v) for s, v in per.iter_rows()}
 
 
+def run_spec(m: Measured, fallback: str) -> tuple[str, str | None]:
+    """(the spec of the GPU *m* ran on, a note when it is assumed): the source's own target description
+    (nsys-jax dumps), else the built-in target of the GPU's name, else *fallback* (the plan's target)."""
+    from profiler.xla.targets import TARGETS
+
+    if m.spec_text:
+        return m.spec_text, None
+    for t in TARGETS.values():
+        if m.gpu and t.description.lower() == m.gpu.lower():
+            return t.spec_text(), None
+    return fallback, f"the run's GPU ({m.gpu or 'not named'}) has no known description: the plan's target is assumed"
+
+
 def calibrate(m: Measured, spec_text: str) -> Calibration:
     """The calibration of run *m* on its own GPU, described by *spec_text* (a GpuTargetConfigProto)."""
     if m.module is None:
@@ -77,7 +91,9 @@ def calibrate(m: Measured, spec_text: str) -> Calibration:
     roof = roofline.costs(sched, device)
     meas = measured_costs(m)
     cls = class_table(sched, meas, roof)
-    scale = {c: v["measured"] / v["roofline"] for c, v in cls.items() if v["roofline"] > 0 and v["measured"] > 0}
+    scale = {
+        c: v["measured"] / v["roofline"] for c, v in cls.items() if v["roofline"] >= MIN_SCALE_NS and v["measured"] > 0
+    }
     link = link_of_gpu(m.gpu) or LINKS["pcie4"]
     notes = list(m.notes)
     if link_of_gpu(m.gpu) is None:
@@ -149,8 +165,9 @@ def calibrated_costs(
     shapes = {n: i.shape.text() for n, i in sched.instructions.items()}
     costs: dict[str, int] = {}
     how = {"measured": 0, "scaled": 0, "roofline": 0, "copy": 0}
+    same_program = module.name == cal.module
     for name, ns in roof.items():
-        if name in cal.measured_ns and cal.shapes.get(name) == shapes.get(name):
+        if same_program and name in cal.measured_ns and cal.shapes.get(name) == shapes.get(name):
             costs[name] = cal.measured_ns[name]
             how["measured"] += 1
         elif classes.get(name) in cal.scale:

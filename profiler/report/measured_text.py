@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from profiler.report.table import table
-from profiler.report.units import human_time
+from profiler.report.units import human_bytes, human_time
 from profiler.xla.pgle import PGLE_FLAG
 
 
@@ -77,6 +77,64 @@ def render_pgle_moves(doc: dict[str, Any]) -> str:
             out.append(table(heads, rows))
         else:
             out.append("no copy-start in the entry computation")
+        pr = g.get("predicted")
+        if pr:
+            b, a = pr["before"], pr["after"]
+            out.append(
+                f"predicted on {pr['link']} (the profile's costs, the roofline elsewhere): exposed copy time "
+                f"{human_time(b['predicted_exposed_ns'])} -> {human_time(a['predicted_exposed_ns'])} with the profile; "
+                f"step {human_time(b['predicted_step_ns'])} -> {human_time(a['predicted_step_ns'])}"
+            )
+    return "\n".join(out)
+
+
+def render_calibrated(doc: dict[str, Any]) -> str:
+    """``plan --calibrate``: the calibration, then each result's predictions per link."""
+    cal = doc["calibration"]
+    out = [
+        f"Calibrated by {cal['source']} ({cal['module']} on {cal['gpu'] or 'an unnamed GPU'}, measured step "
+        f"{human_time(cal['measured_step_ns'])}, {cal['instructions']} instructions measured); predicted, not measured",
+    ]
+    rows = [
+        [c, str(v["instructions"]), human_time(v["measured"]), human_time(v["roofline"]),
+         f"{cal['scale'][c]:.2f}" if c in cal["scale"] else "-"]
+        for c, v in sorted(cal["class_ns"].items())
+    ]  # fmt: skip
+    out.append(table(["class", "instructions", "measured", "roofline", "scale"], rows))
+    if cal["copy_bandwidth"]:
+        out.append(
+            "copies: "
+            + "; ".join(
+                f"{r['cls']} from {human_bytes(r['size_lo'])}: {r['gbps']:.2f} GB/s" for r in cal["copy_bandwidth"]
+            )
+            + f" (on {cal['link']}; another link scales these by its bandwidth)"
+        )
+    else:
+        out.append("copies: none measured: a copy takes its bytes over the link's bandwidth")
+    out += [f"note: {n}" for n in cal["notes"]]
+    rows = []
+    for r in doc["results"]:
+        for p in r.get("calibrated") or []:
+            how = p["costed"]
+            rows.append(
+                [
+                    r["policy"],
+                    "-" if r.get("batch") is None else str(r["batch"]),
+                    p["link_name"],
+                    human_time(p["predicted_step_ns"]),
+                    human_time(p["predicted_exposed_ns"]),
+                    f"{how['measured']}/{how['scaled']}/{how['roofline']}",
+                ]
+            )
+    out.append("")
+    if rows:
+        heads = ["policy", "batch", "link", "step", "exposed copy", "measured/scaled/roofline"]
+        out.append(table(heads, rows, left=(0, 2)))
+        out.append(
+            "measured: instructions of the same name and shape as the run's; scaled: roofline x the class's scale"
+        )
+    else:
+        out.append("no compiled result to predict")
     return "\n".join(out)
 
 

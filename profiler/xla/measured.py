@@ -36,6 +36,7 @@ class Measured:
     copies: pl.DataFrame  # cls, bytes, start, end: every h2d/d2h copy of the trace
     gpu: str | None = None
     notes: list[str] = field(default_factory=list)
+    spec_text: str | None = None  # the GPU's GpuTargetConfigProto, when the source holds it (nsys-jax dumps)
 
     @property
     def step_ns(self) -> float:
@@ -132,7 +133,7 @@ def _hlo_file(hlo: Path) -> Module:
 
 
 def _from_projection(
-    source: Path, proj: pl.DataFrame, module: str | None, hlo: Path | None, dump_dir: Path | None, gpu: str | None
+    source: Path, proj: pl.DataFrame, module: str | None, hlo: Path | None, dump_dir: Path | None, spec: str | None
 ) -> Measured:
     try:
         spans, execs, name = it.projection_spans(proj, module)
@@ -146,7 +147,9 @@ def _from_projection(
     times = with_classes(it.instruction_times(spans), mod)
     empty = pl.DataFrame(schema={"cls": pl.String, "bytes": pl.Int64, "start": pl.Int64, "end": pl.Int64})
     notes.append("the archive holds no copy rows (nvtx_gpu_proj_trace has ranges only): no copy bandwidth")
-    return Measured(source, "nsys-jax archive", name, mod, times, it.step_times(execs), empty, gpu, notes)
+    gpu = _gpu_of_config(spec) if spec else None
+    steps = it.step_times(execs)
+    return Measured(source, "nsys-jax archive", name, mod, times, steps, empty, gpu, notes, spec)
 
 
 def _gpu_of_config(text: str) -> str | None:
@@ -156,12 +159,12 @@ def _gpu_of_config(text: str) -> str | None:
 
 def _archive_dir(path: Path, module: str | None, hlo: Path | None) -> Measured:
     proj = pl.read_parquet(path / PROJECTION)
-    gpu = None
+    spec = None
     for cfg in sorted((path / "dump").glob("*gpu_target_config.pbtxt*")):
         data = lzma.decompress(cfg.read_bytes()) if cfg.suffix == ".xz" else cfg.read_bytes()
-        gpu = _gpu_of_config(data.decode("utf-8", "replace"))
+        spec = data.decode("utf-8", "replace")
         break
-    return _from_projection(path, proj, module, hlo, path / "dump" if (path / "dump").is_dir() else None, gpu)
+    return _from_projection(path, proj, module, hlo, path / "dump" if (path / "dump").is_dir() else None, spec)
 
 
 def _archive_zip(path: Path, module: str | None, hlo: Path | None) -> Measured:
@@ -175,10 +178,10 @@ def _archive_zip(path: Path, module: str | None, hlo: Path | None) -> Measured:
             # the step's dump files only: the archive's sources stay in the zip
             dumps = [n for n in names if "/dump/" in f"/{n}" and "after_optimizations" in n]
             configs = [n for n in names if n.endswith(("gpu_target_config.pbtxt.xz", "gpu_target_config.pbtxt"))]
-            gpu = None
+            spec = None
             if configs:
                 raw = zf.read(configs[0])
-                gpu = _gpu_of_config((lzma.decompress(raw) if configs[0].endswith(".xz") else raw).decode())
+                spec = (lzma.decompress(raw) if configs[0].endswith(".xz") else raw).decode("utf-8", "replace")
             with tempfile.TemporaryDirectory() as tmp:
                 d = Path(tmp)
                 try:
@@ -188,7 +191,7 @@ def _archive_zip(path: Path, module: str | None, hlo: Path | None) -> Measured:
                 for n in dumps:
                     if f".{spans_name}." in n:
                         (d / Path(n).name).write_bytes(zf.read(n))
-                return _from_projection(path, proj, module, hlo, d, gpu)
+                return _from_projection(path, proj, module, hlo, d, spec)
     except (zipfile.BadZipFile, OSError) as exc:
         raise InputError(path, f"cannot be read as a zip archive ({exc})") from None
 
