@@ -37,10 +37,11 @@ COLLECTIVE_PREFIXES = (
 )
 
 
-def op_class(opcode: pl.Expr, name: pl.Expr, target: pl.Expr | None = None) -> pl.Expr:
-    """``matmul`` (cuBLAS/cuDNN custom calls, GEMM fusions), ``collective``, ``copy`` (copy-start,
-    copy, host transfers), ``fusion`` (other fusions), ``other``: from opcode, instruction name
-    and custom-call target."""
+def guess_class(opcode: pl.Expr, name: pl.Expr, target: pl.Expr | None = None) -> pl.Expr:
+    """The op class when the step's HLO is not at hand (with it, ``profiler.predict.calibrate.
+    op_classes`` decides): ``matmul`` (cuBLAS/cuDNN custom calls, GEMM fusions), ``collective``,
+    ``copy``, ``fusion`` (other fusions), ``other``, from opcode (or, NULL, what XLA's instruction
+    names say: ``fusion.3``, ``copy-start.1``), name and custom-call target."""
     tgt = target.fill_null("") if target is not None else pl.lit("")
     nm = name.fill_null("")
     # without the module, the opcode as XLA's instruction names say it (fusion.3, copy-start.1)

@@ -120,7 +120,7 @@ def class_table(
 ) -> dict[str, dict[str, float]]:
     """Per op class (roofline.op_class), over the instructions both measured and costed: measured ns,
     roofline ns, instructions, and the median per-instruction ratio measured / roofline."""
-    classes = _classes(sched)
+    classes = op_classes(sched)
     rows: dict[str, list[tuple[int, int]]] = {}
     for name, ns in measured.items():
         if name in roof:
@@ -138,8 +138,9 @@ def class_table(
     return out
 
 
-def _classes(sched: schedule.Schedule) -> dict[str, str]:
-    """op class of every instruction the schedule runs (roofline.op_class, once per name)."""
+def op_classes(sched: schedule.Schedule) -> dict[str, str]:
+    """The op class of every instruction the schedule runs (``roofline.op_class``, once per name):
+    the classes accuracy, calibration and the PGLE summary are reported by."""
     out: dict[str, str] = {}
     for op in sched.ops:
         if op.name in out or op.kind in ("free", "done"):
@@ -149,7 +150,7 @@ def _classes(sched: schedule.Schedule) -> dict[str, str]:
         elif op.kind == "collective" or op.stream == "collective":
             out[op.name] = "collective"
         else:
-            out[op.name] = roofline.op_class(sched, op.name) if op.name not in out else out[op.name]
+            out[op.name] = roofline.op_class(sched, op.name)
     return out
 
 
@@ -161,7 +162,7 @@ def calibrated_costs(
     device = roofline.device_from_spec(spec_text)
     sched = schedule.build(module)
     roof = roofline.costs(sched, device)
-    classes = _classes(sched)
+    classes = op_classes(sched)
     shapes = {n: i.shape.text() for n, i in sched.instructions.items()}
     costs: dict[str, int] = {}
     how = {"measured": 0, "scaled": 0, "roofline": 0, "copy": 0}

@@ -46,13 +46,19 @@ class Measured:
 
 def with_classes(times: pl.DataFrame, module: Module | None) -> pl.DataFrame:
     """*times* with ``opcode``, ``site`` (the instruction of the entry computation that runs it:
-    itself, or the fusion or async-start around it) and ``op_class`` (the site's)."""
+    itself, or the fusion or async-start around it) and ``op_class``: the site's class in the
+    replayed schedule (``profiler.predict.calibrate.op_classes``); without the module, the class
+    XLA's instruction names suggest (``instruction_times.guess_class``)."""
     if module is None:
         return times.with_columns(
             pl.lit(None, pl.String).alias("opcode"),
             pl.col("hlo_op").alias("site"),
-            it.op_class(pl.lit(None, pl.String), pl.col("hlo_op")).alias("op_class"),
+            it.guess_class(pl.lit(None, pl.String), pl.col("hlo_op")).alias("op_class"),
         )
+    from profiler.predict import schedule
+    from profiler.predict.calibrate import op_classes
+
+    classes = op_classes(schedule.build(module))
     callers: dict[str, str] = {}
     for ins in module.instructions():
         for c in ins.called:
@@ -71,20 +77,13 @@ def with_classes(times: pl.DataFrame, module: Module | None) -> pl.DataFrame:
             {
                 "hlo_op": name,
                 "opcode": ins.opcode if ins else None,
-                "target": site.custom_call_target if site is not None else None,
                 "site": site.name if site is not None else name,
-                "site_opcode": site.opcode if site is not None else None,
             }
         )
-    strs = ("hlo_op", "opcode", "target", "site", "site_opcode")
-    meta = pl.DataFrame(rows, schema=dict.fromkeys(strs, pl.String))
-    return (
-        times.join(meta, on="hlo_op", how="left")
-        .with_columns(
-            it.op_class(pl.col("site_opcode"), pl.col("site"), pl.col("target")).alias("op_class"),
-            pl.col("site").fill_null(pl.col("hlo_op")),
-        )
-        .drop("target", "site_opcode")
+    meta = pl.DataFrame(rows, schema=dict.fromkeys(("hlo_op", "opcode", "site"), pl.String))
+    return times.join(meta, on="hlo_op", how="left").with_columns(
+        pl.col("site").fill_null(pl.col("hlo_op")),
+        pl.col("site").replace_strict(classes, default="other", return_dtype=pl.String).alias("op_class"),
     )
 
 
