@@ -224,3 +224,27 @@ def test_replay_of_the_pax_schedule_is_within_the_goal(shared_traces, archive):
     assert abs(err) <= REPLAY_GOAL, f"replay {p.step_ns / 1e6:.2f} ms against {m.step_ns / 1e6:.2f} ms measured"
     # the replay is not the sum of the durations: the collectives run beside the compute stream
     assert p.step_ns < sum(measured_costs(m).values())
+
+
+def test_calibration_on_a_real_pax_archive(shared_traces):
+    """`plan --calibrate` on a real archive: its own program on its own GPU takes every measured
+    duration (the prediction is the replay); on another GPU every kernel is the roofline times the
+    class's measured scale, none measured."""
+    from profiler.analysis.links import LINKS
+    from profiler.predict import calibrate, roofline, schedule
+    from profiler.xla.targets import TARGETS
+
+    m = load(shared_traces / PAX)
+    cal = calibrate.calibrate(m, m.spec_text)
+    assert set(cal.scale) == {"matmul", "fusion", "collective"}  # "other": 2 us, under MIN_SCALE_NS
+    assert all(v > 1 for v in cal.scale.values())  # the roofline is optimistic on this A100
+    (own,) = calibrate.predict(cal, m.module, m.spec_text, [LINKS["pcie4"]])
+    replayed, _ = calibrate.replay(m)
+    assert own["costed"]["scaled"] == 0 and own["predicted_step_ns"] == replayed.step_ns
+    h100 = TARGETS["h100"].spec_text()
+    (other,) = calibrate.predict(cal, m.module, h100, [LINKS["pcie5"]])
+    assert other["costed"]["measured"] == 0 and other["costed"]["scaled"] > 2000
+    roof = roofline.costs(schedule.build(m.module), roofline.device_from_spec(h100))
+    sched = schedule.build(m.module)
+    bare = calibrate.simulate(sched, roof, LINKS["pcie5"]).step_ns
+    assert bare < other["predicted_step_ns"] < own["predicted_step_ns"]  # an H100 is faster than the A100

@@ -129,7 +129,7 @@ def pgle_predictions(doc: dict[str, Any], costs_us: dict[str, float], link: Link
             for key, p in (("exposed_ns_before", preds[0]), ("exposed_ns_after", preds[1])):
                 c[key] = sum(w["wait_ns"] for w in p.waits if w["start"] == c["name"])
         g["predicted"] = {
-            "link": link.key,
+            "link": link.name,
             "before": {"predicted_step_ns": preds[0].step_ns, "predicted_exposed_ns": preds[0].exposed_ns},
             "after": {"predicted_step_ns": preds[1].step_ns, "predicted_exposed_ns": preds[1].exposed_ns},
         }

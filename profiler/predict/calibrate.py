@@ -1,8 +1,9 @@
 """Costs calibrated from a run (issue 23 item 2): what a trace measured per instruction, carried to
 another compilation of the same program (another policy, batch or link) or to another program.
 
-- in a module of the same name as the run's, an instruction with the same name and result shape
-  as one the run measured takes its measured time (``measured``);
+- in a module of the same name as the run's, compiled for a GPU of the same name as the run's,
+  an instruction with the same name and result shape as one the run measured takes its measured
+  time (``measured``);
 - any other takes its roofline cost times its op class's scale factor (``scaled``): the measured
   time over the roofline time of that class's instructions in the measured run, on the measured
   GPU (a class never measured, or with under 10 µs of roofline time, keeps the roofline);
@@ -166,7 +167,8 @@ def calibrated_costs(
     shapes = {n: i.shape.text() for n, i in sched.instructions.items()}
     costs: dict[str, int] = {}
     how = {"measured": 0, "scaled": 0, "roofline": 0, "copy": 0}
-    same_program = module.name == cal.module
+    # measured durations carry over only to the same program on the same GPU
+    same_program = module.name == cal.module and (cal.gpu or "").lower() == device.name.lower()
     for name, ns in roof.items():
         if same_program and name in cal.measured_ns and cal.shapes.get(name) == shapes.get(name):
             costs[name] = cal.measured_ns[name]
