@@ -15,7 +15,9 @@ from dashboards.styles import CELL, ERROR_COLOR, MUTED
 from profiler.analysis.policies import plan_table
 from profiler.errors import ProfilerError
 from profiler.report.policies_text import PLAN_LEGEND, plan_notes, si
-from profiler.report.units import byte_unit, human_bytes
+from profiler.report.predict_text import LEGEND as PREDICTED_LEGEND
+from profiler.report.predict_text import verdict_lines
+from profiler.report.units import byte_unit, human_bytes, time_unit
 
 
 def plan_figure(tab: dict[str, Any]) -> Figure:
@@ -143,6 +145,59 @@ def plan_datatable(tab: dict[str, Any]) -> dash_table.DataTable:
     )
 
 
+def predicted_datatable(tab: dict[str, Any]) -> dash_table.DataTable | None:
+    """Predicted step and exposed copy time per policy, batch and host link (``plan_table``'s
+    ``predictions``, as ``profile-step plan`` prints them); None without predictions."""
+    preds = tab.get("predictions") or []
+    if not preds:
+        return None
+    unit, div = time_unit(p["predicted_step_ns"] for p in preds)
+
+    def t(v: float | None) -> float | None:
+        return None if v is None else v / div
+
+    data = [
+        {
+            "policy": p["policy"],
+            "batch": p["batch"],
+            "link": p["link_name"] or p["link"],
+            "step": t(p["predicted_step_ns"]),
+            "exposed": t(p["predicted_exposed_ns"]),
+            "compute": t(p["predicted_compute_ns"]),
+            "d2h": t((p.get("predicted_copy_ns") or {}).get("d2h")),
+            "h2d": t((p.get("predicted_copy_ns") or {}).get("h2d")),
+            "fits": "-" if p["fits"] is None else ("yes" if p["fits"] else "NO"),
+        }
+        for p in preds
+    ]
+    sig = {"specifier": ".4~r", "nully": "-"}
+    columns = [
+        {"id": "policy", "name": "policy", "type": "text"},
+        {"id": "batch", "name": "batch", "type": "text"},
+        {"id": "link", "name": "host link", "type": "text"},
+        *(
+            {"id": k, "name": f"{label} ({unit})", "type": "numeric", "format": sig}
+            for k, label in (
+                ("step", "predicted step"),
+                ("exposed", "predicted exposed"),
+                ("compute", "compute"),
+                ("d2h", "D2H"),
+                ("h2d", "H2D"),
+            )
+        ),
+        {"id": "fits", "name": "fits", "type": "text"},
+    ]
+    return dash_table.DataTable(
+        id="plan-predicted-table",
+        columns=columns,
+        data=data,
+        style_table={"overflowX": "auto", "marginTop": "8px"},
+        style_header={"fontWeight": "bold", "whiteSpace": "normal", "height": "auto"},
+        style_cell=CELL,
+        style_data_conditional=[{"if": {"filter_query": "{fits} = NO"}, "color": ERROR_COLOR}],
+    )
+
+
 def layout(plans: list[Any]) -> list[Any]:
     if plans:
         return [
@@ -212,8 +267,15 @@ def register(app: dash.Dash, store: RunStore) -> None:
             for r in tab_doc["rows"]
             for n in plan_notes(r)
         ]
+        predicted = predicted_datatable(tab_doc)
+        said_predicted = []
+        if predicted is not None:
+            said_predicted = [
+                f"Predicted (roofline over the compiled schedule, not measured): {PREDICTED_LEGEND}.",
+                *verdict_lines(tab_doc.get("offload_vs_remat") or []),
+            ]
         return (
             plan_figure(tab_doc),
-            plan_datatable(tab_doc),
-            [html.Div(text + " " + PLAN_LEGEND + "."), *map(html.Div, notes)],
+            [plan_datatable(tab_doc), *([predicted] if predicted is not None else [])],
+            [html.Div(text + " " + PLAN_LEGEND + "."), *map(html.Div, notes), *map(html.Div, said_predicted)],
         )

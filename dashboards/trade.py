@@ -252,6 +252,7 @@ def policy_datatable(tab: dict[str, Any], labels: list[str]) -> tuple[dash_table
                 "mfu": None if r["mfu"] is None else 100 * r["mfu"],
                 "exposed": div(r["exposed_ns"], c_div),
                 "stalled": div(r["stalled_ns"], c_div),
+                **_predicted_cells(r, t_div, c_div),
             }
         )
         if r["peak_device_bytes"] is None:
@@ -293,6 +294,14 @@ def policy_datatable(tab: dict[str, Any], labels: list[str]) -> tuple[dash_table
         {"id": "mfu", "name": "MFU (%)", "type": "numeric", "format": {"specifier": ".1f", "nully": "-"}},
         {"id": "exposed", "name": f"exposed / step ({c_name})", "type": "numeric", "format": sig},
         {"id": "stalled", "name": f"stalled / step ({c_name})", "type": "numeric", "format": sig},
+        {"id": "pred_step", "name": f"predicted step ({t_name})", "type": "numeric", "format": sig},
+        {
+            "id": "pred_error",
+            "name": "prediction error (%)",
+            "type": "numeric",
+            "format": {"specifier": "+.1f", "nully": "-"},
+        },
+        {"id": "pred_exposed", "name": f"predicted exposed ({c_name})", "type": "numeric", "format": sig},
     ]
     every = len(rows)
     lines = [
@@ -321,6 +330,17 @@ def policy_datatable(tab: dict[str, Any], labels: list[str]) -> tuple[dash_table
     return table, lines
 
 
+def _predicted_cells(r: dict[str, Any], t_div: float, c_div: float) -> dict[str, float | None]:
+    """The static prediction of the run's own step (``predict.recorded``) against the measured median."""
+    p = r.get("predicted") or {}
+    step, exp, err = p.get("predicted_step_ns"), p.get("predicted_exposed_ns"), p.get("step_error")
+    return {
+        "pred_step": None if step is None else step / t_div,
+        "pred_error": None if err is None else 100 * err,
+        "pred_exposed": None if exp is None else exp / c_div,
+    }
+
+
 HEADER_TIPS = {
     "step": "median of the included steps (warm-up and outliers left out)",
     "spread": "the shortest and the longest included step: two policies whose medians differ by less than the "
@@ -341,6 +361,10 @@ HEADER_TIPS = {
     "mfu": "declared model FLOPs per step / median step / the device's dense BF16 peak",
     "exposed": "median per step of offload copy time no kernel overlaps",
     "stalled": "median per step of GPU time stalled waiting for offload copies",
+    "pred_step": "the run's own compiled step replayed with roofline costs on the recorded GPU and its host link "
+    "(profile-step's static estimate, not measured)",
+    "pred_error": "predicted step / measured median step - 1: how far the static estimate was off",
+    "pred_exposed": "predicted copy time the compute stream waits for, per step",
 }
 
 

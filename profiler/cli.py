@@ -462,6 +462,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         policy_arg=args.policy_arg,
         out_dir=Path(args.out) if args.out else None,
         plans_dir=Path(args.plans_dir),
+        links=[k.strip() for group in args.link or [] for k in group.split(",") if k.strip()] or None,
     )
     if getattr(args, "pgle", None) or getattr(args, "calibrate", None):  # issue 23: measured costs
         from profiler.capture.pgle_run import plan_with_measurements
@@ -842,6 +843,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="RUN_OR_TRACE",
         help="per-instruction costs and copy bandwidth measured by a run (nsys export, run folder, nsys-jax archive)",
+    )
+    # predicted step per host link (profiler.predict): kept in one block
+    pl.add_argument(
+        "--link",
+        action="append",
+        metavar="LINK[,LINK...]",
+        help="host links to predict the step on: pcie3..pcie6 (pcie-gen5, ...), nvlink-c2c or GB/s "
+        "(default: the target's own)",
     )
     pl.add_argument("script", help="the training script (.py)")
     pl.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")

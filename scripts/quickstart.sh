@@ -69,7 +69,7 @@ echo "== the policy decision on this machine (measured) =="
 profile-step analyze "${runs[@]}"
 echo
 # a step large enough for the choice to matter on an 80 GB device: 8 layers, sequence 4096, bf16
-profile-step plan --target h100 --batch 4,16 --policies "$policies" examples/train.py \
+profile-step plan --target h100 --batch 4,16 --link pcie-gen5,nvlink-c2c --policies "$policies" examples/train.py \
   --layers 8 --d-model 1024 --heads 16 --ffn 4096 --seq 4096 --vocab 32000 --dtype bfloat16
 if [ -z "${QUICKSTART_NO_DASHBOARD:-}" ]; then
   paths=(runs sample_traces)

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -22,8 +23,10 @@ from profiler.xla.hlo import parse_text
 from profiler.xla.targets import TARGETS
 from tests.conftest import ROOT, run_cli
 from tests.test_compiled_step import aot_python  # noqa: F401 (the fixture)
+from tests.test_policies import plan_run  # noqa: F401 (the fixture)
 
 SHARED_HLO = ROOT.parent / "shared" / "hlo"
+TRAIN = ROOT / "examples" / "train.py"
 OVERLAP = ROOT / "tests" / "scripts" / "offload_overlap.py"
 H100 = TARGETS["h100"]
 LINKS = [parse_link(k) for k in ("pcie4", "pcie5", "pcie-gen5", "nvlink-c2c")]
@@ -130,3 +133,197 @@ def test_prediction_grows_with_the_batch(aot_python, tmp_path):  # noqa: F811
     assert steps == sorted(steps) and steps[0] < steps[-1]
     assert exposed == sorted(exposed) and exposed[0] < exposed[-1]
     json.dumps(doc)  # the document is JSON
+
+
+def test_plan_predicts_per_policy_batch_and_link(aot_python, tmp_path):  # noqa: F811
+    """``plan --link A,B --json``: predicted_step_ns and predicted_exposed_ns per result and link, the
+    verdict of offloading against rematerialization, and the same numbers in the text."""
+    args = ("plan", "--target", "h100", "--policies", "remat,offload_qkv", "--batch", "2,8",
+            "--link", "pcie-gen5,nvlink-c2c")  # fmt: skip
+    proc = run_cli(*args, "--json", "--out", str(tmp_path / "j"), str(TRAIN), "--layers", "2", timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    tab = json.loads(proc.stdout)["plan"]
+    preds = tab["predictions"]
+    assert [(p["policy"], p["batch"], p["link"]) for p in preds] == [
+        (pol, b, link) for pol in ("remat", "offload_qkv") for b in (2, 8) for link in ("pcie5", "nvlink-c2c")
+    ]
+    assert all(p["predicted_step_ns"] > 0 and p["predicted_exposed_ns"] >= 0 for p in preds)
+    by = {(p["policy"], p["batch"], p["link"]): p for p in preds}
+    for b in (2, 8):
+        slow, fast = by[("offload_qkv", b, "pcie5")], by[("offload_qkv", b, "nvlink-c2c")]
+        assert slow["predicted_step_ns"] >= fast["predicted_step_ns"]
+        assert slow["predicted_exposed_ns"] >= fast["predicted_exposed_ns"]
+        assert slow["copy_bytes"]["d2h"] == 2 * 3 * b * 32 * 64 * 4  # 2 layers x q, k, v of batch x 32 x 64 f32
+        assert by[("remat", b, "pcie5")]["predicted_step_ns"] == by[("remat", b, "nvlink-c2c")]["predicted_step_ns"]
+    for pol in ("remat", "offload_qkv"):
+        assert by[(pol, 2, "pcie5")]["predicted_compute_ns"] < by[(pol, 8, "pcie5")]["predicted_compute_ns"]
+    verdicts = {(v["batch"], v["link"]): v for v in tab["offload_vs_remat"]}
+    assert set(verdicts) == {(b, k) for b in (2, 8) for k in ("pcie5", "nvlink-c2c")}
+    for (b, k), v in verdicts.items():
+        rem, off = by[("remat", b, k)]["predicted_step_ns"], by[("offload_qkv", b, k)]["predicted_step_ns"]
+        assert v["saving_ns"] == rem - off and v["winner"] == ("offload" if rem > off else "remat")
+    assert [lk["key"] for lk in tab["links"]] == ["pcie5", "nvlink-c2c"]
+    text = run_cli(*args, "--out", str(tmp_path / "t"), str(TRAIN), "--layers", "2", timeout=1800)
+    assert text.returncode == 0, text.stderr[-2000:]
+    assert "predicted (roofline over the compiled schedule, not measured), NVIDIA H100 80GB HBM3:" in text.stdout
+    assert "link NVLink-C2C: 450 GB/s per direction, as chosen (--link)" in text.stdout
+    assert "batch 8, PCIe Gen5 x16: " in text.stdout
+    bad = run_cli("plan", "--link", "pcie9", str(TRAIN))
+    assert bad.returncode == 2 and "--link: unknown link 'pcie9'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def _run_folder(tmp: Path, hlo: Path) -> dict:
+    """A run folder holding a GPU step's compiled module (XLA's real output) and a run summary of it."""
+    from profiler.analysis.policies import step_compiled
+
+    folder = tmp / "run"
+    (folder / "xla_dump").mkdir(parents=True)
+    name = "module_0007.jit_train_step.sm_9.0_gpu_after_optimizations.txt"
+    (folder / "xla_dump" / name).write_text(hlo.read_text())
+    compiled = {
+        "dump_dir": "xla_dump",
+        "step_module": "module_0007.jit_train_step",
+        "chosen_by": "handed over",
+        "modules": [
+            {
+                "name": "jit_train_step",
+                "id": 7,
+                "label": "module_0007.jit_train_step",
+                "files": {"after": name},
+                "platform": "gpu",
+                "plan": None,
+                "notes": [],
+            }
+        ],
+        "notes": [],
+    }
+    (folder / "compiled.json").write_text(json.dumps(compiled))
+    steps = [{"name": f"step {i}", "duration_ns": 1_000_000 + i, "excluded": False, "exposed_ns": 40_000,
+              "stall_ns": 0} for i in range(3)]  # fmt: skip
+    return {
+        "policy": "offload",
+        "trace": str(folder / "trace.sqlite"),
+        "gpus": ["NVIDIA H100 80GB HBM3"],
+        "steps": steps,
+        "median_step_ns": 1_000_001,
+        "devices": {"0": {}},
+        "layers": {"layer_0": {"offload": {"exposed_ns": 3 * 30_000}}, "layer_1": {"offload": {"exposed_ns": 0}}},
+        "compiled": step_compiled(compiled),
+    }
+
+
+def test_predicted_against_measured_in_the_policy_table(two_layer, tmp_path):
+    """After a run: the run's own compiled step predicted on its GPU (H100) and host link (PCIe Gen5),
+    against the measured median step and exposed time, per layer too; a CPU run says why it has none."""
+    from profiler.analysis.policies import policy_table
+    from profiler.report.policies_text import render_policy_comparison
+
+    hlo = SHARED_HLO / "aot_h100__two_layer_offload_step_after_opt.hlo.txt"
+    run = _run_folder(tmp_path, hlo)
+    expect = predict_file(hlo, H100.spec_text(), [parse_link("pcie5")])["predictions"][0]
+    cpu = {**run, "policy": "cpu", "compiled": {**run["compiled"], "platform": "cpu"}}
+    tab = policy_table([run, cpu])
+    p = tab["rows"][0]["predicted"]
+    assert p["link"] == "PCIe Gen5 x16" and p["target"] == "profile-step's h100 target (NVIDIA H100 80GB HBM3)"
+    assert p["predicted_step_ns"] == expect["predicted_step_ns"] > 0
+    assert p["predicted_exposed_ns"] == expect["predicted_exposed_ns"]
+    assert p["step_error"] == pytest.approx(expect["predicted_step_ns"] / 1_000_001 - 1)
+    assert p["exposed_error_ns"] == expect["predicted_exposed_ns"] - 40_000
+    layers = {x["layer"]: x for x in p["layers"]}
+    assert layers["layer_0"]["measured_exposed_ns"] == 30_000  # 3 steps, 1 device
+    assert layers["layer_1"]["measured_exposed_ns"] == 0
+    assert tab["rows"][1]["predicted"]["predicted_step_ns"] is None
+    text = render_policy_comparison(tab)
+    assert "predicted (roofline over the compiled schedule, not measured) against measured" in text
+    assert f"{100 * p['step_error']:+.1f}%" in text
+    assert "cpu: no prediction: a CPU run's compiled step is XLA:CPU's, with no GPU schedule" in text
+
+
+def test_pax_step_on_its_own_a100_target(shared_traces, tmp_path):
+    """The real Pax FSDP step (an A100 archive, HLO proto): dots keep their contracted dimensions from
+    the proto, its 23 async collectives run on the collective stream, and the device is the dump's
+    own target description."""
+    import zipfile
+
+    from profiler.xla.compiled import load_module
+    from profiler.xla.proto import read_bytes
+
+    archive = shared_traces / "jax-toolbox" / "NVIDIA__JAX-Toolbox__pax_fsdp4_4proc_proc0.zip"
+    with zipfile.ZipFile(archive) as z:
+        for name in z.namelist():
+            if name.startswith("dump/module_0040.") and ("after_optimizations" in name or "target_config" in name):
+                z.extract(name, tmp_path)
+    dump = tmp_path / "dump"
+    hlo = dump / "module_0040.pjit__wrapped_step_fn.sm_8.0_gpu_after_optimizations.hlo.pb.xz"
+    spec = read_bytes(dump / "module_0040.pjit__wrapped_step_fn.gpu_target_config.pbtxt.xz").decode()
+    module, _, _ = load_module(hlo)
+    dots = [i for i in module.instructions() if i.opcode == "dot"]
+    assert dots and all("lhs_contracting_dims" in d.attrs for d in dots)
+    sched = schedule.build(module)
+    starts = [o for o in sched.ops if o.kind == "start"]
+    assert len(starts) == 23 and {o.stream for o in starts} == {"collective"}
+    dev = roofline.device_from_spec(spec)
+    assert dev.name == "NVIDIA A100-SXM4-40GB" and dev.matmul_flops == pytest.approx(312e12)
+    assert dev.hbm_bytes_s == pytest.approx(1555.2e9)
+    pred = simulate(sched, roofline.costs(sched, dev), parse_link("pcie4"))
+    assert pred.costed_by["missing"] == 0 and pred.exposed_ns == 0  # no host copies in this step
+    assert pred.step_ns >= pred.compute_ns > 0 and pred.collective_ns > 0
+
+
+def test_analyze_shows_predicted_against_measured(plan_run):  # noqa: F811
+    """analyze on a run folder with a real-schema export of an H100 run and the GPU compiler's step in
+    its dump: the predicted step of that module on the H100 and PCIe Gen5, against the measured."""
+    hlo = SHARED_HLO / "aot_h100__two_layer_offload_step_after_opt.hlo.txt"
+    expect = predict_file(hlo, H100.spec_text(), [parse_link("pcie5")])["predictions"][0]
+    doc = json.loads(run_cli("analyze", "--json", str(plan_run)).stdout)
+    (row,) = doc["policies"]["rows"]
+    p = row["predicted"]
+    assert p["predicted_step_ns"] == expect["predicted_step_ns"]
+    assert p["measured_step_ns"] == row["median_step_ns"] > 0
+    assert p["step_error"] == pytest.approx(expect["predicted_step_ns"] / row["median_step_ns"] - 1)
+    assert p["link"] == "PCIe Gen5 x16"
+    text = run_cli("analyze", str(plan_run))
+    assert text.returncode == 0, text.stderr
+    assert "against measured, per step and device:" in text.stdout
+    err = re.escape(f"{100 * p['step_error']:+.1f}%")
+    assert re.search(rf"^offload_x\s+\S+\s+\S+\s+{err}", text.stdout, re.M)
+
+
+def test_op_classes_of_the_real_two_layer_step(two_layer):
+    classes = roofline.op_classes(schedule.build(two_layer))
+    assert classes["copy-start.4"] == "copy" and classes["gemm_fusion_dot.4"] == "matmul"
+    assert classes["loop_reduce_fusion"] == "fusion"
+    assert "copy-done.4" not in classes and "bitcast.13" not in classes
+
+
+def test_async_collective_hides_behind_independent_work():
+    """An all-reduce over 4 devices: payload x 2(n-1)/n over NVLink; hidden behind a dot that does not
+    need it, exposed when the next kernel does."""
+    text = """HloModule m, is_scheduled=true
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %s = f32[] add(%x, %y)
+}
+ENTRY %e (g: f32[1048576], a: bf16[8192,8192], b: bf16[8192,8192]) -> (f32[1048576], bf16[8192,8192]) {
+  %g = f32[1048576]{0} parameter(0)
+  %a = bf16[8192,8192]{1,0} parameter(1)
+  %b = bf16[8192,8192]{1,0} parameter(2)
+  %ars = f32[1048576]{0} all-reduce-start(%g), replica_groups={{0,1,2,3}}, to_apply=%add
+  %d = bf16[8192,8192]{1,0} dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %ard = f32[1048576]{0} all-reduce-done(%ars)
+  %n = f32[1048576]{0} negate(%ard)
+  ROOT %t = (f32[1048576]{0}, bf16[8192,8192]{1,0}) tuple(%n, %d)
+}
+"""
+    module = parse_text(text)
+    sched = schedule.build(module)
+    dev = roofline.device_from_spec(H100.spec_text())
+    costs = roofline.costs(sched, dev)
+    assert costs["ars"] == pytest.approx(4 * 2**20 * 2 * 3 / 4 / 450e9 * 1e9, abs=1)
+    assert costs["d"] == pytest.approx(2 * 8192**3 / 989.4e12 * 1e9, abs=1)  # bf16: compute-bound
+    hidden = simulate(sched, costs)
+    assert hidden.exposed_collective_ns == 0 and hidden.step_ns == costs["d"] + costs["n"]
+    no_dot = simulate(sched, {**costs, "d": 0})
+    assert no_dot.exposed_collective_ns == costs["ars"]
+    assert no_dot.step_ns == costs["ars"] + costs["n"]

@@ -301,7 +301,11 @@ def within_spread(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def policy_table(runs: list[dict[str, Any]], peak_override: float | None = None) -> dict[str, Any]:
     """One row per run, in the runs' order; recomputation against the ``none`` policy's FLOPs;
     policies that compiled to the same step; step times within each other's spread; CPU runs."""
+    from profiler.predict.recorded import against_measured, run_prediction
+
     rows = [policy_row(r, peak_override) for r in runs]
+    for row, run in zip(rows, runs, strict=True):  # the static prediction of the run's own step
+        row["predicted"] = against_measured(row, run, run_prediction(run, row))
     base = next((r["flops_per_step"] for r in rows if r["policy"] == BASELINE_POLICY and r["flops_per_step"]), None)
     for r in rows:
         if base and r["flops_per_step"]:
@@ -423,9 +427,11 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
     layers' offloaded data in host memory together.  ``host_live_peak_bytes`` recomputes the
     first from the plan's schedule (a cross-check), ``late_d2h`` counts the device-to-host copies
     scheduled after the backward pass began (their data stays in device memory until then)."""
+    from profiler.predict.trade import offload_vs_remat, prediction_rows
+
     target = doc["target"]
     limit = int(target["memory_bytes"] * mem_fraction) if target.get("memory_bytes") else None
-    rows, layers = [], []
+    rows, layers, predictions = [], [], []
     for res in doc["results"]:
         comp = res.get("compiled") or {}
         memory = comp.get("memory") or {}
@@ -456,6 +462,10 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
             }
         )
         layers.append({"policy": res["policy"], "batch": res["batch"], "layers": by_layer(plan)})
+        rows[-1]["predictions"] = prediction_rows(rows[-1], res)
+        pred_notes = (res.get("prediction") or {}).get("notes") or []
+        rows[-1]["notes"] += [n for n in pred_notes if n not in rows[-1]["notes"]]
+        predictions += rows[-1]["predictions"]
     base = {r["batch"]: r["flops_per_step"] for r in rows if r["policy"] == BASELINE_POLICY and r["flops_per_step"]}
     same = [
         g | {"batch": b}
@@ -489,6 +499,9 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
         "rows": rows,
         "layers": layers,
         "same_hlo": same,
+        "links": doc.get("links") or [],
+        "predictions": predictions,
+        "offload_vs_remat": offload_vs_remat(predictions),
     }
 
 

@@ -22,9 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from profiler.analysis.links import HostLink, Link, host_link
 from profiler.capture import policy_arg, rundir
 from profiler.conventions import BATCH_ENV, COMPILED_STEP, PLAN_DIR_ENV, PLAN_TARGET_ENV, POLICY_ENV
 from profiler.errors import InputError, ProfilerError
+from profiler.predict.step import predict_file
 from profiler.xla import targets
 from profiler.xla.compiled import load_module
 from profiler.xla.fingerprint import module_fingerprint, text_fingerprint
@@ -49,6 +51,7 @@ class PlanRequest:
     out_dir: Path | None = None
     plans_dir: Path = Path("plans")
     xla_flags: list[str] = field(default_factory=list)  # added to the script's XLA_FLAGS (plan --pgle)
+    links: list[str] | None = None  # host links to predict the step on (None: the target's own)
 
 
 def has_cuda_plugin(python: str) -> bool:
@@ -104,6 +107,7 @@ def run_plan(req: PlanRequest, echo: Callable[[str], None] = lambda s: print(s, 
         label, spec, builtin = targets.resolve(req.target)
     except ValueError as exc:
         raise ProfilerError(str(exc)) from None
+    links = predict_links(req.links, label)
     python = find_python(req.python)
     out = _new_folder(req, builtin.key if builtin else Path(req.target).stem)
     spec_file = out / "target.txtpb"
@@ -121,13 +125,35 @@ def run_plan(req: PlanRequest, echo: Callable[[str], None] = lambda s: print(s, 
         "script_args": req.script_args,
         "python": python,
         "out_dir": str(out),
+        "links": [{"key": h.link.key, "name": h.link.name, "gbps": h.link.gbps, "why": h.why} for h in links],
         "results": [],
     }
     for policy in req.policies:
         for batch in req.batches:
-            doc["results"].append(_one(req, python, spec_file, out, policy, batch, echo))
+            res = _one(req, python, spec_file, out, policy, batch, echo)
+            _predict(res, spec, [h.link for h in links], doc["target"]["peak_bf16_tflops"])
+            doc["results"].append(res)
     rundir.write_json(out / "plan.json", doc)
     return doc
+
+
+def predict_links(given: list[str] | None, label: str) -> list[HostLink]:
+    """The links to predict on: those given (``--link a,b``), else the target's own host link."""
+    try:
+        if given:
+            return [host_link([], g) for g in dict.fromkeys(given)]
+        return [host_link([label])]
+    except ValueError as exc:
+        raise ProfilerError(f"--link: {exc}") from None
+
+
+def _predict(res: dict[str, Any], spec: str, links: list[Link], peak: float | None) -> None:
+    """The compiled step's predicted step and exposed copy time per link (``res["prediction"]``)."""
+    hlo = Path(res["dir"]) / ((res.get("compiled") or {}).get("hlo_file") or "step.hlo.txt")
+    if res["status"] != "ok" or not hlo.is_file():
+        res["prediction"] = None
+        return
+    res["prediction"] = predict_file(hlo, spec, links, peak)
 
 
 def _new_folder(req: PlanRequest, key: str) -> Path:

@@ -245,25 +245,34 @@ def _matmul_weight(dtype: str) -> float:
     return 32.0  # f64 / integer dots: far from the tensor-core peak
 
 
+def op_classes(schedule: Schedule) -> dict[str, str]:
+    """``matmul``, ``fusion``, ``collective``, ``copy`` or ``other`` for every instruction that runs in
+    *schedule* (the classes the accuracy is reported by); free instructions and dones are left out."""
+    out: dict[str, str] = {}
+    for op in schedule.ops:
+        if op.name in out or op.kind in ("free", "done"):
+            continue
+        ins = schedule.instructions.get(op.name)
+        if op.kind == "copy" or op.stream in ("d2h", "h2d"):
+            out[op.name] = "copy"
+        elif op.kind == "collective" or op.stream == "collective":
+            out[op.name] = "collective"
+        elif ins is None:
+            out[op.name] = "other"
+        elif ins.opcode in ("dot", "convolution") or (ins.custom_call_target or "").startswith(("__cublas", "__cudnn")):
+            out[op.name] = "matmul"
+        elif ins.opcode == "fusion":
+            comp = schedule.module_ref.computations.get(ins.called[0]) if ins.called else None
+            dots = comp is not None and any(i.opcode in ("dot", "convolution") for i in comp.instructions)
+            out[op.name] = "matmul" if dots else "fusion"
+        else:
+            out[op.name] = "other"
+    return out
+
+
 def op_class(schedule: Schedule, name: str) -> str:
-    """``matmul``, ``fusion``, ``collective``, ``copy`` or ``other`` for an instruction of the
-    schedule (the classes the accuracy is reported by)."""
-    ins = schedule.instructions.get(name)
-    if ins is None:
-        return "other"
-    op = next((o for o in schedule.ops if o.name == name), None)
-    if op is not None and (op.kind == "copy" or op.stream in ("d2h", "h2d")):
-        return "copy"
-    if op is not None and (op.kind == "collective" or op.stream == "collective"):
-        return "collective"
-    if ins.opcode in ("dot", "convolution") or (ins.custom_call_target or "").startswith(("__cublas", "__cudnn")):
-        return "matmul"
-    if ins.opcode == "fusion":
-        comp = schedule.module_ref.computations.get(ins.called[0]) if ins.called else None
-        if comp is not None and any(i.opcode in ("dot", "convolution") for i in comp.instructions):
-            return "matmul"
-        return "fusion"
-    return "other"
+    """One instruction's class (``op_classes``; for many, call that once)."""
+    return op_classes(schedule).get(name, "other")
 
 
 def costs(schedule: Schedule, device: Device, launch_ns: int = 0) -> dict[str, int]:

@@ -114,6 +114,9 @@ def render_policy_comparison(tab: dict[str, Any]) -> str:
     for text, who in notes.items():
         scope = "all runs" if len(who) == every and every > 1 else ", ".join(dict.fromkeys(who))
         out.append(f"note ({scope}): {text}")
+    from profiler.report.predict_text import render_against
+
+    out += render_against(tab)
     return "\n".join(out)
 
 
@@ -354,4 +357,7 @@ def render_plan(tab: dict[str, Any]) -> str:
         out.append(layer_pivot(entry["layers"]))
     if quiet:
         out.append(f"\n{', '.join(quiet)}: the compiler placed nothing in host memory (no offload)")
+    from profiler.report.predict_text import render_predictions
+
+    out += render_predictions(tab)
     return "\n".join(out)

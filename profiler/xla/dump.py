@@ -19,7 +19,9 @@ _FILE = re.compile(
     r"^module_(\d+)\.(.+?)\.((?:[\w.]+_)?after_optimizations|before_optimizations)"
     r"(-buffer-assignment|-memory-usage-report)?\.(txt|hlo\.pb|pb)(\.xz)?$"
 )
-KEEP_PER_MODULE = ("after", "after_proto", "buffers", "memory_report")
+# the GPU target description XLA compiled for (what profiler.predict prices the step on)
+_TARGET_FILE = re.compile(r"^module_(\d+)\.(.+?)\.gpu_target_config\.pbtxt(\.xz)?$")
+KEEP_PER_MODULE = ("after", "after_proto", "buffers", "memory_report", "target")
 CANDIDATES = 3  # the largest after-optimization modules kept when the step is not known by name
 
 
@@ -27,7 +29,7 @@ CANDIDATES = 3  # the largest after-optimization modules kept when the step is n
 class DumpModule:
     id: int
     name: str
-    files: dict[str, Path] = field(default_factory=dict)  # after | after_proto | buffers | memory_report | before
+    files: dict[str, Path] = field(default_factory=dict)  # after, after_proto, buffers, memory_report, before, target
 
     @property
     def size(self) -> int:
@@ -53,6 +55,10 @@ def scan(folder: Path) -> list[DumpModule]:
     except OSError:
         return []
     for p in entries:
+        t = _TARGET_FILE.match(p.name)
+        if t and p.is_file():
+            mods.setdefault(int(t.group(1)), DumpModule(int(t.group(1)), t.group(2))).files["target"] = p
+            continue
         m = _FILE.match(p.name)
         if not m or not p.is_file():
             continue

@@ -219,7 +219,21 @@ def _export(path: Path, module: str | None, hlo: Path | None, dump_dir: Path | N
     )
     gpus = trace.devices["name"].drop_nulls().to_list() if "name" in trace.devices.columns else []
     gpu = gpus[0] if gpus else None
-    return Measured(path, "nsys export", name, mod, times, it.step_times(execs), copies, gpu, notes)
+    spec = _dump_spec(dump_dir, name)
+    return Measured(path, "nsys export", name, mod, times, it.step_times(execs), copies, gpu, notes, spec)
+
+
+def _dump_spec(dump_dir: Path | None, name: str) -> str | None:
+    """The target description XLA dumped with module *name* (``*.gpu_target_config.pbtxt``), if any."""
+    if dump_dir is None:
+        return None
+    for cfg in sorted(dump_dir.glob(f"*.{name}.gpu_target_config.pbtxt*")):
+        try:
+            data = lzma.decompress(cfg.read_bytes()) if cfg.suffix == ".xz" else cfg.read_bytes()
+        except (OSError, lzma.LZMAError):
+            continue
+        return data.decode("utf-8", "replace")
+    return None
 
 
 def copies_of_export(path: Path) -> pl.DataFrame:

@@ -151,6 +151,7 @@ def shape(b: bytes) -> Shape:
 def _instruction(b: bytes, comp: str, position: int) -> tuple[Instruction, int, list[int], list[int]]:
     name, opcode, shp, op_name, target, backend = "", "", Shape(dtype="opaque"), None, None, b""
     iid, operands, called, tindex, pnum = -1, [], [], None, None
+    dot_dims: dict[int, list[int]] = {}
     for num, wire, v in fields(b):
         if num == 1:
             name = _str(v)
@@ -176,6 +177,12 @@ def _instruction(b: bytes, comp: str, position: int) -> tuple[Instruction, int, 
             called += _ints(wire, v)
         elif num == 43 and wire == 2:
             backend = v  # type: ignore[assignment]
+        elif num == 30 and wire == 2:  # dot_dimension_numbers: lhs_contracting (1), lhs_batch (3)
+            for dnum, dwire, dv in fields(v):  # type: ignore[arg-type]
+                if dnum in (1, 3):
+                    dot_dims.setdefault(dnum, []).extend(_ints(dwire, dv))
+    keys = {1: "lhs_contracting_dims", 3: "lhs_batch_dims"}  # as the text prints them, for profiler.predict
+    attrs = {keys[k]: "{" + ",".join(map(str, d)) + "}" for k, d in dot_dims.items()}
     q = _QUEUE.search(backend) if backend else None
     t = _TRIP.search(backend) if backend else None
     ins = Instruction(
@@ -191,6 +198,7 @@ def _instruction(b: bytes, comp: str, position: int) -> tuple[Instruction, int, 
         trip_count=int(t.group(1)) if t else None,
         tuple_index=tindex if opcode == "get-tuple-element" else None,  # type: ignore[arg-type]
         parameter_number=pnum if opcode == "parameter" else None,  # type: ignore[arg-type]
+        attrs=attrs,
     )
     return ins, iid, operands, called
 

@@ -1,0 +1,72 @@
+"""The write-up's question on a plan's predictions: at which batch and link does offloading beat
+rematerialization, and by how much.  Pure functions over ``plan_table`` rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+REMAT = "remat"
+OFFLOAD_PREFIX = "offload"
+KEEP = (
+    "link",
+    "link_name",
+    "link_gbps",
+    "predicted_step_ns",
+    "predicted_exposed_ns",
+    "predicted_compute_ns",
+    "predicted_copy_ns",
+    "copy_bytes",
+    "predicted_exposed_collective_ns",
+    "layers",
+    "costed_by",
+    "notes",
+)
+
+
+def prediction_rows(row: dict[str, Any], res: dict[str, Any]) -> list[dict[str, Any]]:
+    """One entry per link of a plan result's prediction, named by policy and batch."""
+    pred = res.get("prediction") or {}
+    keep = KEEP
+    return [
+        {"policy": row["policy"], "batch": row["batch"], "fits": row["fits"], **{k: p.get(k) for k in keep}}
+        for p in pred.get("predictions") or []
+    ]
+
+
+def offload_vs_remat(preds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (batch, link): the remat policy's predicted step against the fastest offload policy's
+    (policies named ``offload*``) and the fastest policy that fits; ``saving`` = (remat - offload) /
+    remat (positive: offloading is faster).  Only policies that fit in device memory compete (a row
+    whose fit is unknown competes, marked)."""
+    out = []
+    keys = list(dict.fromkeys((p["batch"], p["link"]) for p in preds))
+    for batch, link in keys:
+        here = [p for p in preds if p["batch"] == batch and p["link"] == link and p["predicted_step_ns"] is not None]
+        if not any(p["policy"] == REMAT or p["policy"].startswith(OFFLOAD_PREFIX) for p in here):
+            continue  # neither side of the question was compiled
+        ok = [p for p in here if p["fits"] is not False]
+        remat = next((p for p in ok if p["policy"] == REMAT), None)
+        offs = sorted((p for p in ok if p["policy"].startswith(OFFLOAD_PREFIX)), key=lambda p: p["predicted_step_ns"])
+        best = min(ok, key=lambda p: p["predicted_step_ns"], default=None)
+        entry: dict[str, Any] = {
+            "batch": batch,
+            "link": link,
+            "link_name": here[0]["link_name"] if here else link,
+            "remat_step_ns": remat["predicted_step_ns"] if remat else None,
+            "offload_policy": offs[0]["policy"] if offs else None,
+            "offload_step_ns": offs[0]["predicted_step_ns"] if offs else None,
+            "offload_exposed_ns": offs[0]["predicted_exposed_ns"] if offs else None,
+            "fastest_fitting": best["policy"] if best else None,
+            "fastest_step_ns": best["predicted_step_ns"] if best else None,
+            "not_fitting": [p["policy"] for p in here if p["fits"] is False],
+            "saving_ns": None,
+            "saving": None,
+            "winner": None,
+        }
+        if remat and offs:
+            saving = remat["predicted_step_ns"] - offs[0]["predicted_step_ns"]
+            entry["saving_ns"] = saving
+            entry["saving"] = saving / remat["predicted_step_ns"] if remat["predicted_step_ns"] else None
+            entry["winner"] = "offload" if saving > 0 else ("remat" if saving < 0 else "tie")
+        out.append(entry)
+    return out

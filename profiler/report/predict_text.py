@@ -1,0 +1,164 @@
+"""The plan's predicted steps as text: per policy, batch and host link, then offloading against
+rematerialization (``profiler.predict.trade``)."""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+from profiler.predict.step import LABEL
+from profiler.report.table import table
+from profiler.report.units import human_time, scaled, time_unit
+
+LEGEND = (
+    "step = predicted step time; exposed = copy time the compute stream waits for (not hidden); compute = "
+    "kernels on the compute stream; D2H, H2D = the copies' time on the link, one stream per direction"
+)
+
+
+def render_predictions(tab: dict[str, Any]) -> list[str]:
+    """Lines for ``render_plan``: nothing when no result has a prediction."""
+    preds = tab.get("predictions") or []
+    if not preds:
+        return []
+    unit, div = time_unit(p["predicted_step_ns"] for p in preds)
+    rows = []
+    for p in preds:
+        copy = p.get("predicted_copy_ns") or {}
+        rows.append(
+            [
+                p["policy"],
+                "-" if p["batch"] is None else str(p["batch"]),
+                p["link_name"] or p["link"],
+                scaled(p["predicted_step_ns"], div),
+                scaled(p["predicted_exposed_ns"], div),
+                scaled(p["predicted_compute_ns"], div),
+                scaled(copy.get("d2h"), div),
+                scaled(copy.get("h2d"), div),
+                "-" if p["fits"] is None else ("yes" if p["fits"] else "NO"),
+            ]
+        )
+    heads = ("policy", "batch", "link", f"step {unit}", f"exposed {unit}", f"compute {unit}", f"D2H {unit}",
+             f"H2D {unit}", "fits")  # fmt: skip
+    out = [f"\n{LABEL}, {tab['target'].get('label')}:", table(heads, rows, left=(0, 2, 8)), *textwrap.wrap(LEGEND, 118)]
+    for link in tab.get("links") or []:
+        out.append(f"link {link['name']}: {link['gbps']:g} GB/s per direction, {link['why']}")
+    out += verdict_lines(tab.get("offload_vs_remat") or [])
+    out += layer_table(tab)
+    return out
+
+
+def verdict_lines(verdicts: list[dict[str, Any]]) -> list[str]:
+    """One sentence per (batch, link): offloading against rematerialization, by how much."""
+    out = []
+    for v in verdicts:
+        at = f"batch {v['batch']}, " if v["batch"] is not None else ""
+        where = f"{at}{v['link_name']}"
+        if v["winner"] is None:
+            missing = "remat" if v["remat_step_ns"] is None else "no offload policy"
+            why = f" ({', '.join(v['not_fitting'])} do not fit)" if v["not_fitting"] else ""
+            out.append(f"{where}: {missing} has no fitting prediction to compare{why}")
+            continue
+        off, rem, exp = v["offload_step_ns"], v["remat_step_ns"], v["offload_exposed_ns"]
+        unit, div = time_unit([off, rem])
+        if v["winner"] == "offload":
+            verb = (
+                f"offloading beats rematerialization by {human_time(v['saving_ns'])} per step "
+                f"({100 * v['saving']:.1f}%)"
+            )
+        elif v["winner"] == "remat":
+            verb = (
+                f"rematerialization beats offloading by {human_time(-v['saving_ns'])} per step "
+                f"({-100 * v['saving']:.1f}%)"
+            )
+        else:
+            verb = "offloading and rematerialization tie"
+        exposed = f"{human_time(exp)} of copy time exposed" if exp else "no copy time exposed"
+        line = (
+            f"{where}: {verb}: {v['offload_policy']} {off / div:.2f} {unit} ({exposed}) "
+            f"against remat {rem / div:.2f} {unit}"
+        )
+        if v["fastest_fitting"] not in (v["offload_policy"], "remat"):
+            line += f"; fastest that fits: {v['fastest_fitting']} {human_time(v['fastest_step_ns'])}"
+        out += textwrap.wrap(line, 118, subsequent_indent="  ")
+    return out
+
+
+def render_against(tab: dict[str, Any]) -> list[str]:
+    """Predicted against measured per policy row and per layer (``recorded.against_measured``);
+    nothing when no row has a prediction."""
+    rows = [r for r in tab["rows"] if (r.get("predicted") or {}).get("predicted_step_ns") is not None]
+    if not rows:
+        return []
+    vals = [v for r in rows for v in (r["predicted"]["predicted_step_ns"], r["predicted"]["measured_step_ns"])]
+    unit, div = time_unit(vals)
+    body = []
+    for r in rows:
+        p = r["predicted"]
+        err = p["step_error"]
+        body.append(
+            [
+                r["policy"],
+                scaled(p["measured_step_ns"], div),
+                scaled(p["predicted_step_ns"], div),
+                "-" if err is None else f"{100 * err:+.1f}%",
+                scaled(p["measured_exposed_ns"], div),
+                scaled(p["predicted_exposed_ns"], div),
+                p["link"] or "-",
+            ]
+        )
+    heads = ("policy", f"measured {unit}", f"predicted {unit}", "error", f"exposed {unit}", f"pred. exposed {unit}",
+             "link")  # fmt: skip
+    out = [f"\n{LABEL} against measured, per step and device:", table(heads, body, left=(0, 6))]
+    for r in rows:
+        p = r["predicted"]
+        lays = [x for x in p["layers"] if x["layer"] is not None]
+        if lays:
+            parts = [
+                f"{x['layer']} predicted {human_time(x['predicted_exposed_ns'])}, measured "
+                f"{human_time(x['measured_exposed_ns'])}"
+                for x in lays
+            ]
+            out.append(f"exposed per layer, {r['policy']}: " + "; ".join(parts))
+        if p.get("target"):
+            out.append(f"target of {r['policy']}: {p['target']}")
+    missing = [r["policy"] for r in tab["rows"] if r not in rows]
+    for r in tab["rows"]:
+        if r["policy"] in missing:
+            why = next(iter((r.get("predicted") or {}).get("notes") or []), "no prediction")
+            out.append(f"{r['policy']}: {why}")
+    return out
+
+
+def layer_table(tab: dict[str, Any]) -> list[str]:
+    """Predicted exposed copy time per layer at the largest batch, one column per policy and link
+    (only policies whose copies are attributed to layers)."""
+    preds = [p for p in tab.get("predictions") or [] if any(x["layer"] for x in p.get("layers") or [])]
+    if not preds:
+        return []
+    top = max((p["batch"] or 0) for p in preds)
+    preds = [p for p in preds if (p["batch"] or 0) == top]
+    layers = list(dict.fromkeys(x["layer"] for p in preds for x in p["layers"]))
+    from profiler.analysis.breakdown import _natural_key
+
+    layers.sort(key=lambda n: _natural_key(n or "~"))
+    vals = [x["exposed_ns"] for p in preds for x in p["layers"]]
+    unit, div = time_unit(vals)
+    cells = {(p["policy"], p["link"], x["layer"]): x["exposed_ns"] for p in preds for x in p["layers"]}
+    names = [str(lay or "(no layer)") for lay in layers]
+    if len(layers) <= 10:  # a row per policy and link, a column per layer
+        heads = ["policy", "link", *names]
+        rows = [
+            [p["policy"], p["link"], *(scaled(cells.get((p["policy"], p["link"], lay)), div) for lay in layers)]
+            for p in preds
+        ]
+        left: tuple[int, ...] = (0, 1)
+    else:
+        heads = ["layer", *(f"{p['policy']} {p['link']}" for p in preds)]
+        rows = [
+            [name, *(scaled(cells.get((p["policy"], p["link"], lay)), div) for p in preds)]
+            for name, lay in zip(names, layers, strict=True)
+        ]
+        left = (0,)
+    at = f", batch {top}" if top else ""
+    return [f"\npredicted exposed copy time per layer ({unit}){at}:", table(heads, rows, left=left)]
