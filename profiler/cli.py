@@ -418,6 +418,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         plans_dir=Path(args.plans_dir),
         links=[k.strip() for group in args.link or [] for k in group.split(",") if k.strip()] or None,
     )
+    if getattr(args, "pgle", None) or getattr(args, "calibrate", None):  # issue 23: measured costs
+        from profiler.capture.pgle_run import plan_with_measurements
+
+        return plan_with_measurements(req, usable_fraction(args.mem_fraction), args.pgle, args.calibrate, args.json)
     doc = run_plan(req)
     tab = plan_table(doc, usable_fraction(args.mem_fraction))
     if args.json:
@@ -426,6 +430,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(render_plan(tab))
         print(f"\n(files: {doc['out_dir']})")
     return 0 if all(r["status"] == "ok" for r in tab["rows"]) else 1
+
+
+def cmd_pgle(args: argparse.Namespace) -> int:
+    """``pgle RUN_OR_TRACE -o FILE``: XLA's profile-guided latency estimator file from a trace."""
+    from pathlib import Path
+
+    from profiler.capture.pgle_run import write_profile
+    from profiler.report.measured_text import render_pgle_written
+
+    s = write_profile(Path(args.source), Path(args.out), args.module, Path(args.hlo) if args.hlo else None)
+    print(_json_dump(s) if args.json else render_pgle_written(s))
+    return 0
 
 
 def cmd_record(args: argparse.Namespace) -> int:
@@ -821,6 +837,18 @@ def add_plan(sub: Any, shared: Shared) -> None:
     pl.add_argument("--mem-fraction", type=float, default=None, help="usable share of device memory (default 0.75)")
     pl.add_argument("--out", default=None, help="an empty or new folder for the results (default: plans/<time>-...)")
     pl.add_argument("--plans-dir", default="plans", help="where plan folders go (default: plans/)")
+    pl.add_argument(
+        "--pgle",
+        default=None,
+        metavar="FILE",
+        help="also compile with this PGLE profile (profile-step pgle) and show where the copies moved",
+    )
+    pl.add_argument(
+        "--calibrate",
+        default=None,
+        metavar="RUN_OR_TRACE",
+        help="per-instruction costs and copy bandwidth measured by a run (nsys export, run folder, nsys-jax archive)",
+    )
     # predicted step per host link (profiler.predict): kept in one block
     pl.add_argument(
         "--link",
@@ -832,6 +860,22 @@ def add_plan(sub: Any, shared: Shared) -> None:
     pl.add_argument("script", help="the training script (.py)")
     pl.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
     pl.set_defaults(func=cmd_plan)
+
+
+def add_pgle(sub: Any, shared: Shared) -> None:
+    pg = sub.add_parser(
+        "pgle",
+        parents=[shared.json],
+        help="XLA's profile-guided latency estimator file from the instruction times a run measured",
+        description="Per HLO instruction of the step (XLA's thunk ranges, hlo_op=...), the median GPU time per "
+        "execution, copies and collectives included, as the text ProfiledInstructionsProto that "
+        "--xla_gpu_pgle_profile_file_or_directory_path reads.",
+    )
+    pg.add_argument("source", metavar="RUN_OR_TRACE", help="nsys SQLite export, run folder or nsys-jax archive (.zip)")
+    pg.add_argument("-o", "--out", required=True, metavar="FILE", help="the profile to write (e.g. step.pbtxt)")
+    pg.add_argument("--module", default=None, help="the step's hlo_module (default: the one that ran longest)")
+    pg.add_argument("--hlo", default=None, metavar="FILE", help="the step's optimized HLO, when the source has none")
+    pg.set_defaults(func=cmd_pgle)
 
 
 def add_dashboard(sub: Any, shared: Shared) -> None:
@@ -883,6 +927,7 @@ COMMANDS = {
     "record": add_record,
     "compare": add_compare,
     "plan": add_plan,
+    "pgle": add_pgle,
     "dashboard": add_dashboard,
     "install-recipe": add_install_recipe,
 }

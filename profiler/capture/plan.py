@@ -51,6 +51,7 @@ class PlanRequest:
     policy_arg: str | None = None
     out_dir: Path | None = None
     plans_dir: Path = Path("plans")
+    xla_flags: list[str] = field(default_factory=list)  # added to the script's XLA_FLAGS (plan --pgle)
     links: list[str] | None = None  # host links to predict the step on (None: the target's own)
 
 
@@ -194,6 +195,8 @@ def _one(
         }
     )
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    if req.xla_flags:
+        env["XLA_FLAGS"] = " ".join([env.get("XLA_FLAGS", ""), *req.xla_flags]).strip()
     env.pop("PROFILE_STEP_RUN_DIR", None)
     if batch is not None:
         env[BATCH_ENV] = str(batch)

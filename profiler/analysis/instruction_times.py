@@ -1,0 +1,281 @@
+"""What a trace measured of a compiled program: per HLO instruction, its GPU time per execution
+of the step, and the copies' bandwidth by size (issue 23: calibration, PGLE, accuracy).
+
+The unit is the *span*: one XLA thunk range (``Thunk:#...,hlo_op=NAME#``) in one execution of
+the step module (one ``XlaModule`` range), with the GPU interval its work occupied (``start``,
+``end``, ns).  Two sources give spans:
+
+- nsys's ``nvtx_gpu_proj_trace`` (the nsys-jax archives): each range projected onto the GPU;
+- an nsys SQLite export: the kernels, copies and memsets launched inside each thunk range
+  (METRICS.md's attribution: by the launching call), the span from the first op's start to
+  the last op's end.
+
+An instruction's duration in one execution is the sum of its spans there (XLA may split an
+instruction into several thunks); ``instruction_times`` gives the median over executions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from profiler.xla.names import parse_xla
+
+I64 = pl.Int64
+SPAN_SCHEMA = {"execution": I64, "hlo_op": pl.String, "start": I64, "end": I64, "bytes": I64, "cls": pl.String}
+OP_CLASSES = ("matmul", "fusion", "collective", "copy", "other")
+COLLECTIVE_PREFIXES = (
+    "all-gather",
+    "all-reduce",
+    "reduce-scatter",
+    "all-to-all",
+    "collective-permute",
+    "collective-broadcast",
+    "send",
+    "recv",
+    "ragged-all-to-all",
+)
+
+
+def guess_class(opcode: pl.Expr, name: pl.Expr, target: pl.Expr | None = None) -> pl.Expr:
+    """The op class when the step's HLO is not at hand (with it, ``profiler.predict.calibrate.
+    op_classes`` decides): ``matmul`` (cuBLAS/cuDNN custom calls, GEMM fusions), ``collective``,
+    ``copy``, ``fusion`` (other fusions), ``other``, from opcode (or, NULL, what XLA's instruction
+    names say: ``fusion.3``, ``copy-start.1``), name and custom-call target."""
+    tgt = target.fill_null("") if target is not None else pl.lit("")
+    nm = name.fill_null("")
+    # without the module, the opcode as XLA's instruction names say it (fusion.3, copy-start.1)
+    guess = pl.when(nm.str.contains("fusion")).then(pl.lit("fusion")).otherwise(nm.str.replace(r"(?:\.\d+)+$", ""))
+    op = pl.coalesce(opcode, guess).fill_null("")
+    collective = pl.any_horizontal([op.str.starts_with(p) for p in COLLECTIVE_PREFIXES]) | (
+        (op == "async-start") & pl.any_horizontal([nm.str.contains(p, literal=True) for p in COLLECTIVE_PREFIXES])
+    )
+    matmul = (
+        tgt.str.contains(r"cublas|cudnn|gemm|Gemm")
+        | ((op == "fusion") & nm.str.contains(r"^(?:gemm_fusion|cublas|triton_gemm|cudnn|.*_dot)"))
+        | (op == "dot")
+        | (op == "convolution")
+    )
+    copy = op.is_in(["copy-start", "copy-done", "copy"]) | nm.str.starts_with("copy-start")
+    return (
+        pl.when(collective)
+        .then(pl.lit("collective"))
+        .when(matmul)
+        .then(pl.lit("matmul"))
+        .when(copy)
+        .then(pl.lit("copy"))
+        .when(op == "fusion")
+        .then(pl.lit("fusion"))
+        .otherwise(pl.lit("other"))
+    )
+
+
+def _xla(frame: pl.DataFrame, text: str, domain: str | None) -> pl.DataFrame:
+    return parse_xla(frame, text=text, domain=domain)
+
+
+def projection_spans(proj: pl.DataFrame, module: str | None = None) -> tuple[pl.DataFrame, pl.DataFrame, str]:
+    """(spans, executions, module name) from an ``nvtx_gpu_proj_trace`` frame (columns ``Name``
+    with the ``TSL:`` domain prefix, ``Projected Start``, ``Projected Duration``, ``RangeId``,
+    ``ParentId``).  *module*: the ``hlo_module`` whose executions count (default: the module with
+    a ``program_id`` that held the GPU longest in all)."""
+    p = proj.filter(pl.col("RangeId").is_not_null() & pl.col("Name").is_not_null()).with_columns(
+        pl.col("Name").str.extract(r"^([^:]+):", 1).alias("_domain"),
+        pl.col("Name").str.replace(r"^[^:]+:", "").alias("_text"),
+        pl.col("RangeId").cast(I64),
+        pl.col("ParentId").cast(I64),
+        pl.col("Projected Start").cast(I64).alias("start"),
+        (pl.col("Projected Start") + pl.col("Projected Duration")).cast(I64).alias("end"),
+    )
+    p = _xla(p, "_text", "_domain")
+    mods = p.filter((pl.col("xla_kind") == "module") & pl.col("program_id").is_not_null())
+    name = module or _busiest(mods)
+    execs = (
+        mods.filter(pl.col("hlo_module") == name)
+        .sort("start")
+        .with_row_index("execution")
+        .select(pl.col("execution").cast(I64), "RangeId", "start", "end", "program_id")
+    )
+    spans = (
+        p.filter(pl.col("xla_kind") == "thunk")
+        .join(execs.select("execution", pl.col("RangeId").alias("ParentId")), on="ParentId")
+        .select(
+            "execution",
+            "hlo_op",
+            "start",
+            "end",
+            pl.lit(None, I64).alias("bytes"),
+            pl.lit(None, pl.String).alias("cls"),
+        )
+    )
+    return spans, execs.drop("RangeId"), name
+
+
+def _busiest(mods: pl.DataFrame) -> str:
+    if mods.height == 0:
+        raise ValueError("no XlaModule range with a program_id: not a trace of XLA executions")
+    top = (
+        mods.group_by("hlo_module")
+        .agg((pl.col("end") - pl.col("start")).sum().alias("t"))
+        .sort(["t", "hlo_module"], descending=[True, False])
+    )
+    return str(top["hlo_module"][0])
+
+
+def export_spans(
+    ranges: pl.DataFrame, ops: pl.DataFrame, pairs: pl.DataFrame, module: str | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame, str]:
+    """(spans, executions, module name) from an export's NVTX *ranges* (attribution's: range_id,
+    name, domain, start, end, global_tid), its GPU *ops* (op_id, start, end, kind, cls, bytes) and
+    the (op_id, range_id) *pairs* of attribution.  A thunk's span is its ops' first start to last end."""
+    r = _xla(ranges, "name", "domain")
+    mods = r.filter((pl.col("xla_kind") == "module") & pl.col("program_id").is_not_null())
+    name = module or _busiest(mods)
+    execs = (
+        mods.filter(pl.col("hlo_module") == name)
+        .sort("start")
+        .with_row_index("execution")
+        .with_columns(pl.col("execution").cast(I64))
+    )
+    thunks = r.filter(pl.col("xla_kind") == "thunk").select("range_id", "hlo_op", "start", "global_tid")
+    # the execution a thunk range lies in: the latest module range on its thread that started before it
+    thunks = (
+        thunks.sort("start")
+        .join_asof(
+            execs.select(
+                "execution", pl.col("start").alias("m_start"), pl.col("end").alias("m_end"), "global_tid"
+            ).sort("m_start"),
+            left_on="start",
+            right_on="m_start",
+            by="global_tid",
+            strategy="backward",
+            check_sortedness=False,  # sorted by time above; per thread too
+        )
+        .filter(pl.col("execution").is_not_null() & (pl.col("start") < pl.col("m_end")))
+    )
+    # the innermost thunk range of each op (thunks do not nest; the latest start wins if they do)
+    own = (
+        pairs.join(thunks.select("range_id", "execution", "hlo_op", pl.col("start").alias("r_start")), on="range_id")
+        .sort("r_start", descending=True)
+        .unique("op_id", keep="first")
+        .join(ops.select("op_id", "start", "end", "kind", "cls", "bytes"), on="op_id")
+    )
+    spans = own.group_by("range_id", "execution", "hlo_op").agg(
+        pl.col("start").min(),
+        pl.col("end").max(),
+        pl.col("bytes").filter(pl.col("kind") == "copy").sum().cast(I64).alias("bytes"),
+        pl.col("cls").filter(pl.col("kind") == "copy").first().alias("cls"),
+    )
+    return (
+        spans.select(list(SPAN_SCHEMA)).sort("execution", "start"),
+        execs.select("execution", "start", "end", "program_id"),
+        name,
+    )
+
+
+def instruction_times(spans: pl.DataFrame) -> pl.DataFrame:
+    """Per instruction: ``median_ns`` (its spans summed per execution, median over executions),
+    ``min_ns``, ``max_ns``, ``executions`` (how many executions ran it), ``thunks`` (spans per
+    execution, median), ``bytes`` (copied per execution, median; NULL without copies),
+    ``first_ns`` (median start of its first span after the execution's first span)."""
+    if spans.height == 0:
+        return pl.DataFrame(
+            schema={
+                "hlo_op": pl.String,
+                "median_ns": pl.Float64,
+                "min_ns": I64,
+                "max_ns": I64,
+                "executions": pl.UInt32,
+                "thunks": pl.Float64,
+                "bytes": pl.Float64,
+                "first_ns": pl.Float64,
+            }
+        )
+    t0 = pl.col("start").min().over("execution")
+    per = (
+        spans.with_columns((pl.col("start") - t0).alias("_off"))
+        .group_by("execution", "hlo_op")
+        .agg(
+            (pl.col("end") - pl.col("start")).sum().alias("ns"),
+            pl.len().alias("n"),
+            pl.col("bytes").sum().alias("b"),
+            pl.col("bytes").is_not_null().any().alias("has_b"),
+            pl.col("_off").min().alias("off"),
+        )
+    )
+    return (
+        per.group_by("hlo_op")
+        .agg(
+            pl.col("ns").median().alias("median_ns"),
+            pl.col("ns").min().alias("min_ns"),
+            pl.col("ns").max().alias("max_ns"),
+            pl.len().alias("executions"),
+            pl.col("n").median().alias("thunks"),
+            pl.when(pl.col("has_b").any()).then(pl.col("b").median()).alias("bytes"),
+            pl.col("off").median().alias("first_ns"),
+        )
+        .sort("first_ns", "hlo_op")
+    )
+
+
+def step_times(executions: pl.DataFrame) -> pl.DataFrame:
+    """Per execution of the step module: ``duration_ns`` (its range on the GPU, or the host range
+    of an export)."""
+    return executions.with_columns((pl.col("end") - pl.col("start")).alias("duration_ns"))
+
+
+# --- copies ------------------------------------------------------------------------------------
+
+
+def copy_bandwidth(copies: pl.DataFrame) -> pl.DataFrame:
+    """Copies (``cls``: h2d/d2h/..., ``bytes``, ``start``, ``end``) by direction and size class
+    (powers of two: ``size_lo`` <= bytes < 2 x ``size_lo``): ``copies``, ``median_bytes``,
+    ``median_ns``, ``gbps`` (decimal GB/s: bytes per ns of the medians), ``p10_gbps``, ``p90_gbps``."""
+    c = copies.filter((pl.col("bytes") > 0) & (pl.col("end") > pl.col("start"))).with_columns(
+        (pl.col("end") - pl.col("start")).alias("ns"),
+        (pl.lit(2, I64).pow(pl.col("bytes").cast(pl.Float64).log(2).floor().cast(I64))).alias("size_lo"),
+    )
+    rate = pl.col("bytes") / pl.col("ns")
+    return (
+        c.group_by("cls", "size_lo")
+        .agg(
+            pl.len().alias("copies"),
+            pl.col("bytes").median().alias("median_bytes"),
+            pl.col("ns").median().alias("median_ns"),
+            rate.quantile(0.1).alias("p10_gbps"),
+            rate.quantile(0.9).alias("p90_gbps"),
+        )
+        .with_columns((pl.col("median_bytes") / pl.col("median_ns")).alias("gbps"))
+        .sort("cls", "size_lo")
+    )
+
+
+def link_fit(copies: pl.DataFrame) -> pl.DataFrame:
+    """Per direction, the line ``ns = latency_ns + bytes / gbps`` fitted to the copies (least
+    squares, copies of at least 1 byte): ``latency_ns``, ``gbps``, ``copies``; a direction with
+    copies of one size only gets its median rate and no latency."""
+    rows = []
+    c = copies.filter((pl.col("bytes") > 0) & (pl.col("end") > pl.col("start")))
+    for cls in sorted(c["cls"].unique().to_list()):
+        d = c.filter(pl.col("cls") == cls)
+        x = d["bytes"].to_numpy().astype(float)
+        y = (d["end"] - d["start"]).to_numpy().astype(float)
+        slope, icpt = np.polyfit(x, y, 1) if np.ptp(x) > 0 else (np.median(y / x), 0.0)
+        if slope <= 0:  # no size dependence visible: the median rate
+            slope, icpt = float(np.median(y / x)), 0.0
+        rows.append({"cls": cls, "latency_ns": max(float(icpt), 0.0), "gbps": 1.0 / float(slope), "copies": d.height})
+    return pl.DataFrame(rows, schema={"cls": pl.String, "latency_ns": pl.Float64, "gbps": pl.Float64, "copies": I64})
+
+
+def copy_ns(nbytes: np.ndarray, table: pl.DataFrame, cls: str, fallback_gbps: float) -> np.ndarray:
+    """Predicted duration (ns) of copies of *nbytes* in direction *cls* from a ``copy_bandwidth``
+    table: the measured rate of the size class, the nearest measured class's outside them, and
+    *fallback_gbps* where the direction was never measured."""
+    t = table.filter(pl.col("cls") == cls).sort("size_lo")
+    b = np.asarray(nbytes, dtype=float)
+    if t.height == 0:
+        return b / fallback_gbps
+    lo = t["size_lo"].to_numpy().astype(float)
+    rate = t["gbps"].to_numpy()
+    k = np.clip(np.searchsorted(lo, np.maximum(b, 1.0), side="right") - 1, 0, len(lo) - 1)
+    return b / rate[k]

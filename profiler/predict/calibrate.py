@@ -1,0 +1,214 @@
+"""Costs calibrated from a run (issue 23 item 2): what a trace measured per instruction, carried to
+another compilation of the same program (another policy, batch or link) or to another program.
+
+- in a module of the same name as the run's, compiled for a GPU of the same name as the run's,
+  an instruction with the same name and result shape as one the run measured takes its measured
+  time (``measured``);
+- any other takes its roofline cost times its op class's scale factor (``scaled``): the measured
+  time over the roofline time of that class's instructions in the measured run, on the measured
+  GPU (a class never measured, or with under 10 µs of roofline time, keeps the roofline);
+- a host copy takes its bytes over the link's bandwidth times the efficiency the run's copies of
+  that size reached on the run's own link (``copy``: the same assumption as the what-if: copies
+  run at the same fraction of whatever link they use); without measured copies, the link's
+  bandwidth.
+
+``replay`` is the accuracy check of the replay itself: the measured program's own schedule with
+its own measured durations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from profiler.analysis import instruction_times as it
+from profiler.analysis.links import LINKS, Link, link_of_gpu
+from profiler.predict import roofline, schedule
+from profiler.predict.simulate import Prediction, simulate
+from profiler.runs.measured import Measured
+from profiler.xla.hlo import Module
+
+CLASSES = ("matmul", "fusion", "collective", "other")
+MIN_SCALE_NS = 10_000  # a class whose roofline time in the run is below this gets no scale factor
+
+
+@dataclass
+class Calibration:
+    source: str
+    module: str
+    gpu: str | None
+    measured_ns: dict[str, int]  # site -> ns per execution
+    shapes: dict[str, str]  # site -> result shape text (to tell the same instruction)
+    scale: dict[str, float]  # op class -> measured / roofline
+    class_ns: dict[str, dict[str, float]]  # op class -> {"measured": ns, "roofline": ns, "instructions": n}
+    bandwidth: pl.DataFrame  # instruction_times.copy_bandwidth of the run's copies
+    link: Link  # the run's own host link (by its GPU, else the assumed one)
+    step_ns: float
+    notes: list[str] = field(default_factory=list)
+
+    def doc(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "module": self.module,
+            "gpu": self.gpu,
+            "measured_step_ns": self.step_ns,
+            "instructions": len(self.measured_ns),
+            "scale": self.scale,
+            "class_ns": self.class_ns,
+            "link": self.link.key,
+            "copy_bandwidth": self.bandwidth.to_dicts(),
+            "notes": self.notes,
+        }
+
+
+def measured_costs(m: Measured) -> dict[str, int]:
+    """ns per execution by the instruction the schedule replays (the thunks' site)."""
+    per = m.times.group_by("site").agg(pl.col("median_ns").sum())
+    return {s: round(v) for s, v in per.iter_rows()}
+
+
+def run_spec(m: Measured, fallback: str) -> tuple[str, str | None]:
+    """(the spec of the GPU *m* ran on, a note when it is assumed): the source's own target description
+    (nsys-jax dumps), else the built-in target of the GPU's name, else *fallback* (the plan's target)."""
+    from profiler.xla.targets import TARGETS
+
+    if m.spec_text:
+        return m.spec_text, None
+    for t in TARGETS.values():
+        if m.gpu and t.description.lower() == m.gpu.lower():
+            return t.spec_text(), None
+    return fallback, f"the run's GPU ({m.gpu or 'not named'}) has no known description: the plan's target is assumed"
+
+
+def calibrate(m: Measured, spec_text: str) -> Calibration:
+    """The calibration of run *m* on its own GPU, described by *spec_text* (a GpuTargetConfigProto)."""
+    if m.module is None:
+        raise ValueError(f"{m.source}: no optimized HLO of {m.module_name}: calibration needs it (--hlo FILE)")
+    device = roofline.device_from_spec(spec_text)
+    sched = schedule.build(m.module)
+    roof = roofline.costs(sched, device)
+    meas = measured_costs(m)
+    cls = class_table(sched, meas, roof)
+    scale = {
+        c: v["measured"] / v["roofline"] for c, v in cls.items() if v["roofline"] >= MIN_SCALE_NS and v["measured"] > 0
+    }
+    link = link_of_gpu(m.gpu) or LINKS["pcie4"]
+    notes = list(m.notes)
+    if link_of_gpu(m.gpu) is None:
+        notes.append(f"the run's GPU ({m.gpu or 'unknown'}) has no known host link: PCIe Gen4 assumed for its copies")
+    entry = m.module.computations[m.module.entry].instructions if m.module.entry else []
+    shapes = {i.name: i.shape.text() for i in entry}
+    return Calibration(
+        source=str(m.source),
+        module=m.module_name,
+        gpu=m.gpu,
+        measured_ns=meas,
+        shapes=shapes,
+        scale=scale,
+        class_ns=cls,
+        bandwidth=it.copy_bandwidth(m.copies),
+        link=link,
+        step_ns=m.step_ns,
+        notes=notes,
+    )
+
+
+def class_table(
+    sched: schedule.Schedule, measured: dict[str, int], roof: dict[str, int]
+) -> dict[str, dict[str, float]]:
+    """Per op class (roofline.op_class), over the instructions both measured and costed: measured ns,
+    roofline ns, instructions, and the median per-instruction ratio measured / roofline."""
+    classes = op_classes(sched)
+    rows: dict[str, list[tuple[int, int]]] = {}
+    for name, ns in measured.items():
+        if name in roof:
+            rows.setdefault(classes.get(name, "other"), []).append((ns, roof[name]))
+    out = {}
+    for c, pairs in rows.items():
+        a = np.array(pairs, dtype=float)
+        ok = a[:, 1] > 0
+        out[c] = {
+            "measured": float(a[:, 0].sum()),
+            "roofline": float(a[:, 1].sum()),
+            "instructions": len(a),
+            "median_ratio": float(np.median(a[ok, 0] / a[ok, 1])) if ok.any() else float("nan"),
+        }
+    return out
+
+
+def op_classes(sched: schedule.Schedule) -> dict[str, str]:
+    """The op class of every instruction the schedule runs (``roofline.op_class``, once per name):
+    the classes accuracy, calibration and the PGLE summary are reported by."""
+    out: dict[str, str] = {}
+    for op in sched.ops:
+        if op.name in out or op.kind in ("free", "done"):
+            continue
+        if op.kind == "copy" or op.stream in ("d2h", "h2d"):
+            out[op.name] = "copy"
+        elif op.kind == "collective" or op.stream == "collective":
+            out[op.name] = "collective"
+        else:
+            out[op.name] = roofline.op_class(sched, op.name)
+    return out
+
+
+def calibrated_costs(
+    cal: Calibration, module: Module, spec_text: str, link: Link
+) -> tuple[schedule.Schedule, dict[str, int], dict[str, int]]:
+    """(schedule, ns per instruction, how many instructions were costed each way) for *module* on the
+    target *spec_text* and host *link* (see the module docstring)."""
+    device = roofline.device_from_spec(spec_text)
+    sched = schedule.build(module)
+    roof = roofline.costs(sched, device)
+    classes = op_classes(sched)
+    shapes = {n: i.shape.text() for n, i in sched.instructions.items()}
+    costs: dict[str, int] = {}
+    how = {"measured": 0, "scaled": 0, "roofline": 0, "copy": 0}
+    # measured durations carry over only to the same program on the same GPU
+    same_program = module.name == cal.module and (cal.gpu or "").lower() == device.name.lower()
+    for name, ns in roof.items():
+        if same_program and name in cal.measured_ns and cal.shapes.get(name) == shapes.get(name):
+            costs[name] = cal.measured_ns[name]
+            how["measured"] += 1
+        elif classes.get(name) in cal.scale:
+            costs[name] = round(ns * cal.scale[classes[name]])
+            how["scaled"] += 1
+        else:
+            costs[name] = ns
+            how["roofline"] += 1
+    for op in sched.ops:
+        if op.name in costs or not (op.kind == "copy" or (op.kind == "start" and op.stream in ("d2h", "h2d"))):
+            continue
+        costs[op.name] = round(copy_time(cal, op.stream, op.bytes, link))
+        how["copy"] += 1
+    return sched, costs, how
+
+
+def copy_time(cal: Calibration, direction: str, nbytes: int, link: Link) -> float:
+    """ns of one copy of *nbytes* over *link*: the run's rate for that size on its own link,
+    scaled by the two links' bandwidths (the link's own bandwidth where the run had no copies)."""
+    own = it.copy_ns(np.array([nbytes]), cal.bandwidth, direction, cal.link.gbps)[0]
+    return float(own * cal.link.gbps / link.gbps)
+
+
+def predict(cal: Calibration, module: Module, spec_text: str, links: list[Link]) -> list[dict[str, Any]]:
+    """Calibrated predictions of *module* per link (``Prediction.doc()`` + ``costed``)."""
+    out = []
+    for link in links:
+        sched, costs, how = calibrated_costs(cal, module, spec_text, link)
+        p = simulate(sched, costs, link)
+        out.append({**p.doc(), "link_name": link.name, "link_gbps": link.gbps, "costed": how})
+    return out
+
+
+def replay(m: Measured) -> tuple[Prediction, float]:
+    """The measured program's schedule replayed with its measured durations: (prediction, error of the
+    predicted step against the measured median step, as a fraction)."""
+    if m.module is None:
+        raise ValueError(f"{m.source}: no optimized HLO of {m.module_name}: the replay needs it")
+    sched = schedule.build(m.module)
+    p = simulate(sched, measured_costs(m), None)
+    return p, (p.step_ns - m.step_ns) / m.step_ns

@@ -1,0 +1,142 @@
+"""Terminal text for ``profile-step pgle`` and ``plan --pgle`` / ``plan --calibrate``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from profiler.report.table import table
+from profiler.units import human_bytes, human_time
+from profiler.xla.pgle import PGLE_FLAG
+
+
+def render_pgle_written(s: dict[str, Any]) -> str:
+    """What ``profile-step pgle`` wrote."""
+    lines = [
+        f"wrote {s['file']}: {s['instructions']} instruction costs of {s['module']} "
+        f"(median of {s['executions']} executions; step {s['step_ms']:.2f} ms, instructions "
+        f"{s['cost_ms']:.2f} ms together: overlapping work counts twice)",
+    ]
+    rows = [
+        [cls, str(v["instructions"]), f"{v['ms']:.3f}"]
+        for cls, v in sorted(s["by_class"].items(), key=lambda kv: -kv[1]["ms"])
+    ]
+    lines.append(table(["class", "instructions", "ms per step"], rows))
+    if not s["hlo"]:
+        lines.append("no HLO of the step: instructions are named as the trace names them (no op classes)")
+    lines += [f"note: {n}" for n in s["notes"]]
+    lines.append(f"use: profile-step plan --pgle {s['file']} ... (XLA: {PGLE_FLAG}={s['file']})")
+    return "\n".join(lines)
+
+
+def _pos(c: dict[str, Any] | None) -> str:
+    return "-" if c is None else f"{c['position']}..{c['done_position']}"
+
+
+def _between(c: dict[str, Any] | None) -> str:
+    if c is None or c["between"] is None:
+        return "-"
+    us = c.get("between_us")
+    return f"{c['between']}" + (f" ({human_time(us * 1000)})" if us else "")
+
+
+def render_pgle_moves(doc: dict[str, Any]) -> str:
+    """Per (policy, batch): each copy-start's placement without -> with the profile."""
+    p = doc["pgle"]
+    out = [
+        f"Schedule with the PGLE profile {p['profile']} ({p['costs']} costs; compiled again in {p['out_dir']}):",
+        "position: copy-start..copy-done in the entry computation's schedule; between: instructions with work "
+        "between them (what can hide the copy; their profiled time)",
+    ]
+    for r in doc["results"]:
+        g = r.get("pgle") or {}
+        at = f"{r['policy']}" + (f", batch {r['batch']}" if r.get("batch") is not None else "")
+        if g.get("status") != "ok":
+            out.append(f"\n{at}: {g.get('note', 'not compiled')}")
+            continue
+        moved = "schedule changed" if g["schedule_changed"] else "schedule unchanged"
+        out.append(
+            f"\n{at}: {moved}; {g['copies_moved']} of {len(g['copies'])} copies moved; "
+            f"{g['profile_names_found']} of the profile's names are instructions of this module"
+        )
+        rows = [
+            [
+                c["name"],
+                c["direction"] or "-",
+                _pos(c["before"]),
+                _pos(c["after"]),
+                _between(c["before"]),
+                _between(c["after"]),
+                *(_exposed(c) if "exposed_ns_before" in c else []),
+            ]
+            for c in g["copies"]
+        ]
+        heads = ["copy-start", "dir", "position", "with profile", "between", "with profile"]
+        if g["copies"] and "exposed_ns_before" in g["copies"][0]:
+            heads += ["exposed (predicted)", "with profile"]
+        if rows:
+            out.append(table(heads, rows))
+        else:
+            out.append("no copy-start in the entry computation")
+        pr = g.get("predicted")
+        if pr:
+            b, a = pr["before"], pr["after"]
+            out.append(
+                f"predicted on {pr['link']} (the profile's costs, the roofline elsewhere): exposed copy time "
+                f"{human_time(b['predicted_exposed_ns'])} -> {human_time(a['predicted_exposed_ns'])} with the profile; "
+                f"step {human_time(b['predicted_step_ns'])} -> {human_time(a['predicted_step_ns'])}"
+            )
+    return "\n".join(out)
+
+
+def render_calibrated(doc: dict[str, Any]) -> str:
+    """``plan --calibrate``: the calibration, then each result's predictions per link."""
+    cal = doc["calibration"]
+    out = [
+        f"Calibrated by {cal['source']} ({cal['module']} on {cal['gpu'] or 'an unnamed GPU'}, measured step "
+        f"{human_time(cal['measured_step_ns'])}, {cal['instructions']} instructions measured); predicted, not measured",
+    ]
+    rows = [
+        [c, str(v["instructions"]), human_time(v["measured"]), human_time(v["roofline"]),
+         f"{cal['scale'][c]:.2f}" if c in cal["scale"] else "-"]
+        for c, v in sorted(cal["class_ns"].items())
+    ]  # fmt: skip
+    out.append(table(["class", "instructions", "measured", "roofline", "scale"], rows))
+    if cal["copy_bandwidth"]:
+        out.append(
+            "copies: "
+            + "; ".join(
+                f"{r['cls']} from {human_bytes(r['size_lo'])}: {r['gbps']:.2f} GB/s" for r in cal["copy_bandwidth"]
+            )
+            + f" (on {cal['link']}; another link scales these by its bandwidth)"
+        )
+    else:
+        out.append("copies: none measured: a copy takes its bytes over the link's bandwidth")
+    out += [f"note: {n}" for n in cal["notes"]]
+    rows = []
+    for r in doc["results"]:
+        for p in r.get("calibrated") or []:
+            how = p["costed"]
+            rows.append(
+                [
+                    r["policy"],
+                    "-" if r.get("batch") is None else str(r["batch"]),
+                    p["link_name"],
+                    human_time(p["predicted_step_ns"]),
+                    human_time(p["predicted_exposed_ns"]),
+                    f"{how['measured']}/{how['scaled']}/{how['roofline']}",
+                ]
+            )
+    out.append("")
+    if rows:
+        heads = ["policy", "batch", "link", "step", "exposed copy", "measured/scaled/roofline"]
+        out.append(table(heads, rows, left=(0, 2)))
+        out.append(
+            "measured: instructions of the same name and shape as the run's; scaled: roofline x the class's scale"
+        )
+    else:
+        out.append("no compiled result to predict")
+    return "\n".join(out)
+
+
+def _exposed(c: dict[str, Any]) -> list[str]:
+    return [human_time(c.get("exposed_ns_before")), human_time(c.get("exposed_ns_after"))]

@@ -1,0 +1,244 @@
+"""Read what a run measured of its compiled step: an nsys-jax archive (``.zip`` or its folder:
+``nvtx_gpu_proj_trace/trace.parquet`` + ``dump/``), an nsys SQLite export, or a run folder
+(``trace.sqlite`` + ``xla_dump/``).  The analysis is ``profiler.analysis.instruction_times``.
+"""
+
+from __future__ import annotations
+
+import io
+import lzma
+import re
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from profiler.analysis import instruction_times as it
+from profiler.conventions import TRACE_STEM, XLA_DUMP_DIR
+from profiler.errors import InputError
+from profiler.xla import dump
+from profiler.xla.compiled import load_module
+from profiler.xla.hlo import HloError, Module
+
+PROJECTION = "nvtx_gpu_proj_trace/trace.parquet"
+
+
+@dataclass
+class Measured:
+    source: Path
+    kind: str  # "nsys-jax archive" | "nsys export"
+    module_name: str
+    module: Module | None  # the step's optimized HLO, when found
+    times: pl.DataFrame  # instruction_times, with opcode and op_class where the module names them
+    steps: pl.DataFrame  # execution, start, end, duration_ns
+    copies: pl.DataFrame  # cls, bytes, start, end: every h2d/d2h copy of the trace
+    gpu: str | None = None
+    notes: list[str] = field(default_factory=list)
+    spec_text: str | None = None  # the GPU's GpuTargetConfigProto, when the source holds it (nsys-jax dumps)
+
+    @property
+    def step_ns(self) -> float:
+        """The median measured step (ns)."""
+        return float(self.steps["duration_ns"].median() or 0.0)
+
+
+def with_classes(times: pl.DataFrame, module: Module | None) -> pl.DataFrame:
+    """*times* with ``opcode``, ``site`` (the instruction of the entry computation that runs it:
+    itself, or the fusion or async-start around it) and ``op_class``: the site's class in the
+    replayed schedule (``profiler.predict.calibrate.op_classes``); without the module, the class
+    XLA's instruction names suggest (``instruction_times.guess_class``)."""
+    if module is None:
+        return times.with_columns(
+            pl.lit(None, pl.String).alias("opcode"),
+            pl.col("hlo_op").alias("site"),
+            it.guess_class(pl.lit(None, pl.String), pl.col("hlo_op")).alias("op_class"),
+        )
+    from profiler.predict import schedule
+    from profiler.predict.calibrate import op_classes
+
+    classes = op_classes(schedule.build(module))
+    callers: dict[str, str] = {}
+    for ins in module.instructions():
+        for c in ins.called:
+            callers.setdefault(c, ins.name)
+    by_name = {i.name: i for i in module.instructions()}
+    entry = module.entry
+    rows = []
+    for name in times["hlo_op"].to_list():
+        ins = by_name.get(name)
+        site = ins
+        seen = 0
+        while site is not None and site.computation != entry and seen < 8:
+            site = by_name.get(callers.get(site.computation, ""))
+            seen += 1
+        rows.append(
+            {
+                "hlo_op": name,
+                "opcode": ins.opcode if ins else None,
+                "site": site.name if site is not None else name,
+            }
+        )
+    meta = pl.DataFrame(rows, schema=dict.fromkeys(("hlo_op", "opcode", "site"), pl.String))
+    return times.join(meta, on="hlo_op", how="left").with_columns(
+        pl.col("site").fill_null(pl.col("hlo_op")),
+        pl.col("site").replace_strict(classes, default="other", return_dtype=pl.String).alias("op_class"),
+    )
+
+
+def load(path: Path, module: str | None = None, hlo: Path | None = None) -> Measured:
+    """What *path* measured (see the module docstring); *module* picks the step module by name,
+    *hlo* gives its optimized HLO when the source holds none."""
+    if not path.exists():
+        raise InputError(path, "no such file or folder")
+    if path.is_file() and zipfile.is_zipfile(path):
+        return _archive_zip(path, module, hlo)
+    if path.is_dir() and (path / PROJECTION).is_file():
+        return _archive_dir(path, module, hlo)
+    if path.is_dir():
+        sqlite = sorted(path.glob(f"{TRACE_STEM}*.sqlite")) or sorted(path.glob("*.sqlite"))
+        if not sqlite:
+            raise InputError(path, "holds no nsys SQLite export and no nsys-jax archive (nvtx_gpu_proj_trace/)")
+        dump_dir = path / XLA_DUMP_DIR
+        return _export(sqlite[0], module, hlo, dump_dir if dump_dir.is_dir() else None)
+    return _export(path, module, hlo, None)
+
+
+def _step_hlo(dump_dir: Path | None, name: str, program_ids: list[int], notes: list[str]) -> Module | None:
+    if dump_dir is None:
+        notes.append("no XLA dump next to the trace: instructions are known by name only (--hlo FILE gives it)")
+        return None
+    mods = dump.scan(dump_dir)
+    hit = [m for m in mods if m.name == name and ("after" in m.files or "after_proto" in m.files)]
+    exact = [m for m in hit if m.id in program_ids]
+    chosen = (exact or hit)[-1:] or []
+    if not chosen:
+        notes.append(f"no optimized module {name} in {dump_dir}: instructions are known by name only")
+        return None
+    m = chosen[0]
+    try:
+        return load_module(m.files.get("after") or m.files["after_proto"])[0]
+    except (HloError, OSError) as exc:
+        notes.append(f"the optimized module could not be read: {exc}")
+        return None
+
+
+def _hlo_file(hlo: Path) -> Module:
+    try:
+        return load_module(hlo)[0]
+    except (HloError, OSError) as exc:
+        raise InputError(hlo, f"not a readable HLO module ({exc})") from None
+
+
+def _from_projection(
+    source: Path, proj: pl.DataFrame, module: str | None, hlo: Path | None, dump_dir: Path | None, spec: str | None
+) -> Measured:
+    try:
+        spans, execs, name = it.projection_spans(proj, module)
+    except ValueError as exc:
+        raise InputError(source, str(exc)) from None
+    if execs.height == 0:
+        raise InputError(source, f"no execution of module {name!r} in the trace")
+    notes: list[str] = []
+    pids = [int(p) for p in execs["program_id"].drop_nulls().unique().to_list()]
+    mod = _hlo_file(hlo) if hlo else _step_hlo(dump_dir, name, pids, notes)
+    times = with_classes(it.instruction_times(spans), mod)
+    empty = pl.DataFrame(schema={"cls": pl.String, "bytes": pl.Int64, "start": pl.Int64, "end": pl.Int64})
+    notes.append("the archive holds no copy rows (nvtx_gpu_proj_trace has ranges only): no copy bandwidth")
+    gpu = _gpu_of_config(spec) if spec else None
+    steps = it.step_times(execs)
+    return Measured(source, "nsys-jax archive", name, mod, times, steps, empty, gpu, notes, spec)
+
+
+def _gpu_of_config(text: str) -> str | None:
+    m = re.search(r'device_description_str:\s*"([^"]*)"', text)
+    return m.group(1) if m else None
+
+
+def _archive_dir(path: Path, module: str | None, hlo: Path | None) -> Measured:
+    proj = pl.read_parquet(path / PROJECTION)
+    spec = None
+    for cfg in sorted((path / "dump").glob("*gpu_target_config.pbtxt*")):
+        data = lzma.decompress(cfg.read_bytes()) if cfg.suffix == ".xz" else cfg.read_bytes()
+        spec = data.decode("utf-8", "replace")
+        break
+    return _from_projection(path, proj, module, hlo, path / "dump" if (path / "dump").is_dir() else None, spec)
+
+
+def _archive_zip(path: Path, module: str | None, hlo: Path | None) -> Measured:
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+            proj_name = next((n for n in names if n.endswith(PROJECTION)), None)
+            if proj_name is None:
+                raise InputError(path, f"is a zip file but holds no {PROJECTION} (not an nsys-jax archive)")
+            proj = pl.read_parquet(io.BytesIO(zf.read(proj_name)))
+            # the step's dump files only: the archive's sources stay in the zip
+            dumps = [n for n in names if "/dump/" in f"/{n}" and "after_optimizations" in n]
+            configs = [n for n in names if n.endswith(("gpu_target_config.pbtxt.xz", "gpu_target_config.pbtxt"))]
+            spec = None
+            if configs:
+                raw = zf.read(configs[0])
+                spec = (lzma.decompress(raw) if configs[0].endswith(".xz") else raw).decode("utf-8", "replace")
+            with tempfile.TemporaryDirectory() as tmp:
+                d = Path(tmp)
+                try:
+                    spans_name = it.projection_spans(proj, module)[2]
+                except ValueError as exc:
+                    raise InputError(path, str(exc)) from None
+                for n in dumps:
+                    if f".{spans_name}." in n:
+                        (d / Path(n).name).write_bytes(zf.read(n))
+                return _from_projection(path, proj, module, hlo, d, spec)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise InputError(path, f"cannot be read as a zip archive ({exc})") from None
+
+
+def _export(path: Path, module: str | None, hlo: Path | None, dump_dir: Path | None) -> Measured:
+    from profiler.analysis import attribution
+    from profiler.trace.loader import open_trace
+
+    trace = open_trace(path)
+    ops = attribution.gpu_ops(trace)
+    end = ops["end"].max() if ops.height else None
+    rng = attribution.nvtx_ranges(trace.nvtx, int(end) if end is not None else None).ranges  # type: ignore[arg-type]
+    pairs = attribution.attribute(ops, rng)
+    try:
+        spans, execs, name = it.export_spans(rng, ops, pairs, module)
+    except ValueError as exc:
+        raise InputError(path, str(exc)) from None
+    if spans.height == 0:
+        raise InputError(path, f"no GPU work under XLA thunk ranges (Thunk:#...hlo_op=...#) in module {name}")
+    notes: list[str] = []
+    pids = [int(p) for p in execs["program_id"].drop_nulls().unique().to_list()]
+    mod = _hlo_file(hlo) if hlo else _step_hlo(dump_dir, name, pids, notes)
+    times = with_classes(it.instruction_times(spans), mod)
+    copies = ops.filter((pl.col("kind") == "copy") & pl.col("cls").is_in(["h2d", "d2h"])).select(
+        "cls", "bytes", "start", "end"
+    )
+    gpus = trace.devices["name"].drop_nulls().to_list() if "name" in trace.devices.columns else []
+    gpu = gpus[0] if gpus else None
+    spec = _dump_spec(dump_dir, name)
+    return Measured(path, "nsys export", name, mod, times, it.step_times(execs), copies, gpu, notes, spec)
+
+
+def _dump_spec(dump_dir: Path | None, name: str) -> str | None:
+    """The target description XLA dumped with module *name* (``*.gpu_target_config.pbtxt``), if any."""
+    if dump_dir is None:
+        return None
+    for cfg in sorted(dump_dir.glob(f"*.{name}.gpu_target_config.pbtxt*")):
+        try:
+            data = lzma.decompress(cfg.read_bytes()) if cfg.suffix == ".xz" else cfg.read_bytes()
+        except (OSError, lzma.LZMAError):
+            continue
+        return data.decode("utf-8", "replace")
+    return None
+
+
+def copies_of_export(path: Path) -> pl.DataFrame:
+    """Every h2d/d2h copy of an nsys export (cls, bytes, start, end), thunk ranges or not."""
+    from profiler.trace.loader import open_trace
+
+    c = open_trace(path, "all").copies
+    return c.filter(pl.col("cls").is_in(["h2d", "d2h"])).select("cls", "bytes", "start", "end", "host_kind")

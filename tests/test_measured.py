@@ -1,0 +1,250 @@
+"""Measured per-instruction times (issue 23): from nsys-schema exports with known answers, from the
+real JAX-Toolbox Pax archives, and the PGLE round trip through the real GPU compiler (.venv-aot)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from profiler.analysis import instruction_times as it
+from profiler.runs.measured import load
+from profiler.synthetic.export import ExportBuilder
+from profiler.xla import pgle
+from profiler.xla.compiled import load_module
+from tests.conftest import run_cli
+from tests.test_compiled_step import TRAIN, aot_python  # noqa: F401 (the fixture)
+
+TID, TSL = 100, 2
+PAX = "jax-toolbox/NVIDIA__JAX-Toolbox__pax_fsdp4_4proc_proc0.zip"
+
+
+def thunk_export(
+    instrs: list[tuple[str, int, str, int]], executions: int = 3, module: str = "jit_step", slower: int = 0
+) -> ExportBuilder:
+    """*executions* runs of *module*; each runs *instrs* (name, ns, "kernel"/"d2h"/"h2d", bytes) one
+    after the other, each under its thunk range; execution k adds k x *slower* ns to every kernel."""
+    b = ExportBuilder()
+    b.gpu(0, "NVIDIA H100 80GB HBM3")
+    b.domain(TSL, "TSL", tid=TID)
+    t = 1_000_000
+    for k in range(executions):
+        host, gpu = t, t + 5_000
+        for name, ns, kind, nbytes in instrs:
+            dur = ns + (k * slower if kind == "kernel" else 0)
+            b.nvtx(host, host + 100, f"Thunk:#name=jit(step)/x,hlo_op={name}#", tid=TID, domain_id=TSL)
+            corr = b.kernel(gpu, gpu + dur, f"k_{name}") if kind == "kernel" else b.copy(gpu, gpu + dur, kind, nbytes)
+            b.runtime(host + 10, host + 20, corr, name="cuLaunchKernel", tid=TID)
+            host += 200
+            gpu += dur + 1_000
+        b.nvtx(t, max(host, gpu) + 10, f"XlaModule:#hlo_module={module},program_id=7#", tid=TID, domain_id=TSL)
+        t = max(host, gpu) + 100_000
+    return b
+
+
+STEP = [
+    ("fusion.1", 100_000, "kernel", 0),
+    ("copy-start.1", 400_000, "d2h", 8 << 20),
+    ("gemm_fusion_dot.2", 300_000, "kernel", 0),
+    ("fusion.1", 50_000, "kernel", 0),  # a second thunk of the same instruction
+    ("copy-start.2", 40_000, "h2d", 1 << 20),
+]
+
+
+def test_export_instruction_times_are_the_medians_per_execution(build):
+    path = build(thunk_export(STEP, executions=3, slower=10_000))
+    m = load(path)
+    assert m.module_name == "jit_step" and m.kind == "nsys export" and m.steps.height == 3
+    t = {r["hlo_op"]: r for r in m.times.iter_rows(named=True)}
+    # fusion.1: two thunks per execution, 150 us + 2 x (0, 10, 20) us: median 170 us
+    assert t["fusion.1"]["median_ns"] == 170_000 and t["fusion.1"]["thunks"] == 2
+    assert t["fusion.1"]["min_ns"] == 150_000 and t["fusion.1"]["max_ns"] == 190_000
+    assert t["gemm_fusion_dot.2"]["median_ns"] == 310_000 and t["gemm_fusion_dot.2"]["executions"] == 3
+    assert t["copy-start.1"]["median_ns"] == 400_000 and t["copy-start.1"]["bytes"] == 8 << 20
+    assert t["copy-start.2"]["bytes"] == 1 << 20
+    assert t["gemm_fusion_dot.2"]["op_class"] == "matmul" and t["copy-start.1"]["op_class"] == "copy"
+    assert t["fusion.1"]["op_class"] == "fusion"
+    # copies by size: 8 MiB d2h at 8 MiB / 400 us, 1 MiB h2d at 1 MiB / 40 us
+    bw = it.copy_bandwidth(m.copies)
+    d2h = bw.filter(pl.col("cls") == "d2h").row(0, named=True)
+    assert d2h["size_lo"] == 8 << 20 and d2h["copies"] == 3
+    assert d2h["gbps"] == pytest.approx((8 << 20) / 400_000)
+    h2d = bw.filter(pl.col("cls") == "h2d").row(0, named=True)
+    assert h2d["gbps"] == pytest.approx((1 << 20) / 40_000)
+
+
+def test_link_fit_recovers_latency_and_bandwidth():
+    nbytes = np.array([1 << 16, 1 << 20, 1 << 24, 1 << 26])
+    ns = 5_000 + nbytes / 25.0  # 5 us + bytes at 25 GB/s
+    c = pl.DataFrame({"cls": ["h2d"] * 4, "bytes": nbytes, "start": [0] * 4, "end": ns.astype(np.int64)})
+    fit = it.link_fit(c).row(0, named=True)
+    assert fit["gbps"] == pytest.approx(25.0, rel=1e-3)
+    assert fit["latency_ns"] == pytest.approx(5_000, rel=1e-2)
+    pred = it.copy_ns(np.array([1 << 20, 1 << 30]), it.copy_bandwidth(c), "h2d", 10.0)
+    assert pred[0] == pytest.approx(ns[1], rel=1e-6)  # the measured class
+    assert pred[1] == pytest.approx((1 << 30) / ((1 << 26) / ns[3]), rel=1e-6)  # the largest class's rate
+    assert it.copy_ns(np.array([1000]), it.copy_bandwidth(c), "d2h", 10.0)[0] == 100.0  # never measured
+
+
+def test_pgle_text_round_trip_and_bad_file(build, tmp_path):
+    path = build(thunk_export(STEP, executions=2))
+    out = tmp_path / "step.pbtxt"
+    proc = run_cli("pgle", str(path), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "wrote" in proc.stdout and "4 instruction costs of jit_step" in proc.stdout
+    costs = pgle.read_profile(out)
+    assert costs == {"fusion.1": 150.0, "copy-start.1": 400.0, "gemm_fusion_dot.2": 300.0, "copy-start.2": 40.0}
+    bad = tmp_path / "bad.pbtxt"
+    bad.write_text("not a profile\n")
+    proc = run_cli("plan", "--pgle", str(bad), "--target", "h100", "--policy", "none", str(TRAIN))
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "holds no PGLE costs" in proc.stderr
+    proc = run_cli("pgle", str(tmp_path / "absent.sqlite"), "-o", str(out))
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr and "absent.sqlite" in proc.stderr
+
+
+def test_pax_archive_instruction_times(shared_traces):
+    m = load(shared_traces / PAX)
+    assert m.module_name == "pjit__wrapped_step_fn" and m.gpu == "NVIDIA A100-SXM4-40GB"
+    assert m.module is not None and m.module.name == "pjit__wrapped_step_fn" and m.steps.height == 5
+    entry = {i.name for i in m.module.computations[m.module.entry].instructions}
+    sites = set(m.times["site"].to_list())
+    assert sites <= entry  # every measured thunk maps to an instruction the schedule holds
+    # the thunks run one after another on the compute stream: their medians add up to about the step
+    total = float(m.times["median_ns"].sum())
+    assert abs(total - m.step_ns) / m.step_ns < 0.03
+    classes = set(m.times["op_class"].to_list())
+    assert {"matmul", "fusion", "collective"} <= classes
+
+
+ARGS = ["--layers", "2", "--d-model", "256", "--heads", "4", "--ffn", "512", "--seq", "512"]
+
+
+@pytest.fixture(scope="module")
+def base_step(aot_python, tmp_path_factory):  # noqa: F811
+    """The example's offload_qkv step at batch 8, compiled for an H100 by the real GPU compiler."""
+    out = tmp_path_factory.mktemp("base") / "plan"
+    proc = run_cli("plan", "--target", "h100", "--policy", "offload_qkv", "--batch", "8", "--out", str(out),
+                   "--json", str(TRAIN), *ARGS, timeout=1200)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out / "offload_qkv-b8" / "step.hlo.txt"
+
+
+def measured_run(hlo: Path, folder: Path, compute_ns: int, copy_ns: int) -> tuple[Path, list]:
+    """A run folder (trace.sqlite + xla_dump/) whose export ran the compiled step *hlo* twice, its
+    instructions one after another under their thunk ranges: kernels of *compute_ns*, copies of 1 MiB
+    taking *copy_ns*; returns the folder and the instructions measured."""
+    module = load_module(hlo)[0]
+    entry = module.computations[module.entry].instructions
+    work = [i for i in entry if i.opcode not in pgle.NO_WORK or i.opcode == "copy-start"]
+    instrs = [(i.name, copy_ns, pgle.schedule_copies(module)[0]["direction"], 1 << 20) if i.opcode == "copy-start"
+              else (i.name, compute_ns, "kernel", 0) for i in work]  # fmt: skip
+    folder.mkdir()
+    thunk_export(instrs, executions=2, module=module.name).write(folder / "trace.sqlite")
+    (folder / "xla_dump").mkdir()
+    (folder / "xla_dump" / f"module_0007.{module.name}.sm_9.0_gpu_after_optimizations.txt").write_text(hlo.read_text())
+    return folder, work
+
+
+def test_pgle_round_trip_moves_the_copies(base_step, tmp_path):
+    """The real GPU compiler: a measured profile in which compute is expensive and copies cheap, written
+    by `profile-step pgle` from a run of the compiled step's own instructions, changes where XLA
+    schedules the copy-starts of a small offloading step."""
+    module = load_module(base_step)[0]
+    run, work = measured_run(base_step, tmp_path / "run", compute_ns=5_000_000, copy_ns=1_000)
+    assert sum(i.opcode == "copy-start" for i in work) >= 4
+    profile = tmp_path / "measured.pbtxt"
+    proc = run_cli("pgle", str(run), "-o", str(profile))
+    assert proc.returncode == 0, proc.stderr
+    assert len(pgle.read_profile(profile)) == len(work)
+    out = tmp_path / "with"
+    proc = run_cli("plan", "--target", "h100", "--policy", "offload_qkv", "--batch", "8", "--out", str(out),
+                   "--pgle", str(profile), "--json", str(TRAIN), *ARGS, timeout=1200)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (res,) = json.loads(proc.stdout)["results"]
+    g = res["pgle"]
+    assert g["status"] == "ok" and g["profile_names_found"] == len(work)
+    assert g["schedule_changed"] and g["copies_moved"] >= 1
+    # the baseline of the --pgle run is the same compilation as the plain plan
+    assert [c["before"] for c in g["copies"]] == pgle.schedule_copies(module, pgle.read_profile(profile))
+    assert {"before", "after"} <= set(g["predicted"]) and all("exposed_ns_after" in c for c in g["copies"])
+    text = run_cli("plan", "--target", "h100", "--policy", "offload_qkv", "--batch", "8", "--out",
+                   str(tmp_path / "text"), "--pgle", str(profile), str(TRAIN), *ARGS, timeout=1200).stdout  # fmt: skip
+    assert "Schedule with the PGLE profile" in text and "copies moved" in text
+
+
+def test_calibrate_predicts_the_same_program_from_its_measured_costs(base_step, tmp_path):
+    """`plan --calibrate RUN`: at the measured batch every kernel takes its measured time (same name and
+    shape); at another batch the roofline times the measured scale; a faster link hides more."""
+    run, work = measured_run(base_step, tmp_path / "run", compute_ns=200_000, copy_ns=100_000)
+    proc = run_cli("plan", "--target", "h100", "--policy", "offload_qkv", "--batch", "8,16", "--out",
+                   str(tmp_path / "plan"), "--calibrate", str(run), "--json", str(TRAIN), *ARGS,
+                   timeout=1200)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    b8, b16 = doc["results"]
+    kernels = sum(i.opcode != "copy-start" for i in work)
+    (at8,), (at16,) = b8["calibrated"], b16["calibrated"]
+    assert at8["costed"]["measured"] == kernels and at8["costed"]["scaled"] == 0
+    # kernels of 200 us each, one after another: the step is at least their sum
+    assert at8["predicted_step_ns"] >= kernels * 200_000
+    assert at16["costed"]["scaled"] > 0 and at16["costed"]["measured"] < kernels
+    assert at16["predicted_step_ns"] > at8["predicted_step_ns"]  # twice the batch
+    assert set(doc["calibration"]["scale"]) & {"fusion", "matmul"}
+    # the same calibration on other links: a faster link exposes no more and is no slower
+    from profiler.analysis.links import LINKS
+    from profiler.predict import calibrate
+    from profiler.xla.targets import TARGETS
+
+    m = load(run)
+    cal = calibrate.calibrate(m, TARGETS["h100"].spec_text())
+    preds = calibrate.predict(cal, load_module(base_step)[0], TARGETS["h100"].spec_text(),
+                              [LINKS[k] for k in ("pcie3", "pcie4", "pcie5", "nvlink-c2c")])  # fmt: skip
+    exposed = [p["predicted_exposed_ns"] for p in preds]
+    steps = [p["predicted_step_ns"] for p in preds]
+    assert exposed == sorted(exposed, reverse=True) and steps == sorted(steps, reverse=True)
+    assert exposed[0] > exposed[-1]
+
+
+REPLAY_GOAL = 0.05  # benchmarks/README, "Issue 23: how good the prediction is"
+
+
+@pytest.mark.parametrize("archive", ["proc0", "proc1"])
+def test_replay_of_the_pax_schedule_is_within_the_goal(shared_traces, archive):
+    """The compiled schedule replayed through its dependencies with the measured per-instruction
+    durations predicts the measured step (median XlaModule range) within 5%."""
+    from profiler.predict.calibrate import measured_costs, replay
+
+    m = load(shared_traces / f"jax-toolbox/NVIDIA__JAX-Toolbox__pax_fsdp4_4proc_{archive}.zip")
+    p, err = replay(m)
+    assert p.costed_by["missing"] == 0 and p.costed_by["given"] == len(measured_costs(m))
+    assert abs(err) <= REPLAY_GOAL, f"replay {p.step_ns / 1e6:.2f} ms against {m.step_ns / 1e6:.2f} ms measured"
+    # the replay is not the sum of the durations: the collectives run beside the compute stream
+    assert p.step_ns < sum(measured_costs(m).values())
+
+
+def test_calibration_on_a_real_pax_archive(shared_traces):
+    """`plan --calibrate` on a real archive: its own program on its own GPU takes every measured
+    duration (the prediction is the replay); on another GPU every kernel is the roofline times the
+    class's measured scale, none measured."""
+    from profiler.analysis.links import LINKS
+    from profiler.predict import calibrate, roofline, schedule
+    from profiler.xla.targets import TARGETS
+
+    m = load(shared_traces / PAX)
+    cal = calibrate.calibrate(m, m.spec_text)
+    assert set(cal.scale) == {"matmul", "fusion", "collective"}  # "other": 2 us, under MIN_SCALE_NS
+    assert all(v > 1 for v in cal.scale.values())  # the roofline is optimistic on this A100
+    (own,) = calibrate.predict(cal, m.module, m.spec_text, [LINKS["pcie4"]])
+    replayed, _ = calibrate.replay(m)
+    assert own["costed"]["scaled"] == 0 and own["predicted_step_ns"] == replayed.step_ns
+    h100 = TARGETS["h100"].spec_text()
+    (other,) = calibrate.predict(cal, m.module, h100, [LINKS["pcie5"]])
+    assert other["costed"]["measured"] == 0 and other["costed"]["scaled"] > 2000
+    roof = roofline.costs(schedule.build(m.module), roofline.device_from_spec(h100))
+    sched = schedule.build(m.module)
+    bare = calibrate.simulate(sched, roof, LINKS["pcie5"]).step_ns
+    assert bare < other["predicted_step_ns"] < own["predicted_step_ns"]  # an H100 is faster than the A100
