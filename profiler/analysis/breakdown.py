@@ -17,7 +17,9 @@ import numpy as np
 import polars as pl
 
 from profiler.analysis import attribution
+from profiler.analysis.contexts import copy_contexts
 from profiler.analysis.intervals import measure_within, union
+from profiler.analysis.kernels_slowed import kernel_groups
 from profiler.analysis.overlap import KernelSets, offload_metrics, valid, windows_and_invalid
 from profiler.analysis.stalls import Stalls, has_waits, trace_stalls
 from profiler.analysis.xla_names import DEFAULT_LAYER_PATTERN, parse_xla
@@ -44,7 +46,9 @@ class Breakdown:
 
     @cached_property
     def ops(self) -> pl.DataFrame:
-        return attribution.gpu_ops(self.trace, self.kinds)
+        # with every kind attributed, the stalls' ops are the same ops: their launches are reused
+        stalls = self.stalls if self.kinds == attribution.OP_KINDS else None
+        return attribution.gpu_ops(self.trace, self.kinds, launched=stalls.deps.ops if stalls else None)
 
     @cached_property
     def kernels(self) -> pl.DataFrame:
@@ -57,6 +61,17 @@ class Breakdown:
     @cached_property
     def kernel_sets(self) -> KernelSets:
         return KernelSets.of(valid(self.kernels))
+
+    @cached_property
+    def copy_contexts(self) -> np.ndarray:
+        """``contexts.copy_contexts`` of every valid copy (``valid(trace.copies)``, in its order)."""
+        return copy_contexts(valid(self.trace.copies), self.kernel_sets.any)
+
+    @cached_property
+    def kernel_groups(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """``kernels_slowed.kernel_groups`` of the trace's named kernels and its copies, computed once
+        for the ``kernels_beside_copies`` metric and the findings that read it."""
+        return kernel_groups(self.trace.kernels, self.trace.copies)
 
     @cached_property
     def stalls(self) -> Stalls | None:

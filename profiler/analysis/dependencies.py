@@ -64,9 +64,29 @@ class GpuOps:
     gtid: np.ndarray  # the thread (serialized global id) of the launch call, -1 where unknown
     skey: np.ndarray
     streams: pl.DataFrame  # pid, device, stream, skey
+    row: np.ndarray | None = None  # per op, its row among the valid kernels, copies and memsets (in that order)
 
     def __len__(self) -> int:
         return int(self.start.size)
+
+    def in_input_order(self, values: np.ndarray) -> np.ndarray:
+        """*values* (one per op, in stream order) in the order of ``row``: kernels, copies, memsets."""
+        if self.row is None:
+            raise ValueError("these ops do not know their input rows")
+        out = np.empty_like(values)
+        out[self.row] = values
+        return out
+
+    def launches_in_input_order(self) -> pl.DataFrame:
+        """launch_start, launch_gtid (NULL where unknown) of the ops in the order of ``row``, as
+        ``attribution.with_launches`` gives them for the same ops and runtime rows."""
+        start, gtid = self.in_input_order(self.launch), self.in_input_order(self.gtid)
+        return pl.DataFrame(
+            {
+                "launch_start": pl.Series(start, dtype=pl.Int64).set(pl.Series(start == NO_TIME), None),
+                "launch_gtid": pl.Series(gtid, dtype=pl.Int64).set(pl.Series(gtid == -1), None),
+            }
+        )
 
     @cached_property
     def prev(self) -> np.ndarray:
@@ -177,7 +197,7 @@ def gpu_ops(trace: Trace) -> GpuOps:
             "stream": stream[heads],
         }
     )
-    return GpuOps(**cols, skey=skey.astype(np.int64), streams=streams)
+    return GpuOps(**cols, skey=skey.astype(np.int64), streams=streams, row=order.astype(np.int64, copy=False))
 
 
 def search_in_groups(groups: np.ndarray, times: np.ndarray, qg: np.ndarray, qt: np.ndarray, side: str) -> np.ndarray:

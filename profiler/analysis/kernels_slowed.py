@@ -119,9 +119,12 @@ def empty_entry() -> dict[str, Any]:
     return {"groups": 0, "calls_alone": 0, "calls_beside": 0, "excess_ns": 0, "top": []}
 
 
-def kernels_beside_copies(kernels: pl.DataFrame, copies: pl.DataFrame) -> dict[int, dict[str, Any]]:
-    """METRICS.md ``kernels_beside_copies`` per device that has a counted kernel or a group."""
-    groups, calls = kernel_groups(kernels, copies)
+def kernels_beside_copies(
+    kernels: pl.DataFrame, copies: pl.DataFrame, groups: tuple[pl.DataFrame, pl.DataFrame] | None = None
+) -> dict[int, dict[str, Any]]:
+    """METRICS.md ``kernels_beside_copies`` per device that has a counted kernel or a group
+    (*groups*: ``kernel_groups`` of these kernels and copies, when already computed)."""
+    groups, calls = kernel_groups(kernels, copies) if groups is None else groups
     out: dict[int, dict[str, Any]] = {}
     for dev, side, n in calls.iter_rows():
         out.setdefault(int(dev), empty_entry())["calls_alone" if side == ALONE else "calls_beside"] = int(n)
@@ -133,9 +136,15 @@ def kernels_beside_copies(kernels: pl.DataFrame, copies: pl.DataFrame) -> dict[i
     return out
 
 
-def add_kernels_beside(devices: dict[str, dict[str, Any]], kernels: pl.DataFrame, copies: pl.DataFrame) -> None:
-    """Add ``kernels_beside_copies`` to each device of a METRICS.md ``devices`` object."""
-    per = kernels_beside_copies(kernels, copies) if devices else {}
+def add_kernels_beside(
+    devices: dict[str, dict[str, Any]],
+    kernels: pl.DataFrame,
+    copies: pl.DataFrame,
+    groups: tuple[pl.DataFrame, pl.DataFrame] | None = None,
+) -> None:
+    """Add ``kernels_beside_copies`` to each device of a METRICS.md ``devices`` object (*groups*:
+    ``kernel_groups(kernels, copies)`` when already computed, e.g. ``Breakdown.kernel_groups``)."""
+    per = kernels_beside_copies(kernels, copies, groups) if devices else {}
     for dev, d in devices.items():
         d["kernels_beside_copies"] = per.get(int(dev), empty_entry())
 

@@ -53,10 +53,11 @@ def analyze(
             device,
             trace.memory_events,
             kernel_sets=bd.kernel_sets if device is None else None,
+            contexts=bd.copy_contexts if device is None else None,
         ),
     }
     add_stalls(doc["devices"], bd.stalls)
-    add_kernels_beside(doc["devices"], named, trace.copies)
+    add_kernels_beside(doc["devices"], named, trace.copies, bd.kernel_groups if device is None else None)
     if findings is not None:
         from profiler.analysis.findings import run_findings
         from profiler.analysis.run_metrics import find_manifest

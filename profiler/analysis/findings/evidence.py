@@ -19,7 +19,7 @@ import polars as pl
 from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.findings.config import FindingsConfig
 from profiler.analysis.intervals import Intervals, difference, union
-from profiler.analysis.kernels_slowed import add_kernels_beside, kernel_groups
+from profiler.analysis.kernels_slowed import add_kernels_beside
 from profiler.analysis.overlap import device_metrics
 from profiler.analysis.stalls import Stalls, add_stalls
 from profiler.trace.loader import RUNTIME_TABLE, Trace
@@ -48,9 +48,11 @@ class Evidence:
         if self._devices is not None:
             return self._devices
         bd = self.breakdown
-        doc = device_metrics(bd.kernels, self.trace.copies, self.trace.memsets, kernel_sets=bd.kernel_sets)
+        doc = device_metrics(
+            bd.kernels, self.trace.copies, self.trace.memsets, kernel_sets=bd.kernel_sets, contexts=bd.copy_contexts
+        )
         add_stalls(doc, bd.stalls)
-        add_kernels_beside(doc, self.trace.kernels, self.trace.copies)
+        add_kernels_beside(doc, self.trace.kernels, self.trace.copies, bd.kernel_groups)
         return doc
 
     @cached_property
@@ -167,7 +169,7 @@ class Evidence:
     @cached_property
     def kernel_groups(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """Every group of METRICS.md "Kernels slowed by copies" that counts, and the calls per side."""
-        return kernel_groups(self.trace.kernels, self.trace.copies)
+        return self.breakdown.kernel_groups
 
     @cached_property
     def offload_copies(self) -> pl.DataFrame:

@@ -8,13 +8,14 @@ import re
 import numpy as np
 import polars as pl
 
-from profiler.analysis.contexts import CONTEXTS, copy_contexts
+from profiler.analysis.contexts import CONTEXTS
 from profiler.analysis.findings import Finding, rule
 from profiler.analysis.findings.config import exceeds, under
 from profiler.analysis.findings.evidence import CannotDecide, Evidence
 from profiler.analysis.findings.rules.text import dur, ms, names, pct, size
 from profiler.analysis.intervals import length_by_group, measure_within, union
 from profiler.analysis.links import host_link
+from profiler.analysis.overlap import valid
 
 # cudaMemcpy, cudaMemcpy2D, cuMemcpyDtoH_v2, cudaMemcpyPeer ...: every copy call without "Async"
 COPY_CALL = r"^cu(?:da)?Memcpy"
@@ -215,8 +216,11 @@ def _overlapped_kernels(ev: Evidence, dev: str, cls: str) -> list[dict[str, obje
     """The kernels that overlapped the device's *cls* copies of the ``kernels`` context most,
     memory-bound ones first."""
     copies = ev.offload_copies.filter(pl.col("device") == int(dev))
-    all_copies = ev.trace.copies.filter((pl.col("device") == int(dev)) & (pl.col("end") >= pl.col("start")))
-    ctx = copy_contexts(all_copies, ev.breakdown.kernel_sets.any)
+    # the contexts the device metrics measured (every valid copy, in order): this device's
+    valid_copies = valid(ev.trace.copies)
+    on = (valid_copies["device"] == int(dev)).fill_null(False).to_numpy()
+    all_copies = valid_copies.filter(pl.Series(on))
+    ctx = ev.breakdown.copy_contexts[on]
     chosen = all_copies.filter(pl.Series((ctx == CONTEXTS.index("kernels")) & (all_copies["cls"] == cls).to_numpy()))
     if chosen.height == 0 or copies.height == 0:
         return []
