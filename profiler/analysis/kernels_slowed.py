@@ -66,21 +66,24 @@ def kernel_groups(kernels: pl.DataFrame, copies: pl.DataFrame) -> tuple[pl.DataF
     beside_count, beside_median_ns, slowdown, excess_ns.  The calls: device, side, calls.
     *kernels* needs device, start, end, name, is_nccl and the shape columns (``Trace.kernels``).
     """
-    k = kernels.select(*KEYS, "is_nccl", (pl.col("end") - pl.col("start")).alias("dur")).with_columns(
-        pl.Series("side", kernel_sides(kernels, copies))
+    # lazily: the sides' rows are never copied out of the kernel frame, and no sort of them all
+    k = (
+        kernels.lazy()
+        .select(*KEYS, "is_nccl", (pl.col("end") - pl.col("start")).alias("dur"))
+        .with_columns(pl.lit(pl.Series("side", kernel_sides(kernels, copies))))
+        .filter(pl.col("side") != NEITHER)
     )
-    k = k.filter(pl.col("side") != NEITHER)
-    calls = k.group_by("device", "side").agg(pl.len().alias("calls"))
-    per_side = (
-        k.sort("dur")
-        .group_by(*KEYS, "side")
+    calls_q = k.group_by("device", "side").agg(pl.len().alias("calls"))
+    per_side_q = (
+        k.group_by(*KEYS, "side")
         .agg(
             pl.len().alias("count"),
-            pl.col("dur").get((pl.len() - 1) // 2).alias("median_ns"),  # the lower median of sorted durations
-            pl.col("is_nccl").first(),
+            pl.col("dur").sort().get((pl.len() - 1) // 2).alias("median_ns"),  # the lower median
+            pl.col("is_nccl").first(),  # a function of the name: the same on every row of a group
         )
         .filter(pl.col("count") >= MIN_CALLS)
     )
+    calls, per_side = pl.collect_all([calls_q, per_side_q])
     alone = per_side.filter(pl.col("side") == ALONE).select(
         *KEYS, "is_nccl", pl.col("count").alias("alone_count"), pl.col("median_ns").alias("alone_median_ns")
     )
