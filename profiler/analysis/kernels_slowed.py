@@ -59,6 +59,21 @@ def kernel_sides(kernels: pl.DataFrame, copies: pl.DataFrame) -> np.ndarray:
     return out
 
 
+def _per_side(k: pl.LazyFrame) -> pl.DataFrame:
+    """Per (name, launch shape, device, side) of the kernels *k*: count, lower median duration,
+    is_nccl; groups of at least ``MIN_CALLS``."""
+    return (
+        k.group_by(*KEYS, "side")
+        .agg(
+            pl.len().alias("count"),
+            pl.col("dur").sort().get((pl.len() - 1) // 2).alias("median_ns"),  # the lower median
+            pl.col("is_nccl").first(),  # a function of the name: the same on every row of a group
+        )
+        .filter(pl.col("count") >= MIN_CALLS)
+        .collect()
+    )
+
+
 def kernel_groups(kernels: pl.DataFrame, copies: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(the groups that count, the calls per device and side).
 
@@ -73,17 +88,11 @@ def kernel_groups(kernels: pl.DataFrame, copies: pl.DataFrame) -> tuple[pl.DataF
         .with_columns(pl.lit(pl.Series("side", kernel_sides(kernels, copies))))
         .filter(pl.col("side") != NEITHER)
     )
-    calls_q = k.group_by("device", "side").agg(pl.len().alias("calls"))
-    per_side_q = (
-        k.group_by(*KEYS, "side")
-        .agg(
-            pl.len().alias("count"),
-            pl.col("dur").sort().get((pl.len() - 1) // 2).alias("median_ns"),  # the lower median
-            pl.col("is_nccl").first(),  # a function of the name: the same on every row of a group
-        )
-        .filter(pl.col("count") >= MIN_CALLS)
-    )
-    calls, per_side = pl.collect_all([calls_q, per_side_q])
+    calls = k.group_by("device", "side").agg(pl.len().alias("calls")).collect()
+    # one GPU at a time: the group-by's keys (name and launch shape of every kernel) are the
+    # biggest thing the analysis holds, and no group spans two devices
+    parts = [_per_side(k.filter(pl.col("device").eq_missing(d))) for d in calls["device"].unique().sort()]
+    per_side = pl.concat(parts) if parts else _per_side(k)
     alone = per_side.filter(pl.col("side") == ALONE).select(
         *KEYS, "is_nccl", pl.col("count").alias("alone_count"), pl.col("median_ns").alias("alone_median_ns")
     )
