@@ -32,11 +32,16 @@ def create(con: sqlite3.Connection, table: str) -> list[str]:
     return [c.split()[0] for c in cols]
 
 
+CHUNK = 500_000  # rows converted to Python objects at a time: a 10M-kernel export stays in a few hundred MiB
+
+
 def insert(con: sqlite3.Connection, table: str, names: list[str], columns: dict[str, np.ndarray]) -> None:
     n = len(next(iter(columns.values())))
-    data = [columns[c].tolist() if c in columns else [None] * n for c in names]
     marks = ", ".join("?" for _ in names)
-    con.executemany(f'INSERT INTO "{table}" VALUES ({marks})', zip(*data, strict=True))
+    for lo in range(0, n, CHUNK):
+        hi = min(n, lo + CHUNK)
+        data = [columns[c][lo:hi].tolist() if c in columns else [None] * (hi - lo) for c in names]
+        con.executemany(f'INSERT INTO "{table}" VALUES ({marks})', zip(*data, strict=True))
 
 
 def make(

@@ -1,9 +1,13 @@
 """Baseline (a): read only the columns analyze needs, nothing else, with one reader.
 
-python benchmarks/read_baseline.py {connectorx,adbc,sqlite3} EXPORT [--stalls]
+python benchmarks/read_baseline.py {connectorx,adbc,sqlite3} EXPORT [--stalls | --all]
 
 ``--stalls``: also what the stalls read (every op's stream and launch, the
-runtime rows, event records and synchronization rows).
+runtime rows, event records and synchronization rows).  ``--all``: what
+``analyze --json`` reads with stalls, contexts and the kernels-slowed metric:
+``--stalls`` plus each kernel's launch shape (grid and block, which group the
+kernels of that metric) and each record's and wait's context (which names its
+device).
 """
 
 from __future__ import annotations
@@ -31,12 +35,25 @@ STALL_QUERIES = {
 }
 
 
+ALL_QUERIES = {
+    **STALL_QUERIES,
+    "kernels": "SELECT deviceId, streamId, start, end, correlationId, globalPid, shortName, demangledName, "
+    "gridX, gridY, gridZ, blockX, blockY, blockZ FROM CUPTI_ACTIVITY_KIND_KERNEL",
+    "events": "SELECT deviceId, streamId, correlationId, globalPid, eventId, contextId "
+    "FROM CUPTI_ACTIVITY_KIND_CUDA_EVENT",
+    "syncs": "SELECT start, end, deviceId, streamId, correlationId, globalPid, syncType, eventId, contextId "
+    "FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+}
+
+
 def main() -> None:
     reader, path = sys.argv[1], sys.argv[2]
     import polars as pl
 
     rows = 0
-    for sql in (STALL_QUERIES if "--stalls" in sys.argv[3:] else QUERIES).values():
+    flags = sys.argv[3:]
+    queries = ALL_QUERIES if "--all" in flags else STALL_QUERIES if "--stalls" in flags else QUERIES
+    for sql in queries.values():
         if reader == "connectorx":
             import connectorx as cx
 

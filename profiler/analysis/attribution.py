@@ -13,6 +13,7 @@ by launch time (memory proportional to the pairs found).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -73,10 +74,13 @@ def nvtx_ranges(nvtx: pl.DataFrame, trace_end: int | None) -> Ranges:
     )
 
 
-def gpu_ops(trace: Trace, kinds: tuple[str, ...] = OP_KINDS) -> pl.DataFrame:
+def gpu_ops(trace: Trace, kinds: tuple[str, ...] = OP_KINDS, launched: Any = None) -> pl.DataFrame:
     """Every valid kernel, copy and memset (or only the *kinds* asked for) with its launch:
     op_id, kind, device, stream, start, end, name, is_nccl, cls, bytes, host_kind, pid,
-    launch_start, launch_gtid (NULL when unknown)."""
+    launch_start, launch_gtid (NULL when unknown).
+
+    *launched*: the stalls' ``dependencies.GpuOps`` of the same trace, whose launches (searched
+    in the same runtime rows) are taken when they are of the same ops, instead of searched again."""
     common = ["device", "stream", "start", "end", "correlation_id", "pid"]
     none = pl.lit(None, pl.String)
     frames = []
@@ -120,7 +124,17 @@ def gpu_ops(trace: Trace, kinds: tuple[str, ...] = OP_KINDS) -> pl.DataFrame:
     ops = pl.concat(frames).filter(pl.col("end") >= pl.col("start"))
     tables = tuple(KIND_TABLES[k] for k in kinds)
     ops = ops.with_row_index("op_id").with_columns(pl.col("op_id").cast(I64))
-    return with_launches(ops, trace.launches_of(tables))
+    runtime = trace.launches_of(tables)
+    if launched is not None and kinds == OP_KINDS and runtime is trace.runtime and _same_ops(ops, launched):
+        return pl.concat([ops, launched.launches_in_input_order()], how="horizontal")
+    return with_launches(ops, runtime)
+
+
+def _same_ops(ops: pl.DataFrame, launched: Any) -> bool:
+    """Whether the GpuOps *launched* are the rows of *ops*, in their order (same count and starts)."""
+    if launched.row is None or len(launched) != ops.height:
+        return False
+    return bool(np.array_equal(launched.in_input_order(launched.start), ops["start"].to_numpy()))
 
 
 def _launch_key() -> pl.Expr:
@@ -133,25 +147,35 @@ def with_launches(ops: pl.DataFrame, runtime: pl.DataFrame) -> pl.DataFrame:
     with the same pid and correlation id (the first such row), NULL where there is none.
 
     A binary search per op over the runtime rows' sorted keys; nsys writes
-    runtime rows in correlation order, so the sort is nearly free.
+    runtime rows in correlation order, so the sort is nearly free (none when they are in order).
     """
     in_range = (pl.col("correlation_id") >= 0) & (pl.col("correlation_id") < 1 << 32) & (pl.col("pid") >= 0)
-    rt = runtime.filter(pl.col("pid").is_not_null() & pl.col("correlation_id").is_not_null())
+    known = pl.col("pid").is_not_null() & pl.col("correlation_id").is_not_null()
+    rt = runtime.select("pid", "correlation_id", "start", "global_tid")
+    if rt.select(~known.all()).item():
+        rt = rt.filter(known)
     if not (rt.select(in_range.all()).item() and ops.select(in_range.all()).item()):
         return _with_launches_by_join(ops, rt)  # ids outside the packed key's range
-    r_key = rt.select(_launch_key())[:, 0].to_numpy()
-    order = np.argsort(r_key, kind="stable")
-    keys = r_key[order]
+    keys = rt.select(_launch_key())[:, 0].to_numpy()
+    rows = None
+    if keys.size > 1 and not bool(np.all(keys[1:] >= keys[:-1])):
+        rows = np.argsort(keys, kind="stable")
+        keys = keys[rows]
     first = np.r_[True, keys[1:] != keys[:-1]] if keys.size else np.zeros(0, dtype=bool)
-    keys, rows = keys[first], order[first]
+    if not first.all():
+        pick = np.flatnonzero(first)
+        keys, rows = keys[pick], (pick if rows is None else rows[pick])
     if keys.size == 0:
         return ops.with_columns(pl.lit(None, I64).alias("launch_start"), pl.lit(None, I64).alias("launch_gtid"))
     o_key = ops.select(_launch_key().fill_null(-1))[:, 0].to_numpy()
     pos = np.minimum(np.searchsorted(keys, o_key), keys.size - 1)
-    hit, rows_of = keys[pos] == o_key, rows[pos]
-    picked = rt[rows_of].select(pl.col("start").alias("launch_start"), pl.col("global_tid").alias("launch_gtid"))
-    mask = pl.Series(hit)
-    return ops.with_columns(pl.when(mask).then(picked[c]).otherwise(None).alias(c) for c in picked.columns)
+    miss = pl.Series(keys[pos] != o_key)
+    rows_of = pos if rows is None else rows[pos]
+    picked = [
+        rt.get_column(col).cast(I64).gather(rows_of).set(miss, None).alias(out)
+        for col, out in (("start", "launch_start"), ("global_tid", "launch_gtid"))
+    ]
+    return ops.with_columns(picked)
 
 
 def _with_launches_by_join(ops: pl.DataFrame, runtime: pl.DataFrame) -> pl.DataFrame:

@@ -17,7 +17,9 @@ import numpy as np
 import polars as pl
 
 from profiler.analysis import attribution
+from profiler.analysis.contexts import copy_contexts
 from profiler.analysis.intervals import measure_within, union
+from profiler.analysis.kernels_slowed import kernel_groups
 from profiler.analysis.overlap import KernelSets, offload_metrics, valid, windows_and_invalid
 from profiler.analysis.stalls import Stalls, has_waits, trace_stalls
 from profiler.analysis.xla_steps import ModuleSteps, module_steps
@@ -44,7 +46,9 @@ class Breakdown:
 
     @cached_property
     def ops(self) -> pl.DataFrame:
-        return attribution.gpu_ops(self.trace, self.kinds)
+        # with every kind attributed, the stalls' ops are the same ops: their launches are reused
+        stalls = self.stalls if self.kinds == attribution.OP_KINDS else None
+        return attribution.gpu_ops(self.trace, self.kinds, launched=stalls.deps.ops if stalls else None)
 
     @cached_property
     def kernels(self) -> pl.DataFrame:
@@ -57,6 +61,17 @@ class Breakdown:
     @cached_property
     def kernel_sets(self) -> KernelSets:
         return KernelSets.of(valid(self.kernels))
+
+    @cached_property
+    def copy_contexts(self) -> np.ndarray:
+        """``contexts.copy_contexts`` of every valid copy (``valid(trace.copies)``, in its order)."""
+        return copy_contexts(valid(self.trace.copies), self.kernel_sets.any)
+
+    @cached_property
+    def kernel_groups(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """``kernels_slowed.kernel_groups`` of the trace's named kernels and its copies, computed once
+        for the ``kernels_beside_copies`` metric and the findings that read it."""
+        return kernel_groups(self.trace.kernels, self.trace.copies)
 
     @cached_property
     def stalls(self) -> Stalls | None:
@@ -92,6 +107,8 @@ class Breakdown:
     @cached_property
     def pairs(self) -> pl.DataFrame:
         """(op_id, range_id) of every enclosing range, by launch thread and time."""
+        if self.ranges.ranges.height == 0:  # no range to be in: the ops need not be built
+            return pl.DataFrame(schema={"op_id": pl.Int64, "range_id": pl.Int64})
         return attribution.attribute(self.ops, self.ranges.ranges)
 
     @cached_property
@@ -131,6 +148,8 @@ class Breakdown:
         knows the (op_id, group) pairs hold no duplicates.
         """
         assigned = assigned.select("op_id", "group")
+        if assigned.height == 0:  # no op in any group: nothing to list
+            return []
         if not distinct:
             assigned = assigned.unique()
         # op_id is the row index of self.ops: a gather, not a join
@@ -231,11 +250,11 @@ class Breakdown:
         """Steps from XLA module executions, projected onto the GPU through all GPU ops (whatever
         ops this breakdown attributes), so that every view finds the same steps."""
         r = self.ranges.ranges
+        modules = r.filter(pl.col("xla_kind") == "module")
+        if modules.height == 0:  # no XLA module executions: nothing to project, no ops to build
+            return module_steps(r, self.pairs.clear(), pl.DataFrame())
         if set(self.kinds) == set(attribution.OP_KINDS):
             return module_steps(r, self.pairs, self.ops)
-        modules = r.filter(pl.col("xla_kind") == "module")
-        if modules.height == 0:
-            return module_steps(r, self.pairs.clear(), self.ops)
         ops = attribution.gpu_ops(self.trace, attribution.OP_KINDS)
         return module_steps(r, attribution.attribute(ops, modules), ops)
 
@@ -353,6 +372,8 @@ class Breakdown:
         largest range id, found per op with one ``maximum.at``.
         """
         lr = self.layer_ranges
+        if lr.height == 0 or self.pairs.height == 0:  # no layer, or no op in a range: no op has a layer
+            return lr.clear().select(pl.lit(None, pl.Int64).alias("op_id"), "layer", "inferred")
         n_ranges = self.ranges.ranges.height
         row_of = np.full(n_ranges, -1, dtype=np.int64)
         row_of[lr["range_id"].to_numpy()] = np.arange(lr.height)

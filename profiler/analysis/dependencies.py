@@ -64,9 +64,29 @@ class GpuOps:
     gtid: np.ndarray  # the thread (serialized global id) of the launch call, -1 where unknown
     skey: np.ndarray
     streams: pl.DataFrame  # pid, device, stream, skey
+    row: np.ndarray | None = None  # per op, its row among the valid kernels, copies and memsets (in that order)
 
     def __len__(self) -> int:
         return int(self.start.size)
+
+    def in_input_order(self, values: np.ndarray) -> np.ndarray:
+        """*values* (one per op, in stream order) in the order of ``row``: kernels, copies, memsets."""
+        if self.row is None:
+            raise ValueError("these ops do not know their input rows")
+        out = np.empty_like(values)
+        out[self.row] = values
+        return out
+
+    def launches_in_input_order(self) -> pl.DataFrame:
+        """launch_start, launch_gtid (NULL where unknown) of the ops in the order of ``row``, as
+        ``attribution.with_launches`` gives them for the same ops and runtime rows."""
+        start, gtid = self.in_input_order(self.launch), self.in_input_order(self.gtid)
+        return pl.DataFrame(
+            {
+                "launch_start": pl.Series(start, dtype=pl.Int64).set(pl.Series(start == NO_TIME), None),
+                "launch_gtid": pl.Series(gtid, dtype=pl.Int64).set(pl.Series(gtid == -1), None),
+            }
+        )
 
     @cached_property
     def prev(self) -> np.ndarray:
@@ -146,23 +166,14 @@ def gpu_ops(trace: Trace) -> GpuOps:
     else:
         ops = ops.with_columns(none.alias("launch_start"), none.alias("launch_gtid"))
 
-    def col(name: str, fill: int = -1) -> np.ndarray:
-        return ops[name].fill_null(fill).to_numpy().astype(np.int64, copy=False)
-
-    cols = {
-        "pid": col("pid"),
-        "device": col("device"),
-        "stream": col("stream"),
-        "start": col("start"),
-        "end": col("end"),
-        "corr": col("correlation_id"),
-        "kind": col("kind"),
-        "launch": col("launch_start", NO_TIME),
-        "gtid": col("launch_gtid"),
-    }
+    names = {"pid": "pid", "device": "device", "stream": "stream", "start": "start", "end": "end"}
+    names |= {"corr": "correlation_id", "kind": "kind", "launch": "launch_start", "gtid": "launch_gtid"}
+    cols = {k: _int_column(ops, c, NO_TIME if k == "launch" else -1) for k, c in names.items()}
+    del ops  # the frame's memory goes back before the sorted copies are made
     # stream order; NumPy's lexsort is several times faster here than a multi-column polars sort
     order = np.lexsort((cols["corr"], cols["start"], cols["stream"], cols["device"], cols["pid"]))
-    cols = {k: v[order] for k, v in cols.items()}
+    for k in cols:  # one column at a time: each unsorted column is freed as its sorted copy is made
+        cols[k] = cols[k][order]
     pid, dev, stream = cols["pid"], cols["device"], cols["stream"]
     new = np.ones(pid.size, dtype=bool)
     if pid.size:
@@ -177,7 +188,11 @@ def gpu_ops(trace: Trace) -> GpuOps:
             "stream": stream[heads],
         }
     )
-    return GpuOps(**cols, skey=skey.astype(np.int64), streams=streams)
+    return GpuOps(**cols, skey=skey.astype(np.int64), streams=streams, row=order.astype(np.int64, copy=False))
+
+
+def _int_column(frame: pl.DataFrame, name: str, fill: int) -> np.ndarray:
+    return frame[name].fill_null(fill).to_numpy().astype(np.int64, copy=False)
 
 
 def search_in_groups(groups: np.ndarray, times: np.ndarray, qg: np.ndarray, qt: np.ndarray, side: str) -> np.ndarray:

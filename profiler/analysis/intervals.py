@@ -168,8 +168,47 @@ def intersect(a: Intervals, b: Intervals) -> Intervals:
 
 
 def difference(a: Intervals, b: Intervals) -> Intervals:
-    """``a \\ b`` per group."""
-    return _sweep([(a.group, a.start, a.end), (b.group, b.start, b.end)], lambda c: (c[0] > 0) & (c[1] == 0))
+    """``a \\ b`` per group.
+
+    Both sets are canonical, so no sweep is needed: per group, the intervals of
+    *b* that meet an interval of *a* are one run of rows (two binary searches),
+    and what is left of it is the gaps between them, clipped to it.
+    """
+    if len(a) == 0 or len(b) == 0:
+        return a
+    pieces = []
+    for value, (alo, ahi) in _group_rows(a.group).items():
+        blo, bhi = np.searchsorted(b.group, [value, value + 1])
+        s, e = a.start[alo:ahi], a.end[alo:ahi]
+        ps, pe = _difference_one(s, e, b.start[blo:bhi], b.end[blo:bhi])
+        pieces.append((np.full(ps.size, value, dtype=_I64), ps, pe))
+    return Intervals(*(np.concatenate([p[i] for p in pieces]) for i in range(3)))
+
+
+def _group_rows(group: np.ndarray) -> dict[int, tuple[int, int]]:
+    """Per value of a sorted *group*: its rows ``[lo, hi)``."""
+    first = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    last = np.r_[first[1:], group.size]
+    return {int(group[f]): (int(f), int(t)) for f, t in zip(first, last, strict=True)}
+
+
+def _difference_one(s: np.ndarray, e: np.ndarray, bs: np.ndarray, be: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Starts and ends of ``A \\ B`` for canonical one-group sets A (*s*, *e*) and B (*bs*, *be*)."""
+    if bs.size == 0:
+        return s, e
+    lo = np.searchsorted(be, s, side="right")  # first b ending after a's start
+    hi = np.searchsorted(bs, e, side="left")  # first b starting at or after a's end
+    m = np.maximum(hi - lo, 0)  # the b's inside or across each a
+    n = m + 1  # candidate pieces per a: before the first b, between b's, after the last
+    owner = np.repeat(np.arange(s.size), n)
+    k = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)  # piece index within its a
+    j = lo[owner] + k  # the b after the piece (k < m) and the b before it (k > 0) is j - 1
+    last = bs.size - 1
+    ps = np.where(k == 0, s[owner], be[np.clip(j - 1, 0, last)])
+    pe = np.where(k == m[owner], e[owner], bs[np.clip(j, 0, last)])
+    ps, pe = np.maximum(ps, s[owner]), np.minimum(pe, e[owner])
+    keep = pe > ps
+    return ps[keep], pe[keep]
 
 
 def join(a: Intervals, b: Intervals) -> Intervals:
@@ -206,7 +245,8 @@ def measure_within_each(sets: Sequence[Intervals], group: object, start: object,
     outs = [np.zeros(s.size, dtype=_I64) for _ in sets]
     if s.size == 0:
         return outs
-    values = np.unique(g) if s.size and not (g == g[0]).all() else g[:1]
+    few = _few_groups(g, most=1 << 20)  # a few devices: no sort to find them
+    values = few if few is not None else np.unique(g)
     for value in values:
         rows = slice(None) if values.size == 1 else np.flatnonzero(g == value)
         gs, ge = s[rows], e[rows]

@@ -59,6 +59,21 @@ def kernel_sides(kernels: pl.DataFrame, copies: pl.DataFrame) -> np.ndarray:
     return out
 
 
+def _per_side(k: pl.LazyFrame) -> pl.DataFrame:
+    """Per (name, launch shape, device, side) of the kernels *k*: count, lower median duration,
+    is_nccl; groups of at least ``MIN_CALLS``."""
+    return (
+        k.group_by(*KEYS, "side")
+        .agg(
+            pl.len().alias("count"),
+            pl.col("dur").sort().get((pl.len() - 1) // 2).alias("median_ns"),  # the lower median
+            pl.col("is_nccl").first(),  # a function of the name: the same on every row of a group
+        )
+        .filter(pl.col("count") >= MIN_CALLS)
+        .collect()
+    )
+
+
 def kernel_groups(kernels: pl.DataFrame, copies: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(the groups that count, the calls per device and side).
 
@@ -66,21 +81,18 @@ def kernel_groups(kernels: pl.DataFrame, copies: pl.DataFrame) -> tuple[pl.DataF
     beside_count, beside_median_ns, slowdown, excess_ns.  The calls: device, side, calls.
     *kernels* needs device, start, end, name, is_nccl and the shape columns (``Trace.kernels``).
     """
-    k = kernels.select(*KEYS, "is_nccl", (pl.col("end") - pl.col("start")).alias("dur")).with_columns(
-        pl.Series("side", kernel_sides(kernels, copies))
+    # lazily: the sides' rows are never copied out of the kernel frame, and no sort of them all
+    k = (
+        kernels.lazy()
+        .select(*KEYS, "is_nccl", (pl.col("end") - pl.col("start")).alias("dur"))
+        .with_columns(pl.lit(pl.Series("side", kernel_sides(kernels, copies))))
+        .filter(pl.col("side") != NEITHER)
     )
-    k = k.filter(pl.col("side") != NEITHER)
-    calls = k.group_by("device", "side").agg(pl.len().alias("calls"))
-    per_side = (
-        k.sort("dur")
-        .group_by(*KEYS, "side")
-        .agg(
-            pl.len().alias("count"),
-            pl.col("dur").get((pl.len() - 1) // 2).alias("median_ns"),  # the lower median of sorted durations
-            pl.col("is_nccl").first(),
-        )
-        .filter(pl.col("count") >= MIN_CALLS)
-    )
+    calls = k.group_by("device", "side").agg(pl.len().alias("calls")).collect()
+    # one GPU at a time: the group-by's keys (name and launch shape of every kernel) are the
+    # biggest thing the analysis holds, and no group spans two devices
+    parts = [_per_side(k.filter(pl.col("device").eq_missing(d))) for d in calls["device"].unique().sort()]
+    per_side = pl.concat(parts) if parts else _per_side(k)
     alone = per_side.filter(pl.col("side") == ALONE).select(
         *KEYS, "is_nccl", pl.col("count").alias("alone_count"), pl.col("median_ns").alias("alone_median_ns")
     )
@@ -119,9 +131,12 @@ def empty_entry() -> dict[str, Any]:
     return {"groups": 0, "calls_alone": 0, "calls_beside": 0, "excess_ns": 0, "top": []}
 
 
-def kernels_beside_copies(kernels: pl.DataFrame, copies: pl.DataFrame) -> dict[int, dict[str, Any]]:
-    """METRICS.md ``kernels_beside_copies`` per device that has a counted kernel or a group."""
-    groups, calls = kernel_groups(kernels, copies)
+def kernels_beside_copies(
+    kernels: pl.DataFrame, copies: pl.DataFrame, groups: tuple[pl.DataFrame, pl.DataFrame] | None = None
+) -> dict[int, dict[str, Any]]:
+    """METRICS.md ``kernels_beside_copies`` per device that has a counted kernel or a group
+    (*groups*: ``kernel_groups`` of these kernels and copies, when already computed)."""
+    groups, calls = kernel_groups(kernels, copies) if groups is None else groups
     out: dict[int, dict[str, Any]] = {}
     for dev, side, n in calls.iter_rows():
         out.setdefault(int(dev), empty_entry())["calls_alone" if side == ALONE else "calls_beside"] = int(n)
@@ -133,9 +148,15 @@ def kernels_beside_copies(kernels: pl.DataFrame, copies: pl.DataFrame) -> dict[i
     return out
 
 
-def add_kernels_beside(devices: dict[str, dict[str, Any]], kernels: pl.DataFrame, copies: pl.DataFrame) -> None:
-    """Add ``kernels_beside_copies`` to each device of a METRICS.md ``devices`` object."""
-    per = kernels_beside_copies(kernels, copies) if devices else {}
+def add_kernels_beside(
+    devices: dict[str, dict[str, Any]],
+    kernels: pl.DataFrame,
+    copies: pl.DataFrame,
+    groups: tuple[pl.DataFrame, pl.DataFrame] | None = None,
+) -> None:
+    """Add ``kernels_beside_copies`` to each device of a METRICS.md ``devices`` object (*groups*:
+    ``kernel_groups(kernels, copies)`` when already computed, e.g. ``Breakdown.kernel_groups``)."""
+    per = kernels_beside_copies(kernels, copies, groups) if devices else {}
     for dev, d in devices.items():
         d["kernels_beside_copies"] = per.get(int(dev), empty_entry())
 

@@ -291,9 +291,11 @@ def device_metrics(
     memory: pl.DataFrame | None = None,
     kernel_sets: KernelSets | None = None,
     streams: bool = True,
+    contexts: np.ndarray | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The ``devices`` object of METRICS.md, keyed by decimal deviceId (``streams=False``:
-    without the per-stream list)."""
+    without the per-stream list; *contexts*: ``copy_contexts`` of the valid copies against
+    *kernel_sets*, when already computed, as ``Breakdown.copy_contexts``)."""
     if only_device is not None:
         kernels, copies, memsets = (f.filter(pl.col("device") == only_device) for f in (kernels, copies, memsets))
     win, invalid = windows_and_invalid(kernels, copies, memsets)
@@ -301,8 +303,11 @@ def device_metrics(
     devices = sorted(set(win) | set(invalid))
     spans = {d: w1 - w0 for d, (w0, w1) in win.items()}
     # the caller may pass the unions of these same (unfiltered) kernels, computed once elsewhere
-    ks = kernel_sets if kernel_sets is not None and only_device is None else KernelSets.of(kernels)
-    cs = CopySet.of(copies, context=copy_contexts(copies, ks.any))
+    shared = kernel_sets is not None and only_device is None
+    ks = kernel_sets if shared else KernelSets.of(kernels)
+    if contexts is None or not shared or contexts.size != copies.height:
+        contexts = copy_contexts(copies, ks.any)
+    cs = CopySet.of(copies, context=contexts)
     per_class = {
         c: class_metrics(cs.of_class(c), ks, devices, spans, full=c in OFFLOAD_CLASSES)
         for c in (*OFFLOAD_CLASSES, *OTHER_CLASSES)

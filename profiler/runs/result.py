@@ -335,11 +335,12 @@ def build(
         trace.memory_events if detail else None,
         kernel_sets=bd.kernel_sets if device is None else None,
         streams=detail,
+        contexts=bd.copy_contexts if device is None else None,
     )
     add_stalls(devices, bd.stalls)
     if detail:  # kernels with names and launch shapes: the trace's, whatever the attribution read
         named = trace.kernels if device is None else trace.kernels.filter(pl.col("device") == device)
-        add_kernels_beside(devices, named, trace.copies)
+        add_kernels_beside(devices, named, trace.copies, bd.kernel_groups if device is None else None)
     found = None
     if detail and findings is not None:
         found = run_findings(trace, manifest, findings, bd, devices if device is None else None)

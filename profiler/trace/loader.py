@@ -501,13 +501,18 @@ class Trace:
         df = self._read(RUNTIME_TABLE, self.RUNTIME_CALL_SPEC, self._started_in_window(RUNTIME_TABLE))
         return self._named_calls(df, self._strings(df["name_id"].unique()))
 
-    def runtime_calls_named(self, pattern: str) -> pl.DataFrame:
-        """The calls of :attr:`runtime_calls` whose name matches the regex *pattern*: the names are
-        matched in StringIds, and only their calls are read (a trace has millions of launches)."""
+    def runtime_calls_named(self, pattern: str, without: str | None = None) -> pl.DataFrame:
+        """The calls of :attr:`runtime_calls` whose name matches the regex *pattern* (and does not
+        contain the text *without*): the names are matched in StringIds, and only their calls are
+        read (a trace has millions of launches)."""
         if "runtime_calls" in self.__dict__:
-            every = self.runtime_calls
-            return every.filter(pl.col("name").fill_null("").str.contains(pattern))
-        names = self._all_strings.filter(pl.col("value").str.contains(pattern))
+            name = pl.col("name").fill_null("")
+            match = name.str.contains(pattern)
+            return self.runtime_calls.filter(match & ~name.str.contains(without, literal=True) if without else match)
+        match = pl.col("value").str.contains(pattern)
+        if without:
+            match = match & ~pl.col("value").str.contains(without, literal=True)
+        names = self._all_strings.filter(match)
         where = self._named(names["id"].to_list())
         in_window = self._started_in_window(RUNTIME_TABLE)
         df = self._read(RUNTIME_TABLE, self.RUNTIME_CALL_SPEC, f"({where}) AND {in_window}" if in_window else where)

@@ -19,7 +19,7 @@ import polars as pl
 from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.findings.config import FindingsConfig
 from profiler.analysis.intervals import Intervals, difference, union
-from profiler.analysis.kernels_slowed import add_kernels_beside, kernel_groups
+from profiler.analysis.kernels_slowed import add_kernels_beside
 from profiler.analysis.overlap import device_metrics
 from profiler.analysis.stalls import Stalls, add_stalls
 from profiler.trace.loader import RUNTIME_TABLE, Trace
@@ -48,9 +48,11 @@ class Evidence:
         if self._devices is not None:
             return self._devices
         bd = self.breakdown
-        doc = device_metrics(bd.kernels, self.trace.copies, self.trace.memsets, kernel_sets=bd.kernel_sets)
+        doc = device_metrics(
+            bd.kernels, self.trace.copies, self.trace.memsets, kernel_sets=bd.kernel_sets, contexts=bd.copy_contexts
+        )
         add_stalls(doc, bd.stalls)
-        add_kernels_beside(doc, self.trace.kernels, self.trace.copies)
+        add_kernels_beside(doc, self.trace.kernels, self.trace.copies, bd.kernel_groups)
         return doc
 
     @cached_property
@@ -120,6 +122,21 @@ class Evidence:
         u = union(copies["device"].to_numpy(), copies["start"].to_numpy(), copies["end"].to_numpy())
         return difference(u, self.breakdown.kernel_sets.any)
 
+    @cached_property
+    def exposed_offload(self) -> Intervals:
+        """``exposed`` of the valid h2d and d2h copies."""
+        return self.exposed(self.offload_copies)
+
+    @cached_property
+    def pageable_copies(self) -> pl.DataFrame:
+        """The valid h2d and d2h copies whose host side is pageable memory."""
+        return self.offload_copies.filter(pl.col("host_kind") == "pageable")
+
+    @cached_property
+    def exposed_pageable(self) -> Intervals:
+        """``exposed`` of the pageable h2d and d2h copies."""
+        return self.exposed(self.pageable_copies)
+
     # --- steps and layers ---------------------------------------------------------------------
     @cached_property
     def steps(self) -> dict[str, Any]:
@@ -151,11 +168,12 @@ class Evidence:
         return st
 
     # --- host side ------------------------------------------------------------------------------
-    def need_runtime(self, pattern: str | None = None) -> pl.DataFrame:
-        """The CUDA API calls (those whose name matches the regex *pattern*, when given)."""
+    def need_runtime(self, pattern: str | None = None, without: str | None = None) -> pl.DataFrame:
+        """The CUDA API calls (those whose name matches the regex *pattern*, when given, and does not
+        contain the text *without*)."""
         if not self.trace.has(RUNTIME_TABLE):
             raise CannotDecide("no CUDA API rows in the export (profile with nsys --trace=cuda)")
-        return self.trace.runtime_calls_named(pattern)
+        return self.trace.runtime_calls_named(pattern, without)
 
     # --- GPU ops ------------------------------------------------------------------------------
     @cached_property
@@ -165,9 +183,21 @@ class Evidence:
         return k.filter(pl.col("end") >= pl.col("start")).select("device", "stream", "start", "end", "name", "is_nccl")
 
     @cached_property
+    def kernel_columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """device, start, end of ``kernels`` as NumPy arrays (device -1 where unknown)."""
+        k = self.kernels
+        return k["device"].fill_null(-1).to_numpy(), k["start"].to_numpy(), k["end"].to_numpy()
+
+    @cached_property
+    def kernel_bounds(self) -> dict[int, tuple[int, int]]:
+        """Per device: the first start and the last end of its valid kernels."""
+        agg = self.kernels.group_by("device").agg(pl.col("start").min(), pl.col("end").max())
+        return {int(d): (int(s), int(e)) for d, s, e in agg.iter_rows() if d is not None}
+
+    @cached_property
     def kernel_groups(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """Every group of METRICS.md "Kernels slowed by copies" that counts, and the calls per side."""
-        return kernel_groups(self.trace.kernels, self.trace.copies)
+        return self.breakdown.kernel_groups
 
     @cached_property
     def offload_copies(self) -> pl.DataFrame:

@@ -8,13 +8,14 @@ import re
 import numpy as np
 import polars as pl
 
-from profiler.analysis.contexts import CONTEXTS, copy_contexts
+from profiler.analysis.contexts import CONTEXTS
 from profiler.analysis.findings import Finding, rule
 from profiler.analysis.findings.config import exceeds, under
 from profiler.analysis.findings.evidence import CannotDecide, Evidence
 from profiler.analysis.findings.rules.text import dur, ms, names, pct, size
 from profiler.analysis.intervals import length_by_group, measure_within, union
 from profiler.analysis.links import host_link
+from profiler.analysis.overlap import valid
 
 # cudaMemcpy, cudaMemcpy2D, cuMemcpyDtoH_v2, cudaMemcpyPeer ...: every copy call without "Async"
 COPY_CALL = r"^cu(?:da)?Memcpy"
@@ -39,8 +40,8 @@ def memory_bound(name: str | None) -> bool | None:
 
 @rule("pageable-copies")
 def pageable_copies(ev: Evidence) -> list[Finding]:
-    pg = ev.offload_copies.filter(pl.col("host_kind") == "pageable")
-    exposed = length_by_group(ev.exposed(pg))  # cost: the pageable copies' exposed time, per device
+    pg = ev.pageable_copies
+    exposed = length_by_group(ev.exposed_pageable)  # cost: the pageable copies' exposed time, per device
     moved = dict(pg.group_by("device").agg(pl.col("bytes").sum()).iter_rows())
     out = []
     for dev, d in ev.devices.items():
@@ -71,8 +72,7 @@ def pageable_copies(ev: Evidence) -> list[Finding]:
 
 @rule("sync-copies")
 def sync_copies(ev: Evidence) -> list[Finding]:
-    name = pl.col("name").fill_null("")
-    calls = ev.need_runtime(COPY_CALL).filter(~name.str.contains("Async", literal=True))
+    calls = ev.need_runtime(COPY_CALL, without="Async")  # only the synchronous calls are read
     steps = [s for s in ev.steps["steps"] if not s["excluded"]]
     scope = "the capture"
     if steps and calls.height:
@@ -215,17 +215,21 @@ def _overlapped_kernels(ev: Evidence, dev: str, cls: str) -> list[dict[str, obje
     """The kernels that overlapped the device's *cls* copies of the ``kernels`` context most,
     memory-bound ones first."""
     copies = ev.offload_copies.filter(pl.col("device") == int(dev))
-    all_copies = ev.trace.copies.filter((pl.col("device") == int(dev)) & (pl.col("end") >= pl.col("start")))
-    ctx = copy_contexts(all_copies, ev.breakdown.kernel_sets.any)
+    # the contexts the device metrics measured (every valid copy, in order): this device's
+    valid_copies = valid(ev.trace.copies)
+    on = (valid_copies["device"] == int(dev)).fill_null(False).to_numpy()
+    all_copies = valid_copies.filter(pl.Series(on))
+    ctx = ev.breakdown.copy_contexts[on]
     chosen = all_copies.filter(pl.Series((ctx == CONTEXTS.index("kernels")) & (all_copies["cls"] == cls).to_numpy()))
     if chosen.height == 0 or copies.height == 0:
         return []
     cu = union(np.zeros(chosen.height, dtype=np.int64), chosen["start"].to_numpy(), chosen["end"].to_numpy())
-    k = ev.kernels.filter(pl.col("device") == int(dev))
-    ov = measure_within(cu, np.zeros(k.height, dtype=np.int64), k["start"].to_numpy(), k["end"].to_numpy())
+    kd, ks, ke = ev.kernel_columns
+    rows = np.flatnonzero(kd == int(dev))
+    ov = measure_within(cu, np.zeros(rows.size, dtype=np.int64), ks[rows], ke[rows])
+    hit = np.flatnonzero(ov > 0)
     top = (
-        k.with_columns(pl.Series("ov", ov))
-        .filter(pl.col("ov") > 0)
+        pl.DataFrame({"name": ev.kernels["name"].gather(rows[hit]), "ov": ov[hit]})
         .group_by("name")
         .agg(pl.col("ov").sum(), pl.len().alias("kernels"))
         .with_columns(pl.col("name").map_elements(memory_bound, return_dtype=pl.Boolean).alias("memory_bound"))

@@ -139,8 +139,8 @@ def _advice(ev: Evidence, dev: str, d: dict[str, Any], copies: pl.DataFrame, pag
 def exposed_copies(ev: Evidence) -> list[Finding]:
     out = []
     c = ev.offload_copies
-    iv = ev.exposed(c)
-    pageable = ev.exposed(c.filter(pl.col("host_kind") == "pageable"))
+    iv = ev.exposed_offload
+    pageable = ev.exposed_pageable
     for dev, d in ev.devices.items():
         off = d["copies"]["offload"]
         busy, exposed = int(off["busy_ns"]), int(off["exposed_ns"])
@@ -151,9 +151,7 @@ def exposed_copies(ev: Evidence) -> list[Finding]:
             continue
         g = int(dev)
         mine = _of_group(iv, g)
-        k = ev.kernels.filter(pl.col("device") == g)
-        k0 = int(k["start"].min()) if k.height else int(d["window_ns"][1])
-        k1 = int(k["end"].max()) if k.height else k0
+        k0, k1 = ev.kernel_bounds.get(g, (int(d["window_ns"][1]),) * 2)
         outside = int(exposed - measure_within(mine, np.array([g]), np.array([k0]), np.array([max(k0, k1)]))[0])
         mine_pageable = _of_group(pageable, g)
         pageable_ns = int((mine_pageable.end - mine_pageable.start).sum())

@@ -13,7 +13,7 @@ from profiler.analysis.findings import Finding, rule
 from profiler.analysis.findings.config import at_least, exceeds, under
 from profiler.analysis.findings.evidence import CannotDecide, Evidence, flag_value, version_tuple
 from profiler.analysis.findings.rules.text import mib, ms, pct
-from profiler.analysis.intervals import Intervals, difference, measure_within, union
+from profiler.analysis.intervals import Intervals, measure_within, union
 
 OFFLOAD_POLICY = re.compile(r"offload", re.IGNORECASE)  # a policy whose name says it offloads
 MIN_JAXLIB = (0, 4, 26)  # XLA:GPU's host offloading passes landed in March 2024 (openxla/xla PR 10185)
@@ -104,9 +104,8 @@ def lhs_off(ev: Evidence) -> list[Finding]:
 
 def _cost_intervals(ev: Evidence) -> Intervals:
     """Per device: when a copy ran exposed, or an op stood stalled by a copy (union of both)."""
-    c = ev.offload_copies
     bd = ev.breakdown
-    exposed = difference(union(c["device"].to_numpy(), c["start"].to_numpy(), c["end"].to_numpy()), bd.kernel_sets.any)
+    exposed = ev.exposed_offload
     st = bd.stalls
     if st is None:
         return exposed
