@@ -418,6 +418,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         plans_dir=Path(args.plans_dir),
         links=[k.strip() for group in args.link or [] for k in group.split(",") if k.strip()] or None,
     )
+    if args.link and not req.links:
+        raise ProfilerError(f"--link: no link named in {','.join(args.link)!r}")
     if getattr(args, "pgle", None) or getattr(args, "calibrate", None):  # issue 23: measured costs
         from profiler.capture.pgle_run import plan_with_measurements
 

@@ -315,13 +315,21 @@ def render_plan(tab: dict[str, Any]) -> str:
     for batch in dict.fromkeys(r["batch"] for r in tab["rows"]):
         names = fitting.get(batch, [])
         label = "" if batch is None else f"at batch {batch}: "
-        out.append(f"{label}{', '.join(names) + ' fit' if names else 'no policy fits'} in device memory")
+        failed = [r["policy"] for r in tab["rows"] if r["batch"] == batch and r["status"] != "ok"]
+        if len(failed) == sum(r["batch"] == batch for r in tab["rows"]):
+            out.append(f"{label}no policy compiled ({', '.join(failed)}): nothing known about memory")
+            continue
+        line = f"{label}{', '.join(names) + ' fit' if names else 'no policy fits'} in device memory"
+        out.append(line + (f" ({', '.join(failed)} not compiled)" if failed else ""))
     for r in tab["rows"]:
         at = "" if r["batch"] is None else f" batch {r['batch']}"
         out += [f"note: {r['policy']}{at}: {n}" for n in [*plan_notes(r), *r["notes"]]]
     # per layer: for each policy, the largest batch compiled
     chosen: dict[str, dict[str, Any]] = {}
+    compiled = {(r["policy"], r["batch"]) for r in tab["rows"] if r["status"] == "ok"}
     for entry in tab["layers"]:
+        if (entry["policy"], entry["batch"]) not in compiled:
+            continue  # a failed compile: nothing known about its host memory
         prev = chosen.get(entry["policy"])
         if prev is None or (entry["batch"] or 0) >= (prev["batch"] or 0):
             chosen[entry["policy"]] = entry

@@ -1,0 +1,49 @@
+"""``plan``'s bad inputs fail on one line before anything is compiled, and a failed compile is not
+reported as a policy that does not fit or that offloads nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from profiler.analysis.policies import plan_table
+from profiler.report.policies_text import render_plan
+from tests.conftest import run_cli
+from tests.test_compiled_step import TRAIN
+
+
+def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
+    not_proto = tmp / "my_gpu.txtpb"
+    not_proto.write_text("device_memory_size: 10\n")
+    not_trace = tmp / "notes.txt"
+    not_trace.write_text("hello\n")
+    return [
+        (["--pgle", str(tmp / "absent.pbtxt")], f"{tmp / 'absent.pbtxt'}: no such file"),
+        (["--pgle", str(tmp)], f"{tmp}: is a folder, not a PGLE text profile"),
+        (["--target", str(not_proto)], f"{not_proto}: not a GpuTargetConfigProto text file"),
+        (["--link", ",,"], "--link: no link named in ',,'"),
+        (["--calibrate", str(not_trace)], f"{not_trace}: is not an SQLite database"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(5))
+def test_bad_plan_input_is_one_line_before_compiling(tmp_path, case):
+    args, expected = _bad_inputs(tmp_path)[case]
+    plans = tmp_path / "plans"
+    proc = run_cli("plan", "--plans-dir", str(plans), "--policy", "none", *args, str(TRAIN))
+    assert proc.returncode == 2, proc.stderr
+    assert expected in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert not plans.exists() or not any(plans.iterdir())  # nothing compiled
+
+
+def test_failed_compile_is_not_a_claim_about_memory():
+    result = {"policy": "none", "batch": 2, "dir": None, "notes": ["compiling the step for the target failed: X"],
+              "exit_code": 3, "compiled": {"module": None, "notes": []}, "status": "failed",
+              "prediction": None}  # fmt: skip
+    doc = {"target": {"key": "h100", "label": "NVIDIA H100 80GB HBM3", "memory_bytes": 80 * 2**30},
+           "label": "compiled for NVIDIA H100 80GB HBM3, not measured", "links": [], "results": [result]}  # fmt: skip
+    text = render_plan(plan_table(doc))
+    assert "at batch 2: no policy compiled (none): nothing known about memory" in text
+    assert "no policy fits" not in text and "placed nothing in host memory" not in text
