@@ -47,3 +47,19 @@ def test_failed_compile_is_not_a_claim_about_memory():
     text = render_plan(plan_table(doc))
     assert "at batch 2: no policy compiled (none): nothing known about memory" in text
     assert "no policy fits" not in text and "placed nothing in host memory" not in text
+
+
+def test_copies_without_a_plan_are_not_called_unplanned():
+    """A run with no compiled module (no compiled.json): its copies are summed, not listed one by one
+    as ``moved, not planned``."""
+    from profiler.analysis.policies import planned_vs_moved
+    from profiler.report.policies_text import render_planned_vs_moved
+
+    run = {"policy": "offload", "steps": [{}, {}], "devices": {"0": {}},
+           "copy_ops": [{"op": "copy-start.1", "d2h_bytes": 2 * 2**20}, {"op": "copy-start.2", "h2d_bytes": 2**20}],
+           "copies": {"d2h": {"bytes": 2 * 2**20}, "h2d": {"bytes": 2**20}}}  # fmt: skip
+    pvm = planned_vs_moved(run)
+    assert {r["flag"] for r in pvm["rows"]} == {"d2h moved (no plan to compare)", "h2d moved (no plan to compare)"}
+    text = render_planned_vs_moved(pvm)
+    assert "no step module): no compiled plan to compare with" in text
+    assert "moved 1.00 MiB D2H and 512.00 KiB H2D per step and GPU (2 ops)" in text and "not planned" not in text

@@ -345,7 +345,8 @@ def planned_vs_moved(run: dict[str, Any], tolerance: float = DIFF_TOLERANCE) -> 
     which), matched through the XLA instruction that moved them.
 
     ``flag``: ``planned, not seen`` (the compiler planned an offload that never showed up),
-    ``moved, not planned`` (copies no plan explains), ``differs`` (more than *tolerance*
+    ``moved, not planned`` (copies the plan does not explain; ``moved (no plan to compare)`` without
+    a plan), ``differs`` (more than *tolerance*
     apart), else ``ok``.
     """
     comp = run.get("compiled") or {}
@@ -402,7 +403,7 @@ def planned_vs_moved(run: dict[str, Any], tolerance: float = DIFF_TOLERANCE) -> 
             if p and not m:
                 flags.append(f"{d} planned, not seen")
             elif m and not p:
-                flags.append(f"{d} moved, not planned")
+                flags.append(f"{d} moved, not planned" if plan else f"{d} moved (no plan to compare)")
             elif p and abs(m - p) > tolerance * p:
                 flags.append(f"{d} differs ({100 * (m - p) / p:+.0f}%)")
         x["flag"] = "; ".join(flags) if flags else "ok"

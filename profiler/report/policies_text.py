@@ -167,11 +167,17 @@ def render_planned_vs_moved_all(pvms: list[dict[str, Any]]) -> str:
 
 
 def render_planned_vs_moved(pvm: dict[str, Any]) -> str:
-    module = (pvm["step_module"] or "?").split(".", 1)[-1]
-    head = f"planned vs moved per step, policy {pvm['policy']} ({pvm['steps']} step ranges; step module {module})"
+    module = "step module " + pvm["step_module"].split(".", 1)[-1] if pvm["step_module"] else "no step module"
+    head = f"planned vs moved per step, policy {pvm['policy']} ({pvm['steps']} step ranges; {module})"
     if not pvm["rows"]:
         why = pvm.get("plan_note") or "no plan and no copies"
         return f"{head}: nothing planned and nothing moved ({why})"
+    if not pvm["step_module"] and not any(x["planned_d2h_bytes"] or x["planned_h2d_bytes"] for x in pvm["rows"]):
+        d2h, h2d = (sum(x[f"moved_{d}_bytes"] for x in pvm["rows"]) for d in ("d2h", "h2d"))
+        return (
+            f"{head}: no compiled plan to compare with; the trace moved {size(d2h)} D2H and {size(h2d)} H2D "
+            f"{pvm['per']} ({len(pvm['rows'])} ops)"
+        )
     rows = [
         [
             x["layer"] or "-",
