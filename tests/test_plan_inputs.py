@@ -63,3 +63,15 @@ def test_copies_without_a_plan_are_not_called_unplanned():
     text = render_planned_vs_moved(pvm)
     assert "no step module): no compiled plan to compare with" in text
     assert "moved 1.00 MiB D2H and 512.00 KiB H2D per step and GPU (2 ops)" in text and "not planned" not in text
+
+
+def test_traces_without_a_manifest_are_told_apart():
+    """``analyze A.sqlite B.sqlite`` of traces without steps: one row per trace, named by it, and a
+    note on why the per-step columns are empty."""
+    root = Path(__file__).resolve().parents[1] / "sample_traces" / "public"
+    a, b = root / "flexgen__nsight_report3.sqlite", root / "flexgen__profile_name.sqlite"
+    proc = run_cli("analyze", "--no-findings", str(a), str(b))
+    assert proc.returncode == 0, proc.stderr
+    assert "default (flexgen__nsight_report3)" in proc.stdout and "default (flexgen__profile_name)" in proc.stdout
+    assert "note (all runs): no steps found" in proc.stdout
+    assert "1 step ranges" not in proc.stdout and "(1 op)" in proc.stdout
