@@ -75,3 +75,25 @@ def test_traces_without_a_manifest_are_told_apart():
     assert "default (flexgen__nsight_report3)" in proc.stdout and "default (flexgen__profile_name)" in proc.stdout
     assert "note (all runs): no steps found" in proc.stdout
     assert "1 step ranges" not in proc.stdout and "(1 op)" in proc.stdout
+
+
+def test_dashboard_plan_sentences_and_decimals():
+    """The Policy trade view's plan: the same fit sentences as the text, and the predicted table in the
+    decimals of the verdict lines beside it."""
+    from dashboards.plan_view import fit_sentences, predicted_datatable
+
+    rows = [{"policy": "none", "batch": 2, "status": "failed", "fits": None},
+            {"policy": "remat", "batch": 8, "status": "ok", "fits": False},
+            {"policy": "none", "batch": 8, "status": "failed", "fits": None},
+            {"policy": "remat", "batch": 4, "status": "ok", "fits": True}]  # fmt: skip
+    assert fit_sentences(rows) == [
+        "at batch 2: no policy compiled (none): nothing known about memory",
+        "at batch 8: no policy fits (none not compiled)",
+        "at batch 4: remat fits",
+    ]
+    pred = {"policy": "remat", "batch": 4, "link": "pcie5", "link_name": "PCIe Gen5 x16", "fits": True,
+            "predicted_step_ns": 107_250, "predicted_exposed_ns": 357, "predicted_compute_ns": 107_250,
+            "predicted_copy_ns": {"d2h": 0, "h2d": 0}}  # fmt: skip
+    table = predicted_datatable({"predictions": [pred]})
+    assert table.data[0]["step"] == pytest.approx(107.25) and table.data[0]["link"] == "PCIe Gen5 x16"
+    assert {c["format"]["specifier"] for c in table.columns if c["type"] == "numeric"} == {".2f"}
