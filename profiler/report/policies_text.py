@@ -55,7 +55,7 @@ def render_policy_comparison(tab: dict[str, Any]) -> str:
     for r in tab["rows"]:
         marks = ("=" if r.get("same_hlo_as") else "") + ("~" if r.get("within_spread_of") else "")
         name = r["policy"]
-        if names.count(name) > 1 and r.get("trace"):  # traces without a manifest are all "default"
+        if name == "default" and names.count(name) > 1 and r.get("trace"):  # traces without a manifest
             name += f" ({Path(r['trace']).stem})"
         rows.append(
             [
