@@ -97,3 +97,18 @@ def test_dashboard_plan_sentences_and_decimals():
     table = predicted_datatable({"predictions": [pred]})
     assert table.data[0]["step"] == pytest.approx(107.25) and table.data[0]["link"] == "PCIe Gen5 x16"
     assert {c["format"]["specifier"] for c in table.columns if c["type"] == "numeric"} == {".2f"}
+
+
+def test_steps_on_other_devices_are_not_within_each_others_noise():
+    """A CPU run's step, or another GPU's, is no measure of a GPU run's noise: no within-the-spread
+    pair across them; two runs on one kind of GPU still make one."""
+    from profiler.analysis.policies import within_spread
+
+    def row(policy: str, kind: str | None, platform: str | None) -> dict:
+        return {"policy": policy, "median_step_ns": 1_000_000, "step_spread_ns": 500_000, "within_spread_of": [],
+                "device_kind": kind, "platform": platform}  # fmt: skip
+
+    h100, a100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"
+    rows = [row("none", None, "cpu"), row("offload", h100, "gpu"), row("remat", a100, "gpu"),
+            row("offload_mlp", h100, "gpu")]  # fmt: skip
+    assert [p["policies"] for p in within_spread(rows)] == [["offload", "offload_mlp"]]

@@ -267,10 +267,15 @@ def same_hlo(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _pairs(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any], float, float]]:
-    """(a, b, difference of their median steps, the larger spread) for every two rows that have both."""
+    """(a, b, difference of their median steps, the larger spread) for every two rows that have both,
+    on the same kind of device (a CPU run's steps say nothing about a GPU run's, nor an A100's about
+    an H100's)."""
     out = []
     for i, a in enumerate(rows):
         for b in rows[i + 1 :]:
+            kinds = {a.get("device_kind"), b.get("device_kind")} - {None}
+            if is_cpu(a) != is_cpu(b) or len(kinds) > 1:
+                continue
             spreads = [x for x in (a["step_spread_ns"], b["step_spread_ns"]) if x is not None]
             if spreads and None not in (a["median_step_ns"], b["median_step_ns"]):
                 out.append((a, b, abs(a["median_step_ns"] - b["median_step_ns"]), max(spreads)))
