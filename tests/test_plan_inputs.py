@@ -112,3 +112,15 @@ def test_steps_on_other_devices_are_not_within_each_others_noise():
     rows = [row("none", None, "cpu"), row("offload", h100, "gpu"), row("remat", a100, "gpu"),
             row("offload_mlp", h100, "gpu")]  # fmt: skip
     assert [p["policies"] for p in within_spread(rows)] == [["offload", "offload_mlp"]]
+
+
+def test_pgle_summary_says_what_it_shows():
+    """``pgle``'s summary: 'counts twice' only when the instructions add up to more than the step,
+    and classes without an HLO are said to be guessed, not absent."""
+    from profiler.report.measured_text import render_pgle_written
+
+    s = {"file": "p.pbtxt", "instructions": 2, "module": "jit_step", "executions": 2, "step_ms": 0.9, "cost_ms": 0.8,
+         "by_class": {"copy": {"instructions": 2, "ms": 0.8}}, "hlo": False, "notes": []}  # fmt: skip
+    text = render_pgle_written(s)
+    assert "counts twice" not in text and "classes guessed from the names" in text and "no op classes" not in text
+    assert "counts twice" in render_pgle_written({**s, "cost_ms": 1.2})

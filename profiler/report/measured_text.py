@@ -11,10 +11,11 @@ from profiler.xla.pgle import PGLE_FLAG
 
 def render_pgle_written(s: dict[str, Any]) -> str:
     """What ``profile-step pgle`` wrote."""
+    twice = ": overlapping work counts twice" if s["cost_ms"] > s["step_ms"] else ""
     lines = [
         f"wrote {s['file']}: {s['instructions']} instruction costs of {s['module']} "
         f"(median of {s['executions']} executions; step {s['step_ms']:.2f} ms, instructions "
-        f"{s['cost_ms']:.2f} ms together: overlapping work counts twice)",
+        f"{s['cost_ms']:.2f} ms together{twice})",
     ]
     rows = [
         [cls, str(v["instructions"]), f"{v['ms']:.3f}"]
@@ -22,7 +23,9 @@ def render_pgle_written(s: dict[str, Any]) -> str:
     ]
     lines.append(table(["class", "instructions", "ms per step"], rows))
     if not s["hlo"]:
-        lines.append("no HLO of the step: instructions are named as the trace names them (no op classes)")
+        lines.append(
+            "no HLO of the step: instructions are named as the trace names them, classes guessed from the names"
+        )
     lines += [f"note: {n}" for n in s["notes"]]
     lines.append(f"use: profile-step plan --pgle {s['file']} ... (XLA: {PGLE_FLAG}={s['file']})")
     return "\n".join(lines)
