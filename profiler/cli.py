@@ -806,7 +806,9 @@ def add_compare(sub: Any, shared: Shared) -> None:
     )
     cmp.add_argument("base", help="trace, run folder, folder of runs, or a label in --db")
     cmp.add_argument("head", help="trace, run folder, folder of runs, or a label in --db")
-    cmp.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    cmp.add_argument(
+        "--format", choices=("text", "markdown", "json"), default="text", help="the report's format (default: text)"
+    )
     cmp.add_argument(
         "--fail-on",
         action="append",
@@ -821,6 +823,12 @@ def add_compare(sub: Any, shared: Shared) -> None:
         help="fail when head has a finding that base has not: a rule id, or a severity (that or worse)",
     )
     cmp.set_defaults(func=cmd_compare)
+
+
+def _link_names() -> list[str]:
+    from profiler.analysis.links import LINKS
+
+    return list(LINKS)
 
 
 def add_plan(sub: Any, shared: Shared) -> None:
@@ -855,9 +863,9 @@ def add_plan(sub: Any, shared: Shared) -> None:
     pl.add_argument(
         "--link",
         action="append",
-        metavar="LINK[,LINK...]",
-        help="host links to predict the step on: pcie3..pcie6 (pcie-gen5, ...), nvlink-c2c or GB/s "
-        "(default: the target's own)",
+        metavar="NAME[,NAME...]",
+        help=f"host links to predict the step on: {', '.join(_link_names())} (also pcie-gen5, ...), or a bandwidth in "
+        "GB/s (default: the target's own)",
     )
     pl.add_argument("script", help="the training script (.py)")
     pl.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
@@ -892,8 +900,8 @@ def add_dashboard(sub: Any, shared: Shared) -> None:
         help="run folders, folders of runs, traces, profile-step plan folders or plan.json files "
         "(default: the project's sample_traces/, ./runs and ./plans)",
     )
-    dsh.add_argument("--host", default="127.0.0.1")
-    dsh.add_argument("--port", type=int, default=8050)
+    dsh.add_argument("--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1)")
+    dsh.add_argument("--port", type=int, default=8050, help="port to serve on (default: 8050)")
     dsh.add_argument("--allow-remote", action="store_true", help="allow binding to a non-localhost address")
     dsh.add_argument(
         "--licence",

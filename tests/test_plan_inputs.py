@@ -124,3 +124,19 @@ def test_pgle_summary_says_what_it_shows():
     text = render_pgle_written(s)
     assert "counts twice" not in text and "classes guessed from the names" in text and "no op classes" not in text
     assert "counts twice" in render_pgle_written({**s, "cost_ms": 1.2})
+
+
+def test_every_option_of_every_subcommand_is_explained_once():
+    """``profile-step COMMAND --help``: each option once, each with a help text."""
+    import argparse
+
+    from profiler.cli import build_parser
+
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, cmd in sub.choices.items():
+        flags = [f for a in cmd._actions for f in a.option_strings]
+        assert len(flags) == len(set(flags)), name
+        silent = [a.option_strings for a in cmd._actions if a.option_strings and not a.help]
+        assert silent == [], (name, silent)
+        assert cmd.format_help()
