@@ -28,7 +28,7 @@ def plan_figure(tab: dict[str, Any]) -> Figure:
     ok = [r for r in rows if r["device_bytes"] is not None]
     if not ok:
         why = "; ".join(dict.fromkeys(n for r in rows for n in r["notes"])) or "no policy compiled"
-        return note_figure(f"Nothing compiled in this plan: {why}.", height=200)
+        return note_figure(f"Nothing compiled in this plan: {why.rstrip('.')}.", height=200)
     cats = [esc(f"{r['policy']}" + ("" if r["batch"] is None else f" · batch {r['batch']}")) for r in ok]
     lim = tab["limit_bytes"]
     name, div = byte_unit([r["device_bytes"] for r in ok] + [r["host_bytes"] or 0 for r in ok] + [lim or 0])
