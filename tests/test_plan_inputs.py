@@ -140,3 +140,18 @@ def test_every_option_of_every_subcommand_is_explained_once():
         silent = [a.option_strings for a in cmd._actions if a.option_strings and not a.help]
         assert silent == [], (name, silent)
         assert cmd.format_help()
+
+
+def test_verdict_without_remat_in_the_plan():
+    """A plan of offload policies only: the verdict says remat was not predicted, not that it does not fit."""
+    from profiler.analysis.offload_vs_remat import offload_vs_remat
+    from profiler.report.predict_text import verdict_lines
+
+    def pred(policy: str, fits: bool) -> dict:
+        return {"policy": policy, "batch": 2, "link": "pcie5", "link_name": "PCIe Gen5 x16", "fits": fits,
+                "predicted_step_ns": 100_000, "predicted_exposed_ns": 0}  # fmt: skip
+
+    only = verdict_lines(offload_vs_remat([pred("offload_mlp", True)]))
+    assert only == ["batch 2, PCIe Gen5 x16: no remat predicted in this plan to compare with (--policies)"]
+    big = verdict_lines(offload_vs_remat([pred("offload_mlp", True), pred("remat", False)]))
+    assert big == ["batch 2, PCIe Gen5 x16: remat has no fitting prediction to compare (remat does not fit)"]

@@ -84,9 +84,10 @@ def render_pgle_moves(doc: dict[str, Any]) -> str:
         if pr:
             b, a = pr["before"], pr["after"]
             out.append(
-                f"predicted on {pr['link']} (the profile's costs, the roofline elsewhere): exposed copy time "
-                f"{human_time(b['predicted_exposed_ns'])} -> {human_time(a['predicted_exposed_ns'])} with the profile; "
-                f"step {human_time(b['predicted_step_ns'])} -> {human_time(a['predicted_step_ns'])}"
+                f"predicted on {pr['link']} (the profile's costs, the roofline elsewhere), schedule compiled "
+                f"without -> with the profile: exposed copy time {human_time(b['predicted_exposed_ns'])} -> "
+                f"{human_time(a['predicted_exposed_ns'])}; step {human_time(b['predicted_step_ns'])} -> "
+                f"{human_time(a['predicted_step_ns'])}"
             )
     return "\n".join(out)
 

@@ -57,7 +57,12 @@ def verdict_lines(verdicts: list[dict[str, Any]], width: int | None = 118) -> li
         where = f"{at}{v['link_name']}"
         if v["winner"] is None:
             missing = "remat" if v["remat_step_ns"] is None else "no offload policy"
-            why = f" ({', '.join(v['not_fitting'])} do not fit)" if v["not_fitting"] else ""
+            side = [p for p in v["not_fitting"] if (p == "remat" if missing == "remat" else p.startswith("offload"))]
+            if not side:  # that side has no prediction at all: nothing to say about fitting
+                what = "no remat" if missing == "remat" else "no offload policy"
+                out.append(f"{where}: {what} predicted in this plan to compare with (--policies)")
+                continue
+            why = f" ({', '.join(v['not_fitting'])} {'does' if len(v['not_fitting']) == 1 else 'do'} not fit)"
             out.append(f"{where}: {missing} has no fitting prediction to compare{why}")
             continue
         off, rem, exp = v["offload_step_ns"], v["remat_step_ns"], v["offload_exposed_ns"]
