@@ -168,6 +168,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     if len(args.trace) > 1 or Path(args.trace[0]).is_dir():
+        from profiler.analysis.findings.config import checked_link
+
+        checked_link(args.link)  # a bad --link is an error here too, not silently ignored
         if args.by:
             return cmd_run_views(args)
         return cmd_policies(args)

@@ -155,3 +155,9 @@ def test_verdict_without_remat_in_the_plan():
     assert only == ["batch 2, PCIe Gen5 x16: no remat predicted in this plan to compare with (--policies)"]
     big = verdict_lines(offload_vs_remat([pred("offload_mlp", True), pred("remat", False)]))
     assert big == ["batch 2, PCIe Gen5 x16: remat has no fitting prediction to compare (remat does not fit)"]
+
+
+def test_analyze_of_several_runs_checks_the_link():
+    root = Path(__file__).resolve().parents[1] / "sample_traces" / "demo-synthetic"
+    proc = run_cli("analyze", "--link", "pcie9", str(root))
+    assert proc.returncode == 2 and "--link: unknown link 'pcie9'" in proc.stderr and "Traceback" not in proc.stderr
