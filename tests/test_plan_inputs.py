@@ -161,3 +161,22 @@ def test_analyze_of_several_runs_checks_the_link():
     root = Path(__file__).resolve().parents[1] / "sample_traces" / "demo-synthetic"
     proc = run_cli("analyze", "--link", "pcie9", str(root))
     assert proc.returncode == 2 and "--link: unknown link 'pcie9'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_dashboard_policy_table_says_where_its_prediction_is_for():
+    """Policy trade's per-policy table: a row with a prediction gets a note naming its target and link."""
+    pytest.importorskip("dash")
+    from dashboards.trade import policy_datatable
+    from profiler.analysis.policies import policy_table
+    from tests.test_policy_noise import run
+
+    tab = policy_table([run("offload", [3.4, 3.55, 3.6], "aaa", "gpu")])
+    tab["rows"][0]["predicted"] = {"predicted_step_ns": 3_000_000, "predicted_exposed_ns": 0, "step_error": -0.15,
+                                   "target": "profile-step's h100 target (NVIDIA H100 80GB HBM3)",
+                                   "link": "PCIe Gen5 x16"}  # fmt: skip
+    table, lines = policy_datatable(tab, ["offload (run 1)"])
+    assert table.data[0]["pred_step"] == pytest.approx(3.0)
+    assert (
+        "predicted columns: roofline over the compiled schedule, not measured, on profile-step's h100 target "
+        "(NVIDIA H100 80GB HBM3), PCIe Gen5 x16 (offload (run 1))" in lines
+    )
