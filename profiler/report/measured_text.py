@@ -100,7 +100,7 @@ def render_calibrated(doc: dict[str, Any]) -> str:
         f"{human_time(cal['measured_step_ns'])}, {cal['instructions']} instructions measured); predicted, not measured",
     ]
     rows = [
-        [c, str(v["instructions"]), human_time(v["measured"]), human_time(v["roofline"]),
+        [c, str(v["instructions"]), human_time(v["measured"], True), human_time(v["roofline"], True),
          f"{cal['scale'][c]:.2f}" if c in cal["scale"] else "-"]
         for c, v in sorted(cal["class_ns"].items())
     ]  # fmt: skip
