@@ -28,7 +28,7 @@ def plan_figure(tab: dict[str, Any]) -> Figure:
     ok = [r for r in rows if r["device_bytes"] is not None]
     if not ok:
         why = "; ".join(dict.fromkeys(n for r in rows for n in r["notes"])) or "no policy compiled"
-        return note_figure(f"Nothing compiled in this plan: {why}.", height=200)
+        return note_figure(f"Nothing compiled in this plan: {why.rstrip('.')}.", height=200)
     cats = [esc(f"{r['policy']}" + ("" if r["batch"] is None else f" · batch {r['batch']}")) for r in ok]
     lim = tab["limit_bytes"]
     name, div = byte_unit([r["device_bytes"] for r in ok] + [r["host_bytes"] or 0 for r in ok] + [lim or 0])
@@ -171,7 +171,7 @@ def predicted_datatable(tab: dict[str, Any]) -> dash_table.DataTable | None:
         }
         for p in preds
     ]
-    sig = {"specifier": ".4~r", "nully": "-"}
+    sig = {"specifier": ".2f", "nully": "-"}  # the decimals of the verdict lines under the table
     columns = [
         {"id": "policy", "name": "policy", "type": "text"},
         {"id": "batch", "name": "batch", "type": "text"},
@@ -197,6 +197,24 @@ def predicted_datatable(tab: dict[str, Any]) -> dash_table.DataTable | None:
         style_cell=CELL,
         style_data_conditional=[{"if": {"filter_query": "{fits} = NO"}, "color": ERROR_COLOR}],
     )
+
+
+def fit_sentences(rows: list[dict[str, Any]]) -> list[str]:
+    """Per batch: the policies that fit; a failed compile is said to be one, not to not fit."""
+    out = []
+    for b in dict.fromkeys(r["batch"] for r in rows):
+        at = "" if b is None else f"at batch {b}: "
+        of_b = [r for r in rows if r["batch"] == b]
+        failed = [r["policy"] for r in of_b if r["status"] != "ok"]
+        if len(failed) == len(of_b):
+            out.append(f"{at}no policy compiled ({', '.join(failed)}): nothing known about memory")
+            continue
+        names = [r["policy"] for r in of_b if r["fits"]]
+        out.append(
+            f"{at}{', '.join(names) or 'no policy'} fit{'s' if len(names) <= 1 else ''}"
+            + (f" ({', '.join(failed)} not compiled)" if failed else "")
+        )
+    return out
 
 
 def layout(plans: list[Any]) -> list[Any]:
@@ -251,15 +269,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
         except (ProfilerError, KeyError, TypeError) as exc:
             why = str(exc) if isinstance(exc, ProfilerError) else f"{ref.path}: not a plan document ({exc})"
             return note_figure(f"Cannot show this plan: {why}", height=200), [], ""
-        fits: dict[Any, list[str]] = {}
-        for r in tab_doc["rows"]:
-            if r["fits"]:
-                fits.setdefault(r["batch"], []).append(r["policy"])
-        said = [
-            ("" if b is None else f"at batch {b}: ")
-            + f"{', '.join(fits.get(b, [])) or 'no policy'} fit{'s' if len(fits.get(b, [])) == 1 else ''}"
-            for b in dict.fromkeys(r["batch"] for r in tab_doc["rows"])
-        ]
+        said = fit_sentences(tab_doc["rows"])
         text = (
             f"{tab_doc['label'][:1].upper()}{tab_doc['label'][1:]}. Usable device memory = device memory x "
             f"{tab_doc['mem_fraction']:g} (XLA_PYTHON_CLIENT_MEM_FRACTION). " + "; ".join(said) + f". From {ref.path}."

@@ -266,6 +266,12 @@ def policy_datatable(tab: dict[str, Any], labels: list[str]) -> tuple[dash_table
             notes.setdefault(f"peak dev measured by {r['peak_device_source']}", []).append(lab)
         if r["plan_note"]:
             notes.setdefault(r["plan_note"], []).append(lab)
+        pred = r.get("predicted") or {}
+        if pred.get("predicted_step_ns") is not None:  # which GPU and link the predicted columns are for
+            on = f"{pred.get('target') or 'the recorded GPU'}, {pred.get('link') or 'its host link'}"
+            notes.setdefault(
+                f"predicted columns: roofline over the compiled schedule, not measured, on {on}", []
+            ).append(lab)
         for n in r["notes"]:
             notes.setdefault(n, []).append(lab)
         if r["model_flops_per_step"] and r["mfu"] is None:

@@ -168,6 +168,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     if len(args.trace) > 1 or Path(args.trace[0]).is_dir():
+        from profiler.analysis.findings.config import checked_link
+
+        checked_link(args.link)  # a bad --link is an error here too, not silently ignored
         if args.by:
             return cmd_run_views(args)
         return cmd_policies(args)
@@ -418,6 +421,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         plans_dir=Path(args.plans_dir),
         links=[k.strip() for group in args.link or [] for k in group.split(",") if k.strip()] or None,
     )
+    if args.link and not req.links:
+        raise ProfilerError(f"--link: no link named in {','.join(args.link)!r}")
     if getattr(args, "pgle", None) or getattr(args, "calibrate", None):  # issue 23: measured costs
         from profiler.capture.pgle_run import plan_with_measurements
 
@@ -804,7 +809,9 @@ def add_compare(sub: Any, shared: Shared) -> None:
     )
     cmp.add_argument("base", help="trace, run folder, folder of runs, or a label in --db")
     cmp.add_argument("head", help="trace, run folder, folder of runs, or a label in --db")
-    cmp.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    cmp.add_argument(
+        "--format", choices=("text", "markdown", "json"), default="text", help="the report's format (default: text)"
+    )
     cmp.add_argument(
         "--fail-on",
         action="append",
@@ -819,6 +826,12 @@ def add_compare(sub: Any, shared: Shared) -> None:
         help="fail when head has a finding that base has not: a rule id, or a severity (that or worse)",
     )
     cmp.set_defaults(func=cmd_compare)
+
+
+def _link_names() -> list[str]:
+    from profiler.analysis.links import LINKS
+
+    return list(LINKS)
 
 
 def add_plan(sub: Any, shared: Shared) -> None:
@@ -853,9 +866,9 @@ def add_plan(sub: Any, shared: Shared) -> None:
     pl.add_argument(
         "--link",
         action="append",
-        metavar="LINK[,LINK...]",
-        help="host links to predict the step on: pcie3..pcie6 (pcie-gen5, ...), nvlink-c2c or GB/s "
-        "(default: the target's own)",
+        metavar="NAME[,NAME...]",
+        help=f"host links to predict the step on: {', '.join(_link_names())} (also pcie-gen5, ...), or a bandwidth in "
+        "GB/s (default: the target's own)",
     )
     pl.add_argument("script", help="the training script (.py)")
     pl.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
@@ -890,8 +903,8 @@ def add_dashboard(sub: Any, shared: Shared) -> None:
         help="run folders, folders of runs, traces, profile-step plan folders or plan.json files "
         "(default: the project's sample_traces/, ./runs and ./plans)",
     )
-    dsh.add_argument("--host", default="127.0.0.1")
-    dsh.add_argument("--port", type=int, default=8050)
+    dsh.add_argument("--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1)")
+    dsh.add_argument("--port", type=int, default=8050, help="port to serve on (default: 8050)")
     dsh.add_argument("--allow-remote", action="store_true", help="allow binding to a non-localhost address")
     dsh.add_argument(
         "--licence",

@@ -267,10 +267,15 @@ def same_hlo(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _pairs(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any], float, float]]:
-    """(a, b, difference of their median steps, the larger spread) for every two rows that have both."""
+    """(a, b, difference of their median steps, the larger spread) for every two rows that have both,
+    on the same kind of device (a CPU run's steps say nothing about a GPU run's, nor an A100's about
+    an H100's)."""
     out = []
     for i, a in enumerate(rows):
         for b in rows[i + 1 :]:
+            kinds = {a.get("device_kind"), b.get("device_kind")} - {None}
+            if is_cpu(a) != is_cpu(b) or len(kinds) > 1:
+                continue
             spreads = [x for x in (a["step_spread_ns"], b["step_spread_ns"]) if x is not None]
             if spreads and None not in (a["median_step_ns"], b["median_step_ns"]):
                 out.append((a, b, abs(a["median_step_ns"] - b["median_step_ns"]), max(spreads)))
@@ -345,7 +350,8 @@ def planned_vs_moved(run: dict[str, Any], tolerance: float = DIFF_TOLERANCE) -> 
     which), matched through the XLA instruction that moved them.
 
     ``flag``: ``planned, not seen`` (the compiler planned an offload that never showed up),
-    ``moved, not planned`` (copies no plan explains), ``differs`` (more than *tolerance*
+    ``moved, not planned`` (copies the plan does not explain; ``moved (no plan to compare)`` without
+    a plan), ``differs`` (more than *tolerance*
     apart), else ``ok``.
     """
     comp = run.get("compiled") or {}
@@ -402,7 +408,7 @@ def planned_vs_moved(run: dict[str, Any], tolerance: float = DIFF_TOLERANCE) -> 
             if p and not m:
                 flags.append(f"{d} planned, not seen")
             elif m and not p:
-                flags.append(f"{d} moved, not planned")
+                flags.append(f"{d} moved, not planned" if plan else f"{d} moved (no plan to compare)")
             elif p and abs(m - p) > tolerance * p:
                 flags.append(f"{d} differs ({100 * (m - p) / p:+.0f}%)")
         x["flag"] = "; ".join(flags) if flags else "ok"

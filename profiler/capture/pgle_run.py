@@ -14,7 +14,7 @@ from profiler.analysis.links import LINKS, Link, link_of_gpu
 from profiler.capture.plan import PlanRequest, run_plan
 from profiler.errors import InputError
 from profiler.runs import folder
-from profiler.runs.measured import load
+from profiler.runs.measured import Measured, load
 from profiler.xla import pgle
 from profiler.xla.compiled import load_module
 from profiler.xla.hlo import HloError, Module
@@ -135,12 +135,14 @@ def pgle_predictions(doc: dict[str, Any], costs_us: dict[str, float], link: Link
         }
 
 
-def calibrated_predictions(doc: dict[str, Any], source: Path, links: list[Link]) -> dict[str, Any]:
-    """``plan --calibrate``: each result's predictions with the costs a run measured; returns the
-    calibration's summary (also under ``doc["calibration"]``)."""
+def calibrated_predictions(
+    doc: dict[str, Any], source: Path, links: list[Link], m: Measured | None = None
+) -> dict[str, Any]:
+    """``plan --calibrate``: each result's predictions with the costs a run measured (*m*: already
+    read from *source*); returns the calibration's summary (also under ``doc["calibration"]``)."""
     from profiler.predict import calibrate
 
-    m = load(source)
+    m = m if m is not None else load(source)
     target_spec = Path(doc["target"]["spec_file"]).read_text()
     spec, note = calibrate.run_spec(m, target_spec)
     try:
@@ -176,13 +178,14 @@ def plan_with_measurements(
 
     if calibrate and not Path(calibrate).exists():
         raise InputError(Path(calibrate), "no such file or folder")
+    measured = load(Path(calibrate)) if calibrate else None  # a bad source fails before any compilation
     if pgle_file:
         doc, _ = run_pgle_plan(req, Path(pgle_file))
         pgle_predictions(doc, pgle.read_profile(Path(pgle_file)), _prediction_links(doc, links)[0])
     else:
         doc = run_plan(req)
     if calibrate:
-        calibrated_predictions(doc, Path(calibrate), _prediction_links(doc, links))
+        calibrated_predictions(doc, Path(calibrate), _prediction_links(doc, links), measured)
     doc_json = strip_modules(doc)
     folder.write_json(Path(doc["out_dir"]) / "plan.json", doc_json)
     tab = plan_table(doc_json, fraction)

@@ -11,10 +11,11 @@ from profiler.xla.pgle import PGLE_FLAG
 
 def render_pgle_written(s: dict[str, Any]) -> str:
     """What ``profile-step pgle`` wrote."""
+    twice = ": overlapping work counts twice" if s["cost_ms"] > s["step_ms"] else ""
     lines = [
         f"wrote {s['file']}: {s['instructions']} instruction costs of {s['module']} "
         f"(median of {s['executions']} executions; step {s['step_ms']:.2f} ms, instructions "
-        f"{s['cost_ms']:.2f} ms together: overlapping work counts twice)",
+        f"{s['cost_ms']:.2f} ms together{twice})",
     ]
     rows = [
         [cls, str(v["instructions"]), f"{v['ms']:.3f}"]
@@ -22,7 +23,9 @@ def render_pgle_written(s: dict[str, Any]) -> str:
     ]
     lines.append(table(["class", "instructions", "ms per step"], rows))
     if not s["hlo"]:
-        lines.append("no HLO of the step: instructions are named as the trace names them (no op classes)")
+        lines.append(
+            "no HLO of the step: instructions are named as the trace names them, classes guessed from the names"
+        )
     lines += [f"note: {n}" for n in s["notes"]]
     lines.append(f"use: profile-step plan --pgle {s['file']} ... (XLA: {PGLE_FLAG}={s['file']})")
     return "\n".join(lines)
@@ -81,9 +84,10 @@ def render_pgle_moves(doc: dict[str, Any]) -> str:
         if pr:
             b, a = pr["before"], pr["after"]
             out.append(
-                f"predicted on {pr['link']} (the profile's costs, the roofline elsewhere): exposed copy time "
-                f"{human_time(b['predicted_exposed_ns'])} -> {human_time(a['predicted_exposed_ns'])} with the profile; "
-                f"step {human_time(b['predicted_step_ns'])} -> {human_time(a['predicted_step_ns'])}"
+                f"predicted on {pr['link']} (the profile's costs, the roofline elsewhere), schedule compiled "
+                f"without -> with the profile: exposed copy time {human_time(b['predicted_exposed_ns'])} -> "
+                f"{human_time(a['predicted_exposed_ns'])}; step {human_time(b['predicted_step_ns'])} -> "
+                f"{human_time(a['predicted_step_ns'])}"
             )
     return "\n".join(out)
 
@@ -96,7 +100,7 @@ def render_calibrated(doc: dict[str, Any]) -> str:
         f"{human_time(cal['measured_step_ns'])}, {cal['instructions']} instructions measured); predicted, not measured",
     ]
     rows = [
-        [c, str(v["instructions"]), human_time(v["measured"]), human_time(v["roofline"]),
+        [c, str(v["instructions"]), human_time(v["measured"], True), human_time(v["roofline"], True),
          f"{cal['scale'][c]:.2f}" if c in cal["scale"] else "-"]
         for c, v in sorted(cal["class_ns"].items())
     ]  # fmt: skip

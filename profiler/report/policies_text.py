@@ -4,6 +4,7 @@ and a plan compiled for a GPU target."""
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 from typing import Any
 
 from profiler.report.table import table
@@ -50,11 +51,15 @@ def render_policy_comparison(tab: dict[str, Any]) -> str:
     def note(policy: str, text: str) -> None:
         notes.setdefault(text, []).append(policy)
 
+    names = [r["policy"] for r in tab["rows"]]
     for r in tab["rows"]:
         marks = ("=" if r.get("same_hlo_as") else "") + ("~" if r.get("within_spread_of") else "")
+        name = r["policy"]
+        if name == "default" and names.count(name) > 1 and r.get("trace"):  # traces without a manifest
+            name += f" ({Path(r['trace']).stem})"
         rows.append(
             [
-                r["policy"] + (f" {marks}" if marks else ""),
+                name + (f" {marks}" if marks else ""),
                 str(r["steps"]),
                 ms(r["median_step_ns"]),
                 spread(r.get("step_min_ns"), r.get("step_max_ns")),
@@ -71,6 +76,9 @@ def render_policy_comparison(tab: dict[str, Any]) -> str:
                 ms(None if r["stalled_ns"] is None else int(r["stalled_ns"])),
             ]
         )
+        if not r["steps"] and r.get("gpu_activity", True):
+            note(r["policy"], "no steps found (no step=N ranges, no XLA module that ran repeatedly): per-step "
+                 "columns are not known (-); `profile-step analyze TRACE` shows the whole capture")  # fmt: skip
         if not r.get("gpu_activity", True):
             note(r["policy"], "no GPU activity: exposed and stalled time are not measured (-)")
         if r["peak_device_bytes"] is None and r["peak_device_source"]:
@@ -167,11 +175,20 @@ def render_planned_vs_moved_all(pvms: list[dict[str, Any]]) -> str:
 
 
 def render_planned_vs_moved(pvm: dict[str, Any]) -> str:
-    module = (pvm["step_module"] or "?").split(".", 1)[-1]
-    head = f"planned vs moved per step, policy {pvm['policy']} ({pvm['steps']} step ranges; step module {module})"
+    module = "step module " + pvm["step_module"].split(".", 1)[-1] if pvm["step_module"] else "no step module"
+    stepped = pvm["per"] == "per step and GPU"
+    steps = f"{pvm['steps']} step ranges" if stepped else "no steps"
+    head = f"planned vs moved{' per step' if stepped else ''}, {_run_name(pvm)} ({steps}; {module})"
     if not pvm["rows"]:
         why = pvm.get("plan_note") or "no plan and no copies"
         return f"{head}: nothing planned and nothing moved ({why})"
+    if not pvm["step_module"] and not any(x["planned_d2h_bytes"] or x["planned_h2d_bytes"] for x in pvm["rows"]):
+        d2h, h2d = (sum(x[f"moved_{d}_bytes"] for x in pvm["rows"]) for d in ("d2h", "h2d"))
+        return (
+            f"{head}: no compiled plan to compare with; the trace moved {size(d2h)} D2H and {size(h2d)} H2D "
+            f"{pvm['per'] if stepped else 'per GPU over the whole capture'} "
+            f"({len(pvm['rows'])} {'op' if len(pvm['rows']) == 1 else 'ops'})"
+        )
     rows = [
         [
             x["layer"] or "-",
@@ -195,6 +212,13 @@ def render_planned_vs_moved(pvm: dict[str, Any]) -> str:
             ),
         ]
     )
+
+
+def _run_name(pvm: dict[str, Any]) -> str:
+    """``policy NAME``; a run without a manifest (policy ``default``) also by its trace's name."""
+    if pvm["policy"] == "default" and pvm.get("trace"):
+        return f"policy default ({Path(pvm['trace']).stem})"
+    return f"policy {pvm['policy']}"
 
 
 UNNAMED = "(unnamed)"
@@ -315,13 +339,21 @@ def render_plan(tab: dict[str, Any]) -> str:
     for batch in dict.fromkeys(r["batch"] for r in tab["rows"]):
         names = fitting.get(batch, [])
         label = "" if batch is None else f"at batch {batch}: "
-        out.append(f"{label}{', '.join(names) + ' fit' if names else 'no policy fits'} in device memory")
+        failed = [r["policy"] for r in tab["rows"] if r["batch"] == batch and r["status"] != "ok"]
+        if len(failed) == sum(r["batch"] == batch for r in tab["rows"]):
+            out.append(f"{label}no policy compiled ({', '.join(failed)}): nothing known about memory")
+            continue
+        line = f"{label}{', '.join(names) + ' fit' if names else 'no policy fits'} in device memory"
+        out.append(line + (f" ({', '.join(failed)} not compiled)" if failed else ""))
     for r in tab["rows"]:
         at = "" if r["batch"] is None else f" batch {r['batch']}"
         out += [f"note: {r['policy']}{at}: {n}" for n in [*plan_notes(r), *r["notes"]]]
     # per layer: for each policy, the largest batch compiled
     chosen: dict[str, dict[str, Any]] = {}
+    compiled = {(r["policy"], r["batch"]) for r in tab["rows"] if r["status"] == "ok"}
     for entry in tab["layers"]:
+        if (entry["policy"], entry["batch"]) not in compiled:
+            continue  # a failed compile: nothing known about its host memory
         prev = chosen.get(entry["policy"])
         if prev is None or (entry["batch"] or 0) >= (prev["batch"] or 0):
             chosen[entry["policy"]] = entry

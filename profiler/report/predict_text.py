@@ -57,11 +57,16 @@ def verdict_lines(verdicts: list[dict[str, Any]], width: int | None = 118) -> li
         where = f"{at}{v['link_name']}"
         if v["winner"] is None:
             missing = "remat" if v["remat_step_ns"] is None else "no offload policy"
-            why = f" ({', '.join(v['not_fitting'])} do not fit)" if v["not_fitting"] else ""
+            side = [p for p in v["not_fitting"] if (p == "remat" if missing == "remat" else p.startswith("offload"))]
+            if not side:  # that side has no prediction at all: nothing to say about fitting
+                what = "no remat" if missing == "remat" else "no offload policy"
+                out.append(f"{where}: {what} predicted in this plan to compare with (--policies)")
+                continue
+            why = f" ({', '.join(v['not_fitting'])} {'does' if len(v['not_fitting']) == 1 else 'do'} not fit)"
             out.append(f"{where}: {missing} has no fitting prediction to compare{why}")
             continue
         off, rem, exp = v["offload_step_ns"], v["remat_step_ns"], v["offload_exposed_ns"]
-        unit, div = time_unit([off, rem])
+        unit, div = time_unit([off, rem, v["fastest_step_ns"]])
         if v["winner"] == "offload":
             verb = (
                 f"offloading beats rematerialization by {human_time(v['saving_ns'])} per step "
@@ -80,7 +85,7 @@ def verdict_lines(verdicts: list[dict[str, Any]], width: int | None = 118) -> li
             f"against remat {rem / div:.2f} {unit}"
         )
         if v["fastest_fitting"] not in (v["offload_policy"], "remat"):
-            line += f"; fastest that fits: {v['fastest_fitting']} {human_time(v['fastest_step_ns'])}"
+            line += f"; fastest that fits: {v['fastest_fitting']} {v['fastest_step_ns'] / div:.2f} {unit}"
         out += textwrap.wrap(line, width, subsequent_indent="  ") if width else [line]
     return out
 
@@ -150,12 +155,16 @@ def layer_table(tab: dict[str, Any]) -> list[str]:
     if len(layers) <= 10:  # a row per policy and link, a column per layer
         heads = ["policy", "link", *names]
         rows = [
-            [p["policy"], p["link"], *(scaled(cells.get((p["policy"], p["link"], lay)), div) for lay in layers)]
+            [
+                p["policy"],
+                p["link_name"] or p["link"],
+                *(scaled(cells.get((p["policy"], p["link"], lay)), div) for lay in layers),
+            ]
             for p in preds
         ]
         left: tuple[int, ...] = (0, 1)
     else:
-        heads = ["layer", *(f"{p['policy']} {p['link']}" for p in preds)]
+        heads = ["layer", *(f"{p['policy']} {p['link_name'] or p['link']}" for p in preds)]
         rows = [
             [name, *(scaled(cells.get((p["policy"], p["link"], lay)), div) for p in preds)]
             for name, lay in zip(names, layers, strict=True)

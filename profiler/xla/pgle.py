@@ -67,6 +67,8 @@ def profile_text(costs: pl.DataFrame, header: list[str] | None = None) -> str:
 
 def read_profile(path: Path) -> dict[str, float]:
     """The ``costs`` of a PGLE text file, name -> µs; one-line errors for what is not one."""
+    if not path.is_file():
+        raise InputError(path, "no such file" if not path.exists() else "is a folder, not a PGLE text profile")
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:

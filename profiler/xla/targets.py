@@ -130,7 +130,9 @@ def resolve(target: str) -> tuple[str, str, GpuTarget | None]:
         return t.description, t.spec_text(), t
     path = Path(target)
     if path.is_file():
-        text = path.read_text()
+        text = path.read_text(errors="replace")
+        if "gpu_device_info" not in text:
+            raise ValueError(f"{target}: not a GpuTargetConfigProto text file (no gpu_device_info)")
         label = path.stem
         for line in text.splitlines():
             if line.strip().startswith("device_description_str:"):
