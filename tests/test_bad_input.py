@@ -38,6 +38,16 @@ def test_not_sqlite(tmp_path):
     assert_one_line_error(run_cli("analyze", str(path)), path, "not an SQLite database")
 
 
+def test_nsys_jax_archive(tmp_path):
+    """An nsys-jax archive given to analyze: said to be one, and which commands read it."""
+    import zipfile
+
+    path = tmp_path / "pax_proc0.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("nvtx_gpu_proj_trace/trace.parquet", b"not really parquet")
+    assert_one_line_error(run_cli("analyze", str(path)), path, "is a zip archive, not an nsys export")
+
+
 def test_empty_file(tmp_path):
     path = tmp_path / "empty.sqlite"
     path.touch()

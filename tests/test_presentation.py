@@ -254,3 +254,11 @@ def test_steps_cell_says_where_the_steps_and_the_window_come_from(shared_traces)
         "steps: XLA module jit_train_step, program_id 7 (its executions); 1 left out (warm-up). "
         "Analysis window: the whole recording"
     )
+
+
+def test_findings_times_never_read_zero():
+    """A verdict's millisecond figure for a few hundred ns is said in ns, not as 0.000 ms."""
+    from profiler.analysis.findings.rules.text import ms
+
+    assert ms(480) == "480 ns"
+    assert ms(0) == "0.000 ms" and ms(54_900_000) == "54.900 ms" and ms(500) == "0.001 ms"

@@ -65,6 +65,11 @@ def check_sqlite_file(path: Path) -> None:
         raise InputError(path, f"cannot be read ({exc.strerror or exc})") from None
     if size == 0:
         raise InputError(path, "is empty")
+    if header.startswith(b"PK\x03\x04"):
+        why = (
+            "is a zip archive, not an nsys export (an nsys-jax archive: profile-step pgle and plan --calibrate read it)"
+        )
+        raise InputError(path, why)
     if not header.startswith(SQLITE_MAGIC):
         raise InputError(path, "is not an SQLite database (nor an nsys report)")
     if len(header) < 100:

@@ -10,7 +10,9 @@ __all__ = ["dur", "mib", "ms", "names", "pct", "share", "size"]
 
 
 def ms(ns: float) -> str:
-    """``54.900 ms``."""
+    """``54.900 ms``; a time that would read ``0.000 ms`` in its own unit (``480 ns``)."""
+    if 0 < abs(ns) < 500:
+        return dur(ns)
     return units.ms(ns, unit=True)
 
 
