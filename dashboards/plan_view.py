@@ -18,7 +18,7 @@ from profiler.errors import ProfilerError
 from profiler.report.policies_text import PLAN_LEGEND, plan_notes
 from profiler.report.predict_text import LEGEND as PREDICTED_LEGEND
 from profiler.report.predict_text import verdict_lines
-from profiler.units import byte_unit, human_bytes, si, time_unit
+from profiler.units import byte_unit, human_bytes, human_time, si, time_unit
 
 
 def plan_figure(tab: dict[str, Any]) -> Figure:
@@ -146,10 +146,11 @@ def plan_datatable(tab: dict[str, Any]) -> dash_table.DataTable:
     )
 
 
-def predicted_datatable(tab: dict[str, Any]) -> dash_table.DataTable | None:
+def predicted_datatable(tab: dict[str, Any], key: str = "predictions") -> dash_table.DataTable | None:
     """Predicted step and exposed copy time per policy, batch and host link (``plan_table``'s
-    ``predictions``, as ``profile-step plan`` prints them); None without predictions."""
-    preds = tab.get("predictions") or []
+    ``predictions``, as ``profile-step plan`` prints them, or with *key* ``calibrated`` those of
+    ``plan --calibrate``); None without predictions."""
+    preds = tab.get(key) or []
     if not preds:
         return None
     unit, div = time_unit(p["predicted_step_ns"] for p in preds)
@@ -189,13 +190,28 @@ def predicted_datatable(tab: dict[str, Any]) -> dash_table.DataTable | None:
         {"id": "fits", "name": "fits", "type": "text"},
     ]
     return dash_table.DataTable(
-        id="plan-predicted-table",
+        id=f"plan-{key}-table",
         columns=columns,
         data=data,
         style_table={"overflowX": "auto", "marginTop": "8px"},
         style_header={"fontWeight": "bold", "whiteSpace": "normal", "height": "auto"},
         style_cell=CELL,
         style_data_conditional=[{"if": {"filter_query": "{fits} = NO"}, "color": ERROR_COLOR}],
+    )
+
+
+def caption(text: str) -> html.Div:
+    """A table's title, above it."""
+    return html.Div(text, style={"fontWeight": "bold", "marginTop": "10px"})
+
+
+def calibration_line(cal: dict[str, Any] | None) -> str:
+    """What the calibrated table is: whose measurement set its costs."""
+    if not cal:
+        return "Calibrated: predicted with measured costs, not measured."
+    return (
+        f"Calibrated by {cal['source']} ({cal['module']} on {cal['gpu'] or 'an unnamed GPU'}, "
+        f"measured step {human_time(cal['measured_step_ns'])}): predicted with its measured costs, not measured."
     )
 
 
@@ -286,8 +302,21 @@ def register(app: dash.Dash, store: RunStore) -> None:
                 f"Predicted (roofline over the compiled schedule, not measured): {PREDICTED_LEGEND}.",
                 *verdict_lines(tab_doc.get("offload_vs_remat") or [], width=None),
             ]
+        calibrated = predicted_datatable(tab_doc, "calibrated")
+        if calibrated is not None:
+            said_predicted += [
+                calibration_line(tab_doc["calibration"]),
+                *verdict_lines(tab_doc.get("calibrated_vs_remat") or [], width=None),
+            ]
+        tables = [plan_datatable(tab_doc)]
+        if predicted is not None:
+            tables += [caption("Predicted with roofline costs over the compiled schedule (not measured)"), predicted]
+        if calibrated is not None:
+            cal = tab_doc.get("calibration") or {}
+            tables += [caption(f"Predicted with the costs {cal.get('source') or 'a run'} measured (not measured)"),
+                       calibrated]  # fmt: skip
         return (
             plan_figure(tab_doc),
-            [plan_datatable(tab_doc), *([predicted] if predicted is not None else [])],
+            tables,
             [html.Div(text + " " + PLAN_LEGEND + "."), *map(html.Div, notes), *map(html.Div, said_predicted)],
         )

@@ -140,7 +140,7 @@ def _status(ref: RunRef) -> str:
         return "synthetic"
     if ref.manifest is None:
         return "plain trace"
-    return str(ref.manifest.get("status") or "?")
+    return str(ref.manifest.get("status") or "not recorded")  # a manifest written without a status
 
 
 def raw_row(ref: RunRef, summary: dict[str, Any], device: str | None) -> dict[str, Any]:

@@ -194,6 +194,16 @@ def test_calibrate_predicts_the_same_program_from_its_measured_costs(base_step, 
     assert at16["costed"]["scaled"] > 0 and at16["costed"]["measured"] < kernels
     assert at16["predicted_step_ns"] > at8["predicted_step_ns"]  # twice the batch
     assert set(doc["calibration"]["scale"]) & {"fusion", "matmul"}
+    # the plan folder's document, as the dashboard's plan view shows it: the calibrated numbers, not only
+    # the roofline's (the terminal printed both)
+    from dashboards.plan_view import calibration_line, predicted_datatable
+    from profiler.analysis.policies import plan_table
+
+    tab = plan_table(json.loads((tmp_path / "plan" / "plan.json").read_text()))
+    assert [c["predicted_step_ns"] for c in tab["calibrated"]] == [at8["predicted_step_ns"], at16["predicted_step_ns"]]
+    shown = predicted_datatable(tab, "calibrated")
+    assert shown.id == "plan-calibrated-table" and [r["batch"] for r in shown.data] == [8, 16]
+    assert str(run) in calibration_line(tab["calibration"])
     # the same calibration on other links: a faster link exposes no more and is no slower
     from profiler.analysis.links import LINKS
     from profiler.predict import calibrate

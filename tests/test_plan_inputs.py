@@ -180,3 +180,17 @@ def test_dashboard_policy_table_says_where_its_prediction_is_for():
         "predicted columns: roofline over the compiled schedule, not measured, on profile-step's h100 target "
         "(NVIDIA H100 80GB HBM3), PCIe Gen5 x16 (offload (run 1))" in lines
     )
+
+
+def test_predicted_layers_without_measured_layers_say_why():
+    """Per layer, predicted against measured: a trace without layer ranges says why its side is '-'."""
+    from profiler.report.predict_text import render_against
+
+    pred = {"predicted_step_ns": 2_000_000, "measured_step_ns": 2_100_000, "step_error": -0.048,
+            "predicted_exposed_ns": 10_000, "measured_exposed_ns": 12_000, "link": "PCIe Gen5 x16", "target": None,
+            "layers": [{"layer": "layer_0", "predicted_exposed_ns": 10_000, "measured_exposed_ns": None}]}  # fmt: skip
+    text = "\n".join(render_against({"rows": [{"policy": "offload_mlp", "predicted": pred}]}))
+    assert "layer_0 predicted 10.0 µs, measured -" in text
+    assert "has no layer ranges" in text
+    pred["layers"][0]["measured_exposed_ns"] = 9_000
+    assert "has no layer ranges" not in "\n".join(render_against({"rows": [{"policy": "x", "predicted": pred}]}))

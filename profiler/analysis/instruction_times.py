@@ -88,14 +88,8 @@ def projection_spans(proj: pl.DataFrame, module: str | None = None) -> tuple[pl.
         (pl.col("Projected Start") + pl.col("Projected Duration")).cast(I64).alias("end"),
     )
     p = _xla(p, "_text", "_domain")
-    mods = p.filter((pl.col("xla_kind") == "module") & pl.col("program_id").is_not_null())
-    name = module or _busiest(mods)
-    execs = (
-        mods.filter(pl.col("hlo_module") == name)
-        .sort("start")
-        .with_row_index("execution")
-        .select(pl.col("execution").cast(I64), "RangeId", "start", "end", "program_id")
-    )
+    name, execs = _executions(p, module)
+    execs = execs.select("execution", "RangeId", "start", "end", "program_id")
     spans = (
         p.filter(pl.col("xla_kind") == "thunk")
         .join(execs.select("execution", pl.col("RangeId").alias("ParentId")), on="ParentId")
@@ -109,6 +103,15 @@ def projection_spans(proj: pl.DataFrame, module: str | None = None) -> tuple[pl.
         )
     )
     return spans, execs.drop("RangeId"), name
+
+
+def _executions(ranges: pl.DataFrame, module: str | None) -> tuple[str, pl.DataFrame]:
+    """(the step module: *module*, else the one that ran longest; its XlaModule ranges in time order,
+    numbered by ``execution``) from ranges already named by ``_xla``."""
+    mods = ranges.filter((pl.col("xla_kind") == "module") & pl.col("program_id").is_not_null())
+    name = module or _busiest(mods)
+    execs = mods.filter(pl.col("hlo_module") == name).sort("start").with_row_index("execution")
+    return name, execs.with_columns(pl.col("execution").cast(I64))
 
 
 def _busiest(mods: pl.DataFrame) -> str:
@@ -129,14 +132,7 @@ def export_spans(
     name, domain, start, end, global_tid), its GPU *ops* (op_id, start, end, kind, cls, bytes) and
     the (op_id, range_id) *pairs* of attribution.  A thunk's span is its ops' first start to last end."""
     r = _xla(ranges, "name", "domain")
-    mods = r.filter((pl.col("xla_kind") == "module") & pl.col("program_id").is_not_null())
-    name = module or _busiest(mods)
-    execs = (
-        mods.filter(pl.col("hlo_module") == name)
-        .sort("start")
-        .with_row_index("execution")
-        .with_columns(pl.col("execution").cast(I64))
-    )
+    name, execs = _executions(r, module)
     thunks = r.filter(pl.col("xla_kind") == "thunk").select("range_id", "hlo_op", "start", "global_tid")
     # the execution a thunk range lies in: the latest module range on its thread that started before it
     thunks = (

@@ -33,6 +33,16 @@ def prediction_rows(row: dict[str, Any], res: dict[str, Any]) -> list[dict[str, 
     ]
 
 
+def calibrated_rows(row: dict[str, Any], res: dict[str, Any]) -> list[dict[str, Any]]:
+    """``plan --calibrate``'s predictions of a plan result (``calibrated``: one per link), as
+    ``prediction_rows`` names them, with how each instruction was costed."""
+    return [
+        {"policy": row["policy"], "batch": row["batch"], "fits": row["fits"], **{k: p.get(k) for k in KEEP},
+         "costed": p.get("costed")}
+        for p in res.get("calibrated") or []
+    ]  # fmt: skip
+
+
 def offload_vs_remat(preds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per (batch, link): the remat policy's predicted step against the fastest offload policy's
     (policies named ``offload*``) and the fastest policy that fits; ``saving`` = (remat - offload) /

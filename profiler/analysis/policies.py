@@ -441,11 +441,11 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
     layers' offloaded data in host memory together.  ``host_live_peak_bytes`` recomputes the
     first from the plan's schedule (a cross-check), ``late_d2h`` counts the device-to-host copies
     scheduled after the backward pass began (their data stays in device memory until then)."""
-    from profiler.analysis.offload_vs_remat import offload_vs_remat, prediction_rows
+    from profiler.analysis.offload_vs_remat import calibrated_rows, offload_vs_remat, prediction_rows
 
     target = doc["target"]
     limit = int(target["memory_bytes"] * mem_fraction) if target.get("memory_bytes") else None
-    rows, layers, predictions = [], [], []
+    rows, layers, predictions, calibrated = [], [], [], []
     for res in doc["results"]:
         comp = res.get("compiled") or {}
         memory = comp.get("memory") or {}
@@ -480,6 +480,7 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
         pred_notes = (res.get("prediction") or {}).get("notes") or []
         rows[-1]["notes"] += [n for n in pred_notes if n not in rows[-1]["notes"]]
         predictions += rows[-1]["predictions"]
+        calibrated += calibrated_rows(rows[-1], res)
     base = {r["batch"]: r["flops_per_step"] for r in rows if r["policy"] == BASELINE_POLICY and r["flops_per_step"]}
     same = [
         g | {"batch": b}
@@ -516,6 +517,10 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
         "links": doc.get("links") or [],
         "predictions": predictions,
         "offload_vs_remat": offload_vs_remat(predictions),
+        # plan --calibrate: the same predictions with the costs a run measured
+        "calibration": doc.get("calibration"),
+        "calibrated": calibrated,
+        "calibrated_vs_remat": offload_vs_remat(calibrated),
     }
 
 

@@ -126,6 +126,8 @@ def render_against(tab: dict[str, Any]) -> list[str]:
                 for x in lays
             ]
             out.append(f"exposed per layer, {r['policy']}: " + "; ".join(parts))
+            if all(x["measured_exposed_ns"] is None for x in lays):
+                out.append(f"  (measured -: the trace of {r['policy']} has no layer ranges to measure layers by)")
         if p.get("target"):
             out.append(f"target of {r['policy']}: {p['target']}")
     missing = [r["policy"] for r in tab["rows"] if r not in rows]
