@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -495,6 +496,11 @@ def test_recipe_in_a_python_without_the_framework_packages_fails_clearly(recipe_
     assert "No module named" in text and "must be installed" in text
 
 
+def without_pythonpath(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` without PYTHONPATH, which would make profile-step importable from any Python."""
+    return {k: v for k, v in env.items() if k != "PYTHONPATH"}
+
+
 def python_with_recipe_packages_only(tmp_path: Path) -> Path:
     """A Python of this version that imports numpy, pandas, psutil and pyarrow (this environment's
     site-packages through a .pth line) but not profile-step (whose editable hook is not processed)."""
@@ -510,6 +516,7 @@ def python_with_recipe_packages_only(tmp_path: Path) -> Path:
         text=True,
         cwd=tmp_path,
         check=False,
+        env=without_pythonpath(os.environ),
     )
     assert "No module named 'profiler'" in probe.stderr, probe.stderr
     return other / "bin"
@@ -520,7 +527,7 @@ def test_recipe_finds_profile_step_from_another_python_through_install_json(reci
     nsys, env = recipe_nsys
     other = python_with_recipe_packages_only(tmp_path)
     out = tmp_path / "out"
-    run_env = {**env, "PATH": f"{other}{os.pathsep}{env['PATH']}"}
+    run_env = {**without_pythonpath(env), "PATH": f"{other}{os.pathsep}{env['PATH']}"}
     proc = nsys_recipe(nsys, RECIPE, "--input", str(rank_exports), "--output", str(out), env=run_env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert {r["rank"] for r in read_rows(out, "reports")} == {0, 1}
