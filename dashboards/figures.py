@@ -89,7 +89,10 @@ def grouped_bars(data: list[dict[str, Any]], cats: list[str], title: str, x_titl
         title={"text": title, **TITLE},
         showlegend=True,
         legend={"orientation": "h", "yref": "container", "y": 0.01, "yanchor": "bottom", "x": 0},
-        xaxis={**xaxis, "title": {"text": x_title}},
+        # automargin: the axis title goes under the (possibly vertical) labels, never over them
+        xaxis={**xaxis, "automargin": True, "title": {"text": x_title, "standoff": 12}},
+        # bar labels ("fits", "does NOT fit") keep a readable size rather than shrink to the bar
+        uniformtext={"minsize": 11, "mode": "show"},
         **layout,
     )
 

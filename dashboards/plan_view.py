@@ -20,6 +20,8 @@ from profiler.report.predict_text import LEGEND as PREDICTED_LEGEND
 from profiler.report.predict_text import verdict_lines
 from profiler.units import byte_unit, human_bytes, human_time, si, time_unit
 
+FAR_BELOW = 0.05  # bars under this fraction of the usable memory: the limit is written, not drawn
+
 
 def plan_figure(tab: dict[str, Any]) -> Figure:
     """A plan compiled for a target (``plan_table``): device and host memory per policy and batch
@@ -31,7 +33,10 @@ def plan_figure(tab: dict[str, Any]) -> Figure:
         return note_figure(f"Nothing compiled in this plan: {why.rstrip('.')}.", height=200)
     cats = [esc(f"{r['policy']}" + ("" if r["batch"] is None else f" · batch {r['batch']}")) for r in ok]
     lim = tab["limit_bytes"]
-    name, div = byte_unit([r["device_bytes"] for r in ok] + [r["host_bytes"] or 0 for r in ok] + [lim or 0])
+    biggest = max([r["device_bytes"] for r in ok] + [r["host_bytes"] or 0 for r in ok])
+    # a limit far above every bar would flatten them to nothing: then it is said, not drawn
+    far = bool(lim) and biggest < FAR_BELOW * lim
+    name, div = byte_unit([biggest] + ([] if far else [lim or 0]))
     data = [
         {
             "type": "bar",
@@ -55,33 +60,39 @@ def plan_figure(tab: dict[str, Any]) -> Figure:
     ]
     shapes, annotations = [], []
     if lim:
-        shapes.append(
-            {
-                "type": "line",
-                "xref": "paper",
-                "yref": "y",
-                "x0": 0,
-                "x1": 1,
-                "y0": lim / div,
-                "y1": lim / div,
-                "line": {"dash": "dash", "color": "#D55E00", "width": 2},
-            }
+        usable = (
+            f"usable device memory {human_bytes(lim)} ({tab['mem_fraction']:g} of "
+            f"{human_bytes(tab['target'].get('memory_bytes'))})"
         )
+        if far:
+            usable += f": far above the chart, the largest bar is {100 * biggest / lim:.2g}% of it"
+        else:
+            shapes.append(
+                {
+                    "type": "line",
+                    "xref": "paper",
+                    "yref": "y",
+                    "x0": 0,
+                    "x1": 1,
+                    "y0": lim / div,
+                    "y1": lim / div,
+                    "line": {"dash": "dash", "color": "#D55E00", "width": 2},
+                }
+            )
         annotations.append(
             {
-                "text": f"usable device memory {human_bytes(lim)} ({tab['mem_fraction']:g} of "
-                f"{human_bytes(tab['target'].get('memory_bytes'))})",
+                "text": usable,
                 "showarrow": False,
                 "xref": "paper",
-                "yref": "y",
+                "yref": "paper" if far else "y",
                 "x": 1,
                 "xanchor": "right",
-                "y": lim / div,
+                "y": 1 if far else lim / div,
                 "yanchor": "bottom",
                 "font": {"size": 12, "color": "#D55E00"},
             }
         )
-    top = max([r["device_bytes"] for r in ok] + [r["host_bytes"] or 0 for r in ok] + [lim or 0]) / div
+    top = max(biggest, 0 if far else lim or 0) / div
     return grouped_bars(
         data,
         cats,
