@@ -11,13 +11,15 @@ Nothing here can fail the run: problems become notes.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from profiler.conventions import COMPILED, COMPILED_STEP
 from profiler.runs import folder
 from profiler.xla import dump
-from profiler.xla.compiled import agreement, describe
+from profiler.xla.compiled import UNPARSED, agreement, describe
+from profiler.xla.cost_probe import costs_in
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -72,6 +74,30 @@ def executions_reason(name: str, executions: dict[str, int], sizes: dict[str, in
     return f"{name}: ran {times(executions[name])} in the run" + (f" ({tail})" if tail else "")
 
 
+def costs_by_script_python(entries: list[dict[str, Any]], mods: list[dump.DumpModule], python: str | None) -> None:
+    """The cost analysis of modules whose text profile-step's jaxlib could not parse, run by the
+    script's own Python (whose newer XLA wrote that text); each entry's note says which did it.
+    Paths are compared unresolved: every virtual environment links the same interpreter binary."""
+    failed = [
+        (e, m)
+        for e, m in zip(entries, mods, strict=True)
+        if "after" in m.files and any(n.startswith(UNPARSED) for n in e["notes"])
+    ]
+    if not failed or not python or Path(python).absolute() == Path(sys.executable).absolute():
+        return
+    got, why = costs_in(python, [m.files["after"] for _, m in failed])
+    for entry, mod in failed:
+        res = got.get(str(mod.files["after"])) or {}
+        old = next(n for n in entry["notes"] if n.startswith(UNPARSED))
+        if res.get("cost") is not None:
+            entry["cost"] = res["cost"]
+            entry["cost_source"] = f"XLA's cost analysis run by the script's Python ({python})"
+            entry["notes"].remove(old)
+        else:
+            why_not = why or res.get("error")
+            entry["notes"][entry["notes"].index(old)] = f"{old}; nor could the script's Python: {why_not}"
+
+
 def record(run_dir: Path, dump_dir: Path | None, own_dump: bool, hook: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write ``compiled.json`` into *run_dir*; returns the short form for the manifest.
 
@@ -117,6 +143,7 @@ def record(run_dir: Path, dump_dir: Path | None, own_dump: bool, hook: dict[str,
             entry = describe(m)
             entry["label"] = m.label
             doc["modules"].append(entry)
+        costs_by_script_python(doc["modules"], keep, (hook or {}).get("executable"))
         if step is not None and handed and handed.get("module") == step.name:
             chosen = next(e for e in doc["modules"] if e["label"] == step.label)
             doc["agreement"] = agreement(handed, chosen)

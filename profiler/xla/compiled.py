@@ -16,13 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from profiler.xla.buffers import memory_stats, parse_buffer_assignment
+from profiler.xla.cost_probe import COST_KEYS, analyze_text, parse_error
 from profiler.xla.dump import DumpModule
 from profiler.xla.fingerprint import module_fingerprint, text_fingerprint
 from profiler.xla.hlo import HloError, Module, parse_text
 from profiler.xla.plan import offload_plan, plan_note
 from profiler.xla.proto import WireError, module_from_proto, read_bytes
 
-COST_KEYS = ("flops", "transcendentals", "bytes accessed")
+# the note of a module whose text this jaxlib cannot read (capture retries with the script's own)
+UNPARSED = "no cost analysis: profile-step's jaxlib could not parse this module"
 
 
 @cache
@@ -46,15 +48,12 @@ def cost_analysis(hlo_text: str) -> tuple[dict[str, float] | None, str | None]:
     run by jaxlib's CPU client; (None, why) without jaxlib or when jaxlib cannot parse it."""
     try:
         client = _cpu_client()
-        import jaxlib._hlo as hlo
-        from jax._src.lib import xla_client
     except ImportError as exc:
         return None, f"no cost analysis: jaxlib is not installed here ({exc})"
     try:
-        result = xla_client._xla.hlo_module_cost_analysis(client, hlo.hlo_module_from_text(hlo_text))
+        return analyze_text(client, hlo_text), None
     except Exception as exc:  # jaxlib raises its own error types
-        return None, f"no cost analysis: jaxlib could not analyze this module ({str(exc).splitlines()[0][:160]})"
-    return {k: float(result[k]) for k in COST_KEYS if k in result}, None
+        return None, f"{UNPARSED} ({parse_error(exc)})"
 
 
 def pick_costs(raw: Any) -> dict[str, float] | None:
