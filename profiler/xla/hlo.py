@@ -3,7 +3,8 @@ shapes, operands, called computations and ``op_name`` metadata.
 
 ``parse_text`` reads the text XLA prints (``compiled.as_text()``, ``--xla_dump_to``
 with ``--xla_dump_hlo_as_text``), old printing (operands with their shapes) and
-new (operands by name), ``%`` or not, instructions wrapped over several lines.
+new (operands by name; a tuple's element as ``%x#k``), ``%`` or not, instructions wrapped
+over several lines.
 It never raises on a damaged module: what cannot be read becomes a note, and a
 module cut short keeps what came before the cut (``truncated``).  Text with no
 HLO in it at all raises ``HloError``.
@@ -203,6 +204,39 @@ def parse_instruction(line: str, computation: str, position: int) -> Instruction
     )
 
 
+def _tuple_reads(comp: Computation) -> None:
+    """Newer XLA prints a read of a tuple's element as an operand ``%x#k``: each becomes the
+    explicit ``get-tuple-element`` older XLA printed (named ``x#k``, once per computation, just
+    before its first reader), so that every walk through tuples sees one form."""
+    if not any("#" in o for i in comp.instructions for o in i.operands):
+        return
+    by_name: dict[str, Instruction] = {}
+    out: list[Instruction] = []
+    for ins in comp.instructions:
+        for o in ins.operands:
+            src, sep, k = o.rpartition("#")
+            if not sep or not k.isdigit() or o in by_name:
+                continue
+            parent = by_name.get(src)
+            elems = parent.shape.tuple if parent is not None and parent.shape.tuple is not None else ()
+            read = Instruction(
+                name=o,
+                opcode="get-tuple-element",
+                shape=elems[int(k)] if int(k) < len(elems) else Shape(),
+                operands=[src],
+                computation=comp.name,
+                position=0,
+                tuple_index=int(k),
+            )
+            by_name[o] = read
+            out.append(read)
+        by_name[ins.name] = ins
+        out.append(ins)
+    for pos, ins in enumerate(out):
+        ins.position = pos
+    comp.instructions = out
+
+
 def parse_text(text: str, source: str = "HLO text") -> Module:
     """The module in *text*; damage becomes notes (see the module docstring)."""
     name, scheduled, layout = None, False, None
@@ -251,6 +285,7 @@ def parse_text(text: str, source: str = "HLO text") -> Module:
             continue
         if line.startswith("}"):
             flush()
+            _tuple_reads(cur)
             comps[cur.name] = cur
             if cur.is_entry:
                 entry = cur.name
@@ -273,6 +308,7 @@ def parse_text(text: str, source: str = "HLO text") -> Module:
             notes.append(f"{source}: the text ends inside an instruction (truncated?)")
             stmt.clear()
         flush()
+        _tuple_reads(cur)
         comps[cur.name] = cur
         if cur.is_entry:
             entry = cur.name
