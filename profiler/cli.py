@@ -85,7 +85,7 @@ def cmd_policies(args: argparse.Namespace) -> int:
         print(_json_dump({"policies": tab, "planned_vs_moved": pvm, "no_trace": [s.doc() for s in skipped]}))
         return 0
     print(render_policy_comparison(tab))
-    synthetic = [r["policy"] for r in runs if (r.get("manifest") or {}).get("synthetic") is True]
+    synthetic = [r.policy for r in runs if r.synthetic]
     if synthetic:
         print(f"SYNTHETIC (a demonstration model, not a measurement): {', '.join(synthetic)}")
     if skipped:
@@ -468,7 +468,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     for run in runs:
         rid = record(Path(args.db), run, args.label)
         print(
-            f"recorded {run['policy']} ({Path(run['trace']).name}) as {rid}"
+            f"recorded {run.policy} ({Path(run.trace or '').name}) as {rid}"
             + (f" under label {args.label}" if args.label else "")
             + f" in {args.db}"
         )
