@@ -479,9 +479,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from profiler.analysis.compare import DEFAULT_THRESHOLDS, compare, parse_threshold
+    from profiler.parallel import load_sides
     from profiler.report.compare_text import render_markdown, render_terminal
     from profiler.runs.discover import NoTrace
-    from profiler.runs.result import load_runs
 
     try:
         thresholds = [parse_threshold(t) for t in (args.fail_on or DEFAULT_THRESHOLDS)]
@@ -495,8 +495,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ProfilerError(str(exc)) from None
     skipped: list[NoTrace] = []
-    base = load_runs(args.base, Path(args.db), args.nsys, skipped)
-    head = load_runs(args.head, Path(args.db), args.nsys, skipped)
+    base, head = load_sides([args.base, args.head], Path(args.db), args.nsys, skipped)
     for s in dict.fromkeys(skipped):
         print(f"profile-step: not compared: {s.line()}", file=sys.stderr)
     result = compare(base, head, thresholds, gates)
