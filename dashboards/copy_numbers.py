@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from profiler.runs.summary import RunSummary
+
 ZERO = {"count": 0, "bytes": 0, "busy_ns": 0, "overlap_any_ns": 0, "exposed_ns": 0, "hidden_fraction": None}
 ZERO3 = {d: ZERO for d in ("h2d", "d2h", "offload")}
 
 
-def waits(summary: dict[str, Any], device: str | None) -> int:
+def waits(run: RunSummary, device: str | None) -> int:
     """Stream waits recorded on *device*: without any, stalls cannot be measured there."""
-    return int((((summary.get("stalls") or {}).get(device) or {}).get("waits") or {}).get("total") or 0)
+    return int((run.device_stalls(device).get("waits") or {}).get("total") or 0)
 
 
 def stall_over_copy(per_device: Any) -> bool:
@@ -19,7 +21,7 @@ def stall_over_copy(per_device: Any) -> bool:
     return any((c[d].get("stall_ns") or 0) > c[d]["busy_ns"] for c in per_device for d in ("d2h", "h2d"))
 
 
-def stalled(summary: dict[str, Any], device: str | None) -> dict[str, int]:
+def stalled(run: RunSummary, device: str | None) -> dict[str, int]:
     """GPU time on *device* stalled waiting for D2H and for H2D copies (the device's ``stalls`` object)."""
-    by = (((summary.get("stalls") or {}).get(device) or {}).get("by_blocker")) or {}
+    by = run.device_stalls(device).get("by_blocker") or {}
     return {d: int((by.get(d) or {}).get("stall_ns") or 0) for d in ("d2h", "h2d")}

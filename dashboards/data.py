@@ -31,14 +31,16 @@ from profiler.runs import folder, store
 from profiler.runs.catalog import CATALOG
 from profiler.runs.discover import RunRef, discover
 from profiler.runs.result import build
+from profiler.runs.summary import RunSummary
 from profiler.trace import load_trace
 
 
 @dataclass
 class Analysis:
-    """One run's cached analysis: the summary and, lazily, the ops for the timeline."""
+    """One run's cached analysis: the run (``RunSummary``, read from the cache or made fresh) and,
+    lazily, the ops for the timeline."""
 
-    summary: dict[str, Any]
+    run: RunSummary
     ops_path: Path
     ranges_path: Path
     trace_path: Path | None = None  # the export analyzed (the what-if reads it again)
@@ -46,6 +48,11 @@ class Analysis:
     _ops: pl.DataFrame | None = field(default=None, repr=False)
     _ranges: pl.DataFrame | None = field(default=None, repr=False)
     _by_device: dict[int | None, pl.DataFrame] = field(default_factory=dict, repr=False)
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """The run's document (``run.to_json()``), for the views that read it as a dict."""
+        return self.run.to_json()
 
     @property
     def ops(self) -> pl.DataFrame:
@@ -77,12 +84,12 @@ def analyze_run(ref: RunRef, nsys: str | None = None) -> Analysis:
     if trace_file.suffix != ".sqlite":
         trace_file = load_trace(ref.trace, nsys).path  # a report: analyze its (cached) export
     files = store.CacheFiles.of(trace_file)
-    summary = files.read()
-    if summary is not None:
-        return Analysis(summary, files.ops, files.ranges, trace_file, files.db)
+    cached = files.read()
+    if cached is not None:
+        return Analysis(RunSummary.from_json(cached), files.ops, files.ranges, trace_file, files.db)
     run = build(load_trace(trace_file, nsys), ref.manifest, findings=FindingsConfig())
-    summary = run.to_json()
-    files.write(summary, *run.timeline())
+    summary = run.summary()
+    files.write(summary.to_json(), *run.timeline())
     return Analysis(summary, files.ops, files.ranges, trace_file, files.db)
 
 

@@ -49,16 +49,13 @@ def register(app: dash.Dash, store: RunStore) -> None:
         if not vid:
             return figures.note_figure(RUN_PROMPT), ""
         view = View.parse(vid)
-        summary = store.get(view.rid).summary
-        per_device = {
-            name: (v.get("devices") or {}).get(view.device) or copy_numbers.ZERO3
-            for name, v in summary["layers"].items()
-        }
+        run = store.get(view.rid).run
+        per_device = {name: v.devices.get(view.device) or copy_numbers.ZERO3 for name, v in run.layers.items()}
         short, _ = selection.view_label(store, view)
-        title = f"Copy time{' and stalls' if copy_numbers.waits(summary, view.device) else ''} per layer: {short}"
+        title = f"Copy time{' and stalls' if copy_numbers.waits(run, view.device) else ''} per layer: {short}"
         if store.refs[view.rid].synthetic:
             title += " (SYNTHETIC: a model, not a measurement)"
-        waits = copy_numbers.waits(summary, view.device)
+        waits = copy_numbers.waits(run, view.device)
         fig = figures.layer_figure(per_device, title, stalls=waits > 0)
         if figures.is_note(fig):
             return fig, ""
@@ -108,13 +105,13 @@ def register(app: dash.Dash, store: RunStore) -> None:
                 if per_dev[d]["hidden_fraction"] is None
                 else f"{100 * per_dev[d]['hidden_fraction']:.1f}%",
                 "stalled by these copies": human_time(per_dev[d].get("stall_ns") or 0)
-                if copy_numbers.waits(run.summary, view.device)
+                if copy_numbers.waits(run.run, view.device)
                 else "no stream waits",
             }
             for d in ("d2h", "h2d", "offload")
         ]
         copies = figures.layer_copies(run.ops, layer, int(view.device) if view.device is not None else None)
-        over = copy_numbers.stall_over_copy([per_dev]) and copy_numbers.waits(run.summary, view.device)
+        over = copy_numbers.stall_over_copy([per_dev]) and copy_numbers.waits(run.run, view.device)
         why = [html.P(f"Stalled more than the copies took: {STALL_OVER_COPY_TIME}.", style=MUTED)] if over else []
         return html.Div(
             id="layer-detail-box",

@@ -66,13 +66,14 @@ def follow_rows(store: RunStore, views: list[View], current: list[str | None]) -
         if store.refs[view.rid].no_trace:  # its row says why; nothing to draw
             continue
         try:
-            summary = store.get(view.rid).summary
+            run = store.get(view.rid).run
         except ProfilerError as exc:
             cards.append(widgets.card(str(exc)))
             continue
+        summary = run.to_json()
         ref = store.refs[view.rid]
         good.append(view.id)
-        off = (summary["devices"].get(view.device) or {}) if view.device else {}
+        off = run.device_copies(view.device)
         if (off.get("offload") or {}).get("count"):
             with_copies.add(view.id)
         items.append(
@@ -80,11 +81,11 @@ def follow_rows(store: RunStore, views: list[View], current: list[str | None]) -
                 label=rows.label(ref, summary, view.device),
                 full=rows.full_name(ref, summary, view.device),
                 copies={d: off.get(d) or copy_numbers.ZERO for d in ("h2d", "d2h", "offload")},
-                step_ns=summary["median_step_ns"],
-                peak_bytes=(summary.get("peak_memory_bytes") or {}).get(view.device),
+                step_ns=run.median_step_ns,
+                peak_bytes=run.peak_memory_bytes.get(view.device),
                 synthetic=ref.synthetic,
-                waits=copy_numbers.waits(summary, view.device),
-                stalled=copy_numbers.stalled(summary, view.device),
+                waits=copy_numbers.waits(run, view.device),
+                stalled=copy_numbers.stalled(run, view.device),
             )
         )
         if ref.provenance is not None and ref.id not in seen:

@@ -31,6 +31,7 @@ from dashboards.styles import CELL, CONTROL, MUTED
 from profiler.analysis.policies import frontier, per_step_and_gpu, planned_vs_moved, policy_table
 from profiler.predict.recorded import predicted
 from profiler.report.policies_text import policy_marks
+from profiler.runs.summary import RunSummary
 from profiler.units import byte_unit, human_bytes, human_time, si, time_unit
 
 MEMORY_MARKER = {
@@ -375,14 +376,15 @@ HEADER_TIPS = {
 }
 
 
-def pvm_figure(pvm: dict[str, Any], run: dict[str, Any], label: str) -> tuple[Figure, list[str]]:
+def pvm_figure(pvm: dict[str, Any], run: RunSummary | dict[str, Any], label: str) -> tuple[Figure, list[str]]:
     """Planned against moved bytes per step, per layer and activation (``planned_vs_moved``), and the
     flagged rows as sentences."""
-    comp = run.get("compiled") or {}
+    run = RunSummary.of(run)
+    comp = run.compiled or {}
     per = pvm.get("per") or "per step and GPU"
     if not comp.get("plan"):
         n_steps, _, _ = per_step_and_gpu(run)
-        moved = {dev: (c.get("d2h") or {}).get("bytes") or 0 for dev, c in (run.get("devices") or {}).items()}
+        moved = {dev: (c.get("d2h") or {}).get("bytes") or 0 for dev, c in (run.devices or {}).items()}
         each = ", ".join(f"GPU {dev} {human_bytes(b / n_steps)}" for dev, b in moved.items())
         why = "; ".join(comp.get("notes") or []) or "no compiled step"
         return (
@@ -485,7 +487,7 @@ def layout(plans: list[Any]) -> list[Any]:
 def register(app: dash.Dash, store: RunStore) -> None:
     def runs_of(selected: list[int], data: list[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]], list[str]]:
         rids = [rid for rid, _ in selection.selected_runs(store, selection.selected_views(selected, data))]
-        summaries = [store.results[rid].summary for rid in rids]
+        summaries = [store.results[rid].run for rid in rids]
         labels = unique([selection.run_label(store, rid)[0] for rid in rids])
         return rids, summaries, labels
 
@@ -529,10 +531,8 @@ def register(app: dash.Dash, store: RunStore) -> None:
         table, table_notes = policy_datatable(tab_doc, labels)
         options = [{"label": lab, "value": rid} for rid, lab in zip(rids, labels, strict=True)]
         # the first run with a compiler plan, else with copies: the one with most to compare
-        planned = [r for r, s in zip(rids, summaries, strict=True) if (s.get("compiled") or {}).get("plan")]
-        moved = [
-            r for r, s in zip(rids, summaries, strict=True) if ((s.get("copies") or {}).get("d2h") or {}).get("bytes")
-        ]
+        planned = [r for r, s in zip(rids, summaries, strict=True) if s.plan]
+        moved = [r for r, s in zip(rids, summaries, strict=True) if s.copy("d2h").get("bytes")]
         value = current if current in rids else (planned + moved + rids)[0]
         return (
             fig,
@@ -555,7 +555,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
             return dash.no_update, dash.no_update
         if not rid or rid not in store.results:
             return note_figure("Select runs in the table above, then pick one here.", height=200), []
-        summary = store.results[rid].summary
+        run = store.results[rid].run
         label, _ = selection.run_label(store, rid)
-        fig, flags = pvm_figure(planned_vs_moved(summary), summary, label)
+        fig, flags = pvm_figure(planned_vs_moved(run), run, label)
         return fig, [html.Li(f) for f in flags]

@@ -85,7 +85,7 @@ def cmd_policies(args: argparse.Namespace) -> int:
         print(_json_dump({"policies": tab, "planned_vs_moved": pvm, "no_trace": [s.doc() for s in skipped]}))
         return 0
     print(render_policy_comparison(tab))
-    synthetic = [r["policy"] for r in runs if (r.get("manifest") or {}).get("synthetic") is True]
+    synthetic = [r.policy for r in runs if r.synthetic]
     if synthetic:
         print(f"SYNTHETIC (a demonstration model, not a measurement): {', '.join(synthetic)}")
     if skipped:
@@ -468,7 +468,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     for run in runs:
         rid = record(Path(args.db), run, args.label)
         print(
-            f"recorded {run['policy']} ({Path(run['trace']).name}) as {rid}"
+            f"recorded {run.policy} ({Path(run.trace or '').name}) as {rid}"
             + (f" under label {args.label}" if args.label else "")
             + f" in {args.db}"
         )
@@ -479,9 +479,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from profiler.analysis.compare import DEFAULT_THRESHOLDS, compare, parse_threshold
+    from profiler.parallel import load_sides
     from profiler.report.compare_text import render_markdown, render_terminal
     from profiler.runs.discover import NoTrace
-    from profiler.runs.result import load_runs
 
     try:
         thresholds = [parse_threshold(t) for t in (args.fail_on or DEFAULT_THRESHOLDS)]
@@ -495,8 +495,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ProfilerError(str(exc)) from None
     skipped: list[NoTrace] = []
-    base = load_runs(args.base, Path(args.db), args.nsys, skipped)
-    head = load_runs(args.head, Path(args.db), args.nsys, skipped)
+    base, head = load_sides([args.base, args.head], Path(args.db), args.nsys, skipped)
     for s in dict.fromkeys(skipped):
         print(f"profile-step: not compared: {s.line()}", file=sys.stderr)
     result = compare(base, head, thresholds, gates)

@@ -4,6 +4,8 @@ Every engine runs the same function (``runs.result.rank_result``) on one
 path at a time and gets back only its small result; results come back in the
 order of the paths given.  Workers read the exports where they lie, so with
 Dask they must see the same file system and have this package installed.
+
+``load_sides``: compare's two sides, analysed at once in the same local pool.
 """
 
 from __future__ import annotations
@@ -16,13 +18,16 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
+from functools import partial
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 from profiler.conventions import DEFAULT_RANK_PATTERN, rank_from_name
 from profiler.errors import ProfilerError
-from profiler.runs.result import rank_result
+from profiler.runs.discover import NoTrace, trace_paths
+from profiler.runs.result import load_runs, rank_result
+from profiler.runs.summary import RunSummary
 
 
 def usable_cores() -> int:
@@ -107,7 +112,8 @@ def map_ranks(
     if dask or scheduler_file:
         _on_dask(args, dask, scheduler_file, nsys, pattern, done)
     elif jobs > 1 and len(args) > 1:
-        _on_pool(args, min(jobs, len(args)), nsys, pattern, done)
+        task = partial(rank_result, nsys=nsys, pattern=pattern)
+        _on_pool(args, min(jobs, len(args)), task, done, partial(_worker_died, pattern=pattern))
     else:
         for a in args:
             done(rank_result(a, nsys, pattern))
@@ -139,44 +145,101 @@ def _on_dask(
         client.close()
 
 
+Task = Callable[[str], dict[str, Any]]
+
+
 def _on_pool(
-    args: list[str], jobs: int, nsys: str | None, pattern: str, done: Callable[[dict[str, Any]], None]
+    args: list[str],
+    jobs: int,
+    task: Task,
+    done: Callable[[dict[str, Any]], None],
+    died: Callable[[str, Exception], dict[str, Any]],
 ) -> None:
-    """*jobs* workers: this process and jobs - 1 spawned ones, all taking ranks from one queue.
+    """*task* on every arg by *jobs* workers: this process and jobs - 1 spawned ones, all taking
+    args from one queue (*task* is pickled to the workers: a module-level function or a partial of one).
 
     This process starts working at once, while the others start up (about a
-    second: a fresh interpreter importing polars and NumPy); each spawned
-    worker keeps one rank queued so that it never waits for this one.  If a
-    spawned worker dies (killed, out of memory), the ranks it held are
-    reported failed and this process does the rest.
+    second: a fresh interpreter importing polars and NumPy); with more args than
+    workers each spawned worker keeps one arg queued so that it never waits for
+    this one.  If a spawned worker dies (killed, out of memory) or its task raises,
+    ``died(arg, exc)`` says what each arg it held gives, and this process does the rest.
     """
     from profiler.trace.sqlite_io import set_read_threads
 
     queue = deque(args)
     inflight: dict[Future[dict[str, Any]], str] = {}
+    per_worker = 2 if len(args) > jobs else 1
     prev_threads = single_threaded()
     try:
         with ProcessPoolExecutor(jobs - 1, mp_context=get_context("spawn"), initializer=single_threaded) as pool:
             broken = False
             while queue or inflight:
-                while queue and not broken and len(inflight) < 2 * (jobs - 1):
+                while queue and not broken and len(inflight) < per_worker * (jobs - 1):
                     try:
-                        inflight[pool.submit(rank_result, queue[0], nsys, pattern)] = queue[0]
+                        inflight[pool.submit(task, queue[0])] = queue[0]
                         queue.popleft()
                     except BrokenProcessPool:
                         broken = True
                 if queue:
-                    done(rank_result(queue.popleft(), nsys, pattern))
+                    done(task(queue.popleft()))
                 finished, _ = wait(inflight, timeout=0 if queue else None, return_when=FIRST_COMPLETED)
                 for fut in finished:
-                    done(_outcome(fut, inflight.pop(fut), pattern))
+                    arg = inflight.pop(fut)
+                    try:
+                        res = fut.result()
+                    except Exception as exc:
+                        res = died(arg, exc)
+                    done(res)
     finally:
         set_read_threads(prev_threads)
 
 
-def _outcome(fut: Future[dict[str, Any]], path: str, pattern: str) -> dict[str, Any]:
-    """A finished pool task's result, or its rank marked failed when its worker died."""
+def _worker_died(path: str, exc: Exception, pattern: str) -> dict[str, Any]:
+    """A rank whose worker died, marked failed."""
+    return {"path": path, "rank": rank_from_name(Path(path), pattern), "error": f"{path}: worker died ({exc!r})"}
+
+
+# --- compare's two sides --------------------------------------------------------------------------
+def side_task(arg: str, db: Path, nsys: str | None = None) -> dict[str, Any]:
+    """``load_runs`` of one side: ``{"arg", "runs", "skipped"}``, or ``{"arg", "error", "exit_code"}``
+    for its bad input (the one line it would have printed alone)."""
+    skipped: list[NoTrace] = []
     try:
-        return fut.result()
-    except Exception as exc:
-        return {"path": path, "rank": rank_from_name(Path(path), pattern), "error": f"{path}: worker died ({exc!r})"}
+        runs = load_runs(arg, db, nsys, skipped)
+    except ProfilerError as exc:
+        return {"arg": arg, "error": str(exc), "exit_code": exc.exit_code}
+    return {"arg": arg, "runs": runs, "skipped": skipped}
+
+
+def _names_traces(arg: str) -> bool:
+    try:
+        return trace_paths(arg, []) is not None
+    except ProfilerError:  # said in its turn, by load_runs
+        return False
+
+
+def load_sides(
+    sides: list[str], db: Path, nsys: str | None = None, skipped: list[NoTrace] | None = None
+) -> list[list[RunSummary]]:
+    """``load_runs`` of each side (compare's base and head), in order, run folders without a trace
+    added to *skipped*.  The sides that name traces are analysed at once, one in this process and
+    the others in spawned workers (``_on_pool``, as ``analyze --ranks``); in this process alone when
+    fewer than two sides name traces or one core is usable.  A side's bad input fails with its own
+    one-line error, the first side's first, as when they are loaded one after the other."""
+    traced = list(dict.fromkeys(a for a in sides if _names_traces(a)))
+    jobs = min(usable_cores(), len(traced))
+    results: dict[str, dict[str, Any]] = {}
+    if jobs >= 2:
+        task = partial(side_task, db=db, nsys=nsys)
+        _on_pool(traced, jobs, task, lambda r: results.__setitem__(r["arg"], r), lambda arg, _exc: task(arg))
+    out = []
+    for arg in sides:
+        res = results.get(arg) or side_task(arg, db, nsys)
+        if "error" in res:
+            err = ProfilerError(res["error"])
+            err.exit_code = res["exit_code"]
+            raise err
+        if skipped is not None:
+            skipped += res["skipped"]
+        out.append(res["runs"])
+    return out

@@ -99,8 +99,9 @@ def test_a_cycle_is_found(tmp_path: Path):
 
 # What each lower layer may import of the project (in functions too); anything else is above it.
 # runs/folder.py is the run folder's one reader and writer: standard library and conventions only, so
-# capture (which writes folders) and trace (which reads a capture's window from one) stand on it.
-BASE = {"profiler.units", "profiler.conventions", "profiler.errors", "profiler.runs.folder"}
+# capture (which writes folders) and trace (which reads a capture's window from one) stand on it;
+# runs/summary.py, the stored run document typed (standard library only), is what analysis reads runs by.
+BASE = {"profiler.units", "profiler.conventions", "profiler.errors", "profiler.runs.folder", "profiler.runs.summary"}
 LAYERS = {
     "profiler.runs.folder": BASE,
     "profiler.units": BASE,

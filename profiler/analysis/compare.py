@@ -1,6 +1,6 @@
 """Comparing two sets of runs (base and head) and gating on thresholds.
 
-Pure functions over ``runs.result.RunResult.to_json`` documents.  Runs are matched by
+Pure functions over runs (``runs.summary.RunSummary``; a run document is read into one).  Runs are matched by
 policy, layers by name.  A threshold ``METRIC:+N%`` fails when head is more
 than N% above base (``-N%``: below), ``METRIC:+N`` when more than N above in
 the metric's own unit; equal to the threshold passes.  When both sides have
@@ -17,6 +17,8 @@ import re
 import statistics
 from dataclasses import dataclass
 from typing import Any
+
+from profiler.runs.summary import LayerSummary, RunSummary, StepRow
 
 DEFAULT_THRESHOLDS = (
     "exposed_ns:+10%",
@@ -74,43 +76,45 @@ def parse_threshold(spec: str) -> Threshold:
     return Threshold(m.group(1), 1 if m.group(2) == "+" else -1, float(m.group(3)), m.group(4) == "%")
 
 
-def _included(run: dict[str, Any]) -> list[dict[str, Any]]:
-    return [s for s in run.get("steps", []) if not s.get("excluded")]
+def _included(run: RunSummary) -> tuple[StepRow, ...]:
+    return run.included_steps
 
 
-def step_flops(run: dict[str, Any]) -> float | None:
+def step_flops(run: RunSummary | dict[str, Any]) -> float | None:
     """FLOPs per step of the run's compiled step module (XLA's cost analysis), if known."""
-    return ((run.get("compiled") or {}).get("cost") or {}).get("flops")
+    return RunSummary.of(run).step_flops
 
 
-def per_step(run: dict[str, Any], metric: str) -> list[float]:
+def per_step(run: RunSummary | dict[str, Any], metric: str) -> list[float]:
     """The metric's value in each included step (empty when it has no per-step form)."""
+    run = RunSummary.of(run)
     if metric == "tflops":
-        flops = step_flops(run)
+        flops = run.step_flops
         if not flops:
             return []
-        return [flops / s["duration_ns"] / 1e3 for s in _included(run) if s.get("duration_ns")]
+        return [flops / s.duration_ns / 1e3 for s in run.included_steps if s.duration_ns]
     key = METRICS[metric][2]
     if key is None:
         return []
-    return [s[key] for s in _included(run) if s.get(key) is not None]
+    return [v for v in (getattr(s, key) for s in run.included_steps) if v is not None]
 
 
 # the numbers a GPU measures: not 0 but unmeasured ("–") on a run where no GPU ran
 GPU_METRICS = ("exposed_ns", "stall_ns", "hidden_fraction", "busy_ns", "d2h_bytes", "h2d_bytes", "d2h_gbps", "h2d_gbps")
 
 
-def gpu_ran(run: dict[str, Any]) -> bool:
+def gpu_ran(run: RunSummary | dict[str, Any]) -> bool:
     """Whether the run's trace holds GPU activity (a summary without the key: assumed so)."""
-    return bool(run.get("devices", True))
+    return RunSummary.of(run).gpu_ran
 
 
-def run_value(run: dict[str, Any], metric: str) -> float | None:
+def run_value(run: RunSummary | dict[str, Any], metric: str) -> float | None:
     """A run's headline value: per-step median when steps exist, else the whole-trace value."""
-    if metric in GPU_METRICS and not gpu_ran(run):
+    run = RunSummary.of(run)
+    if metric in GPU_METRICS and not run.gpu_ran:
         return None
     if metric == "tflops":  # one definition with the per-policy table: FLOPs / median step
-        flops, step = step_flops(run), run_value(run, "step_ns")
+        flops, step = run.step_flops, run_value(run, "step_ns")
         return flops / step / 1e3 if flops and step else None
     steps = per_step(run, metric)
     if steps:
@@ -120,16 +124,16 @@ def run_value(run: dict[str, Any], metric: str) -> float | None:
 
         return measured_memory(run)[0]
     if metric == "flops_per_step":
-        return step_flops(run)
+        return run.step_flops
     if metric == "work_rate":  # a ratio of two runs: set by compare (work_metric)
         return None
     if metric == "kernel_excess_ns":
-        return run.get("kernel_excess_ns")
-    copies = run["copies"]
+        return run.kernel_excess_ns
+    copies = run.copies
     return {
-        "step_ns": run.get("median_step_ns"),
+        "step_ns": run.median_step_ns,
         "exposed_ns": copies["offload"]["exposed_ns"],
-        "stall_ns": run.get("stall_ns"),
+        "stall_ns": run.stall_ns,
         "hidden_fraction": copies["offload"]["hidden_fraction"],
         "busy_ns": copies["offload"]["busy_ns"],
         "d2h_bytes": copies["d2h"]["bytes"],
@@ -139,10 +143,10 @@ def run_value(run: dict[str, Any], metric: str) -> float | None:
     }[metric]
 
 
-def layer_value(layer: dict[str, Any], metric: str) -> float | None:
+def layer_value(layer: LayerSummary, metric: str) -> float | None:
     if metric in ("d2h_bytes", "h2d_bytes"):
-        return layer[metric[:3]]["bytes"]
-    return layer["offload"].get(metric)
+        return layer.copies[metric[:3]]["bytes"]
+    return layer.offload.get(metric)
 
 
 def delta(base: float | None, head: float | None) -> dict[str, Any]:
@@ -151,7 +155,7 @@ def delta(base: float | None, head: float | None) -> dict[str, Any]:
     return {"base": base, "head": head, "delta": d, "relative": rel}
 
 
-def noise(base: dict[str, Any], head: dict[str, Any], metric: str) -> float | None:
+def noise(base: RunSummary, head: RunSummary, metric: str) -> float | None:
     """Twice the larger per-step standard deviation, when both sides have two or more steps."""
     b, h = per_step(base, metric), per_step(head, metric)
     if len(b) < 2 or len(h) < 2:
@@ -173,29 +177,29 @@ def crossed(t: Threshold, d: dict[str, Any], spread: float | None) -> tuple[bool
     return True, None
 
 
-def _by_policy(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
+def _by_policy(runs: list[RunSummary]) -> dict[str, list[RunSummary]]:
+    out: dict[str, list[RunSummary]] = {}
     for r in runs:
-        out.setdefault(r["policy"], []).append(r)
+        out.setdefault(r.policy, []).append(r)
     return out
 
 
-def _ranked(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _ranked(runs: list[RunSummary]) -> list[RunSummary]:
     """The runs of one policy that are ranks of one job (two or more distinct ranks)."""
-    ranked = [r for r in runs if r.get("rank") is not None]
-    return ranked if len({r["rank"] for r in ranked}) >= 2 else []
+    ranked = [r for r in runs if r.rank is not None]
+    return ranked if len({r.rank for r in ranked}) >= 2 else []
 
 
-def representative(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def representative(runs: list[RunSummary]) -> RunSummary:
     """The run compared for a policy: the slowest rank of a multi-rank job (it sets the pace
     of synchronous training), else the latest run."""
     ranked = _ranked(runs)
     if ranked:
-        return max(ranked, key=lambda r: (r.get("median_step_ns") or 0, r["copies"]["offload"]["exposed_ns"]))
+        return max(ranked, key=lambda r: (r.median_step_ns or 0, r.copies["offload"]["exposed_ns"]))
     return runs[-1]
 
 
-def rank_spread(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+def rank_spread(runs: list[RunSummary]) -> dict[str, Any] | None:
     """min/median/max of exposed copy time (per-step median when steps exist) over the ranks."""
     ranked = _ranked(runs)
     if not ranked:
@@ -206,7 +210,7 @@ def rank_spread(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
         "min": min(vals),
         "median": statistics.median(vals),
         "max": max(vals),
-        "compared_rank": representative(runs)["rank"],
+        "compared_rank": representative(runs).rank,
     }
 
 
@@ -217,17 +221,16 @@ def _finding_key(f: dict[str, Any]) -> tuple[str, str]:
     return f["id"], json.dumps(f.get("where") or {}, sort_keys=True)
 
 
-def findings_diff(base: dict[str, Any], head: dict[str, Any]) -> dict[str, Any]:
+def findings_diff(base: RunSummary, head: RunSummary) -> dict[str, Any]:
     """The findings of head that base does not have (by rule and place), and those gone."""
-    b = (base.get("findings") or {}).get("findings") or []
-    h = (head.get("findings") or {}).get("findings") or []
+    b, h = base.finding_list, head.finding_list
     bk, hk = {_finding_key(f) for f in b}, {_finding_key(f) for f in h}
     return {
         "new": [f for f in h if _finding_key(f) not in bk],
         "gone": [f for f in b if _finding_key(f) not in hk],
         "head": len(h),
         "base": len(b),
-        "recorded": {"base": base.get("findings") is not None, "head": head.get("findings") is not None},
+        "recorded": {"base": base.findings is not None, "head": head.findings is not None},
     }
 
 
@@ -243,14 +246,15 @@ def _gated(f: dict[str, Any], gates: list[str]) -> bool:
 
 
 def compare(
-    base_runs: list[dict[str, Any]],
-    head_runs: list[dict[str, Any]],
+    base_runs: list[RunSummary] | list[dict[str, Any]],
+    head_runs: list[RunSummary] | list[dict[str, Any]],
     thresholds: list[Threshold],
     finding_gates: list[str] | None = None,
 ) -> dict[str, Any]:
     """The comparison document: per policy and per layer, deltas, gate results and a verdict.
     *finding_gates* (rule ids or severities) fail on findings new in head."""
-    base, head = _by_policy(base_runs), _by_policy(head_runs)
+    base = _by_policy([RunSummary.of(r) for r in base_runs])
+    head = _by_policy([RunSummary.of(r) for r in head_runs])
     policies = [p for p in base if p in head]
     result: dict[str, Any] = {
         "thresholds": [t.text for t in thresholds],
@@ -284,11 +288,11 @@ def compare(
         for f in found["new"]:
             if _gated(f, finding_gates or []):
                 result["failures"].append({"policy": p, "finding": f["id"], "severity": f["severity"], **f})
-        bl, hl = b.get("layers", {}), h.get("layers", {})
+        bl, hl = b.layers, h.layers
         layers = [
             {
                 "layer": name,
-                "inferred_index": hl[name].get("inferred_index", False),
+                "inferred_index": hl[name].inferred_index,
                 **{m: delta(layer_value(bl[name], m), layer_value(hl[name], m)) for m in LAYER_METRICS},
             }
             for name in hl
@@ -309,7 +313,7 @@ def compare(
                 "rank_spread": spread if any(spread.values()) else None,
                 "findings": found,
                 "work": work,
-                "gpu_activity": {"base": gpu_ran(b), "head": gpu_ran(h)},
+                "gpu_activity": {"base": b.gpu_ran, "head": h.gpu_ran},
             }
         )
     result["passed"] = not result["failures"]
@@ -317,18 +321,18 @@ def compare(
 
 
 # --- work per window (profiler.analysis.work): beyond the copies ---------------------------------
-def _mean_stall_per_gpu(run: dict[str, Any]) -> float | None:
+def _mean_stall_per_gpu(run: RunSummary) -> float | None:
     """Time stalled by copies in the mean included step, per GPU."""
-    steps, n_dev = _included(run), len((run.get("work") or {}).get("devices") or {}) or 1
-    vals = [s["stall_ns"] for s in steps if s.get("stall_ns") is not None]
+    steps, n_dev = run.included_steps, len((run.work or {}).get("devices") or {}) or 1
+    vals = [s.stall_ns for s in steps if s.stall_ns is not None]
     return sum(vals) / len(vals) / n_dev if vals else None
 
 
-def policy_work(base: dict[str, Any], head: dict[str, Any]) -> dict[str, Any] | None:
+def policy_work(base: RunSummary, head: RunSummary) -> dict[str, Any] | None:
     """``work_compare`` of the two runs, with the mean step's stall time per GPU beside its split."""
     from profiler.analysis.work import work_compare
 
-    work = work_compare(base.get("work"), head.get("work"))
+    work = work_compare(base.work, head.work)
     if work and work["step"]:
         for side, run in (("base", base), ("head", head)):
             work["step"][side]["stall_ns"] = _mean_stall_per_gpu(run)
@@ -343,15 +347,15 @@ def work_metric(work: dict[str, Any] | None) -> dict[str, Any]:
     return d
 
 
-def _provenance(run: dict[str, Any]) -> dict[str, Any]:
-    man = run.get("manifest") or {}
+def _provenance(run: RunSummary) -> dict[str, Any]:
+    man = run.manifest or {}
     versions = man.get("versions") or {}
     return {
-        "trace": run["trace"],
+        "trace": run.trace,
         "command": man.get("nsys_command_line"),
         "xla_flags": (man.get("xla_flags") or {}).get("final"),
-        "nsys": versions.get("nsys") or run.get("nsys_version"),
+        "nsys": versions.get("nsys") or run.nsys_version,
         "jax": versions.get("jax"),
-        "gpus": run.get("gpus") or [],
+        "gpus": list(run.gpus),
         "git": (man.get("git") or {}).get("commit"),
     }

@@ -1,6 +1,6 @@
 """The policy decision: memory, FLOPs and speed per policy, and the compiler's plan against what
-the trace shows moving.  Pure functions over run summaries (``runs.result.RunResult.to_json``) and plan
-documents (``profile-step plan``).
+the trace shows moving.  Pure functions over runs (``runs.summary.RunSummary``; a run document is read
+into one) and plan documents (``profile-step plan``).
 
 Definitions (also in the README):
 
@@ -37,12 +37,13 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import polars as pl
 
 from profiler.analysis.offload_plan import by_layer, label
+from profiler.runs.summary import RunSummary, StepRow
 from profiler.xla.buffers import device_bytes
 from profiler.xla.targets import peak_tflops
 
@@ -129,13 +130,10 @@ def _median(values: list[float]) -> float | None:
     return float(statistics.median(values)) if values else None
 
 
-def _included(run: dict[str, Any]) -> list[dict[str, Any]]:
-    return [s for s in run.get("steps") or [] if not s.get("excluded")]
-
-
-def step_spread(steps: list[dict[str, Any]]) -> dict[str, float | None]:
+def step_spread(steps: Sequence[StepRow] | Sequence[dict[str, Any]]) -> dict[str, float | None]:
     """Shortest, longest and interquartile range of the included steps' durations (ns)."""
-    d = sorted(float(s["duration_ns"]) for s in steps if s.get("duration_ns") is not None)
+    durations = (s.duration_ns if isinstance(s, StepRow) else s.get("duration_ns") for s in steps)
+    d = sorted(float(x) for x in durations if x is not None)
     if not d:
         return {"step_min_ns": None, "step_max_ns": None, "step_spread_ns": None, "step_iqr_ns": None}
     iqr = None
@@ -150,54 +148,55 @@ def is_cpu(row: dict[str, Any]) -> bool:
     return row.get("platform") == "cpu" or (row.get("device_kind") or "").lower() == "cpu"
 
 
-def measured_memory(run: dict[str, Any]) -> tuple[int | None, int | None, str | None]:
+def measured_memory(run: RunSummary | dict[str, Any]) -> tuple[int | None, int | None, str | None]:
     """(peak bytes, limit bytes, source) of the run's devices."""
-    runtime = (run.get("manifest") or {}).get("runtime") or {}
-    dm = runtime.get("device_memory") or (run.get("manifest") or {}).get("device_memory") or {}
+    run = RunSummary.of(run)
+    dm = run.runtime.get("device_memory") or (run.manifest or {}).get("device_memory") or {}
     per = [d for d in dm.get("devices") or [] if d.get("peak_bytes_in_use") is not None]
     if per:
         limits = [d["bytes_limit"] for d in per if d.get("bytes_limit") is not None]
         return max(d["peak_bytes_in_use"] for d in per), (max(limits) if limits else None), "memory_stats()"
-    trace_peaks = [v for v in (run.get("peak_memory_bytes") or {}).values() if v is not None]
+    trace_peaks = [v for v in run.peak_memory_bytes.values() if v is not None]
     if trace_peaks:
         return max(trace_peaks), None, "CUDA memory events (trace)"
     return None, None, dm.get("note")
 
 
-def device_kind(run: dict[str, Any]) -> str | None:
-    devs = (run.get("manifest") or {}).get("devices") or []
+def device_kind(run: RunSummary | dict[str, Any]) -> str | None:
+    run = RunSummary.of(run)
+    devs = (run.manifest or {}).get("devices") or []
     kinds = [d.get("kind") for d in devs if d.get("kind")]
-    return kinds[0] if kinds else (run.get("gpus") or [None])[0]
+    return kinds[0] if kinds else (run.gpus or (None,))[0]
 
 
-def policy_row(run: dict[str, Any], peak_override: float | None = None) -> dict[str, Any]:
+def policy_row(run: RunSummary | dict[str, Any], peak_override: float | None = None) -> dict[str, Any]:
     """Everything the per-policy table shows for one run (see the module docstring)."""
-    runtime = (run.get("manifest") or {}).get("runtime") or {}
-    comp = run.get("compiled") or {"notes": ["run summary without the compiled step"]}
-    steps = _included(run)
-    n_steps = len(run.get("steps") or [])
+    run = RunSummary.of(run)
+    comp = run.compiled or {"notes": ["run summary without the compiled step"]}
+    steps = run.included_steps
+    n_steps = len(run.steps)
     # per device: the trace's step and copy numbers are sums over its GPUs (an SPMD step runs on each)
-    n_dev = max(len(run.get("devices") or {}), 1)
-    median_ns = run.get("median_step_ns")
+    n_dev = run.device_count
+    median_ns = run.median_step_ns
     peak, limit, mem_source = measured_memory(run)
     memory = comp.get("memory") or {}
     plan = comp.get("plan")
     flops = (comp.get("cost") or {}).get("flops")
-    model_flops = runtime.get("model_flops_per_step")
+    model_flops = run.runtime.get("model_flops_per_step")
     kind = device_kind(run)
     peak_tf = peak_override if peak_override is not None else peak_tflops(kind)
     secs = median_ns / 1e9 if median_ns else None
-    exposed = _median([s["exposed_ns"] / n_dev for s in steps if s.get("exposed_ns") is not None])
-    stalls = [s["stall_ns"] / n_dev for s in steps if s.get("stall_ns") is not None]
+    exposed = _median([s.exposed_ns / n_dev for s in steps if s.exposed_ns is not None])
+    stalls = [s.stall_ns / n_dev for s in steps if s.stall_ns is not None]
     stalled = (
         _median(stalls)
         if stalls
-        else (run["stall_ns"] / n_steps / n_dev if run.get("stall_ns") is not None and n_steps else None)
+        else (run.stall_ns / n_steps / n_dev if run.stall_ns is not None and n_steps else None)
     )
-    gpu = bool(run.get("devices", True))  # a summary without the key: say nothing of the GPU
+    gpu = run.gpu_ran  # a summary without the key: say nothing of the GPU
     if not gpu:  # no GPU ran: copy time not hidden and stalls are not measured, not 0
         exposed = stalled = None
-    copies = run.get("copies") or {}
+    copies = run.copies
     placements = (plan or {}).get("host_placements") or {}
 
     def moved(direction: str) -> float | None:
@@ -207,8 +206,8 @@ def policy_row(run: dict[str, Any], peak_override: float | None = None) -> dict[
         return (copies.get(direction) or {}).get("bytes", 0) / n_steps / n_dev
 
     return {
-        "policy": run["policy"],
-        "trace": run.get("trace"),
+        "policy": run.policy,
+        "trace": run.trace,
         "gpu_activity": gpu,
         "steps": len(steps),
         "median_step_ns": median_ns,
@@ -304,20 +303,21 @@ def within_spread(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-Predictor = Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
+Predictor = Callable[[RunSummary, dict[str, Any]], dict[str, Any]]
 
 
 def policy_table(
-    runs: list[dict[str, Any]], peak_override: float | None = None, predict: Predictor | None = None
+    runs: list[RunSummary] | list[dict[str, Any]], peak_override: float | None = None, predict: Predictor | None = None
 ) -> dict[str, Any]:
     """One row per run, in the runs' order; recomputation against the ``none`` policy's FLOPs;
     policies that compiled to the same step; step times within each other's spread; CPU runs.
 
     *predict* (run, row) -> the static prediction of the run's own step against its measurement
     (``profiler.predict.recorded.predicted``, which reads the run folder's HLO), as ``predicted``."""
-    rows = [policy_row(r, peak_override) for r in runs]
+    summaries = [RunSummary.of(r) for r in runs]
+    rows = [policy_row(r, peak_override) for r in summaries]
     if predict is not None:
-        for row, run in zip(rows, runs, strict=True):
+        for row, run in zip(rows, summaries, strict=True):
             row["predicted"] = predict(run, row)
     base = next((r["flops_per_step"] for r in rows if r["policy"] == BASELINE_POLICY and r["flops_per_step"]), None)
     for r in rows:
@@ -334,17 +334,17 @@ def policy_table(
 
 
 # --- planned against moved ---------------------------------------------------------------------
-def per_step_and_gpu(run: dict[str, Any]) -> tuple[int, int, str]:
+def per_step_and_gpu(run: RunSummary | dict[str, Any]) -> tuple[int, int, str]:
     """(steps, GPUs, words): what divides a run's trace-wide byte sums (every GPU, the whole window)
     to give them per step and GPU, as the policy table shows them.  Without steps the divisor is
     1 step, and the words say so: a capture is not a step."""
-    n_steps = len(run.get("steps") or [])
-    n_dev = max(len(run.get("devices") or {}), 1)
+    run = RunSummary.of(run)
+    n_steps, n_dev = len(run.steps), run.device_count
     words = "per step and GPU" if n_steps else "per GPU, over the whole capture (no steps)"
     return max(n_steps, 1), n_dev, words
 
 
-def planned_vs_moved(run: dict[str, Any], tolerance: float = DIFF_TOLERANCE) -> dict[str, Any]:
+def planned_vs_moved(run: RunSummary | dict[str, Any], tolerance: float = DIFF_TOLERANCE) -> dict[str, Any]:
     """Per layer and activation: planned bytes per step (the step module's plan, which each GPU
     runs) against the bytes the trace moved per step and GPU (``per_step_and_gpu``: ``per`` says
     which), matched through the XLA instruction that moved them.
@@ -354,7 +354,8 @@ def planned_vs_moved(run: dict[str, Any], tolerance: float = DIFF_TOLERANCE) -> 
     a plan), ``differs`` (more than *tolerance*
     apart), else ``ok``.
     """
-    comp = run.get("compiled") or {}
+    run = RunSummary.of(run)
+    comp = run.compiled or {}
     plan = comp.get("plan")
     n_steps, n_dev, per = per_step_and_gpu(run)
     share = n_steps * n_dev
@@ -383,7 +384,7 @@ def planned_vs_moved(run: dict[str, Any], tolerance: float = DIFF_TOLERANCE) -> 
         x["planned_d2h_bytes"] += r["d2h_bytes"]
         x["planned_h2d_bytes"] += r["h2d_bytes"]
     seen = {"d2h": 0, "h2d": 0}
-    for op in run.get("copy_ops") or []:
+    for op in run.copy_ops:
         name = op["op"]
         m = _HLO_OP.match(name)
         if m and name not in owner:
@@ -395,9 +396,8 @@ def planned_vs_moved(run: dict[str, Any], tolerance: float = DIFF_TOLERANCE) -> 
             seen[d] += b
             x = row(*owner[name]) if name in owner else row(None, None, name)
             x[f"moved_{d}_bytes"] += b / share
-    copies = run.get("copies") or {}
     for d in ("d2h", "h2d"):
-        rest = ((copies.get(d) or {}).get("bytes") or 0) - seen[d]
+        rest = (run.copy(d).get("bytes") or 0) - seen[d]
         if rest > 0:
             row(None, None, "(outside any XLA instruction range)")[f"moved_{d}_bytes"] += rest / share
     out = []
@@ -417,8 +417,8 @@ def planned_vs_moved(run: dict[str, Any], tolerance: float = DIFF_TOLERANCE) -> 
 
     out.sort(key=lambda x: (x["unplanned_op"] is not None, _natural_key(x["layer"] or "~"), x["activation"] or "~"))
     return {
-        "policy": run["policy"],
-        "trace": run.get("trace"),
+        "policy": run.policy,
+        "trace": run.trace,
         "step_module": comp.get("module"),
         "step_chosen_by": comp.get("chosen_by"),
         "plan_note": comp.get("plan_note"),

@@ -16,6 +16,7 @@ from typing import Any
 from profiler.analysis.links import host_link
 from profiler.predict.step import LABEL, predict_file
 from profiler.runs.folder import compiled_in
+from profiler.runs.summary import RunSummary
 from profiler.xla.proto import read_bytes
 from profiler.xla.targets import TARGETS
 
@@ -56,21 +57,22 @@ def _predict_cached(hlo: str, mtime: float, spec: str, link_key: str, peak: floa
     return predict_file(Path(hlo), spec, [parse_link(link_key)], peak)
 
 
-def run_prediction(run: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+def run_prediction(run: RunSummary | dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     """The prediction for one policy-table row (*row*) of run summary *run*: ``{"prediction": doc or
     None, "target", "link", "notes"}``."""
+    run = RunSummary.of(run)
     out: dict[str, Any] = {"label": LABEL, "prediction": None, "target": None, "link": None, "notes": []}
     if row.get("platform") == "cpu" or (row.get("device_kind") or "").lower() == "cpu":
         out["notes"].append("no prediction: a CPU run's compiled step is XLA:CPU's, with no GPU schedule")
         return out
-    if not run.get("trace") or not row.get("step_module"):
+    if not run.trace or not row.get("step_module"):
         out["notes"].append("no prediction: no compiled step module in the run folder")
         return out
-    hlo, target_file = _step_files(Path(run["trace"]).parent, row["step_module"])
+    hlo, target_file = _step_files(Path(run.trace).parent, row["step_module"])
     if hlo is None or not hlo.is_file():
         out["notes"].append("no prediction: the step module's HLO is not in the run folder's dump")
         return out
-    gpus = [g for g in [row.get("device_kind"), *(run.get("gpus") or [])] if g and g.lower() != "cpu"]
+    gpus = [g for g in [row.get("device_kind"), *run.gpus] if g and g.lower() != "cpu"]
     spec, why = _spec_for(gpus, target_file)
     if spec is None:
         out["notes"].append(f"no prediction: {why}")
@@ -83,19 +85,16 @@ def run_prediction(run: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def against_measured(row: dict[str, Any], run: dict[str, Any], pred: dict[str, Any]) -> dict[str, Any]:
+def against_measured(row: dict[str, Any], run: RunSummary | dict[str, Any], pred: dict[str, Any]) -> dict[str, Any]:
     """Predicted against measured for one row: step and exposed copy time per step and device
     (the row's medians), the error, and per layer the exposed copy time (the trace's per layer
     totals / steps / devices)."""
     p = pred.get("prediction") or {}
     step, exposed = p.get("predicted_step_ns"), p.get("predicted_exposed_ns")
     m_step, m_exp = row.get("median_step_ns"), row.get("exposed_ns")
-    n_steps = max(len(run.get("steps") or []), 1)
-    n_dev = max(len(run.get("devices") or {}), 1)
-    measured_layers = {
-        name: (v.get("offload") or {}).get("exposed_ns", 0) / n_steps / n_dev
-        for name, v in (run.get("layers") or {}).items()
-    }
+    run = RunSummary.of(run)
+    n_steps, n_dev = max(len(run.steps), 1), run.device_count
+    measured_layers = {name: v.offload.get("exposed_ns", 0) / n_steps / n_dev for name, v in run.layers.items()}
     layers = []
     for x in p.get("layers") or []:
         got = measured_layers.get(x["layer"]) if x["layer"] is not None else None
@@ -115,6 +114,6 @@ def against_measured(row: dict[str, Any], run: dict[str, Any], pred: dict[str, A
     }
 
 
-def predicted(run: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+def predicted(run: RunSummary | dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     """``analysis.policies.policy_table``'s *predict*: the run's own step predicted, against the row."""
     return against_measured(row, run, run_prediction(run, row))

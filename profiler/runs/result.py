@@ -37,6 +37,7 @@ from profiler.conventions import DEFAULT_RANK_PATTERN, rank_from_name
 from profiler.errors import InputError, ProfilerError
 from profiler.runs import folder
 from profiler.runs.discover import NoTrace, trace_paths
+from profiler.runs.summary import RunSummary, StepRow
 from profiler.trace.loader import Trace
 from profiler.trace.window import Window
 from profiler.xla.names import DEFAULT_LAYER_PATTERN
@@ -72,22 +73,6 @@ class TraceInfo:
             "gpus": self.device_names,
             "window": self.window.facts(),
         }
-
-
-@dataclass(frozen=True)
-class StepRow:
-    """One step of the run: its time and its offload copies over all devices."""
-
-    name: str
-    duration_ns: int
-    excluded: str | None  # why the step is left out of the median (warm-up, outlier), else None
-    exposed_ns: int
-    stall_ns: int
-    busy_ns: int
-    hidden_fraction: float | None
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)
@@ -230,6 +215,11 @@ class RunResult:
         return {d: totals([dev["copies"][d] for dev in self.devices.values()]) for d in DIRECTIONS}
 
     # --- the documents -------------------------------------------------------------------------
+    def summary(self) -> RunSummary:
+        """The run document, typed: what compare, the policy table and the dashboard read (the same
+        type as a run read back from the results database)."""
+        return RunSummary.from_json(self.to_json())
+
     def to_json(self) -> dict[str, Any]:
         """The run document (``record``, ``compare``, the dashboard, the per-rank task)."""
         devices = self.devices
@@ -429,18 +419,16 @@ def rank_result(path: str, nsys: str | None = None, pattern: str = DEFAULT_RANK_
     return {**out, **doc}
 
 
-def load_runs(
-    arg: str, db: Path, nsys: str | None = None, skipped: list[NoTrace] | None = None
-) -> list[dict[str, Any]]:
-    """The run documents *arg* names: its traces analysed (``RunResult.to_json``), or the runs
-    recorded under that label in the results database; run folders without a trace go to
-    *skipped* when it is given."""
+def load_runs(arg: str, db: Path, nsys: str | None = None, skipped: list[NoTrace] | None = None) -> list[RunSummary]:
+    """The runs *arg* names: its traces analysed (``RunResult.summary``), or the runs recorded
+    under that label in the results database; run folders without a trace go to *skipped* when
+    it is given."""
     from profiler.runs.store import load_label
     from profiler.trace import load_trace
 
     traces = trace_paths(arg, skipped)
     if traces is not None:
-        return [collect(load_trace(t, nsys), folder.manifest_of(t)) for t in traces]
+        return [RunSummary.from_json(collect(load_trace(t, nsys), folder.manifest_of(t))) for t in traces]
     if db.is_file():
-        return load_label(db, arg)
+        return [RunSummary.from_json(doc) for doc in load_label(db, arg)]
     raise InputError(arg, f"is neither a trace, a run folder, nor a label (no results database {db})")

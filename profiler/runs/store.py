@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 from profiler.analysis.run_metrics import SUM_KEYS
 from profiler.errors import InputError
 from profiler.runs import folder
+from profiler.runs.summary import RunSummary
 
 METRIC_COLUMNS = (
     *SUM_KEYS,
@@ -52,8 +53,11 @@ def open_db(path: Path, create: bool) -> sqlite_utils.Database:
         raise InputError(path, f"cannot be used as a results database ({exc})") from None
 
 
-def record(db_path: Path, run: dict[str, Any], label: str | None) -> str:
-    """Write *run* (``runs.result.RunResult.to_json``) under *label*; returns its run id."""
+def record(db_path: Path, run: RunSummary | dict[str, Any], label: str | None) -> str:
+    """Write *run* (``runs.result.RunResult.summary``, or its document ``to_json``) under *label*;
+    returns its run id."""
+    if isinstance(run, RunSummary):
+        run = run.to_json()
     db = open_db(db_path, create=True)
     rid = folder.run_id(run["trace"])
     now = datetime.now(UTC).isoformat(timespec="seconds")
