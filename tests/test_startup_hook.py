@@ -230,3 +230,20 @@ def test_a_script_python_without_nvtx_is_said_with_the_install_command():
     assert "jit_train_step 5x, jit__lambda 1x" in line
     assert "'/opt/maxtext venv/bin/python' -m pip install 'nvtx>=0.2.8,<0.2.12'" in line
     assert nvtx_line("minimal", {"notes": [], "executions": {"jit_step": 3}}) is None
+
+
+def test_the_policy_table_says_why_a_run_without_nvtx_has_no_steps():
+    """analyze of such runs, later: the table's note says why steps is 0 and how to get them."""
+    from profiler.analysis.policies import no_step_ranges
+    from profiler.runs.summary import RunSummary
+
+    manifest = {
+        "program": ["/opt/maxtext venv/bin/python", "train.py", "steps=5"],
+        "startup_hook": {"notes": ["no nvtx binding: executions are counted, not recorded in the trace"]},
+    }
+    run = RunSummary.from_json({"trace": "/r/trace.sqlite", "policy": "minimal", "steps": [], "manifest": manifest})
+    (note,) = no_step_ranges(run)
+    assert note.startswith("no steps: the script's Python has no nvtx package")
+    assert note.endswith("install it: '/opt/maxtext venv/bin/python' -m pip install 'nvtx>=0.2.8,<0.2.12'")
+    with_nvtx = {**manifest, "startup_hook": {"notes": []}}
+    assert no_step_ranges(RunSummary.from_json({"trace": "/r/t.sqlite", "steps": [], "manifest": with_nvtx})) == []

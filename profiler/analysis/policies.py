@@ -36,13 +36,16 @@ Definitions (also in the README):
 from __future__ import annotations
 
 import re
+import shlex
 import statistics
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from profiler.analysis.offload_plan import by_layer, label
+from profiler.conventions import NO_NVTX_NOTE, NVTX_REQUIREMENT
 from profiler.runs.summary import RunSummary, StepRow
 from profiler.xla.buffers import device_bytes
 from profiler.xla.targets import peak_tflops
@@ -243,8 +246,24 @@ def policy_row(run: RunSummary | dict[str, Any], peak_override: float | None = N
         "same_hlo_as": [],
         "step_chosen_by": comp.get("chosen_by"),
         "plan_note": comp.get("plan_note"),
-        "notes": list(dict.fromkeys(comp.get("notes") or [])),
+        "notes": list(dict.fromkeys([*no_step_ranges(run), *(comp.get("notes") or [])])),
     }
+
+
+def no_step_ranges(run: RunSummary) -> list[str]:
+    """Why a run has no steps when the script's Python had no nvtx package: the start-up hook
+    counted the step's executions but could not write them into the trace."""
+    hook = (run.manifest or {}).get("startup_hook") or {}
+    if run.steps or not any(str(n).startswith(NO_NVTX_NOTE) for n in hook.get("notes") or []):
+        return []
+    program = (run.manifest or {}).get("program") or []
+    first = str(program[0]) if program else ""
+    exe = hook.get("executable") or (first if Path(first).name.startswith("python") else "python")
+    return [
+        "no steps: the script's Python has no nvtx package, so profile-step's start-up hook counted the "
+        "executions but wrote no ranges (XLA:CPU writes none of its own); install it: "
+        f"{shlex.quote(exe)} -m pip install '{NVTX_REQUIREMENT}'"
+    ]
 
 
 def same_hlo(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

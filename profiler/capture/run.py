@@ -23,6 +23,8 @@ from profiler.capture import no_trace, nsys_command, policy_arg, startup, step_m
 from profiler.capture.console import ConsoleFilter
 from profiler.conventions import (
     CAPTURE_MANIFEST_KEY,
+    NO_NVTX_NOTE,
+    NVTX_REQUIREMENT,
     POLICY_ENV,
     RUN_DIR_ENV,
     RUNTIME_FACTS,
@@ -181,14 +183,14 @@ def flags_line(policy: str, hook: dict[str, Any]) -> str | None:
 def nvtx_line(policy: str, hook: dict[str, Any]) -> str | None:
     """One line when the script's interpreter has no nvtx package: the hook counted executions but wrote
     no ranges, so a run without XLA's own ranges (any CPU run) has no steps."""
-    if not any(str(n).startswith("no nvtx binding") for n in (hook or {}).get("notes") or []):
+    if not any(str(n).startswith(NO_NVTX_NOTE) for n in (hook or {}).get("notes") or []):
         return None
     exe = hook.get("executable") or "python"
     runs = ", ".join(f"{m} {n}x" for m, n in sorted((hook.get("executions") or {}).items(), key=lambda kv: -kv[1]))
     return (
         f"profile-step: policy {policy}: the script's Python has no nvtx package, so the start-up hook counted "
         f"the executions ({runs or 'none'}) but wrote no ranges: without XLA's own (any CPU run) there are no "
-        f"steps; install it there: {shlex.quote(exe)} -m pip install 'nvtx>=0.2.8,<0.2.12'"
+        f"steps; install it there: {shlex.quote(exe)} -m pip install '{NVTX_REQUIREMENT}'"
     )
 
 
