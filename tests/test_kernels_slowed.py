@@ -282,3 +282,28 @@ def test_compare_gates_on_kernel_excess_by_default(build, beside, fails):
     proc = run_cli("compare", str(base), str(head))
     assert proc.returncode == (1 if fails else 0), proc.stdout + proc.stderr
     assert "kernel time lost beside copies" in proc.stdout
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_group_keys_equal_exactly_where_rows_are(data):
+    """``group_keys``: one integer per row, equal exactly where the rows' values are (NULLs equal),
+    also when the columns' ranges overflow the mixed radix and the key is renumbered on the way."""
+    import polars as pl
+
+    from profiler.analysis.kernels_slowed import group_keys
+
+    n = data.draw(st.integers(1, 40))
+    small = st.one_of(st.none(), st.integers(0, 3))
+    mid = st.sampled_from([0, (1 << 24) - 2])  # a bound of 2^24 each: three of them overflow the radix
+    wide = st.one_of(st.none(), st.sampled_from([-(1 << 62), -5, 0, 7, 1 << 40, (1 << 62) + 1]))
+    values = [st.one_of(small, wide), mid, mid, mid, st.one_of(small, wide), small]
+    cols = {f"c{i}": data.draw(st.lists(v, min_size=n, max_size=n)) for i, v in enumerate(values)}
+    names = st.one_of(st.none(), st.sampled_from(["a", "b", "ncclX", ""]))
+    cols["name"] = data.draw(st.lists(names, min_size=n, max_size=n))
+    frame = pl.DataFrame(cols, schema={**{f"c{i}": pl.Int64 for i in range(6)}, "name": pl.String})
+    keys = group_keys(frame, tuple(frame.columns))
+    rows = frame.rows()
+    for i in range(n):
+        for j in range(n):
+            assert (keys[i] == keys[j]) == (rows[i] == rows[j])

@@ -124,10 +124,10 @@ def gpu_ops(trace: Trace, kinds: tuple[str, ...] = OP_KINDS, launched: Any = Non
     ops = pl.concat(frames).filter(pl.col("end") >= pl.col("start"))
     tables = tuple(KIND_TABLES[k] for k in kinds)
     ops = ops.with_row_index("op_id").with_columns(pl.col("op_id").cast(I64))
-    runtime = trace.launches_of(tables)
-    if launched is not None and kinds == OP_KINDS and runtime is trace.runtime and _same_ops(ops, launched):
+    # every kind: the launches come from all runtime rows, as the stalls' ops' did (reused, not read again)
+    if launched is not None and kinds == OP_KINDS and _same_ops(ops, launched):
         return pl.concat([ops, launched.launches_in_input_order()], how="horizontal")
-    return with_launches(ops, runtime)
+    return with_launches(ops, trace.launches_of(tables))
 
 
 def _same_ops(ops: pl.DataFrame, launched: Any) -> bool:

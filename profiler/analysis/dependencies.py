@@ -91,7 +91,7 @@ class GpuOps:
     @cached_property
     def prev(self) -> np.ndarray:
         """The row of the op before each op on its stream (by start, then correlationId), or -1."""
-        prev = np.arange(len(self), dtype=np.int64) - 1
+        prev = np.arange(-1, len(self) - 1, dtype=index_dtype(len(self)))
         if len(self):
             first = np.r_[True, self.skey[1:] != self.skey[:-1]]
             prev[first] = -1
@@ -141,8 +141,9 @@ class Dependencies:
         return self.target[order], self.blocker[order]
 
 
-def gpu_ops(trace: Trace) -> GpuOps:
-    """Every valid kernel, copy and memset of *trace*, with launch times, in stream order."""
+def gpu_ops(trace: Trace, runtime: pl.DataFrame | None = None) -> GpuOps:
+    """Every valid kernel, copy and memset of *trace*, with launch times, in stream order
+    (*runtime*: the trace's runtime rows when already at hand, else ``trace.runtime``)."""
     none = pl.lit(None, pl.Int64)
     common = ("pid", "device", "stream", "start", "end", "correlation_id")
     k = trace.kernel_ops
@@ -156,20 +157,25 @@ def gpu_ops(trace: Trace) -> GpuOps:
         ),
         m.select(*common, pl.lit(MEMSET, pl.Int64).alias("kind")),
     ]
-    ops = (
-        pl.concat([f.with_columns(pl.col(x).cast(pl.Int64) for x in (*common, "kind")) for f in frames])
+    ops = (  # one pass: no concatenated copy before the filter
+        pl.concat([f.lazy().with_columns(pl.col(x).cast(pl.Int64) for x in (*common, "kind")) for f in frames])
         .filter(pl.col("end") >= pl.col("start"))
         .with_columns(pl.col(x).fill_null(v) for x, v in _FILL.items())
+        .collect()
     )
+    del frames
     if ops.height and trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
-        ops = with_launches(ops, trace.runtime)
+        ops = with_launches(ops, trace.runtime if runtime is None else runtime)
     else:
         ops = ops.with_columns(none.alias("launch_start"), none.alias("launch_gtid"))
 
     names = {"pid": "pid", "device": "device", "stream": "stream", "start": "start", "end": "end"}
     names |= {"corr": "correlation_id", "kind": "kind", "launch": "launch_start", "gtid": "launch_gtid"}
-    cols = {k: _int_column(ops, c, NO_TIME if k == "launch" else -1) for k, c in names.items()}
-    del ops  # the frame's memory goes back before the sorted copies are made
+    # column by column out of the frame: each frame column goes as its array is made
+    cols = {
+        k: _int_column(ops.drop_in_place(c), NO_TIME if k == "launch" else -1, _NARROW.get(k)) for k, c in names.items()
+    }
+    del ops
     # stream order; NumPy's lexsort is several times faster here than a multi-column polars sort
     order = np.lexsort((cols["corr"], cols["start"], cols["stream"], cols["device"], cols["pid"]))
     for k in cols:  # one column at a time: each unsorted column is freed as its sorted copy is made
@@ -188,11 +194,30 @@ def gpu_ops(trace: Trace) -> GpuOps:
             "stream": stream[heads],
         }
     )
-    return GpuOps(**cols, skey=skey.astype(np.int64), streams=streams, row=order.astype(np.int64, copy=False))
+    return GpuOps(**cols, skey=_narrow(skey, np.int32), streams=streams, row=_narrow(order, np.int32))
 
 
-def _int_column(frame: pl.DataFrame, name: str, fill: int) -> np.ndarray:
-    return frame[name].fill_null(fill).to_numpy().astype(np.int64, copy=False)
+# Columns of GpuOps held narrower than int64 when their values fit (times and threads stay
+# int64): a million ops hold about 100 MB.
+_NARROW = {"pid": np.int32, "device": np.int32, "stream": np.int32, "corr": np.int32, "kind": np.int8}
+
+
+def index_dtype(n: int) -> type[np.signedinteger]:
+    """The dtype of row numbers (and -1) among *n* rows: int32 when they fit."""
+    return np.int32 if n < np.iinfo(np.int32).max else np.int64
+
+
+def _narrow(values: np.ndarray, dtype: type[np.signedinteger] | None) -> np.ndarray:
+    """*values* as *dtype* when every value fits in it, else as int64."""
+    if dtype is not None and values.size:
+        info = np.iinfo(dtype)
+        if info.min <= int(values.min()) and int(values.max()) <= info.max:
+            return values.astype(dtype)
+    return values.astype(np.int64, copy=False)
+
+
+def _int_column(column: pl.Series, fill: int, dtype: type[np.signedinteger] | None = None) -> np.ndarray:
+    return _narrow(column.fill_null(fill).to_numpy(), dtype)
 
 
 def search_in_groups(groups: np.ndarray, times: np.ndarray, qg: np.ndarray, qt: np.ndarray, side: str) -> np.ndarray:
@@ -244,12 +269,14 @@ def _stream_keys(ops: GpuOps, rows: pl.DataFrame) -> np.ndarray:
     return keyed.sort("_row")["skey"].fill_null(-1).to_numpy().astype(np.int64)
 
 
-def _launches(trace: Trace, rows: pl.DataFrame) -> np.ndarray:
-    """Start of the runtime row with each row's (pid, correlation_id), ``NO_TIME`` where none."""
+def _launches(trace: Trace, rows: pl.DataFrame, runtime: pl.DataFrame | None = None) -> np.ndarray:
+    """Start of the runtime row with each row's (pid, correlation_id), ``NO_TIME`` where none
+    (*runtime*: as in ``gpu_ops``)."""
     if rows.height == 0 or not trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
         return np.full(rows.height, NO_TIME, dtype=np.int64)
     got = with_launches(
-        rows.select(pl.col("pid").cast(pl.Int64), pl.col("correlation_id").cast(pl.Int64)), trace.runtime
+        rows.select(pl.col("pid").cast(pl.Int64), pl.col("correlation_id").cast(pl.Int64)),
+        trace.runtime if runtime is None else runtime,
     )
     return got["launch_start"].fill_null(NO_TIME).to_numpy().astype(np.int64)
 
@@ -280,9 +307,10 @@ class EventIndex:
     completes: np.ndarray
 
     @staticmethod
-    def of(trace: Trace, ops: GpuOps) -> EventIndex:
+    def of(trace: Trace, ops: GpuOps, runtime: pl.DataFrame | None = None) -> EventIndex:
+        """The index of *trace*'s records against *ops* (*runtime*: as in ``gpu_ops``)."""
         records = trace.event_records.filter(pl.col("event_id").is_not_null()).with_columns(pl.col("pid").fill_null(-1))
-        t_rec = _launches(trace, records)
+        t_rec = _launches(trace, records, runtime)
         completes = completed_ops(ops, _stream_keys(ops, records), t_rec)
         keys = records.select("pid", "event_id").unique(maintain_order=True).with_row_index("ek")
         ek = records.join(keys, on=["pid", "event_id"], how="left", maintain_order="left")["ek"].to_numpy()
@@ -307,16 +335,26 @@ class EventIndex:
         return out
 
 
+def _runtime_rows(trace: Trace) -> pl.DataFrame | None:
+    """``trace.runtime`` if the trace holds it, else the same rows read without keeping them."""
+    if not trace.has("CUPTI_ACTIVITY_KIND_RUNTIME"):
+        return None
+    return trace.runtime if "runtime" in trace.__dict__ else trace.read_runtime()
+
+
 def dependencies(trace: Trace, ops: GpuOps | None = None) -> Dependencies:
     """Resolve every stream wait of *trace* to the op it waits for (rules 1 to 3)."""
-    ops = gpu_ops(trace) if ops is None else ops
-    syncs = trace.syncs
-    waits = syncs.filter(pl.col("stream").is_not_null() & pl.col("event_id").is_not_null())
+    waits = trace.syncs.filter(pl.col("stream").is_not_null() & pl.col("event_id").is_not_null())
+    # the runtime rows (the biggest table) are read once for the ops' and the records' launch
+    # times and let go when this pass ends, unless the trace keeps them already
+    runtime = _runtime_rows(trace) if ops is None or waits.height else None
+    ops = gpu_ops(trace, runtime) if ops is None else ops
     empty = np.zeros(0, dtype=np.int64)
     if waits.height == 0:
         return Dependencies(ops, empty, empty, {})
     waits = waits.with_columns(pl.col("pid").fill_null(-1))
-    events = EventIndex.of(trace, ops)
+    events = EventIndex.of(trace, ops, runtime)
+    del runtime
     t_w = waits["start"].fill_null(NO_TIME).to_numpy().astype(np.int64)
     blocker = events.waited_op(waits, t_w)  # rules 2 and 1
     resolved = blocker >= 0

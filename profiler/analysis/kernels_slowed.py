@@ -59,18 +59,73 @@ def kernel_sides(kernels: pl.DataFrame, copies: pl.DataFrame) -> np.ndarray:
     return out
 
 
-def _per_side(k: pl.LazyFrame) -> pl.DataFrame:
-    """Per (name, launch shape, device, side) of the kernels *k*: count, lower median duration,
-    is_nccl; groups of at least ``MIN_CALLS``."""
-    return (
-        k.group_by(*KEYS, "side")
+_CODE_LIMIT = 1 << 61  # the product of the codes' bounds stays below this (int64, with the side doubling it)
+
+
+def _codes(col: pl.Series) -> tuple[np.ndarray, int]:
+    """Nonnegative int64 codes of *col*, equal exactly where the values are (NULL: 0, a code of
+    its own), and a bound above them: the value less the minimum when the values span a short
+    range, else the dense rank.  Strings are coded by their categorical's physical code first."""
+    if col.dtype == pl.String:
+        col = col.cast(pl.Categorical).to_physical()
+    lo, hi = col.min(), col.max()
+    if lo is None:
+        return np.zeros(col.len(), dtype=np.int64), 1
+    if int(hi) - int(lo) < 1 << 24:
+        return (col.cast(pl.Int64) - (int(lo) - 1)).fill_null(0).to_numpy(), int(hi) - int(lo) + 2
+    rank = col.rank("dense").fill_null(0).cast(pl.Int64)
+    return rank.to_numpy(), int(rank.max()) + 1
+
+
+def _dense(key: np.ndarray) -> tuple[np.ndarray, int]:
+    """*key* renumbered 0 .. n-1 (same order), and n."""
+    ranked = pl.Series(key).rank("dense").cast(pl.Int64) - 1
+    return ranked.to_numpy(), int(ranked.max()) + 1
+
+
+def group_keys(frame: pl.DataFrame, columns: tuple[str, ...]) -> np.ndarray:
+    """One int64 per row of *frame*, equal exactly where the rows' *columns* are (NULLs equal):
+    the columns' codes in mixed radix, renumbered densely whenever the next digit would overflow."""
+    key, bound = np.zeros(frame.height, dtype=np.int64), 1
+    for name in columns:
+        code, b = _codes(frame[name])
+        if bound * b >= _CODE_LIMIT:
+            key, bound = _dense(key)
+        key = key * b + code
+        bound *= b
+    return key
+
+
+def _per_side(kernels: pl.DataFrame, sides: np.ndarray, rows: np.ndarray) -> pl.DataFrame:
+    """Per (name, launch shape, device, side) of the kernels at *rows* (their sides *sides*):
+    count, lower median duration, is_nccl; groups of at least ``MIN_CALLS``.  Grouped by one
+    integer key (``group_keys``), not by the names and shapes themselves; each group's keys are
+    taken from its first kernel."""
+    idx = pl.Series(rows)
+    keyed = pl.DataFrame(
+        {
+            "key": group_keys(kernels, KEYS)[rows] * 2 + sides,
+            "dur": kernels.select(pl.col("end") - pl.col("start")).to_series().gather(idx),
+            "row": np.arange(rows.size, dtype=np.int64),
+        }
+    )
+    groups = (
+        keyed.group_by("key")
         .agg(
             pl.len().alias("count"),
             pl.col("dur").sort().get((pl.len() - 1) // 2).alias("median_ns"),  # the lower median
-            pl.col("is_nccl").first(),  # a function of the name: the same on every row of a group
+            pl.col("row").first(),
         )
         .filter(pl.col("count") >= MIN_CALLS)
-        .collect()
+    )
+    del keyed
+    first = rows[groups["row"].to_numpy()]
+    return kernels[first].select(
+        *KEYS,
+        pl.Series("side", sides[groups["row"].to_numpy()]),
+        groups["count"],
+        groups["median_ns"],
+        "is_nccl",  # a function of the name: the same on every kernel of a group
     )
 
 
@@ -81,18 +136,16 @@ def kernel_groups(kernels: pl.DataFrame, copies: pl.DataFrame) -> tuple[pl.DataF
     beside_count, beside_median_ns, slowdown, excess_ns.  The calls: device, side, calls.
     *kernels* needs device, start, end, name, is_nccl and the shape columns (``Trace.kernels``).
     """
-    # lazily: the sides' rows are never copied out of the kernel frame, and no sort of them all
-    k = (
-        kernels.lazy()
-        .select(*KEYS, "is_nccl", (pl.col("end") - pl.col("start")).alias("dur"))
-        .with_columns(pl.lit(pl.Series("side", kernel_sides(kernels, copies))))
-        .filter(pl.col("side") != NEITHER)
+    side = kernel_sides(kernels, copies)
+    rows = np.flatnonzero(side != NEITHER)
+    sides = side[rows]
+    del side
+    calls = (
+        pl.DataFrame({"device": kernels["device"].gather(rows), "side": pl.Series(sides)})
+        .group_by("device", "side")
+        .agg(pl.len().alias("calls"))
     )
-    calls = k.group_by("device", "side").agg(pl.len().alias("calls")).collect()
-    # one GPU at a time: the group-by's keys (name and launch shape of every kernel) are the
-    # biggest thing the analysis holds, and no group spans two devices
-    parts = [_per_side(k.filter(pl.col("device").eq_missing(d))) for d in calls["device"].unique().sort()]
-    per_side = pl.concat(parts) if parts else _per_side(k)
+    per_side = _per_side(kernels, sides, rows)
     alone = per_side.filter(pl.col("side") == ALONE).select(
         *KEYS, "is_nccl", pl.col("count").alias("alone_count"), pl.col("median_ns").alias("alone_median_ns")
     )

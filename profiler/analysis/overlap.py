@@ -299,7 +299,8 @@ def device_metrics(
     if only_device is not None:
         kernels, copies, memsets = (f.filter(pl.col("device") == only_device) for f in (kernels, copies, memsets))
     win, invalid = windows_and_invalid(kernels, copies, memsets)
-    kernels, copies = valid(kernels), valid(copies)
+    # only the kernel columns read here: the filter copies what it keeps (names and shapes: not needed)
+    kernels, copies = valid(kernels.select("device", "start", "end", "is_nccl")), valid(copies)
     devices = sorted(set(win) | set(invalid))
     spans = {d: w1 - w0 for d, (w0, w1) in win.items()}
     # the caller may pass the unions of these same (unfiltered) kernels, computed once elsewhere

@@ -32,6 +32,7 @@ from profiler.analysis.dependencies import (
     OTHER_COPY,
     Dependencies,
     dependencies,
+    index_dtype,
 )
 from profiler.trace.loader import SYNC_TABLE, Trace
 
@@ -133,7 +134,7 @@ def op_stalls(deps: Dependencies, start: np.ndarray, end: np.ndarray, launch: np
     launch = ops.launch if launch is None else launch
     n = len(ops)
     stall = np.zeros(n, dtype=np.int64)
-    chosen = np.full(n, -1, dtype=np.int64)
+    chosen = np.full(n, -1, dtype=index_dtype(n))
     since = np.full(n, NO_TIME, dtype=np.int64)
     if deps.target.size == 0:
         return Stalls(deps, stall, chosen, since)

@@ -84,7 +84,7 @@ def kernel_work(kernels: pl.DataFrame) -> dict[str, dict[str, dict[str, Any]]]:
     if "name" not in kernels.columns or kernels.height == 0:
         return {}
     agg = (
-        valid(kernels)
+        valid(kernels.select("device", "name", "start", "end", "is_nccl"))  # not a copy of every column
         .group_by("device", "name")
         .agg(
             pl.len().alias("calls"),

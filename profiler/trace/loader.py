@@ -96,15 +96,16 @@ KERNEL_NAME_SPEC: dict[str, tuple[str, pl.DataType]] = {
     "short_id": ("shortName", I64),
     "demangled_id": ("demangledName", I64),
 }
-# A kernel's launch shape (NULL in an export without these columns).
+# A kernel's launch shape (NULL in an export without these columns); 32 bits: CUDA's limits
+# (grid x below 2^31, the other sizes below 2^16) fit, and a million kernels hold 24 MB less.
 SHAPE_COLUMNS = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
 KERNEL_SHAPE_SPEC: dict[str, tuple[str, pl.DataType]] = {
-    "grid_x": ("gridX", I64),
-    "grid_y": ("gridY", I64),
-    "grid_z": ("gridZ", I64),
-    "block_x": ("blockX", I64),
-    "block_y": ("blockY", I64),
-    "block_z": ("blockZ", I64),
+    "grid_x": ("gridX", pl.Int32),
+    "grid_y": ("gridY", pl.Int32),
+    "grid_z": ("gridZ", pl.Int32),
+    "block_x": ("blockX", pl.Int32),
+    "block_y": ("blockY", pl.Int32),
+    "block_z": ("blockZ", pl.Int32),
 }
 
 
@@ -453,6 +454,10 @@ class Trace:
     @cached_property
     def runtime(self) -> pl.DataFrame:
         """CUDA API calls, as far as attribution needs them: start, global_tid, pid, tid, correlation_id."""
+        return self._runtime_rows()
+
+    def read_runtime(self) -> pl.DataFrame:
+        """The rows of ``runtime``, read anew and not kept (for a pass that needs them once)."""
         return self._runtime_rows()
 
     def launches_of(self, tables: tuple[str, ...]) -> pl.DataFrame:
