@@ -37,18 +37,13 @@ def _bar(row: str, parts: list[Part], top: float, text: str, tip: str) -> html.D
             className="bar",
             title=f"{tip}{p.series}: {p.value:.3f}",
             **{"data-row": row, "data-series": p.series, "data-value": repr(p.value)},
-            style={"width": f"{100 * p.value / top:.3f}%" if top else "0%", "background": p.color},
+            # the bars take the line's first half (the same share of every cell of a column, so that bars of
+            # different rows compare), the value its second half: no element around the bars
+            style={"width": f"{50 * p.value / top:.4f}%" if top else "0%", "background": p.color},
         )
         for p in parts
     ]
-    return html.Div(
-        [
-            # the same share of every cell of a column, so that bars of different rows compare
-            html.Div(pieces, className="bar-track"),
-            html.Span(text, title=text, className="value"),
-        ],
-        className="bar-line",
-    )
+    return html.Div([*pieces, html.Span(text, title=text, className="value")], className="bar-line")
 
 
 def _missing(text: str) -> html.Div:
