@@ -80,6 +80,7 @@ def main() -> None:
     for rid in store.refs:
         store.get(rid)
     print(f"analysis (cold or cached) of both runs: {time.perf_counter() - t:.1f} s")
+    load_before = os.getloadavg()
     for db in data.glob("*.profile-step.db"):  # the what-if's first view computes its replays
         with sqlite3.connect(db) as con:
             con.execute("DROP TABLE IF EXISTS whatif")
@@ -208,6 +209,8 @@ def main() -> None:
         med = statistics.median
         print(f"{name:40s} {med(vals):9.2f} {max(vals):7.2f} {med(cpu[name]):11.2f} {med(served[name]):11.2f}")
     print("page CPU: CPU time of the page's main thread (Chromium's ThreadTime), median")
+    loads = " to ".join(f"{x[0]:.1f} (1 min), {x[1]:.1f} (5 min)" for x in (load_before, os.getloadavg()))
+    print(f"load average of this machine ({os.cpu_count()} CPUs), at the start and at the end: {loads}")
     print("requests: time with a request to the server in flight (the page, its scripts, callbacks), median")
 
 

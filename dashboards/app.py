@@ -8,8 +8,10 @@ computed only while the tab is shown; the page's first view comes with the table
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import dash
 from dash import Input, Output, dcc, html
@@ -33,15 +35,27 @@ from dashboards import (
 from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.runs_view import all_rows, table_rows  # noqa: F401 (table_rows: kept importable from app)
-from dashboards.styles import PAGE
 from profiler.errors import ProfilerError
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 TABS = ("policies", "findings", "trade", "whatif", "layers", "timeline", "ranks", "streams")
 
 
+POLYFILL = re.compile(r'<script src="[^"]*/deps/polyfill@[^"]*"></script>\n?')
+
+
+class App(dash.Dash):
+    """Dash without @babel/polyfill: its core-js shims cost the first view 0.1 to 0.2 s of the page's CPU for
+    features every supported browser has; the one global the bundles use from it, regeneratorRuntime, comes
+    from assets/regenerator.js."""
+
+    def interpolate_index(self, **kwargs: Any) -> str:
+        kwargs["scripts"] = POLYFILL.sub("", kwargs["scripts"])
+        return super().interpolate_index(**kwargs)
+
+
 def create_app(store: RunStore) -> dash.Dash:
-    app = dash.Dash(__name__, title="profile-step", update_title=None)
+    app = App(__name__, title="profile-step", update_title=None)
 
     def layout() -> html.Div:
         """The page with its first view filled in: no callback stands between loading and seeing."""
@@ -49,15 +63,15 @@ def create_app(store: RunStore) -> dash.Dash:
         views = selected_views(rows.default_selection(raw), rows.table(raw)[1])
         sel = runs_view.follow_rows(store, views, [None, None, None])
         opts, (layer_run, timeline_run, streams_run) = sel["options"], sel["values"]
-        rank_opts, rank_value, rank_style = ranks_view.rank_choices(store, views, None)
+        rank_opts, rank_value, rank_classes = ranks_view.rank_choices(store, views, None)
         return html.Div(
-            style=PAGE,
+            className="page",
             children=[
-                html.H2("profile-step: are the offload copies hidden?", style={"margin": "4px 0"}),
+                html.H2("profile-step: are the offload copies hidden?", className="page-title"),
                 *runs_view.table_part(store, raw, sel),
                 # plotly.js (5 MB) loads after the first view, so that the other views open at once
                 dcc.Interval(id="warm", interval=600, max_intervals=1),
-                html.Div(id="plotly-warm", style={"display": "none"}),
+                html.Div(id="plotly-warm", className="hidden"),
                 html.Div(sel["errors"], id="errors"),
                 *tab_gate.stores(TABS),
                 dcc.Tabs(
@@ -75,7 +89,7 @@ def create_app(store: RunStore) -> dash.Dash:
                         dcc.Tab(label="What-if", value="whatif", children=whatif_view.layout()),
                         layers_view.tab(opts, layer_run),
                         timeline_view.tab(opts, timeline_run),
-                        ranks_view.tab(rank_opts, rank_value, rank_style),
+                        ranks_view.tab(rank_opts, rank_value, rank_classes),
                         streams_view.tab(store, opts, streams_run),
                     ],
                 ),
@@ -84,7 +98,7 @@ def create_app(store: RunStore) -> dash.Dash:
 
     @app.callback(Output("plotly-warm", "children"), Input("warm", "n_intervals"), prevent_initial_call=True)
     def warm(_n):
-        return dcc.Graph(figure=figures.note_figure(""), style={"display": "none"})
+        return dcc.Graph(figure=figures.note_figure(""), className="hidden")
 
     tab_gate.register(app, TABS)
     runs_view.register(app, store)

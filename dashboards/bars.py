@@ -15,23 +15,10 @@ from typing import Any
 from dash import html
 
 from dashboards.figures import COLORS, DIRECTION_LABEL, HIDDEN_TINT, Item, unique
-from dashboards.styles import MUTED_COLOR
 from profiler.analysis.stalls import STALL_OVER_COPY_TIME
 from profiler.units import byte_unit, human_bytes, human_time, time_unit
 
-LABEL_WIDTH = "minmax(180px, max-content)"
-CELL = {
-    "padding": "3px 8px",
-    "borderBottom": "1px solid #E4E4E4",
-    "minWidth": "0",
-    "display": "flex",
-    "flexDirection": "column",
-    "justifyContent": "center",
-    "gap": "2px",
-}
-BAR_H = "11px"
-# copy time, stalls, median step, bytes and copies, peak memory: the columns with longer texts get more room
-COLUMNS = " ".join(f"minmax(0, {fr}fr)" for fr in (1.15, 0.8, 0.8, 1.25, 0.8))
+# its layout and sizes: .bar-table in assets/dashboard.css; the bars' widths and colours are the data's
 
 
 @dataclass(frozen=True)
@@ -50,51 +37,17 @@ def _bar(row: str, parts: list[Part], top: float, text: str, tip: str) -> html.D
             className="bar",
             title=f"{tip}{p.series}: {p.value:.3f}",
             **{"data-row": row, "data-series": p.series, "data-value": repr(p.value)},
-            style={
-                "width": f"{100 * p.value / top:.3f}%" if top else "0%",
-                "background": p.color,
-                "height": BAR_H,
-                "flex": "none",
-            },
+            # the bars take the line's first half (the same share of every cell of a column, so that bars of
+            # different rows compare), the value its second half: no element around the bars
+            style={"width": f"{50 * p.value / top:.4f}%" if top else "0%", "background": p.color},
         )
         for p in parts
     ]
-    return html.Div(
-        [
-            # the same share of every cell of a column, so that bars of different rows compare
-            html.Div(pieces, style={"display": "flex", "flex": "0 0 50%", "alignItems": "center"}),
-            html.Span(
-                text,
-                title=text,
-                className="value",
-                style={
-                    "fontSize": "12px",
-                    "color": "#333",
-                    "whiteSpace": "nowrap",
-                    "overflow": "hidden",
-                    "textOverflow": "ellipsis",
-                    "flex": "1 1 0",
-                    "minWidth": "0",
-                    "paddingLeft": "6px",
-                },
-            ),
-        ],
-        style={"display": "flex", "alignItems": "center", "height": "15px"},
-    )
+    return html.Div([*pieces, html.Span(text, title=text, className="value")], className="bar-line")
 
 
 def _missing(text: str) -> html.Div:
-    return html.Div(
-        text,
-        className="missing",
-        style={
-            "fontSize": "12px",
-            "color": MUTED_COLOR,
-            "height": "15px",
-            "whiteSpace": "nowrap",
-            "overflow": "hidden",
-        },
-    )
+    return html.Div(text, className="missing")
 
 
 def _fmt(x: float, raw: float | None = None, own: Any = None) -> str:
@@ -132,7 +85,7 @@ def policy_table(items: list[Item]) -> html.Div:
     work stalled waiting for those copies, median step, bytes copied with the number of copies, peak device
     memory seen."""
     if not items:
-        return html.Div("Select runs in the table above to compare them.", className="note", style={"padding": "20px"})
+        return html.Div("Select runs in the table above to compare them.", className="note empty-note")
     labels = unique([i.label for i in items])
     stalls = [(i.stalled or {}).get(d) or 0 for i in items for d in ("d2h", "h2d") if i.waits]
     t_name, t_div = time_unit([i.copies[d]["busy_ns"] for i in items for d in ("d2h", "h2d")] + stalls)
@@ -173,23 +126,15 @@ def policy_table(items: list[Item]) -> html.Div:
     }
     cells: list[Any] = [
         html.Div(
-            [html.Strong(h), html.Div(notes.get(k, ""), className="panel-note", style={"color": MUTED_COLOR})],
-            className="head",
+            [html.Strong(h), html.Div(notes.get(k, ""), className="panel-note")],
+            className="bar-cell head",
             title=head_tips.get(k, ""),
-            style={**CELL, "fontSize": "13px", "borderBottom": "2px solid #999", "justifyContent": "flex-end"},
         )
         for k, h in enumerate(heads)
     ]
     for item, label in zip(items, labels, strict=True):
         tip = f"{item.full}\n"
-        cells.append(
-            html.Div(
-                label,
-                title=item.full,
-                className="row-label",
-                style={**CELL, "display": "block", "whiteSpace": "nowrap"},
-            )
-        )
+        cells.append(html.Div(label, title=item.full, className="bar-cell row-label"))
         copy_bars, stall_bars, byte_bars = [], [], []
         for d in ("d2h", "h2d"):
             c, dl = item.copies[d], DIRECTION_LABEL[d]
@@ -234,23 +179,12 @@ def policy_table(items: list[Item]) -> html.Div:
         step = _one(label, tip, "median step", item.step_ns, s_div, "step", top_s, "no step ranges")
         peak = _one(label, tip, "peak memory", item.peak_bytes, m_div, "memory", top_m, "no memory events")
         for k, content in enumerate((copy_bars, stall_bars, step, byte_bars, peak), start=1):
-            cells.append(html.Div([] if notes.get(k) else content, style=CELL))
+            cells.append(html.Div([] if notes.get(k) else content, className="bar-cell"))
     legend = html.Div(
         [
             html.Span(
-                [
-                    html.Span(
-                        style={
-                            "display": "inline-block",
-                            "width": "14px",
-                            "height": "11px",
-                            "background": color,
-                            "marginRight": "4px",
-                        }
-                    ),
-                    name,
-                ],
-                style={"marginRight": "16px", "whiteSpace": "nowrap"},
+                [html.Span(className="swatch", style={"background": color}), name],
+                className="legend-item",
             )
             for name, color in (
                 ("D2H exposed", COLORS["d2h"]),
@@ -261,7 +195,6 @@ def policy_table(items: list[Item]) -> html.Div:
             )
         ],
         className="legend",
-        style={"fontSize": "13px", "margin": "8px 0 0"},
     )
     synthetic = sum(i.synthetic for i in items)
     title = "Selected runs, one row per GPU; bars scaled to the largest value in their column"
@@ -269,17 +202,9 @@ def policy_table(items: list[Item]) -> html.Div:
         title += f" ({synthetic} rows: SYNTHETIC demo runs, a model, not measurements)"
     return html.Div(
         [
-            html.Div(title, className="title", style={"fontSize": "15px", "margin": "10px 0 6px"}),
-            html.Div(
-                cells,
-                className="bars",
-                style={
-                    "display": "grid",
-                    "gridTemplateColumns": f"{LABEL_WIDTH} {COLUMNS}",
-                    "fontSize": "13px",
-                    "alignItems": "stretch",
-                },
-            ),
+            html.Div(title, className="title"),
+            html.Div(cells, className="bars"),
             legend,
-        ]
+        ],
+        className="bar-table",
     )

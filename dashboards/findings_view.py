@@ -13,7 +13,6 @@ from dash import ALL, Input, Output, State, html
 from dashboards import selection, tab_gate
 from dashboards.data import RunStore
 from dashboards.rows import View
-from dashboards.styles import MUTED, MUTED_COLOR
 from profiler.report.findings_text import by_cost, cost_text
 
 SEVERITY_COLOR = {"problem": "#D55E00", "warning": "#E69F00", "info": "#0072B2"}  # Okabe and Ito's
@@ -85,53 +84,36 @@ def _finding(f: dict[str, Any], rid: str, views: list[View], n: int) -> html.Div
     return html.Div(
         className="finding",
         **{"data-rule": f["id"], "data-severity": sev, "data-view": view, "data-target": vid},
-        style={
-            "borderLeft": f"5px solid {SEVERITY_COLOR.get(sev, '#999')}",
-            "padding": "6px 10px",
-            "margin": "8px 0",
-            "background": "#FAFAFA",
-        },
+        style={"borderLeftColor": SEVERITY_COLOR.get(sev, "var(--rule-strong)")},
         children=[
             html.Div(
                 [
                     html.Span(
                         sev,
-                        className="severity",
-                        style={
-                            "background": SEVERITY_COLOR.get(sev, "#999"),
-                            "color": "white" if sev != "warning" else "#222",
-                            "padding": "1px 6px",
-                            "borderRadius": "3px",
-                            "fontSize": "12px",
-                            "marginRight": "8px",
-                        },
+                        className=f"severity severity-{sev}",
+                        style={"background": SEVERITY_COLOR.get(sev, "var(--rule-strong)")},
                     ),
-                    html.Code(f["id"], style={"marginRight": "8px"}),
-                    html.Span(where_text(f.get("where") or {}), style={"color": MUTED_COLOR, "fontSize": "13px"}),
+                    html.Code(f["id"], className="rule-id"),
+                    html.Span(where_text(f.get("where") or {}), className="where"),
                     html.Span(
                         cost_text(f),
                         className="cost",
-                        style={"color": MUTED_COLOR, "fontSize": "13px", "marginLeft": "8px"},
                         **{"data-cost": "" if f.get("cost_ns") is None else str(f["cost_ns"])},
                     ),
                 ]
             ),
-            html.Div(f["verdict"], className="verdict", style={"margin": "4px 0"}),
-            html.Div([html.Strong("Try: "), f["try"]], className="try", style={"fontSize": "14px"}),
+            html.Div(f["verdict"], className="verdict"),
+            html.Div([html.Strong("Try: "), f["try"]], className="try"),
             html.Div(
                 [
                     html.Button(
                         button,
                         id={"type": OPEN, "view": view, "target": vid, "step": step or "", "focus": mark, "n": n},
                         className="finding-open",
-                        style={"marginTop": "6px", "cursor": "pointer"},
                     ),
                     html.Details(
-                        [
-                            html.Summary("evidence", style={"cursor": "pointer"}),
-                            html.Ul([html.Li(f"{k}: {v}") for k, v in evidence.items()], style={"margin": "2px 0"}),
-                        ],
-                        style={"display": "inline-block", "marginLeft": "12px", "fontSize": "13px"},
+                        [html.Summary("evidence"), html.Ul([html.Li(f"{k}: {v}") for k, v in evidence.items()])],
+                        className="evidence",
                     )
                     if evidence
                     else None,
@@ -160,7 +142,7 @@ def panel(store: RunStore, views: list[View]) -> list[Any]:
     costliest), one section each, its findings by cost; then one line per run without any."""
     runs = selection.selected_runs(store, views)
     if not runs:
-        return [html.Div("Select runs in the table above to see their findings.", className="note", style=MUTED)]
+        return [html.Div("Select runs in the table above to see their findings.", className="note muted")]
 
     def rank(item: tuple[str, list[View]]) -> tuple[int, float]:
         found = (store.results[item[0]].summary.get("findings") or {}).get("findings") or []
@@ -191,7 +173,7 @@ def panel(store: RunStore, views: list[View]) -> list[Any]:
                     [
                         html.Strong(short, title=full),
                         f": {said}. " if not left else ": ",
-                        html.Span(elsewhere + (undecided if skipped else ""), style=MUTED),
+                        html.Span(elsewhere + (undecided if skipped else ""), className="muted"),
                     ],
                     className="run-findings",
                     **{"data-run": rid},
@@ -203,19 +185,19 @@ def panel(store: RunStore, views: list[View]) -> list[Any]:
             body.append(_finding(f, rid, run_views, n))
             n += 1
         if left:
-            body.append(html.Div(elsewhere, className="elsewhere", style=MUTED))
+            body.append(html.Div(elsewhere, className="elsewhere muted"))
         if skipped:
-            body.append(html.Div(undecided, className="skipped", style=MUTED))
+            body.append(html.Div(undecided, className="skipped muted"))
         if doc.get("disabled"):
-            body.append(html.Div("Turned off: " + ", ".join(doc["disabled"]) + ".", style=MUTED))
+            body.append(html.Div("Turned off: " + ", ".join(doc["disabled"]) + ".", className="muted"))
         out += [
-            html.H4(short, title=full, style={"margin": "14px 0 2px"}),
+            html.H4(short, title=full, className="findings-run-title"),
             html.Div(body, className="run-findings", **{"data-run": rid}),
         ]
     if quiet:
-        out.append(html.Ul(quiet, style={"fontSize": "13px", "margin": "12px 0", "paddingLeft": "18px"}))
+        out.append(html.Ul(quiet, className="quiet-runs"))
     if any(store.refs[rid].synthetic for rid, _ in runs):
-        out.append(html.Div("SYNTHETIC runs: findings on a model of a step, not on a measurement.", style=MUTED))
+        out.append(html.Div("SYNTHETIC runs: findings on a model of a step, not on a measurement.", className="muted"))
     return out
 
 
@@ -233,7 +215,7 @@ def layout() -> list[Any]:
         html.Div(
             "What each selected run's numbers say is wrong, and what to try (the same rules as "
             "profile-step findings); a button opens the view that shows the evidence.",
-            style=MUTED,
+            className="muted",
         ),
         html.Div(id="findings-panel"),
     ]

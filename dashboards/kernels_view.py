@@ -14,7 +14,7 @@ from dash import Input, Output, State, dash_table, html
 from dashboards import rows, selection, tab_gate
 from dashboards.data import RunStore
 from dashboards.rows import View
-from dashboards.styles import CELL, HEADER, MUTED
+from dashboards.styles import CELL, HEADER
 from profiler.analysis.kernels_slowed import MIN_CALLS, SIZE_BIAS_NOTE, no_baseline
 from profiler.errors import ProfilerError
 from profiler.units import human_time
@@ -78,11 +78,11 @@ def layer_panel(summary: dict[str, Any], device: str | None) -> list[Any]:
     kb = entry(summary, device)
     out: list[Any] = [
         html.Strong(f"Kernels slowed by copies, GPU {device} (the whole window, not per layer)"),
-        html.Div(status(kb), id="layer-kernels-status", style=MUTED),
+        html.Div(status(kb), id="layer-kernels-status", className="muted"),
     ]
     if kb and kb["top"]:
         out.append(_table("layer-kernels-table", group_rows(kb)))
-        out.append(html.Div(CAVEAT + " Median durations are lower medians.", style=MUTED))
+        out.append(html.Div(CAVEAT + " Median durations are lower medians.", className="muted"))
     return out
 
 
@@ -115,9 +115,9 @@ def policy_panel(store: RunStore, views: list[View]) -> list[Any]:
     if not data:
         return []
     return [
-        html.H4("Kernels slowed by copies (hidden is not free)", style={"margin": "14px 0 4px"}),
+        html.H4("Kernels slowed by copies (hidden is not free)", className="kernels-title"),
         _table("policy-kernels-table", data),
-        html.Div(CAVEAT, style=MUTED),
+        html.Div(CAVEAT, className="muted"),
     ]
 
 

@@ -13,7 +13,7 @@ from dash import Input, Output, State, dash_table, dcc, html
 from dashboards import copy_numbers, figures, selection, tab_gate
 from dashboards.data import RunStore
 from dashboards.rows import View
-from dashboards.styles import CELL, CONTROL, HEADER, MUTED
+from dashboards.styles import CELL, HEADER
 from dashboards.widgets import RUN_PROMPT, dropdown, graph
 from profiler.analysis.stalls import STALL_OVER_COPY_TIME
 from profiler.units import human_bytes, human_time
@@ -25,9 +25,9 @@ def tab(options: list[dict[str, Any]], value: str | None) -> dcc.Tab:
         label="Per layer",
         value="layers",
         children=[
-            html.Div(dropdown("layer-run", "run and GPU", options=options, value=value), style=CONTROL),
+            html.Div(dropdown("layer-run", "run and GPU", options=options, value=value), className="control"),
             dcc.Loading(graph("layer-graph")),
-            html.Div(id="layer-hint", style=MUTED),
+            html.Div(id="layer-hint", className="muted"),
             html.Div(id="layer-kernels"),
             html.Div(id="layer-details"),
         ],
@@ -112,11 +112,11 @@ def register(app: dash.Dash, store: RunStore) -> None:
         ]
         copies = figures.layer_copies(run.ops, layer, int(view.device) if view.device is not None else None)
         over = copy_numbers.stall_over_copy([per_dev]) and copy_numbers.waits(run.run, view.device)
-        why = [html.P(f"Stalled more than the copies took: {STALL_OVER_COPY_TIME}.", style=MUTED)] if over else []
+        why = [html.P(f"Stalled more than the copies took: {STALL_OVER_COPY_TIME}.", className="muted")] if over else []
         return html.Div(
             id="layer-detail-box",
             children=[
-                html.H4(f"Layer {layer}, GPU {view.device}", style={"margin": "8px 0 4px"}),
+                html.H4(f"Layer {layer}, GPU {view.device}", className="layer-title"),
                 dash_table.DataTable(
                     id="layer-summary",
                     data=summary_rows,

@@ -12,7 +12,7 @@ from dash import Input, Output, dash_table, dcc, html
 from dashboards import tab_gate
 from dashboards.data import RunStore, read_plan
 from dashboards.figures import COLORS, Figure, esc, grouped_bars, note_figure
-from dashboards.styles import CELL, ERROR_COLOR, MUTED
+from dashboards.styles import CELL, ERROR_COLOR, HEADER_WRAP
 from profiler.analysis.policies import plan_table
 from profiler.errors import ProfilerError
 from profiler.report.policies_text import PLAN_LEGEND, plan_notes
@@ -151,7 +151,7 @@ def plan_datatable(tab: dict[str, Any]) -> dash_table.DataTable:
         columns=columns,
         data=data,
         style_table={"overflowX": "auto"},
-        style_header={"fontWeight": "bold", "whiteSpace": "normal", "height": "auto"},
+        style_header=HEADER_WRAP,
         style_cell=CELL,
         style_data_conditional=[{"if": {"filter_query": "{fits} = NO"}, "color": ERROR_COLOR}],
     )
@@ -205,7 +205,7 @@ def predicted_datatable(tab: dict[str, Any], key: str = "predictions") -> dash_t
         columns=columns,
         data=data,
         style_table={"overflowX": "auto", "marginTop": "8px"},
-        style_header={"fontWeight": "bold", "whiteSpace": "normal", "height": "auto"},
+        style_header=HEADER_WRAP,
         style_cell=CELL,
         style_data_conditional=[{"if": {"filter_query": "{fits} = NO"}, "color": ERROR_COLOR}],
     )
@@ -213,7 +213,7 @@ def predicted_datatable(tab: dict[str, Any], key: str = "predictions") -> dash_t
 
 def caption(text: str) -> html.Div:
     """A table's title, above it."""
-    return html.Div(text, style={"fontWeight": "bold", "marginTop": "10px"})
+    return html.Div(text, className="bold-line")
 
 
 def calibration_line(cal: dict[str, Any] | None) -> str:
@@ -254,19 +254,18 @@ def layout(plans: list[Any]) -> list[Any]:
                     options=[{"label": p.name, "value": p.id} for p in plans],
                     value=plans[0].id,
                 ),
-                style={"maxWidth": "600px", "margin": "6px 0"},
+                className="select-narrow",
             ),
             dcc.Loading(dcc.Graph(id="plan-graph", figure=note_figure("Loading …"), config={"displaylogo": False})),
             html.Div(id="plan-table-box"),
-            html.Div(id="plan-note", style=MUTED),
+            html.Div(id="plan-note", className="muted"),
         ]
     return [
         html.Div(
             "No profile-step plan among the dashboard's inputs. profile-step plan --target h100 SCRIPT writes "
             "plans/<time>-<target>-<id>/plan.json; give that folder (or the plan.json) to profile-step dashboard "
             "to see, before any GPU time is spent, the device memory each policy and batch needs on that GPU.",
-            className="note",
-            style=MUTED,
+            className="note muted",
         )
     ]
 

@@ -14,17 +14,18 @@ from dashboards import figures, tab_gate
 from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.selection import selected_views
-from dashboards.styles import CONTROL
 from dashboards.widgets import dropdown, graph
 
 
-def tab(options: list[dict[str, str]], value: str | None, style: dict[str, Any]) -> dcc.Tab:
+def tab(options: list[dict[str, str]], value: str | None, classes: str) -> dcc.Tab:
     """The tab, its policy choice filled in (hidden while no rank is selected)."""
     return dcc.Tab(
         label="Ranks",
         value="ranks",
         children=[
-            html.Div(dropdown("rank-policy", "policy", options=options, value=value), id="rank-controls", style=style),
+            html.Div(
+                dropdown("rank-policy", "policy", options=options, value=value), id="rank-controls", className=classes
+            ),
             dcc.Loading(graph("rank-heatmap")),
             html.Ul(id="rank-findings"),
         ],
@@ -43,20 +44,20 @@ def _summaries(store: RunStore, views: list[View]) -> list[dict[str, Any]]:
 
 def rank_choices(
     store: RunStore, views: list[View], current: str | None
-) -> tuple[list[dict[str, str]], str | None, dict]:
-    """The policies of the selected ranks, the one shown (kept where possible), and the controls' style."""
+) -> tuple[list[dict[str, str]], str | None, str]:
+    """The policies of the selected ranks, the one shown (kept where possible), and the controls' classes."""
     ranked = [s for s in _summaries(store, views) if s.get("rank") is not None]
     policies = sorted({s["policy"] for s in ranked})
     value = current if current in policies else (policies[0] if policies else None)
-    style = CONTROL if policies else {"display": "none"}
-    return [{"label": p, "value": p} for p in policies], value, style
+    classes = "control" if policies else "control hidden"
+    return [{"label": p, "value": p} for p in policies], value, classes
 
 
 def register(app: dash.Dash, store: RunStore) -> None:
     @app.callback(
         Output("rank-policy", "options"),
         Output("rank-policy", "value"),
-        Output("rank-controls", "style"),
+        Output("rank-controls", "className"),
         Input("runs", "selected_rows"),
         State("runs", "data"),
         State("rank-policy", "value"),

@@ -13,7 +13,7 @@ from dash import Input, Output, State, dash_table, dcc, html
 from dashboards import bars, copy_numbers, figures, kernels_view, rows, selection, widgets
 from dashboards.data import RunStore
 from dashboards.rows import View
-from dashboards.styles import ERROR_COLOR, FONT_FAMILY, MUTED
+from dashboards.styles import CELL, ERROR_COLOR, HEADER_WRAP
 from profiler.errors import ProfilerError
 
 
@@ -123,7 +123,7 @@ def table_part(store: RunStore, raw: list[dict[str, Any]], sel: dict[str, Any]) 
     selected = rows.default_selection(raw)
     done, total, _ = store.progress()
     return [
-        html.Div(progress_text(done, total, None, len(store.plans)), id="progress", style=MUTED),
+        html.Div(progress_text(done, total, None, len(store.plans)), id="progress", className="muted"),
         dcc.Interval(id="poll", interval=700, n_intervals=0, disabled=done >= total),
         dash_table.DataTable(
             id="runs",
@@ -139,24 +139,16 @@ def table_part(store: RunStore, raw: list[dict[str, Any]], sel: dict[str, Any]) 
             filter_action="native",
             page_action="none",
             style_table={"overflowX": "auto", "maxHeight": "340px", "overflowY": "auto"},
-            style_header={"fontWeight": "bold", "whiteSpace": "normal", "height": "auto"},
-            style_cell={
-                "textAlign": "left",
-                "fontSize": "13px",
-                "fontFamily": FONT_FAMILY,
-                "maxWidth": "280px",
-                "overflow": "hidden",
-                "textOverflow": "ellipsis",
-                "padding": "3px 6px",
-            },
+            style_header=HEADER_WRAP,
+            style_cell={**CELL, "maxWidth": "280px", "overflow": "hidden", "textOverflow": "ellipsis"},
             style_cell_conditional=[{"if": {"column_id": "device"}, "maxWidth": "360px"}],
             style_data_conditional=[
                 {"if": {"filter_query": "{status} = error"}, "color": ERROR_COLOR},
                 {"if": {"filter_query": "{source} = 'SYNTHETIC demo'"}, "fontStyle": "italic"},
             ],
         ),
-        html.Div(rows.SOURCE_NOTE, id="table-note", style=MUTED),
-        html.Div(sel["provenance"], id="provenance", style=MUTED),
+        html.Div(rows.SOURCE_NOTE, id="table-note", className="muted"),
+        html.Div(sel["provenance"], id="provenance", className="muted"),
     ]
 
 

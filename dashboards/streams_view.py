@@ -13,7 +13,6 @@ from dash import Input, Output, State, dcc, html
 from dashboards import figures, links, selection, tab_gate
 from dashboards.data import RunStore
 from dashboards.rows import View
-from dashboards.styles import CONTROL, MUTED
 from dashboards.widgets import RUN_PROMPT, dropdown, graph
 
 LINK_OPTIONS = [{"label": links.label(lk), "value": lk.key} for lk in links.LINKS] + [
@@ -41,10 +40,10 @@ def tab(store: RunStore, options: list[dict[str, Any]], value: str | None) -> dc
         children=[
             html.Div(
                 [
-                    dropdown("streams-run", "run and GPU", "45%", options, value),
+                    dropdown("streams-run", "run and GPU", "45", options, value),
                     html.Div(
                         dcc.Dropdown(id="link-preset", clearable=False, value=link_key, options=LINK_OPTIONS),
-                        style={"flex": "1 1 35%", "minWidth": "260px"},
+                        className="select select-35",
                     ),
                     dcc.Input(
                         id="link-gbps",
@@ -53,13 +52,13 @@ def tab(store: RunStore, options: list[dict[str, Any]], value: str | None) -> dc
                         min=0.1,
                         debounce=True,
                         disabled=True,
-                        style={"width": "90px"},
+                        className="number",
                     ),
                     html.Span("GB/s"),
                 ],
-                style=CONTROL,
+                className="control",
             ),
-            html.Div(link_note, id="link-note", style=MUTED),
+            html.Div(link_note, id="link-note", className="muted"),
             dcc.Loading(graph("streams-graph")),
         ],
     )

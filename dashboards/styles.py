@@ -1,21 +1,31 @@
-"""The dashboard's shared inline styles, each defined once (every view imports them from here)."""
+"""What of the dashboard's styles must stay Python (DataTable cells, plotly colours), read from the one
+stylesheet, ``assets/dashboard.css``: its ``:root`` custom properties are the only definition of each value.
+Everything else is a CSS class there, set with ``className=`` on the components."""
 
 from __future__ import annotations
 
-FONT_FAMILY = "Helvetica, Arial, sans-serif"
-TEXT_COLOR = "#222"
-MUTED_COLOR = "#555"  # notes, hints and captions under the charts
-ERROR_COLOR = "#B04000"
+import re
+from pathlib import Path
 
-PAGE = {"fontFamily": FONT_FAMILY, "margin": "12px 20px", "color": TEXT_COLOR}
-MUTED = {"color": MUTED_COLOR, "fontSize": "13px", "margin": "4px 0"}
-CONTROL = {"display": "flex", "gap": "8px", "alignItems": "center", "margin": "8px 0"}
-CELL = {"textAlign": "left", "fontSize": "13px", "padding": "3px 6px", "fontFamily": FONT_FAMILY}
+STYLESHEET = Path(__file__).resolve().parent / "assets" / "dashboard.css"
+
+
+def css_values(text: str) -> dict[str, str]:
+    """The custom properties (``--name: value;``) of the stylesheet's ``:root`` block, comments dropped."""
+    root = re.search(r":root\s*\{(.*?)\}", re.sub(r"/\*.*?\*/", "", text, flags=re.S), re.S)
+    pairs = re.findall(r"(--[\w-]+)\s*:\s*([^;]+);", root.group(1) if root else "")
+    return {k: v.strip() for k, v in pairs}
+
+
+VALUES = css_values(STYLESHEET.read_text(encoding="utf-8"))
+FONT_FAMILY = VALUES["--font"]
+MUTED_COLOR = VALUES["--muted"]  # plotly's notes and captions, as the page's muted text
+ERROR_COLOR = VALUES["--error"]
+SMALL = VALUES["--small"]
+SAME_STEP_BACKGROUND = VALUES["--same-step-background"]
+FAINT_COLOR = VALUES["--faint"]
+
+# DataTable styles (Dash applies them inline to its cells)
+CELL = {"textAlign": "left", "fontSize": SMALL, "padding": "3px 6px", "fontFamily": FONT_FAMILY}
 HEADER = {"fontWeight": "bold"}
-ERROR_CARD = {
-    "border": "1px solid #D55E00",
-    "background": "#FFF4EC",
-    "padding": "8px",
-    "margin": "6px 0",
-    "borderRadius": "4px",
-}
+HEADER_WRAP = {"fontWeight": "bold", "whiteSpace": "normal", "height": "auto"}  # long column names on two lines

@@ -13,7 +13,6 @@ from dash import Input, Output, State, dcc, html
 from dashboards import figures, tab_gate
 from dashboards.data import RunStore
 from dashboards.rows import View
-from dashboards.styles import CONTROL, MUTED
 from dashboards.widgets import RUN_PROMPT, dropdown, graph
 
 
@@ -24,11 +23,11 @@ def tab(options: list[dict[str, Any]], value: str | None) -> dcc.Tab:
         value="timeline",
         children=[
             html.Div(
-                [dropdown("timeline-run", "run and GPU", "60%", options, value), dropdown("timeline-step", "step")],
-                style=CONTROL,
+                [dropdown("timeline-run", "run and GPU", "60", options, value), dropdown("timeline-step", "step")],
+                className="control",
             ),
             dcc.Loading(graph("timeline-graph", config={"scrollZoom": True, "displaylogo": False})),
-            html.Div(id="timeline-note", style=MUTED),
+            html.Div(id="timeline-note", className="muted"),
             dcc.Store(id="timeline-focus"),  # what a finding's button asks to mark
         ],
     )

@@ -27,7 +27,7 @@ from dashboards.figures import (
     note_figure,
     unique,
 )
-from dashboards.styles import CELL, CONTROL, MUTED
+from dashboards.styles import CELL, FAINT_COLOR, HEADER_WRAP, SAME_STEP_BACKGROUND
 from profiler.analysis.policies import frontier, per_step_and_gpu, planned_vs_moved, policy_table
 from profiler.predict.recorded import predicted
 from profiler.report.policies_text import policy_marks
@@ -328,11 +328,11 @@ def policy_datatable(tab: dict[str, Any], labels: list[str]) -> tuple[dash_table
         tooltip_delay=300,
         tooltip_duration=None,
         style_table={"overflowX": "auto"},
-        style_header={"fontWeight": "bold", "whiteSpace": "normal", "height": "auto"},
+        style_header=HEADER_WRAP,
         style_cell=CELL,
         style_data_conditional=[
-            {"if": {"filter_query": '{same_hlo} != ""'}, "backgroundColor": "#fdecea"},
-            {"if": {"filter_query": '{noise} != ""', "column_id": ["step", "spread", "noise"]}, "color": "#888"},
+            {"if": {"filter_query": '{same_hlo} != ""'}, "backgroundColor": SAME_STEP_BACKGROUND},
+            {"if": {"filter_query": '{noise} != ""', "column_id": ["step", "spread", "noise"]}, "color": FAINT_COLOR},
         ],
     )
     return table, lines
@@ -446,11 +446,10 @@ def pvm_figure(pvm: dict[str, Any], run: RunSummary | dict[str, Any], label: str
 
 
 def note(text: str) -> html.Div:
-    return html.Div(text, className="note", style=MUTED)
+    return html.Div(text, className="note muted")
 
 
 # --- the view: layout and callbacks --------------------------------------------------------------
-H4 = {"margin": "18px 0 4px"}
 
 
 def layout(plans: list[Any]) -> list[Any]:
@@ -463,23 +462,23 @@ def layout(plans: list[Any]) -> list[Any]:
                     options=[{"label": f" {v}", "value": k} for k, v in X_MODES.items()],
                     value="step",
                     inline=True,
-                    inputStyle={"marginLeft": "12px"},
+                    inputClassName="radio-gap",
                 ),
             ],
-            style=CONTROL,
+            className="control",
         ),
         dcc.Loading(dcc.Graph(id="trade-frontier", figure=note_figure("Loading …"), config={"displaylogo": False})),
-        html.Div(id="trade-frontier-note", style=MUTED),
-        html.H4("Per policy (per step and per device)", style=H4),
+        html.Div(id="trade-frontier-note", className="muted"),
+        html.H4("Per policy (per step and per device)", className="section-title"),
         html.Div(id="trade-table-box"),
-        html.H4("The compiler's plan against what moved, per layer", style=H4),
+        html.H4("The compiler's plan against what moved, per layer", className="section-title"),
         html.Div(
             dcc.Dropdown(id="pvm-run", clearable=False, placeholder="run", optionHeight=40),
-            style={"maxWidth": "600px", "margin": "6px 0"},
+            className="select-narrow",
         ),
         dcc.Loading(dcc.Graph(id="pvm-graph", figure=note_figure("Loading …"), config={"displaylogo": False})),
-        html.Ul(id="pvm-flags", style={"fontSize": "13px"}),
-        html.H4("Compiled for a GPU target, not measured (profile-step plan)", style=H4),
+        html.Ul(id="pvm-flags", className="small"),
+        html.H4("Compiled for a GPU target, not measured (profile-step plan)", className="section-title"),
         *plan_view.layout(plans),
     ]
 
@@ -536,8 +535,8 @@ def register(app: dash.Dash, store: RunStore) -> None:
         value = current if current in rids else (planned + moved + rids)[0]
         return (
             fig,
-            [html.Div(said), html.Ul(lines, style={"margin": "2px 0"})],
-            [table, html.Ul([html.Li(t) for t in table_notes], style=MUTED)],
+            [html.Div(said), html.Ul(lines, className="tight-list")],
+            [table, html.Ul([html.Li(t) for t in table_notes], className="muted")],
             options,
             value,
         )

@@ -19,8 +19,6 @@ from dashboards import links, selection, tab_gate
 from dashboards.data import RunStore
 from dashboards.figures import COLORS, TITLE, Figure, esc, figure, note_figure, text_px, unique
 from dashboards.rows import View
-from dashboards.styles import CONTROL as ROW
-from dashboards.styles import ERROR_COLOR, MUTED
 from profiler.analysis.links import Link, copy_scale
 from profiler.analysis.whatif import step_medians
 from profiler.units import human_time, time_unit
@@ -28,7 +26,6 @@ from profiler.units import human_time, time_unit
 FACTOR = "factor"
 AUTO = "auto"
 DEFAULT_TARGET = "nvlink-c2c"
-CONTROL = {**ROW, "flexWrap": "wrap"}
 TARGET_OPTIONS = (
     [{"label": links.label(lk), "value": lk.key} for lk in links.LINKS]
     + [{"label": "custom link (GB/s per direction)", "value": links.CUSTOM}]
@@ -174,7 +171,7 @@ def compute(
             waiting.append(label)
             continue
         if state == "error":
-            lines.append(html.Li(f"{label}: {doc}", style={"color": ERROR_COLOR}))
+            lines.append(html.Li(f"{label}: {doc}", className="error-text"))
             continue
         med = step_medians(doc).get(view.device)
         if med is None:
@@ -209,12 +206,12 @@ def compute(
     ]
     if waiting:
         said.append(html.Li(f"computing: {', '.join(waiting)} …", className="computing"))
-    notes: list[Any] = [html.Ul(said + lines, style={"margin": "4px 0"})]
+    notes: list[Any] = [html.Ul(said + lines, className="notes-list")]
     if sync:
         notes.append(
             html.Div(
                 f"Model: every h2d/d2h copy's duration times F, each op after its stream and blockers; {sync}.",
-                style=MUTED,
+                className="muted",
             )
         )
     if ready:
@@ -234,7 +231,7 @@ def layout(default_target: str = DEFAULT_TARGET) -> list[Any]:
                 html.Span("Copies on:"),
                 html.Div(
                     dcc.Dropdown(id="whatif-to", clearable=False, value=default_target, options=TARGET_OPTIONS),
-                    style={"flex": "1 1 30%", "minWidth": "260px"},
+                    className="select select-30",
                 ),
                 dcc.Input(
                     id="whatif-value",
@@ -244,12 +241,12 @@ def layout(default_target: str = DEFAULT_TARGET) -> list[Any]:
                     min=0,
                     debounce=True,
                     disabled=True,
-                    style={"width": "90px"},
+                    className="number",
                 ),
                 html.Span("the traces' link:"),
                 html.Div(
                     dcc.Dropdown(id="whatif-from", clearable=False, value=AUTO, options=FROM_OPTIONS),
-                    style={"flex": "1 1 30%", "minWidth": "260px"},
+                    className="select select-30",
                 ),
                 dcc.Checklist(
                     id="whatif-host",
@@ -257,16 +254,16 @@ def layout(default_target: str = DEFAULT_TARGET) -> list[Any]:
                     value=["host"],
                 ),
             ],
-            style=CONTROL,
+            className="control wrap",
         ),
-        html.Div(id="whatif-note", style={"fontSize": "13px"}),
+        html.Div(id="whatif-note", className="small"),
         dcc.Loading(dcc.Graph(id="whatif-graph", figure=note_figure("Loading …"), config={"displaylogo": False})),
         dcc.Interval(id="whatif-poll", interval=800, disabled=True),
         html.Div(
             "Predicted with profile-step whatif's replay (docs/whatif.md): per selected row, the median of the "
             "included steps' predicted times, and the GPU span of the capture. Limits: copies run at the same "
             "fraction of any link; kernels keep their durations.",
-            style=MUTED,
+            className="muted",
         ),
     ]
 

@@ -7,7 +7,6 @@ from typing import Any
 from dash import dcc, html
 
 from dashboards import figures
-from dashboards.styles import ERROR_CARD
 
 RUN_PROMPT = "Select runs in the table above, then pick one here."
 
@@ -17,7 +16,6 @@ def card(message: str) -> html.Div:
     return html.Div(
         [html.Strong("Cannot show this run: "), html.Span(message)],
         className="error-card",
-        style=ERROR_CARD,
     )
 
 
@@ -27,12 +25,12 @@ def graph(gid: str, figure: dict[str, Any] | None = None, **config: Any) -> dcc.
 
 
 def dropdown(
-    did: str, placeholder: str, width: str = "100%", options: list[Any] | None = None, value: Any = None
+    did: str, placeholder: str, width: str = "100", options: list[Any] | None = None, value: Any = None
 ) -> html.Div:
-    """A dropdown that takes *width* of its row (at least 260 px)."""
+    """A dropdown that takes *width* % of its row (at least 260 px): a ``select-<width>`` class of the stylesheet."""
     return html.Div(
         dcc.Dropdown(
             id=did, clearable=False, placeholder=placeholder, optionHeight=40, options=options or [], value=value
         ),
-        style={"flex": "1 1 " + width, "minWidth": "260px"},
+        className="select" if width == "100" else f"select select-{width}",
     )
