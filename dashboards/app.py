@@ -8,10 +8,8 @@ computed only while the tab is shown; the page's first view comes with the table
 from __future__ import annotations
 
 import logging
-import re
 import sys
 from pathlib import Path
-from typing import Any
 
 import dash
 from dash import Input, Output, dcc, html
@@ -41,21 +39,8 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 TABS = ("policies", "findings", "trade", "whatif", "layers", "timeline", "ranks", "streams")
 
 
-POLYFILL = re.compile(r'<script src="[^"]*/deps/polyfill@[^"]*"></script>\n?')
-
-
-class App(dash.Dash):
-    """Dash without @babel/polyfill: its core-js shims cost the first view 0.1 to 0.2 s of the page's CPU for
-    features every supported browser has; the one global the bundles use from it, regeneratorRuntime, comes
-    from assets/regenerator.js."""
-
-    def interpolate_index(self, **kwargs: Any) -> str:
-        kwargs["scripts"] = POLYFILL.sub("", kwargs["scripts"])
-        return super().interpolate_index(**kwargs)
-
-
 def create_app(store: RunStore) -> dash.Dash:
-    app = App(__name__, title="profile-step", update_title=None)
+    app = dash.Dash(__name__, title="profile-step", update_title=None)
 
     def layout() -> html.Div:
         """The page with its first view filled in: no callback stands between loading and seeing."""
