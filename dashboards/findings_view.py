@@ -145,7 +145,7 @@ def panel(store: RunStore, views: list[View]) -> list[Any]:
         return [html.Div("Select runs in the table above to see their findings.", className="note muted")]
 
     def rank(item: tuple[str, list[View]]) -> tuple[int, float]:
-        found = (store.results[item[0]].summary.get("findings") or {}).get("findings") or []
+        found = store.results[item[0]].run.finding_list
         worst = min((SEVERITY_ORDER.index(f["severity"]) for f in found), default=len(SEVERITY_ORDER))
         return worst, -max((f.get("cost_share") or 0 for f in found), default=0)
 
@@ -153,9 +153,8 @@ def panel(store: RunStore, views: list[View]) -> list[Any]:
     quiet: list[Any] = []
     n = 0
     for rid, run_views in sorted(runs, key=rank):
-        summary = store.results[rid].summary
         short, full = selection.run_label(store, rid)
-        doc = summary.get("findings")
+        doc = store.results[rid].run.findings
         skipped = (doc or {}).get("skipped") or []
         undecided = "Could not decide: " + "; ".join(f"{s['rule']} ({s['why']})" for s in skipped) + "."
         found = by_cost((doc or {}).get("findings") or [])  # as the summary lists them; older summaries too
@@ -205,7 +204,7 @@ def count_label(store: RunStore, views: list[View]) -> str:
     """The tab's label: ``Findings (3)``."""
     total = 0
     for rid, run_views in selection.selected_runs(store, views):
-        found = (store.results[rid].summary.get("findings") or {}).get("findings") or []
+        found = store.results[rid].run.finding_list
         total += len(split_by_gpu(found, run_views)[0])
     return f"Findings ({total})"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from profiler.analysis.links import ASSUMED, Link, host_link, without_hint
 from profiler.analysis.links import LINKS as NAMED
+from profiler.runs.summary import RunSummary
 
 LINKS: tuple[Link, ...] = tuple(NAMED.values())
 BY_KEY = NAMED
@@ -22,3 +23,9 @@ def default_link(gpu_names: list[str]) -> tuple[Link, str]:
     ``analysis.links.host_link``; on the page the link menu chooses another."""
     chosen = host_link(gpu_names)
     return chosen.link, f"{label(chosen.link)}: {without_hint(chosen.why)}"
+
+
+def run_link(run: RunSummary, device: str | None) -> tuple[Link, str]:
+    """``default_link`` for one GPU of a run: its own model when the export names it, else the run's."""
+    name = run.device_name(device)
+    return default_link([name] if name else list(run.gpus))

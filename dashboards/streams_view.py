@@ -25,9 +25,7 @@ def link_choice(store: RunStore, vid: str | None) -> tuple[str | None, float | N
     if not vid:
         return None, None, ""
     view = View.parse(vid)
-    summary = store.get(view.rid).summary
-    name = (summary.get("device_names") or {}).get(view.device)
-    link, why = links.default_link([name] if name else summary.get("gpus") or [])
+    link, why = links.run_link(store.get(view.rid).run, view.device)
     return link.key, link.gbps, f"Link drawn: {why}. Pick another, or a custom rate, to compare."
 
 
@@ -102,8 +100,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
         if not vid:
             return figures.note_figure(RUN_PROMPT)
         view = View.parse(vid)
-        summary = store.get(view.rid).summary
-        streams = (summary.get("streams") or {}).get(view.device, []) if view.device else []
+        streams = store.get(view.rid).run.streams.get(view.device, []) if view.device else []
         name = links.BY_KEY[key].name if key in links.BY_KEY else "custom link"
         short, _ = selection.view_label(store, view)
         title = figures.esc(short)

@@ -53,9 +53,7 @@ def scale_for(store: RunStore, view: View, target: str, value: float | None, sou
         )
     to = links.BY_KEY[target] if target in links.BY_KEY else Link("custom", f"{float(value):g} GB/s", float(value))
     if source == AUTO:
-        summary = store.results[view.rid].summary
-        name = (summary.get("device_names") or {}).get(view.device)
-        frm, why = links.default_link([name] if name else summary.get("gpus") or [])
+        frm, why = links.run_link(store.results[view.rid].run, view.device)
         why = why.split(": ", 1)[1] if ": " in why else why
     else:
         frm, why = links.BY_KEY[source], "as chosen"
