@@ -102,7 +102,7 @@ def policy_rows(store: RunStore, views: list[View]) -> list[dict[str, Any]]:
             {
                 "run and GPU": rows.label(store.refs[view.rid], summary, view.device),
                 "groups": kb["groups"] if kb else "-",
-                "kernel time lost": human_time(kb["excess_ns"]) if kb else "-",
+                "kernel time lost": human_time(kb["excess_ns"], nanoseconds=True) if kb else "-",
                 "most excess": f"{worst['name']} {worst['slowdown']:.2f}x" if worst else "-",
                 "what the kernels show": status(kb),
             }
