@@ -99,12 +99,12 @@ def register(app: dash.Dash, store: RunStore) -> None:
                 "direction": figures.DIRECTION_LABEL.get(d, d),
                 "copies": per_dev[d]["count"],
                 "size": human_bytes(per_dev[d]["bytes"]),
-                "busy": human_time(per_dev[d]["busy_ns"]),
-                "exposed": human_time(per_dev[d]["exposed_ns"]),
+                "busy": human_time(per_dev[d]["busy_ns"], nanoseconds=True),
+                "exposed": human_time(per_dev[d]["exposed_ns"], nanoseconds=True),
                 "hidden": "no copies"
                 if per_dev[d]["hidden_fraction"] is None
                 else f"{100 * per_dev[d]['hidden_fraction']:.1f}%",
-                "stalled by these copies": human_time(per_dev[d].get("stall_ns") or 0)
+                "stalled by these copies": human_time(per_dev[d].get("stall_ns") or 0, nanoseconds=True)
                 if copy_numbers.waits(run.run, view.device)
                 else "no stream waits",
             }
