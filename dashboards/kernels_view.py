@@ -17,14 +17,15 @@ from dashboards.rows import View
 from dashboards.styles import CELL, HEADER
 from profiler.analysis.kernels_slowed import MIN_CALLS, SIZE_BIAS_NOTE, no_baseline
 from profiler.errors import ProfilerError
+from profiler.runs.summary import RunSummary
 from profiler.units import human_time
 
 CAVEAT = f"Kernels alone: no copy overlaps them; beside: at least half of each under h2d/d2h copies. {SIZE_BIAS_NOTE}."
 
 
-def entry(summary: dict[str, Any], device: str | None) -> dict[str, Any] | None:
+def entry(run: RunSummary, device: str | None) -> dict[str, Any] | None:
     """The GPU's ``kernels_beside_copies``, or None (no GPU, or a run analyzed before the metric)."""
-    return (summary.get("kernels_beside_copies") or {}).get(device) if device is not None else None
+    return run.kernels_beside_copies.get(device) if device is not None else None
 
 
 def status(kb: dict[str, Any] | None) -> str:
@@ -73,9 +74,9 @@ def _table(tid: str, data: list[dict[str, Any]]) -> dash_table.DataTable:
     )
 
 
-def layer_panel(summary: dict[str, Any], device: str | None) -> list[Any]:
+def layer_panel(run: RunSummary, device: str | None) -> list[Any]:
     """Per layer tab: the GPU's kernels beside copies (a per-GPU number: kernels are not split by layer)."""
-    kb = entry(summary, device)
+    kb = entry(run, device)
     out: list[Any] = [
         html.Strong(f"Kernels slowed by copies, GPU {device} (the whole window, not per layer)"),
         html.Div(status(kb), id="layer-kernels-status", className="muted"),
@@ -93,14 +94,14 @@ def policy_rows(store: RunStore, views: list[View]) -> list[dict[str, Any]]:
         if view.device is None:
             continue
         try:
-            summary = store.get(view.rid).summary
+            run = store.get(view.rid).run
         except ProfilerError:
             continue  # the policy table's error card says why
-        kb = entry(summary, view.device)
+        kb = entry(run, view.device)
         worst = kb["top"][0] if kb and kb["top"] else None
         out.append(
             {
-                "run and GPU": rows.label(store.refs[view.rid], summary, view.device),
+                "run and GPU": rows.label(store.refs[view.rid], run, view.device),
                 "groups": kb["groups"] if kb else "-",
                 "kernel time lost": human_time(kb["excess_ns"], nanoseconds=True) if kb else "-",
                 "most excess": f"{worst['name']} {worst['slowdown']:.2f}x" if worst else "-",
@@ -145,7 +146,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
             return []
         view = View.parse(vid)
         try:
-            summary = store.get(view.rid).summary
+            run = store.get(view.rid).run
         except ProfilerError:
             return []
-        return layer_panel(summary, view.device)
+        return layer_panel(run, view.device)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from profiler.runs.discover import RunRef
+from profiler.runs.summary import RunSummary
 from profiler.units import byte_unit, human_time, time_unit
 
 # 4 significant digits, trailing zeros dropped: a column's unit follows its largest value (under
@@ -71,18 +72,21 @@ class View:
         return View(rid, dev or None)
 
 
-def devices(summary: dict[str, Any]) -> list[str]:
+Run = RunSummary | dict[str, Any]  # a run summary, or the document it is read from
+
+
+def devices(run: Run) -> list[str]:
     """The run's devices with GPU activity, in numeric order."""
-    return sorted(summary.get("devices") or {}, key=int)
+    return RunSummary.of(run).device_ids
 
 
-def views(ref: RunRef, summary: dict[str, Any]) -> list[View]:
-    return [View(ref.id, d) for d in devices(summary)] or [View(ref.id, None)]
+def views(ref: RunRef, run: Run) -> list[View]:
+    return [View(ref.id, d) for d in devices(run)] or [View(ref.id, None)]
 
 
-def plain(ref: RunRef, summary: dict[str, Any]) -> bool:
+def plain(ref: RunRef, run: Run) -> bool:
     """A trace that profile-step did not make and that names no policy."""
-    return ref.manifest is None and summary.get("policy") == "default"
+    return ref.manifest is None and RunSummary.of(run).policy == "default"
 
 
 def short_id(ref: RunRef) -> str:
@@ -102,26 +106,26 @@ def short_id(ref: RunRef) -> str:
     return stem if len(stem) <= 22 else stem[:21] + "…"
 
 
-def policy_text(ref: RunRef, summary: dict[str, Any]) -> str:
-    return "(none)" if plain(ref, summary) else str(summary.get("policy"))
+def policy_text(ref: RunRef, run: Run) -> str:
+    return "(none)" if plain(ref, run) else RunSummary.of(run).policy
 
 
-def label(ref: RunRef, summary: dict[str, Any], device: str | None = None) -> str:
+def label(ref: RunRef, run: Run, device: str | None = None) -> str:
     """Short: ``offload_qkv · synthetic · GPU 1``, ``none · 7e3b1b · GPU 0``, ``jacobi_memcpy_nvlink · GPU 3``."""
-    parts = [short_id(ref)] if plain(ref, summary) else [str(summary["policy"]), short_id(ref)]
+    parts = [short_id(ref)] if plain(ref, run) else [RunSummary.of(run).policy, short_id(ref)]
     if device is not None:
         parts.append(f"GPU {device}")
     return " · ".join(parts)
 
 
-def device_text(summary: dict[str, Any], device: str | None) -> str:
+def device_text(run: Run, device: str | None) -> str:
     if device is None:
         return "no GPU activity"
-    name = (summary.get("device_names") or {}).get(device)
+    name = RunSummary.of(run).device_name(device)
     return f"GPU {device} · {name or 'unknown GPU (the export names none)'}"
 
 
-def full_name(ref: RunRef, summary: dict[str, Any] | None, device: str | None = None) -> str:
+def full_name(ref: RunRef, run: Run | None, device: str | None = None) -> str:
     """Everything that identifies a row, for hovers and tooltips."""
     out = [ref.name]
     if ref.synthetic:
@@ -129,8 +133,8 @@ def full_name(ref: RunRef, summary: dict[str, Any] | None, device: str | None = 
     if ref.provenance is not None:
         p = ref.provenance
         out.append(f"public trace from {p.repo} at {p.commit[:10]} ({p.licence}): {p.description}")
-    if summary is not None:
-        out.append(device_text(summary, device))
+    if run is not None:
+        out.append(device_text(run, device))
     out.append(str(ref.trace))
     return " — ".join(out)
 
@@ -143,21 +147,21 @@ def _status(ref: RunRef) -> str:
     return str(ref.manifest.get("status") or "not recorded")  # a manifest written without a status
 
 
-def raw_row(ref: RunRef, summary: dict[str, Any], device: str | None) -> dict[str, Any]:
+def raw_row(ref: RunRef, run: Run, device: str | None) -> dict[str, Any]:
     """One row with its numbers in ns and bytes (scaled to the table's units by ``table``)."""
-    off = (summary.get("devices") or {}).get(device, {}).get("offload") if device is not None else None
+    run = RunSummary.of(run)
+    off = run.device_copies(device).get("offload") if device is not None else None
     man = ref.manifest or {}
-    included = [s for s in summary.get("steps") or [] if not s["excluded"]]
     return {
         "id": View(ref.id, device).id,
-        "run": label(ref, summary),
+        "run": label(ref, run),
         "source": SOURCE_LABEL[ref.source],
-        "policy": policy_text(ref, summary),
-        "device": device_text(summary, device),
-        "rank": summary.get("rank"),
+        "policy": policy_text(ref, run),
+        "device": device_text(run, device),
+        "rank": run.rank,
         "status": _status(ref),
-        "steps": len(included) if summary.get("steps") else None,
-        "step": summary.get("median_step_ns"),
+        "steps": len(run.included_steps) if run.steps else None,
+        "step": run.median_step_ns,
         "bytes": off["bytes"] if off else 0,
         "copies": off["count"] if off else 0,
         "exposed": off["exposed_ns"] if off else None,
@@ -166,22 +170,22 @@ def raw_row(ref: RunRef, summary: dict[str, Any], device: str | None) -> dict[st
         "_has_copies": bool(off and off["count"]),
         "_hidden": bool(off and off["hidden_fraction"]),
         "_source": ref.source,
-        "_policy": not plain(ref, summary),
+        "_policy": not plain(ref, run),
         "_group": ref.group,
-        "_full": full_name(ref, summary, device),
-        "_steps": steps_origin(summary),
+        "_full": full_name(ref, run, device),
+        "_steps": steps_origin(run),
     }
 
 
-def steps_origin(summary: dict[str, Any]) -> str:
+def steps_origin(run: Run) -> str:
     """Where a run's steps and its analysis window come from (the steps cell's tooltip)."""
-    steps = summary.get("steps") or []
-    excluded = [s for s in steps if s["excluded"]]
-    source = summary.get("step_source")
+    run = RunSummary.of(run)
+    excluded = [s for s in run.steps if s.excluded]
+    source = run.step_source
     text = f"steps: {source}" if source else "no steps found (no step ranges, no XLA module executions)"
     if excluded:
-        text += f"; {len(excluded)} left out ({', '.join(sorted({str(s['excluded']) for s in excluded}))})"
-    win = summary.get("window") or {}
+        text += f"; {len(excluded)} left out ({', '.join(sorted({str(s.excluded) for s in excluded}))})"
+    win = run.window or {}
     if win.get("source"):
         length = f", {human_time(win['duration_ns'])}" if win.get("duration_ns") is not None else ""
         text += f". Analysis window: {win['source']}{length}"

@@ -22,8 +22,8 @@ def all_rows(store: RunStore) -> list[dict[str, Any]]:
     out = []
     for rid, ref in store.refs.items():
         if rid in store.results:
-            summary = store.results[rid].summary
-            out += [rows.raw_row(ref, summary, v.device) for v in rows.views(ref, summary)]
+            run = store.results[rid].run
+            out += [rows.raw_row(ref, run, v.device) for v in rows.views(ref, run)]
         elif ref.no_trace:
             out.append(rows.no_trace_row(ref))
         elif rid in store.errors:
@@ -70,7 +70,6 @@ def follow_rows(store: RunStore, views: list[View], current: list[str | None]) -
         except ProfilerError as exc:
             cards.append(widgets.card(str(exc)))
             continue
-        summary = run.to_json()
         ref = store.refs[view.rid]
         good.append(view.id)
         off = run.device_copies(view.device)
@@ -78,8 +77,8 @@ def follow_rows(store: RunStore, views: list[View], current: list[str | None]) -
             with_copies.add(view.id)
         items.append(
             figures.Item(
-                label=rows.label(ref, summary, view.device),
-                full=rows.full_name(ref, summary, view.device),
+                label=rows.label(ref, run, view.device),
+                full=rows.full_name(ref, run, view.device),
                 copies={d: off.get(d) or copy_numbers.ZERO for d in ("h2d", "d2h", "offload")},
                 step_ns=run.median_step_ns,
                 peak_bytes=run.peak_memory_bytes.get(view.device),

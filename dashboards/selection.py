@@ -20,15 +20,15 @@ def selected_views(selected: list[int] | None, data: list[dict[str, Any]] | None
 def view_label(store: RunStore, view: View) -> tuple[str, str]:
     """The short label of a (run, GPU) and its whole name (for hovers)."""
     ref = store.refs[view.rid]
-    summary = store.results[view.rid].summary
-    return rows.label(ref, summary, view.device), rows.full_name(ref, summary, view.device)
+    run = store.results[view.rid].run
+    return rows.label(ref, run, view.device), rows.full_name(ref, run, view.device)
 
 
 def run_label(store: RunStore, rid: str) -> tuple[str, str]:
     """The short label of a run (policy and short id, no GPU) and its whole name."""
     ref = store.refs[rid]
-    summary = store.results[rid].summary
-    return rows.label(ref, summary), rows.full_name(ref, summary)
+    run = store.results[rid].run
+    return rows.label(ref, run), rows.full_name(ref, run)
 
 
 def selected_runs(store: RunStore, views: list[View]) -> list[tuple[str, list[View]]]:
