@@ -97,6 +97,15 @@ def grouped_bars(data: list[dict[str, Any]], cats: list[str], title: str, x_titl
     )
 
 
+LIMIT_COLOR = "#D55E00"  # a memory limit drawn against bars or points
+
+
+def limit_line(y: float) -> dict[str, Any]:
+    """A dashed horizontal line across the plot at *y* (in the y axis' unit): a memory limit."""
+    line = {"dash": "dash", "color": LIMIT_COLOR, "width": 2}
+    return {"type": "line", "xref": "paper", "yref": "y", "x0": 0, "x1": 1, "y0": y, "y1": y, "line": line}
+
+
 def note_figure(message: str, height: int = 220, width_chars: int = 130) -> Figure:
     """No data to draw: a figure with no axes that says why (long messages wrapped: plotly does not)."""
     lines = textwrap.wrap(message, width_chars) or [""]

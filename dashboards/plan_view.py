@@ -11,7 +11,7 @@ from dash import Input, Output, dash_table, dcc, html
 
 from dashboards import tab_gate
 from dashboards.data import RunStore, read_plan
-from dashboards.figures import COLORS, Figure, esc, grouped_bars, note_figure
+from dashboards.figures import COLORS, LIMIT_COLOR, Figure, esc, grouped_bars, limit_line, note_figure
 from dashboards.styles import CELL, ERROR_COLOR, HEADER_WRAP
 from profiler.analysis.policies import plan_table
 from profiler.errors import ProfilerError
@@ -67,18 +67,7 @@ def plan_figure(tab: dict[str, Any]) -> Figure:
         if far:
             usable += f": far above the chart, the largest bar is {100 * biggest / lim:.2g}% of it"
         else:
-            shapes.append(
-                {
-                    "type": "line",
-                    "xref": "paper",
-                    "yref": "y",
-                    "x0": 0,
-                    "x1": 1,
-                    "y0": lim / div,
-                    "y1": lim / div,
-                    "line": {"dash": "dash", "color": "#D55E00", "width": 2},
-                }
-            )
+            shapes.append(limit_line(lim / div))
         annotations.append(
             {
                 "text": usable,
@@ -89,7 +78,7 @@ def plan_figure(tab: dict[str, Any]) -> Figure:
                 "xanchor": "right",
                 "y": 1 if far else lim / div,
                 "yanchor": "bottom",
-                "font": {"size": 12, "color": "#D55E00"},
+                "font": {"size": 12, "color": LIMIT_COLOR},
             }
         )
     top = max(biggest, 0 if far else lim or 0) / div

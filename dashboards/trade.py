@@ -19,11 +19,13 @@ from dashboards.data import RunStore
 from dashboards.figures import (
     COLORS,
     HIDDEN_TINT,
+    LIMIT_COLOR,
     TITLE,
     Figure,
     esc,
     figure,
     grouped_bars,
+    limit_line,
     note_figure,
     unique,
 )
@@ -173,18 +175,7 @@ def frontier_figure(points: list[dict[str, Any]], labels: list[str], x_mode: str
         )
     shapes, annotations = [], []
     for v in limits:
-        shapes.append(
-            {
-                "type": "line",
-                "xref": "paper",
-                "yref": "y",
-                "x0": 0,
-                "x1": 1,
-                "y0": v / m_div,
-                "y1": v / m_div,
-                "line": {"dash": "dash", "color": "#D55E00", "width": 2},
-            }
-        )
+        shapes.append(limit_line(v / m_div))
         annotations.append(
             {
                 "text": f"device memory limit {human_bytes(v)} (memory_stats() bytes_limit)",
@@ -195,7 +186,7 @@ def frontier_figure(points: list[dict[str, Any]], labels: list[str], x_mode: str
                 "xanchor": "left",
                 "y": v / m_div,
                 "yanchor": "bottom",
-                "font": {"size": 12, "color": "#D55E00"},
+                "font": {"size": 12, "color": LIMIT_COLOR},
             }
         )
     x_title = f"median step ({t_name})" if x_mode == "step" else "TFLOP/s per device (FLOPs per step / median step)"
