@@ -22,6 +22,7 @@ import polars as pl
 
 from dashboards.styles import MUTED_COLOR
 from profiler.analysis.intervals import union
+from profiler.runs.summary import RunSummary
 from profiler.units import human_bytes, human_time, time_unit
 
 Figure = dict[str, Any]
@@ -199,26 +200,24 @@ def unique(labels: list[str]) -> list[str]:
     return out
 
 
-def rank_heatmap(summaries: list[dict[str, Any]], policy: str | None) -> Figure:
+def rank_heatmap(summaries: list[RunSummary], policy: str | None) -> Figure:
     """Rank by layer: exposed copy time of each rank's layers, for one policy."""
-    runs = sorted(
-        (s for s in summaries if s["policy"] == policy and s.get("rank") is not None), key=lambda s: s["rank"]
-    )
+    runs = sorted((s for s in summaries if s.policy == policy and s.rank is not None), key=lambda s: s.rank)
     if not runs:
         return note_figure("Select runs that are ranks of one job (a rank in their name or manifest).")
-    layers = sorted({n for s in runs for n in s["layers"]}, key=_natural)
+    layers = sorted({n for s in runs for n in s.layers}, key=_natural)
     if not layers:
         return note_figure("These ranks have no layers (layer=N ranges or XLA thunks under a named layer scope).")
-    values = [[s["layers"][n]["offload"]["exposed_ns"] if n in s["layers"] else None for n in layers] for s in runs]
+    values = [[s.layers[n].offload["exposed_ns"] if n in s.layers else None for n in layers] for s in runs]
     name, div = time_unit([v for row in values for v in row])
     heat = {
         "type": "heatmap",
         "z": [[None if v is None else v / div for v in row] for row in values],
         "x": [esc(n) for n in layers],
-        "y": [f"rank {s['rank']}" for s in runs],
+        "y": [f"rank {s.rank}" for s in runs],
         "colorscale": "Oranges",
         "colorbar": {"title": {"text": f"exposed ({name})"}},
-        "customdata": [[s["rank"]] * len(layers) for s in runs],
+        "customdata": [[s.rank] * len(layers) for s in runs],
         "hovertemplate": f"%{{y}}, layer %{{x}}: exposed %{{z:.3f}} {name}<extra></extra>",
     }
     xaxis, bottom = category_axis(heat["x"])

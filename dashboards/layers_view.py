@@ -84,12 +84,12 @@ def register(app: dash.Dash, store: RunStore) -> None:
         layer = layer[0] if isinstance(layer, list) else layer
         view = View.parse(vid)
         run = store.get(view.rid)
-        info = run.summary["layers"].get(layer)
+        info = run.run.layers.get(layer)
         if info is None:
             return html.P("Unknown layer.")
-        per_dev = (info.get("devices") or {}).get(view.device) or copy_numbers.ZERO3
-        by_device = info.get("top_kernels_by_device")
-        top = (by_device or {}).get(view.device, []) if by_device is not None else info["top_kernels"]
+        per_dev = info.devices.get(view.device) or copy_numbers.ZERO3
+        by_device = info.top_kernels_by_device
+        top = by_device.get(view.device, []) if by_device is not None else info.top_kernels
         kernels = [
             html.Li(f"{t['name']}: {human_time(t['overlap_ns'])} over {t['kernels']:,} kernel(s)") for t in top
         ] or [html.Li(f"no kernel of GPU {view.device} overlapped these copies")]

@@ -5,8 +5,6 @@ The numbers are ``profiler.analysis.ranks.cross_rank`` over the ranks' summaries
 
 from __future__ import annotations
 
-from typing import Any
-
 import dash
 from dash import Input, Output, State, dcc, html
 
@@ -15,6 +13,7 @@ from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.selection import selected_views
 from dashboards.widgets import dropdown, graph
+from profiler.runs.summary import RunSummary
 
 
 def tab(options: list[dict[str, str]], value: str | None, classes: str) -> dcc.Tab:
@@ -32,13 +31,15 @@ def tab(options: list[dict[str, str]], value: str | None, classes: str) -> dcc.T
     )
 
 
-def _summaries(store: RunStore, views: list[View]) -> list[dict[str, Any]]:
-    """The analyzed runs' summaries among *views*, each once, with their paths."""
+def _ranks(store: RunStore, views: list[View]) -> list[tuple[str, RunSummary]]:
+    """(path, summary) of the analyzed runs among *views* that are ranks of a job, each once."""
     out, seen = [], set()
     for v in views:
         if v.rid in store.results and v.rid not in seen:
             seen.add(v.rid)
-            out.append({**store.results[v.rid].summary, "path": store.refs[v.rid].name})
+            run = store.results[v.rid].run
+            if run.rank is not None:
+                out.append((store.refs[v.rid].name, run))
     return out
 
 
@@ -46,8 +47,7 @@ def rank_choices(
     store: RunStore, views: list[View], current: str | None
 ) -> tuple[list[dict[str, str]], str | None, str]:
     """The policies of the selected ranks, the one shown (kept where possible), and the controls' classes."""
-    ranked = [s for s in _summaries(store, views) if s.get("rank") is not None]
-    policies = sorted({s["policy"] for s in ranked})
+    policies = sorted({run.policy for _, run in _ranks(store, views)})
     value = current if current in policies else (policies[0] if policies else None)
     classes = "control" if policies else "control hidden"
     return [{"label": p, "value": p} for p in policies], value, classes
@@ -81,8 +81,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
             return dash.no_update, dash.no_update
         from profiler.analysis.ranks import cross_rank
 
-        summaries = _summaries(store, selected_views(selected, data))
-        runs = [s for s in summaries if s.get("rank") is not None and s["policy"] == policy]
+        runs = [(path, run) for path, run in _ranks(store, selected_views(selected, data)) if run.policy == policy]
         if not runs:
             return (
                 figures.note_figure(
@@ -92,8 +91,8 @@ def register(app: dash.Dash, store: RunStore) -> None:
                 ),
                 [],
             )
-        fig = figures.rank_heatmap(runs, policy)
-        doc = cross_rank(runs)["policies"].get(policy)
+        fig = figures.rank_heatmap([run for _, run in runs], policy)
+        doc = cross_rank([{**run.to_json(), "path": path} for path, run in runs])["policies"].get(policy)
         items = []
         if doc:
             items += [

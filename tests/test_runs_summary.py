@@ -100,6 +100,9 @@ def test_a_document_of_an_older_version_still_reads(built, tmp_path):
     assert [s.busy_ns for s in run.steps] == [None] * len(doc["steps"])
     assert [s.exposed_ns for s in run.steps] == [s["exposed_ns"] for s in doc["steps"]]
     assert run.device_stalls("0") == {} and run.layers and all(v.top_kernels == [] for v in run.layers.values())
+    assert all(v.top_kernels_by_device is None for v in run.layers.values())  # not recorded: not "none"
+    fresh = RunSummary.from_json(doc).layers
+    assert all(v.top_kernels_by_device == doc["layers"][n]["top_kernels_by_device"] for n, v in fresh.items())
     # the consumers read it as they read a fresh one: recorded-without means not measured, not 0
     cmp = compare([old], [doc], THRESHOLDS)
     (pol,) = cmp["policies"]

@@ -55,7 +55,8 @@ class LayerSummary:
     copies: dict[str, Metrics]  # h2d / d2h / offload, summed over devices
     devices: dict[str, dict[str, Metrics]] = field(default_factory=dict)
     top_kernels: list[dict[str, Any]] = field(default_factory=list)
-    top_kernels_by_device: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # per device; None: recorded before the kernels were split by device (top_kernels is then all GPUs')
+    top_kernels_by_device: dict[str, list[dict[str, Any]]] | None = None
 
     @property
     def offload(self) -> Metrics:
@@ -68,7 +69,7 @@ class LayerSummary:
             {d: doc[d] for d in DIRECTIONS if d in doc},
             doc.get("devices") or {},
             doc.get("top_kernels") or [],
-            doc.get("top_kernels_by_device") or {},
+            doc.get("top_kernels_by_device"),
         )
 
 
