@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
 import sys
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -148,6 +150,27 @@ def _on_dask(
 Task = Callable[[str], dict[str, Any]]
 
 
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored while workers are started: a spawned interpreter keeps an ignored SIGINT, so
+    Ctrl-C reaches this process alone (one line: interrupted), never a worker's traceback."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    prev = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, prev)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """On Ctrl-C: the workers (which ignore it) end now rather than after their tasks."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        proc.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
 def _on_pool(
     args: list[str],
     jobs: int,
@@ -173,23 +196,28 @@ def _on_pool(
     try:
         with ProcessPoolExecutor(jobs - 1, mp_context=get_context("spawn"), initializer=single_threaded) as pool:
             broken = False
-            while queue or inflight:
-                while queue and not broken and len(inflight) < per_worker * (jobs - 1):
-                    try:
-                        inflight[pool.submit(task, queue[0])] = queue[0]
-                        queue.popleft()
-                    except BrokenProcessPool:
-                        broken = True
-                if queue:
-                    done(task(queue.popleft()))
-                finished, _ = wait(inflight, timeout=0 if queue else None, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    arg = inflight.pop(fut)
-                    try:
-                        res = fut.result()
-                    except Exception as exc:
-                        res = died(arg, exc)
-                    done(res)
+            try:
+                while queue or inflight:
+                    while queue and not broken and len(inflight) < per_worker * (jobs - 1):
+                        try:
+                            with _sigint_ignored():  # a submit may start a worker
+                                inflight[pool.submit(task, queue[0])] = queue[0]
+                            queue.popleft()
+                        except BrokenProcessPool:
+                            broken = True
+                    if queue:
+                        done(task(queue.popleft()))
+                    finished, _ = wait(inflight, timeout=0 if queue else None, return_when=FIRST_COMPLETED)
+                    for fut in finished:
+                        arg = inflight.pop(fut)
+                        try:
+                            res = fut.result()
+                        except Exception as exc:
+                            res = died(arg, exc)
+                        done(res)
+            except KeyboardInterrupt:
+                _stop_workers(pool)
+                raise
     finally:
         set_read_threads(prev_threads)
 

@@ -3,12 +3,19 @@ bad side's own one-line error, as when they are loaded one after the other."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 
 from profiler import parallel
 from profiler.errors import ProfilerError
 from profiler.runs.result import load_runs
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 from tests.training_traces import training_export
 
 
@@ -55,3 +62,43 @@ def test_compare_through_the_cli(pair, tmp_path):
         f"profile-step: error: {corrupt}: " + proc.stderr.split(f"{corrupt}: ", 1)[1].strip()
     ]
     assert "Traceback" not in proc.stderr and "not an SQLite database" in proc.stderr
+
+
+def test_ctrl_c_while_the_worker_starts_is_one_line(pair):
+    """Ctrl-C reaches the whole process group: the spawned worker (still importing) must not print a
+    traceback of its own; compare says it was interrupted, in one line, exit 130."""
+    if parallel.usable_cores() < 2:
+        pytest.skip("one usable core: compare runs in one process")
+
+    def default_sigint() -> None:  # a terminal's Ctrl-C is not ignored (a background job's is)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "profiler.cli", "compare", str(pair[0]), str(pair[1])],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        preexec_fn=default_sigint,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None and not _spawned_worker(proc.pid):
+        time.sleep(0.02)
+    if proc.poll() is not None:
+        pytest.fail(f"compare ended before its worker started: {proc.stderr.read()}")
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal does: to the process and its worker
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err == "profile-step: interrupted\n", err
+
+
+def _spawned_worker(pid: int) -> bool:
+    """Whether process *pid* has a child that is a multiprocessing worker starting up."""
+    kids = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    for kid in kids:
+        try:
+            if b"spawn_main" in Path(f"/proc/{kid}/cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
