@@ -65,7 +65,9 @@ def plan_figure(tab: dict[str, Any]) -> Figure:
             f"{human_bytes(tab['target'].get('memory_bytes'))})"
         )
         if far:
-            usable += f": far above the chart, the largest bar is {100 * biggest / lim:.2g}% of it"
+            share = 100 * biggest / lim
+            shown = "under 0.01" if share < 0.01 else f"{share:.2g}"
+            usable += f": far above the chart, the largest bar is {shown}% of it"
         else:
             shapes.append(limit_line(lim / div))
         annotations.append(

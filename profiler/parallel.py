@@ -239,11 +239,44 @@ def side_task(arg: str, db: Path, nsys: str | None = None) -> dict[str, Any]:
     return {"arg": arg, "runs": runs, "skipped": skipped}
 
 
+# an analysis holds about this many times its export's size at its peak (1M kernels: a 149 MiB
+# export, 700 MiB; 10M kernels: 4.6 GiB): two sides at once must fit in what the machine has free
+PEAK_PER_EXPORT_BYTE = 5
+
+
 def _names_traces(arg: str) -> bool:
     try:
         return trace_paths(arg, []) is not None
     except ProfilerError:  # said in its turn, by load_runs
         return False
+
+
+def _export_bytes(arg: str) -> int:
+    """The largest export a side names (each side's runs are analysed one after the other)."""
+    sizes = []
+    for p in trace_paths(arg, []) or []:
+        try:
+            sizes.append(p.stat().st_size)
+        except OSError:
+            continue
+    return max(sizes, default=0)
+
+
+def available_memory() -> int | None:
+    """Bytes of memory the kernel says are available (``MemAvailable``), None when unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def sides_fit_at_once(sides: list[str]) -> bool:
+    """Whether the sides' analyses fit in the available memory side by side (unknown: yes)."""
+    free = available_memory()
+    return free is None or PEAK_PER_EXPORT_BYTE * sum(_export_bytes(a) for a in sides) < free
 
 
 def load_sides(
@@ -252,10 +285,11 @@ def load_sides(
     """``load_runs`` of each side (compare's base and head), in order, run folders without a trace
     added to *skipped*.  The sides that name traces are analysed at once, one in this process and
     the others in spawned workers (``_on_pool``, as ``analyze --ranks``); in this process alone when
-    fewer than two sides name traces or one core is usable.  A side's bad input fails with its own
+    fewer than two sides name traces, one core is usable, or the analyses would not fit in memory
+    side by side (``sides_fit_at_once``).  A side's bad input fails with its own
     one-line error, the first side's first, as when they are loaded one after the other."""
     traced = list(dict.fromkeys(a for a in sides if _names_traces(a)))
-    jobs = min(usable_cores(), len(traced))
+    jobs = min(usable_cores(), len(traced)) if sides_fit_at_once(traced) else 1
     results: dict[str, dict[str, Any]] = {}
     if jobs >= 2:
         task = partial(side_task, db=db, nsys=nsys)

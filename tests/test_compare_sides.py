@@ -37,6 +37,13 @@ def test_two_sides_in_two_processes_are_the_runs_loaded_one_by_one(pair, tmp_pat
     # one core, or one side naming traces: in this process
     monkeypatch.setattr(parallel, "usable_cores", lambda: 1)
     assert parallel.load_sides([str(pair[0]), str(pair[1])], db) == sides and len(made) == 1
+    # two cores, but not the memory for both analyses at once: in this process too
+    monkeypatch.setattr(parallel, "usable_cores", lambda: 2)
+    need = parallel.PEAK_PER_EXPORT_BYTE * sum(p.stat().st_size for p in pair)
+    monkeypatch.setattr(parallel, "available_memory", lambda: need - 1)
+    assert parallel.load_sides([str(pair[0]), str(pair[1])], db) == sides and len(made) == 1
+    monkeypatch.setattr(parallel, "available_memory", lambda: need + 1)
+    assert parallel.load_sides([str(pair[0]), str(pair[1])], db) == sides and len(made) == 2
 
 
 def test_a_bad_side_fails_on_its_own_line(pair, tmp_path, monkeypatch):

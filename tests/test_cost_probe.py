@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from profiler.capture.step_module import costs_by_script_python
-from profiler.xla.compiled import UNPARSED, cost_analysis, describe
+from profiler.xla.compiled import NO_JAXLIB, UNPARSED, cost_analysis, describe
 from profiler.xla.dump import DumpModule
 
 # what jax 0.12's XLA writes and jaxlib 0.10 cannot read: an operand that names a tuple's element
@@ -47,9 +47,10 @@ def step_text(tmp_path_factory) -> Path:
     return path
 
 
-def unparsed(entry: dict) -> dict:
-    """*entry* as ``describe`` leaves it when profile-step's jaxlib cannot parse the module."""
-    return {**entry, "cost": None, "notes": [*entry["notes"], f"{UNPARSED} (error: line 5)"]}
+def unparsed(entry: dict, why: str = UNPARSED) -> dict:
+    """*entry* as ``describe`` leaves it when profile-step's jaxlib cannot parse the module (or,
+    with *why* ``NO_JAXLIB``, when profile-step has no jax at all)."""
+    return {**entry, "cost": None, "notes": [*entry["notes"], f"{why} (error: line 5)"]}
 
 
 def test_profile_steps_jaxlib_names_the_line_it_cannot_parse():
@@ -60,15 +61,16 @@ def test_profile_steps_jaxlib_names_the_line_it_cannot_parse():
     assert "error:" in why and "Syntax error when trying" not in why  # the specific line, not the heading
 
 
-def test_the_scripts_python_supplies_the_cost_it_could_parse(step_text, other_python):
+@pytest.mark.parametrize("why", [UNPARSED, NO_JAXLIB])
+def test_the_scripts_python_supplies_the_cost_it_could_parse(step_text, other_python, why):
     mod = DumpModule(1, "jit_step", {"after": step_text})
     entry = describe(mod)
     assert entry["cost"] and entry["cost"]["flops"] >= 2 * 64**3  # what profile-step's own jaxlib measures
-    failed = unparsed(entry)
+    failed = unparsed(entry, why)
     costs_by_script_python([failed], [mod], other_python)
     assert failed["cost"] == entry["cost"]
     assert failed["cost_source"] == f"XLA's cost analysis run by the script's Python ({other_python})"
-    assert not any(n.startswith(UNPARSED) for n in failed["notes"])
+    assert not any(n.startswith(why) for n in failed["notes"])
 
 
 def test_a_module_neither_can_parse_keeps_both_reasons(tmp_path, other_python):

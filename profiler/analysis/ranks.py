@@ -98,7 +98,7 @@ def stragglers(runs: list[RunSummary]) -> list[dict[str, Any]]:
         for d in ("d2h", "h2d"):
             rates = [x.copy(d)["gbps"] for x in runs if x.copy(d)["gbps"]]
             if rates and r.copy(d)["gbps"] and r.copy(d)["gbps"] < statistics.median(rates):
-                why.append(f"{d} {r.copy(d)['gbps']:.1f} GB/s vs median {statistics.median(rates):.1f}")
+                why.append(f"{d} {r.copy(d)['gbps']:.1f} GB/s vs median {statistics.median(rates):.1f} GB/s")
         out.append(
             {
                 "rank": r.rank,

@@ -18,7 +18,7 @@ from typing import Any
 from profiler.conventions import COMPILED, COMPILED_STEP
 from profiler.runs import folder
 from profiler.xla import dump
-from profiler.xla.compiled import UNPARSED, agreement, describe
+from profiler.xla.compiled import NO_JAXLIB, UNPARSED, agreement, describe
 from profiler.xla.cost_probe import costs_in
 
 
@@ -75,20 +75,21 @@ def executions_reason(name: str, executions: dict[str, int], sizes: dict[str, in
 
 
 def costs_by_script_python(entries: list[dict[str, Any]], mods: list[dump.DumpModule], python: str | None) -> None:
-    """The cost analysis of modules whose text profile-step's jaxlib could not parse, run by the
-    script's own Python (whose newer XLA wrote that text); each entry's note says which did it.
+    """The cost analysis of modules profile-step's jaxlib could not parse (or that it could not run:
+    jax is only the ``capture`` extra), run by the script's own Python, whose XLA wrote that text;
+    each entry's note says which did it.
     Paths are compared unresolved: every virtual environment links the same interpreter binary."""
     failed = [
         (e, m)
         for e, m in zip(entries, mods, strict=True)
-        if "after" in m.files and any(n.startswith(UNPARSED) for n in e["notes"])
+        if "after" in m.files and any(n.startswith((UNPARSED, NO_JAXLIB)) for n in e["notes"])
     ]
     if not failed or not python or Path(python).absolute() == Path(sys.executable).absolute():
         return
     got, why = costs_in(python, [m.files["after"] for _, m in failed])
     for entry, mod in failed:
         res = got.get(str(mod.files["after"])) or {}
-        old = next(n for n in entry["notes"] if n.startswith(UNPARSED))
+        old = next(n for n in entry["notes"] if n.startswith((UNPARSED, NO_JAXLIB)))
         if res.get("cost") is not None:
             entry["cost"] = res["cost"]
             entry["cost_source"] = f"XLA's cost analysis run by the script's Python ({python})"

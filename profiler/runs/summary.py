@@ -51,7 +51,7 @@ class StepRow:
 class LayerSummary:
     """One layer's copies over all devices (per direction) and per device, and the kernels that hid them."""
 
-    inferred_index: int | None
+    inferred_index: int | bool | None  # False: a document recorded without it (compare prints it so)
     copies: dict[str, Metrics]  # h2d / d2h / offload, summed over devices
     devices: dict[str, dict[str, Metrics]] = field(default_factory=dict)
     top_kernels: list[dict[str, Any]] = field(default_factory=list)
@@ -65,7 +65,7 @@ class LayerSummary:
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> LayerSummary:
         return cls(
-            doc.get("inferred_index"),
+            doc.get("inferred_index", False),
             {d: doc[d] for d in DIRECTIONS if d in doc},
             doc.get("devices") or {},
             doc.get("top_kernels") or [],

@@ -23,8 +23,9 @@ from profiler.xla.hlo import HloError, Module, parse_text
 from profiler.xla.plan import offload_plan, plan_note
 from profiler.xla.proto import WireError, module_from_proto, read_bytes
 
-# the note of a module whose text this jaxlib cannot read (capture retries with the script's own)
+# the notes of a module this jaxlib cannot analyze (capture retries with the script's own Python)
 UNPARSED = "no cost analysis: profile-step's jaxlib could not parse this module"
+NO_JAXLIB = "no cost analysis: jaxlib is not installed here"
 
 
 @cache
@@ -48,8 +49,9 @@ def cost_analysis(hlo_text: str) -> tuple[dict[str, float] | None, str | None]:
     run by jaxlib's CPU client; (None, why) without jaxlib or when jaxlib cannot parse it."""
     try:
         client = _cpu_client()
+        import jaxlib._hlo  # noqa: F401  (analyze_text parses with it)
     except ImportError as exc:
-        return None, f"no cost analysis: jaxlib is not installed here ({exc})"
+        return None, f"{NO_JAXLIB} ({exc})"
     try:
         return analyze_text(client, hlo_text), None
     except Exception as exc:  # jaxlib raises its own error types
