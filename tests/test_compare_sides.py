@@ -76,6 +76,15 @@ def test_ctrl_c_while_the_worker_starts_is_one_line(pair):
     traceback of its own; compare says it was interrupted, in one line, exit 130."""
     if parallel.usable_cores() < 2:
         pytest.skip("one usable core: compare runs in one process")
+    for _ in range(3):  # a Ctrl-C in the few ms while a worker is being started is ignored: try again
+        code, err = _interrupted_compare(pair)
+        if code != 0:
+            break
+    assert code == 130 and err == "profile-step: interrupted\n", err
+
+
+def _interrupted_compare(pair) -> tuple[int, str]:
+    """compare of *pair*, sent SIGINT (to its process group, as a terminal does) once its worker runs."""
 
     def default_sigint() -> None:  # a terminal's Ctrl-C is not ignored (a background job's is)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -94,9 +103,10 @@ def test_ctrl_c_while_the_worker_starts_is_one_line(pair):
         time.sleep(0.02)
     if proc.poll() is not None:
         pytest.fail(f"compare ended before its worker started: {proc.stderr.read()}")
-    os.killpg(proc.pid, signal.SIGINT)  # as a terminal does: to the process and its worker
+    time.sleep(0.1)  # out of the submit that started the worker; the worker is still importing
+    os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and err == "profile-step: interrupted\n", err
+    return proc.returncode, err
 
 
 def _spawned_worker(pid: int) -> bool:
