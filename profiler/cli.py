@@ -285,7 +285,9 @@ def cmd_whatif(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from profiler.capture import no_trace
     from profiler.capture.run import RunRequest, RunResult, run_all
+    from profiler.units import wrap
 
     try:  # capture needs no analysis packages; a bare GPU node may only have what training needs
         from profiler.report.text import NO_GPU, render_devices, render_sweep_summary, steps_line, window_line
@@ -321,6 +323,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     said: set[str] = set()
     fingerprints: dict[str, list[str]] = {}  # HLO fingerprint of the step -> the policies that compiled it
 
+    def say(text: str) -> None:
+        print(wrap(text, indent="   "))
+
     def show(res: RunResult) -> None:
         row: dict[str, Any] = {
             "policy": res.policy,
@@ -330,49 +335,51 @@ def cmd_run(args: argparse.Namespace) -> int:
         }
         print(f"\n== policy {res.policy}: {res.status} (exit {res.exit_code}) -> {res.run_dir}")
         capture = res.manifest.get("capture", {})
-        print(f"   nsys records {capture.get('records')} (--capture-range {capture_range})")
+        say(f"nsys records {capture.get('records')} (--capture-range {capture_range})")
         comp = res.manifest.get("compiled") or {}
         if comp.get("step_module"):
             agree = {True: "; dump and handed-over numbers agree", False: "; dump and handed-over numbers DIFFER"}
             how = agree.get(comp.get("agree"), "")
-            print(f"   compiled step: {comp['step_module']} ({comp.get('chosen_by')}){how}")
+            say(f"compiled step: {comp['step_module']} ({comp.get('chosen_by')}){how}")
             fp = comp.get("fingerprint")
             same = [p for p in fingerprints.get(fp, []) if p != res.policy] if fp else []
             if same:
-                print(
-                    f"   same step as policy {', '.join(same)} (HLO fingerprint {fp}): the policy had no effect on "
+                say(
+                    f"same step as policy {', '.join(same)} (HLO fingerprint {fp}): the policy had no effect on "
                     "the compiled program; does the script read $PROFILE_STEP_POLICY (or the flag --policy-arg passes)?"
                 )
             if fp:
                 fingerprints.setdefault(fp, []).append(res.policy)
         elif comp.get("notes"):
-            print(f"   compiled step: none recorded ({comp['notes'][-1]})")
+            say(f"compiled step: none recorded ({comp['notes'][-1]})")
         if res.sqlite is not None and run_summary is not None:
             try:
                 summary = run_summary(open_trace(res.sqlite))
             except ProfilerError as exc:
-                print(f"   analysis failed: {exc}")
+                say(f"analysis failed: {exc}")
             else:
                 row.update(summary)
                 row["policy"] = res.policy  # the policy asked for (the trace's label may be absent)
-                print("   " + steps_line(summary))
+                say(steps_line(summary))
                 if summary["analysis"]["devices"] and not args.no_summary:
                     print(render_devices(summary["analysis"]))  # its head says the analysis window
                 else:
-                    print("   " + window_line(summary["analysis"]["trace"]["window"]))
+                    say(window_line(summary["analysis"]["trace"]["window"]))
                 if not summary["analysis"]["devices"]:  # the sentence once per command, a short reminder after it
-                    print("   " + ("no GPU activity in this trace either" if said else NO_GPU))
+                    say("no GPU activity in this trace either" if said else NO_GPU)
                     said.add("no-gpu")
         elif res.sqlite is None and res.status != "interrupted":
-            print(f"   no trace was written: {res.manifest.get('no_trace_reason')}; see {res.run_dir / 'output.log'}")
+            say(f"no trace: {res.manifest.get('no_trace_reason')}")
+            raw = no_trace.raw_capture(res.run_dir)
+            say(f"nsys's output: {res.run_dir / 'output.log'}" + (f"; its raw capture: {raw}" if raw else ""))
             if res.status == "no-trace" and capture_range.startswith("nvtx:"):
-                print(
-                    f"   (nsys waited for the NVTX range {capture_range[5:]}: did the script open it? "
+                say(
+                    f"(nsys waited for the NVTX range {capture_range[5:]}: did the script open it? "
                     "--capture-range auto records the whole run)"
                 )
             elif res.status == "no-trace" and capture_range == "cuda-profiler-api":
                 why = capture.get("problem") or "did the script call cudaProfilerStart()?"
-                print(f"   (nsys waited for cudaProfilerStart() and it never took effect: {why})")
+                say(f"(nsys waited for cudaProfilerStart() and it never took effect: {why})")
         rows.append(row)
 
     results = run_all(req, on_result=show)

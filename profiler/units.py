@@ -149,3 +149,18 @@ class Units:
 
     def t(self, ns: int | None) -> str:
         return scaled(ns, self.time_div, 3)
+
+
+# --- lines for a terminal ------------------------------------------------------------------------
+COLUMNS = 160  # no line of prose the tool prints is wider (tables: with shortened names; --wide: whole)
+
+
+def wrap(text: str, indent: str = "", width: int = COLUMNS) -> str:
+    """*text* as lines of at most *width* columns, the first after *indent*, the others indented two
+    more (a path or a word longer than the line stays whole)."""
+    import textwrap
+
+    return textwrap.fill(
+        text, width, initial_indent=indent, subsequent_indent=indent + "  ", break_long_words=False,
+        break_on_hyphens=False,
+    )  # fmt: skip

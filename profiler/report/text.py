@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from profiler.analysis.links import host_link
@@ -172,6 +173,8 @@ def render_sweep_summary(rows: list[dict[str, Any]]) -> str:
         "hidden",
         "run",
     )
+    parents = {str(Path(r["run_dir"]).parent) for r in rows}
+    where = parents.pop() if len(parents) == 1 else None  # one folder of runs: said once, under the table
     body = []
     for r, off in zip(rows, offs, strict=True):
         body.append(
@@ -186,10 +189,11 @@ def render_sweep_summary(rows: list[dict[str, Any]]) -> str:
                 u.t(off.get("busy_ns")),
                 u.t(off.get("exposed_ns")),
                 pct(off.get("hidden_fraction")),
-                r["run_dir"],
+                Path(r["run_dir"]).name if where else r["run_dir"],
             ]
         )
-    return table(headers, body, left=(0, 1, len(headers) - 1))
+    out = table(headers, body, left=(0, 1, len(headers) - 1))
+    return out + (f"\n(run folders in {where})" if where else "")
 
 
 def _group_row(name: str, dev: str, c: dict[str, Any], u: Units) -> list[str]:
