@@ -626,12 +626,18 @@ def _stream_marker(streams: list[dict[str, Any]]) -> dict[str, Any]:
     """A stream's bar in its copies' colour: one direction plain, both directions striped in the two
     colours (never the grey of the "mixed" context, which is not a kind of copy)."""
     both = ["d2h" in s["classes"] and "h2d" in s["classes"] for s in streams]
+    colors = [_stream_color(s["classes"]) for s in streams]
+    if not any(both):
+        return {"color": colors}
     return {
-        "color": [_stream_color(s["classes"]) for s in streams],
+        "color": colors,
+        # "replace" with the bar's colour as the pattern's background: plotly.js's "overlay" warns
+        # ("Invalid color specifier: Array(n)") for each bar when the marker's colours are an array
         "pattern": {
             "shape": ["/" if b else "" for b in both],
-            "fgcolor": [COLORS["h2d"] if b else "#FFFFFF" for b in both],
-            "fillmode": "overlay",
+            "fgcolor": COLORS["h2d"],
+            "bgcolor": colors,
+            "fillmode": "replace",
             "solidity": 0.5,
         },
     }

@@ -13,12 +13,13 @@ from typing import Any
 
 from profiler.runs.discover import RunRef
 from profiler.runs.summary import RunSummary
-from profiler.units import byte_unit, human_time, time_unit
+from profiler.units import human_time, typical_byte_unit, typical_time_unit
 
-# 4 significant digits, trailing zeros dropped: a column's unit follows its largest value (under
-# 1024 of it), and a small value still shows its digits (0.04688, never 0.00) beside its count;
-# under 0.01 of the unit it shows as "<0.01"
-SIGNIFICANT = ".4~r"
+# 4 significant digits, trailing zeros dropped, thousands separated: a column's unit is the one its
+# typical (median nonzero) value reads well in, so that a 61 ms and a 3.4 s exposed time are 61 and
+# 3,378 ms, and a small value still shows its digits (0.04688, never 0.00) beside its count; under
+# 0.01 of the unit it shows as "<0.01"
+SIGNIFICANT = ",.4~r"
 TINY = 0.01  # a value under this, in its column's unit, shows as "<0.01" (the README's promise)
 SOURCE_LABEL = {
     "synthetic": "SYNTHETIC demo",
@@ -228,9 +229,9 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[s
     def numbers(key: str) -> list[int | float]:
         return [r[key] for r in rows if isinstance(r.get(key), int | float)]
 
-    t_name, t_div = time_unit(numbers("step"))
-    e_name, e_div = time_unit(numbers("exposed"))
-    b_name, b_div = byte_unit(numbers("bytes"))
+    t_name, t_div = typical_time_unit(numbers("step"))
+    e_name, e_div = typical_time_unit(numbers("exposed"))
+    b_name, b_div = typical_byte_unit(numbers("bytes"))
     columns = [
         _col("run", "run", "text"),
         _col("source", "source", "text"),
@@ -242,7 +243,7 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[s
         _col("step", f"median step ({t_name})", "numeric", SIGNIFICANT, nully="no steps"),
         _col("bytes", f"copied ({b_name})", "numeric", SIGNIFICANT),
         _col("copies", "copies", "numeric", ",d"),
-        _col("exposed", f"exposed copy time ({e_name})", "numeric", SIGNIFICANT, nully="-"),
+        _col("exposed", f"exposed copies ({e_name})", "numeric", SIGNIFICANT, nully="-"),
         _col("hidden", "hidden %", "numeric", ".1f", nully="no copies"),
         _col("date", "date (UTC)", "text"),
     ]
@@ -302,3 +303,10 @@ def default_selection(rows: list[dict[str, Any]], limit: int = 10) -> list[int]:
         group = rows[with_copies[0]]["_group"]
         return [i for i in with_copies if rows[i]["_group"] == group][:limit]
     return list(range(min(len(rows), 6)))
+
+
+def selected_first(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """*rows* with those of ``default_selection`` first, each part in its order (the selection of the
+    result is its first rows: ``default_selection`` picks the same rows again)."""
+    chosen = set(default_selection(rows))
+    return [r for i, r in enumerate(rows) if i in chosen] + [r for i, r in enumerate(rows) if i not in chosen]

@@ -18,7 +18,8 @@ from profiler.errors import ProfilerError
 
 
 def all_rows(store: RunStore) -> list[dict[str, Any]]:
-    """Rows for every run analyzed so far (errors included), in discovery order."""
+    """Rows for every run analyzed so far (errors included): the first view's selection first (so that
+    its ticked rows show at the top of the table's box), then the others in discovery order."""
     out = []
     for rid, ref in store.refs.items():
         if rid in store.results:
@@ -28,7 +29,7 @@ def all_rows(store: RunStore) -> list[dict[str, Any]]:
             out.append(rows.no_trace_row(ref))
         elif rid in store.errors:
             out.append(rows.error_row(ref, store.errors[rid]))
-    return out
+    return rows.selected_first(out)
 
 
 def table_rows(store: RunStore) -> list[dict[str, Any]]:

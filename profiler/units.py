@@ -43,6 +43,23 @@ def time_unit(values_ns: Iterable[int | float | None]) -> tuple[str, int]:
     return _unit(values_ns, TIME_UNITS)
 
 
+def _typical(values: Iterable[int | float | None]) -> list[float]:
+    """The median of the nonzero *values* (as a one-element list; empty when there is none)."""
+    nonzero = sorted(abs(v) for v in values if v)
+    return [nonzero[(len(nonzero) - 1) // 2]] if nonzero else []
+
+
+def typical_time_unit(values_ns: Iterable[int | float | None]) -> tuple[str, int]:
+    """The unit a column of times reads well in when they span orders of magnitude: the one of their
+    median (lower median) nonzero value, so that most cells show digits, not ``<0.01`` or ``3,378,000``."""
+    return time_unit(_typical(values_ns))
+
+
+def typical_byte_unit(values: Iterable[int | float | None]) -> tuple[str, int]:
+    """As ``typical_time_unit``, for sizes."""
+    return byte_unit(_typical(values))
+
+
 def scaled(value: int | float | None, div: int, decimals: int = 2) -> str:
     """*value* / *div* with *decimals* places; exactly 0 is ``0``, and a value that would show as 0
     but is not says so (``<0.01``)."""
