@@ -318,7 +318,7 @@ def test_lhs_off(tmp_path):
     off = "--xla_gpu_enable_latency_hiding_scheduler=false --xla_gpu_enable_command_buffer="
     (f,) = fired(findings_of(_exposed_run(tmp_path, 1_000_001, off, "a")), "lhs-off")
     assert f["severity"] == "warning" and "is off" in f["verdict"]  # 10% of the window: at most a warning
-    assert f["cost_ns"] == 1_000_001 and f["cost_basis_ns"] == 10_000_000
+    assert f["attributed_ns"] == 1_000_001 and f["attributed_basis_ns"] == 10_000_000
     assert not fired(findings_of(_exposed_run(tmp_path, 1_000_000, off, "b")), "lhs-off")  # 10% is not above
     (unset,) = fired(findings_of(_exposed_run(tmp_path, 5_000_000, "", "c")), "lhs-off")
     assert unset["severity"] == "info" and "not set" in unset["verdict"]
@@ -352,7 +352,7 @@ def _boundary_run(tmp_path: Path, at_edges: bool, flags: str | None = None) -> P
 
 def test_exposed_at_step_boundaries(tmp_path):
     (f,) = fired(findings_of(_boundary_run(tmp_path, True)), "exposed-at-boundaries")
-    assert f["evidence"] == {"at_boundaries_ns": 10_000, "cost_ns": 10_000, "share": 1.0}
+    assert f["evidence"] == {"at_boundaries_ns": 10_000, "exposed_or_stalled_ns": 10_000, "share": 1.0}
     assert "--xla_gpu_enable_pipelined_host_offloading=true" in f["try"] and "no manifest" in f["try"]
     assert not fired(findings_of(_boundary_run(tmp_path, False)), "exposed-at-boundaries")
     on = fired(
@@ -377,7 +377,10 @@ def test_exposed_at_the_ends_of_the_layer_loop(tmp_path):
         launched(b, t + 20, "kernel", t + 1000, t + 1000 + hidden, "k")
     doc = findings_of(write_run(tmp_path, b))
     (f,) = fired(doc, "exposed-at-boundaries")
-    assert f["where"] == {"layers": ["0", "3"]} and f["evidence"] == {"at_ends_ns": 20_000, "cost_ns": 20_000}
+    assert f["where"] == {"layers": ["0", "3"]} and f["evidence"] == {
+        "at_ends_ns": 20_000,
+        "exposed_or_stalled_ns": 20_000,
+    }
 
 
 # --- stall-hotspot --------------------------------------------------------------------------
@@ -479,12 +482,15 @@ def test_analyze_prints_findings_and_json_has_them(tmp_path):
     path = write_run(tmp_path, b)
     text = run_cli("analyze", str(path))
     assert text.returncode == 0, text.stderr
-    assert "Findings: 2 problems; by cost, highest first" in text.stdout
-    assert "PROBLEM  pageable-copies (costs 100 µs, 100% of GPU 0's window (100 µs))" in text.stdout
+    assert "Findings: 2 problems; by saving in the replay, highest first" in text.stdout
+    assert (
+        "PROBLEM  pageable-copies (no saving modelled; attributed 100 µs, 100% of GPU 0's window (100 µs)"
+        in text.stdout
+    )
     doc = json.loads(run_cli("analyze", "--json", str(path)).stdout)
     # the same 100 us from two sides: the symptom first, then its cause
     assert [f["id"] for f in doc["findings"]["findings"]] == ["exposed-copies", "pageable-copies"]
-    assert [f["cost_ns"] for f in doc["findings"]["findings"]] == [100_000, 100_000]
+    assert [f["attributed_ns"] for f in doc["findings"]["findings"]] == [100_000, 100_000]
     assert "findings" not in json.loads(run_cli("analyze", "--json", "--no-findings", str(path)).stdout)
 
 

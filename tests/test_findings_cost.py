@@ -9,7 +9,7 @@ import json
 import pytest
 
 from profiler.analysis.breakdown import Breakdown
-from profiler.analysis.findings import Finding, by_cost, graded, run_findings
+from profiler.analysis.findings import Finding, by_saving, graded, run_findings
 from profiler.analysis.findings.config import FindingsConfig
 from profiler.synthetic.export import PAGEABLE, ExportBuilder
 from profiler.trace import open_trace
@@ -23,7 +23,9 @@ MS = 1_000_000
 
 
 def _f(rule: str, severity: str, cost: int | None, basis: int | None = 1000) -> Finding:
-    return Finding(rule, severity, "v", "a", cost_ns=cost, cost_basis_ns=basis if cost is not None else None)
+    return Finding(
+        rule, severity, "v", "a", attributed_ns=cost, attributed_basis_ns=basis if cost is not None else None
+    )
 
 
 @pytest.mark.parametrize(
@@ -38,19 +40,19 @@ def _f(rule: str, severity: str, cost: int | None, basis: int | None = 1000) -> 
     ],
 )
 def test_severity_follows_the_share_under_the_rules_ceiling(cost, ceiling, want):
-    f = Finding("r", ceiling, "v", "a", cost_ns=cost, cost_basis_ns=10 * MS)
+    f = Finding("r", ceiling, "v", "a", attributed_ns=cost, attributed_basis_ns=10 * MS)
     assert graded(f, FindingsConfig()).severity == want
 
 
 def test_severity_thresholds_are_named_and_configurable():
-    f = Finding("r", "problem", "v", "a", cost_ns=20_000, cost_basis_ns=MS)  # 2% of the window
+    f = Finding("r", "problem", "v", "a", attributed_ns=20_000, attributed_basis_ns=MS)  # 2% of the window
     assert graded(f, FindingsConfig()).severity == "info"  # 20 us < severity_min_cost_ns
     low = FindingsConfig({**FindingsConfig().thresholds, "severity_min_cost_ns": 0})
     assert graded(f, low).severity == "warning"
     strict = FindingsConfig({**low.thresholds, "problem_share": 0.02})
     assert graded(f, strict).severity == "problem"
     note = Finding("r", "problem", "v", "a")  # no time cost: its rule's severity stands
-    assert graded(note, FindingsConfig()).severity == "problem" and note.cost_share is None
+    assert graded(note, FindingsConfig()).severity == "problem" and note.attributed_share is None
 
 
 def test_findings_are_listed_by_cost_then_those_without():
@@ -63,7 +65,7 @@ def test_findings_are_listed_by_cost_then_those_without():
     ]
     order = ["a", "b", "c", "d", "e"]
     # equal costs: the more severe first; no cost: after every costed one, most severe first
-    assert [f.rule for f in by_cost(found, order)] == ["e", "c", "b", "a", "d"]
+    assert [f.rule for f in by_saving(found, order)] == ["e", "c", "b", "a", "d"]
 
 
 def test_toml_thresholds_change_severities_in_the_cli(tmp_path):
@@ -78,8 +80,8 @@ def test_toml_thresholds_change_severities_in_the_cli(tmp_path):
     out = run_cli("findings", "--json", "--findings-config", str(cfg), str(path))
     assert out.returncode == 0, out.stderr
     (f,) = [f for f in json.loads(out.stdout)["runs"][0]["findings"] if f["id"] == "pageable-copies"]
-    assert (f["severity"], f["cost_ns"], f["cost_basis_ns"]) == ("warning", 50_000, 10 * MS)
-    assert f["cost_share"] == pytest.approx(0.005) and f["cost_basis"] == "GPU 0's window"
+    assert (f["severity"], f["attributed_ns"], f["attributed_basis_ns"]) == ("warning", 50_000, 10 * MS)
+    assert f["attributed_share"] == pytest.approx(0.005) and f["attributed_basis"] == "GPU 0's window"
 
 
 def test_pr_comment_lists_new_findings_by_cost():
@@ -93,16 +95,19 @@ def test_pr_comment_lists_new_findings_by_cost():
             "verdict": rule,
             "try": "t",
             "where": {"steps": "the capture"},
-            "cost_ns": cost,
-            "cost_share": share,
-            "cost_basis_ns": MS,
-            "cost_basis": "GPU 0's window",
+            "attributed_ns": cost,
+            "attributed_share": share,
+            "attributed_basis_ns": MS,
+            "attributed_basis": "GPU 0's window",
         }
 
     new = [f("a", None), f("b", 10), f("c", 200_000)]
     md = [line for line in findings_markdown(new, [], "p") if line.startswith("- ")]
     assert [line.split("`")[1] for line in md] == ["c", "b", "a"]
-    assert "(the capture; costs 200 µs, 20% of GPU 0's window (1.00 ms))" in md[0] and "no time cost" in md[2]
+    assert (
+        "(the capture; no saving modelled; attributed 200 µs, 20% of GPU 0's window (1.00 ms))" in md[0]
+        and "no time cost" in md[2]
+    )
 
 
 def test_compare_lists_new_findings_by_cost(tmp_path):
@@ -117,7 +122,7 @@ def test_compare_lists_new_findings_by_cost(tmp_path):
     out = run_cli("compare", str(bp), str(hp))  # exit 1: the exposed time regressed; the text is what counts
     lines = [line for line in out.stdout.splitlines() if line.startswith("new in head")]
     assert [line.split()[5] for line in lines] == ["exposed-copies", "pageable-copies", "sync-copies"], out.stdout
-    assert "(costs 120 µs, 9.2% of the capture's GPU time (1.30 ms))" in lines[2]
+    assert "attributed 120 µs, 9.2% of the capture's GPU time (1.30 ms))" in lines[2]
 
 
 # --- cost_ns per rule ----------------------------------------------------------------------------
@@ -130,7 +135,7 @@ def test_pageable_cost_is_their_exposed_time(tmp_path, window, severity):
     b.copy(int(1.5 * MS), int(1.8 * MS), "d2h", MIB)  # pinned: not this rule's
     b.kernel(MS // 2, window, "k")
     (f,) = fired(findings_of(write_run(tmp_path, b)), "pageable-copies")
-    assert (f["cost_ns"], f["cost_basis_ns"], f["severity"]) == (MS // 2, window, severity)
+    assert (f["attributed_ns"], f["attributed_basis_ns"], f["severity"]) == (MS // 2, window, severity)
     assert "500 µs of them ran with no kernel beside them" in f["verdict"]
 
 
@@ -141,7 +146,11 @@ def test_sync_copies_cost_is_the_wall_time_blocked(tmp_path):
     b.runtime(51_000, 151_000, 901, name="cudaMemcpy_v3020", tid=TID + 1)  # another thread, at the same time
     (f,) = fired(findings_of(write_run(tmp_path, b)), "sync-copies")
     assert f["evidence"]["host_ns"] == 200_000 and f["evidence"]["wall_ns"] == 150_000
-    assert (f["cost_ns"], f["cost_basis_ns"], f["cost_basis"]) == (150_000, MS, "the capture's GPU time")
+    assert (f["attributed_ns"], f["attributed_basis_ns"], f["attributed_basis"]) == (
+        150_000,
+        MS,
+        "the capture's GPU time",
+    )
     assert f["severity"] == "problem" and "0.150 ms of wall time" in f["verdict"]
 
 
@@ -151,7 +160,7 @@ def test_sync_copies_in_steps_are_a_share_of_the_steps(tmp_path):
     b.runtime(100_000, 110_000, 900, name="cudaMemcpy_v3020", tid=TID)
     launched(b, 0, "kernel", 0, 10 * MS, "k")
     (f,) = fired(findings_of(write_run(tmp_path, b), severity_min_cost_ns=0), "sync-copies")
-    assert (f["cost_ns"], f["cost_basis_ns"], f["cost_basis"]) == (10_000, 800_000, "the 2 steps")
+    assert (f["attributed_ns"], f["attributed_basis_ns"], f["attributed_basis"]) == (10_000, 800_000, "the 2 steps")
     assert f["severity"] == "warning"  # 1.25% of the steps
 
 
@@ -163,7 +172,7 @@ def test_copy_on_compute_stream_cost_is_the_streams_copy_time(tmp_path):
     b.copy(550_000, 700_000, "h2d", MIB, stream=7)  # overlaps the first: their union is 200 us
     b.copy(600_000, 900_000, "h2d", MIB, stream=20)  # another stream: not counted
     (f,) = fired(findings_of(write_run(tmp_path, b)), "copy-on-compute-stream")
-    assert (f["cost_ns"], f["cost_basis_ns"], f["severity"]) == (200_000, 3_500_000, "problem")
+    assert (f["attributed_ns"], f["attributed_basis_ns"], f["severity"]) == (200_000, 3_500_000, "problem")
     assert "2 h2d/d2h copies (2.0 MiB)" in f["verdict"] and "for 200 µs" in f["verdict"]
 
 
@@ -172,7 +181,7 @@ def test_tiny_copies_on_the_compute_stream_say_bytes_not_mib(tmp_path):
     b.kernel(0, 300 * MS, "k", stream=7)
     b.copy(MS, MS + 800, "h2d", 8, stream=7)
     (f,) = fired(findings_of(write_run(tmp_path, b)), "copy-on-compute-stream")
-    assert "(8 B)" in f["verdict"] and f["severity"] == "info" and f["cost_ns"] == 800
+    assert "(8 B)" in f["verdict"] and f["severity"] == "info" and f["attributed_ns"] == 800
 
 
 def test_slow_link_cost_is_the_exposed_time_a_full_link_removes(tmp_path):
@@ -182,8 +191,8 @@ def test_slow_link_cost_is_the_exposed_time_a_full_link_removes(tmp_path):
         b.copy(i * MS, i * MS + 100_000, "d2h", MIB)  # 10.49 GB/s, alone, all exposed
     (f,) = fired(findings_of(write_run(tmp_path, b)), "slow-link")
     assert f["evidence"]["exposed_ns"] == 300_000
-    assert f["cost_ns"] == round(300_000 * (1 - (MIB / 100_000) / 63))
-    assert f["cost_basis_ns"] == 2 * MS + 100_000
+    assert f["attributed_ns"] == round(300_000 * (1 - (MIB / 100_000) / 63))
+    assert f["attributed_basis_ns"] == 2 * MS + 100_000
 
 
 @pytest.mark.parametrize(("extra_exposed", "want"), [(0, 300_000), (MS, 450_000)])
@@ -202,7 +211,7 @@ def test_copy_contention_cost_is_lost_copy_time_where_it_costs(tmp_path, extra_e
     (f,) = fired(findings_of(write_run(tmp_path, b)), "copy-contention")
     assert f["evidence"]["copy_time_lost_ns"] == 450_000
     assert f["evidence"]["exposed_plus_stalled_ns"] == 300_000 + extra_exposed
-    assert f["cost_ns"] == want
+    assert f["attributed_ns"] == want
 
 
 def test_nccl_slowed_cost_is_the_excess_over_the_median(tmp_path):
@@ -214,13 +223,17 @@ def test_nccl_slowed_cost_is_the_excess_over_the_median(tmp_path):
         b.copy(u, u + 1_500, "d2h", MIB, stream=20)  # beside: the copy covers the whole kernel
     (f,) = fired(findings_of(write_run(tmp_path, b)), "nccl-slowed-by-copies")
     # METRICS "Kernels slowed by copies": 3 beside x (1500 - 1000) over the group's lower medians
-    assert f["cost_ns"] == 3 * 500 and f["evidence"]["excess_ns"] == 1500
+    assert f["attributed_ns"] == 3 * 500 and f["evidence"]["excess_ns"] == 1500
 
 
 def test_boundary_costs(tmp_path):
     doc = findings_of(_boundary_run(tmp_path, True))
     (f,) = fired(doc, "exposed-at-boundaries")
-    assert (f["cost_ns"], f["cost_basis_ns"], f["cost_basis"]) == (10_000, 100_000, "the GPU spans of the 1 steps")
+    assert (f["attributed_ns"], f["attributed_basis_ns"], f["attributed_basis"]) == (
+        10_000,
+        100_000,
+        "the GPU spans of the 1 steps",
+    )
     assert f["severity"] == "info"  # 10% of the step, but 10 us: under severity_min_cost_ns
     (g,) = fired(findings_of(_boundary_run(tmp_path, True), severity_min_cost_ns=0), "exposed-at-boundaries")
     assert g["severity"] == "problem"
@@ -235,12 +248,12 @@ def test_layer_loop_edges_cost(tmp_path):
         launched(b, t + 10, "copy", t + 1000, t + 11_000, "d2h", MIB, stream=20)
         launched(b, t + 20, "kernel", t + 1000, t + 1000 + (0 if i in (0, 3) else 10_000), "k")
     (f,) = fired(findings_of(write_run(tmp_path, b)), "exposed-at-boundaries")
-    assert (f["cost_ns"], f["cost_basis_ns"]) == (20_000, 310_000)
+    assert (f["attributed_ns"], f["attributed_basis_ns"]) == (20_000, 310_000)
 
 
 def test_stall_hotspot_cost_is_the_layers_stall(tmp_path):
     (f,) = fired(findings_of(_stall_layers(tmp_path, [70_000, 10_000], "hot")), "stall-hotspot")
-    assert (f["cost_ns"], f["cost_basis_ns"], f["severity"]) == (70_000, 1_209_000, "problem")
+    assert (f["attributed_ns"], f["attributed_basis_ns"], f["severity"]) == (70_000, 1_209_000, "problem")
 
 
 def test_step_outliers_cost_and_notes_without_cost(tmp_path):
@@ -249,7 +262,7 @@ def test_step_outliers_cost_and_notes_without_cost(tmp_path):
     b.kernel(0, 10, "k")
     doc = findings_of(write_run(tmp_path, b), severity_min_cost_ns=0)
     (f,) = fired(doc, "step-outliers")
-    assert (f["cost_ns"], f["cost_basis_ns"]) == (3001 - 1000, 6001)
+    assert (f["attributed_ns"], f["attributed_basis_ns"]) == (3001 - 1000, 6001)
     assert f["severity"] == "warning"  # 33% of the steps, and a warning at most
     b = ExportBuilder()
     b.domain(1, "profile-step", tid=TID)
@@ -259,7 +272,7 @@ def test_step_outliers_cost_and_notes_without_cost(tmp_path):
     trace = open_trace(write_run(tmp_path, b, name="warm"))
     doc = run_findings(trace, None, FindingsConfig(), Breakdown(trace, step_range="^(step|warmup)="))
     (w,) = fired(doc, "warmup-in-capture")
-    assert w["cost_ns"] is None and w["cost_share"] is None and w["severity"] == "info"
+    assert w["attributed_ns"] is None and w["attributed_share"] is None and w["severity"] == "info"
 
 
 def test_offload_missing_has_no_time_cost_and_comes_after_costed_findings(tmp_path):
@@ -271,9 +284,9 @@ def test_offload_missing_has_no_time_cost_and_comes_after_costed_findings(tmp_pa
     doc = findings_of(write_run(tmp_path, b, manifest))
     ids = [f["id"] for f in doc["findings"]]
     missing = fired(doc, "offload-missing")[0]
-    assert missing["cost_ns"] is None and missing["severity"] == "problem"
+    assert missing["attributed_ns"] is None and missing["severity"] == "problem"
     assert ids[-1] == "offload-missing" and "exposed-copies" in ids
-    costs = [f["cost_ns"] for f in doc["findings"] if f["cost_ns"] is not None]
+    costs = [f["attributed_ns"] for f in doc["findings"] if f["attributed_ns"] is not None]
     assert costs == sorted(costs, reverse=True)
     text = run_cli("findings", str(write_run(tmp_path, b, manifest, name="again"))).stdout
     assert "offload-missing (no time cost)" in text
@@ -297,7 +310,7 @@ def _exposed_export() -> ExportBuilder:
 def test_exposed_copies_known_answer(tmp_path):
     doc = findings_of(write_run(tmp_path, _exposed_export()))
     (f,) = fired(doc, "exposed-copies")
-    assert (f["cost_ns"], f["cost_basis_ns"], f["severity"]) == (2 * MS, 10 * MS, "problem")
+    assert (f["attributed_ns"], f["attributed_basis_ns"], f["severity"]) == (2 * MS, 10 * MS, "problem")
     ev = f["evidence"]
     assert ev["busy_ns"] == 3_800_000 and ev["exposed_ns"] == 2 * MS
     assert ev["classes"] == {
@@ -357,9 +370,9 @@ def test_dashboard_findings_panel_lists_by_cost(tmp_path):
     found = summary["findings"]["findings"]
     nodes = [n for node in panel(store, [View(rid, "0")]) for n in _walk(node)]
     rules = [getattr(n, "data-rule") for n in nodes if getattr(n, "className", None) == "finding"]
-    costs = [getattr(n, "data-cost") for n in nodes if getattr(n, "className", None) == "cost"]
+    costs = [getattr(n, "data-attributed") for n in nodes if getattr(n, "className", None) == "cost"]
     assert rules == [f["id"] for f in found] and len(rules) >= 3
-    assert costs == [str(f["cost_ns"]) for f in found]
+    assert costs == [str(f["attributed_ns"]) for f in found]
     assert [int(c) for c in costs] == sorted(map(int, costs), reverse=True) and int(costs[0]) == 2 * MS
 
 
@@ -380,8 +393,8 @@ def test_exposed_copies_on_the_streams_trace(shared_traces):
     doc, devices = _shared_findings(shared_traces, "gpu4__nsys_vectorAdd_streams_10000000__7498cc2")
     (f,) = fired(doc, "exposed-copies")
     off = devices["0"]["copies"]["offload"]
-    assert f["cost_ns"] == off["exposed_ns"] == 54_942_550 and f["cost_basis_ns"] == devices["0"]["span_ns"]
-    assert f["severity"] == "problem" and f["cost_share"] == pytest.approx(0.332, abs=0.001)
+    assert f["attributed_ns"] == off["exposed_ns"] == 54_942_550 and f["attributed_basis_ns"] == devices["0"]["span_ns"]
+    assert f["severity"] == "problem" and f["attributed_share"] == pytest.approx(0.332, abs=0.001)
     assert sum(f["evidence"]["by_tenth_ns"]) == off["exposed_ns"]
     assert "85% of the h2d/d2h copy time" in f["verdict"] and "54.9 ms" in f["verdict"]
     assert "spread over the window: 4.53 ms to 6.00 ms of it in each tenth" in f["verdict"]
@@ -401,15 +414,15 @@ def test_every_shared_trace_lists_by_cost_with_severity_from_share(shared_traces
     for path in sorted(shared_traces.glob("*.sqlite")):
         trace = open_trace(path)
         found = run_findings(trace, None, cfg, Breakdown(trace))["findings"]
-        costed = [f for f in found if f["cost_ns"] is not None]
+        costed = [f for f in found if f["attributed_ns"] is not None]
         assert found[: len(costed)] == costed, path.name  # costed first
-        costs = [f["cost_ns"] for f in costed]
+        costs = [f["attributed_ns"] for f in costed]
         assert costs == sorted(costs, reverse=True), path.name
         for f in costed:
-            share = f["cost_share"] if f["cost_ns"] >= cfg["severity_min_cost_ns"] else 0
+            share = f["attributed_share"] if f["attributed_ns"] >= cfg["severity_min_cost_ns"] else 0
             level = 2 if share >= cfg["problem_share"] else 1 if share >= cfg["warning_share"] else 0
             if f["id"] in ("lhs-off", "step-outliers"):  # their ceiling is lower
                 assert f["severity"] in ("info", "warning", "problem")[: level + 1], (path.name, f["id"])
             else:
                 assert f["severity"] == ("info", "warning", "problem")[level], (path.name, f["id"])
-            assert f["cost_basis_ns"] and f["cost_basis"], (path.name, f["id"])
+            assert f["attributed_basis_ns"] and f["attributed_basis"], (path.name, f["id"])

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
-from profiler.analysis.dependencies import Dependencies, dependencies
+from profiler.analysis.dependencies import Dependencies, GpuOps, dependencies
 from profiler.analysis.hostsync import host_syncs
 from profiler.analysis.replay import Replay, replay
 from profiler.analysis.stalls import empty_stalls, op_stalls
@@ -73,9 +73,8 @@ def whatif(
     return {"copy_scale": factor, "host_sync_modeled": rp.host_sync_modeled, "devices": devices}
 
 
-def _step_rows(rp: Replay, steps: pl.DataFrame, step_ops: pl.DataFrame) -> dict[int, list[dict[str, Any]]]:
-    """Per device, per step: measured and predicted step time, and the step's GPU span before and after."""
-    ops = rp.deps.ops
+def keyed_step_ops(ops: GpuOps, step_ops: pl.DataFrame) -> pl.DataFrame:
+    """*step_ops* (index and the op keys) with each op's row of *ops* (``row``), and its device."""
     table = pl.DataFrame(
         {
             "pid": ops.pid,
@@ -86,9 +85,18 @@ def _step_rows(rp: Replay, steps: pl.DataFrame, step_ops: pl.DataFrame) -> dict[
             "row": np.arange(len(ops), dtype=np.int64),
         }
     )
-    keyed = step_ops.select("index", *(pl.col(k).cast(pl.Int64).fill_null(-1) for k in _KEYS)).join(
+    return step_ops.select("index", *(pl.col(k).cast(pl.Int64).fill_null(-1) for k in _KEYS)).join(
         table, on=_KEYS, how="inner"
     )
+
+
+def _step_rows(
+    rp: Replay, steps: pl.DataFrame, step_ops: pl.DataFrame, keyed: pl.DataFrame | None = None
+) -> dict[int, list[dict[str, Any]]]:
+    """Per device, per step: measured and predicted step time, and the step's GPU span before and after
+    (*keyed*: ``keyed_step_ops`` of *step_ops*, when the caller has it)."""
+    ops = rp.deps.ops
+    keyed = keyed_step_ops(ops, step_ops) if keyed is None else keyed
     if keyed.height == 0:
         return {}
     rows = keyed["row"].to_numpy()
@@ -153,6 +161,28 @@ def _blocked_inside(rp: Replay, ranges: pl.DataFrame) -> set[int]:
     return out
 
 
+def step_frames(bd: Breakdown) -> tuple[pl.DataFrame, pl.DataFrame] | None:
+    """The steps of ``analyze --by step`` as ``whatif`` reads them: (steps: index, name, start, end,
+    excluded, global_tid; step_ops: index and the op keys), or None without steps."""
+    ranges = bd.step_ranges()
+    if ranges.height == 0:
+        return None
+    info = bd.by_step(copies=False)
+    steps = pl.DataFrame(
+        [{"index": s["index"], "name": s["name"], "start": s["start_ns"], "end": s["end_ns"]} for s in info["steps"]],
+        schema={"index": pl.Int64, "name": pl.String, "start": pl.Int64, "end": pl.Int64},
+    ).with_columns(pl.Series("excluded", [s["excluded"] for s in info["steps"]], pl.String))
+    tids = ranges.select(pl.col("index").cast(pl.Int64), pl.col("global_tid").cast(pl.Int64))
+    steps = steps.join(tids, on="index", how="left")
+    assigned, _ = bd.step_assignment(ranges)
+    step_ops = (
+        bd.ops[assigned["op_id"].to_numpy()]
+        .select(*_KEYS)
+        .with_columns(assigned["index"].cast(pl.Int64).alias("index"))
+    )
+    return steps, step_ops
+
+
 def trace_whatif(
     trace: Trace,
     factor: float,
@@ -170,23 +200,10 @@ def trace_whatif(
 
     bd = breakdown if breakdown is not None else Breakdown(trace, layer_pattern or DEFAULT_LAYER_PATTERN, step_range)
     deps = bd.stalls.deps if bd.stalls is not None else None
-    ranges = bd.step_ranges()
-    if ranges.height == 0:
+    frames = step_frames(bd)
+    if frames is None:
         return whatif(trace, factor, deps=deps, model_host=model_host)
-    info = bd.by_step(copies=False)
-    steps = pl.DataFrame(
-        [{"index": s["index"], "name": s["name"], "start": s["start_ns"], "end": s["end_ns"]} for s in info["steps"]],
-        schema={"index": pl.Int64, "name": pl.String, "start": pl.Int64, "end": pl.Int64},
-    ).with_columns(pl.Series("excluded", [s["excluded"] for s in info["steps"]], pl.String))
-    tids = ranges.select(pl.col("index").cast(pl.Int64), pl.col("global_tid").cast(pl.Int64))
-    steps = steps.join(tids, on="index", how="left")
-    assigned, _ = bd.step_assignment(ranges)
-    step_ops = (
-        bd.ops[assigned["op_id"].to_numpy()]
-        .select(*_KEYS)
-        .with_columns(assigned["index"].cast(pl.Int64).alias("index"))
-    )
-    return whatif(trace, factor, steps, step_ops, deps=deps, model_host=model_host)
+    return whatif(trace, factor, *frames, deps=deps, model_host=model_host)
 
 
 def measured_stalls(bd: Breakdown, devices: list[str]) -> dict[str, dict[str, Any]]:

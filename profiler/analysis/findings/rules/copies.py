@@ -63,7 +63,7 @@ def pageable_copies(ev: Evidence) -> list[Finding]:
                 where={"device": dev},
                 evidence={f"{cls}_pageable": p for cls, (p, _) in per.items()} | {"exposed_ns": cost},
                 view="streams",
-                cost_ns=cost,
+                attributed_ns=cost,
                 **ev.basis_device(dev),
             )
         )
@@ -108,7 +108,7 @@ def sync_copies(ev: Evidence) -> list[Finding]:
             where={"steps": scope},
             evidence={"calls": n, "host_ns": blocked, "wall_ns": wall, "by_name": dict(top.iter_rows())},
             view="timeline",
-            cost_ns=wall,
+            attributed_ns=wall,
             **basis,
         )
     ]
@@ -145,7 +145,7 @@ def copy_on_compute_stream(ev: Evidence) -> list[Finding]:
             where={"device": str(dev), "stream": int(stream)},
             evidence={"copies": int(n), "bytes": int(nbytes or 0), "compute_kernels": int(k), "share": share},
             view="streams",
-            cost_ns=held.get(int(dev) * (1 << 32) + int(stream), 0),
+            attributed_ns=held.get(int(dev) * (1 << 32) + int(stream), 0),
             **ev.basis_device(dev),
         )
         for dev, stream, n, nbytes, k, share in shared.iter_rows()
@@ -194,7 +194,7 @@ def slow_link(ev: Evidence) -> list[Finding]:
                             "exposed_ns": exposed,
                         },
                         view="streams",
-                        cost_ns=cost,
+                        attributed_ns=cost,
                         **ev.basis_device(dev),
                     )
                 )
@@ -281,7 +281,7 @@ def copy_contention(ev: Evidence) -> list[Finding]:
                         "kernels": top,
                     },
                     view="streams",
-                    cost_ns=cost,
+                    attributed_ns=cost,
                     **ev.basis_device(dev),
                 )
             )

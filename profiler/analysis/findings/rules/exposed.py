@@ -195,7 +195,7 @@ def exposed_copies(ev: Evidence) -> list[Finding]:
                     "most_exposed": top,
                 },
                 view="timeline",
-                cost_ns=exposed,
+                attributed_ns=exposed,
                 **ev.basis_device(dev),
             )
         )

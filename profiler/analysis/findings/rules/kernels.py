@@ -64,7 +64,7 @@ def _finding(
         where={"device": dev, "kernels": [g["name"] for g in groups]},
         evidence={"excess_ns": excess, "groups": groups},
         view="policies",
-        cost_ns=excess,
+        attributed_ns=excess,
         **ev.basis_device(dev),
     )
 

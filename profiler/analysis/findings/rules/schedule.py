@@ -96,7 +96,7 @@ def lhs_off(ev: Evidence) -> list[Finding]:
             f"scheduler is {how}",
             f"turn it on: XLA_FLAGS={LHS}=true (profile-step --lhs); it schedules async copies to overlap compute",
             evidence={"exposed_ns": exposed, "busy_ns": busy, "lhs": state},
-            cost_ns=exposed,  # the exposed offload time it may explain
+            attributed_ns=exposed,  # the exposed offload time it may explain
             **ev.basis_windows(),
         )
     ]
@@ -164,11 +164,11 @@ def _step_edges(ev: Evidence, flags_note: str) -> list[Finding]:
             "let XLA pipeline the offloads into neighbouring iterations: "
             f"XLA_FLAGS={PIPELINED}=true (profile-step --pipelined-offload; openxla/xla PR 32297){flags_note}",
             where={"steps": len(steps)},
-            evidence={"at_boundaries_ns": at_edges, "cost_ns": all_cost, "share": share},
+            evidence={"at_boundaries_ns": at_edges, "exposed_or_stalled_ns": all_cost, "share": share},
             view="timeline",
-            cost_ns=at_edges,  # the exposed or stalled copy time at the steps' edges
-            cost_basis_ns=span,
-            cost_basis=f"the GPU spans of the {len(steps)} steps"
+            attributed_ns=at_edges,  # the exposed or stalled copy time at the steps' edges
+            attributed_basis_ns=span,
+            attributed_basis=f"the GPU spans of the {len(steps)} steps"
             + (" (summed over GPUs)" if len(ev.devices) > 1 else ""),
         )
     ]
@@ -197,9 +197,9 @@ def _layer_loop_edges(ev: Evidence, flags_note: str) -> list[Finding]:
             "the copies bunch where the layer loop starts and ends: let XLA pipeline them across iterations, "
             f"XLA_FLAGS={PIPELINED}=true{flags_note}",
             where={"layers": [names[0], names[-1]]},
-            evidence={"at_ends_ns": ends, "cost_ns": total},
+            evidence={"at_ends_ns": ends, "exposed_or_stalled_ns": total},
             view="layers",
-            cost_ns=ends,  # the exposed or stalled copy time of the loop's first and last layer
+            attributed_ns=ends,  # the exposed or stalled copy time of the loop's first and last layer
             **ev.basis_windows(),
         )
     ]

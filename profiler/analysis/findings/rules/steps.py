@@ -48,7 +48,7 @@ def stall_hotspot(ev: Evidence) -> list[Finding]:
                     where={"layer" if what == "layer" else "op": name},
                     evidence={"stall_ns": worst, "total_stall_ns": total, "share": share},
                     view=view,
-                    cost_ns=worst,  # the time ops stood stalled by that layer's or operation's copies
+                    attributed_ns=worst,  # the time ops stood stalled by that layer's or operation's copies
                     **ev.basis_windows(),
                 )
             )
@@ -77,7 +77,7 @@ def step_outliers(ev: Evidence) -> list[Finding]:
             where={"steps": [s["name"] for s in out]},
             evidence={"excluded": [{"name": s["name"], "duration_ns": s["duration_ns"]} for s in out]},
             view="timeline",
-            cost_ns=extra,  # the outliers' time beyond the median step
+            attributed_ns=extra,  # the outliers' time beyond the median step
             **ev.basis_steps(steps),
         )
     ]

@@ -1,0 +1,62 @@
+"""Each finding's saving: its change replayed on its window (METRICS.md "Savings")."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from profiler.analysis.findings.evidence import CAPTURE, Evidence
+from profiler.analysis.savings import CAPTURE as CAPTURE_WINDOW
+from profiler.analysis.savings import DEVICE, STEPS, WINDOWS, Window
+
+if TYPE_CHECKING:
+    from profiler.analysis.findings import Finding
+
+NO_TIME_COST = "no time cost: a note on the run or the capture"
+
+
+def with_saving(f: Finding, ev: Evidence) -> Finding:
+    """*f* with ``saving_ns`` and its basis: its change replayed, or why there is none."""
+    from profiler.analysis.findings import NOT_MODELLED
+
+    if f.change is None:
+        why = f.no_saving or (NO_TIME_COST if f.attributed_ns is None else NOT_MODELLED)
+        return replace(f, saving_basis=why)
+    if not ev.devices:
+        return replace(f, saving_basis="no GPU activity: nothing to replay")
+    s = ev.replays.saving(f.change)
+    window = f.window or Window(WINDOWS)
+    value = s.on(window)
+    if value is None:  # per step, but no device has an included step with GPU ops: the windows
+        window = Window(WINDOWS) if len(ev.devices) > 1 else Window(DEVICE, next(iter(ev.devices)))
+        value = s.on(window)
+    basis_ns, basis = _basis(ev, window, s.device_on_steps())
+    return replace(f, saving=s, saving_ns=int(value), saving_basis_ns=basis_ns, saving_basis=basis)
+
+
+def _basis(ev: Evidence, window: Window, step_device: str | None) -> tuple[int, str]:
+    """The time a saving on *window* is a share of, and its name."""
+    if window.kind == DEVICE:
+        d = ev.devices.get(str(window.device))
+        return (int(d["span_ns"]) if d else 0), f"GPU {window.device}'s window"
+    if window.kind == WINDOWS:
+        n = len(ev.devices)
+        name = f"the summed windows of {n} GPUs" if n > 1 else f"GPU {next(iter(ev.devices))}'s window"
+        return int(sum(d["span_ns"] for d in ev.devices.values())), name
+    if window.kind == CAPTURE_WINDOW:
+        w0 = min(d["window_ns"][0] for d in ev.devices.values())
+        w1 = max(d["window_ns"][1] for d in ev.devices.values())
+        return int(w1 - w0), CAPTURE
+    assert window.kind == STEPS
+    n = ev.replays.included
+    median = ev.steps.get("median_included_step_ns") or 0
+    gpu = f", GPU {step_device}" if step_device is not None and len(ev.devices) > 1 else ""
+    return int(median), f"the median step (of {len(n)}{gpu})"
+
+
+def copy_free(ev: Evidence) -> dict[str, Any] | None:
+    """Per device, the copy-free replay (every h2d/d2h copy of the device removed): its span and
+    saving on the window, and per step (median); None without GPU activity."""
+    if not ev.devices:
+        return None
+    return ev.replays.copy_free_doc()
