@@ -57,7 +57,7 @@ def _fmt(x: float) -> str:
 
 def _pair(raw_a: float, raw_b: float) -> str:
     """``exposed / hidden``, each with its own unit (``30.9 µs / 3.79 s``, ``245 ms / 3.84 s``)."""
-    return f"{human_time(raw_a)} / {human_time(raw_b)}"
+    return f"{human_time(raw_a, nanoseconds=True)} / {human_time(raw_b, nanoseconds=True)}"
 
 
 def _one(

@@ -66,24 +66,31 @@ def cmd_policies(args: argparse.Namespace) -> int:
     from profiler.analysis.policies import planned_vs_moved, policy_table
     from profiler.predict.recorded import predicted
     from profiler.report.policies_text import render_planned_vs_moved_all, render_policy_comparison
+    from profiler.report.verdict_text import render_verdict
     from profiler.runs.discover import NoTrace
     from profiler.runs.result import load_runs
+    from profiler.runs.verdict import verdict
 
     skipped: list[NoTrace] = []  # run folders without a trace: listed once, never in the way of the others
     runs = [r for arg in args.trace for r in load_runs(arg, Path(args.db), args.nsys, skipped)]
     skipped = list(dict.fromkeys(skipped))
     if not runs and skipped:
         if args.json:
-            print(_json_dump({"policies": None, "planned_vs_moved": [], "no_trace": [s.doc() for s in skipped]}))
+            none = {"verdict": None, "policies": None, "planned_vs_moved": [], "no_trace": [s.doc() for s in skipped]}
+            print(_json_dump(none))
         for s in skipped:
             print(f"profile-step: {s.line()}", file=sys.stderr)
         print("profile-step: error: none of these runs has a trace", file=sys.stderr)
         return 2
     tab = policy_table(runs, args.peak_tflops, predict=predicted)
     pvm = [planned_vs_moved(r) for r in runs]
+    found = verdict(runs, tab)
     if args.json:
-        print(_json_dump({"policies": tab, "planned_vs_moved": pvm, "no_trace": [s.doc() for s in skipped]}))
+        doc = {"verdict": found, "policies": tab, "planned_vs_moved": pvm, "no_trace": [s.doc() for s in skipped]}
+        print(_json_dump(doc))
         return 0
+    print(render_verdict(found, wide=args.wide))
+    print()
     print(render_policy_comparison(tab))
     synthetic = [r.policy for r in runs if r.synthetic]
     if synthetic:
@@ -176,14 +183,16 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         return cmd_policies(args)
     from profiler.analysis.findings.config import checked_link
     from profiler.report.findings_text import render_findings
-    from profiler.report.text import render_devices, render_groups
-    from profiler.runs.result import analyze
+    from profiler.report.text import no_groups, render_devices, render_groups
+    from profiler.report.verdict_text import render_verdict
+    from profiler.runs.result import analyzed
+    from profiler.runs.verdict import verdict
     from profiler.trace import load_trace
 
     config = None if args.no_findings else findings_config(args)
     checked_link(args.link)  # the devices' table compares with it, findings or not
     trace = load_trace(args.trace[0], nsys=args.nsys, window=args.window)
-    doc = analyze(
+    res = analyzed(
         trace,
         device=args.device,
         by=args.by,
@@ -191,29 +200,40 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         step_range=args.step_range,
         findings=config,
     )
+    doc = res.analysis_json(args.by)
+    found = verdict([res.summary()])
     if args.json:
-        print(_json_dump(doc))
-    else:
-        print(render_devices(doc, link=args.link))
-        if args.by:
-            print()
-            print(render_groups(doc, args.by, all_steps=args.all_steps))
-        if "findings" in doc:
-            print()
-            print(render_findings(doc["findings"]))
+        print(_json_dump({"verdict": found, **doc}))
+        return 0
+    missing = no_groups(doc, args.by) if args.by else None
+    if missing:  # the view asked for has nothing: said first, and nothing else
+        print(missing)
+        return 0
+    print(render_verdict(found, wide=args.wide))
+    print()
+    print(render_devices(doc, link=args.link, wide=args.wide))
+    if args.by:
+        print()
+        print(render_groups(doc, args.by, all_steps=args.all_steps, wide=args.wide))
+    if "findings" in doc:
+        print()
+        print(render_findings(doc["findings"]))
     return 0
 
 
 def cmd_findings(args: argparse.Namespace) -> int:
-    """``findings TRACE|RUN...``: only the findings, for every trace the paths name."""
+    """``findings TRACE|RUN...``: the verdict, then the findings, for every trace the paths name."""
     from profiler.errors import InputError
     from profiler.report.findings_text import render_findings
+    from profiler.report.verdict_text import render_verdict
+    from profiler.runs import folder
     from profiler.runs.discover import NoTrace, trace_paths
-    from profiler.runs.result import findings_of
+    from profiler.runs.result import build
+    from profiler.runs.verdict import verdict
     from profiler.trace import load_trace
 
     config = findings_config(args)
-    docs = []
+    docs, summaries = [], []
     skipped: list[NoTrace] = []
     for arg in args.paths:
         before = len(skipped)
@@ -222,14 +242,22 @@ def cmd_findings(args: argparse.Namespace) -> int:
             raise InputError(arg, "no such trace, run folder or folder of runs")
         for path in paths:
             trace = load_trace(path, nsys=args.nsys)
-            docs.append({"trace": str(path), **findings_of(trace, config, args.layer_pattern, args.step_range)})
+            res = build(
+                trace, folder.manifest_of(path), layer_pattern=args.layer_pattern, step_range=args.step_range,
+                findings=config,
+            )  # fmt: skip
+            summaries.append(res.summary())
+            policy = (res.manifest or {}).get("policy") or res.breakdown.policy  # None: a trace that names none
+            docs.append({"trace": str(path), "policy": policy, **(res.findings or {})})
     skipped = list(dict.fromkeys(skipped))
+    found = verdict(summaries) if summaries else None
     if args.json:
-        print(_json_dump({"runs": docs, "no_trace": [s.doc() for s in skipped]}))
+        print(_json_dump({"verdict": found, "runs": docs, "no_trace": [s.doc() for s in skipped]}))
         return 0 if docs else 2
-    for i, d in enumerate(docs):
-        if i:
-            print()
+    if found:
+        print(render_verdict(found, wide=args.wide))
+    for d in docs:
+        print()
         print(f"{d['trace']}" + (f"  (policy {d['policy']})" if d["policy"] else ""))
         print(render_findings(d))
     for s in skipped:
@@ -577,6 +605,7 @@ class Shared:
     findings: argparse.ArgumentParser
     db: argparse.ArgumentParser
     policies: argparse.ArgumentParser
+    wide: argparse.ArgumentParser
 
 
 def shared_options() -> Shared:
@@ -621,6 +650,13 @@ def shared_options() -> Shared:
             ),
         ),
         db=_parent(_arg("--db", default="results.db", help="results database, for labels (default: results.db)")),
+        wide=_parent(
+            _arg(
+                "--wide",
+                action="store_true",
+                help="long names (kernels, advice) in full; default: lines of at most 160 columns, names shortened",
+            )
+        ),
         policies=_parent(
             _arg("--policy", action="append", metavar="NAME", help="an offload policy (repeatable)"),
             _arg("--policies", action="append", metavar="A,B,C", help="several policies at once"),
@@ -638,7 +674,7 @@ def shared_options() -> Shared:
 def add_analyze(sub: Any, shared: Shared) -> None:
     a = sub.add_parser(
         "analyze",
-        parents=[shared.json, shared.device, shared.nsys, shared.steps, shared.findings, shared.db],
+        parents=[shared.json, shared.device, shared.nsys, shared.steps, shared.findings, shared.db, shared.wide],
         help="copy overlap metrics of an nsys export or report",
     )
     a.add_argument(
@@ -704,7 +740,7 @@ def add_analyze(sub: Any, shared: Shared) -> None:
 def add_findings(sub: Any, shared: Shared) -> None:
     fnd = sub.add_parser(
         "findings",
-        parents=[shared.json, shared.findings, shared.steps, shared.nsys],
+        parents=[shared.json, shared.findings, shared.steps, shared.nsys, shared.wide],
         help="what is wrong with the copies, and what to try (the rules and thresholds: docs/findings.md)",
     )
     fnd.add_argument("paths", nargs="+", help="traces, run folders, folders of runs or exports, globs")
@@ -747,7 +783,7 @@ def add_whatif(sub: Any, shared: Shared) -> None:
 def add_run(sub: Any, shared: Shared) -> None:
     r = sub.add_parser(
         "run",
-        parents=[shared.policies, shared.nsys],
+        parents=[shared.policies, shared.nsys, shared.wide],
         help="profile a training script under nsys, once per policy",
         description="Run SCRIPT under nsys profile once per policy, export SQLite, and show the "
         "copy-overlap summary. The whole run is recorded; the analysis reads the part between "

@@ -284,19 +284,29 @@ def same_hlo(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return groups
 
 
+def step_difference(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, float] | None:
+    """(difference of two rows' median steps, the larger of their spreads): the difference is within
+    the noise when it is under that spread.  None when they cannot be compared: a median step or
+    both spreads missing, or different kinds of device (a CPU run's steps say nothing about a GPU
+    run's, nor an A100's about an H100's)."""
+    kinds = {a.get("device_kind"), b.get("device_kind")} - {None}
+    if is_cpu(a) != is_cpu(b) or len(kinds) > 1:
+        return None
+    spreads = [x for x in (a["step_spread_ns"], b["step_spread_ns"]) if x is not None]
+    if not spreads or None in (a["median_step_ns"], b["median_step_ns"]):
+        return None
+    return abs(a["median_step_ns"] - b["median_step_ns"]), max(spreads)
+
+
 def _pairs(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any], float, float]]:
-    """(a, b, difference of their median steps, the larger spread) for every two rows that have both,
-    on the same kind of device (a CPU run's steps say nothing about a GPU run's, nor an A100's about
-    an H100's)."""
+    """(a, b, difference of their median steps, the larger spread) for every two rows that can be
+    compared (``step_difference``)."""
     out = []
     for i, a in enumerate(rows):
         for b in rows[i + 1 :]:
-            kinds = {a.get("device_kind"), b.get("device_kind")} - {None}
-            if is_cpu(a) != is_cpu(b) or len(kinds) > 1:
-                continue
-            spreads = [x for x in (a["step_spread_ns"], b["step_spread_ns"]) if x is not None]
-            if spreads and None not in (a["median_step_ns"], b["median_step_ns"]):
-                out.append((a, b, abs(a["median_step_ns"] - b["median_step_ns"]), max(spreads)))
+            diff = step_difference(a, b)
+            if diff is not None:
+                out.append((a, b, *diff))
     return out
 
 

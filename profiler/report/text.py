@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from profiler.analysis.links import host_link
-from profiler.report.costs_text import context_table, kernels_beside_lines, stall_lines
+from profiler.report.costs_text import context_table, kernels_beside_lines, short_name, stall_lines
 from profiler.report.table import table
-from profiler.units import UNITS_NOTE, Units, gbps, human_time, ms, pct
+from profiler.units import UNITS_NOTE, Units, gbps, human_time, ms, pct, wrap
 
 
 def offload_headers(u: Units) -> tuple[str, ...]:
@@ -61,9 +61,10 @@ def offload_rows(
 NO_GPU = "No GPU activity in this trace (a CPU-only run?): no kernels, copies or memsets."
 
 
-def render_devices(doc: dict[str, Any], link: str | None = None) -> str:
+def render_devices(doc: dict[str, Any], link: str | None = None, wide: bool = False) -> str:
     """The readable form of ``analyze --json``; each GPU with copies says which host link its GB/s
-    compare with (*link*, ``--link``, else its device model's, else assumed and said so)."""
+    compare with (*link*, ``--link``, else its device model's, else assumed and said so); kernel
+    names shortened unless *wide*."""
     info = doc.get("trace", {})
     head = (
         f"{info.get('path', '')}  (nsys {info.get('nsys_version') or '?'}, schema {info.get('schema_version') or '?'})"
@@ -98,7 +99,7 @@ def render_devices(doc: dict[str, Any], link: str | None = None) -> str:
         if d["copies"]["offload"]["count"]:
             chosen = host_link([name] if name else [], link)
             out.append(f"  host link: {chosen.link.name} ({chosen.link.gbps:g} GB/s per direction), {chosen.why}")
-        out += kernels_beside_lines(d.get("kernels_beside_copies"))
+        out += kernels_beside_lines(d.get("kernels_beside_copies"), wide)
         kinds = [c for c in ("d2d", "p2p", "other") if d["copies"][c]["count"]]
         if kinds:
             u = Units.of([d["copies"][c]["bytes"] for c in kinds], [d["copies"][c]["busy_ns"] for c in kinds])
@@ -275,9 +276,26 @@ def step_stats_line(steps: dict[str, Any]) -> str:
     return f"median step {u.t(med)} {u.time} over the included steps ({what}); " + ", ".join(spread)
 
 
-def render_groups(doc: dict[str, Any], by: str, all_steps: bool = False) -> str:
+def no_groups(doc: dict[str, Any], by: str) -> str | None:
+    """Why the view ``analyze --by`` asks for has nothing to show, in a sentence or two (None when it has
+    something): said first, instead of the whole analysis with the sentence at its end."""
+    if by == "step":
+        steps = doc["steps"]
+        if steps["steps"]:
+            return None
+        why = steps.get("source_note") or "no step=N ranges, no --step-range REGEX"
+        return wrap(f"No steps in this trace: {why}.")
+    key = {"layer": "layers", "range": "ranges", "op": "ops"}[by]
+    if doc[key]:
+        return None
+    if not (doc.get("attribution") or {}).get("ranges"):
+        return wrap(NO_NVTX)
+    return wrap(NO_LAYERS) if by == "layer" else None
+
+
+def render_groups(doc: dict[str, Any], by: str, all_steps: bool = False, wide: bool = False) -> str:
     """The per-step / per-layer / per-range / per-op table of ``analyze --by``; a long step list
-    shows its first and last steps unless *all_steps*."""
+    shows its first and last steps unless *all_steps*; names shortened unless *wide*."""
     facts = doc.get("attribution") or {}
     notes = []
     if facts.get("open_ranges"):
@@ -345,8 +363,10 @@ def render_groups(doc: dict[str, Any], by: str, all_steps: bool = False) -> str:
         rows = []
         for g in groups:
             label = g["name"] + (" (index inferred)" if g.get("inferred_index") else "")
-            top = ", ".join(f"{t['name'][:40]} {u.t(t['overlap_ns'])}" for t in g.get("top_kernels", []))
-            rows.append([*_group_row(label, g["device"] or "-", g["copies"], u), top])
+            top = ", ".join(
+                f"{short_name(t['name'], wide, 40)} {u.t(t['overlap_ns'])}" for t in g.get("top_kernels", [])
+            )
+            rows.append([*_group_row(short_name(label, wide, 60), g["device"] or "-", g["copies"], u), top])
         headers = group_headers(u)
         out = table((by, *headers, f"kernels that hid the copies ({u.time})"), rows, left=(0, 1, len(headers) + 1))
         out = f"Copies per {by}{policy}:\n{out}"

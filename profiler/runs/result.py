@@ -135,6 +135,7 @@ class RunResult:
         rows = []
         for step in s["steps"]:
             off = totals([c["offload"] for c in step["devices"].values()])
+            per = {d: totals([c[d] for c in step["devices"].values()]) for d in ("d2h", "h2d")}
             rows.append(
                 StepRow(
                     step["name"],
@@ -144,6 +145,9 @@ class RunResult:
                     off["stall_ns"],
                     off["busy_ns"],
                     off["hidden_fraction"],
+                    {d: {k: m[k] for k in ("count", "busy_ns", "exposed_ns")} for d, m in per.items()}
+                    if step["devices"]
+                    else None,
                 )
             )
         return Steps(
@@ -338,6 +342,31 @@ def build(
 
 
 # --- the documents by their old names: each one call of ``build`` -------------------------------
+def analyzed(
+    trace: Trace,
+    device: int | None = None,
+    by: str | None = None,
+    layer_pattern: str | None = None,
+    step_range: str | None = None,
+    findings: FindingsConfig | None = None,
+) -> RunResult:
+    """The one analysis of a trace as ``profile-step analyze`` asks for it: its documents are
+    ``analysis_json(by)`` (``--json``) and ``summary()`` (what the verdict reads)."""
+    if by is not None and by not in VIEWS:
+        raise ValueError(f"unknown view {by!r}")
+    # without a view or findings, no op is attributed to NVTX ranges (no launches to read)
+    kinds = OP_KINDS if by is not None or findings is not None else ()
+    return build(
+        trace,
+        folder.manifest_of(trace.path),
+        device=device,
+        kinds=kinds,
+        layer_pattern=layer_pattern,
+        step_range=step_range,
+        findings=findings,
+    )
+
+
 def analyze(
     trace: Trace,
     device: int | None = None,
@@ -347,21 +376,7 @@ def analyze(
     findings: FindingsConfig | None = None,
 ) -> dict[str, Any]:
     """``profile-step analyze --json`` of one trace (see ``RunResult.analysis_json``)."""
-    if by is not None and by not in VIEWS:
-        raise ValueError(f"unknown view {by!r}")
-    # without a view or findings, no op is attributed to NVTX ranges (no launches to read)
-    kinds = OP_KINDS if by is not None or findings is not None else ()
-    manifest = folder.manifest_of(trace.path) if findings is not None else None
-    res = build(
-        trace,
-        manifest,
-        device=device,
-        kinds=kinds,
-        layer_pattern=layer_pattern,
-        step_range=step_range,
-        findings=findings,
-    )
-    return res.analysis_json(by)
+    return analyzed(trace, device, by, layer_pattern, step_range, findings).analysis_json(by)
 
 
 def collect(
