@@ -348,6 +348,11 @@ def layer_copies(ops: pl.DataFrame, layer: str, device: int | None, limit: int =
 
 
 # --- the timeline ---------------------------------------------------------------------------------
+TIMELINE_SHADES = (
+    "Colours: compute blue, NCCL pink, D2H orange, H2D green, steps and layers grey; neighbouring ops of a lane "
+    "alternate a light and a dark shade of its colour only so that each op shows (here, unlike the other views, "
+    "dark does not mean exposed)."
+)
 LANE_ORDER = {"compute": 0, "NCCL": 1, "D2H": 2, "H2D": 3, "memset": 4}
 LANE_COLOR = {"compute": COLORS["compute"], "NCCL": COLORS["nccl"], "D2H": COLORS["d2h"], "H2D": COLORS["h2d"]}
 BAND = 0.36  # half the height of a lane, in lane units

@@ -318,7 +318,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     from profiler.units import wrap
 
     try:  # capture needs no analysis packages; a bare GPU node may only have what training needs
-        from profiler.report.text import NO_GPU, render_devices, render_sweep_summary, steps_line, window_line
+        from profiler.report.text import (
+            NO_GPU,
+            compiled_line,
+            render_devices,
+            render_sweep_summary,
+            steps_line,
+            window_line,
+        )
         from profiler.runs.result import run_summary
         from profiler.trace import open_trace
     except ImportError as exc:
@@ -366,9 +373,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         say(f"nsys records {capture.get('records')} (--capture-range {capture_range})")
         comp = res.manifest.get("compiled") or {}
         if comp.get("step_module"):
-            agree = {True: "; dump and handed-over numbers agree", False: "; dump and handed-over numbers DIFFER"}
-            how = agree.get(comp.get("agree"), "")
-            say(f"compiled step: {comp['step_module']} ({comp.get('chosen_by')}){how}")
+            say(compiled_line(comp))
             fp = comp.get("fingerprint")
             same = [p for p in fingerprints.get(fp, []) if p != res.policy] if fp else []
             if same:
@@ -754,7 +759,7 @@ def add_whatif(sub: Any, shared: Shared) -> None:
         "whatif",
         parents=[shared.json, shared.device, shared.steps, shared.nsys],
         help="replay a trace with faster (or slower) host copies: predicted step time and stalls",
-        description="Replays the trace with every h2d/d2h copy's duration scaled (METRICS.md, What-if). "
+        description="Replays the trace with every h2d/d2h copy's duration scaled (docs/metrics.md, What-if). "
         "Default: --copy-scale 0, the most the copies can cost.",
     )
     w.add_argument("trace", help="an nsys SQLite export (.sqlite) or report (.nsys-rep)")

@@ -143,6 +143,19 @@ def window_line(w: dict[str, Any]) -> str:
     return f"analysis window: {w['source']}, {span}" + (f" ({w['note']})" if w.get("note") else "")
 
 
+def compiled_line(comp: dict[str, Any]) -> str:
+    """The run line's compiled step: the module, how it was chosen, in words (the manifest's
+    ``compiled``: ``step_module``, ``chosen_by``, ``agree``)."""
+    why = str(comp.get("chosen_by") or "")
+    if why.startswith("handed over by the script (annotate.compiled_step"):
+        why = "the one the script named with annotate.compiled_step"
+    agree = {
+        True: "; its memory and FLOPs as the script gave them agree with XLA's dump",
+        False: "; its memory and FLOPs as the script gave them DIFFER from XLA's dump",
+    }
+    return f"compiled step: {comp['step_module']} ({why}){agree.get(comp.get('agree'), '')}"
+
+
 def steps_line(summary: dict[str, Any]) -> str:
     """A run's steps in one line: how many, from where, their median, the warm-up left out."""
     if not summary.get("steps"):

@@ -5,12 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from profiler.report.text import ms, table
+from profiler.units import human_time, wrap
 
 
 def _change(before: int, after: int) -> str:
+    """``before -> after (±change, ±%)``, each time in its own unit (``18.5 s -> 16.6 s (-1.90 s, -10.3%)``)."""
     d = after - before
     rel = f", {100 * d / before:+.1f}%" if before else ""
-    return f"{ms(after)} ms ({'+' if d >= 0 else '-'}{ms(abs(d))} ms{rel})"
+    t = lambda ns: human_time(ns, nanoseconds=True)  # noqa: E731
+    return f"{t(before)} -> {t(after)} ({'+' if d >= 0 else '-'}{t(abs(d))}{rel})"
 
 
 def _stalled(st: dict[str, Any]) -> int:
@@ -28,7 +31,7 @@ def render_whatif(doc: dict[str, Any], measured_stalls: dict[str, dict[str, Any]
         if doc["host_sync_modeled"]
         else "host launch times as recorded"
     )
-    out = [f"What-if: {how}every h2d/d2h copy takes {scale:.4g}x its recorded time ({sync})"]
+    out = [wrap(f"What-if: {how}every h2d/d2h copy takes {scale:.4g}x its recorded time ({sync})")]
     if not doc["devices"]:
         return out[0] + "\nNo GPU activity in this trace: nothing to replay."
     for dev, d in doc["devices"].items():
@@ -36,10 +39,10 @@ def render_whatif(doc: dict[str, Any], measured_stalls: dict[str, dict[str, Any]
         out.append("")
         out.append(f"Device {dev}{f' ({name})' if name else ''}")
         out.append(
-            f"  GPU span:          {ms(d['measured_span_ns'])} ms -> {_change(d['measured_span_ns'], d['span_ns'])}"
+            f"  GPU span:          {_change(d['measured_span_ns'], d['span_ns'])}"
         )
         before = _stalled(measured_stalls.get(dev, d["stalls"]))
-        out.append(f"  stalled by copies: {ms(before)} ms -> {_change(before, _stalled(d['stalls']))}")
+        out.append(f"  stalled by copies: {_change(before, _stalled(d['stalls']))}")
         if d["steps"]:
             rows = [
                 [
