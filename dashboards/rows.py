@@ -13,11 +13,11 @@ from typing import Any
 
 from profiler.runs.discover import RunRef
 from profiler.runs.summary import RunSummary
-from profiler.units import human_time, typical_byte_unit, typical_time_unit
+from profiler.units import human_time, readable_byte_unit, readable_time_unit
 
-# 4 significant digits, trailing zeros dropped, thousands separated: a column's unit is the one its
-# typical (median nonzero) value reads well in, so that a 61 ms and a 3.4 s exposed time are 61 and
-# 3,378 ms, and a small value still shows its digits (0.04688, never 0.00) beside its count; under
+# 4 significant digits, trailing zeros dropped, thousands separated: a column's unit is the one most of
+# its values read well in (units.readable_time_unit), so that a 61 ms and a 3.4 s exposed time are 61
+# and 3,378 ms, and a small value still shows its digits (0.04688, never 0.00) beside its count; under
 # 0.01 of the unit it shows as "<0.01"
 SIGNIFICANT = ",.4~r"
 TINY = 0.01  # a value under this, in its column's unit, shows as "<0.01" (the README's promise)
@@ -229,9 +229,9 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[s
     def numbers(key: str) -> list[int | float]:
         return [r[key] for r in rows if isinstance(r.get(key), int | float)]
 
-    t_name, t_div = typical_time_unit(numbers("step"))
-    e_name, e_div = typical_time_unit(numbers("exposed"))
-    b_name, b_div = typical_byte_unit(numbers("bytes"))
+    t_name, t_div = readable_time_unit(numbers("step"))
+    e_name, e_div = readable_time_unit(numbers("exposed"))
+    b_name, b_div = readable_byte_unit(numbers("bytes"))
     columns = [
         _col("run", "run", "text"),
         _col("source", "source", "text"),

@@ -188,6 +188,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from profiler.runs.result import analyzed
     from profiler.runs.verdict import verdict
     from profiler.trace import load_trace
+    from profiler.units import fit
 
     config = None if args.no_findings else findings_config(args)
     checked_link(args.link)  # the devices' table compares with it, findings or not
@@ -211,13 +212,13 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         return 0
     print(render_verdict(found, wide=args.wide))
     print()
-    print(render_devices(doc, link=args.link, wide=args.wide))
+    print(fit(render_devices(doc, link=args.link, wide=args.wide), args.wide))
     if args.by:
         print()
-        print(render_groups(doc, args.by, all_steps=args.all_steps, wide=args.wide))
+        print(fit(render_groups(doc, args.by, all_steps=args.all_steps, wide=args.wide), args.wide))
     if "findings" in doc:
         print()
-        print(render_findings(doc["findings"]))
+        print(fit(render_findings(doc["findings"]), args.wide))
     return 0
 
 
@@ -231,6 +232,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
     from profiler.runs.result import build
     from profiler.runs.verdict import verdict
     from profiler.trace import load_trace
+    from profiler.units import fit
 
     config = findings_config(args)
     docs, summaries = [], []
@@ -259,7 +261,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
     for d in docs:
         print()
         print(f"{d['trace']}" + (f"  (policy {d['policy']})" if d["policy"] else ""))
-        print(render_findings(d))
+        print(fit(render_findings(d), args.wide))
     for s in skipped:
         print(f"\n{s.line()}")
     return 0 if docs else 2
@@ -315,7 +317,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from profiler.capture import no_trace
     from profiler.capture.run import RunRequest, RunResult, run_all
-    from profiler.units import wrap
+    from profiler.units import fit, wrap
 
     try:  # capture needs no analysis packages; a bare GPU node may only have what training needs
         from profiler.report.text import (
@@ -395,7 +397,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 row["policy"] = res.policy  # the policy asked for (the trace's label may be absent)
                 say(steps_line(summary))
                 if summary["analysis"]["devices"] and not args.no_summary:
-                    print(render_devices(summary["analysis"]))  # its head says the analysis window
+                    print(fit(render_devices(summary["analysis"]), args.wide))  # its head says the analysis window
                 else:
                     say(window_line(summary["analysis"]["trace"]["window"]))
                 if not summary["analysis"]["devices"]:  # the sentence once per command, a short reminder after it

@@ -43,21 +43,30 @@ def time_unit(values_ns: Iterable[int | float | None]) -> tuple[str, int]:
     return _unit(values_ns, TIME_UNITS)
 
 
-def _typical(values: Iterable[int | float | None]) -> list[float]:
-    """The median of the nonzero *values* (as a one-element list; empty when there is none)."""
-    nonzero = sorted(abs(v) for v in values if v)
-    return [nonzero[(len(nonzero) - 1) // 2]] if nonzero else []
+READABLE = (0.01, 10_000)  # a value reads well in a unit where it is at least 0.01 and under 10,000 of it
 
 
-def typical_time_unit(values_ns: Iterable[int | float | None]) -> tuple[str, int]:
-    """The unit a column of times reads well in when they span orders of magnitude: the one of their
-    median (lower median) nonzero value, so that most cells show digits, not ``<0.01`` or ``3,378,000``."""
-    return time_unit(_typical(values_ns))
+def _readable(values: Iterable[int | float | None], units: tuple[tuple[str, int], ...]) -> tuple[str, int]:
+    """The unit in which most of the nonzero *values* read well (``READABLE``); of equals, the one of the
+    largest value (``_unit``), else the larger."""
+    nonzero = [abs(v) for v in values if v]
+    if not nonzero:
+        return units[0]
+    lo, hi = READABLE
+    of_largest = _unit(nonzero, units)
+    return max(units, key=lambda u: (sum(lo <= v / u[1] < hi for v in nonzero), u == of_largest, u[1]))
 
 
-def typical_byte_unit(values: Iterable[int | float | None]) -> tuple[str, int]:
-    """As ``typical_time_unit``, for sizes."""
-    return byte_unit(_typical(values))
+def readable_time_unit(values_ns: Iterable[int | float | None]) -> tuple[str, int]:
+    """The unit a column of times reads well in when they span orders of magnitude: the one in which
+    most of them show between 0.01 and 10,000 (a 61 ms and a 3.4 s exposed time: 61 and 3,378 ms, not
+    0.061 and 3.4 s beside ``<0.01``)."""
+    return _readable(values_ns, TIME_UNITS)
+
+
+def readable_byte_unit(values: Iterable[int | float | None]) -> tuple[str, int]:
+    """As ``readable_time_unit``, for sizes."""
+    return _readable(values, BYTE_UNITS)
 
 
 def scaled(value: int | float | None, div: int, decimals: int = 2) -> str:
@@ -181,3 +190,21 @@ def wrap(text: str, indent: str = "", width: int = COLUMNS) -> str:
         text, width, initial_indent=indent, subsequent_indent=indent + "  ", break_long_words=False,
         break_on_hyphens=False,
     )  # fmt: skip
+
+
+def fit(text: str, wide: bool = False, width: int = COLUMNS) -> str:
+    """*text* with each line of prose longer than *width* wrapped (at its own indent, two more for the
+    lines that follow); a table's row (cells apart by two spaces, at least twice) is left whole: its
+    long names are shortened where it is made.  Unchanged with *wide*."""
+    import re
+
+    if wide:
+        return text
+    out = []
+    for line in text.split("\n"):
+        if len(line) <= width or len(re.findall(r"\S {2,}(?=\S)", line)) >= 2:
+            out.append(line)
+            continue
+        indent = line[: len(line) - len(line.lstrip())]
+        out.append(wrap(line.strip(), indent=indent, width=width))
+    return "\n".join(out)

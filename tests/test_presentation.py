@@ -158,9 +158,8 @@ def test_two_gpus_are_two_rows(tmp_path):
     ]
     assert raw[0]["policy"] == "(none)" and raw[0]["status"] == "plain trace" and raw[0]["steps"] is None
     columns, data, _ = rows.table(raw)
-    # the column's unit is its typical value's: the lower median of 1000 and 5000 B is under 1 KiB
-    assert [c["name"] for c in columns if c["id"] == "bytes"] == ["copied (B)"]
-    assert data[1]["bytes"] == 5000
+    assert [c["name"] for c in columns if c["id"] == "bytes"] == ["copied (KiB)"]
+    assert data[1]["bytes"] == pytest.approx(5000 / 1024)
 
 
 # --- the terminal ---------------------------------------------------------------------------------
@@ -264,3 +263,15 @@ def test_findings_times_never_read_zero():
 
     assert ms(480) == "480 ns"
     assert ms(0) == "0.000 ms" and ms(54_900_000) == "54.900 ms" and ms(500) == "0.001 ms"
+
+
+def test_a_column_takes_the_unit_most_of_its_values_read_well_in():
+    from dashboards.rows import table
+
+    base = {"_full": "x", "_steps": "", "step": None, "bytes": 0}
+    # the quickstart's exposed copy times: 30.9 us, 61.0 and 59.2 ms (SYNTHETIC), 245 ms and 3.38 s (FlexGen):
+    # in ms all five read between 0.01 and 10,000 (0.0309 ... 3,378); in s the 30.9 us would be <0.01
+    ns = [30_900, 60_990_000, 59_220_000, 244_800_000, 3_378_000_000]
+    cols, data, _ = table([{**base, "id": str(i), "exposed": v} for i, v in enumerate(ns)])
+    assert next(c for c in cols if c["id"] == "exposed")["name"] == "exposed copies (ms)"
+    assert [r["exposed"] for r in data] == [pytest.approx(v / 1e6) for v in ns]

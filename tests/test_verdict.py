@@ -134,3 +134,18 @@ def test_a_run_without_gpu_says_so():
     v = verdict([RunSummary.from_json({**run("none", [5, 5, 5]), "devices": {}})])
     lines = dict(verdict_lines(v))
     assert lines["copies"] == "nothing moved between host and device" and "cost" not in lines
+
+
+def test_no_line_over_160_columns_without_wide():
+    """The SYNTHETIC demo's kernels have names of up to 120 characters: shortened in every table and
+    prose line of analyze --by layer, whole with --wide."""
+    trace = DEMO / "synthetic-4-offload_all" / "synthetic-trace.sqlite"
+    doc = json.loads(run_cli("analyze", "--json", "--by", "layer", str(trace)).stdout)
+    longest = max(
+        (t["name"] for g in doc["layers"] for t in g["top_kernels"]), key=len
+    )  # the longest name of a kernel that hid a layer's copies
+    assert len(longest) > 100
+    narrow = run_cli("analyze", "--by", "layer", str(trace)).stdout
+    assert max(len(ln) for ln in narrow.splitlines()) <= 160 and longest not in narrow
+    wide = run_cli("analyze", "--by", "layer", "--wide", str(trace)).stdout
+    assert longest in wide

@@ -376,10 +376,9 @@ def render_groups(doc: dict[str, Any], by: str, all_steps: bool = False, wide: b
         rows = []
         for g in groups:
             label = g["name"] + (" (index inferred)" if g.get("inferred_index") else "")
-            top = ", ".join(
-                f"{short_name(t['name'], wide, 40)} {u.t(t['overlap_ns'])}" for t in g.get("top_kernels", [])
-            )
-            rows.append([*_group_row(short_name(label, wide, 60), g["device"] or "-", g["copies"], u), top])
+            tops = g.get("top_kernels", []) if wide else g.get("top_kernels", [])[:2]  # --wide: all, names whole
+            top = ", ".join(f"{short_name(t['name'], wide, 22)} {u.t(t['overlap_ns'])}" for t in tops)
+            rows.append([*_group_row(short_name(label, wide, 28), g["device"] or "-", g["copies"], u), top])
         headers = group_headers(u)
         out = table((by, *headers, f"kernels that hid the copies ({u.time})"), rows, left=(0, 1, len(headers) + 1))
         out = f"Copies per {by}{policy}:\n{out}"

@@ -38,9 +38,7 @@ def render_whatif(doc: dict[str, Any], measured_stalls: dict[str, dict[str, Any]
         name = gpus.get(dev)
         out.append("")
         out.append(f"Device {dev}{f' ({name})' if name else ''}")
-        out.append(
-            f"  GPU span:          {_change(d['measured_span_ns'], d['span_ns'])}"
-        )
+        out.append(f"  GPU span:          {_change(d['measured_span_ns'], d['span_ns'])}")
         before = _stalled(measured_stalls.get(dev, d["stalls"]))
         out.append(f"  stalled by copies: {_change(before, _stalled(d['stalls']))}")
         if d["steps"]:
