@@ -149,3 +149,15 @@ def test_no_line_over_160_columns_without_wide():
     assert max(len(ln) for ln in narrow.splitlines()) <= 160 and longest not in narrow
     wide = run_cli("analyze", "--by", "layer", "--wide", str(trace)).stdout
     assert longest in wide
+
+
+def test_step_times_compare_on_one_kind_of_device():
+    """A CPU run's 9 ms step says nothing against an H100's 100 ms one: the GPU runs are compared,
+    the CPU run named as not compared."""
+    from profiler.analysis.policies import policy_table
+
+    gpu_a, gpu_b = run("a", [99, 100, 101]), run("b", [119, 120, 121])
+    cpu = run("c", [8, 9, 10], platform="cpu")
+    f = fastest(policy_table([cpu, gpu_a, gpu_b]))
+    assert (f["policy"], f["other"], f["next"]["policy"]) == ("a", ["c"], "b")
+    assert "on another kind of device, not compared: c" in verdict_lines(verdict([cpu, gpu_a, gpu_b]))[0][1]

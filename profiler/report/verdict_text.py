@@ -58,6 +58,8 @@ def _fastest(v: dict[str, Any]) -> str | None:
             head += f", beyond the noise (spread {human_time(nxt['spread_ns'])})"
     if f["too_big"]:
         head += f"; too big: {', '.join(f['too_big'])}"
+    if f.get("other"):
+        head += f"; on another kind of device, not compared: {', '.join(f['other'])}"
     return head
 
 

@@ -15,15 +15,18 @@ numbers.  For one run, or the chosen one of several:
   no finding has one, the first two findings, with their attributed time, said as such.
 
 For several runs with a median step, *policies*: the fastest among those that fit (peak device
-memory, measured or else compiled, within the device's limit where one is known), and its margin
-over the next fastest against the noise of the policy table (``policies.step_difference``: within
-the larger of the two spreads is not a measured difference).  The runs' copies and savings are then
-those of that fastest run; without a median step, of the run with the most exposed copy time.
+memory, measured or else compiled, within the device's limit where one is known) of the runs on one
+kind of device (GPU runs before CPU runs, then the most common GPU model; the others are named, not
+compared), and its margin over the next fastest against the noise of the policy table
+(``policies.step_difference``: within the larger of the two spreads is not a measured difference).
+The runs' copies and savings are then those of that fastest run; without a median step, of the run
+with the most exposed copy time.
 """
 
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -132,13 +135,18 @@ def fastest(table: dict[str, Any]) -> dict[str, Any] | None:
     """Among the policy rows with a median step, the fastest of those that fit (a row whose fit is not
     known counts as fitting, and the result says so), its margin over the next fastest and whether
     that margin is within the noise; None when no row has a median step."""
-    rows = [r for r in table["rows"] if r["median_step_ns"] is not None]
-    if not rows:
+    timed = [r for r in table["rows"] if r["median_step_ns"] is not None]
+    if not timed:
         return None
+    # step times compare on one kind of device: GPU runs before CPU runs, then the most common GPU model
+    pool = [r for r in timed if not is_cpu(r)] or timed
+    kind = Counter(r.get("device_kind") for r in pool).most_common(1)[0][0]
+    rows = [r for r in pool if r.get("device_kind") == kind]
+    other = [r["policy"] for r in timed if r not in rows]
     known = [r for r in rows if fits(r) is not None]
     fitting = [r for r in rows if fits(r) is not False]
     if not fitting:
-        return {"policy": None, "fit_known": bool(known), "too_big": [r["policy"] for r in rows]}
+        return {"policy": None, "fit_known": bool(known), "too_big": [r["policy"] for r in rows], "other": other}
     ordered = sorted(fitting, key=lambda r: r["median_step_ns"])
     best = ordered[0]
     out: dict[str, Any] = {
@@ -148,6 +156,7 @@ def fastest(table: dict[str, Any]) -> dict[str, Any] | None:
         "fit_known": fits(best) is not None,
         "too_big": [r["policy"] for r in rows if fits(r) is False],
         "cpu": is_cpu(best),
+        "other": other,  # runs on another kind of device: not compared
         "next": None,
     }
     if len(ordered) > 1:
