@@ -22,8 +22,8 @@ caught in a cycle are resolved op by op: ops on the cycle keep their recorded
 start, the rest follow in dependency order.
 
 A ``Change`` (METRICS.md "Savings") changes one cause and nothing else: some
-ops' durations (never longer), copies removed (zero duration and zero slack;
-no op waits for them and they wait for nothing), waits dropped, blocking calls
+ops' durations (never longer), copies removed (zero duration, and no op waits
+for them), waits dropped, blocking calls
 that no longer block their thread, copies moved to a stream of their own.  The
 slack of every op is still measured on the recorded graph: an op freed from an
 input starts its own slack after the inputs it keeps.
@@ -57,11 +57,11 @@ class Change:
     """One cause changed in the replay (rows are rows of ``deps.ops``; calls index ``HostSyncs``).
 
     - ``durations``: (rows, new durations): those ops last at most that long;
-    - ``removed``: copies removed: zero duration and slack, no wait on them or of them;
+    - ``removed``: copies removed: zero duration, and no op waits for them;
     - ``unwaited``: no op waits for these ops any more (their waits are dropped);
     - ``detached``: blocking calls whose thread no longer waits (they return when they begin);
-    - ``own_stream``: ops moved to a stream of their own, one per stream they were on (they keep
-      their order there, and lose their stream-order edges with the ops they leave).
+    - ``own_stream``: ops moved to a stream of their own: the ops after them on their stream no
+      longer wait for them (each still follows the op before it, whose output it copies).
     """
 
     what: str = "nothing"
@@ -84,29 +84,27 @@ class Change:
             gone[self.removed] = True
             gone[self.unwaited] = True
             keep &= ~gone[blk]
-            if self.removed.size:
-                out = np.zeros(n, dtype=bool)
-                out[self.removed] = True
-                keep &= ~out[tgt]
         return keep
 
     def new_prev(self, ops: GpuOps) -> np.ndarray:
-        """The op before each op on its stream once ``own_stream`` ops have a stream of their own."""
+        """The op before each op on its stream once ``own_stream`` ops have a stream of their own:
+        the ops that stay skip the moved ones (they follow the op that stays before them); a moved
+        op still follows the op before it, whose output it copies."""
         prev = ops.prev.astype(np.int64)
         if self.own_stream.size == 0:
             return prev
-        moved = np.zeros(len(ops), dtype=bool)
+        n = len(ops)
+        moved = np.zeros(n, dtype=bool)
         moved[self.own_stream] = True
-        # a new stream key per (stream, moved): ops keep their order inside each part
-        key = ops.skey.astype(np.int64) * 2 + moved
-        order = np.lexsort((np.arange(len(ops)), key))
-        k = key[order]
-        first = np.r_[True, k[1:] != k[:-1]]
-        p = np.r_[-1, order[:-1]]
-        p[first] = -1
-        out = np.empty(len(ops), dtype=np.int64)
-        out[order] = p
-        return out
+        rows = np.arange(n, dtype=np.int64)
+        first = prev < 0  # rows are in stream order: a stream starts where an op has no op before it
+        seg = np.cumsum(first) - 1
+        # per row, the last staying row at or before it on its stream (-1: none)
+        last = np.maximum.accumulate(np.where(moved, -1, rows))
+        last = np.where(last >= np.flatnonzero(first)[seg], last, -1)  # not from the stream before
+        before = np.r_[-1, last[:-1]]
+        before = np.where(first, -1, before)
+        return np.where(moved, prev, before)
 
 
 NO_CHANGE = Change()
@@ -193,8 +191,6 @@ def replay(
     m_rec = np.maximum(np.maximum(prev_end, launch), block_rec)
     no_input_rec = (prev_rec < 0) & (launch == NO_TIME) & ~had_blockers
     slack = np.where(no_input_rec, 0, ops.start - m_rec)
-    if change.removed.size:
-        slack[change.removed] = 0
     # the changed graph
     if not change.empty:
         keep = change.edges_kept(tgt, blk, n)
@@ -213,6 +209,8 @@ def replay(
     # segments: a new one at each stream's first op, at each op that waits for another stream, and
     # where the launching thread's epoch changes (inside a segment every launch moves alike)
     head = (prev < 0) | has_blockers | (epoch != epoch[np.maximum(prev, 0)])
+    if change.own_stream.size:  # a segment's ops follow each other row by row: where not, a new one
+        head |= prev != np.arange(-1, n - 1)
     seg = np.cumsum(head) - 1
     heads = np.flatnonzero(head)
     a = slack + d_new

@@ -6,6 +6,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from profiler.analysis.findings.evidence import CAPTURE, Evidence
+from profiler.analysis.findings.rules.text import dur
 from profiler.analysis.savings import CAPTURE as CAPTURE_WINDOW
 from profiler.analysis.savings import DEVICE, STEPS, WINDOWS, Window
 
@@ -31,7 +32,26 @@ def with_saving(f: Finding, ev: Evidence) -> Finding:
         window = Window(WINDOWS) if len(ev.devices) > 1 else Window(DEVICE, next(iter(ev.devices)))
         value = s.on(window)
     basis_ns, basis = _basis(ev, window, s.device_on_steps())
-    return replace(f, saving=s, saving_ns=int(value), saving_basis_ns=basis_ns, saving_basis=basis)
+    verdict = f.verdict + _why_small(ev, f, int(value), window)
+    return replace(f, verdict=verdict, saving=s, saving_ns=int(value), saving_basis_ns=basis_ns, saving_basis=basis)
+
+
+def _why_small(ev: Evidence, f: Finding, saving: int, window: Window) -> str:
+    """A sentence for a saving under a tenth of the attributed time (of at least
+    ``severity_min_cost_ns``) on one GPU: whether that GPU waits for its host."""
+    if f.attributed_ns is None or f.attributed_ns < ev.config["severity_min_cost_ns"] or saving * 10 >= f.attributed_ns:
+        return ""
+    gone = f"; the replay with {f.change.what if f.change else 'this changed'} gives back only {dur(saving)}"
+    if window.kind != DEVICE:
+        return gone
+    paced = ev.replays.host_paced(f.change, str(window.device)) if f.change is not None else None
+    if paced is not None:
+        return (
+            f"{gone}: the GPU work that ends GPU {window.device}'s window there ({paced['ops']} ops) follows an op "
+            f"its host launched {dur(paced['before_end_ns'])} before the end; the host paces the GPU: the program "
+            "is host-bound"
+        )
+    return f"{gone}: other work on GPU {window.device}'s critical path takes their place"
 
 
 def _basis(ev: Evidence, window: Window, step_device: str | None) -> tuple[int, str]:

@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 
 from profiler.analysis.contexts import CONTEXTS
-from profiler.analysis.findings import Finding, rule
+from profiler.analysis.findings import Finding, changes, rule
 from profiler.analysis.findings.config import exceeds, under
 from profiler.analysis.findings.evidence import CannotDecide, Evidence
 from profiler.analysis.findings.rules.text import dur, ms, names, pct, size
@@ -64,6 +64,7 @@ def pageable_copies(ev: Evidence) -> list[Finding]:
                 evidence={f"{cls}_pageable": p for cls, (p, _) in per.items()} | {"exposed_ns": cost},
                 view="streams",
                 attributed_ns=cost,
+                change=changes.pinned(ev, dev),
                 **ev.basis_device(dev),
             )
         )
@@ -109,6 +110,7 @@ def sync_copies(ev: Evidence) -> list[Finding]:
             evidence={"calls": n, "host_ns": blocked, "wall_ns": wall, "by_name": dict(top.iter_rows())},
             view="timeline",
             attributed_ns=wall,
+            change=changes.sync_calls(ev, steps),
             **basis,
         )
     ]
@@ -146,6 +148,7 @@ def copy_on_compute_stream(ev: Evidence) -> list[Finding]:
             evidence={"copies": int(n), "bytes": int(nbytes or 0), "compute_kernels": int(k), "share": share},
             view="streams",
             attributed_ns=held.get(int(dev) * (1 << 32) + int(stream), 0),
+            change=changes.own_stream(ev, str(dev), int(stream)),
             **ev.basis_device(dev),
         )
         for dev, stream, n, nbytes, k, share in shared.iter_rows()
@@ -195,6 +198,7 @@ def slow_link(ev: Evidence) -> list[Finding]:
                         },
                         view="streams",
                         attributed_ns=cost,
+                        change=changes.slow_link(ev, dev, cls, link.gbps, f"{link.name} ({link.gbps:g} GB/s)"),
                         **ev.basis_device(dev),
                     )
                 )
@@ -282,6 +286,7 @@ def copy_contention(ev: Evidence) -> list[Finding]:
                     },
                     view="streams",
                     attributed_ns=cost,
+                    change=changes.contended_copies(ev, dev, cls),
                     **ev.basis_device(dev),
                 )
             )

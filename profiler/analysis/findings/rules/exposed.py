@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from profiler.analysis.findings import Finding, rule
+from profiler.analysis.findings import Finding, changes, rule
 from profiler.analysis.findings.config import exceeds, under
 from profiler.analysis.findings.evidence import Evidence
 from profiler.analysis.findings.rules.text import dur, names, pct, share, size
@@ -196,6 +196,7 @@ def exposed_copies(ev: Evidence) -> list[Finding]:
                 },
                 view="timeline",
                 attributed_ns=exposed,
+                change=changes.exposed_copies(ev, dev),
                 **ev.basis_device(dev),
             )
         )

@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from profiler.analysis.findings import Finding, rule
+from profiler.analysis.findings import Finding, changes, rule
 from profiler.analysis.findings.config import exceeds
 from profiler.analysis.findings.evidence import CannotDecide, Evidence
 from profiler.analysis.findings.rules.text import ms, names
@@ -65,6 +65,7 @@ def _finding(
         evidence={"excess_ns": excess, "groups": groups},
         view="policies",
         attributed_ns=excess,
+        change=changes.kernels_alone(ev, dev, groups),
         **ev.basis_device(dev),
     )
 

@@ -9,11 +9,12 @@ import numpy as np
 import polars as pl
 
 from profiler.analysis.dependencies import D2H, H2D, NO_TIME
-from profiler.analysis.findings import Finding, rule
+from profiler.analysis.findings import Finding, changes, rule
 from profiler.analysis.findings.config import at_least, exceeds, under
 from profiler.analysis.findings.evidence import CannotDecide, Evidence, flag_value, version_tuple
 from profiler.analysis.findings.rules.text import mib, ms, pct
 from profiler.analysis.intervals import Intervals, measure_within, union
+from profiler.analysis.savings import STEPS, Window
 
 OFFLOAD_POLICY = re.compile(r"offload", re.IGNORECASE)  # a policy whose name says it offloads
 MIN_JAXLIB = (0, 4, 26)  # XLA:GPU's host offloading passes landed in March 2024 (openxla/xla PR 10185)
@@ -63,6 +64,7 @@ def offload_missing(ev: Evidence) -> list[Finding]:
             "drops offloads it cannot place (openxla/xla issue 17541): look for S(5) buffers in the optimized HLO",
             where={"policy": policy},
             evidence={"offload_bytes_per_step": per_step, "steps": len(steps), "jaxlib": jaxlib},
+            no_saving="not modelled: a configuration fault; the copies it should make are not in the trace",
         )
     ]
 
@@ -97,6 +99,8 @@ def lhs_off(ev: Evidence) -> list[Finding]:
             f"turn it on: XLA_FLAGS={LHS}=true (profile-step --lhs); it schedules async copies to overlap compute",
             evidence={"exposed_ns": exposed, "busy_ns": busy, "lhs": state},
             attributed_ns=exposed,  # the exposed offload time it may explain
+            no_saving="not modelled: the replay keeps XLA's schedule, and what the latency hiding scheduler would "
+            "hide is a new schedule (the copy-free replay bounds it: copy_free)",
             **ev.basis_windows(),
         )
     ]
@@ -170,6 +174,8 @@ def _step_edges(ev: Evidence, flags_note: str) -> list[Finding]:
             attributed_basis_ns=span,
             attributed_basis=f"the GPU spans of the {len(steps)} steps"
             + (" (summed over GPUs)" if len(ev.devices) > 1 else ""),
+            window=Window(STEPS),
+            change=changes.at_edges(ev, (dev, t0, t1), edge),
         )
     ]
 
@@ -200,6 +206,10 @@ def _layer_loop_edges(ev: Evidence, flags_note: str) -> list[Finding]:
             evidence={"at_ends_ns": ends, "exposed_or_stalled_ns": total},
             view="layers",
             attributed_ns=ends,  # the exposed or stalled copy time of the loop's first and last layer
+            change=changes.removed(
+                f"the copies of layers {names[0]} and {names[-1]} removed",
+                changes.layer_copies(ev, [names[0], names[-1]]),
+            ),
             **ev.basis_windows(),
         )
     ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from profiler.analysis.findings import Finding, rule
+from profiler.analysis.findings import Finding, changes, rule
 from profiler.analysis.findings.config import at_least
 from profiler.analysis.findings.evidence import CannotDecide, Evidence
 from profiler.analysis.findings.rules.text import ms, names, pct
@@ -49,6 +49,11 @@ def stall_hotspot(ev: Evidence) -> list[Finding]:
                     evidence={"stall_ns": worst, "total_stall_ns": total, "share": share},
                     view=view,
                     attributed_ns=worst,  # the time ops stood stalled by that layer's or operation's copies
+                    change=changes.stalls_of(
+                        ev,
+                        changes.layer_copies(ev, [name]) if what == "layer" else changes.op_copies(ev, name),
+                        f"the copies of {what} {name}",
+                    ),
                     **ev.basis_windows(),
                 )
             )
@@ -78,6 +83,8 @@ def step_outliers(ev: Evidence) -> list[Finding]:
             evidence={"excluded": [{"name": s["name"], "duration_ns": s["duration_ns"]} for s in out]},
             view="timeline",
             attributed_ns=extra,  # the outliers' time beyond the median step
+            no_saving="not modelled: an outlier step's extra time comes from outside the replayed GPU work "
+            "(compilation, data loading, host callbacks, checkpoints)",
             **ev.basis_steps(steps),
         )
     ]
