@@ -60,20 +60,30 @@ def test_fastest_that_fits_and_its_margin_against_the_noise():
 
 
 def test_the_two_largest_savings_with_what_to_try():
-    doc = run("offload_all", [10, 10, 10])
+    doc = run("offload_all", [10, 10, 10])  # 3 steps: savings per step, on the GPU where they are largest
+
+    def replay(**per_gpu: int) -> dict:
+        return {"devices": {d[1:]: {"window_saving_ns": 3 * v, "step_saving_ns": v} for d, v in per_gpu.items()}}
+
     found = [
-        {"id": "exposed-copies", "saving_ns": 2 * MS, "where": {"device": "0"}, "try": "pin them"},
-        {"id": "stall-hotspot", "saving_ns": 5 * MS, "where": {"device": "0", "layer": "layer_3"}, "try": "keep it"},
-        {"id": "offload-missing", "saving_ns": None, "attributed_ns": None, "where": {}, "try": "check names"},
-        {"id": "slow-link", "saving_ns": 3 * MS, "where": {"device": "1", "direction": "h2d"}, "try": "faster link"},
-    ]
+        {"id": "exposed-copies", "saving_ns": 6 * MS, "where": {"device": "0"}, "try": "pin", "replay": replay(g0=MS)},
+        {  # saves 5 ms per step on GPU 1, 1 ms on GPU 0
+            "id": "stall-hotspot", "saving_ns": 18 * MS, "where": {"layer": "layer_3"}, "try": "keep it",
+            "replay": replay(g0=1 * MS, g1=5 * MS),
+        },
+        {"id": "offload-missing", "saving_ns": None, "where": {}, "try": "check", "replay": None},
+        {
+            "id": "slow-link", "saving_ns": 9 * MS, "where": {"device": "1", "direction": "h2d"}, "try": "faster link",
+            "replay": replay(g1=3 * MS),
+        },
+    ]  # fmt: skip
     v = verdict([{**doc, "findings": {"findings": found}}])
-    assert [(s["rule"], s["where"], s["saving_ns"], s["try"]) for s in v["savings"]] == [
-        ("stall-hotspot", "GPU 0, layer layer_3", 5 * MS, "keep it"),
-        ("slow-link", "GPU 1, h2d", 3 * MS, "faster link"),
+    assert [(s["rule"], s["where"], s["saving_ns"], s["device"], s["try"]) for s in v["savings"]] == [
+        ("stall-hotspot", "layer layer_3", 5 * MS, "1", "keep it"),
+        ("slow-link", "GPU 1, h2d", 3 * MS, "1", "faster link"),
     ]
     text = dict(verdict_lines(v))["savings"]
-    assert text == "1. stall-hotspot (GPU 0, layer layer_3) saves 5.00 ms: keep it"
+    assert text == "1. stall-hotspot (layer layer_3) saves 5.00 ms per step on GPU 1: keep it"
 
 
 @pytest.fixture(scope="module")

@@ -99,7 +99,10 @@ def _cost(v: dict[str, Any]) -> str:
 def _saving(i: int, s: dict[str, Any]) -> str:
     where = f" ({s['where']})" if s["where"] else ""
     if s["saving_ns"]:
-        size = f"saves {human_time(s['saving_ns'], nanoseconds=True)}"
+        per = "per step" if s["per"] == "step" else "over the window"
+        size = f"saves {human_time(s['saving_ns'], nanoseconds=True)} {per}"
+        if s["device"] is not None and f"GPU {s['device']}" not in s["where"]:
+            size += f" on GPU {s['device']}"
     elif s.get("attributed_ns") is not None:
         size = f"attributed {human_time(s['attributed_ns'], nanoseconds=True)}, saving not modelled"
     else:

@@ -103,23 +103,41 @@ def _where(f: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def _replayed(f: dict[str, Any], per: str) -> tuple[int | None, str | None]:
+    """A finding's replay saving on the verdict's basis (*per*: ``step``, each GPU's median per step;
+    ``window``, each GPU's window), on the GPU where it is largest: (saving_ns, device)."""
+    key = "step_saving_ns" if per == "step" else "window_saving_ns"
+    devices = ((f.get("replay") or {}).get("devices")) or {}
+    found = [(v.get(key), dev) for dev, v in devices.items() if v.get(key) is not None]
+    if not found:
+        return None, None
+    return max(found, key=lambda x: (x[0], -int(x[1])))
+
+
 def savings(run: RunSummary, n: int = SAVINGS) -> list[dict[str, Any]]:
-    """The *n* findings with the largest ``saving_ns`` (each: rule, where, saving_ns and its basis,
-    what to try); without any saving, the first *n* findings with their ``attributed_ns``."""
-    found = run.finding_list
-    with_saving = sorted((f for f in found if f.get("saving_ns")), key=lambda f: -f["saving_ns"])
-    chosen = with_saving[:n] if with_saving else found[:n]
+    """The *n* findings whose replay saves the most, on the verdict's basis (per step and GPU with
+    steps, else over a GPU's window: ``_replayed``), each with rule, where, the saving and what to try;
+    without any saving, the first *n* findings with their ``attributed_ns``."""
+    per = "step" if run.median_step_ns is not None and run.included_steps else "window"
+    found = []
+    for f in run.finding_list:
+        saving, dev = _replayed(f, per)
+        found.append((f, saving, dev))
+    with_saving = sorted((x for x in found if x[1]), key=lambda x: -x[1])  # type: ignore[operator]
+    chosen = with_saving[:n] if with_saving else [(f, None, None) for f in run.finding_list[:n]]
     return [
         {
             "rule": f["id"],
             "severity": f.get("severity"),
             "where": _where(f),
-            "saving_ns": f.get("saving_ns"),
+            "saving_ns": saving,
+            "per": per if saving else None,
+            "device": dev,
             "saving_basis": f.get("saving_basis"),
-            "attributed_ns": None if f.get("saving_ns") else f.get("attributed_ns", f.get("cost_ns")),
+            "attributed_ns": None if saving else f.get("attributed_ns", f.get("cost_ns")),
             "try": f.get("try") or "",
         }
-        for f in chosen
+        for f, saving, dev in chosen
     ]
 
 
