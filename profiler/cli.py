@@ -70,6 +70,7 @@ def cmd_policies(args: argparse.Namespace) -> int:
     from profiler.runs.discover import NoTrace
     from profiler.runs.result import load_runs
     from profiler.runs.verdict import verdict
+    from profiler.units import fit
 
     skipped: list[NoTrace] = []  # run folders without a trace: listed once, never in the way of the others
     runs = [r for arg in args.trace for r in load_runs(arg, Path(args.db), args.nsys, skipped)]
@@ -91,7 +92,7 @@ def cmd_policies(args: argparse.Namespace) -> int:
         return 0
     print(render_verdict(found, wide=args.wide))
     print()
-    print(render_policy_comparison(tab))
+    print(fit(render_policy_comparison(tab), args.wide))
     synthetic = [r.policy for r in runs if r.synthetic]
     if synthetic:
         print(f"SYNTHETIC (a demonstration model, not a measurement): {', '.join(synthetic)}")
@@ -100,7 +101,7 @@ def cmd_policies(args: argparse.Namespace) -> int:
         for s in skipped:
             print(f"  {s.line()}")
     print()
-    print(render_planned_vs_moved_all(pvm))
+    print(fit(render_planned_vs_moved_all(pvm), args.wide))
     return 0
 
 

@@ -74,3 +74,22 @@ def test_the_importers_failure_in_a_few_words(tmp_path):
     assert no_trace.describe(tmp_path, "no-trace", 0) == (
         "nsys's importer failed and wrote no report (Importation failed: Wrong event order)"
     )
+
+
+def test_nsys_failing_before_the_script_started(tmp_path):
+    """Seen in a quickstart under load (nsys 2024.2.3): nsys printed 'End of file' and exited 1 before the
+    script ran; after a lost agent it adds a pointer to its troubleshooting page. Both are nsys's lines."""
+    from profiler.capture import no_trace
+
+    (tmp_path / "output.log").write_text("End of file\n")
+    assert no_trace.nsys_failure(tmp_path, 1) == "nsys failed before the script started (exit code 1: End of file)"
+    assert no_trace.nsys_failure(tmp_path, 0) is None  # exit 0 without a report is not this
+    (tmp_path / "startup.json").write_text("{}")  # the script's Python started: its failure, not nsys's
+    assert no_trace.nsys_failure(tmp_path, 1) is None
+    f = ConsoleFilter()
+    lost = [
+        "Connection to Agent lost. This is most likely a bug. Internal reason: 'End of file'.\n",
+        "Please refer to the troubleshooting section of the docs:\n",
+        "https://docs.nvidia.com/nsight-systems/UserGuide/index.html#troubleshooting\n",
+    ]
+    assert [ln for ln in lost if f.keep(ln)] == []

@@ -23,7 +23,8 @@ NSYS_LINE = re.compile(
     r"|Waiting for termination of re-parented processes|Use the `--wait` option to modify this behavior\."
     r"|The application terminated before the collection started\. No report was generated\."
     r"|Unable to retrieve the importer version: .*|Failed to create '.*': File exists\."
-    r"|Use `--force-overwrite true` to overwrite existing files\.)\s*$"
+    r"|Use `--force-overwrite true` to overwrite existing files\.|End of file"
+    r"|Please refer to the troubleshooting section of the docs:|https://docs\.nvidia\.com/nsight-systems/\S*)\s*$"
 )
 # the importer's crash: this line, then the exception's facts and a braced block ("Error { ... }")
 IMPORT_FAILED = re.compile(r"^Import Failed with unexpected exception: ")

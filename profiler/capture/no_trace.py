@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from profiler.capture.console import IMPORT_FAILED, ConsoleFilter
-from profiler.conventions import LOG, MANIFEST
+from profiler.conventions import LOG, MANIFEST, STARTUP_FACTS
 from profiler.runs.folder import has_trace
 
 AGENT_LOST = re.compile(r"Connection to Agent lost\b.*")
@@ -59,9 +59,10 @@ def importer_failure(lines: list[str]) -> str | None:
     return _short(f"{words}: {detail}" if detail else words, _DETAIL_CHARS)
 
 
-def nsys_failure(run_dir: Path) -> str | None:
+def nsys_failure(run_dir: Path, exit_code: int | None = None) -> str | None:
     """nsys's own failure when the run wrote no report because of it ("nsys lost its agent (...)",
-    "nsys's importer failed (...)"), else None."""
+    "nsys's importer failed (...)", and with a non-zero *exit_code* "nsys failed before the script
+    started (...)": the start-up hook wrote no facts and the log holds only nsys's lines), else None."""
     if has_trace(run_dir):
         return None
     lines = _lines(run_dir / LOG)
@@ -70,7 +71,13 @@ def nsys_failure(run_dir: Path) -> str | None:
         if found:
             return f"nsys lost its agent ({found.group(0).strip()})"
     imported = importer_failure(lines)
-    return f"nsys's importer failed ({imported})" if imported else None
+    if imported:
+        return f"nsys's importer failed ({imported})"
+    said = [ln.strip() for ln in lines if ln.strip()]
+    if exit_code not in (None, 0) and not (run_dir / STARTUP_FACTS).exists() and not last_words(run_dir / LOG):
+        last = _short(said[-1], _DETAIL_CHARS) if said else "nothing said"
+        return f"nsys failed before the script started (exit code {exit_code}: {last})"
+    return None
 
 
 def keep_raw_capture(run_dir: Path, elsewhere: Path | None = None) -> Path | None:
@@ -118,8 +125,8 @@ def reason(run_dir: Path, manifest: dict[str, Any] | None) -> str:
     said again from the log."""
     manifest = manifest or {}
     said = manifest.get(NO_TRACE_KEY)
-    told_apart = isinstance(said, str) and said.startswith(("nsys lost its agent", "nsys's importer"))
-    if isinstance(said, str) and said and (told_apart or nsys_failure(run_dir) is None):
+    told_apart = isinstance(said, str) and said.startswith(("nsys lost its agent", "nsys's importer", "nsys failed"))
+    if isinstance(said, str) and said and (told_apart or nsys_failure(run_dir, manifest.get("exit_code")) is None):
         return said
     retried = (manifest.get("retried") or {}).get("reason")
     return describe(run_dir, manifest.get("status"), manifest.get("exit_code"), retried)
@@ -128,11 +135,11 @@ def reason(run_dir: Path, manifest: dict[str, Any] | None) -> str:
 def describe(run_dir: Path, status: str | None, exit_code: int | None, retried: str | None = None) -> str:
     """The one-line reason for a run of *status* that left no trace in *run_dir*: what failed (nsys's
     agent, its importer, the script, nothing said) and whether it was retried."""
-    failed = nsys_failure(run_dir)
+    failed = nsys_failure(run_dir, exit_code)
     if failed:
         what, _, detail = failed.partition(" (")
         again = ", on the retry too" if retried and retried.split(" (")[0] == what else ""
-        head = f"{what} and wrote no report{again} ({detail}"
+        head = f"{what}{'' if 'started' in what else ' and wrote no report'}{again} ({detail}"
         if retried and not again:
             head += f" (on the retry; the first attempt: {retried})"
     elif status == "running":

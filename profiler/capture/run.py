@@ -369,7 +369,7 @@ def run_policy(
     folder.write_json(run_dir / folder.MANIFEST, manifest)
     print(f"profile-step: policy {policy}: {command_line(cmd)}", file=sys.stderr, flush=True)
     code, interrupted = _capture(cmd, env, run_dir, echo)
-    lost = None if interrupted else no_trace.nsys_failure(run_dir)
+    lost = None if interrupted else no_trace.nsys_failure(run_dir, code)
     if lost:  # nsys's own failure under load, not the script's: once more
         said = f"profile-step: policy {policy}: {lost}; retrying once (nsys's output: {no_trace.FIRST_ATTEMPT_LOG})"
         print(wrap(said), file=sys.stderr, flush=True)

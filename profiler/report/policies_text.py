@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from profiler.report.table import table
+from profiler.report.text import chosen_words
 from profiler.units import human_bytes, ms, pct, si, signed_pct, tflops
 from profiler.xla.names import ACTIVATION_NAMES
 
@@ -88,7 +89,7 @@ def render_policy_comparison(tab: dict[str, Any]) -> str:
         if r["model_flops_per_step"] and r["mfu"] is None:
             note(r["policy"], f"no MFU: no peak FLOP/s known for device {r['device_kind'] or '?'} (--peak-tflops)")
         if r["step_module"]:
-            why = f" ({r['step_chosen_by']})" if r.get("step_chosen_by") else ""
+            why = f" ({chosen_words(r['step_chosen_by'])})" if r.get("step_chosen_by") else ""
             note(r["policy"], f"step module {r['step_module'].split('.', 1)[-1]}{why}")
         for n in r["notes"]:
             note(r["policy"], n)

@@ -143,12 +143,17 @@ def window_line(w: dict[str, Any]) -> str:
     return f"analysis window: {w['source']}, {span}" + (f" ({w['note']})" if w.get("note") else "")
 
 
+def chosen_words(why: str) -> str:
+    """How the step's module was chosen (``chosen_by``), in a newcomer's words."""
+    if why.startswith("handed over by the script (annotate.compiled_step"):
+        return "the one the script named with annotate.compiled_step"
+    return why
+
+
 def compiled_line(comp: dict[str, Any]) -> str:
     """The run line's compiled step: the module, how it was chosen, in words (the manifest's
     ``compiled``: ``step_module``, ``chosen_by``, ``agree``)."""
-    why = str(comp.get("chosen_by") or "")
-    if why.startswith("handed over by the script (annotate.compiled_step"):
-        why = "the one the script named with annotate.compiled_step"
+    why = chosen_words(str(comp.get("chosen_by") or ""))
     agree = {
         True: "; its memory and FLOPs as the script gave them agree with XLA's dump",
         False: "; its memory and FLOPs as the script gave them DIFFER from XLA's dump",

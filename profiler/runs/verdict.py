@@ -203,8 +203,15 @@ def _shown(runs: list[RunSummary], table: dict[str, Any], best: dict[str, Any] |
         top = by_trace.get(best["trace"])
         if top is not None and _offload(top, "count"):
             return top, "fastest"
+        kind = next((is_cpu(r), r.get("device_kind")) for r in table["rows"] if r["trace"] == best["trace"])
         rows = sorted(
-            (r for r in table["rows"] if r["median_step_ns"] is not None and fits(r) is not False),
+            (
+                r
+                for r in table["rows"]
+                if r["median_step_ns"] is not None
+                and fits(r) is not False
+                and (is_cpu(r), r.get("device_kind")) == kind
+            ),
             key=lambda r: r["median_step_ns"],
         )
         copying = [
