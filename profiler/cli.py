@@ -442,6 +442,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from profiler.capture.plan import PlanRequest, run_plan, usable_fraction
     from profiler.conventions import EXAMPLE_POLICIES
     from profiler.report.policies_text import render_plan
+    from profiler.units import fit
 
     policies = asked_policies(args)
     if not policies:
@@ -475,7 +476,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         print(_json_dump({"plan": tab, "out_dir": doc["out_dir"]}))
     else:
-        print(render_plan(tab))
+        print(fit(render_plan(tab)))
         print(f"\n(files: {doc['out_dir']})")
     return 0 if all(r["status"] == "ok" for r in tab["rows"]) else 1
 
