@@ -91,7 +91,7 @@ def _cost(v: dict[str, Any]) -> str:
     host = "" if cost.get("host_sync_modeled") is not False else "; host synchronization not modeled"
     without = "the step" if cost["per"] == "step" else "the window"
     return (
-        f"exposed copies cost {human_time(cost['saving_ns'], nanoseconds=True)} {per}{of} on GPU {cost['device']}: "
+        f"the copies cost {human_time(cost['saving_ns'], nanoseconds=True)} {per}{of} on GPU {cost['device']}: "
         f"{without} replayed without any h2d/d2h copy{host}"
     )
 
