@@ -188,8 +188,16 @@ def panel(store: RunStore, views: list[View]) -> list[Any]:
             n += 1
         if left:
             body.append(html.Div(elsewhere, className="elsewhere muted"))
-        if skipped:
-            body.append(html.Div(undecided, className="skipped muted"))
+        if skipped:  # folded: one line, a rule and its reason per line when opened
+            body.append(
+                html.Details(
+                    [
+                        html.Summary(f"{len(skipped)} rule(s) could not decide on this run (why)"),
+                        html.Ul([html.Li(f"{s['rule']}: {s['why']}") for s in skipped], className="tight-list"),
+                    ],
+                    className="skipped muted",
+                )
+            )
         if doc.get("disabled"):
             body.append(html.Div("Turned off: " + ", ".join(doc["disabled"]) + ".", className="muted"))
         out += [
