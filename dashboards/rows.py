@@ -16,9 +16,9 @@ from profiler.runs.summary import RunSummary
 from profiler.units import human_time, readable_byte_unit, readable_time_unit
 
 # 4 significant digits, trailing zeros dropped, thousands separated: a column's unit is the one most of
-# its values read well in (units.readable_time_unit), so that a 61 ms and a 3.4 s exposed time are 61
-# and 3,378 ms, and a small value still shows its digits (0.04688, never 0.00) beside its count; under
-# 0.01 of the unit it shows as "<0.01"
+# its values read well in (units.readable_time_unit: between 1 and 10,000), so that a 61 ms and a 3.4 s
+# exposed time are 61 and 3,378 ms, and a small value still shows its digits (0.04688, never 0.00)
+# beside its count; under 0.01 of the unit it shows as "<0.01"
 SIGNIFICANT = ",.4~r"
 TINY = 0.01  # a value under this, in its column's unit, shows as "<0.01" (the README's promise)
 SOURCE_LABEL = {

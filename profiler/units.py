@@ -43,23 +43,32 @@ def time_unit(values_ns: Iterable[int | float | None]) -> tuple[str, int]:
     return _unit(values_ns, TIME_UNITS)
 
 
-READABLE = (0.01, 10_000)  # a value reads well in a unit where it is at least 0.01 and under 10,000 of it
+# a value reads well in a unit where it is at least 1 and under 10,000 of it (61 ms, not 0.061 s), and
+# can still be read from 0.01 on (0.25 s); below that it shows as <0.01
+READABLE = (1, 10_000)
+LEGIBLE = 0.01
 
 
 def _readable(values: Iterable[int | float | None], units: tuple[tuple[str, int], ...]) -> tuple[str, int]:
-    """The unit in which most of the nonzero *values* read well (``READABLE``); of equals, the one of the
-    largest value (``_unit``), else the larger."""
+    """The unit in which most of the nonzero *values* read well (``READABLE``); of equals, the one in
+    which most can be read (from ``LEGIBLE``), then the one of the largest value (``_unit``)."""
     nonzero = [abs(v) for v in values if v]
     if not nonzero:
         return units[0]
     lo, hi = READABLE
     of_largest = _unit(nonzero, units)
-    return max(units, key=lambda u: (sum(lo <= v / u[1] < hi for v in nonzero), u == of_largest, u[1]))
+
+    def score(u: tuple[str, int]) -> tuple[int, int, bool, int]:
+        well = sum(lo <= v / u[1] < hi for v in nonzero)
+        legible = sum(LEGIBLE <= v / u[1] < hi for v in nonzero)
+        return well, legible, u == of_largest, u[1]
+
+    return max(units, key=score)
 
 
 def readable_time_unit(values_ns: Iterable[int | float | None]) -> tuple[str, int]:
     """The unit a column of times reads well in when they span orders of magnitude: the one in which
-    most of them show between 0.01 and 10,000 (a 61 ms and a 3.4 s exposed time: 61 and 3,378 ms, not
+    most of them show between 1 and 10,000 (a 61 ms and a 3.4 s exposed time: 61 and 3,378 ms, not
     0.061 and 3.4 s beside ``<0.01``)."""
     return _readable(values_ns, TIME_UNITS)
 

@@ -158,8 +158,9 @@ def test_two_gpus_are_two_rows(tmp_path):
     ]
     assert raw[0]["policy"] == "(none)" and raw[0]["status"] == "plain trace" and raw[0]["steps"] is None
     columns, data, _ = rows.table(raw)
-    assert [c["name"] for c in columns if c["id"] == "bytes"] == ["copied (KiB)"]
-    assert data[1]["bytes"] == pytest.approx(5000 / 1024)
+    # the unit both values read well in (1 to 10,000 of it): 1,000 and 5,000 B (in KiB 0.98 would not)
+    assert [c["name"] for c in columns if c["id"] == "bytes"] == ["copied (B)"]
+    assert data[1]["bytes"] == 5000
 
 
 # --- the terminal ---------------------------------------------------------------------------------
@@ -269,9 +270,9 @@ def test_a_column_takes_the_unit_most_of_its_values_read_well_in():
     from dashboards.rows import table
 
     base = {"_full": "x", "_steps": "", "step": None, "bytes": 0}
-    # the quickstart's exposed copy times: 30.9 us, 61.0 and 59.2 ms (SYNTHETIC), 245 ms and 3.38 s (FlexGen):
-    # in ms all five read between 0.01 and 10,000 (0.0309 ... 3,378); in s the 30.9 us would be <0.01
-    ns = [30_900, 60_990_000, 59_220_000, 244_800_000, 3_378_000_000]
+    # the first view's exposed copy times: 30.9 us, 61.0 and 59.2 ms (SYNTHETIC), 245 ms, 921 ms and 3.38 s
+    # (public traces): in ms five read between 1 and 10,000 (61 ... 3,378); in s one (3.378), in us three
+    ns = [30_900, 60_990_000, 59_220_000, 244_800_000, 920_900_000, 3_378_000_000]
     cols, data, _ = table([{**base, "id": str(i), "exposed": v} for i, v in enumerate(ns)])
     assert next(c for c in cols if c["id"] == "exposed")["name"] == "exposed copies (ms)"
     assert [r["exposed"] for r in data] == [pytest.approx(v / 1e6) for v in ns]
