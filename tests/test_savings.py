@@ -311,6 +311,8 @@ def test_waves_give_the_scalar_replays_answer(tmp_path_factory, b, data):
             continue
         s = replay(r.deps, 1.0, r.host, ch)
         assert np.array_equal(w.end, s.end) and np.array_equal(w.start, s.start), ch.what
+        # the savings read from the waves (only the ops they moved) = from the scalar replay (every op)
+        assert r.saving_of(ch.what, r.outcome_of(w)).window_ns == r.saving_of(ch.what, r.outcome_of(s)).window_ns
 
 
 # --- the real traces of issue 30 ---------------------------------------------------------------------
