@@ -402,3 +402,40 @@ def test_whatif_says_where_a_saving_beyond_the_gpus_own_copies_comes_from(tmp_pa
     assert one["host_waits_on"] == {"0": {"calls": 1, "blocked_ns": 101_000}}
     text = run_cli("whatif", str(path)).stdout
     assert "through host threads that wait for GPU 0's work (1 blocking calls" in " ".join(text.split())
+
+
+def test_synthetic_demo_runs_order_by_saving_within_the_bounds():
+    from profiler.trace import load_trace
+
+    demo = Path(__file__).resolve().parents[1] / "sample_traces" / "demo-synthetic"
+    for folder in sorted(demo.glob("synthetic-*")):
+        trace = load_trace(folder / "synthetic-trace.sqlite")
+        doc = run_findings(trace, None, FindingsConfig(), Breakdown(trace))
+        saved = [f["saving_ns"] for f in doc["findings"] if f["saving_ns"] is not None]
+        assert saved == sorted(saved, reverse=True), folder.name
+        every = r_all(trace)
+        for f in doc["findings"]:
+            if f["id"] in ("exposed-at-boundaries", "stall-hotspot") and f["saving_ns"] is not None:
+                # their copies are on both GPUs: per GPU, at most what removing every copy gives back
+                for dev, v in f["replay"]["devices"].items():
+                    assert 0 <= v["window_saving_ns"] <= every[dev], (folder.name, f["id"], dev)
+
+
+def r_all(trace) -> dict[str, int]:
+    """Per device, the saving when every h2d/d2h copy of every device is removed."""
+    r = Replays(trace, Breakdown(trace))
+    return r.saving(Change("all", removed=r.copy_rows())).window_ns
+
+
+def test_a_document_recorded_before_savings_reads_as_attributed_time():
+    from profiler.report.findings_text import by_saving, saving_text
+
+    old = {
+        "id": "x",
+        "cost_ns": 2_000_000,
+        "cost_share": 0.5,
+        "cost_basis_ns": 4_000_000,
+        "cost_basis": "GPU 0's window",
+    }
+    assert saving_text(old) == "no saving modelled; attributed 2.00 ms, 50% of GPU 0's window (4.00 ms)"
+    assert by_saving([{"id": "y", "cost_ns": 1}, old]) == [old, {"id": "y", "cost_ns": 1}]
