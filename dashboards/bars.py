@@ -119,7 +119,7 @@ def policy_table(items: list[Item]) -> html.Div:
     }
     heads = [
         "",
-        "copy time over the trace" + ("" if no_copies else ": exposed / hidden"),
+        "copy time over the trace per direction" + ("" if no_copies else ": exposed / hidden"),
         "stalled by copies over the trace",
         f"median step ({s_name})",
         "bytes copied over the trace" + ("" if no_copies else " and copies"),
@@ -129,8 +129,10 @@ def policy_table(items: list[Item]) -> html.Div:
     widths += ["minmax(0, 1.25fr)", "minmax(0, 0.8fr)"]
     shown = [k for k in range(6) if not unmeasured.get(k)]
     head_tips = {
+        1: "each direction on its own: time when D2H and H2D copies ran exposed together counts in both, so "
+        "D2H + H2D exposed can exceed the runs table's exposed copy time (D2H+H2D: both directions, counted once)",
         2: "time that GPU work of this GPU (compute, NCCL, other copies) waited, through a CUDA event, for a D2H "
-        "or H2D copy to finish: the stalls object of analyze --json (by_blocker d2h / h2d), over the trace"
+        "or H2D copy to finish: the stalls object of analyze --json (by_blocker d2h / h2d), over the trace",
     }
     cells: list[Any] = [
         html.Div(

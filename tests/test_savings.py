@@ -7,6 +7,9 @@ real traces of issue 30."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -308,6 +311,8 @@ def test_waves_give_the_scalar_replays_answer(tmp_path_factory, b, data):
             continue
         s = replay(r.deps, 1.0, r.host, ch)
         assert np.array_equal(w.end, s.end) and np.array_equal(w.start, s.start), ch.what
+        # the savings read from the waves (only the ops they moved) = from the scalar replay (every op)
+        assert r.saving_of(ch.what, r.outcome_of(w)).window_ns == r.saving_of(ch.what, r.outcome_of(s)).window_ns
 
 
 # --- the real traces of issue 30 ---------------------------------------------------------------------
@@ -342,3 +347,95 @@ def test_every_shared_trace_orders_by_saving_within_the_copy_free_bound(shared_t
             if f["id"] in copy_rules and f["saving_ns"] is not None:
                 dev = f["where"]["device"]
                 assert 0 <= f["saving_ns"] <= doc["copy_free"]["devices"][dev]["saving_ns"], (path.name, f["id"])
+
+
+# --- the stall findings against the measured step difference (SYNTHETIC demo runs) ------------------
+
+
+def test_stall_savings_against_the_step_difference_of_two_policies():
+    """offload_all and none are the same demo model but for what offload_all sends to host memory (and
+    what it recomputes because the model's offload policies recompute what they do not offload).  Per
+    step, what the copies cost (the copy-free replay of GPU 0, whose host thread ends each step) and
+    what the stall finding gives back are at most the measured step difference; the rest of that
+    difference is the extra compute offload_all runs."""
+    from profiler.runs.result import build
+    from profiler.trace import load_trace
+
+    demo = Path(__file__).resolve().parents[1] / "sample_traces" / "demo-synthetic"
+    runs = {}
+    for policy in ("none", "offload_all"):
+        (folder,) = demo.glob(f"synthetic-*-{policy}")
+        runs[policy] = build(load_trace(folder / "synthetic-trace.sqlite"), findings=FindingsConfig())
+    diff = runs["offload_all"].steps.median_ns - runs["none"].steps.median_ns  # 118.434 - 95.726 ms
+    found = runs["offload_all"].findings
+    copy_free = found["copy_free"]["devices"]["0"]["step_saving_ns"]
+    stall = [f for f in found["findings"] if f["id"] == "stall-hotspot" and f["saving_ns"]]
+    assert stall and copy_free
+    for f in stall:
+        assert 0 < f["replay"]["devices"]["0"]["step_saving_ns"] <= copy_free <= diff
+    steps = len(runs["none"].steps.rows)
+    extra = (
+        runs["offload_all"].devices["0"]["compute"]["busy_ns"] - runs["none"].devices["0"]["compute"]["busy_ns"]
+    ) / steps  # the recomputed attention forward passes: 2.7 ms a step
+    assert 0 < diff - copy_free <= extra
+
+
+# --- whatif explains itself ------------------------------------------------------------------------------
+
+
+def test_whatif_says_where_a_saving_beyond_the_gpus_own_copies_comes_from(tmp_path):
+    """GPU 1 runs a kernel the host launches after a cudaStreamSynchronize on GPU 0's copy stream: GPU
+    1 has no copy of its own, yet its window ends 100 us earlier when copies take no time."""
+    from tests.conftest import run_cli
+
+    b = ExportBuilder()
+    launched(b, 0, "copy", 1_000, 101_000, "h2d", MIB, stream=20)  # GPU 0, 100 us
+    b.sync(10, "stream_sync", stream=20, tid=TID, duration=101_000)  # returns at 101.01 us
+    launched(b, 101_100, "kernel", 110_000, 120_000, "k", device=1, stream=7)
+    path = write_run(tmp_path, b)
+    doc = json.loads(run_cli("whatif", "--json", str(path)).stdout)
+    one = doc["devices"]["1"]
+    # at zero time the copy ends at 1 us; the call, blocked until the copy ended (lag 10 ns), returns at
+    # 1.01 us instead of 101.01 us, and the thread's later launch moves 100 us earlier with it: the kernel
+    # keeps its 8.9 us after its launch and ends 100 us earlier than recorded
+    assert one["copy_busy_ns"] == 0 and one["saving_by_copies_of"] == {"0": 100_000}
+    assert one["host_waits_on"] == {"0": {"calls": 1, "blocked_ns": 101_000}}
+    text = run_cli("whatif", str(path)).stdout
+    assert "through host threads that wait for GPU 0's work (1 blocking calls" in " ".join(text.split())
+
+
+def test_synthetic_demo_runs_order_by_saving_within_the_bounds():
+    from profiler.trace import load_trace
+
+    demo = Path(__file__).resolve().parents[1] / "sample_traces" / "demo-synthetic"
+    for folder in sorted(demo.glob("synthetic-*")):
+        trace = load_trace(folder / "synthetic-trace.sqlite")
+        doc = run_findings(trace, None, FindingsConfig(), Breakdown(trace))
+        saved = [f["saving_ns"] for f in doc["findings"] if f["saving_ns"] is not None]
+        assert saved == sorted(saved, reverse=True), folder.name
+        every = r_all(trace)
+        for f in doc["findings"]:
+            if f["id"] in ("exposed-at-boundaries", "stall-hotspot") and f["saving_ns"] is not None:
+                # their copies are on both GPUs: per GPU, at most what removing every copy gives back
+                for dev, v in f["replay"]["devices"].items():
+                    assert 0 <= v["window_saving_ns"] <= every[dev], (folder.name, f["id"], dev)
+
+
+def r_all(trace) -> dict[str, int]:
+    """Per device, the saving when every h2d/d2h copy of every device is removed."""
+    r = Replays(trace, Breakdown(trace))
+    return r.saving(Change("all", removed=r.copy_rows())).window_ns
+
+
+def test_a_document_recorded_before_savings_reads_as_attributed_time():
+    from profiler.report.findings_text import by_saving, saving_text
+
+    old = {
+        "id": "x",
+        "cost_ns": 2_000_000,
+        "cost_share": 0.5,
+        "cost_basis_ns": 4_000_000,
+        "cost_basis": "GPU 0's window",
+    }
+    assert saving_text(old) == "no saving modelled; attributed 2.00 ms, 50% of GPU 0's window (4.00 ms)"
+    assert by_saving([{"id": "y", "cost_ns": 1}, old]) == [old, {"id": "y", "cost_ns": 1}]

@@ -86,7 +86,7 @@ def host_syncs(trace: Trace, deps: Dependencies) -> HostSyncs:
         return HostSyncs.empty()
     base = pl.col("name").fill_null("").str.replace(VERSION_SUFFIX, "")
     calls = (
-        trace.runtime_calls_named(BLOCKING_NAMES)
+        trace.runtime_calls_named(BLOCKING_NAMES, without="Async")  # no blocking call is asynchronous
         .with_columns(base.alias("call"))
         .with_columns(
             pl.when(pl.col("call").is_in(STREAM_SYNC))

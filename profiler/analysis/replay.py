@@ -124,6 +124,7 @@ class Replay:
     shift: np.ndarray | None = None  # per blocking call of ``host``
     launch: np.ndarray | None = None  # replayed launch times (``NO_TIME`` stays so)
     host_sync_modeled: bool = False  # asked for, and not given up for a dependency cycle
+    touched: np.ndarray | None = None  # when known: the only ops whose end differs from the recorded one
 
     def shift_at(self, gtid: np.ndarray, t: np.ndarray) -> np.ndarray:
         """How far the host work of thread *gtid* at recorded time *t* moves (0 without host modeling)."""

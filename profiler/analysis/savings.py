@@ -26,14 +26,14 @@ answer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 
-from profiler.analysis.dependencies import D2H, H2D, NO_TIME, Dependencies, dependencies
+from profiler.analysis.dependencies import D2H, H2D, NO_TIME, Dependencies, dependencies, index_dtype
 from profiler.analysis.hostsync import HostSyncs, host_syncs
 from profiler.analysis.replay import NO_CHANGE, Change, Replay, _epochs, _previous_call, replay, scaled_durations
 from profiler.analysis.whatif import _KEYS, _step_rows, keyed_step_ops, step_frames
@@ -77,6 +77,7 @@ class Saving:
     change: str = ""
     capture_ns: int = 0  # the capture's GPU time: last end over all devices, base - changed
     per_step: dict[str, list[int]] = field(default_factory=dict, repr=False)
+    paced: dict[str, int] | None = None  # ``Replays.host_paced`` of the device asked for, when found
 
     def on(self, window: Window) -> int | None:
         """The saving on *window* (None: per step, and no device has included steps)."""
@@ -123,6 +124,7 @@ class Replays:
         self.devices = [str(int(d)) for d in dev[cut]]
         self.w0 = dict(zip(self.devices, np.minimum.reduceat(ops.start[order], cut).tolist(), strict=True))
         self.recorded_end = dict(zip(self.devices, np.maximum.reduceat(ops.end[order], cut).tolist(), strict=True))
+        self._frames: dict[int, tuple] = {}
 
     # --- the run's steps ------------------------------------------------------------------------
     @cached_property
@@ -160,7 +162,7 @@ class Replays:
         return self.outcome_of(rp)
 
     def outcome_of(self, rp: Replay) -> Outcome:
-        ends = np.maximum.reduceat(rp.end[self._order], self._cut).tolist() if self._cut.size else []
+        ends = self._ends_of(rp)
         per_step = None
         if self._steps is not None:
             steps, step_ops, keyed = self._steps
@@ -171,14 +173,46 @@ class Replays:
             }
         return Outcome(dict(zip(self.devices, ends, strict=True)), per_step, rp.host_sync_modeled)
 
+    def _ends_of(self, rp: Replay) -> list[int]:
+        """Per device, the last replayed end: the recorded one where an op that ended last is untouched
+        by the replay (a replay only moves ends earlier), else over the device's ops."""
+        if not self._cut.size:
+            return []
+        if rp.touched is None:
+            return np.maximum.reduceat(rp.end[self._order], self._cut).tolist()
+        hit = np.zeros(len(self.deps.ops), dtype=bool)
+        hit[rp.touched] = True
+        out = []
+        bounds = np.r_[self._cut, self._order.size]
+        for i, d in enumerate(self.devices):
+            last = self._last[d]
+            if not hit[last].all():
+                out.append(self.recorded_end[d])
+            else:
+                rows = self._order[bounds[i] : bounds[i + 1]]
+                out.append(int(rp.end[rows].max()))
+        return out
+
+    @cached_property
+    def _last(self) -> dict[str, np.ndarray]:
+        """Per device, the ops that end last in the recorded timeline."""
+        ops = self.deps.ops
+        on = {d: np.flatnonzero(ops.device == int(d)) for d in self.devices}
+        return {d: rows[ops.end[rows] == self.recorded_end[d]] for d, rows in on.items()}
+
     @cached_property
     def base(self) -> Outcome:
         """The replay with nothing changed (the recorded timeline, unless clock skew made a cycle)."""
         return self.outcome(NO_CHANGE)
 
-    def saving(self, change: Change) -> Saving:
-        """What *change* gives back, per device and per step."""
-        return self.saving_of(change.what, self.outcome(change))
+    def saving(self, change: Change, paced: tuple[str, int] | None = None) -> Saving:
+        """What *change* gives back, per device and per step.  *paced* (device, limit): when the saving
+        on that device's window is under *limit*, also whether its host paces it (``host_paced``)."""
+        rp = self.replay(change)
+        s = self.saving_of(change.what, self.outcome_of(rp))
+        if paced is not None and s.window_ns.get(paced[0], 0) < paced[1]:
+            s = replace(s, paced=self._paced(rp, change, paced[0]))
+        return s
 
     def saving_of(self, what: str, out: Outcome) -> Saving:
         base = self.base
@@ -225,20 +259,18 @@ class Replays:
         dependency pass read them in), checked against the op keys; by key where they differ."""
         picked = np.asarray(picked, dtype=np.int64)
         ops = self.deps.ops
-        ok = frame.select((pl.col("end") >= pl.col("start")).fill_null(False)).to_series().to_numpy()
+        ok, index, start, corr, device = self._columns(frame)
         inv = self._of_input
         found = ok[picked] if picked.size else np.zeros(0, dtype=bool)
         if inv is not None:
             sel = picked[found]
-            idx = (np.cumsum(ok) - 1)[sel] + (0 if part == "kernel" else self._valid_kernels)
+            idx = index[sel] + (0 if part == "kernel" else self._valid_kernels)
             if idx.size == 0:
                 return found, idx
             if int(idx.max()) < inv.size:
                 rows = inv[idx]
                 same = (
-                    (ops.start[rows] == frame["start"].to_numpy()[sel])
-                    & (ops.corr[rows] == frame["correlation_id"].fill_null(-1).to_numpy()[sel])
-                    & (ops.device[rows] == frame["device"].fill_null(-1).to_numpy()[sel])
+                    (ops.start[rows] == start[sel]) & (ops.corr[rows] == corr[sel]) & (ops.device[rows] == device[sel])
                 )
                 if same.all():
                     return found, rows
@@ -253,6 +285,22 @@ class Replays:
         found = np.zeros(picked.size, dtype=bool)
         found[keyed["_pos"].to_numpy()] = True
         return found, keyed["row"].to_numpy()
+
+    def _columns(self, frame: pl.DataFrame) -> tuple[np.ndarray, ...]:
+        """Of an op frame: which rows are valid, each valid row's index among them, and its start,
+        correlation id and device (read once per frame)."""
+        key = id(frame)
+        if key not in self._frames:
+            ok = frame.select((pl.col("end") >= pl.col("start")).fill_null(False)).to_series().to_numpy()
+            self._frames[key] = (
+                ok,
+                np.cumsum(ok) - 1,
+                frame["start"].to_numpy(),
+                frame["correlation_id"].fill_null(-1).to_numpy(),
+                frame["device"].fill_null(-1).to_numpy(),
+                frame,  # held: the id stays this frame's
+            )
+        return self._frames[key][:5]
 
     @cached_property
     def _of_input(self) -> np.ndarray | None:
@@ -283,12 +331,15 @@ class Replays:
         )
 
     def host_paced(self, change: Change, device: str | int, most: int = 10_000) -> dict[str, int] | None:
+        """``_paced`` of the replay with *change*."""
+        return self._paced(self.replay(change), change, device, most)
+
+    def _paced(self, rp: Replay, change: Change, device: str | int, most: int = 10_000) -> dict[str, int] | None:
         """In the replay with *change*, the chain of inputs that ends the window of *device*, followed
         back from its last op (each op's latest input: the op before it on its stream, an op it
         waits for, or its launch) to the first op whose latest input is its launch: how long before
         the end the host launched it and how many ops the chain holds.  None when the chain does not
         reach a launch within *most* ops (GPU work, not the host, paces the window)."""
-        rp = self.replay(change)
         ops = self.deps.ops
         on = np.flatnonzero(ops.device == int(device))
         if on.size == 0:
@@ -346,7 +397,7 @@ class _Waves:
         self.host = host if host is not None and len(host) else None
         self.modeled = host is not None
         self.dur = scaled_durations(deps, 1.0)
-        self.prev = ops.prev.astype(np.int64)
+        self.prev = ops.prev
         self.tgt, self.blk = (a.astype(np.int64) for a in deps.blockers_of)
         by_blk = np.argsort(self.blk, kind="stable")
         self.edge_by_blk = by_blk
@@ -424,10 +475,18 @@ class _Waves:
                 return None
             dirty.append(moved)
             children = _children(prev)
-        if change.own_stream.size or not keep.all():
+        if change.own_stream.size:
             has_in = np.zeros(n, dtype=bool)
             has_in[self.tgt[keep]] = True
             no_input = (prev < 0) & (ops.launch == NO_TIME) & ~has_in
+        elif not keep.all():  # the targets of dropped waits with no wait left, no op before, no launch
+            lost = np.unique(self.tgt[~keep])
+            kept = np.r_[0, np.cumsum(keep)]
+            alone = lost[(kept[self.in_hi[lost]] == kept[self.in_lo[lost]]) & (prev[lost] < 0)]
+            alone = alone[ops.launch[alone] == NO_TIME]
+            if alone.size:
+                no_input = no_input.copy()
+                no_input[alone] = True
         end = ops.end.copy()
         h = self.host
         n_calls = len(h) if h is not None else 0
@@ -438,6 +497,7 @@ class _Waves:
             detached[change.detached] = True
             calls = np.unique(change.detached)
         todo = _distinct(np.concatenate(dirty), n)
+        touched = []
         for _ in range(MAX_WAVES):
             if todo.size == 0 and calls.size == 0:
                 break
@@ -454,6 +514,7 @@ class _Waves:
                 hit = new != end[todo]
                 changed = todo[hit]
                 end[changed] = new[hit]
+                touched.append(changed)
             order, lo, hi = children
             nxt_ops = [order[_ranges(lo[changed], hi[changed])]]
             if changed.size:
@@ -481,6 +542,7 @@ class _Waves:
             shift[:n_calls] if h is not None else None,
             ops.launch + shift[self.epoch] if h is not None else None,
             host_sync_modeled=self.modeled,
+            touched=np.concatenate(touched) if touched else np.zeros(0, dtype=np.int64),
         )
 
     def _ends(
@@ -533,15 +595,18 @@ def _children(prev: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The ops that follow each op on its stream (several once some moved to a stream of their
     own): (rows by the op they follow, and per op its slice of them)."""
     rows = np.flatnonzero(prev >= 0)
-    order = rows[np.argsort(prev[rows], kind="stable")]
+    p = prev[rows]
+    order = rows if p.size < 2 or bool((p[1:] >= p[:-1]).all()) else rows[np.argsort(p, kind="stable")]
+    order = order.astype(index_dtype(prev.size), copy=False)
     lo, hi = _slices(prev[order], prev.size)
     return order, lo, hi
 
 
 def _slices(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """For sorted *keys* in ``[0, n)``: per value, the slice of *keys* that holds it."""
-    hi = np.cumsum(np.bincount(keys, minlength=n))
-    return hi - np.bincount(keys, minlength=n), hi
+    count = np.bincount(keys, minlength=n)
+    hi = np.cumsum(count).astype(index_dtype(keys.size + 1))
+    return hi - count.astype(hi.dtype), hi
 
 
 def _distinct(rows: np.ndarray, n: int) -> np.ndarray:

@@ -27,6 +27,8 @@ def _where(f: dict[str, Any]) -> str:
 def saving_text(f: dict[str, Any]) -> str:
     """``saves 20.3 ms, 27% of the median step (75.0 ms); attributed 187.6 ms``; for a cause the replay
     cannot change, why, and the attributed time with its share; ``no time cost`` for a note."""
+    if "attributed_ns" not in f and "cost_ns" in f:  # recorded before savings: its cost was the attributed time
+        f = {**f, **{k.replace("cost", "attributed"): v for k, v in f.items() if k.startswith("cost")}}
     saving, attributed = f.get("saving_ns"), f.get("attributed_ns")
     if saving is not None:
         text = f"saves {dur(saving)}"

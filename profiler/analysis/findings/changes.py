@@ -32,13 +32,10 @@ def removed(what: str, rows: np.ndarray) -> Change:
     return Change(what, removed=np.asarray(rows, dtype=np.int64))
 
 
-def exposed_copies(ev: Evidence, dev: str) -> Change:
-    """The device's h2d/d2h copies that ran, at least in part, with no kernel beside them: removed."""
-    ops = ev.replays.deps.ops
-    rows = _copies(ev, dev)
-    hidden = measure_within(ev.breakdown.kernel_sets.any, ops.device[rows], ops.start[rows], ops.end[rows])
-    rows = rows[(ops.end[rows] - ops.start[rows]) > hidden]
-    return removed(f"the {rows.size} h2d/d2h copies of GPU {dev} with exposed time removed", rows)
+def copies_removed(ev: Evidence, positions: np.ndarray, what: str) -> Change:
+    """The copies at *positions* of the trace's copies: removed (zero time, no op waits for them)."""
+    _, rows = ev.replays.op_rows(ev.trace.copies, positions, "copy")
+    return removed(what, rows)
 
 
 def copies_in(ev: Evidence, frame: pl.DataFrame, what: str) -> np.ndarray:
@@ -76,10 +73,9 @@ def contended_copies(ev: Evidence, dev: str, cls: str) -> Change:
     copies = ev.trace.copies
     positions = valid_positions(copies)  # the rows ``copy_contexts`` numbers
     ctx = ev.breakdown.copy_contexts
-    v = copies[positions]
-    on = ((v["device"] == int(dev)) & (v["cls"] == cls)).fill_null(False).to_numpy()
-    _, rows = ev.replays.op_rows(copies, positions[on & (ctx == CONTEXTS.index("kernels"))], "copy")
-    return removed(f"the {rows.size} {cls} copies of GPU {dev} that ran beside kernels removed", rows)
+    on = ((copies["device"] == int(dev)) & (copies["cls"] == cls)).fill_null(False).to_numpy()[positions]
+    rows = positions[on & (ctx == CONTEXTS.index("kernels"))]
+    return copies_removed(ev, rows, f"the {rows.size} {cls} copies of GPU {dev} that ran beside kernels removed")
 
 
 def at_rate(ev: Evidence, picked: np.ndarray, gbps: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:

@@ -217,10 +217,16 @@ class Evidence:
         return self.breakdown.kernel_groups
 
     @cached_property
+    def offload_positions(self) -> np.ndarray:
+        """The rows of the trace's copies that ``offload_copies`` holds, in its order."""
+        c = self.trace.copies
+        ok = c.select(((pl.col("end") >= pl.col("start")) & pl.col("cls").is_in(["h2d", "d2h"])).fill_null(False))
+        return np.flatnonzero(ok.to_series().to_numpy())
+
+    @cached_property
     def offload_copies(self) -> pl.DataFrame:
         """Valid h2d and d2h copies."""
-        c = self.trace.copies
-        return c.filter((pl.col("end") >= pl.col("start")) & pl.col("cls").is_in(["h2d", "d2h"]))
+        return self.trace.copies[self.offload_positions]
 
 
 def flag_value(flags: dict[str, str | None], name: str) -> bool | None:

@@ -25,18 +25,21 @@ def with_saving(f: Finding, ev: Evidence) -> Finding:
         return replace(f, saving_basis=why)
     if not ev.devices:
         return replace(f, saving_basis="no GPU activity: nothing to replay")
-    s = ev.replays.saving(f.change)
     window = f.window or Window(WINDOWS)
+    paced = None
+    if window.kind == DEVICE and f.attributed_ns is not None and f.attributed_ns >= ev.config["severity_min_cost_ns"]:
+        paced = (str(window.device), -(-f.attributed_ns // 10))  # under a tenth of the attributed time
+    s = ev.replays.saving(f.change, paced)
     value = s.on(window)
     if value is None:  # per step, but no device has an included step with GPU ops: the windows
         window = Window(WINDOWS) if len(ev.devices) > 1 else Window(DEVICE, next(iter(ev.devices)))
         value = s.on(window)
     basis_ns, basis = _basis(ev, window, s.device_on_steps())
-    verdict = f.verdict + _why_small(ev, f, int(value), window)
+    verdict = f.verdict + _why_small(ev, f, int(value), window, s.paced)
     return replace(f, verdict=verdict, saving=s, saving_ns=int(value), saving_basis_ns=basis_ns, saving_basis=basis)
 
 
-def _why_small(ev: Evidence, f: Finding, saving: int, window: Window) -> str:
+def _why_small(ev: Evidence, f: Finding, saving: int, window: Window, paced: dict[str, int] | None) -> str:
     """A sentence for a saving under a tenth of the attributed time (of at least
     ``severity_min_cost_ns``) on one GPU: whether that GPU waits for its host."""
     if f.attributed_ns is None or f.attributed_ns < ev.config["severity_min_cost_ns"] or saving * 10 >= f.attributed_ns:
@@ -44,7 +47,6 @@ def _why_small(ev: Evidence, f: Finding, saving: int, window: Window) -> str:
     gone = f"; the replay with {f.change.what if f.change else 'this changed'} gives back only {dur(saving)}"
     if window.kind != DEVICE:
         return gone
-    paced = ev.replays.host_paced(f.change, str(window.device)) if f.change is not None else None
     if paced is not None:
         return (
             f"{gone}: the GPU work that ends GPU {window.device}'s window there ({paced['ops']} ops) follows an op "
