@@ -20,7 +20,13 @@ from profiler.report.text import offload_units
 from profiler.synthetic.demo import StepModel, write_demo_runs
 from profiler.units import human_time
 from tests.conftest import run_cli
-from tests.test_dashboard import browser, dashboard, unit_of, wait_rows  # noqa: F401  (browser: a fixture)
+from tests.test_dashboard import (  # noqa: F401  (browser: a fixture)
+    bar_units,
+    browser,
+    dashboard,
+    unit_of,
+    wait_rows,
+)
 
 MODEL = replace(StepModel(), layers=2, steps=3)
 TRACE = "synthetic-trace.sqlite"
@@ -168,7 +174,7 @@ def test_the_dashboard_shows_the_same_numbers(browser, built):  # noqa: F811
 
         # the runs table: exposed copy time (both directions, counted once), steps, median step
         heads = page.evaluate("[...document.querySelectorAll('#runs th')].map(e => e.innerText.trim())")
-        exposed_head = next(h for h in heads if h.startswith("exposed copy time"))
+        exposed_head = next(h for h in heads if h.startswith("exposed copies"))
         assert "D2H+H2D" in exposed_head  # named: the bars below show each direction on its own
         div = unit_of(exposed_head)
         cells = page.evaluate(
@@ -178,12 +184,14 @@ def test_the_dashboard_shows_the_same_numbers(browser, built):  # noqa: F811
         rows = {c["device"].split(" · ")[0]: c for c in cells if c.get("device")}
         for dev, d in devices.items():
             row = rows[f"GPU {dev}"]
-            assert float(row["exposed"]) == pytest.approx(d["copies"]["offload"]["exposed_ns"] / div, rel=5e-4)
+            assert float(row["exposed"].replace(",", "")) == pytest.approx(
+                d["copies"]["offload"]["exposed_ns"] / div, rel=5e-4
+            )
             assert int(row["steps"]) == sum(1 for s in doc_steps(head) if not s["excluded"])
 
         # the policy bars: each direction's exposed and stalled time = analyze --json, in the head's unit
         bar_heads = page.evaluate("[...document.querySelectorAll('#policy-bars .head strong')].map(e => e.textContent)")
-        t_div = unit_of(bar_heads[1])
+        t_div = bar_units(page)[0]  # the bars' unit (each value beside its bar carries its own)
         assert "per direction" in bar_heads[1]
         bars = {
             (r, ser): v

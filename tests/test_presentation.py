@@ -274,5 +274,5 @@ def test_a_column_takes_the_unit_most_of_its_values_read_well_in():
     # (public traces): in ms five read between 1 and 10,000 (61 ... 3,378); in s one (3.378), in us three
     ns = [30_900, 60_990_000, 59_220_000, 244_800_000, 920_900_000, 3_378_000_000]
     cols, data, _ = table([{**base, "id": str(i), "exposed": v} for i, v in enumerate(ns)])
-    assert next(c for c in cols if c["id"] == "exposed")["name"] == "exposed copies (ms)"
+    assert next(c for c in cols if c["id"] == "exposed")["name"] == "exposed copies, D2H+H2D (ms)"
     assert [r["exposed"] for r in data] == [pytest.approx(v / 1e6) for v in ns]
