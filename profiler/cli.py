@@ -203,7 +203,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         findings=config,
     )
     doc = res.analysis_json(args.by)
-    found = verdict([res.summary()])
+    found = verdict([res.brief()])
     if args.json:
         print(_json_dump({"verdict": found, **doc}))
         return 0
@@ -249,7 +249,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
                 trace, folder.manifest_of(path), layer_pattern=args.layer_pattern, step_range=args.step_range,
                 findings=config,
             )  # fmt: skip
-            summaries.append(res.summary())
+            summaries.append(res.brief())
             policy = (res.manifest or {}).get("policy") or res.breakdown.policy  # None: a trace that names none
             docs.append({"trace": str(path), "policy": policy, **(res.findings or {})})
     skipped = list(dict.fromkeys(skipped))

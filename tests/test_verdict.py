@@ -92,11 +92,11 @@ def built(tmp_path_factory):
     ends 30 us before it), each waited for by a consumer kernel."""
     path = tmp_path_factory.mktemp("verdict") / "qkv.sqlite"
     training_export(policy="offload_qkv", exposed={1: 30 * US}, waits=True).write(path)
-    return path
+    return path, json.loads(run_cli("analyze", "--json", str(path)).stdout)  # read by two tests
 
 
 def test_copies_per_step_and_gpu_from_a_built_run(built):
-    doc = json.loads(run_cli("analyze", "--json", str(built)).stdout)
+    built, doc = built
     v = doc["verdict"]
     # per step: d2h busy 3 x 100 us = 300 us, exposed 30 us (the end of layer 1's copy), hidden 270 us
     assert v["copies"]["per"] == "step" and v["steps"] == 4 and v["median_step_ns"] == 1000 * US
@@ -113,8 +113,8 @@ def test_copies_per_step_and_gpu_from_a_built_run(built):
 
 
 def test_analyze_and_findings_open_with_the_same_verdict(built):
+    built, doc = built
     text = run_cli("analyze", str(built)).stdout
-    doc = json.loads(run_cli("analyze", "--json", str(built)).stdout)
     block = render_verdict(doc["verdict"])
     assert text.startswith(block + "\n\n")
     assert 3 <= len(block.splitlines()) <= 6 and all(len(ln) <= 160 for ln in block.splitlines())
