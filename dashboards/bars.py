@@ -172,7 +172,7 @@ def policy_table(items: list[Item]) -> html.Div:
                         label,
                         [Part(f"{dl} stalled", stalled / t_div, COLORS["stall"])],
                         top_w,
-                        f"{dl} {human_time(stalled)}",
+                        f"{dl} {human_time(stalled, nanoseconds=True)}",
                         tip,
                     )
                 )
