@@ -87,7 +87,7 @@ def check_views(trace: Path) -> dict:
     ]
     assert doc["findings"]["copy_free"] == found["copy_free"]
     for f in found["findings"]:
-        head = f"{f['id']} (saves {dur(f['saving_ns'])}" if f["saving_ns"] is not None else f"{f['id']} (no"
+        head = f"{f['id']} ({saving_text(f)})" if f["saving_ns"] is not None else f"{f['id']} (attributed"
         flat = " ".join(found_text.split())
         assert head in flat and head in " ".join(text.split()), f["id"]
         if f["attributed_ns"] is not None:

@@ -120,7 +120,7 @@ def test_pr_comment_lists_new_findings_by_cost():
     md = [line for line in findings_markdown(new, [], "p") if line.startswith("- ")]
     assert [line.split("`")[1] for line in md] == ["c", "b", "a"]
     assert (
-        "(the capture; no saving modelled; attributed 200 µs, 20% of GPU 0's window (1.00 ms))" in md[0]
+        "(the capture; attributed 200 µs, 20% of GPU 0's window (1.00 ms); no saving modelled)" in md[0]
         and "no time cost" in md[2]
     )
 

@@ -437,5 +437,5 @@ def test_a_document_recorded_before_savings_reads_as_attributed_time():
         "cost_basis_ns": 4_000_000,
         "cost_basis": "GPU 0's window",
     }
-    assert saving_text(old) == "no saving modelled; attributed 2.00 ms, 50% of GPU 0's window (4.00 ms)"
+    assert saving_text(old) == "attributed 2.00 ms, 50% of GPU 0's window (4.00 ms); no saving modelled"
     assert by_saving([{"id": "y", "cost_ns": 1}, old]) == [old, {"id": "y", "cost_ns": 1}]
