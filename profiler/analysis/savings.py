@@ -259,19 +259,20 @@ class Replays:
         dependency pass read them in), checked against the op keys; by key where they differ."""
         picked = np.asarray(picked, dtype=np.int64)
         ops = self.deps.ops
-        ok, index, start, corr, device = self._columns(frame)
+        ok, index = self._columns(frame)
         inv = self._of_input
         found = ok[picked] if picked.size else np.zeros(0, dtype=bool)
         if inv is not None:
             sel = picked[found]
-            idx = index[sel] + (0 if part == "kernel" else self._valid_kernels)
+            idx = index[sel].astype(np.int64) + (0 if part == "kernel" else self._valid_kernels)
             if idx.size == 0:
                 return found, idx
             if int(idx.max()) < inv.size:
                 rows = inv[idx]
-                same = (
-                    (ops.start[rows] == start[sel]) & (ops.corr[rows] == corr[sel]) & (ops.device[rows] == device[sel])
-                )
+                got = frame.select("start", "correlation_id", "device")[sel]
+                same = ops.start[rows] == got["start"].to_numpy()
+                same &= ops.corr[rows] == got["correlation_id"].fill_null(-1).to_numpy()
+                same &= ops.device[rows] == got["device"].fill_null(-1).to_numpy()
                 if same.all():
                     return found, rows
         keyed = (
@@ -286,21 +287,14 @@ class Replays:
         found[keyed["_pos"].to_numpy()] = True
         return found, keyed["row"].to_numpy()
 
-    def _columns(self, frame: pl.DataFrame) -> tuple[np.ndarray, ...]:
-        """Of an op frame: which rows are valid, each valid row's index among them, and its start,
-        correlation id and device (read once per frame)."""
+    def _columns(self, frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """Of an op frame: which rows are valid, and each valid row's index among them (once per frame)."""
         key = id(frame)
         if key not in self._frames:
             ok = frame.select((pl.col("end") >= pl.col("start")).fill_null(False)).to_series().to_numpy()
-            self._frames[key] = (
-                ok,
-                np.cumsum(ok) - 1,
-                frame["start"].to_numpy(),
-                frame["correlation_id"].fill_null(-1).to_numpy(),
-                frame["device"].fill_null(-1).to_numpy(),
-                frame,  # held: the id stays this frame's
-            )
-        return self._frames[key][:5]
+            index = (np.cumsum(ok) - 1).astype(index_dtype(ok.size))
+            self._frames[key] = (ok, index, frame)  # the frame held: its id stays its own
+        return self._frames[key][0], self._frames[key][1]
 
     @cached_property
     def _of_input(self) -> np.ndarray | None:
@@ -413,7 +407,7 @@ class _Waves:
         prev_end = np.where(self.prev >= 0, ops.end[np.maximum(self.prev, 0)], NO_TIME)
         m_rec = np.maximum(np.maximum(prev_end, ops.launch), block_rec)
         self.slack = np.where((self.prev < 0) & (ops.launch == NO_TIME) & ~had, 0, ops.start - m_rec)
-        self.epoch = _epochs(ops, self.host)
+        self.epoch = _epochs(ops, self.host).astype(index_dtype(len(self.host) + 1 if self.host else 1))
         self.children = _children(self.prev)
         self.no_input = (self.prev < 0) & (ops.launch == NO_TIME) & ~had
         if self.host is not None:
