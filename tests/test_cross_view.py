@@ -147,7 +147,6 @@ def test_every_view_agrees_on_a_built_run(built):
     [
         "gpu4__nsys_vectorAdd_streams_10000000__7498cc2.sqlite",
         "flexgen__nsight_report7.sqlite",
-        "nsysai__mfu_2gpu_before.sqlite",
     ],
 )
 def test_every_view_agrees_on_real_traces(shared_traces, name):

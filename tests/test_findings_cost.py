@@ -439,15 +439,24 @@ def test_tiny_copies_of_the_mfu_pair_are_information(shared_traces):
 
 
 @pytest.mark.shared
-def test_every_shared_trace_lists_by_cost_with_severity_from_share(shared_traces):
+def test_every_shared_trace_lists_by_saving_with_severity_from_share_within_the_bound(shared_traces):
     cfg = FindingsConfig()
     for path in sorted(shared_traces.glob("*.sqlite")):
         trace = open_trace(path)
-        found = run_findings(trace, None, cfg, Breakdown(trace))["findings"]
+        doc = run_findings(trace, None, cfg, Breakdown(trace))
+        found = doc["findings"]
         saved = [f for f in found if f["saving_ns"] is not None]
         assert found[: len(saved)] == saved, path.name  # with a saving first
         costs = [f["saving_ns"] for f in saved]
         assert costs == sorted(costs, reverse=True), path.name
+        tiers = [0 if f["saving_ns"] is not None else 1 if f["attributed_ns"] is not None else 2 for f in found]
+        assert tiers == sorted(tiers), path.name  # with a saving, then attributed time only, then notes
+        for f in found:  # a saving, or why there is none
+            assert f["saving_ns"] is not None or f["saving_basis"] or f["attributed_ns"] is None, (path.name, f["id"])
+            if f["id"] in ("exposed-copies", "pageable-copies", "slow-link", "copy-contention") and f["saving_ns"]:
+                # a change to one GPU's copies gives back at most that GPU's copy-free replay
+                bound = doc["copy_free"]["devices"][f["where"]["device"]]["saving_ns"]
+                assert 0 <= f["saving_ns"] <= bound, (path.name, f["id"])
         for f in saved:
             share = f["saving_share"] or 0 if f["saving_ns"] >= cfg["severity_min_cost_ns"] else 0
             level = 2 if share >= cfg["problem_share"] else 1 if share >= cfg["warning_share"] else 0
