@@ -360,8 +360,13 @@ class Replays:
     # --- the bound ------------------------------------------------------------------------------------
     @cached_property
     def copy_free_savings(self) -> dict[str, Saving]:
-        """Per device, the copy-free replay's saving (that device's copies removed)."""
-        return {d: self.saving(self.copy_free(d)) for d in self.devices}
+        """Per device, the copy-free replay's saving (that device's copies removed; a device without
+        copies gives back nothing, and is not replayed)."""
+        out = {}
+        for d in self.devices:
+            change = self.copy_free(d)
+            out[d] = self.saving(change) if change.removed.size else self.saving_of(change.what, self.base)
+        return out
 
     def copy_free_doc(self) -> dict[str, Any]:
         """Per device: its window, the copy-free replay's span and saving, and per step (median)."""
