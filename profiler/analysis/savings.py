@@ -8,9 +8,10 @@ where that median is largest.  Host synchronization is modeled as ``whatif`` mod
 default.
 
 One ``Replays`` per run holds what every replay shares: the dependencies (the stalls' pass),
-the blocking calls, the steps and the replay with nothing changed.  The copy-free replay of a
-device removes every h2d/d2h copy of that device: no saving of a change that only removes or
-shortens copies or drops waits on copies exceeds it on the same window.
+the blocking calls, the steps and the replay with nothing changed.  The copy-free replay
+removes every h2d/d2h copy, on every device: no saving of a change that only removes or
+shortens copies or drops waits on copies exceeds it on the same window, whichever GPUs' copies
+the change touches (the replay never makes anything later when ops get shorter or lose inputs).
 
 How a change is replayed.  The recorded timeline is the replay with nothing changed (every op's
 slack is measured on it, so it satisfies the replay's rule; a blocking call returns as recorded).
@@ -238,9 +239,9 @@ class Replays:
             sel &= ops.device == int(device)
         return np.flatnonzero(sel)
 
-    def copy_free(self, device: str | int) -> Change:
-        """Every h2d/d2h copy of *device* removed (zero time, and no op waits for them)."""
-        return Change(f"every h2d/d2h copy of GPU {device} removed", removed=self.copy_rows(device))
+    def copy_free(self) -> Change:
+        """Every h2d/d2h copy removed, on every device (zero time, and no op waits for them)."""
+        return Change("every h2d/d2h copy removed", removed=self.copy_rows())
 
     def rows_of(self, frame: pl.DataFrame) -> np.ndarray:
         """The rows of ``deps.ops`` of the ops in *frame* (keyed by pid, device, stream, correlation_id,
@@ -359,21 +360,18 @@ class Replays:
 
     # --- the bound ------------------------------------------------------------------------------------
     @cached_property
-    def copy_free_savings(self) -> dict[str, Saving]:
-        """Per device, the copy-free replay's saving (that device's copies removed; a device without
-        copies gives back nothing, and is not replayed)."""
-        out = {}
-        for d in self.devices:
-            change = self.copy_free(d)
-            out[d] = self.saving(change) if change.removed.size else self.saving_of(change.what, self.base)
-        return out
+    def copy_free_saving(self) -> Saving:
+        """The copy-free replay's saving per device (every copy removed: none, and nothing replayed,
+        without copies)."""
+        change = self.copy_free()
+        return self.saving(change) if change.removed.size else self.saving_of(change.what, self.base)
 
     def copy_free_doc(self) -> dict[str, Any]:
         """Per device: its window, the copy-free replay's span and saving, and per step (median)."""
         out: dict[str, Any] = {}
         base = self.base
+        s = self.copy_free_saving
         for d in self.devices:
-            s = self.copy_free_savings[d]
             span = int(self.recorded_end[d] - self.w0[d])
             out[d] = {
                 "window_ns": span,
