@@ -77,7 +77,7 @@ def _basis(ev: Evidence, window: Window, step_device: str | None) -> tuple[int, 
 
 
 def copy_free(ev: Evidence) -> dict[str, Any] | None:
-    """Per device, the copy-free replay (every h2d/d2h copy of the device removed): its span and
+    """Per device, the copy-free replay (every h2d/d2h copy removed, on every device): its span and
     saving on the window, and per step (median); None without GPU activity."""
     if not ev.devices:
         return None
