@@ -120,7 +120,7 @@ def test_pr_comment_lists_new_findings_by_cost():
     md = [line for line in findings_markdown(new, [], "p") if line.startswith("- ")]
     assert [line.split("`")[1] for line in md] == ["c", "b", "a"]
     assert (
-        "(the capture; no saving modelled; attributed 200 µs, 20% of GPU 0's window (1.00 ms))" in md[0]
+        "(the capture; attributed 200 µs, 20% of GPU 0's window (1.00 ms); no saving modelled)" in md[0]
         and "no time cost" in md[2]
     )
 
@@ -218,8 +218,8 @@ def test_slow_link_cost_is_the_exposed_time_a_full_link_removes(tmp_path):
     assert f["attributed_basis_ns"] == 2 * MS + 100_000
 
 
-@pytest.mark.parametrize(("extra_exposed", "want"), [(0, 300_000), (MS, 450_000)])
-def test_copy_contention_cost_is_lost_copy_time_where_it_costs(tmp_path, extra_exposed, want):
+@pytest.mark.parametrize(("extra_exposed", "want", "saving"), [(0, 300_000, 0), (MS, 450_000, 750_000)])
+def test_copy_contention_cost_is_lost_copy_time_where_it_costs(tmp_path, extra_exposed, want, saving):
     # 3 copies of 4 MiB alone in 100 us, 3 beside a kernel in 250 us: 450 us of copy time lost;
     # it costs only where the h2d copies were exposed (the 300 us alone, plus extra_exposed)
     b = ExportBuilder()
@@ -235,6 +235,11 @@ def test_copy_contention_cost_is_lost_copy_time_where_it_costs(tmp_path, extra_e
     assert f["evidence"]["copy_time_lost_ns"] == 450_000
     assert f["evidence"]["exposed_plus_stalled_ns"] == 300_000 + extra_exposed
     assert f["attributed_ns"] == want
+    # removed, the contended copies hold up no kernel (no launches, no waits): without the extra copy the
+    # kernel beside the last one still ends the window; the extra copy keeps its gap after the copy before
+    # it on their stream, so each removed copy's 250 us comes off its end: 750 us
+    assert f["saving_ns"] == saving
+    assert f["replay"]["change"] == "the 3 h2d copies of GPU 0 that ran beside kernels removed"
 
 
 def test_nccl_slowed_cost_is_the_excess_over_the_median(tmp_path):
@@ -274,6 +279,9 @@ def test_layer_loop_edges_cost(tmp_path):
         launched(b, t + 20, "kernel", t + 1000, t + 1000 + (0 if i in (0, 3) else 10_000), "k")
     (f,) = fired(findings_of(write_run(tmp_path, b)), "exposed-at-boundaries")
     assert (f["attributed_ns"], f["attributed_basis_ns"]) == (20_000, 310_000)
+    # layer 3's copy ended the window at 311 us; removed, it ends where it starts (its 990 ns after its
+    # launch at 300.01 us), with layer 3's empty kernel: 301 us, 10 us given back
+    assert (f["saving_ns"], f["saving_basis"]) == (10_000, "GPU 0's window")
 
 
 def test_stall_hotspot_cost_is_the_layers_stall(tmp_path):
@@ -439,15 +447,24 @@ def test_tiny_copies_of_the_mfu_pair_are_information(shared_traces):
 
 
 @pytest.mark.shared
-def test_every_shared_trace_lists_by_cost_with_severity_from_share(shared_traces):
+def test_every_shared_trace_lists_by_saving_with_severity_from_share_within_the_bound(shared_traces):
     cfg = FindingsConfig()
     for path in sorted(shared_traces.glob("*.sqlite")):
         trace = open_trace(path)
-        found = run_findings(trace, None, cfg, Breakdown(trace))["findings"]
+        doc = run_findings(trace, None, cfg, Breakdown(trace))
+        found = doc["findings"]
         saved = [f for f in found if f["saving_ns"] is not None]
         assert found[: len(saved)] == saved, path.name  # with a saving first
         costs = [f["saving_ns"] for f in saved]
         assert costs == sorted(costs, reverse=True), path.name
+        tiers = [0 if f["saving_ns"] is not None else 1 if f["attributed_ns"] is not None else 2 for f in found]
+        assert tiers == sorted(tiers), path.name  # with a saving, then attributed time only, then notes
+        for f in found:  # a saving, or why there is none
+            assert f["saving_ns"] is not None or f["saving_basis"] or f["attributed_ns"] is None, (path.name, f["id"])
+            if f["id"] in ("exposed-copies", "pageable-copies", "slow-link", "copy-contention") and f["saving_ns"]:
+                # a change to one GPU's copies gives back at most that GPU's copy-free replay
+                bound = doc["copy_free"]["devices"][f["where"]["device"]]["saving_ns"]
+                assert 0 <= f["saving_ns"] <= bound, (path.name, f["id"])
         for f in saved:
             share = f["saving_share"] or 0 if f["saving_ns"] >= cfg["severity_min_cost_ns"] else 0
             level = 2 if share >= cfg["problem_share"] else 1 if share >= cfg["warning_share"] else 0

@@ -202,7 +202,7 @@ def test_disjoint_savings_can_add_up_to_more_than_the_copy_free_replay(tmp_path)
     first, second = r.copy_rows()
     one = r.saving(Change("A", removed=np.array([first]))).window_ns["0"]
     two = r.saving(Change("B", removed=np.array([second]))).window_ns["0"]
-    both = r.copy_free_savings["0"].window_ns["0"]
+    both = r.copy_free_saving.window_ns["0"]
     assert (one, two, both) == (2_000, 2_000, 2_000)
 
 
@@ -264,7 +264,7 @@ def test_saving_properties_on_generated_exports(tmp_path_factory, b, data):
     r = Replays(trace, Breakdown(trace))
     assert r.saving(Change()).window_ns == {d: 0 for d in r.devices}  # no change: no saving
     for dev in r.devices:
-        bound = r.copy_free_savings[dev].window_ns
+        bound = r.copy_free_saving.window_ns
         mine = r.copy_rows(dev)
         ops = r.deps.ops
         changes = [
@@ -277,7 +277,8 @@ def test_saving_properties_on_generated_exports(tmp_path_factory, b, data):
         for ch in changes:
             got = r.saving(ch).window_ns
             assert all(v >= 0 for v in got.values()), ch.what  # never negative
-            assert got[dev] <= bound[dev], ch.what  # at most the copy-free replay, on the same window
+            for e in r.devices:  # at most the copy-free replay on every window, this GPU's or another's
+                assert got[e] <= bound[e], ch.what
         # other changes are never negative either
         kernels = np.flatnonzero((ops.device == int(dev)) & (ops.kind <= 1))
         ch = Change("kernels", durations=(kernels, (ops.end - ops.start)[kernels] // 2))
@@ -332,30 +333,13 @@ def test_gpu4_streams_exposed_copies_save_almost_nothing(shared_traces):
     assert f["saving_ns"] <= doc["copy_free"]["devices"]["0"]["saving_ns"]
 
 
-@pytest.mark.shared
-def test_every_shared_trace_orders_by_saving_within_the_copy_free_bound(shared_traces):
-    copy_rules = {"exposed-copies", "pageable-copies", "slow-link", "copy-contention"}
-    for path in sorted(shared_traces.glob("*.sqlite")):
-        doc = _real(shared_traces, path.name)
-        found = doc["findings"]
-        tiers = [0 if f["saving_ns"] is not None else 1 if f["attributed_ns"] is not None else 2 for f in found]
-        assert tiers == sorted(tiers), path.name
-        saved = [f["saving_ns"] for f in found if f["saving_ns"] is not None]
-        assert saved == sorted(saved, reverse=True), path.name
-        for f in found:
-            assert f["saving_ns"] is not None or f["saving_basis"], (path.name, f["id"])
-            if f["id"] in copy_rules and f["saving_ns"] is not None:
-                dev = f["where"]["device"]
-                assert 0 <= f["saving_ns"] <= doc["copy_free"]["devices"][dev]["saving_ns"], (path.name, f["id"])
-
-
 # --- the stall findings against the measured step difference (SYNTHETIC demo runs) ------------------
 
 
 def test_stall_savings_against_the_step_difference_of_two_policies():
     """offload_all and none are the same demo model but for what offload_all sends to host memory (and
     what it recomputes because the model's offload policies recompute what they do not offload).  Per
-    step, what the copies cost (the copy-free replay of GPU 0, whose host thread ends each step) and
+    step, what the copies cost (the copy-free replay, on GPU 0 whose host thread ends each step) and
     what the stall finding gives back are at most the measured step difference; the rest of that
     difference is the extra compute offload_all runs."""
     from profiler.runs.result import build
@@ -413,18 +397,12 @@ def test_synthetic_demo_runs_order_by_saving_within_the_bounds():
         doc = run_findings(trace, None, FindingsConfig(), Breakdown(trace))
         saved = [f["saving_ns"] for f in doc["findings"] if f["saving_ns"] is not None]
         assert saved == sorted(saved, reverse=True), folder.name
-        every = r_all(trace)
+        every = {d: v["saving_ns"] for d, v in doc["copy_free"]["devices"].items()}
         for f in doc["findings"]:
             if f["id"] in ("exposed-at-boundaries", "stall-hotspot") and f["saving_ns"] is not None:
                 # their copies are on both GPUs: per GPU, at most what removing every copy gives back
                 for dev, v in f["replay"]["devices"].items():
                     assert 0 <= v["window_saving_ns"] <= every[dev], (folder.name, f["id"], dev)
-
-
-def r_all(trace) -> dict[str, int]:
-    """Per device, the saving when every h2d/d2h copy of every device is removed."""
-    r = Replays(trace, Breakdown(trace))
-    return r.saving(Change("all", removed=r.copy_rows())).window_ns
 
 
 def test_a_document_recorded_before_savings_reads_as_attributed_time():
@@ -437,5 +415,5 @@ def test_a_document_recorded_before_savings_reads_as_attributed_time():
         "cost_basis_ns": 4_000_000,
         "cost_basis": "GPU 0's window",
     }
-    assert saving_text(old) == "no saving modelled; attributed 2.00 ms, 50% of GPU 0's window (4.00 ms)"
+    assert saving_text(old) == "attributed 2.00 ms, 50% of GPU 0's window (4.00 ms); no saving modelled"
     assert by_saving([{"id": "y", "cost_ns": 1}, old]) == [old, {"id": "y", "cost_ns": 1}]

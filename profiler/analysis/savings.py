@@ -8,9 +8,10 @@ where that median is largest.  Host synchronization is modeled as ``whatif`` mod
 default.
 
 One ``Replays`` per run holds what every replay shares: the dependencies (the stalls' pass),
-the blocking calls, the steps and the replay with nothing changed.  The copy-free replay of a
-device removes every h2d/d2h copy of that device: no saving of a change that only removes or
-shortens copies or drops waits on copies exceeds it on the same window.
+the blocking calls, the steps and the replay with nothing changed.  The copy-free replay
+removes every h2d/d2h copy, on every device: no saving of a change that only removes or
+shortens copies or drops waits on copies exceeds it on the same window, whichever GPUs' copies
+the change touches (the replay never makes anything later when ops get shorter or lose inputs).
 
 How a change is replayed.  The recorded timeline is the replay with nothing changed (every op's
 slack is measured on it, so it satisfies the replay's rule; a blocking call returns as recorded).
@@ -238,9 +239,9 @@ class Replays:
             sel &= ops.device == int(device)
         return np.flatnonzero(sel)
 
-    def copy_free(self, device: str | int) -> Change:
-        """Every h2d/d2h copy of *device* removed (zero time, and no op waits for them)."""
-        return Change(f"every h2d/d2h copy of GPU {device} removed", removed=self.copy_rows(device))
+    def copy_free(self) -> Change:
+        """Every h2d/d2h copy removed, on every device (zero time, and no op waits for them)."""
+        return Change("every h2d/d2h copy removed", removed=self.copy_rows())
 
     def rows_of(self, frame: pl.DataFrame) -> np.ndarray:
         """The rows of ``deps.ops`` of the ops in *frame* (keyed by pid, device, stream, correlation_id,
@@ -259,19 +260,20 @@ class Replays:
         dependency pass read them in), checked against the op keys; by key where they differ."""
         picked = np.asarray(picked, dtype=np.int64)
         ops = self.deps.ops
-        ok, index, start, corr, device = self._columns(frame)
+        ok, index = self._columns(frame)
         inv = self._of_input
         found = ok[picked] if picked.size else np.zeros(0, dtype=bool)
         if inv is not None:
             sel = picked[found]
-            idx = index[sel] + (0 if part == "kernel" else self._valid_kernels)
+            idx = index[sel].astype(np.int64) + (0 if part == "kernel" else self._valid_kernels)
             if idx.size == 0:
                 return found, idx
             if int(idx.max()) < inv.size:
                 rows = inv[idx]
-                same = (
-                    (ops.start[rows] == start[sel]) & (ops.corr[rows] == corr[sel]) & (ops.device[rows] == device[sel])
-                )
+                got = frame.select("start", "correlation_id", "device")[sel]
+                same = ops.start[rows] == got["start"].to_numpy()
+                same &= ops.corr[rows] == got["correlation_id"].fill_null(-1).to_numpy()
+                same &= ops.device[rows] == got["device"].fill_null(-1).to_numpy()
                 if same.all():
                     return found, rows
         keyed = (
@@ -286,21 +288,14 @@ class Replays:
         found[keyed["_pos"].to_numpy()] = True
         return found, keyed["row"].to_numpy()
 
-    def _columns(self, frame: pl.DataFrame) -> tuple[np.ndarray, ...]:
-        """Of an op frame: which rows are valid, each valid row's index among them, and its start,
-        correlation id and device (read once per frame)."""
+    def _columns(self, frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """Of an op frame: which rows are valid, and each valid row's index among them (once per frame)."""
         key = id(frame)
         if key not in self._frames:
             ok = frame.select((pl.col("end") >= pl.col("start")).fill_null(False)).to_series().to_numpy()
-            self._frames[key] = (
-                ok,
-                np.cumsum(ok) - 1,
-                frame["start"].to_numpy(),
-                frame["correlation_id"].fill_null(-1).to_numpy(),
-                frame["device"].fill_null(-1).to_numpy(),
-                frame,  # held: the id stays this frame's
-            )
-        return self._frames[key][:5]
+            index = (np.cumsum(ok) - 1).astype(index_dtype(ok.size))
+            self._frames[key] = (ok, index, frame)  # the frame held: its id stays its own
+        return self._frames[key][0], self._frames[key][1]
 
     @cached_property
     def _of_input(self) -> np.ndarray | None:
@@ -365,16 +360,18 @@ class Replays:
 
     # --- the bound ------------------------------------------------------------------------------------
     @cached_property
-    def copy_free_savings(self) -> dict[str, Saving]:
-        """Per device, the copy-free replay's saving (that device's copies removed)."""
-        return {d: self.saving(self.copy_free(d)) for d in self.devices}
+    def copy_free_saving(self) -> Saving:
+        """The copy-free replay's saving per device (every copy removed: none, and nothing replayed,
+        without copies)."""
+        change = self.copy_free()
+        return self.saving(change) if change.removed.size else self.saving_of(change.what, self.base)
 
     def copy_free_doc(self) -> dict[str, Any]:
         """Per device: its window, the copy-free replay's span and saving, and per step (median)."""
         out: dict[str, Any] = {}
         base = self.base
+        s = self.copy_free_saving
         for d in self.devices:
-            s = self.copy_free_savings[d]
             span = int(self.recorded_end[d] - self.w0[d])
             out[d] = {
                 "window_ns": span,
@@ -413,7 +410,7 @@ class _Waves:
         prev_end = np.where(self.prev >= 0, ops.end[np.maximum(self.prev, 0)], NO_TIME)
         m_rec = np.maximum(np.maximum(prev_end, ops.launch), block_rec)
         self.slack = np.where((self.prev < 0) & (ops.launch == NO_TIME) & ~had, 0, ops.start - m_rec)
-        self.epoch = _epochs(ops, self.host)
+        self.epoch = _epochs(ops, self.host).astype(index_dtype(len(self.host) + 1 if self.host else 1))
         self.children = _children(self.prev)
         self.no_input = (self.prev < 0) & (ops.launch == NO_TIME) & ~had
         if self.host is not None:

@@ -83,8 +83,8 @@ def whatif(
 
 
 def explained(doc: dict[str, Any], trace: Trace, deps: Dependencies, host: HostSyncs | None, factor: float) -> None:
-    """Add to the what-if document *doc*, per device: ``copy_free_span_ns`` (every h2d/d2h copy of the
-    device removed: zero time, and no op waits for them), ``copy_busy_ns`` (its h2d/d2h copy time, a
+    """Add to the what-if document *doc*, per device: ``copy_free_span_ns`` (every h2d/d2h copy removed,
+    on every device: zero time, and no op waits for them), ``copy_busy_ns`` (its h2d/d2h copy time, a
     union) and, with several devices, ``saving_by_copies_of`` (the saving on its window when only one
     device's copies are scaled) and ``host_waits_on`` (blocking calls of the threads that launch its
     work that waited for another device's ops: how many, and how long they held their thread);
@@ -98,9 +98,9 @@ def explained(doc: dict[str, Any], trace: Trace, deps: Dependencies, host: HostS
     scaled = np.floor(dur.astype(np.float64) * factor + 0.5).astype(np.int64)
     busy = length_by_group(union(ops.device[copies], ops.start[copies], ops.end[copies]))
     alone: dict[str, dict[str, int]] = {}
+    free = replay(deps, 1.0, host, Change("every copy removed", removed=np.flatnonzero(copies)))
     for d, on in dev_of.items():
         rows = np.flatnonzero(on & copies)
-        free = replay(deps, 1.0, host, Change(f"GPU {d}'s copies removed", removed=rows))
         doc["devices"][d]["copy_free_span_ns"] = int(free.end[on].max()) - w0[d]
         doc["devices"][d]["copy_busy_ns"] = int(busy.get(int(d), 0))
         if len(dev_of) > 1 and rows.size:

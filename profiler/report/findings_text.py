@@ -37,10 +37,10 @@ def saving_text(f: dict[str, Any]) -> str:
         return text + (f"; attributed {dur(attributed)}" if attributed is not None else "")
     if attributed is None:
         return "no time cost"
-    text = f"no saving modelled; attributed {dur(attributed)}"
+    text = f"attributed {dur(attributed)}"
     if f.get("attributed_share") is not None:
         text += f", {share(f['attributed_share'])} of {f['attributed_basis']} ({dur(f['attributed_basis_ns'])})"
-    return text
+    return text + f"; {f.get('saving_basis') or 'no saving modelled'}"
 
 
 def render_findings(doc: dict[str, Any], width: int = 110) -> str:
@@ -53,9 +53,8 @@ def render_findings(doc: dict[str, Any], width: int = 110) -> str:
     if sum(f.get("saving_ns") is not None for f in found) > 1:
         out.append(f"  ({OVERLAP})")
     for f in found:
-        why = f"; {f['saving_basis']}" if f.get("saving_ns") is None and f.get("attributed_ns") is not None else ""
         out += textwrap.wrap(
-            f"{f['id']} ({saving_text(f)}{why}): {f['verdict']}",
+            f"{f['id']} ({saving_text(f)}): {f['verdict']}",
             width,
             initial_indent=f"  {LABEL[f['severity']]:7s}  ",
             subsequent_indent=" " * 11,

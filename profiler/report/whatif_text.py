@@ -146,6 +146,6 @@ def render_whatif(doc: dict[str, Any], measured_stalls: dict[str, dict[str, Any]
         out += textwrap.wrap(_which_model(doc), 110)
     if any("copy_free_span_ns" in d for d in doc["devices"].values()):
         out.append("")
-        out.append("(copy-free: every h2d/d2h copy of that GPU at zero time, and no op waits for them: the most")
-        out.append(" that keeping its activations on the device can give back)")
+        out.append("(copy-free: every h2d/d2h copy at zero time, and no op waits for them: the most that keeping")
+        out.append(" the activations on the device can give back)")
     return "\n".join(out)

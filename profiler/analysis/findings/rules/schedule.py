@@ -99,8 +99,8 @@ def lhs_off(ev: Evidence) -> list[Finding]:
             f"turn it on: XLA_FLAGS={LHS}=true (profile-step --lhs); it schedules async copies to overlap compute",
             evidence={"exposed_ns": exposed, "busy_ns": busy, "lhs": state},
             attributed_ns=exposed,  # the exposed offload time it may explain
-            no_saving="not modelled: the replay keeps XLA's schedule, and what the latency hiding scheduler would "
-            "hide is a new schedule (the copy-free replay bounds it: copy_free)",
+            no_saving="not modelled: the scheduler would make a new schedule, and the replay keeps XLA's (at most "
+            "what removing every copy gives back: whatif's copy-free line)",
             **ev.basis_windows(),
         )
     ]
