@@ -45,9 +45,8 @@ def _fastest(v: dict[str, Any]) -> str | None:
         return f"Verdict over {v['runs']} runs: none has a median step, so none can be called fastest"
     if f["policy"] is None:
         return f"Verdict over {v['runs']} runs: none fits its device's memory ({', '.join(f['too_big'])} do not)"
-    cpu = " (CPU runs: they say nothing about a GPU)" if f["cpu"] else ""
-    head = f"Verdict over {v['runs']} runs{cpu}: policy {f['policy']} is the fastest"
-    head += " that fits" if f["fit_known"] else " (fit unknown: no memory limit)"
+    head = f"Verdict over {v['runs']} runs: policy {f['policy']} is the fastest"
+    head += " that fits" if f["fit_known"] else ""
     head += f", {human_time(f['step_ns'])} per step"
     nxt = f.get("next")
     if nxt:
@@ -56,10 +55,15 @@ def _fastest(v: dict[str, Any]) -> str | None:
             head += f": within the noise (spread {human_time(nxt['spread_ns'])})"
         elif nxt["within_noise"] is False:
             head += f", beyond the noise (spread {human_time(nxt['spread_ns'])})"
+    # the qualifiers last: the most important words come first in a line cut at the terminal's width
+    if not f["fit_known"]:
+        head += "; whether each fits is unknown (no memory limit)"
     if f["too_big"]:
         head += f"; too big: {', '.join(f['too_big'])}"
     if f.get("other"):
         head += f"; on another kind of device, not compared: {', '.join(f['other'])}"
+    if f["cpu"]:
+        head += "; CPU runs: they say nothing about a GPU"
     return head
 
 
