@@ -397,8 +397,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 row.update(summary)
                 row["policy"] = res.policy  # the policy asked for (the trace's label may be absent)
                 say(steps_line(summary))
-                if summary["analysis"]["devices"] and not args.no_summary:
-                    print(fit(render_devices(summary["analysis"]), args.wide))  # its head says the analysis window
+                if summary["analysis"]["devices"] and not args.no_summary:  # its head says the analysis window
+                    print(fit(render_devices(summary["analysis"], wide=args.wide), args.wide))
                 else:
                     say(window_line(summary["analysis"]["trace"]["window"]))
                 if not summary["analysis"]["devices"]:  # the sentence once per command, a short reminder after it
