@@ -138,6 +138,8 @@ def test_a_folder_of_runs_opens_with_the_fastest_that_fits():
     assert f["next"]["within_noise"] == (nxt["policy"] in best["within_spread_of"])
     text = run_cli("analyze", *runs).stdout
     assert text.startswith(render_verdict(doc["verdict"]) + "\n")
+    # findings reads the runs through their brief documents: the same verdict, the same numbers
+    assert json.loads(run_cli("findings", "--json", *runs).stdout)["verdict"] == doc["verdict"]
     assert all(len(ln) <= 160 for ln in text.splitlines()[:6])
 
 

@@ -225,9 +225,9 @@ class RunResult:
         return RunSummary.from_json(self.to_json())
 
     def brief(self) -> RunSummary:
-        """The run document without what one run's verdict never reads (layers, work, the compiled
-        step, copies per XLA operation): ``analyze TRACE`` needs no more, and they cost a fifth of its
-        time on a run with layers."""
+        """The run document without what the verdict never reads (layers, work, copies per XLA
+        operation): ``analyze TRACE`` and ``findings`` need no more, and they cost a fifth of the time
+        on a run with layers.  The compiled step stays: the policy table's fit and device kind read it."""
         devices = self.devices
         return RunSummary.from_json(
             {
@@ -248,6 +248,10 @@ class RunResult:
                     dev: {"compute": m["compute"], "nccl": m["nccl"], "span_ns": m["span_ns"]}
                     for dev, m in devices.items()
                 },
+                "peak_memory_bytes": {
+                    dev: m["memory"]["peak_allocated_bytes"] for dev, m in devices.items() if "memory" in m
+                },
+                "compiled": self.compiled,
             }
         )
 
