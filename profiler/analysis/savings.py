@@ -3,7 +3,7 @@
 ``saving = replayed span with nothing changed - replayed span with the change``, on a window:
 one device's window, the windows of every device summed, the capture's GPU time (first GPU op
 to last, over all devices), or per step: the median over the included steps of each step's
-saving, each step predicted as ``whatif`` predicts it (``whatif._step_rows``), on the device
+saving, each step predicted as ``whatif`` predicts it (``whatif.step_rows``), on the device
 where that median is largest.  Host synchronization is modeled as ``whatif`` models it by
 default.
 
@@ -36,8 +36,8 @@ import polars as pl
 
 from profiler.analysis.dependencies import D2H, H2D, NO_TIME, Dependencies, dependencies, index_dtype
 from profiler.analysis.hostsync import HostSyncs, host_syncs
-from profiler.analysis.replay import NO_CHANGE, Change, Replay, _epochs, _previous_call, replay, scaled_durations
-from profiler.analysis.whatif import _KEYS, _step_rows, keyed_step_ops, step_frames
+from profiler.analysis.replay import NO_CHANGE, Change, Replay, launch_epochs, previous_call, replay, scaled_durations
+from profiler.analysis.whatif import OP_KEYS, keyed_step_ops, step_frames, step_rows
 from profiler.trace.loader import Trace
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ class Replays:
         if frames is None:
             return None
         steps, step_ops = frames
-        return steps, step_ops, keyed_step_ops(self.deps.ops, step_ops.select("index", *_KEYS))
+        return steps, step_ops, keyed_step_ops(self.deps.ops, step_ops.select("index", *OP_KEYS))
 
     @cached_property
     def included(self) -> set[int]:
@@ -167,7 +167,7 @@ class Replays:
         per_step = None
         if self._steps is not None:
             steps, step_ops, keyed = self._steps
-            rows = _step_rows(rp, steps, step_ops, keyed)
+            rows = step_rows(rp, steps, step_ops, keyed)
             index = dict(zip(steps["name"].to_list(), steps["index"].to_list(), strict=True))
             per_step = {
                 str(dev): {int(index[r["name"]]): int(r["predicted_ns"]) for r in rs} for dev, rs in rows.items()
@@ -248,8 +248,8 @@ class Replays:
         start, as every op table of the tool is); ops not found are left out."""
         if frame.height == 0:
             return np.zeros(0, dtype=np.int64)
-        keyed = frame.select(*(pl.col(k).cast(pl.Int64).fill_null(-1) for k in _KEYS)).join(
-            self.key_table, on=_KEYS, how="inner"
+        keyed = frame.select(*(pl.col(k).cast(pl.Int64).fill_null(-1) for k in OP_KEYS)).join(
+            self.key_table, on=OP_KEYS, how="inner"
         )
         return np.unique(keyed["row"].to_numpy())
 
@@ -278,9 +278,9 @@ class Replays:
                     return found, rows
         keyed = (
             frame[picked]
-            .select(*(pl.col(k).cast(pl.Int64).fill_null(-1) for k in _KEYS))
+            .select(*(pl.col(k).cast(pl.Int64).fill_null(-1) for k in OP_KEYS))
             .with_row_index("_pos")
-            .join(self.key_table, on=list(_KEYS), how="inner")
+            .join(self.key_table, on=list(OP_KEYS), how="inner")
             .unique("_pos", keep="first")
             .sort("_pos")
         )
@@ -410,12 +410,12 @@ class _Waves:
         prev_end = np.where(self.prev >= 0, ops.end[np.maximum(self.prev, 0)], NO_TIME)
         m_rec = np.maximum(np.maximum(prev_end, ops.launch), block_rec)
         self.slack = np.where((self.prev < 0) & (ops.launch == NO_TIME) & ~had, 0, ops.start - m_rec)
-        self.epoch = _epochs(ops, self.host).astype(index_dtype(len(self.host) + 1 if self.host else 1))
+        self.epoch = launch_epochs(ops, self.host).astype(index_dtype(len(self.host) + 1 if self.host else 1))
         self.children = _children(self.prev)
         self.no_input = (self.prev < 0) & (ops.launch == NO_TIME) & ~had
         if self.host is not None:
             h = self.host
-            self.h_prev = _previous_call(h)
+            self.h_prev = previous_call(h)
             self.h_next = np.full(len(h), -1, dtype=np.int64)
             has = self.h_prev >= 0
             self.h_next[self.h_prev[has]] = np.flatnonzero(has)
