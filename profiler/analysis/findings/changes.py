@@ -14,7 +14,6 @@ from profiler.analysis.kernels_slowed import BESIDE
 from profiler.analysis.links import host_link
 from profiler.analysis.overlap import MEASURABLE
 from profiler.analysis.replay import Change
-from profiler.analysis.whatif import OP_KEYS
 
 COPY_KINDS = (H2D, D2H)
 
