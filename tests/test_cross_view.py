@@ -222,6 +222,15 @@ def test_the_dashboard_shows_the_same_numbers(browser, built):  # noqa: F811
             assert saving == ("" if f["saving_ns"] is None else str(f["saving_ns"])), rule
             assert attributed == ("" if f["attributed_ns"] is None else str(f["attributed_ns"])), rule
             assert words == saving_text(f), rule
+
+        # the what-if view states the findings' copy-free bound per GPU (from the run summary)
+        page.get_by_text("What-if", exact=True).click()
+        page.wait_for_selector(".copy-free", timeout=60_000)
+        said = " ".join(page.evaluate("[...document.querySelectorAll('.copy-free')].map(e => e.innerText)"))
+        for dev, cf in doc["findings"]["copy_free"]["devices"].items():
+            want = f"GPU {dev}: copy-free (every h2d/d2h copy removed, nothing waits for them): the GPU span "
+            want += f"{human_time(cf['saving_ns'], nanoseconds=True)} shorter, "
+            assert want + f"{human_time(cf['step_saving_ns'], nanoseconds=True)} per step" in said, said
         page.close()
 
 
