@@ -417,3 +417,22 @@ def test_a_document_recorded_before_savings_reads_as_attributed_time():
     }
     assert saving_text(old) == "attributed 2.00 ms, 50% of GPU 0's window (4.00 ms); no saving modelled"
     assert by_saving([{"id": "y", "cost_ns": 1}, old]) == [old, {"id": "y", "cost_ns": 1}]
+
+
+def test_op_rows_by_position_and_by_key_agree(tmp_path):
+    """The ops of a frame's rows are found by position among its valid rows (checked against the op
+    keys) or, where the positions do not match the dependency pass's order, by key."""
+    b = ExportBuilder()
+    launched(b, 0, "kernel", 100, 200, "k")
+    launched(b, 10, "copy", 300, 400, "h2d", MIB, stream=20)
+    b.copy(500, 450, "d2h", MIB, stream=20)  # invalid: end before start, no op
+    launched(b, 20, "copy", 600, 700, "d2h", MIB, stream=20)
+    trace = open_trace(write_run(tmp_path, b))
+    r = Replays(trace, Breakdown(trace))
+    copies = trace.copies
+    found, rows = r.op_rows(copies, np.arange(copies.height), "copy")
+    assert found.tolist() == [True, False, True]
+    assert r.deps.ops.start[rows].tolist() == [300, 600]
+    flipped = copies.reverse()  # not the order the dependency pass read: found by key
+    found2, rows2 = r.op_rows(flipped, np.arange(flipped.height), "copy")
+    assert found2.tolist() == [True, False, True] and r.deps.ops.start[rows2].tolist() == [600, 300]
