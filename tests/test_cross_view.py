@@ -134,6 +134,13 @@ def test_every_view_agrees_on_a_built_run(built):
     assert doc["findings"]["findings"], "the demo run has findings to compare"
     # compare's comment lists the findings new in head with the saving findings --json gives them
     md = cli_text("compare", "--format", "markdown", str(base), str(head))
+    # and its exposed copy time is the per-step median of analyze --by step (every GPU's added)
+    steps = cli_json("analyze", "--by", "step", str(head / TRACE))["steps"]["steps"]
+    per_step = [sum(d["offload"]["exposed_ns"] for d in s["devices"].values()) for s in steps if not s["excluded"]]
+    table = [line.split(" | ") for line in md.splitlines() if line.startswith("| ")]
+    column = table[0].index("exposed copy time")
+    row = next(r for r in table if r[0] == "| `offload_all`")
+    assert row[column].split(" → ")[1].startswith(f"{ms3(int(np.median(per_step)))} ms"), row[column]
     new = [f for f in doc["findings"]["findings"] if f"`{f['id']}`" in md]
     assert new
     for f in new:
