@@ -19,7 +19,8 @@ from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.findings import run_findings
 from profiler.analysis.findings.config import FindingsConfig
 from profiler.analysis.replay import Change, replay
-from profiler.analysis.savings import Replays, _Waves
+from profiler.analysis.replay_waves import Waves
+from profiler.analysis.savings import Replays
 from profiler.synthetic.export import PAGEABLE, ExportBuilder
 from profiler.trace import open_trace
 from tests.test_findings import MIB, TID, fired, launched, waited_copy, write_run
@@ -296,7 +297,7 @@ def test_waves_give_the_scalar_replays_answer(tmp_path_factory, b, data):
     path = b.write(tmp_path_factory.mktemp("gen") / "trace.sqlite")
     trace = open_trace(path)
     r = Replays(trace, Breakdown(trace))
-    g = _Waves.of(r.deps, r.host)
+    g = Waves.of(r.deps, r.host)
     if g is None:
         return
     copies = r.copy_rows()
