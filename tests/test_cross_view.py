@@ -141,6 +141,13 @@ def test_every_view_agrees_on_a_built_run(built):
     assert doc["findings"]["findings"], "the demo run has findings to compare"
     # compare's comment lists the findings new in head with the saving findings --json gives them
     md = cli_text("compare", "--format", "markdown", str(base), str(head))
+    # and its exposed copy time is the per-step median of analyze --by step (every GPU's added)
+    steps = cli_json("analyze", "--by", "step", str(head / TRACE))["steps"]["steps"]
+    per_step = [sum(d["offload"]["exposed_ns"] for d in s["devices"].values()) for s in steps if not s["excluded"]]
+    table = [line.split(" | ") for line in md.splitlines() if line.startswith("| ")]
+    column = table[0].index("exposed copy time")
+    row = next(r for r in table if r[0] == "| `offload_all`")
+    assert row[column].split(" → ")[1].startswith(f"{ms3(int(np.median(per_step)))} ms"), row[column]
     new = [f for f in doc["findings"]["findings"] if f"`{f['id']}`" in md]
     assert new
     for f in new:
@@ -231,6 +238,15 @@ def test_the_dashboard_shows_the_same_numbers(browser, built):  # noqa: F811
             assert saving == ("" if f["saving_ns"] is None else str(f["saving_ns"])), rule
             assert attributed == ("" if f["attributed_ns"] is None else str(f["attributed_ns"])), rule
             assert words == saving_text(f), rule
+
+        # the what-if view states the findings' copy-free bound per GPU (from the run summary)
+        page.get_by_text("What-if", exact=True).click()
+        page.wait_for_selector(".copy-free", timeout=60_000)
+        said = " ".join(page.evaluate("[...document.querySelectorAll('.copy-free')].map(e => e.innerText)"))
+        for dev, cf in doc["findings"]["copy_free"]["devices"].items():
+            want = f"GPU {dev}: copy-free (every h2d/d2h copy removed, nothing waits for them): the GPU span "
+            want += f"{human_time(cf['saving_ns'], nanoseconds=True)} shorter, "
+            assert want + f"{human_time(cf['step_saving_ns'], nanoseconds=True)} per step" in said, said
         page.close()
 
 

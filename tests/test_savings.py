@@ -19,7 +19,8 @@ from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.findings import run_findings
 from profiler.analysis.findings.config import FindingsConfig
 from profiler.analysis.replay import Change, replay
-from profiler.analysis.savings import Replays, _Waves
+from profiler.analysis.replay_waves import Waves
+from profiler.analysis.savings import Replays
 from profiler.synthetic.export import PAGEABLE, ExportBuilder
 from profiler.trace import open_trace
 from tests.test_findings import MIB, TID, fired, launched, waited_copy, write_run
@@ -296,7 +297,7 @@ def test_waves_give_the_scalar_replays_answer(tmp_path_factory, b, data):
     path = b.write(tmp_path_factory.mktemp("gen") / "trace.sqlite")
     trace = open_trace(path)
     r = Replays(trace, Breakdown(trace))
-    g = _Waves.of(r.deps, r.host)
+    g = Waves.of(r.deps, r.host)
     if g is None:
         return
     copies = r.copy_rows()
@@ -417,3 +418,22 @@ def test_a_document_recorded_before_savings_reads_as_attributed_time():
     }
     assert saving_text(old) == "attributed 2.00 ms, 50% of GPU 0's window (4.00 ms); no saving modelled"
     assert by_saving([{"id": "y", "cost_ns": 1}, old]) == [old, {"id": "y", "cost_ns": 1}]
+
+
+def test_op_rows_by_position_and_by_key_agree(tmp_path):
+    """The ops of a frame's rows are found by position among its valid rows (checked against the op
+    keys) or, where the positions do not match the dependency pass's order, by key."""
+    b = ExportBuilder()
+    launched(b, 0, "kernel", 100, 200, "k")
+    launched(b, 10, "copy", 300, 400, "h2d", MIB, stream=20)
+    b.copy(500, 450, "d2h", MIB, stream=20)  # invalid: end before start, no op
+    launched(b, 20, "copy", 600, 700, "d2h", MIB, stream=20)
+    trace = open_trace(write_run(tmp_path, b))
+    r = Replays(trace, Breakdown(trace))
+    copies = trace.copies
+    found, rows = r.op_rows(copies, np.arange(copies.height), "copy")
+    assert found.tolist() == [True, False, True]
+    assert r.deps.ops.start[rows].tolist() == [300, 600]
+    flipped = copies.reverse()  # not the order the dependency pass read: found by key
+    found2, rows2 = r.op_rows(flipped, np.arange(flipped.height), "copy")
+    assert found2.tolist() == [True, False, True] and r.deps.ops.start[rows2].tolist() == [600, 300]

@@ -206,7 +206,7 @@ def replay(
         detached[change.detached] = True
 
     # host epochs: the last blocking call of the launching thread that returned before the launch
-    epoch = _epochs(ops, host)
+    epoch = launch_epochs(ops, host)
     # segments: a new one at each stream's first op, at each op that waits for another stream, and
     # where the launching thread's epoch changes (inside a segment every launch moves alike)
     head = (prev < 0) | has_blockers | (epoch != epoch[np.maximum(prev, 0)])
@@ -250,7 +250,7 @@ def replay(
         h_start, h_end, h_wait = host.start.tolist(), host.end.tolist(), host.waited.tolist()
         h_lag, h_blocked = host.lag.tolist(), (host.blocked & ~detached).tolist()
         h_detached = detached.tolist()
-        h_prev = _previous_call(host).tolist()
+        h_prev = previous_call(host).tolist()
     for node in order:
         if node >= n_seg:  # a blocking call
             k = node - n_seg
@@ -301,7 +301,7 @@ def replay(
     )
 
 
-def _epochs(ops: GpuOps, host: HostSyncs | None) -> np.ndarray:
+def launch_epochs(ops: GpuOps, host: HostSyncs | None) -> np.ndarray:
     """Per op, the index of the last blocking call of its launching thread that returned at or before
     its launch; -1 (the extra, zero entry of the shifts) where none."""
     epoch = np.full(len(ops), -1, dtype=np.int64)
@@ -318,7 +318,7 @@ def _epochs(ops: GpuOps, host: HostSyncs | None) -> np.ndarray:
     return epoch
 
 
-def _previous_call(host: HostSyncs) -> np.ndarray:
+def previous_call(host: HostSyncs) -> np.ndarray:
     """Per blocking call, the one before it on its thread, or -1."""
     prev = np.arange(len(host), dtype=np.int64) - 1
     if len(host):
@@ -347,7 +347,7 @@ def _node_order(
         by_call = np.flatnonzero(seg_epoch >= 0)
         froms.append(n_seg + seg_epoch[by_call])  # a call's return moves the launches after it
         tos.append(by_call)
-        prev_call = _previous_call(host)
+        prev_call = previous_call(host)
         k = np.flatnonzero(prev_call >= 0)
         froms.append(n_seg + prev_call[k])
         tos.append(n_seg + k)

@@ -36,7 +36,7 @@ from profiler.trace.loader import Trace
 if TYPE_CHECKING:
     from profiler.analysis.breakdown import Breakdown
 
-_KEYS = ["pid", "device", "stream", "correlation_id", "start"]
+OP_KEYS = ["pid", "device", "stream", "correlation_id", "start"]
 
 
 def whatif(
@@ -72,7 +72,7 @@ def whatif(
             "stalls": replayed_stalls.get(int(dev), empty_stalls()),
         }
     if steps is not None and step_ops is not None:
-        for dev, rows in _step_rows(rp, steps, step_ops).items():
+        for dev, rows in step_rows(rp, steps, step_ops).items():
             if str(dev) in devices:
                 devices[str(dev)]["steps"] = rows
     doc = {"copy_scale": factor, "host_sync_modeled": rp.host_sync_modeled, "devices": devices}
@@ -152,12 +152,12 @@ def keyed_step_ops(ops: GpuOps, step_ops: pl.DataFrame) -> pl.DataFrame:
             "row": np.arange(len(ops), dtype=np.int64),
         }
     )
-    return step_ops.select("index", *(pl.col(k).cast(pl.Int64).fill_null(-1) for k in _KEYS)).join(
-        table, on=_KEYS, how="inner"
+    return step_ops.select("index", *(pl.col(k).cast(pl.Int64).fill_null(-1) for k in OP_KEYS)).join(
+        table, on=OP_KEYS, how="inner"
     )
 
 
-def _step_rows(
+def step_rows(
     rp: Replay, steps: pl.DataFrame, step_ops: pl.DataFrame, keyed: pl.DataFrame | None = None
 ) -> dict[int, list[dict[str, Any]]]:
     """Per device, per step: measured and predicted step time, and the step's GPU span before and after
@@ -244,7 +244,7 @@ def step_frames(bd: Breakdown) -> tuple[pl.DataFrame, pl.DataFrame] | None:
     assigned, _ = bd.step_assignment(ranges)
     step_ops = (
         bd.ops[assigned["op_id"].to_numpy()]
-        .select(*_KEYS)
+        .select(*OP_KEYS)
         .with_columns(assigned["index"].cast(pl.Int64).alias("index"))
     )
     return steps, step_ops

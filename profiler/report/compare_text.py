@@ -125,7 +125,11 @@ def verdict(cmp: dict[str, Any]) -> str:
     if grew:
         top = max(grew, key=lambda lay: lay[per_layer]["delta"])
         what = "exposed time" if per_layer == "exposed_ns" else "stall"
-        text += f"; most new {what} in layer `{top['layer']}` ({change(per_layer, top[per_layer])})"
+        # per layer the copies' time over the capture, every GPU's added (not a per-step median, as above)
+        text += (
+            f"; most new {what} in layer `{top['layer']}` ({change(per_layer, top[per_layer])} over the capture, "
+            "all GPUs)"
+        )
     if len(cmp["failures"]) > 1:
         text += f"; {len(cmp['failures']) - 1} more limit(s) crossed"
     return text

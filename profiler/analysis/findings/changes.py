@@ -16,7 +16,6 @@ from profiler.analysis.overlap import MEASURABLE
 from profiler.analysis.replay import Change
 
 COPY_KINDS = (H2D, D2H)
-OP_KEYS = ("pid", "device", "stream", "correlation_id", "start")
 
 
 def _copies(ev: Evidence, device: str | int | None = None, cls: str | None = None) -> np.ndarray:
