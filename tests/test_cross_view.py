@@ -50,6 +50,11 @@ def device_blocks(text: str, marker: str = "Device ") -> dict[str, str]:
     return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
 
 
+def ms3(ns: int) -> str:
+    """A time as compare's comment writes it: milliseconds with three decimals."""
+    return f"{ns / 1e6:.3f}"
+
+
 def t(ns: int) -> str:
     """A time as analyze's and whatif's lines write it: in its own unit (``188 ms``, ``0 ns``)."""
     return human_time(ns, nanoseconds=True)
