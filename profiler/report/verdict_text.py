@@ -88,6 +88,8 @@ def _cost(v: dict[str, Any]) -> str:
     cost = v.get("cost")
     if not v["gpu"]:
         return "nothing to cost: no copies ran on a GPU"
+    if not any(v["copies"][d]["count"] or v["copies"][d]["busy_ns"] for d in ("d2h", "h2d")):
+        return "nothing to cost: no h2d/d2h copies"
     if cost is None:
         return "not computed (the replay's savings come with the findings: without --no-findings)"
     per = "per step" if cost["per"] == "step" else "over the window"
