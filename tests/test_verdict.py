@@ -174,3 +174,14 @@ def test_step_times_compare_on_one_kind_of_device():
     f = fastest(policy_table([cpu, gpu_a, gpu_b]))
     assert (f["policy"], f["other"], f["next"]["policy"]) == ("a", ["c"], "b")
     assert "on another kind of device, not compared: c" in verdict_lines(verdict([cpu, gpu_a, gpu_b]))[0][1]
+
+
+def test_a_tie_is_said_as_one():
+    """Two policies with the same median step (a spread of 0 each): tied, not 'beyond the noise'."""
+    from profiler.analysis.policies import policy_table
+
+    v = verdict([run("a", [1, 1, 1]), run("b", [1, 1, 1])], policy_table([run("a", [1, 1, 1]), run("b", [1, 1, 1])]))
+    assert verdict_lines(v)[0][1] == (  # no memory recorded: whether each fits is not known, and said last
+        "Verdict over 2 runs: policy a is the fastest, 1.00 ms per step, tied with b; "
+        "whether each fits is unknown (no memory limit)"
+    )

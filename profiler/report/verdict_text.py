@@ -8,6 +8,13 @@ from typing import Any
 from profiler.units import COLUMNS, human_time, share
 
 LABELS = {"d2h": "D2H", "h2d": "H2D"}
+
+
+def t(ns: int | float | None) -> str:
+    """A time in its own unit, nanoseconds below 1 µs (``80 ns``, ``0 ns``, ``1.25 ms``)."""
+    return human_time(ns, nanoseconds=True)
+
+
 INDENT = "  "
 KEY_WIDTH = 9  # "copies", "cost", "savings" in a column
 
@@ -20,15 +27,13 @@ def _head(v: dict[str, Any]) -> str:
     why["most exposed"] = ", the most exposed copies"
     name += why.get(v.get("chosen_by") or "", "")
     if not v["gpu"]:
-        per = "no GPU activity" + (
-            f"; {v['steps']} steps, median {human_time(v['median_step_ns'])}" if v["steps"] else ""
-        )
+        per = "no GPU activity" + (f"; {v['steps']} steps, median {t(v['median_step_ns'])}" if v["steps"] else "")
     elif c["per"] == "step":
         gpus = f"{c['gpus']} GPU{'s' if c['gpus'] != 1 else ''}"
-        per = f"{gpus}, {v['steps']} steps, median {human_time(v['median_step_ns'])}; copies per step and GPU"
+        per = f"{gpus}, {v['steps']} steps, median {t(v['median_step_ns'])}; copies per step and GPU"
     else:
         gpus = f"{c['gpus']} GPU{'s' if c['gpus'] != 1 else ''}"
-        window = f"the {human_time(v['window_ns'])} window" if v.get("window_ns") else "the window"
+        window = f"the {t(v['window_ns'])} window" if v.get("window_ns") else "the window"
         per = f"{gpus}, no steps: copies over {window}, the GPUs together"
     head = f"{'Verdict' if v['runs'] == 1 else 'Its copies'}: {name} ({per})"
     if v["synthetic"]:
@@ -47,14 +52,19 @@ def _fastest(v: dict[str, Any]) -> str | None:
         return f"Verdict over {v['runs']} runs: none fits its device's memory ({', '.join(f['too_big'])} do not)"
     head = f"Verdict over {v['runs']} runs: policy {f['policy']} is the fastest"
     head += " that fits" if f["fit_known"] else ""
-    head += f", {human_time(f['step_ns'])} per step"
+    head += f", {t(f['step_ns'])} per step"
     nxt = f.get("next")
     if nxt:
-        head += f", {human_time(nxt['margin_ns'])} ahead of {nxt['policy']}"
-        if nxt["within_noise"] is True:
-            head += f": within the noise (spread {human_time(nxt['spread_ns'])})"
+        if not nxt["margin_ns"]:  # the same median step: no order to say, noise or not
+            head += f", tied with {nxt['policy']}"
+        else:
+            head += f", {t(nxt['margin_ns'])} ahead of {nxt['policy']}"
+        if not nxt["margin_ns"]:
+            pass
+        elif nxt["within_noise"] is True:
+            head += f": within the noise (spread {t(nxt['spread_ns'])})"
         elif nxt["within_noise"] is False:
-            head += f", beyond the noise (spread {human_time(nxt['spread_ns'])})"
+            head += f", beyond the noise (spread {t(nxt['spread_ns'])})"
     # the qualifiers last: the most important words come first in a line cut at the terminal's width
     if not f["fit_known"]:
         head += "; whether each fits is unknown (no memory limit)"
@@ -78,8 +88,7 @@ def _copies(v: dict[str, Any]) -> str:
             parts.append(f"{LABELS[d]} no copies")
             continue
         parts.append(
-            f"{LABELS[d]} {human_time(m['busy_ns'])}, {share(m['hidden_fraction'] or 0)} hidden, "
-            f"{human_time(m['exposed_ns'], nanoseconds=True)} exposed"
+            f"{LABELS[d]} {t(m['busy_ns'])}, {share(m['hidden_fraction'] or 0)} hidden, {t(m['exposed_ns'])} exposed"
         )
     return "; ".join(parts)
 
@@ -97,7 +106,7 @@ def _cost(v: dict[str, Any]) -> str:
     host = "" if cost.get("host_sync_modeled") is not False else "; host synchronization not modeled"
     without = "the step" if cost["per"] == "step" else "the window"
     return (
-        f"the copies cost {human_time(cost['saving_ns'], nanoseconds=True)} {per}{of} on GPU {cost['device']}: "
+        f"the copies cost {t(cost['saving_ns'])} {per}{of} on GPU {cost['device']}: "
         f"{without} replayed without any h2d/d2h copy{host}"
     )
 
@@ -106,11 +115,11 @@ def _saving(i: int, s: dict[str, Any]) -> str:
     where = f" ({s['where']})" if s["where"] else ""
     if s["saving_ns"]:
         per = "per step" if s["per"] == "step" else "over the window"
-        size = f"saves {human_time(s['saving_ns'], nanoseconds=True)} {per}"
+        size = f"saves {t(s['saving_ns'])} {per}"
         if s["device"] is not None and f"GPU {s['device']}" not in s["where"]:
             size += f" on GPU {s['device']}"
     elif s.get("attributed_ns") is not None:
-        size = f"attributed {human_time(s['attributed_ns'], nanoseconds=True)}, saving not modelled"
+        size = f"attributed {t(s['attributed_ns'])}, saving not modelled"
     else:
         size = "no time cost"
     return f"{i}. {s['rule']}{where} {size}: {s['try']}"
