@@ -107,7 +107,7 @@ def _cost(v: dict[str, Any]) -> str:
     without = "the step" if cost["per"] == "step" else "the window"
     return (
         f"the copies cost {t(cost['saving_ns'])} {per}{of} on GPU {cost['device']}: "
-        f"{without} replayed without any h2d/d2h copy{host}"
+        f"{without} replayed without any h2d/d2h copy, on any GPU{host}"
     )
 
 
