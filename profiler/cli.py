@@ -331,11 +331,29 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"\n== policy {res.policy}: {res.status} (exit {res.exit_code}) -> {res.run_dir}")
         capture = res.manifest.get("capture", {})
         print(f"   nsys records {capture.get('records')} (--capture-range {capture_range})")
-        comp = res.manifest.get("compiled") or {}
-        if comp.get("step_module"):
+        summary = None
+        if res.sqlite is not None and run_summary is not None:
+            try:
+                summary = run_summary(open_trace(res.sqlite))
+            except ProfilerError as exc:
+                print(f"   analysis failed: {exc}")
+        # the step program as the analysis chose it (the one rule, on the trace's executions), else as
+        # the capture chose it (the same rule, on the start-up hook's counts)
+        comp = (summary or {}).get("compiled_step") or {}
+        capture_comp = res.manifest.get("compiled") or {}
+        if not comp.get("chosen_by"):
+            comp = {
+                "module": capture_comp.get("step_module"),
+                "chosen_by": capture_comp.get("chosen_by"),
+                "fingerprint": capture_comp.get("fingerprint"),
+                "notes": capture_comp.get("notes"),
+            }
+        if comp.get("chosen_by") and (comp.get("step_program") or comp.get("module")):
+            print(f"   step: {comp['chosen_by']}")
+        if comp.get("module"):
             agree = {True: "; dump and handed-over numbers agree", False: "; dump and handed-over numbers DIFFER"}
-            how = agree.get(comp.get("agree"), "")
-            print(f"   compiled step: {comp['step_module']} ({comp.get('chosen_by')}){how}")
+            how = agree.get(capture_comp.get("agree"), "")
+            print(f"   compiled step: {comp['module']} (memory, FLOPs and host placements from its HLO){how}")
             fp = comp.get("fingerprint")
             same = [p for p in fingerprints.get(fp, []) if p != res.policy] if fp else []
             if same:
@@ -347,22 +365,17 @@ def cmd_run(args: argparse.Namespace) -> int:
                 fingerprints.setdefault(fp, []).append(res.policy)
         elif comp.get("notes"):
             print(f"   compiled step: none recorded ({comp['notes'][-1]})")
-        if res.sqlite is not None and run_summary is not None:
-            try:
-                summary = run_summary(open_trace(res.sqlite))
-            except ProfilerError as exc:
-                print(f"   analysis failed: {exc}")
+        if summary is not None:
+            row.update(summary)
+            row["policy"] = res.policy  # the policy asked for (the trace's label may be absent)
+            print("   " + steps_line(summary))
+            if summary["analysis"]["devices"] and not args.no_summary:
+                print(render_devices(summary["analysis"]))  # its head says the analysis window
             else:
-                row.update(summary)
-                row["policy"] = res.policy  # the policy asked for (the trace's label may be absent)
-                print("   " + steps_line(summary))
-                if summary["analysis"]["devices"] and not args.no_summary:
-                    print(render_devices(summary["analysis"]))  # its head says the analysis window
-                else:
-                    print("   " + window_line(summary["analysis"]["trace"]["window"]))
-                if not summary["analysis"]["devices"]:  # the sentence once per command, a short reminder after it
-                    print("   " + ("no GPU activity in this trace either" if said else NO_GPU))
-                    said.add("no-gpu")
+                print("   " + window_line(summary["analysis"]["trace"]["window"]))
+            if not summary["analysis"]["devices"]:  # the sentence once per command, a short reminder after it
+                print("   " + ("no GPU activity in this trace either" if said else NO_GPU))
+                said.add("no-gpu")
         elif res.sqlite is None and res.status != "interrupted":
             print(f"   no trace was written: {res.manifest.get('no_trace_reason')}; see {res.run_dir / 'output.log'}")
             if res.status == "no-trace" and capture_range.startswith("nvtx:"):

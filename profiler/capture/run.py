@@ -186,7 +186,7 @@ def nvtx_line(policy: str, hook: dict[str, Any]) -> str | None:
     if not any(str(n).startswith(NO_NVTX_NOTE) for n in (hook or {}).get("notes") or []):
         return None
     exe = hook.get("executable") or "python"
-    runs = ", ".join(f"{m} {n}x" for m, n in sorted((hook.get("executions") or {}).items(), key=lambda kv: -kv[1]))
+    runs = step_module.executions_text(hook)
     return (
         f"profile-step: policy {policy}: the script's Python has no nvtx package, so the start-up hook counted "
         f"the executions ({runs or 'none'}) but wrote no ranges: without XLA's own (any CPU run) there are no "

@@ -142,15 +142,21 @@ def window_line(w: dict[str, Any]) -> str:
 
 
 def steps_line(summary: dict[str, Any]) -> str:
-    """A run's steps in one line: how many, from where, their median, the warm-up left out."""
+    """A run's steps in one line: how many, from where, their median over the included steps (those
+    ``analyze --by step`` includes), the warm-up and outliers left out."""
     if not summary.get("steps"):
         return f"no steps: {summary.get('step_source_note') or 'no step ranges'}"
     med = summary.get("median_step_ns")
     warm = summary.get("warmup_steps")
+    outliers = sum(1 for e in summary.get("excluded_steps") or [] if str(e.get("reason")).startswith("outlier"))
+    included = summary.get("included_steps")
+    left = [f"{warm} warm-up"] if warm else []
+    left += [f"{outliers} {'outlier' if outliers == 1 else 'outliers'}"] if outliers else []
+    over = f" over {included} included" if included is not None and included != summary["steps"] else ""
     return (
         f"{summary['steps']} steps from {summary.get('step_source')}"
-        + (f", median {human_time(med)}" if med is not None else "")
-        + (f", {warm} warm-up left out" if warm else "")
+        + (f", median {human_time(med)}{over}" if med is not None else "")
+        + (f" ({' and '.join(left)} left out)" if left else "")
     )
 
 
