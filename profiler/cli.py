@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, NoReturn
 
 from profiler.errors import ProfilerError
 
@@ -313,7 +313,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         pipelined_offload=args.pipelined_offload,
         async_limit=args.async_limit,
         python=args.python,
-        policy_arg=args.policy_arg,
+        policy_arg=args.policy_word or args.policy_arg,
+        policy_word=bool(args.policy_word),
         trace_extra=args.trace_extra or [],
         xla_dump=not args.no_xla_dump,
     )
@@ -429,7 +430,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         target=args.target,
         python=args.python,
         batch_arg=args.batch_arg or None,
-        policy_arg=args.policy_arg,
+        policy_arg=args.policy_word or args.policy_arg,
+        policy_word=bool(args.policy_word),
         out_dir=Path(args.out) if args.out else None,
         plans_dir=Path(args.plans_dir),
         links=[k.strip() for group in args.link or [] for k in group.split(",") if k.strip()] or None,
@@ -635,7 +637,15 @@ def shared_options() -> Shared:
                 default=None,
                 metavar="FLAG|TEMPLATE",
                 help="also pass the policy to the script: a FLAG gives FLAG NAME (--policy-arg=--policy); a "
-                "TEMPLATE with {policy} gives it filled in (MaxText: 'remat_policy={policy}'; '--remat={policy}')",
+                "TEMPLATE with {policy} gives it filled in, split into words as a shell would (MaxText: "
+                "'remat_policy={policy}'; '--remat={policy}'); attach a value that starts with '-' with '='",
+            ),
+            _arg(
+                "--policy-word",
+                default=None,
+                metavar="TEMPLATE",
+                help="pass the policy as one word, TEMPLATE with {policy} filled in and nothing else changed "
+                '(quotes kept: a JSON value, --policy-word=\'--config_overlay={"remat_policy":"{policy}"}\')',
             ),
         ),
     )
@@ -959,8 +969,24 @@ COMMANDS = {
 SUBCOMMANDS = tuple(COMMANDS)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with one line of profile-step's instead of argparse's error where it has a better one
+    (its subcommands' parsers are of this class too)."""
+
+    argv: ClassVar[list[str]] = []  # the words being parsed (main sets them)
+
+    def error(self, message: str) -> NoReturn:
+        from profiler.capture.policy_arg import FLAGS, dangling
+
+        named = [f for f in FLAGS if f"argument {f}: expected one argument" in message]
+        said = dangling([w for w in self.argv if not w.startswith(tuple(FLAGS)) or w in named]) if named else None
+        if said:
+            self.exit(2, f"profile-step: error: {said}\n")
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="profile-step",
         description="Profile JAX host offloading under Nsight Systems and measure whether "
         "device<->host copies are hidden behind compute and NCCL.",
@@ -984,7 +1010,11 @@ def normalize_argv(argv: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = normalize_argv(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    Parser.argv = argv
     args = parser.parse_args(argv)
+    if getattr(args, "policy_word", None) and getattr(args, "policy_arg", None):
+        print("profile-step: error: --policy-arg and --policy-word: give one of them", file=sys.stderr)
+        return 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -21,7 +21,7 @@ def test_a_blocking_collective_run_once_is_not_the_step():
     assert (step.name, step.program_id, step.executions) == ("pjit__wrapped_step_fn", 40, 5)
     assert step.how == (
         "pjit__wrapped_step_fn (program 40): ran 5 times, the most GPU time of the programs that ran more "
-        "than once (jit__psum ran 4 times, jit__psum ran once, 1 more program)"
+        "than once (jit__psum ran as 2 programs, 4 times and once, pjit_init_model_from_seed ran once)"
     )
     assert step.others is None
 
@@ -43,6 +43,16 @@ def test_one_jit_name_as_three_programs():
     assert step.sentence == step.how + "; " + step.others
     assert step.is_program("jit_train_step", 6) and not step.is_program("jit_train_step", 8)
     assert step.is_program("jit_train_step", None)  # an id unknown on one side: by name
+
+
+def test_other_names_are_said_by_name():
+    progs = [Program("jit_step", 22, 5), Program("jit_scanned", 10, 1), Program("jit_scanned", 12, 1)]
+    progs += [Program("jit_a", 1, 1), Program("jit_b", 2, 1)]
+    assert choose(progs).how == (
+        "jit_step (program 22): ran 5 times, the only program that ran more than once "
+        "(jit_a ran once, jit_b ran once, 1 more program name)"
+    )
+    assert choose(progs[:3]).how.endswith("(jit_scanned ran as 2 programs, once each)")
 
 
 def test_as_often_as_another_the_most_host_time():

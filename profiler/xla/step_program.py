@@ -111,13 +111,25 @@ def _others_of_name(step: Program, ran: list[Program]) -> str | None:
 
 
 def _rivals_text(rivals: list[Program], step_name: str) -> str:
-    others = [p for p in rivals if p.name != step_name]
-    if not others:
+    """`` (jit_data ran 5 times, jit_scanned ran as 2 programs, once each)``: the other names, by rank."""
+    runs: dict[str, list[int]] = {}
+    for p in rivals:
+        if p.name != step_name:
+            runs.setdefault(p.name, []).append(p.executions)
+    if not runs:
         return ""
-    shown = [f"{p.name} ran {_times(p.executions)}" for p in others[:2]]
-    if len(others) > 2:
-        more = len(others) - 2
-        shown.append(f"{more} more program{'s' if more > 1 else ''}")
+    shown = []
+    for name, counts in list(runs.items())[:2]:
+        if len(counts) == 1:
+            shown.append(f"{name} ran {_times(counts[0])}")
+        elif len(set(counts)) == 1:
+            shown.append(f"{name} ran as {len(counts)} programs, {_times(counts[0])} each")
+        else:
+            said = ", ".join(_times(c) for c in counts[:-1]) + f" and {_times(counts[-1])}"
+            shown.append(f"{name} ran as {len(counts)} programs, {said}")
+    if len(runs) > 2:
+        more = len(runs) - 2
+        shown.append(f"{more} more program name{'s' if more > 1 else ''}")
     return f" ({', '.join(shown)})"
 
 
