@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, NoReturn
 
 from profiler.errors import ProfilerError
@@ -237,6 +238,24 @@ def cmd_findings(args: argparse.Namespace) -> int:
     return 0 if docs else 2
 
 
+def one_trace(arg: str) -> Path:
+    """The one trace *arg* names: a trace file, or a run folder's trace (as analyze finds it); a folder
+    of several runs is the user's one-line error, naming them."""
+    from profiler.errors import InputError
+    from profiler.runs.discover import trace_paths
+
+    path = Path(arg)
+    if not path.is_dir():
+        return path
+    found = trace_paths(arg) or []
+    if len(found) != 1:
+        names = ", ".join(str(p) for p in found[:3])
+        more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+        what = f"holds {len(found)} traces ({names}{more}): give one of them" if found else "holds no trace"
+        raise InputError(arg, what)
+    return found[0]
+
+
 def cmd_whatif(args: argparse.Namespace) -> int:
     """``whatif TRACE``: the step replayed with copies on another host link."""
     from profiler.analysis.breakdown import Breakdown
@@ -247,7 +266,7 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     from profiler.trace import load_trace
     from profiler.xla.names import DEFAULT_LAYER_PATTERN
 
-    trace = load_trace(args.trace, nsys=args.nsys)
+    trace = load_trace(one_trace(args.trace), nsys=args.nsys)
     link_doc = None
     factor = args.copy_scale
     if args.link is not None:
@@ -737,7 +756,7 @@ def add_whatif(sub: Any, shared: Shared) -> None:
         description="Replays the trace with every h2d/d2h copy's duration scaled (METRICS.md, What-if). "
         "Default: --copy-scale 0, the most the copies can cost.",
     )
-    w.add_argument("trace", help="an nsys SQLite export (.sqlite) or report (.nsys-rep)")
+    w.add_argument("trace", help="an nsys SQLite export (.sqlite) or report (.nsys-rep), or a run folder")
     how = w.add_mutually_exclusive_group()
     how.add_argument("--copy-scale", type=float, default=None, metavar="F", help="multiply copy durations by F")
     how.add_argument(
