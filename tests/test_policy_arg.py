@@ -59,7 +59,7 @@ def test_one_word_as_written_keeps_its_quotes():
     assert policy_arg.words(spec, "minimal") == ["--config_overlay={remat_policy:minimal}"]  # the old loss
     assert policy_arg.words(spec, "minimal", one_word=True) == ['--config_overlay={"remat_policy":"minimal"}']
     assert policy_arg.words("a b={policy}", "x", one_word=True) == ["a b=x"]  # one word, spaces and all
-    with pytest.raises(ValueError, match="has no {policy}"):
+    with pytest.raises(ValueError, match=r"has no \{policy\}"):
         policy_arg.check("--config_overlay={}", one_word=True)
     req = RunRequest(Path("t.py"), [], policy_arg=spec, policy_word=True, python="py")
     assert program(req, "full")[-1] == '--config_overlay={"remat_policy":"full"}'
