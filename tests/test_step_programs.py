@@ -128,3 +128,17 @@ def test_the_tutorials_step_has_its_own_host_placements(tmp_path):
     placements = {m["id"]: m["plan"]["host_placements"] for m in doc["modules"] if m["name"] == "jit_step"}
     assert placements[step]["entry_parameters"] == 1 and placements[step]["entry_outputs"] == 1
     assert placements[plain]["entry_parameters"] == placements[plain]["entry_outputs"] == 0
+
+
+def test_compare_says_when_the_sides_steps_are_different_programs():
+    from profiler.report.compare_text import step_line
+
+    base = {"step_name": "jit_step", "step_program": "jit_step (program 6)", "chosen_by": "jit_step (program 6): x"}
+    same = {**base, "step_program": "jit_step (program 9)", "chosen_by": "jit_step (program 9): y"}
+    other = {"step_name": "jit_update", "step_program": "jit_update (program 4)", "chosen_by": None}
+    assert step_line({"policy": "p", "step": {"base": base, "head": same}}) is None  # ids differ per process
+    assert step_line({"policy": "p", "step": {"base": base, "head": other}}) == (
+        "step (p): base jit_step (program 6): x; head jit_update (program 4): the per-step numbers compare "
+        "different programs"
+    )
+    assert step_line({"policy": "p"}) is None  # a document from before

@@ -96,7 +96,8 @@ def step_compiled(compiled: dict[str, Any] | None, step: StepProgram | None = No
         said = f"the run folder's XLA dump holds no module of {program_label(name, pid)}"
         notes.append(said + (": its numbers are those annotate.compiled_step handed over" if fallback else ""))
         chosen = fallback
-    out: dict[str, Any] = {"step_program": program_label(name, pid) if name else None, "program_id": pid}
+    out: dict[str, Any] = {"step_program": program_label(name, pid) if name else None, "step_name": name}
+    out["program_id"] = pid
     if chosen is None:
         same = name is not None and name == handed
         out.update(module=None if not same else handed, chosen_by=why, notes=notes, plan=None)
