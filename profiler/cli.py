@@ -633,7 +633,7 @@ def shared_options() -> Shared:
                 default=None,
                 metavar="REGEX",
                 help="NVTX range names that mark steps (default: profile-step's step=N ranges, "
-                "else the executions of the dominant XLA module)",
+                "else the executions of the step program: docs/capture.md)",
             ),
         ),
         findings=_parent(
@@ -927,7 +927,12 @@ def add_pgle(sub: Any, shared: Shared) -> None:
     )
     pg.add_argument("source", metavar="RUN_OR_TRACE", help="nsys SQLite export, run folder or nsys-jax archive (.zip)")
     pg.add_argument("-o", "--out", required=True, metavar="FILE", help="the profile to write (e.g. step.pbtxt)")
-    pg.add_argument("--module", default=None, help="the step's hlo_module (default: the one that ran longest)")
+    pg.add_argument(
+        "--module",
+        default=None,
+        help="only programs of this hlo_module (default: the step program, by the rule every command uses: "
+        "docs/capture.md, 'The step is one compiled program')",
+    )
     pg.add_argument("--hlo", default=None, metavar="FILE", help="the step's optimized HLO, when the source has none")
     pg.set_defaults(func=cmd_pgle)
 

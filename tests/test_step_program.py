@@ -86,3 +86,37 @@ def test_labels():
     assert program_label("jit_step", None) == "jit_step"
     s = StepProgram("jit_step", 0, 2, "x")
     assert s.label == "jit_step (program 0)" and s.to_json()["program_id"] == 0
+
+
+def test_the_program_id_is_read_from_the_module_proto_without_parsing_it():
+    """HloModuleProto: name = 1, entry_computation_name = 2, computations = 3 (length-delimited),
+    id = 5 (varint).  300 is the varint bytes ac 02."""
+    from profiler.capture.startup import program_of, proto_id
+
+    def field(number: int, payload: bytes) -> bytes:
+        return bytes([number << 3 | 2, len(payload)]) + payload
+
+    proto = field(1, b"jit_step") + field(2, b"main") + field(3, b"\x0a\x04body") + bytes([5 << 3, 0xAC, 0x02])
+    assert proto_id(proto) == 300
+    assert proto_id(proto[:-1]) is None  # cut short
+    assert proto_id(field(1, b"jit_step")) is None  # no id
+
+    class Module:
+        name = "jit_step"
+
+        def as_serialized_hlo_module_proto(self) -> bytes:
+            return proto
+
+    class Client:
+        platform = "cuda"
+
+    class Executable:
+        client = Client()
+
+        def hlo_modules(self) -> list:
+            return [Module()]
+
+    class Call:
+        xla_executable = Executable()
+
+    assert program_of(Call()) == ("jit_step", 300, "cuda")

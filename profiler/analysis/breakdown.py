@@ -218,7 +218,7 @@ class Breakdown:
     @cached_property
     def steps(self) -> StepSet:
         """The one definition of a step, shared by every view: ``--step-range REGEX`` ranges, else
-        profile-step's ``step=N`` ranges, else the executions of the dominant XLA module."""
+        profile-step's ``step=N`` ranges, else the executions of the step program (``xla.step_program``)."""
         r = self.ranges.ranges
 
         def one_range_each(sel: pl.DataFrame, source: str) -> StepSet:
