@@ -142,3 +142,20 @@ def test_compare_says_when_the_sides_steps_are_different_programs():
         "different programs"
     )
     assert step_line({"policy": "p"}) is None  # a document from before
+
+
+@pytest.mark.shared
+def test_a_real_export_without_xla_ranges_has_no_step_program(shared_traces, tmp_path):
+    """nsys-ai's H100 export (PyTorch, nsys 2026.2.1): no XlaModule range, so no step program; analyze
+    says why, pgle refuses in one line (it used to take "the module that ran longest")."""
+    path = shared_traces / "nsysai__h100_2gpu_1s.sqlite"
+    if not path.is_file():
+        pytest.skip(f"{path} is absent")
+    bd = Breakdown(open_trace(path))
+    assert bd.module_steps.step is None and bd.module_steps.module is None
+    assert "no XLA module ranges" in bd.by_step(copies=False)["source_note"]
+    proc = run_cli("pgle", str(path), "-o", str(tmp_path / "p.pbtxt"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == (
+        f"profile-step: error: {path}: no XlaModule range with a program_id: not a trace of XLA executions"
+    )

@@ -101,7 +101,7 @@ def _merged(frame: pl.DataFrame, key: list[str]) -> pl.DataFrame:
 def _inside(points: pl.DataFrame, spans: pl.DataFrame, by: str) -> pl.Series:
     """For each of *points* (``start``, *by*): whether it starts inside one of *spans* of the same *by*."""
     if spans.height == 0 or points.height == 0:
-        return pl.Series([False] * points.height)
+        return pl.Series([False] * points.height, dtype=pl.Boolean)
     merged = _merged(spans, [by]).rename({"start": "_s", "end": "_e"})
     hit = (
         points.select(by, "start")
@@ -230,7 +230,7 @@ def outside_compiles(ranges: pl.DataFrame) -> pl.DataFrame:
 def _overlaps(execs: pl.DataFrame, compiles: pl.DataFrame) -> pl.Series:
     """For each execution: whether it overlaps (host time) one of *compiles* in its process."""
     if compiles.height == 0 or execs.height == 0:
-        return pl.Series([False] * execs.height)
+        return pl.Series([False] * execs.height, dtype=pl.Boolean)
     merged = _merged(compiles, ["pid"])
     out = np.zeros(execs.height, dtype=bool)
     for (pid,), spans in merged.group_by(["pid"]):  # one pass per process
