@@ -159,3 +159,11 @@ def test_a_real_export_without_xla_ranges_has_no_step_program(shared_traces, tmp
     assert proc.stderr.strip() == (
         f"profile-step: error: {path}: no XlaModule range with a program_id: not a trace of XLA executions"
     )
+
+
+def test_the_sweep_table_counts_the_included_steps_as_the_run_line_does():
+    from profiler.report.text import render_sweep_summary
+
+    row = {"policy": "p", "status": "ok", "exit_code": 0, "steps": 5, "included_steps": 3, "median_step_ns": 2_000_000}
+    line = render_sweep_summary([{**row, "run_dir": "runs/p"}]).splitlines()[2]
+    assert line.split()[:5] == ["p", "ok", "0", "3", "of"] and line.split()[5:7] == ["5", "2.000"]

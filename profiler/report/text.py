@@ -160,6 +160,14 @@ def steps_line(summary: dict[str, Any]) -> str:
     )
 
 
+def _steps_cell(r: dict[str, Any]) -> str:
+    """The steps the median is over (the included ones, as analyze's policy table counts them), and of how many."""
+    steps, included = r.get("steps"), r.get("included_steps")
+    if steps is None:
+        return "-"
+    return str(steps) if included is None or included == steps else f"{included} of {steps}"
+
+
 def render_sweep_summary(rows: list[dict[str, Any]]) -> str:
     """One line per policy run: status, steps, step time, offloaded bytes, busy/exposed copy time."""
     offs = [r.get("offload") or {} for r in rows]
@@ -185,7 +193,7 @@ def render_sweep_summary(rows: list[dict[str, Any]]) -> str:
                 r["policy"],
                 r["status"],
                 str(r["exit_code"]),
-                str(r.get("steps", "-")),
+                _steps_cell(r),
                 step.t(r.get("median_step_ns")),
                 str(off.get("count", "-")),
                 u.b(off.get("bytes")),
