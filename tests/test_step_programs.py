@@ -21,6 +21,7 @@ import pytest
 from profiler.analysis.breakdown import Breakdown
 from profiler.capture import step_module
 from profiler.conventions import XLA_DUMP_DIR
+from profiler.xla import dump
 from profiler.trace import open_trace
 from profiler.units import human_time
 from tests.conftest import ROOT, run_cli
@@ -167,3 +168,19 @@ def test_the_sweep_table_counts_the_included_steps_as_the_run_line_does():
     row = {"policy": "p", "status": "ok", "exit_code": 0, "steps": 5, "included_steps": 3, "median_step_ns": 2_000_000}
     line = render_sweep_summary([{**row, "run_dir": "runs/p"}]).splitlines()[2]
     assert line.split()[:5] == ["p", "ok", "0", "3", "of"] and line.split()[5:7] == ["5", "2.000"]
+
+
+def test_on_a_gpu_the_capture_keeps_the_script_s_programs_and_leaves_the_choice_to_the_trace(tmp_path):
+    """The hook counts nothing where XLA writes its own ranges (the fast path stays): it names the
+    script's programs, the dump keeps them all, and the capture's fallback looks only among them."""
+    from tests.test_startup_hook import fake_dump
+
+    sizes = {"jit_convert_element_type": 90_000, "jit_init": 50_000, "jit_step": 20_000, "jit_a": 10, "jit_b": 10}
+    fake_dump(tmp_path / "xla_dump", sizes)  # ids 0..4 in this order; jit_convert_element_type is JAX's own
+    named = [{"module": n, "program_id": i, "platform": "cuda"} for i, n in ((1, "jit_init"), (2, "jit_step"))]
+    hook = {"jax": "0.10.2", "executions": [], "programs_uncounted": named}
+    short = step_module.record(tmp_path, tmp_path / "xla_dump", True, hook)
+    assert short["step_program"]["name"] == "jit_init"  # the largest of the script's: a guess, said as one
+    assert any("the analysis chooses the step from them" in n for n in short["notes"])
+    kept = {m.name for m in dump.scan(tmp_path / "xla_dump")}
+    assert {"jit_init", "jit_step"} <= kept

@@ -154,9 +154,15 @@ def record(run_dir: Path, dump_dir: Path | None, own_dump: bool, hook: dict[str,
     elif not declared:
         notes += [f"handed-over step: {n}" for n in handed.get("notes", [])] or ["the handed-over step has no module"]
     mods = dump.scan(dump_dir) if dump_dir is not None and dump_dir.is_dir() else []
-    chosen = choose(_programs(mods, ran), declared)
+    uncounted = {u.get("program_id") for u in (hook or {}).get("programs_uncounted") or [] if isinstance(u, dict)}
+    programs = _programs(mods, ran)
+    if not ran and uncounted:  # a GPU: the script's programs, their executions in XLA's own ranges
+        programs = [p for p in programs if p.program_id in uncounted] or programs
+    chosen = choose(programs, declared)
     doc["step_program"] = chosen.to_json() if chosen.name else None
     doc["chosen_by"] = chosen.sentence
+    if not ran and uncounted:
+        notes.append("XLA records the executions in the trace on this backend: the analysis chooses the step from them")
     if dump_dir is None:
         notes.append("no XLA dump was asked for (--no-xla-dump)")
     elif not mods:
@@ -165,9 +171,7 @@ def record(run_dir: Path, dump_dir: Path | None, own_dump: bool, hook: dict[str,
         doc["dump_dir"] = str(dump_dir.relative_to(run_dir)) if dump_dir.is_relative_to(run_dir) else str(dump_dir)
         step = _dump_module(mods, chosen)
         keep = dump.candidates(mods, declared)
-        ids = {p.program_id for p in ran} | {
-            u.get("program_id") for u in (hook or {}).get("programs_uncounted") or [] if isinstance(u, dict)
-        }
+        ids = {p.program_id for p in ran} | uncounted
         names = {p.name for p in ran if p.program_id is None}
         # every program the script ran: the trace may hold executions the hook's counts do not
         for m in [step, *(m for m in mods if m.id in ids or m.name in names)]:
