@@ -21,9 +21,9 @@ import pytest
 from profiler.analysis.breakdown import Breakdown
 from profiler.capture import step_module
 from profiler.conventions import XLA_DUMP_DIR
-from profiler.xla import dump
 from profiler.trace import open_trace
 from profiler.units import human_time
+from profiler.xla import dump
 from tests.conftest import ROOT, run_cli
 from tests.test_startup_hook import child, facts, only_run
 
