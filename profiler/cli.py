@@ -8,7 +8,6 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar, NoReturn
 
 from profiler.errors import ProfilerError
@@ -238,24 +237,6 @@ def cmd_findings(args: argparse.Namespace) -> int:
     return 0 if docs else 2
 
 
-def one_trace(arg: str) -> Path:
-    """The one trace *arg* names: a trace file, or a run folder's trace (as analyze finds it); a folder
-    of several runs is the user's one-line error, naming them."""
-    from profiler.errors import InputError
-    from profiler.runs.discover import trace_paths
-
-    path = Path(arg)
-    if not path.is_dir():
-        return path
-    found = trace_paths(arg) or []
-    if len(found) != 1:
-        names = ", ".join(str(p) for p in found[:3])
-        more = f" and {len(found) - 3} more" if len(found) > 3 else ""
-        what = f"holds {len(found)} traces ({names}{more}): give one of them" if found else "holds no trace"
-        raise InputError(arg, what)
-    return found[0]
-
-
 def cmd_whatif(args: argparse.Namespace) -> int:
     """``whatif TRACE``: the step replayed with copies on another host link."""
     from profiler.analysis.breakdown import Breakdown
@@ -265,6 +246,8 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     from profiler.report.whatif_text import render_whatif
     from profiler.trace import load_trace
     from profiler.xla.names import DEFAULT_LAYER_PATTERN
+
+    from profiler.runs.discover import one_trace
 
     trace = load_trace(one_trace(args.trace), nsys=args.nsys)
     link_doc = None
