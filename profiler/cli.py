@@ -244,10 +244,9 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     from profiler.analysis.whatif import measured_stalls, trace_whatif
     from profiler.errors import InputError
     from profiler.report.whatif_text import render_whatif
+    from profiler.runs.discover import one_trace
     from profiler.trace import load_trace
     from profiler.xla.names import DEFAULT_LAYER_PATTERN
-
-    from profiler.runs.discover import one_trace
 
     trace = load_trace(one_trace(args.trace), nsys=args.nsys)
     link_doc = None
