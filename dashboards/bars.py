@@ -114,15 +114,17 @@ def policy_table(items: list[Item]) -> html.Div:
     }
     heads = [
         "",
-        "copy time over the trace" + ("" if no_copies else f" ({t_name}): exposed / hidden"),
+        "copy time over the trace per direction" + ("" if no_copies else f" ({t_name}): exposed / hidden"),
         "stalled by copies over the trace" + ("" if no_copies or no_waits else f" ({t_name})"),
         "median step" + (f" ({s_name})" if top_s else ""),
         "bytes copied over the trace" + ("" if no_copies else f" ({b_name}) and copies"),
         "peak device memory seen" + (f" ({m_name})" if top_m else ""),
     ]
     head_tips = {
+        1: "each direction on its own: time when D2H and H2D copies ran exposed together counts in both, so "
+        "D2H + H2D exposed can exceed the runs table's exposed copy time (D2H+H2D: both directions, counted once)",
         2: "time that GPU work of this GPU (compute, NCCL, other copies) waited, through a CUDA event, for a D2H "
-        "or H2D copy to finish: the stalls object of analyze --json (by_blocker d2h / h2d), over the trace"
+        "or H2D copy to finish: the stalls object of analyze --json (by_blocker d2h / h2d), over the trace",
     }
     cells: list[Any] = [
         html.Div(

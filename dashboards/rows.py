@@ -245,7 +245,7 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[s
         _col("step", f"median step ({t_name})", "numeric", SIGNIFICANT, nully="no steps"),
         _col("bytes", f"copied ({b_name})", "numeric", SIGNIFICANT),
         _col("copies", "copies", "numeric", ",d"),
-        _col("exposed", f"exposed copy time ({e_name})", "numeric", SIGNIFICANT, nully="-"),
+        _col("exposed", f"exposed copy time, D2H+H2D ({e_name})", "numeric", SIGNIFICANT, nully="-"),
         _col("hidden", "hidden %", "numeric", ".1f", nully="no copies"),
         _col("date", "date (UTC)", "text"),
     ]

@@ -269,7 +269,7 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     if not factor >= 0:
         raise ProfilerError(f"--copy-scale must be >= 0, got {factor}")
     bd = Breakdown(trace, args.layer_pattern or DEFAULT_LAYER_PATTERN, args.step_range)
-    doc = trace_whatif(trace, factor, model_host=not args.no_host_sync, breakdown=bd)
+    doc = trace_whatif(trace, factor, model_host=not args.no_host_sync, breakdown=bd, explain=True)
     if link_doc:
         doc["link"] = link_doc
     if args.device is not None:

@@ -28,6 +28,17 @@ def launched(b: ExportBuilder, t: int, op: str, *args, **kw) -> int:
     return corr
 
 
+def waited_copy(b: ExportBuilder, copy: tuple[int, int], kernel: tuple[int, int], launch: int, **copy_kw) -> None:
+    """A copy launched at 0 running over *copy*, recorded on its stream; the compute stream waits
+    for it, and a kernel launched at *launch* runs over *kernel* (its slack after the copy: 0 when it
+    starts as the copy ends)."""
+    cls, nbytes = copy_kw.pop("cls", "h2d"), copy_kw.pop("nbytes", MIB)
+    launched(b, 0, "copy", *copy, cls, nbytes, stream=20, **copy_kw)
+    b.event_record(50, 1, stream=20, tid=TID)
+    b.stream_wait(60, 1, stream=7, tid=TID)
+    launched(b, launch, "kernel", *kernel, "consumer")
+
+
 def write_run(tmp_path: Path, b: ExportBuilder, manifest: dict | None = None, name: str = "run") -> Path:
     folder = tmp_path / name
     folder.mkdir()
@@ -350,7 +361,7 @@ def test_lhs_off(tmp_path):
     off = "--xla_gpu_enable_latency_hiding_scheduler=false --xla_gpu_enable_command_buffer="
     (f,) = fired(findings_of(_exposed_run(tmp_path, 1_000_001, off, "a")), "lhs-off")
     assert f["severity"] == "warning" and "is off" in f["verdict"]  # 10% of the window: at most a warning
-    assert f["cost_ns"] == 1_000_001 and f["cost_basis_ns"] == 10_000_000
+    assert f["attributed_ns"] == 1_000_001 and f["attributed_basis_ns"] == 10_000_000
     assert not fired(findings_of(_exposed_run(tmp_path, 1_000_000, off, "b")), "lhs-off")  # 10% is not above
     (unset,) = fired(findings_of(_exposed_run(tmp_path, 5_000_000, "", "c")), "lhs-off")
     assert unset["severity"] == "info" and "not set" in unset["verdict"]
@@ -384,7 +395,7 @@ def _boundary_run(tmp_path: Path, at_edges: bool, flags: str | None = None) -> P
 
 def test_exposed_at_step_boundaries(tmp_path):
     (f,) = fired(findings_of(_boundary_run(tmp_path, True)), "exposed-at-boundaries")
-    assert f["evidence"] == {"at_boundaries_ns": 10_000, "cost_ns": 10_000, "share": 1.0}
+    assert f["evidence"] == {"at_boundaries_ns": 10_000, "exposed_or_stalled_ns": 10_000, "share": 1.0}
     assert "--xla_gpu_enable_pipelined_host_offloading=true" in f["try"] and "no manifest" in f["try"]
     assert not fired(findings_of(_boundary_run(tmp_path, False)), "exposed-at-boundaries")
     on = fired(
@@ -409,7 +420,10 @@ def test_exposed_at_the_ends_of_the_layer_loop(tmp_path):
         launched(b, t + 20, "kernel", t + 1000, t + 1000 + hidden, "k")
     doc = findings_of(write_run(tmp_path, b))
     (f,) = fired(doc, "exposed-at-boundaries")
-    assert f["where"] == {"layers": ["0", "3"]} and f["evidence"] == {"at_ends_ns": 20_000, "cost_ns": 20_000}
+    assert f["where"] == {"layers": ["0", "3"]} and f["evidence"] == {
+        "at_ends_ns": 20_000,
+        "exposed_or_stalled_ns": 20_000,
+    }
 
 
 # --- stall-hotspot --------------------------------------------------------------------------
@@ -511,12 +525,14 @@ def test_analyze_prints_findings_and_json_has_them(tmp_path):
     path = write_run(tmp_path, b)
     text = run_cli("analyze", str(path))
     assert text.returncode == 0, text.stderr
-    assert "Findings: 2 problems; by cost, highest first" in text.stdout
-    assert "PROBLEM  pageable-copies (costs 100 µs, 100% of GPU 0's window (100 µs))" in text.stdout
+    assert "Findings: 2 problems; by saving in the replay, highest first" in text.stdout
+    # pinned, at the assumed PCIe Gen4 x16 (31.5 GB/s), 1 MiB takes 33288 ns: 66712 ns given back
+    assert "PROBLEM  pageable-copies (saves 66.7 µs, 67% of GPU 0's window (100 µs); attributed 100 µs)" in text.stdout
     doc = json.loads(run_cli("analyze", "--json", str(path)).stdout)
-    # the same 100 us from two sides: the symptom first, then its cause
+    # the same 100 us from two sides: removed, the copy gives it all back; pinned, two thirds of it
     assert [f["id"] for f in doc["findings"]["findings"]] == ["exposed-copies", "pageable-copies"]
-    assert [f["cost_ns"] for f in doc["findings"]["findings"]] == [100_000, 100_000]
+    assert [f["attributed_ns"] for f in doc["findings"]["findings"]] == [100_000, 100_000]
+    assert [f["saving_ns"] for f in doc["findings"]["findings"]] == [100_000, 100_000 - 33_288]
     assert "findings" not in json.loads(run_cli("analyze", "--json", "--no-findings", str(path)).stdout)
 
 
@@ -525,11 +541,11 @@ def test_analyze_prints_findings_and_json_has_them(tmp_path):
 
 def test_compare_reports_and_gates_new_findings(tmp_path):
     base = ExportBuilder()
-    base.copy(0, 100_000, "h2d", MIB)
-    base.kernel(50_000, 100_000, "k")
-    head = ExportBuilder()  # the same exposed 50 us, now of a pageable copy: 50% of the window
-    head.copy(0, 100_000, "h2d", MIB, host=PAGEABLE)
-    head.kernel(50_000, 100_000, "k")
+    base.copy(0, 1_000_000, "h2d", MIB)
+    base.kernel(500_000, 600_000, "k")
+    head = ExportBuilder()  # the same copy, now pageable: pinned (33288 ns at PCIe Gen4), the window
+    head.copy(0, 1_000_000, "h2d", MIB, host=PAGEABLE)  # ends with the kernel: 400 us (40%) given back
+    head.kernel(500_000, 600_000, "k")
     bp, hp = write_run(tmp_path, base, name="base"), write_run(tmp_path, head, name="head")
     md = run_cli("compare", "--format", "markdown", str(bp), str(hp))
     assert md.returncode == 0, md.stdout + md.stderr  # reported, not gated by default

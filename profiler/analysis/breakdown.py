@@ -19,7 +19,7 @@ import polars as pl
 from profiler.analysis import attribution
 from profiler.analysis.contexts import copy_contexts
 from profiler.analysis.intervals import measure_within, union
-from profiler.analysis.kernels_slowed import kernel_groups
+from profiler.analysis.kernels_slowed import kernel_groups, kernel_sides
 from profiler.analysis.overlap import KernelSets, offload_metrics, valid, windows_and_invalid
 from profiler.analysis.stalls import Stalls, has_waits, trace_stalls
 from profiler.analysis.xla_steps import ModuleSteps, module_steps
@@ -73,7 +73,12 @@ class Breakdown:
     def kernel_groups(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """``kernels_slowed.kernel_groups`` of the trace's named kernels and its copies, computed once
         for the ``kernels_beside_copies`` metric and the findings that read it."""
-        return kernel_groups(self.trace.kernels, self.trace.copies)
+        return kernel_groups(self.trace.kernels, self.trace.copies, self.kernel_sides)
+
+    @cached_property
+    def kernel_sides(self) -> np.ndarray:
+        """``kernels_slowed.kernel_sides`` of the trace's named kernels (alone, beside copies, neither)."""
+        return kernel_sides(self.trace.kernels, self.trace.copies)
 
     @cached_property
     def stalls(self) -> Stalls | None:
@@ -427,16 +432,20 @@ class Breakdown:
         empty = self.ops.clear().with_columns(pl.lit(0, pl.Int64).alias(c) for c in ("key", "stall_caused_ns"))
         return offload_metrics(empty, self.kernel_sets, [0], key="key")[0]
 
-    def by_op(self, top_kernels: bool = True) -> list[dict[str, Any]]:
-        """Per XLA instruction (thunk ``hlo_op``), else per innermost range name."""
+    def op_assignment(self) -> pl.DataFrame:
+        """op_id -> group: the XLA instruction (thunk ``hlo_op``) of its innermost range, else that
+        range's name."""
         r = self.ranges.ranges.with_columns(pl.coalesce("hlo_op", "name").alias("op"))
-        assigned = (
+        return (
             self.pairs.join(r.select("range_id", "start", "op"), on="range_id")
             .sort("start", descending=True)
             .unique("op_id", keep="first")
             .select("op_id", pl.col("op").alias("group"))
         )
-        return self.measure(assigned, distinct=True, top_kernels=top_kernels)
+
+    def by_op(self, top_kernels: bool = True) -> list[dict[str, Any]]:
+        """Per XLA instruction (thunk ``hlo_op``), else per innermost range name."""
+        return self.measure(self.op_assignment(), distinct=True, top_kernels=top_kernels)
 
 
 COMPILED_IN_STEP = "warm-up: XLA compiled during it"

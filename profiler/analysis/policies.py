@@ -437,6 +437,7 @@ def planned_vs_moved(run: RunSummary | dict[str, Any], tolerance: float = DIFF_T
         "step_chosen_by": comp.get("chosen_by"),
         "plan_note": comp.get("plan_note"),
         "steps": n_steps,
+        "included_steps": len(run.included_steps),  # the policy table's steps: those in the median
         "devices": n_dev,
         "per": per,
         "rows": out,

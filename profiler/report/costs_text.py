@@ -45,20 +45,23 @@ def context_table(copies: dict[str, Any]) -> list[str]:
     return ["", table(headers, rows)]
 
 
-def kernels_beside_lines(kb: dict[str, Any] | None) -> list[str]:
+def kernels_beside_lines(kb: dict[str, Any] | None, kernels: int | None = None) -> list[str]:
     """Kernels slowed by copies (METRICS.md): a line on the device's kernels alone and beside
-    h2d/d2h copies and, when groups count, their medians and excess time, with the size-bias caveat."""
+    h2d/d2h copies and, when groups count, their medians and excess time, with the size-bias caveat.
+    *kernels*: the device's kernels (compute and NCCL), to say how many are in neither side."""
     if not kb or not (kb["calls_alone"] or kb["calls_beside"]):
         return []
-    head = "  kernels beside copies: "
-    alone = _n(kb["calls_alone"], "kernel")
-    sides = f"{alone} alone (no copy overlaps them), {kb['calls_beside']} beside h2d/d2h copies"
+    neither = None if kernels is None else kernels - kb["calls_alone"] - kb["calls_beside"]
+    head = "  kernels beside copies: " + (f"of its {_n(kernels, 'kernel')}, " if kernels is not None else "")
+    rest = f"; {neither} partly beside copies, or of zero length, are in neither side" if neither else ""
+    alone = _n(kb["calls_alone"], "kernel") if kernels is None else str(kb["calls_alone"])
+    sides = f"{alone} alone (no copy overlaps them), {kb['calls_beside']} beside h2d/d2h copies{rest}"
     if not kb["calls_beside"]:
-        return ["", head + f"none ran beside h2d/d2h copies ({kb['calls_alone']} alone): nothing to measure"]
+        return ["", head + f"none ran beside h2d/d2h copies ({kb['calls_alone']} alone{rest}): nothing to measure"]
     if no_baseline(kb):
         return [
             "",
-            head + f"all {kb['calls_beside']} counted kernels ran beside h2d/d2h copies, none alone: "
+            head + f"{kb['calls_beside']} ran beside h2d/d2h copies (half or more of their time), none alone{rest}: "
             "no baseline to measure a slowdown against (0 groups)",
         ]
     if not kb["groups"]:

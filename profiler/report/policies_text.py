@@ -185,6 +185,8 @@ def render_planned_vs_moved(pvm: dict[str, Any]) -> str:
     module = f"step {shown}" if shown else "no step program"
     stepped = pvm["per"] == "per step and GPU"
     steps = f"{pvm['steps']} step ranges" if stepped else "no steps"
+    if stepped and pvm.get("included_steps") is not None and pvm["included_steps"] != pvm["steps"]:
+        steps += f", of which the {pvm['included_steps']} in the table's median"
     head = f"planned vs moved{' per step' if stepped else ''}, {_run_name(pvm)} ({steps}; {module})"
     if not pvm["rows"]:
         why = pvm.get("plan_note") or "no plan and no copies"

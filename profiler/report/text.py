@@ -97,7 +97,7 @@ def render_devices(doc: dict[str, Any], link: str | None = None) -> str:
         if d["copies"]["offload"]["count"]:
             chosen = host_link([name] if name else [], link)
             out.append(f"  host link: {chosen.link.name} ({chosen.link.gbps:g} GB/s per direction), {chosen.why}")
-        out += kernels_beside_lines(d.get("kernels_beside_copies"))
+        out += kernels_beside_lines(d.get("kernels_beside_copies"), d["compute"]["count"] + d["nccl"]["count"])
         kinds = [c for c in ("d2d", "p2p", "other") if d["copies"][c]["count"]]
         if kinds:
             u = Units.of([d["copies"][c]["bytes"] for c in kinds], [d["copies"][c]["busy_ns"] for c in kinds])
