@@ -184,6 +184,9 @@ def steps_origin(run: Run) -> str:
     excluded = [s for s in run.steps if s.excluded]
     source = run.step_source
     text = f"steps: {source}" if source else "no steps found (no step ranges, no XLA module executions)"
+    chosen = (run.compiled or {}).get("chosen_by")
+    if chosen and (run.compiled or {}).get("step_program"):  # how the step program was chosen, as the CLI says it
+        text += f"; step: {chosen}"
     if excluded:
         text += f"; {len(excluded)} left out ({', '.join(sorted({str(s.excluded) for s in excluded}))})"
     win = run.window or {}

@@ -428,7 +428,7 @@ def pvm_figure(pvm: dict[str, Any], run: RunSummary | dict[str, Any], label: str
     fig = grouped_bars(
         data,
         cats,
-        esc(f"Planned per step vs moved {per}: {label} (step module {pvm['step_module'] or '?'})"),
+        esc(f"Planned per step vs moved {per}: {label} (step {pvm.get('step_program') or pvm['step_module'] or '?'})"),
         "layer · activation, or the XLA operation no plan explains",
         yaxis={"title": {"text": f"bytes per step and GPU ({b_name})"}, "rangemode": "tozero"},
     )

@@ -187,8 +187,8 @@ def compute(
             lines.append(html.Li(f"{label}: no step ranges, the GPU span only"))
         ready.append({"label": label, "view": view.id, "factor": scale.factor, **med})
         free = ((store.results[view.rid].run.findings or {}).get("copy_free") or {}).get("devices", {})
-        if str(view.device) in free:  # the findings' bound, from the run summary: no replay here
-            cf = free[str(view.device)]
+        cf = free.get(str(view.device))
+        if cf and (cf["saving_ns"] or cf.get("step_saving_ns")):  # the findings' bound, from the run summary
             per_step = (
                 f", {human_time(cf['step_saving_ns'], nanoseconds=True)} per step"
                 if cf.get("step_saving_ns") is not None

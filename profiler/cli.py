@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, NoReturn
 
 from profiler.errors import ProfilerError
 
@@ -275,10 +275,11 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     from profiler.analysis.whatif import measured_stalls, trace_whatif
     from profiler.errors import InputError
     from profiler.report.whatif_text import render_whatif
+    from profiler.runs.discover import one_trace
     from profiler.trace import load_trace
     from profiler.xla.names import DEFAULT_LAYER_PATTERN
 
-    trace = load_trace(args.trace, nsys=args.nsys)
+    trace = load_trace(one_trace(args.trace), nsys=args.nsys)
     link_doc = None
     factor = args.copy_scale
     if args.link is not None:
@@ -353,7 +354,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         pipelined_offload=args.pipelined_offload,
         async_limit=args.async_limit,
         python=args.python,
-        policy_arg=args.policy_arg,
+        policy_arg=args.policy_word or args.policy_arg,
+        policy_word=bool(args.policy_word),
         trace_extra=args.trace_extra or [],
         xla_dump=not args.no_xla_dump,
     )
@@ -374,9 +376,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"\n== policy {res.policy}: {res.status} (exit {res.exit_code}) -> {res.run_dir}")
         capture = res.manifest.get("capture", {})
         say(f"nsys records {capture.get('records')} (--capture-range {capture_range})")
-        comp = res.manifest.get("compiled") or {}
-        if comp.get("step_module"):
-            say(compiled_line(comp))
+        summary = None
+        if res.sqlite is not None and run_summary is not None:
+            try:
+                summary = run_summary(open_trace(res.sqlite))
+            except ProfilerError as exc:
+                say(f"analysis failed: {exc}")
+        # the step program as the analysis chose it (the one rule, on the trace's executions), else as
+        # the capture chose it (the same rule, on the start-up hook's counts)
+        comp = (summary or {}).get("compiled_step") or {}
+        capture_comp = res.manifest.get("compiled") or {}
+        if not comp.get("chosen_by"):
+            comp = {
+                "module": capture_comp.get("step_module"),
+                "chosen_by": capture_comp.get("chosen_by"),
+                "fingerprint": capture_comp.get("fingerprint"),
+                "notes": capture_comp.get("notes"),
+            }
+        if comp.get("chosen_by") and (comp.get("step_program") or comp.get("module")):
+            say(f"step: {comp['chosen_by']}")
+        if comp.get("module"):
+            say(compiled_line(comp["module"], capture_comp.get("agree")))
             fp = comp.get("fingerprint")
             same = [p for p in fingerprints.get(fp, []) if p != res.policy] if fp else []
             if same:
@@ -388,22 +408,17 @@ def cmd_run(args: argparse.Namespace) -> int:
                 fingerprints.setdefault(fp, []).append(res.policy)
         elif comp.get("notes"):
             say(f"compiled step: none recorded ({comp['notes'][-1]})")
-        if res.sqlite is not None and run_summary is not None:
-            try:
-                summary = run_summary(open_trace(res.sqlite))
-            except ProfilerError as exc:
-                say(f"analysis failed: {exc}")
+        if summary is not None:
+            row.update(summary)
+            row["policy"] = res.policy  # the policy asked for (the trace's label may be absent)
+            say(steps_line(summary))
+            if summary["analysis"]["devices"] and not args.no_summary:  # its head says the analysis window
+                print(fit(render_devices(summary["analysis"], wide=args.wide), args.wide))
             else:
-                row.update(summary)
-                row["policy"] = res.policy  # the policy asked for (the trace's label may be absent)
-                say(steps_line(summary))
-                if summary["analysis"]["devices"] and not args.no_summary:  # its head says the analysis window
-                    print(fit(render_devices(summary["analysis"], wide=args.wide), args.wide))
-                else:
-                    say(window_line(summary["analysis"]["trace"]["window"]))
-                if not summary["analysis"]["devices"]:  # the sentence once per command, a short reminder after it
-                    say("no GPU activity in this trace either" if said else NO_GPU)
-                    said.add("no-gpu")
+                say(window_line(summary["analysis"]["trace"]["window"]))
+            if not summary["analysis"]["devices"]:  # the sentence once per command, a short reminder after it
+                say("no GPU activity in this trace either" if said else NO_GPU)
+                said.add("no-gpu")
         elif res.sqlite is None and res.status != "interrupted":
             say(f"no trace: {res.manifest.get('no_trace_reason')}")
             raw = no_trace.raw_capture(res.run_dir)
@@ -460,7 +475,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         target=args.target,
         python=args.python,
         batch_arg=args.batch_arg or None,
-        policy_arg=args.policy_arg,
+        policy_arg=args.policy_word or args.policy_arg,
+        policy_word=bool(args.policy_word),
         out_dir=Path(args.out) if args.out else None,
         plans_dir=Path(args.plans_dir),
         links=[k.strip() for group in args.link or [] for k in group.split(",") if k.strip()] or None,
@@ -644,7 +660,7 @@ def shared_options() -> Shared:
                 default=None,
                 metavar="REGEX",
                 help="NVTX range names that mark steps (default: profile-step's step=N ranges, "
-                "else the executions of the dominant XLA module)",
+                "else the executions of the step program: docs/capture.md)",
             ),
         ),
         findings=_parent(
@@ -674,7 +690,15 @@ def shared_options() -> Shared:
                 default=None,
                 metavar="FLAG|TEMPLATE",
                 help="also pass the policy to the script: a FLAG gives FLAG NAME (--policy-arg=--policy); a "
-                "TEMPLATE with {policy} gives it filled in (MaxText: 'remat_policy={policy}'; '--remat={policy}')",
+                "TEMPLATE with {policy} gives it filled in, split into words as a shell would (MaxText: "
+                "'remat_policy={policy}'; '--remat={policy}'); attach a value that starts with '-' with '='",
+            ),
+            _arg(
+                "--policy-word",
+                default=None,
+                metavar="TEMPLATE",
+                help="pass the policy as one word, TEMPLATE with {policy} filled in and nothing else changed "
+                '(quotes kept: a JSON value, --policy-word=\'--config_overlay={"remat_policy":"{policy}"}\')',
             ),
         ),
     )
@@ -766,7 +790,7 @@ def add_whatif(sub: Any, shared: Shared) -> None:
         description="Replays the trace with every h2d/d2h copy's duration scaled (docs/metrics.md, What-if). "
         "Default: --copy-scale 0, the most the copies can cost.",
     )
-    w.add_argument("trace", help="an nsys SQLite export (.sqlite) or report (.nsys-rep)")
+    w.add_argument("trace", help="an nsys SQLite export (.sqlite) or report (.nsys-rep), or a run folder")
     how = w.add_mutually_exclusive_group()
     how.add_argument("--copy-scale", type=float, default=None, metavar="F", help="multiply copy durations by F")
     how.add_argument(
@@ -937,7 +961,12 @@ def add_pgle(sub: Any, shared: Shared) -> None:
     )
     pg.add_argument("source", metavar="RUN_OR_TRACE", help="nsys SQLite export, run folder or nsys-jax archive (.zip)")
     pg.add_argument("-o", "--out", required=True, metavar="FILE", help="the profile to write (e.g. step.pbtxt)")
-    pg.add_argument("--module", default=None, help="the step's hlo_module (default: the one that ran longest)")
+    pg.add_argument(
+        "--module",
+        default=None,
+        help="only programs of this hlo_module (default: the step program, by the rule every command uses: "
+        "docs/capture.md, 'The step is one compiled program')",
+    )
     pg.add_argument("--hlo", default=None, metavar="FILE", help="the step's optimized HLO, when the source has none")
     pg.set_defaults(func=cmd_pgle)
 
@@ -998,8 +1027,24 @@ COMMANDS = {
 SUBCOMMANDS = tuple(COMMANDS)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with one line of profile-step's instead of argparse's error where it has a better one
+    (its subcommands' parsers are of this class too)."""
+
+    argv: ClassVar[list[str]] = []  # the words being parsed (main sets them)
+
+    def error(self, message: str) -> NoReturn:
+        from profiler.capture.policy_arg import FLAGS, dangling
+
+        named = [f for f in FLAGS if f"argument {f}: expected one argument" in message]
+        said = dangling([w for w in self.argv if not w.startswith(tuple(FLAGS)) or w in named]) if named else None
+        if said:
+            self.exit(2, f"profile-step: error: {said}\n")
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="profile-step",
         description="Profile JAX host offloading under Nsight Systems and measure whether "
         "device<->host copies are hidden behind compute and NCCL.",
@@ -1023,7 +1068,11 @@ def normalize_argv(argv: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = normalize_argv(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    Parser.argv = argv
     args = parser.parse_args(argv)
+    if getattr(args, "policy_word", None) and getattr(args, "policy_arg", None):
+        print("profile-step: error: --policy-arg and --policy-word: give one of them", file=sys.stderr)
+        return 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

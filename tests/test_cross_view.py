@@ -60,9 +60,9 @@ def t(ns: int) -> str:
     return human_time(ns, nanoseconds=True)
 
 
-def check_views(trace: Path) -> dict:
+def check_views(trace: Path) -> tuple[dict, dict]:
     """Read *trace* in every terminal view and assert the numbers they share agree; return the
-    analyze --json document for the caller's own checks."""
+    analyze --json documents (plain and --by step) for the caller's own checks."""
     doc = cli_json("analyze", str(trace))
     by_step = cli_json("analyze", "--by", "step", str(trace))["steps"]
     text = cli_text("analyze", str(trace))
@@ -127,7 +127,7 @@ def check_views(trace: Path) -> dict:
         included = [s["measured_ns"] for s in steps if not s["excluded"]]
         if included:
             assert int(np.median(included)) == by_step["median_included_step_ns"], dev
-    return doc
+    return doc, by_step
 
 
 @pytest.fixture(scope="module")
@@ -142,12 +142,12 @@ def built(tmp_path_factory) -> tuple[Path, Path]:
 
 def test_every_view_agrees_on_a_built_run(built):
     base, head = built
-    doc = check_views(head / TRACE)
+    doc, by_step = check_views(head / TRACE)
     assert doc["findings"]["findings"], "the demo run has findings to compare"
     # compare's comment lists the findings new in head with the saving findings --json gives them
     md = cli_text("compare", "--format", "markdown", str(base), str(head))
     # and its exposed copy time is the per-step median of analyze --by step (every GPU's added)
-    steps = cli_json("analyze", "--by", "step", str(head / TRACE))["steps"]["steps"]
+    steps = by_step["steps"]
     per_step = [sum(d["offload"]["exposed_ns"] for d in s["devices"].values()) for s in steps if not s["excluded"]]
     table = [line.split(" | ") for line in md.splitlines() if line.startswith("| ")]
     column = table[0].index("exposed copy time")

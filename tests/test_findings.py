@@ -288,30 +288,62 @@ def test_nccl_rule_skips_without_nccl(tmp_path):
 # --- offload-missing --------------------------------------------------------------------------
 
 
-def _offload_run(tmp_path: Path, per_step: int, policy: str = "offload_qkv", backend: str = "gpu") -> Path:
+def _offload_run(
+    tmp_path: Path, per_step: int, evidence: str = "compiled", backend: str = "gpu", policy: str = "offload_qkv"
+) -> Path:
+    """Two steps each moving *per_step* bytes to the host; what says the step offloads: *evidence*
+    ``compiled`` (its program places 2 values in host memory), ``not-compiled`` (its program places
+    none), ``declared`` (MaxText's remat_policy=qkv_proj_offloaded on the command line), ``nothing``."""
     b = ExportBuilder()
     steps(b, [(0, 10_000), (20_000, 30_000)])
     for t in (0, 20_000):
         launched(b, t + 10, "copy", t + 100, t + 200, "d2h", per_step)
         launched(b, t + 20, "kernel", t + 100, t + 900, "k")
-    manifest = {"policy": policy, "runtime": {"backend": backend}, "versions": {"jax": "0.10.2", "jaxlib": "0.10.2"}}
-    return write_run(tmp_path, b, manifest, name=f"{policy}-{per_step}-{backend}")
+    manifest = {
+        "policy": policy,
+        "devices": [{"id": 0, "kind": "NVIDIA H100 80GB HBM3" if backend == "gpu" else "cpu", "platform": backend}],
+        "versions": {"jax": "0.10.2", "jaxlib": "0.10.2"},
+        "program": ["python", "train.py"] + (["remat_policy=qkv_proj_offloaded"] if evidence == "declared" else []),
+    }
+    path = write_run(tmp_path, b, manifest, name=f"{policy}-{per_step}-{backend}-{evidence}")
+    if evidence in ("compiled", "not-compiled"):
+        placed = 2 if evidence == "compiled" else 0
+        plan = {"host_placements": {"entry_parameters": placed, "entry_outputs": 0, "instructions": 0}, "movements": []}
+        module = {"name": "jit_step", "id": 3, "label": "module_0003.jit_step", "plan": plan, "notes": []}
+        compiled = {"modules": [module], "step_program": {"name": "jit_step", "program_id": 3}, "chosen_by": "x"}
+        (path.parent / "compiled.json").write_text(json.dumps(compiled))
+    return path
 
 
 def test_offload_missing(tmp_path):
     (f,) = fired(findings_of(_offload_run(tmp_path, MIB // 2)), "offload-missing")
     assert f["severity"] == "problem" and f["where"] == {"policy": "offload_qkv"}
     assert f["evidence"]["offload_bytes_per_step"] == MIB // 2 and "0.5 MiB per step" in f["verdict"]
+    assert "(its compiled step program jit_step (program 3) places 2 values in host memory (S(5)))" in f["verdict"]
     assert not fired(findings_of(_offload_run(tmp_path, MIB)), "offload-missing")  # at the threshold
-    assert not fired(findings_of(_offload_run(tmp_path, 0, policy="remat")), "offload-missing")
-    (cpu,) = fired(findings_of(_offload_run(tmp_path, 0, backend="cpu")), "offload-missing")
-    assert cpu["severity"] == "info" and "XLA:CPU" in cpu["verdict"]
 
 
-def test_offload_missing_needs_a_policy(tmp_path):
+def test_offload_missing_reads_the_program_not_the_policy_name(tmp_path):
+    # a name that says offload, a program that places nothing in host memory, nothing declared: no finding
+    run = _offload_run(tmp_path, 0, "not-compiled", policy="minimal_offloaded")
+    assert not fired(findings_of(run), "offload-missing")
+    # a name that says nothing, MaxText's config that offloads: the finding
+    (f,) = fired(findings_of(_offload_run(tmp_path, 0, "declared", policy="remat")), "offload-missing")
+    assert f["severity"] == "problem"
+    assert "policy remat should offload (MaxText's remat_policy=qkv_proj_offloaded offloads query_proj" in f["verdict"]
+
+
+def test_offload_missing_on_a_cpu_run_says_its_recorded_backend(tmp_path):
+    (cpu,) = fired(findings_of(_offload_run(tmp_path, 0, "declared", backend="cpu")), "offload-missing")
+    assert cpu["severity"] == "info" and "(backend: cpu)" in cpu["verdict"] and "XLA:CPU" in cpu["verdict"]
+
+
+def test_offload_missing_needs_a_compiled_step_or_declared_names(tmp_path):
+    why = skipped(findings_of(_offload_run(tmp_path, 0, "nothing")), "offload-missing")
+    assert why.startswith("whether the step offloads is unknown: no compiled step program")
     b = ExportBuilder()
     b.copy(0, 10, "d2h", 10)
-    assert "policy is unknown" in skipped(findings_of(write_run(tmp_path, b)), "offload-missing")
+    assert "whether the step offloads is unknown" in skipped(findings_of(write_run(tmp_path, b)), "offload-missing")
 
 
 # --- lhs-off ------------------------------------------------------------------------------------

@@ -315,6 +315,7 @@ def test_offload_missing_has_no_time_cost_and_comes_after_costed_findings(tmp_pa
     launched(b, 10, "copy", 100, 200_100, "d2h", 1000)  # 200 us exposed, 1000 bytes
     launched(b, 20, "kernel", 300_000, 9 * MS, "k")
     manifest = {"policy": "offload_qkv", "runtime": {"backend": "gpu"}, "versions": {"jax": "0.10.2"}}
+    manifest["program"] = ["python", "train.py", "remat_policy=qkv_proj_offloaded"]  # what says it offloads
     doc = findings_of(write_run(tmp_path, b, manifest))
     ids = [f["id"] for f in doc["findings"]]
     missing = fired(doc, "offload-missing")[0]

@@ -102,7 +102,7 @@ def collected(run: Path) -> dict:
 def test_planned_vs_moved_flags_each_difference(plan_run):
     run = collected(plan_run)
     assert run["compiled"]["module"] == "module_0001.jit_train_step"
-    assert run["compiled"]["chosen_by"] == "jit_train_step: ran 3 times in the window, the only XLA module that ran"
+    assert run["compiled"]["chosen_by"] == "jit_train_step (program 1): ran 3 times, the only program that ran"
     pvm = planned_vs_moved(run)
     rows = {(r["layer"], r["activation"], r["unplanned_op"]): r for r in pvm["rows"]}
     l1 = rows[("layer_1", None, None)]

@@ -247,13 +247,15 @@ def test_steps_cell_says_where_the_steps_and_the_window_come_from(shared_traces)
         "no steps found (no step ranges, no XLA module executions). Analysis window: the whole recording "
         "(no profile-step:capture range; no cudaProfilerStart/Stop calls)"
     )
+    chosen = "jit_train_step (program 7): ran 3 times, the only program that ran"
     xla = {
-        "step_source": "XLA module jit_train_step, program_id 7 (its executions)",
+        "step_source": "the executions of jit_train_step (program 7)",
         "steps": [{"excluded": "warm-up"}, {"excluded": None}, {"excluded": None}],
         "window": {"source": None, "note": None, "duration_ns": None},
+        "compiled": {"step_program": "jit_train_step (program 7)", "chosen_by": chosen},
     }
     assert steps_origin(xla) == (
-        "steps: XLA module jit_train_step, program_id 7 (its executions); 1 left out (warm-up). "
+        f"steps: the executions of jit_train_step (program 7); step: {chosen}; 1 left out (warm-up). "
         "Analysis window: the whole recording"
     )
 

@@ -24,6 +24,7 @@ from profiler.analysis.overlap import KernelSets, offload_metrics, valid, window
 from profiler.analysis.stalls import Stalls, has_waits, trace_stalls
 from profiler.analysis.xla_steps import ModuleSteps, module_steps
 from profiler.conventions import DOMAIN, LAYER_PREFIX, POLICY_PREFIX, STEP_PREFIX, WARMUP_PREFIX
+from profiler.runs.folder import compiled_of
 from profiler.trace.loader import Trace
 from profiler.xla.names import DEFAULT_LAYER_PATTERN, parse_xla
 
@@ -222,7 +223,7 @@ class Breakdown:
     @cached_property
     def steps(self) -> StepSet:
         """The one definition of a step, shared by every view: ``--step-range REGEX`` ranges, else
-        profile-step's ``step=N`` ranges, else the executions of the dominant XLA module."""
+        profile-step's ``step=N`` ranges, else the executions of the step program (``xla.step_program``)."""
         r = self.ranges.ranges
 
         def one_range_each(sel: pl.DataFrame, source: str) -> StepSet:
@@ -252,17 +253,24 @@ class Breakdown:
         return measure_within(cu, zeros, steps["start"].to_numpy(), steps["end"].to_numpy()) > 0
 
     @cached_property
+    def compiled(self) -> dict[str, Any] | None:
+        """The run folder's ``compiled.json`` beside the trace (``profiler.capture.step_module``), if any."""
+        return compiled_of(self.trace.path)
+
+    @cached_property
     def module_steps(self) -> ModuleSteps:
-        """Steps from XLA module executions, projected onto the GPU through all GPU ops (whatever
-        ops this breakdown attributes), so that every view finds the same steps."""
+        """Steps from the step program's executions (``profiler.xla.step_program``: one rule, with
+        the step the script handed over, if any), projected onto the GPU through all GPU ops
+        (whatever ops this breakdown attributes), so that every view finds the same steps."""
         r = self.ranges.ranges
         modules = r.filter(pl.col("xla_kind") == "module")
+        declared = ((self.compiled or {}).get("handed_over") or {}).get("module")
         if modules.height == 0:  # no XLA module executions: nothing to project, no ops to build
             return module_steps(r, self.pairs.clear(), pl.DataFrame())
         if set(self.kinds) == set(attribution.OP_KINDS):
-            return module_steps(r, self.pairs, self.ops)
+            return module_steps(r, self.pairs, self.ops, declared)
         ops = attribution.gpu_ops(self.trace, attribution.OP_KINDS)
-        return module_steps(r, attribution.attribute(ops, modules), ops)
+        return module_steps(r, attribution.attribute(ops, modules), ops, declared)
 
     def step_ranges(self) -> pl.DataFrame:
         """The steps, in time order: index, range_id (its range, or its first XLA execution), name,

@@ -88,6 +88,7 @@ class RunRequest:
     async_limit: int | None = None
     python: str | None = None
     policy_arg: str | None = None  # a flag (--policy: "--policy NAME") or a template ("remat_policy={policy}")
+    policy_word: bool = False  # policy_arg is one word, passed as written (--policy-word)
     trace_extra: list[str] = field(default_factory=list)  # nsys traces beyond cuda,nvtx (osrt, cublas, ...)
     xla_dump: bool = True  # ask XLA for a dump of the step's module (pruned after the run)
 
@@ -122,7 +123,7 @@ def program(req: RunRequest, policy: str) -> list[str]:
     script = str(req.script)
     cmd = [req.python or sys.executable, script] if req.script.suffix == ".py" else [script]
     cmd += req.script_args
-    return cmd + policy_arg.words(req.policy_arg, policy)
+    return cmd + policy_arg.words(req.policy_arg, policy, req.policy_word)
 
 
 def cuda_driver_problem() -> str | None:
@@ -202,7 +203,7 @@ def nvtx_line(policy: str, hook: dict[str, Any]) -> str | None:
     if not any(str(n).startswith(NO_NVTX_NOTE) for n in (hook or {}).get("notes") or []):
         return None
     exe = hook.get("executable") or "python"
-    runs = ", ".join(f"{m} {n}x" for m, n in sorted((hook.get("executions") or {}).items(), key=lambda kv: -kv[1]))
+    runs = step_module.executions_text(hook)
     return (
         f"profile-step: policy {policy}: the script's Python has no nvtx package, so the start-up hook counted "
         f"the executions ({runs or 'none'}) but wrote no ranges: without XLA's own (any CPU run) there are no "
@@ -301,7 +302,7 @@ def check_request(req: RunRequest) -> Path:
         nsys_command.parse_user_options(req.nsys_args)
     except ValueError as exc:
         raise ProfilerError(f"--nsys-arg: {exc}") from None
-    policy_arg.require(req.policy_arg)
+    policy_arg.require(req.policy_arg, req.policy_word)
     try:
         nsys_command.trace_set(req.trace_extra)
     except ValueError as exc:

@@ -282,9 +282,23 @@ def render_terminal(cmp: dict[str, Any]) -> str:
             out.append(f"new in head ({pol['policy']}): {f['severity']} {f['id']} ({saving_text(f)}): {f['verdict']}")
     for pol in cmp["policies"]:
         out += work_terminal(pol)
+    out += [line for pol in cmp["policies"] if (line := step_line(pol))]
     if idle := no_gpu_line(cmp):
         out.append(idle.replace("`", ""))
     return "\n".join(out)
+
+
+def step_line(pol: dict[str, Any]) -> str | None:
+    """One line when the two sides' steps are programs of different names: their numbers per step
+    then compare different programs (``profiler.xla.step_program`` chose each)."""
+    step = pol.get("step") or {}
+    base, head = (step.get(side) or {} for side in ("base", "head"))
+    if not base.get("step_name") or not head.get("step_name") or base["step_name"] == head["step_name"]:
+        return None  # the same name: program ids differ from process to process, the program need not
+    return (
+        f"step ({pol['policy']}): base {base.get('chosen_by') or base['step_program']}; head "
+        f"{head.get('chosen_by') or head['step_program']}: the per-step numbers compare different programs"
+    )
 
 
 def no_gpu_line(cmp: dict[str, Any]) -> str | None:

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from profiler.report.table import table
-from profiler.report.text import chosen_words
 from profiler.units import human_bytes, ms, pct, si, signed_pct, tflops
 from profiler.xla.names import ACTIVATION_NAMES
 
@@ -88,9 +87,8 @@ def render_policy_comparison(tab: dict[str, Any]) -> str:
             note(r["policy"], r["plan_note"])
         if r["model_flops_per_step"] and r["mfu"] is None:
             note(r["policy"], f"no MFU: no peak FLOP/s known for device {r['device_kind'] or '?'} (--peak-tflops)")
-        if r["step_module"]:
-            why = f" ({chosen_words(r['step_chosen_by'])})" if r.get("step_chosen_by") else ""
-            note(r["policy"], f"step module {r['step_module'].split('.', 1)[-1]}{why}")
+        if r.get("step_program") or r["step_module"]:
+            note(r["policy"], step_sentence(r.get("step_program") or r["step_module"], r.get("step_chosen_by")))
         for n in r["notes"]:
             note(r["policy"], n)
     out = [table(POLICY_HEADERS, rows), *textwrap.wrap(POLICY_LEGEND, 118)]
@@ -176,8 +174,16 @@ def render_planned_vs_moved_all(pvms: list[dict[str, Any]]) -> str:
     return "\n\n".join(out)
 
 
+def step_sentence(program: str, chosen_by: str | None) -> str:
+    """``step: jit_step (program 6): ran 5 times, ...``: the step program and how it was chosen, once."""
+    if not chosen_by:
+        return f"step: {program}"
+    return f"step: {chosen_by}" if chosen_by.startswith(program) else f"step: {program} ({chosen_by})"
+
+
 def render_planned_vs_moved(pvm: dict[str, Any]) -> str:
-    module = "step module " + pvm["step_module"].split(".", 1)[-1] if pvm["step_module"] else "no step module"
+    shown = pvm.get("step_program") or (pvm["step_module"] or "").split(".", 1)[-1]
+    module = f"step {shown}" if shown else "no step program"
     stepped = pvm["per"] == "per step and GPU"
     steps = f"{pvm['steps']} step ranges" if stepped else "no steps"
     if stepped and pvm.get("included_steps") is not None and pvm["included_steps"] != pvm["steps"]:

@@ -145,35 +145,41 @@ def window_line(w: dict[str, Any]) -> str:
     return f"analysis window: {w['source']}, {span}" + (f" ({w['note']})" if w.get("note") else "")
 
 
-def chosen_words(why: str) -> str:
-    """How the step's module was chosen (``chosen_by``), in a newcomer's words."""
-    if why.startswith("handed over by the script (annotate.compiled_step"):
-        return "the one the script named with annotate.compiled_step"
-    return why
-
-
-def compiled_line(comp: dict[str, Any]) -> str:
-    """The run line's compiled step: the module, how it was chosen, in words (the manifest's
-    ``compiled``: ``step_module``, ``chosen_by``, ``agree``)."""
-    why = chosen_words(str(comp.get("chosen_by") or ""))
-    agree = {
+def compiled_line(module: str, agree: bool | None) -> str:
+    """The run line's compiled step: the module, and whether the numbers the script handed over
+    (``annotate.compiled_step``) agree with XLA's dump (the manifest's ``compiled.agree``)."""
+    words = {
         True: "; its memory and FLOPs as the script gave them agree with XLA's dump",
         False: "; its memory and FLOPs as the script gave them DIFFER from XLA's dump",
     }
-    return f"compiled step: {comp['step_module']} ({why}){agree.get(comp.get('agree'), '')}"
+    return f"compiled step: {module} (memory, FLOPs and host placements from its HLO){words.get(agree, '')}"
 
 
 def steps_line(summary: dict[str, Any]) -> str:
-    """A run's steps in one line: how many, from where, their median, the warm-up left out."""
+    """A run's steps in one line: how many, from where, their median over the included steps (those
+    ``analyze --by step`` includes), the warm-up and outliers left out."""
     if not summary.get("steps"):
         return f"no steps: {summary.get('step_source_note') or 'no step ranges'}"
     med = summary.get("median_step_ns")
     warm = summary.get("warmup_steps")
+    outliers = sum(1 for e in summary.get("excluded_steps") or [] if str(e.get("reason")).startswith("outlier"))
+    included = summary.get("included_steps")
+    left = [f"{warm} warm-up"] if warm else []
+    left += [f"{outliers} {'outlier' if outliers == 1 else 'outliers'}"] if outliers else []
+    over = f" over {included} included" if included is not None and included != summary["steps"] else ""
     return (
         f"{summary['steps']} steps from {summary.get('step_source')}"
-        + (f", median {human_time(med)}" if med is not None else "")
-        + (f", {warm} warm-up left out" if warm else "")
+        + (f", median {human_time(med)}{over}" if med is not None else "")
+        + (f" ({' and '.join(left)} left out)" if left else "")
     )
+
+
+def _steps_cell(r: dict[str, Any]) -> str:
+    """The steps the median is over (the included ones, as analyze's policy table counts them), and of how many."""
+    steps, included = r.get("steps"), r.get("included_steps")
+    if steps is None:
+        return "-"
+    return str(steps) if included is None or included == steps else f"{included} of {steps}"
 
 
 def render_sweep_summary(rows: list[dict[str, Any]]) -> str:
@@ -203,7 +209,7 @@ def render_sweep_summary(rows: list[dict[str, Any]]) -> str:
                 r["policy"],
                 r["status"],
                 str(r["exit_code"]),
-                str(r.get("steps", "-")),
+                _steps_cell(r),
                 step.t(r.get("median_step_ns")),
                 str(off.get("count", "-")),
                 u.b(off.get("bytes")),

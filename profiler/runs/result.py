@@ -28,7 +28,7 @@ from profiler.analysis.findings import run_findings
 from profiler.analysis.findings.config import FindingsConfig
 from profiler.analysis.kernels_slowed import add_kernels_beside, kernel_totals
 from profiler.analysis.overlap import device_metrics
-from profiler.analysis.policies import executed_modules, step_compiled
+from profiler.analysis.policies import step_compiled
 from profiler.analysis.run_metrics import DIRECTIONS, copy_ops, top_by_name, totals
 from profiler.analysis.stalls import add_stalls
 from profiler.analysis.steps import step_summary
@@ -179,14 +179,20 @@ class RunResult:
 
     @cached_property
     def compiled(self) -> dict[str, Any] | None:
-        """The step's compiled module (memory, FLOPs, labelled offload plan), matched to the module
-        the steps analysis found (issue 14)."""
+        """The step program's compiled module (memory, FLOPs, labelled offload plan): the program whose
+        executions are the steps (one rule: ``profiler.xla.step_program``), from its HLO only."""
         if not self.detail:
             return None
-        ms = self.breakdown.module_steps
-        step = (ms.module, ms.program_id) if ms.module else None
-        compiled_file = folder.compiled_of(self.trace.path)  # the run folder's compiled.json
-        return step_compiled(compiled_file, executed_modules(self.breakdown.ranges.ranges), step, ms.chosen_by)
+        return step_compiled(self.breakdown.compiled, self.breakdown.module_steps.step)
+
+    def step_brief(self) -> dict[str, Any] | None:
+        """The step program in brief (the run line's): its label, how it was chosen, its dump module,
+        fingerprint and notes."""
+        comp = self.compiled
+        if not comp:
+            return None
+        keys = ("step_program", "chosen_by", "module", "fingerprint", "agreement", "notes")
+        return {k: comp.get(k) for k in keys}
 
     @cached_property
     def work(self) -> dict[str, Any] | None:
@@ -324,6 +330,8 @@ class RunResult:
             "step_source_note": steps["source_note"],
             "median_step_ns": steps["median_included_step_ns"],
             "excluded_steps": steps["excluded"],
+            "included_steps": steps["included_steps"],
+            "compiled_step": self.step_brief(),
             "devices": self.devices,
             "offload": self.copies()["offload"],
             "analysis": self.analysis_json(),

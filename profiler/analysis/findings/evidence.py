@@ -20,7 +20,9 @@ from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.findings.config import FindingsConfig
 from profiler.analysis.intervals import Intervals, difference, union
 from profiler.analysis.kernels_slowed import add_kernels_beside
+from profiler.analysis.offload_expected import recorded_backend
 from profiler.analysis.overlap import device_metrics
+from profiler.analysis.policies import step_compiled
 from profiler.analysis.savings import CAPTURE as CAPTURE_WINDOW
 from profiler.analysis.savings import DEVICE, STEPS, WINDOWS, Replays, Window
 from profiler.analysis.stalls import Stalls, add_stalls
@@ -61,6 +63,18 @@ class Evidence:
     def policy(self) -> str | None:
         """The policy of the run: the manifest's (profile-step's --policy), else the script's policy= range."""
         return (self.manifest or {}).get("policy") or self.breakdown.policy
+
+    @cached_property
+    def compiled_step(self) -> dict[str, Any] | None:
+        """The step program's compiled module (``policies.step_compiled``: the program whose executions
+        are the steps, by the one rule), None without a compiled.json beside the trace."""
+        compiled = self.breakdown.compiled
+        return step_compiled(compiled, self.breakdown.module_steps.step) if compiled else None
+
+    @cached_property
+    def backend(self) -> str | None:
+        """The backend the run recorded (``offload_expected.recorded_backend``)."""
+        return recorded_backend(self.manifest, bool(self.devices))
 
     @cached_property
     def is_xla(self) -> bool:

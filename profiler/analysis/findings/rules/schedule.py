@@ -3,8 +3,6 @@ scheduler, copies bunched at step or layer-loop boundaries."""
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import polars as pl
 
@@ -14,9 +12,9 @@ from profiler.analysis.findings.config import at_least, exceeds, under
 from profiler.analysis.findings.evidence import CannotDecide, Evidence, flag_value, version_tuple
 from profiler.analysis.findings.rules.text import mib, ms, pct
 from profiler.analysis.intervals import Intervals, measure_within, union
+from profiler.analysis.offload_expected import expected_offload
 from profiler.analysis.savings import STEPS, Window
 
-OFFLOAD_POLICY = re.compile(r"offload", re.IGNORECASE)  # a policy whose name says it offloads
 MIN_JAXLIB = (0, 4, 26)  # XLA:GPU's host offloading passes landed in March 2024 (openxla/xla PR 10185)
 LHS = "--xla_gpu_enable_latency_hiding_scheduler"
 PIPELINED = "--xla_gpu_enable_pipelined_host_offloading"
@@ -24,19 +22,22 @@ PIPELINED = "--xla_gpu_enable_pipelined_host_offloading"
 
 @rule("offload-missing")
 def offload_missing(ev: Evidence) -> list[Finding]:
-    policy = ev.policy
-    if policy is None:
-        raise CannotDecide("the run's policy is unknown (no manifest, no policy= NVTX range)")
-    if not OFFLOAD_POLICY.search(policy):
+    """Decided from the step's compiled program and what the run declares (``offload_expected``) and
+    the recorded backend, never from the policy's name."""
+    policy = ev.policy or "(unnamed)"
+    offloads, why = expected_offload(ev.compiled_step, ev.manifest)
+    if offloads is None:
+        raise CannotDecide(why)
+    if not offloads:
         return []
-    backend = ((ev.manifest or {}).get("runtime") or {}).get("backend")
+    backend = ev.backend
     if backend == "cpu" or not ev.devices:
         return [
             Finding(
                 "offload-missing",
                 "info",
-                f"policy {policy} offloads, but this run has no GPU activity (backend: {backend or 'unknown'}); "
-                "XLA:CPU never moves activations to host memory",
+                f"policy {policy} offloads ({why}), but this run has no GPU activity (backend: "
+                f"{backend or 'not recorded'}); XLA:CPU never moves activations to host memory",
                 "profile on a GPU to see the copies (the trace of a CPU run checks that the step runs, not that it "
                 "offloads)",
                 where={"policy": policy},
@@ -58,12 +59,13 @@ def offload_missing(ev: Evidence) -> list[Finding]:
         Finding(
             "offload-missing",
             "problem",
-            f"policy {policy} should offload, but {scope} {mib(per_step)} per step to and from host memory{note}",
+            f"policy {policy} should offload ({why}), but {scope} {mib(per_step)} per step to and from host "
+            f"memory{note}",
             "check that names_which_can_be_offloaded match the model's checkpoint_name()s, that offload_dst is "
             '"pinned_host" and the device lists pinned_host among its memory kinds, and the jaxlib version; XLA '
             "drops offloads it cannot place (openxla/xla issue 17541): look for S(5) buffers in the optimized HLO",
             where={"policy": policy},
-            evidence={"offload_bytes_per_step": per_step, "steps": len(steps), "jaxlib": jaxlib},
+            evidence={"offload_bytes_per_step": per_step, "steps": len(steps), "jaxlib": jaxlib, "offloads": why},
             no_saving="not modelled: a configuration fault; the copies it should make are not in the trace",
         )
     ]
