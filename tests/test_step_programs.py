@@ -66,11 +66,13 @@ def test_one_jit_name_three_programs_the_step_is_the_one_that_repeats(captured):
         f"jit_train_step (program {step}): ran 5 times, the program that ran most often (jit__psum ran once); "
         "jit_train_step also ran as 2 other programs, twice and once: not the step"
     )
-    assert f"   step: {said}\n" in stdout
+    lines = stdout.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("   step: "))  # one sentence, wrapped at 160 columns
+    assert " ".join(ln.strip() for ln in lines[at : at + 2]).startswith(f"step: {said}")
     assert compiled["step_program"]["program_id"] == step and compiled["step_module"].startswith(f"module_{step:04d}.")
     # ... by analyze's policy table, from the trace's executions by the same rule
     text = run_cli("analyze", str(folder)).stdout
-    assert f"note (minimal): step: {said}\n" in text
+    assert f"note (minimal): step: {said}" in " ".join(text.split())  # a prose line wrapped at 160 columns
     doc = json.loads(run_cli("analyze", "--json", str(folder)).stdout)
     (row,) = doc["policies"]["rows"]
     assert row["step_module"] == f"module_{step:04d}.jit_train_step" and row["step_chosen_by"] == said
