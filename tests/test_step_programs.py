@@ -131,18 +131,44 @@ def test_the_tutorials_step_has_its_own_host_placements(tmp_path):
     assert placements[plain]["entry_parameters"] == placements[plain]["entry_outputs"] == 0
 
 
-def test_compare_says_when_the_sides_steps_are_different_programs():
-    from profiler.report.compare_text import step_line
+def _hook_run(folder: Path, step: str, pid: int) -> Path:
+    """A CPU run folder (policy ``default``): the start-up hook's ranges of *step* (program *pid*, 3 runs
+    of 2 us) and ``jit_init`` (program 1, once), and the compiled.json naming both programs."""
+    from profiler.synthetic.export import ExportBuilder
 
-    base = {"step_name": "jit_step", "step_program": "jit_step (program 6)", "chosen_by": "jit_step (program 6): x"}
-    same = {**base, "step_program": "jit_step (program 9)", "chosen_by": "jit_step (program 9): y"}
-    other = {"step_name": "jit_update", "step_program": "jit_update (program 4)", "chosen_by": None}
-    assert step_line({"policy": "p", "step": {"base": base, "head": same}}) is None  # ids differ per process
-    assert step_line({"policy": "p", "step": {"base": base, "head": other}}) == (
-        "step (p): base jit_step (program 6): x; head jit_update (program 4): the per-step numbers compare "
-        "different programs"
-    )
-    assert step_line({"policy": "p"}) is None  # a document from before
+    b = ExportBuilder()
+    b.domain(1, "profile-step")
+    b.nvtx(0, 9_000, "XlaModule:#hlo_module=jit_init,program_id=1#", domain_id=1)
+    for t in (10_000, 20_000, 30_000):
+        b.nvtx(t, t + 2_000, f"XlaModule:#hlo_module={step},program_id={pid}#", domain_id=1)
+    folder.mkdir(parents=True)
+    modules = [
+        {"name": n, "id": i, "label": f"module_{i:04d}.{n}", "cost": {"flops": 1e6}}
+        for n, i in (("jit_init", 1), (step, pid))
+    ]
+    (folder / "compiled.json").write_text(json.dumps({"modules": modules, "notes": []}))
+    return b.write(folder / "trace.sqlite")
+
+
+def test_compare_says_when_the_sides_steps_are_different_programs(tmp_path):
+    """Base's step is jit_step, head's jit_update: the per-step numbers compare two programs, said in
+    one line (each side's sentence, as its run line says it); the same name on both sides: no line."""
+    from profiler.analysis.compare import compare
+    from profiler.report.compare_text import render_markdown, render_terminal
+    from profiler.runs.result import collect
+
+    base = collect(open_trace(_hook_run(tmp_path / "base", "jit_step", 6)))
+    head = collect(open_trace(_hook_run(tmp_path / "head", "jit_update", 4)))
+    same = collect(open_trace(_hook_run(tmp_path / "same", "jit_step", 9)))
+    cmp = compare([base], [head], [])
+    said = [line for line in render_terminal(cmp).splitlines() if line.startswith("step (")]
+    assert said == [line for line in render_markdown(cmp).splitlines() if line.startswith("step (")]  # the PR comment
+    assert said == [
+        "step (default): base jit_step (program 6): ran 3 times, the only program that ran more than once "
+        "(jit_init ran once); head jit_update (program 4): ran 3 times, the only program that ran more than once "
+        "(jit_init ran once): the per-step numbers compare different programs"
+    ]
+    assert "step (" not in render_terminal(compare([base], [same], []))  # program ids differ per process
 
 
 @pytest.mark.shared
