@@ -359,3 +359,19 @@ def test_the_step_program_s_numbers_come_from_that_program_only():
     assert "the run folder's XLA dump holds no module of jit_update (program 11)" in got["notes"]
     # no executions in the trace: the capture's choice (compiled.json's step_module, an older file)
     assert step_compiled(compiled)["module"] == "module_0002.jit_init"
+
+
+def test_a_step_known_by_name_only_is_its_last_compiled_program_as_at_capture():
+    """An older hook's ranges carry no program id: the step is matched by name to the last compiled
+    program of that name (the highest id), as the capture matched it (step_module._dump_module),
+    whatever the order of compiled.json's modules (the largest kept first, the programs that ran after)."""
+    from profiler.analysis.policies import step_compiled
+    from profiler.xla.step_program import StepProgram
+
+    modules = [
+        {"name": "jit_init", "id": 2, "label": "module_0002.jit_init", "cost": {"flops": 9e8}},
+        {"name": "jit_update", "id": 9, "label": "module_0009.jit_update", "cost": {"flops": 3e6}},
+        {"name": "jit_update", "id": 7, "label": "module_0007.jit_update", "cost": {"flops": 2e6}},
+    ]
+    got = step_compiled({"modules": modules}, StepProgram("jit_update", None, 5, "jit_update: ran 5 times"))
+    assert got["module"] == "module_0009.jit_update" and got["cost"] == {"flops": 3e6}

@@ -58,12 +58,13 @@ BASELINE_POLICY = "none"
 
 # --- the step's compiled program ---------------------------------------------------------------
 def _module_of(mods: list[dict[str, Any]], name: str | None, pid: int | None) -> dict[str, Any] | None:
-    """The compiled.json entry of program (*name*, *pid*): by id; by name (the last) when the id is unknown."""
+    """The compiled.json entry of program (*name*, *pid*): by id; by name when the id is unknown, the
+    last compiled (the highest id, as the capture matched it)."""
     if name is None:
         return None
     same = [m for m in mods if m.get("name") == name]
     if pid is None:
-        return same[-1] if same else None
+        return max(same, key=lambda m: m.get("id") if isinstance(m.get("id"), int) else -1) if same else None
     return next((m for m in same if m.get("id") == pid), None)
 
 
