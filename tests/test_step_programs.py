@@ -210,3 +210,29 @@ def test_on_a_gpu_the_capture_keeps_the_script_s_programs_and_leaves_the_choice_
     assert any("the analysis chooses the step from them" in n for n in short["notes"])
     kept = {m.name for m in dump.scan(tmp_path / "xla_dump")}
     assert {"jit_init", "jit_step"} <= kept
+
+
+def test_pgle_on_a_run_folder_takes_the_step_the_script_handed_over(tmp_path):
+    """The script handed jit_step to annotate.compiled_step; jit_eval ran more often with more GPU time.
+    analyze's steps are jit_step's (the rule, narrowed to the name the script gave): so are pgle's
+    and plan --calibrate's (runs.measured.load), from the run folder and from its trace alike."""
+    from profiler.runs.measured import load
+    from tests.test_xla_steps import execution, new
+
+    b = new()
+    for i in range(4):  # jit_eval (program 3): 4 runs of 800 ns on the GPU
+        t = 10_000 + i * 2_000
+        execution(b, t, "jit_eval", 3, (t + 100, t + 900))
+    for i in range(3):  # jit_step (program 5): 3 runs of 500 ns
+        t = 30_000 + i * 2_000
+        execution(b, t, "jit_step", 5, (t + 100, t + 600))
+    (tmp_path / "run").mkdir()
+    trace = b.write(tmp_path / "run" / "trace.sqlite")
+    handed = {"module": "jit_step", "memory": None, "cost": None}
+    (tmp_path / "run" / "compiled.json").write_text(json.dumps({"modules": [], "handed_over": handed}))
+    step = Breakdown(open_trace(trace)).module_steps.step
+    assert (step.name, step.program_id) == ("jit_step", 5)
+    for source in (tmp_path / "run", trace):
+        m = load(source)
+        assert (m.module_name, m.steps.height, m.chosen_by) == ("jit_step", 3, step.sentence)
+    assert load(trace, module="jit_eval").module_name == "jit_eval"  # --module still narrows to its name
