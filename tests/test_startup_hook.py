@@ -259,6 +259,10 @@ def test_a_script_python_without_nvtx_is_said_with_the_install_command():
     assert "jit_train_step 5x, jit__lambda 1x" in line
     assert "'/opt/maxtext venv/bin/python' -m pip install 'nvtx>=0.2.8,<0.2.12'" in line
     assert nvtx_line("minimal", {"notes": [], "executions": {"jit_step": 3}}) is None
+    # a GPU: the hook counts nothing and writes nothing there, XLA's own ranges give the steps
+    named = [{"module": "jit_step", "program_id": 4, "platform": "cuda"}]
+    gpu = {**hook, "executions": [], "programs_uncounted": named}
+    assert nvtx_line("minimal", gpu) is None
 
 
 def test_the_policy_table_says_why_a_run_without_nvtx_has_no_steps():
