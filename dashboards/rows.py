@@ -43,8 +43,9 @@ HEADER_TIPS = {
     "device": "one row per GPU: its CUDA device id and name",
     "rank": "rank of a multi-rank job: from the file or folder name (report.3.sqlite, rank3) or the manifest",
     "status": "profile-step's run status (ok, failed, interrupted, ...); plain trace: not made by profile-step",
-    "steps": "steps counted in the median (step=N ranges, --step-range, or the executions of the XLA module "
-    "that dominates GPU time; warm-up and outliers left out; a cell's tooltip says which); none: no steps found",
+    "steps": "steps counted in the median (step=N ranges, --step-range, or the executions of the step program, "
+    "one compiled program chosen by the rule every command uses; warm-up and outliers left out; a cell's tooltip "
+    "says which, and how the program was chosen); none: no steps found",
     "step": "median of the included steps' durations (whole run, all GPUs)",
     "bytes": "bytes copied host<->device (D2H and H2D) on this GPU",
     "copies": "number of D2H and H2D copies on this GPU",

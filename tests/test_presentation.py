@@ -258,6 +258,10 @@ def test_steps_cell_says_where_the_steps_and_the_window_come_from(shared_traces)
         f"steps: the executions of jit_train_step (program 7); step: {chosen}; 1 left out (warm-up). "
         "Analysis window: the whole recording"
     )
+    from dashboards.rows import HEADER_TIPS
+
+    # the column's own tooltip names the same source: the step program, not a module chosen by GPU time
+    assert "executions of the step program" in HEADER_TIPS["steps"] and "dominates" not in HEADER_TIPS["steps"]
 
 
 def test_findings_times_never_read_zero():

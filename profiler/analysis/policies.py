@@ -58,12 +58,13 @@ BASELINE_POLICY = "none"
 
 # --- the step's compiled program ---------------------------------------------------------------
 def _module_of(mods: list[dict[str, Any]], name: str | None, pid: int | None) -> dict[str, Any] | None:
-    """The compiled.json entry of program (*name*, *pid*): by id; by name (the last) when the id is unknown."""
+    """The compiled.json entry of program (*name*, *pid*): by id; by name when the id is unknown, the
+    last compiled (the highest id, as the capture matched it)."""
     if name is None:
         return None
     same = [m for m in mods if m.get("name") == name]
     if pid is None:
-        return same[-1] if same else None
+        return max(same, key=lambda m: m.get("id") if isinstance(m.get("id"), int) else -1) if same else None
     return next((m for m in same if m.get("id") == pid), None)
 
 
@@ -91,6 +92,17 @@ def step_compiled(compiled: dict[str, Any] | None, step: StepProgram | None = No
             old = next((m for m in mods if m.get("label") == compiled.get("step_module")), None)
             name, pid = (old["name"], old.get("id")) if old else (handed, None)
     chosen = _module_of(mods, name, pid)
+    if step is not None and step.name is not None and handed and step.name != handed:
+        # the rule narrows to the handed-over name wherever it ran: it never ran as one program
+        # (a step dispatched layer by layer): the numbers are those of the program handed over
+        own = _module_of(mods, handed, None)
+        if own is not None or handed_doc.get("cost") or handed_doc.get("memory"):
+            chosen, own_id = own, (own or {}).get("id")
+            name, pid = handed, (own_id if isinstance(own_id, int) and own_id >= 0 else None)
+            why = (
+                f"{program_label(name, pid)}: the step the script handed to annotate.compiled_step, which never "
+                f"ran as one program (of the programs that ran: {step.sentence})"
+            )
     if chosen is None and name is not None and pid is not None:
         fallback = next((m for m in mods if m.get("name") == name and m.get("id") == -1), None)  # handed over
         said = f"the run folder's XLA dump holds no module of {program_label(name, pid)}"

@@ -202,6 +202,8 @@ def nvtx_line(policy: str, hook: dict[str, Any]) -> str | None:
     no ranges, so a run without XLA's own ranges (any CPU run) has no steps."""
     if not any(str(n).startswith(NO_NVTX_NOTE) for n in (hook or {}).get("notes") or []):
         return None
+    if hook.get("programs_uncounted") and not hook.get("executions"):
+        return None  # a GPU: XLA writes its own ranges, the hook neither counts nor writes there
     exe = hook.get("executable") or "python"
     runs = step_module.executions_text(hook)
     return (
