@@ -22,7 +22,7 @@ import polars as pl
 
 from dashboards.styles import MUTED_COLOR
 from profiler.analysis.intervals import union
-from profiler.runs.summary import RunSummary
+from profiler.stored.summary import RunSummary
 from profiler.units import human_bytes, human_time, time_unit
 
 Figure = dict[str, Any]

@@ -228,10 +228,10 @@ def cmd_findings(args: argparse.Namespace) -> int:
     from profiler.errors import InputError
     from profiler.report.findings_text import render_findings
     from profiler.report.verdict_text import render_verdict
-    from profiler.runs import folder
     from profiler.runs.discover import NoTrace, trace_paths
     from profiler.runs.result import build
     from profiler.runs.verdict import verdict
+    from profiler.stored import folder
     from profiler.trace import load_trace
     from profiler.units import fit
 
@@ -317,8 +317,8 @@ def cmd_whatif(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from profiler.capture import no_trace
     from profiler.capture.run import RunRequest, RunResult, run_all
+    from profiler.stored import no_trace
     from profiler.units import fit, wrap
 
     try:  # capture needs no analysis packages; a bare GPU node may only have what training needs

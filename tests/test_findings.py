@@ -13,7 +13,7 @@ from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.findings import rule_ids, run_findings
 from profiler.analysis.findings.config import FindingsConfig, load_config
 from profiler.errors import InputError
-from profiler.runs.folder import manifest_of
+from profiler.stored.folder import manifest_of
 from profiler.synthetic.export import PAGEABLE, ExportBuilder
 from profiler.trace import open_trace
 from tests.conftest import run_cli

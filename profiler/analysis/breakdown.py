@@ -24,7 +24,7 @@ from profiler.analysis.overlap import KernelSets, offload_metrics, valid, window
 from profiler.analysis.stalls import Stalls, has_waits, trace_stalls
 from profiler.analysis.xla_steps import ModuleSteps, module_steps
 from profiler.conventions import DOMAIN, LAYER_PREFIX, POLICY_PREFIX, STEP_PREFIX, WARMUP_PREFIX
-from profiler.runs.folder import compiled_of
+from profiler.stored.folder import compiled_of
 from profiler.trace.loader import Trace
 from profiler.xla.names import DEFAULT_LAYER_PATTERN, parse_xla
 

@@ -13,7 +13,7 @@ import re
 import statistics
 from typing import Any
 
-from profiler.runs.summary import RunSummary
+from profiler.stored.summary import RunSummary
 
 SICK_LINK_FACTOR = 0.7  # a rank below 70% of the median copy bandwidth is flagged
 STRAGGLER_FACTOR = 1.1  # a rank 10% slower than the median step is a straggler

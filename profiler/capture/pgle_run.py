@@ -13,8 +13,8 @@ import polars as pl
 from profiler.analysis.links import LINKS, Link, link_of_gpu
 from profiler.capture.plan import PlanRequest, run_plan
 from profiler.errors import InputError
-from profiler.runs import folder
-from profiler.runs.measured import Measured, load
+from profiler.predict.measured import Measured, load
+from profiler.stored import folder
 from profiler.xla import pgle
 from profiler.xla.compiled import load_module
 from profiler.xla.hlo import HloError, Module

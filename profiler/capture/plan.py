@@ -27,7 +27,7 @@ from profiler.capture import policy_arg
 from profiler.conventions import BATCH_ENV, COMPILED_STEP, PLAN_DIR_ENV, PLAN_TARGET_ENV, POLICY_ENV
 from profiler.errors import InputError, ProfilerError
 from profiler.predict.step import predict_file
-from profiler.runs import folder
+from profiler.stored import folder
 from profiler.xla import targets
 from profiler.xla.compiled import load_module
 from profiler.xla.fingerprint import module_fingerprint, text_fingerprint

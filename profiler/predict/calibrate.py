@@ -27,8 +27,8 @@ import polars as pl
 from profiler.analysis import instruction_times as it
 from profiler.analysis.links import LINKS, Link, link_of_gpu
 from profiler.predict import roofline, schedule
+from profiler.predict.measured import Measured
 from profiler.predict.simulate import Prediction, simulate
-from profiler.runs.measured import Measured
 from profiler.xla.hlo import Module
 
 CLASSES = ("matmul", "fusion", "collective", "other")

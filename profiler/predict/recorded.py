@@ -15,8 +15,8 @@ from typing import Any
 
 from profiler.analysis.links import host_link
 from profiler.predict.step import LABEL, predict_file
-from profiler.runs.folder import compiled_in
-from profiler.runs.summary import RunSummary
+from profiler.stored.folder import compiled_in
+from profiler.stored.summary import RunSummary
 from profiler.xla.proto import read_bytes
 from profiler.xla.targets import TARGETS
 
