@@ -10,7 +10,7 @@ from typing import Any
 
 import polars as pl
 
-from profiler.analysis.links import LINKS, Link, link_of_gpu
+from profiler.analysis.links import Link, host_link
 from profiler.capture.plan import PlanRequest, run_plan
 from profiler.errors import InputError
 from profiler.predict.measured import Measured, load
@@ -98,12 +98,13 @@ def strip_modules(doc: dict[str, Any]) -> dict[str, Any]:
 
 def _prediction_links(doc: dict[str, Any], links: list[Link] | None) -> list[Link]:
     """The links asked for, else the plan's (``plan --link``), else the host link of the target's GPU
-    family (PCIe Gen5 when unknown)."""
+    family (``host_link``'s rule: the assumed link when unknown)."""
     if links:
         return links
     if doc.get("links"):
-        return [Link(k["key"], k["name"], k["gbps"]) for k in doc["links"]]
-    return [link_of_gpu(doc["target"].get("label")) or LINKS["pcie5"]]
+        return [Link.from_doc(k) for k in doc["links"]]
+    label = doc["target"].get("label")
+    return [host_link([label] if label else []).link]
 
 
 def pgle_predictions(doc: dict[str, Any], costs_us: dict[str, float], link: Link) -> None:
