@@ -448,9 +448,9 @@ def planned_vs_moved(run: RunSummary | dict[str, Any], tolerance: float = DIFF_T
                 flags.append(f"{d} differs ({100 * (m - p) / p:+.0f}%)")
         x["flag"] = "; ".join(flags) if flags else "ok"
         out.append(x)
-    from profiler.analysis.breakdown import _natural_key
+    from profiler.units import natural_key
 
-    out.sort(key=lambda x: (x["unplanned_op"] is not None, _natural_key(x["layer"] or "~"), x["activation"] or "~"))
+    out.sort(key=lambda x: (x["unplanned_op"] is not None, natural_key(x["layer"] or "~"), x["activation"] or "~"))
     return {
         "policy": run.policy,
         "trace": run.trace,
