@@ -101,7 +101,8 @@ def test_a_cycle_is_found(tmp_path: Path):
 # it, in functions too; nothing beside it on its floor, nothing above.  profiler.stored is what a stored
 # run is (its folder, its typed summary, why it has no trace), so that capture, trace and analysis
 # stand on it; runs (found, analyzed, stored in a database) and predict are siblings above analysis.
-# A package named on no floor stands above them all; a package's __main__ is a command, on no floor.
+# A package named on no floor stands under the commands (cli.py) and over everything else; a package's
+# __main__ is a command, on no floor.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("profiler", "profiler.units", "profiler.conventions", "profiler.errors"),
     ("profiler.stored",),
@@ -120,17 +121,18 @@ def _package(module: str) -> str:
     """The floor entry that *module* belongs to (its longest prefix among them), else its top package."""
     parts = module.split(".")
     for n in range(len(parts), 0, -1):
-        if ".".join(parts[:n]) in _FLOOR_OF:
-            return ".".join(parts[:n])
+        prefix = ".".join(parts[:n])
+        if prefix in _FLOOR_OF and (prefix != "profiler" or module == "profiler"):
+            return prefix
     return ".".join(parts[:2])
 
 
 def _may_import(module: str, target: str) -> bool:
     here, there = _package(module), _package(target)
-    if here == there or there == "profiler":
+    if here == there or there == "profiler" or (here not in _FLOOR_OF and there not in _FLOOR_OF):
         return True
-    top = len(FLOORS)
-    return _FLOOR_OF.get(there, top) < _FLOOR_OF.get(here, top) or (here not in _FLOOR_OF and there not in _FLOOR_OF)
+    unlisted = len(FLOORS) - 1.5  # a package on no floor: under the commands, over everything else
+    return _FLOOR_OF.get(there, unlisted) < _FLOOR_OF.get(here, unlisted)
 
 
 def layer_breaks(root: Path) -> list[str]:
@@ -163,10 +165,15 @@ def test_a_layer_break_is_found(tmp_path: Path):
     (tmp_path / "profiler/runs/c.py").write_text("def g():\n    from profiler.predict import d\n")  # a sibling
     (tmp_path / "profiler/predict/d.py").write_text("from profiler.analysis import a\n")
     (tmp_path / "dashboards/__main__.py").write_text("from profiler.cli import main\n")  # a command
-    (tmp_path / "profiler/cli.py").write_text("import dashboards\n")
+    (tmp_path / "profiler/cli.py").write_text("import dashboards\nimport profiler.newpkg\n")
+    (tmp_path / "profiler/newpkg").mkdir()  # on no floor: under the commands, over everything else
+    (tmp_path / "profiler/newpkg/__init__.py").write_text("from profiler.report import text\nimport profiler.cli\n")
+    (tmp_path / "profiler/report/e.py").write_text("def h():\n    import profiler.newpkg\n")
     found = layer_breaks(tmp_path)
     assert found == [
         "profiler.analysis.a -> dashboards",
         "profiler.analysis.b -> profiler.report.text",
+        "profiler.newpkg -> profiler.cli",
+        "profiler.report.e -> profiler.newpkg",
         "profiler.runs.c -> profiler.predict.d",
     ]
