@@ -502,7 +502,7 @@ def cmd_pgle(args: argparse.Namespace) -> int:
     """``pgle RUN_OR_TRACE -o FILE``: XLA's profile-guided latency estimator file from a trace."""
     from pathlib import Path
 
-    from profiler.capture.pgle_run import write_profile
+    from profiler.predict.plan_costs import write_profile
     from profiler.report.measured_text import render_pgle_written
 
     s = write_profile(Path(args.source), Path(args.out), args.module, Path(args.hlo) if args.hlo else None)

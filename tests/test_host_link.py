@@ -103,10 +103,10 @@ def test_a_link_is_parsed_once_where_it_is_named(tmp_path):
 def test_one_default_for_an_unknown_gpu():
     """Every path that needs a host link and cannot tell it takes ASSUMED (PCIe Gen4): the trace's
     (host_link), and a plan's whose target names no known GPU family (pgle / plan --calibrate)."""
-    from profiler.capture.pgle_run import _prediction_links
+    from profiler.predict.plan_costs import prediction_links
 
     assert ASSUMED == "pcie4" and host_link([]).link is LINKS[ASSUMED]
-    assert _prediction_links({"target": {"label": "my accelerator"}}, None) == [LINKS[ASSUMED]]
-    assert _prediction_links({"target": {"label": "NVIDIA H100"}}, None) == [LINKS["pcie5"]]
+    assert prediction_links({"target": {"label": "my accelerator"}}, None) == [LINKS[ASSUMED]]
+    assert prediction_links({"target": {"label": "NVIDIA H100"}}, None) == [LINKS["pcie5"]]
     plan = {"links": [{**LINKS["pcie6"].doc(), "why": "as chosen (--link)"}], "target": {"label": "x"}}
-    assert _prediction_links(plan, None) == [LINKS["pcie6"]]  # the plan's link, read back as it was written
+    assert prediction_links(plan, None) == [LINKS["pcie6"]]  # the plan's link, read back as it was written
