@@ -24,8 +24,8 @@ import polars as pl
 from profiler.analysis import instruction_times as it
 from profiler.analysis.links import link_of_gpu
 from profiler.predict import calibrate, roofline, schedule
+from profiler.predict.measured import copies_of_export, load
 from profiler.report.table import table
-from profiler.runs.measured import copies_of_export, load
 
 ROOT = Path(__file__).resolve().parents[1]
 A100_SPEC = ROOT / "benchmarks" / "specs" / "a100_sxm4_40gb.txtpb"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from profiler.runs.summary import RunSummary
+from profiler.stored.summary import RunSummary
 
 ZERO = {"count": 0, "bytes": 0, "busy_ns": 0, "overlap_any_ns": 0, "exposed_ns": 0, "hidden_fraction": None}
 ZERO3 = {d: ZERO for d in ("h2d", "d2h", "offload")}

@@ -27,11 +27,12 @@ import polars as pl
 from profiler.analysis.findings.config import FindingsConfig
 from profiler.analysis.whatif import trace_whatif
 from profiler.errors import InputError, ProfilerError
-from profiler.runs import folder, store
+from profiler.runs import store
 from profiler.runs.catalog import CATALOG
 from profiler.runs.discover import RunRef, discover
 from profiler.runs.result import build
-from profiler.runs.summary import RunSummary
+from profiler.stored import folder
+from profiler.stored.summary import RunSummary
 from profiler.trace import load_trace
 
 

@@ -22,8 +22,8 @@ import polars as pl
 
 from dashboards.styles import MUTED_COLOR
 from profiler.analysis.intervals import union
-from profiler.runs.summary import RunSummary
-from profiler.units import human_bytes, human_time, time_unit
+from profiler.stored.summary import RunSummary
+from profiler.units import human_bytes, human_time, natural_key, time_unit
 
 Figure = dict[str, Any]
 COLORS = {
@@ -205,7 +205,7 @@ def rank_heatmap(summaries: list[RunSummary], policy: str | None) -> Figure:
     runs = sorted((s for s in summaries if s.policy == policy and s.rank is not None), key=lambda s: s.rank)
     if not runs:
         return note_figure("Select runs that are ranks of one job (a rank in their name or manifest).")
-    layers = sorted({n for s in runs for n in s.layers}, key=_natural)
+    layers = sorted({n for s in runs for n in s.layers}, key=natural_key)
     if not layers:
         return note_figure("These ranks have no layers (layer=N ranges or XLA thunks under a named layer scope).")
     values = [[s.layers[n].offload["exposed_ns"] if n in s.layers else None for n in layers] for s in runs]
@@ -228,10 +228,6 @@ def rank_heatmap(summaries: list[RunSummary], policy: str | None) -> Figure:
         xaxis={**xaxis, "title": {"text": "layer"}},
         yaxis={"autorange": "reversed", "type": "category"},
     )
-
-
-def _natural(text: str) -> list[Any]:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
 
 
 def layer_figure(layers: dict[str, dict[str, Any]], title: str, stalls: bool = False) -> Figure:

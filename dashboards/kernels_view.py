@@ -17,7 +17,7 @@ from dashboards.rows import View
 from dashboards.styles import CELL, HEADER
 from profiler.analysis.kernels_slowed import MIN_CALLS, SIZE_BIAS_NOTE, no_baseline
 from profiler.errors import ProfilerError
-from profiler.runs.summary import RunSummary
+from profiler.stored.summary import RunSummary
 from profiler.units import human_time
 
 CAVEAT = f"Kernels alone: no copy overlaps them; beside: at least half of each under h2d/d2h copies. {SIZE_BIAS_NOTE}."

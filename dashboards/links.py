@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from profiler.analysis.links import ASSUMED, Link, host_link, without_hint
 from profiler.analysis.links import LINKS as NAMED
-from profiler.runs.summary import RunSummary
+from profiler.stored.summary import RunSummary
 
 LINKS: tuple[Link, ...] = tuple(NAMED.values())
 BY_KEY = NAMED

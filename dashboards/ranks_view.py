@@ -13,7 +13,7 @@ from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.selection import runs_that, selected_views
 from dashboards.widgets import dropdown, graph
-from profiler.runs.summary import RunSummary
+from profiler.stored.summary import RunSummary
 
 
 def tab(options: list[dict[str, str]], value: str | None, classes: str) -> dcc.Tab:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from profiler.runs.discover import RunRef
-from profiler.runs.summary import RunSummary
+from profiler.stored.summary import RunSummary
 from profiler.units import human_time, readable_byte_unit, readable_time_unit
 
 # 4 significant digits, trailing zeros dropped, thousands separated: a column's unit is the one most of

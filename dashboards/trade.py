@@ -33,7 +33,7 @@ from dashboards.styles import CELL, FAINT_COLOR, HEADER_WRAP, SAME_STEP_BACKGROU
 from profiler.analysis.policies import frontier, per_step_and_gpu, planned_vs_moved, policy_table
 from profiler.predict.recorded import predicted
 from profiler.report.policies_text import policy_marks
-from profiler.runs.summary import RunSummary
+from profiler.stored.summary import RunSummary
 from profiler.units import byte_unit, human_bytes, human_time, si, time_unit
 
 MEMORY_MARKER = {

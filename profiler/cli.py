@@ -170,12 +170,13 @@ def cmd_cross_check(args: argparse.Namespace) -> int:
     return 0 if doc["agree"] else 1
 
 
-def findings_config(args: argparse.Namespace) -> Any:
-    """The findings' configuration from ``--findings-config``, ``--disable-finding`` and ``--link``."""
+def findings_config(args: argparse.Namespace, link: Any) -> Any:
+    """The findings' configuration from ``--findings-config``, ``--disable-finding`` and the parsed
+    ``--link`` (*link*)."""
     from profiler.analysis.findings import rule_ids
     from profiler.analysis.findings.config import configure
 
-    return configure(args.findings_config, args.disable_finding, args.link, rule_ids())
+    return configure(args.findings_config, args.disable_finding, link, rule_ids())
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -185,14 +186,13 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         return cmd_ranks(args)
     from pathlib import Path
 
-    if len(args.trace) > 1 or Path(args.trace[0]).is_dir():
-        from profiler.analysis.findings.config import checked_link
+    from profiler.analysis.links import given_link
 
-        checked_link(args.link)  # a bad --link is an error here too, not silently ignored
+    link = given_link(args.link)  # a bad --link is an error on every path, not silently ignored
+    if len(args.trace) > 1 or Path(args.trace[0]).is_dir():
         if args.by:
             return cmd_run_views(args)
         return cmd_policies(args)
-    from profiler.analysis.findings.config import checked_link
     from profiler.report.findings_text import render_findings
     from profiler.report.text import no_groups, render_devices, render_groups
     from profiler.report.verdict_text import render_verdict
@@ -201,8 +201,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from profiler.trace import load_trace
     from profiler.units import fit
 
-    config = None if args.no_findings else findings_config(args)
-    checked_link(args.link)  # the devices' table compares with it, findings or not
+    config = None if args.no_findings else findings_config(args, link)
     trace = load_trace(args.trace[0], nsys=args.nsys, window=args.window)
     res = analyzed(
         trace,
@@ -223,7 +222,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         return 0
     print(render_verdict(found, wide=args.wide))
     print()
-    print(fit(render_devices(doc, link=args.link, wide=args.wide), args.wide))
+    print(fit(render_devices(doc, link=link, wide=args.wide), args.wide))
     if args.by:
         print()
         print(fit(render_groups(doc, args.by, all_steps=args.all_steps, wide=args.wide), args.wide))
@@ -235,17 +234,18 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 def cmd_findings(args: argparse.Namespace) -> int:
     """``findings TRACE|RUN...``: the verdict, then the findings, for every trace the paths name."""
+    from profiler.analysis.links import given_link
     from profiler.errors import InputError
     from profiler.report.findings_text import render_findings
     from profiler.report.verdict_text import render_verdict
-    from profiler.runs import folder
     from profiler.runs.discover import NoTrace, trace_paths
     from profiler.runs.result import build
     from profiler.runs.verdict import verdict
+    from profiler.stored import folder
     from profiler.trace import load_trace
     from profiler.units import fit
 
-    config = findings_config(args)
+    config = findings_config(args, given_link(args.link))
     docs, summaries = [], []
     skipped: list[NoTrace] = []
     for arg in args.paths:
@@ -327,8 +327,8 @@ def cmd_whatif(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from profiler.capture import no_trace
     from profiler.capture.run import RunRequest, RunResult, run_all
+    from profiler.stored import no_trace
     from profiler.units import fit, wrap
 
     try:  # capture needs no analysis packages; a bare GPU node may only have what training needs
@@ -463,6 +463,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """``plan SCRIPT``: the step compiled for a GPU target without a GPU, per policy and batch."""
     from pathlib import Path
 
+    from profiler.analysis.links import given_link
     from profiler.analysis.policies import plan_table
     from profiler.capture.plan import PlanRequest, run_plan, usable_fraction
     from profiler.conventions import EXAMPLE_POLICIES
@@ -489,7 +490,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         policy_word=bool(args.policy_word),
         out_dir=Path(args.out) if args.out else None,
         plans_dir=Path(args.plans_dir),
-        links=[k.strip() for group in args.link or [] for k in group.split(",") if k.strip()] or None,
+        links=[given_link(k.strip()) for group in args.link or [] for k in group.split(",") if k.strip()] or None,
     )
     if args.link and not req.links:
         raise ProfilerError(f"--link: no link named in {','.join(args.link)!r}")
@@ -511,7 +512,7 @@ def cmd_pgle(args: argparse.Namespace) -> int:
     """``pgle RUN_OR_TRACE -o FILE``: XLA's profile-guided latency estimator file from a trace."""
     from pathlib import Path
 
-    from profiler.capture.pgle_run import write_profile
+    from profiler.predict.plan_costs import write_profile
     from profiler.report.measured_text import render_pgle_written
 
     s = write_profile(Path(args.source), Path(args.out), args.module, Path(args.hlo) if args.hlo else None)

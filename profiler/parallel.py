@@ -29,7 +29,7 @@ from profiler.conventions import DEFAULT_RANK_PATTERN, rank_from_name
 from profiler.errors import ProfilerError
 from profiler.runs.discover import NoTrace, trace_paths
 from profiler.runs.result import load_runs, rank_result
-from profiler.runs.summary import RunSummary
+from profiler.stored.summary import RunSummary
 
 
 def usable_cores() -> int:

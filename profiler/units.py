@@ -217,3 +217,10 @@ def fit(text: str, wide: bool = False, width: int = COLUMNS) -> str:
         indent = line[: len(line) - len(line.lstrip())]
         out.append(wrap(line.strip(), indent=indent, width=width))
     return "\n".join(out)
+
+
+def natural_key(text: str) -> list[int | str]:
+    """The sort key that orders names as people read them: ``layer_2`` before ``layer_10``."""
+    import re
+
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]

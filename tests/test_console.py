@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from profiler.capture.console import ConsoleFilter
+from profiler.stored.console import ConsoleFilter
 
 # the tail of a real output.log (nsys 2023.4.4 profiling examples/train.py on this project's CPU machine)
 LOG = """train.py: policy=none backend=cpu layers=4 d_model=64 seq=32 batch=2 scan=False dispatch=per-layer
@@ -67,7 +67,7 @@ def test_the_importers_crash_stays_in_the_log():
 
 
 def test_the_importers_failure_in_a_few_words(tmp_path):
-    from profiler.capture import no_trace
+    from profiler.stored import no_trace
 
     (tmp_path / "output.log").write_text(CRASH)
     assert no_trace.nsys_failure(tmp_path) == "nsys's importer failed (Importation failed: Wrong event order)"
@@ -79,7 +79,7 @@ def test_the_importers_failure_in_a_few_words(tmp_path):
 def test_nsys_failing_before_the_script_started(tmp_path):
     """Seen in a quickstart under load (nsys 2024.2.3): nsys printed 'End of file' and exited 1 before the
     script ran; after a lost agent it adds a pointer to its troubleshooting page. Both are nsys's lines."""
-    from profiler.capture import no_trace
+    from profiler.stored import no_trace
 
     (tmp_path / "output.log").write_text("End of file\n")
     assert no_trace.nsys_failure(tmp_path, 1) == "nsys failed before the script started (exit code 1: End of file)"

@@ -17,8 +17,8 @@ from profiler.analysis.policies import frontier, plan_table, planned_vs_moved, p
 from profiler.analysis.whatif import step_medians, trace_whatif
 from profiler.capture import step_module
 from profiler.runs.discover import discover
-from profiler.runs.folder import manifest_of
 from profiler.runs.result import collect
+from profiler.stored.folder import manifest_of
 from profiler.synthetic.demo import StepModel, write_demo_runs
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace

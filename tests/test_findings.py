@@ -12,8 +12,9 @@ import pytest
 from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.findings import rule_ids, run_findings
 from profiler.analysis.findings.config import FindingsConfig, load_config
+from profiler.analysis.links import LINKS
 from profiler.errors import InputError
-from profiler.runs.folder import manifest_of
+from profiler.stored.folder import manifest_of
 from profiler.synthetic.export import PAGEABLE, ExportBuilder
 from profiler.trace import open_trace
 from tests.conftest import run_cli
@@ -171,7 +172,7 @@ def test_slow_link_needs_enough_copies_and_a_known_link(tmp_path):
     path2 = write_run(tmp_path, b2, name="unknown")
     assert "give --link" in skipped(findings_of(path2), "slow-link")
     trace = open_trace(path2)
-    cfg = FindingsConfig().with_(link="pcie4")
+    cfg = FindingsConfig().with_(link=LINKS["pcie4"])
     assert fired(run_findings(trace, None, cfg, Breakdown(trace)), "slow-link")
 
 

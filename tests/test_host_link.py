@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dashboards.links import default_link
-from profiler.analysis.links import LINKS, host_link, recorded_link
+from profiler.analysis.links import ASSUMED, LINKS, given_link, host_link, parse_link, recorded_link
 from profiler.synthetic.export import ExportBuilder
 from tests.conftest import run_cli
 
@@ -24,9 +24,9 @@ def test_the_rule():
     assert "unknown GPU" in unnamed.why and "TARGET_INFO_GPU" in unnamed.why and "--link" in unnamed.why
     odd = host_link(["Some Accelerator 9000"])
     assert odd.assumed and "Some Accelerator 9000" in odd.why and "not in the table" in odd.why
-    given = host_link([], "pcie5")
+    given = host_link([], parse_link("pcie5"))
     assert given.link == LINKS["pcie5"] and given.source == "given" and not given.assumed
-    assert host_link(["NVIDIA H100 80GB HBM3"], "100").link.gbps == 100.0  # --link wins over the model
+    assert host_link(["NVIDIA H100 80GB HBM3"], parse_link("100")).link.gbps == 100.0  # --link wins over the model
 
 
 def test_the_recorded_link_is_never_assumed():
@@ -80,3 +80,33 @@ def test_real_2026_exports_say_unknown_gpu(shared_traces):
     out = run_cli("analyze", "--no-findings", str(shared_traces / "nsysai__h100_2gpu_1s.sqlite"))
     assert out.stdout.count("(unknown GPU): window") == 2
     assert out.stdout.count("assumed: unknown GPU") == 2
+
+
+def test_a_link_is_parsed_once_where_it_is_named(tmp_path):
+    """``given_link``: the edge's parse (None when none is named, the one-line --link error); a TOML
+    findings file's link is parsed when the file is read, and a bad one names the file."""
+    from profiler.analysis.findings.config import load_config
+    from profiler.errors import InputError, ProfilerError
+
+    assert given_link(None) is None and given_link("") is None
+    assert given_link("gen5") is LINKS["pcie5"] and given_link("12.5").gbps == 12.5
+    with pytest.raises(ProfilerError, match=r"^--from-link: unknown link 'usb'"):
+        given_link("usb", "--from-link")
+    good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
+    good.write_text('link = "c2c"\n')
+    bad.write_text('link = "warp9"\n')
+    assert load_config(good, set()).link is LINKS["nvlink-c2c"]
+    with pytest.raises(InputError, match=r"bad\.toml: link: unknown link 'warp9'"):
+        load_config(bad, set())
+
+
+def test_one_default_for_an_unknown_gpu():
+    """Every path that needs a host link and cannot tell it takes ASSUMED (PCIe Gen4): the trace's
+    (host_link), and a plan's whose target names no known GPU family (pgle / plan --calibrate)."""
+    from profiler.predict.plan_costs import prediction_links
+
+    assert ASSUMED == "pcie4" and host_link([]).link is LINKS[ASSUMED]
+    assert prediction_links({"target": {"label": "my accelerator"}}, None) == [LINKS[ASSUMED]]
+    assert prediction_links({"target": {"label": "NVIDIA H100"}}, None) == [LINKS["pcie5"]]
+    plan = {"links": [{**LINKS["pcie6"].doc(), "why": "as chosen (--link)"}], "target": {"label": "x"}}
+    assert prediction_links(plan, None) == [LINKS["pcie6"]]  # the plan's link, read back as it was written

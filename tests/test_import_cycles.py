@@ -1,6 +1,6 @@
 """No import circles among profiler/ and dashboards/: module-level imports (those under
-``TYPE_CHECKING`` included) form no cycle; and data flows one way: the lower layers (units,
-conventions, trace, xla, analysis) import nothing above them, not even inside a function."""
+``TYPE_CHECKING`` included) form no cycle; and data flows one way: every package stands on a floor
+(``FLOORS``) and imports nothing beside or above it, not even inside a function."""
 
 from __future__ import annotations
 
@@ -97,43 +97,55 @@ def test_a_cycle_is_found(tmp_path: Path):
     assert cycles(import_graph(tmp_path)) == [["profiler.a", "profiler.b", "profiler.a"]]
 
 
-# What each lower layer may import of the project (in functions too); anything else is above it.
-# runs/folder.py is the run folder's one reader and writer: standard library and conventions only, so
-# capture (which writes folders) and trace (which reads a capture's window from one) stand on it;
-# runs/summary.py, the stored run document typed (standard library only), is what analysis reads runs by.
-BASE = {"profiler.units", "profiler.conventions", "profiler.errors", "profiler.runs.folder", "profiler.runs.summary"}
-LAYERS = {
-    "profiler.runs.folder": BASE,
-    "profiler.runs.summary": set(),  # standard library only
-    "profiler.units": BASE,
-    "profiler.conventions": BASE,
-    "profiler.errors": BASE,
-    "profiler.trace": BASE | {"profiler.trace"},
-    "profiler.xla": BASE | {"profiler.xla"},
-    "profiler.analysis": BASE | {"profiler.trace", "profiler.xla", "profiler.analysis"},
-}
+# The floors of the house, from the ground up: a module imports its own package and the floors below
+# it, in functions too; nothing beside it on its floor, nothing above.  profiler.stored is what a stored
+# run is (its folder, its typed summary, why it has no trace), so that capture, trace and analysis
+# stand on it; runs (found, analyzed, stored in a database) and predict are siblings above analysis.
+# A package named on no floor stands under the commands (cli.py) and over everything else; a package's
+# __main__ is a command, on no floor.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("profiler", "profiler.units", "profiler.conventions", "profiler.errors"),
+    ("profiler.stored",),
+    ("profiler.trace", "profiler.xla", "profiler.synthetic"),
+    ("profiler.analysis", "profiler.annotate"),
+    ("profiler.predict", "profiler.runs"),
+    ("profiler.parallel", "profiler.report"),
+    ("profiler.capture", "profiler.recipes"),
+    ("dashboards",),
+    ("profiler.cli",),
+)
+_FLOOR_OF = {pkg: n for n, floor in enumerate(FLOORS) for pkg in floor}
 
 
-def _layer(module: str) -> str | None:
-    return next((k for k in sorted(LAYERS, key=len, reverse=True) if module == k or module.startswith(k + ".")), None)
+def _package(module: str) -> str:
+    """The floor entry that *module* belongs to (its longest prefix among them), else its top package."""
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:n])
+        if prefix in _FLOOR_OF and (prefix != "profiler" or module == "profiler"):
+            return prefix
+    return ".".join(parts[:2])
 
 
-def _within(module: str, allowed: set[str]) -> bool:
-    return any(module == ok or module.startswith(ok + ".") for ok in allowed)
+def _may_import(module: str, target: str) -> bool:
+    here, there = _package(module), _package(target)
+    if here == there or there == "profiler" or (here not in _FLOOR_OF and there not in _FLOOR_OF):
+        return True
+    unlisted = len(FLOORS) - 1.5  # a package on no floor: under the commands, over everything else
+    return _FLOOR_OF.get(there, unlisted) < _FLOOR_OF.get(here, unlisted)
 
 
 def layer_breaks(root: Path) -> list[str]:
-    """``module -> imported`` for each import of a lower layer that reaches above it."""
+    """``module -> imported`` for each import (in a function too) of a package beside or above it."""
     mods = modules(root)
     out = []
     for name, path in sorted(mods.items()):
-        layer = _layer(name)
-        if layer is None:
+        if name.rsplit(".", 1)[-1] == "__main__":
             continue
         tree = ast.parse(path.read_text(), str(path))
         nodes = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
         targets = {t for n in nodes if not getattr(n, "level", 0) for t in _targets(n, mods)}
-        out += [f"{name} -> {t}" for t in sorted(targets) if t != "profiler" and not _within(t, LAYERS[layer])]
+        out += [f"{name} -> {t}" for t in sorted(targets) if not _may_import(name, t)]
     return out
 
 
@@ -142,7 +154,7 @@ def test_lower_layers_import_nothing_above_them():
 
 
 def test_a_layer_break_is_found(tmp_path: Path):
-    for pkg in ("profiler", "profiler/analysis", "profiler/report", "dashboards"):
+    for pkg in ("profiler", "profiler/analysis", "profiler/report", "profiler/runs", "profiler/predict", "dashboards"):
         (tmp_path / pkg).mkdir()
         (tmp_path / pkg / "__init__.py").write_text("")
     (tmp_path / "profiler/units.py").write_text("")
@@ -150,5 +162,18 @@ def test_a_layer_break_is_found(tmp_path: Path):
     body = "from profiler import units\n\n\ndef f():\n    import dashboards\n"
     (tmp_path / "profiler/analysis/a.py").write_text(body)
     (tmp_path / "profiler/analysis/b.py").write_text("from profiler.report.text import ms\n")
+    (tmp_path / "profiler/runs/c.py").write_text("def g():\n    from profiler.predict import d\n")  # a sibling
+    (tmp_path / "profiler/predict/d.py").write_text("from profiler.analysis import a\n")
+    (tmp_path / "dashboards/__main__.py").write_text("from profiler.cli import main\n")  # a command
+    (tmp_path / "profiler/cli.py").write_text("import dashboards\nimport profiler.newpkg\n")
+    (tmp_path / "profiler/newpkg").mkdir()  # on no floor: under the commands, over everything else
+    (tmp_path / "profiler/newpkg/__init__.py").write_text("from profiler.report import text\nimport profiler.cli\n")
+    (tmp_path / "profiler/report/e.py").write_text("def h():\n    import profiler.newpkg\n")
     found = layer_breaks(tmp_path)
-    assert found == ["profiler.analysis.a -> dashboards", "profiler.analysis.b -> profiler.report.text"]
+    assert found == [
+        "profiler.analysis.a -> dashboards",
+        "profiler.analysis.b -> profiler.report.text",
+        "profiler.newpkg -> profiler.cli",
+        "profiler.report.e -> profiler.newpkg",
+        "profiler.runs.c -> profiler.predict.d",
+    ]

@@ -112,7 +112,7 @@ def test_pgle_on_the_export_measures_the_step_program_as_the_archive_does(archiv
     not jit__psum (program 1: 4 blocking executions holding 2.6 to 2.9 s of host time around 16 to 19 ms
     of GPU work), and the same instructions as nsys's own projection of the archive measures."""
     from profiler.analysis import instruction_times as it
-    from profiler.runs.measured import load
+    from profiler.predict.measured import load
 
     _, proj = read_archive(archive)
     spans, execs, step = it.projection_spans(proj)

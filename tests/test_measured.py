@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from profiler.analysis import instruction_times as it
-from profiler.runs.measured import load
+from profiler.predict.measured import load
 from profiler.synthetic.export import ExportBuilder
 from profiler.xla import pgle
 from profiler.xla.compiled import load_module

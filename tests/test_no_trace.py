@@ -19,7 +19,7 @@ import pytest
 
 from dashboards.app import all_rows
 from dashboards.data import RunStore
-from profiler.capture import no_trace
+from profiler.stored import no_trace
 from tests.conftest import ROOT, run_cli
 
 STEPS = ROOT / "tests" / "scripts" / "steps.py"

@@ -17,8 +17,8 @@ from profiler.analysis.compare import compare, parse_threshold, run_value
 from profiler.analysis.policies import planned_vs_moved, policy_row, policy_table
 from profiler.capture import step_module
 from profiler.report.compare_text import render_markdown
-from profiler.runs.folder import manifest_of
 from profiler.runs.result import collect
+from profiler.stored.folder import manifest_of
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
 from tests.conftest import ROOT, run_cli

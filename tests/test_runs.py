@@ -9,8 +9,9 @@ import pytest
 
 from profiler.analysis.breakdown import Breakdown
 from profiler.recipes import mapper
-from profiler.runs import folder, result, store
+from profiler.runs import result, store
 from profiler.runs.discover import NoTrace, discover, trace_paths
+from profiler.stored import folder
 from profiler.trace import open_trace
 from tests.training_traces import training_export
 

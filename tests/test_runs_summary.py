@@ -1,4 +1,4 @@
-"""runs/summary.py: a run's stored document read back typed (``RunSummary.from_json``) is the fresh
+"""stored/summary.py: a run's stored document read back typed (``RunSummary.from_json``) is the fresh
 run's summary, compare and the policy table read both alike, and a document of an older version
 (without the keys added since) still reads."""
 
@@ -12,8 +12,9 @@ from profiler.analysis.compare import DEFAULT_THRESHOLDS, compare, parse_thresho
 from profiler.analysis.findings.config import FindingsConfig
 from profiler.analysis.policies import policy_table
 from profiler.analysis.ranks import cross_rank
-from profiler.runs import folder, result, store
-from profiler.runs.summary import RunSummary, StepRow
+from profiler.runs import result, store
+from profiler.stored import folder
+from profiler.stored.summary import RunSummary, StepRow
 from profiler.trace import open_trace
 from tests.training_traces import training_export
 

@@ -268,7 +268,7 @@ def test_a_script_python_without_nvtx_is_said_with_the_install_command():
 def test_the_policy_table_says_why_a_run_without_nvtx_has_no_steps():
     """analyze of such runs, later: the table's note says why steps is 0 and how to get them."""
     from profiler.analysis.policies import no_step_ranges
-    from profiler.runs.summary import RunSummary
+    from profiler.stored.summary import RunSummary
 
     manifest = {
         "program": ["/opt/maxtext venv/bin/python", "train.py", "steps=5"],

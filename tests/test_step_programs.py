@@ -217,8 +217,8 @@ def test_on_a_gpu_the_capture_keeps_the_script_s_programs_and_leaves_the_choice_
 def test_pgle_on_a_run_folder_takes_the_step_the_script_handed_over(tmp_path):
     """The script handed jit_step to annotate.compiled_step; jit_eval ran more often with more GPU time.
     analyze's steps are jit_step's (the rule, narrowed to the name the script gave): so are pgle's
-    and plan --calibrate's (runs.measured.load), from the run folder and from its trace alike."""
-    from profiler.runs.measured import load
+    and plan --calibrate's (predict.measured.load), from the run folder and from its trace alike."""
+    from profiler.predict.measured import load
     from tests.test_xla_steps import execution, new
 
     b = new()

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from profiler.report.verdict_text import render_verdict, verdict_lines
-from profiler.runs.summary import RunSummary
 from profiler.runs.verdict import fastest, verdict
+from profiler.stored.summary import RunSummary
 from tests.conftest import ROOT, run_cli
 from tests.test_policy_noise import MS, run
 from tests.training_traces import training_export

@@ -8,7 +8,6 @@ the device.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -24,8 +23,9 @@ from profiler.analysis.overlap import KernelSets, offload_metrics, valid, window
 from profiler.analysis.stalls import Stalls, has_waits, trace_stalls
 from profiler.analysis.xla_steps import ModuleSteps, module_steps
 from profiler.conventions import DOMAIN, LAYER_PREFIX, POLICY_PREFIX, STEP_PREFIX, WARMUP_PREFIX
-from profiler.runs.folder import compiled_of
+from profiler.stored.folder import compiled_of
 from profiler.trace.loader import Trace
+from profiler.units import natural_key
 from profiler.xla.names import DEFAULT_LAYER_PATTERN, parse_xla
 
 OUTLIER_FACTOR = 2.0  # a step slower than this times the median is left out of summaries
@@ -411,7 +411,7 @@ class Breakdown:
         """Per layer and device; layers without GPU activity (a CPU run) are listed with zeros."""
         lr = self.layer_ranges
         inferred = dict(lr.group_by("layer").agg(pl.col("inferred").any()).iter_rows())
-        order = sorted(inferred, key=_natural_key)
+        order = sorted(inferred, key=natural_key)
         rows = self.measure(
             self.layer_assignment().rename({"layer": "group"}), order=order, top_kernels=top_kernels, distinct=True
         )
@@ -568,7 +568,3 @@ class StepSet:
     members: pl.DataFrame  # range_id, index: the ranges each step's ops are launched in
     source: str | None  # None: no steps
     note: str | None  # why there are none, or what was chosen among what
-
-
-def _natural_key(text: str) -> list[Any]:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]

@@ -1,6 +1,6 @@
 """Comparing two sets of runs (base and head) and gating on thresholds.
 
-Pure functions over runs (``runs.summary.RunSummary``; a run document is read into one).  Runs are matched by
+Pure functions over runs (``stored.summary.RunSummary``; a run document is read into one).  Runs are matched by
 policy, layers by name.  A threshold ``METRIC:+N%`` fails when head is more
 than N% above base (``-N%``: below), ``METRIC:+N`` when more than N above in
 the metric's own unit; equal to the threshold passes.  When both sides have
@@ -18,7 +18,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from profiler.runs.summary import LayerSummary, RunSummary, StepRow
+from profiler.stored.summary import LayerSummary, RunSummary, StepRow
 
 DEFAULT_THRESHOLDS = (
     "exposed_ns:+10%",

@@ -10,13 +10,26 @@ copies are assumed to run at the same fraction of whatever link they use.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from profiler.errors import ProfilerError
 
 
 @dataclass(frozen=True)
 class Link:
+    """A host link, parsed once where the user names it (``given_link``) and passed as this value."""
+
     key: str
     name: str
     gbps: float  # per direction, decimal GB/s
+
+    def doc(self) -> dict[str, Any]:
+        """The link in a JSON document (``from_doc`` reads it back)."""
+        return {"key": self.key, "name": self.name, "gbps": self.gbps}
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> Link:
+        return cls(doc["key"], doc["name"], doc["gbps"])
 
 
 LINKS: dict[str, Link] = {
@@ -47,8 +60,10 @@ GPU_LINKS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("v100", "t4", "p100", "p40", "rtx 20", "quadro rtx", "titan rtx", "titan v"), "pcie3"),
     (("a100", "a800", "a30", "a40", "a10", "a16", "a2 ", "l40", "l4", "rtx 30", "rtx 40", "rtx a"), "pcie4"),
 )
-# The link assumed when the GPU is unknown (not named in the export, or not in GPU_LINKS): the one
-# most machines with a discrete GPU have today; always said, and ``--link`` chooses another.
+# The link assumed when the GPU is unknown (not named in the export or by a plan's target, or not in
+# GPU_LINKS), for every path (analysis, findings, what-if's page, plan, calibration): PCIe Gen4 x16, the
+# link most machines with a discrete GPU have today (A100, L40, RTX 30/40 hosts); a Gen5 guess would
+# halve an unknown machine's copy times.  Always said, and ``--link`` chooses another.
 ASSUMED = "pcie4"
 
 
@@ -65,6 +80,17 @@ def parse_link(text: str) -> Link:
     if not gbps > 0 or gbps == float("inf"):
         raise ValueError(f"a link's bandwidth must be a positive number of GB/s, got {text!r}")
     return Link(f"{gbps:g}gbps", f"{gbps:g} GB/s", gbps)
+
+
+def given_link(text: str | None, flag: str = "--link") -> Link | None:
+    """The link a user names (*flag*'s value), parsed at the edge: None when none is named, the
+    one-line error (``--link: unknown link ...``) when the name is not a link or a bandwidth."""
+    if not text:
+        return None
+    try:
+        return parse_link(text)
+    except ValueError as exc:
+        raise ProfilerError(f"{flag}: {exc}") from None
 
 
 def link_of_gpu(name: str | None) -> Link | None:
@@ -94,13 +120,12 @@ class HostLink:
         return self.source == "assumed"
 
 
-def host_link(gpu_names: list[str], given: str | Link | None = None) -> HostLink:
-    """The one rule (CLI and dashboard): the link *given* (``--link``, a name or a Link), else that of
+def host_link(gpu_names: list[str], given: Link | None = None) -> HostLink:
+    """The one rule (CLI and dashboard): the link *given* (``--link``), else that of
     the first named GPU whose family is known, else ``ASSUMED``, saying that the GPU is unknown
     (no name in the export: 2026.2 exports have no ``TARGET_INFO_GPU``) or not in the table."""
     if given is not None:
-        link = given if isinstance(given, Link) else parse_link(given)
-        return HostLink(link, "given", "as chosen (--link)")
+        return HostLink(given, "given", "as chosen (--link)")
     named = [n for n in gpu_names if n]
     for name in named:
         link = link_of_gpu(name)

@@ -69,6 +69,6 @@ def by_layer(plan: dict[str, Any] | None) -> list[dict[str, Any]]:
             r["exact"] = False
         r[m["direction"] + "_bytes"] += per_step
         r["instructions"].append(m["instruction"])
-    from profiler.analysis.breakdown import _natural_key
+    from profiler.units import natural_key
 
-    return sorted(rows.values(), key=lambda r: (_natural_key(r["layer"] or "~"), r["activation"] or "~"))
+    return sorted(rows.values(), key=lambda r: (natural_key(r["layer"] or "~"), r["activation"] or "~"))

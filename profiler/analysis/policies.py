@@ -1,5 +1,5 @@
 """The policy decision: memory, FLOPs and speed per policy, and the compiler's plan against what
-the trace shows moving.  Pure functions over runs (``runs.summary.RunSummary``; a run document is read
+the trace shows moving.  Pure functions over runs (``stored.summary.RunSummary``; a run document is read
 into one) and plan documents (``profile-step plan``).
 
 Definitions (also in the README):
@@ -44,7 +44,7 @@ from typing import Any
 
 from profiler.analysis.offload_plan import by_layer, label
 from profiler.conventions import NO_NVTX_NOTE, NVTX_REQUIREMENT
-from profiler.runs.summary import RunSummary, StepRow
+from profiler.stored.summary import RunSummary, StepRow
 from profiler.xla.buffers import device_bytes
 from profiler.xla.step_program import StepProgram, program_label
 from profiler.xla.targets import peak_tflops
@@ -448,9 +448,9 @@ def planned_vs_moved(run: RunSummary | dict[str, Any], tolerance: float = DIFF_T
                 flags.append(f"{d} differs ({100 * (m - p) / p:+.0f}%)")
         x["flag"] = "; ".join(flags) if flags else "ok"
         out.append(x)
-    from profiler.analysis.breakdown import _natural_key
+    from profiler.units import natural_key
 
-    out.sort(key=lambda x: (x["unplanned_op"] is not None, _natural_key(x["layer"] or "~"), x["activation"] or "~"))
+    out.sort(key=lambda x: (x["unplanned_op"] is not None, natural_key(x["layer"] or "~"), x["activation"] or "~"))
     return {
         "policy": run.policy,
         "trace": run.trace,

@@ -9,11 +9,11 @@ policy, straggler ranks and why, and ranks whose copy bandwidth stands out.
 
 from __future__ import annotations
 
-import re
 import statistics
 from typing import Any
 
-from profiler.runs.summary import RunSummary
+from profiler.stored.summary import RunSummary
+from profiler.units import natural_key
 
 SICK_LINK_FACTOR = 0.7  # a rank below 70% of the median copy bandwidth is flagged
 STRAGGLER_FACTOR = 1.1  # a rank 10% slower than the median step is a straggler
@@ -38,7 +38,7 @@ def cross_rank(results: list[dict[str, Any]]) -> dict[str, Any]:
         by_policy.setdefault(r.policy, []).append(r)
     policies = {}
     for policy, runs in by_policy.items():
-        layer_names = sorted({n for r in runs for n in r.layers}, key=_natural)
+        layer_names = sorted({n for r in runs for n in r.layers}, key=natural_key)
         layers = {
             name: {
                 "exposed_ns": _spread([r.layers[name].offload["exposed_ns"] for r in runs if name in r.layers]),
@@ -124,7 +124,3 @@ def sick_links(runs: list[RunSummary]) -> list[dict[str, Any]]:
             if r.copy(d)["gbps"] and r.copy(d)["gbps"] < SICK_LINK_FACTOR * med
         ]
     return out
-
-
-def _natural(text: str) -> list[Any]:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]

@@ -17,17 +17,17 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiler.analysis.links import HostLink, Link, host_link
+from profiler.analysis.links import HostLink, Link, given_link, host_link
 from profiler.capture import policy_arg
 from profiler.conventions import BATCH_ENV, COMPILED_STEP, PLAN_DIR_ENV, PLAN_TARGET_ENV, POLICY_ENV
 from profiler.errors import InputError, ProfilerError
 from profiler.predict.step import predict_file
-from profiler.runs import folder
+from profiler.stored import folder
 from profiler.xla import targets
 from profiler.xla.compiled import load_module
 from profiler.xla.fingerprint import module_fingerprint, text_fingerprint
@@ -53,7 +53,7 @@ class PlanRequest:
     out_dir: Path | None = None
     plans_dir: Path = Path("plans")
     xla_flags: list[str] = field(default_factory=list)  # added to the script's XLA_FLAGS (plan --pgle)
-    links: list[str] | None = None  # host links to predict the step on (None: the target's own)
+    links: list[Link] | None = None  # host links to predict the step on (None: the target's own)
 
 
 def usable_fraction(given: float | None) -> float:
@@ -138,7 +138,7 @@ def run_plan(req: PlanRequest, echo: Callable[[str], None] = lambda s: print(s, 
         "script_args": req.script_args,
         "python": python,
         "out_dir": str(out),
-        "links": [{"key": h.link.key, "name": h.link.name, "gbps": h.link.gbps, "why": h.why} for h in links],
+        "links": [{**h.link.doc(), "why": h.why} for h in links],
         "results": [],
     }
     for policy in req.policies:
@@ -150,15 +150,13 @@ def run_plan(req: PlanRequest, echo: Callable[[str], None] = lambda s: print(s, 
     return doc
 
 
-def predict_links(given: list[str] | None, label: str) -> list[HostLink]:
-    """The links to predict on: those given (``--link a,b``), else the target's own host link."""
-    try:
-        if given:
-            links = [host_link([], g) for g in given]
-            return list({h.link.key: h for h in links}.values())  # each link once, in the order given
-        return [host_link([label])]
-    except ValueError as exc:
-        raise ProfilerError(f"--link: {exc}") from None
+def predict_links(given: Sequence[Link | str] | None, label: str) -> list[HostLink]:
+    """The links to predict on: those given (``--link a,b``, parsed by the command; a name is parsed
+    here, for callers that hold one), else the target's own host link."""
+    if given:
+        links = [host_link([], g if isinstance(g, Link) else given_link(g)) for g in given]
+        return list({h.link.key: h for h in links}.values())  # each link once, in the order given
+    return [host_link([label])]
 
 
 def _predict(res: dict[str, Any], spec: str, links: list[Link], peak: float | None) -> None:

@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiler.capture import no_trace, nsys_command, policy_arg, startup, step_module, xla_flags
-from profiler.capture.console import ConsoleFilter
+from profiler.capture import nsys_command, policy_arg, startup, step_module, xla_flags
 from profiler.conventions import (
     CAPTURE_MANIFEST_KEY,
     NO_NVTX_NOTE,
@@ -32,7 +31,8 @@ from profiler.conventions import (
     XLA_DUMP_ENV,
 )
 from profiler.errors import InputError, ProfilerError
-from profiler.runs import folder
+from profiler.stored import folder, no_trace
+from profiler.stored.console import ConsoleFilter
 from profiler.trace.nsys import find_nsys, nsys_version
 from profiler.trace.window import check_spec
 from profiler.units import wrap

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from profiler.conventions import COMPILED, COMPILED_STEP
-from profiler.runs import folder
+from profiler.stored import folder
 from profiler.xla import dump
 from profiler.xla.compiled import NO_JAXLIB, UNPARSED, agreement, describe
 from profiler.xla.cost_probe import costs_in

@@ -25,10 +25,10 @@ import numpy as np
 import polars as pl
 
 from profiler.analysis import instruction_times as it
-from profiler.analysis.links import LINKS, Link, link_of_gpu
+from profiler.analysis.links import Link, host_link
 from profiler.predict import roofline, schedule
+from profiler.predict.measured import Measured
 from profiler.predict.simulate import Prediction, simulate
-from profiler.runs.measured import Measured
 from profiler.xla.hlo import Module
 
 CLASSES = ("matmul", "fusion", "collective", "other")
@@ -95,10 +95,12 @@ def calibrate(m: Measured, spec_text: str) -> Calibration:
     scale = {
         c: v["measured"] / v["roofline"] for c, v in cls.items() if v["roofline"] >= MIN_SCALE_NS and v["measured"] > 0
     }
-    link = link_of_gpu(m.gpu) or LINKS["pcie4"]
+    own = host_link([m.gpu] if m.gpu else [])
+    link = own.link
     notes = ([f"step: {m.chosen_by}"] if m.chosen_by else []) + list(m.notes)
-    if link_of_gpu(m.gpu) is None:
-        notes.append(f"the run's GPU ({m.gpu or 'unknown'}) has no known host link: PCIe Gen4 assumed for its copies")
+    if own.assumed:
+        name = link.name.removesuffix(" x16")
+        notes.append(f"the run's GPU ({m.gpu or 'unknown'}) has no known host link: {name} assumed for its copies")
     entry = m.module.computations[m.module.entry].instructions if m.module.entry else []
     shapes = {i.name: i.shape.text() for i in entry}
     return Calibration(

@@ -13,10 +13,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from profiler.analysis.links import host_link
+from profiler.analysis.links import Link, host_link
 from profiler.predict.step import LABEL, predict_file
-from profiler.runs.folder import compiled_in
-from profiler.runs.summary import RunSummary
+from profiler.stored.folder import compiled_in
+from profiler.stored.summary import RunSummary
 from profiler.xla.proto import read_bytes
 from profiler.xla.targets import TARGETS
 
@@ -51,10 +51,8 @@ def _spec_for(gpus: list[str], target_file: Path | None) -> tuple[str | None, st
 
 
 @lru_cache(maxsize=64)
-def _predict_cached(hlo: str, mtime: float, spec: str, link_key: str, peak: float | None) -> dict[str, Any]:
-    from profiler.analysis.links import parse_link
-
-    return predict_file(Path(hlo), spec, [parse_link(link_key)], peak)
+def _predict_cached(hlo: str, mtime: float, spec: str, link: Link, peak: float | None) -> dict[str, Any]:
+    return predict_file(Path(hlo), spec, [link], peak)
 
 
 def run_prediction(run: RunSummary | dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
@@ -79,7 +77,7 @@ def run_prediction(run: RunSummary | dict[str, Any], row: dict[str, Any]) -> dic
         return out
     link = host_link(gpus)
     out["target"], out["link"] = why, {"key": link.link.key, "name": link.link.name, "why": link.why}
-    doc = _predict_cached(str(hlo), hlo.stat().st_mtime, spec, link.link.key, row.get("peak_tflops"))
+    doc = _predict_cached(str(hlo), hlo.stat().st_mtime, spec, link.link, row.get("peak_tflops"))
     out["notes"] += doc["notes"]
     out["prediction"] = doc["predictions"][0] if doc["predictions"] else None
     return out

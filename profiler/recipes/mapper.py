@@ -69,7 +69,7 @@ def report_names(paths: list[str]) -> dict[str, str]:
 
 def report_rank(path: Path, pattern: str = DEFAULT_RANK_PATTERN) -> int | None:
     """The rank the file (or its run folder) is named by, else its run manifest's rank."""
-    from profiler.runs.folder import manifest_of
+    from profiler.stored.folder import manifest_of
 
     rank = rank_from_name(path, pattern)
     if rank is None:
@@ -85,8 +85,8 @@ def analyze_documents(
     """``analyze --json`` (with the findings of the default configuration), ``analyze --by layer
     --json`` and ``analyze --by step --json`` of one report."""
     from profiler.analysis.findings.config import FindingsConfig
-    from profiler.runs.folder import manifest_of
     from profiler.runs.result import build
+    from profiler.stored.folder import manifest_of
     from profiler.trace import load_trace
 
     trace = load_trace(path, nsys)

@@ -147,9 +147,9 @@ def layer_table(tab: dict[str, Any]) -> list[str]:
     top = max((p["batch"] or 0) for p in preds)
     preds = [p for p in preds if (p["batch"] or 0) == top]
     layers = list(dict.fromkeys(x["layer"] for p in preds for x in p["layers"]))
-    from profiler.analysis.breakdown import _natural_key
+    from profiler.units import natural_key
 
-    layers.sort(key=lambda n: _natural_key(n or "~"))
+    layers.sort(key=lambda n: natural_key(n or "~"))
     vals = [x["exposed_ns"] for p in preds for x in p["layers"]]
     unit, div = time_unit(vals)
     cells = {(p["policy"], p["link"], x["layer"]): x["exposed_ns"] for p in preds for x in p["layers"]}

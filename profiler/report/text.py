@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from profiler.analysis.links import host_link
+from profiler.analysis.links import Link, host_link
 from profiler.report.costs_text import context_table, kernels_beside_lines, short_name, stall_lines
 from profiler.report.table import table
 from profiler.units import UNITS_NOTE, Units, gbps, human_time, ms, pct, wrap
@@ -61,7 +61,7 @@ def offload_rows(
 NO_GPU = "No GPU activity in this trace (a CPU-only run?): no kernels, copies or memsets."
 
 
-def render_devices(doc: dict[str, Any], link: str | None = None, wide: bool = False) -> str:
+def render_devices(doc: dict[str, Any], link: Link | None = None, wide: bool = False) -> str:
     """The readable form of ``analyze --json``; each GPU with copies says which host link its GB/s
     compare with (*link*, ``--link``, else its device model's, else assumed and said so); kernel
     names shortened unless *wide*."""

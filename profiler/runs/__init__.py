@@ -1,6 +1,5 @@
-"""A run: its folder (``folder``), how runs are found (``discover``), its one typed result
-(``result``) and the results database (``store``).
-
-Submodules are imported on their own: ``folder`` needs only the standard library, so that
-capture, which writes run folders, runs where polars is not installed.
+"""Runs, above the analysis: how runs are found (``discover``), a run's one typed result
+(``result``), the verdict over runs (``verdict``), the catalog of public traces (``catalog``) and
+the results database (``store``).  What a stored run is (its folder, its summary, why it has no
+trace) is ``profiler.stored``, below the analysis.
 """

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from profiler.capture import no_trace
 from profiler.errors import InputError
-from profiler.runs import folder
 from profiler.runs.catalog import CATALOG, Provenance, allowed, read_catalog
+from profiler.stored import folder, no_trace
 
 TRACE_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 # files beside a trace that are not traces: the dashboard's cache, an export being written

@@ -35,9 +35,9 @@ from profiler.analysis.steps import step_summary
 from profiler.analysis.work import run_work
 from profiler.conventions import DEFAULT_RANK_PATTERN, rank_from_name
 from profiler.errors import InputError, ProfilerError
-from profiler.runs import folder
 from profiler.runs.discover import NoTrace, trace_paths
-from profiler.runs.summary import RunSummary, StepRow
+from profiler.stored import folder
+from profiler.stored.summary import RunSummary, StepRow
 from profiler.trace.loader import Trace
 from profiler.trace.window import Window
 from profiler.xla.names import DEFAULT_LAYER_PATTERN

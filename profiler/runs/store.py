@@ -32,8 +32,8 @@ if TYPE_CHECKING:
 
 from profiler.analysis.run_metrics import SUM_KEYS
 from profiler.errors import InputError
-from profiler.runs import folder
-from profiler.runs.summary import RunSummary
+from profiler.stored import folder
+from profiler.stored.summary import RunSummary
 
 METRIC_COLUMNS = (
     *SUM_KEYS,

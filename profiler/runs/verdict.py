@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from profiler.analysis.policies import is_cpu, policy_table, step_difference
-from profiler.runs.summary import RunSummary
+from profiler.stored.summary import RunSummary
 
 DIRECTIONS = ("d2h", "h2d")
 SAVINGS = 2  # the largest savings the verdict names

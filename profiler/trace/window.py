@@ -33,7 +33,7 @@ from profiler.conventions import (
     CUDA_PROFILER_STOP,
     DOMAIN,
 )
-from profiler.runs.folder import window_spec_of
+from profiler.stored.folder import window_spec_of
 
 SPECS = ("auto", "all", "cuda-profiler-api")
 OPEN_END = 1 << 62  # the end of a window whose range or profiler span never closed

@@ -101,7 +101,7 @@ def _offload(ev: Evidence, dev: str, cls: str | None = None) -> tuple[np.ndarray
 def link_gbps(ev: Evidence, dev: str) -> tuple[float, str]:
     """The host link's rate per direction for GPU *dev*, and how it was chosen."""
     name = ev.gpu_names.get(dev)
-    chosen = host_link([name] if name else [], ev.config.link or None)
+    chosen = host_link([name] if name else [], ev.config.link)
     how = "assumed" if chosen.assumed else "given" if ev.config.link else "by the GPU's model"
     return chosen.link.gbps, f"{chosen.link.name} at {chosen.link.gbps:g} GB/s, {how}"
 

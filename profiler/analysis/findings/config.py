@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiler.analysis.links import parse_link
+from profiler.analysis.links import Link, given_link, parse_link
 from profiler.errors import InputError, ProfilerError
 
 MIB = 1 << 20
@@ -89,12 +89,12 @@ def at_least(x: float, limit: float) -> bool:
 class FindingsConfig:
     thresholds: dict[str, float] = field(default_factory=lambda: dict(THRESHOLDS))
     disabled: frozenset[str] = frozenset()
-    link: str | None = None  # slow-link: the host link, when the GPU's name does not tell
+    link: Link | None = None  # slow-link: the host link, when the GPU's name does not tell
 
     def __getitem__(self, name: str) -> float:
         return self.thresholds[name]
 
-    def with_(self, disabled: list[str] | None = None, link: str | None = None) -> FindingsConfig:
+    def with_(self, disabled: list[str] | None = None, link: Link | None = None) -> FindingsConfig:
         return FindingsConfig(
             self.thresholds, self.disabled | frozenset(disabled or ()), link if link is not None else self.link
         )
@@ -124,28 +124,29 @@ def load_config(path: str | Path | None, known_rules: set[str]) -> FindingsConfi
     disabled = doc.get("disabled") or []
     if not isinstance(disabled, list) or any(r not in known_rules for r in disabled):
         raise InputError(path, f"disabled must list rule ids among: {', '.join(sorted(known_rules))}")
-    link = doc.get("link")
-    return FindingsConfig(thresholds, frozenset(disabled), str(link) if link is not None else None)
+    link = None
+    if doc.get("link") is not None:
+        try:
+            link = parse_link(str(doc["link"]))
+        except ValueError as exc:
+            raise InputError(path, f"link: {exc}") from None
+    return FindingsConfig(thresholds, frozenset(disabled), link)
 
 
 def checked_link(text: str | None) -> str | None:
-    """*text* (``--link``) when it names a link or a bandwidth; the one-line error otherwise."""
-    if text:
-        try:
-            parse_link(text)
-        except ValueError as exc:
-            raise ProfilerError(f"--link: {exc}") from None
+    """*text* (``--link``) when it names a link or a bandwidth; the one-line error otherwise.
+    Kept for callers that hold the name; ``links.given_link`` gives the parsed link."""
+    given_link(text)
     return text
 
 
 def configure(
-    path: str | Path | None, disabled: list[str] | None, link: str | None, known_rules: set[str]
+    path: str | Path | None, disabled: list[str] | None, link: Link | None, known_rules: set[str]
 ) -> FindingsConfig:
     """What a command asks for: the defaults, the TOML file at *path*, and on top the rules it
-    turns off (``--disable-finding``) and the host *link* (``--link``), both checked before the file."""
+    turns off (``--disable-finding``, checked before the file) and the host *link* (``--link``)."""
     unknown = [r for r in disabled or [] if r not in known_rules]
     if unknown:
         rules = ", ".join(sorted(known_rules))
         raise ProfilerError(f"--disable-finding: unknown rule {unknown[0]!r} (rules: {rules})")
-    link = checked_link(link)
     return load_config(path, known_rules).with_(disabled, link)

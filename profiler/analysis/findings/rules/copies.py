@@ -168,7 +168,7 @@ def slow_link(ev: Evidence) -> list[Finding]:
         if not cases:
             continue
         name = ev.gpu_names.get(dev)
-        chosen = host_link([name] if name else [], ev.config.link or None)
+        chosen = host_link([name] if name else [], ev.config.link)
         if chosen.assumed:  # a slow link is never judged against an assumed one
             raise CannotDecide(f"the host link of device {dev} ({name or 'unknown GPU'}) is unknown: give --link")
         link = chosen.link

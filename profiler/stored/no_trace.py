@@ -15,9 +15,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from profiler.capture.console import IMPORT_FAILED, ConsoleFilter
 from profiler.conventions import LOG, MANIFEST, STARTUP_FACTS
-from profiler.runs.folder import has_trace
+from profiler.stored.console import IMPORT_FAILED, ConsoleFilter
+from profiler.stored.folder import has_trace
 
 AGENT_LOST = re.compile(r"Connection to Agent lost\b.*")
 IMPORTER_STATUS = re.compile(r"^Importer error status: (.*?)\.?\s*$")

@@ -18,7 +18,8 @@ import polars as pl
 from profiler.analysis import instruction_times as it
 from profiler.conventions import TRACE_STEM, XLA_DUMP_DIR
 from profiler.errors import InputError
-from profiler.runs.folder import compiled_of
+from profiler.predict import roofline, schedule
+from profiler.stored.folder import compiled_of
 from profiler.xla import dump
 from profiler.xla.compiled import load_module
 from profiler.xla.hlo import HloError, Module
@@ -50,7 +51,7 @@ class Measured:
 def with_classes(times: pl.DataFrame, module: Module | None) -> pl.DataFrame:
     """*times* with ``opcode``, ``site`` (the instruction of the entry computation that runs it:
     itself, or the fusion or async-start around it) and ``op_class``: the site's class in the
-    replayed schedule (``profiler.predict.calibrate.op_classes``); without the module, the class
+    replayed schedule (``roofline.op_classes``); without the module, the class
     XLA's instruction names suggest (``instruction_times.guess_class``)."""
     if module is None:
         return times.with_columns(
@@ -58,10 +59,7 @@ def with_classes(times: pl.DataFrame, module: Module | None) -> pl.DataFrame:
             pl.col("hlo_op").alias("site"),
             it.guess_class(pl.lit(None, pl.String), pl.col("hlo_op")).alias("op_class"),
         )
-    from profiler.predict import schedule
-    from profiler.predict.calibrate import op_classes
-
-    classes = op_classes(schedule.build(module))
+    classes = roofline.op_classes(schedule.build(module))
     callers: dict[str, str] = {}
     for ins in module.instructions():
         for c in ins.called:
