@@ -1,0 +1,93 @@
+"""``profile-step tune`` as text: the candidates that fit, best first, the presets beside them, the
+choice with one line per activation, and its MaxText and JAX forms."""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+from profiler.report.table import table
+from profiler.units import human_bytes, scaled, time_unit
+
+WIDTH = 118
+LEGEND = (
+    "step = predicted step time; exposed = copy time the compute stream waits for (not hidden); device = the step's "
+    "device memory (memory_analysis: arguments + outputs + temporaries); host = host memory; compile = the compile "
+    "that made it (=N: the same program as compile N); D = kept on the device, R = recomputed, O = offloaded"
+)
+
+
+def _rows(rows: list[dict[str, Any]], div: int, chosen: str | None) -> list[list[str]]:
+    out = []
+    for r in rows:
+        ok = r["status"] == "ok"
+        out.append(
+            [
+                ("* " if r["label"] == chosen else "  ") + r["label"],
+                r["stage"],
+                scaled(r["predicted_step_ns"], div) if ok else "failed",
+                scaled(r["predicted_exposed_ns"], div) if ok else "",
+                human_bytes(r["device_bytes"]) if r["device_bytes"] is not None else "-",
+                human_bytes(r["host_bytes"]) if r["host_bytes"] else "0",
+                "-" if r["fits"] is None else ("yes" if r["fits"] else "NO"),
+                f"={r['same_program_as']}" if r.get("same_program_as") else str(r["compile_no"] or "-"),
+            ]
+        )
+    return out
+
+
+def render_tune(doc: dict[str, Any], show_all: bool = False) -> str:
+    """The terminal page of one tune document."""
+    fitting = doc["fitting"]
+    chosen = (doc.get("choice") or {}).get("label")
+    everything = doc["candidates"] + doc["presets"]
+    unit, div = time_unit(r["predicted_step_ns"] for r in everything if r["predicted_step_ns"] is not None)
+    heads = ("candidate", "stage", f"step {unit}", f"exposed {unit}", "device", "host", "fits", "compile")
+    link = doc["link"]
+    limit = doc.get("limit_bytes")
+    out = [
+        f"{doc['label']}, {doc['target']['label']}, host link {link['name']} ({link['gbps']:g} GB/s per direction), "
+        f"memory limit {human_bytes(limit) if limit else 'none'} ({doc['limit_why']}):",
+    ]
+    shown = everything if show_all else fitting
+    if shown:
+        rows = sorted(shown, key=lambda r: (r["fits"] is not True, r["predicted_step_ns"] or 0)) if show_all else shown
+        out.append(table(heads, _rows(rows, div, chosen), left=(0, 1)))
+    else:
+        out.append("no candidate fits")
+    left_out = len(everything) - len(fitting)
+    if left_out and not show_all:
+        out.append(f"({left_out} candidates that do not fit or failed are not shown; --all shows them)")
+    out += textwrap.wrap(LEGEND, WIDTH)
+    s = doc["search"]
+    out.append("")
+    out += textwrap.wrap(
+        f"search: {s['compiles']} compiles in {s['compile_seconds']:.0f} s for {len(doc['names'])} named activations; "
+        f"stopped: {s['stop']}; then {doc['compiles'] - s['compiles']} compiles for the presets "
+        f"({doc['seconds']:.0f} s in all)",
+        WIDTH,
+        subsequent_indent="  ",
+    )
+    if s["pruned"]:
+        pr = ", ".join(f"{p['name']}={p['place']} ({p['why']})" for p in s["pruned"][:8])
+        more = f" and {len(s['pruned']) - 8} more" if len(s["pruned"]) > 8 else ""
+        out += textwrap.wrap(f"pruned after trying them alone: {pr}{more}", WIDTH, subsequent_indent="  ")
+    if doc.get("names_outside_checkpoints"):
+        out.append(
+            "named outside any jax.checkpoint (no policy reaches them): " + ", ".join(doc["names_outside_checkpoints"])
+        )
+    choice = doc.get("choice")
+    out.append("")
+    if choice is None:
+        out.append("no choice: nothing that was compiled fits in the memory limit")
+        return "\n".join(out)
+    for i, line in enumerate(doc["why"]):
+        out += textwrap.wrap(line, WIDTH, initial_indent="" if i == 0 else "  ", subsequent_indent="    ")
+    out.append("")
+    if choice.get("maxtext_form"):
+        out.append(f"MaxText: {choice['maxtext_form']}")
+    else:
+        out.append(f"MaxText: none ({choice['maxtext_form_missing']})")
+    out.append(f"JAX:     policy={choice['jax_form']}")
+    out.append(f"\n(files: {doc['out_dir']})")
+    return "\n".join(out)

@@ -1,0 +1,79 @@
+"""``profile-step tune``'s command line: its options and the request they make."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from profiler.errors import ProfilerError
+from profiler.tune.run import TuneRequest
+from profiler.units import parse_bytes
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", default="h100", help="h100, h200, b200, a100, or a GpuTargetConfigProto text file")
+    p.add_argument(
+        "--link",
+        default=None,
+        metavar="NAME",
+        help="the host link to predict on: pcie3..pcie6, pcie-gen5, nvlink-c2c, or GB/s (default: the target's own)",
+    )
+    p.add_argument("--batch", type=int, default=None, metavar="N", help="micro batch, passed as --batch N")
+    p.add_argument("--batch-arg", default="--batch", metavar="FLAG", help="how the script takes the batch ('' none)")
+    p.add_argument(
+        "--memory-limit",
+        default=None,
+        metavar="SIZE",
+        help="device memory a step may use, e.g. 60GiB (default: the target's memory x --mem-fraction)",
+    )
+    p.add_argument("--mem-fraction", type=float, default=None, help="usable share of device memory (default 0.75)")
+    p.add_argument(
+        "--policy",
+        default=None,
+        metavar="NAME",
+        help="the script's own policy to start from ($PROFILE_STEP_POLICY, or --policy-arg): one whose layers "
+        "are in jax.checkpoint",
+    )
+    p.add_argument("--policy-arg", default=None, metavar="FLAG|TEMPLATE", help="how the script takes --policy")
+    p.add_argument("--max-compiles", type=int, default=48, help="the search's compile budget (default 48)")
+    p.add_argument("--no-presets", action="store_true", help="do not compile JAX's and MaxText's presets beside")
+    p.add_argument(
+        "--calibrate",
+        default=None,
+        metavar="RUN_OR_TRACE",
+        help="costs measured by a run (nsys export, run folder, nsys-jax archive) instead of the roofline",
+    )
+    p.add_argument("--python", default=None, help="a Python with jax[cuda12] (default: .venv-aot, then this one)")
+    p.add_argument("--out", default=None, help="an empty or new folder for the results (default: plans/...)")
+    p.add_argument("--plans-dir", default="plans", help="where tune folders go (default: plans/)")
+    p.add_argument("--all", action="store_true", help="also list the candidates that do not fit")
+    p.add_argument("script", help="the training script (.py)")
+    p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
+
+
+def request_from(args: Any) -> TuneRequest:
+    try:
+        limit = parse_bytes(args.memory_limit) if args.memory_limit else None
+    except ValueError as exc:
+        raise ProfilerError(f"--memory-limit: {exc}") from None
+    if args.max_compiles < 1:
+        raise ProfilerError("--max-compiles: at least 1")
+    return TuneRequest(
+        script=Path(args.script),
+        script_args=list(args.script_args),
+        target=args.target,
+        link=args.link,
+        batch=args.batch,
+        batch_arg=args.batch_arg or None,
+        memory_limit=limit,
+        mem_fraction=args.mem_fraction,
+        python=args.python,
+        policy=args.policy,
+        policy_arg=args.policy_arg,
+        out_dir=Path(args.out) if args.out else None,
+        plans_dir=Path(args.plans_dir),
+        max_compiles=args.max_compiles,
+        presets=not args.no_presets,
+        calibrate=Path(args.calibrate) if args.calibrate else None,
+    )

@@ -1,0 +1,158 @@
+"""``profile-step tune`` on a step whose answer is known by construction (tests/scripts/tune_known.py),
+with the real GPU compiler in .venv-aot (skips without it, as test_compiled_step).
+
+The script's docstring derives the answer by hand from the H100's peaks and the links' bandwidths:
+``small`` (64 MiB a layer, 0.83 ms of matmuls to recompute) hides its copies on NVLink-C2C but not on
+PCIe Gen5; ``big`` (512 MiB a layer, elementwise) is always cheaper to recompute than to move.
+Under a 3 GiB limit neither fits on the device (keeping every ``small`` adds 1 GiB to the
+2.35 GiB of the step that recomputes everything); under 16 GiB the smalls fit and the bigs (8 GiB)
+do not.  One script process compiles every candidate once; the searches on several links and
+limits share those compiles (the compile cache), so the module costs about ten compiles.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from profiler.analysis.links import HostLink, parse_link
+from profiler.capture.plan import find_python
+from profiler.capture.tune_session import CompileSession, script_command
+from profiler.predict import roofline
+from profiler.report.tune_text import render_tune
+from profiler.tune import forms
+from profiler.tune.candidate import Candidate, Name
+from profiler.tune.run import Compiler, evaluate_presets, names_of
+from profiler.tune.search import best_of, search
+from profiler.xla import targets
+from tests.conftest import run_cli
+from tests.test_compiled_step import aot_python  # noqa: F401 (the fixture)
+
+ROOT = Path(__file__).resolve().parents[1]
+KNOWN = ROOT / "tests" / "scripts" / "tune_known.py"
+GiB, MiB = 2**30, 2**20
+
+
+@pytest.fixture(scope="module")
+def known(aot_python, tmp_path_factory):  # noqa: F811
+    """The known-answer script, started once; a Compiler over it (H100, NVLink-C2C, 3 GiB)."""
+    out = tmp_path_factory.mktemp("tune")
+    _, spec, builtin = targets.resolve("h100")
+    (out / "target.txtpb").write_text(spec)
+    (out / "script").mkdir()
+    cmd = script_command(find_python(aot_python), KNOWN, [], None, None, None, "")
+    session = CompileSession(cmd, out / "target.txtpb", out / "script")
+    session.start()
+    found = session.request({"op": "names"})
+    device = roofline.device_from_spec(spec, builtin.peak_bf16_tflops)
+    link = HostLink(parse_link("nvlink-c2c"), "given", "test")
+    compiler = Compiler(session, out, device, link, 3 * GiB)
+    yield found, names_of(found), compiler
+    session.close()
+
+
+def choose(compiler: Compiler, names: list[Name], link: str, limit: int, presets: bool = False):
+    compiler.link, compiler.limit = parse_link(link), limit
+    result = search(names, compiler, budget=24, echo=lambda s: None)
+    extra = evaluate_presets(names, compiler) if presets else []
+    return result, best_of(result.tried + extra), extra
+
+
+def test_names_and_their_bytes(known):
+    """16 layers under a scan: each name 16 times a step; small B x D bf16, big B x 8D (by hand)."""
+    found, names, _ = known
+    assert found["checkpoints"] >= 1 and found["outside"] == [] and found["inputs"] == []
+    by = {n.name: n for n in names}
+    assert set(by) == {"big", "small"}
+    assert by["small"].count == 16 and by["small"].shape == (32768, 1024) and by["small"].dtype == "bfloat16"
+    assert by["small"].bytes_per_step == 16 * 32768 * 1024 * 2 == 1 * GiB
+    assert by["big"].bytes_per_step == 8 * GiB
+    assert [n.name for n in names] == ["big", "small"]  # the largest first
+
+
+def test_offload_the_small_recompute_the_big_on_nvlink_c2c(known):
+    _, names, compiler = known
+    result, choice, _ = choose(compiler, names, "nvlink-c2c", 3 * GiB)
+    assert choice is not None and choice.candidate.place() == {"small": "offload", "big": "remat"}
+    assert choice.outcome.fits and choice.outcome.device_bytes <= 3 * GiB
+    # by construction the small's copies mostly hide there: less exposed than its 0.83 ms x 16 of recomputation
+    assert choice.outcome.exposed_ns < 16 * 830_000
+    # the pruning: keeping either alone does not fit; the search stopped at a local optimum within its budget
+    pruned = {(p["name"], p["place"]): p["why"] for p in result.pruned}
+    assert pruned[("small", "device")] == "does not fit" and pruned[("big", "device")] == "does not fit"
+    assert "local optimum" in result.stop and result.compiles <= 8
+    assert forms.maxtext_form(choice.candidate)[0] is None  # big and small are not MaxText's names
+    assert "names_which_can_be_offloaded=['small']" in forms.jax_form(choice.candidate)
+
+
+def test_the_answer_changes_with_the_link_and_the_limit(known):
+    """PCIe Gen5: the small's copies no longer hide, recomputing it is cheaper; with room for the
+    smalls (16 GiB) they stay on the device; the bigs (8 GiB) never do."""
+    _, names, compiler = known
+    _, slow, _ = choose(compiler, names, "pcie5", 3 * GiB)
+    assert slow.candidate.place() == {"small": "remat", "big": "remat"}
+    _, roomy, _ = choose(compiler, names, "pcie5", 16 * GiB)
+    assert roomy.candidate.place() == {"small": "device", "big": "remat"}
+
+
+def test_monotone_in_the_link(known):
+    """A faster link never makes the chosen step slower, and never offloads less."""
+    _, names, compiler = known
+    steps, offloaded = [], []
+    for gbps in ("63", "200", "450", "1000", "5000"):
+        _, choice, _ = choose(compiler, names, gbps, 3 * GiB)
+        steps.append(choice.outcome.step_ns)
+        offloaded.append(len(choice.candidate.where("offload")))
+    assert steps == sorted(steps, reverse=True), steps
+    assert offloaded == sorted(offloaded), offloaded
+
+
+@pytest.mark.parametrize(("link", "limit"), [("nvlink-c2c", 3 * GiB), ("pcie5", 16 * GiB)])
+def test_never_slower_than_a_preset(known, link, limit):
+    _, names, compiler = known
+    result, choice, presets = choose(compiler, names, link, limit, presets=True)
+    assert {p.candidate.preset for p in presets} == {f"jax:{n}" for n in forms.JAX_PRESETS}
+    fitting = [p.outcome.step_ns for p in presets + result.tried if p.outcome is not None and p.outcome.fits]
+    assert fitting and choice.outcome.step_ns <= min(fitting)
+
+
+def test_the_compile_cache(known):
+    """The same request is compiled once: the searches above share their compiles."""
+    compiler = known[2]
+    before = compiler.compiles
+    compiler(Candidate.of({"big": "remat", "small": "offload"}))
+    assert compiler.compiles == before
+
+
+def test_cli_json_and_text(aot_python, tmp_path):  # noqa: F811
+    """The command end to end at a small size (the answer is not the point here): --json has every
+    candidate with its forms; the text (render_tune of the same document, what the command prints
+    without --json) the table and one line per activation."""
+    out = tmp_path / "t"
+    args = ["tune", "--link", "pcie5", "--memory-limit", "1GiB", "--no-presets", "--max-compiles", "4", "--out",
+            str(out), "--python", aot_python]  # fmt: skip
+    small = [str(KNOWN), "--batch", "2048", "--layers", "4"]
+    proc = run_cli(*args, "--json", *small, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    assert doc["compiles"] == doc["search"]["compiles"] <= 4 and len(doc["candidates"]) == doc["search"]["tried"]
+    assert "compile budget ran out" in doc["search"]["stop"] or "optimum" in doc["search"]["stop"]
+    assert {"predicted_step_ns", "predicted_exposed_ns", "device_bytes", "host_bytes", "jax_form"} <= set(
+        doc["candidates"][0]
+    )
+    assert doc["choice"]["fits"] and doc["why"][0].startswith("choice: ")
+    assert json.loads((out / "plan.json").read_text())["tune"]["choice"]["label"] == doc["choice"]["label"]
+    text = render_tune(doc)  # what the command prints without --json
+    assert "candidate" in text and "JAX:     policy=jax.checkpoint_policies." in text
+    assert "\n  big: " in text and "\n  small: " in text and f"(files: {out})" in text
+
+
+def test_a_step_without_checkpoint_is_one_line(aot_python, tmp_path):  # noqa: F811
+    proc = run_cli("tune", "--out", str(tmp_path / "t"), "--python", aot_python, str(ROOT / "examples" / "train.py"),
+                   "--layers", "1", timeout=600)  # fmt: skip
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("profile-step: error: ") and "no jax.checkpoint" in lines[-1]
+    assert "--policy remat" in lines[-1] and "Traceback" not in proc.stderr
