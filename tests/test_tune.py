@@ -156,3 +156,66 @@ def test_a_step_without_checkpoint_is_one_line(aot_python, tmp_path):  # noqa: F
     lines = proc.stderr.strip().splitlines()
     assert lines[-1].startswith("profile-step: error: ") and "no jax.checkpoint" in lines[-1]
     assert "--policy remat" in lines[-1] and "Traceback" not in proc.stderr
+
+
+PLAIN = ROOT / "tests" / "scripts" / "plain_remat.py"
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_an_unedited_script(aot_python, tmp_path, devices):  # noqa: F811
+    """A script that knows nothing of profile-step: the step is the jitted function it calls a second
+    time (its init runs once), compiled for the target on one device, or on a mesh of two (the
+    script shards its batch over two CPU devices; the step is compiled for two H100s, its
+    gradients all-reduced)."""
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"} if devices == 2 else None
+    out = tmp_path / "t"
+    proc = run_cli("tune", "--no-presets", "--max-compiles", "3", "--json", "--out", str(out), "--python", aot_python,
+                   str(PLAIN), "--devices", str(devices), env=env, timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    assert doc["step"]["name"] == "train_step" and "second time" in doc["step"]["chosen_by"]
+    assert "init 1x" in doc["step"]["chosen_by"]
+    assert {n["name"] for n in doc["names"]} == {"proj", "hidden"}
+    # 4 layers x batch 64 x 4 x 128 f32 per name and step: the traced step's (global) shapes, over all devices
+    assert {n["name"]: n["bytes_per_step"] for n in doc["names"]} == {
+        "proj": 4 * 64 * 512 * 4,
+        "hidden": 4 * 64 * 512 * 4,
+    }
+    hlo = Path(doc["candidates"][0]["hlo_file"]).read_text()
+    assert ("all-reduce" in hlo) == (devices == 2)
+    assert doc["choice"] is not None and doc["choice"]["fits"]
+
+
+def maxtext() -> tuple[Path, str]:
+    """A MaxText checkout and a Python with its requirements and jax[cuda12] (docs/tune.md), given as
+    $PROFILE_STEP_MAXTEXT and $PROFILE_STEP_MAXTEXT_PYTHON; the test skips without them."""
+    import os
+
+    checkout, python = os.environ.get("PROFILE_STEP_MAXTEXT"), os.environ.get("PROFILE_STEP_MAXTEXT_PYTHON")
+    if not checkout or not python:
+        pytest.skip("no MaxText: set PROFILE_STEP_MAXTEXT (checkout) and PROFILE_STEP_MAXTEXT_PYTHON (docs/tune.md)")
+    return Path(checkout), python
+
+
+def test_maxtext_unedited(tmp_path):
+    """MaxText's own train.py on its tiny CPU config (FIELD_NOTES), unedited: the step is train_step
+    (lowered once for MaxText's memory report, then called), its activations MaxText's names, the
+    choice written as MaxText's overrides."""
+    checkout, python = maxtext()
+    train = checkout / "src" / "maxtext" / "trainers" / "pre_train" / "train.py"
+    config = [str(checkout / "src" / "maxtext" / "configs" / "base.yml"), "run_name=t",
+              f"base_output_directory={tmp_path / 'out'}", "dataset_type=synthetic", "steps=3",
+              "per_device_batch_size=1", "max_target_length=64", "base_emb_dim=64", "base_num_query_heads=2",
+              "base_num_kv_heads=2", "base_mlp_dim=128", "base_num_decoder_layers=2", "head_dim=32", "vocab_size=256",
+              "enable_checkpointing=false", "hardware=cpu", "scan_layers=true", "attention=dot_product",
+              "jax_cache_dir=", "log_period=1", "skip_jax_distributed_system=true", "remat_policy=full"]  # fmt: skip
+    proc = run_cli("tune", "--no-presets", "--max-compiles", "3", "--batch-arg", "", "--json", "--out",
+                   str(tmp_path / "t"), "--python", python, str(train), *config,
+                   env={"DECOUPLE_GCLOUD": "TRUE"}, timeout=1800)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    assert doc["step"]["name"] == "train_step"
+    names = {n["name"]: n for n in doc["names"]}
+    assert {"decoder_layer_input", "query_proj", "key_proj", "value_proj", "out_proj", "mlpwo"} <= set(names)
+    assert names["decoder_layer_input"]["input"] is True
+    assert doc["choice"]["maxtext_form"].startswith("remat_policy=custom decoder_layer_input=")

@@ -21,6 +21,7 @@ from typing import Any
 
 from profiler.capture import policy_arg
 from profiler.capture.plan import ROOT
+from profiler.capture.step_catch import STEP_ENV
 from profiler.conventions import BATCH_ENV, PLAN_DIR_ENV, PLAN_TARGET_ENV, POLICY_ENV, TUNE_FDS_ENV
 from profiler.errors import ProfilerError
 
@@ -48,6 +49,7 @@ class CompileSession:
         policy: str | None = None,
         batch: int | None = None,
         xla_flags: list[str] | None = None,
+        step: str | None = None,
     ) -> None:
         self.command = command
         self.folder = folder
@@ -68,9 +70,13 @@ class CompileSession:
             env[POLICY_ENV] = policy
         if batch is not None:
             env[BATCH_ENV] = str(batch)
+        if step:
+            env[STEP_ENV] = step
         if xla_flags:
             env["XLA_FLAGS"] = " ".join([env.get("XLA_FLAGS", ""), *xla_flags]).strip()
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+        # the start-up hook (it takes the step of a script that hands none over), then the project
+        hook = str(Path(__file__).resolve().parent / "hook")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (hook, str(ROOT), env.get("PYTHONPATH", "")) if p)
         self.env = env
         self.proc: subprocess.Popen | None = None
         self.ready: dict[str, Any] | None = None
@@ -125,7 +131,12 @@ class CompileSession:
             except subprocess.TimeoutExpired:
                 code = None
         tail = _tail(self.log)
-        never = ": it never handed its step to annotate.compiled_step()" if what == "hand its step over" else ""
+        never = (
+            ": it never ran a jitted function twice with the same shapes, nor handed its step to "
+            "annotate.compiled_step() (--step NAME takes a jitted function by name)"
+            if what == "hand its step over"
+            else ""
+        )
         return (
             f"the script ended (exit {code}) before it would {what}{never}"
             + (f"; last output: {tail}" if tail else "")

@@ -13,7 +13,8 @@ WIDTH = 118
 LEGEND = (
     "step = predicted step time; exposed = copy time the compute stream waits for (not hidden); device = the step's "
     "device memory (memory_analysis: arguments + outputs + temporaries); host = host memory; compile = the compile "
-    "that made it (=N: the same program as compile N); D = kept on the device, R = recomputed, O = offloaded"
+    "that made it (=N: the same program as compile N); a candidate names what it moves from where the "
+    "names rest (recomputed; a checkpoint's input kept): keep = on the device, offload = to host memory"
 )
 
 
@@ -79,7 +80,11 @@ def render_tune(doc: dict[str, Any], show_all: bool = False) -> str:
     choice = doc.get("choice")
     out.append("")
     if choice is None:
-        out.append("no choice: nothing that was compiled fits in the memory limit")
+        failed = [r for r in everything if r["status"] != "ok"]
+        if failed and len(failed) == len(everything):
+            out += textwrap.wrap(f"no choice: no candidate compiled; the first: {failed[0]['error']}", WIDTH)
+        else:
+            out.append("no choice: nothing that was compiled fits in the memory limit")
         return "\n".join(out)
     for i, line in enumerate(doc["why"]):
         out += textwrap.wrap(line, WIDTH, initial_indent="" if i == 0 else "  ", subsequent_indent="    ")

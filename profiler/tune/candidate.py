@@ -80,14 +80,26 @@ class Candidate:
         return json.dumps(self.policy_doc(), sort_keys=True)
 
     def label(self, names: Iterable[Name] = ()) -> str:
-        """``query_proj=O key_proj=R ...`` in the names' order, or the preset's name."""
+        """What moved from where the names rest (recomputed; inputs kept), in the names' order:
+        ``keep a,b; offload c``, ``recompute all``, ``keep all``; or the preset's name."""
         if self.preset:
             return self.preset
         if self.jax_policy:
             return f"jax:{self.jax_policy}"
-        order = [n.name for n in names] or [n for n, _ in self.placements]
+        named = list(names) or [Name(n) for n, _ in self.placements]
         place = self.place()
-        return " ".join(f"{n}={SHORT[place[n]]}" for n in order if n in place) or "(no names)"
+        named = [n for n in named if n.name in place]
+        if not named:
+            return "(no names)"
+        for where, text in (("remat", "recompute all"), ("device", "keep all"), ("offload", "offload all")):
+            if all(place[n.name] in (where, n.resting if where == "remat" else where) for n in named):
+                return text
+        parts = []
+        for where, verb in (("device", "keep"), ("offload", "offload"), ("remat", "recompute")):
+            moved = [n.name for n in named if place[n.name] == where and where != n.resting]
+            if moved:
+                parts.append(f"{verb} {','.join(moved)}")
+        return "; ".join(parts)
 
 
 def resting(names: Iterable[Name]) -> Candidate:

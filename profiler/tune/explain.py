@@ -131,8 +131,12 @@ def lines(choice: Tried, s: Search, compiler: Any, names: list[Name]) -> list[st
                 extra = (dev.outcome.device_bytes or 0) - (s.base.outcome.device_bytes or 0)
             what = "kept on the device (a checkpoint input: never recomputed)" if n.is_input else "kept on the device"
             text = f"{n.name}: {what}"
-            if extra is not None and not n.is_input:
+            if extra is not None and not n.is_input and rc:
                 text += f"; {human_bytes(max(0, extra))} more device memory saves {_t(rc)} of recomputation"
+            elif rc == 0 and not n.is_input:
+                text += "; kept alone it is no faster than recomputed: the choice as a whole is faster with it kept"
+            elif rc is None and not n.is_input:
+                text += " (not tried alone: the search stopped before)"
             if copies:
                 text += f"; offloading it: {copies}"
         others = [_other(c, n.name, q, o, s, compiler.limit) for q in n.options() if q != p]

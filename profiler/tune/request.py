@@ -36,6 +36,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "are in jax.checkpoint",
     )
     p.add_argument("--policy-arg", default=None, metavar="FLAG|TEMPLATE", help="how the script takes --policy")
+    p.add_argument(
+        "--step",
+        default=None,
+        metavar="NAME",
+        help="the jitted function that is the step, for a script that does not call annotate.compiled_step() "
+        "(default: the first one it calls twice)",
+    )
     p.add_argument("--max-compiles", type=int, default=48, help="the search's compile budget (default 48)")
     p.add_argument("--no-presets", action="store_true", help="do not compile JAX's and MaxText's presets beside")
     p.add_argument(
@@ -76,4 +83,5 @@ def request_from(args: Any) -> TuneRequest:
         max_compiles=args.max_compiles,
         presets=not args.no_presets,
         calibrate=Path(args.calibrate) if args.calibrate else None,
+        step=args.step,
     )

@@ -44,6 +44,7 @@ class TuneRequest:
     max_compiles: int = 48
     presets: bool = True
     calibrate: Path | None = None
+    step: str | None = None  # the jitted function to take as the step (a script that hands none over)
     xla_options: dict[str, Any] = field(default_factory=dict)  # XLA debug options for every compile
 
 
@@ -138,7 +139,7 @@ def open_session(req: TuneRequest, out: Path, spec: str) -> CompileSession:
     cmd = script_command(python, req.script, req.script_args, req.batch, req.batch_arg, words, req.policy or "")
     script_dir = out / "script"
     script_dir.mkdir()
-    return CompileSession(cmd, spec_file, script_dir, policy=req.policy, batch=req.batch)
+    return CompileSession(cmd, spec_file, script_dir, policy=req.policy, batch=req.batch, step=req.step)
 
 
 def _calibration(req: TuneRequest, spec: str) -> tuple[Any, dict[str, Any] | None]:
@@ -176,7 +177,10 @@ def run_tune(req: TuneRequest, echo: Callable[[str], None] | None = None) -> dic
     with open_session(req, out, spec) as session:
         say(f"tune: starting {req.script.name} under {session.command[0]} (log: {session.log})")
         ready = session.start()
-        say(f"tune: the step is compiled for {ready.get('device_kind')} (JAX {ready.get('jax')}) in {session.folder}")
+        say(
+            f"tune: the step is {ready.get('step')} ({ready.get('chosen_by')}), compiled for "
+            f"{ready.get('device_kind')} (JAX {ready.get('jax')})"
+        )
         found = session.request({"op": "names"})
         if not found.get("ok"):
             raise ProfilerError(f"{req.script}: tracing the step failed: {found.get('error')}")
@@ -196,6 +200,7 @@ def run_tune(req: TuneRequest, echo: Callable[[str], None] | None = None) -> dic
         presets = evaluate_presets(names, compiler) if req.presets else []
     doc = document(req, names, found, result, presets, compiler, link, limit, limit_why, label)
     doc["calibration"] = cal_doc
+    doc["step"] = {"name": ready.get("step"), "chosen_by": ready.get("chosen_by"), "jax": ready.get("jax")}
     doc["target"].update({"key": builtin.key if builtin else None, "spec_file": str(out / "target.txtpb")})
     doc["search"].update(compiles=search_compiles, compile_seconds=round(search_seconds, 1))
     doc["compiles"] = compiler.compiles

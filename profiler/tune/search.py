@@ -134,6 +134,9 @@ def _search(run: _Run) -> None:
         out.stop = "the step's checkpoints name no activation: only the presets were compared"
         return
     base = out.base = run.get(resting(names), "bounds")
+    if base.outcome is None:
+        out.stop = "the step does not compile for the target with every named activation recomputed (see its error)"
+        return
     run.get(everywhere(names, "device"), "bounds")
     if base.outcome is not None and not base.outcome.fits:
         off = run.get(everywhere(names, "offload"), "bounds")

@@ -64,11 +64,19 @@ def _dispatch(prim: Any, *args: Any, **params: Any) -> Any:
     return _state["policy"](prim, *args, **params)
 
 
+# operations that leave a value what it was (a checkpoint input through them is still an input)
+_SAME_VALUE = {"sharding_constraint", "convert_element_type", "copy", "copy_p", "reshape", "squeeze",
+               "mesh_cast", "reshard", "pvary", "optimization_barrier"}  # fmt: skip
+
+
 def _record(jaxpr: Any) -> None:
-    """The names one of the script's checkpoints tags, and those tagged on its inputs."""
+    """The names one of the script's checkpoints tags, and those tagged on its inputs (directly or
+    through operations that keep the value: MaxText constrains the layer input's sharding first)."""
     try:
         invars = set(jaxpr.invars)
         for eqn in jaxpr.eqns:
+            if eqn.primitive.name in _SAME_VALUE and eqn.invars and eqn.invars[0] in invars:
+                invars.update(eqn.outvars)
             if eqn.primitive.name == "name":
                 _state["inside"].add(eqn.params["name"])
                 if eqn.invars and eqn.invars[0] in invars:
@@ -118,16 +126,17 @@ def found() -> dict[str, Any]:
     }
 
 
-def _subjaxprs(value: Any) -> list[Any]:
-    from jax._src import core
+def open_jaxpr(v: Any) -> Any:
+    """The jaxpr with equations inside *v* (a jaxpr, or a closed one: JAX 0.12 merged the two), or None."""
+    if hasattr(v, "eqns"):
+        return v
+    inner = getattr(v, "jaxpr", None)
+    return inner if hasattr(inner, "eqns") else None
 
-    out = []
-    for v in value if isinstance(value, (list, tuple)) else [value]:
-        if isinstance(v, core.ClosedJaxpr):
-            out.append(v.jaxpr)
-        elif isinstance(v, core.Jaxpr):
-            out.append(v)
-    return out
+
+def _subjaxprs(value: Any) -> list[Any]:
+    values = value if isinstance(value, (list, tuple)) else [value]
+    return [j for j in (open_jaxpr(v) for v in values if not isinstance(v, (str, int, float))) if j is not None]
 
 
 def named_values(jaxpr: Any) -> dict[str, dict[str, Any]]:

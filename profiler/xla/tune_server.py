@@ -29,13 +29,14 @@ from typing import Any, NoReturn
 from profiler.conventions import TUNE_FDS_ENV
 from profiler.xla import policy_swap
 
+serving = False  # True once a step is served: the hook's step catcher then takes no other
+
 
 def _traced_jaxpr(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     import jax
 
-    if hasattr(step, "trace"):
-        return step.trace(*args, **kwargs).jaxpr.jaxpr
-    return jax.make_jaxpr(step)(*args, **kwargs).jaxpr
+    traced = step.trace(*args, **kwargs).jaxpr if hasattr(step, "trace") else jax.make_jaxpr(step)(*args, **kwargs)
+    return policy_swap.open_jaxpr(traced)
 
 
 def _names(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -82,10 +83,19 @@ def _compile(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any], req: dict
     }
 
 
-def serve(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any], device_kind: str | None) -> NoReturn:
+def serve(
+    step: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    device_kind: str | None,
+    step_name: str | None = None,
+    why: str = "handed over by annotate.compiled_step()",
+) -> NoReturn:
     """Answer profile-step's requests until it says quit (or closes the pipe); then end the script."""
     import jax
 
+    global serving
+    serving = True
     rfd, wfd = (int(x) for x in os.environ[TUNE_FDS_ENV].split(","))
     with os.fdopen(rfd, "r") as requests, os.fdopen(wfd, "w") as answers:
 
@@ -93,7 +103,8 @@ def serve(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any], device_kind:
             answers.write(json.dumps(doc, default=str) + "\n")
             answers.flush()
 
-        send({"op": "ready", "device_kind": device_kind, "jax": jax.__version__, "pid": os.getpid()})
+        send({"op": "ready", "device_kind": device_kind, "jax": jax.__version__, "pid": os.getpid(),
+              "step": step_name or getattr(step, "__name__", None), "chosen_by": why})  # fmt: skip
         for line in requests:
             req = json.loads(line)
             op = req.get("op")
