@@ -186,6 +186,26 @@ def test_an_unedited_script(aot_python, tmp_path, devices):  # noqa: F811
     assert doc["choice"] is not None and doc["choice"]["fits"]
 
 
+def test_verify_runs_the_choice_and_the_best_preset(aot_python, nsys, tmp_path):  # noqa: F811
+    """--verify on this machine: the choice and the best preset run under nsys (on the CPU, the
+    policy substituted into the script's checkpoints by the start-up hook) and compile to different
+    programs; each run folder keeps tune's prediction for it."""
+    out = tmp_path / "t"
+    proc = run_cli("tune", "--verify", "--link", "pcie5", "--max-compiles", "4", "--json", "--out", str(out),
+                   "--python", aot_python, str(PLAIN), timeout=1200)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    v = doc["verify"]
+    assert [r["role"] for r in v["runs"]] == ["tune-choice", "tune-preset"]
+    assert v["ran"] and v["different_programs"] is True, v
+    assert v["runs"][1]["label"].startswith("jax:") and v["analyze"].startswith("profile-step analyze ")
+    for r in v["runs"]:
+        kept = json.loads((Path(r["run_dir"]) / "tune_prediction.json").read_text())
+        assert kept["candidate"]["label"] == r["label"] and kept["link"]["key"] == "pcie5"
+        facts = json.loads((Path(r["run_dir"]) / "startup.json").read_text())
+        assert json.loads(facts["tune_policy"]) is not None  # the hook substituted the candidate's policy
+
+
 def maxtext() -> tuple[Path, str]:
     """A MaxText checkout and a Python with its requirements and jax[cuda12] (docs/tune.md), given as
     $PROFILE_STEP_MAXTEXT and $PROFILE_STEP_MAXTEXT_PYTHON; the test skips without them."""

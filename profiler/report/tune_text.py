@@ -94,5 +94,24 @@ def render_tune(doc: dict[str, Any], show_all: bool = False) -> str:
     else:
         out.append(f"MaxText: none ({choice['maxtext_form_missing']})")
     out.append(f"JAX:     policy={choice['jax_form']}")
+    out += verify_lines(doc.get("verify"))
     out.append(f"\n(files: {doc['out_dir']})")
     return "\n".join(out)
+
+
+def verify_lines(v: dict[str, Any] | None) -> list[str]:
+    """``--verify``: each run, whether both ran and compiled to different programs."""
+    if not v:
+        return []
+    out = ["", "verify (captured under nsys, profile-step run):"]
+    for r in v["runs"]:
+        fp = r["fingerprint"] or "no compiled step recorded"
+        out.append(
+            f"  {r['role']}: {r['label']}: {r['status']} (exit {r['exit_code']}), step program {fp} -> {r['run_dir']}"
+        )
+    if v["different_programs"] is True:
+        out.append("  the choice and the best preset ran and compiled to different programs")
+    elif v["different_programs"] is False:
+        out.append("  the choice and the best preset compiled to the same program: the policy made no difference here")
+    out.append(f"  on a GPU, predicted against measured per run: {v['analyze']}")
+    return out

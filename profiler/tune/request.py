@@ -55,6 +55,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, help="an empty or new folder for the results (default: plans/...)")
     p.add_argument("--plans-dir", default="plans", help="where tune folders go (default: plans/)")
     p.add_argument("--all", action="store_true", help="also list the candidates that do not fit")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="then run the choice and the best preset under nsys (profile-step run): do they run, and compile to "
+        "different programs; on a GPU, analyze the two runs for predicted against measured",
+    )
     p.add_argument("script", help="the training script (.py)")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
 
@@ -84,4 +90,5 @@ def request_from(args: Any) -> TuneRequest:
         presets=not args.no_presets,
         calibrate=Path(args.calibrate) if args.calibrate else None,
         step=args.step,
+        verify=args.verify,
     )

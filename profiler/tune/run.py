@@ -45,6 +45,7 @@ class TuneRequest:
     presets: bool = True
     calibrate: Path | None = None
     step: str | None = None  # the jitted function to take as the step (a script that hands none over)
+    verify: bool = False  # capture the choice and the best preset under nsys afterwards
     xla_options: dict[str, Any] = field(default_factory=dict)  # XLA debug options for every compile
 
 
@@ -74,6 +75,7 @@ class Compiler:
         self.seconds = 0.0
         self.echo: Callable[[str], None] = lambda s: None
         self.device_memory: int | None = None
+        self.names: list[Name] = []  # for the candidates' labels in the progress lines
 
     def _key(self, c: Candidate) -> str:
         return c.key() + (repr(sorted(self.options.items())) if self.options else "")
@@ -99,7 +101,7 @@ class Compiler:
                 self.errors[key] = str(ans.get("error"))
             out = self.outcome(c)
             state = "failed" if out is None else f"{out.step_ns / 1e6:.3f} ms" + ("" if out.fits else ", does not fit")
-            self.echo(f"tune: compile {self.compiles}: {c.label()}: {state} ({time.monotonic() - t0:.1f} s)")
+            self.echo(f"tune: compile {self.compiles}: {c.label(self.names)}: {state} ({time.monotonic() - t0:.1f} s)")
         return self.cache[key]
 
     def outcome(self, c: Candidate) -> Outcome | None:
@@ -195,6 +197,7 @@ def run_tune(req: TuneRequest, echo: Callable[[str], None] | None = None) -> dic
         compiler = Compiler(session, out, device, link, limit, req.xla_options, calibration)
         compiler.device_memory = targets.memory_of(spec)
         compiler.echo = say
+        compiler.names = names
         result = search(names, compiler, req.max_compiles, say)
         search_compiles, search_seconds = compiler.compiles, compiler.seconds
         presets = evaluate_presets(names, compiler) if req.presets else []
@@ -206,6 +209,12 @@ def run_tune(req: TuneRequest, echo: Callable[[str], None] | None = None) -> dic
     doc["compiles"] = compiler.compiles
     doc["seconds"] = round(time.monotonic() - t0, 1)
     doc["out_dir"] = str(out)
+    doc["verify"] = None
+    if req.verify and doc["choice"] is not None:
+        from profiler.tune.verify import verify
+
+        args = [*req.script_args, *([req.batch_arg, str(req.batch)] if req.batch is not None and req.batch_arg else [])]
+        doc["verify"] = verify(doc, req.script, args, req.policy, None, say)
     folder.write_json(out / "tune.json", doc)
     folder.write_json(out / "plan.json", plan_document(doc))
     return doc
