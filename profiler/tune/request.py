@@ -43,6 +43,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the jitted function that is the step, for a script that does not call annotate.compiled_step() "
         "(default: the first one it calls twice)",
     )
+    p.add_argument(
+        "--xla-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an XLA debug option for every compile (repeatable), e.g. xla_gpu_enable_pipelined_host_offloading=true",
+    )
+    p.add_argument(
+        "--names",
+        default=None,
+        metavar="A,B,...",
+        help="search only these activations (the others stay recomputed; a checkpoint's input kept)",
+    )
     p.add_argument("--max-compiles", type=int, default=48, help="the search's compile budget (default 48)")
     p.add_argument("--no-presets", action="store_true", help="do not compile JAX's and MaxText's presets beside")
     p.add_argument(
@@ -63,6 +76,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("script", help="the training script (.py)")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
+
+
+def xla_options(given: list[str]) -> dict[str, Any]:
+    """``NAME=VALUE`` words as XLA's compile options (true/false as booleans, numbers as numbers)."""
+    out: dict[str, Any] = {}
+    for word in given:
+        name, sep, value = word.partition("=")
+        name = name.strip().removeprefix("--")
+        if not sep or not name:
+            raise ProfilerError(f"--xla-option: expected NAME=VALUE, got {word!r}")
+        low = value.strip().lower()
+        if low in ("true", "false"):
+            out[name] = low == "true"
+        else:
+            try:
+                out[name] = int(low)
+            except ValueError:
+                try:
+                    out[name] = float(low)
+                except ValueError:
+                    out[name] = value.strip()
+    return out
 
 
 def request_from(args: Any) -> TuneRequest:
@@ -91,4 +126,6 @@ def request_from(args: Any) -> TuneRequest:
         calibrate=Path(args.calibrate) if args.calibrate else None,
         step=args.step,
         verify=args.verify,
+        xla_options=xla_options(args.xla_option),
+        only=[n.strip() for n in args.names.split(",") if n.strip()] if args.names else None,
     )

@@ -46,6 +46,7 @@ class TuneRequest:
     calibrate: Path | None = None
     step: str | None = None  # the jitted function to take as the step (a script that hands none over)
     verify: bool = False  # capture the choice and the best preset under nsys afterwards
+    only: list[str] | None = None  # search only these names (the others stay where they rest)
     xla_options: dict[str, Any] = field(default_factory=dict)  # XLA debug options for every compile
 
 
@@ -198,7 +199,13 @@ def run_tune(req: TuneRequest, echo: Callable[[str], None] | None = None) -> dic
         compiler.device_memory = targets.memory_of(spec)
         compiler.echo = say
         compiler.names = names
-        result = search(names, compiler, req.max_compiles, say)
+        if req.only:
+            unknown = sorted(set(req.only) - {n.name for n in names})
+            if unknown:
+                raise ProfilerError(
+                    f"--names: the step names no {', '.join(unknown)} (it has {', '.join(n.name for n in names)})"
+                )
+        result = search(names, compiler, req.max_compiles, say, set(req.only) if req.only else None)
         search_compiles, search_seconds = compiler.compiles, compiler.seconds
         presets = evaluate_presets(names, compiler) if req.presets else []
     doc = document(req, names, found, result, presets, compiler, link, limit, limit_why, label)

@@ -101,6 +101,7 @@ class _Run:
         self.echo = echo
         self.out = Search()
         self.seen: dict[str, Tried] = {}
+        self.only: set[str] | None = None
 
     def get(self, c: Candidate, stage: str) -> Tried:
         if c.key() in self.seen:
@@ -115,9 +116,17 @@ class _Run:
         return t
 
 
-def search(names: list[Name], evaluate: Evaluator, budget: int = 48, echo: Callable[[str], None] = print) -> Search:
-    """The search of the module docstring over *names*; *evaluate* compiles (and caches)."""
+def search(
+    names: list[Name],
+    evaluate: Evaluator,
+    budget: int = 48,
+    echo: Callable[[str], None] = print,
+    only: set[str] | None = None,
+) -> Search:
+    """The search of the module docstring over *names*; *evaluate* compiles (and caches); with
+    *only*, just those names move (the others stay where they rest)."""
     run = _Run(names, evaluate, budget, echo)
+    run.only = only
     out = run.out
     try:
         _search(run)
@@ -146,6 +155,8 @@ def _search(run: _Run) -> None:
     # 2. each name alone
     promising: list[tuple[float, str, str]] = []
     for n in names:
+        if run.only is not None and n.name not in run.only:
+            continue
         for place in n.options():
             if place == n.resting:
                 continue
