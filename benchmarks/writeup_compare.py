@@ -108,7 +108,10 @@ def main() -> int:
         vs = f"{100 * (base.step_ns / o.step_ns - 1):+.1f}% against remat" if base else ""
         print(f"  {k}: {o.step_ns / 1e6:.1f} ms, {o.exposed_ns / 1e6:.2f} ms exposed, {human_bytes(o.device_bytes)} "
               f"device{'' if o.fits else ' (does NOT fit)'}, {vs}")  # fmt: skip
-    print(f"  tune: {result.compiles} compiles, stopped: {result.stop}; {doc['compiles']} compiles, {doc['seconds']:.0f} s")
+    print(
+        f"  tune: {result.compiles} compiles, stopped: {result.stop}; {doc['compiles']} compiles in all, "
+        f"{doc['seconds']:.0f} s"
+    )
     return 0
 
 

@@ -93,7 +93,7 @@ def deepseek_layer(x, w):
 
 
 def llama_layer(x, w):
-    b, s, e = x.shape
+    b, s, _ = x.shape
     x = name(x, "decoder_layer_input")
     h = rms(x)
     q = name((h @ w["wq"]).reshape(b, s, 16, 128), "query_proj")
