@@ -94,6 +94,18 @@ def render_tune(doc: dict[str, Any], show_all: bool = False) -> str:
     else:
         out.append(f"MaxText: none ({choice['maxtext_form_missing']})")
     out.append(f"JAX:     policy={choice['jax_form']}")
+    named = doc.get("best_named")
+    if named:
+        slower = named["predicted_step_ns"] / choice["predicted_step_ns"] - 1
+        out.append("")
+        out += textwrap.wrap(
+            f"the best placement of the named activations: {named['label']}, {named['predicted_step_ns'] / div:.2f} "
+            f"{unit} ({100 * slower:+.1f}% against the choice)",
+            WIDTH,
+        )
+        if named.get("maxtext_form"):
+            out.append(f"MaxText: {named['maxtext_form']}")
+        out.append(f"JAX:     policy={named['jax_form']}")
     out += verify_lines(doc.get("verify"))
     out.append(f"\n(files: {doc['out_dir']})")
     return "\n".join(out)

@@ -315,6 +315,13 @@ def document(
     )
     chosen = row(choice, names, compiler) if choice is not None else None
     lines = explain.lines(choice, result, compiler, names) if choice is not None else []
+    # when one of JAX's own policies wins: the best placement of the names too (it has MaxText's form)
+    named = best_of(result.tried + [p for p in presets if not p.candidate.jax_policy])
+    best_named = (
+        row(named, names, compiler)
+        if named is not None and choice is not None and choice.candidate.jax_policy
+        else None
+    )
     return {
         "label": LABEL,
         "compiled_label": f"compiled for {label}, not measured",
@@ -349,6 +356,7 @@ def document(
         "fitting": ordered,
         "choice": chosen,
         "why": lines,
+        "best_named": best_named,
     }
 
 

@@ -165,7 +165,8 @@ def _search(run: _Run) -> None:
             if helps(t.outcome, base.outcome):
                 promising.append((gain(t.outcome, base.outcome), n.name, place))  # type: ignore[arg-type]
             else:
-                out.pruned.append({"name": n.name, "place": place, "why": _why_pruned(t.outcome, base.outcome)})
+                why = _why_pruned(t.outcome, base.outcome, "keeping" if n.is_input else "recomputing")
+                out.pruned.append({"name": n.name, "place": place, "why": why})
     if not promising:
         out.stop = "no name moved alone to the device or to host memory helps: everything stays where it rests"
         return
@@ -201,7 +202,8 @@ def _search(run: _Run) -> None:
         current = better
 
 
-def _why_pruned(t: Outcome | None, base: Outcome | None) -> str:
+def _why_pruned(t: Outcome | None, base: Outcome | None, resting: str = "recomputing") -> str:
+    """Why a move alone was pruned; *resting*: what the name does otherwise (recomputing, keeping)."""
     if t is None:
         return "did not compile"
     if base is None:
@@ -209,5 +211,5 @@ def _why_pruned(t: Outcome | None, base: Outcome | None) -> str:
     if not t.fits and base.fits:
         return "does not fit"
     if not t.fits:
-        return "no less device memory than recomputing it"
-    return "no faster than recomputing it"
+        return f"no less device memory than {resting} it"
+    return f"no faster than {resting} it"
