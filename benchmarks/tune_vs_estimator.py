@@ -30,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from profiler.capture.plan import predict_links
 from profiler.predict import roofline
 from profiler.tune.candidate import Candidate
-from profiler.tune.run import Compiler, TuneRequest, evaluate_presets, limit_of, names_of, open_session
+from profiler.tune.compiler import Compiler
+from profiler.tune.run import TuneRequest, evaluate_presets, limit_of, names_of, open_session
 from profiler.tune.search import best_of, search
 from profiler.units import human_bytes, parse_bytes
 from profiler.xla import targets

@@ -24,7 +24,8 @@ from profiler.predict import roofline
 from profiler.report.tune_text import render_tune
 from profiler.tune import forms
 from profiler.tune.candidate import Candidate, Name
-from profiler.tune.run import Compiler, evaluate_presets, names_of
+from profiler.tune.compiler import Compiler
+from profiler.tune.run import evaluate_presets, names_of
 from profiler.tune.search import best_of, search
 from profiler.xla import targets
 from tests.conftest import run_cli

@@ -6,5 +6,7 @@
 - ``search``: which candidates to compile, pruned, and why the search stopped;
 - ``evaluate``: a compiled candidate's predicted step, exposed copy time and memory;
 - ``explain``: one line per activation of the choice;
-- ``run``: the whole command, over ``profiler.capture.tune_session``'s compiles.
+- ``compiler``: the evaluator the search calls: compiles in the script's process, cached, predicted;
+- ``document``: the tune document (``tune.json``, ``--json``) and its ``plan.json`` form;
+- ``request``: the command line; ``run``: the whole command; ``verify``: ``--verify``.
 """
