@@ -33,7 +33,7 @@ from profiler.tune.candidate import Candidate, resting
 from profiler.tune.compiler import Compiler
 from profiler.tune.run import TuneRequest, limit_of, names_of, open_session
 from profiler.tune.search import best_of, search
-from profiler.units import human_bytes
+from profiler.units import human_bytes, parse_bytes
 from profiler.xla import targets
 
 LAYERS = Path(__file__).resolve().parent / "writeup_layers.py"
@@ -52,13 +52,16 @@ def main() -> int:
     ap.add_argument("--link", default="nvlink-c2c")
     ap.add_argument("--names", default=None, help="the names tune searches (default: all)")
     ap.add_argument("--max-compiles", type=int, default=24)
+    ap.add_argument("--memory-limit", default=None, help="device memory for the step (default: 0.75 of the target's)")
     ap.add_argument("--out", required=True)
     args, rest = ap.parse_known_args()
     out = Path(args.out)
     out.mkdir(parents=True)
     label, spec, builtin = targets.resolve(args.target)
     link = predict_links([args.link], label)[0]
-    req = TuneRequest(script=LAYERS, script_args=["--model", args.model, *rest], target=args.target, batch_arg=None)
+    limit_given = parse_bytes(args.memory_limit) if args.memory_limit else None
+    req = TuneRequest(script=LAYERS, script_args=["--model", args.model, *rest], target=args.target, batch_arg=None,
+                      memory_limit=limit_given)  # fmt: skip
     limit, why = limit_of(req, spec)
     device = roofline.device_from_spec(spec, builtin.peak_bf16_tflops if builtin else None)
     t0 = time.monotonic()
