@@ -892,9 +892,10 @@ def add_tune(sub: Any, shared: Shared) -> None:
         "tune",
         parents=[shared.json],
         help="choose which named activations to keep, recompute or offload: compiled for a GPU target, predicted",
-        description="Run SCRIPT once under a Python with JAX's CUDA plugin (no GPU needed); the step it hands to "
-        "annotate.compiled_step() is compiled for the target under each candidate policy (the policy of the "
-        "script's jax.checkpoint calls is substituted), its step and exposed copy time predicted on the host link.",
+        description="Run SCRIPT once under a Python with JAX's CUDA plugin (no GPU needed); its step (handed to "
+        "annotate.compiled_step(), else the first jitted function it calls twice) is compiled for the target under "
+        "each candidate policy (the policy of the script's jax.checkpoint calls substituted), its step and exposed "
+        "copy time predicted on the host link (docs/tune.md).",
     )
     add_arguments(tu)
     tu.set_defaults(func=cmd_tune)

@@ -27,7 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="SIZE",
         help="device memory a step may use, e.g. 60GiB (default: the target's memory x --mem-fraction)",
     )
-    p.add_argument("--mem-fraction", type=float, default=None, help="usable share of device memory (default 0.75)")
+    p.add_argument(
+        "--mem-fraction", type=float, default=None, metavar="F", help="usable share of device memory (default 0.75)"
+    )
     p.add_argument(
         "--policy",
         default=None,
@@ -56,7 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="A,B,...",
         help="search only these activations (the others stay recomputed; a checkpoint's input kept)",
     )
-    p.add_argument("--max-compiles", type=int, default=48, help="the search's compile budget (default 48)")
+    p.add_argument("--max-compiles", type=int, default=48, metavar="N", help="the search's compile budget (default 48)")
     p.add_argument("--no-presets", action="store_true", help="do not compile JAX's and MaxText's presets beside")
     p.add_argument(
         "--calibrate",
