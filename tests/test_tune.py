@@ -20,7 +20,7 @@ import pytest
 from profiler.analysis.links import HostLink, parse_link
 from profiler.capture.plan import find_python
 from profiler.capture.tune_session import CompileSession, script_command
-from profiler.predict import roofline
+from profiler.predict import roofline, schedule
 from profiler.report.tune_text import render_tune
 from profiler.tune import forms
 from profiler.tune.candidate import Candidate, Name
@@ -205,6 +205,33 @@ def test_verify_runs_the_choice_and_the_best_preset(aot_python, nsys, tmp_path):
         assert kept["candidate"]["label"] == r["label"] and kept["link"]["key"] == "pcie5"
         facts = json.loads((Path(r["run_dir"]) / "startup.json").read_text())
         assert json.loads(facts["tune_policy"]) is not None  # the hook substituted the candidate's policy
+
+
+def test_calibrate_takes_a_runs_measured_costs(aot_python, tmp_path):  # noqa: F811
+    """--calibrate RUN: a run that measured the resting program's own instructions (each kernel 200 us,
+    built with test_measured's thunk export) gives that program its measured times, so its predicted
+    step is at least the kernels' sum, where the roofline alone says microseconds."""
+    from profiler.xla.compiled import load_module
+    from tests.test_measured import measured_run
+
+    args = ["tune", "--no-presets", "--max-compiles", "1", "--link", "pcie5", "--json", "--python", aot_python]
+    first = run_cli(*args, "--out", str(tmp_path / "a"), str(PLAIN), timeout=900)
+    assert first.returncode == 0, first.stderr[-3000:]
+    hlo = Path(json.loads(first.stdout)["candidates"][0]["hlo_file"])
+    run, work = measured_run(hlo, tmp_path / "run", compute_ns=200_000, copy_ns=100_000)
+    measured = {i.name for i in work if i.opcode != "copy-start"}
+    # the kernels of the replayed schedule that the run measured (a while loop's own range is not one:
+    # its body is replayed, costed by the run's scale factors)
+    ops = schedule.build(load_module(hlo)[0]).ops
+    kernels = sum(1 for o in ops if o.kind == "compute" and o.name in measured)
+    proc = run_cli(*args, "--calibrate", str(run), "--out", str(tmp_path / "b"), str(PLAIN), timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    (rest,) = [r for r in doc["candidates"] if r["label"] == "recompute all"]
+    assert doc["calibration"]["instructions"] >= kernels > 5
+    assert rest["predicted_step_ns"] >= kernels * 200_000
+    assert json.loads(first.stdout)["candidates"][0]["predicted_step_ns"] < 100_000  # the roofline alone
+    assert load_module(hlo)[0].name == load_module(Path(rest["hlo_file"]))[0].name
 
 
 def maxtext() -> tuple[Path, str]:
