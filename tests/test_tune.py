@@ -127,29 +127,6 @@ def test_the_compile_cache(known):
     assert compiler.compiles == before
 
 
-def test_cli_json_and_text(aot_python, tmp_path):  # noqa: F811
-    """The command end to end at a small size (the answer is not the point here): --json has every
-    candidate with its forms; the text (render_tune of the same document, what the command prints
-    without --json) the table and one line per activation."""
-    out = tmp_path / "t"
-    args = ["tune", "--link", "pcie5", "--memory-limit", "1GiB", "--no-presets", "--max-compiles", "4", "--out",
-            str(out), "--python", aot_python]  # fmt: skip
-    small = [str(KNOWN), "--batch", "2048", "--layers", "4"]
-    proc = run_cli(*args, "--json", *small, timeout=1200)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = json.loads(proc.stdout)
-    assert doc["compiles"] == doc["search"]["compiles"] <= 4 and len(doc["candidates"]) == doc["search"]["tried"]
-    assert "compile budget ran out" in doc["search"]["stop"] or "optimum" in doc["search"]["stop"]
-    assert {"predicted_step_ns", "predicted_exposed_ns", "device_bytes", "host_bytes", "jax_form"} <= set(
-        doc["candidates"][0]
-    )
-    assert doc["choice"]["fits"] and doc["why"][0].startswith("choice: ")
-    assert json.loads((out / "plan.json").read_text())["tune"]["choice"]["label"] == doc["choice"]["label"]
-    text = render_tune(doc)  # what the command prints without --json
-    assert "candidate" in text and "JAX:     policy=jax.checkpoint_policies." in text
-    assert "\n  big: " in text and "\n  small: " in text and f"(files: {out})" in text
-
-
 def test_a_step_without_checkpoint_is_one_line(aot_python, tmp_path):  # noqa: F811
     proc = run_cli("tune", "--out", str(tmp_path / "t"), "--python", aot_python, str(ROOT / "examples" / "train.py"),
                    "--layers", "1", timeout=600)  # fmt: skip
@@ -162,18 +139,23 @@ def test_a_step_without_checkpoint_is_one_line(aot_python, tmp_path):  # noqa: F
 PLAIN = ROOT / "tests" / "scripts" / "plain_remat.py"
 
 
-@pytest.mark.parametrize("devices", [1, 2])
-def test_an_unedited_script(aot_python, tmp_path, devices):  # noqa: F811
-    """A script that knows nothing of profile-step: the step is the jitted function it calls a second
-    time (its init runs once), compiled for the target on one device, or on a mesh of two (the
-    script shards its batch over two CPU devices; the step is compiled for two H100s, its
-    gradients all-reduced)."""
-    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"} if devices == 2 else None
-    out = tmp_path / "t"
-    proc = run_cli("tune", "--no-presets", "--max-compiles", "3", "--json", "--out", str(out), "--python", aot_python,
-                   str(PLAIN), "--devices", str(devices), env=env, timeout=900)  # fmt: skip
+def tune_json(python: str, out: Path, *script: str, env: dict | None = None) -> dict:
+    """``profile-step tune --json`` (PCIe Gen5, 1 GiB, 3 compiles, no presets) on *script*."""
+    args = ["tune", "--link", "pcie5", "--memory-limit", "1GiB", "--no-presets", "--max-compiles", "3", "--json",
+            "--out", str(out), "--python", python]  # fmt: skip
+    proc = run_cli(*args, *script, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = json.loads(proc.stdout)
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def plain(aot_python, tmp_path_factory):  # noqa: F811
+    """``profile-step tune --json`` on an unedited script (one CPU device), once for several tests."""
+    out = tmp_path_factory.mktemp("plain") / "t"
+    return out, tune_json(aot_python, out, str(PLAIN))
+
+
+def check_unedited(doc: dict, devices: int) -> None:
     assert doc["step"]["name"] == "train_step" and "second time" in doc["step"]["chosen_by"]
     assert "init 1x" in doc["step"]["chosen_by"]
     assert {n["name"] for n in doc["names"]} == {"proj", "hidden"}
@@ -185,6 +167,35 @@ def test_an_unedited_script(aot_python, tmp_path, devices):  # noqa: F811
     hlo = Path(doc["candidates"][0]["hlo_file"]).read_text()
     assert ("all-reduce" in hlo) == (devices == 2)
     assert doc["choice"] is not None and doc["choice"]["fits"]
+
+
+def test_an_unedited_script(plain):
+    """A script that knows nothing of profile-step: the step is the jitted function it calls a second
+    time (its init runs once), compiled for the target."""
+    check_unedited(plain[1], 1)
+
+
+def test_an_unedited_script_on_a_mesh(aot_python, tmp_path):  # noqa: F811
+    """The same script sharding its batch over two CPU devices: its step is compiled for two H100s,
+    its gradients all-reduced."""
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    check_unedited(tune_json(aot_python, tmp_path / "t", str(PLAIN), "--devices", "2", env=env), 2)
+
+
+def test_json_and_text(plain):
+    """--json has every candidate with its forms; the text (render_tune of the same document, what the
+    command prints without --json) the table and one line per activation."""
+    out, doc = plain
+    assert doc["compiles"] == doc["search"]["compiles"] <= 3 and len(doc["candidates"]) == doc["search"]["tried"]
+    assert "compile budget ran out" in doc["search"]["stop"] or "optimum" in doc["search"]["stop"]
+    assert {"predicted_step_ns", "predicted_exposed_ns", "device_bytes", "host_bytes", "jax_form"} <= set(
+        doc["candidates"][0]
+    )
+    assert doc["choice"]["fits"] and doc["why"][0].startswith("choice: ")
+    assert json.loads((out / "plan.json").read_text())["tune"]["choice"]["label"] == doc["choice"]["label"]
+    text = render_tune(doc)
+    assert "candidate" in text and "JAX:     policy=jax.checkpoint_policies." in text
+    assert "\n  proj: " in text and "\n  hidden: " in text and f"(files: {out})" in text
 
 
 def test_verify_runs_the_choice_and_the_best_preset(aot_python, nsys, tmp_path):  # noqa: F811
@@ -207,30 +218,27 @@ def test_verify_runs_the_choice_and_the_best_preset(aot_python, nsys, tmp_path):
         assert json.loads(facts["tune_policy"]) is not None  # the hook substituted the candidate's policy
 
 
-def test_calibrate_takes_a_runs_measured_costs(aot_python, tmp_path):  # noqa: F811
+def test_calibrate_takes_a_runs_measured_costs(aot_python, plain, tmp_path):  # noqa: F811
     """--calibrate RUN: a run that measured the resting program's own instructions (each kernel 200 us,
     built with test_measured's thunk export) gives that program its measured times, so its predicted
     step is at least the kernels' sum, where the roofline alone says microseconds."""
     from profiler.xla.compiled import load_module
     from tests.test_measured import measured_run
 
-    args = ["tune", "--no-presets", "--max-compiles", "1", "--link", "pcie5", "--json", "--python", aot_python]
-    first = run_cli(*args, "--out", str(tmp_path / "a"), str(PLAIN), timeout=900)
-    assert first.returncode == 0, first.stderr[-3000:]
-    hlo = Path(json.loads(first.stdout)["candidates"][0]["hlo_file"])
+    first = plain[1]["candidates"][0]
+    assert first["label"] == "recompute all"
+    hlo = Path(first["hlo_file"])
     run, work = measured_run(hlo, tmp_path / "run", compute_ns=200_000, copy_ns=100_000)
     measured = {i.name for i in work if i.opcode != "copy-start"}
     # the kernels of the replayed schedule that the run measured (a while loop's own range is not one:
     # its body is replayed, costed by the run's scale factors)
     ops = schedule.build(load_module(hlo)[0]).ops
     kernels = sum(1 for o in ops if o.kind == "compute" and o.name in measured)
-    proc = run_cli(*args, "--calibrate", str(run), "--out", str(tmp_path / "b"), str(PLAIN), timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = json.loads(proc.stdout)
+    doc = tune_json(aot_python, tmp_path / "b", "--calibrate", str(run), str(PLAIN))
     (rest,) = [r for r in doc["candidates"] if r["label"] == "recompute all"]
     assert doc["calibration"]["instructions"] >= kernels > 5
     assert rest["predicted_step_ns"] >= kernels * 200_000
-    assert json.loads(first.stdout)["candidates"][0]["predicted_step_ns"] < 100_000  # the roofline alone
+    assert first["predicted_step_ns"] < 100_000  # the roofline alone
     assert load_module(hlo)[0].name == load_module(Path(rest["hlo_file"]))[0].name
 
 
