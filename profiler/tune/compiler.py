@@ -14,6 +14,7 @@ from profiler.capture.tune_session import CompileSession
 from profiler.predict import roofline
 from profiler.tune.candidate import Candidate, Name
 from profiler.tune.evaluate import Compiled, Outcome, compiled_from
+from profiler.units import human_time
 
 
 class Compiler:
@@ -67,7 +68,7 @@ class Compiler:
                 self.cache[key] = None
                 self.errors[key] = str(ans.get("error"))
             out = self.outcome(c)
-            state = "failed" if out is None else f"{out.step_ns / 1e6:.3f} ms" + ("" if out.fits else ", does not fit")
+            state = "failed" if out is None else human_time(out.step_ns) + ("" if out.fits else ", does not fit")
             self.echo(f"tune: compile {self.compiles}: {c.label(self.names)}: {state} ({time.monotonic() - t0:.1f} s)")
         return self.cache[key]
 
