@@ -155,7 +155,7 @@ def run_tune(req: TuneRequest, echo: Callable[[str], None] | None = None) -> dic
         from profiler.tune.verify import verify
 
         args = [*req.script_args, *([req.batch_arg, str(req.batch)] if req.batch is not None and req.batch_arg else [])]
-        doc["verify"] = verify(doc, req.script, args, req.policy, None, say)
+        doc["verify"] = verify(doc, req.script, args, req.policy, req.python, say)
     folder.write_json(out / "tune.json", doc)
     folder.write_json(out / "plan.json", plan_document(doc))
     return doc
