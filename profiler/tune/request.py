@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from profiler.errors import ProfilerError
-from profiler.tune.run import TuneRequest
 from profiler.units import parse_bytes
 
 
@@ -102,7 +101,10 @@ def xla_options(given: list[str]) -> dict[str, Any]:
     return out
 
 
-def request_from(args: Any) -> TuneRequest:
+def request_from(args: Any) -> Any:
+    """The ``TuneRequest`` the parsed options make (imported here: building the parser stays light)."""
+    from profiler.tune.run import TuneRequest
+
     try:
         limit = parse_bytes(args.memory_limit) if args.memory_limit else None
     except ValueError as exc:
