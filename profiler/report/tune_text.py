@@ -70,7 +70,8 @@ def render_tune(doc: dict[str, Any], show_all: bool = False) -> str:
         subsequent_indent="  ",
     )
     if s["pruned"]:
-        pr = ", ".join(f"{p['name']}={p['place']} ({p['why']})" for p in s["pruned"][:8])
+        verb = {"device": "keep", "offload": "offload", "remat": "recompute"}
+        pr = ", ".join(f"{verb.get(p['place'], p['place'])} {p['name']} ({p['why']})" for p in s["pruned"][:8])
         more = f" and {len(s['pruned']) - 8} more" if len(s["pruned"]) > 8 else ""
         out += textwrap.wrap(f"pruned after trying them alone: {pr}{more}", WIDTH, subsequent_indent="  ")
     if doc.get("names_outside_checkpoints"):
