@@ -48,6 +48,9 @@ def _copies(name: str, s: Search, compiler: Any) -> str | None:
     comp = compiler.cache.get(compiler._key(off.candidate))
     cover = copy_cover(comp, compiler.link) if comp is not None else {}
     o = off.outcome
+    base = s.base.outcome if s.base else None
+    if not o.copy_bytes.get("d2h"):
+        return "nothing moves (the program keeps no copy of it for the backward pass)"
     d2h = cover.get("d2h", {})
     h2d = cover.get("h2d", {})
     under = (d2h.get("cover_ns", 0) + h2d.get("cover_ns", 0)) or None
@@ -58,7 +61,10 @@ def _copies(name: str, s: Search, compiler: Any) -> str | None:
         text += f", with {_t(under)} of compute scheduled between the copies"
         if tops:
             text += f" ({', '.join(tops)})"
-    return text + f"; {_t(o.exposed_ns)} exposed when it is the only one offloaded"
+    text += f"; {_t(o.exposed_ns)} exposed when it is the only one offloaded"
+    if base is not None:
+        text += f" (a step of {_t(o.step_ns)} against {_t(base.step_ns)} with everything recomputed)"
+    return text
 
 
 def _other(choice: Candidate, name: str, place: str, chosen: Outcome, s: Search, limit: int | None) -> str | None:
