@@ -119,6 +119,23 @@ def test_never_slower_than_a_preset(known, link, limit):
     assert fitting and choice.outcome.step_ns <= min(fitting)
 
 
+def test_a_name_left_out_by_names_says_so(known):
+    """--names small: big stays where it rests (recomputed), and its line says why it was not moved;
+    the compiles are the cached ones of the searches above."""
+    from profiler.tune import explain
+
+    _, names, compiler = known
+    compiler.link, compiler.limit = parse_link("nvlink-c2c"), 3 * GiB
+    result = search(names, compiler, budget=24, echo=lambda s: None, only={"small"})
+    choice = best_of(result.tried)
+    assert choice.candidate.place() == {"small": "offload", "big": "remat"}
+    text = explain.lines(choice, result, compiler, names)
+    (big,) = [t for t in text if t.startswith("big: ")]
+    assert big.startswith("big: recompute (where it rests: not among --names)"), big
+    (small,) = [t for t in text if t.startswith("small: ")]
+    assert small.startswith("small: offload; its 1.00 GiB per step take "), small
+
+
 def test_the_compile_cache(known):
     """The same request is compiled once: the searches above share their compiles."""
     compiler = known[2]

@@ -95,6 +95,13 @@ def _no_faster(name: str, s: Search) -> str:
     )
 
 
+def _untried(name: str, s: Search) -> str:
+    """Why *name* was never moved alone: left out by --names, or the search stopped first."""
+    if s.only is not None and name not in s.only:
+        return "where it rests: not among --names"
+    return "not tried alone: the search stopped before"
+
+
 def lines(choice: Tried, s: Search, compiler: Any, names: list[Name]) -> list[str]:
     """One sentence per named activation of *choice* (one in all for a JAX preset)."""
     c, o = choice.candidate, choice.outcome
@@ -126,6 +133,8 @@ def lines(choice: Tried, s: Search, compiler: Any, names: list[Name]) -> list[st
                 text += f"; recomputing it costs {_t(rc)}"
         elif p == "remat":
             text = f"{n.name}: recompute" + (f" ({_t(rc)} per step)" if rc else "")
+            if not any((n.name, q) in s.alone for q in ("device", "offload")):
+                text += f" ({_untried(n.name, s)})"
             if rc == 0:
                 text += f"; {_no_faster(n.name, s)}"
             if copies:
@@ -142,7 +151,7 @@ def lines(choice: Tried, s: Search, compiler: Any, names: list[Name]) -> list[st
             elif rc == 0 and not n.is_input:
                 text += "; kept alone it is no faster than recomputed: the choice as a whole is faster with it kept"
             elif rc is None and not n.is_input:
-                text += " (not tried alone: the search stopped before)"
+                text += f" ({_untried(n.name, s)})"
             if copies:
                 text += f"; offloading it: {copies}"
         others = [_other(c, n.name, q, o, s, compiler.limit) for q in n.options() if q != p]

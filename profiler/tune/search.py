@@ -60,6 +60,7 @@ class Search:
     alone: dict[tuple[str, str], Tried] = field(default_factory=dict)
     base: Tried | None = None
     compiles: int = 0
+    only: set[str] | None = None  # the names searched (--names); None: all
 
 
 class OutOfBudget(Exception):
@@ -128,6 +129,7 @@ def search(
     run = _Run(names, evaluate, budget, echo)
     run.only = only
     out = run.out
+    out.only = only
     try:
         _search(run)
     except OutOfBudget:
