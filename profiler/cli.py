@@ -504,7 +504,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from profiler.tune.run import run_tune
 
     doc = run_tune(request_from(args))
-    print(_json_dump(doc) if args.json else render_tune(doc, show_all=args.all))
+    print(_json_dump(doc) if args.json else render_tune(doc, show_all=args.all, wide=args.wide))
     return 0 if doc["choice"] is not None else 1
 
 
@@ -966,7 +966,7 @@ def add_tune(sub: Any, shared: Shared) -> None:
 
     tu = sub.add_parser(
         "tune",
-        parents=[shared.json],
+        parents=[shared.json, shared.wide],
         help="choose which named activations to keep, recompute or offload: compiled for a GPU target, predicted",
         description="Run SCRIPT once under a Python with JAX's CUDA plugin (no GPU needed); its step (handed to "
         "annotate.compiled_step(), else the first jitted function it calls twice) is compiled for the target under "

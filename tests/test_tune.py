@@ -213,6 +213,11 @@ def test_json_and_text(plain):
     text = render_tune(doc)
     assert "candidate" in text and "JAX:     policy=jax.checkpoint_policies." in text
     assert "\n  proj: " in text and "\n  hidden: " in text and f"(files: {out})" in text
+    # prose wraps at 160 columns (the table and the forms, copied whole, do not); --wide leaves it whole
+    starts = ("choice: ", "  proj: ", "  hidden: ", "    ", "search: ")
+    prose = [ln for ln in text.splitlines() if ln.startswith(starts)]
+    assert prose and max(map(len, prose)) <= 160
+    assert doc["why"][0] in render_tune(doc, wide=True).splitlines()
 
 
 def test_verify_runs_the_choice_and_the_best_preset(aot_python, nsys, tmp_path):  # noqa: F811

@@ -7,9 +7,8 @@ import textwrap
 from typing import Any
 
 from profiler.report.table import table
-from profiler.units import human_bytes, scaled, time_unit
+from profiler.units import COLUMNS, human_bytes, scaled, time_unit
 
-WIDTH = 118
 LEGEND = (
     "step = predicted step time; exposed = copy time the compute stream waits for (not hidden); device = the step's "
     "device memory (memory_analysis: arguments + outputs + temporaries); host = host memory; compile = the compile "
@@ -37,8 +36,10 @@ def _rows(rows: list[dict[str, Any]], div: int, chosen: str | None) -> list[list
     return out
 
 
-def render_tune(doc: dict[str, Any], show_all: bool = False) -> str:
-    """The terminal page of one tune document."""
+def render_tune(doc: dict[str, Any], show_all: bool = False, wide: bool = False) -> str:
+    """The terminal page of one tune document: prose in lines of at most 160 columns, unwrapped with
+    *wide* (the table and the MaxText and JAX forms are never wrapped: they are copied whole)."""
+    width = 10**9 if wide else COLUMNS
     fitting = doc["fitting"]
     chosen = (doc.get("choice") or {}).get("label")
     everything = doc["candidates"] + doc["presets"]
@@ -46,10 +47,12 @@ def render_tune(doc: dict[str, Any], show_all: bool = False) -> str:
     heads = ("candidate", "stage", f"step {unit}", f"exposed {unit}", "device", "host", "fits", "compile")
     link = doc["link"]
     limit = doc.get("limit_bytes")
-    out = [
+    out = textwrap.wrap(
         f"{doc['label']}, {doc['target']['label']}, host link {link['name']} ({link['gbps']:g} GB/s per direction), "
         f"memory limit {human_bytes(limit) if limit else 'none'} ({doc['limit_why']}):",
-    ]
+        width,
+        subsequent_indent="  ",
+    )
     shown = everything if show_all else fitting
     if shown:
         rows = sorted(shown, key=lambda r: (r["fits"] is not True, r["predicted_step_ns"] or 0)) if show_all else shown
@@ -59,21 +62,21 @@ def render_tune(doc: dict[str, Any], show_all: bool = False) -> str:
     left_out = len(everything) - len(fitting)
     if left_out and not show_all:
         out.append(f"({left_out} candidates that do not fit or failed are not shown; --all shows them)")
-    out += textwrap.wrap(LEGEND, WIDTH)
+    out += textwrap.wrap(LEGEND, width)
     s = doc["search"]
     out.append("")
     out += textwrap.wrap(
         f"search: {s['compiles']} compiles in {s['compile_seconds']:.0f} s for {len(doc['names'])} named activations; "
         f"stopped: {s['stop']}; then {doc['compiles'] - s['compiles']} compiles for the presets "
         f"({doc['seconds']:.0f} s in all)",
-        WIDTH,
+        width,
         subsequent_indent="  ",
     )
     if s["pruned"]:
         verb = {"device": "keep", "offload": "offload", "remat": "recompute"}
         pr = ", ".join(f"{verb.get(p['place'], p['place'])} {p['name']} ({p['why']})" for p in s["pruned"][:8])
         more = f" and {len(s['pruned']) - 8} more" if len(s["pruned"]) > 8 else ""
-        out += textwrap.wrap(f"pruned after trying them alone: {pr}{more}", WIDTH, subsequent_indent="  ")
+        out += textwrap.wrap(f"pruned after trying them alone: {pr}{more}", width, subsequent_indent="  ")
     if doc.get("names_outside_checkpoints"):
         out.append(
             "named outside any jax.checkpoint (no policy reaches them): " + ", ".join(doc["names_outside_checkpoints"])
@@ -83,12 +86,12 @@ def render_tune(doc: dict[str, Any], show_all: bool = False) -> str:
     if choice is None:
         failed = [r for r in everything if r["status"] != "ok"]
         if failed and len(failed) == len(everything):
-            out += textwrap.wrap(f"no choice: no candidate compiled; the first: {failed[0]['error']}", WIDTH)
+            out += textwrap.wrap(f"no choice: no candidate compiled; the first: {failed[0]['error']}", width)
         else:
             out.append("no choice: nothing that was compiled fits in the memory limit")
         return "\n".join(out)
     for i, line in enumerate(doc["why"]):
-        out += textwrap.wrap(line, WIDTH, initial_indent="" if i == 0 else "  ", subsequent_indent="    ")
+        out += textwrap.wrap(line, width, initial_indent="" if i == 0 else "  ", subsequent_indent="    ")
     out.append("")
     if choice.get("maxtext_form"):
         out.append(f"MaxText: {choice['maxtext_form']}")
@@ -102,7 +105,7 @@ def render_tune(doc: dict[str, Any], show_all: bool = False) -> str:
         out += textwrap.wrap(
             f"the best placement of the named activations: {named['label']}, {named['predicted_step_ns'] / div:.2f} "
             f"{unit} ({100 * slower:+.1f}% against the choice)",
-            WIDTH,
+            width,
         )
         if named.get("maxtext_form"):
             out.append(f"MaxText: {named['maxtext_form']}")

@@ -21,7 +21,7 @@ from profiler.units import human_bytes, human_time
 
 
 def _t(ns: float | None) -> str:
-    return human_time(max(0, round(ns))) if ns is not None else "?"
+    return human_time(max(0, round(ns)), nanoseconds=True) if ns is not None else "?"
 
 
 def recompute_ns(name: str, s: Search) -> int | None:
