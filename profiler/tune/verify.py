@@ -68,7 +68,7 @@ def verify(
         echo(f"tune --verify: {role} ({row['label']}) under nsys")
         res = run_policy(req, role, nsys, nsys_version(nsys), echo=lambda s: None)
         told = {"tune": doc["out_dir"], "candidate": row, "link": doc["link"], "target": doc["target"]}
-        folder.write_json(res.run_dir / "tune_prediction.json", told)
+        folder.write_json(res.run_dir / folder.TUNE_PREDICTION, told)
         comp = res.manifest.get("compiled") or {}
         results.append(
             {
