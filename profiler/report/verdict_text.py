@@ -106,8 +106,8 @@ def _cost(v: dict[str, Any]) -> str:
     host = "" if cost.get("host_sync_modeled") is not False else "; host synchronization not modeled"
     without = "the step" if cost["per"] == "step" else "the window"
     return (
-        f"the copies cost {t(cost['saving_ns'])} {per}{of} on GPU {cost['device']}: "
-        f"{without} replayed without any h2d/d2h copy, on any GPU{host}"
+        f"the copies' time costs {t(cost['saving_ns'])} {per}{of} on GPU {cost['device']}: "
+        f"{without} replayed without any h2d/d2h copy on any GPU, kernels at their measured times{host}"
     )
 
 
