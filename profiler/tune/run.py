@@ -65,7 +65,7 @@ def limit_of(req: TuneRequest, spec: str) -> tuple[int | None, str]:
     frac = usable_fraction(req.mem_fraction)
     if mem is None:
         return None, "the target description gives no memory size: every candidate counts as fitting"
-    return int(mem * frac), f"the target's memory x {frac:g} (XLA_PYTHON_CLIENT_MEM_FRACTION)"
+    return int(mem * frac), f"the target's memory x {frac:g}, the share JAX takes (--mem-fraction)"
 
 
 def open_session(req: TuneRequest, out: Path, spec: str) -> CompileSession:
