@@ -73,7 +73,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--verify",
         action="store_true",
         help="then run the choice and the best preset under nsys (profile-step run): do they run, and compile to "
-        "different programs; on a GPU, analyze the two runs for predicted against measured",
+        "different programs; profile-step analyze of the two runs sets what tune predicted against the measured step "
+        "(on a GPU)",
     )
     p.add_argument("script", help="the training script (.py)")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
