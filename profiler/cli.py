@@ -135,11 +135,8 @@ def cmd_run_views(args: argparse.Namespace) -> int:
         views.append((t, doc))
     if args.json:
         key = {"step": "steps", "layer": "layers", "range": "ranges", "op": "ops"}[args.by]
-        print(
-            _json_dump(
-                {"runs": [{"trace": str(t), key: d.get(key), "attribution": d.get("attribution")} for t, d in views]}
-            )
-        )
+        runs_doc = [{"trace": str(t), key: d.get(key), "attribution": d.get("attribution")} for t, d in views]
+        print(_json_dump({"verdict": _runs_verdict(args), "runs": runs_doc}))
         return 0
     cmd_policies(args)
     for t, doc in views:
@@ -147,6 +144,19 @@ def cmd_run_views(args: argparse.Namespace) -> int:
         print(f"== {t.parent.name} ({t.name}) ==")
         print(render_groups(doc, args.by, all_steps=args.all_steps))
     return 0
+
+
+def _runs_verdict(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The verdict over the runs *args* name, as ``analyze RUNS... --json`` gives it (None without a run)."""
+    from pathlib import Path
+
+    from profiler.analysis.policies import policy_table
+    from profiler.predict.recorded import predicted
+    from profiler.runs.result import load_runs
+    from profiler.runs.verdict import verdict
+
+    runs = [r for arg in args.trace for r in load_runs(arg, Path(args.db), args.nsys, [])]
+    return verdict(runs, policy_table(runs, args.peak_tflops, predict=predicted)) if runs else None
 
 
 def cmd_cross_check(args: argparse.Namespace) -> int:

@@ -214,3 +214,17 @@ def test_analyze_runs_table_and_json(plan_run, tmp_path):
     doc = json.loads(run_cli("analyze", "--json", str(plan_run)).stdout)
     assert set(doc) == {"verdict", "policies", "planned_vs_moved", "no_trace"} and doc["no_trace"] == []
     assert doc["policies"]["rows"][0]["planned_d2h_bytes_per_step"] == 8 * MiB
+
+
+def test_columns_without_a_value_in_any_run_are_left_out_and_named():
+    """A column whose every row is '-' (a CPU run's FLOPs, copies, memory) is taken out of the table
+    and named once; the first three columns stay even when empty, and a column with one value stays."""
+    from profiler.report.policies_text import drop_empty_columns
+
+    headers = ("policy", "steps", "step ms", "peak dev", "FLOPs", "MFU")
+    rows = [["a", "3", "-", "-", "1.0 G", "-"], ["b", "0", "-", "-", "-", "-"]]
+    kept, out, gone = drop_empty_columns(headers, rows)
+    assert kept == ("policy", "steps", "step ms", "FLOPs")
+    assert out == [["a", "3", "-", "1.0 G"], ["b", "0", "-", "-"]]
+    assert gone == ["peak dev", "MFU"]
+    assert drop_empty_columns(headers, []) == (headers, [], [])

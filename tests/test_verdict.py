@@ -141,6 +141,9 @@ def test_a_folder_of_runs_opens_with_the_fastest_that_fits():
     # findings reads the runs through their brief documents: the same verdict, the same numbers
     assert json.loads(run_cli("findings", "--json", *runs).stdout)["verdict"] == doc["verdict"]
     assert all(len(ln) <= 160 for ln in text.splitlines()[:6])
+    # a view of each run (--by) opens with the same verdict, in the terminal and in --json
+    by = json.loads(run_cli("analyze", "--json", "--by", "layer", *runs).stdout)
+    assert by["verdict"] == doc["verdict"] and len(by["runs"]) == 3
 
 
 def test_a_run_without_gpu_says_so():

@@ -91,7 +91,10 @@ def render_policy_comparison(tab: dict[str, Any]) -> str:
             note(r["policy"], step_sentence(r.get("step_program") or r["step_module"], r.get("step_chosen_by")))
         for n in r["notes"]:
             note(r["policy"], n)
-    out = [table(POLICY_HEADERS, rows), *textwrap.wrap(POLICY_LEGEND, 118)]
+    headers, rows, empty = drop_empty_columns(POLICY_HEADERS, rows)
+    out = [table(headers, rows), *textwrap.wrap(POLICY_LEGEND, 118)]
+    if empty:
+        out.append(f"left out, no value in any run: {', '.join(empty)}")
     if tab.get("baseline"):
         out.append(f"recompute: FLOPs per step against the {tab['baseline']!r} policy")
     out += [f"{m}: {text}" for m, text in policy_marks(tab)]
@@ -103,6 +106,18 @@ def render_policy_comparison(tab: dict[str, Any]) -> str:
 
     out += render_against(tab)
     return "\n".join(out)
+
+
+def drop_empty_columns(
+    headers: tuple[str, ...], rows: list[list[str]], keep: int = 3
+) -> tuple[tuple[str, ...], list[list[str]], list[str]]:
+    """The columns after the first *keep* whose every row is ``-`` taken out (a CPU run has no FLOPs,
+    copies or memory to show, and the table then fits the terminal); their names, to be said."""
+    if not rows:
+        return headers, rows, []
+    gone = [i for i in range(keep, len(headers)) if all(r[i] == "-" for r in rows)]
+    stay = [i for i in range(len(headers)) if i not in gone]
+    return tuple(headers[i] for i in stay), [[r[i] for i in stay] for r in rows], [headers[i] for i in gone]
 
 
 def spread(lo: float | None, hi: float | None) -> str:
