@@ -243,8 +243,8 @@ def test_verify_runs_the_choice_and_the_best_preset(aot_python, nsys, tmp_path):
     assert shown.returncode == 0, shown.stderr[-3000:]
     words = " ".join(shown.stdout.split())  # lines wrapped at 160 columns
     for r in v["runs"]:
-        assert f"tune predicted {r['role']} ({r['label']}) on " in words
-    assert "(not comparable with this run's measured step: it did not run on a GPU)" in words
+        assert f"tune predicted {r['role']} ({r['label']}) on " in words, shown.stdout[-3000:]
+    assert "(not comparable with this run's measured step: it did not run on a GPU)" in words, shown.stdout[-3000:]
 
 
 def test_calibrate_takes_a_runs_measured_costs(aot_python, plain, tmp_path):  # noqa: F811
