@@ -202,6 +202,73 @@ def predicted_datatable(tab: dict[str, Any], key: str = "predictions") -> dash_t
     )
 
 
+def tune_fraction(doc: dict[str, Any]) -> float:
+    """The usable share of device memory a plan document was judged by: a tune folder's own limit
+    (``--memory-limit``) over the target's memory, else JAX's default 0.75."""
+    tune, memory = doc.get("tune") or {}, (doc.get("target") or {}).get("memory_bytes")
+    if tune.get("limit_bytes") and memory:
+        return (tune["limit_bytes"] + 0.5) / memory  # plan_table's int(memory x fraction) gives the limit back
+    return 0.75
+
+
+def tune_datatable(tune: dict[str, Any]) -> dash_table.DataTable | None:
+    """``profile-step tune``'s candidates that fit, best first, as the terminal prints them."""
+    rows = tune.get("fitting") or []
+    if not rows:
+        return None
+    unit, div = time_unit(r["predicted_step_ns"] for r in rows)
+    name, bdiv = byte_unit([v for r in rows for v in (r["device_bytes"], r["host_bytes"])])
+    chosen = (tune.get("choice") or {}).get("label")
+
+    def same(r: dict[str, Any]) -> str:
+        return f"={r['same_program_as']}" if r.get("same_program_as") else str(r.get("compile_no") or "-")
+
+    data = [
+        {
+            "candidate": ("* " if r["label"] == chosen else "") + r["label"],
+            "stage": r["stage"],
+            "step": r["predicted_step_ns"] / div,
+            "exposed": r["predicted_exposed_ns"] / div,
+            "device": None if r["device_bytes"] is None else r["device_bytes"] / bdiv,
+            "host": (r["host_bytes"] or 0) / bdiv,
+            "compile": same(r),
+        }
+        for r in rows
+    ]
+    sig = {"specifier": ".4~r", "nully": "-"}
+    columns = [
+        {"id": "candidate", "name": "candidate", "type": "text"},
+        {"id": "stage", "name": "stage", "type": "text"},
+        {"id": "step", "name": f"predicted step ({unit})", "type": "numeric", "format": {"specifier": ".2f"}},
+        {"id": "exposed", "name": f"predicted exposed ({unit})", "type": "numeric", "format": {"specifier": ".2f"}},
+        {"id": "device", "name": f"device ({name})", "type": "numeric", "format": sig},
+        {"id": "host", "name": f"host ({name})", "type": "numeric", "format": sig},
+        {"id": "compile", "name": "compile", "type": "text"},
+    ]
+    return dash_table.DataTable(
+        id="plan-tune-table",
+        columns=columns,
+        data=data,
+        style_table={"overflowX": "auto", "marginTop": "8px"},
+        style_header=HEADER_WRAP,
+        style_cell=CELL,
+        style_data_conditional=[{"if": {"filter_query": '{candidate} contains "* "'}, "fontWeight": "bold"}],
+    )
+
+
+def tune_lines(tune: dict[str, Any]) -> list[str]:
+    """The choice, why per activation, its MaxText and JAX forms, and how the search stopped."""
+    choice = tune.get("choice")
+    search = tune.get("search") or {}
+    out = [f"Search: {search.get('compiles')} compiles; stopped: {search.get('stop')}."]
+    if choice is None:
+        return [*out, "No choice: nothing that was compiled fits."]
+    out += list(tune.get("why") or [])
+    out.append(f"MaxText: {choice.get('maxtext_form') or 'none (' + str(choice.get('maxtext_form_missing')) + ')'}")
+    out.append(f"JAX: policy={choice.get('jax_form')}")
+    return out
+
+
 def caption(text: str) -> html.Div:
     """A table's title, above it."""
     return html.Div(text, className="bold-line")
@@ -282,14 +349,18 @@ def register(app: dash.Dash, store: RunStore) -> None:
             return note_figure("Pick a plan."), [], ""
         try:
             doc = read_plan(ref)
-            tab_doc = plan_table(doc)
+            tab_doc = plan_table(doc, tune_fraction(doc))
         except (ProfilerError, KeyError, TypeError) as exc:
             why = str(exc) if isinstance(exc, ProfilerError) else f"{ref.path}: not a plan document ({exc})"
             return note_figure(f"Cannot show this plan: {why}", height=200), [], ""
         said = fit_sentences(tab_doc["rows"])
+        usable = f"device memory x {tab_doc['mem_fraction']:g} (XLA_PYTHON_CLIENT_MEM_FRACTION)"
+        if (doc.get("tune") or {}).get("limit_bytes"):
+            usable = f"tune's memory limit, {human_bytes(doc['tune']['limit_bytes'])}"
         text = (
-            f"{tab_doc['label'][:1].upper()}{tab_doc['label'][1:]}. Usable device memory = device memory x "
-            f"{tab_doc['mem_fraction']:g} (XLA_PYTHON_CLIENT_MEM_FRACTION). " + "; ".join(said) + f". From {ref.path}."
+            f"{tab_doc['label'][:1].upper()}{tab_doc['label'][1:]}. Usable device memory = {usable}. "
+            + "; ".join(said)
+            + f". From {ref.path}."
         )
         notes = [
             f"{r['policy']}{'' if r['batch'] is None else ' batch ' + str(r['batch'])}: {n}"
@@ -316,6 +387,12 @@ def register(app: dash.Dash, store: RunStore) -> None:
             cal = tab_doc.get("calibration") or {}
             tables += [caption(f"Predicted with the costs {cal.get('source') or 'a run'} measured (not measured)"),
                        calibrated]  # fmt: skip
+        tune = doc.get("tune") or {}
+        tuned = tune_datatable(tune) if tune else None
+        if tuned is not None:
+            link = (tune.get("link") or {}).get("name") or "its link"
+            tables = [caption(f"profile-step tune: the candidates that fit on {link}, best first (predicted, not "
+                              "measured)"), tuned, *map(html.Div, tune_lines(tune)), *tables]  # fmt: skip
         return (
             plan_figure(tab_doc),
             tables,

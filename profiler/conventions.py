@@ -37,6 +37,8 @@ XLA_DUMP_ENV = "PROFILE_STEP_XLA_DUMP"  # the dump folder profile-step asked XLA
 PLAN_DIR_ENV = "PROFILE_STEP_PLAN_DIR"  # profile-step plan: where the compiled step's facts go
 PLAN_TARGET_ENV = "PROFILE_STEP_PLAN_TARGET"  # profile-step plan: the GPU target description file
 BATCH_ENV = "PROFILE_STEP_BATCH"  # profile-step plan: the micro batch asked for
+TUNE_FDS_ENV = "PROFILE_STEP_TUNE_FDS"  # profile-step tune: "READ,WRITE" pipe descriptors of the compile loop
+TUNE_POLICY_ENV = "PROFILE_STEP_TUNE_POLICY"  # tune --verify: the policy (JSON) of the script's jax.checkpoints
 NVTX_REQUIREMENT = "nvtx>=0.2.8,<0.2.12"  # the binding the start-up hook writes ranges with
 NO_NVTX_NOTE = "no nvtx binding"  # how the hook's note begins when the script's Python has none
 HOOK_ENV = "PROFILE_STEP_HOOK"  # 0: no start-up hook in the script's interpreter (profiler.capture.startup)

@@ -186,6 +186,20 @@ class Units:
         return scaled(ns, self.time_div, 3)
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}  # fmt: skip
+
+
+def parse_bytes(text: str) -> int:
+    """``60GiB``, ``59.5 GiB``, ``64GB``, ``1e9`` -> bytes; ValueError for anything else."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-z]*)\s*", text.lower())
+    if not m or m.group(2) not in _SIZE_UNITS:
+        raise ValueError(f"{text!r} is not a size (e.g. 60GiB, 64GB, 1e9)")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
+
+
 # --- lines for a terminal ------------------------------------------------------------------------
 COLUMNS = 160  # no line of prose the tool prints is wider (tables: with shortened names; --wide: whole)
 

@@ -61,3 +61,26 @@ def test_plan_near_the_limit_draws_the_limit_line():
     (line,) = layout["shapes"]
     assert line["y0"] * 10**9 == tab["limit_bytes"] or line["y0"] * 2**30 == tab["limit_bytes"]
     assert "far above" not in layout["annotations"][0]["text"]
+
+
+def test_a_tune_folder_shows_its_table_and_its_limit(tmp_path):
+    """A tune folder's plan.json: the table of the candidates that fit, the choice marked, its limit
+    (3 GiB of an H100's 81,559 MiB) the plan table's too."""
+    from dashboards.plan_view import tune_datatable, tune_fraction, tune_lines
+
+    doc = plan(temp_bytes=10 * MiB, memory_bytes=81_559 * MiB)
+    row = {"label": "offload small", "stage": "alone", "predicted_step_ns": 61_680_000,
+           "predicted_exposed_ns": 1_580_000, "device_bytes": 2 * 2**30, "host_bytes": 2**30, "compile_no": 6,
+           "same_program_as": None}  # fmt: skip
+    rest = {**row, "label": "recompute all", "stage": "bounds", "predicted_step_ns": 72_470_000,
+            "predicted_exposed_ns": 0, "host_bytes": 0, "compile_no": 1}  # fmt: skip
+    choice = {**row, "maxtext_form": None, "maxtext_form_missing": "no tensor named small", "jax_form": "jax.x"}
+    doc["tune"] = {"fitting": [row, rest], "choice": choice, "why": ["choice: offload small: ..."],
+                   "search": {"compiles": 6, "stop": "a local optimum"}, "limit_bytes": 3 * 2**30,
+                   "link": {"name": "NVLink-C2C"}}  # fmt: skip
+    assert plan_table(doc, tune_fraction(doc))["limit_bytes"] == 3 * 2**30
+    table = tune_datatable(doc["tune"])
+    assert [r["candidate"] for r in table.data] == ["* offload small", "recompute all"]
+    assert [r["step"] for r in table.data] == [61.68, 72.47] and table.data[0]["host"] == 1.0  # ms, GiB
+    assert tune_lines(doc["tune"])[-2:] == ["MaxText: none (no tensor named small)", "JAX: policy=jax.x"]
+    assert tune_fraction(plan(temp_bytes=1)) == 0.75

@@ -240,6 +240,37 @@ def test_predicted_against_measured_in_the_policy_table(two_layer, tmp_path):
     assert "cpu: no prediction: a CPU run's compiled step is XLA:CPU's, with no GPU schedule" in text
 
 
+def test_a_tune_verify_run_shows_what_tune_predicted(tmp_path):
+    """A run folder that ``tune --verify`` captured keeps tune's prediction (tune_prediction.json):
+    the policy table has it beside the measured step, with the error on a GPU (0.9 ms predicted
+    against the 1_000_001 ns median: 900_000 / 1_000_001 - 1 = -10.0%), and the text says so; a CPU
+    run's line says it is not comparable."""
+    from profiler.analysis.policies import policy_table
+    from profiler.predict.recorded import predicted
+    from profiler.report.policies_text import render_policy_comparison
+    from profiler.stored.folder import TUNE_PREDICTION
+
+    hlo = SHARED_HLO / "aot_h100__two_layer_offload_step_after_opt.hlo.txt"
+    run = _run_folder(tmp_path, hlo)
+    candidate = {"label": "offload small", "predicted_step_ns": 900_000, "predicted_exposed_ns": 10_000}
+    told = {"tune": "plans/t", "link": {"name": "NVLink-C2C"}, "target": {"label": "H100"}, "candidate": candidate}
+    (Path(run["trace"]).parent / TUNE_PREDICTION).write_text(json.dumps(told))
+    cpu = {**run, "policy": "cpu", "compiled": {**run["compiled"], "platform": "cpu"}}
+    tab = policy_table([run, cpu], predict=predicted)
+    t = tab["rows"][0]["predicted"]["tune"]
+    assert t["label"] == "offload small" and t["predicted_step_ns"] == 900_000
+    assert t["step_error"] == pytest.approx(900_000 / 1_000_001 - 1)
+    assert t["exposed_error_ns"] == 10_000 - 40_000  # the row's measured exposed time
+    assert tab["rows"][1]["predicted"]["tune"]["step_error"] is None
+    text = render_policy_comparison(tab)
+    head = "(offload small) on H100, NVLink-C2C: step 900 µs, exposed 10.0 µs"
+    assert f"tune predicted offload {head}; measured " in text
+    assert "step error -10.0%" in text
+    assert (
+        "tune predicted cpu (offload small) on H100, NVLink-C2C: step 900 µs, exposed 10.0 µs (not comparable" in text
+    )
+
+
 def test_pax_step_on_its_own_a100_target(shared_traces, tmp_path):
     """The real Pax FSDP step (an A100 archive, HLO proto): dots keep their contracted dimensions from
     the proto, its 23 async collectives run on the collective stream, and the device is the dump's

@@ -91,6 +91,7 @@ class RunRequest:
     policy_word: bool = False  # policy_arg is one word, passed as written (--policy-word)
     trace_extra: list[str] = field(default_factory=list)  # nsys traces beyond cuda,nvtx (osrt, cublas, ...)
     xla_dump: bool = True  # ask XLA for a dump of the step's module (pruned after the run)
+    env: dict[str, str] = field(default_factory=dict)  # more environment for the script (tune --verify)
 
 
 @dataclass
@@ -163,6 +164,7 @@ def run_env(req: RunRequest, policy: str, run_dir: Path, plan: xla_flags.FlagPla
     # the start-up hook puts these back if the script replaces XLA_FLAGS before JAX's backend starts
     env[startup.PRESETS_ENV] = json.dumps({"flags": plan.set_by_preset, "force": xla_flags.forced(plan)})
     env["PYTHONUNBUFFERED"] = "1"
+    env.update(req.env)
     # the start-up hook first, then the project (for scripts that `from profiler import annotate`)
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HOOK_DIR), root, env.get("PYTHONPATH", "")) if p)

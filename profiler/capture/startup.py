@@ -35,7 +35,15 @@ import sys
 import threading
 from typing import Any
 
-from profiler.conventions import DOMAIN, HOOK_ENV, RUN_DIR_ENV, STARTUP_FACTS, XLA_PRESETS_ENV
+from profiler.conventions import (
+    DOMAIN,
+    HOOK_ENV,
+    RUN_DIR_ENV,
+    STARTUP_FACTS,
+    TUNE_FDS_ENV,
+    TUNE_POLICY_ENV,
+    XLA_PRESETS_ENV,
+)
 
 PRESETS_ENV = XLA_PRESETS_ENV  # JSON: {"flags": {name: value}, "force": [names]}
 MODULE_RANGE = "XlaModule:#hlo_module={},program_id={}#"  # as XLA names its own (xla.names.parse_xla reads both)
@@ -437,6 +445,19 @@ class _JaxWatch:
 
 
 def _after_jax() -> None:
+    if os.environ.get(TUNE_POLICY_ENV):  # tune --verify: the candidate's policy for the script's checkpoints
+        try:
+            from profiler.xla import policy_swap
+
+            policy_swap.use(json.loads(os.environ[TUNE_POLICY_ENV]))
+            _facts["tune_policy"] = os.environ[TUNE_POLICY_ENV]
+        except Exception as exc:
+            note(f"substituting tune's policy failed: {type(exc).__name__}: {exc}")
+    if os.environ.get(TUNE_FDS_ENV):  # profile-step tune: take the step, compile it for the target
+        from profiler.capture import step_catch
+
+        step_catch.install()
+        return
     try:
         patch_jax()
     except Exception as exc:
@@ -452,7 +473,7 @@ def _at_exit() -> None:
 def install() -> None:
     """Called by the hook's ``sitecustomize``; never raises."""
     try:
-        if os.environ.get(HOOK_ENV) == "0" or not os.environ.get(RUN_DIR_ENV):
+        if os.environ.get(HOOK_ENV) == "0" or not (os.environ.get(RUN_DIR_ENV) or os.environ.get(TUNE_FDS_ENV)):
             return
         _facts["executable"] = sys.executable
         _facts["xla_flags_at_start"] = os.environ.get("XLA_FLAGS", "")

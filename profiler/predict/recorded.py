@@ -15,7 +15,7 @@ from typing import Any
 
 from profiler.analysis.links import Link, host_link
 from profiler.predict.step import LABEL, predict_file
-from profiler.stored.folder import compiled_in
+from profiler.stored.folder import compiled_in, tune_prediction_in
 from profiler.stored.summary import RunSummary
 from profiler.xla.proto import read_bytes
 from profiler.xla.targets import TARGETS
@@ -109,6 +109,27 @@ def against_measured(row: dict[str, Any], run: RunSummary | dict[str, Any], pred
         "exposed_error_ns": exposed - m_exp if exposed is not None and m_exp is not None else None,
         "layers": layers,
         "notes": pred.get("notes") or [],
+        "tune": _tune_told(run, m_step, m_exp, gpu=p.get("predicted_step_ns") is not None),
+    }
+
+
+def _tune_told(run: RunSummary, m_step: int | None, m_exp: int | None, gpu: bool) -> dict[str, Any] | None:
+    """What ``tune --verify`` predicted for the candidate this run captured (its folder's
+    tune_prediction.json), against the measured step; the error only for a GPU run."""
+    told = tune_prediction_in(Path(run.trace).parent) if run.trace else None
+    if not told or not isinstance(told.get("candidate"), dict):
+        return None
+    c = told["candidate"]
+    step, exposed = c.get("predicted_step_ns"), c.get("predicted_exposed_ns")
+    return {
+        "label": c.get("label"),
+        "target": (told.get("target") or {}).get("label"),
+        "link": (told.get("link") or {}).get("name"),
+        "predicted_step_ns": step,
+        "predicted_exposed_ns": exposed,
+        "step_error": step / m_step - 1 if gpu and step is not None and m_step else None,
+        "exposed_error_ns": exposed - m_exp if gpu and exposed is not None and m_exp is not None else None,
+        "tune": told.get("tune"),
     }
 
 

@@ -126,12 +126,34 @@ class Costs:
                 cm, cv, cr = self.computation_flops(c)
                 m, v, r = m + cm, v + cv, r + cr
             return m, v, r
+        if op == "custom-call" and "$fmha" in (ins.custom_call_target or ""):
+            return self._attention(ins)
         if op in ELEMENTWISE:
             return 0.0, float(_elems(ins.shape)), 0.0
         if op in ("reduce", "reduce-window", "scatter", "select-and-scatter"):
             src = self.operand(ins, 0)
             return 0.0, float(_elems(src.shape) if src is not None else _elems(ins.shape)), 0.0
         return 0.0, 0.0, 0.0
+
+    def _attention(self, ins: Instruction) -> tuple[float, float, float]:
+        """cuDNN's fused attention (``__cudnn$fmha*``): the forward is 2 B H Sq Sk (Dqk + Dv) FLOPs, half
+        of it with a causal mask; the backward 2.5 times the forward (five matmuls against two), as
+        FlashAttention's papers count them.  Shapes: the first result is [B, H, Sq, Dv] (the
+        backward's: dQ), operand 1 (K) is [B, Sk, Hk, Dqk]."""
+        out = ins.shape.arrays()[0] if ins.shape.arrays() else None
+        k = self.operand(ins, 1)
+        if out is None or k is None or len(out.dims) != 4 or len(k.shape.dims) != 4:
+            return 0.0, 0.0, 0.0
+        b, h, sq, dv = out.dims
+        sk, dqk = k.shape.dims[1], k.shape.dims[3]
+        if "Backward" in (ins.custom_call_target or ""):
+            v = self.operand(ins, 2)
+            dv = v.shape.dims[3] if v is not None and len(v.shape.dims) == 4 else dv
+        fwd = 2.0 * b * h * sq * sk * (dqk + dv)
+        if ins.attrs.get("mask_type", "").startswith("CAUSAL"):
+            fwd /= 2
+        total = fwd * (2.5 if "Backward" in (ins.custom_call_target or "") else 1.0)
+        return total * _matmul_weight(out.dtype or "bf16"), 0.0, total
 
     def computation_flops(self, name: str) -> tuple[float, float, float]:
         if name not in self._comp_flops:

@@ -95,7 +95,8 @@ def render_against(tab: dict[str, Any]) -> list[str]:
     nothing when no row has a prediction."""
     rows = [r for r in tab["rows"] if (r.get("predicted") or {}).get("predicted_step_ns") is not None]
     if not rows:
-        return []
+        told = tune_lines(tab)
+        return ["", *told] if told else []
     vals = [v for r in rows for v in (r["predicted"]["predicted_step_ns"], r["predicted"]["measured_step_ns"])]
     unit, div = time_unit(vals)
     body = []
@@ -135,6 +136,33 @@ def render_against(tab: dict[str, Any]) -> list[str]:
         if r["policy"] in missing:
             why = next(iter((r.get("predicted") or {}).get("notes") or []), "no prediction")
             out.append(f"{r['policy']}: {why}")
+    out += tune_lines(tab)
+    return out
+
+
+def tune_lines(tab: dict[str, Any]) -> list[str]:
+    """One line per run that ``tune --verify`` captured: what tune predicted for it, against the
+    measured step where the run was on a GPU."""
+    out = []
+    for r in tab["rows"]:
+        p = r.get("predicted") or {}
+        t = p.get("tune")
+        if not t or t.get("predicted_step_ns") is None:
+            continue
+        told = (
+            f"tune predicted {r['policy']} ({t['label']}) on {t['target']}, {t['link']}: step "
+            f"{human_time(t['predicted_step_ns'], nanoseconds=True)}, exposed "
+            f"{human_time(t['predicted_exposed_ns'], nanoseconds=True)}"
+        )
+        if t.get("step_error") is not None:
+            told += (
+                f"; measured {human_time(p['measured_step_ns'], nanoseconds=True)}, "
+                f"exposed {human_time(p['measured_exposed_ns'], nanoseconds=True)}: "
+                f"step error {100 * t['step_error']:+.1f}%"
+            )
+        else:
+            told += " (not comparable with this run's measured step: it did not run on a GPU)"
+        out.append(told)
     return out
 
 

@@ -130,6 +130,14 @@ def compiled_in(run_dir: Path) -> dict[str, Any] | None:
     return _json_object(Path(run_dir) / COMPILED)
 
 
+TUNE_PREDICTION = "tune_prediction.json"  # what ``tune --verify`` predicted for the candidate it ran
+
+
+def tune_prediction_in(run_dir: Path) -> dict[str, Any] | None:
+    """The tune_prediction.json of *run_dir*: ``{"tune", "candidate", "link", "target"}``."""
+    return _json_object(Path(run_dir) / TUNE_PREDICTION)
+
+
 def compiled_of(trace_path: Path) -> dict[str, Any] | None:
     """The compiled.json beside the trace."""
     return compiled_in(Path(trace_path).parent)

@@ -22,7 +22,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from profiler.conventions import COMPILED_STEP, PLAN_DIR_ENV, PLAN_TARGET_ENV, RUN_DIR_ENV, XLA_DUMP_ENV
+from profiler.conventions import (
+    COMPILED_STEP,
+    PLAN_DIR_ENV,
+    PLAN_TARGET_ENV,
+    RUN_DIR_ENV,
+    TUNE_FDS_ENV,
+    XLA_DUMP_ENV,
+)
 from profiler.xla.buffers import MEMORY_FIELDS
 from profiler.xla.compiled import cost_analysis, pick_costs
 
@@ -114,28 +121,35 @@ def compiled_step(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     return compiled
 
 
-def _plan(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Path) -> Any:
-    """Deviceless compilation for the target; writes the facts and ends the script."""
+def for_target(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any], str]:
+    """The step's arguments as abstract values on one device of the GPU target
+    (``$PROFILE_STEP_PLAN_TARGET``, deviceless), and that device's kind."""
     import jax
+    from jax.experimental import topologies
 
     spec_path = os.environ.get(PLAN_TARGET_ENV)
+    spec = Path(spec_path).read_text() if spec_path else ""
+    topo = topologies.get_topology_desc("profile-step", "cuda", target_config=spec, topology="1x1x1")
+    mesh = jax.sharding.Mesh(topo.devices, ("d",))
+    rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
+    def abstract(a: Any) -> Any:
+        if hasattr(a, "shape") and hasattr(a, "dtype"):
+            return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep)
+        return a
+
+    return jax.tree.map(abstract, args), jax.tree.map(abstract, kwargs), topo.devices[0].device_kind
+
+
+def _plan(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Path) -> Any:
+    """Deviceless compilation for the target; writes the facts and ends the script."""
     doc: dict[str, Any] = {"module": None, "notes": []}
     try:
-        from jax.experimental import topologies
+        sds_args, sds_kwargs, doc["device_kind"] = for_target(args, kwargs)
+        if os.environ.get(TUNE_FDS_ENV):  # profile-step tune: one compile per policy it asks for
+            from profiler.xla.tune_server import serve
 
-        spec = Path(spec_path).read_text() if spec_path else ""
-        topo = topologies.get_topology_desc("profile-step", "cuda", target_config=spec, topology="1x1x1")
-        mesh = jax.sharding.Mesh(topo.devices, ("d",))
-        rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-
-        def abstract(a: Any) -> Any:
-            if hasattr(a, "shape") and hasattr(a, "dtype"):
-                return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep)
-            return a
-
-        sds_args = jax.tree.map(abstract, args)
-        sds_kwargs = jax.tree.map(abstract, kwargs)
-        doc["device_kind"] = topo.devices[0].device_kind
+            serve(step, sds_args, sds_kwargs, doc["device_kind"])
         compiled = step.lower(*sds_args, **sds_kwargs).compile()
         text = compiled.as_text()
     except Exception as exc:

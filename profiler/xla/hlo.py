@@ -98,6 +98,7 @@ _COST_ATTR = re.compile(
     r"(\{[^=]*?\}\}|\{[^}]*\}|\[[^\]]*\][^,\s]*|[\w>-]+)"
 )
 COST_ATTR_OPS = {"dot", "convolution"}
+_MASK = re.compile(r'"mask_type":\s*"(\w+)"')
 NO_OPERANDS = {"parameter", "constant", "iota", "rng-get-and-update-state", "partition-id", "replica-id"}
 
 
@@ -185,6 +186,9 @@ def parse_instruction(line: str, computation: str, position: int) -> Instruction
     trip = _TRIP.search(attrs) if opcode == "while" else None
     index = _INDEX.search(attrs) if opcode == "get-tuple-element" else None
     cost_attrs = dict(_COST_ATTR.findall(attrs)) if opcode in COST_ATTR_OPS or "replica_groups=" in attrs else {}
+    if target is not None and "fmha" in target.group(1):  # cuDNN attention: its mask decides its FLOPs
+        mask = _MASK.search(attrs)
+        cost_attrs["mask_type"] = mask.group(1) if mask else "NO_MASK"
     return Instruction(
         name=name,
         opcode=opcode,

@@ -1,0 +1,173 @@
+"""The tune document (``tune.json``, what ``--json`` prints) and its ``plan.json`` form for the
+dashboard's plan view."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from profiler.analysis.links import HostLink
+from profiler.tune import explain, forms
+from profiler.tune.candidate import Name
+from profiler.tune.compiler import Compiler
+from profiler.tune.search import Search, Tried, best_of
+
+LABEL = "predicted (roofline over the compiled schedule, not measured)"
+
+
+def row(t: Tried, names: list[Name], compiler: Compiler) -> dict[str, Any]:
+    """One evaluated candidate as JSON."""
+    comp = compiler.cache.get(compiler._key(t.candidate))
+    o = t.outcome
+    jax_form = forms.jax_form(t.candidate)
+    mt, mt_why = forms.maxtext_form(t.candidate)
+    return {
+        "label": t.candidate.label(names),
+        "preset": t.candidate.preset,
+        "placements": t.candidate.place(),
+        "jax_policy": t.candidate.jax_policy,
+        "stage": t.stage,
+        "compile_no": t.compile_no,
+        "same_program_as": None,  # the compile that made the same program (HLO fingerprint)
+        "status": "ok" if o is not None else "failed",
+        "error": compiler.errors.get(compiler._key(t.candidate)),
+        "predicted_step_ns": o.step_ns if o else None,
+        "predicted_exposed_ns": o.exposed_ns if o else None,
+        "predicted_compute_ns": o.compute_ns if o else None,
+        "predicted_copy_ns": o.copy_ns if o else None,
+        "copy_bytes": o.copy_bytes if o else None,
+        "device_bytes": o.device_bytes if o else None,
+        "host_bytes": o.host_bytes if o else None,
+        "d2h_bytes_per_step": comp.d2h_bytes if comp else None,
+        "fits": o.fits if o else None,
+        "module": comp.module if comp else None,
+        "fingerprint": comp.fingerprint if comp else None,
+        "memory": comp.memory if comp else None,
+        "compile_seconds": comp.seconds if comp else None,
+        "hlo_file": comp.hlo_file if comp else None,
+        "notes": list(comp.notes) if comp else [],
+        "jax_form": jax_form,
+        "maxtext_form": mt,
+        "maxtext_form_missing": mt_why,
+    }
+
+
+def document(
+    req: Any,
+    names: list[Name],
+    found: dict[str, Any],
+    result: Search,
+    presets: list[Tried],
+    compiler: Compiler,
+    link: HostLink,
+    limit: int | None,
+    limit_why: str,
+    label: str,
+) -> dict[str, Any]:
+    """The tune document: every candidate, the presets, the choice with its reasons."""
+    everything = result.tried + presets
+    choice = best_of(everything)
+    rows = [row(t, names, compiler) for t in result.tried]
+    preset_rows = [row(t, names, compiler) for t in presets]
+    first: dict[str, int] = {}
+    for r in sorted(rows + preset_rows, key=lambda r: r["compile_no"] or 10**9):
+        fp = r["fingerprint"]
+        if fp is None:
+            continue
+        r["same_program_as"] = first.get(fp) if first.get(fp) != r["compile_no"] else None
+        first.setdefault(fp, r["compile_no"])
+    ordered = sorted(
+        [r for r in rows + preset_rows if r["fits"]], key=lambda r: (r["predicted_step_ns"], r["device_bytes"] or 0)
+    )
+    chosen = row(choice, names, compiler) if choice is not None else None
+    lines = explain.lines(choice, result, compiler, names) if choice is not None else []
+    # when one of JAX's own policies wins: the best placement of the names too (it has MaxText's form)
+    named = best_of(result.tried + [p for p in presets if not p.candidate.jax_policy])
+    best_named = (
+        row(named, names, compiler)
+        if named is not None and choice is not None and choice.candidate.jax_policy
+        else None
+    )
+    return {
+        "label": LABEL,
+        "compiled_label": f"compiled for {label}, not measured",
+        "script": str(req.script.resolve()),
+        "script_args": req.script_args,
+        "batch": req.batch,
+        "target": {"label": label, "memory_bytes": compiler.device_memory},
+        "link": {"key": link.link.key, "name": link.link.name, "gbps": link.link.gbps, "why": link.why},
+        "limit_bytes": limit,
+        "limit_why": limit_why,
+        "xla_options": req.xla_options,
+        "names": [
+            {
+                "name": n.name,
+                "shape": list(n.shape),
+                "dtype": n.dtype,
+                "count": n.count,
+                "bytes_per_step": n.bytes_per_step,
+                "input": n.is_input,
+            }
+            for n in names
+        ],
+        "names_outside_checkpoints": found.get("outside") or [],
+        "checkpoints": found.get("checkpoints"),
+        "search": {
+            "stop": result.stop,
+            "pruned": result.pruned,
+            "tried": len(result.tried),
+        },
+        "candidates": rows,
+        "presets": preset_rows,
+        "fitting": ordered,
+        "choice": chosen,
+        "why": lines,
+        "best_named": best_named,
+    }
+
+
+def plan_document(doc: dict[str, Any]) -> dict[str, Any]:
+    """The tune document in ``plan.json``'s shape (one result per compiled candidate), so that
+    everything that reads plans (the dashboard's plan view) reads a tune folder too."""
+    results = []
+    for r in doc["candidates"] + doc["presets"]:
+        results.append(
+            {
+                "policy": r["label"],
+                "batch": doc.get("batch"),
+                "dir": str(Path(r["hlo_file"]).parent) if r.get("hlo_file") else None,
+                "status": r["status"],
+                "compiled": {"module": r["module"], "memory": r["memory"], "hlo_file": "step.hlo.txt"},
+                "fingerprint": r["fingerprint"],
+                "notes": r["notes"],
+                "prediction": {
+                    "label": LABEL,
+                    "predictions": [
+                        {
+                            "link": doc["link"]["key"],
+                            "link_name": doc["link"]["name"],
+                            "link_gbps": doc["link"]["gbps"],
+                            "predicted_step_ns": r["predicted_step_ns"],
+                            "predicted_exposed_ns": r["predicted_exposed_ns"],
+                            "predicted_compute_ns": r["predicted_compute_ns"],
+                            "predicted_copy_ns": r["predicted_copy_ns"] or {},
+                            "copy_bytes": r["copy_bytes"] or {},
+                            "layers": [],
+                        }
+                    ]
+                    if r["status"] == "ok"
+                    else [],
+                    "notes": [],
+                },
+            }
+        )
+    return {
+        "target": {**doc["target"]},
+        "label": doc["compiled_label"],
+        "script": doc["script"],
+        "script_args": doc["script_args"],
+        "out_dir": doc["out_dir"],
+        "links": [doc["link"]],
+        "results": results,
+        "tune": {k: doc[k] for k in ("choice", "why", "fitting", "search", "limit_bytes", "link", "compiles")},
+    }

@@ -1,0 +1,184 @@
+"""``profile-step tune SCRIPT``: the search over the step's named activations, the presets beside
+it, and the choice, written to ``tune.json`` (and ``plan.json``, which the dashboard's plan view
+reads) in ``plans/<time>-tune-<target>-<id>/``."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from profiler.analysis.links import Link
+from profiler.capture.plan import find_python, predict_links, usable_fraction
+from profiler.capture.tune_session import CompileSession, script_command
+from profiler.errors import InputError, ProfilerError
+from profiler.predict import roofline
+from profiler.stored import folder
+from profiler.tune import forms
+from profiler.tune.candidate import Name
+from profiler.tune.compiler import Compiler
+from profiler.tune.document import document, plan_document
+from profiler.tune.search import Tried, search
+from profiler.xla import targets
+
+
+@dataclass
+class TuneRequest:
+    script: Path
+    script_args: list[str] = field(default_factory=list)
+    target: str = "h100"
+    link: Link | None = None  # parsed where the user names it (--link)
+    batch: int | None = None
+    batch_arg: str | None = "--batch"
+    memory_limit: int | None = None  # bytes; None: the target's memory x mem_fraction
+    mem_fraction: float | None = None
+    python: str | None = None
+    policy: str | None = None  # the script's own policy to start from ($PROFILE_STEP_POLICY / --policy-arg)
+    policy_arg: str | None = None
+    out_dir: Path | None = None
+    plans_dir: Path = Path("plans")
+    max_compiles: int = 48
+    presets: bool = True
+    calibrate: Path | None = None
+    step: str | None = None  # the jitted function to take as the step (a script that hands none over)
+    verify: bool = False  # capture the choice and the best preset under nsys afterwards
+    only: list[str] | None = None  # search only these names (the others stay where they rest)
+    xla_options: dict[str, Any] = field(default_factory=dict)  # XLA debug options for every compile
+
+
+def names_of(answer: dict[str, Any]) -> list[Name]:
+    """The step's named activations from the script's answer, the largest per step first."""
+    inputs = set(answer.get("inputs") or [])
+    rows = [
+        Name(n, tuple(v["shape"]), v["dtype"], int(v["count"]), int(v["bytes_per_step"]), n in inputs)
+        for n, v in (answer.get("names") or {}).items()
+    ]
+    return sorted(rows, key=lambda n: (-n.bytes_per_step, n.name))
+
+
+def limit_of(req: TuneRequest, spec: str) -> tuple[int | None, str]:
+    if req.memory_limit is not None:
+        return req.memory_limit, "--memory-limit"
+    mem = targets.memory_of(spec)
+    frac = usable_fraction(req.mem_fraction)
+    if mem is None:
+        return None, "the target description gives no memory size: every candidate counts as fitting"
+    return int(mem * frac), f"the target's memory x {frac:g}, the share JAX takes (--mem-fraction)"
+
+
+def open_session(req: TuneRequest, out: Path, spec: str) -> CompileSession:
+    python = find_python(req.python)
+    spec_file = out / "target.txtpb"
+    spec_file.write_text(spec)
+    words = req.policy_arg if req.policy else None  # the script's own policy on its command line
+    cmd = script_command(python, req.script, req.script_args, req.batch, req.batch_arg, words, req.policy or "")
+    script_dir = out / "script"
+    script_dir.mkdir()
+    return CompileSession(cmd, spec_file, script_dir, policy=req.policy, batch=req.batch, step=req.step)
+
+
+def _calibration(req: TuneRequest, spec: str) -> tuple[Any, dict[str, Any] | None]:
+    if req.calibrate is None:
+        return None, None
+    from profiler.predict import calibrate
+    from profiler.predict.measured import load
+
+    m = load(req.calibrate)
+    run_spec, note = calibrate.run_spec(m, spec)
+    try:
+        cal = calibrate.calibrate(m, run_spec)
+    except ValueError as exc:
+        raise InputError(req.calibrate, str(exc)) from None
+    if note:
+        cal.notes.append(note)
+    return (cal, spec), cal.doc()
+
+
+def run_tune(req: TuneRequest, echo: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The whole command; returns the tune document (also written as tune.json)."""
+    say = echo or (lambda s: print(s, file=sys.stderr, flush=True))
+    if not req.script.exists():
+        raise InputError(req.script, "no such training script")
+    try:
+        label, spec, builtin = targets.resolve(req.target)
+    except ValueError as exc:
+        raise ProfilerError(str(exc)) from None
+    link = predict_links([req.link] if req.link else None, label)[0]
+    limit, limit_why = limit_of(req, spec)
+    device = roofline.device_from_spec(spec, builtin.peak_bf16_tflops if builtin else targets.peak_tflops(label))
+    calibration, cal_doc = _calibration(req, spec)
+    out = _folder(req, builtin.key if builtin else Path(req.target).stem)
+    t0 = time.monotonic()
+    with open_session(req, out, spec) as session:
+        say(f"tune: starting {req.script.name} under {session.command[0]} (log: {session.log})")
+        ready = session.start()
+        say(
+            f"tune: the step is {ready.get('step')} ({ready.get('chosen_by')}), compiled for "
+            f"{ready.get('device_kind')} (JAX {ready.get('jax')})"
+        )
+        found = session.request({"op": "names"})
+        if not found.get("ok"):
+            raise ProfilerError(f"{req.script}: tracing the step failed: {found.get('error')}")
+        names = names_of(found)
+        if not found.get("checkpoints"):
+            raise ProfilerError(
+                f"{req.script}: the step has no jax.checkpoint (jax.remat, nn.remat) whose policy tune could "
+                "choose; wrap the layers in jax.checkpoint (examples/train.py: --policy remat)"
+            )
+        say(f"tune: {found['checkpoints']} checkpoint(s) naming {len(names)} activation(s): "
+            + (", ".join(n.name for n in names) or "none"))  # fmt: skip
+        compiler = Compiler(session, out, device, link, limit, req.xla_options, calibration)
+        compiler.device_memory = targets.memory_of(spec)
+        compiler.echo = say
+        compiler.names = names
+        if req.only:
+            unknown = sorted(set(req.only) - {n.name for n in names})
+            if unknown:
+                raise ProfilerError(
+                    f"--names: the step names no {', '.join(unknown)} (it has {', '.join(n.name for n in names)})"
+                )
+        result = search(names, compiler, req.max_compiles, say, set(req.only) if req.only else None)
+        search_compiles, search_seconds = compiler.compiles, compiler.seconds
+        presets = evaluate_presets(names, compiler) if req.presets else []
+    doc = document(req, names, found, result, presets, compiler, link, limit, limit_why, label)
+    doc["calibration"] = cal_doc
+    doc["step"] = {"name": ready.get("step"), "chosen_by": ready.get("chosen_by"), "jax": ready.get("jax")}
+    doc["target"].update({"key": builtin.key if builtin else None, "spec_file": str(out / "target.txtpb")})
+    doc["search"].update(compiles=search_compiles, compile_seconds=round(search_seconds, 1))
+    doc["compiles"] = compiler.compiles
+    doc["seconds"] = round(time.monotonic() - t0, 1)
+    doc["out_dir"] = str(out)
+    doc["verify"] = None
+    if req.verify and doc["choice"] is not None:
+        from profiler.tune.verify import verify
+
+        args = [*req.script_args, *([req.batch_arg, str(req.batch)] if req.batch is not None and req.batch_arg else [])]
+        doc["verify"] = verify(doc, req.script, args, req.policy, req.python, say)
+    folder.write_json(out / "tune.json", doc)
+    folder.write_json(out / "plan.json", plan_document(doc))
+    return doc
+
+
+def evaluate_presets(names: list[Name], compiler: Compiler) -> list[Tried]:
+    """JAX's presets, and MaxText's when the step has MaxText's names, compiled and predicted."""
+    cands = forms.jax_presets()
+    if any(n.name in forms.MAXTEXT_CUSTOM for n in names):
+        cands = forms.maxtext_presets(names) + cands
+    out = []
+    for c in cands:
+        before = compiler.compiles
+        outcome = compiler(c)
+        out.append(Tried(c, outcome, "preset", compiler.compiles if compiler.compiles > before else None))
+    return out
+
+
+def _folder(req: TuneRequest, key: str) -> Path:
+    if req.out_dir is not None:
+        if req.out_dir.exists() and (not req.out_dir.is_dir() or any(req.out_dir.iterdir())):
+            raise InputError(req.out_dir, "exists and is not an empty folder (profile-step never overwrites)")
+        req.out_dir.mkdir(parents=True, exist_ok=True)
+        return req.out_dir
+    return folder.finish(folder.create(req.plans_dir, f"tune-{key}"))

@@ -1,0 +1,217 @@
+"""Which placements to compile, in what order, and when to stop.
+
+Every candidate costs a compile, so the search prunes before compiling:
+
+1. *bounds*: every name recomputed (``resting``: inputs kept) and every name kept on the
+   device.  Keeping everything is not always the fastest: a value XLA would fuse into its
+   users must then be written out and read back (seen on the known-answer script, where
+   keeping its large elementwise activation is slower than recomputing it), so the search
+   goes on either way.  When recomputing everything does not fit, every name offloaded is
+   tried too; when that does not fit either, nothing will: stop.
+2. *alone*: each name moved alone from the resting candidate to the device and to host
+   memory.  A move that is not faster (or, while nothing fits, not smaller) than the
+   resting candidate is pruned: it is never tried in a combination.
+3. *together*: the promising moves, the largest gain first, added one by one to the
+   best candidate so far; a move that no longer helps (it does not fit beside the
+   others, or its copy no longer hides) is left out, its name's other promising move
+   tried instead.
+4. *one change*: from the best candidate, every single change of one promising name's
+   placement; the best that helps is taken and the round repeats, until none helps
+   (a local optimum) or the compile budget runs out.
+
+"Helps" means faster by more than ``TOLERANCE`` of the step (the model's numbers are
+exact, its meaning is not), within the memory limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from profiler.tune.candidate import Candidate, Name, everywhere, resting
+from profiler.tune.evaluate import Outcome
+
+TOLERANCE = 0.001  # a change helps when it is faster by more than 0.1% of the step
+
+
+class Evaluator(Protocol):
+    compiles: int
+
+    def __call__(self, c: Candidate) -> Outcome | None: ...
+
+    def cached(self, c: Candidate) -> bool: ...
+
+
+@dataclass
+class Tried:
+    candidate: Candidate
+    outcome: Outcome | None
+    stage: str  # bounds, alone, together, one change, preset
+    compile_no: int | None  # the compile that made it (None: the same request was compiled before)
+
+
+@dataclass
+class Search:
+    tried: list[Tried] = field(default_factory=list)
+    best: Tried | None = None
+    stop: str = ""
+    pruned: list[dict[str, str]] = field(default_factory=list)
+    alone: dict[tuple[str, str], Tried] = field(default_factory=dict)
+    base: Tried | None = None
+    compiles: int = 0
+    only: set[str] | None = None  # the names searched (--names); None: all
+
+
+class OutOfBudget(Exception):
+    pass
+
+
+def helps(a: Outcome | None, b: Outcome | None) -> bool:
+    """Whether *a* is better than *b* by the search's rule: fitting beats not fitting; between
+    fitting ones faster by more than TOLERANCE; between others, less device memory."""
+    if a is None:
+        return False
+    if b is None:
+        return True
+    if a.fits != b.fits:
+        return a.fits
+    if not a.fits:
+        return (a.device_bytes or 0) < (b.device_bytes or 0)
+    return a.step_ns < b.step_ns * (1 - TOLERANCE)
+
+
+def gain(a: Outcome, b: Outcome) -> float:
+    """How much better *a* is than *b*: ns of step (both fitting), else bytes of device memory."""
+    if a.fits and b.fits:
+        return b.step_ns - a.step_ns
+    return float((b.device_bytes or 0) - (a.device_bytes or 0))
+
+
+def best_of(tried: list[Tried]) -> Tried | None:
+    """The fastest fitting candidate (less device memory on a tie); None when none fits."""
+    fit = [t for t in tried if t.outcome is not None and t.outcome.fits]
+    return min(fit, key=lambda t: (t.outcome.step_ns, t.outcome.device_bytes or 0)) if fit else None
+
+
+class _Run:
+    def __init__(self, names: list[Name], evaluate: Evaluator, budget: int, echo: Callable[[str], None]) -> None:
+        self.names = names
+        self.ev = evaluate
+        self.budget = budget
+        self.echo = echo
+        self.out = Search()
+        self.seen: dict[str, Tried] = {}
+        self.only: set[str] | None = None
+
+    def get(self, c: Candidate, stage: str) -> Tried:
+        if c.key() in self.seen:
+            return self.seen[c.key()]
+        if not self.ev.cached(c) and self.ev.compiles >= self.budget:
+            raise OutOfBudget
+        before = self.ev.compiles
+        outcome = self.ev(c)
+        t = Tried(c, outcome, stage, self.ev.compiles if self.ev.compiles > before else None)
+        self.seen[c.key()] = t
+        self.out.tried.append(t)
+        return t
+
+
+def search(
+    names: list[Name],
+    evaluate: Evaluator,
+    budget: int = 48,
+    echo: Callable[[str], None] = print,
+    only: set[str] | None = None,
+) -> Search:
+    """The search of the module docstring over *names*; *evaluate* compiles (and caches); with
+    *only*, just those names move (the others stay where they rest)."""
+    run = _Run(names, evaluate, budget, echo)
+    run.only = only
+    out = run.out
+    out.only = only
+    try:
+        _search(run)
+    except OutOfBudget:
+        out.stop = f"the compile budget ran out ({budget} compiles; --max-compiles raises it)"
+    out.best = best_of(out.tried)
+    out.compiles = sum(1 for t in out.tried if t.compile_no is not None)
+    return out
+
+
+def _search(run: _Run) -> None:
+    out, names = run.out, run.names
+    if not names:
+        out.stop = "the step's checkpoints name no activation: only the presets were compared"
+        return
+    base = out.base = run.get(resting(names), "bounds")
+    if base.outcome is None:
+        out.stop = "the step does not compile for the target with every named activation recomputed (see its error)"
+        return
+    run.get(everywhere(names, "device"), "bounds")
+    if base.outcome is not None and not base.outcome.fits:
+        off = run.get(everywhere(names, "offload"), "bounds")
+        if off.outcome is None or not off.outcome.fits:
+            out.stop = "nothing fits: not even with every named activation recomputed or offloaded"
+            return
+    # 2. each name alone
+    promising: list[tuple[float, str, str]] = []
+    for n in names:
+        if run.only is not None and n.name not in run.only:
+            continue
+        for place in n.options():
+            if place == n.resting:
+                continue
+            t = run.get(base.candidate.with_(n.name, place), "alone")
+            out.alone[(n.name, place)] = t
+            if helps(t.outcome, base.outcome):
+                promising.append((gain(t.outcome, base.outcome), n.name, place))  # type: ignore[arg-type]
+            else:
+                why = _why_pruned(t.outcome, base.outcome, "keeping" if n.is_input else "recomputing")
+                out.pruned.append({"name": n.name, "place": place, "why": why})
+    if not promising:
+        out.stop = "no name moved alone to the device or to host memory helps: everything stays where it rests"
+        return
+    # 3. together, the largest gain first
+    promising.sort(key=lambda g: -g[0])
+    moves: dict[str, list[str]] = {}
+    for _, name, place in promising:
+        moves.setdefault(name, []).append(place)
+    current = base
+    for name, places in moves.items():
+        for place in places:
+            t = run.get(current.candidate.with_(name, place), "together")
+            if helps(t.outcome, current.outcome):
+                current = t
+                break
+    # 4. one change at a time, until none helps
+    while True:
+        place_now = current.candidate.place()
+        better = current
+        for name, places in moves.items():
+            for place in {*places, next(n.resting for n in names if n.name == name)}:
+                if place == place_now[name]:
+                    continue
+                t = run.get(current.candidate.with_(name, place), "one change")
+                if helps(t.outcome, better.outcome):
+                    better = t
+        if better is current:
+            out.stop = (
+                "no single change of one promising name's placement helps any more (a local optimum); "
+                f"{len(out.pruned)} moves pruned after trying them alone"
+            )
+            return
+        current = better
+
+
+def _why_pruned(t: Outcome | None, base: Outcome | None, resting: str = "recomputing") -> str:
+    """Why a move alone was pruned; *resting*: what the name does otherwise (recomputing, keeping)."""
+    if t is None:
+        return "did not compile"
+    if base is None:
+        return "the resting candidate did not compile"
+    if not t.fits and base.fits:
+        return "does not fit"
+    if not t.fits:
+        return f"no less device memory than {resting} it"
+    return f"no faster than {resting} it"

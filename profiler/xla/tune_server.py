@@ -1,0 +1,123 @@
+"""In the script's process under ``profile-step tune``: compile the step for the GPU target once
+per policy profile-step asks for, then end the script.
+
+profile-step and the script talk over two pipes (``$PROFILE_STEP_TUNE_FDS``: the
+descriptors to read requests from and to write answers to), one JSON document per
+line, so that a search can choose its next candidates from the answers so far and
+the script, JAX and the target are set up once for all of them:
+
+- ``{"op": "names"}``: the step traced with every checkpoint recomputing everything;
+  answers the activations its checkpoints name (``policy_swap.named_values``), those
+  tagged on a checkpoint's input, and how many checkpoints there are;
+- ``{"op": "compile", "policy": DOC, "out": DIR, "options": {...}}``: the step compiled
+  under policy DOC (``policy_swap``) with XLA's debug *options* (e.g.
+  ``xla_gpu_enable_latency_hiding_scheduler``); writes ``DIR/step.hlo.txt``, answers the
+  module name, ``memory_analysis()`` and the seconds it took;
+- ``{"op": "quit"}``.
+
+A failed compile is an answer (``ok: false`` and the error), never the end of the loop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+from profiler.conventions import TUNE_FDS_ENV
+from profiler.xla import policy_swap
+
+serving = False  # True once a step is served: the hook's step catcher then takes no other
+
+
+def _traced_jaxpr(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    import jax
+
+    traced = step.trace(*args, **kwargs).jaxpr if hasattr(step, "trace") else jax.make_jaxpr(step)(*args, **kwargs)
+    return policy_swap.open_jaxpr(traced)
+
+
+def _names(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    policy_swap.use({"jax": "nothing_saveable"})
+    values = policy_swap.named_values(_traced_jaxpr(step, args, kwargs))
+    seen = policy_swap.found()
+    inside = set(seen["inside"])
+    return {
+        "ok": True,
+        "checkpoints": seen["checkpoints"],
+        "names": {k: v for k, v in values.items() if k in inside},
+        "outside": sorted(set(values) - inside),  # tagged, but in no checkpoint: no policy reaches them
+        "inputs": seen["inputs"],
+    }
+
+
+def _compile(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any], req: dict[str, Any]) -> dict[str, Any]:
+    from profiler.xla.handover import memory_fields, module_name
+
+    out = Path(req["out"])
+    out.mkdir(parents=True, exist_ok=True)
+    policy_swap.use(req.get("policy") or {"script": True})
+    t0 = time.monotonic()
+    lowered = step.lower(*args, **kwargs)
+    options = req.get("options") or None
+    compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
+    seconds = time.monotonic() - t0
+    text = compiled.as_text()
+    (out / "step.hlo.txt").write_text(text)
+    try:
+        memory = memory_fields(compiled.memory_analysis())
+    except Exception as exc:  # backends without it raise their own errors
+        memory, note = None, f"memory_analysis() failed: {exc}"
+    else:
+        note = None
+    return {
+        "ok": True,
+        "module": module_name(text),
+        "memory": memory,
+        "hlo_file": str(out / "step.hlo.txt"),
+        "seconds": round(seconds, 2),
+        "checkpoints": policy_swap.found()["checkpoints"],
+        "notes": [note] if note else [],
+    }
+
+
+def serve(
+    step: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    device_kind: str | None,
+    step_name: str | None = None,
+    why: str = "handed over by annotate.compiled_step()",
+) -> NoReturn:
+    """Answer profile-step's requests until it says quit (or closes the pipe); then end the script."""
+    import jax
+
+    global serving
+    serving = True
+    rfd, wfd = (int(x) for x in os.environ[TUNE_FDS_ENV].split(","))
+    with os.fdopen(rfd, "r") as requests, os.fdopen(wfd, "w") as answers:
+
+        def send(doc: dict[str, Any]) -> None:
+            answers.write(json.dumps(doc, default=str) + "\n")
+            answers.flush()
+
+        send({"op": "ready", "device_kind": device_kind, "jax": jax.__version__, "pid": os.getpid(),
+              "step": step_name or getattr(step, "__name__", None), "chosen_by": why})  # fmt: skip
+        for line in requests:
+            req = json.loads(line)
+            op = req.get("op")
+            if op == "quit":
+                break
+            try:
+                if op == "names":
+                    send(_names(step, args, kwargs))
+                elif op == "compile":
+                    send(_compile(step, args, kwargs, req))
+                else:
+                    send({"ok": False, "error": f"unknown request {op!r}"})
+            except Exception as exc:  # one candidate's failure is an answer, not the end
+                send({"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:2000]}"})
+    print("profile-step tune: compiles done; stopping the script here", flush=True)
+    raise SystemExit(0)

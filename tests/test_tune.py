@@ -1,0 +1,306 @@
+"""``profile-step tune`` on a step whose answer is known by construction (tests/scripts/tune_known.py),
+with the real GPU compiler in .venv-aot (skips without it, as test_compiled_step).
+
+The script's docstring derives the answer by hand from the H100's peaks and the links' bandwidths:
+``small`` (64 MiB a layer, 0.83 ms of matmuls to recompute) hides its copies on NVLink-C2C but not on
+PCIe Gen5; ``big`` (512 MiB a layer, elementwise) is always cheaper to recompute than to move.
+Under a 3 GiB limit neither fits on the device (keeping every ``small`` adds 1 GiB to the
+2.35 GiB of the step that recomputes everything); under 16 GiB the smalls fit and the bigs (8 GiB)
+do not.  One script process compiles every candidate once; the searches on several links and
+limits share those compiles (the compile cache), so the module costs about ten compiles.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from profiler.analysis.links import HostLink, parse_link
+from profiler.capture.plan import find_python
+from profiler.capture.tune_session import CompileSession, script_command
+from profiler.predict import roofline, schedule
+from profiler.report.tune_text import render_tune
+from profiler.tune import forms
+from profiler.tune.candidate import Candidate, Name
+from profiler.tune.compiler import Compiler
+from profiler.tune.run import evaluate_presets, names_of
+from profiler.tune.search import best_of, search
+from profiler.xla import targets
+from tests.conftest import run_cli
+from tests.test_compiled_step import aot_python  # noqa: F401 (the fixture)
+
+ROOT = Path(__file__).resolve().parents[1]
+KNOWN = ROOT / "tests" / "scripts" / "tune_known.py"
+GiB, MiB = 2**30, 2**20
+
+
+@pytest.fixture(scope="module")
+def known(aot_python, tmp_path_factory):  # noqa: F811
+    """The known-answer script, started once; a Compiler over it (H100, NVLink-C2C, 3 GiB)."""
+    out = tmp_path_factory.mktemp("tune")
+    _, spec, builtin = targets.resolve("h100")
+    (out / "target.txtpb").write_text(spec)
+    (out / "script").mkdir()
+    cmd = script_command(find_python(aot_python), KNOWN, [], None, None, None, "")
+    session = CompileSession(cmd, out / "target.txtpb", out / "script")
+    session.start()
+    found = session.request({"op": "names"})
+    device = roofline.device_from_spec(spec, builtin.peak_bf16_tflops)
+    link = HostLink(parse_link("nvlink-c2c"), "given", "test")
+    compiler = Compiler(session, out, device, link, 3 * GiB)
+    yield found, names_of(found), compiler
+    session.close()
+
+
+def choose(compiler: Compiler, names: list[Name], link: str, limit: int, presets: bool = False):
+    compiler.link, compiler.limit = parse_link(link), limit
+    result = search(names, compiler, budget=24, echo=lambda s: None)
+    extra = evaluate_presets(names, compiler) if presets else []
+    return result, best_of(result.tried + extra), extra
+
+
+def test_names_and_their_bytes(known):
+    """16 layers under a scan: each name 16 times a step; small B x D bf16, big B x 8D (by hand)."""
+    found, names, _ = known
+    assert found["checkpoints"] >= 1 and found["outside"] == [] and found["inputs"] == []
+    by = {n.name: n for n in names}
+    assert set(by) == {"big", "small"}
+    assert by["small"].count == 16 and by["small"].shape == (32768, 1024) and by["small"].dtype == "bfloat16"
+    assert by["small"].bytes_per_step == 16 * 32768 * 1024 * 2 == 1 * GiB
+    assert by["big"].bytes_per_step == 8 * GiB
+    assert [n.name for n in names] == ["big", "small"]  # the largest first
+
+
+def test_offload_the_small_recompute_the_big_on_nvlink_c2c(known):
+    _, names, compiler = known
+    result, choice, _ = choose(compiler, names, "nvlink-c2c", 3 * GiB)
+    assert choice is not None and choice.candidate.place() == {"small": "offload", "big": "remat"}
+    assert choice.outcome.fits and choice.outcome.device_bytes <= 3 * GiB
+    # by construction the small's copies mostly hide there: less exposed than its 0.83 ms x 16 of recomputation
+    assert choice.outcome.exposed_ns < 16 * 830_000
+    # the pruning: keeping either alone does not fit; the search stopped at a local optimum within its budget
+    pruned = {(p["name"], p["place"]): p["why"] for p in result.pruned}
+    assert pruned[("small", "device")] == "does not fit" and pruned[("big", "device")] == "does not fit"
+    assert "local optimum" in result.stop and result.compiles <= 8
+    assert forms.maxtext_form(choice.candidate)[0] is None  # big and small are not MaxText's names
+    assert "names_which_can_be_offloaded=['small']" in forms.jax_form(choice.candidate)
+
+
+def test_the_answer_changes_with_the_link_and_the_limit(known):
+    """PCIe Gen5: the small's copies no longer hide, recomputing it is cheaper; with room for the
+    smalls (16 GiB) they stay on the device; the bigs (8 GiB) never do."""
+    _, names, compiler = known
+    _, slow, _ = choose(compiler, names, "pcie5", 3 * GiB)
+    assert slow.candidate.place() == {"small": "remat", "big": "remat"}
+    _, roomy, _ = choose(compiler, names, "pcie5", 16 * GiB)
+    assert roomy.candidate.place() == {"small": "device", "big": "remat"}
+
+
+def test_monotone_in_the_link(known):
+    """A faster link never makes the chosen step slower, and never offloads less."""
+    _, names, compiler = known
+    steps, offloaded = [], []
+    for gbps in ("63", "200", "450", "1000", "5000"):
+        _, choice, _ = choose(compiler, names, gbps, 3 * GiB)
+        steps.append(choice.outcome.step_ns)
+        offloaded.append(len(choice.candidate.where("offload")))
+    assert steps == sorted(steps, reverse=True), steps
+    assert offloaded == sorted(offloaded), offloaded
+
+
+@pytest.mark.parametrize(("link", "limit"), [("nvlink-c2c", 3 * GiB), ("pcie5", 16 * GiB)])
+def test_never_slower_than_a_preset(known, link, limit):
+    _, names, compiler = known
+    result, choice, presets = choose(compiler, names, link, limit, presets=True)
+    assert {p.candidate.preset for p in presets} == {f"jax:{n}" for n in forms.JAX_PRESETS}
+    fitting = [p.outcome.step_ns for p in presets + result.tried if p.outcome is not None and p.outcome.fits]
+    assert fitting and choice.outcome.step_ns <= min(fitting)
+
+
+def test_a_name_left_out_by_names_says_so(known):
+    """--names small: big stays where it rests (recomputed), and its line says why it was not moved;
+    the compiles are the cached ones of the searches above."""
+    from profiler.tune import explain
+
+    _, names, compiler = known
+    compiler.link, compiler.limit = parse_link("nvlink-c2c"), 3 * GiB
+    result = search(names, compiler, budget=24, echo=lambda s: None, only={"small"})
+    choice = best_of(result.tried)
+    assert choice.candidate.place() == {"small": "offload", "big": "remat"}
+    text = explain.lines(choice, result, compiler, names)
+    (big,) = [t for t in text if t.startswith("big: ")]
+    assert big.startswith("big: recompute (where it rests: not among --names)"), big
+    (small,) = [t for t in text if t.startswith("small: ")]
+    assert small.startswith("small: offload; its 1.00 GiB per step take "), small
+
+
+def test_the_compile_cache(known):
+    """The same request is compiled once: the searches above share their compiles."""
+    compiler = known[2]
+    before = compiler.compiles
+    compiler(Candidate.of({"big": "remat", "small": "offload"}))
+    assert compiler.compiles == before
+
+
+def test_a_step_without_checkpoint_is_one_line(aot_python, tmp_path):  # noqa: F811
+    proc = run_cli("tune", "--out", str(tmp_path / "t"), "--python", aot_python, str(ROOT / "examples" / "train.py"),
+                   "--layers", "1", timeout=600)  # fmt: skip
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("profile-step: error: ") and "no jax.checkpoint" in lines[-1]
+    assert "--policy remat" in lines[-1] and "Traceback" not in proc.stderr
+
+
+PLAIN = ROOT / "tests" / "scripts" / "plain_remat.py"
+
+
+def tune_json(python: str, out: Path, *script: str, env: dict | None = None) -> dict:
+    """``profile-step tune --json`` (PCIe Gen5, 1 GiB, 3 compiles, no presets) on *script*."""
+    args = ["tune", "--link", "pcie5", "--memory-limit", "1GiB", "--no-presets", "--max-compiles", "3", "--json",
+            "--out", str(out), "--python", python]  # fmt: skip
+    proc = run_cli(*args, *script, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def plain(aot_python, tmp_path_factory):  # noqa: F811
+    """``profile-step tune --json`` on an unedited script (one CPU device), once for several tests."""
+    out = tmp_path_factory.mktemp("plain") / "t"
+    return out, tune_json(aot_python, out, str(PLAIN))
+
+
+def check_unedited(doc: dict, devices: int) -> None:
+    assert doc["step"]["name"] == "train_step" and "second time" in doc["step"]["chosen_by"]
+    assert "init 1x" in doc["step"]["chosen_by"]
+    assert {n["name"] for n in doc["names"]} == {"proj", "hidden"}
+    # 4 layers x batch 64 x 4 x 128 f32 per name and step: the traced step's (global) shapes, over all devices
+    assert {n["name"]: n["bytes_per_step"] for n in doc["names"]} == {
+        "proj": 4 * 64 * 512 * 4,
+        "hidden": 4 * 64 * 512 * 4,
+    }
+    hlo = Path(doc["candidates"][0]["hlo_file"]).read_text()
+    assert ("all-reduce" in hlo) == (devices == 2)
+    assert doc["choice"] is not None and doc["choice"]["fits"]
+
+
+def test_an_unedited_script(plain):
+    """A script that knows nothing of profile-step: the step is the jitted function it calls a second
+    time (its init runs once), compiled for the target."""
+    check_unedited(plain[1], 1)
+
+
+def test_an_unedited_script_on_a_mesh(aot_python, tmp_path):  # noqa: F811
+    """The same script sharding its batch over two CPU devices: its step is compiled for two H100s,
+    its gradients all-reduced."""
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    check_unedited(tune_json(aot_python, tmp_path / "t", str(PLAIN), "--devices", "2", env=env), 2)
+
+
+def test_json_and_text(plain):
+    """--json has every candidate with its forms; the text (render_tune of the same document, what the
+    command prints without --json) the table and one line per activation."""
+    out, doc = plain
+    assert doc["compiles"] == doc["search"]["compiles"] <= 3 and len(doc["candidates"]) == doc["search"]["tried"]
+    assert "compile budget ran out" in doc["search"]["stop"] or "optimum" in doc["search"]["stop"]
+    assert {"predicted_step_ns", "predicted_exposed_ns", "device_bytes", "host_bytes", "jax_form"} <= set(
+        doc["candidates"][0]
+    )
+    assert doc["choice"]["fits"] and doc["why"][0].startswith("choice: ")
+    assert json.loads((out / "plan.json").read_text())["tune"]["choice"]["label"] == doc["choice"]["label"]
+    text = render_tune(doc)
+    assert "candidate" in text and "JAX:     policy=jax.checkpoint_policies." in text
+    assert "\n  proj: " in text and "\n  hidden: " in text and f"(files: {out})" in text
+    # prose wraps at 160 columns (the table and the forms, copied whole, do not); --wide leaves it whole
+    starts = ("choice: ", "  proj: ", "  hidden: ", "    ", "search: ")
+    prose = [ln for ln in text.splitlines() if ln.startswith(starts)]
+    assert prose and max(map(len, prose)) <= 160
+    assert doc["why"][0] in render_tune(doc, wide=True).splitlines()
+
+
+def test_verify_runs_the_choice_and_the_best_preset(aot_python, nsys, tmp_path):  # noqa: F811
+    """--verify on this machine: the choice and the best preset run under nsys (on the CPU, the
+    policy substituted into the script's checkpoints by the start-up hook) and compile to different
+    programs; each run folder keeps tune's prediction for it."""
+    out = tmp_path / "t"  # one compile for the search (the resting one): the presets give the pair to run
+    proc = run_cli("tune", "--verify", "--link", "pcie5", "--max-compiles", "1", "--json", "--out", str(out),
+                   "--python", aot_python, str(PLAIN), timeout=1200)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    v = doc["verify"]
+    assert [r["role"] for r in v["runs"]] == ["tune-choice", "tune-preset"]
+    assert v["ran"] and v["different_programs"] is True, v
+    assert v["runs"][1]["label"].startswith("jax:") and v["analyze"].startswith("profile-step analyze ")
+    for r in v["runs"]:
+        kept = json.loads((Path(r["run_dir"]) / "tune_prediction.json").read_text())
+        assert kept["candidate"]["label"] == r["label"] and kept["link"]["key"] == "pcie5"
+        facts = json.loads((Path(r["run_dir"]) / "startup.json").read_text())
+        assert json.loads(facts["tune_policy"]) is not None  # the hook substituted the candidate's policy
+    # analyze of the two runs shows what tune predicted for each (CPU runs: not comparable, said so)
+    shown = run_cli("analyze", *[r["run_dir"] for r in v["runs"]])
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    words = " ".join(shown.stdout.split())  # lines wrapped at 160 columns
+    for r in v["runs"]:
+        assert f"tune predicted {r['role']} ({r['label']}) on " in words, shown.stdout[-3000:]
+    assert "(not comparable with this run's measured step: it did not run on a GPU)" in words, shown.stdout[-3000:]
+
+
+def test_calibrate_takes_a_runs_measured_costs(aot_python, plain, tmp_path):  # noqa: F811
+    """--calibrate RUN: a run that measured the resting program's own instructions (each kernel 200 us,
+    built with test_measured's thunk export) gives that program its measured times, so its predicted
+    step is at least the kernels' sum, where the roofline alone says microseconds."""
+    from profiler.xla.compiled import load_module
+    from tests.test_measured import measured_run
+
+    first = plain[1]["candidates"][0]
+    assert first["label"] == "recompute all"
+    hlo = Path(first["hlo_file"])
+    run, work = measured_run(hlo, tmp_path / "run", compute_ns=200_000, copy_ns=100_000)
+    measured = {i.name for i in work if i.opcode != "copy-start"}
+    # the kernels of the replayed schedule that the run measured (a while loop's own range is not one:
+    # its body is replayed, costed by the run's scale factors)
+    ops = schedule.build(load_module(hlo)[0]).ops
+    kernels = sum(1 for o in ops if o.kind == "compute" and o.name in measured)
+    doc = tune_json(aot_python, tmp_path / "b", "--calibrate", str(run), str(PLAIN))
+    (rest,) = [r for r in doc["candidates"] if r["label"] == "recompute all"]
+    assert doc["calibration"]["instructions"] >= kernels > 5
+    assert rest["predicted_step_ns"] >= kernels * 200_000
+    assert first["predicted_step_ns"] < 100_000  # the roofline alone
+    assert load_module(hlo)[0].name == load_module(Path(rest["hlo_file"]))[0].name
+
+
+def maxtext() -> tuple[Path, str]:
+    """A MaxText checkout and a Python with its requirements and jax[cuda12] (docs/tune.md), given as
+    $PROFILE_STEP_MAXTEXT and $PROFILE_STEP_MAXTEXT_PYTHON; the test skips without them."""
+    import os
+
+    checkout, python = os.environ.get("PROFILE_STEP_MAXTEXT"), os.environ.get("PROFILE_STEP_MAXTEXT_PYTHON")
+    if not checkout or not python:
+        pytest.skip("no MaxText: set PROFILE_STEP_MAXTEXT (checkout) and PROFILE_STEP_MAXTEXT_PYTHON (docs/tune.md)")
+    return Path(checkout), python
+
+
+def test_maxtext_unedited(tmp_path):
+    """MaxText's own train.py on its tiny CPU config (FIELD_NOTES), unedited: the step is train_step
+    (lowered once for MaxText's memory report, then called), its activations MaxText's names, the
+    choice written as MaxText's overrides."""
+    checkout, python = maxtext()
+    train = checkout / "src" / "maxtext" / "trainers" / "pre_train" / "train.py"
+    config = [str(checkout / "src" / "maxtext" / "configs" / "base.yml"), "run_name=t",
+              f"base_output_directory={tmp_path / 'out'}", "dataset_type=synthetic", "steps=3",
+              "per_device_batch_size=1", "max_target_length=64", "base_emb_dim=64", "base_num_query_heads=2",
+              "base_num_kv_heads=2", "base_mlp_dim=128", "base_num_decoder_layers=2", "head_dim=32", "vocab_size=256",
+              "enable_checkpointing=false", "hardware=cpu", "scan_layers=true", "attention=dot_product",
+              "jax_cache_dir=", "log_period=1", "skip_jax_distributed_system=true", "remat_policy=full"]  # fmt: skip
+    proc = run_cli("tune", "--no-presets", "--max-compiles", "3", "--batch-arg", "", "--json", "--out",
+                   str(tmp_path / "t"), "--python", python, str(train), *config,
+                   env={"DECOUPLE_GCLOUD": "TRUE"}, timeout=1800)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    assert doc["step"]["name"] == "train_step"
+    names = {n["name"]: n for n in doc["names"]}
+    assert {"decoder_layer_input", "query_proj", "key_proj", "value_proj", "out_proj", "mlpwo"} <= set(names)
+    assert names["decoder_layer_input"]["input"] is True
+    assert doc["choice"]["maxtext_form"].startswith("remat_policy=custom decoder_layer_input=")
