@@ -112,6 +112,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("profiler.parallel", "profiler.report"),
     ("profiler.capture", "profiler.recipes"),
     ("dashboards",),
+    ("profiler.commands",),
     ("profiler.cli",),
 )
 _FLOOR_OF = {pkg: n for n, floor in enumerate(FLOORS) for pkg in floor}
@@ -131,7 +132,7 @@ def _may_import(module: str, target: str) -> bool:
     here, there = _package(module), _package(target)
     if here == there or there == "profiler" or (here not in _FLOOR_OF and there not in _FLOOR_OF):
         return True
-    unlisted = len(FLOORS) - 1.5  # a package on no floor: under the commands, over everything else
+    unlisted = len(FLOORS) - 2.5  # a package on no floor: under the commands, over everything else
     return _FLOOR_OF.get(there, unlisted) < _FLOOR_OF.get(here, unlisted)
 
 

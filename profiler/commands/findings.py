@@ -1,0 +1,64 @@
+"""``profile-step findings``: the verdict, then the findings, for every trace the paths name."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from profiler.commands.options import Shared, findings_config, json_dump
+
+
+def cmd_findings(args: argparse.Namespace) -> int:
+    """``findings TRACE|RUN...``: the verdict, then the findings, for every trace the paths name."""
+    from profiler.analysis.links import given_link
+    from profiler.errors import InputError
+    from profiler.report.findings_text import render_findings
+    from profiler.report.verdict_text import render_verdict
+    from profiler.runs.discover import NoTrace, trace_paths
+    from profiler.runs.result import build
+    from profiler.runs.verdict import verdict
+    from profiler.stored import folder
+    from profiler.trace import load_trace
+    from profiler.units import fit
+
+    config = findings_config(args, given_link(args.link))
+    docs, summaries = [], []
+    skipped: list[NoTrace] = []
+    for arg in args.paths:
+        before = len(skipped)
+        paths = trace_paths(arg, skipped)
+        if not paths and len(skipped) == before:
+            raise InputError(arg, "no such trace, run folder or folder of runs")
+        for path in paths:
+            trace = load_trace(path, nsys=args.nsys)
+            res = build(
+                trace, folder.manifest_of(path), layer_pattern=args.layer_pattern, step_range=args.step_range,
+                findings=config,
+            )  # fmt: skip
+            summaries.append(res.brief())
+            policy = (res.manifest or {}).get("policy") or res.breakdown.policy  # None: a trace that names none
+            docs.append({"trace": str(path), "policy": policy, **(res.findings or {})})
+    skipped = list(dict.fromkeys(skipped))
+    found = verdict(summaries) if summaries else None
+    if args.json:
+        print(json_dump({"verdict": found, "runs": docs, "no_trace": [s.doc() for s in skipped]}))
+        return 0 if docs else 2
+    if found:
+        print(render_verdict(found, wide=args.wide))
+    for d in docs:
+        print()
+        print(f"{d['trace']}" + (f"  (policy {d['policy']})" if d["policy"] else ""))
+        print(fit(render_findings(d), args.wide))
+    for s in skipped:
+        print(f"\n{s.line()}")
+    return 0 if docs else 2
+
+
+def add(sub: Any, shared: Shared) -> None:
+    fnd = sub.add_parser(
+        "findings",
+        parents=[shared.json, shared.findings, shared.steps, shared.nsys, shared.wide],
+        help="what is wrong with the copies, and what to try (the rules and thresholds: docs/findings.md)",
+    )
+    fnd.add_argument("paths", nargs="+", help="traces, run folders, folders of runs or exports, globs")
+    fnd.set_defaults(func=cmd_findings)

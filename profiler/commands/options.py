@@ -1,0 +1,132 @@
+"""Options and helpers every subcommand shares: the parent parsers, JSON output, the policies asked."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from typing import Any
+
+
+def json_dump(doc: Any) -> str:
+    return json.dumps(doc, indent=2, allow_nan=False)
+
+
+def asked_policies(args: argparse.Namespace) -> list[str]:
+    """``--policy A --policies B,C``: the policies in the order given, each once."""
+    policies = list(args.policy or [])
+    for group in args.policies or []:
+        policies += [p.strip() for p in group.split(",") if p.strip()]
+    return list(dict.fromkeys(policies))
+
+
+def findings_config(args: argparse.Namespace, link: Any) -> Any:
+    """The findings' configuration from ``--findings-config``, ``--disable-finding`` and the parsed
+    ``--link`` (*link*)."""
+    from profiler.analysis.findings import rule_ids
+    from profiler.analysis.findings.config import configure
+
+    return configure(args.findings_config, args.disable_finding, link, rule_ids())
+
+
+def parent(*arguments: tuple[tuple[str, ...], dict[str, Any]]) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    for flags, kw in arguments:
+        p.add_argument(*flags, **kw)
+    return p
+
+
+def arg(*flags: str, **kw: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
+    return flags, kw
+
+
+@dataclass(frozen=True)
+class Shared:
+    """Options that mean the same on every subcommand that takes them, as parent parsers
+    (``sub.add_parser(NAME, parents=[shared.nsys, shared.json])``)."""
+
+    nsys: argparse.ArgumentParser
+    json: argparse.ArgumentParser
+    device: argparse.ArgumentParser
+    steps: argparse.ArgumentParser  # how the trace is cut into layers and steps
+    findings: argparse.ArgumentParser
+    db: argparse.ArgumentParser
+    policies: argparse.ArgumentParser
+    wide: argparse.ArgumentParser
+
+
+def shared_options() -> Shared:
+    from profiler.analysis.links import ASSUMED, LINKS  # no polars: a capture-only machine builds the parser too
+
+    return Shared(
+        nsys=parent(
+            arg(
+                "--nsys",
+                default=None,
+                help="nsys binary, to record or to export a .nsys-rep (default: the one profile-step finds)",
+            )
+        ),
+        json=parent(arg("--json", action="store_true", help="print the result as JSON instead of text")),
+        device=parent(arg("--device", type=int, default=None, help="only this deviceId")),
+        steps=parent(
+            arg(
+                "--layer-pattern",
+                default=None,
+                metavar="REGEX",
+                help="regex whose first group names the layer in XLA op_name paths (default, by convention: "
+                "layer_3, layers_3, x_layers_3, layers/3, block_3, h_3; a scan (while/body, layers, decoder): one "
+                "family, numbered by its iterations)",
+            ),
+            arg(
+                "--step-range",
+                default=None,
+                metavar="REGEX",
+                help="NVTX range names that mark steps (default: profile-step's step=N ranges, "
+                "else the executions of the step program: docs/capture.md)",
+            ),
+        ),
+        findings=parent(
+            arg("--findings-config", default=None, metavar="FILE", help="TOML file: thresholds, disabled rules"),
+            arg("--disable-finding", action="append", metavar="ID", help="turn a finding rule off (repeatable)"),
+            arg(
+                "--link",
+                default=None,
+                metavar="NAME",
+                help="the host link the copies' GB/s are compared with, and slow-link's (default: from the GPU's "
+                f"name; an unknown GPU: {LINKS[ASSUMED].name} assumed, and said)",
+            ),
+        ),
+        db=parent(arg("--db", default="results.db", help="results database, for labels (default: results.db)")),
+        wide=parent(
+            arg(
+                "--wide",
+                action="store_true",
+                help="long names (kernels, advice) in full; default: lines of at most 160 columns, names shortened",
+            )
+        ),
+        policies=parent(
+            arg("--policy", action="append", metavar="NAME", help="an offload policy (repeatable)"),
+            arg("--policies", action="append", metavar="A,B,C", help="several policies at once"),
+            arg(
+                "--policy-arg",
+                default=None,
+                metavar="FLAG|TEMPLATE",
+                help="also pass the policy to the script: a FLAG gives FLAG NAME (--policy-arg=--policy); a "
+                "TEMPLATE with {policy} gives it filled in, split into words as a shell would (MaxText: "
+                "'remat_policy={policy}'; '--remat={policy}'); attach a value that starts with '-' with '='",
+            ),
+            arg(
+                "--policy-word",
+                default=None,
+                metavar="TEMPLATE",
+                help="pass the policy as one word, TEMPLATE with {policy} filled in and nothing else changed "
+                '(quotes kept: a JSON value, --policy-word=\'--config_overlay={"remat_policy":"{policy}"}\')',
+            ),
+        ),
+    )
+
+
+def link_names() -> list[str]:
+    from profiler.analysis.links import LINKS
+
+    return list(LINKS)

@@ -1,0 +1,100 @@
+"""``profile-step plan``: each policy compiled for a GPU target without a GPU, its step predicted."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from profiler.commands.options import Shared, asked_policies, json_dump, link_names
+from profiler.errors import ProfilerError
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """``plan SCRIPT``: the step compiled for a GPU target without a GPU, per policy and batch."""
+    from pathlib import Path
+
+    from profiler.analysis.links import given_link
+    from profiler.analysis.policies import plan_table
+    from profiler.capture.plan import PlanRequest, run_plan, usable_fraction
+    from profiler.conventions import EXAMPLE_POLICIES
+    from profiler.report.policies_text import render_plan
+    from profiler.units import fit
+
+    policies = asked_policies(args)
+    if not policies:
+        policies = list(EXAMPLE_POLICIES)
+        print(f"plan: policies {', '.join(policies)} (the example's; --policies for your own)", file=sys.stderr)
+    try:
+        batches: list[int | None] = [int(b) for b in args.batch.split(",")] if args.batch else [None]
+    except ValueError:
+        raise ProfilerError(f"--batch: expected numbers like 1,4,8, got {args.batch!r}") from None
+    req = PlanRequest(
+        script=Path(args.script),
+        script_args=list(args.script_args),
+        policies=policies,
+        batches=batches,
+        target=args.target,
+        python=args.python,
+        batch_arg=args.batch_arg or None,
+        policy_arg=args.policy_word or args.policy_arg,
+        policy_word=bool(args.policy_word),
+        out_dir=Path(args.out) if args.out else None,
+        plans_dir=Path(args.plans_dir),
+        links=[given_link(k.strip()) for group in args.link or [] for k in group.split(",") if k.strip()] or None,
+    )
+    if args.link and not req.links:
+        raise ProfilerError(f"--link: no link named in {','.join(args.link)!r}")
+    if getattr(args, "pgle", None) or getattr(args, "calibrate", None):  # issue 23: measured costs
+        from profiler.capture.pgle_run import plan_with_measurements
+
+        return plan_with_measurements(req, usable_fraction(args.mem_fraction), args.pgle, args.calibrate, args.json)
+    doc = run_plan(req)
+    tab = plan_table(doc, usable_fraction(args.mem_fraction))
+    if args.json:
+        print(json_dump({"plan": tab, "out_dir": doc["out_dir"]}))
+    else:
+        print(fit(render_plan(tab)))
+        print(f"\n(files: {doc['out_dir']})")
+    return 0 if all(r["status"] == "ok" for r in tab["rows"]) else 1
+
+
+def add(sub: Any, shared: Shared) -> None:
+    pl = sub.add_parser(
+        "plan",
+        parents=[shared.policies, shared.json],
+        help="compile a script's step for a GPU target without a GPU: memory, FLOPs and offload plan per policy",
+        description="Run SCRIPT once per policy and micro batch under a Python with JAX's CUDA plugin "
+        "(JAX_PLATFORMS=cpu, no GPU needed); annotate.compiled_step(step, *args) compiles the step for "
+        "the target instead of running it. Results are labelled 'compiled for <target>, not measured'.",
+    )
+    pl.add_argument("--target", default="h100", help="h100, h200, b200, a100, or a GpuTargetConfigProto text file")
+    pl.add_argument("--batch", default=None, metavar="N[,N...]", help="micro batch sizes, passed as --batch N")
+    pl.add_argument("--batch-arg", default="--batch", metavar="FLAG", help="how the script takes the batch ('' none)")
+    pl.add_argument("--python", default=None, help="a Python with jax[cuda12] (default: .venv-aot, then this one)")
+    pl.add_argument("--mem-fraction", type=float, default=None, help="usable share of device memory (default 0.75)")
+    pl.add_argument("--out", default=None, help="an empty or new folder for the results (default: plans/<time>-...)")
+    pl.add_argument("--plans-dir", default="plans", help="where plan folders go (default: plans/)")
+    pl.add_argument(
+        "--pgle",
+        default=None,
+        metavar="FILE",
+        help="also compile with this PGLE profile (profile-step pgle) and show where the copies moved",
+    )
+    pl.add_argument(
+        "--calibrate",
+        default=None,
+        metavar="RUN_OR_TRACE",
+        help="per-instruction costs and copy bandwidth measured by a run (nsys export, run folder, nsys-jax archive)",
+    )
+    # predicted step per host link (profiler.predict): kept in one block
+    pl.add_argument(
+        "--link",
+        action="append",
+        metavar="NAME[,NAME...]",
+        help=f"host links to predict the step on: {', '.join(link_names())} (also pcie-gen5, ...), or a bandwidth in "
+        "GB/s (default: the target's own)",
+    )
+    pl.add_argument("script", help="the training script (.py)")
+    pl.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
+    pl.set_defaults(func=cmd_plan)

@@ -1,0 +1,88 @@
+"""``profile-step whatif``: the step replayed with the copies changed."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from profiler.commands.options import Shared, json_dump
+from profiler.errors import ProfilerError
+
+
+def cmd_whatif(args: argparse.Namespace) -> int:
+    """``whatif TRACE``: the step replayed with copies on another host link."""
+    from profiler.analysis.breakdown import Breakdown
+    from profiler.analysis.links import copy_scale, link_change, parse_link, recorded_link
+    from profiler.analysis.whatif import measured_stalls, trace_whatif
+    from profiler.errors import InputError
+    from profiler.report.whatif_text import render_whatif
+    from profiler.runs.discover import one_trace
+    from profiler.trace import load_trace
+    from profiler.xla.names import DEFAULT_LAYER_PATTERN
+
+    trace = load_trace(one_trace(args.trace), nsys=args.nsys)
+    link_doc = None
+    factor = args.copy_scale
+    if args.link is not None:
+        try:
+            target = parse_link(args.link)
+            source = parse_link(args.from_link) if args.from_link else None
+        except ValueError as exc:
+            raise ProfilerError(f"--link/--from-link: {exc}") from None
+        if source is None:
+            try:
+                source = recorded_link(trace.devices["name"].to_list())
+            except ValueError as exc:
+                raise InputError(args.trace, str(exc)) from None
+        factor = copy_scale(source, target)
+        link_doc = link_change(source, target)
+    elif factor is None:
+        factor = 0.0
+    if not factor >= 0:
+        raise ProfilerError(f"--copy-scale must be >= 0, got {factor}")
+    bd = Breakdown(trace, args.layer_pattern or DEFAULT_LAYER_PATTERN, args.step_range)
+    doc = trace_whatif(trace, factor, model_host=not args.no_host_sync, breakdown=bd, explain=True)
+    if link_doc:
+        doc["link"] = link_doc
+    if args.device is not None:
+        doc["devices"] = {k: v for k, v in doc["devices"].items() if k == str(args.device)}
+    if args.json:
+        print(json_dump(doc))
+        return 0
+    measured = measured_stalls(bd, list(doc["devices"]))  # the analysis' stalls: not analyzed twice
+    gpus = {str(d): n for d, n in trace.devices.select("id", "name").iter_rows()}
+    print(render_whatif(doc, measured, gpus))
+    return 0
+
+
+def add(sub: Any, shared: Shared) -> None:
+    from profiler.analysis.links import LINKS
+
+    w = sub.add_parser(
+        "whatif",
+        parents=[shared.json, shared.device, shared.steps, shared.nsys],
+        help="replay a trace with faster (or slower) host copies: predicted step time and stalls",
+        description="Replays the trace with every h2d/d2h copy's duration scaled (docs/metrics.md, What-if). "
+        "Default: --copy-scale 0, the most the copies can cost.",
+    )
+    w.add_argument("trace", help="an nsys SQLite export (.sqlite) or report (.nsys-rep), or a run folder")
+    how = w.add_mutually_exclusive_group()
+    how.add_argument("--copy-scale", type=float, default=None, metavar="F", help="multiply copy durations by F")
+    how.add_argument(
+        "--link",
+        default=None,
+        metavar="NAME",
+        help=f"the link to predict for: {', '.join(LINKS)}, or a bandwidth in GB/s",
+    )
+    w.add_argument(
+        "--from-link",
+        default=None,
+        metavar="NAME",
+        help="the link the trace was recorded on (default: from the GPU's name in the export)",
+    )
+    w.add_argument(
+        "--no-host-sync",
+        action="store_true",
+        help="keep every host launch time as recorded (default: move the work after a blocking call)",
+    )
+    w.set_defaults(func=cmd_whatif)
