@@ -28,7 +28,7 @@ import polars as pl
 
 from profiler.analysis.dependencies import D2H, H2D, NO_TIME, Dependencies, dependencies, index_dtype
 from profiler.analysis.hostsync import HostSyncs, host_syncs
-from profiler.analysis.replay import NO_CHANGE, Change, Replay, replay
+from profiler.analysis.replay import NO_CHANGE, Change, Recorded, Replay, replay
 from profiler.analysis.replay_waves import Waves
 from profiler.analysis.whatif import OP_KEYS, keyed_step_ops, step_frames, step_rows
 from profiler.trace.loader import Trace
@@ -109,6 +109,7 @@ class Replays:
         stalls = breakdown.stalls
         self.deps: Dependencies = stalls.deps if stalls is not None else dependencies(trace)
         self.host: HostSyncs | None = host_syncs(trace, self.deps) if model_host else None
+        self._recorded: Recorded | None = None
         ops = self.deps.ops
         order = np.argsort(ops.device, kind="stable")
         dev = ops.device[order]
@@ -142,13 +143,20 @@ class Replays:
             got = self._graph.replay(change)
             if got is not None:
                 return got
-        return replay(self.deps, 1.0, self.host, change)
+        return replay(self.deps, 1.0, self.host, change, self.recorded)
 
     wave_min_ops = WAVE_MIN_OPS
 
+    @property
+    def recorded(self) -> Recorded:
+        """The recorded graph every replay of this run shares."""
+        if self._recorded is None:
+            self._recorded = Recorded.of(self.deps, self.host if self.host is not None and len(self.host) else None)
+        return self._recorded
+
     @cached_property
     def _graph(self) -> Waves | None:
-        return Waves.of(self.deps, self.host)
+        return Waves.of(self.deps, self.host, self.recorded)
 
     def outcome(self, change: Change = NO_CHANGE) -> Outcome:
         rp = self.replay(change)
