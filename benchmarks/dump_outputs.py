@@ -1,4 +1,4 @@
-"""Write what ``analyze --json`` (plain and ``--by step/layer/op``) and ``findings --json`` print
+"""Write what ``analyze --json`` (plain and ``--by step/layer/op``), ``findings --json`` and ``whatif --json`` print
 for a set of traces, one file per trace and command, to check that a change leaves them as they were.
 
     python benchmarks/dump_outputs.py OUTDIR [TRACE ...]     # default: the shared real traces and sample_traces/
@@ -24,6 +24,7 @@ COMMANDS = {
     "layer": ["analyze", "--json", "--by", "layer"],
     "op": ["analyze", "--json", "--by", "op"],
     "findings": ["findings", "--json"],
+    "whatif": ["whatif", "--json"],
 }
 
 
