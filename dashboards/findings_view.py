@@ -74,12 +74,12 @@ def _finding(f: dict[str, Any], rid: str, views: list[View], n: int) -> html.Div
     gpu = View.parse(vid).device
     summed = (f.get("where") or {}).get("device") is None and len(views) > 1  # a run-wide finding, several GPUs
     mark = focus(f) if view == "timeline" else ""
-    marks = "; marked ▼" if mark else ("; the step it names" if step else "; nothing in it is marked")
-    button = f"Show in {VIEW_LABEL.get(view, view)}" + (
-        f" (GPU {gpu}{'; the finding is over all GPUs' if summed else ''}{marks if view == 'timeline' else ''})"
-        if gpu is not None and view != "policies"
-        else ""
-    )
+    marks = ", the ops it names marked ▼" if mark else (", at the step it names" if step else "")
+    label = VIEW_LABEL.get(view, view)
+    button = f"Show in {label}"
+    if gpu is not None and view != "policies":
+        button = f"Show GPU {gpu} in the {label} tab{marks if view == 'timeline' else ''}"
+        button += " (the finding is over all GPUs)" if summed else ""
     evidence = f.get("evidence") or {}
     return html.Div(
         className="finding",
@@ -188,8 +188,16 @@ def panel(store: RunStore, views: list[View]) -> list[Any]:
             n += 1
         if left:
             body.append(html.Div(elsewhere, className="elsewhere muted"))
-        if skipped:
-            body.append(html.Div(undecided, className="skipped muted"))
+        if skipped:  # folded: one line, a rule and its reason per line when opened
+            body.append(
+                html.Details(
+                    [
+                        html.Summary(f"{len(skipped)} rule(s) could not decide on this run (why)"),
+                        html.Ul([html.Li(f"{s['rule']}: {s['why']}") for s in skipped], className="tight-list"),
+                    ],
+                    className="skipped muted",
+                )
+            )
         if doc.get("disabled"):
             body.append(html.Div("Turned off: " + ", ".join(doc["disabled"]) + ".", className="muted"))
         out += [

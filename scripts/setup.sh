@@ -49,7 +49,8 @@ fi
 # 2023.4 first: it moves an earlier set-up's .tools/nsys (2023.4.4) to .tools/nsys-2023.4.4
 nsys_old=$(bash scripts/install-nsys.sh --version 2023.4 | tail -n1)
 nsys=$(bash scripts/install-nsys.sh --version 2024.2 | tail -n1)
-echo "setup: nsys 2024.2.3 (the default) at $nsys; 2023.4.4 at $nsys_old" >&2
+echo "setup: nsys 2024.2.3 (the default) at $nsys" >&2
+echo "setup: nsys 2023.4.4 at $nsys_old" >&2
 
 if [ "$browser" = 1 ] && ! { command -v chromium >/dev/null && command -v chromedriver >/dev/null; }; then
   if [ "$(id -u)" = 0 ]; then

@@ -156,6 +156,9 @@ def test_example_two_policies_end_to_end(nsys, tmp_path):
         layers = annotated_ranges(trace.nvtx, "layer=")
         assert sorted(set(layers["value"])) == ["0", "1"]
         assert layers.height == 3 * 2 * 2  # 3 steps x 2 layers x (forward + backward)
+    # the fused step the script handed over never runs as one program: its numbers are still the step's
+    comp = run_summary(open_trace(folders[0] / "trace.sqlite"))["compiled_step"]
+    assert comp["module"].endswith(".jit_step") and "never ran as one program" in comp["chosen_by"]
     assert "policy" in proc.stdout and "median step ms" in proc.stdout  # the table across policies
     assert proc.stdout.count("3 steps from profile-step step=N ranges") == 2
     assert proc.stdout.count("analysis window: profile-step:capture range") == 2

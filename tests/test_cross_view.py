@@ -20,7 +20,13 @@ from profiler.report.text import offload_units
 from profiler.synthetic.demo import StepModel, write_demo_runs
 from profiler.units import human_time
 from tests.conftest import run_cli
-from tests.test_dashboard import browser, dashboard, unit_of, wait_rows  # noqa: F401  (browser: a fixture)
+from tests.test_dashboard import (  # noqa: F401  (browser: a fixture)
+    bar_units,
+    browser,
+    dashboard,
+    unit_of,
+    wait_rows,
+)
 
 MODEL = replace(StepModel(), layers=2, steps=3)
 TRACE = "synthetic-trace.sqlite"
@@ -45,7 +51,13 @@ def device_blocks(text: str, marker: str = "Device ") -> dict[str, str]:
 
 
 def ms3(ns: int) -> str:
+    """A time as compare's comment writes it: milliseconds with three decimals."""
     return f"{ns / 1e6:.3f}"
+
+
+def t(ns: int) -> str:
+    """A time as analyze's and whatif's lines write it: in its own unit (``188 ms``, ``0 ns``)."""
+    return human_time(ns, nanoseconds=True)
 
 
 def check_views(trace: Path) -> tuple[dict, dict]:
@@ -78,7 +90,7 @@ def check_views(trace: Path) -> tuple[dict, dict]:
         waits = d["stalls"]["waits"]["total"]
         stalled = d["stalls"]["by_blocker"]["offload"]["stall_ns"]
         if waits:
-            assert f"stalled by copies: {ms3(stalled)} ms" in block, dev
+            assert f"stalled by copies: {t(stalled)}" in block, dev
 
     # analyze --json's findings = findings --json, and every finding's saving and attributed time in
     # both texts as the json says them
@@ -104,9 +116,9 @@ def check_views(trace: Path) -> tuple[dict, dict]:
         w = wi["devices"][dev]
         assert w["measured_span_ns"] == d["span_ns"] == found["copy_free"]["devices"][dev]["window_ns"]
         assert w["copy_free_span_ns"] == found["copy_free"]["devices"][dev]["copy_free_span_ns"]
-        assert f"copy-free:         {ms3(d['span_ns'])} ms -> {ms3(w['copy_free_span_ns'])} ms" in wi_blocks[dev]
+        assert f"copy-free:         {t(d['span_ns'])} -> {t(w['copy_free_span_ns'])}" in wi_blocks[dev]
         if d["stalls"]["waits"]["total"]:
-            assert f"stalled by copies: {ms3(d['stalls']['by_blocker']['offload']['stall_ns'])} ms" in wi_blocks[dev]
+            assert f"stalled by copies: {t(d['stalls']['by_blocker']['offload']['stall_ns'])}" in wi_blocks[dev]
         else:  # analyze says stalls cannot be measured: whatif says so too, never 0.000 -> 0.000
             assert "stalled by copies: not measured" in wi_blocks[dev]
         # whatif's steps are analyze's steps: the same count, the same included median
@@ -173,7 +185,7 @@ def test_the_dashboard_shows_the_same_numbers(browser, built):  # noqa: F811
 
         # the runs table: exposed copy time (both directions, counted once), steps, median step
         heads = page.evaluate("[...document.querySelectorAll('#runs th')].map(e => e.innerText.trim())")
-        exposed_head = next(h for h in heads if h.startswith("exposed copy time"))
+        exposed_head = next(h for h in heads if h.startswith("exposed copies"))
         assert "D2H+H2D" in exposed_head  # named: the bars below show each direction on its own
         div = unit_of(exposed_head)
         cells = page.evaluate(
@@ -183,12 +195,14 @@ def test_the_dashboard_shows_the_same_numbers(browser, built):  # noqa: F811
         rows = {c["device"].split(" · ")[0]: c for c in cells if c.get("device")}
         for dev, d in devices.items():
             row = rows[f"GPU {dev}"]
-            assert float(row["exposed"]) == pytest.approx(d["copies"]["offload"]["exposed_ns"] / div, rel=5e-4)
+            assert float(row["exposed"].replace(",", "")) == pytest.approx(
+                d["copies"]["offload"]["exposed_ns"] / div, rel=5e-4
+            )
             assert int(row["steps"]) == sum(1 for s in doc_steps(head) if not s["excluded"])
 
         # the policy bars: each direction's exposed and stalled time = analyze --json, in the head's unit
         bar_heads = page.evaluate("[...document.querySelectorAll('#policy-bars .head strong')].map(e => e.textContent)")
-        t_div = unit_of(bar_heads[1])
+        t_div = bar_units(page)[0]  # the bars' unit (each value beside its bar carries its own)
         assert "per direction" in bar_heads[1]
         bars = {
             (r, ser): v

@@ -212,5 +212,5 @@ def test_analyze_runs_table_and_json(plan_run, tmp_path):
     assert "offload_x" in out and "planned, not seen" in out and "moved, not planned" in out
     assert "10.00 GiB" in out  # the measured peak
     doc = json.loads(run_cli("analyze", "--json", str(plan_run)).stdout)
-    assert set(doc) == {"policies", "planned_vs_moved", "no_trace"} and doc["no_trace"] == []
+    assert set(doc) == {"verdict", "policies", "planned_vs_moved", "no_trace"} and doc["no_trace"] == []
     assert doc["policies"]["rows"][0]["planned_d2h_bytes_per_step"] == 8 * MiB

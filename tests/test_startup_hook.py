@@ -111,11 +111,13 @@ def test_other_sitecustomize_runs_first_and_a_broken_one_breaks_nothing(tmp_path
         "import os\nopen(os.environ['MARK'], 'w').write('ran')\n", encoding="utf-8"
     )
     env = {"PYTHONPATH": f"{run.HOOK_DIR}{os.pathsep}{ROOT}{os.pathsep}{theirs}", "MARK": str(tmp_path / "mark")}
-    code = "import jax.numpy as jnp, jax; print(float(jax.jit(lambda x: (x + 1).sum())(jnp.ones(2))))"
+    # a NumPy input: the script's jit is the first program the process compiles, program 0
+    code = "import numpy as np, jax; print(float(jax.jit(lambda x: (x + 1).sum())(np.ones(2))))"
     out = child(None, tmp_path / "run", code=code, **env)
     assert out.returncode == 0 and out.stdout.strip() == "4.0", out.stderr
     assert (tmp_path / "mark").read_text() == "ran"
-    assert counts(facts(tmp_path / "run")) == {"jit__lambda": 1}
+    assert facts(tmp_path / "run")["executions"] == [{"module": "jit__lambda", "program_id": 0, "executions": 1}]
+    assert "module_0000.jit__lambda" in {m.label for m in dump.scan(tmp_path / "run" / XLA_DUMP_DIR)}
     (theirs / "sitecustomize.py").write_text("raise ValueError('broken on purpose')\n", encoding="utf-8")
     out = child(None, tmp_path / "run2", code=code, **env)
     assert out.returncode == 0 and out.stdout.strip() == "4.0", out.stderr
@@ -257,6 +259,10 @@ def test_a_script_python_without_nvtx_is_said_with_the_install_command():
     assert "jit_train_step 5x, jit__lambda 1x" in line
     assert "'/opt/maxtext venv/bin/python' -m pip install 'nvtx>=0.2.8,<0.2.12'" in line
     assert nvtx_line("minimal", {"notes": [], "executions": {"jit_step": 3}}) is None
+    # a GPU: the hook counts nothing and writes nothing there, XLA's own ranges give the steps
+    named = [{"module": "jit_step", "program_id": 4, "platform": "cuda"}]
+    gpu = {**hook, "executions": [], "programs_uncounted": named}
+    assert nvtx_line("minimal", gpu) is None
 
 
 def test_the_policy_table_says_why_a_run_without_nvtx_has_no_steps():

@@ -99,7 +99,11 @@ def test_the_program_id_is_read_from_the_module_proto_without_parsing_it():
     proto = field(1, b"jit_step") + field(2, b"main") + field(3, b"\x0a\x04body") + bytes([5 << 3, 0xAC, 0x02])
     assert proto_id(proto) == 300
     assert proto_id(proto[:-1]) is None  # cut short
-    assert proto_id(field(1, b"jit_step")) is None  # no id
+    # proto3 writes no field that holds its default: a whole message without field 5 is program 0
+    # (the first module a process compiles: module_0000 in the dump, program_id=0 in XLA's ranges)
+    assert proto_id(field(1, b"jit_step") + field(3, b"\x0a\x04body")) == 0
+    assert proto_id(field(1, b"jit_step") + bytes([3 << 3 | 2, 9]) + b"body") is None  # a length past the end
+    assert proto_id(b"") is None
 
     class Module:
         name = "jit_step"

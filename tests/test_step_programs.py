@@ -66,11 +66,13 @@ def test_one_jit_name_three_programs_the_step_is_the_one_that_repeats(captured):
         f"jit_train_step (program {step}): ran 5 times, the program that ran most often (jit__psum ran once); "
         "jit_train_step also ran as 2 other programs, twice and once: not the step"
     )
-    assert f"   step: {said}\n" in stdout
+    lines = stdout.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("   step: "))  # one sentence, wrapped at 160 columns
+    assert " ".join(ln.strip() for ln in lines[at : at + 2]).startswith(f"step: {said}")
     assert compiled["step_program"]["program_id"] == step and compiled["step_module"].startswith(f"module_{step:04d}.")
     # ... by analyze's policy table, from the trace's executions by the same rule
     text = run_cli("analyze", str(folder)).stdout
-    assert f"note (minimal): step: {said}\n" in text
+    assert f"note (minimal): step: {said}" in " ".join(text.split())  # a prose line wrapped at 160 columns
     doc = json.loads(run_cli("analyze", "--json", str(folder)).stdout)
     (row,) = doc["policies"]["rows"]
     assert row["step_module"] == f"module_{step:04d}.jit_train_step" and row["step_chosen_by"] == said
@@ -131,18 +133,44 @@ def test_the_tutorials_step_has_its_own_host_placements(tmp_path):
     assert placements[plain]["entry_parameters"] == placements[plain]["entry_outputs"] == 0
 
 
-def test_compare_says_when_the_sides_steps_are_different_programs():
-    from profiler.report.compare_text import step_line
+def _hook_run(folder: Path, step: str, pid: int) -> Path:
+    """A CPU run folder (policy ``default``): the start-up hook's ranges of *step* (program *pid*, 3 runs
+    of 2 us) and ``jit_init`` (program 1, once), and the compiled.json naming both programs."""
+    from profiler.synthetic.export import ExportBuilder
 
-    base = {"step_name": "jit_step", "step_program": "jit_step (program 6)", "chosen_by": "jit_step (program 6): x"}
-    same = {**base, "step_program": "jit_step (program 9)", "chosen_by": "jit_step (program 9): y"}
-    other = {"step_name": "jit_update", "step_program": "jit_update (program 4)", "chosen_by": None}
-    assert step_line({"policy": "p", "step": {"base": base, "head": same}}) is None  # ids differ per process
-    assert step_line({"policy": "p", "step": {"base": base, "head": other}}) == (
-        "step (p): base jit_step (program 6): x; head jit_update (program 4): the per-step numbers compare "
-        "different programs"
-    )
-    assert step_line({"policy": "p"}) is None  # a document from before
+    b = ExportBuilder()
+    b.domain(1, "profile-step")
+    b.nvtx(0, 9_000, "XlaModule:#hlo_module=jit_init,program_id=1#", domain_id=1)
+    for t in (10_000, 20_000, 30_000):
+        b.nvtx(t, t + 2_000, f"XlaModule:#hlo_module={step},program_id={pid}#", domain_id=1)
+    folder.mkdir(parents=True)
+    modules = [
+        {"name": n, "id": i, "label": f"module_{i:04d}.{n}", "cost": {"flops": 1e6}}
+        for n, i in (("jit_init", 1), (step, pid))
+    ]
+    (folder / "compiled.json").write_text(json.dumps({"modules": modules, "notes": []}))
+    return b.write(folder / "trace.sqlite")
+
+
+def test_compare_says_when_the_sides_steps_are_different_programs(tmp_path):
+    """Base's step is jit_step, head's jit_update: the per-step numbers compare two programs, said in
+    one line (each side's sentence, as its run line says it); the same name on both sides: no line."""
+    from profiler.analysis.compare import compare
+    from profiler.report.compare_text import render_markdown, render_terminal
+    from profiler.runs.result import collect
+
+    base = collect(open_trace(_hook_run(tmp_path / "base", "jit_step", 6)))
+    head = collect(open_trace(_hook_run(tmp_path / "head", "jit_update", 4)))
+    same = collect(open_trace(_hook_run(tmp_path / "same", "jit_step", 9)))
+    cmp = compare([base], [head], [])
+    said = [line for line in render_terminal(cmp).splitlines() if line.startswith("step (")]
+    assert said == [line for line in render_markdown(cmp).splitlines() if line.startswith("step (")]  # the PR comment
+    assert said == [
+        "step (default): base jit_step (program 6): ran 3 times, the only program that ran more than once "
+        "(jit_init ran once); head jit_update (program 4): ran 3 times, the only program that ran more than once "
+        "(jit_init ran once): the per-step numbers compare different programs"
+    ]
+    assert "step (" not in render_terminal(compare([base], [same], []))  # program ids differ per process
 
 
 @pytest.mark.shared
@@ -184,3 +212,29 @@ def test_on_a_gpu_the_capture_keeps_the_script_s_programs_and_leaves_the_choice_
     assert any("the analysis chooses the step from them" in n for n in short["notes"])
     kept = {m.name for m in dump.scan(tmp_path / "xla_dump")}
     assert {"jit_init", "jit_step"} <= kept
+
+
+def test_pgle_on_a_run_folder_takes_the_step_the_script_handed_over(tmp_path):
+    """The script handed jit_step to annotate.compiled_step; jit_eval ran more often with more GPU time.
+    analyze's steps are jit_step's (the rule, narrowed to the name the script gave): so are pgle's
+    and plan --calibrate's (runs.measured.load), from the run folder and from its trace alike."""
+    from profiler.runs.measured import load
+    from tests.test_xla_steps import execution, new
+
+    b = new()
+    for i in range(4):  # jit_eval (program 3): 4 runs of 800 ns on the GPU
+        t = 10_000 + i * 2_000
+        execution(b, t, "jit_eval", 3, (t + 100, t + 900))
+    for i in range(3):  # jit_step (program 5): 3 runs of 500 ns
+        t = 30_000 + i * 2_000
+        execution(b, t, "jit_step", 5, (t + 100, t + 600))
+    (tmp_path / "run").mkdir()
+    trace = b.write(tmp_path / "run" / "trace.sqlite")
+    handed = {"module": "jit_step", "memory": None, "cost": None}
+    (tmp_path / "run" / "compiled.json").write_text(json.dumps({"modules": [], "handed_over": handed}))
+    step = Breakdown(open_trace(trace)).module_steps.step
+    assert (step.name, step.program_id) == ("jit_step", 5)
+    for source in (tmp_path / "run", trace):
+        m = load(source)
+        assert (m.module_name, m.steps.height, m.chosen_by) == ("jit_step", 3, step.sentence)
+    assert load(trace, module="jit_eval").module_name == "jit_eval"  # --module still narrows to its name

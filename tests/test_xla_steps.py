@@ -359,3 +359,44 @@ def test_the_step_program_s_numbers_come_from_that_program_only():
     assert "the run folder's XLA dump holds no module of jit_update (program 11)" in got["notes"]
     # no executions in the trace: the capture's choice (compiled.json's step_module, an older file)
     assert step_compiled(compiled)["module"] == "module_0002.jit_init"
+
+
+def test_a_step_known_by_name_only_is_its_last_compiled_program_as_at_capture():
+    """An older hook's ranges carry no program id: the step is matched by name to the last compiled
+    program of that name (the highest id), as the capture matched it (step_module._dump_module),
+    whatever the order of compiled.json's modules (the largest kept first, the programs that ran after)."""
+    from profiler.analysis.policies import step_compiled
+    from profiler.xla.step_program import StepProgram
+
+    modules = [
+        {"name": "jit_init", "id": 2, "label": "module_0002.jit_init", "cost": {"flops": 9e8}},
+        {"name": "jit_update", "id": 9, "label": "module_0009.jit_update", "cost": {"flops": 3e6}},
+        {"name": "jit_update", "id": 7, "label": "module_0007.jit_update", "cost": {"flops": 2e6}},
+    ]
+    got = step_compiled({"modules": modules}, StepProgram("jit_update", None, 5, "jit_update: ran 5 times"))
+    assert got["module"] == "module_0009.jit_update" and got["cost"] == {"flops": 3e6}
+
+
+def test_a_handed_over_step_that_never_ran_as_one_program_keeps_its_numbers():
+    """examples/train.py --dispatch per-layer: it hands the fused step (jit_step, 49.4 M FLOPs) to
+    annotate.compiled_step and runs it layer by layer (jit__lambda programs, one layer's backward
+    14.2 M): the step's numbers are the handed-over program's, and the sentence says why."""
+    from profiler.analysis.policies import step_compiled
+    from profiler.xla.step_program import StepProgram
+
+    modules = [
+        {"name": "jit_step", "id": 32, "label": "module_0032.jit_step", "cost": {"flops": 49_437_664}},
+        {"name": "jit__lambda", "id": 40, "label": "module_0040.jit__lambda", "cost": {"flops": 14_172_419}},
+    ]
+    compiled = {"modules": modules, "handed_over": {"module": "jit_step"}}
+    ran = StepProgram("jit__lambda", 40, 6, "jit__lambda (program 40): ran 6 times, the program that ran most often")
+    got = step_compiled(compiled, ran)
+    assert got["module"] == "module_0032.jit_step" and got["cost"] == {"flops": 49_437_664}
+    assert got["step_program"] == "jit_step (program 32)"
+    assert got["chosen_by"] == (
+        "jit_step (program 32): the step the script handed to annotate.compiled_step, which never ran as one "
+        "program (of the programs that ran: jit__lambda (program 40): ran 6 times, the program that ran most often)"
+    )
+    # the handed-over name ran: the rule narrowed to it, and its own program's numbers stand
+    got = step_compiled(compiled, StepProgram("jit_step", 32, 3, "jit_step (program 32): ran 3 times, x"))
+    assert got["module"] == "module_0032.jit_step" and got["chosen_by"] == "jit_step (program 32): ran 3 times, x"

@@ -326,7 +326,8 @@ def _step(run: RunSummary) -> dict[str, Any]:
     fingerprint of its compiled module)."""
     comp = run.compiled or {}
     return {
-        "program": comp.get("step_program"),
+        "step_name": comp.get("step_name"),
+        "step_program": comp.get("step_program"),
         "chosen_by": comp.get("chosen_by"),
         "fingerprint": comp.get("fingerprint"),
     }

@@ -113,15 +113,18 @@ def projection_spans(proj: pl.DataFrame, module: str | None = None) -> tuple[pl.
     return spans, execs.drop("RangeId"), step
 
 
-def _executions(ranges: pl.DataFrame, module: str | None) -> tuple[StepProgram, pl.DataFrame]:
+def _executions(
+    ranges: pl.DataFrame, module: str | None, declared: str | None = None
+) -> tuple[StepProgram, pl.DataFrame]:
     """(the step program by the one rule, its XlaModule ranges in time order numbered by ``execution``)
     from ranges named by ``_xla`` with ``gpu_ns`` per range (and ``host_ns`` where the host time is not
     ``end - start``).  Executions inside compilation (autotuning) and ranges without a ``program_id``
-    are never the step's."""
+    are never the step's.  *module*: only programs of that name; *declared*: the name the script
+    handed to ``annotate.compiled_step`` (the rule's narrowing, as in ``Breakdown.module_steps``)."""
     mods = outside_compiles(ranges).filter(pl.col("program_id").is_not_null())
     if mods.height == 0:
         raise ValueError("no XlaModule range with a program_id: not a trace of XLA executions")
-    step = choose(programs_of(mods), module)
+    step = choose(programs_of(mods), module or declared)
     if step.name is None or (module and step.name != module):
         ran = ", ".join(sorted(set(mods["hlo_module"].drop_nulls().to_list()))[:5])
         raise ValueError(f"no execution of module {module!r} in the trace (it ran {ran})")
@@ -131,15 +134,20 @@ def _executions(ranges: pl.DataFrame, module: str | None) -> tuple[StepProgram, 
 
 
 def export_spans(
-    ranges: pl.DataFrame, ops: pl.DataFrame, pairs: pl.DataFrame, module: str | None = None
+    ranges: pl.DataFrame,
+    ops: pl.DataFrame,
+    pairs: pl.DataFrame,
+    module: str | None = None,
+    declared: str | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame, StepProgram]:
     """(spans, executions, the step program) from an export's NVTX *ranges* (attribution's: range_id,
     name, domain, start, end, global_tid), its GPU *ops* (op_id, start, end, kind, cls, bytes) and
-    the (op_id, range_id) *pairs* of attribution.  A thunk's span is its ops' first start to last end."""
+    the (op_id, range_id) *pairs* of attribution.  A thunk's span is its ops' first start to last end.
+    *declared*: the step the script handed over (see ``_executions``)."""
     r = _xla(ranges, "name", "domain")
     mods = r.filter(pl.col("xla_kind") == "module")
     r = r.join(gpu_projection(mods, pairs, ops).select("range_id", "gpu_ns"), on="range_id", how="left")
-    step, execs = _executions(r, module)
+    step, execs = _executions(r, module, declared)
     thunks = r.filter(pl.col("xla_kind") == "thunk").select("range_id", "hlo_op", "start", "global_tid")
     # the execution a thunk range lies in: the latest module range on its thread that started before it
     thunks = (

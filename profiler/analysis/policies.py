@@ -58,12 +58,13 @@ BASELINE_POLICY = "none"
 
 # --- the step's compiled program ---------------------------------------------------------------
 def _module_of(mods: list[dict[str, Any]], name: str | None, pid: int | None) -> dict[str, Any] | None:
-    """The compiled.json entry of program (*name*, *pid*): by id; by name (the last) when the id is unknown."""
+    """The compiled.json entry of program (*name*, *pid*): by id; by name when the id is unknown, the
+    last compiled (the highest id, as the capture matched it)."""
     if name is None:
         return None
     same = [m for m in mods if m.get("name") == name]
     if pid is None:
-        return same[-1] if same else None
+        return max(same, key=lambda m: m.get("id") if isinstance(m.get("id"), int) else -1) if same else None
     return next((m for m in same if m.get("id") == pid), None)
 
 
@@ -91,6 +92,17 @@ def step_compiled(compiled: dict[str, Any] | None, step: StepProgram | None = No
             old = next((m for m in mods if m.get("label") == compiled.get("step_module")), None)
             name, pid = (old["name"], old.get("id")) if old else (handed, None)
     chosen = _module_of(mods, name, pid)
+    if step is not None and step.name is not None and handed and step.name != handed:
+        # the rule narrows to the handed-over name wherever it ran: it never ran as one program
+        # (a step dispatched layer by layer): the numbers are those of the program handed over
+        own = _module_of(mods, handed, None)
+        if own is not None or handed_doc.get("cost") or handed_doc.get("memory"):
+            chosen, own_id = own, (own or {}).get("id")
+            name, pid = handed, (own_id if isinstance(own_id, int) and own_id >= 0 else None)
+            why = (
+                f"{program_label(name, pid)}: the step the script handed to annotate.compiled_step, which never "
+                f"ran as one program (of the programs that ran: {step.sentence})"
+            )
     if chosen is None and name is not None and pid is not None:
         fallback = next((m for m in mods if m.get("name") == name and m.get("id") == -1), None)  # handed over
         said = f"the run folder's XLA dump holds no module of {program_label(name, pid)}"
@@ -278,19 +290,29 @@ def same_hlo(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return groups
 
 
+def step_difference(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, float] | None:
+    """(difference of two rows' median steps, the larger of their spreads): the difference is within
+    the noise when it is under that spread.  None when they cannot be compared: a median step or
+    both spreads missing, or different kinds of device (a CPU run's steps say nothing about a GPU
+    run's, nor an A100's about an H100's)."""
+    kinds = {a.get("device_kind"), b.get("device_kind")} - {None}
+    if is_cpu(a) != is_cpu(b) or len(kinds) > 1:
+        return None
+    spreads = [x for x in (a["step_spread_ns"], b["step_spread_ns"]) if x is not None]
+    if not spreads or None in (a["median_step_ns"], b["median_step_ns"]):
+        return None
+    return abs(a["median_step_ns"] - b["median_step_ns"]), max(spreads)
+
+
 def _pairs(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any], float, float]]:
-    """(a, b, difference of their median steps, the larger spread) for every two rows that have both,
-    on the same kind of device (a CPU run's steps say nothing about a GPU run's, nor an A100's about
-    an H100's)."""
+    """(a, b, difference of their median steps, the larger spread) for every two rows that can be
+    compared (``step_difference``)."""
     out = []
     for i, a in enumerate(rows):
         for b in rows[i + 1 :]:
-            kinds = {a.get("device_kind"), b.get("device_kind")} - {None}
-            if is_cpu(a) != is_cpu(b) or len(kinds) > 1:
-                continue
-            spreads = [x for x in (a["step_spread_ns"], b["step_spread_ns"]) if x is not None]
-            if spreads and None not in (a["median_step_ns"], b["median_step_ns"]):
-                out.append((a, b, abs(a["median_step_ns"] - b["median_step_ns"]), max(spreads)))
+            diff = step_difference(a, b)
+            if diff is not None:
+                out.append((a, b, *diff))
     return out
 
 

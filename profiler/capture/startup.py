@@ -156,7 +156,9 @@ def _nvtx_pair() -> tuple[Any, Any] | None:
 
 def proto_id(data: bytes) -> int | None:
     """The ``id`` (field 5) of a serialized ``HloModuleProto``: the program id, read without parsing
-    the computations (a walk over the top-level fields, each skipped by its length)."""
+    the computations (a walk over the top-level fields, each skipped by its length).  ``hlo.proto``
+    is proto3, which writes no field holding its default: a whole message without field 5 is
+    program 0 (the first module a process compiles); None: not a whole message."""
 
     def varint(i: int) -> tuple[int, int]:
         value = shift = 0
@@ -186,7 +188,7 @@ def proto_id(data: bytes) -> int | None:
                 return None
     except IndexError:
         return None
-    return None
+    return 0 if data and i == len(data) else None
 
 
 def program_of(call: Any) -> tuple[str, int | None, str | None]:

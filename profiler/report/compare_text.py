@@ -211,6 +211,9 @@ def render_markdown(cmp: dict[str, Any]) -> str:
             out += [f"Missing in {side}: " + ", ".join(f"`{n}`" for n in names), ""]
     for pol in cmp["policies"]:
         out += work_markdown(pol)
+    for pol in cmp["policies"]:
+        if line := step_line(pol):
+            out += [line, ""]
     if idle := no_gpu_line(cmp):
         out += [idle, ""]
     for pol in cmp["policies"]:

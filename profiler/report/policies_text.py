@@ -112,7 +112,8 @@ def spread(lo: float | None, hi: float | None) -> str:
 def compiled_host(r: dict[str, Any]) -> str:
     """Compiled host memory; on XLA:CPU, where host memory is the device's, what the HLO places there."""
     if r.get("host_in_device_memory"):
-        return f"{size(r.get('host_placed_bytes') or 0)} in dev"
+        placed = r.get("host_placed_bytes") or 0
+        return f"{size(placed)} (CPU: in device memory)" if placed else "none (CPU)"
     return size(r["compiled_host_bytes"])
 
 

@@ -6,12 +6,15 @@ import textwrap
 from typing import Any
 
 from profiler.report.text import ms, table
+from profiler.units import human_time, wrap
 
 
 def _change(before: int, after: int) -> str:
+    """``before -> after (±change, ±%)``, each time in its own unit (``18.5 s -> 16.6 s (-1.90 s, -10.3%)``)."""
     d = after - before
     rel = f", {100 * d / before:+.1f}%" if before else ""
-    return f"{ms(after)} ms ({'+' if d >= 0 else '-'}{ms(abs(d))} ms{rel})"
+    t = lambda ns: human_time(ns, nanoseconds=True)  # noqa: E731
+    return f"{t(before)} -> {t(after)} ({'+' if d >= 0 else '-'}{t(abs(d))}{rel})"
 
 
 def _stalled(st: dict[str, Any]) -> int:
@@ -54,8 +57,8 @@ def _why(doc: dict[str, Any], dev: str, d: dict[str, Any], gpus: dict[str, str])
                 else "with launch times as recorded (--no-host-sync)"
             )
             out.append(
-                f"  {label}: {ms(d['measured_span_ns'])} ms -> {_change(d['measured_span_ns'], other['spans'][dev])}; "
-                f"the GPU span above: {ms(d['span_ns'])} ms"
+                f"  {label}: {_change(d['measured_span_ns'], other['spans'][dev])}; "
+                f"the GPU span above: {human_time(d['span_ns'], nanoseconds=True)}"
             )
     return out
 
@@ -84,7 +87,7 @@ def render_whatif(doc: dict[str, Any], measured_stalls: dict[str, dict[str, Any]
         if doc["host_sync_modeled"]
         else "host launch times as recorded"
     )
-    out = [f"What-if: {how}every h2d/d2h copy takes {scale:.4g}x its recorded time ({sync})"]
+    out = [wrap(f"What-if: {how}every h2d/d2h copy takes {scale:.4g}x its recorded time ({sync})")]
     if not doc["devices"]:
         return out[0] + "\nNo GPU activity in this trace: nothing to replay."
     differs = False
@@ -92,17 +95,12 @@ def render_whatif(doc: dict[str, Any], measured_stalls: dict[str, dict[str, Any]
         name = gpus.get(dev)
         out.append("")
         out.append(f"Device {dev}{f' ({name})' if name else ''}")
-        out.append(
-            f"  GPU span:          {ms(d['measured_span_ns'])} ms -> {_change(d['measured_span_ns'], d['span_ns'])}"
-        )
+        out.append(f"  GPU span:          {_change(d['measured_span_ns'], d['span_ns'])}")
         if "copy_free_span_ns" in d:
-            out.append(
-                f"  copy-free:         {ms(d['measured_span_ns'])} ms -> "
-                f"{_change(d['measured_span_ns'], d['copy_free_span_ns'])}"
-            )
+            out.append(f"  copy-free:         {_change(d['measured_span_ns'], d['copy_free_span_ns'])}")
         if doc.get("stalls_measured", True):
             before = _stalled(measured_stalls.get(dev, d["stalls"]))
-            out.append(f"  stalled by copies: {ms(before)} ms -> {_change(before, _stalled(d['stalls']))}")
+            out.append(f"  stalled by copies: {_change(before, _stalled(d['stalls']))}")
         else:
             out.append("  stalled by copies: not measured (no stream waits in this trace: analyze says the same)")
         why = _why(doc, dev, d, gpus)

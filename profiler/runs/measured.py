@@ -18,6 +18,7 @@ import polars as pl
 from profiler.analysis import instruction_times as it
 from profiler.conventions import TRACE_STEM, XLA_DUMP_DIR
 from profiler.errors import InputError
+from profiler.runs.folder import compiled_of
 from profiler.xla import dump
 from profiler.xla.compiled import load_module
 from profiler.xla.hlo import HloError, Module
@@ -203,8 +204,9 @@ def _export(path: Path, module: str | None, hlo: Path | None, dump_dir: Path | N
     end = ops["end"].max() if ops.height else None
     rng = attribution.nvtx_ranges(trace.nvtx, int(end) if end is not None else None).ranges  # type: ignore[arg-type]
     pairs = attribution.attribute(ops, rng)
+    declared = ((compiled_of(path) or {}).get("handed_over") or {}).get("module")  # as Breakdown reads it
     try:
-        spans, execs, step = it.export_spans(rng, ops, pairs, module)
+        spans, execs, step = it.export_spans(rng, ops, pairs, module, declared)
     except ValueError as exc:
         raise InputError(path, str(exc)) from None
     name = str(step.name)
