@@ -3,11 +3,13 @@
     python benchmarks/profile_passes.py EXPORT [--rules]
 
 Prints, per pass, the CPU seconds, the wall seconds, the resident memory after it and the peak
-so far (the kernel's VmRSS and VmHWM): reading the trace's tables, the analysis without findings
-(``build`` and its JSON document: attribution, METRICS.md devices, stalls, kernels beside
-copies), the findings' rules, the replays of their savings (``with_saving``) and the copy-free
-replay.  ``--rules``: each rule's own time too.  The passes are the ones ``analyze --json`` runs,
-in its order, through the same functions (``runs.result.build``, ``findings.evaluate``'s parts).
+so far (the kernel's VmRSS and VmHWM): reading the trace's tables; the analysis as
+``analyze --json`` builds it with findings (``build``: METRICS.md devices, stalls, kernels beside
+copies; then the GPU ops attributed to NVTX ranges, which ``--no-findings`` leaves out; the steps
+with their copies; the rest of the JSON document); the findings' rules; the replays of their
+savings (``with_saving``); the copy-free replay.  ``--rules``: each rule's own time too.  The
+passes run through the functions ``analyze --json`` runs (``runs.result.build``, the parts of
+``findings.evaluate``), one after the other.
 """
 
 from __future__ import annotations
@@ -35,12 +37,12 @@ def _mem() -> tuple[float, float]:
 class Passes:
     def __init__(self) -> None:
         self.t, self.c = time.perf_counter(), time.process_time()
-        print(f"{'pass':<40} {'cpu s':>7} {'wall s':>7} {'RSS MiB':>8} {'peak MiB':>9}")
+        print(f"{'pass':<44} {'cpu s':>7} {'wall s':>7} {'RSS MiB':>8} {'peak MiB':>9}")
 
     def done(self, name: str) -> None:
         t, c = time.perf_counter(), time.process_time()
         rss, hwm = _mem()
-        print(f"{name:<40} {c - self.c:7.2f} {t - self.t:7.2f} {rss:8.0f} {hwm:9.0f}", flush=True)
+        print(f"{name:<44} {c - self.c:7.2f} {t - self.t:7.2f} {rss:8.0f} {hwm:9.0f}", flush=True)
         self.t, self.c = time.perf_counter(), time.process_time()
 
 
@@ -51,8 +53,10 @@ def main() -> None:
     args = p.parse_args()
 
     passes = Passes()
+    from profiler.analysis.attribution import OP_KINDS
     from profiler.analysis.findings import RULES, CannotDecide, Evidence, FindingsConfig, by_saving, graded, rules
     from profiler.analysis.findings.saving import copy_free, with_saving
+    from profiler.runs.folder import manifest_of
     from profiler.runs.result import build
     from profiler.trace import load_trace
 
@@ -61,9 +65,16 @@ def main() -> None:
     for table in ("kernels", "kernel_ops", "copies", "memsets", "nvtx"):
         getattr(trace, table)
     passes.done("read: kernels, copies, memsets, NVTX")
-    result = build(trace)
+    # as analyze --json builds it with findings: every GPU op attributed to the NVTX ranges
+    # (``--no-findings`` attributes none: ``runs.result.analyzed``)
+    result = build(trace, manifest_of(trace.path), kinds=OP_KINDS)
+    passes.done("analysis: devices, stalls, kernels beside")
+    _ = result.breakdown.pairs
+    passes.done("ops attributed to NVTX ranges")
+    result.breakdown.by_step()
+    passes.done("steps with their copies")
     result.analysis_json()
-    passes.done("analysis without findings")
+    passes.done("the rest of the document")
     config = FindingsConfig()
     ev = Evidence(trace, None, result.breakdown, config, result.devices)
     found = []
