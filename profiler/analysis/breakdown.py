@@ -8,6 +8,7 @@ the device.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -291,8 +292,20 @@ class Breakdown:
             return by_time, "GPU time window (no launches on the step ranges' threads)"
         return assigned, "launch thread"
 
+    @cached_property
+    def _step_docs(self) -> dict[bool, dict[str, Any]]:
+        return {}
+
     def by_step(self, copies: bool = True) -> dict[str, Any]:
-        """Per step instance: duration, copy metrics; warm-up and outlier steps flagged and excluded."""
+        """Per step instance: duration, copy metrics; warm-up and outlier steps flagged and excluded.
+        Made once per *copies* (the document, the findings and the what-if's steps all ask for it)
+        and handed out as a copy of its own."""
+        key = bool(copies)
+        if key not in self._step_docs:
+            self._step_docs[key] = self._by_step(key)
+        return copy.deepcopy(self._step_docs[key])
+
+    def _by_step(self, copies: bool) -> dict[str, Any]:
         steps = self.step_ranges()
         source = {"source": self.steps.source, "source_note": self.steps.note}
         if steps.height == 0:

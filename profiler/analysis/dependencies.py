@@ -386,6 +386,19 @@ def segmented_cummax(values: np.ndarray, seg: np.ndarray) -> np.ndarray:
     """Running maximum of *values* restarting where the (non-decreasing) segment id *seg* changes."""
     if values.size == 0:
         return values.copy()
+    # each segment's values lifted above every earlier segment's: one running maximum, no sort
+    # (NO_TIME, far below every time, stands in just below the smallest other value)
+    empty = values == NO_TIME
+    real = values[~empty] if empty.any() else values
+    if real.size == 0:
+        return values.copy()
+    lo, hi = int(real.min()), int(real.max())
+    span = hi - lo + 2
+    if (int(seg[-1]) + 1) * span < 1 << 62:
+        off = seg.astype(np.int64) * span
+        lifted = np.where(empty, -1, values - lo) + off
+        out = np.maximum.accumulate(lifted) - off
+        return np.where(out < 0, NO_TIME, out + lo)
     uniq, rank = np.unique(values, return_inverse=True)
     n = np.int64(uniq.size)
     code = seg.astype(np.int64) * n + rank

@@ -153,8 +153,42 @@ def scaled_durations(deps: Dependencies, factor: float) -> np.ndarray:
     return dur
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """What every replay of one trace shares (the recorded graph): each op's slack, whether it had
+    blockers, and its launch epoch under *host* (see ``launch_epochs``)."""
+
+    slack: np.ndarray
+    had_blockers: np.ndarray
+    epoch: np.ndarray
+    host: HostSyncs | None
+
+    @staticmethod
+    def of(deps: Dependencies, host: HostSyncs | None) -> Recorded:
+        ops = deps.ops
+        n = len(ops)
+        launch, prev_rec = ops.launch, ops.prev
+        tgt, blk = deps.blockers_of
+        block_rec = np.full(n, NO_TIME, dtype=np.int64)
+        if tgt.size:  # targets are sorted: one reduceat per run of equal targets
+            first = np.flatnonzero(np.r_[True, tgt[1:] != tgt[:-1]])
+            block_rec[tgt[first]] = np.maximum.reduceat(ops.end[blk], first)
+        had_blockers = np.zeros(n, dtype=bool)
+        had_blockers[tgt] = True
+        prev_end = np.where(prev_rec >= 0, ops.end[np.maximum(prev_rec, 0)], NO_TIME)
+        m_rec = np.maximum(np.maximum(prev_end, launch), block_rec)
+        no_input_rec = (prev_rec < 0) & (launch == NO_TIME) & ~had_blockers
+        slack = np.where(no_input_rec, 0, ops.start - m_rec)
+        host = host if host is not None and len(host) else None
+        return Recorded(slack, had_blockers, launch_epochs(ops, host), host)
+
+
 def replay(
-    deps: Dependencies, factor: float = 1.0, host: HostSyncs | None = None, change: Change = NO_CHANGE
+    deps: Dependencies,
+    factor: float = 1.0,
+    host: HostSyncs | None = None,
+    change: Change = NO_CHANGE,
+    recorded: Recorded | None = None,
 ) -> Replay:
     """The what-if timeline for copy durations scaled by *factor* (1.0 reproduces the trace), with
     *change* applied on top (see ``Change``).
@@ -163,7 +197,7 @@ def replay(
     call that blocked its thread returns ``lag`` after the replayed end of what it
     waited for (or at once, when that is done before the replayed call), and
     every later call of that thread, launches included, moves by as much as that
-    call's return moved.
+    call's return moved.  *recorded*: ``Recorded.of(deps, host)``, when several replays share it.
     """
     if not np.isfinite(factor) or factor < 0:
         raise ValueError(f"the copy scale must be a finite number >= 0, got {factor}")
@@ -180,33 +214,27 @@ def replay(
     if n == 0:
         z = np.zeros(0, dtype=np.int64)
         return Replay(deps, factor, z, z, np.zeros(0, dtype=bool), host_sync_modeled=modeled)
+    if recorded is None or recorded.host is not host:
+        recorded = Recorded.of(deps, host)
     launch = ops.launch
-    # the recorded graph: M and slack
-    prev_rec = ops.prev
+    # the recorded graph: slack (start - M); the changed graph: its waits and streams
+    slack = recorded.slack
     tgt, blk = deps.blockers_of
-    block_rec = np.full(n, NO_TIME, dtype=np.int64)
-    np.maximum.at(block_rec, tgt, ops.end[blk])
-    had_blockers = np.zeros(n, dtype=bool)
-    had_blockers[tgt] = True
-    prev_end = np.where(prev_rec >= 0, ops.end[np.maximum(prev_rec, 0)], NO_TIME)
-    m_rec = np.maximum(np.maximum(prev_end, launch), block_rec)
-    no_input_rec = (prev_rec < 0) & (launch == NO_TIME) & ~had_blockers
-    slack = np.where(no_input_rec, 0, ops.start - m_rec)
-    # the changed graph
+    has_blockers = recorded.had_blockers
     if not change.empty:
         keep = change.edges_kept(tgt, blk, n)
         if not keep.all():
             tgt, blk = tgt[keep], blk[keep]
-    prev = change.new_prev(ops) if change.own_stream.size else prev_rec
-    has_blockers = np.zeros(n, dtype=bool)
-    has_blockers[tgt] = True
+            has_blockers = np.zeros(n, dtype=bool)
+            has_blockers[tgt] = True
+    prev = change.new_prev(ops) if change.own_stream.size else ops.prev
     no_input = (prev < 0) & (launch == NO_TIME) & ~has_blockers
     detached = np.zeros(len(host) if host is not None else 0, dtype=bool)
     if host is not None and change.detached.size:
         detached[change.detached] = True
 
     # host epochs: the last blocking call of the launching thread that returned before the launch
-    epoch = launch_epochs(ops, host)
+    epoch = recorded.epoch
     # segments: a new one at each stream's first op, at each op that waits for another stream, and
     # where the launching thread's epoch changes (inside a segment every launch moves alike)
     head = (prev < 0) | has_blockers | (epoch != epoch[np.maximum(prev, 0)])
@@ -228,51 +256,63 @@ def replay(
     head_end = np.full(n_seg, NO_TIME, dtype=np.int64)
     shift = np.zeros(n_sync + 1, dtype=np.int64)  # per blocking call; the last entry: no call (0)
     done = np.zeros(n_seg + n_sync, dtype=bool)
-    seg_prev = np.where(prev[heads] >= 0, seg[np.maximum(prev[heads], 0)], -1)
+    head_prev = prev[heads]
+    seg_prev = np.where(head_prev >= 0, seg[np.maximum(head_prev, 0)], -1)
     starts_of = np.searchsorted(tgt, heads, side="left")
     stops_of = np.searchsorted(tgt, heads, side="right")
     order = _node_order(seg_prev, seg, tgt, blk, n_seg, seg_epoch, host, detached)
 
-    def end_of(row: int) -> int:
-        s_ = seg_l[row]
-        return max(head_end_l[s_], c_l[row] + shift_l[seg_epoch_l[s_]]) + p_l[row]
+    # visit the nodes in dependency order (plain Python ints: a scalar loop over segments and calls).
+    # The replayed end of op r is max(head_end[seg[r]], c[r] + shift[epoch of seg[r]]) + p[r]; the
+    # ops it is asked for (the op before each head, each wait's blocker, each blocked call's op)
+    # are gathered once: (segment, c, p, epoch) per head, per wait and per call.
+    def gathered(rows: np.ndarray) -> tuple[list[int], list[int], list[int], list[int]]:
+        s_ = seg[rows]
+        return s_.tolist(), c[rows].tolist(), p[rows].tolist(), seg_epoch[s_].tolist()
 
-    # visit the nodes in dependency order (plain Python ints: a scalar loop over segments and calls)
-    heads_l, launch_l = heads.tolist(), launch.tolist()
-    slack_l, dur_l, start_l = slack.tolist(), d_new.tolist(), ops.start.tolist()
-    prev_l, no_in_l = prev.tolist(), no_input.tolist()
-    lo_l, hi_l, blk_l = starts_of.tolist(), stops_of.tolist(), blk.tolist()
-    seg_l, c_l, p_l = seg.tolist(), c.tolist(), p.tolist()
+    pr_seg, pr_c, pr_p, pr_e = gathered(np.maximum(head_prev, 0))
+    has_prev_l = (head_prev >= 0).tolist()
+    b_seg, b_c, b_p, b_e = gathered(blk)
+    h_rows = heads
+    hl_l = launch[h_rows].tolist()
+    no_in_l = no_input[h_rows].tolist()
+    add_l = (slack[h_rows] + d_new[h_rows]).tolist()  # a head ends its slack and duration after M
+    kept_end_l = (ops.start[h_rows] + d_new[h_rows]).tolist()  # a head with no input keeps its start
+    lo_l, hi_l = starts_of.tolist(), stops_of.tolist()
     seg_epoch_l = seg_epoch.tolist()
     head_end_l = head_end.tolist()
     shift_l = shift.tolist()
     if host is not None:
-        h_start, h_end, h_wait = host.start.tolist(), host.end.tolist(), host.waited.tolist()
+        h_start, h_end = host.start.tolist(), host.end.tolist()
         h_lag, h_blocked = host.lag.tolist(), (host.blocked & ~detached).tolist()
         h_detached = detached.tolist()
         h_prev = previous_call(host).tolist()
-    for node in order:
+        w_seg, w_c, w_p, w_e = gathered(np.maximum(host.waited, 0))
+    for node in order.tolist():
         if node >= n_seg:  # a blocking call
             k = node - n_seg
             began = h_start[k] + shift_l[h_prev[k]]
             if h_detached[k]:
                 back = began  # the thread does not wait: the call returns as it begins
             elif h_blocked[k]:
-                back = max(began, end_of(h_wait[k]) + h_lag[k])
+                s_ = w_seg[k]
+                w_end = max(head_end_l[s_], w_c[k] + shift_l[w_e[k]]) + w_p[k]
+                back = max(began, w_end + h_lag[k])
             else:
                 back = began + h_end[k] - h_start[k]
             shift_l[k] = back - h_end[k]
             continue
-        h = heads_l[node]
-        if no_in_l[h]:
-            head_end_l[node] = start_l[h] + dur_l[h]
+        if no_in_l[node]:
+            head_end_l[node] = kept_end_l[node]
         else:
-            m = launch_l[h] + shift_l[seg_epoch_l[node]]
-            if prev_l[h] >= 0:
-                m = max(m, end_of(prev_l[h]))
+            m = hl_l[node] + shift_l[seg_epoch_l[node]]
+            if has_prev_l[node]:
+                s_ = pr_seg[node]
+                m = max(m, max(head_end_l[s_], pr_c[node] + shift_l[pr_e[node]]) + pr_p[node])
             for j in range(lo_l[node], hi_l[node]):
-                m = max(m, end_of(blk_l[j]))
-            head_end_l[node] = m + slack_l[h] + dur_l[h]
+                s_ = b_seg[j]
+                m = max(m, max(head_end_l[s_], b_c[j] + shift_l[b_e[j]]) + b_p[j])
+            head_end_l[node] = m + add_l[node]
     done[order] = True
 
     head_end = np.array(head_end_l, dtype=np.int64)

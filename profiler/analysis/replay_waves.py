@@ -7,8 +7,9 @@ a trace whose dependencies all run forward in recorded time (no cycle can form),
 propagated from the ops and calls it touches, in waves: each wave recomputes, at once, the ops and
 calls whose inputs moved, until nothing moves (the unique solution of the replay's rule on a graph
 without cycles).  Where the change dies out quickly (a GPU waiting for its host's launches) that
-costs a few array passes; where it does not within ``MAX_WAVES`` waves, ``Waves.replay`` says so
-(None) and the scalar replay (``replay.replay``) gives the answer.
+costs a few array passes; where it does not within ``MAX_WAVES`` waves, or reaches more than a
+quarter of the ops (``WAVE_WORK``), ``Waves.replay`` says so (None) and the scalar replay
+(``replay.replay``) gives the answer.
 """
 
 from __future__ import annotations
@@ -17,20 +18,26 @@ import numpy as np
 
 from profiler.analysis.dependencies import NO_TIME, Dependencies, index_dtype
 from profiler.analysis.hostsync import HostSyncs
-from profiler.analysis.replay import Change, Replay, launch_epochs, previous_call, scaled_durations
+from profiler.analysis.replay import Change, Recorded, Replay, previous_call, scaled_durations
 
 MAX_WAVES = 64
+# the most ops the waves recompute in all, as a share of the ops (and at least WAVE_WORK_MIN): a
+# change that reaches more spreads through the trace (a GPU that runs behind its host carries
+# every change to its end), where one scalar pass over the segments costs less
+WAVE_WORK, WAVE_WORK_MIN = 0.25, 10_000
 
 
 class Waves:
     """The recorded replay graph of a run, for propagating a change in waves (see the module)."""
 
-    def __init__(self, deps: Dependencies, host: HostSyncs | None) -> None:
+    def __init__(self, deps: Dependencies, host: HostSyncs | None, recorded: Recorded | None = None) -> None:
         ops = deps.ops
         n = len(ops)
         self.deps, self.n = deps, n
         self.host = host if host is not None and len(host) else None
         self.modeled = host is not None
+        if recorded is None or recorded.host is not self.host:
+            recorded = Recorded.of(deps, self.host)
         self.dur = scaled_durations(deps, 1.0)
         self.prev = ops.prev
         self.tgt, self.blk = (a.astype(np.int64) for a in deps.blockers_of)
@@ -39,16 +46,9 @@ class Waves:
         # per op, its waits as a slice of the edges (by target), and the edges it blocks (by blocker)
         self.in_lo, self.in_hi = _slices(self.tgt, n)
         self.out_lo, self.out_hi = _slices(self.blk[by_blk], n)
-        block_rec = np.full(n, NO_TIME, dtype=np.int64)
-        had = np.zeros(n, dtype=bool)
-        if self.tgt.size:  # targets are sorted: one reduceat per run of equal targets
-            first = np.flatnonzero(np.r_[True, self.tgt[1:] != self.tgt[:-1]])
-            block_rec[self.tgt[first]] = np.maximum.reduceat(ops.end[self.blk], first)
-            had[self.tgt] = True
-        prev_end = np.where(self.prev >= 0, ops.end[np.maximum(self.prev, 0)], NO_TIME)
-        m_rec = np.maximum(np.maximum(prev_end, ops.launch), block_rec)
-        self.slack = np.where((self.prev < 0) & (ops.launch == NO_TIME) & ~had, 0, ops.start - m_rec)
-        self.epoch = launch_epochs(ops, self.host).astype(index_dtype(len(self.host) + 1 if self.host else 1))
+        had = recorded.had_blockers
+        self.slack = recorded.slack
+        self.epoch = recorded.epoch.astype(index_dtype(len(self.host) + 1 if self.host else 1))
         self.children = _children(self.prev)
         self.no_input = (self.prev < 0) & (ops.launch == NO_TIME) & ~had
         if self.host is not None:
@@ -65,10 +65,10 @@ class Waves:
             self.calls_by_waited, self.waited_sorted = order, h.waited[order]
 
     @staticmethod
-    def of(deps: Dependencies, host: HostSyncs | None) -> Waves | None:
+    def of(deps: Dependencies, host: HostSyncs | None, recorded: Recorded | None = None) -> Waves | None:
         """The graph, or None when some dependency does not run forward in recorded time (a cycle
         could form: the scalar replay resolves it)."""
-        g = Waves(deps, host)
+        g = Waves(deps, host, recorded)
         ops = deps.ops
         has = np.flatnonzero(g.prev >= 0)
         if not _forward(ops.start, g.prev[has], has):
@@ -133,6 +133,7 @@ class Waves:
             calls = np.unique(change.detached)
         todo = _distinct(np.concatenate(dirty), n)
         touched = []
+        work, budget = 0, max(self.n * WAVE_WORK, WAVE_WORK_MIN)
         for _ in range(MAX_WAVES):
             if todo.size == 0 and calls.size == 0:
                 break
@@ -145,6 +146,9 @@ class Waves:
                 hi = np.searchsorted(self.epoch_sorted, moved_calls, side="right")
                 todo = _distinct(np.r_[todo, self.ops_by_epoch[_ranges(lo, hi)]], n)
             if todo.size:
+                work += todo.size
+                if work > budget:  # the change spreads: the scalar replay is cheaper
+                    return None
                 new = self._ends(todo, prev, keep, no_input, dur, end, shift)
                 hit = new != end[todo]
                 changed = todo[hit]

@@ -28,7 +28,7 @@ import polars as pl
 
 from profiler.analysis.dependencies import D2H, H2D, NO_TIME, Dependencies, dependencies, index_dtype
 from profiler.analysis.hostsync import HostSyncs, host_syncs
-from profiler.analysis.replay import NO_CHANGE, Change, Replay, replay
+from profiler.analysis.replay import NO_CHANGE, Change, Recorded, Replay, replay
 from profiler.analysis.replay_waves import Waves
 from profiler.analysis.whatif import OP_KEYS, keyed_step_ops, step_frames, step_rows
 from profiler.trace.loader import Trace
@@ -109,6 +109,7 @@ class Replays:
         stalls = breakdown.stalls
         self.deps: Dependencies = stalls.deps if stalls is not None else dependencies(trace)
         self.host: HostSyncs | None = host_syncs(trace, self.deps) if model_host else None
+        self._recorded: Recorded | None = None
         ops = self.deps.ops
         order = np.argsort(ops.device, kind="stable")
         dev = ops.device[order]
@@ -126,7 +127,34 @@ class Replays:
         if frames is None:
             return None
         steps, step_ops = frames
-        return steps, step_ops, keyed_step_ops(self.deps.ops, step_ops.select("index", *OP_KEYS))
+        keyed = self._keyed_by_position(step_ops)
+        if keyed is None:
+            keyed = keyed_step_ops(self.deps.ops, step_ops.select("index", *OP_KEYS))
+        return steps, step_ops, keyed
+
+    def _keyed_by_position(self, step_ops: pl.DataFrame) -> pl.DataFrame | None:
+        """``keyed_step_ops`` of *step_ops* without its join: each op's row of ``deps.ops`` from its
+        row of the breakdown's ops (the same ops, in input order), checked against the keys.  None
+        where that cannot be shown to be the join's answer: keys that differ, or two ops sharing
+        their keys (the join pairs a step's op with each of them)."""
+        inv = self._of_input
+        if inv is None or step_ops.height == 0 or "op_id" not in step_ops.columns:
+            return None
+        op_id = step_ops["op_id"].to_numpy().astype(np.int64)
+        if int(op_id.min()) < 0 or int(op_id.max()) >= inv.size:
+            return None
+        ops = self.deps.ops
+        rows = inv[op_id]
+        keyed = step_ops.select("index", *(pl.col(k).cast(pl.Int64).fill_null(-1) for k in OP_KEYS)).with_columns(
+            pl.Series("row", rows, pl.Int64)
+        )
+        mine = dict(zip(OP_KEYS, (ops.pid, ops.device, ops.stream, ops.corr, ops.start), strict=True))
+        if not all(np.array_equal(keyed[k].to_numpy(), mine[k][rows].astype(np.int64)) for k in OP_KEYS):
+            return None
+        # keys unique: in (device, stream, start) order two ops with the same keys would be neighbours
+        d, s, t = ops.device, ops.stream, ops.start
+        step = (d[1:] > d[:-1]) | ((d[1:] == d[:-1]) & ((s[1:] > s[:-1]) | ((s[1:] == s[:-1]) & (t[1:] > t[:-1]))))
+        return keyed if bool(step.all()) else None
 
     @cached_property
     def included(self) -> set[int]:
@@ -142,13 +170,20 @@ class Replays:
             got = self._graph.replay(change)
             if got is not None:
                 return got
-        return replay(self.deps, 1.0, self.host, change)
+        return replay(self.deps, 1.0, self.host, change, self.recorded)
 
     wave_min_ops = WAVE_MIN_OPS
 
+    @property
+    def recorded(self) -> Recorded:
+        """The recorded graph every replay of this run shares."""
+        if self._recorded is None:
+            self._recorded = Recorded.of(self.deps, self.host if self.host is not None and len(self.host) else None)
+        return self._recorded
+
     @cached_property
     def _graph(self) -> Waves | None:
-        return Waves.of(self.deps, self.host)
+        return Waves.of(self.deps, self.host, self.recorded)
 
     def outcome(self, change: Change = NO_CHANGE) -> Outcome:
         rp = self.replay(change)

@@ -230,7 +230,8 @@ def _blocked_inside(rp: Replay, ranges: pl.DataFrame) -> set[int]:
 
 def step_frames(bd: Breakdown) -> tuple[pl.DataFrame, pl.DataFrame] | None:
     """The steps of ``analyze --by step`` as ``whatif`` reads them: (steps: index, name, start, end,
-    excluded, global_tid; step_ops: index and the op keys), or None without steps."""
+    excluded, global_tid; step_ops: index, the op keys and ``op_id``, the op's row of ``bd.ops``), or None
+    without steps."""
     ranges = bd.step_ranges()
     if ranges.height == 0:
         return None
@@ -245,7 +246,7 @@ def step_frames(bd: Breakdown) -> tuple[pl.DataFrame, pl.DataFrame] | None:
     step_ops = (
         bd.ops[assigned["op_id"].to_numpy()]
         .select(*OP_KEYS)
-        .with_columns(assigned["index"].cast(pl.Int64).alias("index"))
+        .with_columns(assigned["index"].cast(pl.Int64).alias("index"), assigned["op_id"])
     )
     return steps, step_ops
 

@@ -188,8 +188,20 @@ class Evidence:
         return self.breakdown.by_layer(top_kernels=False)
 
     @cached_property
-    def ops(self) -> list[dict[str, Any]]:
-        return self.breakdown.by_op()
+    def xla_ops(self) -> list[dict[str, Any]]:
+        """The rows of ``by_op`` that are XLA instructions (thunks' ``hlo_op``), without their top
+        kernels: only the ops assigned to one are measured, none when no range names one."""
+        bd = self.breakdown
+        hlo = bd.ranges.ranges["hlo_op"].drop_nulls().unique()
+        if hlo.len() == 0:
+            return []
+        assigned = bd.op_assignment().filter(pl.col("group").is_in(hlo.implode()))
+        return bd.measure(assigned, distinct=True, top_kernels=False)
+
+    @property
+    def has_ranged_ops(self) -> bool:
+        """Whether any GPU op is in an NVTX range (``by_op`` has rows)."""
+        return self.breakdown.pairs.height > 0
 
     # --- stalls --------------------------------------------------------------------------------
     def need_stalls(self) -> Stalls:

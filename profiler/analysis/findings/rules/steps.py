@@ -28,9 +28,7 @@ def stall_hotspot(ev: Evidence) -> list[Finding]:
     if total < ev.config["hotspot_min_stall_ns"]:
         return []
     out = []
-    hlo_ops = set(ev.breakdown.ranges.ranges["hlo_op"].drop_nulls().to_list())
-    xla_ops = [r for r in ev.ops if r["name"] in hlo_ops]  # by_op falls back to range names: XLA's only
-    for what, rows, view in (("layer", ev.layers, "layers"), ("XLA operation", xla_ops, "timeline")):
+    for what, rows, view in (("layer", ev.layers, "layers"), ("XLA operation", ev.xla_ops, "timeline")):
         per = _stall_by_name(rows)
         if len(per) < 2:
             continue
@@ -57,7 +55,7 @@ def stall_hotspot(ev: Evidence) -> list[Finding]:
                     **ev.basis_windows(),
                 )
             )
-    if not out and not ev.layers and not ev.ops:
+    if not out and not ev.layers and not ev.has_ranged_ops:
         raise CannotDecide("no layers or XLA operations to attribute the stalls to")
     return out
 
