@@ -1,0 +1,113 @@
+"""analyze's per-device and per-stream numbers (METRICS.md "Per device") against the plain reference
+``tests/reference_devices.py``, to the nanosecond: on random exports (many devices and streams, so that
+the union's path for more than 8 groups runs, large ids, nested, touching and zero-length intervals,
+invalid ops).  ``test_real_traces.test_analyze_json_on_real_export`` checks the CLI's JSON of every real
+export of ../shared/traces against the same reference (``check_devices``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from profiler.runs.result import analyze
+from profiler.synthetic.export import PAGEABLE, PINNED, ExportBuilder
+from profiler.trace import open_trace
+from tests import reference_devices as ref
+
+EPOCH = 1_700_000_000_000_000_000  # absolute epoch ns, as some exports hold
+
+
+def check_devices(path: Path, got: dict) -> None:
+    """*got* (the ``devices`` of ``analyze --json`` of *path*) equals the reference's on every key the
+    reference computes."""
+    trace = open_trace(path)
+    window = ref.read_ops(path)[3]
+    assert (trace.window.bounds if trace.window.active else None) == window, "the reference's window"
+    want = ref.devices(path)
+    assert sorted(got) == sorted(want)
+    for dev, expected in want.items():
+        assert ref.project(got[dev], expected) == expected, (path.name, dev)
+
+
+def check(path: Path) -> None:
+    check_devices(path, analyze(open_trace(path))["devices"])
+
+
+# --- hand-made: more than 8 streams and more than 8 devices ------------------------------------------------
+
+
+def test_twelve_streams_do_not_leak_into_each_other(build):
+    # Streams 1..12 on device 0.  Stream 1 holds [0, 1000); every later stream k holds one copy
+    # [100 k, 100 k + 10): 10 ns each.  Busy per stream is 1000, then 10 each (derivation: one
+    # interval per stream, nothing to merge); a union that let stream 1's running end reach into
+    # the next streams would count 0 for them (covered) or their gap to 1000.
+    b = ExportBuilder()
+    b.kernel(0, 2000, "fusion", stream=7)  # the device window [0, 2000): span 2000
+    b.copy(0, 1000, "h2d", 1000, stream=1)
+    for k in range(2, 13):
+        b.copy(100 * k, 100 * k + 10, "d2h", 10, stream=k)
+    path = build(b)
+    streams = analyze(open_trace(path))["devices"]["0"]["streams"]
+    assert [(s["stream"], s["busy_ns"]) for s in streams] == [(1, 1000)] + [(k, 10) for k in range(2, 13)]
+    assert streams[0]["occupancy"] == 1000 / 2000
+    check(path)
+
+
+def test_ten_devices_each_with_their_own_window(build):
+    # Device d (1..9) runs a kernel [1000 d, 1000 d + 500) and an h2d copy [1000 d + 400, 1000 d + 900):
+    # 100 ns of the copy under the kernel, 400 exposed, span 900.  Device 0's kernel runs [0, 5000),
+    # over its copy [400, 900): hidden, span 5000.  (Derivation: two intervals per device.)  A union
+    # that carried device 0's end into the next devices would find their kernels 5000 long.
+    b = ExportBuilder()
+    for d in range(10):
+        b.kernel(1000 * d, 5000 if d == 0 else 1000 * d + 500, "fusion", device=d)
+        b.copy(1000 * d + 400, 1000 * d + 900, "h2d", 5000, device=d)
+    path = build(b)
+    devs = analyze(open_trace(path))["devices"]
+    for d in range(10):
+        h2d, want = devs[str(d)]["copies"]["h2d"], (5000, 500, 500, 0) if d == 0 else (900, 500, 100, 400)
+        assert (devs[str(d)]["span_ns"], h2d["busy_ns"], h2d["overlap_any_ns"], h2d["exposed_ns"]) == want
+        assert devs[str(d)]["compute"]["busy_ns"] == (5000 if d == 0 else 500)
+    check(path)
+
+
+# --- random exports against the reference -----------------------------------------------------------------
+
+DEVICES = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 70_001]  # 12 devices, one far from the others
+STREAMS = [7, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 4_294_967_294]  # 12 streams, one near 2^32
+KERNEL_NAMES = ["fusion", "ncclKernel_AllReduce", "void ncclDevKernel", "NCCLbig", "void  nccl", "gemm_nccl"]
+COPY_KINDS = ["h2d", "h2d", "d2h", "d2h", "d2d", "p2p", 3]  # 3: a memcpy kind that is "other"
+
+event = st.tuples(
+    st.sampled_from(["kernel", "kernel", "copy", "copy", "copy", "memset"]),
+    st.integers(0, len(DEVICES) - 1),  # device (index)
+    st.integers(0, len(STREAMS) - 1),  # stream (index)
+    st.one_of(st.integers(0, 400), st.integers(0, 40).map(lambda x: 10 * x)),  # start (on a grid: ties)
+    st.one_of(st.integers(-3, 80), st.sampled_from([0, 10, 10, 20, 50])),  # duration (< 0: invalid)
+    st.integers(0, len(KERNEL_NAMES) - 1),
+    st.integers(0, len(COPY_KINDS) - 1),
+    st.sampled_from([PINNED, PAGEABLE]),
+    st.sampled_from([0, 1, 4096, 1 << 20]),  # bytes
+)
+
+
+def build_random(events: list[tuple], base: int, path: Path) -> Path:
+    b = ExportBuilder()
+    for kind, dev, stream, start, dur, name, copy_kind, host, nbytes in events:
+        s = base + start
+        d, st_ = DEVICES[dev], STREAMS[stream]
+        if kind == "kernel":
+            b.kernel(s, s + dur, KERNEL_NAMES[name], device=d, stream=st_)
+        elif kind == "copy":
+            b.copy(s, s + dur, COPY_KINDS[copy_kind], nbytes, device=d, stream=st_, host=host)
+        else:
+            b.memset(s, s + dur, nbytes, device=d, stream=st_)
+    return b.write(path)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(event, min_size=1, max_size=80), st.sampled_from([0, 5_000, EPOCH]))
+def test_random_exports_match_the_reference(tmp_path_factory, events, base):
+    check(build_random(events, base, tmp_path_factory.mktemp("dev") / "r.sqlite"))
