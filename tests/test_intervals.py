@@ -112,6 +112,43 @@ def test_measure_within_matches_brute_force(a_raw, b_raw):
     assert got.tolist() == want
 
 
+# Many groups: more than 8 (the union's general path), spread wider than 1024 (no bincount), some huge,
+# at epoch times: the paths that a draw of groups 0-2 never reaches.
+GROUPS = [*range(12), 5_000, 1 << 40]
+EPOCH = 1_700_000_000_000_000_000
+many_st = st.tuples(
+    st.lists(
+        st.tuples(st.sampled_from(GROUPS), st.integers(0, 60), st.integers(0, 15)).map(
+            lambda t: (t[0], t[1], t[1] + t[2])
+        ),
+        max_size=40,
+    ),
+    st.sampled_from([0, EPOCH]),
+).map(lambda x: [(g, x[1] + s, x[1] + e) for g, s, e in x[0]])
+
+
+@settings(max_examples=200, deadline=None)
+@given(many_st, many_st)
+def test_many_groups_match_brute_force(a_raw, b_raw):
+    a, b = build(a_raw), build(b_raw)
+    pa, pb = raw_points(a_raw), raw_points(b_raw)
+    assert_canonical(a)
+    assert points(a) == pa
+    for result, model in ((intersect(a, b), pa & pb), (difference(a, b), pa - pb), (join(a, b), pa | pb)):
+        assert_canonical(result)
+        assert points(result) == model
+    assert length_by_group(a) == {g: n for g in GROUPS if (n := sum(1 for p in pa if p[0] == g))}
+    got = measure_within(b, [x[0] for x in a_raw], [x[1] for x in a_raw], [x[2] for x in a_raw])
+    assert got.tolist() == [sum(1 for t in range(s, e) if (g, t) in pb) for g, s, e in a_raw]
+
+
+def test_nine_groups_do_not_leak():
+    """Nine groups (one more than the per-group path takes): group 0's long interval [0, 100) must not
+    cover the short ones of groups 1..8 ([10 k, 10 k + 1), 1 ns each)."""
+    iv = union([0, *range(1, 9)], [0, *(10 * k for k in range(1, 9))], [100, *(10 * k + 1 for k in range(1, 9))])
+    assert length_by_group(iv) == {0: 100, **{k: 1 for k in range(1, 9)}}
+
+
 @settings(deadline=None)
 @given(
     st.lists(st.tuples(st.integers(0, 4), st.integers(-(1 << 41), 1 << 41)), max_size=40),
