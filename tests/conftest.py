@@ -14,12 +14,32 @@ from profiler.synthetic.export import ExportBuilder
 from profiler.trace.nsys import find_nsys, installed_local_nsys
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_TRACES = ROOT.parent / "shared" / "traces"
+# the project's shared real data: ../shared beside the checkout (PROFILE_STEP_SHARED: elsewhere)
+SHARED = Path(os.environ.get("PROFILE_STEP_SHARED") or ROOT.parent / "shared")
+SHARED_TRACES = SHARED / "traces"
+SHARED_HLO = SHARED / "hlo"
+AOT_HLO = SHARED_HLO / "aot_h100__two_layer_offload_step_after_opt.hlo.txt"  # the real H100 step
+
+
+def in_ci() -> bool:
+    """Whether this is CI (``CI`` set, as CI services do): what CI installs must be there, not skipped."""
+    return bool(os.environ.get("CI"))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """In CI, a missing ../shared fails the run at once: about 100 tests read it and would skip."""
+    missing = [str(p) for p in (SHARED_TRACES / "CATALOG.tsv", AOT_HLO) if not p.is_file()]
+    if in_ci() and missing:
+        pytest.exit(
+            f"CI must have the shared data: {', '.join(missing)} is absent (put the shared folder beside "
+            "the checkout as ../shared, or set PROFILE_STEP_SHARED to it)",
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
 
 
 @pytest.fixture(scope="session")
 def shared_traces() -> Path:
-    """../shared/traces, or a clean skip where this checkout has no ../shared."""
+    """../shared/traces, or a clean skip where this checkout has no ../shared (never in CI: see above)."""
     if not (SHARED_TRACES / "CATALOG.tsv").is_file():
         pytest.skip("../shared/traces is absent")
     return SHARED_TRACES
@@ -32,7 +52,7 @@ def nsys() -> Path:
     try:
         return find_nsys()
     except NsysNotFound as exc:
-        if os.environ.get("CI"):
+        if in_ci():
             pytest.fail(f"CI must have nsys: {exc}")
         pytest.skip(str(exc))
 
@@ -42,7 +62,7 @@ def nsys_versions() -> dict[str, Path]:
     """Every nsys set-up installs (2024.2.3, the default, and 2023.4.4), by version; in CI all of them."""
     found = installed_local_nsys()
     if len(found) < 2:
-        if os.environ.get("CI"):
+        if in_ci():
             pytest.fail(f"CI must have both of set-up's nsys installs; found {sorted(found) or 'none'}")
         pytest.skip(f"the version matrix needs both installs of scripts/setup.sh; found {sorted(found) or 'none'}")
     return found

@@ -21,11 +21,11 @@ from profiler.predict.simulate import link_ns, simulate
 from profiler.predict.step import predict_file
 from profiler.xla.hlo import parse_text
 from profiler.xla.targets import TARGETS
-from tests.conftest import ROOT, run_cli
+from tests import reference_predict
+from tests.conftest import ROOT, SHARED_HLO, run_cli
 from tests.test_compiled_step import aot_python  # noqa: F401 (the fixture)
 from tests.test_policies import plan_run  # noqa: F401 (the fixture)
 
-SHARED_HLO = ROOT.parent / "shared" / "hlo"
 TRAIN = ROOT / "examples" / "train.py"
 OVERLAP = ROOT / "tests" / "scripts" / "offload_overlap.py"
 H100 = TARGETS["h100"]
@@ -221,7 +221,7 @@ def test_predicted_against_measured_in_the_policy_table(two_layer, tmp_path):
 
     hlo = SHARED_HLO / "aot_h100__two_layer_offload_step_after_opt.hlo.txt"
     run = _run_folder(tmp_path, hlo)
-    expect = predict_file(hlo, H100.spec_text(), [parse_link("pcie5")])["predictions"][0]
+    expect = reference_predict.predicted(parse_text(hlo.read_text()), H100.spec_text(), 63.0)  # PCIe Gen5
     cpu = {**run, "policy": "cpu", "compiled": {**run["compiled"], "platform": "cpu"}}
     tab = policy_table([run, cpu], predict=predicted)
     p = tab["rows"][0]["predicted"]
@@ -275,7 +275,7 @@ def test_analyze_shows_predicted_against_measured(plan_run):  # noqa: F811
     """analyze on a run folder with a real-schema export of an H100 run and the GPU compiler's step in
     its dump: the predicted step of that module on the H100 and PCIe Gen5, against the measured."""
     hlo = SHARED_HLO / "aot_h100__two_layer_offload_step_after_opt.hlo.txt"
-    expect = predict_file(hlo, H100.spec_text(), [parse_link("pcie5")])["predictions"][0]
+    expect = reference_predict.predicted(parse_text(hlo.read_text()), H100.spec_text(), 63.0)  # PCIe Gen5
     doc = json.loads(run_cli("analyze", "--json", str(plan_run)).stdout)
     (row,) = doc["policies"]["rows"]
     p = row["predicted"]
