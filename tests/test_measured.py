@@ -3,6 +3,7 @@ real JAX-Toolbox Pax archives, and the PGLE round trip through the real GPU comp
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -15,11 +16,16 @@ from profiler.runs.measured import load
 from profiler.synthetic.export import ExportBuilder
 from profiler.xla import pgle
 from profiler.xla.compiled import load_module
-from tests.conftest import run_cli
+from tests.conftest import SHARED_TRACES, run_cli
 from tests.test_compiled_step import TRAIN, aot_python  # noqa: F401 (the fixture)
 
 TID, TSL = 100, 2
-PAX = "jax-toolbox/NVIDIA__JAX-Toolbox__pax_fsdp4_4proc_proc0.zip"
+
+
+@functools.cache
+def pax(archive: str = "proc0"):
+    """A real Pax archive, read once for all the tests here (reading one takes seconds; nothing changes it)."""
+    return load(SHARED_TRACES / f"jax-toolbox/NVIDIA__JAX-Toolbox__pax_fsdp4_4proc_{archive}.zip")
 
 
 def thunk_export(
@@ -107,7 +113,7 @@ def test_pgle_text_round_trip_and_bad_file(build, tmp_path):
 
 
 def test_pax_archive_instruction_times(shared_traces):
-    m = load(shared_traces / PAX)
+    m = pax()
     assert m.module_name == "pjit__wrapped_step_fn" and m.gpu == "NVIDIA A100-SXM4-40GB"
     assert m.module is not None and m.module.name == "pjit__wrapped_step_fn" and m.steps.height == 5
     entry = {i.name for i in m.module.computations[m.module.entry].instructions}
@@ -228,7 +234,7 @@ def test_replay_of_the_pax_schedule_is_within_the_goal(shared_traces, archive):
     durations predicts the measured step (median XlaModule range) within 5%."""
     from profiler.predict.calibrate import measured_costs, replay
 
-    m = load(shared_traces / f"jax-toolbox/NVIDIA__JAX-Toolbox__pax_fsdp4_4proc_{archive}.zip")
+    m = pax(archive)
     p, err = replay(m)
     assert p.costed_by["missing"] == 0 and p.costed_by["given"] == len(measured_costs(m))
     assert abs(err) <= REPLAY_GOAL, f"replay {p.step_ns / 1e6:.2f} ms against {m.step_ns / 1e6:.2f} ms measured"
@@ -244,7 +250,7 @@ def test_calibration_on_a_real_pax_archive(shared_traces):
     from profiler.predict import calibrate, roofline, schedule
     from profiler.xla.targets import TARGETS
 
-    m = load(shared_traces / PAX)
+    m = pax()
     cal = calibrate.calibrate(m, m.spec_text)
     assert set(cal.scale) == {"matmul", "fusion", "collective"}  # "other": 2 us, under MIN_SCALE_NS
     assert all(v > 1 for v in cal.scale.values())  # the roofline is optimistic on this A100
