@@ -381,12 +381,12 @@ def test_exposed_copies_on_the_streams_trace(shared_traces):
     doc, devices = _shared_findings(shared_traces, "gpu4__nsys_vectorAdd_streams_10000000__7498cc2")
     (f,) = fired(doc, "exposed-copies")
     off = devices["0"]["copies"]["offload"]
-    # 54_942_550 ns: the offload copies' time with no kernel beside them, by tests/reference_devices.py
-    reference = reference_devices.devices(shared_traces / "gpu4__nsys_vectorAdd_streams_10000000__7498cc2.sqlite")
-    assert reference["0"]["copies"]["offload"]["exposed_ns"] == 54_942_550
     assert f["cost_ns"] == off["exposed_ns"] == 54_942_550 and f["cost_basis_ns"] == devices["0"]["span_ns"]
     assert f["severity"] == "problem" and f["cost_share"] == pytest.approx(0.332, abs=0.001)
     assert sum(f["evidence"]["by_tenth_ns"]) == off["exposed_ns"]
+    # 54_942_550 above: the offload copies' time with no kernel beside them, by tests/reference_devices.py
+    reference = reference_devices.devices(shared_traces / "gpu4__nsys_vectorAdd_streams_10000000__7498cc2.sqlite")
+    assert reference["0"]["copies"]["offload"]["exposed_ns"] == 54_942_550
     assert "85% of the h2d/d2h copy time" in f["verdict"] and "54.9 ms" in f["verdict"]
     assert "spread over the window: 4.53 ms to 6.00 ms of it in each tenth" in f["verdict"]
 
