@@ -13,9 +13,10 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-module=${1:?usage: bash scripts/mutation.sh MODULE (units, intervals, overlap, stalls, kernels_slowed, replay, findings)}
+module=${1:?usage: bash scripts/mutation.sh MODULE (units, intervals, overlap, stalls, kernels_slowed, replay, findings_config, findings_rules)}
 shift
 
+skip=""  # a regular expression: lines that match it are not mutated
 case "$module" in
   units)
     sources="profiler/units.py"
@@ -35,8 +36,12 @@ case "$module" in
   replay)
     sources="profiler/analysis/replay.py"
     tests="tests/test_costs_reference.py tests/test_cross_check.py" ;;
-  findings)
-    sources="profiler/analysis/findings/config.py profiler/analysis/findings/rules/*.py"
+  findings_config)  # the thresholds, their comparisons and the configuration file
+    sources="profiler/analysis/findings/config.py"
+    tests="tests/test_findings_thresholds.py tests/test_findings.py" ;;
+  findings_rules)  # in the rules, the lines that compare with a threshold (not their verdicts' words)
+    sources="profiler/analysis/findings/rules/*.py"
+    skip='^(?!.*config\[)'
     tests="tests/test_findings_thresholds.py tests/test_findings.py" ;;
   *) echo "mutation.sh: unknown module $module" >&2; exit 2 ;;
 esac
@@ -61,9 +66,11 @@ list() { for x in "$@"; do printf '\n    %s' "$x"; done; }
   echo "pytest_add_cli_args_test_selection =$(list $tests)"
   echo "pytest_add_cli_args =$(list -p no:cacheprovider -x -q)"
   echo "also_copy =$(list $(cd "$work" && ls -A | grep -vx -e profiler -e mutants))"
+  if [ -n "$skip" ]; then echo "do_not_mutate_patterns =$(list "$skip")"; fi
 } >"$work/setup.cfg"
 cd "$work"
 export PROFILE_STEP_SHARED=${PROFILE_STEP_SHARED:-$shared}
+export HYPOTHESIS_PROFILE=mutation  # tests/conftest.py: fixed examples, no shrinking
 echo "mutation.sh: $module: mutating $sources; tests: $tests (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
 start=$(date +%s)
 nice -n 10 "$here/.venv/bin/python" -m mutmut run --max-children 1 "$@" >run.log 2>&1 || {

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import Phase, settings
 
 from profiler.errors import NsysNotFound
 from profiler.synthetic.export import ExportBuilder
@@ -19,6 +20,12 @@ SHARED = Path(os.environ.get("PROFILE_STEP_SHARED") or ROOT.parent / "shared")
 SHARED_TRACES = SHARED / "traces"
 SHARED_HLO = SHARED / "hlo"
 AOT_HLO = SHARED_HLO / "aot_h100__two_layer_offload_step_after_opt.hlo.txt"  # the real H100 step
+
+
+# scripts/mutation.sh: the same examples for every mutant, no shrinking (a failure is all it needs), no database
+settings.register_profile("mutation", derandomize=True, database=None, phases=[Phase.explicit, Phase.generate])
+if os.environ.get("HYPOTHESIS_PROFILE"):
+    settings.load_profile(os.environ["HYPOTHESIS_PROFILE"])
 
 
 def in_ci() -> bool:
