@@ -53,6 +53,38 @@ def shared_traces() -> Path:
 
 
 @pytest.fixture(scope="session")
+def aot_python() -> str:
+    """A Python with JAX's CUDA plugin (.venv-aot) for `profile-step plan`; missing is a failure in CI."""
+    from profiler.capture.plan import AOT_VENV, has_cuda_plugin
+
+    python = os.environ.get("PROFILE_STEP_AOT_PYTHON") or str(AOT_VENV / "bin" / "python")
+    if Path(python).exists() and has_cuda_plugin(python):
+        return python
+    if in_ci():
+        pytest.fail("CI must have .venv-aot (scripts/setup.sh --aot)")
+    pytest.skip("no Python with jax[cuda12] (bash scripts/setup.sh --aot)")
+
+
+# the example's small step: 2 layers of d_model 256, 4 heads, ffn 512, sequence 512
+SMALL_STEP = ["--layers", "2", "--d-model", "256", "--heads", "4", "--ffn", "512", "--seq", "512"]
+
+
+@pytest.fixture(scope="session")
+def qkv_plan(aot_python, tmp_path_factory) -> tuple[dict, Path]:
+    """``plan --target h100 --policy offload_qkv --batch 8 --json`` of the small step, compiled once for the
+    session by the real GPU compiler (test_plan_numbers and test_measured read it): its JSON and its folder
+    (``offload_qkv-b8/step.hlo.txt``, ``plan.json``); read only."""
+    import json
+
+    out = tmp_path_factory.mktemp("qkv") / "plan"
+    train = ROOT / "examples" / "train.py"
+    proc = run_cli("plan", "--target", "h100", "--policy", "offload_qkv", "--batch", "8", "--out", str(out),
+                   "--json", str(train), *SMALL_STEP, timeout=1200)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(proc.stdout), out
+
+
+@pytest.fixture(scope="session")
 def nsys() -> Path:
     """The real nsys as profile-step finds it (PATH, then set-up's 2024.2.3, then its 2023.4.4); missing is a
     failure in CI (which installs it), a skip elsewhere."""

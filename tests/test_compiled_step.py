@@ -10,13 +10,12 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
 import pytest
 
-from profiler.capture.plan import AOT_VENV, has_cuda_plugin
+from profiler.capture.plan import has_cuda_plugin
 from profiler.conventions import EXAMPLE_POLICIES
 from tests.conftest import ROOT, run_cli
 
@@ -97,16 +96,6 @@ def test_script_that_never_compiles_keeps_its_run(nsys, tmp_path):
     table = run_cli("analyze", str(folder))
     assert table.returncode == 0, table.stderr
     assert "handed no step" in table.stdout
-
-
-@pytest.fixture(scope="session")
-def aot_python() -> str:
-    python = os.environ.get("PROFILE_STEP_AOT_PYTHON") or str(AOT_VENV / "bin" / "python")
-    if Path(python).exists() and has_cuda_plugin(python):
-        return python
-    if os.environ.get("CI"):
-        pytest.fail("CI must have .venv-aot (scripts/setup.sh --aot)")
-    pytest.skip("no Python with jax[cuda12] (bash scripts/setup.sh --aot)")
 
 
 def test_plan_for_h100_without_a_gpu(aot_python, tmp_path):

@@ -16,9 +16,8 @@ from profiler.runs.measured import load
 from profiler.synthetic.export import ExportBuilder
 from profiler.xla import pgle
 from profiler.xla.compiled import load_module
-from tests.conftest import SHARED_TRACES, run_cli
-from tests.shared_plans import SMALL, qkv_plan  # noqa: F401 (the fixture)
-from tests.test_compiled_step import TRAIN, aot_python  # noqa: F401 (the fixture)
+from tests.conftest import SHARED_TRACES, SMALL_STEP, run_cli
+from tests.test_compiled_step import TRAIN
 
 TID, TSL = 100, 2
 
@@ -131,10 +130,10 @@ ARGS = ["--layers", "2", "--d-model", "256", "--heads", "4", "--ffn", "512", "--
 
 
 @pytest.fixture(scope="module")
-def base_step(qkv_plan):  # noqa: F811
+def base_step(qkv_plan):
     """The example's offload_qkv step at batch 8 (the ARGS above), compiled for an H100 by the real GPU
     compiler (once for the session: test_plan_numbers reads it too)."""
-    assert ARGS == SMALL
+    assert ARGS == SMALL_STEP
     return qkv_plan[1] / "offload_qkv-b8" / "step.hlo.txt"
 
 

@@ -14,7 +14,6 @@ from profiler.report.policies_text import plan_notes, render_plan
 from profiler.xla.hlo import parse_text
 from profiler.xla.plan import host_live_peak, late_d2h, offload_plan
 from profiler.xla.targets import TARGETS, memory_of
-from tests.shared_plans import aot_python, qkv_plan  # noqa: F401 (the fixtures)
 
 MiB = 2**20
 
@@ -64,7 +63,7 @@ def test_plan_notes_explain_host_against_sent():
     assert plan_notes({**row, "host_bytes": 3 * 2**30, "late_d2h": None}) == []
 
 
-def test_plan_of_offload_qkv_adds_up(qkv_plan):  # noqa: F811
+def test_plan_of_offload_qkv_adds_up(qkv_plan):
     """The real GPU compiler: host memory from memory_analysis() equals the most the plan's schedule holds in
     host memory at once; the bytes sent are every layer's q, k and v; the header shows the real capacity."""
     printed, out = qkv_plan  # 2 layers, d_model 256, sequence 512, batch 8

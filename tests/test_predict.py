@@ -23,7 +23,6 @@ from profiler.xla.hlo import parse_text
 from profiler.xla.targets import TARGETS
 from tests import reference_predict
 from tests.conftest import ROOT, SHARED_HLO, run_cli
-from tests.test_compiled_step import aot_python  # noqa: F401 (the fixture)
 from tests.test_policies import plan_run  # noqa: F401 (the fixture)
 
 TRAIN = ROOT / "examples" / "train.py"
@@ -102,7 +101,7 @@ def _compile(out: Path, *args: str) -> Path:
     return out / "x" / "step.hlo.txt"
 
 
-def test_copies_with_independent_compute_are_hidden(aot_python, tmp_path):  # noqa: F811
+def test_copies_with_independent_compute_are_hidden(aot_python, tmp_path):
     hidden = predict_file(_compile(tmp_path / "c8", "--compute", "8"), H100.spec_text(), LINKS)
     bare = predict_file(_compile(tmp_path / "c0", "--compute", "0"), H100.spec_text(), LINKS)
     for doc in (hidden, bare):
@@ -121,7 +120,7 @@ def test_copies_with_independent_compute_are_hidden(aot_python, tmp_path):  # no
     assert exposed[0] > exposed[1] == exposed[2] >= exposed[3]  # pcie4 > pcie5 (= pcie-gen5) >= C2C
 
 
-def test_prediction_grows_with_the_batch(aot_python, tmp_path):  # noqa: F811
+def test_prediction_grows_with_the_batch(aot_python, tmp_path):
     steps, exposed = [], []
     for b in (1024, 2048, 4096):
         doc = predict_file(_compile(tmp_path / f"b{b}", "--compute", "0", "--batch", str(b)), H100.spec_text(),
@@ -135,7 +134,7 @@ def test_prediction_grows_with_the_batch(aot_python, tmp_path):  # noqa: F811
     json.dumps(doc)  # the document is JSON
 
 
-def test_plan_predicts_per_policy_batch_and_link(aot_python, tmp_path):  # noqa: F811
+def test_plan_predicts_per_policy_batch_and_link(aot_python, tmp_path):
     """``plan --link A,B --json``: predicted_step_ns and predicted_exposed_ns per result and link, the
     verdict of offloading against rematerialization, and the same numbers in the text."""
     args = ("plan", "--target", "h100", "--policies", "remat,offload_qkv", "--batch", "2,8",
@@ -361,7 +360,7 @@ ENTRY %e (a: f32[1024,1024]) -> f32[1024,1024] {
     assert got["hbm_bytes"] + copies == pytest.approx(xla["bytes accessed"], rel=0.02)
 
 
-def test_scanned_layers_replay_every_trip(aot_python, tmp_path):  # noqa: F811
+def test_scanned_layers_replay_every_trip(aot_python, tmp_path):
     """Layers under lax.scan: the offloads are async fusions (fusion-start / fusion-done) inside the
     while loops; the replay runs each body known_trip_count times, so the predicted copy bytes are
     the plan's bytes per step, all on the copy streams."""
