@@ -2,6 +2,7 @@
 # Mutation testing of one core module with mutmut 3 (docs/testing.md): not part of CI, it is slow.
 #
 #   bash scripts/mutation.sh MODULE [mutant name globs]     e.g. bash scripts/mutation.sh units
+#   bash scripts/mutation.sh MODULE --report                 the score and the survivors of the last run again
 #
 # MODULE is one of the names below; each mutates its source files and runs only its tests.  The run
 # happens in .mutation/MODULE/ (a copy of the checkout's files; mutmut writes its mutants/ there), one
@@ -11,10 +12,14 @@
 # (scripts/mutation_golden.py): .mutation/MODULE/survivors.txt says whether it changes their
 # `analyze --json` (and for the replay, `whatif --json`) documents.
 set -euo pipefail
+
+main() {
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-module=${1:?usage: bash scripts/mutation.sh MODULE (units, intervals, overlap, stalls, kernels_slowed, replay, findings_config, findings_rules)}
+module=${1:?usage: bash scripts/mutation.sh MODULE [--report] (units, intervals, overlap, stalls, kernels_slowed, replay, findings_config, findings_rules)}
 shift
+report_only=0
+if [ "${1:-}" = --report ]; then report_only=1; shift; fi
 
 skip=""  # a regular expression: lines that match it are not mutated
 case "$module" in
@@ -50,6 +55,13 @@ esac
   echo "mutation.sh: mutmut is not installed: .venv/bin/pip install 'mutmut==3.8.1'" >&2; exit 1; }
 shared=$(cd .. && pwd)/shared
 work=.mutation/$module
+export PROFILE_STEP_SHARED=${PROFILE_STEP_SHARED:-$shared}
+export HYPOTHESIS_PROFILE=mutation  # tests/conftest.py: fixed examples, no shrinking
+if [ "$report_only" = 1 ]; then
+  cd "$work"
+  report
+  return
+fi
 rm -rf "$work"
 mkdir -p "$work/mutants"
 # the checkout as it is (tracked and new files), without the environments and nsys (linked instead)
@@ -72,19 +84,21 @@ list() { for x in "$@"; do printf '\n    %s' "$x"; done; }
   if [ -n "$skip" ]; then echo "do_not_mutate_patterns =$(list "$skip")"; fi
 } >"$work/setup.cfg"
 cd "$work"
-export PROFILE_STEP_SHARED=${PROFILE_STEP_SHARED:-$shared}
-export HYPOTHESIS_PROFILE=mutation  # tests/conftest.py: fixed examples, no shrinking
 echo "mutation.sh: $module: mutating $sources; tests: $tests (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
 start=$(date +%s)
 nice -n 10 "$here/.venv/bin/python" -m mutmut run --max-children 1 "$@" >run.log 2>&1 || {
   tail -n 30 run.log >&2
   exit 1
 }
+echo "mutation.sh: $module: mutmut ran in $(($(date +%s) - start)) s (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+report
+}
+
+report() {
 "$here/.venv/bin/python" -m mutmut results --all true >results.txt 2>&1 || true
-end=$(date +%s)
 total=$(grep -c ': ' results.txt || true)
 killed=$(grep -c ': killed' results.txt || true)
-echo "mutation.sh: $module: $killed of $total mutants killed in $((end - start)) s (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "mutation.sh: $module: $killed of $total mutants killed"
 # The rest: does each change what users see on the shared real traces (scripts/mutation_golden.py)?
 extra=""
 [ "$module" = replay ] && extra=whatif
@@ -101,3 +115,7 @@ grep -v ': killed' results.txt | while read -r name status; do
   fi
   echo "$name $status $seen" | tee -a survivors.txt
 done
+}
+
+main "$@"
+exit
