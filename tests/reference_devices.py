@@ -99,10 +99,12 @@ def read_ops(path: Path) -> tuple[list[tuple], list[tuple], list[tuple], tuple[i
                 if gtid is not None and corr is not None:
                     calls[((gtid >> 24) & 0xFFFFFF, corr)] = start
 
-        def rows(table: str, cols: str) -> list[tuple]:
-            """The rows of *table* (then its globalPid, correlationId, start) that the window keeps."""
+        def rows(table: str, names: tuple[str, ...]) -> list[tuple]:
+            """Columns *names* of the rows of *table* that the window keeps (an absent column: NULL)."""
+            have = _columns(con, table)
+            cols = ", ".join(_col(have, c) for c in (*names, "globalPid", "correlationId", "start"))
             out = []
-            for row in con.execute(f"SELECT {cols}, globalPid, correlationId, start FROM {table}"):
+            for row in con.execute(f"SELECT {cols} FROM {table}"):
                 *keep, gpid, corr, start = row
                 if window is not None:
                     key = ((gpid >> 24) & 0xFFFFFF, corr) if gpid is not None and corr is not None else None
@@ -114,18 +116,14 @@ def read_ops(path: Path) -> tuple[list[tuple], list[tuple], list[tuple], tuple[i
 
         kernels, copies, memsets = [], [], []
         if KERNEL in tables:
-            have = _columns(con, KERNEL)
-            for dev, s, e, short, dem in rows(
-                KERNEL, f"deviceId, start, end, {_col(have, 'shortName')}, {_col(have, 'demangledName')}"
-            ):
+            for dev, s, e, short, dem in rows(KERNEL, ("deviceId", "start", "end", "shortName", "demangledName")):
                 name = strings.get(short) if strings.get(short) is not None else strings.get(dem)
                 kernels.append((dev, s, e, is_nccl(name)))
         if MEMCPY in tables:
-            have = _columns(con, MEMCPY)
-            cols = ", ".join(_col(have, c) for c in ("copyKind", "bytes", "srcKind", "dstKind"))
-            copies = rows(MEMCPY, f"deviceId, streamId, start, end, {cols}")
+            cols = ("deviceId", "streamId", "start", "end", "copyKind", "bytes", "srcKind", "dstKind")
+            copies = rows(MEMCPY, cols)
         if MEMSET in tables:
-            memsets = rows(MEMSET, "deviceId, start, end")
+            memsets = rows(MEMSET, ("deviceId", "start", "end"))
     finally:
         con.close()
     return kernels, copies, memsets, window

@@ -73,6 +73,21 @@ def test_ten_devices_each_with_their_own_window(build):
     check(path)
 
 
+def test_missing_times_and_bytes(build):
+    # An export whose memset table has no end column and whose memcpy table has no bytes column: the
+    # memset [5, ?) is invalid (METRICS.md: a missing time), the window is the kernel's and the copy's
+    # [0, 30); the copy moved 0 known bytes (gbps 0 / 20 ns = 0.0).
+    b = ExportBuilder(omit={"CUPTI_ACTIVITY_KIND_MEMSET.end", "CUPTI_ACTIVITY_KIND_MEMCPY.bytes"})
+    b.kernel(0, 10, "k")
+    b.copy(10, 30, "h2d", 4096)
+    b.memset(5, 6)
+    path = build(b)
+    dev = analyze(open_trace(path))["devices"]["0"]
+    assert (dev["invalid_ops"], dev["window_ns"], dev["span_ns"]) == (1, [0, 30], 30)
+    assert (dev["copies"]["h2d"]["bytes"], dev["copies"]["h2d"]["gbps"]) == (0, 0.0)
+    check(path)
+
+
 # --- random exports against the reference -----------------------------------------------------------------
 
 DEVICES = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 70_001]  # 12 devices, one far from the others
