@@ -8,7 +8,18 @@ from __future__ import annotations
 
 import pytest
 
-from profiler.analysis.findings.config import THRESHOLDS, at_least, exceeds, under
+from profiler.analysis.findings import rule_ids
+from profiler.analysis.findings.config import (
+    THRESHOLDS,
+    FindingsConfig,
+    at_least,
+    checked_link,
+    configure,
+    exceeds,
+    load_config,
+    under,
+)
+from profiler.errors import InputError, ProfilerError
 from profiler.synthetic.export import PAGEABLE, ExportBuilder
 from tests.test_findings import (
     MIB,
@@ -62,6 +73,69 @@ def test_comparisons_are_strict_or_not_and_forgive_a_rounding_error():
     assert at_least(0.1 + 0.2 - 1e-16, 0.3)
     assert exceeds(10_001, 10_000) and not exceeds(10_000, 10_000)  # slack relative to large limits:
     assert not exceeds(10_000 + 1e-6, 10_000)  # 1e-9 * 10_000 = 1e-5
+
+
+@pytest.mark.parametrize(("limit", "slack"), [(0.25, 1e-9), (1.0, 1e-9), (10_000, 1e-5)])
+def test_the_slack_is_a_billionth_of_the_limit_at_least_of_one(limit, slack):
+    """1e-9 x max(1, |limit|): 1.5 slacks away decides, half a slack does not."""
+    assert exceeds(limit + 1.5 * slack, limit) and not exceeds(limit + 0.5 * slack, limit)
+    assert under(limit - 1.5 * slack, limit) and not under(limit - 0.5 * slack, limit)
+    assert not at_least(limit - 1.5 * slack, limit) and at_least(limit - 0.5 * slack, limit)
+
+
+def test_the_config_file(tmp_path):
+    """Thresholds and disabled rules from TOML override the defaults; every bad file is one line naming
+    the file and the problem."""
+    good = tmp_path / "good.toml"
+    good.write_text('disabled = ["lhs-off"]\nlink = "pcie4"\n[thresholds]\nslow_link_fraction = 0.4\n')
+    cfg = load_config(good, rule_ids())
+    assert cfg["slow_link_fraction"] == 0.4 and isinstance(cfg["slow_link_fraction"], float)
+    assert {k: v for k, v in cfg.thresholds.items() if k != "slow_link_fraction"} == {
+        k: v for k, v in THRESHOLDS.items() if k != "slow_link_fraction"
+    }
+    assert cfg.disabled == frozenset({"lhs-off"}) and cfg.link == "pcie4"
+    assert load_config(None, rule_ids()) == FindingsConfig() and FindingsConfig().link is None
+    empty = tmp_path / "empty.toml"
+    empty.write_text("")
+    assert load_config(empty, rule_ids()) == FindingsConfig()
+    known = ", ".join(sorted(rule_ids()))
+    for text, problem in [
+        ("[thresholds]\nno_such = 1\n", f"unknown threshold 'no_such' (known: {', '.join(sorted(THRESHOLDS))})"),
+        ("[thresholds]\nslow_link_fraction = true\n", "threshold 'slow_link_fraction' must be a number, got True"),
+        ('[thresholds]\nslow_link_fraction = "x"\n', "threshold 'slow_link_fraction' must be a number, got 'x'"),
+        ("extra = 1\n", "unknown keys ['extra']: expected thresholds, disabled, link"),
+        ('disabled = ["no-rule"]\n', f"disabled must list rule ids among: {known}"),
+        ('disabled = "lhs-off"\n', f"disabled must list rule ids among: {known}"),
+    ]:
+        bad = tmp_path / "bad.toml"
+        bad.write_text(text)
+        with pytest.raises(InputError) as err:
+            load_config(bad, rule_ids())
+        assert str(err.value) == f"{bad}: {problem}"
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[thresholds\n")
+    with pytest.raises(InputError, match=r"broken\.toml: is not valid TOML \("):
+        load_config(broken, rule_ids())
+    with pytest.raises(InputError) as err:
+        load_config(tmp_path / "absent.toml", rule_ids())
+    assert str(err.value) == f"{tmp_path / 'absent.toml'}: cannot be read (No such file or directory)"
+
+
+def test_configure_checks_the_command_line_first(tmp_path):
+    cfg = configure(None, ["lhs-off"], "pcie5", rule_ids())
+    assert cfg.disabled == frozenset({"lhs-off"}) and cfg.link == "pcie5"
+    assert configure(None, None, None, rule_ids()) == FindingsConfig()
+    with pytest.raises(ProfilerError) as err:
+        configure(tmp_path / "absent.toml", ["no-rule"], None, rule_ids())  # before the file is read
+    assert str(err.value) == f"--disable-finding: unknown rule 'no-rule' (rules: {', '.join(sorted(rule_ids()))})"
+    with pytest.raises(ProfilerError, match=r"^--link: "):
+        configure(None, None, "pcie9", rule_ids())
+    assert checked_link(None) is None and checked_link("") == "" and checked_link("12.5") == "12.5"
+    both = tmp_path / "both.toml"
+    both.write_text('disabled = ["sync-copies"]\nlink = "pcie4"\n')
+    cfg = configure(both, ["lhs-off"], "nvlink-c2c", rule_ids())  # the command line adds to the file
+    assert cfg.disabled == frozenset({"sync-copies", "lhs-off"}) and cfg.link == "nvlink-c2c"
+    assert configure(both, None, None, rule_ids()).link == "pcie4"
 
 
 # --- exposed-copies: exposed / busy > 0.25, and exposed >= 0.001 of the window ------------------------
