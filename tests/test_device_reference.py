@@ -90,7 +90,7 @@ def test_missing_times_and_bytes(build):
 
 # --- random exports against the reference -----------------------------------------------------------------
 
-DEVICES = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 70_001]  # 12 devices, one far from the others
+DEVICES = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 70_001, 1_048_581]  # 12 devices, two far off, one past 2^20
 STREAMS = [7, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 4_294_967_294]  # 12 streams, one near 2^32
 KERNEL_NAMES = ["fusion", "ncclKernel_AllReduce", "void ncclDevKernel", "NCCLbig", "void  nccl", "gemm_nccl"]
 COPY_KINDS = ["h2d", "h2d", "d2h", "d2h", "d2d", "p2p", 3]  # 3: a memcpy kind that is "other"
