@@ -71,6 +71,7 @@ def test_ten_devices_each_with_their_own_window(build):
         assert (devs[str(d)]["span_ns"], h2d["busy_ns"], h2d["overlap_any_ns"], h2d["exposed_ns"]) == want
         assert devs[str(d)]["compute"]["busy_ns"] == (5000 if d == 0 else 500)
     check(path)
+    assert analyze(open_trace(path), device=3)["devices"] == {"3": devs["3"]}  # --device: the same numbers
 
 
 def test_missing_times_and_bytes(build):
