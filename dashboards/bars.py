@@ -50,28 +50,33 @@ def _missing(text: str) -> html.Div:
     return html.Div(text, className="missing")
 
 
-def _fmt(x: float, raw: float | None = None, own: Any = None) -> str:
-    """A value in its column's unit; one too small to read there (under 0.01) in its own unit."""
-    if x and abs(x) < 0.01 and raw is not None and own is not None:
-        return own(raw)
+def _fmt(x: float) -> str:
+    """A value in its column's unit."""
     return f"{x:.3g}" if abs(x) < 100 else f"{x:,.0f}"
 
 
-def _pair(a: float, b: float, raw_a: float, raw_b: float) -> str:
-    """``exposed / hidden`` in the column's unit; both in their own units when either is too small to
-    read there (``30.9 µs / 3.79 s``, never ``30.9 µs / 3.79``)."""
-    if any(x and abs(x) < 0.01 for x in (a, b)):
-        return f"{human_time(raw_a)} / {human_time(raw_b)}"
-    return f"{_fmt(a)} / {_fmt(b)}"
+def _pair(raw_a: float, raw_b: float) -> str:
+    """``exposed / hidden``, each with its own unit (``30.9 µs / 3.79 s``, ``245 ms / 3.84 s``)."""
+    return f"{human_time(raw_a, nanoseconds=True)} / {human_time(raw_b, nanoseconds=True)}"
 
 
 def _one(
-    label: str, tip: str, part: str, value: float | None, div: float, color: str, top: float, missing: str
+    label: str,
+    tip: str,
+    part: str,
+    value: float | None,
+    div: float,
+    color: str,
+    top: float,
+    missing: str,
+    own: Any = None,
 ) -> list[Any]:
-    """A cell of one bar: *value* in its column's unit (÷ *div*), or why there is none."""
+    """A cell of one bar: *value* in its column's unit (÷ *div*), or why there is none; with *own*, its
+    text in its own unit."""
     if value is None:
         return [_missing(missing)]
-    return [_bar(label, [Part(part, value / div, COLORS[color])], top, _fmt(value / div), tip)]
+    text = own(value) if own else _fmt(value / div)
+    return [_bar(label, [Part(part, value / div, COLORS[color])], top, text, tip)]
 
 
 def _over(item: Item) -> bool:
@@ -99,38 +104,43 @@ def policy_table(items: list[Item]) -> html.Div:
     top_m = max((i.peak_bytes / m_div for i in items if i.peak_bytes is not None), default=0)
     no_copies = not any(i.copies["offload"]["count"] for i in items)
     no_waits = not any(i.waits for i in items)
+    # a column none of the rows can fill is left out, and the line under the title says why
+    unmeasured = {
+        2: "stalls (no stream waits, CUDA events, in the trace)" if no_waits and not no_copies else "",
+        3: "median step (no step ranges: profile-step's step=N, or --step-range)" if not top_s else "",
+        5: "peak device memory (no CUDA memory events: nsys --cuda-memory-usage=true)" if not top_m else "",
+    }
     notes = {
         1: "no host-device copies in these runs" if no_copies else "",
         2: "no host-device copies in these runs"
         if no_copies
-        else (
-            "no stream waits (CUDA events) in these runs: stalls cannot be measured"
-            if no_waits
-            else (STALL_OVER_COPY_TIME if any(_over(i) for i in items) else "")
-        ),
-        3: "no step ranges (profile-step's step=N, or --step-range) in these runs" if not top_s else "",
+        else (STALL_OVER_COPY_TIME if any(_over(i) for i in items) else ""),
         4: "no host-device copies in these runs" if no_copies else "",
-        5: "no CUDA memory events (nsys --cuda-memory-usage=true) in these runs" if not top_m else "",
     }
     heads = [
         "",
-        "copy time over the trace" + ("" if no_copies else f" ({t_name}): exposed / hidden"),
-        "stalled by copies over the trace" + ("" if no_copies or no_waits else f" ({t_name})"),
-        "median step" + (f" ({s_name})" if top_s else ""),
-        "bytes copied over the trace" + ("" if no_copies else f" ({b_name}) and copies"),
-        "peak device memory seen" + (f" ({m_name})" if top_m else ""),
+        "copy time over the trace per direction" + ("" if no_copies else ": exposed / hidden"),
+        "stalled by copies over the trace",
+        f"median step ({s_name})",
+        "bytes copied over the trace" + ("" if no_copies else " and copies"),
+        f"peak device memory seen ({m_name})",
     ]
+    widths = ["minmax(180px, max-content)", "minmax(0, 1.15fr)", "minmax(0, 0.8fr)", "minmax(0, 0.8fr)"]
+    widths += ["minmax(0, 1.25fr)", "minmax(0, 0.8fr)"]
+    shown = [k for k in range(6) if not unmeasured.get(k)]
     head_tips = {
+        1: "each direction on its own: time when D2H and H2D copies ran exposed together counts in both, so "
+        "D2H + H2D exposed can exceed the runs table's exposed copy time (D2H+H2D: both directions, counted once)",
         2: "time that GPU work of this GPU (compute, NCCL, other copies) waited, through a CUDA event, for a D2H "
-        "or H2D copy to finish: the stalls object of analyze --json (by_blocker d2h / h2d), over the trace"
+        "or H2D copy to finish: the stalls object of analyze --json (by_blocker d2h / h2d), over the trace",
     }
     cells: list[Any] = [
         html.Div(
-            [html.Strong(h), html.Div(notes.get(k, ""), className="panel-note")],
+            [html.Strong(heads[k]), html.Div(notes.get(k, ""), className="panel-note")],
             className="bar-cell head",
             title=head_tips.get(k, ""),
         )
-        for k, h in enumerate(heads)
+        for k in shown
     ]
     for item, label in zip(items, labels, strict=True):
         tip = f"{item.full}\n"
@@ -149,7 +159,7 @@ def policy_table(items: list[Item]) -> html.Div:
                     label,
                     [Part(f"{dl} exposed", exposed, COLORS[d]), Part(f"{dl} hidden", hidden, HIDDEN_TINT[d])],
                     top_t,
-                    f"{dl} {_pair(exposed, hidden, c['exposed_ns'], c['overlap_any_ns'])}",
+                    f"{dl} {_pair(c['exposed_ns'], c['overlap_any_ns'])}",
                     tip,
                 )
             )
@@ -162,7 +172,7 @@ def policy_table(items: list[Item]) -> html.Div:
                         label,
                         [Part(f"{dl} stalled", stalled / t_div, COLORS["stall"])],
                         top_w,
-                        f"{dl} {_fmt(stalled / t_div, stalled, human_time)}",
+                        f"{dl} {human_time(stalled, nanoseconds=True)}",
                         tip,
                     )
                 )
@@ -172,14 +182,15 @@ def policy_table(items: list[Item]) -> html.Div:
                     label,
                     [Part(f"{dl} bytes", size, COLORS[d])],
                     top_b,
-                    f"{dl} {_fmt(size, c['bytes'], human_bytes)}, {c['count']:,} copies",
+                    f"{dl} {human_bytes(c['bytes'])}, {c['count']:,} copies",
                     tip,
                 )
             )
         step = _one(label, tip, "median step", item.step_ns, s_div, "step", top_s, "no step ranges")
         peak = _one(label, tip, "peak memory", item.peak_bytes, m_div, "memory", top_m, "no memory events")
         for k, content in enumerate((copy_bars, stall_bars, step, byte_bars, peak), start=1):
-            cells.append(html.Div([] if notes.get(k) else content, className="bar-cell"))
+            if k in shown:
+                cells.append(html.Div([] if notes.get(k) else content, className="bar-cell"))
     legend = html.Div(
         [
             html.Span(
@@ -200,10 +211,17 @@ def policy_table(items: list[Item]) -> html.Div:
     title = "Selected runs, one row per GPU; bars scaled to the largest value in their column"
     if synthetic:
         title += f" ({synthetic} rows: SYNTHETIC demo runs, a model, not measurements)"
+    missing = [unmeasured[k] for k in sorted(unmeasured) if unmeasured[k]]
     return html.Div(
         [
             html.Div(title, className="title"),
-            html.Div(cells, className="bars"),
+            html.Div("Not in these runs: " + "; ".join(missing) + ".", className="muted") if missing else None,
+            html.Div(
+                cells,
+                className="bars",
+                style={"gridTemplateColumns": " ".join(widths[k] for k in shown)},
+                **{"data-time-unit": t_name, "data-size-unit": b_name},
+            ),
             legend,
         ],
         className="bar-table",

@@ -348,6 +348,11 @@ def layer_copies(ops: pl.DataFrame, layer: str, device: int | None, limit: int =
 
 
 # --- the timeline ---------------------------------------------------------------------------------
+TIMELINE_SHADES = (
+    "Colours: compute blue, NCCL pink, D2H orange, H2D green, steps and layers grey; neighbouring ops of a lane "
+    "alternate a light and a dark shade of its colour only so that each op shows (here, unlike the other views, "
+    "dark does not mean exposed)."
+)
 LANE_ORDER = {"compute": 0, "NCCL": 1, "D2H": 2, "H2D": 3, "memset": 4}
 LANE_COLOR = {"compute": COLORS["compute"], "NCCL": COLORS["nccl"], "D2H": COLORS["d2h"], "H2D": COLORS["h2d"]}
 BAND = 0.36  # half the height of a lane, in lane units
@@ -626,12 +631,18 @@ def _stream_marker(streams: list[dict[str, Any]]) -> dict[str, Any]:
     """A stream's bar in its copies' colour: one direction plain, both directions striped in the two
     colours (never the grey of the "mixed" context, which is not a kind of copy)."""
     both = ["d2h" in s["classes"] and "h2d" in s["classes"] for s in streams]
+    colors = [_stream_color(s["classes"]) for s in streams]
+    if not any(both):
+        return {"color": colors}
     return {
-        "color": [_stream_color(s["classes"]) for s in streams],
+        "color": colors,
+        # "replace" with the bar's colour as the pattern's background: plotly.js's "overlay" warns
+        # ("Invalid color specifier: Array(n)") for each bar when the marker's colours are an array
         "pattern": {
             "shape": ["/" if b else "" for b in both],
-            "fgcolor": [COLORS["h2d"] if b else "#FFFFFF" for b in both],
-            "fillmode": "overlay",
+            "fgcolor": COLORS["h2d"],
+            "bgcolor": colors,
+            "fillmode": "replace",
             "solidity": 0.5,
         },
     }

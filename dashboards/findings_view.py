@@ -1,5 +1,5 @@
 """The findings panel: per selected run, what is wrong and what to try (``analysis.findings``, in the
-run summary), by cost, highest first (the summary's order), each with what it costs, and a button
+run summary), by saving, highest first (the summary's order), each with what fixing it saves, and a button
 that opens the view showing its evidence with that run and GPU selected; the rules that could not
 decide in a muted line."""
 
@@ -13,7 +13,7 @@ from dash import ALL, Input, Output, State, html
 from dashboards import selection, tab_gate
 from dashboards.data import RunStore
 from dashboards.rows import View
-from profiler.report.findings_text import by_cost, cost_text
+from profiler.report.findings_text import by_saving, saving_text
 
 SEVERITY_COLOR = {"problem": "#D55E00", "warning": "#E69F00", "info": "#0072B2"}  # Okabe and Ito's
 SEVERITY_ORDER = ("problem", "warning", "info")
@@ -74,12 +74,12 @@ def _finding(f: dict[str, Any], rid: str, views: list[View], n: int) -> html.Div
     gpu = View.parse(vid).device
     summed = (f.get("where") or {}).get("device") is None and len(views) > 1  # a run-wide finding, several GPUs
     mark = focus(f) if view == "timeline" else ""
-    marks = "; marked ▼" if mark else ("; the step it names" if step else "; nothing in it is marked")
-    button = f"Show in {VIEW_LABEL.get(view, view)}" + (
-        f" (GPU {gpu}{'; the finding is over all GPUs' if summed else ''}{marks if view == 'timeline' else ''})"
-        if gpu is not None and view != "policies"
-        else ""
-    )
+    marks = ", the ops it names marked ▼" if mark else (", at the step it names" if step else "")
+    label = VIEW_LABEL.get(view, view)
+    button = f"Show in {label}"
+    if gpu is not None and view != "policies":
+        button = f"Show GPU {gpu} in the {label} tab{marks if view == 'timeline' else ''}"
+        button += " (the finding is over all GPUs)" if summed else ""
     evidence = f.get("evidence") or {}
     return html.Div(
         className="finding",
@@ -96,9 +96,12 @@ def _finding(f: dict[str, Any], rid: str, views: list[View], n: int) -> html.Div
                     html.Code(f["id"], className="rule-id"),
                     html.Span(where_text(f.get("where") or {}), className="where"),
                     html.Span(
-                        cost_text(f),
+                        saving_text(f),
                         className="cost",
-                        **{"data-cost": "" if f.get("cost_ns") is None else str(f["cost_ns"])},
+                        **{
+                            "data-saving": "" if f.get("saving_ns") is None else str(f["saving_ns"]),
+                            "data-attributed": "" if f.get("attributed_ns") is None else str(f["attributed_ns"]),
+                        },
                     ),
                 ]
             ),
@@ -139,7 +142,7 @@ def split_by_gpu(found: list[dict[str, Any]], views: list[View]) -> tuple[list[d
 
 def panel(store: RunStore, views: list[View]) -> list[Any]:
     """The findings of the selected runs: runs with findings first (the most severe first, then the
-    costliest), one section each, its findings by cost; then one line per run without any."""
+    largest saving), one section each, its findings by saving; then one line per run without any."""
     runs = selection.selected_runs(store, views)
     if not runs:
         return [html.Div("Select runs in the table above to see their findings.", className="note muted")]
@@ -147,7 +150,7 @@ def panel(store: RunStore, views: list[View]) -> list[Any]:
     def rank(item: tuple[str, list[View]]) -> tuple[int, float]:
         found = store.results[item[0]].run.finding_list
         worst = min((SEVERITY_ORDER.index(f["severity"]) for f in found), default=len(SEVERITY_ORDER))
-        return worst, -max((f.get("cost_share") or 0 for f in found), default=0)
+        return worst, -max((f.get("saving_share") or 0 for f in found), default=0)
 
     out: list[Any] = []
     quiet: list[Any] = []
@@ -157,7 +160,7 @@ def panel(store: RunStore, views: list[View]) -> list[Any]:
         doc = store.results[rid].run.findings
         skipped = (doc or {}).get("skipped") or []
         undecided = "Could not decide: " + "; ".join(f"{s['rule']} ({s['why']})" for s in skipped) + "."
-        found = by_cost((doc or {}).get("findings") or [])  # as the summary lists them; older summaries too
+        found = by_saving((doc or {}).get("findings") or [])  # as the summary lists them; older summaries too
         found, left = split_by_gpu(found, run_views)
         elsewhere = (
             f"Findings on GPUs whose rows are not selected ({', '.join('GPU ' + d for d in left)}): "
@@ -185,8 +188,16 @@ def panel(store: RunStore, views: list[View]) -> list[Any]:
             n += 1
         if left:
             body.append(html.Div(elsewhere, className="elsewhere muted"))
-        if skipped:
-            body.append(html.Div(undecided, className="skipped muted"))
+        if skipped:  # folded: one line, a rule and its reason per line when opened
+            body.append(
+                html.Details(
+                    [
+                        html.Summary(f"{len(skipped)} rule(s) could not decide on this run (why)"),
+                        html.Ul([html.Li(f"{s['rule']}: {s['why']}") for s in skipped], className="tight-list"),
+                    ],
+                    className="skipped muted",
+                )
+            )
         if doc.get("disabled"):
             body.append(html.Div("Turned off: " + ", ".join(doc["disabled"]) + ".", className="muted"))
         out += [

@@ -64,13 +64,20 @@ def group_rows(kb: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _table(tid: str, data: list[dict[str, Any]]) -> dash_table.DataTable:
+    """A plain table; a long cell (a kernel's name) cut at the column's width, whole on hover."""
     cols = list(data[0]) if data else []
     return dash_table.DataTable(
         id=tid,
         data=data,
         columns=[{"id": c, "name": c} for c in cols],
-        style_cell=CELL,
+        style_cell={**CELL, "maxWidth": "420px", "overflow": "hidden", "textOverflow": "ellipsis"},
         style_header=HEADER,
+        style_table={"overflowX": "auto"},
+        tooltip_data=[
+            {c: {"value": str(v), "type": "text"} for c, v in row.items() if len(str(v)) > 50} for row in data
+        ],
+        tooltip_delay=300,
+        tooltip_duration=None,
     )
 
 
@@ -83,7 +90,12 @@ def layer_panel(run: RunSummary, device: str | None) -> list[Any]:
     ]
     if kb and kb["top"]:
         out.append(_table("layer-kernels-table", group_rows(kb)))
-        out.append(html.Div(CAVEAT + " Median durations are lower medians.", className="muted"))
+        out.append(
+            html.Div(
+                CAVEAT + " Of an even number of durations, the median is the lower of the two middle ones.",
+                className="muted",
+            )
+        )
     return out
 
 

@@ -34,6 +34,11 @@ def tab(options: list[dict[str, Any]], value: str | None) -> dcc.Tab:
     )
 
 
+def with_layer_copies(run: Any) -> bool:
+    """Whether a run has layers whose copies a GPU made (what this view draws)."""
+    return any((v.offload or {}).get("count") for v in run.layers.values())
+
+
 def register(app: dash.Dash, store: RunStore) -> None:
     @app.callback(
         Output("layer-graph", "figure"),
@@ -57,8 +62,8 @@ def register(app: dash.Dash, store: RunStore) -> None:
             title += " (SYNTHETIC: a model, not a measurement)"
         waits = copy_numbers.waits(run, view.device)
         fig = figures.layer_figure(per_device, title, stalls=waits > 0)
-        if figures.is_note(fig):
-            return fig, ""
+        if figures.is_note(fig):  # which runs would fill this view
+            return fig, selection.runs_that(store, with_layer_copies, [view], "layers with copies")
         hint = "Click a layer's bar to see its copies and the kernels that hid them."
         if waits:
             hint += (

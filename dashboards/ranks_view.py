@@ -11,7 +11,7 @@ from dash import Input, Output, State, dcc, html
 from dashboards import figures, tab_gate
 from dashboards.data import RunStore
 from dashboards.rows import View
-from dashboards.selection import selected_views
+from dashboards.selection import runs_that, selected_views
 from dashboards.widgets import dropdown, graph
 from profiler.runs.summary import RunSummary
 
@@ -87,7 +87,8 @@ def register(app: dash.Dash, store: RunStore) -> None:
                 figures.note_figure(
                     "None of the selected runs is a rank of a multi-rank job. Ranks come from file or folder "
                     "names (report.3.sqlite, ...-rank3-...) or the run's manifest: "
-                    "profile-step analyze DIR --ranks reads a whole job."
+                    "profile-step analyze DIR --ranks reads a whole job. "
+                    + runs_that(store, lambda r: r.rank is not None, selected_views(selected, data), "a rank")
                 ),
                 [],
             )

@@ -13,12 +13,13 @@ from typing import Any
 
 from profiler.runs.discover import RunRef
 from profiler.runs.summary import RunSummary
-from profiler.units import byte_unit, human_time, time_unit
+from profiler.units import human_time, readable_byte_unit, readable_time_unit
 
-# 4 significant digits, trailing zeros dropped: a column's unit follows its largest value (under
-# 1024 of it), and a small value still shows its digits (0.04688, never 0.00) beside its count;
-# under 0.01 of the unit it shows as "<0.01"
-SIGNIFICANT = ".4~r"
+# 4 significant digits, trailing zeros dropped, thousands separated: a column's unit is the one most of
+# its values read well in (units.readable_time_unit: between 1 and 10,000), so that a 61 ms and a 3.4 s
+# exposed time are 61 and 3,378 ms, and a small value still shows its digits (0.04688, never 0.00)
+# beside its count; under 0.01 of the unit it shows as "<0.01"
+SIGNIFICANT = ",.4~r"
 TINY = 0.01  # a value under this, in its column's unit, shows as "<0.01" (the README's promise)
 SOURCE_LABEL = {
     "synthetic": "SYNTHETIC demo",
@@ -42,8 +43,9 @@ HEADER_TIPS = {
     "device": "one row per GPU: its CUDA device id and name",
     "rank": "rank of a multi-rank job: from the file or folder name (report.3.sqlite, rank3) or the manifest",
     "status": "profile-step's run status (ok, failed, interrupted, ...); plain trace: not made by profile-step",
-    "steps": "steps counted in the median (step=N ranges, --step-range, or the executions of the XLA module "
-    "that dominates GPU time; warm-up and outliers left out; a cell's tooltip says which); none: no steps found",
+    "steps": "steps counted in the median (step=N ranges, --step-range, or the executions of the step program, "
+    "one compiled program chosen by the rule every command uses; warm-up and outliers left out; a cell's tooltip "
+    "says which, and how the program was chosen); none: no steps found",
     "step": "median of the included steps' durations (whole run, all GPUs)",
     "bytes": "bytes copied host<->device (D2H and H2D) on this GPU",
     "copies": "number of D2H and H2D copies on this GPU",
@@ -183,6 +185,9 @@ def steps_origin(run: Run) -> str:
     excluded = [s for s in run.steps if s.excluded]
     source = run.step_source
     text = f"steps: {source}" if source else "no steps found (no step ranges, no XLA module executions)"
+    chosen = (run.compiled or {}).get("chosen_by")
+    if chosen and (run.compiled or {}).get("step_program"):  # how the step program was chosen, as the CLI says it
+        text += f"; step: {chosen}"
     if excluded:
         text += f"; {len(excluded)} left out ({', '.join(sorted({str(s.excluded) for s in excluded}))})"
     win = run.window or {}
@@ -228,9 +233,9 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[s
     def numbers(key: str) -> list[int | float]:
         return [r[key] for r in rows if isinstance(r.get(key), int | float)]
 
-    t_name, t_div = time_unit(numbers("step"))
-    e_name, e_div = time_unit(numbers("exposed"))
-    b_name, b_div = byte_unit(numbers("bytes"))
+    t_name, t_div = readable_time_unit(numbers("step"))
+    e_name, e_div = readable_time_unit(numbers("exposed"))
+    b_name, b_div = readable_byte_unit(numbers("bytes"))
     columns = [
         _col("run", "run", "text"),
         _col("source", "source", "text"),
@@ -242,7 +247,7 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[s
         _col("step", f"median step ({t_name})", "numeric", SIGNIFICANT, nully="no steps"),
         _col("bytes", f"copied ({b_name})", "numeric", SIGNIFICANT),
         _col("copies", "copies", "numeric", ",d"),
-        _col("exposed", f"exposed copy time ({e_name})", "numeric", SIGNIFICANT, nully="-"),
+        _col("exposed", f"exposed copies, D2H+H2D ({e_name})", "numeric", SIGNIFICANT, nully="-"),
         _col("hidden", "hidden %", "numeric", ".1f", nully="no copies"),
         _col("date", "date (UTC)", "text"),
     ]
@@ -302,3 +307,10 @@ def default_selection(rows: list[dict[str, Any]], limit: int = 10) -> list[int]:
         group = rows[with_copies[0]]["_group"]
         return [i for i in with_copies if rows[i]["_group"] == group][:limit]
     return list(range(min(len(rows), 6)))
+
+
+def selected_first(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """*rows* with those of ``default_selection`` first, each part in its order (the selection of the
+    result is its first rows: ``default_selection`` picks the same rows again)."""
+    chosen = set(default_selection(rows))
+    return [r for i, r in enumerate(rows) if i in chosen] + [r for i, r in enumerate(rows) if i not in chosen]

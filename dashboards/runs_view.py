@@ -10,7 +10,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dash_table, dcc, html
 
-from dashboards import bars, copy_numbers, figures, kernels_view, rows, selection, widgets
+from dashboards import bars, copy_numbers, figures, kernels_view, rows, selection, verdict_view, widgets
 from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.styles import CELL, ERROR_COLOR, HEADER_WRAP
@@ -18,7 +18,8 @@ from profiler.errors import ProfilerError
 
 
 def all_rows(store: RunStore) -> list[dict[str, Any]]:
-    """Rows for every run analyzed so far (errors included), in discovery order."""
+    """Rows for every run analyzed so far (errors included): the first view's selection first (so that
+    its ticked rows show at the top of the table's box), then the others in discovery order."""
     out = []
     for rid, ref in store.refs.items():
         if rid in store.results:
@@ -28,7 +29,7 @@ def all_rows(store: RunStore) -> list[dict[str, Any]]:
             out.append(rows.no_trace_row(ref))
         elif rid in store.errors:
             out.append(rows.error_row(ref, store.errors[rid]))
-    return out
+    return rows.selected_first(out)
 
 
 def table_rows(store: RunStore) -> list[dict[str, Any]]:
@@ -103,6 +104,7 @@ def follow_rows(store: RunStore, views: list[View], current: list[str | None]) -
     values = [v if v in good else first for v in current]
     failed = [widgets.card(msg) for rid, msg in list(store.errors.items()) if rid not in {v.rid for v in views}]
     return {
+        "verdict": verdict_view.panel(store, [v for v in views if v.id in good]),
         "bars": bars.policy_table(items),
         "errors": cards + failed,  # every run that cannot be read, selected or not
         "provenance": [
@@ -122,6 +124,7 @@ def table_part(store: RunStore, raw: list[dict[str, Any]], sel: dict[str, Any]) 
     selected = rows.default_selection(raw)
     done, total, _ = store.progress()
     return [
+        html.Div(sel["verdict"], id="verdict", className="verdict"),
         html.Div(progress_text(done, total, None, len(store.plans)), id="progress", className="muted"),
         dcc.Interval(id="poll", interval=700, n_intervals=0, disabled=done >= total),
         dash_table.DataTable(
@@ -192,6 +195,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
         return msg, columns, data, tips, finished, new_sel
 
     @app.callback(
+        Output("verdict", "children"),
         Output("policy-bars", "children"),
         Output("errors", "children"),
         Output("provenance", "children"),
@@ -211,4 +215,4 @@ def register(app: dash.Dash, store: RunStore) -> None:
     def on_select(selected, data, *current):
         sel = follow_rows(store, selection.selected_views(selected, data), list(current))
         opts, (v1, v2, v3) = sel["options"], sel["values"]
-        return sel["bars"], sel["errors"], sel["provenance"], opts, v1, opts, v2, opts, v3
+        return sel["verdict"], sel["bars"], sel["errors"], sel["provenance"], opts, v1, opts, v2, opts, v3

@@ -38,3 +38,19 @@ def selected_runs(store: RunStore, views: list[View]) -> list[tuple[str, list[Vi
         if v.rid in store.results:
             out.setdefault(v.rid, []).append(v)
     return list(out.items())
+
+
+def runs_that(store: RunStore, has: Any, views: list[View], what: str, limit: int = 3) -> str:
+    """A sentence naming the analyzed runs outside the selection for which ``has(run)`` holds (the ones
+    that would fill a view), or saying that none here does: ``offload_all · synthetic has layers: tick
+    its rows in the table above.``"""
+    chosen = {v.rid for v in views}
+    found = [rid for rid, a in store.results.items() if rid not in chosen and has(a.run)]
+    if not found:
+        return f"No run shown here has {what}."
+    names = [run_label(store, rid)[0] for rid in found[:limit]]
+    more = f" and {len(found) - limit} more" if len(found) > limit else ""
+    verb = "has" if len(found) == 1 else "have"
+    return (
+        f"{', '.join(names)}{more} {verb} {what}: tick {'its' if len(found) == 1 else 'their'} rows in the table above."
+    )

@@ -82,7 +82,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
         fig, stats = figures.timeline_figure(run.device_ops(device), run.ranges, window, focus=focus)
         if not stats["events"]:
             return fig, ""
-        note = f"{stats['events']:,} GPU ops of GPU {view.device} in the window."
+        note = f"{stats['events']:,} GPU ops of GPU {view.device} in the window. {figures.TIMELINE_SHADES}"
         if focus:
             what = focus.split(":", 1)[1].replace("|", ", ")
             note += (

@@ -428,12 +428,26 @@ def pvm_figure(pvm: dict[str, Any], run: RunSummary | dict[str, Any], label: str
     fig = grouped_bars(
         data,
         cats,
-        esc(f"Planned per step vs moved {per}: {label} (step module {pvm['step_module'] or '?'})"),
+        esc(f"Planned per step vs moved {per}: {label} (step {pvm.get('step_program') or pvm['step_module'] or '?'})"),
         "layer · activation, or the XLA operation no plan explains",
         yaxis={"title": {"text": f"bytes per step and GPU ({b_name})"}, "rangemode": "tozero"},
     )
     flags = [f"{c}: {x['flag']}" for c, x in zip(cats, rows, strict=True) if x["flag"] != "ok"]
     return fig, flags
+
+
+def _drawable(run: RunSummary) -> bool:
+    """Whether a run is a point of the trade: a median step and a device memory (measured or compiled)."""
+    row = policy_table([run])["rows"][0]
+    return row["median_step_ns"] is not None and (
+        row["peak_device_bytes"] is not None or row["compiled_device_bytes"] is not None
+    )
+
+
+def _has_numbers(row: dict[str, Any]) -> bool:
+    """Whether a policy row has anything the per-policy table shows but its name."""
+    keys = ("median_step_ns", "peak_device_bytes", "compiled_device_bytes", "flops_per_step", "exposed_ns")
+    return any(row.get(k) is not None for k in keys)
 
 
 def note(text: str) -> html.Div:
@@ -518,7 +532,12 @@ def register(app: dash.Dash, store: RunStore) -> None:
         if sources:
             said += "Measured peak from " + " and ".join(sources) + ". "
         said += "A run without a measured peak is drawn at its compiled step's memory (diamond), when it has one."
+        if not any(p["memory_bytes"] is not None and p["step_ns"] is not None for p in points):
+            chosen = selection.selected_views(selected, data)
+            lines.append(html.Li(selection.runs_that(store, _drawable, chosen, "device memory and steps")))
         table, table_notes = policy_datatable(tab_doc, labels)
+        if not any(_has_numbers(r) for r in tab_doc["rows"]):  # a table of "-": one sentence instead
+            table = note("No per-policy numbers for these runs: no steps, no device memory, no compiled step.")
         options = [{"label": lab, "value": rid} for rid, lab in zip(rids, labels, strict=True)]
         # the first run with a compiler plan, else with copies: the one with most to compare
         planned = [r for r, s in zip(rids, summaries, strict=True) if s.plan]

@@ -29,7 +29,7 @@ DEFAULT_TARGET = "nvlink-c2c"
 TARGET_OPTIONS = (
     [{"label": links.label(lk), "value": lk.key} for lk in links.LINKS]
     + [{"label": "custom link (GB/s per direction)", "value": links.CUSTOM}]
-    + [{"label": "scale copy time by a factor F", "value": FACTOR}]
+    + [{"label": "multiply every copy's time by a number", "value": FACTOR}]
 )
 FROM_OPTIONS = [{"label": "each GPU's own link (from its model)", "value": AUTO}] + [
     {"label": links.label(lk), "value": lk.key} for lk in links.LINKS
@@ -48,9 +48,7 @@ class Scale:
 def scale_for(store: RunStore, view: View, target: str, value: float | None, source: str) -> Scale:
     """``F`` for *view*: given directly, or the view's link (its GPU's, or *source*) over the target link."""
     if target == FACTOR:
-        return Scale(
-            float(value), f"F = {float(value):g}: every h2d/d2h copy takes {float(value):g}x its recorded time"
-        )
+        return Scale(float(value), f"every h2d/d2h copy takes {float(value):g}x its recorded time")
     to = links.BY_KEY[target] if target in links.BY_KEY else Link("custom", f"{float(value):g} GB/s", float(value))
     if source == AUTO:
         frm, why = links.run_link(store.results[view.rid].run, view.device)
@@ -58,7 +56,12 @@ def scale_for(store: RunStore, view: View, target: str, value: float | None, sou
     else:
         frm, why = links.BY_KEY[source], "as chosen"
     f = copy_scale(frm, to)
-    return Scale(f, f"{frm.name} ({frm.gbps:g} GB/s, {why}) -> {to.name} ({to.gbps:g} GB/s): F = {f:.4g}")
+    faster = f"{1 / f:.3g}x faster" if 0 < f < 1 else f"{f:.3g}x slower" if f > 1 else "as fast"
+    return Scale(
+        f,
+        f"{frm.name} ({frm.gbps:g} GB/s, {why}) -> {to.name} ({to.gbps:g} GB/s): every h2d/d2h copy {faster} "
+        f"(its time x {f:.3g})",
+    )
 
 
 def whatif_figure(rows: list[dict[str, Any]], title: str) -> Figure:
@@ -151,7 +154,11 @@ def compute(
     if not views:
         return note_figure("Select runs in the table above, then choose a link here."), [], False
     if target in (links.CUSTOM, FACTOR) and (value is None or not value >= 0 or (target == links.CUSTOM and not value)):
-        what = "a bandwidth in GB/s above 0" if target == links.CUSTOM else "a factor F of 0 or more"
+        what = (
+            "a bandwidth in GB/s above 0"
+            if target == links.CUSTOM
+            else "a number of 0 or more (0: copies take no time)"
+        )
         return note_figure(f"Enter {what}."), [], False
     ready, lines, waiting, modeled = [], [], [], set()
     scales: dict[str, list[str]] = {}  # the sentence of a factor -> the rows it applies to
@@ -179,6 +186,21 @@ def compute(
         if not med["steps"]:
             lines.append(html.Li(f"{label}: no step ranges, the GPU span only"))
         ready.append({"label": label, "view": view.id, "factor": scale.factor, **med})
+        free = ((store.results[view.rid].run.findings or {}).get("copy_free") or {}).get("devices", {})
+        cf = free.get(str(view.device))
+        if cf and (cf["saving_ns"] or cf.get("step_saving_ns")):  # the findings' bound, from the run summary
+            per_step = (
+                f", {human_time(cf['step_saving_ns'], nanoseconds=True)} per step"
+                if cf.get("step_saving_ns") is not None
+                else ""
+            )
+            lines.append(
+                html.Li(
+                    f"{label}: copy-free (every h2d/d2h copy removed, nothing waits for them): the GPU span "
+                    f"{human_time(cf['saving_ns'], nanoseconds=True)} shorter{per_step}; no finding saves more",
+                    className="copy-free",
+                )
+            )
     sync = (
         "host synchronization modeled (a call that waited for the GPU returns when its work is done, and its "
         "thread's later launches move with it)"
@@ -194,7 +216,7 @@ def compute(
         if target in links.BY_KEY
         else f"a custom link of {value:g} GB/s"
         if target == links.CUSTOM
-        else f"copies scaled by F = {value:g}"
+        else f"every copy taking {value:g}x its time"
     )
     title = f"What-if: {to}" + (f"; {sync.split(' (')[0]}" if sync else "")
     every = len(scales) == 1 and len(views) > 1
@@ -208,7 +230,7 @@ def compute(
     if sync:
         notes.append(
             html.Div(
-                f"Model: every h2d/d2h copy's duration times F, each op after its stream and blockers; {sync}.",
+                f"Model: every h2d/d2h copy's duration scaled as above, each op after its stream and blockers; {sync}.",
                 className="muted",
             )
         )
@@ -235,7 +257,7 @@ def layout(default_target: str = DEFAULT_TARGET) -> list[Any]:
                     id="whatif-value",
                     type="number",
                     value=None,
-                    placeholder="GB/s or F",  # used by "custom link" and "factor F"; empty for a named link
+                    placeholder="GB/s or x",  # used by "custom link" and "factor F"; empty for a named link
                     min=0,
                     debounce=True,
                     disabled=True,

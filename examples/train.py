@@ -66,14 +66,15 @@ def offload(names: list[str]):
     )
 
 
+OFFLOADED = {"offload_qkv": QKV, "offload_mlp": MLP, "offload_all": ALL_NAMES}  # the names each policy offloads
+
+
 def remat_policy(policy: str):
     """None means: no jax.checkpoint at all."""
     return {
         "none": None,
         "remat": jax.checkpoint_policies.nothing_saveable,
-        "offload_qkv": offload(QKV),
-        "offload_mlp": offload(MLP),
-        "offload_all": offload(ALL_NAMES),
+        **{name: offload(names) for name, names in OFFLOADED.items()},
     }[policy]
 
 
@@ -283,7 +284,9 @@ def main(argv: list[str] | None = None) -> int:
         jax.profiler.trace(args.jax_trace, create_perfetto_trace=True) if args.jax_trace else contextlib.nullcontext()
     )
     tokens_per_step = args.batch * args.seq
-    with annotate.capture(policy, model=facts, model_flops_per_step=flops, tokens_per_step=tokens_per_step), jax_trace:
+    offloaded = OFFLOADED.get(policy, [])  # what offload-missing reads where the compiled step cannot say (a CPU)
+    facts_out = {"model_flops_per_step": flops, "tokens_per_step": tokens_per_step, "offload_names": offloaded}
+    with annotate.capture(policy, model=facts, **facts_out), jax_trace:
         for i in range(args.steps):
             if args.fail_at_step == i:
                 raise RuntimeError(f"failing at step {i} as asked (--fail-at-step)")

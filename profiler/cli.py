@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, NoReturn
 
 from profiler.errors import ProfilerError
 
@@ -66,25 +66,33 @@ def cmd_policies(args: argparse.Namespace) -> int:
     from profiler.analysis.policies import planned_vs_moved, policy_table
     from profiler.predict.recorded import predicted
     from profiler.report.policies_text import render_planned_vs_moved_all, render_policy_comparison
+    from profiler.report.verdict_text import render_verdict
     from profiler.runs.discover import NoTrace
     from profiler.runs.result import load_runs
+    from profiler.runs.verdict import verdict
+    from profiler.units import fit
 
     skipped: list[NoTrace] = []  # run folders without a trace: listed once, never in the way of the others
     runs = [r for arg in args.trace for r in load_runs(arg, Path(args.db), args.nsys, skipped)]
     skipped = list(dict.fromkeys(skipped))
     if not runs and skipped:
         if args.json:
-            print(_json_dump({"policies": None, "planned_vs_moved": [], "no_trace": [s.doc() for s in skipped]}))
+            none = {"verdict": None, "policies": None, "planned_vs_moved": [], "no_trace": [s.doc() for s in skipped]}
+            print(_json_dump(none))
         for s in skipped:
             print(f"profile-step: {s.line()}", file=sys.stderr)
         print("profile-step: error: none of these runs has a trace", file=sys.stderr)
         return 2
     tab = policy_table(runs, args.peak_tflops, predict=predicted)
     pvm = [planned_vs_moved(r) for r in runs]
+    found = verdict(runs, tab)
     if args.json:
-        print(_json_dump({"policies": tab, "planned_vs_moved": pvm, "no_trace": [s.doc() for s in skipped]}))
+        doc = {"verdict": found, "policies": tab, "planned_vs_moved": pvm, "no_trace": [s.doc() for s in skipped]}
+        print(_json_dump(doc))
         return 0
-    print(render_policy_comparison(tab))
+    print(render_verdict(found, wide=args.wide))
+    print()
+    print(fit(render_policy_comparison(tab), args.wide))
     synthetic = [r.policy for r in runs if r.synthetic]
     if synthetic:
         print(f"SYNTHETIC (a demonstration model, not a measurement): {', '.join(synthetic)}")
@@ -93,7 +101,7 @@ def cmd_policies(args: argparse.Namespace) -> int:
         for s in skipped:
             print(f"  {s.line()}")
     print()
-    print(render_planned_vs_moved_all(pvm))
+    print(fit(render_planned_vs_moved_all(pvm), args.wide))
     return 0
 
 
@@ -176,14 +184,17 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         return cmd_policies(args)
     from profiler.analysis.findings.config import checked_link
     from profiler.report.findings_text import render_findings
-    from profiler.report.text import render_devices, render_groups
-    from profiler.runs.result import analyze
+    from profiler.report.text import no_groups, render_devices, render_groups
+    from profiler.report.verdict_text import render_verdict
+    from profiler.runs.result import analyzed
+    from profiler.runs.verdict import verdict
     from profiler.trace import load_trace
+    from profiler.units import fit
 
     config = None if args.no_findings else findings_config(args)
     checked_link(args.link)  # the devices' table compares with it, findings or not
     trace = load_trace(args.trace[0], nsys=args.nsys, window=args.window)
-    doc = analyze(
+    res = analyzed(
         trace,
         device=args.device,
         by=args.by,
@@ -191,29 +202,41 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         step_range=args.step_range,
         findings=config,
     )
+    doc = res.analysis_json(args.by)
+    found = verdict([res.brief()])
     if args.json:
-        print(_json_dump(doc))
-    else:
-        print(render_devices(doc, link=args.link))
-        if args.by:
-            print()
-            print(render_groups(doc, args.by, all_steps=args.all_steps))
-        if "findings" in doc:
-            print()
-            print(render_findings(doc["findings"]))
+        print(_json_dump({"verdict": found, **doc}))
+        return 0
+    missing = no_groups(doc, args.by) if args.by else None
+    if missing:  # the view asked for has nothing: said first, and nothing else
+        print(missing)
+        return 0
+    print(render_verdict(found, wide=args.wide))
+    print()
+    print(fit(render_devices(doc, link=args.link, wide=args.wide), args.wide))
+    if args.by:
+        print()
+        print(fit(render_groups(doc, args.by, all_steps=args.all_steps, wide=args.wide), args.wide))
+    if "findings" in doc:
+        print()
+        print(fit(render_findings(doc["findings"]), args.wide))
     return 0
 
 
 def cmd_findings(args: argparse.Namespace) -> int:
-    """``findings TRACE|RUN...``: only the findings, for every trace the paths name."""
+    """``findings TRACE|RUN...``: the verdict, then the findings, for every trace the paths name."""
     from profiler.errors import InputError
     from profiler.report.findings_text import render_findings
+    from profiler.report.verdict_text import render_verdict
+    from profiler.runs import folder
     from profiler.runs.discover import NoTrace, trace_paths
-    from profiler.runs.result import findings_of
+    from profiler.runs.result import build
+    from profiler.runs.verdict import verdict
     from profiler.trace import load_trace
+    from profiler.units import fit
 
     config = findings_config(args)
-    docs = []
+    docs, summaries = [], []
     skipped: list[NoTrace] = []
     for arg in args.paths:
         before = len(skipped)
@@ -222,16 +245,24 @@ def cmd_findings(args: argparse.Namespace) -> int:
             raise InputError(arg, "no such trace, run folder or folder of runs")
         for path in paths:
             trace = load_trace(path, nsys=args.nsys)
-            docs.append({"trace": str(path), **findings_of(trace, config, args.layer_pattern, args.step_range)})
+            res = build(
+                trace, folder.manifest_of(path), layer_pattern=args.layer_pattern, step_range=args.step_range,
+                findings=config,
+            )  # fmt: skip
+            summaries.append(res.brief())
+            policy = (res.manifest or {}).get("policy") or res.breakdown.policy  # None: a trace that names none
+            docs.append({"trace": str(path), "policy": policy, **(res.findings or {})})
     skipped = list(dict.fromkeys(skipped))
+    found = verdict(summaries) if summaries else None
     if args.json:
-        print(_json_dump({"runs": docs, "no_trace": [s.doc() for s in skipped]}))
+        print(_json_dump({"verdict": found, "runs": docs, "no_trace": [s.doc() for s in skipped]}))
         return 0 if docs else 2
-    for i, d in enumerate(docs):
-        if i:
-            print()
+    if found:
+        print(render_verdict(found, wide=args.wide))
+    for d in docs:
+        print()
         print(f"{d['trace']}" + (f"  (policy {d['policy']})" if d["policy"] else ""))
-        print(render_findings(d))
+        print(fit(render_findings(d), args.wide))
     for s in skipped:
         print(f"\n{s.line()}")
     return 0 if docs else 2
@@ -244,10 +275,11 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     from profiler.analysis.whatif import measured_stalls, trace_whatif
     from profiler.errors import InputError
     from profiler.report.whatif_text import render_whatif
+    from profiler.runs.discover import one_trace
     from profiler.trace import load_trace
     from profiler.xla.names import DEFAULT_LAYER_PATTERN
 
-    trace = load_trace(args.trace, nsys=args.nsys)
+    trace = load_trace(one_trace(args.trace), nsys=args.nsys)
     link_doc = None
     factor = args.copy_scale
     if args.link is not None:
@@ -268,7 +300,7 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     if not factor >= 0:
         raise ProfilerError(f"--copy-scale must be >= 0, got {factor}")
     bd = Breakdown(trace, args.layer_pattern or DEFAULT_LAYER_PATTERN, args.step_range)
-    doc = trace_whatif(trace, factor, model_host=not args.no_host_sync, breakdown=bd)
+    doc = trace_whatif(trace, factor, model_host=not args.no_host_sync, breakdown=bd, explain=True)
     if link_doc:
         doc["link"] = link_doc
     if args.device is not None:
@@ -285,10 +317,19 @@ def cmd_whatif(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from profiler.capture import no_trace
     from profiler.capture.run import RunRequest, RunResult, run_all
+    from profiler.units import fit, wrap
 
     try:  # capture needs no analysis packages; a bare GPU node may only have what training needs
-        from profiler.report.text import NO_GPU, render_devices, render_sweep_summary, steps_line, window_line
+        from profiler.report.text import (
+            NO_GPU,
+            compiled_line,
+            render_devices,
+            render_sweep_summary,
+            steps_line,
+            window_line,
+        )
         from profiler.runs.result import run_summary
         from profiler.trace import open_trace
     except ImportError as exc:
@@ -313,13 +354,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         pipelined_offload=args.pipelined_offload,
         async_limit=args.async_limit,
         python=args.python,
-        policy_arg=args.policy_arg,
+        policy_arg=args.policy_word or args.policy_arg,
+        policy_word=bool(args.policy_word),
         trace_extra=args.trace_extra or [],
         xla_dump=not args.no_xla_dump,
     )
     rows: list[dict[str, Any]] = []
     said: set[str] = set()
     fingerprints: dict[str, list[str]] = {}  # HLO fingerprint of the step -> the policies that compiled it
+
+    def say(text: str) -> None:
+        print(wrap(text, indent="   "))
 
     def show(res: RunResult) -> None:
         row: dict[str, Any] = {
@@ -330,49 +375,62 @@ def cmd_run(args: argparse.Namespace) -> int:
         }
         print(f"\n== policy {res.policy}: {res.status} (exit {res.exit_code}) -> {res.run_dir}")
         capture = res.manifest.get("capture", {})
-        print(f"   nsys records {capture.get('records')} (--capture-range {capture_range})")
-        comp = res.manifest.get("compiled") or {}
-        if comp.get("step_module"):
-            agree = {True: "; dump and handed-over numbers agree", False: "; dump and handed-over numbers DIFFER"}
-            how = agree.get(comp.get("agree"), "")
-            print(f"   compiled step: {comp['step_module']} ({comp.get('chosen_by')}){how}")
+        say(f"nsys records {capture.get('records')} (--capture-range {capture_range})")
+        summary = None
+        if res.sqlite is not None and run_summary is not None:
+            try:
+                summary = run_summary(open_trace(res.sqlite))
+            except ProfilerError as exc:
+                say(f"analysis failed: {exc}")
+        # the step program as the analysis chose it (the one rule, on the trace's executions), else as
+        # the capture chose it (the same rule, on the start-up hook's counts)
+        comp = (summary or {}).get("compiled_step") or {}
+        capture_comp = res.manifest.get("compiled") or {}
+        if not comp.get("chosen_by"):
+            comp = {
+                "module": capture_comp.get("step_module"),
+                "chosen_by": capture_comp.get("chosen_by"),
+                "fingerprint": capture_comp.get("fingerprint"),
+                "notes": capture_comp.get("notes"),
+            }
+        if comp.get("chosen_by") and (comp.get("step_program") or comp.get("module")):
+            say(f"step: {comp['chosen_by']}")
+        if comp.get("module"):
+            say(compiled_line(comp["module"], capture_comp.get("agree")))
             fp = comp.get("fingerprint")
             same = [p for p in fingerprints.get(fp, []) if p != res.policy] if fp else []
             if same:
-                print(
-                    f"   same step as policy {', '.join(same)} (HLO fingerprint {fp}): the policy had no effect on "
+                say(
+                    f"same step as policy {', '.join(same)} (HLO fingerprint {fp}): the policy had no effect on "
                     "the compiled program; does the script read $PROFILE_STEP_POLICY (or the flag --policy-arg passes)?"
                 )
             if fp:
                 fingerprints.setdefault(fp, []).append(res.policy)
         elif comp.get("notes"):
-            print(f"   compiled step: none recorded ({comp['notes'][-1]})")
-        if res.sqlite is not None and run_summary is not None:
-            try:
-                summary = run_summary(open_trace(res.sqlite))
-            except ProfilerError as exc:
-                print(f"   analysis failed: {exc}")
+            say(f"compiled step: none recorded ({comp['notes'][-1]})")
+        if summary is not None:
+            row.update(summary)
+            row["policy"] = res.policy  # the policy asked for (the trace's label may be absent)
+            say(steps_line(summary))
+            if summary["analysis"]["devices"] and not args.no_summary:  # its head says the analysis window
+                print(fit(render_devices(summary["analysis"], wide=args.wide), args.wide))
             else:
-                row.update(summary)
-                row["policy"] = res.policy  # the policy asked for (the trace's label may be absent)
-                print("   " + steps_line(summary))
-                if summary["analysis"]["devices"] and not args.no_summary:
-                    print(render_devices(summary["analysis"]))  # its head says the analysis window
-                else:
-                    print("   " + window_line(summary["analysis"]["trace"]["window"]))
-                if not summary["analysis"]["devices"]:  # the sentence once per command, a short reminder after it
-                    print("   " + ("no GPU activity in this trace either" if said else NO_GPU))
-                    said.add("no-gpu")
+                say(window_line(summary["analysis"]["trace"]["window"]))
+            if not summary["analysis"]["devices"]:  # the sentence once per command, a short reminder after it
+                say("no GPU activity in this trace either" if said else NO_GPU)
+                said.add("no-gpu")
         elif res.sqlite is None and res.status != "interrupted":
-            print(f"   no trace was written: {res.manifest.get('no_trace_reason')}; see {res.run_dir / 'output.log'}")
+            say(f"no trace: {res.manifest.get('no_trace_reason')}")
+            raw = no_trace.raw_capture(res.run_dir)
+            say(f"nsys's output: {res.run_dir / 'output.log'}" + (f"; its raw capture: {raw}" if raw else ""))
             if res.status == "no-trace" and capture_range.startswith("nvtx:"):
-                print(
-                    f"   (nsys waited for the NVTX range {capture_range[5:]}: did the script open it? "
+                say(
+                    f"(nsys waited for the NVTX range {capture_range[5:]}: did the script open it? "
                     "--capture-range auto records the whole run)"
                 )
             elif res.status == "no-trace" and capture_range == "cuda-profiler-api":
                 why = capture.get("problem") or "did the script call cudaProfilerStart()?"
-                print(f"   (nsys waited for cudaProfilerStart() and it never took effect: {why})")
+                say(f"(nsys waited for cudaProfilerStart() and it never took effect: {why})")
         rows.append(row)
 
     results = run_all(req, on_result=show)
@@ -399,6 +457,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from profiler.capture.plan import PlanRequest, run_plan, usable_fraction
     from profiler.conventions import EXAMPLE_POLICIES
     from profiler.report.policies_text import render_plan
+    from profiler.units import fit
 
     policies = asked_policies(args)
     if not policies:
@@ -416,7 +475,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         target=args.target,
         python=args.python,
         batch_arg=args.batch_arg or None,
-        policy_arg=args.policy_arg,
+        policy_arg=args.policy_word or args.policy_arg,
+        policy_word=bool(args.policy_word),
         out_dir=Path(args.out) if args.out else None,
         plans_dir=Path(args.plans_dir),
         links=[k.strip() for group in args.link or [] for k in group.split(",") if k.strip()] or None,
@@ -432,7 +492,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         print(_json_dump({"plan": tab, "out_dir": doc["out_dir"]}))
     else:
-        print(render_plan(tab))
+        print(fit(render_plan(tab)))
         print(f"\n(files: {doc['out_dir']})")
     return 0 if all(r["status"] == "ok" for r in tab["rows"]) else 1
 
@@ -570,6 +630,7 @@ class Shared:
     findings: argparse.ArgumentParser
     db: argparse.ArgumentParser
     policies: argparse.ArgumentParser
+    wide: argparse.ArgumentParser
 
 
 def shared_options() -> Shared:
@@ -599,7 +660,7 @@ def shared_options() -> Shared:
                 default=None,
                 metavar="REGEX",
                 help="NVTX range names that mark steps (default: profile-step's step=N ranges, "
-                "else the executions of the dominant XLA module)",
+                "else the executions of the step program: docs/capture.md)",
             ),
         ),
         findings=_parent(
@@ -614,6 +675,13 @@ def shared_options() -> Shared:
             ),
         ),
         db=_parent(_arg("--db", default="results.db", help="results database, for labels (default: results.db)")),
+        wide=_parent(
+            _arg(
+                "--wide",
+                action="store_true",
+                help="long names (kernels, advice) in full; default: lines of at most 160 columns, names shortened",
+            )
+        ),
         policies=_parent(
             _arg("--policy", action="append", metavar="NAME", help="an offload policy (repeatable)"),
             _arg("--policies", action="append", metavar="A,B,C", help="several policies at once"),
@@ -622,7 +690,15 @@ def shared_options() -> Shared:
                 default=None,
                 metavar="FLAG|TEMPLATE",
                 help="also pass the policy to the script: a FLAG gives FLAG NAME (--policy-arg=--policy); a "
-                "TEMPLATE with {policy} gives it filled in (MaxText: 'remat_policy={policy}'; '--remat={policy}')",
+                "TEMPLATE with {policy} gives it filled in, split into words as a shell would (MaxText: "
+                "'remat_policy={policy}'; '--remat={policy}'); attach a value that starts with '-' with '='",
+            ),
+            _arg(
+                "--policy-word",
+                default=None,
+                metavar="TEMPLATE",
+                help="pass the policy as one word, TEMPLATE with {policy} filled in and nothing else changed "
+                '(quotes kept: a JSON value, --policy-word=\'--config_overlay={"remat_policy":"{policy}"}\')',
             ),
         ),
     )
@@ -631,7 +707,7 @@ def shared_options() -> Shared:
 def add_analyze(sub: Any, shared: Shared) -> None:
     a = sub.add_parser(
         "analyze",
-        parents=[shared.json, shared.device, shared.nsys, shared.steps, shared.findings, shared.db],
+        parents=[shared.json, shared.device, shared.nsys, shared.steps, shared.findings, shared.db, shared.wide],
         help="copy overlap metrics of an nsys export or report",
     )
     a.add_argument(
@@ -697,7 +773,7 @@ def add_analyze(sub: Any, shared: Shared) -> None:
 def add_findings(sub: Any, shared: Shared) -> None:
     fnd = sub.add_parser(
         "findings",
-        parents=[shared.json, shared.findings, shared.steps, shared.nsys],
+        parents=[shared.json, shared.findings, shared.steps, shared.nsys, shared.wide],
         help="what is wrong with the copies, and what to try (the rules and thresholds: docs/findings.md)",
     )
     fnd.add_argument("paths", nargs="+", help="traces, run folders, folders of runs or exports, globs")
@@ -711,10 +787,10 @@ def add_whatif(sub: Any, shared: Shared) -> None:
         "whatif",
         parents=[shared.json, shared.device, shared.steps, shared.nsys],
         help="replay a trace with faster (or slower) host copies: predicted step time and stalls",
-        description="Replays the trace with every h2d/d2h copy's duration scaled (METRICS.md, What-if). "
+        description="Replays the trace with every h2d/d2h copy's duration scaled (docs/metrics.md, What-if). "
         "Default: --copy-scale 0, the most the copies can cost.",
     )
-    w.add_argument("trace", help="an nsys SQLite export (.sqlite) or report (.nsys-rep)")
+    w.add_argument("trace", help="an nsys SQLite export (.sqlite) or report (.nsys-rep), or a run folder")
     how = w.add_mutually_exclusive_group()
     how.add_argument("--copy-scale", type=float, default=None, metavar="F", help="multiply copy durations by F")
     how.add_argument(
@@ -740,7 +816,7 @@ def add_whatif(sub: Any, shared: Shared) -> None:
 def add_run(sub: Any, shared: Shared) -> None:
     r = sub.add_parser(
         "run",
-        parents=[shared.policies, shared.nsys],
+        parents=[shared.policies, shared.nsys, shared.wide],
         help="profile a training script under nsys, once per policy",
         description="Run SCRIPT under nsys profile once per policy, export SQLite, and show the "
         "copy-overlap summary. The whole run is recorded; the analysis reads the part between "
@@ -885,7 +961,12 @@ def add_pgle(sub: Any, shared: Shared) -> None:
     )
     pg.add_argument("source", metavar="RUN_OR_TRACE", help="nsys SQLite export, run folder or nsys-jax archive (.zip)")
     pg.add_argument("-o", "--out", required=True, metavar="FILE", help="the profile to write (e.g. step.pbtxt)")
-    pg.add_argument("--module", default=None, help="the step's hlo_module (default: the one that ran longest)")
+    pg.add_argument(
+        "--module",
+        default=None,
+        help="only programs of this hlo_module (default: the step program, by the rule every command uses: "
+        "docs/capture.md, 'The step is one compiled program')",
+    )
     pg.add_argument("--hlo", default=None, metavar="FILE", help="the step's optimized HLO, when the source has none")
     pg.set_defaults(func=cmd_pgle)
 
@@ -946,8 +1027,24 @@ COMMANDS = {
 SUBCOMMANDS = tuple(COMMANDS)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with one line of profile-step's instead of argparse's error where it has a better one
+    (its subcommands' parsers are of this class too)."""
+
+    argv: ClassVar[list[str]] = []  # the words being parsed (main sets them)
+
+    def error(self, message: str) -> NoReturn:
+        from profiler.capture.policy_arg import FLAGS, dangling
+
+        named = [f for f in FLAGS if f"argument {f}: expected one argument" in message]
+        said = dangling([w for w in self.argv if not w.startswith(tuple(FLAGS)) or w in named]) if named else None
+        if said:
+            self.exit(2, f"profile-step: error: {said}\n")
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="profile-step",
         description="Profile JAX host offloading under Nsight Systems and measure whether "
         "device<->host copies are hidden behind compute and NCCL.",
@@ -971,7 +1068,11 @@ def normalize_argv(argv: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = normalize_argv(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    Parser.argv = argv
     args = parser.parse_args(argv)
+    if getattr(args, "policy_word", None) and getattr(args, "policy_arg", None):
+        print("profile-step: error: --policy-arg and --policy-word: give one of them", file=sys.stderr)
+        return 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

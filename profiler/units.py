@@ -43,6 +43,41 @@ def time_unit(values_ns: Iterable[int | float | None]) -> tuple[str, int]:
     return _unit(values_ns, TIME_UNITS)
 
 
+# a value reads well in a unit where it is at least 1 and under 10,000 of it (61 ms, not 0.061 s), and
+# can still be read from 0.01 on (0.25 s); below that it shows as <0.01
+READABLE = (1, 10_000)
+LEGIBLE = 0.01
+
+
+def _readable(values: Iterable[int | float | None], units: tuple[tuple[str, int], ...]) -> tuple[str, int]:
+    """The unit in which most of the nonzero *values* read well (``READABLE``); of equals, the one in
+    which most can be read (from ``LEGIBLE``), then the one of the largest value (``_unit``)."""
+    nonzero = [abs(v) for v in values if v]
+    if not nonzero:
+        return units[0]
+    lo, hi = READABLE
+    of_largest = _unit(nonzero, units)
+
+    def score(u: tuple[str, int]) -> tuple[int, int, bool, int]:
+        well = sum(lo <= v / u[1] < hi for v in nonzero)
+        legible = sum(LEGIBLE <= v / u[1] < hi for v in nonzero)
+        return well, legible, u == of_largest, u[1]
+
+    return max(units, key=score)
+
+
+def readable_time_unit(values_ns: Iterable[int | float | None]) -> tuple[str, int]:
+    """The unit a column of times reads well in when they span orders of magnitude: the one in which
+    most of them show between 1 and 10,000 (a 61 ms and a 3.4 s exposed time: 61 and 3,378 ms, not
+    0.061 and 3.4 s beside ``<0.01``)."""
+    return _readable(values_ns, TIME_UNITS)
+
+
+def readable_byte_unit(values: Iterable[int | float | None]) -> tuple[str, int]:
+    """As ``readable_time_unit``, for sizes."""
+    return _readable(values, BYTE_UNITS)
+
+
 def scaled(value: int | float | None, div: int, decimals: int = 2) -> str:
     """*value* / *div* with *decimals* places; exactly 0 is ``0``, and a value that would show as 0
     but is not says so (``<0.01``)."""
@@ -149,3 +184,36 @@ class Units:
 
     def t(self, ns: int | None) -> str:
         return scaled(ns, self.time_div, 3)
+
+
+# --- lines for a terminal ------------------------------------------------------------------------
+COLUMNS = 160  # no line of prose the tool prints is wider (tables: with shortened names; --wide: whole)
+
+
+def wrap(text: str, indent: str = "", width: int = COLUMNS) -> str:
+    """*text* as lines of at most *width* columns, the first after *indent*, the others indented two
+    more (a path or a word longer than the line stays whole)."""
+    import textwrap
+
+    return textwrap.fill(
+        text, width, initial_indent=indent, subsequent_indent=indent + "  ", break_long_words=False,
+        break_on_hyphens=False,
+    )  # fmt: skip
+
+
+def fit(text: str, wide: bool = False, width: int = COLUMNS) -> str:
+    """*text* with each line of prose longer than *width* wrapped (at its own indent, two more for the
+    lines that follow); a table's row (cells apart by two spaces, at least twice) is left whole: its
+    long names are shortened where it is made.  Unchanged with *wide*."""
+    import re
+
+    if wide:
+        return text
+    out = []
+    for line in text.split("\n"):
+        if len(line) <= width or len(re.findall(r"\S {2,}(?=\S)", line)) >= 2:
+            out.append(line)
+            continue
+        indent = line[: len(line) - len(line.lstrip())]
+        out.append(wrap(line.strip(), indent=indent, width=width))
+    return "\n".join(out)

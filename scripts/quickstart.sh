@@ -57,7 +57,7 @@ else
   echo "GPU 0's copies run on their own streams beside its kernels (per stream at the end of its part);"
   echo "GPU 1 only copies, with no kernel to hide them:"
   echo
-  profile-step analyze --no-findings "$public"
+  profile-step analyze "$public"
   echo
   echo "Then the per-layer view of a SYNTHETIC demonstration run (offload_all on two modelled H100s:"
   echo "a model of a step, not a measurement; see sample_traces/README.md):"

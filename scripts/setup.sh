@@ -81,4 +81,5 @@ cat "$lane_log" >&2
 # now that .venv exists: the offload_overlap recipe into each nsys (a finished install is kept)
 nsys_old=$(bash scripts/install-nsys.sh --version 2023.4 | tail -n1)
 nsys=$(bash scripts/install-nsys.sh --version 2024.2 | tail -n1)
-echo "setup: nsys 2024.2.3 (the default) at $nsys; 2023.4.4 at $nsys_old" >&2
+echo "setup: nsys 2024.2.3 (the default) at $nsys" >&2
+echo "setup: nsys 2023.4.4 at $nsys_old" >&2

@@ -62,7 +62,9 @@ def test_example_every_policy_records_its_compiled_step(nsys, tmp_path):
         step = next(m for m in compiled["modules"] if m["label"] == compiled["step_module"])
         assert step["plan"] is not None and step["plan"]["movements"] == []
         assert step["platform"] == "cpu" and step["plan"]["host_placements"]["layouts"] == 0
-        assert step["plan_note"].startswith("no host placement (S(5)) in the step")  # XLA:CPU drops offloading
+        assert step["plan_note"].startswith(
+            "no host placement (memory space 5, S(5) in HLO text) in the step"
+        )  # XLA:CPU drops offloading
         dump = {p.name for p in (folder / "xla_dump").iterdir()}
         assert dump and all("after_optimizations" in n for n in dump), dump
         mem = man["device_memory"]
@@ -74,7 +76,10 @@ def test_example_every_policy_records_its_compiled_step(nsys, tmp_path):
     table = run_cli("analyze", *map(str, folders))
     assert table.returncode == 0, table.stderr
     assert "no measured peak: jax.Device.memory_stats() returned nothing on the cpu backend" in table.stdout
-    assert "no host placement (S(5)) in the step" in table.stdout and "no offload in this program" not in table.stdout
+    assert (
+        "no host placement (memory space 5, S(5) in HLO text) in the step" in table.stdout
+        and "no offload in this program" not in table.stdout
+    )
     doc = json.loads(run_cli("analyze", "--json", str(runs)).stdout)
     rows = {r["policy"]: r for r in doc["policies"]["rows"]}
     assert rows["remat"]["recompute_overhead"] == pytest.approx(flops["remat"] / flops["none"] - 1)

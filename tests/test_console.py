@@ -33,3 +33,63 @@ def test_the_scripts_own_blank_and_indented_lines_stay():
     f = ConsoleFilter()
     lines = ["table:\n", "\n", "    a  1\n", "Generating '/tmp/x.qdstrm'\n", "\n", "after\n", "\n", "  b\n"]
     assert [ln for ln in lines if f.keep(ln)] == ["table:\n", "\n", "    a  1\n", "after\n", "\n", "  b\n"]
+
+
+# nsys's importer crash as a public nsys 2024 user posted it (shortened to its shape: the status, the
+# exception's facts, a braced block), then the raw capture it kept
+CRASH = """step 2: loss 5.0139 (10.4 ms)
+Generating '/tmp/nsys-report-7835.qdstrm'
+[1/1] [7%                          ] trace.nsys-rep
+Importer error status: Importation failed.
+Import Failed with unexpected exception: /dvs/p4/build/QuadD/Host/QdstrmImporter/main.cpp(34): Throw in function
+Dynamic exception type: boost::wrapexcept<QuadDCommon::RuntimeException>
+std::exception::what: RuntimeException
+[QuadDCommon::tag_message*] = Status: AnalysisFailed
+Error {
+  Type: RuntimeError
+  SubError {
+    Items {
+      Type: ErrorText
+      Value: "Wrong event order"
+    }
+  }
+}
+Generated:
+    /work/runs/20261202T223337-offload_all-766db3.partial/trace.qdstrm
+"""
+
+
+def test_the_importers_crash_stays_in_the_log():
+    f = ConsoleFilter()
+    kept = [line for line in CRASH.splitlines(keepends=True) if f.keep(line)]
+    assert kept == ["step 2: loss 5.0139 (10.4 ms)\n"]
+    assert f.keep("after\n") and f.keep("}\n")  # the block has ended: the script's own braces are its own
+
+
+def test_the_importers_failure_in_a_few_words(tmp_path):
+    from profiler.capture import no_trace
+
+    (tmp_path / "output.log").write_text(CRASH)
+    assert no_trace.nsys_failure(tmp_path) == "nsys's importer failed (Importation failed: Wrong event order)"
+    assert no_trace.describe(tmp_path, "no-trace", 0) == (
+        "nsys's importer failed and wrote no report (Importation failed: Wrong event order)"
+    )
+
+
+def test_nsys_failing_before_the_script_started(tmp_path):
+    """Seen in a quickstart under load (nsys 2024.2.3): nsys printed 'End of file' and exited 1 before the
+    script ran; after a lost agent it adds a pointer to its troubleshooting page. Both are nsys's lines."""
+    from profiler.capture import no_trace
+
+    (tmp_path / "output.log").write_text("End of file\n")
+    assert no_trace.nsys_failure(tmp_path, 1) == "nsys failed before the script started (exit code 1: End of file)"
+    assert no_trace.nsys_failure(tmp_path, 0) is None  # exit 0 without a report is not this
+    (tmp_path / "startup.json").write_text("{}")  # the script's Python started: its failure, not nsys's
+    assert no_trace.nsys_failure(tmp_path, 1) is None
+    f = ConsoleFilter()
+    lost = [
+        "Connection to Agent lost. This is most likely a bug. Internal reason: 'End of file'.\n",
+        "Please refer to the troubleshooting section of the docs:\n",
+        "https://docs.nvidia.com/nsight-systems/UserGuide/index.html#troubleshooting\n",
+    ]
+    assert [ln for ln in lost if f.keep(ln)] == []

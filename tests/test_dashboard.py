@@ -176,11 +176,43 @@ def wait_graph(page, graph_id: str, condition: str = "gd.data.length > 0") -> No
     )
 
 
+# The runs table: its column names stay on top when its box scrolls, and its ticked rows are in view
+RUNS_TABLE_JS = """
+() => {
+  const box = document.querySelector('#runs .dash-spreadsheet-container');
+  const head = document.querySelector('#runs tr th.dash-header');
+  if (!box || !head) return ['no runs table'];
+  const out = [];
+  const inView = e => { const r = e.getBoundingClientRect(), b = box.getBoundingClientRect();
+                        return r.top >= b.top - 1 && r.bottom <= b.bottom + 1; };
+  const ticked = [...box.querySelectorAll('tr')].filter(tr => tr.querySelector('input:checked'));
+  if (ticked.length && !ticked.some(inView)) out.push('no ticked row in view');
+  const at = box.scrollTop;
+  box.scrollTop = box.scrollHeight;
+  const gap = head.getBoundingClientRect().top - box.getBoundingClientRect().top;
+  if (Math.abs(gap) > 1) out.push(`scrolled, the header is ${gap}px from the top of its box`);
+  box.scrollTop = at;
+  return out;
+}
+"""
+
+
+def console_problems(page) -> list[str]:
+    """The page's own console errors and warnings (plotly.js logs its warnings as console.trace
+    "WARN: ..."), and uncaught errors."""
+    out = [f"{m.type}: {m.text}" for m in page.console_messages() if m.type in ("error", "warning")]
+    out += [f"{m.type}: {m.text}" for m in page.console_messages() if m.text.startswith(("WARN", "ERROR"))]
+    return out + [f"page error: {e}" for e in page.page_errors()]
+
+
 def check_page(page, name: str) -> None:
-    """No overlapping labels, no silent empty chart; and a screenshot for review."""
+    """No overlapping labels, no silent empty chart, no console error or warning, the runs table's header
+    in place and a ticked row in view; and a screenshot for review."""
     page.wait_for_timeout(300)  # let plotly finish laying out its text
     assert page.evaluate(OVERLAPS_JS) == [], name
     assert page.evaluate(EMPTY_JS) == [], name
+    assert console_problems(page) == [], name
+    assert page.evaluate(RUNS_TABLE_JS) == [], name
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"dashboard-{name}.png"), full_page=True)
 
@@ -188,6 +220,15 @@ def check_page(page, name: str) -> None:
 def pick(page, dropdown: str, text: str) -> None:
     page.click(f"#{dropdown}")
     page.get_by_text(text, exact=True).last.click()
+
+
+def bar_units(page) -> tuple[float, float]:
+    """The divisors of the Policies bars' time and size units (``data-value`` is in them)."""
+    units = page.evaluate(
+        "(() => { const g = document.querySelector('#policy-bars .bars'); "
+        "return [g.dataset.timeUnit, g.dataset.sizeUnit]; })()"
+    )
+    return DIVISORS[units[0]], DIVISORS[units[1]]
 
 
 def unit_of(title: str) -> float:
@@ -218,8 +259,8 @@ def test_dashboard_end_to_end(browser, server, runs):
 
     # policies: every row's exposed and hidden D2H time and bytes equal analyze --json (per GPU)
     page.wait_for_function("document.querySelectorAll('#policy-bars .row-label').length == 5", timeout=60_000)
-    heads = page.evaluate("[...document.querySelectorAll('#policy-bars .head strong')].map(e => e.textContent)")
-    t_div, b_div = unit_of(heads[1]), unit_of(heads[4])
+    # the bars' unit (each value beside its bar carries its own)
+    t_div, b_div = bar_units(page)
     values = page.evaluate(
         "[...document.querySelectorAll('#policy-bars .bar')]"
         ".map(b => [b.dataset.row, b.dataset.series, +b.dataset.value])"

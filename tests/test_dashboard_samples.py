@@ -4,6 +4,7 @@ a newcomer met on real traces (unknown GPU link, a stream of both directions, Wh
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
@@ -13,10 +14,19 @@ import pytest
 from dashboards.figures import timeline_figure
 from dashboards.findings_view import _finding, focus
 from dashboards.rows import View
-from tests.conftest import ROOT
+from profiler.report.verdict_text import verdict_lines
+from tests.conftest import ROOT, run_cli
 from tests.test_dashboard import browser, check_page, dashboard, figure, pick, wait_graph, wait_rows  # noqa: F401
 
 SAMPLES = ROOT / "sample_traces"
+# the shown tab's text, with its figures' notes (plotly draws them as SVG)
+TAB_TEXT_JS = """
+(graphId) => {
+  const tab = document.getElementById(graphId).closest('.tab-content');
+  const notes = [...tab.querySelectorAll('.js-plotly-plot')].map(gd => (gd.layout.meta || {}).note || '');
+  return tab.innerText + ' ' + notes.join(' ');
+}
+"""
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +64,33 @@ def test_first_view_is_a_real_public_trace(browser, samples):  # noqa: F811
         prov = page.inner_text("#provenance")
         assert "Relaxed-System-Lab/FlexGen" in prov and "Apache-2.0" in prov and "real trace" in prov
         assert "SYNTHETIC" not in page.inner_text("#policy-bars")
+        # the verdict on top: analyze --json's verdict of the same trace, in the same words
+        doc = json.loads(
+            run_cli("analyze", "--json", str(samples / "public" / "flexgen__nsight_report7.sqlite")).stdout
+        )
+        panel = page.inner_text("#verdict")
+        lines = verdict_lines(doc["verdict"])
+        assert lines and all(" ".join(text.split()) in " ".join(panel.split()) for _, text in lines), panel
         check_page(page, "samples-1-first-view")
+
+        # a tab the first view's trace cannot fill names the runs that would (or says none here does)
+        for tab, graph_id in (
+            ("Per layer", "layer-graph"),
+            ("Policy trade", "trade-frontier"),
+            ("Ranks", "rank-heatmap"),
+        ):
+            page.get_by_text(tab, exact=True).click()
+            wait_graph(
+                page, graph_id, "gd.layout.meta && gd.layout.meta.note && !gd.layout.meta.note.includes('Loading')"
+            )
+            page.wait_for_timeout(500)  # the notes under the figure come with it, in the same callback
+            said = page.evaluate(TAB_TEXT_JS, graph_id)
+            assert "tick its rows" in said or "tick their rows" in said or "No run shown here has" in said, (tab, said)
+            if tab == "Per layer":
+                assert "offload_all · synthetic has layers with copies" in said
+            if tab == "Policy trade":
+                assert "No per-policy numbers for these runs" in said  # not a table of "-"
+            check_page(page, f"samples-1-{graph_id}")
 
         # per stream: GPU 0's copy streams against the RTX 4090's PCIe Gen4 link, said why
         page.get_by_text("Copy streams", exact=True).click()
@@ -125,7 +161,7 @@ def test_show_in_timeline_marks_what_the_finding_names():
     }
     assert focus(op) == ""
     button = _finding(op, "r1", [View("r1", "0")], 0).children[3].children[0]
-    assert "nothing in it is marked" in button.children
+    assert button.children == "Show GPU 0 in the Timeline tab"  # nothing of it to mark there: no promise
     assert (
         "marked ▼"
         in _finding({**nccl, "severity": "warning", "verdict": "v", "try": "t"}, "r1", [View("r1", "0")], 1)

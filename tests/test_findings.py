@@ -28,6 +28,17 @@ def launched(b: ExportBuilder, t: int, op: str, *args, **kw) -> int:
     return corr
 
 
+def waited_copy(b: ExportBuilder, copy: tuple[int, int], kernel: tuple[int, int], launch: int, **copy_kw) -> None:
+    """A copy launched at 0 running over *copy*, recorded on its stream; the compute stream waits
+    for it, and a kernel launched at *launch* runs over *kernel* (its slack after the copy: 0 when it
+    starts as the copy ends)."""
+    cls, nbytes = copy_kw.pop("cls", "h2d"), copy_kw.pop("nbytes", MIB)
+    launched(b, 0, "copy", *copy, cls, nbytes, stream=20, **copy_kw)
+    b.event_record(50, 1, stream=20, tid=TID)
+    b.stream_wait(60, 1, stream=7, tid=TID)
+    launched(b, launch, "kernel", *kernel, "consumer")
+
+
 def write_run(tmp_path: Path, b: ExportBuilder, manifest: dict | None = None, name: str = "run") -> Path:
     folder = tmp_path / name
     folder.mkdir()
@@ -277,30 +288,62 @@ def test_nccl_rule_skips_without_nccl(tmp_path):
 # --- offload-missing --------------------------------------------------------------------------
 
 
-def _offload_run(tmp_path: Path, per_step: int, policy: str = "offload_qkv", backend: str = "gpu") -> Path:
+def _offload_run(
+    tmp_path: Path, per_step: int, evidence: str = "compiled", backend: str = "gpu", policy: str = "offload_qkv"
+) -> Path:
+    """Two steps each moving *per_step* bytes to the host; what says the step offloads: *evidence*
+    ``compiled`` (its program places 2 values in host memory), ``not-compiled`` (its program places
+    none), ``declared`` (MaxText's remat_policy=qkv_proj_offloaded on the command line), ``nothing``."""
     b = ExportBuilder()
     steps(b, [(0, 10_000), (20_000, 30_000)])
     for t in (0, 20_000):
         launched(b, t + 10, "copy", t + 100, t + 200, "d2h", per_step)
         launched(b, t + 20, "kernel", t + 100, t + 900, "k")
-    manifest = {"policy": policy, "runtime": {"backend": backend}, "versions": {"jax": "0.10.2", "jaxlib": "0.10.2"}}
-    return write_run(tmp_path, b, manifest, name=f"{policy}-{per_step}-{backend}")
+    manifest = {
+        "policy": policy,
+        "devices": [{"id": 0, "kind": "NVIDIA H100 80GB HBM3" if backend == "gpu" else "cpu", "platform": backend}],
+        "versions": {"jax": "0.10.2", "jaxlib": "0.10.2"},
+        "program": ["python", "train.py"] + (["remat_policy=qkv_proj_offloaded"] if evidence == "declared" else []),
+    }
+    path = write_run(tmp_path, b, manifest, name=f"{policy}-{per_step}-{backend}-{evidence}")
+    if evidence in ("compiled", "not-compiled"):
+        placed = 2 if evidence == "compiled" else 0
+        plan = {"host_placements": {"entry_parameters": placed, "entry_outputs": 0, "instructions": 0}, "movements": []}
+        module = {"name": "jit_step", "id": 3, "label": "module_0003.jit_step", "plan": plan, "notes": []}
+        compiled = {"modules": [module], "step_program": {"name": "jit_step", "program_id": 3}, "chosen_by": "x"}
+        (path.parent / "compiled.json").write_text(json.dumps(compiled))
+    return path
 
 
 def test_offload_missing(tmp_path):
     (f,) = fired(findings_of(_offload_run(tmp_path, MIB // 2)), "offload-missing")
     assert f["severity"] == "problem" and f["where"] == {"policy": "offload_qkv"}
     assert f["evidence"]["offload_bytes_per_step"] == MIB // 2 and "0.5 MiB per step" in f["verdict"]
+    assert "(its compiled step program jit_step (program 3) places 2 values in host memory (S(5)))" in f["verdict"]
     assert not fired(findings_of(_offload_run(tmp_path, MIB)), "offload-missing")  # at the threshold
-    assert not fired(findings_of(_offload_run(tmp_path, 0, policy="remat")), "offload-missing")
-    (cpu,) = fired(findings_of(_offload_run(tmp_path, 0, backend="cpu")), "offload-missing")
-    assert cpu["severity"] == "info" and "XLA:CPU" in cpu["verdict"]
 
 
-def test_offload_missing_needs_a_policy(tmp_path):
+def test_offload_missing_reads_the_program_not_the_policy_name(tmp_path):
+    # a name that says offload, a program that places nothing in host memory, nothing declared: no finding
+    run = _offload_run(tmp_path, 0, "not-compiled", policy="minimal_offloaded")
+    assert not fired(findings_of(run), "offload-missing")
+    # a name that says nothing, MaxText's config that offloads: the finding
+    (f,) = fired(findings_of(_offload_run(tmp_path, 0, "declared", policy="remat")), "offload-missing")
+    assert f["severity"] == "problem"
+    assert "policy remat should offload (MaxText's remat_policy=qkv_proj_offloaded offloads query_proj" in f["verdict"]
+
+
+def test_offload_missing_on_a_cpu_run_says_its_recorded_backend(tmp_path):
+    (cpu,) = fired(findings_of(_offload_run(tmp_path, 0, "declared", backend="cpu")), "offload-missing")
+    assert cpu["severity"] == "info" and "(backend: cpu)" in cpu["verdict"] and "XLA:CPU" in cpu["verdict"]
+
+
+def test_offload_missing_needs_a_compiled_step_or_declared_names(tmp_path):
+    why = skipped(findings_of(_offload_run(tmp_path, 0, "nothing")), "offload-missing")
+    assert why.startswith("whether the step offloads is unknown: no compiled step program")
     b = ExportBuilder()
     b.copy(0, 10, "d2h", 10)
-    assert "policy is unknown" in skipped(findings_of(write_run(tmp_path, b)), "offload-missing")
+    assert "whether the step offloads is unknown" in skipped(findings_of(write_run(tmp_path, b)), "offload-missing")
 
 
 # --- lhs-off ------------------------------------------------------------------------------------
@@ -318,7 +361,7 @@ def test_lhs_off(tmp_path):
     off = "--xla_gpu_enable_latency_hiding_scheduler=false --xla_gpu_enable_command_buffer="
     (f,) = fired(findings_of(_exposed_run(tmp_path, 1_000_001, off, "a")), "lhs-off")
     assert f["severity"] == "warning" and "is off" in f["verdict"]  # 10% of the window: at most a warning
-    assert f["cost_ns"] == 1_000_001 and f["cost_basis_ns"] == 10_000_000
+    assert f["attributed_ns"] == 1_000_001 and f["attributed_basis_ns"] == 10_000_000
     assert not fired(findings_of(_exposed_run(tmp_path, 1_000_000, off, "b")), "lhs-off")  # 10% is not above
     (unset,) = fired(findings_of(_exposed_run(tmp_path, 5_000_000, "", "c")), "lhs-off")
     assert unset["severity"] == "info" and "not set" in unset["verdict"]
@@ -352,7 +395,7 @@ def _boundary_run(tmp_path: Path, at_edges: bool, flags: str | None = None) -> P
 
 def test_exposed_at_step_boundaries(tmp_path):
     (f,) = fired(findings_of(_boundary_run(tmp_path, True)), "exposed-at-boundaries")
-    assert f["evidence"] == {"at_boundaries_ns": 10_000, "cost_ns": 10_000, "share": 1.0}
+    assert f["evidence"] == {"at_boundaries_ns": 10_000, "exposed_or_stalled_ns": 10_000, "share": 1.0}
     assert "--xla_gpu_enable_pipelined_host_offloading=true" in f["try"] and "no manifest" in f["try"]
     assert not fired(findings_of(_boundary_run(tmp_path, False)), "exposed-at-boundaries")
     on = fired(
@@ -377,7 +420,10 @@ def test_exposed_at_the_ends_of_the_layer_loop(tmp_path):
         launched(b, t + 20, "kernel", t + 1000, t + 1000 + hidden, "k")
     doc = findings_of(write_run(tmp_path, b))
     (f,) = fired(doc, "exposed-at-boundaries")
-    assert f["where"] == {"layers": ["0", "3"]} and f["evidence"] == {"at_ends_ns": 20_000, "cost_ns": 20_000}
+    assert f["where"] == {"layers": ["0", "3"]} and f["evidence"] == {
+        "at_ends_ns": 20_000,
+        "exposed_or_stalled_ns": 20_000,
+    }
 
 
 # --- stall-hotspot --------------------------------------------------------------------------
@@ -479,12 +525,14 @@ def test_analyze_prints_findings_and_json_has_them(tmp_path):
     path = write_run(tmp_path, b)
     text = run_cli("analyze", str(path))
     assert text.returncode == 0, text.stderr
-    assert "Findings: 2 problems; by cost, highest first" in text.stdout
-    assert "PROBLEM  pageable-copies (costs 100 µs, 100% of GPU 0's window (100 µs))" in text.stdout
+    assert "Findings: 2 problems; by saving in the replay, highest first" in text.stdout
+    # pinned, at the assumed PCIe Gen4 x16 (31.5 GB/s), 1 MiB takes 33288 ns: 66712 ns given back
+    assert "PROBLEM  pageable-copies (saves 66.7 µs, 67% of GPU 0's window (100 µs); attributed 100 µs)" in text.stdout
     doc = json.loads(run_cli("analyze", "--json", str(path)).stdout)
-    # the same 100 us from two sides: the symptom first, then its cause
+    # the same 100 us from two sides: removed, the copy gives it all back; pinned, two thirds of it
     assert [f["id"] for f in doc["findings"]["findings"]] == ["exposed-copies", "pageable-copies"]
-    assert [f["cost_ns"] for f in doc["findings"]["findings"]] == [100_000, 100_000]
+    assert [f["attributed_ns"] for f in doc["findings"]["findings"]] == [100_000, 100_000]
+    assert [f["saving_ns"] for f in doc["findings"]["findings"]] == [100_000, 100_000 - 33_288]
     assert "findings" not in json.loads(run_cli("analyze", "--json", "--no-findings", str(path)).stdout)
 
 
@@ -493,11 +541,11 @@ def test_analyze_prints_findings_and_json_has_them(tmp_path):
 
 def test_compare_reports_and_gates_new_findings(tmp_path):
     base = ExportBuilder()
-    base.copy(0, 100_000, "h2d", MIB)
-    base.kernel(50_000, 100_000, "k")
-    head = ExportBuilder()  # the same exposed 50 us, now of a pageable copy: 50% of the window
-    head.copy(0, 100_000, "h2d", MIB, host=PAGEABLE)
-    head.kernel(50_000, 100_000, "k")
+    base.copy(0, 1_000_000, "h2d", MIB)
+    base.kernel(500_000, 600_000, "k")
+    head = ExportBuilder()  # the same copy, now pageable: pinned (33288 ns at PCIe Gen4), the window
+    head.copy(0, 1_000_000, "h2d", MIB, host=PAGEABLE)  # ends with the kernel: 400 us (40%) given back
+    head.kernel(500_000, 600_000, "k")
     bp, hp = write_run(tmp_path, base, name="base"), write_run(tmp_path, head, name="head")
     md = run_cli("compare", "--format", "markdown", str(bp), str(hp))
     assert md.returncode == 0, md.stdout + md.stderr  # reported, not gated by default

@@ -94,7 +94,10 @@ def test_cpu_host_placements_from_the_entry_layout(dumps):
     assert hp["layouts"] == text.count("S(5)") == 4  # every S(5) of the text, none missed
     assert {b["instruction"] for b in doc["plan"]["host_buffers"]} == {"ws.1", "mom.1"}
     note = doc["plan_note"]
-    assert "4 host placements (S(5))" in note and "XLA:CPU keeps host memory in the device's" in note
+    assert (
+        "4 host placements (memory space 5, S(5) in HLO text)" in note
+        and "XLA:CPU keeps host memory in the device's" in note
+    )
     assert "no offload in this program" not in note
     # what the note claims about memory_analysis: host 0 B, the host-placed arguments counted as device ones
     mem = doc["memory"]
@@ -107,7 +110,7 @@ def test_cpu_activation_offload_leaves_nothing_in_the_hlo(dumps):
     step = module(dumps["activations"], "jit_loss")
     assert "S(5)" not in step.files["after"].read_text()
     note = describe(step)["plan_note"]
-    assert note.startswith("no host placement (S(5)) in the step") and "cannot show" in note
+    assert note.startswith("no host placement (memory space 5, S(5) in HLO text) in the step") and "cannot show" in note
 
 
 def test_gpu_plan_keeps_its_movements_and_counts_host_values():
@@ -121,7 +124,10 @@ def test_gpu_plan_keeps_its_movements_and_counts_host_values():
     empty = offload_plan(
         parse_text("HloModule m\n\nENTRY %e (p: f32[4]) -> f32[4] {\n  ROOT %p = f32[4]{0} parameter(0)\n}\n")
     )
-    assert plan_note(empty, "gpu") == "the compiler placed nothing in host memory (S(5)): no offload in this program"
+    assert (
+        plan_note(empty, "gpu")
+        == "the compiler placed nothing in host memory (memory space 5): no offload in this program"
+    )
 
 
 def test_fingerprint_same_program_same_value(dumps):
@@ -169,7 +175,7 @@ def test_run_line_and_table_say_which_policies_compiled_the_same_step(nsys, tmp_
     # '=' marks the same step; '~' may follow when the two medians also differ by less than their spread
     assert re.search(r"^none =~?\s", table, re.M) and re.search(r"^offload =~?\s", table, re.M)
     assert "=: none, offload compiled to the same step" in table
-    assert "in dev" in table and "no offload in this program" not in table
+    assert "(CPU: in device memory)" in table and "no offload in this program" not in table
     assert "ran on a CPU, which does not stand for a GPU" in table
 
 

@@ -75,7 +75,7 @@ def test_layers_forward_and_backward(export):
 def test_train_steps_from_module_executions(archive, export):
     trace = open_trace(export)
     steps = Breakdown(trace).by_step()
-    assert steps["source"] == f"XLA module {STEP_MODULE}, program_id 40 (its executions)"
+    assert steps["source"] == f"the executions of {STEP_MODULE} (program 40)"
     names = [s["name"] for s in steps["steps"]]
     assert names == [f"{STEP_MODULE}#{i}" for i in range(5)]
     excluded = {e["name"]: e["reason"] for e in steps["excluded"]}
@@ -101,7 +101,28 @@ def test_train_steps_from_module_executions(archive, export):
 def test_step_table_says_where_steps_came_from(export):
     proc = run_cli("analyze", "--by", "step", str(export))
     assert proc.returncode == 0, proc.stderr
-    assert f"steps from XLA module {STEP_MODULE}, program_id 40 (its executions)" in proc.stdout
+    assert f"steps from the executions of {STEP_MODULE} (program 40)" in proc.stdout
     assert "warm-up: first execution after its compilation" in proc.stdout
     doc = analyze(open_trace(export), by="layer")
     assert [g["name"] for g in doc["layers"]] == LAYERS
+
+
+def test_pgle_on_the_export_measures_the_step_program_as_the_archive_does(archive, export):
+    """pgle on the archive rebuilt as an export: the same program (pjit__wrapped_step_fn, program 40),
+    not jit__psum (program 1: 4 blocking executions holding 2.6 to 2.9 s of host time around 16 to 19 ms
+    of GPU work), and the same instructions as nsys's own projection of the archive measures."""
+    from profiler.analysis import instruction_times as it
+    from profiler.runs.measured import load
+
+    _, proj = read_archive(archive)
+    spans, execs, step = it.projection_spans(proj)
+    e = load(export)
+    assert (step.name, step.program_id) == (e.module_name, 40) == (STEP_MODULE, 40)
+    assert execs.height == e.steps.height == 5
+    archive_ops = set(it.instruction_times(spans)["hlo_op"])
+    assert len(archive_ops) > 2_500 and set(e.times["hlo_op"]) == archive_ops
+    assert e.chosen_by.startswith(f"{STEP_MODULE} (program 40): ran 5 times, the most GPU time")
+    proc = run_cli("pgle", str(export), "-o", str(export.parent / "step.pbtxt"))
+    assert proc.returncode == 0, proc.stderr
+    assert f"{len(archive_ops)} instruction costs of {STEP_MODULE}" in proc.stdout
+    assert f"step: {STEP_MODULE} (program 40): ran 5 times" in proc.stdout

@@ -1,10 +1,13 @@
-"""A policy that ends without a trace: one retry when nsys loses its agent, exit code 4 after every
-policy has run, and analyze (text and --json), findings and the dashboard list the run once, with its
-reason, and go on with the others.
+"""A policy that ends without a trace: one retry when nsys loses its agent or its importer crashes,
+exit code 4 after every policy has run, nsys's own output in the run's log and never on the terminal
+(one line of profile-step says what failed, that it was retried, where the raw capture and the log
+are), and analyze (text and --json), findings and the dashboard list the run once, with its reason,
+and go on with the others.
 
-nsys loses its agent only under load, never on demand, so ``tests/scripts/nsys_loses_agent.sh``
-stands in for it in that one failure (it prints nsys's own message, writes nothing and exits 0);
-every other call goes to the real nsys.
+nsys loses its agent, or its importer crashes, only under load, never on demand, so
+``tests/scripts/nsys_loses_agent.sh`` and ``nsys_import_fails.sh`` stand in for it in those two
+failures (they print nsys's own messages, write no report and exit 0); every other call goes to the
+real nsys.
 """
 
 from __future__ import annotations
@@ -21,7 +24,35 @@ from tests.conftest import ROOT, run_cli
 
 STEPS = ROOT / "tests" / "scripts" / "steps.py"
 FAKE = ROOT / "tests" / "scripts" / "nsys_loses_agent.sh"
+IMPORT_FAILS = ROOT / "tests" / "scripts" / "nsys_import_fails.sh"
 LOST = "Connection to Agent lost. This is most likely a bug. Internal reason: 'End of file'."
+WIDE = 160  # no line of profile-step's own terminal output is wider
+
+
+def nsys_lines(run: Path) -> set[str]:
+    """The lines of the run's logs that nsys wrote: every non-blank line but steps.py's own."""
+    out = set()
+    for log in run.glob("output*.log"):
+        for line in log.read_text().splitlines():
+            line = line.split("\r")[-1].rstrip()
+            if line.strip() and not line.startswith(("step ", "READY")):
+                out.add(line)
+    return out
+
+
+def terminal_problems(proc, runs: Path) -> list[str]:
+    """Lines of nsys's own on the terminal, and lines over ``WIDE`` columns."""
+    said = (proc.stdout + proc.stderr).splitlines()
+    theirs = set().union(*(nsys_lines(d) for d in runs.iterdir()))
+    assert theirs, "the logs hold nsys's output"
+    return [f"nsys's: {ln}" for ln in said if ln.rstrip() in theirs] + [
+        f"{len(ln)} columns: {ln}" for ln in said if len(ln) > WIDE
+    ]
+
+
+def unwrapped(text: str) -> str:
+    """Terminal output with its wrapped lines joined (a wrapped line goes on indented)."""
+    return " ".join(ln.strip() for ln in text.splitlines())
 
 
 def manifests(runs: Path) -> dict[str, tuple[Path, dict]]:
@@ -52,11 +83,12 @@ def test_lost_agent_is_retried_once_and_the_retry_kept(nsys, tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert count.read_text().strip() == "1"
-    said = [ln for ln in proc.stderr.splitlines() if "retrying once" in ln]
-    assert said == [f"profile-step: policy p: nsys lost its agent ({LOST}); retrying once"]
+    assert proc.stderr.count("retrying once") == 1
+    said = f"profile-step: policy p: nsys lost its agent ({LOST}); retrying once (nsys's output: output.attempt1.log)"
+    assert said in unwrapped(proc.stderr)
     run, man = manifests(tmp_path / "runs")["p"]
     assert man["status"] == "ok" and (run / "trace.sqlite").is_file()
-    assert man["retried"] == {"reason": LOST, "first_log": no_trace.FIRST_ATTEMPT_LOG}
+    assert man["retried"] == {"reason": f"nsys lost its agent ({LOST})", "first_log": no_trace.FIRST_ATTEMPT_LOG}
     assert LOST in (run / no_trace.FIRST_ATTEMPT_LOG).read_text()
     assert LOST not in (run / "output.log").read_text()
     assert no_trace.NO_TRACE_KEY not in man
@@ -75,8 +107,50 @@ def test_exit_code_says_a_policy_ended_without_a_trace(lost_b):
     assert man_b["status"] == "no-trace" and man_b["exit_code"] == 0
     assert man_b[no_trace.NO_TRACE_KEY] == f"nsys lost its agent and wrote no report, on the retry too ({LOST})"
     assert f"== policy b: no-trace (exit 0) -> {run_b}" in proc.stdout
-    assert f"no trace was written: {man_b[no_trace.NO_TRACE_KEY]}" in proc.stdout
+    assert f"no trace: {man_b[no_trace.NO_TRACE_KEY]} nsys's output: {run_b / 'output.log'}" in unwrapped(proc.stdout)
     assert (found["a"][0] / "trace.sqlite").is_file()
+    # policy a ran under the real nsys: its progress bars and report paths stay in its log
+    assert terminal_problems(proc, runs) == []
+
+
+@pytest.fixture(scope="module")
+def import_fails(nsys, tmp_path_factory) -> tuple[Path, object]:
+    """Policy b; nsys's importer crashes on every capture of it (the retry too)."""
+    runs = tmp_path_factory.mktemp("import") / "runs"
+    proc = run_cli(
+        "--policy", "b", "--runs-dir", str(runs), "--nsys", str(IMPORT_FAILS), str(STEPS),
+        env={"REAL_NSYS": str(nsys), "IMPORT_FAILS_POLICY": "b"},
+    )  # fmt: skip
+    return runs, proc
+
+
+@pytest.mark.nsys
+def test_importer_crash_is_one_line_retried_with_the_raw_capture_kept(import_fails):
+    runs, proc = import_fails
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    (run,) = runs.iterdir()
+    man = json.loads((run / "manifest.json").read_text())
+    # the importer's status and ErrorText up to its first "\n" and colon, cut to 64 characters: the first 61
+    # ("Importation failed: " is 20, "Wrong event order has been detected when " 41) and "..."
+    what = "Importation failed: Wrong event order has been detected when ..."
+    assert man["retried"]["reason"] == f"nsys's importer failed ({what})"
+    assert man[no_trace.NO_TRACE_KEY] == f"nsys's importer failed and wrote no report, on the retry too ({what})"
+    assert proc.stderr.count("retrying once") == 1
+    said = (
+        f"profile-step: policy b: nsys's importer failed ({what}); retrying once (nsys's output: output.attempt1.log)"
+    )
+    assert said in unwrapped(proc.stderr)
+    lines = proc.stdout.splitlines()
+    assert f"no trace: {man[no_trace.NO_TRACE_KEY]}" in unwrapped(proc.stdout)
+    assert f"nsys's output: {run / 'output.log'}; its raw capture: {run / 'trace.qdstrm'}" in unwrapped(proc.stdout)
+    assert (run / "trace.qdstrm").is_file() and (run / no_trace.FIRST_ATTEMPT_LOG).is_file()
+    assert "Import Failed with unexpected exception" in (run / "output.log").read_text()  # nsys's words: in the log
+    assert lines.count("step 2 done policy=b") == 2  # the script's own lines reach the terminal, on each attempt
+    assert terminal_problems(proc, runs) == []
+    # an older manifest's reason ("...; last output: }") is said again from the log
+    old = {**man, no_trace.NO_TRACE_KEY: "nsys exited without writing a report; last output: }"}
+    assert no_trace.reason(run, old) == man[no_trace.NO_TRACE_KEY]
+    assert no_trace.reason(run, {"status": "no-trace", "exit_code": 0}).startswith("nsys's importer failed")
 
 
 @pytest.mark.nsys

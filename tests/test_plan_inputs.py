@@ -61,7 +61,7 @@ def test_copies_without_a_plan_are_not_called_unplanned():
     pvm = planned_vs_moved(run)
     assert {r["flag"] for r in pvm["rows"]} == {"d2h moved (no plan to compare)", "h2d moved (no plan to compare)"}
     text = render_planned_vs_moved(pvm)
-    assert "no step module): no compiled plan to compare with" in text
+    assert "no step program): no compiled plan to compare with" in text
     assert "moved 1.00 MiB D2H and 512.00 KiB H2D per step and GPU (2 ops)" in text and "not planned" not in text
 
 

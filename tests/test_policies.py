@@ -102,7 +102,7 @@ def collected(run: Path) -> dict:
 def test_planned_vs_moved_flags_each_difference(plan_run):
     run = collected(plan_run)
     assert run["compiled"]["module"] == "module_0001.jit_train_step"
-    assert run["compiled"]["chosen_by"] == "jit_train_step: ran 3 times in the window, the only XLA module that ran"
+    assert run["compiled"]["chosen_by"] == "jit_train_step (program 1): ran 3 times, the only program that ran"
     pvm = planned_vs_moved(run)
     rows = {(r["layer"], r["activation"], r["unplanned_op"]): r for r in pvm["rows"]}
     l1 = rows[("layer_1", None, None)]
@@ -212,5 +212,5 @@ def test_analyze_runs_table_and_json(plan_run, tmp_path):
     assert "offload_x" in out and "planned, not seen" in out and "moved, not planned" in out
     assert "10.00 GiB" in out  # the measured peak
     doc = json.loads(run_cli("analyze", "--json", str(plan_run)).stdout)
-    assert set(doc) == {"policies", "planned_vs_moved", "no_trace"} and doc["no_trace"] == []
+    assert set(doc) == {"verdict", "policies", "planned_vs_moved", "no_trace"} and doc["no_trace"] == []
     assert doc["policies"]["rows"][0]["planned_d2h_bytes_per_step"] == 8 * MiB

@@ -53,6 +53,31 @@ def test_bad_policy_arg_is_one_line_before_anything_runs(tmp_path, spec):
     assert not (tmp_path / "runs").exists()
 
 
+def test_one_word_as_written_keeps_its_quotes():
+    """A JSON value: the shell-like split of --policy-arg drops its quotes; --policy-word keeps them."""
+    spec = '--config_overlay={"remat_policy":"{policy}"}'
+    assert policy_arg.words(spec, "minimal") == ["--config_overlay={remat_policy:minimal}"]  # the old loss
+    assert policy_arg.words(spec, "minimal", one_word=True) == ['--config_overlay={"remat_policy":"minimal"}']
+    assert policy_arg.words("a b={policy}", "x", one_word=True) == ["a b=x"]  # one word, spaces and all
+    with pytest.raises(ValueError, match=r"has no \{policy\}"):
+        policy_arg.check("--config_overlay={}", one_word=True)
+    req = RunRequest(Path("t.py"), [], policy_arg=spec, policy_word=True, python="py")
+    assert program(req, "full")[-1] == '--config_overlay={"remat_policy":"full"}'
+
+
+@pytest.mark.parametrize("flag", ["--policy-arg", "--policy-word"])
+def test_a_value_starting_with_a_dash_says_to_attach_it(tmp_path, flag):
+    """argparse reads '--remat={policy}' after a space as an option and says only "expected one argument"."""
+    proc = run_cli("run", "--runs-dir", str(tmp_path / "runs"), flag, "--remat={policy}", str(KV))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == (
+        f"profile-step: error: {flag}: '--remat={{policy}}' starts with '-', so it is read as an option of "
+        f"profile-step, not as the value of {flag}: attach it with '=': '{flag}=--remat={{policy}}'\n"
+    )
+    # the same words given to the script (after its path) are the script's, not profile-step's
+    assert "starts with '-'" not in run_cli("run", "--nsys", "/absent", str(KV), flag, "--x").stderr
+
+
 def test_default_trace_set_is_what_the_analysis_reads(tmp_path):
     cmd = nsys_command.build(Path("nsys"), tmp_path / "t", ["p"])
     assert "--trace=cuda,nvtx" in cmd and not any("osrt" in c for c in cmd)

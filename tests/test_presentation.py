@@ -158,8 +158,9 @@ def test_two_gpus_are_two_rows(tmp_path):
     ]
     assert raw[0]["policy"] == "(none)" and raw[0]["status"] == "plain trace" and raw[0]["steps"] is None
     columns, data, _ = rows.table(raw)
-    assert [c["name"] for c in columns if c["id"] == "bytes"] == ["copied (KiB)"]
-    assert data[1]["bytes"] == pytest.approx(5000 / 1024)
+    # the unit both values read well in (1 to 10,000 of it): 1,000 and 5,000 B (in KiB 0.98 would not)
+    assert [c["name"] for c in columns if c["id"] == "bytes"] == ["copied (B)"]
+    assert data[1]["bytes"] == 5000
 
 
 # --- the terminal ---------------------------------------------------------------------------------
@@ -184,7 +185,8 @@ def test_terminal_says_no_gpu_activity_once(build):
     for i in range(2):
         b.nvtx(i * 100, i * 100 + 50, f"layer={i}", domain_id=1)
     out = _cli("analyze", "--by", "layer", str(build(b)))
-    assert out.count("GPU activity") == 2  # the device part says it; the layer part names the layers once
+    # the verdict's head and the device part say it; the layer part names the layers once
+    assert out.count("GPU activity") == 3
     assert "2 layers found: 0, 1; no GPU activity to measure in them." in out
     assert "note: policy" not in out
 
@@ -245,15 +247,21 @@ def test_steps_cell_says_where_the_steps_and_the_window_come_from(shared_traces)
         "no steps found (no step ranges, no XLA module executions). Analysis window: the whole recording "
         "(no profile-step:capture range; no cudaProfilerStart/Stop calls)"
     )
+    chosen = "jit_train_step (program 7): ran 3 times, the only program that ran"
     xla = {
-        "step_source": "XLA module jit_train_step, program_id 7 (its executions)",
+        "step_source": "the executions of jit_train_step (program 7)",
         "steps": [{"excluded": "warm-up"}, {"excluded": None}, {"excluded": None}],
         "window": {"source": None, "note": None, "duration_ns": None},
+        "compiled": {"step_program": "jit_train_step (program 7)", "chosen_by": chosen},
     }
     assert steps_origin(xla) == (
-        "steps: XLA module jit_train_step, program_id 7 (its executions); 1 left out (warm-up). "
+        f"steps: the executions of jit_train_step (program 7); step: {chosen}; 1 left out (warm-up). "
         "Analysis window: the whole recording"
     )
+    from dashboards.rows import HEADER_TIPS
+
+    # the column's own tooltip names the same source: the step program, not a module chosen by GPU time
+    assert "executions of the step program" in HEADER_TIPS["steps"] and "dominates" not in HEADER_TIPS["steps"]
 
 
 def test_findings_times_never_read_zero():
@@ -262,3 +270,15 @@ def test_findings_times_never_read_zero():
 
     assert ms(480) == "480 ns"
     assert ms(0) == "0.000 ms" and ms(54_900_000) == "54.900 ms" and ms(500) == "0.001 ms"
+
+
+def test_a_column_takes_the_unit_most_of_its_values_read_well_in():
+    from dashboards.rows import table
+
+    base = {"_full": "x", "_steps": "", "step": None, "bytes": 0}
+    # the first view's exposed copy times: 30.9 us, 61.0 and 59.2 ms (SYNTHETIC), 245 ms, 921 ms and 3.38 s
+    # (public traces): in ms five read between 1 and 10,000 (61 ... 3,378); in s one (3.378), in us three
+    ns = [30_900, 60_990_000, 59_220_000, 244_800_000, 920_900_000, 3_378_000_000]
+    cols, data, _ = table([{**base, "id": str(i), "exposed": v} for i, v in enumerate(ns)])
+    assert next(c for c in cols if c["id"] == "exposed")["name"] == "exposed copies, D2H+H2D (ms)"
+    assert [r["exposed"] for r in data] == [pytest.approx(v / 1e6) for v in ns]

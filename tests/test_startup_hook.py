@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +38,14 @@ def facts(run_dir: Path) -> dict:
     return json.loads((run_dir / STARTUP_FACTS).read_text())
 
 
+def counts(doc: dict) -> dict[str, int]:
+    """The hook's executions per module name (its programs summed)."""
+    out: dict[str, int] = {}
+    for r in doc["executions"]:
+        out[r["module"]] = out.get(r["module"], 0) + r["executions"]
+    return out
+
+
 # --- pure parts --------------------------------------------------------------------------------
 
 
@@ -63,7 +72,10 @@ def test_executions_per_module_versions_and_devices(tmp_path):
     out = child(INIT_HEAVY, tmp_path / "run")
     assert out.returncode == 0, out.stderr
     doc = facts(tmp_path / "run")
-    assert doc["executions"] == {"jit_update": 5, "jit_init": 1}  # not JAX's own (jax.random, jnp.sum)
+    assert counts(doc) == {"jit_update": 5, "jit_init": 1}  # not JAX's own (jax.random, jnp.sum)
+    # each program's id is the id of its files in XLA's dump (what XLA's own ranges carry as program_id)
+    dumped = {m.id: m.name for m in dump.scan(tmp_path / "run" / XLA_DUMP_DIR)}
+    assert len(doc["executions"]) == 2 and all(dumped[r["program_id"]] == r["module"] for r in doc["executions"])
     assert doc["jax"] and doc["jaxlib"] and doc["python"]
     assert doc["devices"] and doc["devices"][0]["platform"] == "cpu"
     assert doc["notes"] == []
@@ -99,16 +111,18 @@ def test_other_sitecustomize_runs_first_and_a_broken_one_breaks_nothing(tmp_path
         "import os\nopen(os.environ['MARK'], 'w').write('ran')\n", encoding="utf-8"
     )
     env = {"PYTHONPATH": f"{run.HOOK_DIR}{os.pathsep}{ROOT}{os.pathsep}{theirs}", "MARK": str(tmp_path / "mark")}
-    code = "import jax.numpy as jnp, jax; print(float(jax.jit(lambda x: (x + 1).sum())(jnp.ones(2))))"
+    # a NumPy input: the script's jit is the first program the process compiles, program 0
+    code = "import numpy as np, jax; print(float(jax.jit(lambda x: (x + 1).sum())(np.ones(2))))"
     out = child(None, tmp_path / "run", code=code, **env)
     assert out.returncode == 0 and out.stdout.strip() == "4.0", out.stderr
     assert (tmp_path / "mark").read_text() == "ran"
-    assert facts(tmp_path / "run")["executions"] == {"jit__lambda": 1}
+    assert facts(tmp_path / "run")["executions"] == [{"module": "jit__lambda", "program_id": 0, "executions": 1}]
+    assert "module_0000.jit__lambda" in {m.label for m in dump.scan(tmp_path / "run" / XLA_DUMP_DIR)}
     (theirs / "sitecustomize.py").write_text("raise ValueError('broken on purpose')\n", encoding="utf-8")
     out = child(None, tmp_path / "run2", code=code, **env)
     assert out.returncode == 0 and out.stdout.strip() == "4.0", out.stderr
     assert "Error in sitecustomize" in out.stderr and "broken on purpose" in out.stderr
-    assert facts(tmp_path / "run2")["executions"] == {"jit__lambda": 1}
+    assert counts(facts(tmp_path / "run2")) == {"jit__lambda": 1}
 
 
 def test_unnamed_policy_is_the_scripts_own_default(tmp_path):
@@ -143,20 +157,22 @@ def test_init_larger_than_its_step_under_nsys(nsys, tmp_path):
     folder = only_run(runs)
     man = json.loads((folder / "manifest.json").read_text())
     assert man["compiled"]["step_module"].endswith(".jit_update")
-    assert man["compiled"]["chosen_by"].startswith("jit_update: ran 5 times in the run")
+    assert re.match(r"jit_update \(program \d+\): ran 5 times, ", man["compiled"]["chosen_by"])
     assert man["versions"]["jax"] and man["versions"]["jaxlib"] and man["versions"]["python"]
     assert man["devices"][0]["platform"] == "cpu"
-    assert "5 steps from XLA module jit_update (its executions, recorded by profile-step's start-up hook)" in (
-        proc.stdout
-    )
+    pid = man["compiled"]["step_program"]["program_id"]
+    assert man["compiled"]["step_module"] == f"module_{pid:04d}.jit_update"  # the dump's file of that program
+    said = f"5 steps from the executions of jit_update (program {pid}), recorded by profile-step's start-up hook"
+    assert said in proc.stdout
+    assert f"   step: jit_update (program {pid}): ran 5 times" in proc.stdout
     doc = json.loads(run_cli("analyze", "--json", str(folder)).stdout)
     (row,) = doc["policies"]["rows"]
     assert row["step_module"].endswith(".jit_update")
     assert row["flops_per_step"] == want["jit_update"]
-    assert row["step_chosen_by"].startswith("jit_update: ran 5 times in the window")
+    assert row["step_chosen_by"].startswith(f"jit_update (program {pid}): ran 5 times")
     assert "jit_init ran once" in row["step_chosen_by"]
     text = run_cli("analyze", str(folder)).stdout
-    assert "step module jit_update (jit_update: ran 5 times in the window" in text
+    assert f"step: jit_update (program {pid}): ran 5 times" in text
 
 
 @pytest.mark.nsys
@@ -192,15 +208,28 @@ def test_capture_step_is_the_module_that_ran_most(tmp_path):
 
     sizes = {"jit_init": 50_000, "jit_a": 40_000, "jit_b": 30_000, "jit_c": 20_000, "jit_update": 100}
     fake_dump(tmp_path / "xla_dump", sizes)
-    hook = {"jax": "0.10.2", "executions": {"jit_update": 5, "jit_init": 1, "jit__reduce_sum": 1}}
+    runs = [("jit_update", 4, 5), ("jit_init", 0, 1), ("jit__reduce_sum", 9, 1)]  # jit__reduce_sum: not dumped
+    hook = {"jax": "0.10.2", "executions": [{"module": n, "program_id": p, "executions": c} for n, p, c in runs]}
     short = step_module.record(tmp_path, tmp_path / "xla_dump", True, hook)
     assert short["step_module"] == "module_0004.jit_update"
-    assert short["chosen_by"] == "jit_update: ran 5 times in the run (jit_init ran once, jit__reduce_sum ran once)"
+    assert short["chosen_by"] == (
+        "jit_update (program 4): ran 5 times, the only program that ran more than once "
+        "(jit__reduce_sum ran once, jit_init ran once)"
+    )
+    # an older hook's counts (by name): the same program, by name
+    old = {"jax": "0.10.2", "executions": {"jit_update": 5, "jit_init": 1}}
+    fake_dump(tmp_path / "r0" / "xla_dump", sizes)
+    assert step_module.record(tmp_path / "r0", tmp_path / "r0" / "xla_dump", True, old)["step_module"] == (
+        "module_0004.jit_update"
+    )
     kept = {m.name for m in dump.scan(tmp_path / "xla_dump")}
     assert "jit_update" in kept and "jit_init" in kept  # the step survives the pruning, small as it is
     fake_dump(tmp_path / "r2" / "xla_dump", sizes)
     short = step_module.record(tmp_path / "r2", tmp_path / "r2" / "xla_dump", True, None)
-    assert short["step_module"] == "module_0000.jit_init" and "largest" in short["chosen_by"]  # no hook: size
+    assert short["step_module"] == "module_0000.jit_init"  # no hook: the largest
+    assert short["chosen_by"] == (
+        "jit_init (program 0): the largest program in the XLA dump (no execution of any program was recorded)"
+    )
 
 
 def test_no_dump_says_why_in_one_line(tmp_path):
@@ -230,6 +259,10 @@ def test_a_script_python_without_nvtx_is_said_with_the_install_command():
     assert "jit_train_step 5x, jit__lambda 1x" in line
     assert "'/opt/maxtext venv/bin/python' -m pip install 'nvtx>=0.2.8,<0.2.12'" in line
     assert nvtx_line("minimal", {"notes": [], "executions": {"jit_step": 3}}) is None
+    # a GPU: the hook counts nothing and writes nothing there, XLA's own ranges give the steps
+    named = [{"module": "jit_step", "program_id": 4, "platform": "cuda"}]
+    gpu = {**hook, "executions": [], "programs_uncounted": named}
+    assert nvtx_line("minimal", gpu) is None
 
 
 def test_the_policy_table_says_why_a_run_without_nvtx_has_no_steps():

@@ -18,16 +18,15 @@ import polars as pl
 import pytest
 
 from profiler.analysis.offload_plan import by_layer, label
-from profiler.analysis.policies import executed_modules
 from profiler.capture import step_module
 from profiler.xla import dump
 from profiler.xla.buffers import device_bytes, memory_stats, parse_buffer_assignment
 from profiler.xla.compiled import agreement, cost_analysis, describe
 from profiler.xla.hlo import HloError, parse_text, remat_clones
-from profiler.xla.names import parse_xla
 from profiler.xla.plan import offload_plan, plan_note
 from profiler.xla.proto import module_from_proto, read_bytes
 from profiler.xla.shapes import ShapeError, parse_shape
+from profiler.xla.step_program import choose
 from profiler.xla.targets import TARGETS, peak_tflops, resolve
 from tests.conftest import SHARED_HLO
 
@@ -346,24 +345,18 @@ def test_pax_before_optimization_proto(pax_dump):
     assert module.instruction_count > 20_000
 
 
-def test_pax_dump_step_is_the_module_the_trace_ran_longest(shared_traces, pax_dump):
+def test_pax_dump_step_is_the_program_the_trace_ran(shared_traces, pax_dump):
     """The trace's XlaModule ranges name the step by program_id, the dump by module number."""
+    from profiler.analysis.instruction_times import projection_spans
+
     archive = shared_traces / "jax-toolbox" / "NVIDIA__JAX-Toolbox__pax_fsdp4_4proc_proc0.zip"
     with zipfile.ZipFile(archive) as z, z.open("nvtx_gpu_proj_trace/trace.parquet") as fh:
         proj = pl.read_parquet(fh.read())
-    names = proj.select(
-        pl.col("Name").str.strip_prefix("TSL:").alias("name"),
-        pl.col("Projected Start").alias("start"),
-        (pl.col("Projected Start") + pl.col("Projected Duration")).alias("end"),
-    )
-    parsed = parse_xla(names, "name", None)
-    ranges = parsed.filter(pl.col("program_id").is_not_null() | (pl.col("xla_kind") != "module"))
-    executed = executed_modules(ranges)
-    assert executed[0] == ("pjit__wrapped_step_fn", 40)
-    mods = dump.scan(pax_dump)
-    step, why = dump.choose_step(mods, executed=executed)
-    assert step.id == 40 and "ran longest" in why
-    described = describe(step, with_cost=False)
+    step = projection_spans(proj)[2]
+    assert (step.name, step.program_id) == ("pjit__wrapped_step_fn", 40)
+    (mod,) = [m for m in dump.scan(pax_dump) if step.is_program(m.name, m.id)]
+    assert mod.id == 40 and mod.label == "module_0040.pjit__wrapped_step_fn"
+    described = describe(mod, with_cost=False)
     assert described["memory_source"].startswith("buffer assignment in the HLO proto")
     assert "needs the module's text" not in " ".join(described["notes"])  # with_cost=False: not asked
 
@@ -393,7 +386,7 @@ def test_dump_without_a_step_module_is_a_note(tmp_path):
     short = step_module.record(run, run / "xla_dump", own_dump=True)
     doc = json.loads((run / "compiled.json").read_text())
     assert short["step_module"] is None
-    assert "no after-optimization module" in doc["chosen_by"]
+    assert doc["chosen_by"] == "no compiled program ran, and the XLA dump holds none"
     assert any("handed no step" in n for n in doc["notes"])
     empty = tmp_path / "run2"
     empty.mkdir()
@@ -419,10 +412,11 @@ def test_dump_prune_keeps_only_what_is_read(tmp_path):
     (d / "module_0003.jit_step" / "module.mlir").write_text("mlir")
     mods = dump.scan(d)
     assert [m.label for m in mods] == ["module_0001.jit_small", "module_0003.jit_step"]
-    step, why = dump.choose_step(mods)
-    assert step.name == "jit_step" and "largest" in why
-    step, why = dump.choose_step(mods, declared="jit_small")
-    assert step.name == "jit_small" and "handed over" in why
+    # nothing ran: the one rule takes the largest program of the dump, or the one the script named
+    step = choose(step_module._programs(mods, []))
+    assert step.name == "jit_step" and "the largest program in the XLA dump" in step.how
+    step = choose(step_module._programs(mods, []), declared="jit_small")
+    assert step.name == "jit_small" and "handed to annotate.compiled_step" in step.how
     dump.prune(d, [m for m in mods if m.name == "jit_step"])
     assert sorted(p.name for p in d.iterdir()) == sorted(names[1:4])
 

@@ -55,7 +55,7 @@ def test_the_dominant_module_by_gpu_time_and_its_warmup(build):
         t = 21_000 + i * 3_000
         execution(b, t, "jit_metrics", 9, (t + 200, t + 300))
     steps = steps_of(build(b))
-    assert steps["source"] == "XLA module jit_train_step, program_id 7 (its executions)"
+    assert steps["source"] == "the executions of jit_train_step (program 7)"
     assert [s["name"] for s in steps["steps"]] == [f"jit_train_step#{i}" for i in range(4)]
     assert steps["excluded"] == [
         {"name": "jit_train_step#0", "reason": "warm-up: first execution after its compilation"}
@@ -63,7 +63,7 @@ def test_the_dominant_module_by_gpu_time_and_its_warmup(build):
     assert [s["duration_ns"] for s in steps["steps"]] == [1000] * 4  # projected onto the GPU
     assert steps["median_included_step_ns"] == 1000
     assert steps["source_note"] == (
-        "jit_train_step: ran 4 times in the window, the most GPU time of the modules that ran more than once "
+        "jit_train_step (program 7): ran 4 times, the most GPU time of the programs that ran more than once "
         "(jit_metrics ran 10 times)"
     )
 
@@ -98,8 +98,12 @@ def test_a_recompiled_program_is_its_own_group(build):
     for i in range(3):
         execution(b, 7_000 + i * 1_000, "jit_step", 2, (7_100 + i * 1_000, 7_600 + i * 1_000))
     steps = steps_of(build(b))
-    assert steps["source"] == "XLA module jit_step, program_id 2 (its executions)"
+    assert steps["source"] == "the executions of jit_step (program 2)"  # 3 x 500 ns of GPU against 2 x 200 ns
     assert [s["excluded"] is not None for s in steps["steps"]] == [True, False, False]
+    assert steps["source_note"] == (
+        "jit_step (program 2): ran 3 times, the most GPU time of the programs that ran more than once; "
+        "jit_step also ran as another program twice: not the step"
+    )
 
 
 def test_annotations_win(build):
@@ -297,11 +301,11 @@ def test_hook_executions_on_a_cpu_the_init_is_not_the_step(build):
         hook_execution(b, t, 2_000, "jit_update")
         hook_execution(b, t + 5_000, 500, "jit__reduce_sum")  # as often, less time: not the step
     steps = steps_of(build(b))
-    assert steps["source"] == "XLA module jit_update (its executions, recorded by profile-step's start-up hook)"
+    assert steps["source"] == "the executions of jit_update, recorded by profile-step's start-up hook"
     assert [s["name"] for s in steps["steps"]] == [f"jit_update#{i}" for i in range(5)]
     assert [s["duration_ns"] for s in steps["steps"]] == [2_000] * 5  # host time: no GPU ops
     assert steps["source_note"] == (
-        "jit_update: ran 5 times in the window, as often as others, with the most time "
+        "jit_update: ran 5 times, as often as another, with the most host time "
         "(jit__reduce_sum ran 5 times, jit_init ran once)"
     )
 
@@ -314,8 +318,8 @@ def test_the_module_that_ran_most_often_on_a_cpu(build):
     for i in range(3):
         hook_execution(b, 100_000 + i * 10_000, 2_000, "jit_update")
     steps = steps_of(build(b))
-    assert steps["source"].startswith("XLA module jit_update ")  # 3 executions beat 2 longer ones
-    assert steps["source_note"] == "jit_update: ran 3 times in the window (jit_eval ran 2 times)"
+    assert steps["source"].startswith("the executions of jit_update,")  # 3 executions beat 2 longer ones
+    assert steps["source_note"] == "jit_update: ran 3 times, the program that ran most often (jit_eval ran twice)"
 
 
 def test_xla_module_ranges_win_over_the_hooks(build):
@@ -327,23 +331,72 @@ def test_xla_module_ranges_win_over_the_hooks(build):
         hook_execution(b, t - 5, 110, "jit_train_step")
         execution(b, t, "jit_train_step", 3, (t + 100, t + 1_100))
     steps = steps_of(build(b))
-    assert steps["source"] == "XLA module jit_train_step, program_id 3 (its executions)"
+    assert steps["source"] == "the executions of jit_train_step (program 3)"
     assert len(steps["steps"]) == 4 and steps["source_note"] is None
 
 
-def test_the_steps_module_and_its_reason_reach_the_compiled_step():
+def test_the_step_program_s_numbers_come_from_that_program_only():
+    """Two programs of one name in the dump: the numbers are those of the program whose executions
+    are the steps (by id), never the other's; a program the dump lacks gives none, and says so."""
     from profiler.analysis.policies import step_compiled
+    from profiler.xla.step_program import StepProgram
 
     compiled = {
         "modules": [
             {"name": "jit_init", "id": 2, "label": "module_0002.jit_init", "cost": {"flops": 9e8}},
             {"name": "jit_update", "id": 7, "label": "module_0007.jit_update", "cost": {"flops": 2e6}},
+            {"name": "jit_update", "id": 9, "label": "module_0009.jit_update", "cost": {"flops": 3e6}},
         ],
         "step_module": "module_0002.jit_init",
         "chosen_by": "the largest module in the dump",
     }
-    why = "jit_update: ran 5 times in the window (jit_init ran once)"
-    got = step_compiled(compiled, [("jit_init", None)], ("jit_update", None), why)
-    assert got["module"] == "module_0007.jit_update" and got["cost"] == {"flops": 2e6} and got["chosen_by"] == why
-    got = step_compiled(compiled, [], ("jit_update", None))
-    assert got["chosen_by"] == "the XLA module whose executions are the steps (jit_update)"
+    step = StepProgram("jit_update", 7, 5, "jit_update (program 7): ran 5 times, the only program that ran")
+    got = step_compiled(compiled, step)
+    assert got["module"] == "module_0007.jit_update" and got["cost"] == {"flops": 2e6}
+    assert got["chosen_by"] == step.sentence and got["step_program"] == "jit_update (program 7)"
+    got = step_compiled(compiled, StepProgram("jit_update", 11, 5, "x"))
+    assert got["module"] is None and got["cost"] is None
+    assert "the run folder's XLA dump holds no module of jit_update (program 11)" in got["notes"]
+    # no executions in the trace: the capture's choice (compiled.json's step_module, an older file)
+    assert step_compiled(compiled)["module"] == "module_0002.jit_init"
+
+
+def test_a_step_known_by_name_only_is_its_last_compiled_program_as_at_capture():
+    """An older hook's ranges carry no program id: the step is matched by name to the last compiled
+    program of that name (the highest id), as the capture matched it (step_module._dump_module),
+    whatever the order of compiled.json's modules (the largest kept first, the programs that ran after)."""
+    from profiler.analysis.policies import step_compiled
+    from profiler.xla.step_program import StepProgram
+
+    modules = [
+        {"name": "jit_init", "id": 2, "label": "module_0002.jit_init", "cost": {"flops": 9e8}},
+        {"name": "jit_update", "id": 9, "label": "module_0009.jit_update", "cost": {"flops": 3e6}},
+        {"name": "jit_update", "id": 7, "label": "module_0007.jit_update", "cost": {"flops": 2e6}},
+    ]
+    got = step_compiled({"modules": modules}, StepProgram("jit_update", None, 5, "jit_update: ran 5 times"))
+    assert got["module"] == "module_0009.jit_update" and got["cost"] == {"flops": 3e6}
+
+
+def test_a_handed_over_step_that_never_ran_as_one_program_keeps_its_numbers():
+    """examples/train.py --dispatch per-layer: it hands the fused step (jit_step, 49.4 M FLOPs) to
+    annotate.compiled_step and runs it layer by layer (jit__lambda programs, one layer's backward
+    14.2 M): the step's numbers are the handed-over program's, and the sentence says why."""
+    from profiler.analysis.policies import step_compiled
+    from profiler.xla.step_program import StepProgram
+
+    modules = [
+        {"name": "jit_step", "id": 32, "label": "module_0032.jit_step", "cost": {"flops": 49_437_664}},
+        {"name": "jit__lambda", "id": 40, "label": "module_0040.jit__lambda", "cost": {"flops": 14_172_419}},
+    ]
+    compiled = {"modules": modules, "handed_over": {"module": "jit_step"}}
+    ran = StepProgram("jit__lambda", 40, 6, "jit__lambda (program 40): ran 6 times, the program that ran most often")
+    got = step_compiled(compiled, ran)
+    assert got["module"] == "module_0032.jit_step" and got["cost"] == {"flops": 49_437_664}
+    assert got["step_program"] == "jit_step (program 32)"
+    assert got["chosen_by"] == (
+        "jit_step (program 32): the step the script handed to annotate.compiled_step, which never ran as one "
+        "program (of the programs that ran: jit__lambda (program 40): ran 6 times, the program that ran most often)"
+    )
+    # the handed-over name ran: the rule narrowed to it, and its own program's numbers stand
+    got = step_compiled(compiled, StepProgram("jit_step", 32, 3, "jit_step (program 32): ran 3 times, x"))
+    assert got["module"] == "module_0032.jit_step" and got["chosen_by"] == "jit_step (program 32): ran 3 times, x"

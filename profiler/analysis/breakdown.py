@@ -19,11 +19,12 @@ import polars as pl
 from profiler.analysis import attribution
 from profiler.analysis.contexts import copy_contexts
 from profiler.analysis.intervals import measure_within, union
-from profiler.analysis.kernels_slowed import kernel_groups
+from profiler.analysis.kernels_slowed import kernel_groups, kernel_sides
 from profiler.analysis.overlap import KernelSets, offload_metrics, valid, windows_and_invalid
 from profiler.analysis.stalls import Stalls, has_waits, trace_stalls
 from profiler.analysis.xla_steps import ModuleSteps, module_steps
 from profiler.conventions import DOMAIN, LAYER_PREFIX, POLICY_PREFIX, STEP_PREFIX, WARMUP_PREFIX
+from profiler.runs.folder import compiled_of
 from profiler.trace.loader import Trace
 from profiler.xla.names import DEFAULT_LAYER_PATTERN, parse_xla
 
@@ -72,7 +73,12 @@ class Breakdown:
     def kernel_groups(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """``kernels_slowed.kernel_groups`` of the trace's named kernels and its copies, computed once
         for the ``kernels_beside_copies`` metric and the findings that read it."""
-        return kernel_groups(self.trace.kernels, self.trace.copies)
+        return kernel_groups(self.trace.kernels, self.trace.copies, self.kernel_sides)
+
+    @cached_property
+    def kernel_sides(self) -> np.ndarray:
+        """``kernels_slowed.kernel_sides`` of the trace's named kernels (alone, beside copies, neither)."""
+        return kernel_sides(self.trace.kernels, self.trace.copies)
 
     @cached_property
     def stalls(self) -> Stalls | None:
@@ -217,7 +223,7 @@ class Breakdown:
     @cached_property
     def steps(self) -> StepSet:
         """The one definition of a step, shared by every view: ``--step-range REGEX`` ranges, else
-        profile-step's ``step=N`` ranges, else the executions of the dominant XLA module."""
+        profile-step's ``step=N`` ranges, else the executions of the step program (``xla.step_program``)."""
         r = self.ranges.ranges
 
         def one_range_each(sel: pl.DataFrame, source: str) -> StepSet:
@@ -247,17 +253,24 @@ class Breakdown:
         return measure_within(cu, zeros, steps["start"].to_numpy(), steps["end"].to_numpy()) > 0
 
     @cached_property
+    def compiled(self) -> dict[str, Any] | None:
+        """The run folder's ``compiled.json`` beside the trace (``profiler.capture.step_module``), if any."""
+        return compiled_of(self.trace.path)
+
+    @cached_property
     def module_steps(self) -> ModuleSteps:
-        """Steps from XLA module executions, projected onto the GPU through all GPU ops (whatever
-        ops this breakdown attributes), so that every view finds the same steps."""
+        """Steps from the step program's executions (``profiler.xla.step_program``: one rule, with
+        the step the script handed over, if any), projected onto the GPU through all GPU ops
+        (whatever ops this breakdown attributes), so that every view finds the same steps."""
         r = self.ranges.ranges
         modules = r.filter(pl.col("xla_kind") == "module")
+        declared = ((self.compiled or {}).get("handed_over") or {}).get("module")
         if modules.height == 0:  # no XLA module executions: nothing to project, no ops to build
             return module_steps(r, self.pairs.clear(), pl.DataFrame())
         if set(self.kinds) == set(attribution.OP_KINDS):
-            return module_steps(r, self.pairs, self.ops)
+            return module_steps(r, self.pairs, self.ops, declared)
         ops = attribution.gpu_ops(self.trace, attribution.OP_KINDS)
-        return module_steps(r, attribution.attribute(ops, modules), ops)
+        return module_steps(r, attribution.attribute(ops, modules), ops, declared)
 
     def step_ranges(self) -> pl.DataFrame:
         """The steps, in time order: index, range_id (its range, or its first XLA execution), name,
@@ -419,16 +432,20 @@ class Breakdown:
         empty = self.ops.clear().with_columns(pl.lit(0, pl.Int64).alias(c) for c in ("key", "stall_caused_ns"))
         return offload_metrics(empty, self.kernel_sets, [0], key="key")[0]
 
-    def by_op(self, top_kernels: bool = True) -> list[dict[str, Any]]:
-        """Per XLA instruction (thunk ``hlo_op``), else per innermost range name."""
+    def op_assignment(self) -> pl.DataFrame:
+        """op_id -> group: the XLA instruction (thunk ``hlo_op``) of its innermost range, else that
+        range's name."""
         r = self.ranges.ranges.with_columns(pl.coalesce("hlo_op", "name").alias("op"))
-        assigned = (
+        return (
             self.pairs.join(r.select("range_id", "start", "op"), on="range_id")
             .sort("start", descending=True)
             .unique("op_id", keep="first")
             .select("op_id", pl.col("op").alias("group"))
         )
-        return self.measure(assigned, distinct=True, top_kernels=top_kernels)
+
+    def by_op(self, top_kernels: bool = True) -> list[dict[str, Any]]:
+        """Per XLA instruction (thunk ``hlo_op``), else per innermost range name."""
+        return self.measure(self.op_assignment(), distinct=True, top_kernels=top_kernels)
 
 
 COMPILED_IN_STEP = "warm-up: XLA compiled during it"

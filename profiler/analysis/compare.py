@@ -314,10 +314,23 @@ def compare(
                 "findings": found,
                 "work": work,
                 "gpu_activity": {"base": b.gpu_ran, "head": h.gpu_ran},
+                "step": {"base": _step(b), "head": _step(h)},
             }
         )
     result["passed"] = not result["failures"]
     return result
+
+
+def _step(run: RunSummary) -> dict[str, Any]:
+    """The side's step program (label, how it was chosen: ``profiler.xla.step_program``, and the HLO
+    fingerprint of its compiled module)."""
+    comp = run.compiled or {}
+    return {
+        "step_name": comp.get("step_name"),
+        "step_program": comp.get("step_program"),
+        "chosen_by": comp.get("chosen_by"),
+        "fingerprint": comp.get("fingerprint"),
+    }
 
 
 # --- work per window (profiler.analysis.work): beyond the copies ---------------------------------

@@ -58,6 +58,7 @@ class HostSyncs:
     waited: np.ndarray
     lag: np.ndarray
     blocked: np.ndarray
+    copy: np.ndarray | None = None  # a synchronous copy call (cudaMemcpy ...), not a synchronize
 
     def __len__(self) -> int:
         return int(self.start.size)
@@ -65,7 +66,7 @@ class HostSyncs:
     @staticmethod
     def empty() -> HostSyncs:
         z = np.zeros(0, dtype=np.int64)
-        return HostSyncs(z, z, z, z, z, np.zeros(0, dtype=bool))
+        return HostSyncs(z, z, z, z, z, np.zeros(0, dtype=bool), np.zeros(0, dtype=bool))
 
     @property
     def returned(self) -> np.ndarray:
@@ -85,7 +86,7 @@ def host_syncs(trace: Trace, deps: Dependencies) -> HostSyncs:
         return HostSyncs.empty()
     base = pl.col("name").fill_null("").str.replace(VERSION_SUFFIX, "")
     calls = (
-        trace.runtime_calls_named(BLOCKING_NAMES)
+        trace.runtime_calls_named(BLOCKING_NAMES, without="Async")  # no blocking call is asynchronous
         .with_columns(base.alias("call"))
         .with_columns(
             pl.when(pl.col("call").is_in(STREAM_SYNC))
@@ -138,7 +139,8 @@ def host_syncs(trace: Trace, deps: Dependencies) -> HostSyncs:
     lag = np.where(blocked, end - w_end, 0)
     gtid = calls["global_tid"].to_numpy().astype(np.int64)
     order = np.lexsort((t, gtid))
-    return HostSyncs(gtid[order], t[order], end[order], waited[order], lag[order], blocked[order])
+    copy = what == "copy"
+    return HostSyncs(gtid[order], t[order], end[order], waited[order], lag[order], blocked[order], copy[order])
 
 
 def _last_ending(ops: GpuOps, pid: np.ndarray, device: np.ndarray, t: np.ndarray) -> np.ndarray:

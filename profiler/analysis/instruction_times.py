@@ -19,7 +19,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from profiler.analysis.xla_steps import gpu_projection, outside_compiles, programs_of
 from profiler.xla.names import parse_xla
+from profiler.xla.step_program import StepProgram, choose
 
 I64 = pl.Int64
 SPAN_SCHEMA = {"execution": I64, "hlo_op": pl.String, "start": I64, "end": I64, "bytes": I64, "cls": pl.String}
@@ -74,11 +76,12 @@ def _xla(frame: pl.DataFrame, text: str, domain: str | None) -> pl.DataFrame:
     return parse_xla(frame, text=text, domain=domain)
 
 
-def projection_spans(proj: pl.DataFrame, module: str | None = None) -> tuple[pl.DataFrame, pl.DataFrame, str]:
-    """(spans, executions, module name) from an ``nvtx_gpu_proj_trace`` frame (columns ``Name``
-    with the ``TSL:`` domain prefix, ``Projected Start``, ``Projected Duration``, ``RangeId``,
-    ``ParentId``).  *module*: the ``hlo_module`` whose executions count (default: the module with
-    a ``program_id`` that held the GPU longest in all)."""
+def projection_spans(proj: pl.DataFrame, module: str | None = None) -> tuple[pl.DataFrame, pl.DataFrame, StepProgram]:
+    """(spans, executions, the step program) from an ``nvtx_gpu_proj_trace`` frame (columns ``Name``
+    with the ``TSL:`` domain prefix, ``Projected Start``, ``Projected Duration``, ``Orig Duration``,
+    ``RangeId``, ``ParentId``, ``TID``).  The step program is the one rule's
+    (``profiler.xla.step_program``, on each range's projected GPU time); *module*: only programs of
+    that ``hlo_module``."""
     p = proj.filter(pl.col("RangeId").is_not_null() & pl.col("Name").is_not_null()).with_columns(
         pl.col("Name").str.extract(r"^([^:]+):", 1).alias("_domain"),
         pl.col("Name").str.replace(r"^[^:]+:", "").alias("_text"),
@@ -86,9 +89,14 @@ def projection_spans(proj: pl.DataFrame, module: str | None = None) -> tuple[pl.
         pl.col("ParentId").cast(I64),
         pl.col("Projected Start").cast(I64).alias("start"),
         (pl.col("Projected Start") + pl.col("Projected Duration")).cast(I64).alias("end"),
+        pl.col("Projected Duration").cast(I64).alias("gpu_ns"),
+        pl.col("Orig Duration").cast(I64).alias("host_ns")
+        if "Orig Duration" in proj.columns
+        else pl.col("Projected Duration").cast(I64).alias("host_ns"),
+        (pl.col("TID").cast(I64) if "TID" in proj.columns else pl.lit(0, I64)).alias("global_tid"),
     )
     p = _xla(p, "_text", "_domain")
-    name, execs = _executions(p, module)
+    step, execs = _executions(p, module)
     execs = execs.select("execution", "RangeId", "start", "end", "program_id")
     spans = (
         p.filter(pl.col("xla_kind") == "thunk")
@@ -102,37 +110,44 @@ def projection_spans(proj: pl.DataFrame, module: str | None = None) -> tuple[pl.
             pl.lit(None, pl.String).alias("cls"),
         )
     )
-    return spans, execs.drop("RangeId"), name
+    return spans, execs.drop("RangeId"), step
 
 
-def _executions(ranges: pl.DataFrame, module: str | None) -> tuple[str, pl.DataFrame]:
-    """(the step module: *module*, else the one that ran longest; its XlaModule ranges in time order,
-    numbered by ``execution``) from ranges already named by ``_xla``."""
-    mods = ranges.filter((pl.col("xla_kind") == "module") & pl.col("program_id").is_not_null())
-    name = module or _busiest(mods)
-    execs = mods.filter(pl.col("hlo_module") == name).sort("start").with_row_index("execution")
-    return name, execs.with_columns(pl.col("execution").cast(I64))
-
-
-def _busiest(mods: pl.DataFrame) -> str:
+def _executions(
+    ranges: pl.DataFrame, module: str | None, declared: str | None = None
+) -> tuple[StepProgram, pl.DataFrame]:
+    """(the step program by the one rule, its XlaModule ranges in time order numbered by ``execution``)
+    from ranges named by ``_xla`` with ``gpu_ns`` per range (and ``host_ns`` where the host time is not
+    ``end - start``).  Executions inside compilation (autotuning) and ranges without a ``program_id``
+    are never the step's.  *module*: only programs of that name; *declared*: the name the script
+    handed to ``annotate.compiled_step`` (the rule's narrowing, as in ``Breakdown.module_steps``)."""
+    mods = outside_compiles(ranges).filter(pl.col("program_id").is_not_null())
     if mods.height == 0:
         raise ValueError("no XlaModule range with a program_id: not a trace of XLA executions")
-    top = (
-        mods.group_by("hlo_module")
-        .agg((pl.col("end") - pl.col("start")).sum().alias("t"))
-        .sort(["t", "hlo_module"], descending=[True, False])
-    )
-    return str(top["hlo_module"][0])
+    step = choose(programs_of(mods), module or declared)
+    if step.name is None or (module and step.name != module):
+        ran = ", ".join(sorted(set(mods["hlo_module"].drop_nulls().to_list()))[:5])
+        raise ValueError(f"no execution of module {module!r} in the trace (it ran {ran})")
+    same = (pl.col("hlo_module") == step.name) & (pl.col("program_id") == step.program_id)
+    execs = mods.filter(same).sort("start").with_row_index("execution")
+    return step, execs.with_columns(pl.col("execution").cast(I64))
 
 
 def export_spans(
-    ranges: pl.DataFrame, ops: pl.DataFrame, pairs: pl.DataFrame, module: str | None = None
-) -> tuple[pl.DataFrame, pl.DataFrame, str]:
-    """(spans, executions, module name) from an export's NVTX *ranges* (attribution's: range_id,
+    ranges: pl.DataFrame,
+    ops: pl.DataFrame,
+    pairs: pl.DataFrame,
+    module: str | None = None,
+    declared: str | None = None,
+) -> tuple[pl.DataFrame, pl.DataFrame, StepProgram]:
+    """(spans, executions, the step program) from an export's NVTX *ranges* (attribution's: range_id,
     name, domain, start, end, global_tid), its GPU *ops* (op_id, start, end, kind, cls, bytes) and
-    the (op_id, range_id) *pairs* of attribution.  A thunk's span is its ops' first start to last end."""
+    the (op_id, range_id) *pairs* of attribution.  A thunk's span is its ops' first start to last end.
+    *declared*: the step the script handed over (see ``_executions``)."""
     r = _xla(ranges, "name", "domain")
-    name, execs = _executions(r, module)
+    mods = r.filter(pl.col("xla_kind") == "module")
+    r = r.join(gpu_projection(mods, pairs, ops).select("range_id", "gpu_ns"), on="range_id", how="left")
+    step, execs = _executions(r, module, declared)
     thunks = r.filter(pl.col("xla_kind") == "thunk").select("range_id", "hlo_op", "start", "global_tid")
     # the execution a thunk range lies in: the latest module range on its thread that started before it
     thunks = (
@@ -165,7 +180,7 @@ def export_spans(
     return (
         spans.select(list(SPAN_SCHEMA)).sort("execution", "start"),
         execs.select("execution", "start", "end", "program_id"),
-        name,
+        step,
     )
 
 

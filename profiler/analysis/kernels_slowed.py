@@ -129,14 +129,17 @@ def _per_side(kernels: pl.DataFrame, sides: np.ndarray, rows: np.ndarray) -> pl.
     )
 
 
-def kernel_groups(kernels: pl.DataFrame, copies: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+def kernel_groups(
+    kernels: pl.DataFrame, copies: pl.DataFrame, side: np.ndarray | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(the groups that count, the calls per device and side).
 
     The groups: device, name, grid_x .. block_z, is_nccl, alone_count, alone_median_ns,
     beside_count, beside_median_ns, slowdown, excess_ns.  The calls: device, side, calls.
-    *kernels* needs device, start, end, name, is_nccl and the shape columns (``Trace.kernels``).
+    *kernels* needs device, start, end, name, is_nccl and the shape columns (``Trace.kernels``);
+    *side*: their ``kernel_sides`` when the caller has them.
     """
-    side = kernel_sides(kernels, copies)
+    side = kernel_sides(kernels, copies) if side is None else side
     rows = np.flatnonzero(side != NEITHER)
     sides = side[rows]
     del side

@@ -42,12 +42,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-
 from profiler.analysis.offload_plan import by_layer, label
 from profiler.conventions import NO_NVTX_NOTE, NVTX_REQUIREMENT
 from profiler.runs.summary import RunSummary, StepRow
 from profiler.xla.buffers import device_bytes
+from profiler.xla.step_program import StepProgram, program_label
 from profiler.xla.targets import peak_tflops
 
 DIFF_TOLERANCE = 0.05  # planned and moved bytes within 5% agree
@@ -57,64 +56,70 @@ _HLO_OP = re.compile(r"^Thunk:#(?:.*,)?hlo_op=([^,#]+)")
 BASELINE_POLICY = "none"
 
 
-# --- which compiled module is the step ---------------------------------------------------------
-def executed_modules(ranges: pl.DataFrame) -> list[tuple[str, int | None]]:
-    """(hlo_module, program_id) of XLA module ranges, by decreasing total time in the trace."""
-    if ranges.height == 0 or "xla_kind" not in ranges.columns:
-        return []
-    mods = ranges.filter(pl.col("xla_kind") == "module")
-    if mods.height == 0:
-        return []
-    agg = (
-        mods.group_by("hlo_module", "program_id")
-        .agg((pl.col("end") - pl.col("start")).sum().alias("t"))
-        .sort("t", "hlo_module", descending=[True, False])
-    )
-    return [(n, p) for n, p in agg.select("hlo_module", "program_id").iter_rows() if n]
+# --- the step's compiled program ---------------------------------------------------------------
+def _module_of(mods: list[dict[str, Any]], name: str | None, pid: int | None) -> dict[str, Any] | None:
+    """The compiled.json entry of program (*name*, *pid*): by id; by name when the id is unknown, the
+    last compiled (the highest id, as the capture matched it)."""
+    if name is None:
+        return None
+    same = [m for m in mods if m.get("name") == name]
+    if pid is None:
+        return max(same, key=lambda m: m.get("id") if isinstance(m.get("id"), int) else -1) if same else None
+    return next((m for m in same if m.get("id") == pid), None)
 
 
-def step_compiled(
-    compiled: dict[str, Any] | None,
-    executed: list[tuple[str, int | None]] | None = None,
-    step_module: tuple[str, int | None] | None = None,
-    step_reason: str | None = None,
-) -> dict:
-    """The step's module from a run's ``compiled.json``, its plan labelled with layers.
+def step_compiled(compiled: dict[str, Any] | None, step: StepProgram | None = None) -> dict:
+    """The step program's compiled module from a run's ``compiled.json``, its plan labelled with layers.
 
-    The module the script handed over wins, then the module whose executions
-    the steps analysis took as the steps (*step_module*: ``Breakdown.module_steps``,
-    by ``xla_steps``' rule, autotuning left out; *step_reason* says how), then the
-    module the trace ran longest (when the dump kept it), then the capture's own choice.
+    *step*: the program whose executions the trace shows as the steps (``Breakdown.module_steps``,
+    by the one rule of ``profiler.xla.step_program``); without one (no executions in the trace),
+    the program the capture chose by the same rule from the start-up hook's counts.  Memory, FLOPs
+    and host placements come from that program's HLO only; where the dump lacks it, from what the
+    script handed over (``annotate.compiled_step``, said), else none.
     """
     if not compiled:
         return {"module": None, "chosen_by": None, "notes": ["no compiled.json in the run folder"]}
     mods = compiled.get("modules") or []
-    handed = (compiled.get("handed_over") or {}).get("module")
-    chosen, why = None, compiled.get("chosen_by")
-    if handed:
-        chosen = next((m for m in reversed(mods) if m["name"] == handed), None)
-    reason = step_reason or "the XLA module whose executions are the steps"
-    candidates = [(step_module, reason)] if step_module else []
-    candidates += [(e, "the XLA module that ran longest in the trace") for e in executed or []]
-    if chosen is None:
-        for (name, pid), reason in candidates:
-            chosen = next((m for m in mods if m["name"] == name and (pid is None or m["id"] == pid)), None)
-            if chosen is not None:
-                why = reason if reason.startswith(f"{name}: ") else f"{reason} ({name})"
-                break
-    if chosen is None:
-        chosen = next((m for m in mods if m.get("label") == compiled.get("step_module")), None)
-    notes = list(compiled.get("notes") or [])
     handed_doc = compiled.get("handed_over") or {}
+    handed = handed_doc.get("module")
+    notes = list(compiled.get("notes") or [])
+    if step is not None and step.name is not None:
+        name, pid, why = step.name, step.program_id, step.sentence
+    else:
+        rec = compiled.get("step_program") or {}
+        name, pid, why = rec.get("name"), rec.get("program_id"), compiled.get("chosen_by")
+        if name is None:  # a compiled.json written before programs were recorded: its label
+            old = next((m for m in mods if m.get("label") == compiled.get("step_module")), None)
+            name, pid = (old["name"], old.get("id")) if old else (handed, None)
+    chosen = _module_of(mods, name, pid)
+    if step is not None and step.name is not None and handed and step.name != handed:
+        # the rule narrows to the handed-over name wherever it ran: it never ran as one program
+        # (a step dispatched layer by layer): the numbers are those of the program handed over
+        own = _module_of(mods, handed, None)
+        if own is not None or handed_doc.get("cost") or handed_doc.get("memory"):
+            chosen, own_id = own, (own or {}).get("id")
+            name, pid = handed, (own_id if isinstance(own_id, int) and own_id >= 0 else None)
+            why = (
+                f"{program_label(name, pid)}: the step the script handed to annotate.compiled_step, which never "
+                f"ran as one program (of the programs that ran: {step.sentence})"
+            )
+    if chosen is None and name is not None and pid is not None:
+        fallback = next((m for m in mods if m.get("name") == name and m.get("id") == -1), None)  # handed over
+        said = f"the run folder's XLA dump holds no module of {program_label(name, pid)}"
+        notes.append(said + (": its numbers are those annotate.compiled_step handed over" if fallback else ""))
+        chosen = fallback
+    out: dict[str, Any] = {"step_program": program_label(name, pid) if name else None, "step_name": name}
+    out["program_id"] = pid
     if chosen is None:
-        out = {"module": handed or None, "chosen_by": "handed over (no dump)" if handed else None, "notes": notes}
-        out["memory"] = handed_doc.get("memory")
-        out["cost"] = handed_doc.get("cost")
-        out["plan"] = None
+        same = name is not None and name == handed
+        out.update(module=None if not same else handed, chosen_by=why, notes=notes, plan=None)
+        out["memory"] = handed_doc.get("memory") if same else None
+        out["cost"] = handed_doc.get("cost") if same else None
         return out
     memory = chosen.get("memory") or (handed_doc.get("memory") if chosen["name"] == handed else None)
     cost = chosen.get("cost") or (handed_doc.get("cost") if chosen["name"] == handed else None)
     return {
+        **out,
         "module": chosen.get("label") or chosen["name"],
         "chosen_by": why,
         "memory": memory,
@@ -242,6 +247,7 @@ def policy_row(run: RunSummary | dict[str, Any], peak_override: float | None = N
         "stalled_ns": stalled,
         "recompute_overhead": None,
         "step_module": comp.get("module"),
+        "step_program": comp.get("step_program"),
         "hlo_fingerprint": comp.get("fingerprint"),
         "same_hlo_as": [],
         "step_chosen_by": comp.get("chosen_by"),
@@ -284,19 +290,29 @@ def same_hlo(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return groups
 
 
+def step_difference(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, float] | None:
+    """(difference of two rows' median steps, the larger of their spreads): the difference is within
+    the noise when it is under that spread.  None when they cannot be compared: a median step or
+    both spreads missing, or different kinds of device (a CPU run's steps say nothing about a GPU
+    run's, nor an A100's about an H100's)."""
+    kinds = {a.get("device_kind"), b.get("device_kind")} - {None}
+    if is_cpu(a) != is_cpu(b) or len(kinds) > 1:
+        return None
+    spreads = [x for x in (a["step_spread_ns"], b["step_spread_ns"]) if x is not None]
+    if not spreads or None in (a["median_step_ns"], b["median_step_ns"]):
+        return None
+    return abs(a["median_step_ns"] - b["median_step_ns"]), max(spreads)
+
+
 def _pairs(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any], float, float]]:
-    """(a, b, difference of their median steps, the larger spread) for every two rows that have both,
-    on the same kind of device (a CPU run's steps say nothing about a GPU run's, nor an A100's about
-    an H100's)."""
+    """(a, b, difference of their median steps, the larger spread) for every two rows that can be
+    compared (``step_difference``)."""
     out = []
     for i, a in enumerate(rows):
         for b in rows[i + 1 :]:
-            kinds = {a.get("device_kind"), b.get("device_kind")} - {None}
-            if is_cpu(a) != is_cpu(b) or len(kinds) > 1:
-                continue
-            spreads = [x for x in (a["step_spread_ns"], b["step_spread_ns"]) if x is not None]
-            if spreads and None not in (a["median_step_ns"], b["median_step_ns"]):
-                out.append((a, b, abs(a["median_step_ns"] - b["median_step_ns"]), max(spreads)))
+            diff = step_difference(a, b)
+            if diff is not None:
+                out.append((a, b, *diff))
     return out
 
 
@@ -439,9 +455,11 @@ def planned_vs_moved(run: RunSummary | dict[str, Any], tolerance: float = DIFF_T
         "policy": run.policy,
         "trace": run.trace,
         "step_module": comp.get("module"),
+        "step_program": comp.get("step_program"),
         "step_chosen_by": comp.get("chosen_by"),
         "plan_note": comp.get("plan_note"),
         "steps": n_steps,
+        "included_steps": len(run.included_steps),  # the policy table's steps: those in the median
         "devices": n_dev,
         "per": per,
         "rows": out,

@@ -20,12 +20,19 @@ are computed for every op at once.  Only the heads are then visited, one per
 segment in dependency order (a loop over segments, not over ops).  Segments
 caught in a cycle are resolved op by op: ops on the cycle keep their recorded
 start, the rest follow in dependency order.
+
+A ``Change`` (METRICS.md "Savings") changes one cause and nothing else: some
+ops' durations (never longer), copies removed (zero duration, and no op waits
+for them), waits dropped, blocking calls
+that no longer block their thread, copies moved to a stream of their own.  The
+slack of every op is still measured on the recorded graph: an op freed from an
+input starts its own slack after the inputs it keeps.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -39,6 +46,68 @@ from profiler.analysis.dependencies import (
     segmented_cummax,
 )
 from profiler.analysis.hostsync import HostSyncs
+
+
+def _rows() -> np.ndarray:
+    return np.zeros(0, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One cause changed in the replay (rows are rows of ``deps.ops``; calls index ``HostSyncs``).
+
+    - ``durations``: (rows, new durations): those ops last at most that long;
+    - ``removed``: copies removed: zero duration, and no op waits for them;
+    - ``unwaited``: no op waits for these ops any more (their waits are dropped);
+    - ``detached``: blocking calls whose thread no longer waits (they return when they begin);
+    - ``own_stream``: ops moved to a stream of their own: the ops after them on their stream no
+      longer wait for them (each still follows the op before it, whose output it copies).
+    """
+
+    what: str = "nothing"
+    durations: tuple[np.ndarray, np.ndarray] | None = None
+    removed: np.ndarray = field(default_factory=_rows)
+    unwaited: np.ndarray = field(default_factory=_rows)
+    detached: np.ndarray = field(default_factory=_rows)
+    own_stream: np.ndarray = field(default_factory=_rows)
+
+    @property
+    def empty(self) -> bool:
+        sizes = [self.removed.size, self.unwaited.size, self.detached.size, self.own_stream.size]
+        return not any(sizes) and (self.durations is None or self.durations[0].size == 0)
+
+    def edges_kept(self, tgt: np.ndarray, blk: np.ndarray, n: int) -> np.ndarray:
+        """Per applied wait (target, blocker): whether the change keeps it."""
+        keep = np.ones(tgt.size, dtype=bool)
+        if self.removed.size or self.unwaited.size:
+            gone = np.zeros(n, dtype=bool)
+            gone[self.removed] = True
+            gone[self.unwaited] = True
+            keep &= ~gone[blk]
+        return keep
+
+    def new_prev(self, ops: GpuOps) -> np.ndarray:
+        """The op before each op on its stream once ``own_stream`` ops have a stream of their own:
+        the ops that stay skip the moved ones (they follow the op that stays before them); a moved
+        op still follows the op before it, whose output it copies."""
+        prev = ops.prev.astype(np.int64)
+        if self.own_stream.size == 0:
+            return prev
+        n = len(ops)
+        moved = np.zeros(n, dtype=bool)
+        moved[self.own_stream] = True
+        rows = np.arange(n, dtype=np.int64)
+        first = prev < 0  # rows are in stream order: a stream starts where an op has no op before it
+        seg = np.cumsum(first) - 1
+        # per row, the last staying row at or before it on its stream (-1: none)
+        last = np.maximum.accumulate(np.where(moved, -1, rows))
+        last = np.where(last >= np.flatnonzero(first)[seg], last, -1)  # not from the stream before
+        before = np.r_[-1, last[:-1]]
+        before = np.where(first, -1, before)
+        return np.where(moved, prev, before)
+
+
+NO_CHANGE = Change()
 
 
 @dataclass(frozen=True)
@@ -55,6 +124,7 @@ class Replay:
     shift: np.ndarray | None = None  # per blocking call of ``host``
     launch: np.ndarray | None = None  # replayed launch times (``NO_TIME`` stays so)
     host_sync_modeled: bool = False  # asked for, and not given up for a dependency cycle
+    touched: np.ndarray | None = None  # when known: the only ops whose end differs from the recorded one
 
     def shift_at(self, gtid: np.ndarray, t: np.ndarray) -> np.ndarray:
         """How far the host work of thread *gtid* at recorded time *t* moves (0 without host modeling)."""
@@ -83,8 +153,11 @@ def scaled_durations(deps: Dependencies, factor: float) -> np.ndarray:
     return dur
 
 
-def replay(deps: Dependencies, factor: float, host: HostSyncs | None = None) -> Replay:
-    """The what-if timeline for copy durations scaled by *factor* (1.0 reproduces the trace).
+def replay(
+    deps: Dependencies, factor: float = 1.0, host: HostSyncs | None = None, change: Change = NO_CHANGE
+) -> Replay:
+    """The what-if timeline for copy durations scaled by *factor* (1.0 reproduces the trace), with
+    *change* applied on top (see ``Change``).
 
     With *host* (``hostsync.host_syncs``), host synchronization is modeled: a
     call that blocked its thread returns ``lag`` after the replayed end of what it
@@ -97,29 +170,48 @@ def replay(deps: Dependencies, factor: float, host: HostSyncs | None = None) -> 
     ops = deps.ops
     n = len(ops)
     d_new = scaled_durations(deps, factor)
+    if change.durations is not None and change.durations[0].size:
+        rows, new = change.durations
+        d_new[rows] = np.minimum(d_new[rows], np.maximum(new, 0))
+    if change.removed.size:
+        d_new[change.removed] = 0
     modeled = host is not None
     host = host if host is not None and len(host) else None
     if n == 0:
         z = np.zeros(0, dtype=np.int64)
         return Replay(deps, factor, z, z, np.zeros(0, dtype=bool), host_sync_modeled=modeled)
-    prev = ops.prev
     launch = ops.launch
+    # the recorded graph: M and slack
+    prev_rec = ops.prev
     tgt, blk = deps.blockers_of
-    has_blockers = np.zeros(n, dtype=bool)
-    has_blockers[tgt] = True
-    # recorded M and slack
     block_rec = np.full(n, NO_TIME, dtype=np.int64)
     np.maximum.at(block_rec, tgt, ops.end[blk])
-    prev_end = np.where(prev >= 0, ops.end[np.maximum(prev, 0)], NO_TIME)
+    had_blockers = np.zeros(n, dtype=bool)
+    had_blockers[tgt] = True
+    prev_end = np.where(prev_rec >= 0, ops.end[np.maximum(prev_rec, 0)], NO_TIME)
     m_rec = np.maximum(np.maximum(prev_end, launch), block_rec)
+    no_input_rec = (prev_rec < 0) & (launch == NO_TIME) & ~had_blockers
+    slack = np.where(no_input_rec, 0, ops.start - m_rec)
+    # the changed graph
+    if not change.empty:
+        keep = change.edges_kept(tgt, blk, n)
+        if not keep.all():
+            tgt, blk = tgt[keep], blk[keep]
+    prev = change.new_prev(ops) if change.own_stream.size else prev_rec
+    has_blockers = np.zeros(n, dtype=bool)
+    has_blockers[tgt] = True
     no_input = (prev < 0) & (launch == NO_TIME) & ~has_blockers
-    slack = np.where(no_input, 0, ops.start - m_rec)
+    detached = np.zeros(len(host) if host is not None else 0, dtype=bool)
+    if host is not None and change.detached.size:
+        detached[change.detached] = True
 
     # host epochs: the last blocking call of the launching thread that returned before the launch
-    epoch = _epochs(ops, host)
+    epoch = launch_epochs(ops, host)
     # segments: a new one at each stream's first op, at each op that waits for another stream, and
     # where the launching thread's epoch changes (inside a segment every launch moves alike)
     head = (prev < 0) | has_blockers | (epoch != epoch[np.maximum(prev, 0)])
+    if change.own_stream.size:  # a segment's ops follow each other row by row: where not, a new one
+        head |= prev != np.arange(-1, n - 1)
     seg = np.cumsum(head) - 1
     heads = np.flatnonzero(head)
     a = slack + d_new
@@ -139,7 +231,7 @@ def replay(deps: Dependencies, factor: float, host: HostSyncs | None = None) -> 
     seg_prev = np.where(prev[heads] >= 0, seg[np.maximum(prev[heads], 0)], -1)
     starts_of = np.searchsorted(tgt, heads, side="left")
     stops_of = np.searchsorted(tgt, heads, side="right")
-    order = _node_order(seg_prev, seg, tgt, blk, n_seg, seg_epoch, host)
+    order = _node_order(seg_prev, seg, tgt, blk, n_seg, seg_epoch, host, detached)
 
     def end_of(row: int) -> int:
         s_ = seg_l[row]
@@ -156,13 +248,19 @@ def replay(deps: Dependencies, factor: float, host: HostSyncs | None = None) -> 
     shift_l = shift.tolist()
     if host is not None:
         h_start, h_end, h_wait = host.start.tolist(), host.end.tolist(), host.waited.tolist()
-        h_lag, h_blocked = host.lag.tolist(), host.blocked.tolist()
-        h_prev = _previous_call(host).tolist()
+        h_lag, h_blocked = host.lag.tolist(), (host.blocked & ~detached).tolist()
+        h_detached = detached.tolist()
+        h_prev = previous_call(host).tolist()
     for node in order:
         if node >= n_seg:  # a blocking call
             k = node - n_seg
             began = h_start[k] + shift_l[h_prev[k]]
-            back = max(began, end_of(h_wait[k]) + h_lag[k]) if h_blocked[k] else began + h_end[k] - h_start[k]
+            if h_detached[k]:
+                back = began  # the thread does not wait: the call returns as it begins
+            elif h_blocked[k]:
+                back = max(began, end_of(h_wait[k]) + h_lag[k])
+            else:
+                back = began + h_end[k] - h_start[k]
             shift_l[k] = back - h_end[k]
             continue
         h = heads_l[node]
@@ -181,11 +279,12 @@ def replay(deps: Dependencies, factor: float, host: HostSyncs | None = None) -> 
     shift = np.array(shift_l, dtype=np.int64)
     if not done.all():
         if host is not None:  # a cycle (clock skew): replay without moving host calls
-            return replay(deps, factor, None)
+            return replay(deps, factor, None, change)
         end = np.maximum(head_end[seg], c) + p
         start = end - d_new
         kept = no_input.copy()
-        _resolve_cycles(deps, np.flatnonzero(~done[seg]), start, end, d_new, slack, no_input, kept)
+        stuck = np.flatnonzero(~done[seg])
+        _resolve_cycles(deps, prev, tgt, blk, stuck, start, end, d_new, slack, no_input, kept)
         return Replay(deps, factor, start, end, kept)
     end = np.maximum(head_end[seg], c + shift[seg_epoch[seg]]) + p
     start = end - d_new
@@ -202,7 +301,7 @@ def replay(deps: Dependencies, factor: float, host: HostSyncs | None = None) -> 
     )
 
 
-def _epochs(ops: GpuOps, host: HostSyncs | None) -> np.ndarray:
+def launch_epochs(ops: GpuOps, host: HostSyncs | None) -> np.ndarray:
     """Per op, the index of the last blocking call of its launching thread that returned at or before
     its launch; -1 (the extra, zero entry of the shifts) where none."""
     epoch = np.full(len(ops), -1, dtype=np.int64)
@@ -219,7 +318,7 @@ def _epochs(ops: GpuOps, host: HostSyncs | None) -> np.ndarray:
     return epoch
 
 
-def _previous_call(host: HostSyncs) -> np.ndarray:
+def previous_call(host: HostSyncs) -> np.ndarray:
     """Per blocking call, the one before it on its thread, or -1."""
     prev = np.arange(len(host), dtype=np.int64) - 1
     if len(host):
@@ -235,6 +334,7 @@ def _node_order(
     n_seg: int,
     seg_epoch: np.ndarray,
     host: HostSyncs | None,
+    detached: np.ndarray | None = None,
 ) -> np.ndarray:
     """Segments (ids below n_seg) and blocking calls (n_seg + k) in dependency order (Kahn's
     algorithm); nodes on or behind a cycle are left out."""
@@ -247,11 +347,12 @@ def _node_order(
         by_call = np.flatnonzero(seg_epoch >= 0)
         froms.append(n_seg + seg_epoch[by_call])  # a call's return moves the launches after it
         tos.append(by_call)
-        prev_call = _previous_call(host)
+        prev_call = previous_call(host)
         k = np.flatnonzero(prev_call >= 0)
         froms.append(n_seg + prev_call[k])
         tos.append(n_seg + k)
-        k = np.flatnonzero(host.blocked)
+        blocked = host.blocked if detached is None or detached.size == 0 else host.blocked & ~detached
+        k = np.flatnonzero(blocked)
         froms.append(seg[host.waited[k]])  # a blocked call waits for the segment of its op
         tos.append(n_seg + k)
     edges_from, edges_to = np.concatenate(froms), np.concatenate(tos)
@@ -275,6 +376,9 @@ def _node_order(
 
 def _resolve_cycles(
     deps: Dependencies,
+    prev: np.ndarray,
+    tgt: np.ndarray,
+    blk: np.ndarray,
     stuck: np.ndarray,
     start: np.ndarray,
     end: np.ndarray,
@@ -286,12 +390,11 @@ def _resolve_cycles(
     """Ops whose segments wait on a cycle, op by op: ops on a cycle keep their recorded start,
     the others follow in dependency order.  Writes into *start*, *end* and *kept*."""
     ops = deps.ops
-    tgt, blk = deps.blockers_of
     stuck_set = set(stuck.tolist())
     inputs: dict[int, list[int]] = {i: [] for i in stuck_set}
     for i in stuck_set:
-        if ops.prev[i] >= 0:
-            inputs[i].append(int(ops.prev[i]))
+        if prev[i] >= 0:
+            inputs[i].append(int(prev[i]))
     for t, b in zip(tgt.tolist(), blk.tolist(), strict=True):
         if t in stuck_set:
             inputs[t].append(b)

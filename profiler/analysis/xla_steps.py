@@ -1,18 +1,17 @@
 """Training steps and warm-up from XLA's own ranges, for scripts with no step annotation.
 
 On a GPU, XLA writes one ``XlaModule`` range (domain ``TSL``) per execution of
-an executable; on any backend profile-step's start-up hook writes the same in
+an executable; on any other backend profile-step's start-up hook writes the same in
 its own domain (``profiler.capture.startup``).  The executions of the step's
-module are the steps:
+program are the steps:
 
-- the step's module: of the modules that ran more than once in the window
-  (all, if none did), the one with the most GPU time, then the most
-  executions, then the most host time; so a script's init (run once) is never
-  its step, and on a CPU (no GPU time) the module that ran most often is;
-
-- executions are grouped by (``hlo_module``, ``program_id``); a group's GPU
-  time is the sum over its executions of the busy time (union) of the GPU ops
-  launched inside each (nsys's projection of a range onto the GPU);
+- executions are grouped by program (``hlo_module``, ``program_id``); a program's GPU time is
+  the sum over its executions of the busy time (union) of the GPU ops launched inside each
+  (nsys's projection of a range onto the GPU);
+- the step's program is chosen by the one rule of ``profiler.xla.step_program`` (the programs
+  that ran more than once, then the most GPU time, the most executions, the most host time);
+  so a script's init (run once) is never its step, and on a CPU (no GPU time) the program that
+  ran most often is; other programs of the same name are not steps, and are said once;
 - executions that run inside a compile range on their own thread (the
   autotuner's trial modules, ``XlaModule:#hlo_module=extracted#``) are compile
   work, never steps;
@@ -38,6 +37,7 @@ import polars as pl
 
 from profiler.analysis.intervals import length_by_group, union
 from profiler.conventions import DOMAIN
+from profiler.xla.step_program import Program, StepProgram, choose, program_label
 
 I64 = pl.Int64
 NO_XLA = (
@@ -48,47 +48,26 @@ NO_XLA = (
 
 @dataclass(frozen=True)
 class ModuleSteps:
-    """The dominant module's executions as steps, or why there are none."""
+    """The step program's executions as steps, or why there are none."""
 
     steps: pl.DataFrame  # index, range_id, name, start, end, warmup (or NULL), pid, global_tid (of the first execution)
     members: pl.DataFrame  # range_id, index: every execution of each step
     module: str | None
     program_id: int | None
     note: str | None
-    chosen_by: str | None = None  # how the module was chosen: "jit_update: ran 5 times in the window (...)"
+    chosen_by: str | None = None  # how the program was chosen: StepProgram.sentence
     by_hook: bool = False  # the executions come from profile-step's start-up hook (no XLA module ranges)
+    step: StepProgram | None = None  # the one rule's answer (profiler.xla.step_program)
 
     @property
     def source(self) -> str | None:
         if self.module is None:
             return None
-        pid = f", program_id {self.program_id}" if self.program_id is not None else ""
         hook = ", recorded by profile-step's start-up hook" if self.by_hook else ""
-        return f"XLA module {self.module}{pid} (its executions{hook})"
+        return f"the executions of {program_label(self.module, self.program_id)}{hook}"
 
 
-def _times(n: int) -> str:
-    return "once" if n == 1 else f"{n} times"
-
-
-def choice(totals: pl.DataFrame) -> str:
-    """How the first row of *totals* (ranked modules: hlo_module, executions, gpu_ns) was chosen."""
-    name, n, gpu = totals["hlo_module"][0], int(totals["executions"][0]), int(totals["gpu_ns"][0])
-    rest = totals.slice(1)
-    why = f"{name}: ran {_times(n)} in the window"
-    if rest.height and gpu and (rest["executions"] > 1).any() and n > 1:
-        why += ", the most GPU time of the modules that ran more than once"
-    elif rest.height and n > 1 and (rest["executions"] == n).any():
-        why += ", as often as others, with the most time"
-    if not rest.height:
-        return why + ", the only XLA module that ran"
-    shown = [f"{m} ran {_times(int(c))}" for m, c in rest.head(2).select("hlo_module", "executions").iter_rows()]
-    if rest.height > 2:
-        shown.append(f"{rest.height - 2} more modules")
-    return why + (f" ({', '.join(shown)})" if shown else "")
-
-
-def _projection(modules: pl.DataFrame, pairs: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+def gpu_projection(modules: pl.DataFrame, pairs: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     """Per module range: gpu_start, gpu_end, gpu_ns (busy union) and device (the first) of the ops
     launched inside it."""
     p = pairs.join(modules.select("range_id"), on="range_id")
@@ -122,7 +101,7 @@ def _merged(frame: pl.DataFrame, key: list[str]) -> pl.DataFrame:
 def _inside(points: pl.DataFrame, spans: pl.DataFrame, by: str) -> pl.Series:
     """For each of *points* (``start``, *by*): whether it starts inside one of *spans* of the same *by*."""
     if spans.height == 0 or points.height == 0:
-        return pl.Series([False] * points.height)
+        return pl.Series([False] * points.height, dtype=pl.Boolean)
     merged = _merged(spans, [by]).rename({"start": "_s", "end": "_e"})
     hit = (
         points.select(by, "start")
@@ -136,10 +115,13 @@ def _inside(points: pl.DataFrame, spans: pl.DataFrame, by: str) -> pl.Series:
     return (hit["_e"].is_not_null() & (hit["start"] < hit["_e"])).alias("inside")
 
 
-def module_steps(ranges: pl.DataFrame, pairs: pl.DataFrame, ops: pl.DataFrame) -> ModuleSteps:
+def module_steps(
+    ranges: pl.DataFrame, pairs: pl.DataFrame, ops: pl.DataFrame, declared: str | None = None
+) -> ModuleSteps:
     """The steps of *ranges* (parsed by ``profiler.xla.names.parse_xla``) from XLA module executions.
 
-    *pairs* (op_id, range_id) and *ops* (by op_id) give the GPU ops launched inside each range.
+    *pairs* (op_id, range_id) and *ops* (by op_id) give the GPU ops launched inside each range;
+    *declared*: the module the script named its step (``annotate.compiled_step``), if any.
     """
     schema = {"index": pl.UInt32, "range_id": I64, "name": pl.String, "start": I64, "end": I64}
     empty = pl.DataFrame(schema={**schema, "warmup": pl.String, "pid": I64, "global_tid": I64})
@@ -148,24 +130,14 @@ def module_steps(ranges: pl.DataFrame, pairs: pl.DataFrame, ops: pl.DataFrame) -
     if modules.height == 0:
         return ModuleSteps(empty, no_members, None, None, NO_XLA)
     compiles = ranges.filter(pl.col("xla_kind") == "compile")
-    modules = modules.with_columns(_inside(modules, compiles, "global_tid").alias("in_compile"))
-    candidates = modules.filter(~pl.col("in_compile"))
+    candidates = outside_compiles(ranges)
     if candidates.height == 0:
         note = "every XLA module execution ran inside a compilation (autotuning)"
         return ModuleSteps(empty, no_members, None, None, note)
-    candidates = candidates.join(_projection(candidates, pairs, ops), on="range_id", how="left")
-    totals = (
-        candidates.group_by("hlo_module", "program_id")
-        .agg(
-            pl.col("gpu_ns").sum(),
-            (pl.col("end") - pl.col("start")).sum().alias("host_ns"),
-            pl.col("start").min().alias("first"),
-            pl.len().alias("executions"),
-        )
-        .with_columns((pl.col("executions") > 1).alias("_repeated"))
-        .sort(["_repeated", "gpu_ns", "executions", "host_ns", "first"], descending=[True, True, True, True, False])
-    )
-    module, program = totals["hlo_module"][0], totals["program_id"][0]
+    candidates = candidates.join(gpu_projection(candidates, pairs, ops), on="range_id", how="left")
+    programs = programs_of(candidates)
+    step = choose(programs, declared)
+    module, program = step.name, step.program_id
     same = pl.col("hlo_module") == module
     same_program = same & (
         pl.col("program_id").eq_missing(program) if program is not None else pl.col("program_id").is_null()
@@ -219,16 +191,46 @@ def module_steps(ranges: pl.DataFrame, pairs: pl.DataFrame, ops: pl.DataFrame) -
         )
     )
     members = execs.select("range_id", pl.col("_k").cast(pl.UInt32).alias("index"))
-    others = totals.height - 1
-    note = choice(totals) if others else None
+    note = step.sentence if len(programs) > 1 else None
     by_hook = bool(execs.height) and "domain" in execs.columns and execs["domain"][0] == DOMAIN
-    return ModuleSteps(steps, members, module, program, note, choice(totals), by_hook)
+    return ModuleSteps(steps, members, module, program, note, step.sentence, by_hook, step)
+
+
+def programs_of(executions: pl.DataFrame) -> list[Program]:
+    """Per program (hlo_module, program_id) of *executions* (XlaModule ranges with ``start``, ``end``,
+    ``gpu_ns`` and, where the host time is not ``end - start``, ``host_ns``): its executions, GPU
+    time, host time and first start, for ``step_program.choose``."""
+    if executions.height == 0:
+        return []
+    gpu = pl.col("gpu_ns").fill_null(0).sum() if "gpu_ns" in executions.columns else pl.lit(0, I64)
+    host = pl.col("host_ns") if "host_ns" in executions.columns else pl.col("end") - pl.col("start")
+    totals = executions.group_by("hlo_module", "program_id").agg(
+        gpu.alias("gpu_ns"),
+        host.sum().alias("host_ns"),
+        pl.col("start").min().alias("first"),
+        pl.len().alias("executions"),
+    )
+    return [
+        Program(str(n), int(p) if p is not None else None, int(e), int(g or 0), int(h), int(f))
+        for n, p, g, h, f, e in totals.select(
+            "hlo_module", "program_id", "gpu_ns", "host_ns", "first", "executions"
+        ).iter_rows()
+        if n
+    ]
+
+
+def outside_compiles(ranges: pl.DataFrame) -> pl.DataFrame:
+    """The ``XlaModule`` ranges of *ranges* (parsed by ``parse_xla``) that do not start inside a compile
+    range on their own thread (the autotuner's trial executions are compile work)."""
+    modules = ranges.filter(pl.col("xla_kind") == "module")
+    compiles = ranges.filter(pl.col("xla_kind") == "compile")
+    return modules.filter(~_inside(modules, compiles, "global_tid"))
 
 
 def _overlaps(execs: pl.DataFrame, compiles: pl.DataFrame) -> pl.Series:
     """For each execution: whether it overlaps (host time) one of *compiles* in its process."""
     if compiles.height == 0 or execs.height == 0:
-        return pl.Series([False] * execs.height)
+        return pl.Series([False] * execs.height, dtype=pl.Boolean)
     merged = _merged(compiles, ["pid"])
     out = np.zeros(execs.height, dtype=bool)
     for (pid,), spans in merged.group_by(["pid"]):  # one pass per process

@@ -1,8 +1,11 @@
-"""Runs that ended without a trace: why, in one line, and the one failure worth a retry.
+"""Runs that ended without a trace: why, in one line, and the failures of nsys worth a retry.
 
-nsys can lose its agent under load ("Connection to Agent lost. This is most likely a bug.
-Internal reason: 'End of file'.") and exit 0 without writing a report.  That is nsys's
-failure, not the script's: ``agent_lost`` spots it so that the capture is tried once more.
+Under load nsys can lose its agent ("Connection to Agent lost. This is most likely a bug.
+Internal reason: 'End of file'.") or its importer can crash while turning the raw capture
+(``.qdstrm``) into a report ("Importer error status: Importation failed." and an exception block
+of about 30 lines), and exit 0 without writing a report.  That is nsys's failure, not the script's:
+``nsys_failure`` spots it so that the capture is tried once more, and ``describe`` says it in one
+line, with where the raw capture and nsys's output are.
 """
 
 from __future__ import annotations
@@ -12,14 +15,18 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from profiler.capture.console import ConsoleFilter
-from profiler.conventions import LOG, MANIFEST
+from profiler.capture.console import IMPORT_FAILED, ConsoleFilter
+from profiler.conventions import LOG, MANIFEST, STARTUP_FACTS
 from profiler.runs.folder import has_trace
 
 AGENT_LOST = re.compile(r"Connection to Agent lost\b.*")
+IMPORTER_STATUS = re.compile(r"^Importer error status: (.*?)\.?\s*$")
+ERROR_TEXT = re.compile(r'^\s*Value: "(.*)"\s*$')
 FIRST_ATTEMPT_LOG = "output.attempt1.log"
 NO_TRACE_KEY = "no_trace_reason"  # the manifest's one-line reason when a run has no trace
+RAW_CAPTURE = ".qdstrm"  # nsys's raw capture, before its importer makes the report of it
 _REASON_CHARS = 240
+_DETAIL_CHARS = 64
 
 
 def _lines(log: Path) -> list[str]:
@@ -30,20 +37,68 @@ def _lines(log: Path) -> list[str]:
     return [ln.split("\r")[-1].rstrip() for ln in text.splitlines()]
 
 
-def agent_lost(run_dir: Path) -> str | None:
-    """nsys's "Connection to Agent lost ..." line when the run wrote no report because of it, else None."""
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def importer_failure(lines: list[str]) -> str | None:
+    """What nsys's importer said when it failed, in a few words ("Importation failed: Wrong event
+    order has been detected ..."), else None."""
+    status = next((m.group(1) for ln in lines if (m := IMPORTER_STATUS.match(ln))), None)
+    crashed = any(IMPORT_FAILED.match(ln) for ln in lines)
+    if status is None and not crashed:
+        return None
+    detail = None
+    for i, ln in enumerate(lines):  # the block's ErrorText, else its Status
+        if ln.strip() == "Type: ErrorText" and i + 1 < len(lines) and (m := ERROR_TEXT.match(lines[i + 1])):
+            detail = m.group(1).split("\\n")[0].rstrip(":")
+            break
+        if detail is None and "] = Status: " in ln:
+            detail = ln.split("] = Status: ", 1)[1].strip()
+    words = status or "the import failed"
+    return _short(f"{words}: {detail}" if detail else words, _DETAIL_CHARS)
+
+
+def nsys_failure(run_dir: Path, exit_code: int | None = None) -> str | None:
+    """nsys's own failure when the run wrote no report because of it ("nsys lost its agent (...)",
+    "nsys's importer failed (...)", and with a non-zero *exit_code* "nsys failed before the script
+    started (...)": the start-up hook wrote no facts and the log holds only nsys's lines), else None."""
     if has_trace(run_dir):
         return None
-    for line in _lines(run_dir / LOG):
+    lines = _lines(run_dir / LOG)
+    for line in lines:
         found = AGENT_LOST.search(line)
         if found:
-            return found.group(0).strip()
+            return f"nsys lost its agent ({found.group(0).strip()})"
+    imported = importer_failure(lines)
+    if imported:
+        return f"nsys's importer failed ({imported})"
+    said = [ln.strip() for ln in lines if ln.strip()]
+    if exit_code not in (None, 0) and not (run_dir / STARTUP_FACTS).exists() and not last_words(run_dir / LOG):
+        last = _short(said[-1], _DETAIL_CHARS) if said else "nothing said"
+        return f"nsys failed before the script started (exit code {exit_code}: {last})"
     return None
+
+
+def keep_raw_capture(run_dir: Path, elsewhere: Path | None = None) -> Path | None:
+    """The raw capture nsys left (``*.qdstrm`` in *run_dir*, or in *elsewhere*, nsys's temporary
+    folder, from where it is moved into *run_dir*), when the run has no report; else None."""
+    if has_trace(run_dir):
+        return None
+    found = sorted(run_dir.glob(f"*{RAW_CAPTURE}"))
+    if not found and elsewhere is not None and elsewhere.is_dir():
+        left = sorted(elsewhere.rglob(f"*{RAW_CAPTURE}"))
+        if left:
+            target = run_dir / f"trace{RAW_CAPTURE}"
+            shutil.move(str(left[-1]), target)
+            found = [target]
+    return found[-1] if found else None
 
 
 def set_aside(run_dir: Path) -> None:
     """Before a second attempt: the first attempt's log kept as ``output.attempt1.log``, everything else
-    it left (nsys's leftovers, the XLA dump, the script's facts) removed; the manifest stays."""
+    it left (nsys's leftovers and raw capture, the XLA dump, the script's facts) removed; the manifest
+    stays."""
     log = run_dir / LOG
     if log.is_file():
         log.replace(run_dir / FIRST_ATTEMPT_LOG)
@@ -57,27 +112,36 @@ def set_aside(run_dir: Path) -> None:
 
 
 def last_words(log: Path) -> str:
-    """The last line of the child's output that is not nsys's progress chatter ("" when none)."""
+    """The last line of the child's output that is not nsys's own ("" when none)."""
     keep = ConsoleFilter()
     kept = [ln for ln in _lines(log) if keep.keep(ln) and ln.strip()]
     last = kept[-1].strip() if kept else ""
-    return last if len(last) <= _REASON_CHARS else last[: _REASON_CHARS - 3] + "..."
+    return _short(last, _REASON_CHARS)
 
 
 def reason(run_dir: Path, manifest: dict[str, Any] | None) -> str:
-    """Why *run_dir* has no trace, in one line: the manifest's reason, else its status, exit code and last output."""
+    """Why *run_dir* has no trace, in one line: the manifest's reason, else its status, exit code and
+    last output.  A reason written before nsys's failures were told apart ("...; last output: }") is
+    said again from the log."""
     manifest = manifest or {}
-    if isinstance(manifest.get(NO_TRACE_KEY), str) and manifest[NO_TRACE_KEY]:
-        return manifest[NO_TRACE_KEY]
-    return describe(run_dir, manifest.get("status"), manifest.get("exit_code"))
+    said = manifest.get(NO_TRACE_KEY)
+    told_apart = isinstance(said, str) and said.startswith(("nsys lost its agent", "nsys's importer", "nsys failed"))
+    if isinstance(said, str) and said and (told_apart or nsys_failure(run_dir, manifest.get("exit_code")) is None):
+        return said
+    retried = (manifest.get("retried") or {}).get("reason")
+    return describe(run_dir, manifest.get("status"), manifest.get("exit_code"), retried)
 
 
 def describe(run_dir: Path, status: str | None, exit_code: int | None, retried: str | None = None) -> str:
-    """The one-line reason for a run of *status* that left no trace in *run_dir*."""
-    lost = AGENT_LOST.search(" ".join(_lines(run_dir / LOG)))
-    if lost:
-        again = ", on the retry too" if retried else ""
-        head = f"nsys lost its agent and wrote no report{again} ({lost.group(0).strip()})"
+    """The one-line reason for a run of *status* that left no trace in *run_dir*: what failed (nsys's
+    agent, its importer, the script, nothing said) and whether it was retried."""
+    failed = nsys_failure(run_dir, exit_code)
+    if failed:
+        what, _, detail = failed.partition(" (")
+        again = ", on the retry too" if retried and retried.split(" (")[0] == what else ""
+        head = f"{what}{'' if 'started' in what else ' and wrote no report'}{again} ({detail}"
+        if retried and not again:
+            head += f" (on the retry; the first attempt: {retried})"
     elif status == "running":
         head = "the capture never finished (profile-step was stopped before nsys wrote a report)"
     elif status == "interrupted":
@@ -86,9 +150,15 @@ def describe(run_dir: Path, status: str | None, exit_code: int | None, retried: 
         head = f"the capture ended with exit code {exit_code} and no report"
     else:
         head = "nsys exited without writing a report"
-    if retried and not lost:
-        head += " (on the retry; the first attempt: nsys lost its agent)"
+    if retried and not failed:
+        head += f" (on the retry; the first attempt: {retried})"
     words = last_words(run_dir / LOG)
-    if words and not lost:
+    if words and not failed:
         head += f"; last output: {words}"
     return head
+
+
+def raw_capture(run_dir: Path) -> Path | None:
+    """The raw capture (``.qdstrm``) kept in a run folder without a report, else None."""
+    raw = sorted(run_dir.glob(f"*{RAW_CAPTURE}")) if run_dir.is_dir() else []
+    return raw[-1] if raw else None

@@ -42,6 +42,7 @@ def write_profile(source: Path, out: Path, module: str | None = None, hlo: Path 
         "source": str(source),
         "file": str(out),
         "module": m.module_name,
+        "step": m.chosen_by,
         "executions": execs,
         "step_ms": m.step_ns / 1e6,
         "instructions": costs.height,

@@ -49,6 +49,7 @@ class PlanRequest:
     python: str | None = None
     batch_arg: str | None = "--batch"
     policy_arg: str | None = None
+    policy_word: bool = False  # policy_arg is one word, passed as written (--policy-word)
     out_dir: Path | None = None
     plans_dir: Path = Path("plans")
     xla_flags: list[str] = field(default_factory=list)  # added to the script's XLA_FLAGS (plan --pgle)
@@ -107,14 +108,14 @@ def program(req: PlanRequest, python: str, policy: str, batch: int | None) -> li
     cmd += req.script_args
     if batch is not None and req.batch_arg:
         cmd += [req.batch_arg, str(batch)]
-    return cmd + policy_arg.words(req.policy_arg, policy)
+    return cmd + policy_arg.words(req.policy_arg, policy, req.policy_word)
 
 
 def run_plan(req: PlanRequest, echo: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)) -> dict:
     """Compile every (policy, batch); returns the plan document (also written as plan.json)."""
     if not req.script.exists():
         raise InputError(req.script, "no such training script")
-    policy_arg.require(req.policy_arg)
+    policy_arg.require(req.policy_arg, req.policy_word)
     try:
         label, spec, builtin = targets.resolve(req.target)
     except ValueError as exc:

@@ -35,6 +35,7 @@ from profiler.errors import InputError, ProfilerError
 from profiler.runs import folder
 from profiler.trace.nsys import find_nsys, nsys_version
 from profiler.trace.window import check_spec
+from profiler.units import wrap
 
 # Environment variables worth recording in a manifest (by prefix).
 ENV_PREFIXES = (
@@ -87,6 +88,7 @@ class RunRequest:
     async_limit: int | None = None
     python: str | None = None
     policy_arg: str | None = None  # a flag (--policy: "--policy NAME") or a template ("remat_policy={policy}")
+    policy_word: bool = False  # policy_arg is one word, passed as written (--policy-word)
     trace_extra: list[str] = field(default_factory=list)  # nsys traces beyond cuda,nvtx (osrt, cublas, ...)
     xla_dump: bool = True  # ask XLA for a dump of the step's module (pruned after the run)
 
@@ -101,12 +103,27 @@ class RunResult:
     manifest: dict[str, Any]
 
 
+COMMAND_CHARS = 150  # the command line said when a run starts: the manifest has it whole
+
+
+def command_line(cmd: list[str]) -> str:
+    """nsys's command line in at most ``COMMAND_CHARS`` characters: nsys by its name, its options
+    elided when the whole does not fit (``manifest.json`` has it whole, ``nsys_command_line``)."""
+    words = ["nsys", *cmd[1:]]
+    whole = shlex.join(words)
+    if len(whole) <= COMMAND_CHARS:
+        return whole
+    first = next((i for i, w in enumerate(words) if i > 1 and not w.startswith("-")), len(words))
+    short = shlex.join([*words[:2], "...", *words[first:]])
+    return short if len(short) <= COMMAND_CHARS else short[: COMMAND_CHARS - 3] + "..."
+
+
 def program(req: RunRequest, policy: str) -> list[str]:
     """The command nsys launches: the script (with Python for .py files) and its arguments."""
     script = str(req.script)
     cmd = [req.python or sys.executable, script] if req.script.suffix == ".py" else [script]
     cmd += req.script_args
-    return cmd + policy_arg.words(req.policy_arg, policy)
+    return cmd + policy_arg.words(req.policy_arg, policy, req.policy_word)
 
 
 def cuda_driver_problem() -> str | None:
@@ -185,8 +202,10 @@ def nvtx_line(policy: str, hook: dict[str, Any]) -> str | None:
     no ranges, so a run without XLA's own ranges (any CPU run) has no steps."""
     if not any(str(n).startswith(NO_NVTX_NOTE) for n in (hook or {}).get("notes") or []):
         return None
+    if hook.get("programs_uncounted") and not hook.get("executions"):
+        return None  # a GPU: XLA writes its own ranges, the hook neither counts nor writes there
     exe = hook.get("executable") or "python"
-    runs = ", ".join(f"{m} {n}x" for m, n in sorted((hook.get("executions") or {}).items(), key=lambda kv: -kv[1]))
+    runs = step_module.executions_text(hook)
     return (
         f"profile-step: policy {policy}: the script's Python has no nvtx package, so the start-up hook counted "
         f"the executions ({runs or 'none'}) but wrote no ranges: without XLA's own (any CPU run) there are no "
@@ -285,7 +304,7 @@ def check_request(req: RunRequest) -> Path:
         nsys_command.parse_user_options(req.nsys_args)
     except ValueError as exc:
         raise ProfilerError(f"--nsys-arg: {exc}") from None
-    policy_arg.require(req.policy_arg)
+    policy_arg.require(req.policy_arg, req.policy_word)
     try:
         nsys_command.trace_set(req.trace_extra)
     except ValueError as exc:
@@ -351,16 +370,16 @@ def run_policy(
         "started": folder.now(),
     }
     folder.write_json(run_dir / folder.MANIFEST, manifest)
-    print(f"profile-step: policy {policy}: {shlex.join(cmd)}", file=sys.stderr, flush=True)
+    print(f"profile-step: policy {policy}: {command_line(cmd)}", file=sys.stderr, flush=True)
     code, interrupted = _capture(cmd, env, run_dir, echo)
-    lost = None if interrupted else no_trace.agent_lost(run_dir)
+    lost = None if interrupted else no_trace.nsys_failure(run_dir, code)
     if lost:  # nsys's own failure under load, not the script's: once more
-        print(
-            f"profile-step: policy {policy}: nsys lost its agent ({lost}); retrying once", file=sys.stderr, flush=True
-        )
+        said = f"profile-step: policy {policy}: {lost}; retrying once (nsys's output: {no_trace.FIRST_ATTEMPT_LOG})"
+        print(wrap(said), file=sys.stderr, flush=True)
         no_trace.set_aside(run_dir)
         manifest["retried"] = {"reason": lost, "first_log": no_trace.FIRST_ATTEMPT_LOG}
         code, interrupted = _capture(cmd, env, run_dir, echo)
+    no_trace.keep_raw_capture(run_dir, nsys_tmp)
     shutil.rmtree(nsys_tmp, ignore_errors=True)
 
     sqlite = run_dir / f"{folder.TRACE_STEM}.sqlite"
@@ -379,7 +398,7 @@ def run_policy(
     manifest["startup_hook"] = {k: hook.get(k) for k in ("hook", "xla_flags", "executions", "notes")} if hook else None
     for said in (flags_line(policy, hook), nvtx_line(policy, hook)):
         if said:
-            print(said, file=sys.stderr, flush=True)
+            print(wrap(said), file=sys.stderr, flush=True)
     manifest.update(
         {
             "status": status,
@@ -425,8 +444,10 @@ def run_all(req: RunRequest, on_result: Callable[[RunResult], None] | None = Non
     problem = capture_facts(req).get("problem")
     if problem:
         print(
-            f"profile-step: --capture-range cuda-profiler-api: {problem}; nsys will wait for a cudaProfilerStart() "
-            "that cannot take effect and record nothing (the default, --capture-range auto, records the whole run)",
+            wrap(
+                f"profile-step: --capture-range cuda-profiler-api: {problem}; nsys will wait for a cudaProfilerStart() "
+                "that cannot take effect and record nothing (the default, --capture-range auto, records the whole run)"
+            ),
             file=sys.stderr,
             flush=True,
         )

@@ -4,20 +4,23 @@
 its ``sitecustomize.py`` chains to any other ``sitecustomize`` and calls
 :func:`install`.  Once JAX is imported the hook:
 
-- writes one NVTX range per execution of a compiled ``jax.jit`` executable
-  (domain ``profile-step``, named as XLA names its own:
-  ``XlaModule:#hlo_module=NAME#``), so a trace holds each module's executions
-  on every backend (XLA:CPU writes none).  The C++ dispatch fast path never
-  returns to Python, so it is turned off for ``jax.jit`` functions (about
-  0.15 ms more host time per call); JAX's own jitted functions (``jnp.sum``,
-  ``jax.random.normal``) and operations run one at a time keep it and are
-  not recorded;
+- names each compiled program of the script's ``jax.jit`` functions as XLA does: its module
+  name and program id (the id of its ``module_NNNN`` dump files), read once per executable
+  from its HLO module proto;
+- where XLA writes no NVTX of its own (XLA:CPU), writes one range per execution of each such
+  program (domain ``profile-step``, named as XLA names its own:
+  ``XlaModule:#hlo_module=NAME,program_id=N#``) and one around each compilation
+  (``XlaCompile:#module=NAME#``: compilation is warm-up).  To see every execution, JAX's C++
+  dispatch fast path is turned off for those functions (``benchmarks/hook_cost.py`` measures
+  what that costs per call).  On a GPU XLA writes both kinds of range itself: the hook only
+  names the programs, and the fast path stays.  JAX's own jitted functions (``jnp.sum``,
+  ``jax.random.normal``) and operations run one at a time are never recorded;
 - merges profile-step's XLA flags (``$PROFILE_STEP_XLA_PRESETS``) into
   ``XLA_FLAGS`` just before JAX starts its first backend, so that a script
   that assigns ``os.environ["XLA_FLAGS"]`` itself keeps the dump and the
   command-buffer setting;
 - writes ``startup.json`` in the run folder: Python, jax, jaxlib, devices,
-  the flags in force and the executions per module.
+  the flags in force and the executions per program.
 
 Every failure is swallowed (and noted in ``startup.json``): the hook never
 breaks the user's script.  ``PROFILE_STEP_HOOK=0`` turns it off.
@@ -35,10 +38,14 @@ from typing import Any
 from profiler.conventions import DOMAIN, HOOK_ENV, RUN_DIR_ENV, STARTUP_FACTS, XLA_PRESETS_ENV
 
 PRESETS_ENV = XLA_PRESETS_ENV  # JSON: {"flags": {name: value}, "force": [names]}
-MODULE_RANGE = "XlaModule:#hlo_module={}#"  # as XLA names its own (xla.names.parse_xla reads both)
+MODULE_RANGE = "XlaModule:#hlo_module={},program_id={}#"  # as XLA names its own (xla.names.parse_xla reads both)
+MODULE_RANGE_NO_ID = "XlaModule:#hlo_module={}#"
+COMPILE_RANGE = "XlaCompile:#module={}#"
+XLA_NVTX_PLATFORMS = ("gpu", "cuda", "rocm")  # where XLA writes its own XlaModule and XlaCompile ranges
 
 _facts: dict[str, Any] = {"hook": "installed", "python": platform.python_version(), "notes": []}
-_counts: dict[str, int] = {}
+_counts: dict[tuple[str, int | None], int] = {}  # (module name, program id) -> executions
+_uncounted: dict[tuple[str, int | None], str] = {}  # programs whose executions XLA records itself -> platform
 _lock = threading.Lock()
 
 
@@ -58,7 +65,14 @@ def write_facts() -> None:
         if "jax" not in _facts and os.path.exists(path):
             return  # a process the script started that never imported JAX: the JAX process's facts stay
         with _lock:
-            doc = {**_facts, "executions": dict(sorted(_counts.items(), key=lambda kv: -kv[1]))}
+            runs = sorted(_counts.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1] or 0))
+            doc = {
+                **_facts,
+                "executions": [{"module": n, "program_id": p, "executions": c} for (n, p), c in runs],
+                "programs_uncounted": [
+                    {"module": n, "program_id": p, "platform": f} for (n, p), f in _uncounted.items()
+                ],
+            }
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as fh:
             json.dump(doc, fh, indent=2, default=str)
@@ -140,11 +154,60 @@ def _nvtx_pair() -> tuple[Any, Any] | None:
         return (lambda name: nvtx.push_range(name, domain=DOMAIN)), (lambda: nvtx.pop_range(domain=DOMAIN))
 
 
-def _module_name(call: Any) -> str:
+def proto_id(data: bytes) -> int | None:
+    """The ``id`` (field 5) of a serialized ``HloModuleProto``: the program id, read without parsing
+    the computations (a walk over the top-level fields, each skipped by its length).  ``hlo.proto``
+    is proto3, which writes no field holding its default: a whole message without field 5 is
+    program 0 (the first module a process compiles); None: not a whole message."""
+
+    def varint(i: int) -> tuple[int, int]:
+        value = shift = 0
+        while True:
+            byte = data[i]
+            i += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                return value, i
+
+    i = 0
     try:
-        return call.xla_executable.hlo_modules()[0].name
+        while i < len(data):
+            key, i = varint(i)
+            field, wire = key >> 3, key & 7
+            if wire == 0:
+                value, i = varint(i)
+                if field == 5:
+                    return value
+            elif wire == 2:
+                size, i = varint(i)
+                i += size
+            elif wire in (1, 5):
+                i += 8 if wire == 1 else 4
+            else:
+                return None
+    except IndexError:
+        return None
+    return 0 if data and i == len(data) else None
+
+
+def program_of(call: Any) -> tuple[str, int | None, str | None]:
+    """(module name, program id, platform) of an executable JAX calls (``pxla.ExecuteReplicated``)."""
+    exe = getattr(call, "xla_executable", None)
+    try:
+        module = exe.hlo_modules()[0]
+        name = module.name
     except Exception:
-        return str(getattr(call, "name", "unknown"))
+        return str(getattr(call, "name", "unknown")), None, None
+    try:
+        pid = proto_id(module.as_serialized_hlo_module_proto())
+    except Exception:
+        pid = None
+    try:
+        platform = str(exe.client.platform).lower()
+    except Exception:
+        platform = None
+    return name, pid, platform
 
 
 def _jax_internal(fun: Any) -> bool:
@@ -179,13 +242,28 @@ def patch_jax() -> None:
     if missing:
         note(f"this JAX lacks {', '.join(missing)}; executions not recorded")
         return
-    user: weakref.WeakSet[Any] = weakref.WeakSet()
-    names: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+    user: weakref.WeakSet[Any] = weakref.WeakSet()  # the script's executables whose executions are recorded
+    # per executable: its range name, (module name, program id), whether its executions are recorded
+    seen: weakref.WeakKeyDictionary[Any, tuple[str, tuple[str, int | None], bool]] = weakref.WeakKeyDictionary()
     ranges = None if os.environ.get(HOOK_ENV) == "count" else _nvtx_pair()  # count: no NVTX ranges
     run_python, fastpath = pjit._run_python_pjit, pjit._get_fastpath_data
     execute = pxla.ExecuteReplicated.__call__
 
     inside = threading.local()  # set while a jax.jit call runs through Python (its first execution)
+
+    def _first_seen(call: Any) -> tuple[str, tuple[str, int | None], bool]:
+        """The range name of a script's executable, and whether its executions are recorded here
+        (not where XLA writes its own ranges: there the C++ fast path stays)."""
+        name, pid, platform = program_of(call)
+        recorded = platform not in XLA_NVTX_PLATFORMS
+        with _lock:
+            if not recorded:
+                _uncounted[(name, pid)] = platform or "unknown"
+        text = MODULE_RANGE.format(name, pid) if pid is not None else MODULE_RANGE_NO_ID.format(name)
+        seen[call] = (text, (name, pid), recorded)
+        if recorded:
+            user.add(call)
+        return seen[call]
 
     def _run_python_pjit(*args: Any, **kwargs: Any) -> Any:
         fun = args[2] if len(args) > 2 else kwargs.get("fun")
@@ -199,8 +277,8 @@ def patch_jax() -> None:
             inside.depth = depth
         try:
             call = getattr(out[5], "unsafe_call", None)
-            if isinstance(call, pxla.ExecuteReplicated):
-                user.add(call)
+            if isinstance(call, pxla.ExecuteReplicated) and call not in seen:
+                _first_seen(call)
         except Exception:
             pass
         return out
@@ -215,16 +293,15 @@ def patch_jax() -> None:
 
     def __call__(self: Any, *args: Any) -> Any:
         try:
-            mine = self in user or getattr(inside, "depth", 0) > 0
+            known = seen.get(self)
+            if known is None and getattr(inside, "depth", 0) > 0:
+                known = _first_seen(self)
+            mine = known is not None and known[2]
             if mine:
-                user.add(self)
-                name = names.get(self)
-                if name is None:
-                    name = names[self] = _module_name(self)
                 with _lock:
-                    _counts[name] = _counts.get(name, 0) + 1
+                    _counts[known[1]] = _counts.get(known[1], 0) + 1
                 if ranges is not None:
-                    ranges[0](MODULE_RANGE.format(name))
+                    ranges[0](known[0])
         except Exception:
             mine = False
         try:
@@ -247,15 +324,47 @@ def patch_jax() -> None:
         def create_cpp_call(self: Any, params: Any) -> Any:
             try:
                 call = getattr(self, "unsafe_call", None)
-                if isinstance(call, pxla.ExecuteReplicated):
-                    user.add(call)
+                if isinstance(call, pxla.ExecuteReplicated) and _first_seen(call)[2]:
                     return None
             except Exception:
                 pass
             return cpp_call(self, params)
 
         mesh_exec.create_cpp_call = create_cpp_call
+    if ranges is not None:
+        _patch_compile(*ranges)
     _facts["executions_recorded"] = ranges is not None
+
+
+def _patch_compile(push: Any, pop: Any) -> None:
+    """One ``XlaCompile:#module=NAME#`` range around each compilation where XLA writes none itself."""
+    try:
+        from jax._src import compiler
+        from jax._src.lib.mlir import ir
+
+        compile_fn = compiler.compile_or_get_cached
+    except Exception as exc:
+        note(f"this JAX has no compiler.compile_or_get_cached ({type(exc).__name__}); compilations not recorded")
+        return
+
+    def compile_or_get_cached(backend: Any, computation: Any, *args: Any, **kwargs: Any) -> Any:
+        pushed = False
+        try:
+            if str(getattr(backend, "platform", "")).lower() not in XLA_NVTX_PLATFORMS:
+                push(COMPILE_RANGE.format(ir.StringAttr(computation.operation.attributes["sym_name"]).value))
+                pushed = True
+        except Exception:
+            pass
+        try:
+            return compile_fn(backend, computation, *args, **kwargs)
+        finally:
+            if pushed:
+                try:  # noqa: SIM105
+                    pop()
+                except Exception:
+                    pass
+
+    compiler.compile_or_get_cached = compile_or_get_cached
 
 
 def _patch_backend_start() -> None:

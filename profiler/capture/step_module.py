@@ -1,9 +1,11 @@
 """After a run: the training step's compiled module, from the XLA dump profile-step asked for
 and from what the script handed over (``annotate.compiled_step``), into ``compiled.json``.
 
-The dump is then pruned to what the analysis reads (the after-optimization
-module, buffer assignment and memory report of the step and of the few
-largest other modules, in case the trace shows that one of them is the step).
+The step is the program the one rule (``profiler.xla.step_program``) chooses from the
+executions per program the start-up hook counted.  The dump is then pruned to what the
+analysis reads: the after-optimization module, buffer assignment and memory report of every
+program the script ran (the trace's executions choose again, by the same rule) and of the
+few largest others.
 A dump the user asked for in their own ``XLA_FLAGS`` is read, never pruned.
 Nothing here can fail the run: problems become notes.
 """
@@ -20,6 +22,7 @@ from profiler.runs import folder
 from profiler.xla import dump
 from profiler.xla.compiled import NO_JAXLIB, UNPARSED, agreement, describe
 from profiler.xla.cost_probe import costs_in
+from profiler.xla.step_program import Program, StepProgram, choose, program_label
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -54,24 +57,49 @@ def _no_dump(run_dir: Path, dump_dir: Path, hook: dict[str, Any] | None) -> str:
     return f"the XLA dump {where} holds no module, with --xla_dump_to in force (did the script compile anything?)"
 
 
-def by_executions(mods: list[dump.DumpModule], executions: dict[str, int]) -> list[dump.DumpModule]:
-    """The compiled modules the start-up hook saw run, most executions first (then the larger)."""
-    ran = [m for m in mods if executions.get(m.name) and ("after" in m.files or "after_proto" in m.files)]
-    return sorted(ran, key=lambda m: (-executions[m.name], -m.size, -m.id))
+def hook_programs(hook: dict[str, Any] | None) -> list[Program]:
+    """The programs whose executions the start-up hook counted (``startup.json``'s ``executions``:
+    a list of module, program_id, executions; a run folder of an older hook: name -> count)."""
+    runs = (hook or {}).get("executions") or []
+    if isinstance(runs, dict):
+        return [Program(str(n), None, int(c)) for n, c in runs.items()]
+    out = []
+    for r in runs:
+        try:
+            pid = r.get("program_id")
+            out.append(Program(str(r["module"]), int(pid) if pid is not None else None, int(r["executions"])))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
 
 
-def executions_reason(name: str, executions: dict[str, int], sizes: dict[str, int] | None = None) -> str:
-    """``jit_update: ran 5 times (jit_init ran once)``: how a module was chosen by its executions
-    (the others named: the most executions, then the largest in the dump, *sizes*)."""
+def executions_text(hook: dict[str, Any] | None) -> str:
+    """``jit_step (program 6) 5x, jit_init (program 2) 1x``: the hook's counts, most first."""
+    progs = sorted(hook_programs(hook), key=lambda p: -p.executions)
+    return ", ".join(f"{program_label(p.name, p.program_id)} {p.executions}x" for p in progs)
 
-    def times(n: int) -> str:
-        return "once" if n == 1 else f"{n} times"
 
-    size = sizes or {}
-    others = sorted(((n, c) for n, c in executions.items() if n != name), key=lambda kv: (-kv[1], -size.get(kv[0], 0)))
-    others = others[:2]
-    tail = ", ".join(f"{n} ran {times(c)}" for n, c in others)
-    return f"{name}: ran {times(executions[name])} in the run" + (f" ({tail})" if tail else "")
+def _programs(mods: list[dump.DumpModule], ran: list[Program]) -> list[Program]:
+    """The hook's programs with their dump sizes, and the dump's other compiled programs (not run)."""
+    by_id = {m.id: m for m in mods if "after" in m.files or "after_proto" in m.files}
+    out, used = [], set()
+    for p in ran:
+        m = by_id.get(p.program_id) if p.program_id is not None else None
+        if m is None and p.program_id is None:  # an older hook: by name, the last compiled
+            m = next((x for x in reversed(list(by_id.values())) if x.name == p.name), None)
+        if m is not None:
+            used.add(m.id)
+        out.append(Program(p.name, p.program_id, p.executions, size=m.size if m is not None else 0))
+    out += [Program(m.name, m.id, 0, size=m.size) for m in by_id.values() if m.id not in used]
+    return out
+
+
+def _dump_module(mods: list[dump.DumpModule], step: StepProgram) -> dump.DumpModule | None:
+    """The dump's module of the step program (by id; by name, the last compiled, when the id is unknown)."""
+    compiled = [m for m in mods if "after" in m.files or "after_proto" in m.files]
+    if step.program_id is not None:
+        return next((m for m in compiled if m.id == step.program_id and m.name == step.name), None)
+    return next((m for m in reversed(compiled) if m.name == step.name), None)
 
 
 def costs_by_script_python(entries: list[dict[str, Any]], mods: list[dump.DumpModule], python: str | None) -> None:
@@ -102,16 +130,19 @@ def costs_by_script_python(entries: list[dict[str, Any]], mods: list[dump.DumpMo
 def record(run_dir: Path, dump_dir: Path | None, own_dump: bool, hook: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write ``compiled.json`` into *run_dir*; returns the short form for the manifest.
 
-    *hook*: the start-up hook's facts (``startup.json``); its executions per module choose the
-    step when the script handed none over (the module that ran most often, then the larger)."""
+    *hook*: the start-up hook's facts (``startup.json``): its executions per program choose the step
+    by the one rule (``profiler.xla.step_program``); the analysis of the trace chooses again from
+    the executions it reads, by the same rule."""
     handed = _read_json(run_dir / COMPILED_STEP)
-    executions = {k: int(v) for k, v in ((hook or {}).get("executions") or {}).items()}
+    ran = hook_programs(hook)
     notes: list[str] = []
     doc: dict[str, Any] = {
         "dump_dir": None,
         "dump_pruned": False,
         "step_module": None,
+        "step_program": None,
         "chosen_by": None,
+        "programs": [{"name": p.name, "program_id": p.program_id, "executions": p.executions} for p in ran],
         "modules": [],
         "handed_over": handed,
         "agreement": None,
@@ -123,31 +154,40 @@ def record(run_dir: Path, dump_dir: Path | None, own_dump: bool, hook: dict[str,
     elif not declared:
         notes += [f"handed-over step: {n}" for n in handed.get("notes", [])] or ["the handed-over step has no module"]
     mods = dump.scan(dump_dir) if dump_dir is not None and dump_dir.is_dir() else []
+    uncounted = {u.get("program_id") for u in (hook or {}).get("programs_uncounted") or [] if isinstance(u, dict)}
+    programs = _programs(mods, ran)
+    if not ran and uncounted:  # a GPU: the script's programs, their executions in XLA's own ranges
+        programs = [p for p in programs if p.program_id in uncounted] or programs
+    chosen = choose(programs, declared)
+    doc["step_program"] = chosen.to_json() if chosen.name else None
+    doc["chosen_by"] = chosen.sentence
+    if not ran and uncounted:
+        notes.append("XLA records the executions in the trace on this backend: the analysis chooses the step from them")
     if dump_dir is None:
         notes.append("no XLA dump was asked for (--no-xla-dump)")
     elif not mods:
         notes.append(_no_dump(run_dir, dump_dir, hook))
     else:
         doc["dump_dir"] = str(dump_dir.relative_to(run_dir)) if dump_dir.is_relative_to(run_dir) else str(dump_dir)
-        step, why = dump.choose_step(mods, declared)
-        ran = by_executions(mods, executions)
-        if ran and not (declared and why.startswith("handed over")):
-            sizes = {m.name: m.size for m in mods}
-            step, why = ran[0], executions_reason(ran[0].name, executions, sizes)
+        step = _dump_module(mods, chosen)
         keep = dump.candidates(mods, declared)
-        for m in [step, *ran[: dump.CANDIDATES]]:  # the modules that ran: the trace may make one the step
-            if m is not None and m not in keep:
+        ids = {p.program_id for p in ran} | uncounted
+        names = {p.name for p in ran if p.program_id is None}
+        # every program the script ran: the trace may hold executions the hook's counts do not
+        for m in [step, *(m for m in mods if m.id in ids or m.name in names)]:
+            if m is not None and m not in keep and ("after" in m.files or "after_proto" in m.files):
                 keep.append(m)
         doc["step_module"] = step.label if step else None
-        doc["chosen_by"] = why
+        if chosen.name and step is None:
+            notes.append(f"the XLA dump holds no module of {chosen.label}: no compiled numbers for the step")
         for m in keep:
             entry = describe(m)
             entry["label"] = m.label
             doc["modules"].append(entry)
         costs_by_script_python(doc["modules"], keep, (hook or {}).get("executable"))
         if step is not None and handed and handed.get("module") == step.name:
-            chosen = next(e for e in doc["modules"] if e["label"] == step.label)
-            doc["agreement"] = agreement(handed, chosen)
+            dumped = next(e for e in doc["modules"] if e["label"] == step.label)
+            doc["agreement"] = agreement(handed, dumped)
         if own_dump:
             freed = dump.prune(dump_dir, keep)
             doc["dump_pruned"] = True
@@ -163,9 +203,10 @@ def record(run_dir: Path, dump_dir: Path | None, own_dump: bool, hook: dict[str,
         doc["modules"].append(entry)
         doc["step_module"], doc["chosen_by"] = entry["label"], "handed over by the script (no XLA dump)"
     folder.write_json(run_dir / COMPILED, doc)
-    chosen = next((m for m in doc["modules"] if m.get("label") == doc["step_module"]), {})
+    entry = next((m for m in doc["modules"] if m.get("label") == doc["step_module"]), {})
     return {
-        "fingerprint": (chosen.get("fingerprint") or {}).get("value"),
+        "fingerprint": (entry.get("fingerprint") or {}).get("value"),
+        "step_program": doc["step_program"],
         "file": COMPILED,
         "step_module": doc["step_module"],
         "chosen_by": doc["chosen_by"],

@@ -96,7 +96,7 @@ def calibrate(m: Measured, spec_text: str) -> Calibration:
         c: v["measured"] / v["roofline"] for c, v in cls.items() if v["roofline"] >= MIN_SCALE_NS and v["measured"] > 0
     }
     link = link_of_gpu(m.gpu) or LINKS["pcie4"]
-    notes = list(m.notes)
+    notes = ([f"step: {m.chosen_by}"] if m.chosen_by else []) + list(m.notes)
     if link_of_gpu(m.gpu) is None:
         notes.append(f"the run's GPU ({m.gpu or 'unknown'}) has no known host link: PCIe Gen4 assumed for its copies")
     entry = m.module.computations[m.module.entry].instructions if m.module.entry else []

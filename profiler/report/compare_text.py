@@ -8,7 +8,7 @@ from typing import Any
 from profiler import units
 from profiler.analysis.compare import METRICS, STEPS_GATE
 from profiler.analysis.work import SPLIT_KEYS
-from profiler.report.findings_text import by_cost, cost_text, findings_markdown
+from profiler.report.findings_text import by_saving, findings_markdown, saving_text
 from profiler.report.text import table
 
 SUMMARY_METRICS = (
@@ -100,8 +100,8 @@ def verdict(cmp: dict[str, Any]) -> str:
             f"polic{'y' if len(cmp['policies']) == 1 else 'ies'}; {', '.join(cmp['thresholds'])})"
         )
     limits = [f for f in cmp["failures"] if "threshold" in f]
-    if not limits:  # only new findings failed: name the costliest
-        worst = by_cost(cmp["failures"])[0]
+    if not limits:  # only new findings failed: name the one that saves most
+        worst = by_saving(cmp["failures"])[0]
         text = (
             f"❌ profile-step: new {worst['severity']} finding `{worst['finding']}` in `{worst['policy']}`: "
             f"{worst['verdict']}"
@@ -125,7 +125,11 @@ def verdict(cmp: dict[str, Any]) -> str:
     if grew:
         top = max(grew, key=lambda lay: lay[per_layer]["delta"])
         what = "exposed time" if per_layer == "exposed_ns" else "stall"
-        text += f"; most new {what} in layer `{top['layer']}` ({change(per_layer, top[per_layer])})"
+        # per layer the copies' time over the capture, every GPU's added (not a per-step median, as above)
+        text += (
+            f"; most new {what} in layer `{top['layer']}` ({change(per_layer, top[per_layer])} over the capture, "
+            "all GPUs)"
+        )
     if len(cmp["failures"]) > 1:
         text += f"; {len(cmp['failures']) - 1} more limit(s) crossed"
     return text
@@ -207,6 +211,9 @@ def render_markdown(cmp: dict[str, Any]) -> str:
             out += [f"Missing in {side}: " + ", ".join(f"`{n}`" for n in names), ""]
     for pol in cmp["policies"]:
         out += work_markdown(pol)
+    for pol in cmp["policies"]:
+        if line := step_line(pol):
+            out += [line, ""]
     if idle := no_gpu_line(cmp):
         out += [idle, ""]
     for pol in cmp["policies"]:
@@ -274,13 +281,27 @@ def render_terminal(cmp: dict[str, Any]) -> str:
         if names:
             out.append(f"missing in {side}: {', '.join(names)}")
     for pol in cmp["policies"]:
-        for f in by_cost((pol.get("findings") or {}).get("new", [])):
-            out.append(f"new in head ({pol['policy']}): {f['severity']} {f['id']} ({cost_text(f)}): {f['verdict']}")
+        for f in by_saving((pol.get("findings") or {}).get("new", [])):
+            out.append(f"new in head ({pol['policy']}): {f['severity']} {f['id']} ({saving_text(f)}): {f['verdict']}")
     for pol in cmp["policies"]:
         out += work_terminal(pol)
+    out += [line for pol in cmp["policies"] if (line := step_line(pol))]
     if idle := no_gpu_line(cmp):
         out.append(idle.replace("`", ""))
     return "\n".join(out)
+
+
+def step_line(pol: dict[str, Any]) -> str | None:
+    """One line when the two sides' steps are programs of different names: their numbers per step
+    then compare different programs (``profiler.xla.step_program`` chose each)."""
+    step = pol.get("step") or {}
+    base, head = (step.get(side) or {} for side in ("base", "head"))
+    if not base.get("step_name") or not head.get("step_name") or base["step_name"] == head["step_name"]:
+        return None  # the same name: program ids differ from process to process, the program need not
+    return (
+        f"step ({pol['policy']}): base {base.get('chosen_by') or base['step_program']}; head "
+        f"{head.get('chosen_by') or head['step_program']}: the per-step numbers compare different programs"
+    )
 
 
 def no_gpu_line(cmp: dict[str, Any]) -> str | None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from profiler.analysis.kernels_slowed import MIN_CALLS, SIZE_BIAS_NOTE, no_baseline
 from profiler.report.table import table
-from profiler.units import Units, gbps, ms
+from profiler.units import Units, gbps, human_time
 
 CONTEXT_LABELS = (("alone", "alone"), ("kernels", "beside kernels"), ("copies", "beside copies"), ("mixed", "mixed"))
 
@@ -21,9 +21,10 @@ def stall_lines(st: dict[str, Any] | None) -> list[str]:
     off = st["by_blocker"]["offload"]
     kern = st["by_blocker"]["kernel"]
     return [
-        f"  stalled by copies: {ms(off['stall_ns'])} ms over {off['count']} ops "
-        f"(compute {ms(st['compute_stalled_by_offload_ns'])} ms, NCCL {ms(st['nccl_stalled_by_offload_ns'])} ms); "
-        f"by kernels {ms(kern['stall_ns'])} ms; "
+        f"  stalled by copies: {human_time(off['stall_ns'], nanoseconds=True)} over {off['count']} ops "
+        f"(compute {human_time(st['compute_stalled_by_offload_ns'], nanoseconds=True)}, "
+        f"NCCL {human_time(st['nccl_stalled_by_offload_ns'], nanoseconds=True)}); "
+        f"waiting for kernels instead (not copies): {human_time(kern['stall_ns'], nanoseconds=True)}; "
         f"{w['total']} stream wait{'' if w['total'] == 1 else 's'} on this GPU "
         f"({w['resolved']} resolved, {w['unresolved']} unresolved)"
     ]
@@ -45,20 +46,29 @@ def context_table(copies: dict[str, Any]) -> list[str]:
     return ["", table(headers, rows)]
 
 
-def kernels_beside_lines(kb: dict[str, Any] | None) -> list[str]:
+def short_name(name: str, wide: bool = False, width: int = 48) -> str:
+    """A kernel's name cut to *width* characters (``…`` at the end), whole with *wide* (``--wide``)."""
+    return name if wide or len(name) <= width else name[: width - 1] + "…"
+
+
+def kernels_beside_lines(kb: dict[str, Any] | None, kernels: int | None = None, wide: bool = False) -> list[str]:
     """Kernels slowed by copies (METRICS.md): a line on the device's kernels alone and beside
-    h2d/d2h copies and, when groups count, their medians and excess time, with the size-bias caveat."""
+    h2d/d2h copies and, when groups count, their medians and excess time, with the size-bias caveat.
+    *kernels*: the device's kernels (compute and NCCL), to say how many are in neither side; kernel
+    names shortened unless *wide*."""
     if not kb or not (kb["calls_alone"] or kb["calls_beside"]):
         return []
-    head = "  kernels beside copies: "
-    alone = _n(kb["calls_alone"], "kernel")
-    sides = f"{alone} alone (no copy overlaps them), {kb['calls_beside']} beside h2d/d2h copies"
+    neither = None if kernels is None else kernels - kb["calls_alone"] - kb["calls_beside"]
+    head = "  kernels beside copies: " + (f"of its {_n(kernels, 'kernel')}, " if kernels is not None else "")
+    rest = f"; {neither} partly beside copies, or of zero length, are in neither side" if neither else ""
+    alone = _n(kb["calls_alone"], "kernel") if kernels is None else str(kb["calls_alone"])
+    sides = f"{alone} alone (no copy overlaps them), {kb['calls_beside']} beside h2d/d2h copies{rest}"
     if not kb["calls_beside"]:
-        return ["", head + f"none ran beside h2d/d2h copies ({kb['calls_alone']} alone): nothing to measure"]
+        return ["", head + f"none ran beside h2d/d2h copies ({kb['calls_alone']} alone{rest}): nothing to measure"]
     if no_baseline(kb):
         return [
             "",
-            head + f"all {kb['calls_beside']} counted kernels ran beside h2d/d2h copies, none alone: "
+            head + f"{kb['calls_beside']} ran beside h2d/d2h copies (half or more of their time), none alone{rest}: "
             "no baseline to measure a slowdown against (0 groups)",
         ]
     if not kb["groups"]:
@@ -68,7 +78,7 @@ def kernels_beside_lines(kb: dict[str, Any] | None) -> list[str]:
     e = Units.of([], [kb["excess_ns"], *(g["excess_ns"] for g in top)])
     rows = [
         [
-            g["name"] or "?",
+            short_name(g["name"] or "?", wide),
             "x".join(map(str, g["grid"])),
             "x".join(map(str, g["block"])),
             f"{u.t(g['alone']['median_ns'])} ({g['alone']['count']})",
@@ -83,7 +93,7 @@ def kernels_beside_lines(kb: dict[str, Any] | None) -> list[str]:
     return [
         "",
         head + f"{sides}; {_n(kb['groups'], 'group')} (name, grid, block) with {MIN_CALLS}+ of each, {shown} below; "
-        f"excess kernel time {e.t(kb['excess_ns'])} {e.time} (median durations, lower median)",
+        f"excess kernel time {e.t(kb['excess_ns'])} {e.time} (from median durations)",
         table(headers, rows, left=(0, 1, 2)),
         f"  caveat: {SIZE_BIAS_NOTE}",
     ]

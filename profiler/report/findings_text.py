@@ -7,7 +7,10 @@ from typing import Any
 
 from profiler.analysis.findings.rules.text import dur, share
 
-OVERLAP = "a cost is the time its cause explains; findings that explain the same time each show it: do not add them"
+OVERLAP = (
+    "a saving is what the replay gives back when that cause alone is fixed; findings about the same copies "
+    "save the same time: do not add them"
+)
 LABEL = {"problem": "PROBLEM", "warning": "WARNING", "info": "info"}
 
 
@@ -21,28 +24,37 @@ def _where(f: dict[str, Any]) -> str:
     return ", ".join(part(k, v) for k, v in f["where"].items() if k not in ("policy",)) or "the run"
 
 
-def cost_text(f: dict[str, Any]) -> str:
-    """``costs 54.9 ms, 33% of GPU 0's window (165 ms)``, or ``no time cost``."""
-    cost = f.get("cost_ns")
-    if cost is None:
+def saving_text(f: dict[str, Any]) -> str:
+    """``saves 20.3 ms, 27% of the median step (75.0 ms); attributed 187.6 ms``; for a cause the replay
+    cannot change, why, and the attributed time with its share; ``no time cost`` for a note."""
+    if "attributed_ns" not in f and "cost_ns" in f:  # recorded before savings: its cost was the attributed time
+        f = {**f, **{k.replace("cost", "attributed"): v for k, v in f.items() if k.startswith("cost")}}
+    saving, attributed = f.get("saving_ns"), f.get("attributed_ns")
+    if saving is not None:
+        text = f"saves {dur(saving)}"
+        if f.get("saving_share") is not None:
+            text += f", {share(f['saving_share'])} of {f['saving_basis']} ({dur(f['saving_basis_ns'])})"
+        return text + (f"; attributed {dur(attributed)}" if attributed is not None else "")
+    if attributed is None:
         return "no time cost"
-    if f.get("cost_share") is None:
-        return f"costs {dur(cost)}"
-    return f"costs {dur(cost)}, {share(f['cost_share'])} of {f['cost_basis']} ({dur(f['cost_basis_ns'])})"
+    text = f"attributed {dur(attributed)}"
+    if f.get("attributed_share") is not None:
+        text += f", {share(f['attributed_share'])} of {f['attributed_basis']} ({dur(f['attributed_basis_ns'])})"
+    return text + f"; {f.get('saving_basis') or 'no saving modelled'}"
 
 
 def render_findings(doc: dict[str, Any], width: int = 110) -> str:
-    """``Findings`` block, by cost: one verdict per finding with its cost, what to try under it,
-    skipped rules counted."""
+    """``Findings`` block, by saving: one verdict per finding with its saving (and the time its rule
+    attributes), what to try under it, skipped rules counted."""
     found, skipped = doc.get("findings") or [], doc.get("skipped") or []
     counts = {s: sum(f["severity"] == s for f in found) for s in ("problem", "warning", "info")}
     head = ", ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n) or "nothing to report"
-    out = [f"Findings: {head}" + ("; by cost, highest first" if len(found) > 1 else "")]
-    if sum(f.get("cost_ns") is not None for f in found) > 1:
+    out = [f"Findings: {head}" + ("; by saving in the replay, highest first" if len(found) > 1 else "")]
+    if sum(f.get("saving_ns") is not None for f in found) > 1:
         out.append(f"  ({OVERLAP})")
     for f in found:
         out += textwrap.wrap(
-            f"{f['id']} ({cost_text(f)}): {f['verdict']}",
+            f"{f['id']} ({saving_text(f)}): {f['verdict']}",
             width,
             initial_indent=f"  {LABEL[f['severity']]:7s}  ",
             subsequent_indent=" " * 11,
@@ -54,10 +66,18 @@ def render_findings(doc: dict[str, Any], width: int = 110) -> str:
     return "\n".join(out)
 
 
-def by_cost(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Findings (as dictionaries) by ``cost_ns``, highest first, then those without a cost (a stable
-    sort: those of equal cost keep their order)."""
-    return sorted(found, key=lambda f: (f.get("cost_ns") is None, -(f.get("cost_ns") or 0)))
+def by_saving(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Findings (as dictionaries) by ``saving_ns``, highest first, then those the replay cannot model
+    by ``attributed_ns``, then the rest (a stable sort: ties keep their order).  A document recorded
+    before savings existed (``cost_ns``) is read as attributed time."""
+
+    def key(f: dict[str, Any]) -> tuple[int, int]:
+        attributed = f.get("attributed_ns", f.get("cost_ns"))
+        if f.get("saving_ns") is not None:
+            return 0, -f["saving_ns"]
+        return (1, -attributed) if attributed is not None else (2, 0)
+
+    return sorted(found, key=key)
 
 
 def findings_markdown(new: list[dict[str, Any]], gone: list[dict[str, Any]], policy: str) -> list[str]:
@@ -66,8 +86,8 @@ def findings_markdown(new: list[dict[str, Any]], gone: list[dict[str, Any]], pol
     if new:
         out += [f"**New findings in head** (`{policy}`):", ""]
         out += [
-            f"- **{f['severity']}** `{f['id']}` ({_where(f)}; {cost_text(f)}): {f['verdict']}. *Try:* {f['try']}"
-            for f in by_cost(new)
+            f"- **{f['severity']}** `{f['id']}` ({_where(f)}; {saving_text(f)}): {f['verdict']}. *Try:* {f['try']}"
+            for f in by_saving(new)
         ]
         out.append("")
     if gone:

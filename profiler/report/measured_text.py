@@ -17,6 +17,8 @@ def render_pgle_written(s: dict[str, Any]) -> str:
         f"(median of {s['executions']} executions; step {s['step_ms']:.2f} ms, instructions "
         f"{s['cost_ms']:.2f} ms together{twice})",
     ]
+    if s.get("step"):
+        lines.append(f"step: {s['step']}")
     rows = [
         [cls, str(v["instructions"]), f"{v['ms']:.3f}"]
         for cls, v in sorted(s["by_class"].items(), key=lambda kv: -kv[1]["ms"])

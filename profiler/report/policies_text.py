@@ -87,9 +87,8 @@ def render_policy_comparison(tab: dict[str, Any]) -> str:
             note(r["policy"], r["plan_note"])
         if r["model_flops_per_step"] and r["mfu"] is None:
             note(r["policy"], f"no MFU: no peak FLOP/s known for device {r['device_kind'] or '?'} (--peak-tflops)")
-        if r["step_module"]:
-            why = f" ({r['step_chosen_by']})" if r.get("step_chosen_by") else ""
-            note(r["policy"], f"step module {r['step_module'].split('.', 1)[-1]}{why}")
+        if r.get("step_program") or r["step_module"]:
+            note(r["policy"], step_sentence(r.get("step_program") or r["step_module"], r.get("step_chosen_by")))
         for n in r["notes"]:
             note(r["policy"], n)
     out = [table(POLICY_HEADERS, rows), *textwrap.wrap(POLICY_LEGEND, 118)]
@@ -113,7 +112,8 @@ def spread(lo: float | None, hi: float | None) -> str:
 def compiled_host(r: dict[str, Any]) -> str:
     """Compiled host memory; on XLA:CPU, where host memory is the device's, what the HLO places there."""
     if r.get("host_in_device_memory"):
-        return f"{size(r.get('host_placed_bytes') or 0)} in dev"
+        placed = r.get("host_placed_bytes") or 0
+        return f"{size(placed)} (CPU: in device memory)" if placed else "none (CPU)"
     return size(r["compiled_host_bytes"])
 
 
@@ -174,10 +174,20 @@ def render_planned_vs_moved_all(pvms: list[dict[str, Any]]) -> str:
     return "\n\n".join(out)
 
 
+def step_sentence(program: str, chosen_by: str | None) -> str:
+    """``step: jit_step (program 6): ran 5 times, ...``: the step program and how it was chosen, once."""
+    if not chosen_by:
+        return f"step: {program}"
+    return f"step: {chosen_by}" if chosen_by.startswith(program) else f"step: {program} ({chosen_by})"
+
+
 def render_planned_vs_moved(pvm: dict[str, Any]) -> str:
-    module = "step module " + pvm["step_module"].split(".", 1)[-1] if pvm["step_module"] else "no step module"
+    shown = pvm.get("step_program") or (pvm["step_module"] or "").split(".", 1)[-1]
+    module = f"step {shown}" if shown else "no step program"
     stepped = pvm["per"] == "per step and GPU"
     steps = f"{pvm['steps']} step ranges" if stepped else "no steps"
+    if stepped and pvm.get("included_steps") is not None and pvm["included_steps"] != pvm["steps"]:
+        steps += f", of which the {pvm['included_steps']} in the table's median"
     head = f"planned vs moved{' per step' if stepped else ''}, {_run_name(pvm)} ({steps}; {module})"
     if not pvm["rows"]:
         why = pvm.get("plan_note") or "no plan and no copies"

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from profiler.analysis.links import host_link
-from profiler.report.costs_text import context_table, kernels_beside_lines, stall_lines
+from profiler.report.costs_text import context_table, kernels_beside_lines, short_name, stall_lines
 from profiler.report.table import table
-from profiler.units import UNITS_NOTE, Units, gbps, human_time, ms, pct
+from profiler.units import UNITS_NOTE, Units, gbps, human_time, ms, pct, wrap
 
 
 def offload_headers(u: Units) -> tuple[str, ...]:
@@ -60,9 +61,10 @@ def offload_rows(
 NO_GPU = "No GPU activity in this trace (a CPU-only run?): no kernels, copies or memsets."
 
 
-def render_devices(doc: dict[str, Any], link: str | None = None) -> str:
+def render_devices(doc: dict[str, Any], link: str | None = None, wide: bool = False) -> str:
     """The readable form of ``analyze --json``; each GPU with copies says which host link its GB/s
-    compare with (*link*, ``--link``, else its device model's, else assumed and said so)."""
+    compare with (*link*, ``--link``, else its device model's, else assumed and said so); kernel
+    names shortened unless *wide*."""
     info = doc.get("trace", {})
     head = (
         f"{info.get('path', '')}  (nsys {info.get('nsys_version') or '?'}, schema {info.get('schema_version') or '?'})"
@@ -97,7 +99,9 @@ def render_devices(doc: dict[str, Any], link: str | None = None) -> str:
         if d["copies"]["offload"]["count"]:
             chosen = host_link([name] if name else [], link)
             out.append(f"  host link: {chosen.link.name} ({chosen.link.gbps:g} GB/s per direction), {chosen.why}")
-        out += kernels_beside_lines(d.get("kernels_beside_copies"))
+        out += kernels_beside_lines(
+            d.get("kernels_beside_copies"), d["compute"]["count"] + d["nccl"]["count"], wide=wide
+        )
         kinds = [c for c in ("d2d", "p2p", "other") if d["copies"][c]["count"]]
         if kinds:
             u = Units.of([d["copies"][c]["bytes"] for c in kinds], [d["copies"][c]["busy_ns"] for c in kinds])
@@ -141,17 +145,41 @@ def window_line(w: dict[str, Any]) -> str:
     return f"analysis window: {w['source']}, {span}" + (f" ({w['note']})" if w.get("note") else "")
 
 
+def compiled_line(module: str, agree: bool | None) -> str:
+    """The run line's compiled step: the module, and whether the numbers the script handed over
+    (``annotate.compiled_step``) agree with XLA's dump (the manifest's ``compiled.agree``)."""
+    words = {
+        True: "; its memory and FLOPs as the script gave them agree with XLA's dump",
+        False: "; its memory and FLOPs as the script gave them DIFFER from XLA's dump",
+    }
+    return f"compiled step: {module} (memory, FLOPs and host placements from its HLO){words.get(agree, '')}"
+
+
 def steps_line(summary: dict[str, Any]) -> str:
-    """A run's steps in one line: how many, from where, their median, the warm-up left out."""
+    """A run's steps in one line: how many, from where, their median over the included steps (those
+    ``analyze --by step`` includes), the warm-up and outliers left out."""
     if not summary.get("steps"):
         return f"no steps: {summary.get('step_source_note') or 'no step ranges'}"
     med = summary.get("median_step_ns")
     warm = summary.get("warmup_steps")
+    outliers = sum(1 for e in summary.get("excluded_steps") or [] if str(e.get("reason")).startswith("outlier"))
+    included = summary.get("included_steps")
+    left = [f"{warm} warm-up"] if warm else []
+    left += [f"{outliers} {'outlier' if outliers == 1 else 'outliers'}"] if outliers else []
+    over = f" over {included} included" if included is not None and included != summary["steps"] else ""
     return (
         f"{summary['steps']} steps from {summary.get('step_source')}"
-        + (f", median {human_time(med)}" if med is not None else "")
-        + (f", {warm} warm-up left out" if warm else "")
+        + (f", median {human_time(med)}{over}" if med is not None else "")
+        + (f" ({' and '.join(left)} left out)" if left else "")
     )
+
+
+def _steps_cell(r: dict[str, Any]) -> str:
+    """The steps the median is over (the included ones, as analyze's policy table counts them), and of how many."""
+    steps, included = r.get("steps"), r.get("included_steps")
+    if steps is None:
+        return "-"
+    return str(steps) if included is None or included == steps else f"{included} of {steps}"
 
 
 def render_sweep_summary(rows: list[dict[str, Any]]) -> str:
@@ -172,6 +200,8 @@ def render_sweep_summary(rows: list[dict[str, Any]]) -> str:
         "hidden",
         "run",
     )
+    parents = {str(Path(r["run_dir"]).parent) for r in rows}
+    where = parents.pop() if len(parents) == 1 else None  # one folder of runs: said once, under the table
     body = []
     for r, off in zip(rows, offs, strict=True):
         body.append(
@@ -179,17 +209,18 @@ def render_sweep_summary(rows: list[dict[str, Any]]) -> str:
                 r["policy"],
                 r["status"],
                 str(r["exit_code"]),
-                str(r.get("steps", "-")),
+                _steps_cell(r),
                 step.t(r.get("median_step_ns")),
                 str(off.get("count", "-")),
                 u.b(off.get("bytes")),
                 u.t(off.get("busy_ns")),
                 u.t(off.get("exposed_ns")),
                 pct(off.get("hidden_fraction")),
-                r["run_dir"],
+                Path(r["run_dir"]).name if where else r["run_dir"],
             ]
         )
-    return table(headers, body, left=(0, 1, len(headers) - 1))
+    out = table(headers, body, left=(0, 1, len(headers) - 1))
+    return out + (f"\n(run folders in {where})" if where else "")
 
 
 def _group_row(name: str, dev: str, c: dict[str, Any], u: Units) -> list[str]:
@@ -271,9 +302,26 @@ def step_stats_line(steps: dict[str, Any]) -> str:
     return f"median step {u.t(med)} {u.time} over the included steps ({what}); " + ", ".join(spread)
 
 
-def render_groups(doc: dict[str, Any], by: str, all_steps: bool = False) -> str:
+def no_groups(doc: dict[str, Any], by: str) -> str | None:
+    """Why the view ``analyze --by`` asks for has nothing to show, in a sentence or two (None when it has
+    something): said first, instead of the whole analysis with the sentence at its end."""
+    if by == "step":
+        steps = doc["steps"]
+        if steps["steps"]:
+            return None
+        why = steps.get("source_note") or "no step=N ranges, no --step-range REGEX"
+        return wrap(f"No steps in this trace: {why}.")
+    key = {"layer": "layers", "range": "ranges", "op": "ops"}[by]
+    if doc[key]:
+        return None
+    if not (doc.get("attribution") or {}).get("ranges"):
+        return wrap(NO_NVTX)
+    return wrap(NO_LAYERS) if by == "layer" else None
+
+
+def render_groups(doc: dict[str, Any], by: str, all_steps: bool = False, wide: bool = False) -> str:
     """The per-step / per-layer / per-range / per-op table of ``analyze --by``; a long step list
-    shows its first and last steps unless *all_steps*."""
+    shows its first and last steps unless *all_steps*; names shortened unless *wide*."""
     facts = doc.get("attribution") or {}
     notes = []
     if facts.get("open_ranges"):
@@ -341,8 +389,9 @@ def render_groups(doc: dict[str, Any], by: str, all_steps: bool = False) -> str:
         rows = []
         for g in groups:
             label = g["name"] + (" (index inferred)" if g.get("inferred_index") else "")
-            top = ", ".join(f"{t['name'][:40]} {u.t(t['overlap_ns'])}" for t in g.get("top_kernels", []))
-            rows.append([*_group_row(label, g["device"] or "-", g["copies"], u), top])
+            tops = g.get("top_kernels", []) if wide else g.get("top_kernels", [])[:2]  # --wide: all, names whole
+            top = ", ".join(f"{short_name(t['name'], wide, 22)} {u.t(t['overlap_ns'])}" for t in tops)
+            rows.append([*_group_row(short_name(label, wide, 28), g["device"] or "-", g["copies"], u), top])
         headers = group_headers(u)
         out = table((by, *headers, f"kernels that hid the copies ({u.time})"), rows, left=(0, 1, len(headers) + 1))
         out = f"Copies per {by}{policy}:\n{out}"

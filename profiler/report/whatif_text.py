@@ -2,19 +2,78 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from profiler.report.text import ms, table
+from profiler.units import human_time, wrap
 
 
 def _change(before: int, after: int) -> str:
+    """``before -> after (±change, ±%)``, each time in its own unit (``18.5 s -> 16.6 s (-1.90 s, -10.3%)``)."""
     d = after - before
     rel = f", {100 * d / before:+.1f}%" if before else ""
-    return f"{ms(after)} ms ({'+' if d >= 0 else '-'}{ms(abs(d))} ms{rel})"
+    t = lambda ns: human_time(ns, nanoseconds=True)  # noqa: E731
+    return f"{t(before)} -> {t(after)} ({'+' if d >= 0 else '-'}{t(abs(d))}{rel})"
 
 
 def _stalled(st: dict[str, Any]) -> int:
     return st["by_blocker"]["offload"]["stall_ns"]
+
+
+def _why(doc: dict[str, Any], dev: str, d: dict[str, Any], gpus: dict[str, str]) -> list[str]:
+    """Where a device's saving comes from when its own copies cannot explain it, and the other host
+    model's answer when it differs more than 2x."""
+    out = []
+    saving = d["measured_span_ns"] - d["span_ns"]
+    own = d.get("copy_busy_ns")
+    lost = None if own is None else round(own * (1 - doc["copy_scale"]))
+    by = d.get("saving_by_copies_of") or {}
+    if lost is not None and doc["copy_scale"] < 1 and saving > lost and by:  # shorter copies, more saved
+        others = {e: v for e, v in by.items() if e != dev and v > 0}
+        parts = []
+        for e, v in sorted(others.items(), key=lambda kv: -kv[1]):
+            waits = (d.get("host_waits_on") or {}).get(e)
+            how = (
+                f", through host threads that wait for GPU {e}'s work ({waits['calls']} blocking calls held "
+                f"them {ms(waits['blocked_ns'])} ms)"
+                if waits
+                else ""
+            )
+            parts.append(f"{ms(v)} ms from GPU {e}'s copies alone{how}")
+        if parts:
+            out.append(
+                f"  the saving ({ms(saving)} ms) exceeds what this GPU's own copies lose ({ms(lost)} ms of copy "
+                f"time); its own copies alone give back {ms(by.get(dev, 0))} ms, and " + "; ".join(parts)
+            )
+    other = doc.get("other_host_model")
+    if other and dev in other["spans"]:
+        alt = d["measured_span_ns"] - other["spans"][dev]
+        big, small = max(abs(saving), abs(alt)), min(abs(saving), abs(alt))
+        if big > 2 * small and big - small >= 1_000:
+            label = (
+                "with host synchronization modeled"
+                if other["host_sync_modeled"]
+                else "with launch times as recorded (--no-host-sync)"
+            )
+            out.append(
+                f"  {label}: {_change(d['measured_span_ns'], other['spans'][dev])}; "
+                f"the GPU span above: {human_time(d['span_ns'], nanoseconds=True)}"
+            )
+    return out
+
+
+def _which_model(doc: dict[str, Any]) -> str:
+    """Which host model the trace supports, from its blocking calls."""
+    other = doc["other_host_model"]
+    n, lag = other["blocking_calls"], other["median_lag_ns"]
+    if n:
+        return (
+            f"The trace supports modeling host synchronization (the default): {n} CUDA calls held their thread "
+            f"until GPU work ended and returned a median {ms(lag)} ms after it; --no-host-sync keeps the recorded "
+            "launch times, as if the host never waited."
+        )
+    return "The trace has no CUDA call that held its thread until GPU work ended: the recorded launch times stand."
 
 
 def render_whatif(doc: dict[str, Any], measured_stalls: dict[str, dict[str, Any]], gpus: dict[str, str]) -> str:
@@ -28,18 +87,26 @@ def render_whatif(doc: dict[str, Any], measured_stalls: dict[str, dict[str, Any]
         if doc["host_sync_modeled"]
         else "host launch times as recorded"
     )
-    out = [f"What-if: {how}every h2d/d2h copy takes {scale:.4g}x its recorded time ({sync})"]
+    out = [wrap(f"What-if: {how}every h2d/d2h copy takes {scale:.4g}x its recorded time ({sync})")]
     if not doc["devices"]:
         return out[0] + "\nNo GPU activity in this trace: nothing to replay."
+    differs = False
     for dev, d in doc["devices"].items():
         name = gpus.get(dev)
         out.append("")
         out.append(f"Device {dev}{f' ({name})' if name else ''}")
-        out.append(
-            f"  GPU span:          {ms(d['measured_span_ns'])} ms -> {_change(d['measured_span_ns'], d['span_ns'])}"
-        )
-        before = _stalled(measured_stalls.get(dev, d["stalls"]))
-        out.append(f"  stalled by copies: {ms(before)} ms -> {_change(before, _stalled(d['stalls']))}")
+        out.append(f"  GPU span:          {_change(d['measured_span_ns'], d['span_ns'])}")
+        if "copy_free_span_ns" in d:
+            out.append(f"  copy-free:         {_change(d['measured_span_ns'], d['copy_free_span_ns'])}")
+        if doc.get("stalls_measured", True):
+            before = _stalled(measured_stalls.get(dev, d["stalls"]))
+            out.append(f"  stalled by copies: {_change(before, _stalled(d['stalls']))}")
+        else:
+            out.append("  stalled by copies: not measured (no stream waits in this trace: analyze says the same)")
+        why = _why(doc, dev, d, gpus)
+        for line in why:
+            out += textwrap.wrap(line.strip(), 110, initial_indent="  ", subsequent_indent="    ")
+        differs = differs or any("the GPU span above" in line for line in why)
         if d["steps"]:
             rows = [
                 [
@@ -74,4 +141,11 @@ def render_whatif(doc: dict[str, Any], measured_stalls: dict[str, dict[str, Any]
                 "  (by host: the step moves with its thread, which waited for the GPU inside it; "
                 "by gpu: less how much earlier its last GPU op ends)"
             )
+    if differs:
+        out.append("")
+        out += textwrap.wrap(_which_model(doc), 110)
+    if any("copy_free_span_ns" in d for d in doc["devices"].values()):
+        out.append("")
+        out.append("(copy-free: every h2d/d2h copy at zero time, and no op waits for them: the most that keeping")
+        out.append(" the activations on the device can give back)")
     return "\n".join(out)

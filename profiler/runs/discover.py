@@ -115,6 +115,22 @@ def trace_paths(arg: str, skipped: list[NoTrace] | None = None) -> list[Path] | 
     return None
 
 
+def one_trace(arg: str) -> Path:
+    """The one trace *arg* names: a trace file, or a run folder's trace (as :func:`trace_paths` finds
+    it); a folder holding several traces, or none, is the user's one-line error, naming them."""
+    path = Path(arg)
+    if not path.is_dir():
+        return path
+    found = trace_paths(arg) or []
+    if len(found) != 1:
+        names = ", ".join(str(p) for p in found[:3])
+        more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+        raise InputError(
+            arg, f"holds {len(found)} traces ({names}{more}): give one of them" if found else "holds no trace"
+        )
+    return found[0]
+
+
 # Where a run comes from: a profile-step run folder, a SYNTHETIC demonstration run (made by
 # profiler/synthetic/demo.py, never a measurement), a public trace listed in a CATALOG.tsv, a trace file.
 SOURCES = ("run", "synthetic", "external", "trace")

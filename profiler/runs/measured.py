@@ -18,9 +18,11 @@ import polars as pl
 from profiler.analysis import instruction_times as it
 from profiler.conventions import TRACE_STEM, XLA_DUMP_DIR
 from profiler.errors import InputError
+from profiler.runs.folder import compiled_of
 from profiler.xla import dump
 from profiler.xla.compiled import load_module
 from profiler.xla.hlo import HloError, Module
+from profiler.xla.step_program import StepProgram
 
 PROJECTION = "nvtx_gpu_proj_trace/trace.parquet"
 
@@ -37,6 +39,7 @@ class Measured:
     gpu: str | None = None
     notes: list[str] = field(default_factory=list)
     spec_text: str | None = None  # the GPU's GpuTargetConfigProto, when the source holds it (nsys-jax dumps)
+    chosen_by: str | None = None  # how the step program was chosen (profiler.xla.step_program), one sentence
 
     @property
     def step_ns(self) -> float:
@@ -105,18 +108,17 @@ def load(path: Path, module: str | None = None, hlo: Path | None = None) -> Meas
     return _export(path, module, hlo, None)
 
 
-def _step_hlo(dump_dir: Path | None, name: str, program_ids: list[int], notes: list[str]) -> Module | None:
+def _step_hlo(dump_dir: Path | None, step: StepProgram, notes: list[str]) -> Module | None:
+    """The optimized HLO of the step program: the dump's module of its program id, nothing else."""
     if dump_dir is None:
         notes.append("no XLA dump next to the trace: instructions are known by name only (--hlo FILE gives it)")
         return None
-    mods = dump.scan(dump_dir)
-    hit = [m for m in mods if m.name == name and ("after" in m.files or "after_proto" in m.files)]
-    exact = [m for m in hit if m.id in program_ids]
-    chosen = (exact or hit)[-1:] or []
-    if not chosen:
-        notes.append(f"no optimized module {name} in {dump_dir}: instructions are known by name only")
+    mods = [m for m in dump.scan(dump_dir) if "after" in m.files or "after_proto" in m.files]
+    hit = [m for m in mods if step.is_program(m.name, m.id)]
+    if not hit:
+        notes.append(f"no optimized module of {step.label} in {dump_dir}: instructions are known by name only")
         return None
-    m = chosen[0]
+    m = hit[-1]
     try:
         return load_module(m.files.get("after") or m.files["after_proto"])[0]
     except (HloError, OSError) as exc:
@@ -135,20 +137,18 @@ def _from_projection(
     source: Path, proj: pl.DataFrame, module: str | None, hlo: Path | None, dump_dir: Path | None, spec: str | None
 ) -> Measured:
     try:
-        spans, execs, name = it.projection_spans(proj, module)
+        spans, execs, step = it.projection_spans(proj, module)
     except ValueError as exc:
         raise InputError(source, str(exc)) from None
-    if execs.height == 0:
-        raise InputError(source, f"no execution of module {name!r} in the trace")
+    name = str(step.name)
     notes: list[str] = []
-    pids = [int(p) for p in execs["program_id"].drop_nulls().unique().to_list()]
-    mod = _hlo_file(hlo) if hlo else _step_hlo(dump_dir, name, pids, notes)
+    mod = _hlo_file(hlo) if hlo else _step_hlo(dump_dir, step, notes)
     times = with_classes(it.instruction_times(spans), mod)
     empty = pl.DataFrame(schema={"cls": pl.String, "bytes": pl.Int64, "start": pl.Int64, "end": pl.Int64})
     notes.append("the archive holds no copy rows (nvtx_gpu_proj_trace has ranges only): no copy bandwidth")
     gpu = _gpu_of_config(spec) if spec else None
     steps = it.step_times(execs)
-    return Measured(source, "nsys-jax archive", name, mod, times, steps, empty, gpu, notes, spec)
+    return Measured(source, "nsys-jax archive", name, mod, times, steps, empty, gpu, notes, spec, step.sentence)
 
 
 def _gpu_of_config(text: str) -> str | None:
@@ -184,11 +184,11 @@ def _archive_zip(path: Path, module: str | None, hlo: Path | None) -> Measured:
             with tempfile.TemporaryDirectory() as tmp:
                 d = Path(tmp)
                 try:
-                    spans_name = it.projection_spans(proj, module)[2]
+                    step = it.projection_spans(proj, module)[2]
                 except ValueError as exc:
                     raise InputError(path, str(exc)) from None
                 for n in dumps:
-                    if f".{spans_name}." in n:
+                    if f"module_{step.program_id:04d}.{step.name}." in n:
                         (d / Path(n).name).write_bytes(zf.read(n))
                 return _from_projection(path, proj, module, hlo, d, spec)
     except (zipfile.BadZipFile, OSError) as exc:
@@ -204,15 +204,16 @@ def _export(path: Path, module: str | None, hlo: Path | None, dump_dir: Path | N
     end = ops["end"].max() if ops.height else None
     rng = attribution.nvtx_ranges(trace.nvtx, int(end) if end is not None else None).ranges  # type: ignore[arg-type]
     pairs = attribution.attribute(ops, rng)
+    declared = ((compiled_of(path) or {}).get("handed_over") or {}).get("module")  # as Breakdown reads it
     try:
-        spans, execs, name = it.export_spans(rng, ops, pairs, module)
+        spans, execs, step = it.export_spans(rng, ops, pairs, module, declared)
     except ValueError as exc:
         raise InputError(path, str(exc)) from None
+    name = str(step.name)
     if spans.height == 0:
-        raise InputError(path, f"no GPU work under XLA thunk ranges (Thunk:#...hlo_op=...#) in module {name}")
+        raise InputError(path, f"no GPU work under XLA thunk ranges (Thunk:#...hlo_op=...#) in {step.label}")
     notes: list[str] = []
-    pids = [int(p) for p in execs["program_id"].drop_nulls().unique().to_list()]
-    mod = _hlo_file(hlo) if hlo else _step_hlo(dump_dir, name, pids, notes)
+    mod = _hlo_file(hlo) if hlo else _step_hlo(dump_dir, step, notes)
     times = with_classes(it.instruction_times(spans), mod)
     copies = ops.filter((pl.col("kind") == "copy") & pl.col("cls").is_in(["h2d", "d2h"])).select(
         "cls", "bytes", "start", "end"
@@ -220,7 +221,8 @@ def _export(path: Path, module: str | None, hlo: Path | None, dump_dir: Path | N
     gpus = trace.devices["name"].drop_nulls().to_list() if "name" in trace.devices.columns else []
     gpu = gpus[0] if gpus else None
     spec = _dump_spec(dump_dir, name)
-    return Measured(path, "nsys export", name, mod, times, it.step_times(execs), copies, gpu, notes, spec)
+    steps = it.step_times(execs)
+    return Measured(path, "nsys export", name, mod, times, steps, copies, gpu, notes, spec, step.sentence)
 
 
 def _dump_spec(dump_dir: Path | None, name: str) -> str | None:

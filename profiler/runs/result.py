@@ -28,7 +28,7 @@ from profiler.analysis.findings import run_findings
 from profiler.analysis.findings.config import FindingsConfig
 from profiler.analysis.kernels_slowed import add_kernels_beside, kernel_totals
 from profiler.analysis.overlap import device_metrics
-from profiler.analysis.policies import executed_modules, step_compiled
+from profiler.analysis.policies import step_compiled
 from profiler.analysis.run_metrics import DIRECTIONS, copy_ops, top_by_name, totals
 from profiler.analysis.stalls import add_stalls
 from profiler.analysis.steps import step_summary
@@ -135,6 +135,7 @@ class RunResult:
         rows = []
         for step in s["steps"]:
             off = totals([c["offload"] for c in step["devices"].values()])
+            per = {d: totals([c[d] for c in step["devices"].values()]) for d in ("d2h", "h2d")}
             rows.append(
                 StepRow(
                     step["name"],
@@ -144,6 +145,9 @@ class RunResult:
                     off["stall_ns"],
                     off["busy_ns"],
                     off["hidden_fraction"],
+                    {d: {k: m[k] for k in ("count", "busy_ns", "exposed_ns")} for d, m in per.items()}
+                    if step["devices"]
+                    else None,
                 )
             )
         return Steps(
@@ -175,14 +179,20 @@ class RunResult:
 
     @cached_property
     def compiled(self) -> dict[str, Any] | None:
-        """The step's compiled module (memory, FLOPs, labelled offload plan), matched to the module
-        the steps analysis found (issue 14)."""
+        """The step program's compiled module (memory, FLOPs, labelled offload plan): the program whose
+        executions are the steps (one rule: ``profiler.xla.step_program``), from its HLO only."""
         if not self.detail:
             return None
-        ms = self.breakdown.module_steps
-        step = (ms.module, ms.program_id) if ms.module else None
-        compiled_file = folder.compiled_of(self.trace.path)  # the run folder's compiled.json
-        return step_compiled(compiled_file, executed_modules(self.breakdown.ranges.ranges), step, ms.chosen_by)
+        return step_compiled(self.breakdown.compiled, self.breakdown.module_steps.step)
+
+    def step_brief(self) -> dict[str, Any] | None:
+        """The step program in brief (the run line's): its label, how it was chosen, its dump module,
+        fingerprint and notes."""
+        comp = self.compiled
+        if not comp:
+            return None
+        keys = ("step_program", "chosen_by", "module", "fingerprint", "agreement", "notes")
+        return {k: comp.get(k) for k in keys}
 
     @cached_property
     def work(self) -> dict[str, Any] | None:
@@ -219,6 +229,37 @@ class RunResult:
         """The run document, typed: what compare, the policy table and the dashboard read (the same
         type as a run read back from the results database)."""
         return RunSummary.from_json(self.to_json())
+
+    def brief(self) -> RunSummary:
+        """The run document without what the verdict never reads (layers, work, copies per XLA
+        operation): ``analyze TRACE`` and ``findings`` need no more, and they cost a fifth of the time
+        on a run with layers.  The compiled step stays: the policy table's fit and device kind read it."""
+        devices = self.devices
+        return RunSummary.from_json(
+            {
+                "policy": self.policy,
+                "rank": self.rank,
+                "findings": self.findings,
+                "trace": str(self.trace.path),
+                "manifest": self.manifest,
+                "gpus": self.info.gpus,
+                "device_names": {d: n for d, n in self.info.device_names.items() if n},
+                "window": self.info.window.facts(),
+                "step_source": self.steps.source,
+                "steps": [r.to_json() for r in self.steps.rows],
+                "median_step_ns": self.steps.median_ns,
+                "copies": self.copies(),
+                "devices": {dev: {d: m["copies"][d] for d in DIRECTIONS} for dev, m in devices.items()},
+                "compute": {
+                    dev: {"compute": m["compute"], "nccl": m["nccl"], "span_ns": m["span_ns"]}
+                    for dev, m in devices.items()
+                },
+                "peak_memory_bytes": {
+                    dev: m["memory"]["peak_allocated_bytes"] for dev, m in devices.items() if "memory" in m
+                },
+                "compiled": self.compiled,
+            }
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The run document (``record``, ``compare``, the dashboard, the per-rank task)."""
@@ -289,6 +330,8 @@ class RunResult:
             "step_source_note": steps["source_note"],
             "median_step_ns": steps["median_included_step_ns"],
             "excluded_steps": steps["excluded"],
+            "included_steps": steps["included_steps"],
+            "compiled_step": self.step_brief(),
             "devices": self.devices,
             "offload": self.copies()["offload"],
             "analysis": self.analysis_json(),
@@ -338,6 +381,31 @@ def build(
 
 
 # --- the documents by their old names: each one call of ``build`` -------------------------------
+def analyzed(
+    trace: Trace,
+    device: int | None = None,
+    by: str | None = None,
+    layer_pattern: str | None = None,
+    step_range: str | None = None,
+    findings: FindingsConfig | None = None,
+) -> RunResult:
+    """The one analysis of a trace as ``profile-step analyze`` asks for it: its documents are
+    ``analysis_json(by)`` (``--json``) and ``summary()`` (what the verdict reads)."""
+    if by is not None and by not in VIEWS:
+        raise ValueError(f"unknown view {by!r}")
+    # without a view or findings, no op is attributed to NVTX ranges (no launches to read)
+    kinds = OP_KINDS if by is not None or findings is not None else ()
+    return build(
+        trace,
+        folder.manifest_of(trace.path),
+        device=device,
+        kinds=kinds,
+        layer_pattern=layer_pattern,
+        step_range=step_range,
+        findings=findings,
+    )
+
+
 def analyze(
     trace: Trace,
     device: int | None = None,
@@ -347,21 +415,7 @@ def analyze(
     findings: FindingsConfig | None = None,
 ) -> dict[str, Any]:
     """``profile-step analyze --json`` of one trace (see ``RunResult.analysis_json``)."""
-    if by is not None and by not in VIEWS:
-        raise ValueError(f"unknown view {by!r}")
-    # without a view or findings, no op is attributed to NVTX ranges (no launches to read)
-    kinds = OP_KINDS if by is not None or findings is not None else ()
-    manifest = folder.manifest_of(trace.path) if findings is not None else None
-    res = build(
-        trace,
-        manifest,
-        device=device,
-        kinds=kinds,
-        layer_pattern=layer_pattern,
-        step_range=step_range,
-        findings=findings,
-    )
-    return res.analysis_json(by)
+    return analyzed(trace, device, by, layer_pattern, step_range, findings).analysis_json(by)
 
 
 def collect(

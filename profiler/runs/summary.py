@@ -21,7 +21,7 @@ Metrics = dict[str, Any]  # one copy class's METRICS.md numbers (busy_ns, expose
 
 @dataclass(frozen=True)
 class StepRow:
-    """One step of the run: its time and its offload copies over all devices."""
+    """One step of the run: its time and its offload copies over all devices (and per direction)."""
 
     name: str
     duration_ns: int
@@ -30,6 +30,8 @@ class StepRow:
     stall_ns: int | None
     busy_ns: int | None
     hidden_fraction: float | None
+    # per direction (h2d, d2h) over all devices: count, busy_ns, exposed_ns; None: not recorded
+    directions: dict[str, dict[str, int]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -44,6 +46,7 @@ class StepRow:
             doc.get("stall_ns"),
             doc.get("busy_ns"),
             doc.get("hidden_fraction"),
+            doc.get("directions"),
         )
 
 

@@ -1,5 +1,6 @@
-"""XLA dump folders (``--xla_dump_to``): which modules they hold, which one is the training step,
-and pruning a dump that profile-step asked for down to what the analysis reads.
+"""XLA dump folders (``--xla_dump_to``): which modules they hold, and pruning a dump that
+profile-step asked for down to what the analysis reads (which program is the step:
+``profiler.xla.step_program``).
 
 File names are ``module_<id>.<name>.<stage>`` where ``<id>`` is the
 ``program_id`` that XLA's ``XlaModule`` NVTX ranges carry and ``<stage>`` is
@@ -75,33 +76,6 @@ def scan(folder: Path) -> list[DumpModule]:
         else:
             mod.files["after_proto"] = p
     return [mods[k] for k in sorted(mods)]
-
-
-def choose_step(
-    modules: list[DumpModule],
-    declared: str | None = None,
-    executed: list[tuple[str, int | None]] | None = None,
-) -> tuple[DumpModule | None, str]:
-    """The step's module and why it was chosen.
-
-    In order: the module the script handed to ``annotate.compiled_step`` (by
-    name; the last compiled of that name); the XLA module the trace ran most
-    (*executed*: (name, program_id) by decreasing GPU time, from ``XlaModule``
-    ranges); the largest after-optimization module.
-    """
-    compiled = [m for m in modules if "after" in m.files or "after_proto" in m.files]
-    if not compiled:
-        return None, "no after-optimization module in the dump"
-    if declared:
-        named = [m for m in compiled if m.name == declared]
-        if named:
-            return named[-1], f"handed over by the script (annotate.compiled_step: {declared})"
-    for name, pid in executed or []:
-        hit = [m for m in compiled if m.name == name and (pid is None or m.id == pid)]
-        if hit:
-            return hit[-1], f"the XLA module that ran longest in the trace ({name})"
-    best = max(compiled, key=lambda m: (m.size, m.id))
-    return best, f"the largest module in the dump ({best.name}; no step handed over, no XLA module ranges)"
 
 
 def candidates(modules: list[DumpModule], declared: str | None = None) -> list[DumpModule]:

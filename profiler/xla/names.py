@@ -86,15 +86,17 @@ def parse_xla(
     hlo_op, hlo_op_id, hlo_base (the instruction less pass suffixes), layer, activation, backward.
 
     *domain*: the column holding each range's NVTX domain; only ``TSL`` ranges are XLA's, and
-    the ``XlaModule`` ranges profile-step's start-up hook writes in its own domain (one per
-    execution, on every backend) where the frame holds none of XLA's own.
+    the ``XlaModule`` and ``XlaCompile`` ranges profile-step's start-up hook writes in its own
+    domain (one per execution and per compilation, where XLA writes none: XLA:CPU) where the
+    frame holds no ``XlaModule`` range of XLA's own.
     ``None`` reads every name as if it were XLA's.  Parsed in stages (each regex runs once).
     """
     t = pl.col(text).fill_null("")
     in_xla = pl.lit(True) if domain is None else (pl.col(domain) == XLA_DOMAIN).fill_null(False)
     if domain is not None:
         is_module = t.str.starts_with("XlaModule:#")
-        hook = (pl.col(domain) == DOMAIN).fill_null(False) & is_module
+        hook_named = is_module | t.str.starts_with("XlaCompile:#")
+        hook = (pl.col(domain) == DOMAIN).fill_null(False) & hook_named
         in_xla = in_xla | (hook & ~(in_xla & is_module).any())
     staged = frame.with_columns(
         in_xla.alias("_in"),

@@ -428,7 +428,7 @@ def _size(b: int) -> str:
 
 CPU_HOST = (
     "XLA:CPU keeps host memory in the device's own memory space: memory_analysis() counts the host-placed "
-    "values as device memory and reports no host memory (compiled host shows them as 'in dev')"
+    "values as device memory and reports no host memory (compiled host shows them as 'CPU: in device memory')"
 )
 CPU_NO_OFFLOAD = (
     "JAX lowers a device_put to pinned_host inside a step (and so checkpoint offload policies) to nothing "
@@ -457,10 +457,10 @@ def plan_note(plan: dict[str, Any], platform: str | None = None) -> str | None:
     cpu = platform == "cpu"
     if parts:
         text = (
-            f"{hp.get('layouts', 0)} host placements (S(5)) in the step: {', '.join(parts)} in host memory; "
-            "no copy between device and host inside the step"
+            f"{hp.get('layouts', 0)} host placements (memory space 5, S(5) in HLO text) in the step: "
+            f"{', '.join(parts)} in host memory; no copy between device and host inside the step"
         )
         return f"{text}; {CPU_HOST}; {CPU_NO_OFFLOAD}" if cpu else text
     if cpu:
-        return f"no host placement (S(5)) in the step; {CPU_NO_OFFLOAD}"
-    return "the compiler placed nothing in host memory (S(5)): no offload in this program"
+        return f"no host placement (memory space 5, S(5) in HLO text) in the step; {CPU_NO_OFFLOAD}"
+    return "the compiler placed nothing in host memory (memory space 5): no offload in this program"

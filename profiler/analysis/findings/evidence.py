@@ -20,7 +20,11 @@ from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.findings.config import FindingsConfig
 from profiler.analysis.intervals import Intervals, difference, union
 from profiler.analysis.kernels_slowed import add_kernels_beside
+from profiler.analysis.offload_expected import recorded_backend
 from profiler.analysis.overlap import device_metrics
+from profiler.analysis.policies import step_compiled
+from profiler.analysis.savings import CAPTURE as CAPTURE_WINDOW
+from profiler.analysis.savings import DEVICE, STEPS, WINDOWS, Replays, Window
 from profiler.analysis.stalls import Stalls, add_stalls
 from profiler.trace.loader import RUNTIME_TABLE, Trace
 
@@ -61,6 +65,18 @@ class Evidence:
         return (self.manifest or {}).get("policy") or self.breakdown.policy
 
     @cached_property
+    def compiled_step(self) -> dict[str, Any] | None:
+        """The step program's compiled module (``policies.step_compiled``: the program whose executions
+        are the steps, by the one rule), None without a compiled.json beside the trace."""
+        compiled = self.breakdown.compiled
+        return step_compiled(compiled, self.breakdown.module_steps.step) if compiled else None
+
+    @cached_property
+    def backend(self) -> str | None:
+        """The backend the run recorded (``offload_expected.recorded_backend``)."""
+        return recorded_backend(self.manifest, bool(self.devices))
+
+    @cached_property
     def is_xla(self) -> bool:
         """Whether the run is a JAX/XLA program: a manifest naming a JAX version, or XLA's NVTX ranges."""
         if ((self.manifest or {}).get("versions") or {}).get("jax"):
@@ -87,34 +103,49 @@ class Evidence:
     def gpu_names(self) -> dict[str, str]:
         return {str(d): str(n) for d, n in self.trace.devices.select("id", "name").iter_rows() if n is not None}
 
-    # --- what a cost is a share of (keyword arguments of a Finding) ----------------------------
+    # --- the window of a finding's time (keyword arguments of a Finding) --------------------------
     def basis_device(self, dev: str | int) -> dict[str, Any]:
-        """A cost on one GPU: a share of its window (``span_ns``)."""
+        """Time on one GPU: a share of its window (``span_ns``); its saving on that window."""
         d = self.devices.get(str(dev))
-        return {"cost_basis_ns": int(d["span_ns"]) if d else 0, "cost_basis": f"GPU {dev}'s window"}
+        return {
+            "attributed_basis_ns": int(d["span_ns"]) if d else 0,
+            "attributed_basis": f"GPU {dev}'s window",
+            "window": Window(DEVICE, str(dev)),
+        }
 
     def basis_windows(self) -> dict[str, Any]:
-        """A cost summed over the GPUs: a share of their windows, summed."""
+        """Time summed over the GPUs: a share of their windows, summed; the savings summed too."""
         n = len(self.devices)
         if n == 1:
             return self.basis_device(next(iter(self.devices)))
         return {
-            "cost_basis_ns": int(sum(d["span_ns"] for d in self.devices.values())),
-            "cost_basis": f"the summed windows of {n} GPUs",
+            "attributed_basis_ns": int(sum(d["span_ns"] for d in self.devices.values())),
+            "attributed_basis": f"the summed windows of {n} GPUs",
+            "window": Window(WINDOWS),
         }
 
     def basis_capture(self) -> dict[str, Any]:
-        """A cost in wall-clock time (the host's): a share of the time from the first GPU op of the
-        capture to the last, over all GPUs."""
+        """Wall-clock time (the host's): a share of the time from the first GPU op of the capture to
+        the last, over all GPUs; the saving on that time."""
         if not self.devices:
-            return {"cost_basis_ns": 0, "cost_basis": CAPTURE}
+            return {"attributed_basis_ns": 0, "attributed_basis": CAPTURE, "window": Window(CAPTURE_WINDOW)}
         w0 = min(d["window_ns"][0] for d in self.devices.values())
         w1 = max(d["window_ns"][1] for d in self.devices.values())
-        return {"cost_basis_ns": int(w1 - w0), "cost_basis": CAPTURE}
+        return {"attributed_basis_ns": int(w1 - w0), "attributed_basis": CAPTURE, "window": Window(CAPTURE_WINDOW)}
 
     def basis_steps(self, steps: list[dict[str, Any]]) -> dict[str, Any]:
-        """A cost inside steps: a share of their durations, summed."""
-        return {"cost_basis_ns": int(sum(s["duration_ns"] for s in steps)), "cost_basis": f"the {len(steps)} steps"}
+        """Time inside steps: a share of their durations, summed; the saving per step (median)."""
+        return {
+            "attributed_basis_ns": int(sum(s["duration_ns"] for s in steps)),
+            "attributed_basis": f"the {len(steps)} steps",
+            "window": Window(STEPS),
+        }
+
+    # --- the replay ----------------------------------------------------------------------------
+    @cached_property
+    def replays(self) -> Replays:
+        """The run's replays (one dependency pass, host synchronization modeled), for the savings."""
+        return Replays(self.trace, self.breakdown)
 
     def exposed(self, copies: pl.DataFrame) -> Intervals:
         """Per device, when the given copies ran and no kernel did (METRICS.md's exposed time, as
@@ -200,10 +231,16 @@ class Evidence:
         return self.breakdown.kernel_groups
 
     @cached_property
+    def offload_positions(self) -> np.ndarray:
+        """The rows of the trace's copies that ``offload_copies`` holds, in its order."""
+        c = self.trace.copies
+        ok = c.select(((pl.col("end") >= pl.col("start")) & pl.col("cls").is_in(["h2d", "d2h"])).fill_null(False))
+        return np.flatnonzero(ok.to_series().to_numpy())
+
+    @cached_property
     def offload_copies(self) -> pl.DataFrame:
         """Valid h2d and d2h copies."""
-        c = self.trace.copies
-        return c.filter((pl.col("end") >= pl.col("start")) & pl.col("cls").is_in(["h2d", "d2h"]))
+        return self.trace.copies[self.offload_positions]
 
 
 def flag_value(flags: dict[str, str | None], name: str) -> bool | None:

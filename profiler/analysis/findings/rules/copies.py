@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 
 from profiler.analysis.contexts import CONTEXTS
-from profiler.analysis.findings import Finding, rule
+from profiler.analysis.findings import Finding, changes, rule
 from profiler.analysis.findings.config import exceeds, under
 from profiler.analysis.findings.evidence import CannotDecide, Evidence
 from profiler.analysis.findings.rules.text import dur, ms, names, pct, size
@@ -63,7 +63,8 @@ def pageable_copies(ev: Evidence) -> list[Finding]:
                 where={"device": dev},
                 evidence={f"{cls}_pageable": p for cls, (p, _) in per.items()} | {"exposed_ns": cost},
                 view="streams",
-                cost_ns=cost,
+                attributed_ns=cost,
+                change=changes.pinned(ev, dev),
                 **ev.basis_device(dev),
             )
         )
@@ -108,7 +109,8 @@ def sync_copies(ev: Evidence) -> list[Finding]:
             where={"steps": scope},
             evidence={"calls": n, "host_ns": blocked, "wall_ns": wall, "by_name": dict(top.iter_rows())},
             view="timeline",
-            cost_ns=wall,
+            attributed_ns=wall,
+            change=changes.sync_calls(ev, steps),
             **basis,
         )
     ]
@@ -145,7 +147,8 @@ def copy_on_compute_stream(ev: Evidence) -> list[Finding]:
             where={"device": str(dev), "stream": int(stream)},
             evidence={"copies": int(n), "bytes": int(nbytes or 0), "compute_kernels": int(k), "share": share},
             view="streams",
-            cost_ns=held.get(int(dev) * (1 << 32) + int(stream), 0),
+            attributed_ns=held.get(int(dev) * (1 << 32) + int(stream), 0),
+            change=changes.own_stream(ev, str(dev), int(stream)),
             **ev.basis_device(dev),
         )
         for dev, stream, n, nbytes, k, share in shared.iter_rows()
@@ -194,7 +197,8 @@ def slow_link(ev: Evidence) -> list[Finding]:
                             "exposed_ns": exposed,
                         },
                         view="streams",
-                        cost_ns=cost,
+                        attributed_ns=cost,
+                        change=changes.slow_link(ev, dev, cls, link.gbps, f"{link.name} ({link.gbps:g} GB/s)"),
                         **ev.basis_device(dev),
                     )
                 )
@@ -281,7 +285,8 @@ def copy_contention(ev: Evidence) -> list[Finding]:
                         "kernels": top,
                     },
                     view="streams",
-                    cost_ns=cost,
+                    attributed_ns=cost,
+                    change=changes.contended_copies(ev, dev, cls),
                     **ev.basis_device(dev),
                 )
             )

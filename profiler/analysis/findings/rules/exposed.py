@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from profiler.analysis.findings import Finding, rule
+from profiler.analysis.findings import Finding, changes, rule
 from profiler.analysis.findings.config import exceeds, under
 from profiler.analysis.findings.evidence import Evidence
 from profiler.analysis.findings.rules.text import dur, names, pct, share, size
@@ -159,7 +159,9 @@ def exposed_copies(ev: Evidence) -> list[Finding]:
             cls: {key: d["copies"][cls][key] for key in ("count", "bytes", "busy_ns", "exposed_ns")}
             for cls in ("h2d", "d2h")
         }
-        mine_copies = each_exposed(ev, c.filter(pl.col("device") == g), g)
+        on = (c["device"] == g).fill_null(False).to_numpy()
+        mine_copies = each_exposed(ev, c.filter(pl.Series(on)), g)
+        exposed_at = ev.offload_positions[on][mine_copies["exposed_ns"].to_numpy() > 0]
         top = _most_exposed(mine_copies, w0)
         classes = " and ".join(
             _class_text(cls, m, mine_copies.filter(pl.col("cls") == cls)["bytes"])
@@ -195,7 +197,10 @@ def exposed_copies(ev: Evidence) -> list[Finding]:
                     "most_exposed": top,
                 },
                 view="timeline",
-                cost_ns=exposed,
+                attributed_ns=exposed,
+                change=changes.copies_removed(
+                    ev, exposed_at, f"the {exposed_at.size} h2d/d2h copies of GPU {dev} with exposed time removed"
+                ),
                 **ev.basis_device(dev),
             )
         )

@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from profiler.analysis.findings import Finding, rule
+from profiler.analysis.findings import Finding, changes, rule
 from profiler.analysis.findings.config import exceeds
 from profiler.analysis.findings.evidence import CannotDecide, Evidence
 from profiler.analysis.findings.rules.text import ms, names
@@ -54,17 +54,25 @@ def _finding(
     ev: Evidence, rule_id: str, dev: str, groups: list[dict[str, Any]], excess: int, what: str, action: str
 ) -> Finding:
     beside = sum(g["beside"]["count"] for g in groups)
+    everything = ((ev.devices.get(dev) or {}).get("kernels_beside_copies") or {}).get("excess_ns")
+    of_all = (
+        f" (of the {ms(everything)} that every group of kernels loses beside copies, the 'kernel time lost' of "
+        "analyze and the dashboard: the others run under the threshold)"
+        if everything is not None and everything != excess
+        else ""
+    )
     return Finding(
         rule_id,
         "problem",
         f"device {dev}: {len(groups)} {what} group(s) (name, grid/block) run slower beside h2d/d2h copies "
         f"({names(_listed(groups))}): {ms(excess)} of kernel time lost over {beside} calls beside copies "
-        "(beside minus alone lower-median duration, per call): these copies are hidden, not free",
+        f"(beside minus alone lower-median duration, per call){of_all}: these copies are hidden, not free",
         action + f"; {SIZE_BIAS_NOTE}: the evidence gives each group's medians and counts",
         where={"device": dev, "kernels": [g["name"] for g in groups]},
-        evidence={"excess_ns": excess, "groups": groups},
+        evidence={"excess_ns": excess, "all_groups_excess_ns": everything, "groups": groups},
         view="policies",
-        cost_ns=excess,
+        attributed_ns=excess,
+        change=changes.kernels_alone(ev, dev, groups),
         **ev.basis_device(dev),
     )
 

@@ -3,19 +3,18 @@ scheduler, copies bunched at step or layer-loop boundaries."""
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import polars as pl
 
 from profiler.analysis.dependencies import D2H, H2D, NO_TIME
-from profiler.analysis.findings import Finding, rule
+from profiler.analysis.findings import Finding, changes, rule
 from profiler.analysis.findings.config import at_least, exceeds, under
 from profiler.analysis.findings.evidence import CannotDecide, Evidence, flag_value, version_tuple
 from profiler.analysis.findings.rules.text import mib, ms, pct
 from profiler.analysis.intervals import Intervals, measure_within, union
+from profiler.analysis.offload_expected import expected_offload
+from profiler.analysis.savings import STEPS, Window
 
-OFFLOAD_POLICY = re.compile(r"offload", re.IGNORECASE)  # a policy whose name says it offloads
 MIN_JAXLIB = (0, 4, 26)  # XLA:GPU's host offloading passes landed in March 2024 (openxla/xla PR 10185)
 LHS = "--xla_gpu_enable_latency_hiding_scheduler"
 PIPELINED = "--xla_gpu_enable_pipelined_host_offloading"
@@ -23,19 +22,22 @@ PIPELINED = "--xla_gpu_enable_pipelined_host_offloading"
 
 @rule("offload-missing")
 def offload_missing(ev: Evidence) -> list[Finding]:
-    policy = ev.policy
-    if policy is None:
-        raise CannotDecide("the run's policy is unknown (no manifest, no policy= NVTX range)")
-    if not OFFLOAD_POLICY.search(policy):
+    """Decided from the step's compiled program and what the run declares (``offload_expected``) and
+    the recorded backend, never from the policy's name."""
+    policy = ev.policy or "(unnamed)"
+    offloads, why = expected_offload(ev.compiled_step, ev.manifest)
+    if offloads is None:
+        raise CannotDecide(why)
+    if not offloads:
         return []
-    backend = ((ev.manifest or {}).get("runtime") or {}).get("backend")
+    backend = ev.backend
     if backend == "cpu" or not ev.devices:
         return [
             Finding(
                 "offload-missing",
                 "info",
-                f"policy {policy} offloads, but this run has no GPU activity (backend: {backend or 'unknown'}); "
-                "XLA:CPU never moves activations to host memory",
+                f"policy {policy} offloads ({why}), but this run has no GPU activity (backend: "
+                f"{backend or 'not recorded'}); XLA:CPU never moves activations to host memory",
                 "profile on a GPU to see the copies (the trace of a CPU run checks that the step runs, not that it "
                 "offloads)",
                 where={"policy": policy},
@@ -57,12 +59,14 @@ def offload_missing(ev: Evidence) -> list[Finding]:
         Finding(
             "offload-missing",
             "problem",
-            f"policy {policy} should offload, but {scope} {mib(per_step)} per step to and from host memory{note}",
+            f"policy {policy} should offload ({why}), but {scope} {mib(per_step)} per step to and from host "
+            f"memory{note}",
             "check that names_which_can_be_offloaded match the model's checkpoint_name()s, that offload_dst is "
             '"pinned_host" and the device lists pinned_host among its memory kinds, and the jaxlib version; XLA '
             "drops offloads it cannot place (openxla/xla issue 17541): look for S(5) buffers in the optimized HLO",
             where={"policy": policy},
-            evidence={"offload_bytes_per_step": per_step, "steps": len(steps), "jaxlib": jaxlib},
+            evidence={"offload_bytes_per_step": per_step, "steps": len(steps), "jaxlib": jaxlib, "offloads": why},
+            no_saving="not modelled: a configuration fault; the copies it should make are not in the trace",
         )
     ]
 
@@ -96,7 +100,9 @@ def lhs_off(ev: Evidence) -> list[Finding]:
             f"scheduler is {how}",
             f"turn it on: XLA_FLAGS={LHS}=true (profile-step --lhs); it schedules async copies to overlap compute",
             evidence={"exposed_ns": exposed, "busy_ns": busy, "lhs": state},
-            cost_ns=exposed,  # the exposed offload time it may explain
+            attributed_ns=exposed,  # the exposed offload time it may explain
+            no_saving="not modelled: the scheduler would make a new schedule, and the replay keeps XLA's (at most "
+            "what removing every copy gives back: whatif's copy-free line)",
             **ev.basis_windows(),
         )
     ]
@@ -164,12 +170,14 @@ def _step_edges(ev: Evidence, flags_note: str) -> list[Finding]:
             "let XLA pipeline the offloads into neighbouring iterations: "
             f"XLA_FLAGS={PIPELINED}=true (profile-step --pipelined-offload; openxla/xla PR 32297){flags_note}",
             where={"steps": len(steps)},
-            evidence={"at_boundaries_ns": at_edges, "cost_ns": all_cost, "share": share},
+            evidence={"at_boundaries_ns": at_edges, "exposed_or_stalled_ns": all_cost, "share": share},
             view="timeline",
-            cost_ns=at_edges,  # the exposed or stalled copy time at the steps' edges
-            cost_basis_ns=span,
-            cost_basis=f"the GPU spans of the {len(steps)} steps"
+            attributed_ns=at_edges,  # the exposed or stalled copy time at the steps' edges
+            attributed_basis_ns=span,
+            attributed_basis=f"the GPU spans of the {len(steps)} steps"
             + (" (summed over GPUs)" if len(ev.devices) > 1 else ""),
+            window=Window(STEPS),
+            change=changes.at_edges(ev, (dev, t0, t1), edge),
         )
     ]
 
@@ -197,9 +205,13 @@ def _layer_loop_edges(ev: Evidence, flags_note: str) -> list[Finding]:
             "the copies bunch where the layer loop starts and ends: let XLA pipeline them across iterations, "
             f"XLA_FLAGS={PIPELINED}=true{flags_note}",
             where={"layers": [names[0], names[-1]]},
-            evidence={"at_ends_ns": ends, "cost_ns": total},
+            evidence={"at_ends_ns": ends, "exposed_or_stalled_ns": total},
             view="layers",
-            cost_ns=ends,  # the exposed or stalled copy time of the loop's first and last layer
+            attributed_ns=ends,  # the exposed or stalled copy time of the loop's first and last layer
+            change=changes.removed(
+                f"the copies of layers {names[0]} and {names[-1]} removed",
+                changes.layer_copies(ev, [names[0], names[-1]]),
+            ),
             **ev.basis_windows(),
         )
     ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from profiler.analysis.findings import Finding, rule
+from profiler.analysis.findings import Finding, changes, rule
 from profiler.analysis.findings.config import at_least
 from profiler.analysis.findings.evidence import CannotDecide, Evidence
 from profiler.analysis.findings.rules.text import ms, names, pct
@@ -48,7 +48,12 @@ def stall_hotspot(ev: Evidence) -> list[Finding]:
                     where={"layer" if what == "layer" else "op": name},
                     evidence={"stall_ns": worst, "total_stall_ns": total, "share": share},
                     view=view,
-                    cost_ns=worst,  # the time ops stood stalled by that layer's or operation's copies
+                    attributed_ns=worst,  # the time ops stood stalled by that layer's or operation's copies
+                    change=changes.stalls_of(
+                        ev,
+                        changes.layer_copies(ev, [name]) if what == "layer" else changes.op_copies(ev, name),
+                        f"the copies of {what} {name}",
+                    ),
                     **ev.basis_windows(),
                 )
             )
@@ -77,7 +82,9 @@ def step_outliers(ev: Evidence) -> list[Finding]:
             where={"steps": [s["name"] for s in out]},
             evidence={"excluded": [{"name": s["name"], "duration_ns": s["duration_ns"]} for s in out]},
             view="timeline",
-            cost_ns=extra,  # the outliers' time beyond the median step
+            attributed_ns=extra,  # the outliers' time beyond the median step
+            no_saving="not modelled: an outlier step's extra time comes from outside the replayed GPU work "
+            "(compilation, data loading, host callbacks, checkpoints)",
             **ev.basis_steps(steps),
         )
     ]

@@ -1,0 +1,98 @@
+"""Each finding's saving: its change replayed on its window (METRICS.md "Savings")."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from profiler.analysis.findings.evidence import CAPTURE, Evidence
+from profiler.analysis.findings.rules.text import dur
+from profiler.analysis.savings import CAPTURE as CAPTURE_WINDOW
+from profiler.analysis.savings import DEVICE, STEPS, WINDOWS, Window
+
+if TYPE_CHECKING:
+    from profiler.analysis.findings import Finding
+
+NO_TIME_COST = "no time cost: a note on the run or the capture"
+
+
+def with_saving(f: Finding, ev: Evidence) -> Finding:
+    """*f* with ``saving_ns`` and its basis: its change replayed, or why there is none."""
+    from profiler.analysis.findings import NOT_MODELLED
+
+    if f.change is None:
+        why = f.no_saving or (NO_TIME_COST if f.attributed_ns is None else NOT_MODELLED)
+        return replace(f, saving_basis=why)
+    if not ev.devices:
+        return replace(f, saving_basis="no GPU activity: nothing to replay")
+    window = f.window or Window(WINDOWS)
+    paced = None
+    if window.kind == DEVICE and f.attributed_ns is not None and f.attributed_ns >= ev.config["severity_min_cost_ns"]:
+        paced = (str(window.device), -(-f.attributed_ns // 10))  # under a tenth of the attributed time
+    s = ev.replays.saving(f.change, paced)
+    value = s.on(window)
+    if value is None:  # per step, but no device has an included step with GPU ops: the windows
+        window = Window(WINDOWS) if len(ev.devices) > 1 else Window(DEVICE, next(iter(ev.devices)))
+        value = s.on(window)
+    basis_ns, basis = _basis(ev, window, s.device_on_steps())
+    verdict = f.verdict + _why_small(ev, f, int(value), window, s.paced)
+    return replace(f, verdict=verdict, saving=s, saving_ns=int(value), saving_basis_ns=basis_ns, saving_basis=basis)
+
+
+def _why_small(ev: Evidence, f: Finding, saving: int, window: Window, paced: dict[str, int] | None) -> str:
+    """A sentence for a saving under a tenth of the attributed time (of at least
+    ``severity_min_cost_ns``) on one GPU: whether that GPU waits for its host."""
+    if f.attributed_ns is None or f.attributed_ns < ev.config["severity_min_cost_ns"] or saving * 10 >= f.attributed_ns:
+        return ""
+    gone = f"; the replay with {f.change.what if f.change else 'this changed'} gives back only {dur(saving)}"
+    if window.kind != DEVICE:
+        return gone
+    if paced is not None:
+        return (
+            f"{gone}: the GPU work that ends GPU {window.device}'s window there ({paced['ops']} ops) follows an op "
+            f"its host launched {dur(paced['before_end_ns'])} before the end; the host paces the GPU: the program "
+            "is host-bound"
+        )
+    return f"{gone}: other work on GPU {window.device}'s critical path takes their place"
+
+
+def _basis(ev: Evidence, window: Window, step_device: str | None) -> tuple[int, str]:
+    """The time a saving on *window* is a share of, and its name."""
+    if window.kind == DEVICE:
+        d = ev.devices.get(str(window.device))
+        return (int(d["span_ns"]) if d else 0), f"GPU {window.device}'s window"
+    if window.kind == WINDOWS:
+        n = len(ev.devices)
+        name = f"the summed windows of {n} GPUs" if n > 1 else f"GPU {next(iter(ev.devices))}'s window"
+        return int(sum(d["span_ns"] for d in ev.devices.values())), name
+    if window.kind == CAPTURE_WINDOW:
+        w0 = min(d["window_ns"][0] for d in ev.devices.values())
+        w1 = max(d["window_ns"][1] for d in ev.devices.values())
+        return int(w1 - w0), CAPTURE
+    assert window.kind == STEPS
+    n = ev.replays.included
+    median = ev.steps.get("median_included_step_ns") or 0
+    gpu = f", GPU {step_device}" if step_device is not None and len(ev.devices) > 1 else ""
+    return int(median), f"the median step (of {len(n)}{gpu})"
+
+
+def copy_free(ev: Evidence) -> dict[str, Any] | None:
+    """Per device, the copy-free replay (every h2d/d2h copy removed, on every device): its span and
+    saving on the window, and per step (median); None without GPU activity."""
+    if not ev.devices:
+        return None
+    if any(d["copies"]["offload"]["count"] for d in ev.devices.values()) or "replays" in ev.__dict__:
+        return ev.replays.copy_free_doc()
+    # no h2d/d2h copy anywhere and no replay made: nothing to remove, and no dependency pass for it
+    included = sum(1 for s in ev.steps["steps"] if not s["excluded"])
+    span = {dev: int(d["span_ns"]) for dev, d in ev.devices.items()}
+    doc = {"window_ns": 0, "replayed_span_ns": 0, "copy_free_span_ns": 0, "saving_ns": 0}
+    return {
+        "host_sync_modeled": True,
+        "devices": {
+            dev: doc
+            | {"window_ns": v, "replayed_span_ns": v, "copy_free_span_ns": v}
+            | {"steps": included, "step_saving_ns": 0 if included else None}
+            for dev, v in span.items()
+        },
+    }

@@ -1,0 +1,157 @@
+"""The verdict (``runs.verdict``) in words: at most 6 lines, the same for the terminal and the dashboard."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from profiler.units import COLUMNS, human_time, share
+
+LABELS = {"d2h": "D2H", "h2d": "H2D"}
+
+
+def t(ns: int | float | None) -> str:
+    """A time in its own unit, nanoseconds below 1 µs (``80 ns``, ``0 ns``, ``1.25 ms``)."""
+    return human_time(ns, nanoseconds=True)
+
+
+INDENT = "  "
+KEY_WIDTH = 9  # "copies", "cost", "savings" in a column
+
+
+def _head(v: dict[str, Any]) -> str:
+    """What the verdict is about, and per what its numbers are."""
+    c = v["copies"]
+    name = f"policy {v['policy']}" if v["policy"] != "default" else Path(v["trace"] or "").name
+    why = {"fastest": ", the fastest", "fastest with copies": ", the fastest that copies"}
+    why["most exposed"] = ", the most exposed copies"
+    name += why.get(v.get("chosen_by") or "", "")
+    if not v["gpu"]:
+        per = "no GPU activity" + (f"; {v['steps']} steps, median {t(v['median_step_ns'])}" if v["steps"] else "")
+    elif c["per"] == "step":
+        gpus = f"{c['gpus']} GPU{'s' if c['gpus'] != 1 else ''}"
+        per = f"{gpus}, {v['steps']} steps, median {t(v['median_step_ns'])}; copies per step and GPU"
+    else:
+        gpus = f"{c['gpus']} GPU{'s' if c['gpus'] != 1 else ''}"
+        window = f"the {t(v['window_ns'])} window" if v.get("window_ns") else "the window"
+        per = f"{gpus}, no steps: copies over {window}, the GPUs together"
+    head = f"{'Verdict' if v['runs'] == 1 else 'Its copies'}: {name} ({per})"
+    if v["synthetic"]:
+        head += " SYNTHETIC: a model, not a measurement"
+    return head
+
+
+def _fastest(v: dict[str, Any]) -> str | None:
+    """The policy line of several runs: the fastest that fits, its margin against the noise."""
+    f = v.get("fastest")
+    if v["runs"] < 2:
+        return None
+    if f is None:
+        return f"Verdict over {v['runs']} runs: none has a median step, so none can be called fastest"
+    if f["policy"] is None:
+        return f"Verdict over {v['runs']} runs: none fits its device's memory ({', '.join(f['too_big'])} do not)"
+    head = f"Verdict over {v['runs']} runs: policy {f['policy']} is the fastest"
+    head += " that fits" if f["fit_known"] else ""
+    head += f", {t(f['step_ns'])} per step"
+    nxt = f.get("next")
+    if nxt:
+        if not nxt["margin_ns"]:  # the same median step: no order to say, noise or not
+            head += f", tied with {nxt['policy']}"
+        else:
+            head += f", {t(nxt['margin_ns'])} ahead of {nxt['policy']}"
+        if not nxt["margin_ns"]:
+            pass
+        elif nxt["within_noise"] is True:
+            head += f": within the noise (spread {t(nxt['spread_ns'])})"
+        elif nxt["within_noise"] is False:
+            head += f", beyond the noise (spread {t(nxt['spread_ns'])})"
+    # the qualifiers last: the most important words come first in a line cut at the terminal's width
+    if not f["fit_known"]:
+        head += "; whether each fits is unknown (no memory limit)"
+    if f["too_big"]:
+        head += f"; too big: {', '.join(f['too_big'])}"
+    if f.get("other"):
+        head += f"; on another kind of device, not compared: {', '.join(f['other'])}"
+    if f["cpu"]:
+        head += "; CPU runs: they say nothing about a GPU"
+    return head
+
+
+def _copies(v: dict[str, Any]) -> str:
+    if not v["gpu"]:
+        return "nothing moved between host and device"
+    c = v["copies"]
+    parts = []
+    for d in ("d2h", "h2d"):
+        m = c[d]
+        if not m["count"] and not m["busy_ns"]:
+            parts.append(f"{LABELS[d]} no copies")
+            continue
+        parts.append(
+            f"{LABELS[d]} {t(m['busy_ns'])}, {share(m['hidden_fraction'] or 0)} hidden, {t(m['exposed_ns'])} exposed"
+        )
+    return "; ".join(parts)
+
+
+def _cost(v: dict[str, Any]) -> str:
+    cost = v.get("cost")
+    if not v["gpu"]:
+        return "nothing to cost: no copies ran on a GPU"
+    if not any(v["copies"][d]["count"] or v["copies"][d]["busy_ns"] for d in ("d2h", "h2d")):
+        return "nothing to cost: no h2d/d2h copies"
+    if cost is None:
+        return "not computed (the replay's savings come with the findings: without --no-findings)"
+    per = "per step" if cost["per"] == "step" else "over the window"
+    of = f" ({share(cost['share'])} of {'the step' if cost['per'] == 'step' else 'it'})" if cost["share"] else ""
+    host = "" if cost.get("host_sync_modeled") is not False else "; host synchronization not modeled"
+    without = "the step" if cost["per"] == "step" else "the window"
+    return (
+        f"the copies cost {t(cost['saving_ns'])} {per}{of} on GPU {cost['device']}: "
+        f"{without} replayed without any h2d/d2h copy, on any GPU{host}"
+    )
+
+
+def _saving(i: int, s: dict[str, Any]) -> str:
+    where = f" ({s['where']})" if s["where"] else ""
+    if s["saving_ns"]:
+        per = "per step" if s["per"] == "step" else "over the window"
+        size = f"saves {t(s['saving_ns'])} {per}"
+        if s["device"] is not None and f"GPU {s['device']}" not in s["where"]:
+            size += f" on GPU {s['device']}"
+    elif s.get("attributed_ns") is not None:
+        size = f"attributed {t(s['attributed_ns'])}, saving not modelled"
+    else:
+        size = "no time cost"
+    return f"{i}. {s['rule']}{where} {size}: {s['try']}"
+
+
+def verdict_lines(v: dict[str, Any]) -> list[tuple[str, str]]:
+    """The verdict as (key, text) lines, at most 6: the head (and the policies' line), copies, cost,
+    the two largest savings."""
+    if not v.get("runs"):
+        return []
+    out: list[tuple[str, str]] = []
+    several = _fastest(v)
+    if several:
+        out.append(("", several))
+    out.append(("", _head(v)))
+    out.append(("copies", _copies(v)))
+    if v["gpu"]:
+        out.append(("cost", _cost(v)))
+    key = "savings" if any(s["saving_ns"] for s in v["savings"]) else "findings"
+    for i, s in enumerate(v["savings"], start=1):
+        out.append((key if i == 1 else "", _saving(i, s)))
+    return out[:6]
+
+
+def _cut(line: str, wide: bool) -> str:
+    return line if wide or len(line) <= COLUMNS else line[: COLUMNS - 1] + "…"
+
+
+def render_verdict(v: dict[str, Any], wide: bool = False) -> str:
+    """The verdict block of the terminal: each line within ``COLUMNS`` columns (cut, unless *wide*)."""
+    lines, keyed = [], False
+    for key, text in verdict_lines(v):
+        keyed = keyed or bool(key)
+        lines.append(_cut(f"{INDENT}{key:<{KEY_WIDTH}}{text}" if keyed else text, wide))
+    return "\n".join(lines)

@@ -1,0 +1,253 @@
+"""The verdict: the answer first, in a few facts that ``analyze``, ``findings`` and the dashboard open with.
+
+One function, ``verdict(runs)``, over the runs' documents (``RunSummary``); the terminal
+(``report.verdict_text``) and the dashboard only format what it returns, so the three show the same
+numbers.  For one run, or the chosen one of several:
+
+- *copies*: per direction (D2H, H2D), copy time, its hidden share and the exposed time.  With steps,
+  per step and GPU as the policy table has them (the median over the included steps of the step's
+  copies summed over GPUs, divided by the GPUs); without steps, over the analysis window, the GPUs
+  together (the sums of ``analyze``'s devices table).
+- *cost*: what the exposed copies cost in step time: the copy-free replay's saving (every h2d/d2h
+  copy removed, and no op waits for them; ``findings.copy_free``, docs/metrics.md "Savings"), per
+  step on the GPU where it is largest, or over that GPU's window without steps.
+- *savings*: the two findings with the largest replay saving (``saving_ns``), with what to try; when
+  no finding has one, the first two findings, with their attributed time, said as such.
+
+For several runs with a median step, *policies*: the fastest among those that fit (peak device
+memory, measured or else compiled, within the device's limit where one is known) of the runs on one
+kind of device (GPU runs before CPU runs, then the most common GPU model; the others are named, not
+compared), and its margin over the next fastest against the noise of the policy table
+(``policies.step_difference``: within the larger of the two spreads is not a measured difference).
+The runs' copies and savings are then those of that fastest run; without a median step, of the run
+with the most exposed copy time.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from profiler.analysis.policies import is_cpu, policy_table, step_difference
+from profiler.runs.summary import RunSummary
+
+DIRECTIONS = ("d2h", "h2d")
+SAVINGS = 2  # the largest savings the verdict names
+
+
+def _median(values: list[int]) -> int | None:
+    return int(statistics.median(values)) if values else None
+
+
+def copies(run: RunSummary) -> dict[str, Any]:
+    """Per direction: count, busy_ns, hidden_ns, exposed_ns and ``hidden_fraction``; ``per`` says of what
+    (``step``: median per included step and GPU; ``window``: the analysis window, the GPUs together)."""
+    steps = [s for s in run.included_steps if s.directions]
+    gpus = run.device_count
+    out: dict[str, Any] = {"per": "step" if steps else "window", "gpus": len(run.devices or {})}
+    for d in DIRECTIONS:
+        if steps:
+            busy = _median([s.directions[d]["busy_ns"] // gpus for s in steps if s.directions])  # type: ignore[index]
+            exposed = _median([s.directions[d]["exposed_ns"] // gpus for s in steps if s.directions])  # type: ignore[index]
+            count = _median([s.directions[d]["count"] for s in steps if s.directions])  # type: ignore[index]
+        else:
+            per = [(run.devices or {})[dev].get(d) or {} for dev in run.device_ids]
+            busy = sum(m.get("busy_ns", 0) for m in per)
+            exposed = sum(m.get("exposed_ns", 0) for m in per)
+            count = sum(m.get("count", 0) for m in per)
+        busy, exposed = busy or 0, exposed or 0
+        out[d] = {
+            "count": count or 0,
+            "busy_ns": busy,
+            "exposed_ns": exposed,
+            "hidden_ns": busy - exposed,
+            "hidden_fraction": (busy - exposed) / busy if busy else None,
+        }
+    return out
+
+
+def copy_cost(run: RunSummary) -> dict[str, Any] | None:
+    """The copy-free replay's saving where it is largest: ``saving_ns``, ``per`` (step or window),
+    ``device``, and ``basis_ns`` (the median step, or that GPU's window); None when not computed."""
+    free = ((run.findings or {}).get("copy_free") or {}).get("devices") or {}
+    if not free:
+        return None
+    per_step = run.median_step_ns is not None and any(v.get("step_saving_ns") is not None for v in free.values())
+    key = "step_saving_ns" if per_step else "saving_ns"
+    dev, top = max(free.items(), key=lambda kv: (kv[1].get(key) or 0, -int(kv[0])))
+    saving = top.get(key)
+    if saving is None:
+        return None
+    basis = run.median_step_ns if per_step else top.get("window_ns")
+    return {
+        "saving_ns": saving,
+        "per": "step" if per_step else "window",
+        "device": dev,
+        "basis_ns": basis,
+        "share": saving / basis if basis else None,
+        "host_sync_modeled": (run.findings or {}).get("copy_free", {}).get("host_sync_modeled"),
+    }
+
+
+def _where(f: dict[str, Any]) -> str:
+    """Where a finding applies, in a few words: ``GPU 1``, ``layer layer_3``, ``copy-start.3``."""
+    w = f.get("where") or {}
+    parts = []
+    if w.get("device") is not None:
+        parts.append(f"GPU {w['device']}")
+    for key in ("layer", "op", "stream", "direction"):
+        if w.get(key) is not None:
+            parts.append(f"{key} {w[key]}" if key in ("layer", "stream") else str(w[key]))
+    return ", ".join(parts)
+
+
+def _replayed(f: dict[str, Any], per: str) -> tuple[int | None, str | None]:
+    """A finding's replay saving on the verdict's basis (*per*: ``step``, each GPU's median per step;
+    ``window``, each GPU's window), on the GPU where it is largest: (saving_ns, device)."""
+    key = "step_saving_ns" if per == "step" else "window_saving_ns"
+    devices = ((f.get("replay") or {}).get("devices")) or {}
+    found = [(v.get(key), dev) for dev, v in devices.items() if v.get(key) is not None]
+    if not found:
+        return None, None
+    return max(found, key=lambda x: (x[0], -int(x[1])))
+
+
+def savings(run: RunSummary, n: int = SAVINGS) -> list[dict[str, Any]]:
+    """The *n* findings whose replay saves the most, on the verdict's basis (per step and GPU with
+    steps, else over a GPU's window: ``_replayed``), each with rule, where, the saving and what to try;
+    without any saving, the first *n* findings with their ``attributed_ns``."""
+    per = "step" if run.median_step_ns is not None and run.included_steps else "window"
+    found = []
+    for f in run.finding_list:
+        saving, dev = _replayed(f, per)
+        found.append((f, saving, dev))
+    with_saving = sorted((x for x in found if x[1]), key=lambda x: -x[1])  # type: ignore[operator]
+    chosen = with_saving[:n] if with_saving else [(f, None, None) for f in run.finding_list[:n]]
+    return [
+        {
+            "rule": f["id"],
+            "severity": f.get("severity"),
+            "where": _where(f),
+            "saving_ns": saving,
+            "per": per if saving else None,
+            "device": dev,
+            "saving_basis": f.get("saving_basis"),
+            "attributed_ns": None if saving else f.get("attributed_ns", f.get("cost_ns")),
+            "try": f.get("try") or "",
+        }
+        for f, saving, dev in chosen
+    ]
+
+
+def fits(row: dict[str, Any]) -> bool | None:
+    """Whether a policy row's device memory (measured peak, else compiled) is within its device's limit;
+    None when either is unknown."""
+    memory = row["peak_device_bytes"] if row["peak_device_bytes"] is not None else row["compiled_device_bytes"]
+    limit = row["device_limit_bytes"]
+    return None if memory is None or limit is None else memory <= limit
+
+
+def fastest(table: dict[str, Any]) -> dict[str, Any] | None:
+    """Among the policy rows with a median step, the fastest of those that fit (a row whose fit is not
+    known counts as fitting, and the result says so), its margin over the next fastest and whether
+    that margin is within the noise; None when no row has a median step."""
+    timed = [r for r in table["rows"] if r["median_step_ns"] is not None]
+    if not timed:
+        return None
+    # step times compare on one kind of device: GPU runs before CPU runs, then the most common GPU model
+    pool = [r for r in timed if not is_cpu(r)] or timed
+    kind = Counter(r.get("device_kind") for r in pool).most_common(1)[0][0]
+    rows = [r for r in pool if r.get("device_kind") == kind]
+    other = [r["policy"] for r in timed if r not in rows]
+    known = [r for r in rows if fits(r) is not None]
+    fitting = [r for r in rows if fits(r) is not False]
+    if not fitting:
+        return {"policy": None, "fit_known": bool(known), "too_big": [r["policy"] for r in rows], "other": other}
+    ordered = sorted(fitting, key=lambda r: r["median_step_ns"])
+    best = ordered[0]
+    out: dict[str, Any] = {
+        "policy": best["policy"],
+        "trace": best["trace"],
+        "step_ns": best["median_step_ns"],
+        "fit_known": fits(best) is not None,
+        "too_big": [r["policy"] for r in rows if fits(r) is False],
+        "cpu": is_cpu(best),
+        "other": other,  # runs on another kind of device: not compared
+        "next": None,
+    }
+    if len(ordered) > 1:
+        nxt = ordered[1]
+        diff = step_difference(best, nxt)
+        out["next"] = {
+            "policy": nxt["policy"],
+            "step_ns": nxt["median_step_ns"],
+            "margin_ns": nxt["median_step_ns"] - best["median_step_ns"],
+            "spread_ns": diff[1] if diff else None,
+            "within_noise": diff[1] > diff[0] if diff else None,
+        }
+    return out
+
+
+def _offload(run: RunSummary, key: str) -> int:
+    return sum(((run.devices or {})[d].get("offload") or {}).get(key, 0) for d in run.device_ids)
+
+
+def _shown(runs: list[RunSummary], table: dict[str, Any], best: dict[str, Any] | None) -> tuple[RunSummary, str]:
+    """Of several runs, the one whose copies the verdict shows, and why: the fastest that fits when it
+    copies; else the fastest fitting run that copies; else (no median step) the one with the most
+    exposed copy time."""
+    if best and best.get("policy"):
+        by_trace = {r.trace: r for r in runs}
+        top = by_trace.get(best["trace"])
+        if top is not None and _offload(top, "count"):
+            return top, "fastest"
+        kind = next((is_cpu(r), r.get("device_kind")) for r in table["rows"] if r["trace"] == best["trace"])
+        rows = sorted(
+            (
+                r
+                for r in table["rows"]
+                if r["median_step_ns"] is not None
+                and fits(r) is not False
+                and (is_cpu(r), r.get("device_kind")) == kind
+            ),
+            key=lambda r: r["median_step_ns"],
+        )
+        copying = [
+            by_trace[r["trace"]] for r in rows if r["trace"] in by_trace and _offload(by_trace[r["trace"]], "count")
+        ]
+        if copying:
+            return copying[0], "fastest with copies"
+        if top is not None:
+            return top, "fastest"
+    return max(runs, key=lambda r: _offload(r, "exposed_ns")), "most exposed"
+
+
+def verdict(runs: Sequence[RunSummary | dict[str, Any]], table: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The verdict of one run or several (see the module docstring); *table*: their ``policy_table``
+    when the caller has it (else made here), in the order of *runs*."""
+    summaries = [RunSummary.of(r) for r in runs]
+    if not summaries:
+        return {"runs": 0}
+    best, chosen, chosen_by = None, summaries[0], None
+    if len(summaries) > 1:
+        table = table if table is not None else policy_table(summaries)
+        best = fastest(table)
+        chosen, chosen_by = _shown(summaries, table, best)
+    out: dict[str, Any] = {
+        "runs": len(summaries),
+        "policy": chosen.policy,
+        "trace": chosen.trace,
+        "chosen_by": chosen_by,
+        "steps": len(chosen.included_steps) if chosen.steps else 0,
+        "median_step_ns": chosen.median_step_ns,
+        "window_ns": max((c.get("span_ns") or 0 for c in chosen.compute.values()), default=None) or None,
+        "gpu": chosen.gpu_ran,
+        "synthetic": chosen.synthetic,
+        "copies": copies(chosen),
+        "cost": copy_cost(chosen),
+        "savings": savings(chosen),
+        "fastest": best,
+    }
+    return out

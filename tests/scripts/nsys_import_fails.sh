@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Stands in for nsys in ONE failure mode only, one the real nsys shows under load and cannot be made to
+# show on demand: `nsys profile` runs the program, then its importer crashes while turning the raw capture
+# into a report ("Importer error status: Importation failed." and an exception block of about 30 lines,
+# as nsys 2023.4 and 2024.x print it), leaves the raw capture OUTPUT.qdstrm, writes no report and exits 0.
+# Every other call, and every profile call it does not fail, is the real nsys.
+#   REAL_NSYS              the real nsys binary (required)
+#   IMPORT_FAILS_POLICY    fail every `profile` of this $PROFILE_STEP_POLICY
+#   IMPORT_FAILS_COUNT_FILE with IMPORT_FAILS_TIMES (default 1): fail the first N `profile` calls
+set -u
+if [ "${1:-}" = profile ]; then
+  fail=0
+  if [ -n "${IMPORT_FAILS_POLICY:-}" ]; then
+    [ "${PROFILE_STEP_POLICY:-}" = "$IMPORT_FAILS_POLICY" ] && fail=1
+  elif [ -n "${IMPORT_FAILS_COUNT_FILE:-}" ]; then
+    n=$(cat "$IMPORT_FAILS_COUNT_FILE" 2>/dev/null || echo 0)
+    if [ "$n" -lt "${IMPORT_FAILS_TIMES:-1}" ]; then
+      echo $((n + 1)) >"$IMPORT_FAILS_COUNT_FILE"
+      fail=1
+    fi
+  fi
+  if [ "$fail" = 1 ]; then
+    shift
+    out=report1
+    while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do
+      case "$1" in --output=*) out="${1#--output=}" ;; esac
+      shift
+    done
+    echo "Collecting data..."
+    "$@"
+    echo "Generating '${TMPDIR:-/tmp}/nsys-report-1f2e.qdstrm'"
+    printf '\n[1/2] [0%%                          ] %s.nsys-rep\n' "$(basename "$out")"
+    printf '[1/2] [==========47%%               ] %s.nsys-rep\n' "$(basename "$out")"
+    cat <<'CRASH'
+Importer error status: Importation failed.
+Import Failed with unexpected exception: /dvs/p4/build/sw/devtools/Agora/Rel/QuadD_Main/QuadD/Host/QdstrmImporter/main.cpp(34): Throw in function {anonymous}::Importer::Importer(const boost::filesystem::path&, const boost::filesystem::path&)
+Dynamic exception type: boost::wrapexcept<QuadDCommon::RuntimeException>
+std::exception::what: RuntimeException
+[QuadDCommon::tag_message*] = Status: AnalysisFailed
+Error {
+  Type: RuntimeError
+  SubError {
+    Type: InvalidArgument
+    Props {
+      Items {
+        Type: OriginalExceptionClass
+        Value: "N5boost10wrapexceptIN11QuadDCommon24InvalidArgumentExceptionEEE"
+      }
+      Items {
+        Type: OriginalFile
+        Value: "/dvs/p4/build/sw/devtools/Agora/Rel/QuadD_Main/QuadD/Host/Analysis/Modules/EventCollection.cpp"
+      }
+      Items {
+        Type: OriginalLine
+        Value: "1055"
+      }
+      Items {
+        Type: ErrorText
+        Value: "Wrong event order has been detected when adding events to the collection:\nnew event ={ StartNs=156667046066 StopNs=156667059202 }\nlast event ={ StartNs=157198969174 StopNs=157198979764 }"
+      }
+    }
+  }
+}
+CRASH
+    printf 'raw capture (this stand-in)\n' >"$out.qdstrm"
+    printf 'Generated:\n    %s.qdstrm\n' "$out"
+    exit 0
+  fi
+fi
+exec "$REAL_NSYS" "$@"

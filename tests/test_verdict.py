@@ -1,0 +1,187 @@
+"""The verdict: one function (``runs.verdict``) over the runs' documents, worded once
+(``report.verdict_text``); ``analyze`` (a trace, a folder of runs), ``findings`` and their ``--json``
+open with the same numbers.  Known answers from built exports and hand-made documents."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from profiler.report.verdict_text import render_verdict, verdict_lines
+from profiler.runs.summary import RunSummary
+from profiler.runs.verdict import fastest, verdict
+from tests.conftest import ROOT, run_cli
+from tests.test_policy_noise import MS, run
+from tests.training_traces import training_export
+
+GIB = 2**30
+US = 1000
+DEMO = ROOT / "sample_traces" / "demo-synthetic"
+
+
+def with_memory(doc: dict, peak: int | None, limit: int | None) -> dict:
+    """*doc* with a measured peak device memory and its device's limit (memory_stats() of one device)."""
+    mem = {"devices": [{"peak_bytes_in_use": peak, "bytes_limit": limit}]}
+    return {**doc, "manifest": {"runtime": {"device_memory": mem}}}
+
+
+def test_fastest_that_fits_and_its_margin_against_the_noise():
+    from profiler.analysis.policies import policy_table
+
+    # a: fastest (100 ms) but 90 GiB on an 80 GiB device; b: 104 ms, spread 6 ms (101..107);
+    # c: 106 ms, spread 2 (105..107): b leads c by 2 ms, within the larger spread (6 ms): not measured
+    a = with_memory(run("a", [99, 100, 101]), 90 * GIB, 80 * GIB)
+    b = with_memory(run("b", [101, 104, 107]), 60 * GIB, 80 * GIB)
+    c = with_memory(run("c", [105, 106, 107]), 50 * GIB, 80 * GIB)
+    f = fastest(policy_table([a, b, c]))
+    assert (f["policy"], f["step_ns"], f["fit_known"], f["too_big"]) == ("b", 104 * MS, True, ["a"])
+    assert f["next"] == {
+        "policy": "c",
+        "step_ns": 106 * MS,
+        "margin_ns": 2 * MS,
+        "spread_ns": 6 * MS,
+        "within_noise": True,
+    }
+    # d: 120 ms, spread 2: 16 ms behind b, beyond b's 6 ms spread
+    d = with_memory(run("d", [119, 120, 121]), 50 * GIB, 80 * GIB)
+    f = fastest(policy_table([a, b, d]))
+    assert f["next"]["margin_ns"] == 16 * MS and f["next"]["within_noise"] is False
+    line = verdict_lines(verdict([a, b, d]))[0][1]
+    assert line == (
+        "Verdict over 3 runs: policy b is the fastest that fits, 104 ms per step, 16.0 ms ahead of d, beyond the "
+        "noise (spread 6.00 ms); too big: a"
+    )
+    # no limit known: every run counts as fitting, and the line says whether each fits is not known
+    f = fastest(policy_table([run("a", [99, 100, 101]), run("b", [101, 104, 107])]))
+    assert f["policy"] == "a" and not f["fit_known"] and f["next"]["within_noise"] is True  # 4 ms < 6 ms
+    # none fits: said, no fastest
+    assert fastest(policy_table([a]))["policy"] is None
+
+
+def test_the_two_largest_savings_with_what_to_try():
+    doc = run("offload_all", [10, 10, 10])  # 3 steps: savings per step, on the GPU where they are largest
+
+    def replay(**per_gpu: int) -> dict:
+        return {"devices": {d[1:]: {"window_saving_ns": 3 * v, "step_saving_ns": v} for d, v in per_gpu.items()}}
+
+    found = [
+        {"id": "exposed-copies", "saving_ns": 6 * MS, "where": {"device": "0"}, "try": "pin", "replay": replay(g0=MS)},
+        {  # saves 5 ms per step on GPU 1, 1 ms on GPU 0
+            "id": "stall-hotspot", "saving_ns": 18 * MS, "where": {"layer": "layer_3"}, "try": "keep it",
+            "replay": replay(g0=1 * MS, g1=5 * MS),
+        },
+        {"id": "offload-missing", "saving_ns": None, "where": {}, "try": "check", "replay": None},
+        {
+            "id": "slow-link", "saving_ns": 9 * MS, "where": {"device": "1", "direction": "h2d"}, "try": "faster link",
+            "replay": replay(g1=3 * MS),
+        },
+    ]  # fmt: skip
+    v = verdict([{**doc, "findings": {"findings": found}}])
+    assert [(s["rule"], s["where"], s["saving_ns"], s["device"], s["try"]) for s in v["savings"]] == [
+        ("stall-hotspot", "layer layer_3", 5 * MS, "1", "keep it"),
+        ("slow-link", "GPU 1, h2d", 3 * MS, "1", "faster link"),
+    ]
+    text = dict(verdict_lines(v))["savings"]
+    assert text == "1. stall-hotspot (layer layer_3) saves 5.00 ms per step on GPU 1: keep it"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """4 steps of 1 ms on one GPU; per step three 100 us d2h copies, layer 1's 30 us exposed (its kernel
+    ends 30 us before it), each waited for by a consumer kernel."""
+    path = tmp_path_factory.mktemp("verdict") / "qkv.sqlite"
+    training_export(policy="offload_qkv", exposed={1: 30 * US}, waits=True).write(path)
+    return path, json.loads(run_cli("analyze", "--json", str(path)).stdout)  # read by two tests
+
+
+def test_copies_per_step_and_gpu_from_a_built_run(built):
+    built, doc = built
+    v = doc["verdict"]
+    # per step: d2h busy 3 x 100 us = 300 us, exposed 30 us (the end of layer 1's copy), hidden 270 us
+    assert v["copies"]["per"] == "step" and v["steps"] == 4 and v["median_step_ns"] == 1000 * US
+    assert v["copies"]["d2h"] == {
+        "count": 3, "busy_ns": 300 * US, "exposed_ns": 30 * US, "hidden_ns": 270 * US, "hidden_fraction": 0.9
+    }  # fmt: skip
+    assert v["copies"]["h2d"]["count"] == 0 and v["copies"]["h2d"]["busy_ns"] == 0
+    # the cost is the copy-free replay's per-step saving, where it is largest (one GPU here)
+    free = doc["findings"]["copy_free"]["devices"]["0"]
+    assert v["cost"]["saving_ns"] == free["step_saving_ns"] and v["cost"]["per"] == "step"
+    # the policy table's exposed copy time per step is the verdict's d2h one (d2h only here)
+    tab = json.loads(run_cli("analyze", "--json", str(built), str(built)).stdout)
+    assert tab["policies"]["rows"][0]["exposed_ns"] == v["copies"]["d2h"]["exposed_ns"]
+
+
+def test_analyze_and_findings_open_with_the_same_verdict(built):
+    built, doc = built
+    text = run_cli("analyze", str(built)).stdout
+    block = render_verdict(doc["verdict"])
+    assert text.startswith(block + "\n\n")
+    assert 3 <= len(block.splitlines()) <= 6 and all(len(ln) <= 160 for ln in block.splitlines())
+    fnd = run_cli("findings", str(built)).stdout
+    assert fnd.startswith(block + "\n")
+    assert json.loads(run_cli("findings", "--json", str(built)).stdout)["verdict"] == doc["verdict"]
+
+
+def test_a_folder_of_runs_opens_with_the_fastest_that_fits():
+    """Three of the SYNTHETIC demo's policies: analyze's verdict names the fastest, with its margin and
+    spread from the policy table of the same output."""
+    runs = [str(DEMO / f"synthetic-{n}") for n in ("0-none", "2-offload_qkv", "3-offload_mlp")]
+    doc = json.loads(run_cli("analyze", "--json", *runs).stdout)
+    rows = {r["policy"]: r for r in doc["policies"]["rows"]}
+    f = doc["verdict"]["fastest"]
+    best = min(rows.values(), key=lambda r: r["median_step_ns"])  # no memory limit known: all fit
+    assert f["policy"] == best["policy"] and f["step_ns"] == best["median_step_ns"]
+    nxt = sorted(rows.values(), key=lambda r: r["median_step_ns"])[1]
+    assert f["next"]["margin_ns"] == nxt["median_step_ns"] - best["median_step_ns"]
+    assert f["next"]["spread_ns"] == max(best["step_spread_ns"], nxt["step_spread_ns"])
+    assert f["next"]["within_noise"] == (nxt["policy"] in best["within_spread_of"])
+    text = run_cli("analyze", *runs).stdout
+    assert text.startswith(render_verdict(doc["verdict"]) + "\n")
+    # findings reads the runs through their brief documents: the same verdict, the same numbers
+    assert json.loads(run_cli("findings", "--json", *runs).stdout)["verdict"] == doc["verdict"]
+    assert all(len(ln) <= 160 for ln in text.splitlines()[:6])
+
+
+def test_a_run_without_gpu_says_so():
+    v = verdict([RunSummary.from_json({**run("none", [5, 5, 5]), "devices": {}})])
+    lines = dict(verdict_lines(v))
+    assert lines["copies"] == "nothing moved between host and device" and "cost" not in lines
+
+
+def test_no_line_over_160_columns_without_wide():
+    """The SYNTHETIC demo's kernels have names of up to 120 characters: shortened in every table and
+    prose line of analyze --by layer, whole with --wide."""
+    trace = DEMO / "synthetic-4-offload_all" / "synthetic-trace.sqlite"
+    doc = json.loads(run_cli("analyze", "--json", "--by", "layer", str(trace)).stdout)
+    longest = max(
+        (t["name"] for g in doc["layers"] for t in g["top_kernels"]), key=len
+    )  # the longest name of a kernel that hid a layer's copies
+    assert len(longest) > 100
+    narrow = run_cli("analyze", "--by", "layer", str(trace)).stdout
+    assert max(len(ln) for ln in narrow.splitlines()) <= 160 and longest not in narrow
+    wide = run_cli("analyze", "--by", "layer", "--wide", str(trace)).stdout
+    assert longest in wide
+
+
+def test_step_times_compare_on_one_kind_of_device():
+    """A CPU run's 9 ms step says nothing against an H100's 100 ms one: the GPU runs are compared,
+    the CPU run named as not compared."""
+    from profiler.analysis.policies import policy_table
+
+    gpu_a, gpu_b = run("a", [99, 100, 101]), run("b", [119, 120, 121])
+    cpu = run("c", [8, 9, 10], platform="cpu")
+    f = fastest(policy_table([cpu, gpu_a, gpu_b]))
+    assert (f["policy"], f["other"], f["next"]["policy"]) == ("a", ["c"], "b")
+    assert "on another kind of device, not compared: c" in verdict_lines(verdict([cpu, gpu_a, gpu_b]))[0][1]
+
+
+def test_a_tie_is_said_as_one():
+    """Two policies with the same median step (a spread of 0 each): tied, not 'beyond the noise'."""
+    from profiler.analysis.policies import policy_table
+
+    v = verdict([run("a", [1, 1, 1]), run("b", [1, 1, 1])], policy_table([run("a", [1, 1, 1]), run("b", [1, 1, 1])]))
+    assert verdict_lines(v)[0][1] == (  # no memory recorded: whether each fits is not known, and said last
+        "Verdict over 2 runs: policy a is the fastest, 1.00 ms per step, tied with b; "
+        "whether each fits is unknown (no memory limit)"
+    )
