@@ -34,9 +34,18 @@ def check_devices(path: Path, got: dict) -> None:
 
 def check_contexts(path: Path, got: dict) -> None:
     """The h2d, d2h and offload copies of 1 MiB or more by context (METRICS.md "Copy bandwidth by
-    context") in *got* equal ``tests/reference_costs.contexts``, the stalls' reference."""
-    expected = ref_costs.contexts(ref_costs.load(path))
+    context"), per device and per stream, in *got* equal ``tests/reference_costs.contexts``, the
+    stalls' reference."""
+    model = ref_costs.load(path)
+    expected, by_stream = ref_costs.contexts(model), ref_costs.contexts(model, per_stream=True)
     for dev, d in got.items():
+        for s in d["streams"]:
+            mine = {name: {k: v[k] for k in ("count", "bytes", "duration_sum_ns")} for name, v in s["contexts"].items()}
+            assert {n: v for n, v in mine.items() if v["count"]} == by_stream.get((int(dev), s["stream"]), {}), (
+                path.name,
+                dev,
+                s["stream"],
+            )
         for cls in ("h2d", "d2h", "offload"):
             mine = {
                 name: {k: v[k] for k in ("count", "bytes", "duration_sum_ns")}
