@@ -116,6 +116,22 @@ def test_missing_times_and_bytes(build):
     check(path, contexts=False)  # the contexts' reference reads the bytes column
 
 
+def test_peak_memory_of_one_event_and_of_rows_out_of_time_order(build):
+    # Peak memory (METRICS.md "memory", not in the reference): a running sum in time order.
+    # One allocation of 4096 B, the trace's only memory event: peak 4096 over 1 event.
+    b = ExportBuilder()
+    b.kernel(0, 10, "k")
+    b.memory(5, 4096)
+    assert analyze(open_trace(build(b)))["devices"]["0"]["memory"] == {"peak_allocated_bytes": 4096, "events": 1}
+    # Rows written out of time order: +70 at t=4, -100 at t=3, +100 at t=1, +50 at t=2.  In time
+    # order the bytes held are 100, 150, 50, 120: peak 150 (in the file's order 70, -30, 70, 120: 120).
+    b = ExportBuilder()
+    b.kernel(0, 10, "k")
+    for t, nbytes, free in ((4, 70, False), (3, 100, True), (1, 100, False), (2, 50, False)):
+        b.memory(t, nbytes, free=free)
+    assert analyze(open_trace(build(b)))["devices"]["0"]["memory"] == {"peak_allocated_bytes": 150, "events": 4}
+
+
 # --- random exports against the reference -----------------------------------------------------------------
 
 DEVICES = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 70_001, 1_048_581]  # 12 devices, two far off, one past 2^20
