@@ -31,7 +31,8 @@ case "$module" in
     tests="tests/test_intervals.py tests/test_device_reference.py" ;;
   overlap)
     sources="profiler/analysis/overlap.py"
-    tests="tests/test_device_reference.py tests/test_metrics_synthetic.py" ;;
+    # the per-range, step and layer numbers (offload_metrics, stall_ns) are read by attribution and costs
+    tests="tests/test_device_reference.py tests/test_metrics_synthetic.py tests/test_attribution.py tests/test_costs.py" ;;
   stalls)
     sources="profiler/analysis/stalls.py profiler/analysis/dependencies.py"
     tests="tests/test_costs_reference.py" ;;

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from profiler.runs.result import analyze
+from profiler.runs.result import build as build_result
 from profiler.synthetic.export import PAGEABLE, PINNED, ExportBuilder
 from profiler.trace import open_trace
 from tests import reference_costs as ref_costs
@@ -130,6 +131,22 @@ def test_peak_memory_of_one_event_and_of_rows_out_of_time_order(build):
     for t, nbytes, free in ((4, 70, False), (3, 100, True), (1, 100, False), (2, 50, False)):
         b.memory(t, nbytes, free=free)
     assert analyze(open_trace(build(b)))["devices"]["0"]["memory"] == {"peak_allocated_bytes": 150, "events": 4}
+
+
+def test_the_per_rank_document_has_no_streams(build):
+    # detail=False (the per-rank task) leaves out the per-stream numbers and peak memory; the
+    # per-device numbers stay the reference's.
+    b = ExportBuilder()
+    b.kernel(0, 100, "fusion")
+    b.copy(50, 150, "h2d", 4096, stream=3)
+    b.memory(5, 4096)
+    path = build(b)
+    dev = build_result(open_trace(path), detail=False).devices["0"]
+    assert dev["streams"] == [] and "memory" not in dev
+    assert (dev["copies"]["h2d"]["busy_ns"], dev["copies"]["h2d"]["exposed_ns"]) == (
+        100,
+        50,
+    )  # [50, 150), [100, 150) bare
 
 
 # --- random exports against the reference -----------------------------------------------------------------
