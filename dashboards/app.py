@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import dash
+import flask
 from dash import Input, Output, dcc, html
 
 from dashboards import (
@@ -41,6 +42,13 @@ TABS = ("policies", "findings", "trade", "whatif", "layers", "timeline", "ranks"
 
 def create_app(store: RunStore) -> dash.Dash:
     app = dash.Dash(__name__, title="profile-step", update_title=None)
+
+    @app.server.before_request
+    def refuse_climbing() -> None:
+        """A path with a ``..`` segment (as sent or percent-encoded) gets 404 before any route sees it
+        (Dash's page route answered 200 and its component route 500)."""
+        if ".." in flask.request.path.split("/"):
+            flask.abort(404)
 
     def layout() -> html.Div:
         """The page with its first view filled in: no callback stands between loading and seeing."""

@@ -40,7 +40,9 @@ target="$prefix/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64"
 host="$prefix/usr/lib/nsight-systems/host-linux-x64"
 
 install_recipe() {
-  if [ -x "$here/.venv/bin/profile-step" ]; then
+  if [ -n "${INSTALL_NSYS_NO_RECIPE:-}" ]; then
+    return 0  # setup.sh installs nsys while pip fills .venv: it installs the recipe afterwards
+  elif [ -x "$here/.venv/bin/profile-step" ]; then
     # quiet when it works (set-up runs this every time); its error line and exit code when not
     "$here/.venv/bin/profile-step" install-recipe --nsys "$target/nsys" >/dev/null
   else

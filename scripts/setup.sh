@@ -21,6 +21,32 @@ for arg in "$@"; do
   esac
 done
 
+# apt (chromium, libssh-4 for nsys) then the two nsys downloads run in one background lane while pip
+# fills the environments: they share nothing, and on a fresh machine this saves minutes
+pkgs=()
+if [ "$browser" = 1 ] && ! { command -v chromium >/dev/null && command -v chromedriver >/dev/null; }; then
+  pkgs+=(chromium chromium-driver)
+fi
+[ -e /usr/lib/x86_64-linux-gnu/libssh.so.4 ] || pkgs+=(libssh-4)
+if [ "${#pkgs[@]}" -gt 0 ] && [ "$(id -u)" != 0 ]; then
+  echo "setup: ${pkgs[*]} missing; run: sudo apt-get install ${pkgs[*]}" >&2
+  exit 1
+fi
+lane_log=$(mktemp)
+(
+  set -e
+  if [ "${#pkgs[@]}" -gt 0 ]; then
+    echo "setup: installing Debian's ${pkgs[*]}" >&2
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${pkgs[@]}" >/dev/null
+  fi
+  # 2023.4 first: it moves an earlier set-up's .tools/nsys (2023.4.4) to .tools/nsys-2023.4.4
+  INSTALL_NSYS_NO_RECIPE=1 bash scripts/install-nsys.sh --version 2023.4 >/dev/null
+  INSTALL_NSYS_NO_RECIPE=1 bash scripts/install-nsys.sh --version 2024.2 >/dev/null
+) >"$lane_log" 2>&1 &
+lane=$!
+trap 'kill "$lane" 2>/dev/null || true; rm -f "$lane_log"' EXIT
+
 py=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv with $($py --version)" >&2
@@ -36,7 +62,7 @@ if [ ! -f "$stamp" ]; then
 fi
 
 if [ "$aot" = 1 ]; then
-  jax_version=$(.venv/bin/python -c 'import jax; print(jax.__version__)')
+  jax_version=$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("jax"))')
   if [ ! -f ".venv-aot/.installed-jax-$jax_version" ]; then
     echo "setup: installing jax[cuda12]==$jax_version into .venv-aot (about 5.5 GB)" >&2
     [ -x .venv-aot/bin/python ] || "$py" -m venv .venv-aot
@@ -46,19 +72,14 @@ if [ "$aot" = 1 ]; then
   fi
 fi
 
-# 2023.4 first: it moves an earlier set-up's .tools/nsys (2023.4.4) to .tools/nsys-2023.4.4
+if ! wait "$lane"; then
+  echo "setup: installing nsys or Debian's packages failed:" >&2
+  cat "$lane_log" >&2
+  exit 1
+fi
+cat "$lane_log" >&2
+# now that .venv exists: the offload_overlap recipe into each nsys (a finished install is kept)
 nsys_old=$(bash scripts/install-nsys.sh --version 2023.4 | tail -n1)
 nsys=$(bash scripts/install-nsys.sh --version 2024.2 | tail -n1)
 echo "setup: nsys 2024.2.3 (the default) at $nsys" >&2
 echo "setup: nsys 2023.4.4 at $nsys_old" >&2
-
-if [ "$browser" = 1 ] && ! { command -v chromium >/dev/null && command -v chromedriver >/dev/null; }; then
-  if [ "$(id -u)" = 0 ]; then
-    echo "setup: installing Debian's chromium and chromium-driver" >&2
-    apt-get update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null
-  else
-    echo "setup: chromium is missing; run: sudo apt-get install chromium chromium-driver" >&2
-    exit 1
-  fi
-fi

@@ -8,21 +8,80 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import Phase, settings
 
 from profiler.errors import NsysNotFound
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace.nsys import find_nsys, installed_local_nsys
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_TRACES = ROOT.parent / "shared" / "traces"
+# the project's shared real data: ../shared beside the checkout (PROFILE_STEP_SHARED: elsewhere)
+SHARED = Path(os.environ.get("PROFILE_STEP_SHARED") or ROOT.parent / "shared")
+SHARED_TRACES = SHARED / "traces"
+SHARED_HLO = SHARED / "hlo"
+AOT_HLO = SHARED_HLO / "aot_h100__two_layer_offload_step_after_opt.hlo.txt"  # the real H100 step
+
+
+# scripts/mutation.sh: the same examples for every mutant, no shrinking (a failure is all it needs), no database
+settings.register_profile("mutation", derandomize=True, database=None, phases=[Phase.explicit, Phase.generate])
+if os.environ.get("HYPOTHESIS_PROFILE"):
+    settings.load_profile(os.environ["HYPOTHESIS_PROFILE"])
+
+
+def in_ci() -> bool:
+    """Whether this is CI (``CI`` set, as CI services do): what CI installs must be there, not skipped."""
+    return bool(os.environ.get("CI"))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """In CI, a missing ../shared fails the run at once: about 100 tests read it and would skip."""
+    missing = [str(p) for p in (SHARED_TRACES / "CATALOG.tsv", AOT_HLO) if not p.is_file()]
+    if in_ci() and missing:
+        pytest.exit(
+            f"CI must have the shared data: {', '.join(missing)} is absent (put the shared folder beside "
+            "the checkout as ../shared, or set PROFILE_STEP_SHARED to it)",
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
 
 
 @pytest.fixture(scope="session")
 def shared_traces() -> Path:
-    """../shared/traces, or a clean skip where this checkout has no ../shared."""
+    """../shared/traces, or a clean skip where this checkout has no ../shared (never in CI: see above)."""
     if not (SHARED_TRACES / "CATALOG.tsv").is_file():
         pytest.skip("../shared/traces is absent")
     return SHARED_TRACES
+
+
+@pytest.fixture(scope="session")
+def aot_python() -> str:
+    """A Python with JAX's CUDA plugin (.venv-aot) for `profile-step plan`; missing is a failure in CI."""
+    from profiler.capture.plan import AOT_VENV, has_cuda_plugin
+
+    python = os.environ.get("PROFILE_STEP_AOT_PYTHON") or str(AOT_VENV / "bin" / "python")
+    if Path(python).exists() and has_cuda_plugin(python):
+        return python
+    if in_ci():
+        pytest.fail("CI must have .venv-aot (scripts/setup.sh --aot)")
+    pytest.skip("no Python with jax[cuda12] (bash scripts/setup.sh --aot)")
+
+
+# the example's small step: 2 layers of d_model 256, 4 heads, ffn 512, sequence 512
+SMALL_STEP = ["--layers", "2", "--d-model", "256", "--heads", "4", "--ffn", "512", "--seq", "512"]
+
+
+@pytest.fixture(scope="session")
+def qkv_plan(aot_python, tmp_path_factory) -> tuple[dict, Path]:
+    """``plan --target h100 --policy offload_qkv --batch 8 --json`` of the small step, compiled once for the
+    session by the real GPU compiler (test_plan_numbers and test_measured read it): its JSON and its folder
+    (``offload_qkv-b8/step.hlo.txt``, ``plan.json``); read only."""
+    import json
+
+    out = tmp_path_factory.mktemp("qkv") / "plan"
+    train = ROOT / "examples" / "train.py"
+    proc = run_cli("plan", "--target", "h100", "--policy", "offload_qkv", "--batch", "8", "--out", str(out),
+                   "--json", str(train), *SMALL_STEP, timeout=1200)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(proc.stdout), out
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +91,7 @@ def nsys() -> Path:
     try:
         return find_nsys()
     except NsysNotFound as exc:
-        if os.environ.get("CI"):
+        if in_ci():
             pytest.fail(f"CI must have nsys: {exc}")
         pytest.skip(str(exc))
 
@@ -42,7 +101,7 @@ def nsys_versions() -> dict[str, Path]:
     """Every nsys set-up installs (2024.2.3, the default, and 2023.4.4), by version; in CI all of them."""
     found = installed_local_nsys()
     if len(found) < 2:
-        if os.environ.get("CI"):
+        if in_ci():
             pytest.fail(f"CI must have both of set-up's nsys installs; found {sorted(found) or 'none'}")
         pytest.skip(f"the version matrix needs both installs of scripts/setup.sh; found {sorted(found) or 'none'}")
     return found

@@ -256,8 +256,9 @@ def _overlap(a0: int, a1: int, ivs: list[tuple[int, int]]) -> int:
     return sum(max(0, min(a1, e) - max(a0, s)) for s, e in merged)
 
 
-def contexts(model: Model) -> dict[int, dict[str, dict[str, dict[str, int]]]]:
-    """Per device, per class (h2d, d2h, offload), per context: count, bytes, duration_sum_ns."""
+def contexts(model: Model, per_stream: bool = False) -> dict:
+    """Per device, per class (h2d, d2h, offload), per context: count, bytes, duration_sum_ns.  With
+    *per_stream*: per (device, stream), the h2d and d2h copies together (the streams' entries)."""
     ops = model.ops
     kernels: dict[int, list[tuple[int, int]]] = {}
     copies: dict[int, list[tuple[int, tuple[int, int]]]] = {}
@@ -274,6 +275,12 @@ def contexts(model: Model) -> dict[int, dict[str, dict[str, dict[str, int]]]]:
         dur = o.end - o.start
         ok, oc = _overlap(o.start, o.end, kernels.get(o.device, [])), _overlap(o.start, o.end, others)
         ctx = "alone" if ok == 0 and oc == 0 else "kernels" if 2 * ok >= dur else "copies" if 2 * oc >= dur else "mixed"
+        if per_stream:
+            c = out.setdefault((o.device, o.stream), {}).setdefault(ctx, {"count": 0, "bytes": 0, "duration_sum_ns": 0})
+            c["count"] += 1
+            c["bytes"] += o.nbytes
+            c["duration_sum_ns"] += dur
+            continue
         dev = out.setdefault(o.device, {})
         for cls in (o.kind, "offload"):
             c = dev.setdefault(cls, {}).setdefault(ctx, {"count": 0, "bytes": 0, "duration_sum_ns": 0})

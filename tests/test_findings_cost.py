@@ -13,6 +13,7 @@ from profiler.analysis.findings import Finding, by_saving, graded, run_findings
 from profiler.analysis.findings.config import FindingsConfig
 from profiler.synthetic.export import PAGEABLE, ExportBuilder
 from profiler.trace import open_trace
+from tests import reference_devices
 from tests.conftest import run_cli
 from tests.test_findings import (
     MIB,
@@ -435,6 +436,9 @@ def test_exposed_copies_on_the_streams_trace(shared_traces):
     assert f["severity"] == "info" and f["attributed_share"] == pytest.approx(0.332, abs=0.001)
     assert f["saving_ns"] < 10_000  # tests/test_savings.py: the program is host-bound
     assert sum(f["evidence"]["by_tenth_ns"]) == off["exposed_ns"]
+    # 54_942_550 above: the offload copies' time with no kernel beside them, by tests/reference_devices.py
+    reference = reference_devices.devices(shared_traces / "gpu4__nsys_vectorAdd_streams_10000000__7498cc2.sqlite")
+    assert reference["0"]["copies"]["offload"]["exposed_ns"] == 54_942_550
     assert "85% of the h2d/d2h copy time" in f["verdict"] and "54.9 ms" in f["verdict"]
     assert "spread over the window: 4.53 ms to 6.00 ms of it in each tenth" in f["verdict"]
 

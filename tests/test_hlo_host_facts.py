@@ -25,10 +25,10 @@ from profiler.xla.compiled import describe, platform_of
 from profiler.xla.fingerprint import normalized_text, text_fingerprint
 from profiler.xla.hlo import parse_text
 from profiler.xla.plan import offload_plan, plan_note
-from tests.conftest import ROOT, run_cli
+from tests.conftest import AOT_HLO, ROOT, run_cli
 
 SCRIPT = ROOT / "tests" / "scripts" / "host_placed.py"
-SHARED_AOT = ROOT.parent / "shared" / "hlo" / "aot_h100__two_layer_offload_step_after_opt.hlo.txt"
+SHARED_AOT = AOT_HLO
 LAYERS, WIDTH = 2, 64
 
 ACTIVATIONS_ONLY = r"""

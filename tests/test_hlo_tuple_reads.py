@@ -13,9 +13,8 @@ from profiler.predict.step import predict_module
 from profiler.xla.hlo import parse_text
 from profiler.xla.plan import offload_plan
 from profiler.xla.targets import TARGETS
-from tests.conftest import ROOT
+from tests.conftest import SHARED_HLO
 
-SHARED_HLO = ROOT.parent / "shared" / "hlo"
 GTE = re.compile(r"^\s*%(\S+) = [^=]*? get-tuple-element\(%([^)\s]+)\), index=(\d+)")
 
 

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from profiler.analysis.intervals import (
     Intervals,
+    covered_at_least,
     difference,
     intersect,
     join,
@@ -66,8 +67,9 @@ def test_union_cases(ivs, expected):
 
 
 def test_union_rejects_invalid():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^union: an interval has end < start$"):
         union([0], [10], [5])
+    assert len(union([0, 1], [7, 9], [7, 9])) == 0  # zero-length: valid, adds nothing
 
 
 def test_groups_do_not_leak_with_huge_times():
@@ -110,6 +112,74 @@ def test_measure_within_matches_brute_force(a_raw, b_raw):
     got = measure_within(b, [x[0] for x in a_raw], [x[1] for x in a_raw], [x[2] for x in a_raw])
     want = [sum(1 for t in range(s, e) if (g, t) in pb) for g, s, e in a_raw]
     assert got.tolist() == want
+
+
+# Many groups: more than 8 (the union's general path), spread wider than 1024 (no bincount), some huge,
+# at epoch times: the paths that a draw of groups 0-2 never reaches.
+GROUPS = [*range(12), 5_000, 1 << 40]
+EPOCH = 1_700_000_000_000_000_000
+many_st = st.tuples(
+    st.lists(
+        st.tuples(st.sampled_from(GROUPS), st.integers(0, 60), st.integers(0, 15)).map(
+            lambda t: (t[0], t[1], t[1] + t[2])
+        ),
+        max_size=40,
+    ),
+    st.sampled_from([0, EPOCH]),
+).map(lambda x: [(g, x[1] + s, x[1] + e) for g, s, e in x[0]])
+
+
+@settings(max_examples=200, deadline=None)
+@given(many_st, many_st)
+def test_many_groups_match_brute_force(a_raw, b_raw):
+    a, b = build(a_raw), build(b_raw)
+    pa, pb = raw_points(a_raw), raw_points(b_raw)
+    assert_canonical(a)
+    assert points(a) == pa
+    for result, model in ((intersect(a, b), pa & pb), (difference(a, b), pa - pb), (join(a, b), pa | pb)):
+        assert_canonical(result)
+        assert points(result) == model
+    assert length_by_group(a) == {g: n for g in GROUPS if (n := sum(1 for p in pa if p[0] == g))}
+    got = measure_within(b, [x[0] for x in a_raw], [x[1] for x in a_raw], [x[2] for x in a_raw])
+    assert got.tolist() == [sum(1 for t in range(s, e) if (g, t) in pb) for g, s, e in a_raw]
+
+
+@settings(max_examples=150, deadline=None)
+@given(many_st, st.integers(1, 3))
+def test_covered_at_least_matches_brute_force(raw, k):
+    """Where at least k intervals overlap (copy contexts use k = 2), zero-length ones included."""
+    got = covered_at_least([x[0] for x in raw], [x[1] for x in raw], [x[2] for x in raw], k)
+    assert_canonical(got)
+    count: dict[tuple[int, int], int] = {}
+    for g, s, e in raw:
+        for t in range(s, e):
+            count[(g, t)] = count.get((g, t), 0) + 1
+    assert points(got) == {p for p, n in count.items() if n >= k}
+
+
+def test_covered_at_least_rejects_invalid():
+    with pytest.raises(ValueError, match=r"^covered_at_least: an interval has end < start$"):
+        covered_at_least([0, 0], [0, 10], [5, 9], 2)
+    assert len(covered_at_least([0, 0], [3, 3], [3, 3], 1)) == 0  # zero-length: valid, adds nothing
+
+
+def test_union_of_absurd_spans_takes_the_general_sweep():
+    """Ten groups each spanning 2^59 ns: laid end to end they pass 2^62, where the per-group shift could
+    overflow, so the union takes the general sweep; each group: [0, 2^59 - 1) and [2^59 + 10, 2^59 + 20)."""
+    big = 1 << 59
+    g = [k for k in range(10) for _ in range(2)]
+    s = [t for _ in range(10) for t in (0, big + 10)]
+    e = [t for _ in range(10) for t in (big - 1, big + 20)]
+    iv = union(g, s, e)
+    assert_canonical(iv)
+    assert length_by_group(iv) == {k: big - 1 + 10 for k in range(10)}
+
+
+def test_nine_groups_do_not_leak():
+    """Nine groups (one more than the per-group path takes): group 0's long interval [0, 100) must not
+    cover the short ones of groups 1..8 ([10 k, 10 k + 1), 1 ns each)."""
+    iv = union([0, *range(1, 9)], [0, *(10 * k for k in range(1, 9))], [100, *(10 * k + 1 for k in range(1, 9))])
+    assert length_by_group(iv) == {0: 100, **{k: 1 for k in range(1, 9)}}
 
 
 @settings(deadline=None)

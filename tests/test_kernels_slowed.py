@@ -13,6 +13,7 @@ from profiler.analysis.kernels_slowed import empty_entry
 from profiler.runs.result import analyze
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
+from tests import reference_costs
 from tests import reference_kernels as ref
 from tests.conftest import run_cli
 
@@ -253,7 +254,12 @@ def test_real_traces_what_the_kernels_show(shared_traces):
     assert (vec["alone"]["median_ns"], vec["beside"]["median_ns"], vec["excess_ns"]) == (3232, 4448, 1811840)
     # FlexGen report7: h2d copies are 1.17x slower beside kernels, but every kernel runs beside copies
     flex = analyze(open_trace(shared_traces / "flexgen__nsight_report7.sqlite"))["devices"]["0"]
-    assert flex["copies"]["h2d"]["slowdown_with_kernels"] == pytest.approx(1.1655, abs=1e-4)
+    # alone.gbps / kernels.gbps (bytes / duration_sum_ns of each context) from tests/reference_costs.py's
+    # contexts of the same copies: 1.1655
+    ctx = reference_costs.contexts(reference_costs.load(shared_traces / "flexgen__nsight_report7.sqlite"))[0]["h2d"]
+    rate = {k: ctx[k]["bytes"] / ctx[k]["duration_sum_ns"] for k in ("alone", "kernels")}
+    assert flex["copies"]["h2d"]["slowdown_with_kernels"] == rate["alone"] / rate["kernels"]
+    assert round(rate["alone"] / rate["kernels"], 4) == 1.1655
     assert flex["kernels_beside_copies"] == {**empty_entry(), "calls_beside": 40}
 
 

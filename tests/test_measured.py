@@ -3,6 +3,7 @@ real JAX-Toolbox Pax archives, and the PGLE round trip through the real GPU comp
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -15,11 +16,16 @@ from profiler.predict.measured import load
 from profiler.synthetic.export import ExportBuilder
 from profiler.xla import pgle
 from profiler.xla.compiled import load_module
-from tests.conftest import run_cli
-from tests.test_compiled_step import TRAIN, aot_python  # noqa: F401 (the fixture)
+from tests.conftest import SHARED_TRACES, SMALL_STEP, run_cli
+from tests.test_compiled_step import TRAIN
 
 TID, TSL = 100, 2
-PAX = "jax-toolbox/NVIDIA__JAX-Toolbox__pax_fsdp4_4proc_proc0.zip"
+
+
+@functools.cache
+def pax(archive: str = "proc0"):
+    """A real Pax archive, read once for all the tests here (reading one takes seconds; nothing changes it)."""
+    return load(SHARED_TRACES / f"jax-toolbox/NVIDIA__JAX-Toolbox__pax_fsdp4_4proc_{archive}.zip")
 
 
 def thunk_export(
@@ -107,7 +113,7 @@ def test_pgle_text_round_trip_and_bad_file(build, tmp_path):
 
 
 def test_pax_archive_instruction_times(shared_traces):
-    m = load(shared_traces / PAX)
+    m = pax()
     assert m.module_name == "pjit__wrapped_step_fn" and m.gpu == "NVIDIA A100-SXM4-40GB"
     assert m.module is not None and m.module.name == "pjit__wrapped_step_fn" and m.steps.height == 5
     entry = {i.name for i in m.module.computations[m.module.entry].instructions}
@@ -124,13 +130,11 @@ ARGS = ["--layers", "2", "--d-model", "256", "--heads", "4", "--ffn", "512", "--
 
 
 @pytest.fixture(scope="module")
-def base_step(aot_python, tmp_path_factory):  # noqa: F811
-    """The example's offload_qkv step at batch 8, compiled for an H100 by the real GPU compiler."""
-    out = tmp_path_factory.mktemp("base") / "plan"
-    proc = run_cli("plan", "--target", "h100", "--policy", "offload_qkv", "--batch", "8", "--out", str(out),
-                   "--json", str(TRAIN), *ARGS, timeout=1200)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out / "offload_qkv-b8" / "step.hlo.txt"
+def base_step(qkv_plan):
+    """The example's offload_qkv step at batch 8 (the ARGS above), compiled for an H100 by the real GPU
+    compiler (once for the session: test_plan_numbers reads it too)."""
+    assert ARGS == SMALL_STEP
+    return qkv_plan[1] / "offload_qkv-b8" / "step.hlo.txt"
 
 
 def measured_run(hlo: Path, folder: Path, compute_ns: int, copy_ns: int) -> tuple[Path, list]:
@@ -161,19 +165,19 @@ def test_pgle_round_trip_moves_the_copies(base_step, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert len(pgle.read_profile(profile)) == len(work)
     out = tmp_path / "with"
+    # one compilation pair, printed as text; the JSON results are the plan.json it writes (what --json prints
+    # under "results"; that printing is the calibration test's)
     proc = run_cli("plan", "--target", "h100", "--policy", "offload_qkv", "--batch", "8", "--out", str(out),
-                   "--pgle", str(profile), "--json", str(TRAIN), *ARGS, timeout=1200)  # fmt: skip
+                   "--pgle", str(profile), str(TRAIN), *ARGS, timeout=1200)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (res,) = json.loads(proc.stdout)["results"]
+    assert "Schedule with the PGLE profile" in proc.stdout and "copies moved" in proc.stdout
+    (res,) = json.loads((out / "plan.json").read_text())["results"]
     g = res["pgle"]
     assert g["status"] == "ok" and g["profile_names_found"] == len(work)
     assert g["schedule_changed"] and g["copies_moved"] >= 1
     # the baseline of the --pgle run is the same compilation as the plain plan
     assert [c["before"] for c in g["copies"]] == pgle.schedule_copies(module, pgle.read_profile(profile))
     assert {"before", "after"} <= set(g["predicted"]) and all("exposed_ns_after" in c for c in g["copies"])
-    text = run_cli("plan", "--target", "h100", "--policy", "offload_qkv", "--batch", "8", "--out",
-                   str(tmp_path / "text"), "--pgle", str(profile), str(TRAIN), *ARGS, timeout=1200).stdout  # fmt: skip
-    assert "Schedule with the PGLE profile" in text and "copies moved" in text
 
 
 def test_calibrate_predicts_the_same_program_from_its_measured_costs(base_step, tmp_path):
@@ -228,7 +232,7 @@ def test_replay_of_the_pax_schedule_is_within_the_goal(shared_traces, archive):
     durations predicts the measured step (median XlaModule range) within 5%."""
     from profiler.predict.calibrate import measured_costs, replay
 
-    m = load(shared_traces / f"jax-toolbox/NVIDIA__JAX-Toolbox__pax_fsdp4_4proc_{archive}.zip")
+    m = pax(archive)
     p, err = replay(m)
     assert p.costed_by["missing"] == 0 and p.costed_by["given"] == len(measured_costs(m))
     assert abs(err) <= REPLAY_GOAL, f"replay {p.step_ns / 1e6:.2f} ms against {m.step_ns / 1e6:.2f} ms measured"
@@ -244,7 +248,7 @@ def test_calibration_on_a_real_pax_archive(shared_traces):
     from profiler.predict import calibrate, roofline, schedule
     from profiler.xla.targets import TARGETS
 
-    m = load(shared_traces / PAX)
+    m = pax()
     cal = calibrate.calibrate(m, m.spec_text)
     assert set(cal.scale) == {"matmul", "fusion", "collective"}  # "other": 2 us, under MIN_SCALE_NS
     assert all(v > 1 for v in cal.scale.values())  # the roofline is optimistic on this A100

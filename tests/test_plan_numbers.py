@@ -14,8 +14,6 @@ from profiler.report.policies_text import plan_notes, render_plan
 from profiler.xla.hlo import parse_text
 from profiler.xla.plan import host_live_peak, late_d2h, offload_plan
 from profiler.xla.targets import TARGETS, memory_of
-from tests.conftest import run_cli
-from tests.test_compiled_step import TRAIN, aot_python  # noqa: F401 (the fixture)
 
 MiB = 2**20
 
@@ -65,15 +63,11 @@ def test_plan_notes_explain_host_against_sent():
     assert plan_notes({**row, "host_bytes": 3 * 2**30, "late_d2h": None}) == []
 
 
-def test_plan_of_offload_qkv_adds_up(aot_python, tmp_path):  # noqa: F811
+def test_plan_of_offload_qkv_adds_up(qkv_plan):
     """The real GPU compiler: host memory from memory_analysis() equals the most the plan's schedule holds in
     host memory at once; the bytes sent are every layer's q, k and v; the header shows the real capacity."""
-    out = tmp_path / "plan"
-    args = ["--layers", "2", "--d-model", "256", "--heads", "4", "--ffn", "512", "--seq", "512"]
-    proc = run_cli("plan", "--target", "h100", "--policy", "offload_qkv", "--batch", "8", "--out", str(out),
-                   "--json", str(TRAIN), *args, timeout=1200)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (row,) = json.loads(proc.stdout)["plan"]["rows"]
+    printed, out = qkv_plan  # 2 layers, d_model 256, sequence 512, batch 8
+    (row,) = printed["plan"]["rows"]
     one = 8 * 512 * 256 * 4  # batch x sequence x d_model x float32: one projection
     assert row["planned_d2h_bytes_per_step"] == 2 * 3 * one
     assert row["host_bytes"] == row["host_live_peak_bytes"] > 0  # XLA's buffer assignment = the schedule's peak

@@ -21,9 +21,9 @@ from profiler.runs.result import collect
 from profiler.stored.folder import manifest_of
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
-from tests.conftest import ROOT, run_cli
+from tests.conftest import AOT_HLO, run_cli
 
-AOT = ROOT.parent / "shared" / "hlo" / "aot_h100__two_layer_offload_step_after_opt.hlo.txt"
+AOT = AOT_HLO
 MiB = 2**20
 A = 100
 STEP_NS = 1_000_000

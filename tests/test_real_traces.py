@@ -12,6 +12,7 @@ import pytest
 from profiler.runs.result import analyze
 from profiler.trace import open_trace
 from tests.conftest import SHARED_TRACES, nsys_stats_csv, run_cli
+from tests.test_device_reference import check_devices
 
 pytestmark = pytest.mark.shared
 
@@ -67,6 +68,7 @@ def test_analyze_json_on_real_export(shared_traces, name):
         sum(d["copies"][c]["count"] for c in ("h2d", "d2h", "d2d", "p2p", "other")) for d in doc["devices"].values()
     )
     assert copies_doc == copies_sql
+    check_devices(path, doc["devices"])  # every per-device and per-stream number, to the ns
     assert (path.stat().st_mtime_ns, path.stat().st_size) == before, "the input must never change"
 
 

@@ -144,6 +144,7 @@ def class_table(
 def op_classes(sched: schedule.Schedule) -> dict[str, str]:
     """The op class of every instruction the schedule runs (``roofline.op_class``, once per name):
     the classes accuracy, calibration and the PGLE summary are reported by."""
+    every = roofline.op_classes(sched)  # once: op_class per name would classify the whole schedule each time
     out: dict[str, str] = {}
     for op in sched.ops:
         if op.name in out or op.kind in ("free", "done"):
@@ -153,7 +154,7 @@ def op_classes(sched: schedule.Schedule) -> dict[str, str]:
         elif op.kind == "collective" or op.stream == "collective":
             out[op.name] = "collective"
         else:
-            out[op.name] = roofline.op_class(sched, op.name)
+            out[op.name] = every.get(op.name, "other")
     return out
 
 

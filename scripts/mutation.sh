@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Mutation testing of one core module with mutmut 3 (docs/testing.md): not part of CI, it is slow.
+#
+#   bash scripts/mutation.sh MODULE [mutant name globs]     e.g. bash scripts/mutation.sh units
+#   bash scripts/mutation.sh MODULE --report                 the score and the survivors of the last run again
+#
+# MODULE is one of the names below; each mutates its source files and runs only its tests.  The run
+# happens in .mutation/MODULE/ (a copy of the checkout's files; mutmut writes its mutants/ there), one
+# mutant at a time and niced, so that the shared machine keeps a core free.  The score is printed at
+# the end; every mutant's status is kept in .mutation/MODULE/results.txt (`mutmut show NAME` there
+# prints a mutant's diff).  Each mutant the tests do not kill is then run on the shared real traces
+# (scripts/mutation_golden.py): .mutation/MODULE/survivors.txt says whether it changes their
+# `analyze --json` (and for the replay, `whatif --json`) documents.
+set -euo pipefail
+
+main() {
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+module=${1:?usage: bash scripts/mutation.sh MODULE [--report] (units, intervals, overlap, stalls, kernels_slowed, replay, findings_config, findings_rules)}
+shift
+report_only=0
+if [ "${1:-}" = --report ]; then report_only=1; shift; fi
+
+skip=""  # a regular expression: lines that match it are not mutated
+case "$module" in
+  units)
+    sources="profiler/units.py"
+    tests="tests/test_units_edges.py tests/test_presentation.py" ;;
+  intervals)
+    sources="profiler/analysis/intervals.py"
+    tests="tests/test_intervals.py tests/test_device_reference.py" ;;
+  overlap)
+    sources="profiler/analysis/overlap.py"
+    # the per-range, step and layer numbers (offload_metrics, stall_ns) are read by attribution and costs
+    tests="tests/test_device_reference.py tests/test_metrics_synthetic.py tests/test_attribution.py tests/test_costs.py" ;;
+  stalls)
+    sources="profiler/analysis/stalls.py profiler/analysis/dependencies.py"
+    tests="tests/test_costs_reference.py" ;;
+  kernels_slowed)
+    sources="profiler/analysis/kernels_slowed.py"
+    tests="tests/test_kernels_slowed.py" ;;
+  replay)
+    sources="profiler/analysis/replay.py"
+    tests="tests/test_costs_reference.py" ;;
+  findings_config)  # the thresholds, their comparisons and the configuration file
+    sources="profiler/analysis/findings/config.py"
+    tests="tests/test_findings_thresholds.py tests/test_findings.py" ;;
+  findings_rules)  # in the rules, the lines that compare with a threshold (not their verdicts' words)
+    sources="profiler/analysis/findings/rules/*.py"
+    skip='^(?!.*config\[)'
+    tests="tests/test_findings_thresholds.py tests/test_findings.py" ;;
+  *) echo "mutation.sh: unknown module $module" >&2; exit 2 ;;
+esac
+
+.venv/bin/python -c 'import mutmut' 2>/dev/null || {
+  echo "mutation.sh: mutmut is not installed: .venv/bin/pip install 'mutmut==3.8.1'" >&2; exit 1; }
+shared=$(cd .. && pwd)/shared
+work=.mutation/$module
+export PROFILE_STEP_SHARED=${PROFILE_STEP_SHARED:-$shared}
+export HYPOTHESIS_PROFILE=mutation  # tests/conftest.py: fixed examples, no shrinking
+if [ "$report_only" = 1 ]; then
+  cd "$work"
+  report
+  return
+fi
+rm -rf "$work"
+mkdir -p "$work/mutants"
+# the checkout as it is (tracked and new files), without the environments and nsys (linked instead)
+git ls-files -z --cached --others --exclude-standard | grep -zv '^\.mutation/' | xargs -0 cp --parents -t "$work"
+for link in .tools .venv-aot; do
+  if [ -e "$link" ]; then ln -s "$here/$link" "$work/mutants/$link"; fi
+done
+list() { for x in "$@"; do printf '\n    %s' "$x"; done; }
+# shellcheck disable=SC2086 # word splitting of the lists is meant
+{
+  echo "[mutmut]"
+  echo "source_paths = profiler"
+  echo "only_mutate =$(list $sources)"
+  echo "pytest_add_cli_args_test_selection =$(list $tests)"
+  echo "pytest_add_cli_args =$(list -p no:cacheprovider -x -q)"
+  # workers forked from a fresh server, not from the process that ran the tests: polars' and numpy's
+  # threads there can hold a lock at the fork, and the worker then waits forever (every mutant a timeout)
+  echo "process_isolation = forkserver"
+  echo "also_copy =$(list $(cd "$work" && ls -A | grep -vx -e profiler -e mutants))"
+  if [ -n "$skip" ]; then echo "do_not_mutate_patterns =$(list "$skip")"; fi
+} >"$work/setup.cfg"
+cd "$work"
+echo "mutation.sh: $module: mutating $sources; tests: $tests (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+start=$(date +%s)
+nice -n 10 "$here/.venv/bin/python" -m mutmut run --max-children 1 "$@" >run.log 2>&1 || {
+  tail -n 30 run.log >&2
+  exit 1
+}
+echo "mutation.sh: $module: mutmut ran in $(($(date +%s) - start)) s (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+report
+}
+
+report() {
+"$here/.venv/bin/python" -m mutmut results --all true >results.txt 2>&1 || true
+total=$(grep -v ': not checked' results.txt | grep -c ': ' || true)
+killed=$(grep -c ': killed' results.txt || true)
+echo "mutation.sh: $module: $killed of $total mutants killed"
+# The rest: does each change what users see on the shared real traces (scripts/mutation_golden.py)?
+extra=""
+[ "$module" = replay ] && extra=whatif
+golden() { (cd mutants && nice -n 10 timeout 900 "$here/.venv/bin/python" "$here/scripts/mutation_golden.py" "$@"); }
+unset MUTANT_UNDER_TEST
+golden write "$PWD/golden" $extra >/dev/null
+: >survivors.txt
+grep -v -e ': killed' -e ': not checked' results.txt | while read -r name status; do
+  name=${name%:}
+  if MUTANT_UNDER_TEST=$name golden check "$PWD/golden" $extra >/dev/null 2>&1; then
+    seen="same output on the shared traces"
+  else
+    seen="CHANGES the output on the shared traces"
+  fi
+  echo "$name $status $seen" | tee -a survivors.txt
+done
+}
+
+main "$@"
+exit

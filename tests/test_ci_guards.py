@@ -1,0 +1,40 @@
+"""The guards that keep CI honest: in CI, missing shared data fails the run at once instead of
+skipping the ~100 tests that read it; elsewhere those tests skip cleanly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+
+def pytest_run(tmp_path, ci: bool) -> subprocess.CompletedProcess[str]:
+    """pytest on one shared-data test with ../shared pointed at an empty folder."""
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env["PROFILE_STEP_SHARED"] = str(tmp_path / "no-shared")
+    if ci:
+        env["CI"] = "true"
+    test = "tests/test_real_traces.py::test_catalog_counts_agree"
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+    )
+
+
+def test_ci_without_shared_data_fails_the_run(tmp_path):
+    proc = pytest_run(tmp_path, ci=True)
+    assert proc.returncode == 4, proc.stdout + proc.stderr  # pytest's usage error: nothing ran
+    assert "CI must have the shared data" in proc.stdout + proc.stderr
+    assert "no-shared/traces/CATALOG.tsv" in proc.stdout + proc.stderr
+
+
+def test_without_shared_data_elsewhere_the_tests_skip(tmp_path):
+    proc = pytest_run(tmp_path, ci=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 skipped" in proc.stdout

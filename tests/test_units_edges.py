@@ -1,0 +1,209 @@
+"""profiler/units.py at its edges: 1023/1024 B and each unit's first value, the rounding limit of
+``scaled`` (half of the last shown place), the switch of decimals at 10 and 100, and every
+formatter's None.  Each expected string is derived by hand in the comment beside it."""
+
+from __future__ import annotations
+
+import pytest
+
+from profiler.units import (
+    Units,
+    byte_unit,
+    gbps,
+    human_bytes,
+    human_time,
+    mib,
+    ms,
+    pct,
+    scaled,
+    share,
+    si,
+    signed_pct,
+    tflops,
+    time_unit,
+)
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),  # the last value under 1024: bytes, no decimals
+        (1024, "1.00 KiB"),  # 1024 / 1024 = 1, below 10: two places
+        (-1023, "-1023 B"),  # by magnitude
+        (-1024, "-1.00 KiB"),
+        (1023.5, "1023 B"),  # a float under 1024 still shows whole bytes (int() truncates)
+        (10 * 1024 - 1, "10.00 KiB"),  # 9.999 KiB is under 10: two places, rounded up to 10.00
+        (10 * 1024, "10.0 KiB"),  # 10 KiB: from 10 on, one place
+        (100 * 1024 - 1, "100.0 KiB"),  # 99.999 is under 100: one place, rounded up
+        (100 * 1024, "100 KiB"),  # from 100 on, none
+        (2**20 - 1, "1024 KiB"),  # 1023.999 KiB: under 1 MiB, shown with no places
+        (2**20, "1.00 MiB"),
+        (2**30, "1.00 GiB"),
+        (2**40, "1.00 TiB"),
+        (2**50, "1024 TiB"),  # TiB is the largest unit
+    ],
+)
+def test_human_bytes(value, text):
+    assert human_bytes(value) == text
+
+
+def test_human_bytes_places_and_none():
+    assert human_bytes(1536, places=(0, 0, 0)) == "2 KiB"  # 1.5 rounds to even: 2
+    assert human_bytes(1536, places=(3, 1, 0)) == "1.500 KiB"
+    assert human_bytes(None) == "-"
+
+
+@pytest.mark.parametrize(
+    ("values", "unit"),
+    [
+        ([], ("B", 1)),
+        ([None], ("B", 1)),
+        ([1023], ("B", 1)),
+        ([1024], ("KiB", 1024)),
+        ([-1024, 5], ("KiB", 1024)),  # the largest magnitude chooses
+        ([2**20 - 1], ("KiB", 1024)),
+        ([2**20], ("MiB", 2**20)),
+        ([2**30 - 1, 2**30], ("GiB", 2**30)),
+    ],
+)
+def test_byte_unit_edges(values, unit):
+    assert byte_unit(values) == unit
+
+
+@pytest.mark.parametrize(
+    ("values", "unit"),
+    [
+        ([0], ("µs", 1000)),  # below 1 µs: still µs (there is no ns unit in tables)
+        ([999], ("µs", 1000)),
+        ([1000], ("µs", 1000)),
+        ([999_999], ("µs", 1000)),
+        ([1_000_000], ("ms", 10**6)),
+        ([-1_000_000], ("ms", 10**6)),
+        ([10**9 - 1], ("ms", 10**6)),
+        ([10**9], ("s", 10**9)),
+    ],
+)
+def test_time_unit_edges(values, unit):
+    assert time_unit(values) == unit
+
+
+@pytest.mark.parametrize(
+    ("value", "div", "decimals", "text"),
+    [
+        (None, 1, 2, "-"),
+        (0, 1, 2, "0"),
+        (0.0, 7, 3, "0"),
+        (4, 1000, 2, "<0.01"),  # 0.004 is under half of 0.01: it would print 0.00
+        (5, 1000, 2, "0.01"),  # 0.005 is half of 0.01: printed, rounds to 0.01
+        (-4, 1000, 2, "<0.01"),  # by magnitude
+        (-5, 1000, 2, "-0.01"),
+        (4, 10_000, 3, "<0.001"),  # 0.0004 under 0.0005
+        (5, 10_000, 3, "0.001"),  # 0.0005: printed (the float just above 0.0005 rounds up)
+        (1, 1, 0, "1"),  # 0 places: the limit is 0.5
+        (0.4, 1, 0, "<1"),
+        (1234, 1000, 2, "1.23"),
+        (1235, 1000, 2, "1.24"),  # 1.235 is just above in binary: rounds up
+    ],
+)
+def test_scaled_at_its_rounding_limit(value, div, decimals, text):
+    assert scaled(value, div, decimals) == text
+
+
+@pytest.mark.parametrize(
+    ("ns", "text"),
+    [
+        (None, "-"),
+        (0, "0"),
+        (500, "0.50 µs"),  # below 1 µs: still µs
+        (999, "1.00 µs"),  # 0.999 rounds to 1.00
+        (1000, "1.00 µs"),
+        (9_994, "9.99 µs"),  # under 10: two places
+        (10_000, "10.0 µs"),  # 10: one place
+        (99_940, "99.9 µs"),
+        (100_000, "100 µs"),  # 100: none
+        (999_999, "1000 µs"),  # under 1 ms: µs, no places
+        (1_000_000, "1.00 ms"),
+        (1_250_000, "1.25 ms"),
+        (10**9, "1.00 s"),
+        (-1_500_000, "-1.50 ms"),
+    ],
+)
+def test_human_time(ns, text):
+    assert human_time(ns) == text
+
+
+@pytest.mark.parametrize(
+    ("ns", "text"),
+    [(0, "0 ns"), (999, "999 ns"), (-999, "-999 ns"), (1000, "1.00 µs"), (-1000, "-1.00 µs"), (None, "-")],
+)
+def test_human_time_in_nanoseconds_below_one_microsecond(ns, text):
+    assert human_time(ns, nanoseconds=True) == text
+
+
+def test_fixed_unit_formatters():
+    assert (ms(1_234_567), ms(1_234_567, unit=True), ms(None)) == ("1.235", "1.235 ms", "-")  # 1.234567 -> 3 places
+    assert (mib(3 * 2**19), mib(2**20, 1, unit=True), mib(None)) == ("1.50", "1.0 MiB", "-")
+    assert (pct(0.125), pct(0.125, 0), pct(None)) == ("12.5%", "12%", "-")  # 12.5 rounds to even: 12
+    assert (signed_pct(0.125), signed_pct(-0.03), signed_pct(0.0), signed_pct(None)) == (
+        "+12.5%",
+        "-3.0%",
+        "+0.0%",
+        "-",
+    )
+    assert (gbps(12.345), gbps(None)) == ("12.35", "-")  # 12.345 is just above in binary: rounds up
+
+
+@pytest.mark.parametrize(
+    ("x", "text"),
+    [
+        (0, "0%"),
+        (0.1, "10%"),  # from 10% on: whole percent
+        (0.5, "50%"),
+        (-0.1, "-10%"),
+        (0.099, "9.9%"),  # under 10%: two significant digits, 1 - floor(log10(9.9)) = 1 place
+        (0.05, "5.0%"),
+        (0.01, "1.0%"),  # log10(1) = 0: one place
+        (0.00999, "1.00%"),  # log10(0.999) = -0.0004, floor -1: two places
+        (0.001, "0.10%"),
+        (0.000045, "0.0045%"),  # log10(0.0045) = -2.3, floor -3: four places
+    ],
+)
+def test_share(x, text):
+    assert share(x) == text
+
+
+@pytest.mark.parametrize(
+    ("x", "text"),
+    [
+        (None, "-"),
+        (0, "0"),
+        (999, "999"),
+        (999.4, "999"),
+        (1000, "1.00 k"),  # 1e3: k
+        (-1000, "-1.00 k"),
+        (999_999, "1000.00 k"),  # under 1e6: still k
+        (1e6, "1.00 M"),
+        (1e9, "1.00 G"),
+        (1e12, "1.00 T"),
+        (1e15, "1.00 P"),
+        (1e18, "1000.00 P"),
+    ],
+)
+def test_si(x, text):
+    assert si(x) == text
+
+
+@pytest.mark.parametrize(
+    ("x", "text"), [(None, "-"), (0.01, "0.010"), (0.0099, "0.0099"), (0.00123, "0.0012"), (312.5, "312.500")]
+)
+def test_tflops(x, text):
+    assert tflops(x) == text
+
+
+def test_units_of_a_table():
+    u = Units.of([1023, None, 512], [999_999, 3])
+    assert (u.size, u.size_div, u.time, u.time_div) == ("B", 1, "µs", 1000)
+    assert (u.b(512), u.t(3), u.t(None)) == ("512.00", "0.003", "-")
+    u = Units.of([1024], [10**6])
+    assert (u.b(1536), u.t(1_234_567)) == ("1.50", "1.235")  # KiB and ms
