@@ -13,12 +13,12 @@ from profiler.analysis.findings.config import (
     THRESHOLDS,
     FindingsConfig,
     at_least,
-    checked_link,
     configure,
     exceeds,
     load_config,
     under,
 )
+from profiler.analysis.links import given_link, parse_link
 from profiler.errors import InputError, ProfilerError
 from profiler.synthetic.export import PAGEABLE, ExportBuilder
 from tests.test_findings import (
@@ -93,7 +93,7 @@ def test_the_config_file(tmp_path):
     assert {k: v for k, v in cfg.thresholds.items() if k != "slow_link_fraction"} == {
         k: v for k, v in THRESHOLDS.items() if k != "slow_link_fraction"
     }
-    assert cfg.disabled == frozenset({"lhs-off"}) and cfg.link == "pcie4"
+    assert cfg.disabled == frozenset({"lhs-off"}) and cfg.link == parse_link("pcie4")  # parsed as it is read
     assert load_config(None, rule_ids()) == FindingsConfig() and FindingsConfig().link is None
     empty = tmp_path / "empty.toml"
     empty.write_text("")
@@ -104,6 +104,10 @@ def test_the_config_file(tmp_path):
         ("[thresholds]\nslow_link_fraction = true\n", "threshold 'slow_link_fraction' must be a number, got True"),
         ('[thresholds]\nslow_link_fraction = "x"\n', "threshold 'slow_link_fraction' must be a number, got 'x'"),
         ("extra = 1\n", "unknown keys ['extra']: expected thresholds, disabled, link"),
+        (
+            'link = "pcie9"\n',
+            "link: unknown link 'pcie9': use pcie3, pcie4, pcie5, pcie6, nvlink-c2c or a bandwidth in GB/s",
+        ),
         ('disabled = ["no-rule"]\n', f"disabled must list rule ids among: {known}"),
         ('disabled = "lhs-off"\n', f"disabled must list rule ids among: {known}"),
     ]:
@@ -122,20 +126,23 @@ def test_the_config_file(tmp_path):
 
 
 def test_configure_checks_the_command_line_first(tmp_path):
-    cfg = configure(None, ["lhs-off"], "pcie5", rule_ids())
-    assert cfg.disabled == frozenset({"lhs-off"}) and cfg.link == "pcie5"
+    """The command line's link arrives parsed (``links.given_link``, where the user names it); a bad one
+    is the one-line ``--link:`` error there, and the rules it turns off are checked before the file."""
+    pcie5 = given_link("pcie5")
+    cfg = configure(None, ["lhs-off"], pcie5, rule_ids())
+    assert cfg.disabled == frozenset({"lhs-off"}) and cfg.link == pcie5 and pcie5 == parse_link("pcie5")
     assert configure(None, None, None, rule_ids()) == FindingsConfig()
     with pytest.raises(ProfilerError) as err:
         configure(tmp_path / "absent.toml", ["no-rule"], None, rule_ids())  # before the file is read
     assert str(err.value) == f"--disable-finding: unknown rule 'no-rule' (rules: {', '.join(sorted(rule_ids()))})"
-    with pytest.raises(ProfilerError, match=r"^--link: "):
-        configure(None, None, "pcie9", rule_ids())
-    assert checked_link(None) is None and checked_link("") == "" and checked_link("12.5") == "12.5"
+    with pytest.raises(ProfilerError, match=r"^--link: unknown link 'pcie9'"):
+        given_link("pcie9")
+    assert given_link(None) is None and given_link("") is None and given_link("12.5") == parse_link("12.5")
     both = tmp_path / "both.toml"
     both.write_text('disabled = ["sync-copies"]\nlink = "pcie4"\n')
-    cfg = configure(both, ["lhs-off"], "nvlink-c2c", rule_ids())  # the command line adds to the file
-    assert cfg.disabled == frozenset({"sync-copies", "lhs-off"}) and cfg.link == "nvlink-c2c"
-    assert configure(both, None, None, rule_ids()).link == "pcie4"
+    cfg = configure(both, ["lhs-off"], given_link("nvlink-c2c"), rule_ids())  # the command line adds to the file
+    assert cfg.disabled == frozenset({"sync-copies", "lhs-off"}) and cfg.link == parse_link("nvlink-c2c")
+    assert configure(both, None, None, rule_ids()).link == parse_link("pcie4")
 
 
 # --- exposed-copies: exposed / busy > 0.25, and exposed >= 0.001 of the window ------------------------

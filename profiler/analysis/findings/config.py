@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiler.analysis.links import Link, given_link, parse_link
+from profiler.analysis.links import Link, parse_link
 from profiler.errors import InputError, ProfilerError
 
 MIB = 1 << 20
@@ -131,13 +131,6 @@ def load_config(path: str | Path | None, known_rules: set[str]) -> FindingsConfi
         except ValueError as exc:
             raise InputError(path, f"link: {exc}") from None
     return FindingsConfig(thresholds, frozenset(disabled), link)
-
-
-def checked_link(text: str | None) -> str | None:
-    """*text* (``--link``) when it names a link or a bandwidth; the one-line error otherwise.
-    Kept for callers that hold the name; ``links.given_link`` gives the parsed link."""
-    given_link(text)
-    return text
 
 
 def configure(
