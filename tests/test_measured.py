@@ -223,7 +223,7 @@ def test_calibrate_predicts_the_same_program_from_its_measured_costs(base_step, 
     assert exposed[0] > exposed[-1]
 
 
-REPLAY_GOAL = 0.05  # benchmarks/README, "Issue 23: how good the prediction is"
+REPLAY_GOAL = 0.05  # benchmarks/README, "Prediction: how good the predicted step is"
 
 
 @pytest.mark.parametrize("archive", ["proc0", "proc1"])
