@@ -29,7 +29,6 @@ from profiler.tune.run import evaluate_presets, names_of
 from profiler.tune.search import best_of, search
 from profiler.xla import targets
 from tests.conftest import run_cli
-from tests.test_compiled_step import aot_python  # noqa: F401 (the fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 KNOWN = ROOT / "tests" / "scripts" / "tune_known.py"
@@ -37,7 +36,7 @@ GiB, MiB = 2**30, 2**20
 
 
 @pytest.fixture(scope="module")
-def known(aot_python, tmp_path_factory):  # noqa: F811
+def known(aot_python, tmp_path_factory):
     """The known-answer script, started once; a Compiler over it (H100, NVLink-C2C, 3 GiB)."""
     out = tmp_path_factory.mktemp("tune")
     _, spec, builtin = targets.resolve("h100")
@@ -144,7 +143,7 @@ def test_the_compile_cache(known):
     assert compiler.compiles == before
 
 
-def test_a_step_without_checkpoint_is_one_line(aot_python, tmp_path):  # noqa: F811
+def test_a_step_without_checkpoint_is_one_line(aot_python, tmp_path):
     proc = run_cli("tune", "--out", str(tmp_path / "t"), "--python", aot_python, str(ROOT / "examples" / "train.py"),
                    "--layers", "1", timeout=600)  # fmt: skip
     assert proc.returncode != 0
@@ -166,7 +165,7 @@ def tune_json(python: str, out: Path, *script: str, env: dict | None = None) -> 
 
 
 @pytest.fixture(scope="module")
-def plain(aot_python, tmp_path_factory):  # noqa: F811
+def plain(aot_python, tmp_path_factory):
     """``profile-step tune --json`` on an unedited script (one CPU device), once for several tests."""
     out = tmp_path_factory.mktemp("plain") / "t"
     return out, tune_json(aot_python, out, str(PLAIN))
@@ -192,7 +191,7 @@ def test_an_unedited_script(plain):
     check_unedited(plain[1], 1)
 
 
-def test_an_unedited_script_on_a_mesh(aot_python, tmp_path):  # noqa: F811
+def test_an_unedited_script_on_a_mesh(aot_python, tmp_path):
     """The same script sharding its batch over two CPU devices: its step is compiled for two H100s,
     its gradients all-reduced."""
     env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
@@ -220,7 +219,7 @@ def test_json_and_text(plain):
     assert doc["why"][0] in render_tune(doc, wide=True).splitlines()
 
 
-def test_verify_runs_the_choice_and_the_best_preset(aot_python, nsys, tmp_path):  # noqa: F811
+def test_verify_runs_the_choice_and_the_best_preset(aot_python, nsys, tmp_path):
     """--verify on this machine: the choice and the best preset run under nsys (on the CPU, the
     policy substituted into the script's checkpoints by the start-up hook) and compile to different
     programs; each run folder keeps tune's prediction for it."""
@@ -247,7 +246,7 @@ def test_verify_runs_the_choice_and_the_best_preset(aot_python, nsys, tmp_path):
     assert "(not comparable with this run's measured step: it did not run on a GPU)" in words, shown.stdout[-3000:]
 
 
-def test_calibrate_takes_a_runs_measured_costs(aot_python, plain, tmp_path):  # noqa: F811
+def test_calibrate_takes_a_runs_measured_costs(aot_python, plain, tmp_path):
     """--calibrate RUN: a run that measured the resting program's own instructions (each kernel 200 us,
     built with test_measured's thunk export) gives that program its measured times, so its predicted
     step is at least the kernels' sum, where the roofline alone says microseconds."""
