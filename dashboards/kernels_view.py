@@ -134,26 +134,24 @@ def policy_panel(store: RunStore, views: list[View]) -> list[Any]:
     ]
 
 
-def register(app: dash.Dash, store: RunStore) -> None:
+def register_policies(app: dash.Dash, store: RunStore) -> None:
+    """The Policies tab's panel follows the selected rows."""
+
     @app.callback(
         Output("policy-kernels", "children"),
         Input("runs", "selected_rows"),
         State("runs", "data"),
-        prevent_initial_call=True,  # the first view comes with the panel drawn (runs_view.policies_tab)
+        prevent_initial_call=True,  # the first view comes with the panel drawn (runs_view.POLICIES)
     )
     def on_policy_kernels(selected, data):
         return policy_panel(store, selection.selected_views(selected, data))
 
-    @app.callback(
-        Output("layer-kernels", "children"),
-        tab_gate.opened("layers"),
-        Input("layer-run", "value"),
-        tab_gate.SHOWN,
-        prevent_initial_call=True,
-    )
-    def on_layer_kernels(_opened, vid, tab):
-        if tab != "layers":
-            return dash.no_update
+
+def register_layers(app: dash.Dash, store: RunStore) -> None:
+    """The Per layer tab's panel follows its run."""
+
+    @tab_gate.callback(app, "layers", Output("layer-kernels", "children"), Input("layer-run", "value"))
+    def on_layer_kernels(vid):
         if not vid:
             return []
         view = View.parse(vid)

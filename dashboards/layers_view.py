@@ -10,28 +10,27 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dash_table, dcc, html
 
-from dashboards import copy_numbers, figures, selection, tab_gate
+from dashboards import copy_numbers, figures, kernels_view, selection, tab_gate
 from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.styles import CELL, HEADER
+from dashboards.view import Page, TabView
 from dashboards.widgets import RUN_PROMPT, dropdown, graph
 from profiler.analysis.stalls import STALL_OVER_COPY_TIME
 from profiler.units import human_bytes, human_time
 
 
-def tab(options: list[dict[str, Any]], value: str | None) -> dcc.Tab:
+def layout(page: Page) -> list[Any]:
     """The tab, its run choice filled in."""
-    return dcc.Tab(
-        label="Per layer",
-        value="layers",
-        children=[
-            html.Div(dropdown("layer-run", "run and GPU", options=options, value=value), className="control"),
-            dcc.Loading(graph("layer-graph")),
-            html.Div(id="layer-hint", className="muted"),
-            html.Div(id="layer-kernels"),
-            html.Div(id="layer-details"),
-        ],
-    )
+    return [
+        html.Div(
+            dropdown("layer-run", "run and GPU", options=page.options, value=page.runs["layers"]), className="control"
+        ),
+        dcc.Loading(graph("layer-graph")),
+        html.Div(id="layer-hint", className="muted"),
+        html.Div(id="layer-kernels"),
+        html.Div(id="layer-details"),
+    ]
 
 
 def with_layer_copies(run: Any) -> bool:
@@ -40,17 +39,10 @@ def with_layer_copies(run: Any) -> bool:
 
 
 def register(app: dash.Dash, store: RunStore) -> None:
-    @app.callback(
-        Output("layer-graph", "figure"),
-        Output("layer-hint", "children"),
-        tab_gate.opened("layers"),
-        Input("layer-run", "value"),
-        tab_gate.SHOWN,
-        prevent_initial_call=True,
+    @tab_gate.callback(
+        app, "layers", Output("layer-graph", "figure"), Output("layer-hint", "children"), Input("layer-run", "value")
     )
-    def on_layer_run(_opened, vid, tab):
-        if tab != "layers":
-            return dash.no_update, dash.no_update
+    def on_layer_run(vid):
         if not vid:
             return figures.note_figure(RUN_PROMPT), ""
         view = View.parse(vid)
@@ -158,3 +150,8 @@ def register(app: dash.Dash, store: RunStore) -> None:
                 ),
             ],
         )
+
+    kernels_view.register_layers(app, store)
+
+
+TAB = TabView("layers", "Per layer", layout, register, run_choice="layer-run")

@@ -332,18 +332,15 @@ def register(app: dash.Dash, store: RunStore) -> None:
     if not store.plans:
         return
 
-    @app.callback(
+    @tab_gate.callback(
+        app,
+        "trade",
         Output("plan-graph", "figure"),
         Output("plan-table-box", "children"),
         Output("plan-note", "children"),
-        tab_gate.opened("trade"),
         Input("plan-choice", "value"),
-        tab_gate.SHOWN,
-        prevent_initial_call=True,
     )
-    def on_plan(_opened, pid, tab):
-        if tab != "trade":
-            return dash.no_update, dash.no_update, dash.no_update
+    def on_plan(pid):
         ref = store.plans.get(pid)
         if ref is None:
             return note_figure("Pick a plan."), [], ""

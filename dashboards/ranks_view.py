@@ -5,6 +5,8 @@ The numbers are ``profiler.analysis.ranks.cross_rank`` over the ranks' summaries
 
 from __future__ import annotations
 
+from typing import Any
+
 import dash
 from dash import Input, Output, State, dcc, html
 
@@ -12,23 +14,21 @@ from dashboards import figures, tab_gate
 from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.selection import runs_that, selected_views
+from dashboards.view import Page, TabView
 from dashboards.widgets import dropdown, graph
 from profiler.stored.summary import RunSummary
 
 
-def tab(options: list[dict[str, str]], value: str | None, classes: str) -> dcc.Tab:
+def layout(page: Page) -> list[Any]:
     """The tab, its policy choice filled in (hidden while no rank is selected)."""
-    return dcc.Tab(
-        label="Ranks",
-        value="ranks",
-        children=[
-            html.Div(
-                dropdown("rank-policy", "policy", options=options, value=value), id="rank-controls", className=classes
-            ),
-            dcc.Loading(graph("rank-heatmap")),
-            html.Ul(id="rank-findings"),
-        ],
-    )
+    options, value, classes = rank_choices(page.store, page.views, None)
+    return [
+        html.Div(
+            dropdown("rank-policy", "policy", options=options, value=value), id="rank-controls", className=classes
+        ),
+        dcc.Loading(graph("rank-heatmap")),
+        html.Ul(id="rank-findings"),
+    ]
 
 
 def _ranks(store: RunStore, views: list[View]) -> list[tuple[str, RunSummary]]:
@@ -66,19 +66,16 @@ def register(app: dash.Dash, store: RunStore) -> None:
     def on_rank_runs(selected, data, current):
         return rank_choices(store, selected_views(selected, data), current)
 
-    @app.callback(
+    @tab_gate.callback(
+        app,
+        "ranks",
         Output("rank-heatmap", "figure"),
         Output("rank-findings", "children"),
-        tab_gate.opened("ranks"),
         Input("rank-policy", "value"),
         Input("runs", "selected_rows"),
         State("runs", "data"),
-        tab_gate.SHOWN,
-        prevent_initial_call=True,
     )
-    def on_rank_policy(_opened, policy, selected, data, tab):
-        if tab != "ranks":
-            return dash.no_update, dash.no_update
+    def on_rank_policy(policy, selected, data):
         from profiler.analysis.ranks import cross_rank
 
         runs = [(path, run) for path, run in _ranks(store, selected_views(selected, data)) if run.policy == policy]
@@ -109,3 +106,6 @@ def register(app: dash.Dash, store: RunStore) -> None:
             ]
             items = items or [html.Li("no straggler and no slow link among these ranks")]
         return fig, items
+
+
+TAB = TabView("ranks", "Ranks", layout, register)

@@ -5,6 +5,7 @@ The table's selection drives every other view; ``follow_rows`` is what follows f
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import dash
@@ -14,6 +15,7 @@ from dashboards import bars, copy_numbers, figures, kernels_view, rows, selectio
 from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.styles import CELL, ERROR_COLOR, HEADER_WRAP
+from dashboards.view import Page, TabView
 from profiler.errors import ProfilerError
 
 
@@ -154,19 +156,22 @@ def table_part(store: RunStore, raw: list[dict[str, Any]], sel: dict[str, Any]) 
     ]
 
 
-def policies_tab(store: RunStore, views: list[View], sel: dict[str, Any]) -> dcc.Tab:
+def policies_layout(page: Page) -> list[Any]:
     """The Policies tab: the selected rows' copy numbers side by side, and their kernels beside copies."""
-    return dcc.Tab(
-        label="Policies",
-        value="policies",
-        children=[
-            html.Div(sel["bars"], id="policy-bars"),
-            html.Div(kernels_view.policy_panel(store, views), id="policy-kernels"),
-        ],
-    )
+    return [
+        html.Div(page.sel["bars"], id="policy-bars"),
+        html.Div(kernels_view.policy_panel(page.store, page.views), id="policy-kernels"),
+    ]
 
 
-def register(app: dash.Dash, store: RunStore) -> None:
+POLICIES = TabView("policies", "Policies", policies_layout, kernels_view.register_policies)
+
+
+def register(app: dash.Dash, store: RunStore, per_run: Sequence[TabView]) -> None:
+    """The table's callbacks: it fills in while runs are analyzed, and its selection sets the verdict, the
+    policy bars, the error cards, the provenance and the run choices of the *per_run* tabs."""
+    choices = [t.run_choice for t in per_run]
+
     @app.callback(
         Output("progress", "children"),
         Output("runs", "columns"),
@@ -199,20 +204,13 @@ def register(app: dash.Dash, store: RunStore) -> None:
         Output("policy-bars", "children"),
         Output("errors", "children"),
         Output("provenance", "children"),
-        Output("layer-run", "options"),
-        Output("layer-run", "value"),
-        Output("timeline-run", "options"),
-        Output("timeline-run", "value"),
-        Output("streams-run", "options"),
-        Output("streams-run", "value"),
+        *[out for c in choices for out in (Output(c, "options"), Output(c, "value"))],
         Input("runs", "selected_rows"),
         State("runs", "data"),
-        State("layer-run", "value"),
-        State("timeline-run", "value"),
-        State("streams-run", "value"),
+        *[State(c, "value") for c in choices],
         prevent_initial_call=True,
     )
     def on_select(selected, data, *current):
         sel = follow_rows(store, selection.selected_views(selected, data), list(current))
-        opts, (v1, v2, v3) = sel["options"], sel["values"]
-        return sel["verdict"], sel["bars"], sel["errors"], sel["provenance"], opts, v1, opts, v2, opts, v3
+        runs = [out for value in sel["values"] for out in (sel["options"], value)]
+        return sel["verdict"], sel["bars"], sel["errors"], sel["provenance"], *runs

@@ -13,6 +13,7 @@ from dash import Input, Output, State, dcc, html
 from dashboards import figures, links, selection, tab_gate
 from dashboards.data import RunStore
 from dashboards.rows import View
+from dashboards.view import Page, TabView
 from dashboards.widgets import RUN_PROMPT, dropdown, graph
 
 LINK_OPTIONS = [{"label": links.label(lk), "value": lk.key} for lk in links.LINKS] + [
@@ -29,37 +30,34 @@ def link_choice(store: RunStore, vid: str | None) -> tuple[str | None, float | N
     return link.key, link.gbps, f"Link drawn: {why}. Pick another, or a custom rate, to compare."
 
 
-def tab(store: RunStore, options: list[dict[str, Any]], value: str | None) -> dcc.Tab:
+def layout(page: Page) -> list[Any]:
     """The tab, its run choice and that run's link filled in."""
-    link_key, link_gbps, link_note = link_choice(store, value)
-    return dcc.Tab(
-        label="Copy streams",
-        value="streams",
-        children=[
-            html.Div(
-                [
-                    dropdown("streams-run", "run and GPU", "45", options, value),
-                    html.Div(
-                        dcc.Dropdown(id="link-preset", clearable=False, value=link_key, options=LINK_OPTIONS),
-                        className="select select-35",
-                    ),
-                    dcc.Input(
-                        id="link-gbps",
-                        type="number",
-                        value=link_gbps,
-                        min=0.1,
-                        debounce=True,
-                        disabled=True,
-                        className="number",
-                    ),
-                    html.Span("GB/s"),
-                ],
-                className="control",
-            ),
-            html.Div(link_note, id="link-note", className="muted"),
-            dcc.Loading(graph("streams-graph")),
-        ],
-    )
+    value = page.runs["streams"]
+    link_key, link_gbps, link_note = link_choice(page.store, value)
+    return [
+        html.Div(
+            [
+                dropdown("streams-run", "run and GPU", "45", page.options, value),
+                html.Div(
+                    dcc.Dropdown(id="link-preset", clearable=False, value=link_key, options=LINK_OPTIONS),
+                    className="select select-35",
+                ),
+                dcc.Input(
+                    id="link-gbps",
+                    type="number",
+                    value=link_gbps,
+                    min=0.1,
+                    debounce=True,
+                    disabled=True,
+                    className="number",
+                ),
+                html.Span("GB/s"),
+            ],
+            className="control",
+        ),
+        html.Div(link_note, id="link-note", className="muted"),
+        dcc.Loading(graph("streams-graph")),
+    ]
 
 
 def register(app: dash.Dash, store: RunStore) -> None:
@@ -85,18 +83,15 @@ def register(app: dash.Dash, store: RunStore) -> None:
             return False, dash.no_update
         return True, links.BY_KEY[key].gbps
 
-    @app.callback(
+    @tab_gate.callback(
+        app,
+        "streams",
         Output("streams-graph", "figure"),
-        tab_gate.opened("streams"),
         Input("streams-run", "value"),
         Input("link-gbps", "value"),
         State("link-preset", "value"),
-        tab_gate.SHOWN,
-        prevent_initial_call=True,
     )
-    def on_streams(_opened, vid, gbps, key, tab):
-        if tab != "streams":
-            return dash.no_update
+    def on_streams(vid, gbps, key):
         if not vid:
             return figures.note_figure(RUN_PROMPT)
         view = View.parse(vid)
@@ -108,3 +103,6 @@ def register(app: dash.Dash, store: RunStore) -> None:
             title += " (SYNTHETIC: a model, not a measurement)"
         fig = figures.streams_figure(streams, float(gbps or links.BY_KEY[links.FALLBACK].gbps), name, title)
         return fig
+
+
+TAB = TabView("streams", "Copy streams", layout, register, run_choice="streams-run")

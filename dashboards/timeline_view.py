@@ -13,39 +13,36 @@ from dash import Input, Output, State, dcc, html
 from dashboards import figures, tab_gate
 from dashboards.data import RunStore
 from dashboards.rows import View
+from dashboards.view import Page, TabView
 from dashboards.widgets import RUN_PROMPT, dropdown, graph
 
 
-def tab(options: list[dict[str, Any]], value: str | None) -> dcc.Tab:
+def layout(page: Page) -> list[Any]:
     """The tab, its run choice filled in (the step follows once the tab is shown)."""
-    return dcc.Tab(
-        label="Timeline",
-        value="timeline",
-        children=[
-            html.Div(
-                [dropdown("timeline-run", "run and GPU", "60", options, value), dropdown("timeline-step", "step")],
-                className="control",
-            ),
-            dcc.Loading(graph("timeline-graph", config={"scrollZoom": True, "displaylogo": False})),
-            html.Div(id="timeline-note", className="muted"),
-            dcc.Store(id="timeline-focus"),  # what a finding's button asks to mark
-        ],
-    )
+    return [
+        html.Div(
+            [
+                dropdown("timeline-run", "run and GPU", "60", page.options, page.runs["timeline"]),
+                dropdown("timeline-step", "step"),
+            ],
+            className="control",
+        ),
+        dcc.Loading(graph("timeline-graph", config={"scrollZoom": True, "displaylogo": False})),
+        html.Div(id="timeline-note", className="muted"),
+        dcc.Store(id="timeline-focus"),  # what a finding's button asks to mark
+    ]
 
 
 def register(app: dash.Dash, store: RunStore) -> None:
-    @app.callback(
+    @tab_gate.callback(
+        app,
+        "timeline",
         Output("timeline-step", "options"),
         Output("timeline-step", "value"),
-        tab_gate.opened("timeline"),
         Input("timeline-run", "value"),
         State("timeline-step", "value"),
-        tab_gate.SHOWN,
-        prevent_initial_call=True,
     )
-    def on_timeline_run(_opened, vid, current, tab):
-        if tab != "timeline":
-            return dash.no_update, dash.no_update
+    def on_timeline_run(vid, current):
         if not vid:
             return [], None
         ranges = store.get(View.parse(vid).rid).ranges
@@ -55,19 +52,16 @@ def register(app: dash.Dash, store: RunStore) -> None:
             return opts, current
         return opts, (names[len(names) // 2] if names else "__all__")
 
-    @app.callback(
+    @tab_gate.callback(
+        app,
+        "timeline",
         Output("timeline-graph", "figure"),
         Output("timeline-note", "children"),
-        tab_gate.opened("timeline"),
         Input("timeline-step", "value"),
         Input("timeline-focus", "data"),
         State("timeline-run", "value"),
-        tab_gate.SHOWN,
-        prevent_initial_call=True,
     )
-    def on_timeline_step(_opened, step, mark, vid, tab):
-        if tab != "timeline":
-            return dash.no_update, dash.no_update
+    def on_timeline_step(step, mark, vid):
         if not vid or step is None:
             return figures.note_figure(RUN_PROMPT), ""
         view = View.parse(vid)
@@ -99,3 +93,6 @@ def register(app: dash.Dash, store: RunStore) -> None:
         if store.refs[view.rid].synthetic:
             note += " SYNTHETIC run: a model of a step, not a measurement."
         return fig, note
+
+
+TAB = TabView("timeline", "Timeline", layout, register, run_choice="timeline-run")

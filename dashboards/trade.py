@@ -30,6 +30,7 @@ from dashboards.figures import (
     unique,
 )
 from dashboards.styles import CELL, FAINT_COLOR, HEADER_WRAP, SAME_STEP_BACKGROUND
+from dashboards.view import Page, TabView
 from profiler.analysis.policies import frontier, per_step_and_gpu, planned_vs_moved, policy_table
 from profiler.predict.recorded import predicted
 from profiler.report.policies_text import policy_marks
@@ -457,7 +458,7 @@ def note(text: str) -> html.Div:
 # --- the view: layout and callbacks --------------------------------------------------------------
 
 
-def layout(plans: list[Any]) -> list[Any]:
+def layout(page: Page) -> list[Any]:
     return [
         html.Div(
             [
@@ -484,7 +485,7 @@ def layout(plans: list[Any]) -> list[Any]:
         dcc.Loading(dcc.Graph(id="pvm-graph", figure=note_figure("Loading …"), config={"displaylogo": False})),
         html.Ul(id="pvm-flags", className="small"),
         html.H4("Compiled for a GPU target, not measured (profile-step plan)", className="section-title"),
-        *plan_view.layout(plans),
+        *plan_view.layout(list(page.store.plans.values())),
     ]
 
 
@@ -495,23 +496,20 @@ def register(app: dash.Dash, store: RunStore) -> None:
         labels = unique([selection.run_label(store, rid)[0] for rid in rids])
         return rids, summaries, labels
 
-    @app.callback(
+    @tab_gate.callback(
+        app,
+        "trade",
         Output("trade-frontier", "figure"),
         Output("trade-frontier-note", "children"),
         Output("trade-table-box", "children"),
         Output("pvm-run", "options"),
         Output("pvm-run", "value"),
-        tab_gate.opened("trade"),
         Input("trade-x", "value"),
         Input("runs", "selected_rows"),
         State("runs", "data"),
         State("pvm-run", "value"),
-        tab_gate.SHOWN,
-        prevent_initial_call=True,
     )
-    def on_trade(_opened, x_mode, selected, data, current, tab):
-        if tab != "trade":
-            return (dash.no_update,) * 5
+    def on_trade(x_mode, selected, data, current):
         rids, summaries, labels = runs_of(selected, data)
         if not rids:
             empty = note_figure("Select runs in the table above: one point per run.")
@@ -551,20 +549,18 @@ def register(app: dash.Dash, store: RunStore) -> None:
             value,
         )
 
-    @app.callback(
-        Output("pvm-graph", "figure"),
-        Output("pvm-flags", "children"),
-        tab_gate.opened("trade"),
-        Input("pvm-run", "value"),
-        tab_gate.SHOWN,
-        prevent_initial_call=True,
+    @tab_gate.callback(
+        app, "trade", Output("pvm-graph", "figure"), Output("pvm-flags", "children"), Input("pvm-run", "value")
     )
-    def on_pvm(_opened, rid, tab):
-        if tab != "trade":
-            return dash.no_update, dash.no_update
+    def on_pvm(rid):
         if not rid or rid not in store.results:
             return note_figure("Select runs in the table above, then pick one here.", height=200), []
         run = store.results[rid].run
         label, _ = selection.run_label(store, rid)
         fig, flags = pvm_figure(planned_vs_moved(run), run, label)
         return fig, [html.Li(f) for f in flags]
+
+    plan_view.register(app, store)
+
+
+TAB = TabView("trade", "Policy trade", layout, register)

@@ -19,6 +19,7 @@ from dashboards import links, selection, tab_gate
 from dashboards.data import RunStore
 from dashboards.figures import COLORS, TITLE, Figure, esc, figure, note_figure, text_px, unique
 from dashboards.rows import View
+from dashboards.view import Page, TabView
 from profiler.analysis.links import Link, copy_scale
 from profiler.analysis.whatif import step_medians
 from profiler.units import human_time, time_unit
@@ -244,13 +245,13 @@ def compute(
     return fig, notes, bool(waiting)
 
 
-def layout(default_target: str = DEFAULT_TARGET) -> list[Any]:
+def layout(page: Page) -> list[Any]:
     return [
         html.Div(
             [
                 html.Span("Copies on:"),
                 html.Div(
-                    dcc.Dropdown(id="whatif-to", clearable=False, value=default_target, options=TARGET_OPTIONS),
+                    dcc.Dropdown(id="whatif-to", clearable=False, value=DEFAULT_TARGET, options=TARGET_OPTIONS),
                     className="select select-30",
                 ),
                 dcc.Input(
@@ -302,11 +303,12 @@ def register(app: dash.Dash, store: RunStore) -> None:
             return False, 200
         return True, None
 
-    @app.callback(
+    @tab_gate.callback(
+        app,
+        "whatif",
         Output("whatif-graph", "figure"),
         Output("whatif-note", "children"),
         Output("whatif-poll", "disabled"),
-        tab_gate.opened("whatif"),
         Input("whatif-to", "value"),
         Input("whatif-value", "value"),
         Input("whatif-from", "value"),
@@ -314,12 +316,12 @@ def register(app: dash.Dash, store: RunStore) -> None:
         Input("runs", "selected_rows"),
         Input("whatif-poll", "n_intervals"),
         State("runs", "data"),
-        tab_gate.SHOWN,
-        prevent_initial_call=True,
+        hidden=lambda *_: (dash.no_update, dash.no_update, True),  # hidden: the poll stops
     )
-    def on_whatif(_opened, target, value, source, host, selected, _n, data, tab):
-        if tab != "whatif":
-            return dash.no_update, dash.no_update, True
+    def on_whatif(target, value, source, host, selected, _n, data):
         views = selection.selected_views(selected, data)
         fig, notes, waiting = compute(store, views, target, value, source or AUTO, "host" in (host or []))
         return fig, notes, not waiting
+
+
+TAB = TabView("whatif", "What-if", layout, register)
