@@ -18,6 +18,7 @@ from dash import Input, Output, dcc, html
 from dashboards import (
     figures,
     findings_view,
+    ids,
     layers_view,
     ranks_view,
     rows,
@@ -72,15 +73,15 @@ def create_app(store: RunStore) -> dash.Dash:
                 html.H2("profile-step: are the offload copies hidden?", className="page-title"),
                 *runs_view.table_part(store, raw, sel),
                 # plotly.js (5 MB) loads after the first view, so that the other views open at once
-                dcc.Interval(id="warm", interval=600, max_intervals=1),
-                html.Div(id="plotly-warm", className="hidden"),
-                html.Div(sel["errors"], id="errors"),
+                dcc.Interval(id=ids.WARM, interval=600, max_intervals=1),
+                html.Div(id=ids.PLOTLY_WARM, className="hidden"),
+                html.Div(sel["errors"], id=ids.ERRORS),
                 *tab_gate.stores(tuple(t.name for t in TABS)),
-                dcc.Tabs(id="tabs", value=TABS[0].name, children=[t.component(page) for t in TABS]),
+                dcc.Tabs(id=ids.TABS, value=TABS[0].name, children=[t.component(page) for t in TABS]),
             ],
         )
 
-    @app.callback(Output("plotly-warm", "children"), Input("warm", "n_intervals"), prevent_initial_call=True)
+    @app.callback(Output(ids.PLOTLY_WARM, "children"), Input(ids.WARM, "n_intervals"), prevent_initial_call=True)
     def warm(_n):
         return dcc.Graph(figure=figures.note_figure(""), className="hidden")
 

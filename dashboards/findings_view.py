@@ -10,7 +10,7 @@ from typing import Any
 import dash
 from dash import ALL, Input, Output, State, html
 
-from dashboards import layers_view, runs_view, selection, streams_view, tab_gate, timeline_view
+from dashboards import ids, layers_view, runs_view, selection, streams_view, tab_gate, timeline_view
 from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.view import Page, TabView
@@ -21,7 +21,6 @@ SEVERITY_ORDER = ("problem", "warning", "info")
 EVIDENCE_TABS = (runs_view.POLICIES, layers_view.TAB, timeline_view.TAB, streams_view.TAB)  # what Finding.view names
 VIEW_LABEL = {t.name: t.label for t in EVIDENCE_TABS}
 RUN_CHOICE = {t.name: t.run_choice for t in EVIDENCE_TABS if t.run_choice}
-OPEN = "finding-open"
 
 
 def where_text(where: dict[str, Any]) -> str:
@@ -113,7 +112,14 @@ def _finding(f: dict[str, Any], rid: str, views: list[View], n: int) -> html.Div
                 [
                     html.Button(
                         button,
-                        id={"type": OPEN, "view": view, "target": vid, "step": step or "", "focus": mark, "n": n},
+                        id={
+                            "type": ids.FINDING_OPEN,
+                            "view": view,
+                            "target": vid,
+                            "step": step or "",
+                            "focus": mark,
+                            "n": n,
+                        },
                         className="finding-open",
                     ),
                     html.Details(
@@ -229,7 +235,7 @@ def layout(page: Page) -> list[Any]:
             "profile-step findings); a button opens the view that shows the evidence.",
             className="muted",
         ),
-        html.Div(id="findings-panel"),
+        html.Div(id=ids.FINDINGS_PANEL),
     ]
 
 
@@ -242,11 +248,11 @@ def register(app: dash.Dash, store: RunStore) -> None:
     @tab_gate.callback(
         app,
         "findings",
-        Output("findings-panel", "children"),
-        Output("findings-tab", "label"),
-        Input("runs", "selected_rows"),
-        State("runs", "data"),
-        State("findings-tab", "label"),
+        Output(ids.FINDINGS_PANEL, "children"),
+        Output(ids.FINDINGS_TAB, "label"),
+        Input(ids.RUNS, "selected_rows"),
+        State(ids.RUNS, "data"),
+        State(ids.FINDINGS_TAB, "label"),
         hidden=lambda selected, data, shown: (dash.no_update, label(selected, data, shown)),
     )
     def on_findings(selected, data, shown):
@@ -255,11 +261,11 @@ def register(app: dash.Dash, store: RunStore) -> None:
     choices = list(RUN_CHOICE.items())
 
     @app.callback(
-        Output("tabs", "value", allow_duplicate=True),
+        Output(ids.TABS, "value", allow_duplicate=True),
         *[Output(choice, "value", allow_duplicate=True) for _, choice in choices],
-        Output("timeline-step", "value", allow_duplicate=True),
-        Output("timeline-focus", "data"),
-        Input({"type": OPEN, "view": ALL, "target": ALL, "step": ALL, "focus": ALL, "n": ALL}, "n_clicks"),
+        Output(ids.TIMELINE_STEP, "value", allow_duplicate=True),
+        Output(ids.TIMELINE_FOCUS, "data"),
+        Input({"type": ids.FINDING_OPEN, "view": ALL, "target": ALL, "step": ALL, "focus": ALL, "n": ALL}, "n_clicks"),
         prevent_initial_call=True,
     )
     def on_open(_clicks):

@@ -10,7 +10,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dash_table, dcc, html
 
-from dashboards import copy_numbers, figures, kernels_view, selection, tab_gate
+from dashboards import copy_numbers, figures, ids, kernels_view, selection, tab_gate
 from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.styles import CELL, HEADER
@@ -24,12 +24,12 @@ def layout(page: Page) -> list[Any]:
     """The tab, its run choice filled in."""
     return [
         html.Div(
-            dropdown("layer-run", "run and GPU", options=page.options, value=page.runs["layers"]), className="control"
+            dropdown(ids.LAYER_RUN, "run and GPU", options=page.options, value=page.runs["layers"]), className="control"
         ),
-        dcc.Loading(graph("layer-graph")),
-        html.Div(id="layer-hint", className="muted"),
-        html.Div(id="layer-kernels"),
-        html.Div(id="layer-details"),
+        dcc.Loading(graph(ids.LAYER_GRAPH)),
+        html.Div(id=ids.LAYER_HINT, className="muted"),
+        html.Div(id=ids.LAYER_KERNELS),
+        html.Div(id=ids.LAYER_DETAILS),
     ]
 
 
@@ -40,7 +40,11 @@ def with_layer_copies(run: Any) -> bool:
 
 def register(app: dash.Dash, store: RunStore) -> None:
     @tab_gate.callback(
-        app, "layers", Output("layer-graph", "figure"), Output("layer-hint", "children"), Input("layer-run", "value")
+        app,
+        "layers",
+        Output(ids.LAYER_GRAPH, "figure"),
+        Output(ids.LAYER_HINT, "children"),
+        Input(ids.LAYER_RUN, "value"),
     )
     def on_layer_run(vid):
         if not vid:
@@ -69,9 +73,9 @@ def register(app: dash.Dash, store: RunStore) -> None:
         return fig, hint
 
     @app.callback(
-        Output("layer-details", "children"),
-        Input("layer-graph", "clickData"),
-        State("layer-run", "value"),
+        Output(ids.LAYER_DETAILS, "children"),
+        Input(ids.LAYER_GRAPH, "clickData"),
+        State(ids.LAYER_RUN, "value"),
         prevent_initial_call=True,
     )
     def on_layer_click(click, vid):
@@ -111,11 +115,11 @@ def register(app: dash.Dash, store: RunStore) -> None:
         over = copy_numbers.stall_over_copy([per_dev]) and copy_numbers.waits(run.run, view.device)
         why = [html.P(f"Stalled more than the copies took: {STALL_OVER_COPY_TIME}.", className="muted")] if over else []
         return html.Div(
-            id="layer-detail-box",
+            id=ids.LAYER_DETAIL_BOX,
             children=[
                 html.H4(f"Layer {layer}, GPU {view.device}", className="layer-title"),
                 dash_table.DataTable(
-                    id="layer-summary",
+                    id=ids.LAYER_SUMMARY,
                     data=summary_rows,
                     columns=[
                         {"id": c, "name": c}
@@ -129,7 +133,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
                 html.Ul(kernels),
                 html.Strong(f"The copies ({len(copies):,} shown, in time order)"),
                 dash_table.DataTable(
-                    id="layer-copies",
+                    id=ids.LAYER_COPIES,
                     data=copies,
                     page_size=10,
                     columns=[
@@ -154,4 +158,4 @@ def register(app: dash.Dash, store: RunStore) -> None:
     kernels_view.register_layers(app, store)
 
 
-TAB = TabView("layers", "Per layer", layout, register, run_choice="layer-run")
+TAB = TabView("layers", "Per layer", layout, register, run_choice=ids.LAYER_RUN)

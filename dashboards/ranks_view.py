@@ -10,7 +10,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc, html
 
-from dashboards import figures, tab_gate
+from dashboards import figures, ids, tab_gate
 from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.selection import runs_that, selected_views
@@ -24,10 +24,10 @@ def layout(page: Page) -> list[Any]:
     options, value, classes = rank_choices(page.store, page.views, None)
     return [
         html.Div(
-            dropdown("rank-policy", "policy", options=options, value=value), id="rank-controls", className=classes
+            dropdown(ids.RANK_POLICY, "policy", options=options, value=value), id=ids.RANK_CONTROLS, className=classes
         ),
-        dcc.Loading(graph("rank-heatmap")),
-        html.Ul(id="rank-findings"),
+        dcc.Loading(graph(ids.RANK_HEATMAP)),
+        html.Ul(id=ids.RANK_FINDINGS),
     ]
 
 
@@ -55,12 +55,12 @@ def rank_choices(
 
 def register(app: dash.Dash, store: RunStore) -> None:
     @app.callback(
-        Output("rank-policy", "options"),
-        Output("rank-policy", "value"),
-        Output("rank-controls", "className"),
-        Input("runs", "selected_rows"),
-        State("runs", "data"),
-        State("rank-policy", "value"),
+        Output(ids.RANK_POLICY, "options"),
+        Output(ids.RANK_POLICY, "value"),
+        Output(ids.RANK_CONTROLS, "className"),
+        Input(ids.RUNS, "selected_rows"),
+        State(ids.RUNS, "data"),
+        State(ids.RANK_POLICY, "value"),
         prevent_initial_call=True,
     )
     def on_rank_runs(selected, data, current):
@@ -69,11 +69,11 @@ def register(app: dash.Dash, store: RunStore) -> None:
     @tab_gate.callback(
         app,
         "ranks",
-        Output("rank-heatmap", "figure"),
-        Output("rank-findings", "children"),
-        Input("rank-policy", "value"),
-        Input("runs", "selected_rows"),
-        State("runs", "data"),
+        Output(ids.RANK_HEATMAP, "figure"),
+        Output(ids.RANK_FINDINGS, "children"),
+        Input(ids.RANK_POLICY, "value"),
+        Input(ids.RUNS, "selected_rows"),
+        State(ids.RUNS, "data"),
     )
     def on_rank_policy(policy, selected, data):
         from profiler.analysis.ranks import cross_rank

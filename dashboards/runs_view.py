@@ -11,7 +11,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dash_table, dcc, html
 
-from dashboards import bars, copy_numbers, figures, kernels_view, rows, selection, verdict_view, widgets
+from dashboards import bars, copy_numbers, figures, ids, kernels_view, rows, selection, verdict_view, widgets
 from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.styles import CELL, ERROR_COLOR, HEADER_WRAP
@@ -126,11 +126,11 @@ def table_part(store: RunStore, raw: list[dict[str, Any]], sel: dict[str, Any]) 
     selected = rows.default_selection(raw)
     done, total, _ = store.progress()
     return [
-        html.Div(sel["verdict"], id="verdict", className="verdict"),
-        html.Div(progress_text(done, total, None, len(store.plans)), id="progress", className="muted"),
-        dcc.Interval(id="poll", interval=700, n_intervals=0, disabled=done >= total),
+        html.Div(sel["verdict"], id=ids.VERDICT, className="verdict"),
+        html.Div(progress_text(done, total, None, len(store.plans)), id=ids.PROGRESS, className="muted"),
+        dcc.Interval(id=ids.POLL, interval=700, n_intervals=0, disabled=done >= total),
         dash_table.DataTable(
-            id="runs",
+            id=ids.RUNS,
             columns=columns,
             data=data,
             tooltip_data=tips,
@@ -151,16 +151,16 @@ def table_part(store: RunStore, raw: list[dict[str, Any]], sel: dict[str, Any]) 
                 {"if": {"filter_query": "{source} = 'SYNTHETIC demo'"}, "fontStyle": "italic"},
             ],
         ),
-        html.Div(rows.SOURCE_NOTE, id="table-note", className="muted"),
-        html.Div(sel["provenance"], id="provenance", className="muted"),
+        html.Div(rows.SOURCE_NOTE, id=ids.TABLE_NOTE, className="muted"),
+        html.Div(sel["provenance"], id=ids.PROVENANCE, className="muted"),
     ]
 
 
 def policies_layout(page: Page) -> list[Any]:
     """The Policies tab: the selected rows' copy numbers side by side, and their kernels beside copies."""
     return [
-        html.Div(page.sel["bars"], id="policy-bars"),
-        html.Div(kernels_view.policy_panel(page.store, page.views), id="policy-kernels"),
+        html.Div(page.sel["bars"], id=ids.POLICY_BARS),
+        html.Div(kernels_view.policy_panel(page.store, page.views), id=ids.POLICY_KERNELS),
     ]
 
 
@@ -173,15 +173,15 @@ def register(app: dash.Dash, store: RunStore, per_run: Sequence[TabView]) -> Non
     choices = [t.run_choice for t in per_run]
 
     @app.callback(
-        Output("progress", "children"),
-        Output("runs", "columns"),
-        Output("runs", "data"),
-        Output("runs", "tooltip_data"),
-        Output("poll", "disabled"),
-        Output("runs", "selected_rows"),
-        Input("poll", "n_intervals"),
-        State("runs", "selected_rows"),
-        State("runs", "data"),
+        Output(ids.PROGRESS, "children"),
+        Output(ids.RUNS, "columns"),
+        Output(ids.RUNS, "data"),
+        Output(ids.RUNS, "tooltip_data"),
+        Output(ids.POLL, "disabled"),
+        Output(ids.RUNS, "selected_rows"),
+        Input(ids.POLL, "n_intervals"),
+        State(ids.RUNS, "selected_rows"),
+        State(ids.RUNS, "data"),
         prevent_initial_call=True,
     )
     def refresh(_n: int, selected: list[int], old: list[dict[str, Any]]):
@@ -200,13 +200,13 @@ def register(app: dash.Dash, store: RunStore, per_run: Sequence[TabView]) -> Non
         return msg, columns, data, tips, finished, new_sel
 
     @app.callback(
-        Output("verdict", "children"),
-        Output("policy-bars", "children"),
-        Output("errors", "children"),
-        Output("provenance", "children"),
+        Output(ids.VERDICT, "children"),
+        Output(ids.POLICY_BARS, "children"),
+        Output(ids.ERRORS, "children"),
+        Output(ids.PROVENANCE, "children"),
         *[out for c in choices for out in (Output(c, "options"), Output(c, "value"))],
-        Input("runs", "selected_rows"),
-        State("runs", "data"),
+        Input(ids.RUNS, "selected_rows"),
+        State(ids.RUNS, "data"),
         *[State(c, "value") for c in choices],
         prevent_initial_call=True,
     )

@@ -10,7 +10,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc, html
 
-from dashboards import figures, links, selection, tab_gate
+from dashboards import figures, ids, links, selection, tab_gate
 from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.view import Page, TabView
@@ -37,13 +37,13 @@ def layout(page: Page) -> list[Any]:
     return [
         html.Div(
             [
-                dropdown("streams-run", "run and GPU", "45", page.options, value),
+                dropdown(ids.STREAMS_RUN, "run and GPU", "45", page.options, value),
                 html.Div(
-                    dcc.Dropdown(id="link-preset", clearable=False, value=link_key, options=LINK_OPTIONS),
+                    dcc.Dropdown(id=ids.LINK_PRESET, clearable=False, value=link_key, options=LINK_OPTIONS),
                     className="select select-35",
                 ),
                 dcc.Input(
-                    id="link-gbps",
+                    id=ids.LINK_GBPS,
                     type="number",
                     value=link_gbps,
                     min=0.1,
@@ -55,17 +55,17 @@ def layout(page: Page) -> list[Any]:
             ],
             className="control",
         ),
-        html.Div(link_note, id="link-note", className="muted"),
-        dcc.Loading(graph("streams-graph")),
+        html.Div(link_note, id=ids.LINK_NOTE, className="muted"),
+        dcc.Loading(graph(ids.STREAMS_GRAPH)),
     ]
 
 
 def register(app: dash.Dash, store: RunStore) -> None:
     @app.callback(
-        Output("link-preset", "value"),
-        Output("link-gbps", "value"),
-        Output("link-note", "children"),
-        Input("streams-run", "value"),
+        Output(ids.LINK_PRESET, "value"),
+        Output(ids.LINK_GBPS, "value"),
+        Output(ids.LINK_NOTE, "children"),
+        Input(ids.STREAMS_RUN, "value"),
         prevent_initial_call=True,
     )
     def on_streams_run(vid):
@@ -73,9 +73,9 @@ def register(app: dash.Dash, store: RunStore) -> None:
         return (key, gbps, note) if vid else (dash.no_update, dash.no_update, "")
 
     @app.callback(
-        Output("link-gbps", "disabled"),
-        Output("link-gbps", "value", allow_duplicate=True),
-        Input("link-preset", "value"),
+        Output(ids.LINK_GBPS, "disabled"),
+        Output(ids.LINK_GBPS, "value", allow_duplicate=True),
+        Input(ids.LINK_PRESET, "value"),
         prevent_initial_call=True,
     )
     def on_preset(key):
@@ -86,10 +86,10 @@ def register(app: dash.Dash, store: RunStore) -> None:
     @tab_gate.callback(
         app,
         "streams",
-        Output("streams-graph", "figure"),
-        Input("streams-run", "value"),
-        Input("link-gbps", "value"),
-        State("link-preset", "value"),
+        Output(ids.STREAMS_GRAPH, "figure"),
+        Input(ids.STREAMS_RUN, "value"),
+        Input(ids.LINK_GBPS, "value"),
+        State(ids.LINK_PRESET, "value"),
     )
     def on_streams(vid, gbps, key):
         if not vid:
@@ -105,4 +105,4 @@ def register(app: dash.Dash, store: RunStore) -> None:
         return fig
 
 
-TAB = TabView("streams", "Copy streams", layout, register, run_choice="streams-run")
+TAB = TabView("streams", "Copy streams", layout, register, run_choice=ids.STREAMS_RUN)

@@ -15,12 +15,14 @@ from typing import Any
 import dash
 from dash import Dash, Input, Output, State, dcc
 
-SHOWN = State("tabs", "value")  # the tab shown, read by the views' callbacks when another input fires
+from dashboards import ids
+
+SHOWN = State(ids.TABS, "value")  # the tab shown, read by the views' callbacks when another input fires
 
 
 def opened(tab: str) -> Input:
     """The input that fires when *tab* is opened."""
-    return Input(f"opened-{tab}", "data")
+    return Input(ids.opened(tab), "data")
 
 
 def callback(
@@ -48,7 +50,7 @@ def callback(
 
 
 def stores(tabs: tuple[str, ...]) -> list[dcc.Store]:
-    return [dcc.Store(id=f"opened-{t}") for t in tabs]
+    return [dcc.Store(id=ids.opened(t)) for t in tabs]
 
 
 def register(app: Dash, tabs: tuple[str, ...]) -> None:
@@ -57,7 +59,7 @@ def register(app: Dash, tabs: tuple[str, ...]) -> None:
     app.clientside_callback(
         f"function(tab) {{ const skip = window.dash_clientside.no_update, now = Date.now();"
         f" return [{names}].map(t => t === tab ? now : skip); }}",
-        [Output(f"opened-{t}", "data") for t in tabs],
-        Input("tabs", "value"),
+        [Output(ids.opened(t), "data") for t in tabs],
+        Input(ids.TABS, "value"),
         prevent_initial_call=True,
     )

@@ -10,7 +10,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc, html
 
-from dashboards import figures, tab_gate
+from dashboards import figures, ids, tab_gate
 from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.view import Page, TabView
@@ -22,14 +22,14 @@ def layout(page: Page) -> list[Any]:
     return [
         html.Div(
             [
-                dropdown("timeline-run", "run and GPU", "60", page.options, page.runs["timeline"]),
-                dropdown("timeline-step", "step"),
+                dropdown(ids.TIMELINE_RUN, "run and GPU", "60", page.options, page.runs["timeline"]),
+                dropdown(ids.TIMELINE_STEP, "step"),
             ],
             className="control",
         ),
-        dcc.Loading(graph("timeline-graph", config={"scrollZoom": True, "displaylogo": False})),
-        html.Div(id="timeline-note", className="muted"),
-        dcc.Store(id="timeline-focus"),  # what a finding's button asks to mark
+        dcc.Loading(graph(ids.TIMELINE_GRAPH, config={"scrollZoom": True, "displaylogo": False})),
+        html.Div(id=ids.TIMELINE_NOTE, className="muted"),
+        dcc.Store(id=ids.TIMELINE_FOCUS),  # what a finding's button asks to mark
     ]
 
 
@@ -37,10 +37,10 @@ def register(app: dash.Dash, store: RunStore) -> None:
     @tab_gate.callback(
         app,
         "timeline",
-        Output("timeline-step", "options"),
-        Output("timeline-step", "value"),
-        Input("timeline-run", "value"),
-        State("timeline-step", "value"),
+        Output(ids.TIMELINE_STEP, "options"),
+        Output(ids.TIMELINE_STEP, "value"),
+        Input(ids.TIMELINE_RUN, "value"),
+        State(ids.TIMELINE_STEP, "value"),
     )
     def on_timeline_run(vid, current):
         if not vid:
@@ -55,11 +55,11 @@ def register(app: dash.Dash, store: RunStore) -> None:
     @tab_gate.callback(
         app,
         "timeline",
-        Output("timeline-graph", "figure"),
-        Output("timeline-note", "children"),
-        Input("timeline-step", "value"),
-        Input("timeline-focus", "data"),
-        State("timeline-run", "value"),
+        Output(ids.TIMELINE_GRAPH, "figure"),
+        Output(ids.TIMELINE_NOTE, "children"),
+        Input(ids.TIMELINE_STEP, "value"),
+        Input(ids.TIMELINE_FOCUS, "data"),
+        State(ids.TIMELINE_RUN, "value"),
     )
     def on_timeline_step(step, mark, vid):
         if not vid or step is None:
@@ -95,4 +95,4 @@ def register(app: dash.Dash, store: RunStore) -> None:
         return fig, note
 
 
-TAB = TabView("timeline", "Timeline", layout, register, run_choice="timeline-run")
+TAB = TabView("timeline", "Timeline", layout, register, run_choice=ids.TIMELINE_RUN)

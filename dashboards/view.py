@@ -13,6 +13,7 @@ from typing import Any
 import dash
 from dash import dcc
 
+from dashboards import ids
 from dashboards.data import RunStore
 from dashboards.rows import View
 
@@ -55,7 +56,7 @@ class TabView:
         """The tab as the page first shows it."""
         if callable(self.label):
             return dcc.Tab(
-                id=f"{self.name}-tab",
+                id=ids.tab(self.name),
                 label=self.label(page.store, page.views),
                 value=self.name,
                 children=self.layout(page),
