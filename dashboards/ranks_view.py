@@ -12,11 +12,43 @@ from dash import Input, Output, State, dcc, html
 
 from dashboards import figures, ids, tab_gate
 from dashboards.data import RunStore
+from dashboards.figures import Figure, category_axis, esc, figure, note_figure, text_px
 from dashboards.rows import View
 from dashboards.selection import runs_that, selected_views
 from dashboards.view import Page, TabView
 from dashboards.widgets import dropdown, graph
 from profiler.stored.summary import RunSummary
+from profiler.units import natural_key, time_unit
+
+
+def rank_heatmap(summaries: list[RunSummary], policy: str | None) -> Figure:
+    """Rank by layer: exposed copy time of each rank's layers, for one policy."""
+    runs = sorted((s for s in summaries if s.policy == policy and s.rank is not None), key=lambda s: s.rank)
+    if not runs:
+        return note_figure("Select runs that are ranks of one job (a rank in their name or manifest).")
+    layers = sorted({n for s in runs for n in s.layers}, key=natural_key)
+    if not layers:
+        return note_figure("These ranks have no layers (layer=N ranges or XLA thunks under a named layer scope).")
+    values = [[s.layers[n].offload["exposed_ns"] if n in s.layers else None for n in layers] for s in runs]
+    name, div = time_unit([v for row in values for v in row])
+    heat = {
+        "type": "heatmap",
+        "z": [[None if v is None else v / div for v in row] for row in values],
+        "x": [esc(n) for n in layers],
+        "y": [f"rank {s.rank}" for s in runs],
+        "colorscale": "Oranges",
+        "colorbar": {"title": {"text": f"exposed ({name})"}},
+        "customdata": [[s.rank] * len(layers) for s in runs],
+        "hovertemplate": f"%{{y}}, layer %{{x}}: exposed %{{z:.3f}} {name}<extra></extra>",
+    }
+    xaxis, bottom = category_axis(heat["x"])
+    return figure(
+        [heat],
+        height=max(300, 26 * len(runs) + 100 + bottom),
+        margin={"t": 20, "b": bottom + 30, "l": text_px(heat["y"]) + 16},
+        xaxis={**xaxis, "title": {"text": "layer"}},
+        yaxis={"autorange": "reversed", "type": "category"},
+    )
 
 
 def layout(page: Page) -> list[Any]:
@@ -89,7 +121,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
                 ),
                 [],
             )
-        fig = figures.rank_heatmap([run for _, run in runs], policy)
+        fig = rank_heatmap([run for _, run in runs], policy)
         doc = cross_rank([{**run.to_json(), "path": path} for path, run in runs])["policies"].get(policy)
         items = []
         if doc:
