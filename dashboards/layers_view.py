@@ -11,7 +11,7 @@ import dash
 import polars as pl
 from dash import Input, Output, State, dash_table, dcc, html
 
-from dashboards import copy_numbers, figures, ids, kernels_view, selection, tab_gate
+from dashboards import copy_numbers, ids, kernels_view, selection, tab_gate
 from dashboards.data import RunStore
 from dashboards.figures import (
     BOTTOM_LEGEND,
@@ -23,6 +23,7 @@ from dashboards.figures import (
     category_axis,
     esc,
     figure,
+    is_note,
     note_figure,
 )
 from dashboards.rows import View
@@ -174,7 +175,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
     )
     def on_layer_run(vid):
         if not vid:
-            return figures.note_figure(RUN_PROMPT), ""
+            return note_figure(RUN_PROMPT), ""
         view = View.parse(vid)
         run = store.get(view.rid).run
         per_device = {name: v.devices.get(view.device) or copy_numbers.ZERO3 for name, v in run.layers.items()}
@@ -184,7 +185,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
             title += " (SYNTHETIC: a model, not a measurement)"
         waits = copy_numbers.waits(run, view.device)
         fig = layer_figure(per_device, title, stalls=waits > 0)
-        if figures.is_note(fig):  # which runs would fill this view
+        if is_note(fig):  # which runs would fill this view
             return fig, selection.runs_that(store, with_layer_copies, [view], "layers with copies")
         hint = "Click a layer's bar to see its copies and the kernels that hid them."
         if waits:
@@ -223,7 +224,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
         whose = f"GPU {view.device}" if by_device is not None else "all GPUs of the run"
         summary_rows = [
             {
-                "direction": figures.DIRECTION_LABEL.get(d, d),
+                "direction": DIRECTION_LABEL.get(d, d),
                 "copies": per_dev[d]["count"],
                 "size": human_bytes(per_dev[d]["bytes"]),
                 "busy": human_time(per_dev[d]["busy_ns"], nanoseconds=True),

@@ -10,7 +10,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc, html
 
-from dashboards import figures, ids, tab_gate
+from dashboards import ids, tab_gate
 from dashboards.data import RunStore
 from dashboards.figures import Figure, category_axis, esc, figure, note_figure, text_px
 from dashboards.rows import View
@@ -113,7 +113,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
         runs = [(path, run) for path, run in _ranks(store, selected_views(selected, data)) if run.policy == policy]
         if not runs:
             return (
-                figures.note_figure(
+                note_figure(
                     "None of the selected runs is a rank of a multi-rank job. Ranks come from file or folder "
                     "names (report.3.sqlite, ...-rank3-...) or the run's manifest: "
                     "profile-step analyze DIR --ranks reads a whole job. "

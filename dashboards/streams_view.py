@@ -10,7 +10,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc, html
 
-from dashboards import figures, ids, links, selection, tab_gate
+from dashboards import ids, links, selection, tab_gate
 from dashboards.data import RunStore
 from dashboards.figures import BOTTOM_LEGEND, COLORS, TITLE, Figure, esc, figure, note_figure
 from dashboards.rows import View
@@ -286,12 +286,12 @@ def register(app: dash.Dash, store: RunStore) -> None:
     )
     def on_streams(vid, gbps, key):
         if not vid:
-            return figures.note_figure(RUN_PROMPT)
+            return note_figure(RUN_PROMPT)
         view = View.parse(vid)
         streams = store.get(view.rid).run.streams.get(view.device, []) if view.device else []
         name = links.BY_KEY[key].name if key in links.BY_KEY else "custom link"
         short, _ = selection.view_label(store, view)
-        title = figures.esc(short)
+        title = esc(short)
         if store.refs[view.rid].synthetic:
             title += " (SYNTHETIC: a model, not a measurement)"
         fig = streams_figure(streams, float(gbps or links.BY_KEY[links.FALLBACK].gbps), name, title)

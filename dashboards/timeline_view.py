@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 from dash import Input, Output, State, dcc, html
 
-from dashboards import figures, ids, tab_gate
+from dashboards import ids, tab_gate
 from dashboards.data import RunStore
 from dashboards.figures import COLORS, Figure, esc, figure, note_figure, text_px
 from dashboards.rows import View
@@ -339,7 +339,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
     )
     def on_timeline_step(step, mark, vid):
         if not vid or step is None:
-            return figures.note_figure(RUN_PROMPT), ""
+            return note_figure(RUN_PROMPT), ""
         view = View.parse(vid)
         run = store.get(view.rid)
         window = None
