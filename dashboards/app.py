@@ -18,9 +18,8 @@ from dash import Input, Output, dcc, html
 from dashboards import (
     figures,
     findings_view,
-    kernels_view,
+    ids,
     layers_view,
-    plan_view,
     ranks_view,
     rows,
     runs_view,
@@ -34,10 +33,22 @@ from dashboards import (
 from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.runs_view import all_rows, table_rows  # noqa: F401 (table_rows: kept importable from app)
+from dashboards.view import Page, TabView
 from profiler.errors import ProfilerError
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
-TABS = ("policies", "findings", "trade", "whatif", "layers", "timeline", "ranks", "streams")
+# the tabs, in their order: a new tab is a module with a TabView and one line here
+TABS: tuple[TabView, ...] = (
+    runs_view.POLICIES,
+    findings_view.TAB,
+    trade.TAB,
+    whatif_view.TAB,
+    layers_view.TAB,
+    timeline_view.TAB,
+    ranks_view.TAB,
+    streams_view.TAB,
+)
+PER_RUN = tuple(t for t in TABS if t.per_run)
 
 
 def create_app(store: RunStore) -> dash.Dash:
@@ -54,56 +65,30 @@ def create_app(store: RunStore) -> dash.Dash:
         """The page with its first view filled in: no callback stands between loading and seeing."""
         raw = all_rows(store)
         views = selected_views(rows.default_selection(raw), rows.table(raw)[1])
-        sel = runs_view.follow_rows(store, views, [None, None, None])
-        opts, (layer_run, timeline_run, streams_run) = sel["options"], sel["values"]
-        rank_opts, rank_value, rank_classes = ranks_view.rank_choices(store, views, None)
+        sel = runs_view.follow_rows(store, views, [None] * len(PER_RUN))
+        page = Page(store, views, sel, {t.name: v for t, v in zip(PER_RUN, sel["values"], strict=True)})
         return html.Div(
             className="page",
             children=[
                 html.H2("profile-step: are the offload copies hidden?", className="page-title"),
                 *runs_view.table_part(store, raw, sel),
                 # plotly.js (5 MB) loads after the first view, so that the other views open at once
-                dcc.Interval(id="warm", interval=600, max_intervals=1),
-                html.Div(id="plotly-warm", className="hidden"),
-                html.Div(sel["errors"], id="errors"),
-                *tab_gate.stores(TABS),
-                dcc.Tabs(
-                    id="tabs",
-                    value="policies",
-                    children=[
-                        runs_view.policies_tab(store, views, sel),
-                        dcc.Tab(
-                            id="findings-tab",
-                            label=findings_view.count_label(store, views),
-                            value="findings",
-                            children=findings_view.layout(),
-                        ),
-                        dcc.Tab(label="Policy trade", value="trade", children=trade.layout(list(store.plans.values()))),
-                        dcc.Tab(label="What-if", value="whatif", children=whatif_view.layout()),
-                        layers_view.tab(opts, layer_run),
-                        timeline_view.tab(opts, timeline_run),
-                        ranks_view.tab(rank_opts, rank_value, rank_classes),
-                        streams_view.tab(store, opts, streams_run),
-                    ],
-                ),
+                dcc.Interval(id=ids.WARM, interval=600, max_intervals=1),
+                html.Div(id=ids.PLOTLY_WARM, className="hidden"),
+                html.Div(sel["errors"], id=ids.ERRORS),
+                *tab_gate.stores(tuple(t.name for t in TABS)),
+                dcc.Tabs(id=ids.TABS, value=TABS[0].name, children=[t.component(page) for t in TABS]),
             ],
         )
 
-    @app.callback(Output("plotly-warm", "children"), Input("warm", "n_intervals"), prevent_initial_call=True)
+    @app.callback(Output(ids.PLOTLY_WARM, "children"), Input(ids.WARM, "n_intervals"), prevent_initial_call=True)
     def warm(_n):
         return dcc.Graph(figure=figures.note_figure(""), className="hidden")
 
-    tab_gate.register(app, TABS)
-    runs_view.register(app, store)
-    findings_view.register(app, store)
-    trade.register(app, store)
-    plan_view.register(app, store)
-    whatif_view.register(app, store)
-    kernels_view.register(app, store)
-    layers_view.register(app, store)
-    timeline_view.register(app, store)
-    ranks_view.register(app, store)
-    streams_view.register(app, store)
+    tab_gate.register(app, tuple(t.name for t in TABS))
+    runs_view.register(app, store, PER_RUN)
+    for tab in TABS:
+        tab.register(app, store)
     app.layout = layout  # a function: each page load gets the runs analyzed so far
     return app
 

@@ -10,16 +10,17 @@ from typing import Any
 import dash
 from dash import ALL, Input, Output, State, html
 
-from dashboards import selection, tab_gate
+from dashboards import ids, layers_view, runs_view, selection, streams_view, tab_gate, timeline_view
 from dashboards.data import RunStore
 from dashboards.rows import View
+from dashboards.view import Page, TabView
 from profiler.report.findings_text import by_saving, saving_text
 
 SEVERITY_COLOR = {"problem": "#D55E00", "warning": "#E69F00", "info": "#0072B2"}  # Okabe and Ito's
 SEVERITY_ORDER = ("problem", "warning", "info")
-VIEW_LABEL = {"policies": "Policies", "layers": "Per layer", "timeline": "Timeline", "streams": "Copy streams"}
-RUN_CHOICE = {"layers": "layer-run", "timeline": "timeline-run", "streams": "streams-run"}
-OPEN = "finding-open"
+EVIDENCE_TABS = (runs_view.POLICIES, layers_view.TAB, timeline_view.TAB, streams_view.TAB)  # what Finding.view names
+VIEW_LABEL = {t.name: t.label for t in EVIDENCE_TABS}
+RUN_CHOICE = {t.name: t.run_choice for t in EVIDENCE_TABS if t.run_choice}
 
 
 def where_text(where: dict[str, Any]) -> str:
@@ -111,7 +112,14 @@ def _finding(f: dict[str, Any], rid: str, views: list[View], n: int) -> html.Div
                 [
                     html.Button(
                         button,
-                        id={"type": OPEN, "view": view, "target": vid, "step": step or "", "focus": mark, "n": n},
+                        id={
+                            "type": ids.FINDING_OPEN,
+                            "view": view,
+                            "target": vid,
+                            "step": step or "",
+                            "focus": mark,
+                            "n": n,
+                        },
                         className="finding-open",
                     ),
                     html.Details(
@@ -220,54 +228,55 @@ def count_label(store: RunStore, views: list[View]) -> str:
     return f"Findings ({total})"
 
 
-def layout() -> list[Any]:
+def layout(page: Page) -> list[Any]:
     return [
         html.Div(
             "What each selected run's numbers say is wrong, and what to try (the same rules as "
             "profile-step findings); a button opens the view that shows the evidence.",
             className="muted",
         ),
-        html.Div(id="findings-panel"),
+        html.Div(id=ids.FINDINGS_PANEL),
     ]
 
 
 def register(app: dash.Dash, store: RunStore) -> None:
-    @app.callback(
-        Output("findings-panel", "children"),
-        Output("findings-tab", "label"),
-        tab_gate.opened("findings"),
-        Input("runs", "selected_rows"),
-        State("runs", "data"),
-        State("findings-tab", "label"),
-        tab_gate.SHOWN,
-        prevent_initial_call=True,
+    def label(selected: list[int], data: list[dict[str, Any]], shown: str) -> Any:
+        """The tab's label for the selected rows; unchanged when it says the same (a new label re-renders the tab)."""
+        new = count_label(store, selection.selected_views(selected, data))
+        return dash.no_update if new == shown else new
+
+    @tab_gate.callback(
+        app,
+        "findings",
+        Output(ids.FINDINGS_PANEL, "children"),
+        Output(ids.FINDINGS_TAB, "label"),
+        Input(ids.RUNS, "selected_rows"),
+        State(ids.RUNS, "data"),
+        State(ids.FINDINGS_TAB, "label"),
+        hidden=lambda selected, data, shown: (dash.no_update, label(selected, data, shown)),
     )
-    def on_findings(_opened, selected, data, shown, tab):
-        views = selection.selected_views(selected, data)
-        label = count_label(store, views)
-        label = dash.no_update if label == shown else label  # a new label re-renders the tab
-        if tab != "findings":
-            return dash.no_update, label
-        return panel(store, views), label
+    def on_findings(selected, data, shown):
+        return panel(store, selection.selected_views(selected, data)), label(selected, data, shown)
+
+    choices = list(RUN_CHOICE.items())
 
     @app.callback(
-        Output("tabs", "value", allow_duplicate=True),
-        Output("layer-run", "value", allow_duplicate=True),
-        Output("timeline-run", "value", allow_duplicate=True),
-        Output("timeline-step", "value", allow_duplicate=True),
-        Output("streams-run", "value", allow_duplicate=True),
-        Output("timeline-focus", "data"),
-        Input({"type": OPEN, "view": ALL, "target": ALL, "step": ALL, "focus": ALL, "n": ALL}, "n_clicks"),
+        Output(ids.TABS, "value", allow_duplicate=True),
+        *[Output(choice, "value", allow_duplicate=True) for _, choice in choices],
+        Output(ids.TIMELINE_STEP, "value", allow_duplicate=True),
+        Output(ids.TIMELINE_FOCUS, "data"),
+        Input({"type": ids.FINDING_OPEN, "view": ALL, "target": ALL, "step": ALL, "focus": ALL, "n": ALL}, "n_clicks"),
         prevent_initial_call=True,
     )
     def on_open(_clicks):
         trig = dash.ctx.triggered_id
         if not trig or not dash.ctx.triggered[0].get("value"):
-            return (dash.no_update,) * 6  # the panel was drawn, nothing clicked
+            return (dash.no_update,) * (len(choices) + 3)  # the panel was drawn, nothing clicked
         view, vid, step = trig["view"], trig["target"], trig["step"] or dash.no_update
-        out = {"layers": dash.no_update, "timeline": dash.no_update, "streams": dash.no_update}
-        if view in RUN_CHOICE:
-            out[view] = vid
+        runs = [vid if view == name else dash.no_update for name, _ in choices]
         mark = {"vid": vid, "focus": trig["focus"]} if view == "timeline" and trig["focus"] else None
         timeline_step = (step if step is not dash.no_update else "__all__") if view == "timeline" else dash.no_update
-        return view, out["layers"], out["timeline"], timeline_step, out["streams"], mark
+        return view, *runs, timeline_step, mark
+
+
+TAB = TabView("findings", count_label, layout, register)

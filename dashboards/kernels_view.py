@@ -11,7 +11,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dash_table, html
 
-from dashboards import rows, selection, tab_gate
+from dashboards import ids, rows, selection, tab_gate
 from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.styles import CELL, HEADER
@@ -86,10 +86,10 @@ def layer_panel(run: RunSummary, device: str | None) -> list[Any]:
     kb = entry(run, device)
     out: list[Any] = [
         html.Strong(f"Kernels slowed by copies, GPU {device} (the whole window, not per layer)"),
-        html.Div(status(kb), id="layer-kernels-status", className="muted"),
+        html.Div(status(kb), id=ids.LAYER_KERNELS_STATUS, className="muted"),
     ]
     if kb and kb["top"]:
-        out.append(_table("layer-kernels-table", group_rows(kb)))
+        out.append(_table(ids.LAYER_KERNELS_TABLE, group_rows(kb)))
         out.append(
             html.Div(
                 CAVEAT + " Of an even number of durations, the median is the lower of the two middle ones.",
@@ -129,31 +129,29 @@ def policy_panel(store: RunStore, views: list[View]) -> list[Any]:
         return []
     return [
         html.H4("Kernels slowed by copies (hidden is not free)", className="kernels-title"),
-        _table("policy-kernels-table", data),
+        _table(ids.POLICY_KERNELS_TABLE, data),
         html.Div(CAVEAT, className="muted"),
     ]
 
 
-def register(app: dash.Dash, store: RunStore) -> None:
+def register_policies(app: dash.Dash, store: RunStore) -> None:
+    """The Policies tab's panel follows the selected rows."""
+
     @app.callback(
-        Output("policy-kernels", "children"),
-        Input("runs", "selected_rows"),
-        State("runs", "data"),
-        prevent_initial_call=True,  # the first view comes with the panel drawn (runs_view.policies_tab)
+        Output(ids.POLICY_KERNELS, "children"),
+        Input(ids.RUNS, "selected_rows"),
+        State(ids.RUNS, "data"),
+        prevent_initial_call=True,  # the first view comes with the panel drawn (runs_view.POLICIES)
     )
     def on_policy_kernels(selected, data):
         return policy_panel(store, selection.selected_views(selected, data))
 
-    @app.callback(
-        Output("layer-kernels", "children"),
-        tab_gate.opened("layers"),
-        Input("layer-run", "value"),
-        tab_gate.SHOWN,
-        prevent_initial_call=True,
-    )
-    def on_layer_kernels(_opened, vid, tab):
-        if tab != "layers":
-            return dash.no_update
+
+def register_layers(app: dash.Dash, store: RunStore) -> None:
+    """The Per layer tab's panel follows its run."""
+
+    @tab_gate.callback(app, "layers", Output(ids.LAYER_KERNELS, "children"), Input(ids.LAYER_RUN, "value"))
+    def on_layer_kernels(vid):
         if not vid:
             return []
         view = View.parse(vid)

@@ -8,30 +8,156 @@ from __future__ import annotations
 from typing import Any
 
 import dash
+import polars as pl
 from dash import Input, Output, State, dash_table, dcc, html
 
-from dashboards import copy_numbers, figures, selection, tab_gate
+from dashboards import copy_numbers, ids, kernels_view, selection, tab_gate
 from dashboards.data import RunStore
+from dashboards.figures import (
+    BOTTOM_LEGEND,
+    COLORS,
+    DIRECTION_LABEL,
+    HIDDEN_TINT,
+    TITLE,
+    Figure,
+    category_axis,
+    esc,
+    figure,
+    is_note,
+    note_figure,
+)
 from dashboards.rows import View
 from dashboards.styles import CELL, HEADER
+from dashboards.view import Page, TabView
 from dashboards.widgets import RUN_PROMPT, dropdown, graph
 from profiler.analysis.stalls import STALL_OVER_COPY_TIME
-from profiler.units import human_bytes, human_time
+from profiler.units import human_bytes, human_time, time_unit
 
 
-def tab(options: list[dict[str, Any]], value: str | None) -> dcc.Tab:
-    """The tab, its run choice filled in."""
-    return dcc.Tab(
-        label="Per layer",
-        value="layers",
-        children=[
-            html.Div(dropdown("layer-run", "run and GPU", options=options, value=value), className="control"),
-            dcc.Loading(graph("layer-graph")),
-            html.Div(id="layer-hint", className="muted"),
-            html.Div(id="layer-kernels"),
-            html.Div(id="layer-details"),
-        ],
+def layer_figure(layers: dict[str, dict[str, Any]], title: str, stalls: bool = False) -> Figure:
+    """Per layer of one (run, device): copy time hidden and exposed, per direction, and (*stalls*: the
+    trace has stream waits) the time other work waited for the layer's copies; click a bar for details.
+
+    *layers* maps a layer name to its h2d / d2h / offload numbers (one device, with ``stall_ns``).
+    """
+    names = list(layers)
+    if not names:
+        return note_figure(
+            "No layers in this run: no layer=N NVTX ranges, and no XLA thunk ranges under a named layer "
+            "scope (jax.named_scope('layer_3'); --layer-pattern to match other names)."
+        )
+    if not any(layers[n]["offload"]["count"] for n in names):
+        return note_figure(
+            f"{len(names)} layers found, but none of them copied data between host and device "
+            "(no D2H or H2D copy was launched inside a layer)."
+        )
+    stalled = [layers[n]["offload"].get("stall_ns") or 0 for n in names] if stalls else []
+    name, div = time_unit([layers[n][d]["busy_ns"] for n in names for d in ("d2h", "h2d")] + stalled)
+    x = [esc(n) for n in names]
+    data = []
+    for d in ("d2h", "h2d"):
+        dl = DIRECTION_LABEL[d]
+        exposed = [layers[n][d]["exposed_ns"] / div for n in names]
+        hidden = [layers[n][d]["overlap_any_ns"] / div for n in names]
+        custom = [
+            [
+                n,
+                f"{layers[n][d]['count']:,} copies, {human_bytes(layers[n][d]['bytes'])}, "
+                f"busy {human_time(layers[n][d]['busy_ns'])}",
+            ]
+            for n in names
+        ]
+        tip = "layer %{customdata[0]}: " + dl + " %{customdata[1]}<br>"
+        common = {"type": "bar", "x": x, "offsetgroup": d, "customdata": custom, "showlegend": True}
+        data.append(
+            {
+                **common,
+                "y": exposed,
+                "name": f"{dl} exposed",
+                "marker": {"color": COLORS[d]},
+                "hovertemplate": tip + f"exposed %{{y:.3f}} {name}<extra></extra>",
+            }
+        )
+        data.append(
+            {
+                **common,
+                "y": hidden,
+                "base": exposed,
+                "name": f"{dl} hidden",
+                "marker": {"color": HIDDEN_TINT[d]},
+                "hovertemplate": tip + f"hidden %{{y:.3f}} {name}<extra></extra>",
+            }
+        )
+    if stalls:
+        data.append(
+            {
+                "type": "bar",
+                "x": x,
+                "offsetgroup": "stall",
+                "y": [v / div for v in stalled],
+                "name": "stalled by copies",
+                "marker": {"color": COLORS["stall"]},
+                "showlegend": True,
+                "customdata": [
+                    [
+                        n,
+                        f"D2H {human_time(layers[n]['d2h'].get('stall_ns') or 0)}, "
+                        f"H2D {human_time(layers[n]['h2d'].get('stall_ns') or 0)}",
+                    ]
+                    for n in names
+                ],
+                "hovertemplate": "layer %{customdata[0]}: other work waited "
+                f"%{{y:.3f}} {name} for its copies (%{{customdata[1]}})<extra></extra>",
+            }
+        )
+    xaxis, bottom = category_axis(x)
+    return figure(
+        data,
+        barmode="group",
+        height=400 + bottom,
+        margin={"t": 50, "b": bottom + 70, "l": 70},
+        title={"text": esc(title), **TITLE},
+        showlegend=True,
+        legend=BOTTOM_LEGEND,
+        xaxis={**xaxis, "title": {"text": "layer"}},
+        yaxis={
+            "title": {"text": f"{'time' if stalls else 'copy time'} over the trace ({name})"},
+            "rangemode": "tozero",
+        },
     )
+
+
+def layer_copies(ops: pl.DataFrame, layer: str, device: int | None, limit: int = 500) -> list[dict[str, Any]]:
+    """The copies of one layer (on one device), for the details table."""
+    sel = ops.filter((pl.col("layer") == layer) & pl.col("cls").is_in(["h2d", "d2h"]))
+    if device is not None:
+        sel = sel.filter(pl.col("device") == device)
+    sel = sel.sort("start").head(limit)
+    t0 = ops["start"].min() or 0
+    return [
+        {
+            "direction": DIRECTION_LABEL.get(c, c),
+            "stream": s,
+            "start_ms": (st - t0) / 1e6,
+            "duration_us": (en - st) / 1e3,
+            "size": human_bytes(b or 0),
+            "bytes": b or 0,
+        }
+        for c, s, st, en, b in sel.select("cls", "stream", "start", "end", "bytes").iter_rows()
+    ]
+
+
+def layout(page: Page) -> list[Any]:
+    """The tab, its run choice filled in."""
+    return [
+        html.Div(
+            dropdown(ids.LAYER_RUN, "run and GPU", options=page.options, value=page.runs["layers"]), className="control"
+        ),
+        dcc.Loading(graph(ids.LAYER_GRAPH)),
+        html.Div(id=ids.LAYER_HINT, className="muted"),
+        html.Div(id=ids.LAYER_KERNELS),
+        html.Div(id=ids.LAYER_DETAILS),
+    ]
 
 
 def with_layer_copies(run: Any) -> bool:
@@ -40,19 +166,16 @@ def with_layer_copies(run: Any) -> bool:
 
 
 def register(app: dash.Dash, store: RunStore) -> None:
-    @app.callback(
-        Output("layer-graph", "figure"),
-        Output("layer-hint", "children"),
-        tab_gate.opened("layers"),
-        Input("layer-run", "value"),
-        tab_gate.SHOWN,
-        prevent_initial_call=True,
+    @tab_gate.callback(
+        app,
+        "layers",
+        Output(ids.LAYER_GRAPH, "figure"),
+        Output(ids.LAYER_HINT, "children"),
+        Input(ids.LAYER_RUN, "value"),
     )
-    def on_layer_run(_opened, vid, tab):
-        if tab != "layers":
-            return dash.no_update, dash.no_update
+    def on_layer_run(vid):
         if not vid:
-            return figures.note_figure(RUN_PROMPT), ""
+            return note_figure(RUN_PROMPT), ""
         view = View.parse(vid)
         run = store.get(view.rid).run
         per_device = {name: v.devices.get(view.device) or copy_numbers.ZERO3 for name, v in run.layers.items()}
@@ -61,8 +184,8 @@ def register(app: dash.Dash, store: RunStore) -> None:
         if store.refs[view.rid].synthetic:
             title += " (SYNTHETIC: a model, not a measurement)"
         waits = copy_numbers.waits(run, view.device)
-        fig = figures.layer_figure(per_device, title, stalls=waits > 0)
-        if figures.is_note(fig):  # which runs would fill this view
+        fig = layer_figure(per_device, title, stalls=waits > 0)
+        if is_note(fig):  # which runs would fill this view
             return fig, selection.runs_that(store, with_layer_copies, [view], "layers with copies")
         hint = "Click a layer's bar to see its copies and the kernels that hid them."
         if waits:
@@ -77,9 +200,9 @@ def register(app: dash.Dash, store: RunStore) -> None:
         return fig, hint
 
     @app.callback(
-        Output("layer-details", "children"),
-        Input("layer-graph", "clickData"),
-        State("layer-run", "value"),
+        Output(ids.LAYER_DETAILS, "children"),
+        Input(ids.LAYER_GRAPH, "clickData"),
+        State(ids.LAYER_RUN, "value"),
         prevent_initial_call=True,
     )
     def on_layer_click(click, vid):
@@ -101,7 +224,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
         whose = f"GPU {view.device}" if by_device is not None else "all GPUs of the run"
         summary_rows = [
             {
-                "direction": figures.DIRECTION_LABEL.get(d, d),
+                "direction": DIRECTION_LABEL.get(d, d),
                 "copies": per_dev[d]["count"],
                 "size": human_bytes(per_dev[d]["bytes"]),
                 "busy": human_time(per_dev[d]["busy_ns"], nanoseconds=True),
@@ -115,15 +238,15 @@ def register(app: dash.Dash, store: RunStore) -> None:
             }
             for d in ("d2h", "h2d", "offload")
         ]
-        copies = figures.layer_copies(run.ops, layer, int(view.device) if view.device is not None else None)
+        copies = layer_copies(run.ops, layer, int(view.device) if view.device is not None else None)
         over = copy_numbers.stall_over_copy([per_dev]) and copy_numbers.waits(run.run, view.device)
         why = [html.P(f"Stalled more than the copies took: {STALL_OVER_COPY_TIME}.", className="muted")] if over else []
         return html.Div(
-            id="layer-detail-box",
+            id=ids.LAYER_DETAIL_BOX,
             children=[
                 html.H4(f"Layer {layer}, GPU {view.device}", className="layer-title"),
                 dash_table.DataTable(
-                    id="layer-summary",
+                    id=ids.LAYER_SUMMARY,
                     data=summary_rows,
                     columns=[
                         {"id": c, "name": c}
@@ -137,7 +260,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
                 html.Ul(kernels),
                 html.Strong(f"The copies ({len(copies):,} shown, in time order)"),
                 dash_table.DataTable(
-                    id="layer-copies",
+                    id=ids.LAYER_COPIES,
                     data=copies,
                     page_size=10,
                     columns=[
@@ -158,3 +281,8 @@ def register(app: dash.Dash, store: RunStore) -> None:
                 ),
             ],
         )
+
+    kernels_view.register_layers(app, store)
+
+
+TAB = TabView("layers", "Per layer", layout, register, run_choice=ids.LAYER_RUN)

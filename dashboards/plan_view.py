@@ -9,7 +9,7 @@ from typing import Any
 import dash
 from dash import Input, Output, dash_table, dcc, html
 
-from dashboards import tab_gate
+from dashboards import ids, tab_gate
 from dashboards.data import RunStore, read_plan
 from dashboards.figures import COLORS, LIMIT_COLOR, Figure, esc, grouped_bars, limit_line, note_figure
 from dashboards.styles import CELL, ERROR_COLOR, HEADER_WRAP
@@ -138,7 +138,7 @@ def plan_datatable(tab: dict[str, Any]) -> dash_table.DataTable:
         {"id": "recompute", "name": "recompute (%)", "type": "numeric", "format": {"specifier": "+.1f", "nully": "-"}},
     ]
     return dash_table.DataTable(
-        id="plan-table",
+        id=ids.PLAN_TABLE,
         columns=columns,
         data=data,
         style_table={"overflowX": "auto"},
@@ -192,7 +192,7 @@ def predicted_datatable(tab: dict[str, Any], key: str = "predictions") -> dash_t
         {"id": "fits", "name": "fits", "type": "text"},
     ]
     return dash_table.DataTable(
-        id=f"plan-{key}-table",
+        id=ids.plan_predicted_table(key),
         columns=columns,
         data=data,
         style_table={"overflowX": "auto", "marginTop": "8px"},
@@ -246,7 +246,7 @@ def tune_datatable(tune: dict[str, Any]) -> dash_table.DataTable | None:
         {"id": "compile", "name": "compile", "type": "text"},
     ]
     return dash_table.DataTable(
-        id="plan-tune-table",
+        id=ids.PLAN_TUNE_TABLE,
         columns=columns,
         data=data,
         style_table={"overflowX": "auto", "marginTop": "8px"},
@@ -307,16 +307,16 @@ def layout(plans: list[Any]) -> list[Any]:
         return [
             html.Div(
                 dcc.Dropdown(
-                    id="plan-choice",
+                    id=ids.PLAN_CHOICE,
                     clearable=False,
                     options=[{"label": p.name, "value": p.id} for p in plans],
                     value=plans[0].id,
                 ),
                 className="select-narrow",
             ),
-            dcc.Loading(dcc.Graph(id="plan-graph", figure=note_figure("Loading …"), config={"displaylogo": False})),
-            html.Div(id="plan-table-box"),
-            html.Div(id="plan-note", className="muted"),
+            dcc.Loading(dcc.Graph(id=ids.PLAN_GRAPH, figure=note_figure("Loading …"), config={"displaylogo": False})),
+            html.Div(id=ids.PLAN_TABLE_BOX),
+            html.Div(id=ids.PLAN_NOTE, className="muted"),
         ]
     return [
         html.Div(
@@ -332,18 +332,15 @@ def register(app: dash.Dash, store: RunStore) -> None:
     if not store.plans:
         return
 
-    @app.callback(
-        Output("plan-graph", "figure"),
-        Output("plan-table-box", "children"),
-        Output("plan-note", "children"),
-        tab_gate.opened("trade"),
-        Input("plan-choice", "value"),
-        tab_gate.SHOWN,
-        prevent_initial_call=True,
+    @tab_gate.callback(
+        app,
+        "trade",
+        Output(ids.PLAN_GRAPH, "figure"),
+        Output(ids.PLAN_TABLE_BOX, "children"),
+        Output(ids.PLAN_NOTE, "children"),
+        Input(ids.PLAN_CHOICE, "value"),
     )
-    def on_plan(_opened, pid, tab):
-        if tab != "trade":
-            return dash.no_update, dash.no_update, dash.no_update
+    def on_plan(pid):
         ref = store.plans.get(pid)
         if ref is None:
             return note_figure("Pick a plan."), [], ""

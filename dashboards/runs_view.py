@@ -5,15 +5,17 @@ The table's selection drives every other view; ``follow_rows`` is what follows f
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import dash
 from dash import Input, Output, State, dash_table, dcc, html
 
-from dashboards import bars, copy_numbers, figures, kernels_view, rows, selection, verdict_view, widgets
+from dashboards import bars, copy_numbers, figures, ids, kernels_view, rows, selection, verdict_view, widgets
 from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.styles import CELL, ERROR_COLOR, HEADER_WRAP
+from dashboards.view import Page, TabView
 from profiler.errors import ProfilerError
 
 
@@ -124,11 +126,11 @@ def table_part(store: RunStore, raw: list[dict[str, Any]], sel: dict[str, Any]) 
     selected = rows.default_selection(raw)
     done, total, _ = store.progress()
     return [
-        html.Div(sel["verdict"], id="verdict", className="verdict"),
-        html.Div(progress_text(done, total, None, len(store.plans)), id="progress", className="muted"),
-        dcc.Interval(id="poll", interval=700, n_intervals=0, disabled=done >= total),
+        html.Div(sel["verdict"], id=ids.VERDICT, className="verdict"),
+        html.Div(progress_text(done, total, None, len(store.plans)), id=ids.PROGRESS, className="muted"),
+        dcc.Interval(id=ids.POLL, interval=700, n_intervals=0, disabled=done >= total),
         dash_table.DataTable(
-            id="runs",
+            id=ids.RUNS,
             columns=columns,
             data=data,
             tooltip_data=tips,
@@ -149,34 +151,37 @@ def table_part(store: RunStore, raw: list[dict[str, Any]], sel: dict[str, Any]) 
                 {"if": {"filter_query": "{source} = 'SYNTHETIC demo'"}, "fontStyle": "italic"},
             ],
         ),
-        html.Div(rows.SOURCE_NOTE, id="table-note", className="muted"),
-        html.Div(sel["provenance"], id="provenance", className="muted"),
+        html.Div(rows.SOURCE_NOTE, id=ids.TABLE_NOTE, className="muted"),
+        html.Div(sel["provenance"], id=ids.PROVENANCE, className="muted"),
     ]
 
 
-def policies_tab(store: RunStore, views: list[View], sel: dict[str, Any]) -> dcc.Tab:
+def policies_layout(page: Page) -> list[Any]:
     """The Policies tab: the selected rows' copy numbers side by side, and their kernels beside copies."""
-    return dcc.Tab(
-        label="Policies",
-        value="policies",
-        children=[
-            html.Div(sel["bars"], id="policy-bars"),
-            html.Div(kernels_view.policy_panel(store, views), id="policy-kernels"),
-        ],
-    )
+    return [
+        html.Div(page.sel["bars"], id=ids.POLICY_BARS),
+        html.Div(kernels_view.policy_panel(page.store, page.views), id=ids.POLICY_KERNELS),
+    ]
 
 
-def register(app: dash.Dash, store: RunStore) -> None:
+POLICIES = TabView("policies", "Policies", policies_layout, kernels_view.register_policies)
+
+
+def register(app: dash.Dash, store: RunStore, per_run: Sequence[TabView]) -> None:
+    """The table's callbacks: it fills in while runs are analyzed, and its selection sets the verdict, the
+    policy bars, the error cards, the provenance and the run choices of the *per_run* tabs."""
+    choices = [t.run_choice for t in per_run]
+
     @app.callback(
-        Output("progress", "children"),
-        Output("runs", "columns"),
-        Output("runs", "data"),
-        Output("runs", "tooltip_data"),
-        Output("poll", "disabled"),
-        Output("runs", "selected_rows"),
-        Input("poll", "n_intervals"),
-        State("runs", "selected_rows"),
-        State("runs", "data"),
+        Output(ids.PROGRESS, "children"),
+        Output(ids.RUNS, "columns"),
+        Output(ids.RUNS, "data"),
+        Output(ids.RUNS, "tooltip_data"),
+        Output(ids.POLL, "disabled"),
+        Output(ids.RUNS, "selected_rows"),
+        Input(ids.POLL, "n_intervals"),
+        State(ids.RUNS, "selected_rows"),
+        State(ids.RUNS, "data"),
         prevent_initial_call=True,
     )
     def refresh(_n: int, selected: list[int], old: list[dict[str, Any]]):
@@ -195,24 +200,17 @@ def register(app: dash.Dash, store: RunStore) -> None:
         return msg, columns, data, tips, finished, new_sel
 
     @app.callback(
-        Output("verdict", "children"),
-        Output("policy-bars", "children"),
-        Output("errors", "children"),
-        Output("provenance", "children"),
-        Output("layer-run", "options"),
-        Output("layer-run", "value"),
-        Output("timeline-run", "options"),
-        Output("timeline-run", "value"),
-        Output("streams-run", "options"),
-        Output("streams-run", "value"),
-        Input("runs", "selected_rows"),
-        State("runs", "data"),
-        State("layer-run", "value"),
-        State("timeline-run", "value"),
-        State("streams-run", "value"),
+        Output(ids.VERDICT, "children"),
+        Output(ids.POLICY_BARS, "children"),
+        Output(ids.ERRORS, "children"),
+        Output(ids.PROVENANCE, "children"),
+        *[out for c in choices for out in (Output(c, "options"), Output(c, "value"))],
+        Input(ids.RUNS, "selected_rows"),
+        State(ids.RUNS, "data"),
+        *[State(c, "value") for c in choices],
         prevent_initial_call=True,
     )
     def on_select(selected, data, *current):
         sel = follow_rows(store, selection.selected_views(selected, data), list(current))
-        opts, (v1, v2, v3) = sel["options"], sel["values"]
-        return sel["verdict"], sel["bars"], sel["errors"], sel["provenance"], opts, v1, opts, v2, opts, v3
+        runs = [out for value in sel["values"] for out in (sel["options"], value)]
+        return sel["verdict"], sel["bars"], sel["errors"], sel["provenance"], *runs

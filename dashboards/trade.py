@@ -14,7 +14,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dash_table, dcc, html
 
-from dashboards import plan_view, selection, tab_gate
+from dashboards import ids, plan_view, selection, tab_gate
 from dashboards.data import RunStore
 from dashboards.figures import (
     COLORS,
@@ -30,6 +30,7 @@ from dashboards.figures import (
     unique,
 )
 from dashboards.styles import CELL, FAINT_COLOR, HEADER_WRAP, SAME_STEP_BACKGROUND
+from dashboards.view import Page, TabView
 from profiler.analysis.policies import frontier, per_step_and_gpu, planned_vs_moved, policy_table
 from profiler.predict.recorded import predicted
 from profiler.report.policies_text import policy_marks
@@ -312,7 +313,7 @@ def policy_datatable(tab: dict[str, Any], labels: list[str]) -> tuple[dash_table
     marks = {"=": "same compiled step", "~": "within the noise", "!": "runs apart", "cpu": "CPU runs"}
     lines = [f"{marks.get(m, m)}: {text}" for m, text in policy_marks(tab)] + lines
     table = dash_table.DataTable(
-        id="trade-table",
+        id=ids.TRADE_TABLE,
         columns=columns,
         data=data,
         tooltip_header=HEADER_TIPS,
@@ -457,13 +458,13 @@ def note(text: str) -> html.Div:
 # --- the view: layout and callbacks --------------------------------------------------------------
 
 
-def layout(plans: list[Any]) -> list[Any]:
+def layout(page: Page) -> list[Any]:
     return [
         html.Div(
             [
                 html.Span("x axis:"),
                 dcc.RadioItems(
-                    id="trade-x",
+                    id=ids.TRADE_X,
                     options=[{"label": f" {v}", "value": k} for k, v in X_MODES.items()],
                     value="step",
                     inline=True,
@@ -472,19 +473,19 @@ def layout(plans: list[Any]) -> list[Any]:
             ],
             className="control",
         ),
-        dcc.Loading(dcc.Graph(id="trade-frontier", figure=note_figure("Loading …"), config={"displaylogo": False})),
-        html.Div(id="trade-frontier-note", className="muted"),
+        dcc.Loading(dcc.Graph(id=ids.TRADE_FRONTIER, figure=note_figure("Loading …"), config={"displaylogo": False})),
+        html.Div(id=ids.TRADE_FRONTIER_NOTE, className="muted"),
         html.H4("Per policy (per step and per device)", className="section-title"),
-        html.Div(id="trade-table-box"),
+        html.Div(id=ids.TRADE_TABLE_BOX),
         html.H4("The compiler's plan against what moved, per layer", className="section-title"),
         html.Div(
-            dcc.Dropdown(id="pvm-run", clearable=False, placeholder="run", optionHeight=40),
+            dcc.Dropdown(id=ids.PVM_RUN, clearable=False, placeholder="run", optionHeight=40),
             className="select-narrow",
         ),
-        dcc.Loading(dcc.Graph(id="pvm-graph", figure=note_figure("Loading …"), config={"displaylogo": False})),
-        html.Ul(id="pvm-flags", className="small"),
+        dcc.Loading(dcc.Graph(id=ids.PVM_GRAPH, figure=note_figure("Loading …"), config={"displaylogo": False})),
+        html.Ul(id=ids.PVM_FLAGS, className="small"),
         html.H4("Compiled for a GPU target, not measured (profile-step plan)", className="section-title"),
-        *plan_view.layout(plans),
+        *plan_view.layout(list(page.store.plans.values())),
     ]
 
 
@@ -495,23 +496,20 @@ def register(app: dash.Dash, store: RunStore) -> None:
         labels = unique([selection.run_label(store, rid)[0] for rid in rids])
         return rids, summaries, labels
 
-    @app.callback(
-        Output("trade-frontier", "figure"),
-        Output("trade-frontier-note", "children"),
-        Output("trade-table-box", "children"),
-        Output("pvm-run", "options"),
-        Output("pvm-run", "value"),
-        tab_gate.opened("trade"),
-        Input("trade-x", "value"),
-        Input("runs", "selected_rows"),
-        State("runs", "data"),
-        State("pvm-run", "value"),
-        tab_gate.SHOWN,
-        prevent_initial_call=True,
+    @tab_gate.callback(
+        app,
+        "trade",
+        Output(ids.TRADE_FRONTIER, "figure"),
+        Output(ids.TRADE_FRONTIER_NOTE, "children"),
+        Output(ids.TRADE_TABLE_BOX, "children"),
+        Output(ids.PVM_RUN, "options"),
+        Output(ids.PVM_RUN, "value"),
+        Input(ids.TRADE_X, "value"),
+        Input(ids.RUNS, "selected_rows"),
+        State(ids.RUNS, "data"),
+        State(ids.PVM_RUN, "value"),
     )
-    def on_trade(_opened, x_mode, selected, data, current, tab):
-        if tab != "trade":
-            return (dash.no_update,) * 5
+    def on_trade(x_mode, selected, data, current):
         rids, summaries, labels = runs_of(selected, data)
         if not rids:
             empty = note_figure("Select runs in the table above: one point per run.")
@@ -551,20 +549,18 @@ def register(app: dash.Dash, store: RunStore) -> None:
             value,
         )
 
-    @app.callback(
-        Output("pvm-graph", "figure"),
-        Output("pvm-flags", "children"),
-        tab_gate.opened("trade"),
-        Input("pvm-run", "value"),
-        tab_gate.SHOWN,
-        prevent_initial_call=True,
+    @tab_gate.callback(
+        app, "trade", Output(ids.PVM_GRAPH, "figure"), Output(ids.PVM_FLAGS, "children"), Input(ids.PVM_RUN, "value")
     )
-    def on_pvm(_opened, rid, tab):
-        if tab != "trade":
-            return dash.no_update, dash.no_update
+    def on_pvm(rid):
         if not rid or rid not in store.results:
             return note_figure("Select runs in the table above, then pick one here.", height=200), []
         run = store.results[rid].run
         label, _ = selection.run_label(store, rid)
         fig, flags = pvm_figure(planned_vs_moved(run), run, label)
         return fig, [html.Li(f) for f in flags]
+
+    plan_view.register(app, store)
+
+
+TAB = TabView("trade", "Policy trade", layout, register)

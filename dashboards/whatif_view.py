@@ -15,10 +15,11 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc, html
 
-from dashboards import links, selection, tab_gate
+from dashboards import ids, links, selection, tab_gate
 from dashboards.data import RunStore
 from dashboards.figures import COLORS, TITLE, Figure, esc, figure, note_figure, text_px, unique
 from dashboards.rows import View
+from dashboards.view import Page, TabView
 from profiler.analysis.links import Link, copy_scale
 from profiler.analysis.whatif import step_medians
 from profiler.units import human_time, time_unit
@@ -244,17 +245,17 @@ def compute(
     return fig, notes, bool(waiting)
 
 
-def layout(default_target: str = DEFAULT_TARGET) -> list[Any]:
+def layout(page: Page) -> list[Any]:
     return [
         html.Div(
             [
                 html.Span("Copies on:"),
                 html.Div(
-                    dcc.Dropdown(id="whatif-to", clearable=False, value=default_target, options=TARGET_OPTIONS),
+                    dcc.Dropdown(id=ids.WHATIF_TO, clearable=False, value=DEFAULT_TARGET, options=TARGET_OPTIONS),
                     className="select select-30",
                 ),
                 dcc.Input(
-                    id="whatif-value",
+                    id=ids.WHATIF_VALUE,
                     type="number",
                     value=None,
                     placeholder="GB/s or x",  # used by "custom link" and "factor F"; empty for a named link
@@ -265,20 +266,20 @@ def layout(default_target: str = DEFAULT_TARGET) -> list[Any]:
                 ),
                 html.Span("the traces' link:"),
                 html.Div(
-                    dcc.Dropdown(id="whatif-from", clearable=False, value=AUTO, options=FROM_OPTIONS),
+                    dcc.Dropdown(id=ids.WHATIF_FROM, clearable=False, value=AUTO, options=FROM_OPTIONS),
                     className="select select-30",
                 ),
                 dcc.Checklist(
-                    id="whatif-host",
+                    id=ids.WHATIF_HOST,
                     options=[{"label": " model host synchronization", "value": "host"}],
                     value=["host"],
                 ),
             ],
             className="control wrap",
         ),
-        html.Div(id="whatif-note", className="small"),
-        dcc.Loading(dcc.Graph(id="whatif-graph", figure=note_figure("Loading …"), config={"displaylogo": False})),
-        dcc.Interval(id="whatif-poll", interval=800, disabled=True),
+        html.Div(id=ids.WHATIF_NOTE, className="small"),
+        dcc.Loading(dcc.Graph(id=ids.WHATIF_GRAPH, figure=note_figure("Loading …"), config={"displaylogo": False})),
+        dcc.Interval(id=ids.WHATIF_POLL, interval=800, disabled=True),
         html.Div(
             "Predicted with profile-step whatif's replay (docs/whatif.md): per selected row, the median of the "
             "included steps' predicted times, and the GPU span of the capture. Limits: copies run at the same "
@@ -290,9 +291,9 @@ def layout(default_target: str = DEFAULT_TARGET) -> list[Any]:
 
 def register(app: dash.Dash, store: RunStore) -> None:
     @app.callback(
-        Output("whatif-value", "disabled"),
-        Output("whatif-value", "value"),
-        Input("whatif-to", "value"),
+        Output(ids.WHATIF_VALUE, "disabled"),
+        Output(ids.WHATIF_VALUE, "value"),
+        Input(ids.WHATIF_TO, "value"),
         prevent_initial_call=True,
     )
     def on_target(target):
@@ -302,24 +303,25 @@ def register(app: dash.Dash, store: RunStore) -> None:
             return False, 200
         return True, None
 
-    @app.callback(
-        Output("whatif-graph", "figure"),
-        Output("whatif-note", "children"),
-        Output("whatif-poll", "disabled"),
-        tab_gate.opened("whatif"),
-        Input("whatif-to", "value"),
-        Input("whatif-value", "value"),
-        Input("whatif-from", "value"),
-        Input("whatif-host", "value"),
-        Input("runs", "selected_rows"),
-        Input("whatif-poll", "n_intervals"),
-        State("runs", "data"),
-        tab_gate.SHOWN,
-        prevent_initial_call=True,
+    @tab_gate.callback(
+        app,
+        "whatif",
+        Output(ids.WHATIF_GRAPH, "figure"),
+        Output(ids.WHATIF_NOTE, "children"),
+        Output(ids.WHATIF_POLL, "disabled"),
+        Input(ids.WHATIF_TO, "value"),
+        Input(ids.WHATIF_VALUE, "value"),
+        Input(ids.WHATIF_FROM, "value"),
+        Input(ids.WHATIF_HOST, "value"),
+        Input(ids.RUNS, "selected_rows"),
+        Input(ids.WHATIF_POLL, "n_intervals"),
+        State(ids.RUNS, "data"),
+        hidden=lambda *_: (dash.no_update, dash.no_update, True),  # hidden: the poll stops
     )
-    def on_whatif(_opened, target, value, source, host, selected, _n, data, tab):
-        if tab != "whatif":
-            return dash.no_update, dash.no_update, True
+    def on_whatif(target, value, source, host, selected, _n, data):
         views = selection.selected_views(selected, data)
         fig, notes, waiting = compute(store, views, target, value, source or AUTO, "host" in (host or []))
         return fig, notes, not waiting
+
+
+TAB = TabView("whatif", "What-if", layout, register)

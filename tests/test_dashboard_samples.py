@@ -11,9 +11,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from dashboards.figures import timeline_figure
 from dashboards.findings_view import _finding, focus
 from dashboards.rows import View
+from dashboards.timeline_view import timeline_figure
 from profiler.report.verdict_text import verdict_lines
 from tests.conftest import ROOT, run_cli
 from tests.test_dashboard import browser, check_page, dashboard, figure, pick, wait_graph, wait_rows  # noqa: F401

@@ -9,8 +9,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from dashboards.figures import busy_fraction, category_axis, timeline_figure
+from dashboards.figures import category_axis
 from dashboards.links import default_link
+from dashboards.timeline_view import busy_fraction, timeline_figure
 from profiler.errors import InputError
 from profiler.runs.catalog import allowed, read_catalog
 from profiler.synthetic.export import ExportBuilder
