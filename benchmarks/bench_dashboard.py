@@ -183,7 +183,7 @@ def main() -> None:
                 tab(page, "Copy streams", graph_ready("streams-graph", 6), "tab: copy streams")
                 tab(
                     page,
-                    "Findings",
+                    "Findings (",  # the tab (its count follows); the verdict panel has a "findings" line too
                     "document.querySelectorAll('#findings-panel .run-findings').length >= 2",
                     "tab: findings",
                     exact=False,
