@@ -19,22 +19,13 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from tests.reference_kernels import merged  # the same sort-and-merge union, written once for the references
+
 KERNEL, MEMCPY, MEMSET = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 CLASS_OF_KIND = {1: "h2d", 2: "d2h", 8: "d2d", 10: "p2p"}  # anything else: other
 CLASS_ORDER = ["h2d", "d2h", "d2d", "p2p", "other"]
 PAGEABLE = 0  # ENUM_CUDA_MEM_KIND
-
-
-def merged(ivs: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The union of *ivs*: sorted, disjoint, touching pieces joined, empty ones dropped."""
-    out: list[list[int]] = []
-    for s, e in sorted(iv for iv in ivs if iv[1] > iv[0]):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
 
 
 def length(u: list[tuple[int, int]]) -> int:
