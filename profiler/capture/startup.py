@@ -35,6 +35,7 @@ import sys
 import threading
 from typing import Any
 
+from profiler.capture.jax_own import jax_internal
 from profiler.conventions import (
     DOMAIN,
     HOOK_ENV,
@@ -218,14 +219,6 @@ def program_of(call: Any) -> tuple[str, int | None, str | None]:
     return name, pid, platform
 
 
-def _jax_internal(fun: Any) -> bool:
-    """Whether *fun* is one of JAX's own jitted functions (or an operation run eagerly)."""
-    if getattr(fun, "_apply_primitive", False):
-        return True
-    module = getattr(fun, "__module__", None) or ""
-    return module == "jax" or module.startswith(("jax.", "jaxlib."))
-
-
 def patch_jax() -> None:
     """Record every execution of a ``jax.jit`` executable; keep the XLA flags at backend start."""
     import weakref
@@ -275,7 +268,7 @@ def patch_jax() -> None:
 
     def _run_python_pjit(*args: Any, **kwargs: Any) -> Any:
         fun = args[2] if len(args) > 2 else kwargs.get("fun")
-        if _jax_internal(fun):  # jnp.sum, jax.random.normal, one op run eagerly: JAX's, not the script's
+        if jax_internal(fun):  # jnp.sum, jax.random.normal, one op run eagerly: JAX's, not the script's
             return run_python(*args, **kwargs)
         depth = getattr(inside, "depth", 0)
         inside.depth = depth + 1

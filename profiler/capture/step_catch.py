@@ -219,7 +219,7 @@ def install() -> None:
     try:
         from jax._src import core, pjit
 
-        from profiler.capture.startup import _jax_internal
+        from profiler.capture.jax_own import jax_internal
     except Exception:
         return
     infer = pjit._infer_params
@@ -228,7 +228,7 @@ def install() -> None:
 
     def _infer_params(fun: Any, ji: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         server = sys.modules.get("profiler.xla.tune_server")
-        if state["taking"] or getattr(server, "serving", False) or _jax_internal(fun) or not core.trace_state_clean():
+        if state["taking"] or getattr(server, "serving", False) or jax_internal(fun) or not core.trace_state_clean():
             return infer(fun, ji, args, kwargs)  # JAX's own, or a jit called inside another's trace
         rec = _seen.setdefault(id(ji), {"name": _name(fun), "calls": 0, "shapes": None})
         rec["calls"] += 1

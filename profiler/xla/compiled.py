@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from profiler.xla.buffers import memory_stats, parse_buffer_assignment
+from profiler.xla.buffers import MEMORY_FIELDS, memory_stats, parse_buffer_assignment
 from profiler.xla.cost_probe import COST_KEYS, analyze_text, parse_error
 from profiler.xla.dump import DumpModule
 from profiler.xla.fingerprint import module_fingerprint, text_fingerprint
@@ -167,3 +167,20 @@ def agreement(handed: dict[str, Any], dumped: dict[str, Any]) -> dict[str, Any]:
             diffs.append(f"{k}: handed over {a:g}, dump {b:g}")
     compared = bool(hm and dm) or bool(hc and dc)
     return {"compared": compared, "agree": compared and not diffs, "differences": diffs}
+
+
+def memory_fields(ma: Any) -> dict[str, int] | None:
+    """``compiled.memory_analysis()`` as a dict (None when the backend gives nothing)."""
+    if ma is None:
+        return None
+    out = {k: int(getattr(ma, k)) for k in MEMORY_FIELDS if getattr(ma, k, None) is not None}
+    if getattr(ma, "peak_memory_in_bytes", None) is not None:
+        out["peak_memory_in_bytes"] = int(ma.peak_memory_in_bytes)
+    return out
+
+
+def module_name(hlo_text: str) -> str | None:
+    first = hlo_text.lstrip().split("\n", 1)[0]
+    if first.startswith("HloModule "):
+        return first.split()[1].rstrip(",")
+    return None

@@ -30,27 +30,9 @@ from profiler.conventions import (
     TUNE_FDS_ENV,
     XLA_DUMP_ENV,
 )
-from profiler.xla.buffers import MEMORY_FIELDS
-from profiler.xla.compiled import cost_analysis, pick_costs
+from profiler.xla.compiled import cost_analysis, memory_fields, module_name, pick_costs
 
 MEMORY_STATS_KEYS = ("peak_bytes_in_use", "bytes_limit", "bytes_in_use", "largest_alloc_size", "num_allocs")
-
-
-def memory_fields(ma: Any) -> dict[str, int] | None:
-    """``compiled.memory_analysis()`` as a dict (None when the backend gives nothing)."""
-    if ma is None:
-        return None
-    out = {k: int(getattr(ma, k)) for k in MEMORY_FIELDS if getattr(ma, k, None) is not None}
-    if getattr(ma, "peak_memory_in_bytes", None) is not None:
-        out["peak_memory_in_bytes"] = int(ma.peak_memory_in_bytes)
-    return out
-
-
-def module_name(hlo_text: str) -> str | None:
-    first = hlo_text.lstrip().split("\n", 1)[0]
-    if first.startswith("HloModule "):
-        return first.split()[1].rstrip(",")
-    return None
 
 
 def _write(path: Path, doc: dict[str, Any]) -> None:

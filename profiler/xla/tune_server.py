@@ -54,7 +54,7 @@ def _names(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str
 
 
 def _compile(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any], req: dict[str, Any]) -> dict[str, Any]:
-    from profiler.xla.handover import memory_fields, module_name
+    from profiler.xla.compiled import memory_fields, module_name
 
     out = Path(req["out"])
     out.mkdir(parents=True, exist_ok=True)
