@@ -31,7 +31,6 @@ from dashboards import (
     whatif_view,
 )
 from dashboards.data import RunStore
-from dashboards.rows import View
 from dashboards.runs_view import all_rows, table_rows  # noqa: F401 (table_rows: kept importable from app)
 from dashboards.view import Page, TabView
 from profiler.errors import ProfilerError
@@ -135,12 +134,14 @@ def serve(
     store = RunStore([p.resolve() for p in paths], nsys, licences)
 
     def preload() -> None:
-        """The ops of the first view's runs, read and split by GPU ahead of their first timeline."""
+        """The ops of the first view's runs, read and split by GPU ahead of their first timeline; then
+        the replays of their first what-if, queued (``whatif_view.start_first``)."""
         raw = all_rows(store)
-        for i in rows.default_selection(raw):
-            view = View.parse(raw[i]["id"])
+        views = selected_views(rows.default_selection(raw), rows.table(raw)[1])
+        for view in views:
             if view.rid in store.results:
                 store.results[view.rid].device_ops(int(view.device) if view.device is not None else None)
+        whatif_view.start_first(store, views)
 
     store.warm_up(then=preload)
     app = create_app(store)

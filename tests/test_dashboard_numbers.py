@@ -103,24 +103,41 @@ def test_whatifs_are_computed_in_the_background_and_kept(tmp_path):
     import shutil
     import time
 
+    from dashboards import whatif_view
     from dashboards.data import RunStore
+    from dashboards.rows import View
 
     run = tmp_path / "synthetic-4-offload_all"
     shutil.copytree(DEMO.parent, run, ignore=shutil.ignore_patterns("*.profile-step.db", "*.parquet"))
     store = RunStore([tmp_path])
     (rid,) = store.refs
-    assert store.whatifs.get(rid, 0.5) == ("computing", None)
-    for _ in range(600):
-        state, doc = store.whatifs.get(rid, 0.5)
+    store.get(rid)
+    views = [View(rid, 0), View(rid, 1)]
+    # what the server queues at start-up for the first view's rows: the what-if tab's first view, the
+    # default link (NVLink-C2C, 450 GB/s) from each GPU's own (the demo's H100s: PCIe Gen5 x16, 63 GB/s)
+    whatif_view.start_first(store, views)
+    factor = whatif_view.scale_for(store, views[0], whatif_view.DEFAULT_TARGET, None, whatif_view.AUTO).factor
+    assert factor == pytest.approx(63 / 450)
+    for _ in range(1200):
+        state, doc = store.whatifs.get(rid, factor)
         if state != "computing":
             break
         time.sleep(0.05)
     assert state == "done"
-    assert doc == trace_whatif(open_trace(run / DEMO.name), 0.5)
+    assert doc == trace_whatif(open_trace(run / DEMO.name), factor)
     # a new dashboard on the same folder reads it from the run's results file: no recomputation
     again = RunStore([tmp_path])
-    assert again.whatifs.get(rid, 0.5) == ("done", doc)
-    assert again.whatifs.get(rid, 0.5, model_host=False)[0] == "computing"  # another model, another replay
+    assert again.whatifs.get(rid, factor) == ("done", doc)
+    # another model is another replay (in the same what-if process); its trace gone meanwhile, it fails
+    # with a line naming the file
+    (run / DEMO.name).unlink()
+    assert store.whatifs.get(rid, factor, model_host=False) == ("computing", None)
+    for _ in range(1200):
+        state, message = store.whatifs.get(rid, factor, model_host=False)
+        if state != "computing":
+            break
+        time.sleep(0.05)
+    assert state == "error" and message.startswith(f"{run / DEMO.name}: the what-if failed ("), message
 
 
 def test_plans_are_found_and_bad_ones_named(tmp_path):
