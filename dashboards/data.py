@@ -161,11 +161,19 @@ Job = tuple[tuple[str, str], Path, str | None, float, bool, Path | None]  # key,
 
 def replay_worker(jobs: multiprocessing.Queue, done: multiprocessing.Queue) -> None:
     """The what-if process: one replay at a time, at a lower priority than the server and the browser,
-    each kept in its run's results file and sent back as (key, document, error)."""
+    each kept in its run's results file and sent back as (key, document, error).  It ends within a
+    second of its server, however that ended (a killed server runs no exit handler to end it)."""
     with contextlib.suppress(OSError):
         os.nice(10)
+    server = multiprocessing.parent_process()
+    done.cancel_join_thread()  # at its end, never wait for a server that is gone to read the last answer
     while True:
-        key, trace_path, nsys, factor, model_host, db_path = jobs.get()
+        try:
+            key, trace_path, nsys, factor, model_host, db_path = jobs.get(timeout=1.0)
+        except queue.Empty:
+            if server is None or not server.is_alive():
+                return
+            continue
         try:
             doc = trace_whatif(load_trace(trace_path, nsys), factor, model_host=model_host)
             store.write_whatif(db_path, key[1], doc)

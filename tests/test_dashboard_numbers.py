@@ -173,3 +173,50 @@ def test_findings_of_unselected_gpus_are_left_out_and_named():
     assert [f["id"] for f in shown] == ["a", "c"] and left == ["7", "12"]
     shown, left = split_by_gpu(found, [View("r", "7"), View("r", "12"), View("r", "0")])
     assert [f["id"] for f in shown] == ["a", "b", "c", "d"] and left == []
+
+
+def test_the_whatif_process_ends_with_its_server(tmp_path):
+    """A server killed (no exit handler runs) leaves no what-if process behind: it ends within seconds."""
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run = tmp_path / "synthetic-4-offload_all"
+    shutil.copytree(DEMO.parent, run, ignore=shutil.ignore_patterns("*.profile-step.db", "*.parquet"))
+    server = (
+        "import multiprocessing, sys, time\n"
+        "from pathlib import Path\n"
+        "from dashboards.data import RunStore\n"
+        "store = RunStore([Path(sys.argv[1])])\n"
+        "(rid,) = store.refs\n"
+        "store.whatifs.get(rid, 0.5)\n"
+        "while not multiprocessing.active_children(): time.sleep(0.05)\n"
+        "print(multiprocessing.active_children()[0].pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", server, str(tmp_path)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        worker = int(proc.stdout.readline())
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    def running(pid: int) -> bool:
+        try:  # a zombie waiting for init to reap it has ended
+            return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    for _ in range(200):
+        if not running(worker):
+            break
+        time.sleep(0.1)
+    assert not running(worker)
