@@ -161,19 +161,17 @@ Job = tuple[tuple[str, str], Path, str | None, float, bool, Path | None]  # key,
 
 def replay_worker(jobs: multiprocessing.Queue, done: multiprocessing.Queue) -> None:
     """The what-if process: one replay at a time, at a lower priority than the server and the browser,
-    each kept in its run's results file and sent back as (key, document, error).  It ends within a
-    second of its server, however that ended (a killed server runs no exit handler to end it)."""
+    each kept in its run's results file and sent back as (key, document, error).  It ends as soon as
+    its server does, however that ended (a killed server runs no exit handler to end it), even in the
+    middle of a replay (SQLite rolls back a write cut short)."""
     with contextlib.suppress(OSError):
         os.nice(10)
     server = multiprocessing.parent_process()
+    if server is not None:
+        threading.Thread(target=lambda: (server.join(), os._exit(0)), name="server-gone", daemon=True).start()
     done.cancel_join_thread()  # at its end, never wait for a server that is gone to read the last answer
     while True:
-        try:
-            key, trace_path, nsys, factor, model_host, db_path = jobs.get(timeout=1.0)
-        except queue.Empty:
-            if server is None or not server.is_alive():
-                return
-            continue
+        key, trace_path, nsys, factor, model_host, db_path = jobs.get()
         try:
             doc = trace_whatif(load_trace(trace_path, nsys), factor, model_host=model_host)
             store.write_whatif(db_path, key[1], doc)
