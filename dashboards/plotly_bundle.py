@@ -46,7 +46,7 @@ def use_bundle(app: dash.Dash) -> bool:
     """Serve the cartesian bundle at the full bundle's URL when the versions agree; whether it is served."""
     if bundle_version() != installed_version():
         return False
-    path = app.config.requests_pathname_prefix + FULL
+    path = app.config.routes_pathname_prefix + FULL  # the server side of the URL the page asks for
 
     @app.server.before_request
     def cartesian_plotly() -> flask.Response | None:
