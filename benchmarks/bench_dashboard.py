@@ -9,20 +9,24 @@ the first view (page load until the runs table and the policy bars are
 drawn), switching to each view (tab), switching the per-layer view between
 the two runs, and clicking a layer: wall time, and the CPU time of the page's
 main thread (which a machine shared with other work stretches less).  The
-what-if view is timed twice: the first time (its replays of both runs are
-computed in the background: the cached what-ifs are dropped before the run)
-and later (from the cache).
+what-if view is timed twice: the first time (the cached what-ifs are dropped
+before the run; the server starts the replays of the first view's runs in the
+background when it starts, so the first what-if waits only for what is left
+of them: the run prints when they were stored and when the tab was clicked,
+both from the server's start) and later (from the cache).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
 import sqlite3
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -88,6 +92,22 @@ def main() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    started = time.perf_counter()
+    stored: dict[str, float] = {}  # results file -> seconds after the server's start when a what-if was in it
+
+    def watch() -> None:
+        """When the server has stored each run's first what-if (it starts the replays at start-up)."""
+        while len(stored) < len(dbs) and time.perf_counter() - started < 300:
+            for db in dbs:
+                if db.name not in stored:
+                    with contextlib.suppress(sqlite3.Error), sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+                        if con.execute("SELECT count(*) FROM whatif").fetchone()[0]:
+                            stored[db.name] = time.perf_counter() - started
+            time.sleep(0.1)
+
+    dbs = sorted(data.glob("*.profile-step.db"))
+    threading.Thread(target=watch, daemon=True).start()
+    clicked: list[float] = []  # seconds after the server's start when the what-if tab was first clicked
     server = subprocess.Popen(
         [sys.executable, "-m", "dashboards", str(data), "--port", str(port)],
         cwd=ROOT,
@@ -194,7 +214,16 @@ def main() -> None:
                 tab(page, "Policy trade", drawn, "tab: policy trade")
                 first = not results["tab: what-if, first (replays both runs)"]
                 key = "tab: what-if, first (replays both runs)" if first else "tab: what-if, cached"
-                tab(page, "What-if", graph_ready("whatif-graph", 4), key)
+                if first:
+                    clicked.append(time.perf_counter() - started)
+                # drawn with every selected run replayed: no run is still "computing" (a figure of the runs
+                # done so far has its 4 traces already)
+                tab(
+                    page,
+                    "What-if",
+                    graph_ready("whatif-graph", 4) + " && !document.querySelector('#whatif-note .computing')",
+                    key,
+                )
                 tab(page, "Policies", POLICY_READY, "tab: policies")
                 page.close()
             browser.close()
@@ -208,6 +237,11 @@ def main() -> None:
             continue
         med = statistics.median
         print(f"{name:40s} {med(vals):9.2f} {max(vals):7.2f} {med(cpu[name]):11.2f} {med(served[name]):11.2f}")
+    done = ", ".join(f"{name} {t:.1f} s" for name, t in sorted(stored.items())) or "not within the run"
+    print(
+        f"the first what-if's replays (started by the server at start-up) were stored: {done} after the server's "
+        f"start; the what-if tab was first clicked {clicked[0] if clicked else float('nan'):.1f} s after it"
+    )
     print("page CPU: CPU time of the page's main thread (Chromium's ThreadTime), median")
     loads = " to ".join(f"{x[0]:.1f} (1 min), {x[1]:.1f} (5 min)" for x in (load_before, os.getloadavg()))
     print(f"load average of this machine ({os.cpu_count()} CPUs), at the start and at the end: {loads}")

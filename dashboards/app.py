@@ -16,10 +16,10 @@ import flask
 from dash import Input, Output, dcc, html
 
 from dashboards import (
-    figures,
     findings_view,
     ids,
     layers_view,
+    plotly_bundle,
     ranks_view,
     rows,
     runs_view,
@@ -31,12 +31,14 @@ from dashboards import (
     whatif_view,
 )
 from dashboards.data import RunStore
-from dashboards.rows import View
 from dashboards.runs_view import all_rows, table_rows  # noqa: F401 (table_rows: kept importable from app)
 from dashboards.view import Page, TabView
 from profiler.errors import ProfilerError
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+DASH_FETCHES = ("_dash-layout", "_dash-dependencies")
+FIRST_VIEW_CHUNKS = tuple(f"_dash-component-suites/dash/dash_table/async-{c}.js" for c in ("table", "highlight"))
+WARM_TICKS = 30  # plotly.js loads when the first view is drawn, or after 3 s at the latest
 # the tabs, in their order: a new tab is a module with a TabView and one line here
 TABS: tuple[TabView, ...] = (
     runs_view.POLICIES,
@@ -51,6 +53,15 @@ TABS: tuple[TabView, ...] = (
 PER_RUN = tuple(t for t in TABS if t.per_run)
 
 
+def preloads(prefix: str) -> str:
+    """Links that start, with the page's scripts, what Dash's renderer asks for only once they have run:
+    the layout (the first view), the callbacks, and the runs table's code (a chunk loaded at its
+    first drawing)."""
+    fetches = [f'<link rel="preload" href="{prefix}{p}" as="fetch" crossorigin="anonymous">' for p in DASH_FETCHES]
+    chunks = [f'<link rel="preload" href="{prefix}{p}" as="script">' for p in FIRST_VIEW_CHUNKS]
+    return "\n".join(fetches + chunks)
+
+
 def create_app(store: RunStore) -> dash.Dash:
     app = dash.Dash(__name__, title="profile-step", update_title=None)
 
@@ -60,6 +71,9 @@ def create_app(store: RunStore) -> dash.Dash:
         (Dash's page route answered 200 and its component route 500)."""
         if ".." in flask.request.path.split("/"):
             flask.abort(404)
+
+    plotly_bundle.use_bundle(app)  # the cartesian plotly.js: a third of the full one's evaluation
+    app.index_string = app.index_string.replace("{%css%}", "{%css%}" + preloads(app.config.requests_pathname_prefix))
 
     def layout() -> html.Div:
         """The page with its first view filled in: no callback stands between loading and seeing."""
@@ -72,8 +86,8 @@ def create_app(store: RunStore) -> dash.Dash:
             children=[
                 html.H2("profile-step: are the offload copies hidden?", className="page-title"),
                 *runs_view.table_part(store, raw, sel),
-                # plotly.js (5 MB) loads after the first view, so that the other views open at once
-                dcc.Interval(id=ids.WARM, interval=600, max_intervals=1),
+                # plotly.js loads once the first view is drawn, so that the other views open at once
+                dcc.Interval(id=ids.WARM, interval=100, max_intervals=WARM_TICKS),
                 html.Div(id=ids.PLOTLY_WARM, className="hidden"),
                 html.Div(sel["errors"], id=ids.ERRORS),
                 *tab_gate.stores(tuple(t.name for t in TABS)),
@@ -81,9 +95,19 @@ def create_app(store: RunStore) -> dash.Dash:
             ],
         )
 
-    @app.callback(Output(ids.PLOTLY_WARM, "children"), Input(ids.WARM, "n_intervals"), prevent_initial_call=True)
-    def warm(_n):
-        return dcc.Graph(figure=figures.note_figure(""), className="hidden")
+    # In the browser, every 0.1 s until the runs table has rows (the first view is drawn; at most
+    # WARM_TICKS ticks): a hidden graph, whose first drawing loads plotly.js, and the timer stops.
+    app.clientside_callback(
+        "function(n) { if (!document.querySelector('#runs tr') && n < "
+        + str(WARM_TICKS)
+        + ") { return [window.dash_clientside.no_update, false]; }"
+        " return [{type: 'Graph', namespace: 'dash_core_components',"
+        " props: {className: 'hidden', figure: {data: [], layout: {}}}}, true]; }",
+        Output(ids.PLOTLY_WARM, "children"),
+        Output(ids.WARM, "disabled"),
+        Input(ids.WARM, "n_intervals"),
+        prevent_initial_call=True,
+    )
 
     tab_gate.register(app, tuple(t.name for t in TABS))
     runs_view.register(app, store, PER_RUN)
@@ -122,12 +146,14 @@ def serve(
     store = RunStore([p.resolve() for p in paths], nsys, licences)
 
     def preload() -> None:
-        """The ops of the first view's runs, read and split by GPU ahead of their first timeline."""
+        """The ops of the first view's runs, read and split by GPU ahead of their first timeline; then
+        the replays of their first what-if, queued (``whatif_view.start_first``)."""
         raw = all_rows(store)
-        for i in rows.default_selection(raw):
-            view = View.parse(raw[i]["id"])
+        views = selected_views(rows.default_selection(raw), rows.table(raw)[1])
+        for view in views:
             if view.rid in store.results:
                 store.results[view.rid].device_ops(int(view.device) if view.device is not None else None)
+        whatif_view.start_first(store, views)
 
     store.warm_up(then=preload)
     app = create_app(store)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import multiprocessing
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -154,10 +156,36 @@ class RunStore:
 
 
 # --- what-ifs: the replay of a run with its copies scaled by a factor ---------------------------
+Job = tuple[tuple[str, str], Path, str | None, float, bool, Path | None]  # key, trace, nsys, factor, host, results
+
+
+def replay_worker(jobs: multiprocessing.Queue, done: multiprocessing.Queue) -> None:
+    """The what-if process: one replay at a time, at a lower priority than the server and the browser,
+    each kept in its run's results file and sent back as (key, document, error).  It ends as soon as
+    its server does, however that ended (a killed server runs no exit handler to end it), even in the
+    middle of a replay (SQLite rolls back a write cut short)."""
+    with contextlib.suppress(OSError):
+        os.nice(10)
+    server = multiprocessing.parent_process()
+    if server is not None:
+        threading.Thread(target=lambda: (server.join(), os._exit(0)), name="server-gone", daemon=True).start()
+    done.cancel_join_thread()  # at its end, never wait for a server that is gone to read the last answer
+    while True:
+        key, trace_path, nsys, factor, model_host, db_path = jobs.get()
+        try:
+            doc = trace_whatif(load_trace(trace_path, nsys), factor, model_host=model_host)
+            store.write_whatif(db_path, key[1], doc)
+            done.put((key, doc, None))
+        except Exception as exc:  # one run's failure is shown on the page, never raised in the worker
+            message = str(exc) if isinstance(exc, ProfilerError) else f"{type(exc).__name__}: {exc}"
+            done.put((key, None, f"{trace_path}: the what-if failed ({message})"))
+
+
 class WhatIfs:
     """What-if documents (``whatif.trace_whatif``) per (run, factor, host model): from memory, else
-    from the run's results file, else computed by one background worker while the page says
-    "computing".  Each is computed at most once."""
+    from the run's results file, else computed in the background while the page says "computing".
+    Each is computed at most once, in a process of its own (``replay_worker``): a replay holds the
+    CPU for seconds, and in a thread of the server it would slow every answer to the page."""
 
     def __init__(self, store: RunStore) -> None:
         self.store = store
@@ -165,7 +193,7 @@ class WhatIfs:
         self._errors: dict[tuple[str, str], str] = {}
         self._pending: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
-        self._queue: queue.Queue[tuple[tuple[str, str], Analysis, float, bool]] = queue.Queue()
+        self._queue: queue.Queue[Job] = queue.Queue()
         self._worker: threading.Thread | None = None
 
     def get(self, rid: str, factor: float, model_host: bool = True) -> tuple[str, Any]:
@@ -190,29 +218,36 @@ class WhatIfs:
                 return "done", doc
             if key not in self._pending:
                 self._pending.add(key)
-                self._queue.put((key, run, factor, model_host))
+                self._queue.put((key, run.trace_path, self.store.nsys, factor, model_host, run.db_path))
                 if self._worker is None:  # one daemon thread: a replay never delays the server's exit
                     self._worker = threading.Thread(target=self._work, name="whatif", daemon=True)
                     self._worker.start()
         return "computing", None
 
     def _work(self) -> None:
+        """Hand the queued replays to the what-if process one at a time (a new one if it died)."""
+        ctx = multiprocessing.get_context("spawn")  # never fork a server with threads
+        proc: Any = None
         while True:
-            self._compute(*self._queue.get())
-
-    def _compute(self, key: tuple[str, str], run: Analysis, factor: float, model_host: bool) -> None:
-        try:
-            trace = load_trace(run.trace_path, self.store.nsys)
-            doc = trace_whatif(trace, factor, model_host=model_host)
-            store.write_whatif(run.db_path, key[1], doc)
+            job = self._queue.get()
+            if proc is None or not proc.is_alive():
+                jobs, done = ctx.Queue(), ctx.Queue()
+                proc = ctx.Process(target=replay_worker, args=(jobs, done), name="profile-step whatif", daemon=True)
+                proc.start()
+            jobs.put(job)
+            result = None
+            while result is None:
+                try:
+                    result = done.get(timeout=1.0)
+                except queue.Empty:
+                    if not proc.is_alive():
+                        result = (job[0], None, f"{job[1]}: the what-if process ended (exit code {proc.exitcode})")
+            key, doc, error = result
             with self._lock:
-                self._docs[key] = doc
-        except Exception as exc:  # one run's failure is shown on the page, never raised in the worker
-            message = str(exc) if isinstance(exc, ProfilerError) else f"{type(exc).__name__}: {exc}"
-            with self._lock:
-                self._errors[key] = f"{run.trace_path}: the what-if failed ({message})"
-        finally:
-            with self._lock:
+                if doc is not None:
+                    self._docs[key] = doc
+                else:
+                    self._errors[key] = error
                 self._pending.discard(key)
 
 

@@ -245,6 +245,15 @@ def compute(
     return fig, notes, bool(waiting)
 
 
+def start_first(store: RunStore, views: list[View]) -> None:
+    """Queue the replays the tab's first view asks for (the default link from each GPU's own, host
+    synchronization modeled) for *views*, the first view's rows: they are computed in the background
+    while the user reads the first view, not when the tab is opened."""
+    for view in views:
+        if view.rid in store.results and view.device is not None:
+            store.whatifs.get(view.rid, scale_for(store, view, DEFAULT_TARGET, None, AUTO).factor, model_host=True)
+
+
 def layout(page: Page) -> list[Any]:
     return [
         html.Div(

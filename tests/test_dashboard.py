@@ -205,11 +205,19 @@ def console_problems(page) -> list[str]:
     return out + [f"page error: {e}" for e in page.page_errors()]
 
 
+# traces drawn as another type than asked: plotly draws a type its bundle lacks as a scatter, silently
+# (the dashboard serves the cartesian bundle: dashboards/plotly_bundle.py)
+UNDRAWN_TYPES_JS = """[...document.querySelectorAll('.js-plotly-plot')].flatMap(gd => (gd.data || [])
+  .map((t, i) => [t.type || 'scatter', ((gd._fullData || [])[i] || {}).type])
+  .filter(([asked, drawn]) => asked !== drawn))"""
+
+
 def check_page(page, name: str) -> None:
-    """No overlapping labels, no silent empty chart, no console error or warning, the runs table's header
-    in place and a ticked row in view; and a screenshot for review."""
+    """No overlapping labels, no silent empty chart, no trace drawn as another type, no console error or
+    warning, the runs table's header in place and a ticked row in view; and a screenshot for review."""
     page.wait_for_timeout(300)  # let plotly finish laying out its text
     assert page.evaluate(OVERLAPS_JS) == [], name
+    assert page.evaluate(UNDRAWN_TYPES_JS) == [], name
     assert page.evaluate(EMPTY_JS) == [], name
     assert console_problems(page) == [], name
     assert page.evaluate(RUNS_TABLE_JS) == [], name

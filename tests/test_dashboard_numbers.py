@@ -103,24 +103,41 @@ def test_whatifs_are_computed_in_the_background_and_kept(tmp_path):
     import shutil
     import time
 
+    from dashboards import whatif_view
     from dashboards.data import RunStore
+    from dashboards.rows import View
 
     run = tmp_path / "synthetic-4-offload_all"
     shutil.copytree(DEMO.parent, run, ignore=shutil.ignore_patterns("*.profile-step.db", "*.parquet"))
     store = RunStore([tmp_path])
     (rid,) = store.refs
-    assert store.whatifs.get(rid, 0.5) == ("computing", None)
-    for _ in range(600):
-        state, doc = store.whatifs.get(rid, 0.5)
+    store.get(rid)
+    views = [View(rid, 0), View(rid, 1)]
+    # what the server queues at start-up for the first view's rows: the what-if tab's first view, the
+    # default link (NVLink-C2C, 450 GB/s) from each GPU's own (the demo's H100s: PCIe Gen5 x16, 63 GB/s)
+    whatif_view.start_first(store, views)
+    factor = whatif_view.scale_for(store, views[0], whatif_view.DEFAULT_TARGET, None, whatif_view.AUTO).factor
+    assert factor == pytest.approx(63 / 450)
+    for _ in range(1200):
+        state, doc = store.whatifs.get(rid, factor)
         if state != "computing":
             break
         time.sleep(0.05)
     assert state == "done"
-    assert doc == trace_whatif(open_trace(run / DEMO.name), 0.5)
+    assert doc == trace_whatif(open_trace(run / DEMO.name), factor)
     # a new dashboard on the same folder reads it from the run's results file: no recomputation
     again = RunStore([tmp_path])
-    assert again.whatifs.get(rid, 0.5) == ("done", doc)
-    assert again.whatifs.get(rid, 0.5, model_host=False)[0] == "computing"  # another model, another replay
+    assert again.whatifs.get(rid, factor) == ("done", doc)
+    # another model is another replay (in the same what-if process); its trace gone meanwhile, it fails
+    # with a line naming the file
+    (run / DEMO.name).unlink()
+    assert store.whatifs.get(rid, factor, model_host=False) == ("computing", None)
+    for _ in range(1200):
+        state, message = store.whatifs.get(rid, factor, model_host=False)
+        if state != "computing":
+            break
+        time.sleep(0.05)
+    assert state == "error" and message.startswith(f"{run / DEMO.name}: the what-if failed ("), message
 
 
 def test_plans_are_found_and_bad_ones_named(tmp_path):
@@ -156,3 +173,50 @@ def test_findings_of_unselected_gpus_are_left_out_and_named():
     assert [f["id"] for f in shown] == ["a", "c"] and left == ["7", "12"]
     shown, left = split_by_gpu(found, [View("r", "7"), View("r", "12"), View("r", "0")])
     assert [f["id"] for f in shown] == ["a", "b", "c", "d"] and left == []
+
+
+def test_the_whatif_process_ends_with_its_server(tmp_path):
+    """A server killed (no exit handler runs) leaves no what-if process behind: it ends within seconds."""
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run = tmp_path / "synthetic-4-offload_all"
+    shutil.copytree(DEMO.parent, run, ignore=shutil.ignore_patterns("*.profile-step.db", "*.parquet"))
+    server = (
+        "import multiprocessing, sys, time\n"
+        "from pathlib import Path\n"
+        "from dashboards.data import RunStore\n"
+        "store = RunStore([Path(sys.argv[1])])\n"
+        "(rid,) = store.refs\n"
+        "store.whatifs.get(rid, 0.5)\n"
+        "while not multiprocessing.active_children(): time.sleep(0.05)\n"
+        "print(multiprocessing.active_children()[0].pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", server, str(tmp_path)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        worker = int(proc.stdout.readline())
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    def running(pid: int) -> bool:
+        try:  # a zombie waiting for init to reap it has ended
+            return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    for _ in range(200):
+        if not running(worker):
+            break
+        time.sleep(0.1)
+    assert not running(worker)
