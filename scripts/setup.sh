@@ -61,6 +61,9 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
+# the dashboard's lighter plotly.js (dashboards/plotly_bundle.py); without it the full one is served
+.venv/bin/python scripts/fetch_plotly_bundle.py || true
+
 if [ "$aot" = 1 ]; then
   jax_version=$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("jax"))')
   if [ ! -f ".venv-aot/.installed-jax-$jax_version" ]; then
