@@ -148,12 +148,14 @@ class Breakdown:
         order: list[str] | None = None,
         top_kernels: bool = True,
         distinct: bool = False,
+        labels: dict[int, str] | None = None,
     ) -> list[dict[str, Any]]:
         """METRICS.md h2d/d2h/offload numbers per (group, device) for *assigned* (op_id, group).
 
         Groups are listed for every device on which any of their (attributed)
         ops ran; each copy counts once per group.  ``distinct``: the caller
-        knows the (op_id, group) pairs hold no duplicates.
+        knows the (op_id, group) pairs hold no duplicates.  *labels*: ``group`` holds integer
+        codes, each group's name is ``labels[code]`` (the ops are grouped by code, not by name).
         """
         assigned = assigned.select("op_id", "group")
         if assigned.height == 0:  # no op in any group: nothing to list
@@ -162,12 +164,15 @@ class Breakdown:
             assigned = assigned.unique()
         # op_id is the row index of self.ops: a gather, not a join
         rows = assigned["op_id"].to_numpy()
+        code = "group" if labels is None else "_code"
         ops = self.ops.select(MEASURED_COLUMNS)[rows].with_columns(
-            assigned["group"], pl.Series("stall_caused_ns", self.stall_caused[rows], pl.Int64)
+            assigned["group"].alias(code), pl.Series("stall_caused_ns", self.stall_caused[rows], pl.Int64)
         )
-        present = ops.group_by("group", "device").agg(pl.col("start").min().alias("first"))
+        present = ops.group_by(code, "device").agg(pl.col("start").min().alias("first"))
         if present.height == 0:
             return []
+        if labels is not None:
+            present = present.with_columns(pl.col(code).replace_strict(labels, return_dtype=pl.String).alias("group"))
         rank = {g: i for i, g in enumerate(order)} if order else None
         present = (
             present.sort("device", "first", "group")  # ties by name: the same order on every run
@@ -178,7 +183,7 @@ class Breakdown:
         )
         present = present.with_row_index("key").with_columns(pl.col("key").cast(pl.Int64))
         copies = ops.filter(pl.col("cls").is_in(["h2d", "d2h"])).join(
-            present.select("group", "device", "key"), on=["group", "device"]
+            present.select(code, "device", "key"), on=[code, "device"]
         )
         keys = present["key"].to_list()
         metrics = offload_metrics(copies, self.kernel_sets, keys, key="key")
@@ -282,9 +287,18 @@ class Breakdown:
         """(op_id, range_id, index, ...) of the GPU ops of each step in *steps* (rows of
         ``step_ranges()``), and how they were found: by launch thread in the step's ranges (every
         execution of an XLA step), else (no launches on the step ranges' threads) by GPU time."""
+        if steps is self.steps.frame:  # every step: made once (the document, the findings, the replays)
+            return self._all_steps_assigned
+        return self._step_assignment(steps)
+
+    @cached_property
+    def _all_steps_assigned(self) -> tuple[pl.DataFrame, str]:
+        return self._step_assignment(self.steps.frame)
+
+    def _step_assignment(self, steps: pl.DataFrame) -> tuple[pl.DataFrame, str]:
         ids = steps.select("range_id", "index", "name", "start", "end")
         members = self.steps.members.join(ids.drop("range_id"), on="index")
-        assigned = self.pairs.join(members, on="range_id")
+        assigned = _join_ranges(self.pairs, members, self.ranges.ranges.height)
         if self.ops.height == 0:
             return assigned, "nothing (no GPU ops)"
         if assigned.height == 0:
@@ -324,8 +338,18 @@ class Breakdown:
         how, rows = None, {}
         if copies:
             assigned, how = self.step_assignment(steps)
-            assigned = assigned.with_columns(pl.col("index").replace_strict(label).alias("group"))
-            rows = {(r["name"], r["device"]): r for r in self.measure(assigned, top_kernels=False)}
+            if len(set(label.values())) == len(label):  # each step its own label: grouped by index
+                assigned = assigned.select("op_id", pl.col("index").alias("group"))
+                m = self.steps.members
+                # a range in one step, a step of one range: the (op, range) pairs are the (op, step) pairs
+                one_each = how == "launch thread" and m["range_id"].n_unique() == m.height == m["index"].n_unique()
+                if not one_each:
+                    assigned = assigned.unique()
+                measured = self.measure(assigned, top_kernels=False, distinct=True, labels=label)
+            else:
+                assigned = assigned.with_columns(pl.col("index").replace_strict(label).alias("group"))
+                measured = self.measure(assigned, top_kernels=False)
+            rows = {(r["name"], r["device"]): r for r in measured}
         durations = (steps["end"] - steps["start"]).to_numpy()
         marked = steps["warmup"].to_list()
         named_warm = steps["name"].str.starts_with(WARMUP_PREFIX).to_numpy()
@@ -396,8 +420,12 @@ class Breakdown:
 
         An op's ranges all lie on its launch thread, where range ids follow
         start times (``nvtx_ranges`` numbers them so): the innermost is the
-        largest range id, found per op with one ``maximum.at``.
+        largest range id, found per op with one ``maximum.at``.  Made once.
         """
+        return self._layer_assignment
+
+    @cached_property
+    def _layer_assignment(self) -> pl.DataFrame:
         lr = self.layer_ranges
         if lr.height == 0 or self.pairs.height == 0:  # no layer, or no op in a range: no op has a layer
             return lr.clear().select(pl.lit(None, pl.Int64).alias("op_id"), "layer", "inferred")
@@ -462,6 +490,22 @@ class Breakdown:
 
 
 COMPILED_IN_STEP = "warm-up: XLA compiled during it"
+
+
+def _join_ranges(pairs: pl.DataFrame, members: pl.DataFrame, n_ranges: int) -> pl.DataFrame:
+    """``pairs.join(members, on="range_id")`` (the same rows and columns, in pairs' order): a lookup
+    by range id (the row index of the ranges) where each range is in *members* once, else the join."""
+    rid = members["range_id"]
+    if members.height == 0 or rid.null_count() or rid.n_unique() != members.height:
+        return pairs.join(members, on="range_id")
+    m = rid.to_numpy()
+    if int(m.min()) < 0 or int(m.max()) >= n_ranges:
+        return pairs.join(members, on="range_id")
+    row_of = np.full(n_ranges, -1, dtype=np.int64)
+    row_of[m] = np.arange(members.height)
+    row = row_of[pairs["range_id"].to_numpy()]
+    keep = np.flatnonzero(row >= 0)
+    return pairs[keep].hstack(members.drop("range_id")[row[keep]])
 
 
 def _leading_slow(durations: np.ndarray, warm: np.ndarray, median: float) -> np.ndarray:
