@@ -284,7 +284,7 @@ class Breakdown:
         return self.steps.frame
 
     def step_assignment(self, steps: pl.DataFrame) -> tuple[pl.DataFrame, str]:
-        """(op_id, range_id, index, ...) of the GPU ops of each step in *steps* (rows of
+        """(op_id, range_id, index) of the GPU ops of each step in *steps* (rows of
         ``step_ranges()``), and how they were found: by launch thread in the step's ranges (every
         execution of an XLA step), else (no launches on the step ranges' threads) by GPU time."""
         if steps is self.steps.frame:  # every step: made once (the document, the findings, the replays)
@@ -296,7 +296,7 @@ class Breakdown:
         return self._step_assignment(self.steps.frame)
 
     def _step_assignment(self, steps: pl.DataFrame) -> tuple[pl.DataFrame, str]:
-        ids = steps.select("range_id", "index", "name", "start", "end")
+        ids = steps.select("range_id", "index")
         members = self.steps.members.join(ids.drop("range_id"), on="index")
         assigned = _join_ranges(self.pairs, members, self.ranges.ranges.height)
         if self.ops.height == 0:

@@ -130,7 +130,8 @@ class Replays:
         keyed = self._keyed_by_position(step_ops)
         if keyed is None:
             keyed = keyed_step_ops(self.deps.ops, step_ops.select("index", *OP_KEYS))
-        return steps, step_ops, keyed
+        # what ``step_rows`` reads of them (the other keys, and the step ops themselves, not kept)
+        return steps, step_ops.clear(), keyed.select("index", "device", "start", "row")
 
     def _keyed_by_position(self, step_ops: pl.DataFrame) -> pl.DataFrame | None:
         """``keyed_step_ops`` of *step_ops* without its join: each op's row of ``deps.ops`` from its

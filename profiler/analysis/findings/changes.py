@@ -14,6 +14,7 @@ from profiler.analysis.kernels_slowed import BESIDE
 from profiler.analysis.links import host_link
 from profiler.analysis.overlap import MEASURABLE
 from profiler.analysis.replay import Change
+from profiler.analysis.whatif import OP_KEYS
 
 COPY_KINDS = (H2D, D2H)
 
@@ -47,14 +48,14 @@ def layer_copies(ev: Evidence, names: list[str]) -> np.ndarray:
     """Rows of the h2d/d2h copies attributed to the layers *names* (the innermost layer range)."""
     bd = ev.breakdown
     lay = bd.layer_assignment().filter(pl.col("layer").is_in(names))
-    return copies_in(ev, bd.ops[lay["op_id"].to_numpy()], "layer")
+    return copies_in(ev, bd.ops.select(OP_KEYS)[lay["op_id"].to_numpy()], "layer")
 
 
 def op_copies(ev: Evidence, name: str) -> np.ndarray:
     """Rows of the h2d/d2h copies attributed to the XLA instruction (or innermost range) *name*."""
     bd = ev.breakdown
     got = bd.op_assignment().filter(pl.col("group") == name)
-    return copies_in(ev, bd.ops[got["op_id"].to_numpy()], "op")
+    return copies_in(ev, bd.ops.select(OP_KEYS)[got["op_id"].to_numpy()], "op")
 
 
 def stalls_of(ev: Evidence, rows: np.ndarray, what: str) -> Change:
