@@ -14,7 +14,7 @@ from profiler.runs.result import analyze
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
 from profiler.xla.names import parse_xla
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 
 A, B, C, D = 100, 200, 300, 400  # thread ids, all in process 100
 
@@ -349,3 +349,16 @@ def test_step_members_by_lookup_are_the_join():
     assert got.equals(pairs.join(members, on="range_id").sort("op_id", "range_id"))
     twice = pl.concat([members, members.head(1).with_columns(pl.lit(5, pl.UInt32).alias("index"))])
     assert _join_ranges(pairs, twice, 4).height == 4  # range 2 in two steps: the join's answer, op 1 twice
+
+
+def test_stall_caused_by_position_is_the_join():
+    """The stall each copy caused, found by its position among the stalls' ops, is what the join on
+    the five op keys (the independent reference) gives."""
+    path = ROOT / "sample_traces" / "demo-synthetic" / "synthetic-4-offload_all" / "synthetic-trace.sqlite"
+    bd = Breakdown(open_trace(path))
+    op_id, ns = bd._stall_caused_by_position()
+    keys = ["pid", "device", "stream", "correlation_id", "start"]
+    joined = bd.stalls.caused_by_copies().join(bd.ops.select("op_id", *keys), on=keys)
+    assert op_id.size == joined.height > 0 and (ns > 0).all()
+    assert dict(zip(op_id.tolist(), ns.tolist(), strict=True)) == dict(joined.select("op_id", "stall_caused_ns").rows())
+    assert (bd.stall_caused[op_id] == ns).all() and int(bd.stall_caused.sum()) == int(ns.sum())

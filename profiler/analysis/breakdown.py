@@ -18,6 +18,7 @@ import polars as pl
 
 from profiler.analysis import attribution
 from profiler.analysis.contexts import copy_contexts
+from profiler.analysis.dependencies import D2H, H2D
 from profiler.analysis.intervals import measure_within, union
 from profiler.analysis.kernels_slowed import kernel_groups, kernel_sides
 from profiler.analysis.overlap import KernelSets, offload_metrics, valid, windows_and_invalid
@@ -31,6 +32,7 @@ from profiler.xla.names import DEFAULT_LAYER_PATTERN, parse_xla
 
 OUTLIER_FACTOR = 2.0  # a step slower than this times the median is left out of summaries
 TOP_KERNELS = 3
+COPY_KINDS = (H2D, D2H)  # the stalls' op kinds of h2d and d2h copies (``Stalls.caused_by_copies``)
 MEASURED_COLUMNS = ("op_id", "device", "start", "end", "cls", "bytes", "host_kind")
 
 
@@ -92,6 +94,11 @@ class Breakdown:
         out = np.zeros(self.ops.height, dtype=np.int64)
         if self.stalls is None or self.ops.height == 0:
             return out
+        by_position = self._stall_caused_by_position()
+        if by_position is not None:
+            op_id, ns = by_position
+            out[op_id] = ns
+            return out
         caused = self.stalls.caused_by_copies()
         if caused.height == 0:
             return out
@@ -99,6 +106,31 @@ class Breakdown:
         hit = self.ops.select("op_id", *keys).join(caused, on=keys, how="inner")
         out[hit["op_id"].to_numpy()] = hit["stall_caused_ns"].to_numpy()
         return out
+
+    def _stall_caused_by_position(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(op_id, stall caused) of the copies that caused stalls, without ``stall_caused``'s join:
+        when ``ops`` are the stalls' ops in input order (every kind attributed), each op's row is
+        its input row, checked against the five keys; None where that cannot be shown to be the
+        join's answer (other ops, keys that differ or are missing, two ops sharing their keys)."""
+        deps = self.stalls.deps.ops if self.stalls is not None else None
+        keys = ["pid", "device", "stream", "correlation_id", "start"]
+        if deps is None or self.kinds != attribution.OP_KINDS or not attribution._same_ops(self.ops, deps):
+            return None
+        if any(self.ops[k].null_count() for k in keys):
+            return None
+        # keys unique: in (device, stream, start) order two ops with the same keys would be neighbours
+        d, st, t = deps.device, deps.stream, deps.start
+        later = (d[1:] > d[:-1]) | ((d[1:] == d[:-1]) & ((st[1:] > st[:-1]) | ((st[1:] == st[:-1]) & (t[1:] > t[:-1]))))
+        if not bool(later.all()):
+            return None
+        caused = self.stalls.caused
+        rows = np.flatnonzero((caused > 0) & np.isin(deps.kind, COPY_KINDS))
+        op_id = deps.row[rows]
+        mine = (deps.pid, deps.device, deps.stream, deps.corr, deps.start)
+        for k, theirs in zip(keys, mine, strict=True):
+            if not np.array_equal(self.ops[k].gather(op_id).to_numpy(), theirs[rows]):
+                return None
+        return op_id, caused[rows]
 
     @cached_property
     def trace_end(self) -> int | None:
