@@ -197,10 +197,14 @@ class Breakdown:
         # op_id is the row index of self.ops: a gather, not a join
         rows = assigned["op_id"].to_numpy()
         code = "group" if labels is None else "_code"
-        ops = self.ops.select(MEASURED_COLUMNS)[rows].with_columns(
-            assigned["group"].alias(code), pl.Series("stall_caused_ns", self.stall_caused[rows], pl.Int64)
+        group = assigned["group"].alias(code)
+        # every op places its group on a device; only the h2d/d2h copies' other columns are read
+        present = (
+            self.ops.select("device", "start")[rows]
+            .with_columns(group)
+            .group_by(code, "device")
+            .agg(pl.col("start").min().alias("first"))
         )
-        present = ops.group_by(code, "device").agg(pl.col("start").min().alias("first"))
         if present.height == 0:
             return []
         if labels is not None:
@@ -214,8 +218,12 @@ class Breakdown:
             )
         )
         present = present.with_row_index("key").with_columns(pl.col("key").cast(pl.Int64))
-        copies = ops.filter(pl.col("cls").is_in(["h2d", "d2h"])).join(
-            present.select(code, "device", "key"), on=[code, "device"]
+        sel = np.flatnonzero(self._offload[rows])
+        rows = rows[sel]
+        copies = (
+            self.ops.select(MEASURED_COLUMNS)[rows]
+            .with_columns(group.gather(sel), pl.Series("stall_caused_ns", self.stall_caused[rows], pl.Int64))
+            .join(present.select(code, "device", "key"), on=[code, "device"])
         )
         keys = present["key"].to_list()
         metrics = offload_metrics(copies, self.kernel_sets, keys, key="key")
@@ -224,6 +232,11 @@ class Breakdown:
             {"name": g, "device": str(d), "copies": metrics[k], "top_kernels": top.get(k, [])}
             for k, g, d in present.select("key", "group", "device").iter_rows()
         ]
+
+    @cached_property
+    def _offload(self) -> np.ndarray:
+        """Per row of ``ops``: whether it is an h2d or d2h copy."""
+        return self.ops.select(pl.col("cls").is_in(["h2d", "d2h"]).fill_null(False)).to_series().to_numpy()
 
     def _top_kernels(self, copies: pl.DataFrame) -> dict[int, list[dict[str, Any]]]:
         """Per group key, the kernels that overlapped its copies most (by overlapped time)."""
