@@ -281,6 +281,12 @@ class Replays:
         )
         return np.unique(keyed["row"].to_numpy())
 
+    def rows_of_ops(self, frame: pl.DataFrame) -> np.ndarray:
+        """``rows_of`` of rows of the breakdown's ops (with their ``op_id``): by position where
+        ``_keyed_by_position`` shows that to be the join's answer, else by the join."""
+        keyed = self._keyed_by_position(frame.with_columns(pl.lit(0, pl.Int64).alias("index")))
+        return self.rows_of(frame) if keyed is None else np.unique(keyed["row"].to_numpy())
+
     def op_rows(self, frame: pl.DataFrame, picked: np.ndarray, part: str) -> tuple[np.ndarray, np.ndarray]:
         """The ops of the rows *picked* (positions) of *frame*, the trace's kernels (*part*
         ``"kernel"``) or copies (``"copy"``) as the trace reads them: (which of *picked* are ops,
