@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import polars as pl
 import pytest
 
-from profiler.analysis.breakdown import Breakdown
+from profiler.analysis.attribution import _blocks
+from profiler.analysis.breakdown import Breakdown, _join_ranges
 from profiler.runs.result import analyze
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
 from profiler.xla.names import parse_xla
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 
 A, B, C, D = 100, 200, 300, 400  # thread ids, all in process 100
 
@@ -330,3 +332,33 @@ def test_nvtx_text_that_is_not_utf8(build):
     assert proc.returncode == 0, proc.stderr
     (row,) = json.loads(proc.stdout)["ranges"]
     assert row["name"].startswith("layer") and row["copies"]["d2h"]["bytes"] == 8
+
+
+def test_blocks_are_consecutive_positions():
+    # by hand: block 1 is 5, 6; block 2 is 0; block 3 is 9, 10, 11
+    assert _blocks(np.array([5, 0, 9]), np.array([2, 1, 3])).tolist() == [5, 6, 0, 9, 10, 11]
+
+
+def test_step_members_by_lookup_are_the_join():
+    """``breakdown._join_ranges``: the rows of the join, whether the lookup or the join makes them."""
+    pairs = pl.DataFrame({"op_id": [0, 1, 1, 2, 3], "range_id": [0, 0, 2, 1, 3]})
+    members = pl.DataFrame({"range_id": [2, 0], "index": pl.Series([1, 0], dtype=pl.UInt32), "name": ["b", "a"]})
+    got = _join_ranges(pairs, members, 4).sort("op_id", "range_id")
+    # by hand: ops 0 and 1 are in range 0 (step a, index 0), op 1 in range 2 (step b); ranges 1 and 3 in no step
+    assert got.rows() == [(0, 0, 0, "a"), (1, 0, 0, "a"), (1, 2, 1, "b")]
+    assert got.equals(pairs.join(members, on="range_id").sort("op_id", "range_id"))
+    twice = pl.concat([members, members.head(1).with_columns(pl.lit(5, pl.UInt32).alias("index"))])
+    assert _join_ranges(pairs, twice, 4).height == 4  # range 2 in two steps: the join's answer, op 1 twice
+
+
+def test_stall_caused_by_position_is_the_join():
+    """The stall each copy caused, found by its position among the stalls' ops, is what the join on
+    the five op keys (the independent reference) gives."""
+    path = ROOT / "sample_traces" / "demo-synthetic" / "synthetic-4-offload_all" / "synthetic-trace.sqlite"
+    bd = Breakdown(open_trace(path))
+    op_id, ns = bd._stall_caused_by_position()
+    keys = ["pid", "device", "stream", "correlation_id", "start"]
+    joined = bd.stalls.caused_by_copies().join(bd.ops.select("op_id", *keys), on=keys)
+    assert op_id.size == joined.height > 0 and (ns > 0).all()
+    assert dict(zip(op_id.tolist(), ns.tolist(), strict=True)) == dict(joined.select("op_id", "stall_caused_ns").rows())
+    assert (bd.stall_caused[op_id] == ns).all() and int(bd.stall_caused.sum()) == int(ns.sum())

@@ -11,6 +11,7 @@ from profiler.analysis.steps import step_summary
 from profiler.runs.result import analyze, collect
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import load_trace, open_trace
+from profiler.trace.loader import KERNEL_TABLE, MEMCPY_TABLE
 from tests.conftest import run_cli
 
 T = 100  # the training loop's thread
@@ -168,3 +169,20 @@ def test_open_ends(build):
     w = open_trace(build(c)).window
     assert (w.source, w.start, w.end) == ("cudaProfilerStart/Stop span", W0, None)
     assert "never called" in w.note
+
+
+@pytest.mark.parametrize("outside", [False, True])
+def test_window_around_everything_reads_without_the_search(build, outside):
+    """A window in which every CUDA call and every row of a table started: the table is read with no
+    search of each row's call (the cost of reading a capture recorded inside its own range), and
+    gives the rows the search gives."""
+    path = build(recording("nvtx", outside=outside))
+    fast, slow = open_trace(path), open_trace(path)
+    slow._all_in_window = lambda table: False  # the search, always
+    for frame in ("kernels", "copies", "memsets", "event_records", "syncs"):
+        assert getattr(fast, frame).equals(getattr(slow, frame)), frame
+    # without work outside: every call and kernel started in [W0, W1), so the kernels need no
+    # condition; the last copy started after W1 (launched inside): the copies keep the search
+    assert (fast._launched_in_window(KERNEL_TABLE) == "") is (not outside)
+    assert fast._launched_in_window(MEMCPY_TABLE) != ""
+    assert fast.kernels.height == 6  # the 6 of the steps (with work outside: not the one launched before W0)

@@ -212,19 +212,25 @@ def _contained(
         lo = np.searchsorted(t, range_start[rm], side="left")
         hi = np.searchsorted(t, range_end[rm], side="left")
         counts = np.maximum(hi - lo, 0)
-        total = int(counts.sum())
-        if total == 0:
+        some = counts > 0
+        if not some.any():
             continue
-        first = np.repeat(lo, counts)
-        offset = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
-        out_ops.append(ids[first + offset])
-        out_ranges.append(np.repeat(range_id[rm], counts))
+        out_ops.append(ids[_blocks(lo[some], counts[some])])
+        out_ranges.append(np.repeat(range_id[rm][some], counts[some]))
     if not out_ops:
         return pl.DataFrame(schema={"op_id": I64, "range_id": I64})
-    return pl.DataFrame(
-        {"op_id": np.concatenate(out_ops), "range_id": np.concatenate(out_ranges)},
-        schema={"op_id": I64, "range_id": I64},
-    )
+    ops_col, ranges_col = (x[0] if len(x) == 1 else np.concatenate(x) for x in (out_ops, out_ranges))
+    return pl.DataFrame({"op_id": ops_col, "range_id": ranges_col}, schema={"op_id": I64, "range_id": I64})
+
+
+def _blocks(lo: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``lo[0], lo[0]+1, ..., lo[0]+counts[0]-1, lo[1], ...`` (every count at least 1): one array,
+    a running sum of steps of one that jumps to each block's first position."""
+    starts = np.cumsum(counts) - counts
+    step = np.ones(int(starts[-1] + counts[-1]), dtype=np.int64)
+    step[0] = lo[0]
+    step[starts[1:]] = lo[1:] - (lo[:-1] + counts[:-1] - 1)
+    return np.cumsum(step, out=step)
 
 
 def attribute(ops: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
@@ -243,7 +249,8 @@ def attribute_by_time(ops: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
 
 def _contained_by(ops: pl.DataFrame, op_key: str, op_time: str, ranges: pl.DataFrame, range_key: str) -> pl.DataFrame:
     """``_contained`` over the ops and ranges whose key (and the ops' time) is known."""
-    o = ops.filter(pl.col(op_key).is_not_null() & pl.col(op_time).is_not_null())
+    # the three columns read: a filter of the whole frame would copy names and the rest too
+    o = ops.select("op_id", op_key, op_time).filter(pl.col(op_key).is_not_null() & pl.col(op_time).is_not_null())
     r = ranges.filter(pl.col(range_key).is_not_null())
     return _contained(
         o[op_key].to_numpy(),

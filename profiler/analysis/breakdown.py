@@ -18,6 +18,7 @@ import polars as pl
 
 from profiler.analysis import attribution
 from profiler.analysis.contexts import copy_contexts
+from profiler.analysis.dependencies import D2H, H2D
 from profiler.analysis.intervals import measure_within, union
 from profiler.analysis.kernels_slowed import kernel_groups, kernel_sides
 from profiler.analysis.overlap import KernelSets, offload_metrics, valid, windows_and_invalid
@@ -31,6 +32,7 @@ from profiler.xla.names import DEFAULT_LAYER_PATTERN, parse_xla
 
 OUTLIER_FACTOR = 2.0  # a step slower than this times the median is left out of summaries
 TOP_KERNELS = 3
+COPY_KINDS = (H2D, D2H)  # the stalls' op kinds of h2d and d2h copies (``Stalls.caused_by_copies``)
 MEASURED_COLUMNS = ("op_id", "device", "start", "end", "cls", "bytes", "host_kind")
 
 
@@ -92,6 +94,11 @@ class Breakdown:
         out = np.zeros(self.ops.height, dtype=np.int64)
         if self.stalls is None or self.ops.height == 0:
             return out
+        by_position = self._stall_caused_by_position()
+        if by_position is not None:
+            op_id, ns = by_position
+            out[op_id] = ns
+            return out
         caused = self.stalls.caused_by_copies()
         if caused.height == 0:
             return out
@@ -99,6 +106,31 @@ class Breakdown:
         hit = self.ops.select("op_id", *keys).join(caused, on=keys, how="inner")
         out[hit["op_id"].to_numpy()] = hit["stall_caused_ns"].to_numpy()
         return out
+
+    def _stall_caused_by_position(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(op_id, stall caused) of the copies that caused stalls, without ``stall_caused``'s join:
+        when ``ops`` are the stalls' ops in input order (every kind attributed), each op's row is
+        its input row, checked against the five keys; None where that cannot be shown to be the
+        join's answer (other ops, keys that differ or are missing, two ops sharing their keys)."""
+        deps = self.stalls.deps.ops if self.stalls is not None else None
+        keys = ["pid", "device", "stream", "correlation_id", "start"]
+        if deps is None or self.kinds != attribution.OP_KINDS or not attribution._same_ops(self.ops, deps):
+            return None
+        if any(self.ops[k].null_count() for k in keys):
+            return None
+        # keys unique: in (device, stream, start) order two ops with the same keys would be neighbours
+        d, st, t = deps.device, deps.stream, deps.start
+        later = (d[1:] > d[:-1]) | ((d[1:] == d[:-1]) & ((st[1:] > st[:-1]) | ((st[1:] == st[:-1]) & (t[1:] > t[:-1]))))
+        if not bool(later.all()):
+            return None
+        caused = self.stalls.caused
+        rows = np.flatnonzero((caused > 0) & np.isin(deps.kind, COPY_KINDS))
+        op_id = deps.row[rows]
+        mine = (deps.pid, deps.device, deps.stream, deps.corr, deps.start)
+        for k, theirs in zip(keys, mine, strict=True):
+            if not np.array_equal(self.ops[k].gather(op_id).to_numpy(), theirs[rows]):
+                return None
+        return op_id, caused[rows]
 
     @cached_property
     def trace_end(self) -> int | None:
@@ -148,12 +180,14 @@ class Breakdown:
         order: list[str] | None = None,
         top_kernels: bool = True,
         distinct: bool = False,
+        labels: dict[int, str] | None = None,
     ) -> list[dict[str, Any]]:
         """METRICS.md h2d/d2h/offload numbers per (group, device) for *assigned* (op_id, group).
 
         Groups are listed for every device on which any of their (attributed)
         ops ran; each copy counts once per group.  ``distinct``: the caller
-        knows the (op_id, group) pairs hold no duplicates.
+        knows the (op_id, group) pairs hold no duplicates.  *labels*: ``group`` holds integer
+        codes, each group's name is ``labels[code]`` (the ops are grouped by code, not by name).
         """
         assigned = assigned.select("op_id", "group")
         if assigned.height == 0:  # no op in any group: nothing to list
@@ -162,12 +196,19 @@ class Breakdown:
             assigned = assigned.unique()
         # op_id is the row index of self.ops: a gather, not a join
         rows = assigned["op_id"].to_numpy()
-        ops = self.ops.select(MEASURED_COLUMNS)[rows].with_columns(
-            assigned["group"], pl.Series("stall_caused_ns", self.stall_caused[rows], pl.Int64)
+        code = "group" if labels is None else "_code"
+        group = assigned["group"].alias(code)
+        # every op places its group on a device; only the h2d/d2h copies' other columns are read
+        present = (
+            self.ops.select("device", "start")[rows]
+            .with_columns(group)
+            .group_by(code, "device")
+            .agg(pl.col("start").min().alias("first"))
         )
-        present = ops.group_by("group", "device").agg(pl.col("start").min().alias("first"))
         if present.height == 0:
             return []
+        if labels is not None:
+            present = present.with_columns(pl.col(code).replace_strict(labels, return_dtype=pl.String).alias("group"))
         rank = {g: i for i, g in enumerate(order)} if order else None
         present = (
             present.sort("device", "first", "group")  # ties by name: the same order on every run
@@ -177,8 +218,12 @@ class Breakdown:
             )
         )
         present = present.with_row_index("key").with_columns(pl.col("key").cast(pl.Int64))
-        copies = ops.filter(pl.col("cls").is_in(["h2d", "d2h"])).join(
-            present.select("group", "device", "key"), on=["group", "device"]
+        sel = np.flatnonzero(self._offload[rows])
+        rows = rows[sel]
+        copies = (
+            self.ops.select(MEASURED_COLUMNS)[rows]
+            .with_columns(group.gather(sel), pl.Series("stall_caused_ns", self.stall_caused[rows], pl.Int64))
+            .join(present.select(code, "device", "key"), on=[code, "device"])
         )
         keys = present["key"].to_list()
         metrics = offload_metrics(copies, self.kernel_sets, keys, key="key")
@@ -187,6 +232,11 @@ class Breakdown:
             {"name": g, "device": str(d), "copies": metrics[k], "top_kernels": top.get(k, [])}
             for k, g, d in present.select("key", "group", "device").iter_rows()
         ]
+
+    @cached_property
+    def _offload(self) -> np.ndarray:
+        """Per row of ``ops``: whether it is an h2d or d2h copy."""
+        return self.ops.select(pl.col("cls").is_in(["h2d", "d2h"]).fill_null(False)).to_series().to_numpy()
 
     def _top_kernels(self, copies: pl.DataFrame) -> dict[int, list[dict[str, Any]]]:
         """Per group key, the kernels that overlapped its copies most (by overlapped time)."""
@@ -279,12 +329,21 @@ class Breakdown:
         return self.steps.frame
 
     def step_assignment(self, steps: pl.DataFrame) -> tuple[pl.DataFrame, str]:
-        """(op_id, range_id, index, ...) of the GPU ops of each step in *steps* (rows of
+        """(op_id, range_id, index) of the GPU ops of each step in *steps* (rows of
         ``step_ranges()``), and how they were found: by launch thread in the step's ranges (every
         execution of an XLA step), else (no launches on the step ranges' threads) by GPU time."""
-        ids = steps.select("range_id", "index", "name", "start", "end")
+        if steps is self.steps.frame:  # every step: made once (the document, the findings, the replays)
+            return self._all_steps_assigned
+        return self._step_assignment(steps)
+
+    @cached_property
+    def _all_steps_assigned(self) -> tuple[pl.DataFrame, str]:
+        return self._step_assignment(self.steps.frame)
+
+    def _step_assignment(self, steps: pl.DataFrame) -> tuple[pl.DataFrame, str]:
+        ids = steps.select("range_id", "index")
         members = self.steps.members.join(ids.drop("range_id"), on="index")
-        assigned = self.pairs.join(members, on="range_id")
+        assigned = _join_ranges(self.pairs, members, self.ranges.ranges.height)
         if self.ops.height == 0:
             return assigned, "nothing (no GPU ops)"
         if assigned.height == 0:
@@ -324,8 +383,18 @@ class Breakdown:
         how, rows = None, {}
         if copies:
             assigned, how = self.step_assignment(steps)
-            assigned = assigned.with_columns(pl.col("index").replace_strict(label).alias("group"))
-            rows = {(r["name"], r["device"]): r for r in self.measure(assigned, top_kernels=False)}
+            if len(set(label.values())) == len(label):  # each step its own label: grouped by index
+                assigned = assigned.select("op_id", pl.col("index").alias("group"))
+                m = self.steps.members
+                # a range in one step, a step of one range: the (op, range) pairs are the (op, step) pairs
+                one_each = how == "launch thread" and m["range_id"].n_unique() == m.height == m["index"].n_unique()
+                if not one_each:
+                    assigned = assigned.unique()
+                measured = self.measure(assigned, top_kernels=False, distinct=True, labels=label)
+            else:
+                assigned = assigned.with_columns(pl.col("index").replace_strict(label).alias("group"))
+                measured = self.measure(assigned, top_kernels=False)
+            rows = {(r["name"], r["device"]): r for r in measured}
         durations = (steps["end"] - steps["start"]).to_numpy()
         marked = steps["warmup"].to_list()
         named_warm = steps["name"].str.starts_with(WARMUP_PREFIX).to_numpy()
@@ -396,8 +465,12 @@ class Breakdown:
 
         An op's ranges all lie on its launch thread, where range ids follow
         start times (``nvtx_ranges`` numbers them so): the innermost is the
-        largest range id, found per op with one ``maximum.at``.
+        largest range id, found per op with one ``maximum.at``.  Made once.
         """
+        return self._layer_assignment
+
+    @cached_property
+    def _layer_assignment(self) -> pl.DataFrame:
         lr = self.layer_ranges
         if lr.height == 0 or self.pairs.height == 0:  # no layer, or no op in a range: no op has a layer
             return lr.clear().select(pl.lit(None, pl.Int64).alias("op_id"), "layer", "inferred")
@@ -462,6 +535,22 @@ class Breakdown:
 
 
 COMPILED_IN_STEP = "warm-up: XLA compiled during it"
+
+
+def _join_ranges(pairs: pl.DataFrame, members: pl.DataFrame, n_ranges: int) -> pl.DataFrame:
+    """``pairs.join(members, on="range_id")`` (the same rows and columns, in pairs' order): a lookup
+    by range id (the row index of the ranges) where each range is in *members* once, else the join."""
+    rid = members["range_id"]
+    if members.height == 0 or rid.null_count() or rid.n_unique() != members.height:
+        return pairs.join(members, on="range_id")
+    m = rid.to_numpy()
+    if int(m.min()) < 0 or int(m.max()) >= n_ranges:
+        return pairs.join(members, on="range_id")
+    row_of = np.full(n_ranges, -1, dtype=np.int64)
+    row_of[m] = np.arange(members.height)
+    row = row_of[pairs["range_id"].to_numpy()]
+    keep = np.flatnonzero(row >= 0)
+    return pairs[keep].hstack(members.drop("range_id")[row[keep]])
 
 
 def _leading_slow(durations: np.ndarray, warm: np.ndarray, median: float) -> np.ndarray:

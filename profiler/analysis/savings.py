@@ -130,7 +130,8 @@ class Replays:
         keyed = self._keyed_by_position(step_ops)
         if keyed is None:
             keyed = keyed_step_ops(self.deps.ops, step_ops.select("index", *OP_KEYS))
-        return steps, step_ops, keyed
+        # what ``step_rows`` reads of them (the other keys, and the step ops themselves, not kept)
+        return steps, step_ops.clear(), keyed.select("index", "device", "start", "row")
 
     def _keyed_by_position(self, step_ops: pl.DataFrame) -> pl.DataFrame | None:
         """``keyed_step_ops`` of *step_ops* without its join: each op's row of ``deps.ops`` from its
@@ -279,6 +280,12 @@ class Replays:
             self.key_table, on=OP_KEYS, how="inner"
         )
         return np.unique(keyed["row"].to_numpy())
+
+    def rows_of_ops(self, frame: pl.DataFrame) -> np.ndarray:
+        """``rows_of`` of rows of the breakdown's ops (with their ``op_id``): by position where
+        ``_keyed_by_position`` shows that to be the join's answer, else by the join."""
+        keyed = self._keyed_by_position(frame.with_columns(pl.lit(0, pl.Int64).alias("index")))
+        return self.rows_of(frame) if keyed is None else np.unique(keyed["row"].to_numpy())
 
     def op_rows(self, frame: pl.DataFrame, picked: np.ndarray, part: str) -> tuple[np.ndarray, np.ndarray]:
         """The ops of the rows *picked* (positions) of *frame*, the trace's kernels (*part*

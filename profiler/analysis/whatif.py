@@ -243,10 +243,10 @@ def step_frames(bd: Breakdown) -> tuple[pl.DataFrame, pl.DataFrame] | None:
     tids = ranges.select(pl.col("index").cast(pl.Int64), pl.col("global_tid").cast(pl.Int64))
     steps = steps.join(tids, on="index", how="left")
     assigned, _ = bd.step_assignment(ranges)
-    step_ops = (
-        bd.ops[assigned["op_id"].to_numpy()]
-        .select(*OP_KEYS)
-        .with_columns(assigned["index"].cast(pl.Int64).alias("index"), assigned["op_id"])
+    step_ops = bd.ops.select(*OP_KEYS)[
+        assigned["op_id"].to_numpy()
+    ].with_columns(  # the key columns gathered, not every column
+        assigned["index"].cast(pl.Int64).alias("index"), assigned["op_id"]
     )
     return steps, step_ops
 

@@ -152,6 +152,7 @@ class Trace:
     meta: dict[str, str] = field(default_factory=dict, repr=False)
     window_spec: str = "auto"  # see window.py: auto, all, nvtx:NAME, cuda-profiler-api
     _launches: dict[tuple[str, ...], pl.DataFrame] = field(default_factory=dict, repr=False)
+    _inside: dict[str, bool] = field(default_factory=dict, repr=False)  # ``_all_in_window``, per table
 
     # --- export facts -------------------------------------------------------
     @property
@@ -226,14 +227,37 @@ class Trace:
         start = self._col(table, "start")
         return f"({start} >= {t0} AND {start} < {t1})" if start != "NULL" else "0"
 
+    def _all_in_window(self, table: str) -> bool:
+        """Whether every row of *table* started inside the window (a start, and in it): one scan,
+        cheaper than the search of every row's CUDA call in ``_launched_in_window``."""
+        if table not in self._inside:
+            cond = self._started_in_window(table)
+            sql = f'SELECT COUNT(*) > 0 AND COUNT(*) = SUM({cond}) FROM "{table}"'
+            try:
+                con = sqlite_io.connect_ro(self.path)
+                try:
+                    self._inside[table] = bool(con.execute(sql).fetchone()[0])
+                finally:
+                    con.close()
+            except sqlite3.DatabaseError as exc:
+                raise InputError(self.path, f"table {table} cannot be read ({exc})") from None
+        return self._inside[table]
+
     def _launched_in_window(self, table: str) -> str:
         """SQL: GPU activity rows whose CUDA call (same process, same correlation id) started in
-        the window, and rows with no such call that started in it themselves ("" without one)."""
+        the window, and rows with no such call that started in it themselves ("" without one).
+
+        A window around the whole recording (every CUDA call and every row of *table* started
+        in it) keeps every row: then no condition is read (every row's call, if it has one, is
+        in the window, and a row without one started in it)."""
         in_time = self._started_in_window(table)
         corr, gpid = self._col(table, "correlationId"), self._col(table, "globalPid")
         r_corr, r_tid = self._col(RUNTIME_TABLE, "correlationId"), self._col(RUNTIME_TABLE, "globalTid")
         if not in_time or "NULL" in (corr, gpid, r_corr, r_tid):
             return in_time
+        whole = in_time != "0" and RUNTIME_TABLE in self.tables and table in self.tables
+        if whole and self._all_in_window(table) and self._all_in_window(RUNTIME_TABLE):
+            return ""
         t0, t1 = self.window.bounds
         key = f"COALESCE(((({gpid} >> 24) & 16777215) << 32) + {corr}, -1)"
         calls = (

@@ -14,6 +14,7 @@ from profiler.analysis.kernels_slowed import BESIDE
 from profiler.analysis.links import host_link
 from profiler.analysis.overlap import MEASURABLE
 from profiler.analysis.replay import Change
+from profiler.analysis.whatif import OP_KEYS
 
 COPY_KINDS = (H2D, D2H)
 
@@ -37,24 +38,23 @@ def copies_removed(ev: Evidence, positions: np.ndarray, what: str) -> Change:
     return removed(what, rows)
 
 
-def copies_in(ev: Evidence, frame: pl.DataFrame, what: str) -> np.ndarray:
-    """Rows of the h2d/d2h ops of *frame* (op keys: pid, device, stream, correlation_id, start)."""
-    rows = ev.replays.rows_of(frame)
+def attributed_copies(ev: Evidence, op_id: np.ndarray) -> np.ndarray:
+    """Rows of the h2d/d2h copies among the breakdown's ops *op_id* (found by position where the
+    keys allow, else by the op keys: pid, device, stream, correlation_id, start)."""
+    rows = ev.replays.rows_of_ops(ev.breakdown.ops.select("op_id", *OP_KEYS)[op_id])
     return rows[np.isin(ev.replays.deps.ops.kind[rows], COPY_KINDS)]
 
 
 def layer_copies(ev: Evidence, names: list[str]) -> np.ndarray:
     """Rows of the h2d/d2h copies attributed to the layers *names* (the innermost layer range)."""
-    bd = ev.breakdown
-    lay = bd.layer_assignment().filter(pl.col("layer").is_in(names))
-    return copies_in(ev, bd.ops[lay["op_id"].to_numpy()], "layer")
+    lay = ev.breakdown.layer_assignment().filter(pl.col("layer").is_in(names))
+    return attributed_copies(ev, lay["op_id"].to_numpy())
 
 
 def op_copies(ev: Evidence, name: str) -> np.ndarray:
     """Rows of the h2d/d2h copies attributed to the XLA instruction (or innermost range) *name*."""
-    bd = ev.breakdown
-    got = bd.op_assignment().filter(pl.col("group") == name)
-    return copies_in(ev, bd.ops[got["op_id"].to_numpy()], "op")
+    got = ev.breakdown.op_assignment().filter(pl.col("group") == name)
+    return attributed_copies(ev, got["op_id"].to_numpy())
 
 
 def stalls_of(ev: Evidence, rows: np.ndarray, what: str) -> Change:

@@ -145,7 +145,7 @@ def _step_edges(ev: Evidence, flags_note: str) -> list[Finding]:
     assigned = assigned.filter(pl.col("index").is_in([s["index"] for s in steps]))
     if assigned.height == 0:
         raise CannotDecide("no GPU ops were found in the steps")
-    ops = bd.ops[assigned["op_id"].to_numpy()].select("device", "start", "end").with_columns(assigned["index"])
+    ops = bd.ops.select("device", "start", "end")[assigned["op_id"].to_numpy()].with_columns(assigned["index"])
     win = ops.group_by("index", "device").agg(pl.col("start").min().alias("t0"), pl.col("end").max().alias("t1"))
     dev, t0, t1 = (win[c].to_numpy() for c in ("device", "t0", "t1"))
     width = t1 - t0
