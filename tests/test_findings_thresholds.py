@@ -6,6 +6,8 @@ it; the derivation is written beside each case.  Builders and helpers are test_f
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from profiler.analysis.findings import rule_ids
@@ -81,6 +83,16 @@ def test_the_slack_is_a_billionth_of_the_limit_at_least_of_one(limit, slack):
     assert exceeds(limit + 1.5 * slack, limit) and not exceeds(limit + 0.5 * slack, limit)
     assert under(limit - 1.5 * slack, limit) and not under(limit - 0.5 * slack, limit)
     assert not at_least(limit - 1.5 * slack, limit) and at_least(limit - 0.5 * slack, limit)
+
+
+@pytest.mark.parametrize("limit", [0.25, 1.0, 10_000])
+def test_the_slack_itself_is_not_beyond_the_limit(limit):
+    """Exactly one slack away is still at the limit (strict ``>`` and ``<``); the next float decides."""
+    slack = 1e-9 * max(1.0, abs(limit))  # the same float expression as config.exceeds / config.under
+    up, down = limit + slack, limit - slack
+    assert not exceeds(up, limit) and exceeds(math.nextafter(up, math.inf), limit)
+    assert not under(down, limit) and under(math.nextafter(down, -math.inf), limit)
+    assert at_least(down, limit) and not at_least(math.nextafter(down, -math.inf), limit)
 
 
 def test_the_config_file(tmp_path):
