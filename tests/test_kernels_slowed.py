@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from profiler.analysis.kernels_slowed import empty_entry
+from profiler.analysis.kernels_slowed import empty_entry, group_keys, kernel_totals
 from profiler.runs.result import analyze
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
@@ -45,6 +45,7 @@ def test_sides_at_their_boundaries(build):
     # k4 [300,310) under d2d [300,310) only: overlaps a copy, no offload copy: neither
     # k5 [400,410) under d2d and h2d [400,405): 2*5 >= 10: beside
     # k6 [500,500) zero-length, k7 [600,590) invalid: not counted
+    # k8 [700,710) under an invalid h2d copy [710,700) (end < start) only: the copy is left out, alone
     b = ExportBuilder()
     b.gpu(0)
     b.kernel(0, 10, "k")
@@ -60,7 +61,9 @@ def test_sides_at_their_boundaries(build):
     b.copy(400, 405, "h2d", MIB)
     b.kernel(500, 500, "k")
     b.kernel(600, 590, "k")
-    assert kb(build(b)) == {"groups": 0, "calls_alone": 1, "calls_beside": 2, "excess_ns": 0, "top": []}
+    b.kernel(700, 710, "k")
+    b.copy(710, 700, "h2d", MIB)
+    assert kb(build(b)) == {"groups": 0, "calls_alone": 2, "calls_beside": 2, "excess_ns": 0, "top": []}
 
 
 def test_lower_medians_slowdown_and_excess(build):
@@ -313,3 +316,25 @@ def test_group_keys_equal_exactly_where_rows_are(data):
     for i in range(n):
         for j in range(n):
             assert (keys[i] == keys[j]) == (rows[i] == rows[j])
+
+
+def test_group_keys_after_a_renumbering_to_two_keys():
+    """Seven columns of 2^24 codes each (values 0 and 2^24 - 2: bound hi - lo + 2 = 2^24).  Before c2 the
+    bound would reach 2^72 >= 2^61: the keys of (c0, c1) are renumbered to 0 (rows a, c) and 1 (row b),
+    bound 2, and again before c4 (2 * 2^72).  Were the bound after the first renumbering taken as 0, no
+    later one would happen, and a and b (different only in c0, c1) would differ by 2^120 = 0 mod 2^64."""
+    import polars as pl
+
+    m = (1 << 24) - 2
+    rows = [(0, 0, 0, 0, 0, 0, 0), (m, m, 0, 0, 0, 0, 0), (0, 0, m, m, m, m, m)]
+    frame = pl.DataFrame(rows, schema=[f"c{i}" for i in range(7)], orient="row")
+    keys = group_keys(frame, tuple(frame.columns))
+    assert len(set(keys.tolist())) == 3
+
+
+def test_kernel_totals_of_no_device_and_of_a_run_without_the_metric():
+    # the excess over all devices: 30 + 0; None (not 0) when no device has the metric
+    got = kernel_totals({"0": {"kernels_beside_copies": {**empty_entry(), "excess_ns": 30}}, "1": {}})
+    assert got == {"kernels_beside_copies": {"0": {**empty_entry(), "excess_ns": 30}}, "kernel_excess_ns": 30}
+    assert kernel_totals({}) == {"kernels_beside_copies": {}, "kernel_excess_ns": None}
+    assert kernel_totals({"0": {}})["kernel_excess_ns"] is None
