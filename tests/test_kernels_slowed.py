@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from profiler.analysis.kernels_slowed import empty_entry, group_keys, kernel_totals
+from profiler.analysis.kernels_slowed import empty_entry, group_keys, kernel_totals, no_baseline
 from profiler.runs.result import analyze
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
@@ -338,3 +338,13 @@ def test_kernel_totals_of_no_device_and_of_a_run_without_the_metric():
     assert got == {"kernels_beside_copies": {"0": {**empty_entry(), "excess_ns": 30}}, "kernel_excess_ns": 30}
     assert kernel_totals({}) == {"kernels_beside_copies": {}, "kernel_excess_ns": None}
     assert kernel_totals({"0": {}})["kernel_excess_ns"] is None
+
+
+def test_no_baseline_needs_calls_beside_and_none_alone():
+    # kernels beside copies (one is enough) and none alone: nothing to compare them with; none beside,
+    # one alone (too few for a group) or a counted group: there is a baseline, or nothing to say
+    entry = empty_entry()
+    assert no_baseline({**entry, "calls_beside": 1})
+    assert not no_baseline(entry)
+    assert not no_baseline({**entry, "calls_beside": 4, "calls_alone": 1})
+    assert not no_baseline({**entry, "groups": 1, "calls_beside": 3, "calls_alone": 3})
