@@ -231,6 +231,8 @@ MS, S = 10**6, 10**9
         ([0, None, 61 * MS, 3_378 * MS], "ms"),
         # 5 ms: µs 5_000 and ms 5 both read well and can be read; ms is the unit of the largest value
         ([5 * MS], "ms"),
+        # 5 ns: 0.005 µs, under 0.01 in every unit: the unit of the largest value (µs below 1 µs), not s
+        ([5], "µs"),
         # 10 s is 10_000 ms (not under 10_000: read well in s only), 5 ms only in ms (µs 5_000 too):
         # µs 1, ms 1, s 1 read well; can be read: µs 1 (5_000), ms 1 (5), s 1 (10; 0.005 is under 0.01);
         # the largest value's unit: s
@@ -272,6 +274,7 @@ def test_fit():
     # spaces, 19 columns; with the fifth 24)
     line = "aaaa bbbb cccc dddd"
     assert fit(line, width=19) == line and fit(line, width=18) == "aaaa bbbb cccc\n  dddd"
+    assert fit(line + " ", width=20) == line + " "  # a line that fits is left as it is, to its last space
     # at its own indent, the lines after two more: 4 + 13 = 17 > 14 columns with "cccc"
     assert fit("    aaaa bbbb cccc dddd", width=14) == "    aaaa bbbb\n      cccc\n      dddd"
     # a table row (two gaps of two spaces or more between cells) stays whole; one such gap is prose
