@@ -15,6 +15,8 @@ from profiler.units import (
     human_time,
     mib,
     ms,
+    natural_key,
+    parse_bytes,
     pct,
     readable_byte_unit,
     readable_time_unit,
@@ -286,3 +288,43 @@ def test_fit():
     assert fit(line, wide=True, width=5) == line
     long = " ".join(["w"] * 81)  # 161 columns
     assert fit(long) == wrap(long) and fit(long[:-2]) == long[:-2]
+
+
+# --- sizes the user types, names in reading order ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("60GiB", 60 * 2**30),
+        (" 59.5 GiB ", int(59.5 * 2**30)),  # spaces around and between; 59.5 * 2^30 is a whole number
+        ("64GB", 64 * 10**9),  # decimal units: powers of 1000
+        ("1e9", 10**9),  # no unit: bytes
+        ("512", 512),
+        ("2b", 2),
+        ("1.5kb", 1500),
+        ("3MiB", 3 * 2**20),
+        ("3mb", 3 * 10**6),
+        ("2TiB", 2 * 2**40),
+        ("2tb", 2 * 10**12),
+        ("1kib", 1024),
+        (".5 kib", 512),  # no digit before the point
+        ("1.9", 1),  # whole bytes, truncated
+    ],
+)
+def test_parse_bytes(text, size):
+    assert parse_bytes(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "GiB", "60 GiBs", "60 XB", "-1GiB", "1.2.3", "60 GiB 2", "1e"])
+def test_parse_bytes_refuses(text):
+    with pytest.raises(ValueError) as err:
+        parse_bytes(text)
+    assert str(err.value) == f"{text!r} is not a size (e.g. 60GiB, 64GB, 1e9)"
+
+
+def test_natural_key():
+    # digits compare as numbers, the rest as text: layer_2 before layer_10, and "a" before "b" at equal numbers
+    names = ["layer_10", "layer_2", "layer_1b", "layer_1a", "x", "10", "9"]
+    assert sorted(names, key=natural_key) == ["9", "10", "layer_1a", "layer_1b", "layer_2", "layer_10", "x"]
+    assert natural_key("layer_10.w2") == ["layer_", 10, ".w", 2, ""]
