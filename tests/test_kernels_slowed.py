@@ -348,3 +348,19 @@ def test_no_baseline_needs_calls_beside_and_none_alone():
     assert not no_baseline(entry)
     assert not no_baseline({**entry, "calls_beside": 4, "calls_alone": 1})
     assert not no_baseline({**entry, "groups": 1, "calls_beside": 3, "calls_alone": 3})
+
+
+def test_groups_whose_keys_are_two_apart_stay_apart(build):
+    # block_z 1 and 3 (codes 1 and 3, bound 4): the two groups' integer keys differ by exactly 2, so the
+    # (key, side) codes 2k + side stay apart, as any injective code must.  fusion (1x1x1, 64x1x1):
+    # alone 10, 10, 10, beside 30, 30, 30: excess 3 * 20 = 60; (64x1x3): beside 20: excess 3 * 10 = 30
+    b = ExportBuilder()
+    b.gpu(0)
+    t = group("fusion", [10] * 3, [30] * 3, b, 0, block=(64, 1, 1))
+    group("fusion", [10] * 3, [20] * 3, b, t, block=(64, 1, 3))
+    got = kb(build(b))
+    assert (got["groups"], got["calls_alone"], got["calls_beside"], got["excess_ns"]) == (2, 6, 6, 90)
+    assert [(g["block"], g["alone"]["count"], g["beside"]["median_ns"]) for g in got["top"]] == [
+        ([64, 1, 1], 3, 30),
+        ([64, 1, 3], 3, 20),
+    ]
