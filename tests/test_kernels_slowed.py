@@ -364,3 +364,21 @@ def test_groups_whose_keys_are_two_apart_stay_apart(build):
         ([64, 1, 1], 3, 30),
         ([64, 1, 3], 3, 20),
     ]
+
+
+def test_a_group_without_a_name_comes_after_the_named_ones_of_the_same_excess(build):
+    # both name ids of "lost"'s kernels point to no string (rewritten below): its name is null; equal
+    # excess 3 * 10 = 30 each, so the order falls to the name, nulls last
+    import sqlite3
+
+    b = ExportBuilder()
+    b.gpu(0)
+    t = group("lost", [10] * 3, [20] * 3, b, 0)
+    group("b", [10] * 3, [20] * 3, b, t)
+    path = build(b)
+    with sqlite3.connect(path) as db:
+        (lost,) = db.execute("SELECT id FROM StringIds WHERE value = 'lost'").fetchone()
+        unnamed = "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET shortName = -1, demangledName = -1 WHERE shortName = ?"
+        db.execute(unnamed, (lost,))
+    db.close()
+    assert [(g["name"], g["excess_ns"]) for g in kb(path)["top"]] == [("b", 30), (None, 30)]
