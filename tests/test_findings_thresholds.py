@@ -292,6 +292,20 @@ def test_slow_link_min_copies(tmp_path, copies, judged):
     assert (skipped(doc, "slow-link") is None) is judged
 
 
+def test_slow_link_min_copies_below_one_counts_as_one(tmp_path):
+    # a limit of 0 is taken as 1 (max(1, limit)): with one 1 MiB copy under a kernel (none alone) the rule
+    # is not judged, and says so with 1 and the most copies alone, 0
+    b = ExportBuilder()
+    b.gpu(0, H100)
+    b.copy(0, 90_000, "d2h", MIB)
+    b.kernel(0, 90_000, "k")
+    doc = findings_of(write_run(tmp_path, b), slow_link_min_copies=0)
+    assert skipped(doc, "slow-link") == (
+        "no GPU ran 1 or more h2d or d2h copies of 1 MiB or more alone (the most: 0; slow_link_min_copies): "
+        "too few to measure the link by"
+    )
+
+
 # --- copy-contention: GB/s alone / GB/s beside kernels > 1.5, >= 3 copies on each side -------------------
 
 
