@@ -334,6 +334,15 @@ def test_contention_min_copies(tmp_path, alone, beside, fires):
     assert bool(fired(findings_of(write_run(tmp_path, b)), "copy-contention")) is fires
 
 
+@pytest.mark.parametrize("limit", [0, 1])
+def test_contention_min_copies_of_one(tmp_path, limit):
+    # one copy alone (100 us) and one beside a kernel (200 us), same bytes: slowdown 2 > 1.5; a limit of 1
+    # (or 0, taken as 1: max(1, limit)) is met by one copy on each side
+    b = ExportBuilder()
+    _contention(b, 1, 1, 200_000)
+    assert fired(findings_of(write_run(tmp_path, b), contention_min_copies=limit), "copy-contention")
+
+
 # --- kernels-slowed-by-copies (> 1.1) and nccl-slowed-by-copies (> 1.2): lower medians' ratio -------------
 
 
