@@ -264,6 +264,17 @@ def test_compute_stream_share_limit_moves(tmp_path, limit, fires):
     assert bool(fired(doc, "copy-on-compute-stream")) is fires
 
 
+def test_compute_stream_share_forgives_a_rounding_error(tmp_path):
+    # 3 of 10 compute kernels on the copy's stream: 3 / 10 = 0.3, against 0.1 + 0.2 = 0.30000000000000004,
+    # a rounding error above it: at the limit, so it fires
+    b = ExportBuilder()
+    for i in range(10):
+        b.kernel(i * 100, i * 100 + 50, "k", stream=7 if i < 3 else 100 + i)
+    b.copy(2000, 2100, "d2h", MIB, stream=7)
+    doc = findings_of(write_run(tmp_path, b), compute_stream_share=0.1 + 0.2)
+    assert fired(doc, "copy-on-compute-stream")
+
+
 # --- slow-link: alone copies reach < 0.5 of the link, with >= 3 of them ----------------------------------
 
 H100 = "NVIDIA H100 80GB HBM3"  # PCIe Gen5 x16: 63 GB/s per direction
@@ -304,6 +315,10 @@ def test_slow_link_min_copies_below_one_counts_as_one(tmp_path):
         "no GPU ran 1 or more h2d or d2h copies of 1 MiB or more alone (the most: 0; slow_link_min_copies): "
         "too few to measure the link by"
     )
+    # one such copy alone (1 MiB in 90 us: 11.65 GB/s, under half of 63) is then enough to judge the link
+    b.copy(200_000, 290_000, "d2h", MIB)
+    doc = findings_of(write_run(tmp_path, b, name="alone"), slow_link_min_copies=0)
+    assert fired(doc, "slow-link") and skipped(doc, "slow-link") is None
 
 
 # --- copy-contention: GB/s alone / GB/s beside kernels > 1.5, >= 3 copies on each side -------------------
@@ -359,6 +374,16 @@ def test_nccl_slowdown(tmp_path, slow, fires):
     b = ExportBuilder()
     slowed_group(b, "ncclDevKernel_AllGather_RING", slow)
     assert bool(fired(findings_of(write_run(tmp_path, b)), "nccl-slowed-by-copies")) is fires
+
+
+@pytest.mark.parametrize(("slow", "fires"), [(600, False), (1_001, True)])
+def test_kernel_slowdown_below_one_still_needs_an_excess(tmp_path, slow, fires):
+    # a limit under 1 (0.5): 3 calls beside copies at 600 ns against 1000 alone are 0.6x, above the limit,
+    # but faster, so their excess is 3 * max(0, -400) = 0: nothing; at 1_001, 3 ns of excess: fires
+    b = ExportBuilder()
+    slowed_group(b, "loop_add_fusion", slow, stream=7)
+    doc = findings_of(write_run(tmp_path, b), kernel_slowdown=0.5)
+    assert bool(fired(doc, "kernels-slowed-by-copies")) is fires
 
 
 # --- offload-missing: an offload policy moving < 1 MiB per step -------------------------------------------
