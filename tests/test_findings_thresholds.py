@@ -195,6 +195,17 @@ def test_lhs_exposed_fraction(tmp_path, exposed, fires):
     assert bool(fired(findings_of(path), "lhs-off")) is fires
 
 
+def test_lhs_off_without_offload_copies_and_with_one_of_1_ns(tmp_path):
+    # an XLA program with the scheduler off: no offload copy (busy 0) is nothing to say, not a division by
+    # zero; a 1 ns copy with no kernel (exposed / busy = 1 > 0.1) is enough
+    manifest = {"versions": {"jax": "0.10.2"}, "xla_flags": {"final": LHS_OFF}}
+    b = ExportBuilder()
+    b.kernel(0, 100, "k")
+    assert not fired(findings_of(write_run(tmp_path, b, manifest, name="none")), "lhs-off")
+    b.copy(200, 201, "d2h", MIB)
+    assert fired(findings_of(write_run(tmp_path, b, manifest, name="one")), "lhs-off")
+
+
 # --- pageable-copies, sync-copies: how many it takes ------------------------------------------------------
 
 
