@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -382,3 +383,16 @@ def test_a_group_without_a_name_comes_after_the_named_ones_of_the_same_excess(bu
         db.execute(unnamed, (lost,))
     db.close()
     assert [(g["name"], g["excess_ns"]) for g in kb(path)["top"]] == [("b", 30), (None, 30)]
+
+
+def test_group_keys_stay_integers_after_an_all_null_column():
+    """c0 is all NULL (code 0, bound 1); c1, c2 span 2^24 - 2 (bound 2^24 each), c3 spans 1022 (bound
+    1024): the bound reaches 2^58 < 2^61, so no renumbering, and rows a and b end with keys 1 apart near
+    2^58, beyond 2^53, where float64 would make them equal: the keys must stay int64."""
+    import polars as pl
+
+    m = (1 << 24) - 2
+    rows = [(None, m, m, 0), (None, m, m, 1), (None, 0, 0, 1022)]
+    frame = pl.DataFrame(rows, schema={f"c{i}": pl.Int64 for i in range(4)}, orient="row")
+    keys = group_keys(frame, tuple(frame.columns))
+    assert keys.dtype == np.int64 and len(set(keys.tolist())) == 3
