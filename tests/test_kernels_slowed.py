@@ -396,3 +396,36 @@ def test_group_keys_stay_integers_after_an_all_null_column():
     frame = pl.DataFrame(rows, schema={f"c{i}": pl.Int64 for i in range(4)}, orient="row")
     keys = group_keys(frame, tuple(frame.columns))
     assert keys.dtype == np.int64 and len(set(keys.tolist())) == 3
+
+
+def test_group_keys_codes_stay_below_their_bound():
+    """c0 codes 0, 1 as 1, 2 (bound 3); c1 codes 0, 1 as 1, 2 and NULL as 0 (bound 3): keys 1*3+2 = 5,
+    2*3+0 = 6, 1*3+1 = 4.  Were the codes one higher (2, 3) with the same bound, (0, 1) and (1, NULL)
+    would both be 2*3+3 = 3*3+0 = 9."""
+    import polars as pl
+
+    frame = pl.DataFrame([(0, 1), (1, None), (0, 0)], schema={"c0": pl.Int64, "c1": pl.Int64}, orient="row")
+    assert group_keys(frame, ("c0", "c1")).tolist() == [5, 6, 4]
+
+
+def test_group_keys_renumber_many_wide_columns_in_time():
+    """33 columns, each with 3 values spread wider than 2^24 (dense ranks 1..3, bound 4): 4^31 = 2^62
+    would pass 2^61, so the keys are renumbered before column 31.  Rows a and b differ in c0 only: without
+    the renumbering, c0's difference, times 4^32 = 2^64, would vanish in int64."""
+    import polars as pl
+
+    lo, mid, hi = -(1 << 40), 0, 1 << 40
+    rows = [[lo] + [mid] * 32, [hi] + [mid] * 32, [mid] + [lo] * 32, [mid] + [hi] * 32]
+    frame = pl.DataFrame(rows, schema={f"c{i}": pl.Int64 for i in range(33)}, orient="row")
+    keys = group_keys(frame, tuple(frame.columns))
+    assert len(set(keys.tolist())) == 4
+
+
+def test_group_keys_bound_a_wide_column_above_its_ranks():
+    """c0 codes 1, 2 (values 0, 1); c1 spans 2^41 (dense ranks lo 1, mid 2, hi 3, bound 4): keys 1*4+3 = 7,
+    2*4+1 = 9, 1*4+2 = 6.  A bound of 2 (below the rank 3) would give (0, hi) and (1, lo) both 5."""
+    import polars as pl
+
+    lo, mid, hi = -(1 << 40), 0, 1 << 40
+    frame = pl.DataFrame([(0, hi), (1, lo), (0, mid)], schema={"c0": pl.Int64, "c1": pl.Int64}, orient="row")
+    assert group_keys(frame, ("c0", "c1")).tolist() == [7, 9, 6]
