@@ -6,6 +6,8 @@ it; the derivation is written beside each case.  Builders and helpers are test_f
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from profiler.analysis.findings import rule_ids
@@ -81,6 +83,16 @@ def test_the_slack_is_a_billionth_of_the_limit_at_least_of_one(limit, slack):
     assert exceeds(limit + 1.5 * slack, limit) and not exceeds(limit + 0.5 * slack, limit)
     assert under(limit - 1.5 * slack, limit) and not under(limit - 0.5 * slack, limit)
     assert not at_least(limit - 1.5 * slack, limit) and at_least(limit - 0.5 * slack, limit)
+
+
+@pytest.mark.parametrize("limit", [0.25, 1.0, 10_000])
+def test_the_slack_itself_is_not_beyond_the_limit(limit):
+    """Exactly one slack away is still at the limit (strict ``>`` and ``<``); the next float decides."""
+    slack = 1e-9 * max(1.0, abs(limit))  # the same float expression as config.exceeds / config.under
+    up, down = limit + slack, limit - slack
+    assert not exceeds(up, limit) and exceeds(math.nextafter(up, math.inf), limit)
+    assert not under(down, limit) and under(math.nextafter(down, -math.inf), limit)
+    assert at_least(down, limit) and not at_least(math.nextafter(down, -math.inf), limit)
 
 
 def test_the_config_file(tmp_path):
@@ -183,6 +195,17 @@ def test_lhs_exposed_fraction(tmp_path, exposed, fires):
     assert bool(fired(findings_of(path), "lhs-off")) is fires
 
 
+def test_lhs_off_without_offload_copies_and_with_one_of_1_ns(tmp_path):
+    # an XLA program with the scheduler off: no offload copy (busy 0) is nothing to say, not a division by
+    # zero; a 1 ns copy with no kernel (exposed / busy = 1 > 0.1) is enough
+    manifest = {"versions": {"jax": "0.10.2"}, "xla_flags": {"final": LHS_OFF}}
+    b = ExportBuilder()
+    b.kernel(0, 100, "k")
+    assert not fired(findings_of(write_run(tmp_path, b, manifest, name="none")), "lhs-off")
+    b.copy(200, 201, "d2h", MIB)
+    assert fired(findings_of(write_run(tmp_path, b, manifest, name="one")), "lhs-off")
+
+
 # --- pageable-copies, sync-copies: how many it takes ------------------------------------------------------
 
 
@@ -252,6 +275,17 @@ def test_compute_stream_share_limit_moves(tmp_path, limit, fires):
     assert bool(fired(doc, "copy-on-compute-stream")) is fires
 
 
+def test_compute_stream_share_forgives_a_rounding_error(tmp_path):
+    # 3 of 10 compute kernels on the copy's stream: 3 / 10 = 0.3, against 0.1 + 0.2 = 0.30000000000000004,
+    # a rounding error above it: at the limit, so it fires
+    b = ExportBuilder()
+    for i in range(10):
+        b.kernel(i * 100, i * 100 + 50, "k", stream=7 if i < 3 else 100 + i)
+    b.copy(2000, 2100, "d2h", MIB, stream=7)
+    doc = findings_of(write_run(tmp_path, b), compute_stream_share=0.1 + 0.2)
+    assert fired(doc, "copy-on-compute-stream")
+
+
 # --- slow-link: alone copies reach < 0.5 of the link, with >= 3 of them ----------------------------------
 
 H100 = "NVIDIA H100 80GB HBM3"  # PCIe Gen5 x16: 63 GB/s per direction
@@ -278,6 +312,24 @@ def test_slow_link_min_copies(tmp_path, copies, judged):
     doc = findings_of(write_run(tmp_path, b))
     assert bool(fired(doc, "slow-link")) is judged
     assert (skipped(doc, "slow-link") is None) is judged
+
+
+def test_slow_link_min_copies_below_one_counts_as_one(tmp_path):
+    # a limit of 0 is taken as 1 (max(1, limit)): with one 1 MiB copy under a kernel (none alone) the rule
+    # is not judged, and says so with 1 and the most copies alone, 0
+    b = ExportBuilder()
+    b.gpu(0, H100)
+    b.copy(0, 90_000, "d2h", MIB)
+    b.kernel(0, 90_000, "k")
+    doc = findings_of(write_run(tmp_path, b), slow_link_min_copies=0)
+    assert skipped(doc, "slow-link") == (
+        "no GPU ran 1 or more h2d or d2h copies of 1 MiB or more alone (the most: 0; slow_link_min_copies): "
+        "too few to measure the link by"
+    )
+    # one such copy alone (1 MiB in 90 us: 11.65 GB/s, under half of 63) is then enough to judge the link
+    b.copy(200_000, 290_000, "d2h", MIB)
+    doc = findings_of(write_run(tmp_path, b, name="alone"), slow_link_min_copies=0)
+    assert fired(doc, "slow-link") and skipped(doc, "slow-link") is None
 
 
 # --- copy-contention: GB/s alone / GB/s beside kernels > 1.5, >= 3 copies on each side -------------------
@@ -308,6 +360,15 @@ def test_contention_min_copies(tmp_path, alone, beside, fires):
     assert bool(fired(findings_of(write_run(tmp_path, b)), "copy-contention")) is fires
 
 
+@pytest.mark.parametrize("limit", [0, 1])
+def test_contention_min_copies_of_one(tmp_path, limit):
+    # one copy alone (100 us) and one beside a kernel (200 us), same bytes: slowdown 2 > 1.5; a limit of 1
+    # (or 0, taken as 1: max(1, limit)) is met by one copy on each side
+    b = ExportBuilder()
+    _contention(b, 1, 1, 200_000)
+    assert fired(findings_of(write_run(tmp_path, b), contention_min_copies=limit), "copy-contention")
+
+
 # --- kernels-slowed-by-copies (> 1.1) and nccl-slowed-by-copies (> 1.2): lower medians' ratio -------------
 
 
@@ -324,6 +385,16 @@ def test_nccl_slowdown(tmp_path, slow, fires):
     b = ExportBuilder()
     slowed_group(b, "ncclDevKernel_AllGather_RING", slow)
     assert bool(fired(findings_of(write_run(tmp_path, b)), "nccl-slowed-by-copies")) is fires
+
+
+@pytest.mark.parametrize(("slow", "fires"), [(600, False), (1_001, True)])
+def test_kernel_slowdown_below_one_still_needs_an_excess(tmp_path, slow, fires):
+    # a limit under 1 (0.5): 3 calls beside copies at 600 ns against 1000 alone are 0.6x, above the limit,
+    # but faster, so their excess is 3 * max(0, -400) = 0: nothing; at 1_001, 3 ns of excess: fires
+    b = ExportBuilder()
+    slowed_group(b, "loop_add_fusion", slow, stream=7)
+    doc = findings_of(write_run(tmp_path, b), kernel_slowdown=0.5)
+    assert bool(fired(doc, "kernels-slowed-by-copies")) is fires
 
 
 # --- offload-missing: an offload policy moving < 1 MiB per step -------------------------------------------

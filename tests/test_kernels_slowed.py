@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from profiler.analysis.kernels_slowed import empty_entry
+from profiler.analysis.kernels_slowed import empty_entry, group_keys, kernel_totals, no_baseline
 from profiler.runs.result import analyze
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
@@ -45,6 +46,7 @@ def test_sides_at_their_boundaries(build):
     # k4 [300,310) under d2d [300,310) only: overlaps a copy, no offload copy: neither
     # k5 [400,410) under d2d and h2d [400,405): 2*5 >= 10: beside
     # k6 [500,500) zero-length, k7 [600,590) invalid: not counted
+    # k8 [700,710) under an invalid h2d copy [710,700) (end < start) only: the copy is left out, alone
     b = ExportBuilder()
     b.gpu(0)
     b.kernel(0, 10, "k")
@@ -60,7 +62,9 @@ def test_sides_at_their_boundaries(build):
     b.copy(400, 405, "h2d", MIB)
     b.kernel(500, 500, "k")
     b.kernel(600, 590, "k")
-    assert kb(build(b)) == {"groups": 0, "calls_alone": 1, "calls_beside": 2, "excess_ns": 0, "top": []}
+    b.kernel(700, 710, "k")
+    b.copy(710, 700, "h2d", MIB)
+    assert kb(build(b)) == {"groups": 0, "calls_alone": 2, "calls_beside": 2, "excess_ns": 0, "top": []}
 
 
 def test_lower_medians_slowdown_and_excess(build):
@@ -313,3 +317,115 @@ def test_group_keys_equal_exactly_where_rows_are(data):
     for i in range(n):
         for j in range(n):
             assert (keys[i] == keys[j]) == (rows[i] == rows[j])
+
+
+def test_group_keys_after_a_renumbering_to_two_keys():
+    """Seven columns of 2^24 codes each (values 0 and 2^24 - 2: bound hi - lo + 2 = 2^24).  Before c2 the
+    bound would reach 2^72 >= 2^61: the keys of (c0, c1) are renumbered to 0 (rows a, c) and 1 (row b),
+    bound 2, and again before c4 (2 * 2^72).  Were the bound after the first renumbering taken as 0, no
+    later one would happen, and a and b (different only in c0, c1) would differ by 2^120 = 0 mod 2^64."""
+    import polars as pl
+
+    m = (1 << 24) - 2
+    rows = [(0, 0, 0, 0, 0, 0, 0), (m, m, 0, 0, 0, 0, 0), (0, 0, m, m, m, m, m)]
+    frame = pl.DataFrame(rows, schema=[f"c{i}" for i in range(7)], orient="row")
+    keys = group_keys(frame, tuple(frame.columns))
+    assert len(set(keys.tolist())) == 3
+
+
+def test_kernel_totals_of_no_device_and_of_a_run_without_the_metric():
+    # the excess over all devices: 30 + 0; None (not 0) when no device has the metric
+    got = kernel_totals({"0": {"kernels_beside_copies": {**empty_entry(), "excess_ns": 30}}, "1": {}})
+    assert got == {"kernels_beside_copies": {"0": {**empty_entry(), "excess_ns": 30}}, "kernel_excess_ns": 30}
+    assert kernel_totals({}) == {"kernels_beside_copies": {}, "kernel_excess_ns": None}
+    assert kernel_totals({"0": {}})["kernel_excess_ns"] is None
+
+
+def test_no_baseline_needs_calls_beside_and_none_alone():
+    # kernels beside copies (one is enough) and none alone: nothing to compare them with; none beside,
+    # one alone (too few for a group) or a counted group: there is a baseline, or nothing to say
+    entry = empty_entry()
+    assert no_baseline({**entry, "calls_beside": 1})
+    assert not no_baseline(entry)
+    assert not no_baseline({**entry, "calls_beside": 4, "calls_alone": 1})
+    assert not no_baseline({**entry, "groups": 1, "calls_beside": 3, "calls_alone": 3})
+
+
+def test_groups_whose_keys_are_two_apart_stay_apart(build):
+    # block_z 1 and 3 (codes 1 and 3, bound 4): the two groups' integer keys differ by exactly 2, so the
+    # (key, side) codes 2k + side stay apart, as any injective code must.  fusion (1x1x1, 64x1x1):
+    # alone 10, 10, 10, beside 30, 30, 30: excess 3 * 20 = 60; (64x1x3): beside 20: excess 3 * 10 = 30
+    b = ExportBuilder()
+    b.gpu(0)
+    t = group("fusion", [10] * 3, [30] * 3, b, 0, block=(64, 1, 1))
+    group("fusion", [10] * 3, [20] * 3, b, t, block=(64, 1, 3))
+    got = kb(build(b))
+    assert (got["groups"], got["calls_alone"], got["calls_beside"], got["excess_ns"]) == (2, 6, 6, 90)
+    assert [(g["block"], g["alone"]["count"], g["beside"]["median_ns"]) for g in got["top"]] == [
+        ([64, 1, 1], 3, 30),
+        ([64, 1, 3], 3, 20),
+    ]
+
+
+def test_a_group_without_a_name_comes_after_the_named_ones_of_the_same_excess(build):
+    # both name ids of "lost"'s kernels point to no string (rewritten below): its name is null; equal
+    # excess 3 * 10 = 30 each, so the order falls to the name, nulls last
+    import sqlite3
+
+    b = ExportBuilder()
+    b.gpu(0)
+    t = group("lost", [10] * 3, [20] * 3, b, 0)
+    group("b", [10] * 3, [20] * 3, b, t)
+    path = build(b)
+    with sqlite3.connect(path) as db:
+        (lost,) = db.execute("SELECT id FROM StringIds WHERE value = 'lost'").fetchone()
+        unnamed = "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET shortName = -1, demangledName = -1 WHERE shortName = ?"
+        db.execute(unnamed, (lost,))
+    db.close()
+    assert [(g["name"], g["excess_ns"]) for g in kb(path)["top"]] == [("b", 30), (None, 30)]
+
+
+def test_group_keys_stay_integers_after_an_all_null_column():
+    """c0 is all NULL (code 0, bound 1); c1, c2 span 2^24 - 2 (bound 2^24 each), c3 spans 1022 (bound
+    1024): the bound reaches 2^58 < 2^61, so no renumbering, and rows a and b end with keys 1 apart near
+    2^58, beyond 2^53, where float64 would make them equal: the keys must stay int64."""
+    import polars as pl
+
+    m = (1 << 24) - 2
+    rows = [(None, m, m, 0), (None, m, m, 1), (None, 0, 0, 1022)]
+    frame = pl.DataFrame(rows, schema={f"c{i}": pl.Int64 for i in range(4)}, orient="row")
+    keys = group_keys(frame, tuple(frame.columns))
+    assert keys.dtype == np.int64 and len(set(keys.tolist())) == 3
+
+
+def test_group_keys_codes_stay_below_their_bound():
+    """c0 codes 0, 1 as 1, 2 (bound 3); c1 codes 0, 1 as 1, 2 and NULL as 0 (bound 3): keys 1*3+2 = 5,
+    2*3+0 = 6, 1*3+1 = 4.  Were the codes one higher (2, 3) with the same bound, (0, 1) and (1, NULL)
+    would both be 2*3+3 = 3*3+0 = 9."""
+    import polars as pl
+
+    frame = pl.DataFrame([(0, 1), (1, None), (0, 0)], schema={"c0": pl.Int64, "c1": pl.Int64}, orient="row")
+    assert group_keys(frame, ("c0", "c1")).tolist() == [5, 6, 4]
+
+
+def test_group_keys_renumber_many_wide_columns_in_time():
+    """33 columns, each with 3 values spread wider than 2^24 (dense ranks 1..3, bound 4): 4^31 = 2^62
+    would pass 2^61, so the keys are renumbered before column 31.  Rows a and b differ in c0 only: without
+    the renumbering, c0's difference, times 4^32 = 2^64, would vanish in int64."""
+    import polars as pl
+
+    lo, mid, hi = -(1 << 40), 0, 1 << 40
+    rows = [[lo] + [mid] * 32, [hi] + [mid] * 32, [mid] + [lo] * 32, [mid] + [hi] * 32]
+    frame = pl.DataFrame(rows, schema={f"c{i}": pl.Int64 for i in range(33)}, orient="row")
+    keys = group_keys(frame, tuple(frame.columns))
+    assert len(set(keys.tolist())) == 4
+
+
+def test_group_keys_bound_a_wide_column_above_its_ranks():
+    """c0 codes 1, 2 (values 0, 1); c1 spans 2^41 (dense ranks lo 1, mid 2, hi 3, bound 4): keys 1*4+3 = 7,
+    2*4+1 = 9, 1*4+2 = 6.  A bound of 2 (below the rank 3) would give (0, hi) and (1, lo) both 5."""
+    import polars as pl
+
+    lo, mid, hi = -(1 << 40), 0, 1 << 40
+    frame = pl.DataFrame([(0, hi), (1, lo), (0, mid)], schema={"c0": pl.Int64, "c1": pl.Int64}, orient="row")
+    assert group_keys(frame, ("c0", "c1")).tolist() == [7, 9, 6]

@@ -9,18 +9,24 @@ import pytest
 from profiler.units import (
     Units,
     byte_unit,
+    fit,
     gbps,
     human_bytes,
     human_time,
     mib,
     ms,
+    natural_key,
+    parse_bytes,
     pct,
+    readable_byte_unit,
+    readable_time_unit,
     scaled,
     share,
     si,
     signed_pct,
     tflops,
     time_unit,
+    wrap,
 )
 
 
@@ -207,3 +213,118 @@ def test_units_of_a_table():
     assert (u.b(512), u.t(3), u.t(None)) == ("512.00", "0.003", "-")
     u = Units.of([1024], [10**6])
     assert (u.b(1536), u.t(1_234_567)) == ("1.50", "1.235")  # KiB and ms
+
+
+# --- the unit a column reads well in: most values in [1, 10_000) of it, then most in [0.01, 10_000), then
+# the unit of the largest value (time_unit), then the larger unit ------------------------------------------
+
+MS, S = 10**6, 10**9
+
+
+@pytest.mark.parametrize(
+    ("values", "unit"),
+    [
+        # 61 ms and 3.378 s: µs 61_000 and 3_378_000 (none under 10_000), ms 61 and 3_378 (both), s 0.061
+        # and 3.378 (one): ms
+        ([61 * MS, 3_378 * MS], "ms"),
+        ([-61 * MS, -3_378 * MS], "ms"),  # by magnitude
+        ([], "µs"),  # nothing to show: the first unit
+        ([0, None], "µs"),  # zeros and gaps are not counted
+        ([0, None, 61 * MS, 3_378 * MS], "ms"),
+        # 5 ms: µs 5_000 and ms 5 both read well and can be read; ms is the unit of the largest value
+        ([5 * MS], "ms"),
+        # 5 ns: 0.005 µs, under 0.01 in every unit: the unit of the largest value (µs below 1 µs), not s
+        ([5], "µs"),
+        # 10 s is 10_000 ms (not under 10_000: read well in s only), 5 ms only in ms (µs 5_000 too):
+        # µs 1, ms 1, s 1 read well; can be read: µs 1 (5_000), ms 1 (5), s 1 (10; 0.005 is under 0.01);
+        # the largest value's unit: s
+        ([10 * S, 5 * MS], "s"),
+        # 1 ms twice and 50 s: read well µs 2 (1_000 each), ms 2 (1 each: from 1 on), s 1 (50); can be
+        # read µs 2, ms 2; the largest's unit is s, in neither: the larger of µs and ms
+        ([MS, MS, 50 * S], "ms"),
+        # 10 ns (0.01 µs), 5 and 6 µs, 50 and 500 ms: read well µs 2 (5, 6), ms 2 (50, 500), s 0; can be
+        # read µs 3 (0.01 from 0.01 on, 5, 6), ms 2 (0.005 and 0.006 are under 0.01): µs
+        ([10, 5_000, 6_000, 50 * MS, 500 * MS], "µs"),
+        ([5_000, 6_000, 50 * MS, 500 * MS], "ms"),  # without the 10 ns: 2 and 2, the largest's unit: ms
+    ],
+)
+def test_readable_time_unit(values, unit):
+    assert readable_time_unit(values) == (unit, {"µs": 1000, "ms": MS, "s": S}[unit])
+
+
+def test_readable_byte_unit():
+    # 3 MiB and 5000 MiB: KiB 3_072 (5_120_000 is too many), MiB 3 and 5_000, GiB 4.88 (0.003 is too few)
+    assert readable_byte_unit([3 * 2**20, 5000 * 2**20]) == ("MiB", 2**20)
+    assert readable_byte_unit([]) == ("B", 1) and readable_byte_unit([0]) == ("B", 1)
+
+
+# --- lines for a terminal: wrap and fit ------------------------------------------------------------------
+
+
+def test_wrap():
+    # "  aaa bbb" is 9 columns; " ccc" more is 13: the next line, indented two more (4 spaces)
+    assert wrap("aaa bbb ccc", indent="  ", width=9) == "  aaa bbb\n    ccc"
+    # a word longer than the line stays whole (no break inside it, none at its hyphens)
+    assert wrap("x " + "a" * 20, width=10) == "x\n  " + "a" * 20
+    assert wrap("ab-cd-ef-gh ij", width=6) == "ab-cd-ef-gh\n  ij"
+    # 160 columns by default: 80 one-letter words take 80 + 79 spaces = 159, the 81st goes on
+    assert wrap(" ".join(["w"] * 81)) == " ".join(["w"] * 80) + "\n  w"
+
+
+def test_fit():
+    # up to the width a line stays as it is; one column more is wrapped (the first line: 4 words and 3
+    # spaces, 19 columns; with the fifth 24)
+    line = "aaaa bbbb cccc dddd"
+    assert fit(line, width=19) == line and fit(line, width=18) == "aaaa bbbb cccc\n  dddd"
+    assert fit(line + " ", width=20) == line + " "  # a line that fits is left as it is, to its last space
+    # at its own indent, the lines after two more: 4 + 13 = 17 > 14 columns with "cccc"
+    assert fit("    aaaa bbbb cccc dddd", width=14) == "    aaaa bbbb\n      cccc\n      dddd"
+    # a table row (two gaps of two spaces or more between cells) stays whole; one such gap is prose
+    row = "name  12  " + "x" * 15  # 25 columns
+    assert fit(row, width=20) == row
+    assert fit("name  word word word word word", width=20) == "name  word word word\n  word word"
+    # each line on its own; with wide, nothing changes; 160 columns by default
+    assert fit("short\n" + line, width=18) == "short\naaaa bbbb cccc\n  dddd"
+    assert fit(line, wide=True, width=5) == line
+    long = " ".join(["w"] * 81)  # 161 columns
+    assert fit(long) == wrap(long) and fit(long[:-2]) == long[:-2]
+
+
+# --- sizes the user types, names in reading order ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("60GiB", 60 * 2**30),
+        (" 59.5 GiB ", int(59.5 * 2**30)),  # spaces around and between; 59.5 * 2^30 is a whole number
+        ("64GB", 64 * 10**9),  # decimal units: powers of 1000
+        ("1e9", 10**9),  # no unit: bytes
+        ("512", 512),
+        ("2b", 2),
+        ("1.5kb", 1500),
+        ("3MiB", 3 * 2**20),
+        ("3mb", 3 * 10**6),
+        ("2TiB", 2 * 2**40),
+        ("2tb", 2 * 10**12),
+        ("1kib", 1024),
+        (".5 kib", 512),  # no digit before the point
+        ("1.9", 1),  # whole bytes, truncated
+    ],
+)
+def test_parse_bytes(text, size):
+    assert parse_bytes(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "GiB", "60 GiBs", "60 XB", "-1GiB", "1.2.3", "60 GiB 2", "1e"])
+def test_parse_bytes_refuses(text):
+    with pytest.raises(ValueError) as err:
+        parse_bytes(text)
+    assert str(err.value) == f"{text!r} is not a size (e.g. 60GiB, 64GB, 1e9)"
+
+
+def test_natural_key():
+    # digits compare as numbers, the rest as text: layer_2 before layer_10, and "a" before "b" at equal numbers
+    names = ["layer_10", "layer_2", "layer_1b", "layer_1a", "x", "10", "9"]
+    assert sorted(names, key=natural_key) == ["9", "10", "layer_1a", "layer_1b", "layer_2", "layer_10", "x"]
+    assert natural_key("layer_10.w2") == ["layer_", 10, ".w", 2, ""]
