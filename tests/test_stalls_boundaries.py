@@ -134,3 +134,49 @@ def test_waits_that_resolve_to_nothing_leave_every_op_unblocked(build):
     assert doc["devices"]["0"]["stalls"]["waits"] == {"total": 1, "resolved": 0, "unresolved": 1}
     (layer,) = doc["ranges"]
     assert layer["copies"]["h2d"]["stall_ns"] == 0
+
+
+def test_stalls_of_several_kinds_add_up_per_device(build):
+    # one device, one thread; each victim alone on its stream, so ready = its launch.  Host calls
+    # 100 apart (t), GPU ops [start, end):
+    #   100 launch H1 h2d (s20) [1000,2000)      200 record e1 on s20
+    #   300 launch D1 d2h (s21) [1000,2500)      400 record e2 on s21
+    #   500 launch P kernel (s22) [1000,3000)    600 record e3 on s22
+    #   700 wait e1 on s7,  800 launch K1 compute (s7) [2100,2200): 2000 - 800 = 1200
+    #   900 wait e2 on s8, 1000 launch K2 compute (s8) [2600,2700): 2500 - 1000 = 1500
+    #  1100 wait e1 on s9, 1200 launch N1 NCCL (s9) [2050,2100): 2000 - 1200 = 800
+    #  1300 wait e2 on s10, 1400 launch N2 NCCL (s10) [2550,2600): 2500 - 1400 = 1100
+    #  1500 wait e3 on s11, 1600 launch N3 NCCL (s11) [3050,3100): 3000 - 1600 = 1400 (by a kernel)
+    # (stall = min(start, dep) - ready; every dep is before the victim's start)
+    b = ExportBuilder()
+    b.gpu(0)
+    nccl = "ncclDevKernel_AllReduce"
+    for t, op, args, stream, event in (
+        (100, "copy", (1000, 2000, "h2d", MIB), 20, 1),
+        (300, "copy", (1000, 2500, "d2h", MIB), 21, 2),
+        (500, "kernel", (1000, 3000, "producer"), 22, 3),
+    ):
+        corr = getattr(b, op)(*args, stream=stream)
+        b.runtime(t, t + 5, corr)
+        b.event_record(t + 100, event, stream=stream)
+    for t, args, stream, event in (
+        (700, (2100, 2200, "k1"), 7, 1),
+        (900, (2600, 2700, "k2"), 8, 2),
+        (1100, (2050, 2100, nccl), 9, 1),
+        (1300, (2550, 2600, nccl), 10, 2),
+        (1500, (3050, 3100, nccl), 11, 3),
+    ):
+        b.stream_wait(t, event, stream=stream)
+        corr = b.kernel(*args, stream=stream)
+        b.runtime(t + 100, t + 105, corr)
+    st = analyze(open_trace(build(b)))["devices"]["0"]["stalls"]
+    assert st["waits"] == {"total": 5, "resolved": 5, "unresolved": 0}
+    assert st["by_blocker"] == {
+        "h2d": {"count": 2, "stall_ns": 1200 + 800},  # K1, N1
+        "d2h": {"count": 2, "stall_ns": 1500 + 1100},  # K2, N2
+        "offload": {"count": 4, "stall_ns": 1200 + 800 + 1500 + 1100},
+        "kernel": {"count": 1, "stall_ns": 1400},  # N3
+        "other": {"count": 0, "stall_ns": 0},
+    }
+    assert st["compute_stalled_by_offload_ns"] == 1200 + 1500  # K1, K2
+    assert st["nccl_stalled_by_offload_ns"] == 800 + 1100  # N1, N2 (not N3: a kernel held it)
