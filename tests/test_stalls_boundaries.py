@@ -136,7 +136,7 @@ def test_waits_that_resolve_to_nothing_leave_every_op_unblocked(build):
     assert layer["copies"]["h2d"]["stall_ns"] == 0
 
 
-def test_stalls_of_several_kinds_add_up_per_device(build):
+def several_kinds() -> ExportBuilder:
     # one device, one thread; each victim alone on its stream, so ready = its launch.  Host calls
     # 100 apart (t), GPU ops [start, end):
     #   100 launch H1 h2d (s20) [1000,2000)      200 record e1 on s20
@@ -169,7 +169,11 @@ def test_stalls_of_several_kinds_add_up_per_device(build):
         b.stream_wait(t, event, stream=stream)
         corr = b.kernel(*args, stream=stream)
         b.runtime(t + 100, t + 105, corr)
-    st = analyze(open_trace(build(b)))["devices"]["0"]["stalls"]
+    return b
+
+
+def test_stalls_of_several_kinds_add_up_per_device(build):
+    st = analyze(open_trace(build(several_kinds())))["devices"]["0"]["stalls"]
     assert st["waits"] == {"total": 5, "resolved": 5, "unresolved": 0}
     assert st["by_blocker"] == {
         "h2d": {"count": 2, "stall_ns": 1200 + 800},  # K1, N1
@@ -180,3 +184,19 @@ def test_stalls_of_several_kinds_add_up_per_device(build):
     }
     assert st["compute_stalled_by_offload_ns"] == 1200 + 1500  # K1, K2
     assert st["nccl_stalled_by_offload_ns"] == 800 + 1100  # N1, N2 (not N3: a kernel held it)
+
+
+def test_per_range_stalls_count_copies_only_to_the_nanosecond(build):
+    # several_kinds with a range around each blocker's launch, and the 1 ns stall of waited_copy: a
+    # range's stall_ns is the stall its copies caused (METRICS.md), a kernel's never counts
+    b = several_kinds()
+    for t, name in ((100, "h1"), (300, "d1"), (500, "p")):
+        b.nvtx(t - 10, t + 10, name)
+    ranges = {r["name"]: r["copies"] for r in analyze(open_trace(build(b)), by="range")["ranges"]}
+    assert ranges["h1"]["h2d"]["stall_ns"] == 1200 + 800  # K1, N1
+    assert ranges["d1"]["d2h"]["stall_ns"] == 1500 + 1100  # K2, N2
+    assert {c: v["stall_ns"] for c, v in ranges["p"].items()} == {"h2d": 0, "d2h": 0, "offload": 0}
+    one = waited_copy(501, 600)
+    one.nvtx(90, 110, "layer_1")  # the copy's launch (100)
+    (layer,) = analyze(open_trace(build(one)), by="range")["ranges"]
+    assert (layer["name"], layer["copies"]["h2d"]["stall_ns"]) == ("layer_1", 1)
