@@ -1,0 +1,51 @@
+"""The what-if replay (METRICS.md "What-if: another host link") on exports built with known answers,
+derived by hand: cases found by mutation testing of replay.py (docs/testing.md, ``replay``).
+Host calls at t (runtime rows, 100 ns apart on one thread), GPU ops [start, end)."""
+
+from __future__ import annotations
+
+from profiler.analysis.dependencies import dependencies
+from profiler.analysis.replay import replay
+from profiler.synthetic.export import ExportBuilder
+from profiler.trace import open_trace
+
+MIB = 1 << 20
+
+
+def test_an_op_waiting_for_two_copies_follows_the_later_one(build):
+    # 100 launch Ca h2d (s20) [200,1500)    150 record e1 on s20
+    # 200 launch Cb h2d (s21) [300,800)     300 record e2 on s21
+    # 400 wait e2 on s7, 500 launch J (s7) [900,1000):   M = max(500, Cb 800) = 800, slack 100
+    # 600 wait e1 on s8, 700 wait e2 on s8, 800 launch K (s8) [1600,1700):
+    #     M = max(800, Ca 1500, Cb 800) = 1500, slack 100 (the latest blocker, not the last one listed)
+    # 900 wait e1 on s9, 1000 wait e2 on s9, 1100 launch L (s9) [1600,1650): M = max(1100, 1500), slack 100
+    # Replayed, copies at F = 0.5 (no host synchronization): Ca [200,850) (slack 100 after its
+    # launch, 650 long), Cb [300,550); J starts max(500, 550) + 100 = 650; K max(800, 850, 550) + 100
+    # = 950; L max(1100, 850, 550) + 100 = 1200.
+    b = ExportBuilder()
+    b.gpu(0)
+    for t, stream, (s, e), event in ((100, 20, (200, 1500), 1), (200, 21, (300, 800), 2)):
+        b.runtime(t, t + 5, b.copy(s, e, "h2d", MIB, stream=stream), name="cuMemcpyAsync")
+        b.event_record(t + 50 if event == 1 else t + 100, event, stream=stream)
+    for waits, launch, stream, (s, e) in (
+        ((400,), 500, 7, (900, 1000)),
+        ((600, 700), 800, 8, (1600, 1700)),
+        ((900, 1000), 1100, 9, (1600, 1650)),
+    ):
+        for t, event in zip(waits, (2,) if len(waits) == 1 else (1, 2), strict=True):
+            b.stream_wait(t, event, stream=stream)
+        b.runtime(launch, launch + 5, b.kernel(s, e, f"k{stream}", stream=stream))
+    deps = dependencies(open_trace(build(b)))
+    ops = deps.ops
+    key = {(int(st), int(s)): i for i, (st, s) in enumerate(zip(ops.stream, ops.start, strict=True))}
+    rows = [key[(20, 200)], key[(21, 300)], key[(7, 900)], key[(8, 1600)], key[(9, 1600)]]
+    half = replay(deps, 0.5)
+    assert [(int(half.start[r]), int(half.end[r])) for r in rows] == [
+        (200, 850),
+        (300, 550),
+        (650, 750),
+        (950, 1050),
+        (1200, 1250),
+    ]
+    same = replay(deps, 1.0)  # F = 1 gives the recorded timeline back
+    assert (same.start == ops.start).all() and (same.end == ops.end).all()
