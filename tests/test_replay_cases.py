@@ -49,3 +49,20 @@ def test_an_op_waiting_for_two_copies_follows_the_later_one(build):
     ]
     same = replay(deps, 1.0)  # F = 1 gives the recorded timeline back
     assert (same.start == ops.start).all() and (same.end == ops.end).all()
+
+
+def test_an_op_queued_behind_the_first_op_of_the_trace(build):
+    # one stream; A is the trace's first op (row 0), B is queued behind it:
+    # 50 launch A h2d (s7) [100,1000): M = launch 50, slack 50
+    # 200 launch B kernel (s7) [1000,1100): M = max(A's end 1000, launch 200) = 1000, slack 0
+    # Replayed at F = 0.5: A [100,550) (450 long); B starts max(550, 200) + 0 = 550: [550,650).
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(50, 55, b.copy(100, 1000, "h2d", MIB, stream=7), name="cuMemcpyAsync")
+    b.runtime(200, 205, b.kernel(1000, 1100, "k", stream=7))
+    deps = dependencies(open_trace(build(b)))
+    assert deps.ops.start.tolist() == [100, 1000] and deps.ops.prev.tolist() == [-1, 0]
+    half = replay(deps, 0.5)
+    assert (half.start.tolist(), half.end.tolist()) == ([100, 550], [550, 650])
+    same = replay(deps, 1.0)
+    assert (same.start.tolist(), same.end.tolist()) == ([100, 1000], [1000, 1100])
