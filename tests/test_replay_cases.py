@@ -66,3 +66,17 @@ def test_an_op_queued_behind_the_first_op_of_the_trace(build):
     assert (half.start.tolist(), half.end.tolist()) == ([100, 550], [550, 650])
     same = replay(deps, 1.0)
     assert (same.start.tolist(), same.end.tolist()) == ([100, 1000], [1000, 1100])
+
+
+def test_an_op_without_a_launch_keeps_its_gap_after_the_first_op(build):
+    # one stream; A is row 0; B has no runtime row (no launch time), so only A's end sets it:
+    # 50 launch A h2d (s7) [100,1000): slack 50;  B (s7) [1200,1300): M = A's end 1000, slack 200
+    # Replayed at F = 0.5: A [100,550); B starts 550 + 200 = 750: [750,850).
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(50, 55, b.copy(100, 1000, "h2d", MIB, stream=7), name="cuMemcpyAsync")
+    b.kernel(1200, 1300, "k", stream=7)
+    deps = dependencies(open_trace(build(b)))
+    assert deps.ops.prev.tolist() == [-1, 0]
+    half = replay(deps, 0.5)
+    assert (half.start.tolist(), half.end.tolist()) == ([100, 750], [550, 850])
