@@ -43,7 +43,7 @@ case "$module" in
   replay)
     sources="profiler/analysis/replay.py"
     # the reference, the what-ifs derived by hand, and the savings (the replay's changes)
-    tests="tests/test_costs_reference.py tests/test_costs.py tests/test_savings.py tests/test_replay_cases.py" ;;
+    tests="tests/test_costs_reference.py tests/test_costs.py tests/test_savings.py tests/test_replay_cases.py tests/test_stalls_boundaries.py" ;;
   findings_config)  # the thresholds, their comparisons and the configuration file
     sources="profiler/analysis/findings/config.py"
     tests="tests/test_findings_thresholds.py tests/test_findings.py" ;;

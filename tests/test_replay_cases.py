@@ -5,6 +5,7 @@ Host calls at t (runtime rows, 100 ns apart on one thread), GPU ops [start, end)
 from __future__ import annotations
 
 from profiler.analysis.dependencies import dependencies
+from profiler.analysis.hostsync import host_syncs
 from profiler.analysis.replay import replay
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
@@ -80,3 +81,29 @@ def test_an_op_without_a_launch_keeps_its_gap_after_the_first_op(build):
     assert deps.ops.prev.tolist() == [-1, 0]
     half = replay(deps, 0.5)
     assert (half.start.tolist(), half.end.tolist()) == ([100, 750], [550, 850])
+
+
+def test_launches_move_with_their_own_threads_blocking_calls_only(build):
+    # three threads of one process (tids 50, 70, 100), host synchronization modeled, F = 0.5:
+    # tid 100: cudaMemcpy call [0,1010), C1 h2d (s20) [10,1000); launch K1 1100 (s7) [1200,1300)
+    # tid 50:  cudaMemcpy call [2000,2510), C2 h2d (s21) [2010,2500); launch K2 2600 (s8) [2700,2800)
+    # tid 70:  no blocking call; launch K3 1100 (s9) [1150,1250)
+    # C1 [10,505): call 1 returns 10 ns after it, 515, 495 early: K1's launch 605, K1 [705,805).
+    # C2 [2010,2255): call 2 returns 2265, 245 early: K2's launch 2355, K2 [2455,2555).
+    # K3's thread never blocked: its launch stays at 1100, K3 [1150,1250) as recorded.
+    b = ExportBuilder()
+    b.gpu(0)
+    for tid, (call, copy, stream) in ((100, ((0, 1010), (10, 1000), 20)), (50, ((2000, 2510), (2010, 2500), 21))):
+        b.runtime(*call, b.copy(*copy, "h2d", 8 * MIB, stream=stream), name="cudaMemcpy_v3020", tid=tid)
+    for tid, launch, stream, (s, e) in (
+        (100, 1100, 7, (1200, 1300)),
+        (50, 2600, 8, (2700, 2800)),
+        (70, 1100, 9, (1150, 1250)),
+    ):
+        b.runtime(launch, launch + 5, b.kernel(s, e, f"k{stream}", stream=stream), tid=tid)
+    trace = open_trace(build(b))
+    deps = dependencies(trace)
+    rp = replay(deps, 0.5, host_syncs(trace, deps))
+    assert rp.host_sync_modeled
+    got = {int(st): (int(s), int(e)) for st, s, e in zip(deps.ops.stream, rp.start, rp.end, strict=True)}
+    assert got == {20: (10, 505), 7: (705, 805), 21: (2010, 2255), 8: (2455, 2555), 9: (1150, 1250)}
