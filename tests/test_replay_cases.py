@@ -107,3 +107,26 @@ def test_launches_move_with_their_own_threads_blocking_calls_only(build):
     assert rp.host_sync_modeled
     got = {int(st): (int(s), int(e)) for st, s, e in zip(deps.ops.stream, rp.start, rp.end, strict=True)}
     assert got == {20: (10, 505), 7: (705, 805), 21: (2010, 2255), 8: (2455, 2555), 9: (1150, 1250)}
+
+
+def test_a_blocking_call_that_did_not_wait_moves_with_the_call_before_it(build):
+    # tid 70: launch K (s7) at 20, K [50,100).  tid 100, host synchronization modeled, F = 0.5:
+    #   cudaMemcpy call [0,1010), C h2d (s20) [10,1000): C [10,505), the call returns at 515 (495 early)
+    #   cudaStreamSynchronize(s7) [1100,1200): K ended long before, so it did not wait: it begins
+    #   495 early (605) and lasts its 100 ns: returns at 705, 495 early too
+    #   launch K2 1300 (s8) [1400,1500): launch 805, K2 [905,1005)
+    # tid 50 (its calls come first in thread order): cudaMemcpy call [3000,3510), C3 h2d (s21)
+    #   [3010,3500): nothing of it moved before, C3 [3010,3255)
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(20, 25, b.kernel(50, 100, "k", stream=7), tid=70)
+    b.runtime(0, 1010, b.copy(10, 1000, "h2d", 8 * MIB, stream=20), name="cudaMemcpy_v3020")
+    b.sync(1100, "stream_sync", stream=7, duration=100)
+    b.runtime(1300, 1305, b.kernel(1400, 1500, "k2", stream=8))
+    b.runtime(3000, 3510, b.copy(3010, 3500, "h2d", 8 * MIB, stream=21), name="cudaMemcpy_v3020", tid=50)
+    trace = open_trace(build(b))
+    deps = dependencies(trace)
+    rp = replay(deps, 0.5, host_syncs(trace, deps))
+    assert rp.host_sync_modeled
+    got = {int(st): (int(s), int(e)) for st, s, e in zip(deps.ops.stream, rp.start, rp.end, strict=True)}
+    assert got == {7: (50, 100), 20: (10, 505), 8: (905, 1005), 21: (3010, 3255)}
