@@ -35,13 +35,15 @@ case "$module" in
     tests="tests/test_device_reference.py tests/test_metrics_synthetic.py tests/test_attribution.py tests/test_costs.py" ;;
   stalls)
     sources="profiler/analysis/stalls.py profiler/analysis/dependencies.py"
-    tests="tests/test_costs_reference.py" ;;
+    # the reference, the scenarios derived by hand (per-range stalls too) and rule 4 at its limits
+    tests="tests/test_costs_reference.py tests/test_costs.py tests/test_stalls_boundaries.py" ;;
   kernels_slowed)
     sources="profiler/analysis/kernels_slowed.py"
     tests="tests/test_kernels_slowed.py" ;;
   replay)
     sources="profiler/analysis/replay.py"
-    tests="tests/test_costs_reference.py" ;;
+    # the reference, the what-ifs derived by hand, and the savings (the replay's changes)
+    tests="tests/test_costs_reference.py tests/test_costs.py tests/test_savings.py tests/test_replay_cases.py tests/test_stalls_boundaries.py" ;;
   findings_config)  # the thresholds, their comparisons and the configuration file
     sources="profiler/analysis/findings/config.py"
     tests="tests/test_findings_thresholds.py tests/test_findings.py" ;;

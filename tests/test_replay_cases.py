@@ -1,0 +1,132 @@
+"""The what-if replay (METRICS.md "What-if: another host link") on exports built with known answers,
+derived by hand: cases found by mutation testing of replay.py (docs/testing.md, ``replay``).
+Host calls at t (runtime rows, 100 ns apart on one thread), GPU ops [start, end)."""
+
+from __future__ import annotations
+
+from profiler.analysis.dependencies import dependencies
+from profiler.analysis.hostsync import host_syncs
+from profiler.analysis.replay import replay
+from profiler.synthetic.export import ExportBuilder
+from profiler.trace import open_trace
+
+MIB = 1 << 20
+
+
+def test_an_op_waiting_for_two_copies_follows_the_later_one(build):
+    # 100 launch Ca h2d (s20) [200,1500)    150 record e1 on s20
+    # 200 launch Cb h2d (s21) [300,800)     300 record e2 on s21
+    # 400 wait e2 on s7, 500 launch J (s7) [900,1000):   M = max(500, Cb 800) = 800, slack 100
+    # 600 wait e1 on s8, 700 wait e2 on s8, 800 launch K (s8) [1600,1700):
+    #     M = max(800, Ca 1500, Cb 800) = 1500, slack 100 (the latest blocker, not the last one listed)
+    # 900 wait e1 on s9, 1000 wait e2 on s9, 1100 launch L (s9) [1600,1650): M = max(1100, 1500), slack 100
+    # Replayed, copies at F = 0.5 (no host synchronization): Ca [200,850) (slack 100 after its
+    # launch, 650 long), Cb [300,550); J starts max(500, 550) + 100 = 650; K max(800, 850, 550) + 100
+    # = 950; L max(1100, 850, 550) + 100 = 1200.
+    b = ExportBuilder()
+    b.gpu(0)
+    for t, stream, (s, e), event in ((100, 20, (200, 1500), 1), (200, 21, (300, 800), 2)):
+        b.runtime(t, t + 5, b.copy(s, e, "h2d", MIB, stream=stream), name="cuMemcpyAsync")
+        b.event_record(t + 50 if event == 1 else t + 100, event, stream=stream)
+    for waits, launch, stream, (s, e) in (
+        ((400,), 500, 7, (900, 1000)),
+        ((600, 700), 800, 8, (1600, 1700)),
+        ((900, 1000), 1100, 9, (1600, 1650)),
+    ):
+        for t, event in zip(waits, (2,) if len(waits) == 1 else (1, 2), strict=True):
+            b.stream_wait(t, event, stream=stream)
+        b.runtime(launch, launch + 5, b.kernel(s, e, f"k{stream}", stream=stream))
+    deps = dependencies(open_trace(build(b)))
+    ops = deps.ops
+    key = {(int(st), int(s)): i for i, (st, s) in enumerate(zip(ops.stream, ops.start, strict=True))}
+    rows = [key[(20, 200)], key[(21, 300)], key[(7, 900)], key[(8, 1600)], key[(9, 1600)]]
+    half = replay(deps, 0.5)
+    assert [(int(half.start[r]), int(half.end[r])) for r in rows] == [
+        (200, 850),
+        (300, 550),
+        (650, 750),
+        (950, 1050),
+        (1200, 1250),
+    ]
+    same = replay(deps, 1.0)  # F = 1 gives the recorded timeline back
+    assert (same.start == ops.start).all() and (same.end == ops.end).all()
+
+
+def test_an_op_queued_behind_the_first_op_of_the_trace(build):
+    # one stream; A is the trace's first op (row 0), B is queued behind it:
+    # 50 launch A h2d (s7) [100,1000): M = launch 50, slack 50
+    # 200 launch B kernel (s7) [1000,1100): M = max(A's end 1000, launch 200) = 1000, slack 0
+    # Replayed at F = 0.5: A [100,550) (450 long); B starts max(550, 200) + 0 = 550: [550,650).
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(50, 55, b.copy(100, 1000, "h2d", MIB, stream=7), name="cuMemcpyAsync")
+    b.runtime(200, 205, b.kernel(1000, 1100, "k", stream=7))
+    deps = dependencies(open_trace(build(b)))
+    assert deps.ops.start.tolist() == [100, 1000] and deps.ops.prev.tolist() == [-1, 0]
+    half = replay(deps, 0.5)
+    assert (half.start.tolist(), half.end.tolist()) == ([100, 550], [550, 650])
+    same = replay(deps, 1.0)
+    assert (same.start.tolist(), same.end.tolist()) == ([100, 1000], [1000, 1100])
+
+
+def test_an_op_without_a_launch_keeps_its_gap_after_the_first_op(build):
+    # one stream; A is row 0; B has no runtime row (no launch time), so only A's end sets it:
+    # 50 launch A h2d (s7) [100,1000): slack 50;  B (s7) [1200,1300): M = A's end 1000, slack 200
+    # Replayed at F = 0.5: A [100,550); B starts 550 + 200 = 750: [750,850).
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(50, 55, b.copy(100, 1000, "h2d", MIB, stream=7), name="cuMemcpyAsync")
+    b.kernel(1200, 1300, "k", stream=7)
+    deps = dependencies(open_trace(build(b)))
+    assert deps.ops.prev.tolist() == [-1, 0]
+    half = replay(deps, 0.5)
+    assert (half.start.tolist(), half.end.tolist()) == ([100, 750], [550, 850])
+
+
+def test_launches_move_with_their_own_threads_blocking_calls_only(build):
+    # three threads of one process (tids 50, 70, 100), host synchronization modeled, F = 0.5:
+    # tid 100: cudaMemcpy call [0,1010), C1 h2d (s20) [10,1000); launch K1 1100 (s7) [1200,1300)
+    # tid 50:  cudaMemcpy call [2000,2510), C2 h2d (s21) [2010,2500); launch K2 2600 (s8) [2700,2800)
+    # tid 70:  no blocking call; launch K3 1100 (s9) [1150,1250)
+    # C1 [10,505): call 1 returns 10 ns after it, 515, 495 early: K1's launch 605, K1 [705,805).
+    # C2 [2010,2255): call 2 returns 2265, 245 early: K2's launch 2355, K2 [2455,2555).
+    # K3's thread never blocked: its launch stays at 1100, K3 [1150,1250) as recorded.
+    b = ExportBuilder()
+    b.gpu(0)
+    for tid, (call, copy, stream) in ((100, ((0, 1010), (10, 1000), 20)), (50, ((2000, 2510), (2010, 2500), 21))):
+        b.runtime(*call, b.copy(*copy, "h2d", 8 * MIB, stream=stream), name="cudaMemcpy_v3020", tid=tid)
+    for tid, launch, stream, (s, e) in (
+        (100, 1100, 7, (1200, 1300)),
+        (50, 2600, 8, (2700, 2800)),
+        (70, 1100, 9, (1150, 1250)),
+    ):
+        b.runtime(launch, launch + 5, b.kernel(s, e, f"k{stream}", stream=stream), tid=tid)
+    trace = open_trace(build(b))
+    deps = dependencies(trace)
+    rp = replay(deps, 0.5, host_syncs(trace, deps))
+    assert rp.host_sync_modeled
+    got = {int(st): (int(s), int(e)) for st, s, e in zip(deps.ops.stream, rp.start, rp.end, strict=True)}
+    assert got == {20: (10, 505), 7: (705, 805), 21: (2010, 2255), 8: (2455, 2555), 9: (1150, 1250)}
+
+
+def test_a_blocking_call_that_did_not_wait_moves_with_the_call_before_it(build):
+    # tid 70: launch K (s7) at 20, K [50,100).  tid 100, host synchronization modeled, F = 0.5:
+    #   cudaMemcpy call [0,1010), C h2d (s20) [10,1000): C [10,505), the call returns at 515 (495 early)
+    #   cudaStreamSynchronize(s7) [1100,1200): K ended long before, so it did not wait: it begins
+    #   495 early (605) and lasts its 100 ns: returns at 705, 495 early too
+    #   launch K2 1300 (s8) [1400,1500): launch 805, K2 [905,1005)
+    # tid 50 (its calls come first in thread order): cudaMemcpy call [3000,3510), C3 h2d (s21)
+    #   [3010,3500): nothing of it moved before, C3 [3010,3255)
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(20, 25, b.kernel(50, 100, "k", stream=7), tid=70)
+    b.runtime(0, 1010, b.copy(10, 1000, "h2d", 8 * MIB, stream=20), name="cudaMemcpy_v3020")
+    b.sync(1100, "stream_sync", stream=7, duration=100)
+    b.runtime(1300, 1305, b.kernel(1400, 1500, "k2", stream=8))
+    b.runtime(3000, 3510, b.copy(3010, 3500, "h2d", 8 * MIB, stream=21), name="cudaMemcpy_v3020", tid=50)
+    trace = open_trace(build(b))
+    deps = dependencies(trace)
+    rp = replay(deps, 0.5, host_syncs(trace, deps))
+    assert rp.host_sync_modeled
+    got = {int(st): (int(s), int(e)) for st, s, e in zip(deps.ops.stream, rp.start, rp.end, strict=True)}
+    assert got == {7: (50, 100), 20: (10, 505), 8: (905, 1005), 21: (3010, 3255)}
