@@ -4,10 +4,12 @@ Host calls at t (runtime rows, 100 ns apart on one thread), GPU ops [start, end)
 
 from __future__ import annotations
 
+import numpy as np
+
 from profiler.analysis.dependencies import dependencies
 from profiler.analysis.hostsync import host_syncs
 from profiler.analysis.replay import replay
-from profiler.synthetic.export import ExportBuilder
+from profiler.synthetic.export import ExportBuilder, global_tid
 from profiler.trace import open_trace
 
 MIB = 1 << 20
@@ -130,3 +132,58 @@ def test_a_blocking_call_that_did_not_wait_moves_with_the_call_before_it(build):
     assert rp.host_sync_modeled
     got = {int(st): (int(s), int(e)) for st, s, e in zip(deps.ops.stream, rp.start, rp.end, strict=True)}
     assert got == {7: (50, 100), 20: (10, 505), 8: (905, 1005), 21: (3010, 3255)}
+
+
+def _first_call_after_the_last_threads_call(build):
+    # two threads of one process, host synchronization modeled, F = 0.5; the host's calls are
+    # sorted by thread: call 0 is tid 50's (its first and only), call 1 tid 100's (the last one).
+    # tid 100: cudaMemcpy call [0,1010), C h2d (s20) [10,1000) (launch 0, slack 10, lag 10):
+    #   C [10,505), call 1 returns 505 + 10 = 515, 495 early (shift -495);
+    #   launch X 1100 (s7) [1200,1300) (slack 100): launch 605, X [705,805)
+    # tid 50: cudaStreamSynchronize(s7) [1250,1310) waits for X (lag 1310 - 1300 = 10): it begins
+    #   at 1250 (nothing before it on its thread moved), X is done by 805 + 10 = 815, so it returns
+    #   as soon as it begins, 1250: 60 early (shift -60); launch K 1400 (s8) [1500,1600) (slack 100):
+    #   launch 1340, K [1440,1540)
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(0, 1010, b.copy(10, 1000, "h2d", 8 * MIB, stream=20), name="cudaMemcpy_v3020", tid=100)
+    b.runtime(1100, 1105, b.kernel(1200, 1300, "x", stream=7), tid=100)
+    b.sync(1250, "stream_sync", stream=7, duration=60, tid=50)
+    b.runtime(1400, 1405, b.kernel(1500, 1600, "k", stream=8), tid=50)
+    trace = open_trace(build(b))
+    deps = dependencies(trace)
+    return deps, replay(deps, 0.5, host_syncs(trace, deps))
+
+
+def test_a_threads_first_call_begins_unmoved_after_another_threads_call(build):
+    # previous_call gives a thread's first call -1, the shifts' zero entry (-2 would read the
+    # last call's shift, -495, and K's launch would move to 905)
+    deps, rp = _first_call_after_the_last_threads_call(build)
+    assert rp.host_sync_modeled and rp.shift is not None
+    assert rp.shift.tolist() == [-60, -495]
+    got = {int(st): (int(s), int(e)) for st, s, e in zip(deps.ops.stream, rp.start, rp.end, strict=True)}
+    assert got == {20: (10, 505), 7: (705, 805), 8: (1440, 1540)}
+
+
+def test_how_far_a_threads_host_work_moves(build):
+    # Replay.shift_at (the whatif's host-paced steps), on the replay above: a thread's work moves
+    # by the shift of its last call that returned at or before the time (none: 0); a thread that
+    # made no blocking call does not move
+    _, rp = _first_call_after_the_last_threads_call(build)
+    t50, t100 = global_tid(100, 50), global_tid(100, 100)
+    gtid = np.array([t50, t50, t100, t100, t100 + 1, -1, t50 - 1])
+    t = np.array([1309, 1310, 1009, 1010, 5000, 5000, 5000])
+    assert rp.shift_at(gtid, t).tolist() == [0, -60, 0, -495, 0, 0, 0]
+
+
+def test_how_far_host_work_moves_after_the_only_call(build):
+    # one blocking call: tid 100's cudaMemcpy [0,1010), C h2d [10,1000): at F = 0.5 C [10,505),
+    # the call returns at 515, 495 early; the thread's work after it moves by -495
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(0, 1010, b.copy(10, 1000, "h2d", 8 * MIB, stream=20), name="cudaMemcpy_v3020")
+    trace = open_trace(build(b))
+    deps = dependencies(trace)
+    rp = replay(deps, 0.5, host_syncs(trace, deps))
+    g = global_tid(100, 100)
+    assert rp.shift_at(np.array([g, g]), np.array([1009, 1010])).tolist() == [0, -495]
