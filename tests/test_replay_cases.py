@@ -5,6 +5,7 @@ Host calls at t (runtime rows, 100 ns apart on one thread), GPU ops [start, end)
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from profiler.analysis.dependencies import dependencies
 from profiler.analysis.hostsync import host_syncs
@@ -187,3 +188,16 @@ def test_how_far_host_work_moves_after_the_only_call(build):
     rp = replay(deps, 0.5, host_syncs(trace, deps))
     g = global_tid(100, 100)
     assert rp.shift_at(np.array([g, g]), np.array([1009, 1010])).tolist() == [0, -495]
+
+
+def test_the_copy_scale_must_be_finite_and_not_negative(build):
+    # one copy [100,1000); scales below 0, infinite or not a number are refused by name, 0 is not
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(50, 55, b.copy(100, 1000, "h2d", MIB, stream=7), name="cuMemcpyAsync")
+    deps = dependencies(open_trace(build(b)))
+    for bad in (-0.5, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match=r"^the copy scale must be a finite number >= 0, got"):
+            replay(deps, bad)
+    zero = replay(deps, 0.0)  # the copy lasts 0 ns: [100,100)
+    assert (zero.start.tolist(), zero.end.tolist()) == ([100], [100])
