@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from profiler.analysis.dependencies import dependencies
-from profiler.analysis.hostsync import host_syncs
+from profiler.analysis.hostsync import HostSyncs, host_syncs
 from profiler.analysis.replay import replay
 from profiler.synthetic.export import ExportBuilder, global_tid
 from profiler.trace import open_trace
@@ -201,3 +201,17 @@ def test_the_copy_scale_must_be_finite_and_not_negative(build):
             replay(deps, bad)
     zero = replay(deps, 0.0)  # the copy lasts 0 ns: [100,100)
     assert (zero.start.tolist(), zero.end.tolist()) == ([100], [100])
+
+
+def test_a_trace_without_gpu_ops_replays_to_nothing(build):
+    # one runtime call and no kernel, copy or memset: the replay has no op, with integer times,
+    # and says whether host synchronization was asked for (an empty HostSyncs: asked, none kept)
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(0, 10, 1, name="cudaFree")
+    deps = dependencies(open_trace(build(b)))
+    assert len(deps.ops) == 0
+    rp = replay(deps, 0.5, HostSyncs.empty())
+    assert rp.deps is deps and rp.factor == 0.5 and rp.host is None and rp.host_sync_modeled is True
+    assert [(x.dtype, x.size) for x in (rp.start, rp.end, rp.kept)] == [(np.int64, 0), (np.int64, 0), (np.bool_, 0)]
+    assert replay(deps, 0.5).host_sync_modeled is False
