@@ -9,7 +9,7 @@ import pytest
 
 from profiler.analysis.dependencies import dependencies
 from profiler.analysis.hostsync import HostSyncs, host_syncs
-from profiler.analysis.replay import replay
+from profiler.analysis.replay import Change, replay
 from profiler.synthetic.export import ExportBuilder, global_tid
 from profiler.trace import open_trace
 
@@ -215,3 +215,18 @@ def test_a_trace_without_gpu_ops_replays_to_nothing(build):
     assert rp.deps is deps and rp.factor == 0.5 and rp.host is None and rp.host_sync_modeled is True
     assert [(x.dtype, x.size) for x in (rp.start, rp.end, rp.kept)] == [(np.int64, 0), (np.int64, 0), (np.bool_, 0)]
     assert replay(deps, 0.5).host_sync_modeled is False
+
+
+def test_a_change_sets_durations_down_to_zero_and_never_longer(build):
+    # one stream: launch A h2d (s7) 50, [100,1000); launch B 200, [1000,1100) (slack 0 after A).
+    # Change: A to last 0 ns (a shorter duration wins; a negative one counts as 0), B to 500
+    # (longer than its 100: it keeps 100).  A [100,100), B starts max(100, 200) + 0 = 200: [200,300)
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(50, 55, b.copy(100, 1000, "h2d", MIB, stream=7), name="cuMemcpyAsync")
+    b.runtime(200, 205, b.kernel(1000, 1100, "k", stream=7))
+    deps = dependencies(open_trace(build(b)))
+    for a_new in (0, -5):
+        change = Change("shorter", durations=(np.array([0, 1]), np.array([a_new, 500])))
+        rp = replay(deps, 1.0, None, change)
+        assert (rp.start.tolist(), rp.end.tolist()) == ([100, 200], [100, 300])
