@@ -75,3 +75,21 @@ def test_a_wait_without_a_process_matches_no_processs_event(build):
     deps = dependencies(open_trace(path))
     assert deps.waits == {0: {"total": 1, "resolved": 0, "unresolved": 1}}
     assert deps.target.size == 0
+
+
+def test_waits_on_the_last_stream_after_and_past_its_last_launch(build):
+    # launch a 50 (s7) [60,100); record e5 on s7 at 150 (completes a); wait e5 on s8 at 210
+    # (call 200); launch b 300 (s8) [310,400); wait e5 on s8 again at 510 (call 500).
+    # The first wait applies to b, the first op on s8 launched at or after 210 (the last row of the
+    # launches, its stream the last one); the second finds no op launched after it: resolved, not applied
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(50, 55, b.kernel(60, 100, "a", stream=7))
+    b.event_record(150, 5, stream=7)
+    b.stream_wait(200, 5, stream=8)
+    b.runtime(300, 305, b.kernel(310, 400, "b", stream=8))
+    b.stream_wait(500, 5, stream=8)
+    deps = dependencies(open_trace(build(b)))
+    assert deps.ops.start.tolist() == [60, 310]
+    assert deps.waits == {0: {"total": 2, "resolved": 2, "unresolved": 0}}
+    assert (deps.target.tolist(), deps.blocker.tolist()) == ([1], [0])
