@@ -230,3 +230,21 @@ def test_a_change_sets_durations_down_to_zero_and_never_longer(build):
         change = Change("shorter", durations=(np.array([0, 1]), np.array([a_new, 500])))
         rp = replay(deps, 1.0, None, change)
         assert (rp.start.tolist(), rp.end.tolist()) == ([100, 200], [100, 300])
+
+
+def test_an_op_without_a_launch_after_the_first_op_that_a_blocking_call_moved(build):
+    # tid 100, host synchronization modeled, F = 0.5:
+    #   cudaMemcpy call [0,1010), C h2d (s20) [10,1000): C [10,505), the call returns at 515 (495 early)
+    #   launch A 1100 (s7) [1200,1300): A is row 0 (s7 sorts first); its launch 605, A [705,805)
+    #   B (s7) [1400,1500), no runtime row: only A's end sets it (slack 100); it starts a segment of
+    #   its own (no launch, so not moved by the call), and follows A: 805 + 100, B [905,1005)
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(0, 1010, b.copy(10, 1000, "h2d", 8 * MIB, stream=20), name="cudaMemcpy_v3020")
+    b.runtime(1100, 1105, b.kernel(1200, 1300, "a", stream=7))
+    b.kernel(1400, 1500, "b", stream=7)
+    trace = open_trace(build(b))
+    deps = dependencies(trace)
+    assert deps.ops.stream.tolist() == [7, 7, 20] and deps.ops.prev.tolist() == [-1, 0, -1]
+    rp = replay(deps, 0.5, host_syncs(trace, deps))
+    assert (rp.start.tolist(), rp.end.tolist()) == ([705, 905, 10], [805, 1005, 505])
