@@ -93,3 +93,19 @@ def test_waits_on_the_last_stream_after_and_past_its_last_launch(build):
     assert deps.ops.start.tolist() == [60, 310]
     assert deps.waits == {0: {"total": 2, "resolved": 2, "unresolved": 0}}
     assert (deps.target.tolist(), deps.blocker.tolist()) == ([1], [0])
+
+
+def test_a_wait_on_an_event_never_recorded_beside_two_recorded_ones(build):
+    # launch a 50 (s7) [60,100); records of e5 at 150 and of e6 at 170 on s7 (both complete a);
+    # a wait on e7 at 210 (call 200), which no record names: unresolved (rule 2), while e5's and
+    # e6's records are there to be picked by mistake
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(50, 55, b.kernel(60, 100, "a", stream=7))
+    b.event_record(150, 5, stream=7)
+    b.event_record(170, 6, stream=7)
+    b.stream_wait(200, 7, stream=8)
+    b.runtime(300, 305, b.kernel(310, 400, "b", stream=8))
+    deps = dependencies(open_trace(build(b)))
+    assert deps.waits == {0: {"total": 1, "resolved": 0, "unresolved": 1}}
+    assert deps.target.size == 0
