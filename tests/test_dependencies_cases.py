@@ -109,3 +109,23 @@ def test_a_wait_on_an_event_never_recorded_beside_two_recorded_ones(build):
     deps = dependencies(open_trace(build(b)))
     assert deps.waits == {0: {"total": 1, "resolved": 0, "unresolved": 1}}
     assert deps.target.size == 0
+
+
+def test_a_record_without_a_process_completes_nothing(build):
+    # process 1: launch a 50 (s7) [60,100); a record of e5 on s7 at 150 whose event row has no
+    # process (globalPid NULL): its call cannot be found (runtime rows are matched within a
+    # process), so it has no time and completes nothing; process 1's wait on e5 at 210 (call 200)
+    # is unresolved
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(50, 55, b.kernel(60, 100, "a", stream=7, pid=1), pid=1)
+    b.event_record(150, 5, stream=7, pid=1)
+    b.stream_wait(200, 5, stream=8, pid=1)
+    b.runtime(300, 305, b.kernel(310, 320, "b", stream=8, pid=1), pid=1)
+    path = build(b)
+    with sqlite3.connect(path) as con:
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_CUDA_EVENT SET globalPid = NULL")
+    con.close()
+    deps = dependencies(open_trace(path))
+    assert deps.waits == {0: {"total": 1, "resolved": 0, "unresolved": 1}}
+    assert deps.target.size == 0

@@ -248,3 +248,23 @@ def test_an_op_without_a_launch_after_the_first_op_that_a_blocking_call_moved(bu
     assert deps.ops.stream.tolist() == [7, 7, 20] and deps.ops.prev.tolist() == [-1, 0, -1]
     rp = replay(deps, 0.5, host_syncs(trace, deps))
     assert (rp.start.tolist(), rp.end.tolist()) == ([705, 905, 10], [805, 1005, 505])
+
+
+def test_a_copy_moved_to_its_own_stream_before_an_op_that_waits(build):
+    # s7: launch C1 h2d 0, [10,100) (slack 10); launch K 70, [500,600): it follows C1 and waits
+    #   for D through e1 (the wait at 60 applies to K, launched at 70): M = max(100, 70, 500) = 500,
+    #   slack 0
+    # s20: launch D h2d 30, [40,500) (slack 10); record e1 on s20 at 40 (completes D)
+    # C1 moved to a stream of its own, copies at F = 0.5: C1 [10,55), D [40,270); K no longer
+    # follows C1 and still waits for D: max(70, 270) + 0, K [270,370)
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(0, 5, b.copy(10, 100, "h2d", MIB, stream=7), name="cuMemcpyAsync")
+    b.runtime(30, 35, b.copy(40, 500, "h2d", MIB, stream=20), name="cuMemcpyAsync")
+    b.event_record(40, 1, stream=20, duration=5)
+    b.stream_wait(50, 1, stream=7, duration=20)
+    b.runtime(70, 75, b.kernel(500, 600, "k", stream=7))
+    deps = dependencies(open_trace(build(b)))
+    assert deps.ops.start.tolist() == [10, 500, 40] and deps.blockers_of[0].tolist() == [1]
+    rp = replay(deps, 0.5, None, Change("own stream", own_stream=np.array([0])))
+    assert (rp.start.tolist(), rp.end.tolist()) == ([10, 270, 40], [55, 370, 270])
