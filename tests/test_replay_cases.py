@@ -281,3 +281,21 @@ def test_ops_recorded_before_their_launch_keep_their_offset(build):
     deps = dependencies(open_trace(build(b)))
     rp = replay(deps, 1.0)
     assert (rp.start.tolist(), rp.end.tolist()) == ([500, 650], [600, 700])
+
+
+def test_a_blocking_call_that_did_not_wait_at_absolute_times(build):
+    # at T ~ 1.7e18 ns (float64 would keep only multiples of 256 there), host synchronization
+    # modeled, F = 0.5: launch K T+20 (s7) [T+50,T+100); cudaStreamSynchronize(s7) [T+1100,T+1200):
+    # K was done, so it did not wait, and nothing before it moved: it returns as recorded (shift 0);
+    # launch K2 T+1300 (s8) [T+1400,T+1500) stays where it was
+    t = 1_700_000_000_000_000_000 // 256 * 256
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(t + 20, t + 25, b.kernel(t + 50, t + 100, "k", stream=7))
+    b.sync(t + 1100, "stream_sync", stream=7, duration=100)
+    b.runtime(t + 1300, t + 1305, b.kernel(t + 1400, t + 1500, "k2", stream=8))
+    trace = open_trace(build(b))
+    deps = dependencies(trace)
+    rp = replay(deps, 0.5, host_syncs(trace, deps))
+    assert rp.host_sync_modeled and rp.shift is not None and rp.shift.tolist() == [0]
+    assert (rp.start - t).tolist() == [50, 1400] and (rp.end - t).tolist() == [100, 1500]
