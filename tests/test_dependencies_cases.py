@@ -129,3 +129,18 @@ def test_a_record_without_a_process_completes_nothing(build):
     deps = dependencies(open_trace(path))
     assert deps.waits == {0: {"total": 1, "resolved": 0, "unresolved": 1}}
     assert deps.target.size == 0
+
+
+def test_a_record_after_the_only_launched_op(build):
+    # launch a 50 (s7) [60,100), the trace's only op with a launch; record e5 on s7 at 150
+    # (completes a, rule 1); b (s8) [310,400) has no runtime row.  The wait on e5 at 210 (call 200)
+    # resolves to a, and applies to no op: none on s8 was launched after it (rule 3)
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(50, 55, b.kernel(60, 100, "a", stream=7))
+    b.event_record(150, 5, stream=7)
+    b.stream_wait(200, 5, stream=8)
+    b.kernel(310, 400, "b", stream=8)
+    deps = dependencies(open_trace(build(b)))
+    assert deps.waits == {0: {"total": 1, "resolved": 1, "unresolved": 0}}
+    assert deps.target.size == 0
