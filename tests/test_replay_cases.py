@@ -299,3 +299,25 @@ def test_a_blocking_call_that_did_not_wait_at_absolute_times(build):
     rp = replay(deps, 0.5, host_syncs(trace, deps))
     assert rp.host_sync_modeled and rp.shift is not None and rp.shift.tolist() == [0]
     assert (rp.start - t).tolist() == [50, 1400] and (rp.end - t).tolist() == [100, 1500]
+
+
+def test_an_op_that_waits_behind_two_ops_of_its_stream(build):
+    # s20: launch D h2d 5, [50,150); record e1 on s20 at 30 (completes D)
+    # s7: launch A 0, [1000,1100); launch B 100, [1100,1200) (follows A: one segment, slack 0);
+    #     wait e1 on s7 at 160 (call 150); launch C 200, [1200,1300): C waits for D, so it heads a
+    #     segment of its own, after B, the second op of A's segment: M = max(1200, 200, 150) = 1200
+    # F = 1 gives every op back; at F = 0.5 only D moves ([50,100)), and nothing waits on it past B
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(5, 10, b.copy(50, 150, "h2d", MIB, stream=20), name="cuMemcpyAsync")
+    b.event_record(30, 1, stream=20, duration=5)
+    b.runtime(0, 4, b.kernel(1000, 1100, "a", stream=7))
+    b.runtime(100, 105, b.kernel(1100, 1200, "b", stream=7))
+    b.stream_wait(150, 1, stream=7, duration=20)
+    b.runtime(200, 205, b.kernel(1200, 1300, "c", stream=7))
+    deps = dependencies(open_trace(build(b)))
+    assert deps.ops.start.tolist() == [1000, 1100, 1200, 50] and deps.blockers_of[0].tolist() == [2]
+    same = replay(deps, 1.0)
+    assert (same.start.tolist(), same.end.tolist()) == ([1000, 1100, 1200, 50], [1100, 1200, 1300, 150])
+    half = replay(deps, 0.5)
+    assert (half.start.tolist(), half.end.tolist()) == ([1000, 1100, 1200, 50], [1100, 1200, 1300, 100])
