@@ -321,3 +321,40 @@ def test_an_op_that_waits_behind_two_ops_of_its_stream(build):
     assert (same.start.tolist(), same.end.tolist()) == ([1000, 1100, 1200, 50], [1100, 1200, 1300, 150])
     half = replay(deps, 0.5)
     assert (half.start.tolist(), half.end.tolist()) == ([1000, 1100, 1200, 50], [1100, 1200, 1300, 100])
+
+
+def test_a_wait_behind_launches_a_blocking_call_moved(build):
+    # host synchronization modeled, F = 0.5.  tid 100: cudaMemcpy call [0,1010), C h2d (s20)
+    # [10,1000): C [10,505), the call returns at 515, 495 early: every later launch of tid 100
+    # moves by -495.  tid 70: launch D h2d (s21) 20, [30,60) (slack 10): D [30,45); record e1 on
+    # s21 at 40 (completes D).
+    # s7 (tid 100): launch H 1100 [1200,1300) (slack 100): H [705,805); launch X 1400 [1500,1600),
+    #   X's launch sets it (slack 100): max(805, 905) + 100, X [1005,1105)
+    # s8 (tid 100): launch G 1100 [1150,1160) (slack 50): G [655,665); launch W 1410 [1450,1460)
+    #   (slack 40): max(665, 915) + 40, W [955,965); record e2 on s8 at 1420 (completes W)
+    # s7: waits on e1 and e2 at 1660 and 1670; launch Y 1700 [1800,1900): it follows X and waits
+    #   for D and W: M = max(1600, 1700, 60, 1460) = 1700, slack 100; replayed
+    #   max(1105, 1205, 45, 965) + 100, Y [1305,1405)
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(0, 1010, b.copy(10, 1000, "h2d", 8 * MIB, stream=20), name="cudaMemcpy_v3020")
+    b.runtime(20, 25, b.copy(30, 60, "h2d", MIB, stream=21), name="cuMemcpyAsync", tid=70)
+    b.event_record(40, 1, stream=21, tid=70, duration=5)
+    for launch, stream, (s, e) in (
+        (1100, 7, (1200, 1300)),
+        (1100, 8, (1150, 1160)),
+        (1400, 7, (1500, 1600)),
+        (1410, 8, (1450, 1460)),
+    ):
+        b.runtime(launch, launch + 5, b.kernel(s, e, f"k{stream}", stream=stream))
+    b.event_record(1420, 2, stream=8, duration=5)
+    b.stream_wait(1650, 1, stream=7, duration=5)
+    b.stream_wait(1660, 2, stream=7, duration=5)
+    b.runtime(1700, 1705, b.kernel(1800, 1900, "y", stream=7))
+    trace = open_trace(build(b))
+    deps = dependencies(trace)
+    assert deps.ops.start.tolist() == [1200, 1500, 1800, 1150, 1450, 10, 30]
+    assert deps.blockers_of[1].tolist() == [4, 6]
+    rp = replay(deps, 0.5, host_syncs(trace, deps))
+    assert rp.start.tolist() == [705, 1005, 1305, 655, 955, 10, 30]
+    assert rp.end.tolist() == [805, 1105, 1405, 665, 965, 505, 45]
