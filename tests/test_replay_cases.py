@@ -358,3 +358,32 @@ def test_a_wait_behind_launches_a_blocking_call_moved(build):
     rp = replay(deps, 0.5, host_syncs(trace, deps))
     assert rp.start.tolist() == [705, 1005, 1305, 655, 955, 10, 30]
     assert rp.end.tolist() == [805, 1105, 1405, 665, 965, 505, 45]
+
+
+def test_a_dependency_cycle_with_blocking_calls_replays_without_the_host(build):
+    # (test_costs' cycle under skew, plus a blocking call.)  launch C h2d 100 (s20) [300,400);
+    # record e1 on s20 at 150; wait e1 on s7 at 170 -> A (launch 200) [1000,1100); record e2 on s7
+    # at 300 (completes A); wait e2 on s20 at 320 -> D (launch 500) [50,80); B launch 400 (s7)
+    # [500,600), before A on s7.  D is before C on s20: A, C and D form a cycle.  A
+    # cudaStreamSynchronize(s7) at [2000,2050) makes host synchronization possible, but a cycle
+    # gives it up: the replay is the one without the host, and says so.  At F = 0.5 the ops on the
+    # cycle keep their starts: A [1000,1100), D [50,80), C [300,350); B keeps its slack after its
+    # launch: [500,600)
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(100, 105, b.copy(300, 400, "h2d", MIB, stream=20), name="cuMemcpyAsync")
+    b.event_record(150, 1, stream=20, duration=5)
+    b.stream_wait(160, 1, stream=7, duration=20)
+    b.runtime(200, 205, b.kernel(1000, 1100, "A", stream=7))
+    b.event_record(300, 2, stream=7, duration=5)
+    b.stream_wait(310, 2, stream=20, duration=20)
+    b.runtime(400, 405, b.kernel(500, 600, "B", stream=7))
+    b.runtime(500, 505, b.kernel(50, 80, "D", stream=20))
+    b.sync(2000, "stream_sync", stream=7, duration=50)
+    trace = open_trace(build(b))
+    deps = dependencies(trace)
+    host = host_syncs(trace, deps)
+    assert len(host) == 1
+    rp = replay(deps, 0.5, host)
+    assert rp.host is None and rp.shift is None and not rp.host_sync_modeled
+    assert (rp.start.tolist(), rp.end.tolist()) == ([500, 1000, 50, 300], [600, 1100, 80, 350])
