@@ -387,3 +387,7 @@ def test_a_dependency_cycle_with_blocking_calls_replays_without_the_host(build):
     rp = replay(deps, 0.5, host)
     assert rp.host is None and rp.shift is None and not rp.host_sync_modeled
     assert (rp.start.tolist(), rp.end.tolist()) == ([500, 1000, 50, 300], [600, 1100, 80, 350])
+    # with a change (B, off the cycle, shortened to 50 ns), the replay without the host keeps it
+    shorter = replay(deps, 0.5, host, Change("B shorter", durations=(np.array([0]), np.array([50]))))
+    assert not shorter.host_sync_modeled
+    assert (shorter.start.tolist(), shorter.end.tolist()) == ([500, 1000, 50, 300], [550, 1100, 80, 350])
