@@ -368,7 +368,8 @@ def test_a_dependency_cycle_with_blocking_calls_replays_without_the_host(build):
     # cudaStreamSynchronize(s7) at [2000,2050) makes host synchronization possible, but a cycle
     # gives it up: the replay is the one without the host, and says so.  At F = 0.5 the ops on the
     # cycle keep their starts: A [1000,1100), D [50,80), C [300,350); B keeps its slack after its
-    # launch: [500,600); so do E1 (launch 600, s8) [700,800) and E2 behind it (launch 650) [800,900)
+    # launch: [500,600); so do E1 (launch 600, s8) [700,800) and E2 behind it (launch 650) [800,900);
+    # F (launch 700, s7) [1100,1200) follows A, on the cycle (slack 0): [1100,1200)
     b = ExportBuilder()
     b.gpu(0)
     b.runtime(100, 105, b.copy(300, 400, "h2d", MIB, stream=20), name="cuMemcpyAsync")
@@ -379,6 +380,7 @@ def test_a_dependency_cycle_with_blocking_calls_replays_without_the_host(build):
     b.stream_wait(310, 2, stream=20, duration=20)
     b.runtime(400, 405, b.kernel(500, 600, "B", stream=7))
     b.runtime(500, 505, b.kernel(50, 80, "D", stream=20))
+    b.runtime(700, 705, b.kernel(1100, 1200, "F", stream=7))
     b.runtime(600, 605, b.kernel(700, 800, "E1", stream=8))
     b.runtime(650, 655, b.kernel(800, 900, "E2", stream=8))
     b.sync(2000, "stream_sync", stream=7, duration=50)
@@ -388,10 +390,10 @@ def test_a_dependency_cycle_with_blocking_calls_replays_without_the_host(build):
     assert len(host) == 1
     rp = replay(deps, 0.5, host)
     assert rp.host is None and rp.shift is None and not rp.host_sync_modeled
-    assert rp.start.tolist() == [500, 1000, 700, 800, 50, 300]
-    assert rp.end.tolist() == [600, 1100, 800, 900, 80, 350]
+    assert rp.start.tolist() == [500, 1000, 1100, 700, 800, 50, 300]
+    assert rp.end.tolist() == [600, 1100, 1200, 800, 900, 80, 350]
     # with a change (B, off the cycle, shortened to 50 ns), the replay without the host keeps it
     shorter = replay(deps, 0.5, host, Change("B shorter", durations=(np.array([0]), np.array([50]))))
     assert not shorter.host_sync_modeled
-    assert shorter.start.tolist() == [500, 1000, 700, 800, 50, 300]
-    assert shorter.end.tolist() == [550, 1100, 800, 900, 80, 350]
+    assert shorter.start.tolist() == [500, 1000, 1100, 700, 800, 50, 300]
+    assert shorter.end.tolist() == [550, 1100, 1200, 800, 900, 80, 350]
