@@ -390,6 +390,7 @@ def test_a_dependency_cycle_with_blocking_calls_replays_without_the_host(build):
     assert len(host) == 1
     rp = replay(deps, 0.5, host)
     assert rp.host is None and rp.shift is None and not rp.host_sync_modeled
+    assert rp.deps is deps and rp.factor == 0.5
     assert rp.start.tolist() == [500, 1000, 1100, 700, 800, 50, 300]
     assert rp.end.tolist() == [600, 1100, 1200, 800, 900, 80, 350]
     # with a change (B, off the cycle, shortened to 50 ns), the replay without the host keeps it
