@@ -160,7 +160,7 @@ def test_a_threads_first_call_begins_unmoved_after_another_threads_call(build):
     # previous_call gives a thread's first call -1, the shifts' zero entry (-2 would read the
     # last call's shift, -495, and K's launch would move to 905)
     deps, rp = _first_call_after_the_last_threads_call(build)
-    assert rp.host_sync_modeled and rp.shift is not None
+    assert rp.host_sync_modeled and rp.shift is not None and rp.factor == 0.5
     assert rp.shift.tolist() == [-60, -495]
     got = {int(st): (int(s), int(e)) for st, s, e in zip(deps.ops.stream, rp.start, rp.end, strict=True)}
     assert got == {20: (10, 505), 7: (705, 805), 8: (1440, 1540)}
@@ -391,6 +391,8 @@ def test_a_dependency_cycle_with_blocking_calls_replays_without_the_host(build):
     rp = replay(deps, 0.5, host)
     assert rp.host is None and rp.shift is None and not rp.host_sync_modeled
     assert rp.deps is deps and rp.factor == 0.5
+    # kept their recorded start: the ops on the cycle (A, D, C), not those that followed their inputs
+    assert rp.kept.tolist() == [False, True, False, False, False, True, True]
     assert rp.start.tolist() == [500, 1000, 1100, 700, 800, 50, 300]
     assert rp.end.tolist() == [600, 1100, 1200, 800, 900, 80, 350]
     # with a change (B, off the cycle, shortened to 50 ns), the replay without the host keeps it
