@@ -273,14 +273,17 @@ def test_a_copy_moved_to_its_own_stream_before_an_op_that_waits(build):
 def test_ops_recorded_before_their_launch_keep_their_offset(build):
     # skewed clocks: launch K1 1000 (s7), recorded [500,600): slack 500 - 1000 = -500; launch K2
     # 1100, [650,700): M = max(600, 1100) = 1100, slack -450.  Replayed at F = 1 nothing moves:
-    # K1 starts 1000 - 500 = 500, K2 max(600, 1100) - 450 = 650
+    # K1 starts 1000 - 500 = 500, K2 max(600, 1100) - 450 = 650.  K3 (s9) [300,400) has no launch
+    # and nothing before it: it keeps its recorded start, the only op the replay says kept it
     b = ExportBuilder()
     b.gpu(0)
     b.runtime(1000, 1005, b.kernel(500, 600, "k1", stream=7))
     b.runtime(1100, 1105, b.kernel(650, 700, "k2", stream=7))
+    b.kernel(300, 400, "k3", stream=9)
     deps = dependencies(open_trace(build(b)))
     rp = replay(deps, 1.0)
-    assert (rp.start.tolist(), rp.end.tolist()) == ([500, 650], [600, 700])
+    assert (rp.start.tolist(), rp.end.tolist()) == ([500, 650, 300], [600, 700, 400])
+    assert rp.kept.tolist() == [False, False, True]
 
 
 def test_a_blocking_call_that_did_not_wait_at_absolute_times(build):
