@@ -403,3 +403,22 @@ def test_a_dependency_cycle_with_blocking_calls_replays_without_the_host(build):
     assert not shorter.host_sync_modeled
     assert shorter.start.tolist() == [500, 1000, 1100, 700, 800, 50, 300]
     assert shorter.end.tolist() == [550, 1100, 1200, 800, 900, 80, 350]
+
+
+def test_a_removed_or_unwaited_copy_no_longer_holds_the_op_that_waited(build):
+    # launch C h2d 0 (s20), [500,1000) (slack 500); record e1 on s20 at 50 (completes C); wait e1
+    # on s7 at 70 (call 60); launch K 100 (s7) [1000,1100): M = max(100, 1000) = 1000, slack 0.
+    # C removed: it lasts 0 ns [500,500), and K no longer waits for it: K [100,200) (waiting for
+    # C's new end would give [500,600)).  C unwaited: C keeps [500,1000), K [100,200)
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(0, 5, b.copy(500, 1000, "h2d", MIB, stream=20), name="cuMemcpyAsync")
+    b.event_record(50, 1, stream=20, duration=5)
+    b.stream_wait(60, 1, stream=7, duration=20)
+    b.runtime(100, 105, b.kernel(1000, 1100, "k", stream=7))
+    deps = dependencies(open_trace(build(b)))
+    assert deps.ops.stream.tolist() == [7, 20] and deps.blockers_of[1].tolist() == [1]
+    gone = replay(deps, 1.0, None, Change("C removed", removed=np.array([1])))
+    assert (gone.start.tolist(), gone.end.tolist()) == ([100, 500], [200, 500])
+    free = replay(deps, 1.0, None, Change("C unwaited", unwaited=np.array([1])))
+    assert (free.start.tolist(), free.end.tolist()) == ([100, 500], [200, 1000])
