@@ -430,6 +430,20 @@ def test_whatif_cli_links(build):
     assert unknown.returncode == 2 and "unknown link" in unknown.stderr and "Traceback" not in unknown.stderr
 
 
+def test_whatif_refuses_a_copy_scale_that_is_not_a_finite_number(build, capsys):
+    # the replay refuses them too (test_replay_cases); the command says so in one line, exit 2
+    from profiler.cli import main
+
+    b = ExportBuilder()
+    b.gpu(0)
+    prefetch_stall(b)
+    path = build(b)
+    for bad in ("inf", "nan", "-1"):
+        assert main(["whatif", str(path), "--copy-scale", bad]) == 2
+        err = capsys.readouterr().err
+        assert "--copy-scale must be a finite number >= 0, got" in err and "internal error" not in err
+
+
 def test_whatif_needs_the_source_link_for_an_unknown_gpu(build):
     b = ExportBuilder()
     b.gpu(0, "Mystery Accelerator 9000")

@@ -38,8 +38,8 @@ def cmd_whatif(args: argparse.Namespace) -> int:
         link_doc = link_change(source, target)
     elif factor is None:
         factor = 0.0
-    if not factor >= 0:
-        raise ProfilerError(f"--copy-scale must be >= 0, got {factor}")
+    if not 0 <= factor < float("inf"):  # NaN fails both
+        raise ProfilerError(f"--copy-scale must be a finite number >= 0, got {factor}")
     bd = Breakdown(trace, args.layer_pattern or DEFAULT_LAYER_PATTERN, args.step_range)
     doc = trace_whatif(trace, factor, model_host=not args.no_host_sync, breakdown=bd, explain=True)
     if link_doc:

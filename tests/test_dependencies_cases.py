@@ -1,0 +1,146 @@
+"""Rules 1 to 3 of "Stalls" (METRICS.md; ``dependencies.dependencies``) on exports built with known
+answers, derived by hand: cases found by mutation testing of dependencies.py (docs/testing.md).
+Host calls at t (runtime rows), GPU ops [start, end); a stream wait's time is its activity row's
+start, 10 ns after its call (``ExportBuilder.sync``)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from profiler.analysis.dependencies import dependencies
+from profiler.synthetic.export import ExportBuilder
+from profiler.trace import open_trace
+
+# nsys's times can be absolute (about 1.7e18 ns): there a float64 holds only multiples of 256
+T = 1_700_000_000_000_000_000 // 256 * 256
+
+
+def test_a_wait_on_its_own_streams_work_applies_to_no_op(build):
+    # 50 launch a (s7) [60,500); 100 record e5 on s7 (completes a); wait e5 on s7 at 120;
+    # 300 launch b (s7) [520,600).  The wait resolves (rule 2: a), but its blocker is on the
+    # waiting stream itself: ignored (rule 3), so no (target, blocker) pair is listed
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(50, 55, b.kernel(60, 500, "a", stream=7))
+    b.event_record(100, 5, stream=7)
+    b.stream_wait(110, 5, stream=7)
+    b.runtime(300, 305, b.kernel(520, 600, "b", stream=7))
+    deps = dependencies(open_trace(build(b)))
+    assert deps.waits == {0: {"total": 1, "resolved": 1, "unresolved": 0}}
+    assert (deps.target.tolist(), deps.blocker.tolist()) == ([], [])
+
+
+def test_waits_and_records_without_any_gpu_op(build):
+    # a record at 100 and a wait at 210 on event 5, and no kernel, copy or memset: the record
+    # completes nothing (rule 1), so the wait is unresolved
+    b = ExportBuilder()
+    b.gpu(0)
+    b.event_record(100, 5, stream=7)
+    b.stream_wait(200, 5, stream=8)
+    deps = dependencies(open_trace(build(b)))
+    assert len(deps.ops) == 0
+    assert deps.waits == {0: {"total": 1, "resolved": 0, "unresolved": 1}}
+    assert deps.target.size == 0
+
+
+def test_a_record_just_after_the_wait_at_absolute_times(build):
+    # at T ~ 1.7e18 ns: launch a T (s7) [T+10,T+20); wait e5 on s8 at T+200 (call T+190);
+    # record e5 on s7 at T+230; launch b T+300 (s8) [T+310,T+320).  The only record of e5 comes
+    # 30 ns after the wait: unresolved (rule 2).  (As float64, T+200 is T+256, after the record.)
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(T, T + 5, b.kernel(T + 10, T + 20, "a", stream=7))
+    b.stream_wait(T + 190, 5, stream=8)
+    b.event_record(T + 230, 5, stream=7)
+    b.runtime(T + 300, T + 305, b.kernel(T + 310, T + 320, "b", stream=8))
+    deps = dependencies(open_trace(build(b)))
+    assert deps.waits == {0: {"total": 1, "resolved": 0, "unresolved": 1}}
+    assert deps.target.size == 0
+
+
+def test_a_wait_without_a_process_matches_no_processs_event(build):
+    # process 1: launch a 50 (s7) [60,100), record e5 on s7 at 150 (completes a); a wait on
+    # e5 at 210 whose row has no process (globalPid NULL, which nsys's schema allows): it
+    # matches no process's records, so it is unresolved
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(50, 55, b.kernel(60, 100, "a", stream=7, pid=1), pid=1)
+    b.event_record(150, 5, stream=7, pid=1)
+    b.stream_wait(200, 5, stream=8, pid=1)
+    b.runtime(300, 305, b.kernel(310, 320, "b", stream=8, pid=1), pid=1)
+    path = build(b)
+    with sqlite3.connect(path) as con:
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION SET globalPid = NULL")
+    con.close()
+    deps = dependencies(open_trace(path))
+    assert deps.waits == {0: {"total": 1, "resolved": 0, "unresolved": 1}}
+    assert deps.target.size == 0
+
+
+def test_waits_on_the_last_stream_after_and_past_its_last_launch(build):
+    # launch a 50 (s7) [60,100); record e5 on s7 at 150 (completes a); wait e5 on s8 at 210
+    # (call 200); launch b 300 (s8) [310,400); wait e5 on s8 again at 510 (call 500).
+    # The first wait applies to b, the first op on s8 launched at or after 210 (the last row of the
+    # launches, its stream the last one); the second finds no op launched after it: resolved, not applied
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(50, 55, b.kernel(60, 100, "a", stream=7))
+    b.event_record(150, 5, stream=7)
+    b.stream_wait(200, 5, stream=8)
+    b.runtime(300, 305, b.kernel(310, 400, "b", stream=8))
+    b.stream_wait(500, 5, stream=8)
+    deps = dependencies(open_trace(build(b)))
+    assert deps.ops.start.tolist() == [60, 310]
+    assert deps.waits == {0: {"total": 2, "resolved": 2, "unresolved": 0}}
+    assert (deps.target.tolist(), deps.blocker.tolist()) == ([1], [0])
+
+
+def test_a_wait_on_an_event_never_recorded_beside_two_recorded_ones(build):
+    # launch a 50 (s7) [60,100); records of e5 at 150 and of e6 at 170 on s7 (both complete a);
+    # a wait on e7 at 210 (call 200), which no record names: unresolved (rule 2), while e5's and
+    # e6's records are there to be picked by mistake
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(50, 55, b.kernel(60, 100, "a", stream=7))
+    b.event_record(150, 5, stream=7)
+    b.event_record(170, 6, stream=7)
+    b.stream_wait(200, 7, stream=8)
+    b.runtime(300, 305, b.kernel(310, 400, "b", stream=8))
+    deps = dependencies(open_trace(build(b)))
+    assert deps.waits == {0: {"total": 1, "resolved": 0, "unresolved": 1}}
+    assert deps.target.size == 0
+
+
+def test_a_record_without_a_process_completes_nothing(build):
+    # process 1: launch a 50 (s7) [60,100); a record of e5 on s7 at 150 whose event row has no
+    # process (globalPid NULL): its call cannot be found (runtime rows are matched within a
+    # process), so it has no time and completes nothing; process 1's wait on e5 at 210 (call 200)
+    # is unresolved
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(50, 55, b.kernel(60, 100, "a", stream=7, pid=1), pid=1)
+    b.event_record(150, 5, stream=7, pid=1)
+    b.stream_wait(200, 5, stream=8, pid=1)
+    b.runtime(300, 305, b.kernel(310, 320, "b", stream=8, pid=1), pid=1)
+    path = build(b)
+    with sqlite3.connect(path) as con:
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_CUDA_EVENT SET globalPid = NULL")
+    con.close()
+    deps = dependencies(open_trace(path))
+    assert deps.waits == {0: {"total": 1, "resolved": 0, "unresolved": 1}}
+    assert deps.target.size == 0
+
+
+def test_a_record_after_the_only_launched_op(build):
+    # launch a 50 (s7) [60,100), the trace's only op with a launch; record e5 on s7 at 150
+    # (completes a, rule 1); b (s8) [310,400) has no runtime row.  The wait on e5 at 210 (call 200)
+    # resolves to a, and applies to no op: none on s8 was launched after it (rule 3)
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(50, 55, b.kernel(60, 100, "a", stream=7))
+    b.event_record(150, 5, stream=7)
+    b.stream_wait(200, 5, stream=8)
+    b.kernel(310, 400, "b", stream=8)
+    deps = dependencies(open_trace(build(b)))
+    assert deps.waits == {0: {"total": 1, "resolved": 1, "unresolved": 0}}
+    assert deps.target.size == 0
