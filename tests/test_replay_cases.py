@@ -446,3 +446,26 @@ def test_three_blocking_calls_of_one_thread_move_in_turn(build):
     assert rp.shift is not None and rp.shift.tolist() == [-495, -495, -495]
     got = {int(st): (int(s), int(e)) for st, s, e in zip(deps.ops.stream, rp.start, rp.end, strict=True)}
     assert got == {7: (50, 100), 8: (905, 1005), 9: (1405, 1505), 20: (10, 505)}
+
+
+def test_a_blocking_call_waits_for_an_op_that_itself_waits(build):
+    # tid 70: launch C h2d 0 (s20) [10,1000) (slack 10); record e1 on s20 at 20 (completes C); wait
+    #   e1 on s7 at 40 (call 30); launch W 50 (s7) [1000,1100): M = max(50, 1000) = 1000, slack 0
+    # tid 100: cudaStreamSynchronize(s7) [200,1110) waits for W (lag 10); launch K 1200 (s8)
+    #   [1300,1400) (slack 100)
+    # Host synchronization modeled, F = 0.5: C [10,505); W max(50, 505) = 505, [505,605); the call
+    # returns at 605 + 10 = 615 (-495); K's launch 705, K [805,905)
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(0, 5, b.copy(10, 1000, "h2d", MIB, stream=20), name="cuMemcpyAsync", tid=70)
+    b.event_record(20, 1, stream=20, tid=70, duration=5)
+    b.stream_wait(30, 1, stream=7, tid=70, duration=15)
+    b.runtime(50, 55, b.kernel(1000, 1100, "w", stream=7), tid=70)
+    b.sync(200, "stream_sync", stream=7, duration=910)
+    b.runtime(1200, 1205, b.kernel(1300, 1400, "k", stream=8))
+    trace = open_trace(build(b))
+    deps = dependencies(trace)
+    assert deps.ops.stream.tolist() == [7, 8, 20] and deps.blockers_of[1].tolist() == [2]
+    rp = replay(deps, 0.5, host_syncs(trace, deps))
+    assert rp.shift is not None and rp.shift.tolist() == [-495]
+    assert (rp.start.tolist(), rp.end.tolist()) == ([505, 805, 10], [605, 905, 505])
