@@ -422,3 +422,50 @@ def test_a_removed_or_unwaited_copy_no_longer_holds_the_op_that_waited(build):
     assert (gone.start.tolist(), gone.end.tolist()) == ([100, 500], [200, 500])
     free = replay(deps, 1.0, None, Change("C unwaited", unwaited=np.array([1])))
     assert (free.start.tolist(), free.end.tolist()) == ([100, 500], [200, 1000])
+
+
+def test_three_blocking_calls_of_one_thread_move_in_turn(build):
+    # tid 70: launch K 20 (s7) [50,100).  tid 100 (the only thread with blocking calls: 0, 1, 2),
+    # host synchronization modeled, F = 0.5:
+    #   call 0, cudaMemcpy [0,1010), C h2d (s20) [10,1000): C [10,505), returns at 515 (-495)
+    #   call 1, cudaStreamSynchronize(s7) [1100,1200): K was done, it did not wait: it begins 495
+    #     early (605) and lasts its 100 ns (-495); launch K2 1300 (s8) [1400,1500): 805, K2 [905,1005)
+    #   call 2, cudaStreamSynchronize(s8) [1600,1700): K2 was done (1500): it begins after call 1's
+    #     shift, 1105, returns at 1205 (-495); launch K3 1800 (s9) [1900,2000): 1305, K3 [1405,1505)
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(20, 25, b.kernel(50, 100, "k", stream=7), tid=70)
+    b.runtime(0, 1010, b.copy(10, 1000, "h2d", 8 * MIB, stream=20), name="cudaMemcpy_v3020")
+    b.sync(1100, "stream_sync", stream=7, duration=100)
+    b.runtime(1300, 1305, b.kernel(1400, 1500, "k2", stream=8))
+    b.sync(1600, "stream_sync", stream=8, duration=100)
+    b.runtime(1800, 1805, b.kernel(1900, 2000, "k3", stream=9))
+    trace = open_trace(build(b))
+    deps = dependencies(trace)
+    rp = replay(deps, 0.5, host_syncs(trace, deps))
+    assert rp.shift is not None and rp.shift.tolist() == [-495, -495, -495]
+    got = {int(st): (int(s), int(e)) for st, s, e in zip(deps.ops.stream, rp.start, rp.end, strict=True)}
+    assert got == {7: (50, 100), 8: (905, 1005), 9: (1405, 1505), 20: (10, 505)}
+
+
+def test_a_blocking_call_waits_for_an_op_that_itself_waits(build):
+    # tid 70: launch C h2d 0 (s20) [10,1000) (slack 10); record e1 on s20 at 20 (completes C); wait
+    #   e1 on s7 at 40 (call 30); launch W 50 (s7) [1000,1100): M = max(50, 1000) = 1000, slack 0
+    # tid 100: cudaStreamSynchronize(s7) [200,1110) waits for W (lag 10); launch K 1200 (s8)
+    #   [1300,1400) (slack 100)
+    # Host synchronization modeled, F = 0.5: C [10,505); W max(50, 505) = 505, [505,605); the call
+    # returns at 605 + 10 = 615 (-495); K's launch 705, K [805,905)
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(0, 5, b.copy(10, 1000, "h2d", MIB, stream=20), name="cuMemcpyAsync", tid=70)
+    b.event_record(20, 1, stream=20, tid=70, duration=5)
+    b.stream_wait(30, 1, stream=7, tid=70, duration=15)
+    b.runtime(50, 55, b.kernel(1000, 1100, "w", stream=7), tid=70)
+    b.sync(200, "stream_sync", stream=7, duration=910)
+    b.runtime(1200, 1205, b.kernel(1300, 1400, "k", stream=8))
+    trace = open_trace(build(b))
+    deps = dependencies(trace)
+    assert deps.ops.stream.tolist() == [7, 8, 20] and deps.blockers_of[1].tolist() == [2]
+    rp = replay(deps, 0.5, host_syncs(trace, deps))
+    assert rp.shift is not None and rp.shift.tolist() == [-495]
+    assert (rp.start.tolist(), rp.end.tolist()) == ([505, 805, 10], [605, 905, 505])

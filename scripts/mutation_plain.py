@@ -1,0 +1,106 @@
+"""``mutation_inproc.py`` with a first stage of plain calls (docs/testing.md, replay's second run).
+
+    cd .mutation/MODULE/mutants
+    python ../../../scripts/mutation_plain.py OUT 'tests.test_x:test_a,tests.test_y:test_b' 'NAME_GLOB' ... \\
+        -- TESTS ; TESTS ; ...
+
+The listed test functions are called directly, without starting pytest (a few tenths of a second a
+mutant instead of seconds): they may take the ``build`` and ``tmp_path`` fixtures and one
+``parametrize`` mark, nothing else.  A mutant that survives them goes through the pytest stages as
+in ``mutation_inproc.py``.  OUT gets one line a mutant (``stage0 TEST ERROR`` for the plain stage);
+mutants already in OUT are skipped, so a stopped run goes on where it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import importlib
+import io
+import itertools
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def plain_calls(spec: str) -> list[tuple[str, Callable[..., Any], dict[str, Any]]]:
+    """(label, function, arguments) of each listed test, one per parameter set."""
+    calls = []
+    for item in spec.split(","):
+        mod, name = item.split(":")
+        f = getattr(importlib.import_module(mod), name)
+        marks = [m for m in getattr(f, "pytestmark", []) if m.name == "parametrize"]
+        if not marks:
+            calls.append((item, f, {}))
+            continue
+        names = marks[0].args[0]
+        names = [x.strip() for x in (names.split(",") if isinstance(names, str) else names)]
+        for values in marks[0].args[1]:
+            values = values if isinstance(values, list | tuple) else (values,)
+            calls.append((f"{item}{list(values)}", f, dict(zip(names, values, strict=True))))
+    return calls
+
+
+def main() -> int:
+    sys.path.insert(0, os.getcwd())  # the mutated profiler of this mutants/ folder
+    import pytest
+
+    args = sys.argv[1:]
+    out, spec, sep = Path(args[0]), args[1], args.index("--")
+    globs, stages = args[2:sep], [s.split() for s in " ".join(args[sep + 1 :]).split(";")]
+    keys: list[str] = []
+    for meta in Path("profiler").rglob("*.meta"):
+        keys += json.loads(meta.read_text())["exit_code_by_key"]
+    keys.sort(key=lambda k: (k.rsplit("__mutmut_", 1)[0], int(k.rsplit("_", 1)[1])))
+    done = {line.split()[0] for line in out.read_text().splitlines() if line.strip()} if out.exists() else set()
+    names: list[str] = []
+    for pattern in globs:
+        names += [k for k in keys if fnmatch.fnmatch(k, pattern) and k not in names and k not in done]
+    calls = plain_calls(spec)
+    tmp = Path(tempfile.mkdtemp(prefix="mutation_plain"))
+    counter = itertools.count()
+
+    def build(builder: Any, name: str | None = None) -> Path:
+        return builder.write(tmp / (name or f"export{next(counter)}.sqlite"))
+
+    with out.open("a") as log:
+        for name in names:
+            os.environ["MUTANT_UNDER_TEST"] = name
+            verdict, t0 = "survived", time.time()
+            for label, f, kw in calls:
+                wanted = f.__code__.co_varnames[: f.__code__.co_argcount]
+                kw = {**kw, **({"build": build} if "build" in wanted else {})}
+                kw |= {"tmp_path": Path(tempfile.mkdtemp(dir=tmp))} if "tmp_path" in wanted else {}
+                try:
+                    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                        f(**kw)
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as exc:  # a mutant may break anything
+                    verdict = f"stage0 {label} {type(exc).__name__}"
+                    break
+            for i, stage in enumerate(stages if verdict == "survived" else [], 1):
+                buf = io.StringIO()
+                with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+                    try:
+                        rc = pytest.main([*stage, "-x", "-q", "-p", "no:cacheprovider"])
+                    except BaseException as exc:
+                        rc = f"{type(exc).__name__}"
+                if rc != 0:
+                    failed = [x for x in buf.getvalue().splitlines() if x.startswith(("FAILED", "ERROR"))]
+                    verdict = f"stage{i} {failed[0][:160] if failed else rc}"
+                    break
+            print(name, verdict, f"{time.time() - t0:.1f}s", file=log, flush=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
