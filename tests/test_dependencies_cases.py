@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import sqlite3
 
+import pytest
+
 from profiler.analysis.dependencies import dependencies
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
@@ -58,10 +60,21 @@ def test_a_record_just_after_the_wait_at_absolute_times(build):
     assert deps.target.size == 0
 
 
-def test_a_wait_without_a_process_matches_no_processs_event(build):
-    # process 1: launch a 50 (s7) [60,100), record e5 on s7 at 150 (completes a); a wait on
-    # e5 at 210 whose row has no process (globalPid NULL, which nsys's schema allows): it
-    # matches no process's records, so it is unresolved
+@pytest.mark.parametrize(
+    "table",
+    [
+        # a wait on e5 whose row has no process (globalPid NULL, which nsys's schema allows): it
+        # matches no process's records
+        "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+        # a record of e5 whose event row has no process: its call cannot be found (runtime rows are
+        # matched within a process), so it has no time and completes nothing
+        "CUPTI_ACTIVITY_KIND_CUDA_EVENT",
+    ],
+)
+def test_a_wait_or_record_without_a_process_resolves_nothing(build, table):
+    # process 1: launch a 50 (s7) [60,100), record e5 on s7 at 150 (completes a), wait on e5 on
+    # s8 at 210 (call 200), launch b 300 (s8). With the wait's or the record's process NULL, the
+    # wait is unresolved
     b = ExportBuilder()
     b.gpu(0)
     b.runtime(50, 55, b.kernel(60, 100, "a", stream=7, pid=1), pid=1)
@@ -70,7 +83,7 @@ def test_a_wait_without_a_process_matches_no_processs_event(build):
     b.runtime(300, 305, b.kernel(310, 320, "b", stream=8, pid=1), pid=1)
     path = build(b)
     with sqlite3.connect(path) as con:
-        con.execute("UPDATE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION SET globalPid = NULL")
+        con.execute(f"UPDATE {table} SET globalPid = NULL")
     con.close()
     deps = dependencies(open_trace(path))
     assert deps.waits == {0: {"total": 1, "resolved": 0, "unresolved": 1}}
@@ -107,26 +120,6 @@ def test_a_wait_on_an_event_never_recorded_beside_two_recorded_ones(build):
     b.stream_wait(200, 7, stream=8)
     b.runtime(300, 305, b.kernel(310, 400, "b", stream=8))
     deps = dependencies(open_trace(build(b)))
-    assert deps.waits == {0: {"total": 1, "resolved": 0, "unresolved": 1}}
-    assert deps.target.size == 0
-
-
-def test_a_record_without_a_process_completes_nothing(build):
-    # process 1: launch a 50 (s7) [60,100); a record of e5 on s7 at 150 whose event row has no
-    # process (globalPid NULL): its call cannot be found (runtime rows are matched within a
-    # process), so it has no time and completes nothing; process 1's wait on e5 at 210 (call 200)
-    # is unresolved
-    b = ExportBuilder()
-    b.gpu(0)
-    b.runtime(50, 55, b.kernel(60, 100, "a", stream=7, pid=1), pid=1)
-    b.event_record(150, 5, stream=7, pid=1)
-    b.stream_wait(200, 5, stream=8, pid=1)
-    b.runtime(300, 305, b.kernel(310, 320, "b", stream=8, pid=1), pid=1)
-    path = build(b)
-    with sqlite3.connect(path) as con:
-        con.execute("UPDATE CUPTI_ACTIVITY_KIND_CUDA_EVENT SET globalPid = NULL")
-    con.close()
-    deps = dependencies(open_trace(path))
     assert deps.waits == {0: {"total": 1, "resolved": 0, "unresolved": 1}}
     assert deps.target.size == 0
 
