@@ -14,11 +14,9 @@ mutants already in OUT are skipped, so a stopped run goes on where it was.
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import importlib
 import io
 import itertools
-import json
 import os
 import shutil
 import sys
@@ -27,6 +25,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from mutation_inproc import mutant_names, pytest_stages  # beside this script
 
 
 def plain_calls(spec: str) -> list[tuple[str, Callable[..., Any], dict[str, Any]]]:
@@ -49,19 +49,11 @@ def plain_calls(spec: str) -> list[tuple[str, Callable[..., Any], dict[str, Any]
 
 def main() -> int:
     sys.path.insert(0, os.getcwd())  # the mutated profiler of this mutants/ folder
-    import pytest
-
     args = sys.argv[1:]
     out, spec, sep = Path(args[0]), args[1], args.index("--")
     globs, stages = args[2:sep], [s.split() for s in " ".join(args[sep + 1 :]).split(";")]
-    keys: list[str] = []
-    for meta in Path("profiler").rglob("*.meta"):
-        keys += json.loads(meta.read_text())["exit_code_by_key"]
-    keys.sort(key=lambda k: (k.rsplit("__mutmut_", 1)[0], int(k.rsplit("_", 1)[1])))
     done = {line.split()[0] for line in out.read_text().splitlines() if line.strip()} if out.exists() else set()
-    names: list[str] = []
-    for pattern in globs:
-        names += [k for k in keys if fnmatch.fnmatch(k, pattern) and k not in names and k not in done]
+    names = mutant_names(globs, skip=done)
     calls = plain_calls(spec)
     tmp = Path(tempfile.mkdtemp(prefix="mutation_plain"))
     counter = itertools.count()
@@ -85,17 +77,8 @@ def main() -> int:
                 except BaseException as exc:  # a mutant may break anything
                     verdict = f"stage0 {label} {type(exc).__name__}"
                     break
-            for i, stage in enumerate(stages if verdict == "survived" else [], 1):
-                buf = io.StringIO()
-                with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
-                    try:
-                        rc = pytest.main([*stage, "-x", "-q", "-p", "no:cacheprovider"])
-                    except BaseException as exc:
-                        rc = f"{type(exc).__name__}"
-                if rc != 0:
-                    failed = [x for x in buf.getvalue().splitlines() if x.startswith(("FAILED", "ERROR"))]
-                    verdict = f"stage{i} {failed[0][:160] if failed else rc}"
-                    break
+            if verdict == "survived":
+                verdict = pytest_stages(stages)
             print(name, verdict, f"{time.time() - t0:.1f}s", file=log, flush=True)
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
