@@ -405,6 +405,32 @@ def test_a_dependency_cycle_with_blocking_calls_replays_without_the_host(build):
     assert shorter.end.tolist() == [550, 1100, 1200, 800, 900, 80, 350]
 
 
+def test_a_trace_whose_every_op_waits_on_a_cycle(build):
+    # test_costs' cycle under skew without B, and with F after A: launch C h2d 100 (s20) [300,400);
+    # record e1 on s20 at 150; wait e1 on s7 at 170 -> A (launch 200) [1000,1100); record e2 on s7
+    # at 300 (completes A); wait e2 on s20 at 320 -> D (launch 500) [50,80), before C on s20;
+    # F (launch 700, s7) [1100,1200): M = max(700, A's end 1100), slack 0.  Stream order: A, F (s7),
+    # D, C (s20).  A waits for C, C follows D, D waits for A: no segment is free of the cycle (the
+    # node order is empty).  At F = 0.5 the ops on the cycle keep their starts: A [1000,1100),
+    # D [50,80), C [300,350); F, behind A (row 0, its op before), follows it: [1100,1200)
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(100, 105, b.copy(300, 400, "h2d", MIB, stream=20), name="cuMemcpyAsync")
+    b.event_record(150, 1, stream=20, duration=5)
+    b.stream_wait(160, 1, stream=7, duration=20)
+    b.runtime(200, 205, b.kernel(1000, 1100, "A", stream=7))
+    b.event_record(300, 2, stream=7, duration=5)
+    b.stream_wait(310, 2, stream=20, duration=20)
+    b.runtime(500, 505, b.kernel(50, 80, "D", stream=20))
+    b.runtime(700, 705, b.kernel(1100, 1200, "F", stream=7))
+    deps = dependencies(open_trace(build(b)))
+    assert deps.ops.start.tolist() == [1000, 1100, 50, 300]
+    rp = replay(deps, 0.5)
+    assert rp.kept.tolist() == [True, False, True, True]
+    assert rp.start.tolist() == [1000, 1100, 50, 300]
+    assert rp.end.tolist() == [1100, 1200, 80, 350]
+
+
 def test_a_removed_or_unwaited_copy_no_longer_holds_the_op_that_waited(build):
     # launch C h2d 0 (s20), [500,1000) (slack 500); record e1 on s20 at 50 (completes C); wait e1
     # on s7 at 70 (call 60); launch K 100 (s7) [1000,1100): M = max(100, 1000) = 1000, slack 0.
