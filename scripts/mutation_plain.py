@@ -1,14 +1,16 @@
 """``mutation_inproc.py`` with a first stage of plain calls (docs/testing.md, replay's second run).
 
     cd .mutation/MODULE/mutants
-    python ../../../scripts/mutation_plain.py OUT 'tests.test_x:test_a,tests.test_y:test_b' 'NAME_GLOB' ... \\
-        -- TESTS ; TESTS ; ...
+    python ../../../scripts/mutation_plain.py [--timeout S] OUT 'tests.test_x:test_a,tests.test_y:test_b' \\
+        'NAME_GLOB' ... -- TESTS ; TESTS ; ...
 
 The listed test functions are called directly, without starting pytest (a few tenths of a second a
 mutant instead of seconds): they may take the ``build`` and ``tmp_path`` fixtures and one
 ``parametrize`` mark, nothing else.  A mutant that survives them goes through the pytest stages as
 in ``mutation_inproc.py``.  OUT gets one line a mutant (``stage0 TEST ERROR`` for the plain stage);
-mutants already in OUT are skipped, so a stopped run goes on where it was.
+mutants already in OUT are skipped, so a stopped run goes on where it was.  A mutant still running
+after ``--timeout`` seconds (default 120) is stopped and written as ``timeout``: a mutant that loops
+forever does not hold up the others (whether it really loops is for the reader to check).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import io
 import itertools
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -27,6 +30,19 @@ from pathlib import Path
 from typing import Any
 
 from mutation_inproc import mutant_names, pytest_stages  # beside this script
+
+
+class MutantTimeout(BaseException):
+    """Raised by the alarm in a mutant that runs past its time limit (pytest reports it as a failure:
+    ``EXPIRED`` tells them apart)."""
+
+
+EXPIRED: list[bool] = [False]
+
+
+def _expired(signum: int, frame: object) -> None:
+    EXPIRED[0] = True
+    raise MutantTimeout
 
 
 def plain_calls(spec: str) -> list[tuple[str, Callable[..., Any], dict[str, Any]]]:
@@ -47,9 +63,30 @@ def plain_calls(spec: str) -> list[tuple[str, Callable[..., Any], dict[str, Any]
     return calls
 
 
+def run_one(
+    calls: list[tuple[str, Callable[..., Any], dict[str, Any]]], build: Any, tmp: Path, stages: list[list[str]]
+) -> str:
+    """The plain calls, then the pytest stages: the first failure, or ``survived``."""
+    for label, f, kw in calls:
+        wanted = f.__code__.co_varnames[: f.__code__.co_argcount]
+        kw = {**kw, **({"build": build} if "build" in wanted else {})}
+        kw |= {"tmp_path": Path(tempfile.mkdtemp(dir=tmp))} if "tmp_path" in wanted else {}
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                f(**kw)
+        except (KeyboardInterrupt, MutantTimeout):
+            raise
+        except BaseException as exc:  # a mutant may break anything
+            return f"stage0 {label} {type(exc).__name__}"
+    return pytest_stages(stages)
+
+
 def main() -> int:
     sys.path.insert(0, os.getcwd())  # the mutated profiler of this mutants/ folder
     args = sys.argv[1:]
+    timeout = 120
+    if args[:1] == ["--timeout"]:
+        timeout, args = int(args[1]), args[2:]
     out, spec, sep = Path(args[0]), args[1], args.index("--")
     globs, stages = args[2:sep], [s.split() for s in " ".join(args[sep + 1 :]).split(";")]
     done = {line.split()[0] for line in out.read_text().splitlines() if line.strip()} if out.exists() else set()
@@ -57,6 +94,7 @@ def main() -> int:
     calls = plain_calls(spec)
     tmp = Path(tempfile.mkdtemp(prefix="mutation_plain"))
     counter = itertools.count()
+    signal.signal(signal.SIGALRM, _expired)
 
     def build(builder: Any, name: str | None = None) -> Path:
         return builder.write(tmp / (name or f"export{next(counter)}.sqlite"))
@@ -65,20 +103,15 @@ def main() -> int:
         for name in names:
             os.environ["MUTANT_UNDER_TEST"] = name
             verdict, t0 = "survived", time.time()
-            for label, f, kw in calls:
-                wanted = f.__code__.co_varnames[: f.__code__.co_argcount]
-                kw = {**kw, **({"build": build} if "build" in wanted else {})}
-                kw |= {"tmp_path": Path(tempfile.mkdtemp(dir=tmp))} if "tmp_path" in wanted else {}
-                try:
-                    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                        f(**kw)
-                except KeyboardInterrupt:
-                    raise
-                except BaseException as exc:  # a mutant may break anything
-                    verdict = f"stage0 {label} {type(exc).__name__}"
-                    break
-            if verdict == "survived":
-                verdict = pytest_stages(stages)
+            EXPIRED[0] = False
+            signal.alarm(timeout)
+            try:
+                verdict = run_one(calls, build, tmp, stages)
+            except MutantTimeout:
+                pass
+            finally:
+                signal.alarm(0)
+            verdict = "timeout" if EXPIRED[0] else verdict
             print(name, verdict, f"{time.time() - t0:.1f}s", file=log, flush=True)
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()

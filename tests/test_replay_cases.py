@@ -135,6 +135,28 @@ def test_a_blocking_call_that_did_not_wait_moves_with_the_call_before_it(build):
     assert got == {7: (50, 100), 20: (10, 505), 8: (905, 1005), 21: (3010, 3255)}
 
 
+def test_a_blocking_call_that_found_no_op_to_wait_for(build):
+    # one thread, host synchronization modeled, F = 0.5: cudaMemcpy call [0,1010), C h2d (s20)
+    # [10,1000): C [10,505), the call returns at 515 (495 early); cudaStreamSynchronize(s9)
+    # [1100,1150): s9 has no op, so it waited for none (waited -1) and moves with the call before
+    # it: 495 early; launch K 1300 (s21, the last stream) [1400,1500), slack 100: launch 805,
+    # K [905,1005).  (Reading the missing op as the last segment would make K wait for the call
+    # that K's launch waits for: a cycle, and a replay without the host.)
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(0, 1010, b.copy(10, 1000, "h2d", 8 * MIB, stream=20), name="cudaMemcpy_v3020")
+    b.sync(1100, "stream_sync", stream=9, duration=50)
+    b.runtime(1300, 1305, b.kernel(1400, 1500, "k", stream=21))
+    trace = open_trace(build(b))
+    deps = dependencies(trace)
+    host = host_syncs(trace, deps)
+    assert host.waited.tolist() == [0, -1] and host.blocked.tolist() == [True, False]
+    rp = replay(deps, 0.5, host)
+    assert rp.host_sync_modeled and rp.host is not None
+    assert rp.shift.tolist() == [-495, -495]
+    assert (rp.start.tolist(), rp.end.tolist()) == ([10, 905], [505, 1005])
+
+
 def _first_call_after_the_last_threads_call(build):
     # two threads of one process, host synchronization modeled, F = 0.5; the host's calls are
     # sorted by thread: call 0 is tid 50's (its first and only), call 1 tid 100's (the last one).
@@ -403,6 +425,62 @@ def test_a_dependency_cycle_with_blocking_calls_replays_without_the_host(build):
     assert not shorter.host_sync_modeled
     assert shorter.start.tolist() == [500, 1000, 1100, 700, 800, 50, 300]
     assert shorter.end.tolist() == [550, 1100, 1200, 800, 900, 80, 350]
+
+
+def test_a_trace_whose_every_op_waits_on_a_cycle(build):
+    # test_costs' cycle under skew without B, and with F after A: launch C h2d 100 (s20) [300,400);
+    # record e1 on s20 at 150; wait e1 on s7 at 170 -> A (launch 200) [1000,1100); record e2 on s7
+    # at 300 (completes A); wait e2 on s20 at 320 -> D (launch 500) [50,80), before C on s20;
+    # F (launch 700, s7) [1100,1200): M = max(700, A's end 1100), slack 0.  Stream order: A, F (s7),
+    # D, C (s20).  A waits for C, C follows D, D waits for A: no segment is free of the cycle (the
+    # node order is empty).  At F = 0.5 the ops on the cycle keep their starts: A [1000,1100),
+    # D [50,80), C [300,350); F, behind A (row 0, its op before), follows it: [1100,1200)
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(100, 105, b.copy(300, 400, "h2d", MIB, stream=20), name="cuMemcpyAsync")
+    b.event_record(150, 1, stream=20, duration=5)
+    b.stream_wait(160, 1, stream=7, duration=20)
+    b.runtime(200, 205, b.kernel(1000, 1100, "A", stream=7))
+    b.event_record(300, 2, stream=7, duration=5)
+    b.stream_wait(310, 2, stream=20, duration=20)
+    b.runtime(500, 505, b.kernel(50, 80, "D", stream=20))
+    b.runtime(700, 705, b.kernel(1100, 1200, "F", stream=7))
+    deps = dependencies(open_trace(build(b)))
+    assert deps.ops.start.tolist() == [1000, 1100, 50, 300]
+    rp = replay(deps, 0.5)
+    assert rp.kept.tolist() == [True, False, True, True]
+    assert rp.start.tolist() == [1000, 1100, 50, 300]
+    assert rp.end.tolist() == [1100, 1200, 80, 350]
+
+
+def test_ops_behind_a_cycle_follow_each_other_in_dependency_order(build):
+    # test_a_trace_whose_every_op_waits_on_a_cycle's ops, and on s8: E (launch 600) [700,800), slack
+    # 100; record e3 on s7 at 750 (completes F); wait e3 on s8 at 860 -> G (launch 900)
+    # [1250,1300): M = max(900, E's end 800, F's end 1200) = 1200, slack 50.  Stream order: A, F
+    # (s7), E, G (s8), D, C (s20).  E is free of the cycle; G waits behind F, itself behind the
+    # cycle, and follows E on its stream.  At F = 0.5: A [1000,1100), D [50,80), C [300,350) keep
+    # their starts; E keeps its slack after its launch, [700,800); F follows A, [1100,1200); then G
+    # (after F, not before it though its row comes first): max(900, 800, 1200) + 50 = 1250
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(100, 105, b.copy(300, 400, "h2d", MIB, stream=20), name="cuMemcpyAsync")
+    b.event_record(150, 1, stream=20, duration=5)
+    b.stream_wait(160, 1, stream=7, duration=20)
+    b.runtime(200, 205, b.kernel(1000, 1100, "A", stream=7))
+    b.event_record(300, 2, stream=7, duration=5)
+    b.stream_wait(310, 2, stream=20, duration=20)
+    b.runtime(500, 505, b.kernel(50, 80, "D", stream=20))
+    b.runtime(600, 605, b.kernel(700, 800, "E", stream=8))
+    b.runtime(700, 705, b.kernel(1100, 1200, "F", stream=7))
+    b.event_record(750, 3, stream=7, duration=5)
+    b.stream_wait(850, 3, stream=8, duration=20)
+    b.runtime(900, 905, b.kernel(1250, 1300, "G", stream=8))
+    deps = dependencies(open_trace(build(b)))
+    assert deps.ops.start.tolist() == [1000, 1100, 700, 1250, 50, 300]
+    rp = replay(deps, 0.5)
+    assert rp.kept.tolist() == [True, False, False, False, True, True]
+    assert rp.start.tolist() == [1000, 1100, 700, 1250, 50, 300]
+    assert rp.end.tolist() == [1100, 1200, 800, 1300, 80, 350]
 
 
 def test_a_removed_or_unwaited_copy_no_longer_holds_the_op_that_waited(build):
