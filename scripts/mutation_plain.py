@@ -8,7 +8,8 @@ The listed test functions are called directly, without starting pytest (a few te
 mutant instead of seconds): they may take the ``build`` and ``tmp_path`` fixtures and one
 ``parametrize`` mark, nothing else.  A mutant that survives them goes through the pytest stages as
 in ``mutation_inproc.py``.  OUT gets one line a mutant (``stage0 TEST ERROR`` for the plain stage);
-mutants already in OUT are skipped, so a stopped run goes on where it was.
+mutants already in OUT are skipped, so a stopped run goes on where it was.  ``--timeout S`` (default
+120) stops a mutant that runs longer (an endless loop) and records it as ``timeout``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import io
 import itertools
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -47,9 +49,24 @@ def plain_calls(spec: str) -> list[tuple[str, Callable[..., Any], dict[str, Any]
     return calls
 
 
+class MutantTimeout(BaseException):
+    """Raised by the alarm in a mutant that runs past ``--timeout``."""
+
+
 def main() -> int:
     sys.path.insert(0, os.getcwd())  # the mutated profiler of this mutants/ folder
     args = sys.argv[1:]
+    limit = 120
+    if "--timeout" in args:
+        i = args.index("--timeout")
+        limit, args = int(args[i + 1]), args[:i] + args[i + 2 :]
+    timed_out: list[str] = []
+
+    def alarm(signum: int, frame: Any) -> None:
+        timed_out.append("timeout")
+        raise MutantTimeout
+
+    signal.signal(signal.SIGALRM, alarm)
     out, spec, sep = Path(args[0]), args[1], args.index("--")
     globs, stages = args[2:sep], [s.split() for s in " ".join(args[sep + 1 :]).split(";")]
     done = {line.split()[0] for line in out.read_text().splitlines() if line.strip()} if out.exists() else set()
@@ -65,6 +82,8 @@ def main() -> int:
         for name in names:
             os.environ["MUTANT_UNDER_TEST"] = name
             verdict, t0 = "survived", time.time()
+            timed_out.clear()
+            signal.alarm(limit)
             for label, f, kw in calls:
                 wanted = f.__code__.co_varnames[: f.__code__.co_argcount]
                 kw = {**kw, **({"build": build} if "build" in wanted else {})}
@@ -77,8 +96,13 @@ def main() -> int:
                 except BaseException as exc:  # a mutant may break anything
                     verdict = f"stage0 {label} {type(exc).__name__}"
                     break
-            if verdict == "survived":
-                verdict = pytest_stages(stages)
+            try:
+                if verdict == "survived":
+                    verdict = pytest_stages(stages)
+            except MutantTimeout:
+                pass
+            signal.alarm(0)
+            verdict = f"timeout {limit}s" if timed_out else verdict
             print(name, verdict, f"{time.time() - t0:.1f}s", file=log, flush=True)
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import sqlite3
 
+import numpy as np
 import pytest
 
-from profiler.analysis.dependencies import dependencies
+from profiler.analysis.dependencies import dependencies, search_in_groups
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
 
@@ -136,4 +137,58 @@ def test_a_record_after_the_only_launched_op(build):
     b.kernel(310, 400, "b", stream=8)
     deps = dependencies(open_trace(build(b)))
     assert deps.waits == {0: {"total": 1, "resolved": 1, "unresolved": 0}}
+    assert deps.target.size == 0
+
+
+def test_search_in_groups_at_the_limits_of_packed_keys():
+    # Times spread over 2**62 in groups 0 and 3: (group, time) would not fit one int64 key
+    # (3 * 2**62 > 2**63), so this goes the bisection way.  Group 3 is rows 2..3, times [0, 2**62]:
+    # time 1 goes after its 0 (row 3, "left"); time 2**62 in group 0 ("right") after both rows of
+    # group 0 (row 2)
+    g = np.array([0, 0, 3, 3], dtype=np.int64)
+    t = np.array([0, 1 << 62, 0, 1 << 62], dtype=np.int64)
+    assert search_in_groups(g, t, np.array([3]), np.array([1]), "left").tolist() == [3]
+    assert search_in_groups(g, t, np.array([0]), np.array([1 << 62]), "right").tolist() == [2]
+    # Group 2**20 and times [0, 2**39]: packed into one int64 key, 2**20 * (2**39 + 3) + t + 1,
+    # about 2**59, where a float64 holds only multiples of 128: time 1 ("left") goes after time 0,
+    # at row 1, only if the keys stay integers
+    g = np.array([1 << 20, 1 << 20], dtype=np.int64)
+    t = np.array([0, 1 << 39], dtype=np.int64)
+    assert search_in_groups(g, t, np.array([1 << 20]), np.array([1]), "left").tolist() == [1]
+
+
+def test_a_wait_on_a_stream_without_ops(build):
+    # launch a 50 (s7) [60,100); record e5 on s7 at 150 (completes a); a wait on e5 on s9 at 210
+    # (call 200), a stream no op ran on; launch b 300 (s8) [310,400).  The wait resolves to a
+    # (rule 2) and applies to no op (rule 3: none on s9), not to b on s8 (the streams are
+    # numbered s7 0, s8 1 by their ops)
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(50, 55, b.kernel(60, 100, "a", stream=7))
+    b.event_record(150, 5, stream=7)
+    b.stream_wait(200, 5, stream=9)
+    b.runtime(300, 305, b.kernel(310, 400, "b", stream=8))
+    deps = dependencies(open_trace(build(b)))
+    assert deps.waits == {0: {"total": 1, "resolved": 1, "unresolved": 0}}
+    assert deps.target.size == 0
+
+
+def test_a_trace_without_runtime_rows(build):
+    # a (s7) [60,100), a record of e5 on s7 at 150, a wait on e5 on s8 at 210, b (s8)
+    # [310,400), and the runtime table dropped (an export without CUDA API calls): no op has a
+    # launch time and the record has no time, so it completes nothing and the wait is unresolved
+    b = ExportBuilder()
+    b.gpu(0)
+    b.kernel(60, 100, "a", stream=7)
+    b.event_record(150, 5, stream=7)
+    b.stream_wait(200, 5, stream=8)
+    b.kernel(310, 400, "b", stream=8)
+    path = build(b)
+    with sqlite3.connect(path) as con:
+        con.execute("DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME")
+    con.close()
+    deps = dependencies(open_trace(path))
+    assert deps.ops.start.tolist() == [60, 310]
+    assert deps.ops.has_launch.tolist() == [False, False]
+    assert deps.waits == {0: {"total": 1, "resolved": 0, "unresolved": 1}}
     assert deps.target.size == 0
