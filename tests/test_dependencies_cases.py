@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from profiler.analysis.dependencies import dependencies, search_in_groups
+from profiler.analysis.hostsync import host_syncs
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
 
@@ -192,3 +193,48 @@ def test_a_trace_without_runtime_rows(build):
     assert deps.ops.has_launch.tolist() == [False, False]
     assert deps.waits == {0: {"total": 1, "resolved": 0, "unresolved": 1}}
     assert deps.target.size == 0
+
+
+def test_an_event_synchronize_in_a_trace_without_stream_waits(build):
+    # launch a 50 (s7) [60,500); record e5 on s7 at 100 (call [100,150)); cudaEventSynchronize(e5)
+    # [200,600).  No stream wait: the record index is built for the blocking call alone.  The
+    # record completes a (rule 1: the last launch before 100), so the call waited for a (the
+    # latest record of e5 at or before 200): blocked, as a ends at 500 > 200, and returned 600 - 500
+    # = 100 ns after it
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(50, 55, b.kernel(60, 500, "a", stream=7))
+    b.event_record(100, 5, stream=7)
+    b.sync(200, "event_sync", event_id=5, duration=400)
+    trace = open_trace(build(b))
+    host = host_syncs(trace, dependencies(trace))
+    assert (host.start.tolist(), host.end.tolist(), host.waited.tolist()) == ([200], [600], [0])
+    assert (host.blocked.tolist(), host.lag.tolist()) == ([True], [100])
+
+
+def test_a_record_just_after_a_launch_at_absolute_times(build):
+    # at T ~ 1.7e18 ns: launch a T-1000 (s7) [T-990,T-900); launch b T+100 (s7) [T+110,T+200);
+    # record e5 on s7 at T+120: it completes b, the last launch before it (rule 1; as float64,
+    # T+120 would be T, before b's launch, and complete a).  The wait on e5 on s8 at T+310 (call
+    # T+300) resolves to it (rule 2) and applies to c, launched T+400 on s8 (rule 3).  Rows in
+    # stream order: a 0, b 1, c 2
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(T - 1000, T - 995, b.kernel(T - 990, T - 900, "a", stream=7))
+    b.runtime(T + 100, T + 105, b.kernel(T + 110, T + 200, "b", stream=7))
+    b.event_record(T + 120, 5, stream=7)
+    b.stream_wait(T + 300, 5, stream=8)
+    b.runtime(T + 400, T + 405, b.kernel(T + 410, T + 500, "c", stream=8))
+    deps = dependencies(open_trace(build(b)))
+    assert (deps.target.tolist(), deps.blocker.tolist()) == ([2], [1])
+
+
+def test_a_correlation_id_past_int32(build):
+    # CUPTI's correlation ids are 32-bit unsigned: a kernel's id 2**31 + 7 (past int32's largest,
+    # 2**31 - 1) and another's 5 are held as they are, not wrapped to int32's negative range
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(50, 55, b.kernel(60, 100, "a", stream=7, correlation=(1 << 31) + 7))
+    b.runtime(150, 155, b.kernel(160, 200, "b", stream=7, correlation=5))
+    ops = dependencies(open_trace(build(b))).ops
+    assert (ops.corr.tolist(), ops.launch.tolist()) == ([(1 << 31) + 7, 5], [50, 150])
