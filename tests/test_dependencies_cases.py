@@ -12,7 +12,7 @@ import pytest
 
 from profiler.analysis.dependencies import dependencies, search_in_groups
 from profiler.analysis.hostsync import host_syncs
-from profiler.synthetic.export import ExportBuilder
+from profiler.synthetic.export import ExportBuilder, global_tid
 from profiler.trace import open_trace
 
 # nsys's times can be absolute (about 1.7e18 ns): there a float64 holds only multiples of 256
@@ -238,3 +238,16 @@ def test_a_correlation_id_past_int32(build):
     b.runtime(150, 155, b.kernel(160, 200, "b", stream=7, correlation=5))
     ops = dependencies(open_trace(build(b))).ops
     assert (ops.corr.tolist(), ops.launch.tolist()) == ([(1 << 31) + 7, 5], [50, 150])
+
+
+def test_launches_in_input_order_leave_unknown_ones_null(build):
+    # kernel a [160,200) launched at 150 by thread (pid 100, tid 100); kernel b [60,100) on another
+    # stream without a runtime row.  In input order (the kernels as written: a, b), a's launch is
+    # (150, that thread's global id) and b's is NULL in both columns (no launch, no thread), as
+    # attribution's own search of the runtime rows gives them
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(150, 155, b.kernel(160, 200, "a", stream=7))
+    b.kernel(60, 100, "b", stream=8)
+    launches = dependencies(open_trace(build(b))).ops.launches_in_input_order()
+    assert launches.rows() == [(150, global_tid(100, 100)), (None, None)]
