@@ -85,8 +85,9 @@ def main() -> int:
     sys.path.insert(0, os.getcwd())  # the mutated profiler of this mutants/ folder
     args = sys.argv[1:]
     timeout = 120
-    if args[:1] == ["--timeout"]:
-        timeout, args = int(args[1]), args[2:]
+    if "--timeout" in args[: args.index("--")]:
+        i = args.index("--timeout")
+        timeout, args = int(args[i + 1]), args[:i] + args[i + 2 :]
     out, spec, sep = Path(args[0]), args[1], args.index("--")
     globs, stages = args[2:sep], [s.split() for s in " ".join(args[sep + 1 :]).split(";")]
     done = {line.split()[0] for line in out.read_text().splitlines() if line.strip()} if out.exists() else set()

@@ -47,3 +47,14 @@ def test_only_no_time_and_empty():
     only = np.full(3, NO_TIME, dtype=np.int64)
     assert np.array_equal(segmented_cummax(only, seg), only)
     assert segmented_cummax(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)).size == 0
+
+
+def test_negative_values_and_a_span_past_two_to_the_62():
+    # negative values (a replay's launch minus the work before it can be): segment 0 is -5;
+    # segment 1 is -9, then max(-9, 3) = 3
+    values = np.array([-5, -9, 3], dtype=np.int64)
+    assert segmented_cummax(values, np.array([0, 1, 1])).tolist() == [-5, -9, 3]
+    # two segments whose values span 3 * 2**61 (more than 2**62): lifting segment 1 above
+    # segment 0 would pass 2**63, so this goes the sorting way: each value is its segment's only one
+    values = np.array([0, 3 << 61], dtype=np.int64)
+    assert segmented_cummax(values, np.array([0, 1])).tolist() == [0, 3 << 61]
