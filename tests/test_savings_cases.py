@@ -7,11 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 
 from profiler.analysis.breakdown import Breakdown
-from profiler.analysis.replay import Change
+from profiler.analysis.replay import NO_CHANGE, Change
 from profiler.analysis.savings import CAPTURE, DEVICE, STEPS, WINDOWS, Replays, Saving, Window
+from profiler.analysis.whatif import OP_KEYS
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
 from tests.test_findings import MIB, TID, launched
@@ -178,3 +180,42 @@ def test_a_saving_on_each_window_and_its_document():
     }
     # a GPU with a window saving and no entry per step: its step saving is null
     assert Saving({"0": 1}, {}, 0, True).to_json()["devices"] == {"0": {"window_saving_ns": 1, "step_saving_ns": None}}
+
+
+def test_how_long_before_the_end_the_host_launched_the_chain_that_ends_a_window(stepped):
+    r = Replays(stepped.trace, stepped.breakdown)
+    # recorded (no change): GPU 0's window ends at step 4's kernel (432 us), whose latest input is its
+    # copy (ends 422 us, after the kernel's launch at 402 us); the copy's latest input is its launch at
+    # 400.01 us (the copy before it on stream 20 ended at 304 us): 432 - 400.01 = 31.99 us, 2 ops
+    assert r.host_paced(NO_CHANGE, 0) == {"before_end_ns": 31_990, "ops": 2}
+    assert r.host_paced(NO_CHANGE, "0", most=2) == {"before_end_ns": 31_990, "ops": 2}
+    assert r.host_paced(NO_CHANGE, 0, most=1) is None  # the chain does not reach a launch in 1 op
+    # copy-free: the kernel runs at its launch, 402 us (the kernel before it ended at 313.001 us, its
+    # copy no longer holds it), to 412 us: 10 us, 1 op
+    assert r.host_paced(r.copy_free(), 0) == {"before_end_ns": 10_000, "ops": 1}
+    # GPU 2: one kernel, launched at 600 us, nothing before it: 602 - 600 = 2 us; GPU 5 has no op
+    assert r.host_paced(NO_CHANGE, 2) == {"before_end_ns": 2_000, "ops": 1}
+    assert r.host_paced(NO_CHANGE, 5) is None
+
+
+def test_rows_of_ops_found_by_key(stepped):
+    r = Replays(stepped.trace, stepped.breakdown)
+    ops = r.deps.ops
+    copies = stepped.trace.copies.select(*OP_KEYS)
+    got = r.rows_of(copies)
+    assert got.dtype == np.int64 and got.tolist() == sorted(r.copy_rows().tolist())
+    assert sorted(ops.start[got].tolist()) == [1_000, 101_000, 201_000, 201_090, 301_000, 401_000]
+    # a row twice, and one whose start matches no op: each op once, the unknown left out
+    odd = pl.concat([copies[:2], copies[:1], copies[2:3].with_columns(pl.col("start") + 1)])
+    assert ops.start[r.rows_of(odd)].tolist() == sorted(ops.start[r.rows_of(copies[:2])].tolist())
+    assert r.rows_of(odd).size == 2
+    assert ops.start[r.rows_of(copies.filter(pl.col("device") == 1))].tolist() == [201_090]  # one row
+    none = r.rows_of(copies.clear())
+    assert none.dtype == np.int64 and none.size == 0
+    # the breakdown's ops by their op_id (by position); pointed at other ops' rows, by key instead
+    bd_ops = stepped.breakdown.ops.select("op_id", *OP_KEYS)
+    by_pos = r.rows_of_ops(bd_ops)
+    assert by_pos.tolist() == list(range(len(ops)))
+    wrong = bd_ops.with_columns(pl.col("op_id").reverse())
+    assert r.rows_of_ops(wrong).tolist() == list(range(len(ops)))
+    assert r.rows_of_ops(bd_ops[:0]).size == 0
