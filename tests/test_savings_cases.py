@@ -219,3 +219,19 @@ def test_rows_of_ops_found_by_key(stepped):
     wrong = bd_ops.with_columns(pl.col("op_id").reverse())
     assert r.rows_of_ops(wrong).tolist() == list(range(len(ops)))
     assert r.rows_of_ops(bd_ops[:0]).size == 0
+
+
+def test_the_host_paced_chain_through_the_op_before_on_its_stream(tmp_path):
+    # GPU 0, stream 7: K1 launched at 0 runs [0.1, 10.1) us; K2 launched at 10 ns runs [10.1, 10.2) us,
+    # queued behind K1 (its latest input: K1's end, after its launch).  K1 is the first op (row 0).
+    # GPU 1: K3 [0.5, 0.6) us without a launch (no runtime row) and nothing before it.
+    b = ExportBuilder()
+    launched(b, 0, "kernel", 100, 10_100, "K1")
+    launched(b, 10, "kernel", 10_100, 10_200, "K2")
+    b.kernel(500, 600, "K3", device=1)
+    r = _replays(b.write(tmp_path / "trace.sqlite"))
+    # K2 follows K1 (10.1 us, later than K2's launch); K1's latest input is its launch at 0: the chain
+    # holds 2 ops, launched 10.2 us before the window's end
+    assert r.host_paced(NO_CHANGE, 0) == {"before_end_ns": 10_200, "ops": 2}
+    # K3's chain reaches no launch: GPU work, not the host, paces it
+    assert r.host_paced(NO_CHANGE, 1) is None
