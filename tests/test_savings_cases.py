@@ -235,3 +235,19 @@ def test_the_host_paced_chain_through_the_op_before_on_its_stream(tmp_path):
     assert r.host_paced(NO_CHANGE, 0) == {"before_end_ns": 10_200, "ops": 2}
     # K3's chain reaches no launch: GPU work, not the host, paces it
     assert r.host_paced(NO_CHANGE, 1) is None
+
+
+def test_the_host_paced_chain_reads_the_replayed_launches(tmp_path):
+    # GPU 0: a copy launched at 0 runs [1, 101) us on stream 20; a cudaStreamSynchronize on stream 20
+    # from 10 ns returns at 101.01 us; kernel K launched after it at 101.1 us runs [110, 120) us.
+    # Copy-free: the copy ends at 1 us, the call returns at 1.01 us, K's launch moves 100 us earlier,
+    # to 1.1 us, and K keeps its 8.9 us after it: [10, 20) us.  The chain is K alone (nothing before it
+    # on its stream, no wait), launched 20 - 1.1 = 18.9 us before the window's end, as replayed (not
+    # at its recorded launch).
+    b = ExportBuilder()
+    launched(b, 0, "copy", 1_000, 101_000, "h2d", MIB, stream=20)
+    b.sync(10, "stream_sync", stream=20, tid=TID, duration=101_000)
+    launched(b, 101_100, "kernel", 110_000, 120_000, "K")
+    r = _replays(b.write(tmp_path / "trace.sqlite"))
+    assert r.host_paced(r.copy_free(), 0) == {"before_end_ns": 18_900, "ops": 1}
+    assert r.host_paced(NO_CHANGE, 0) == {"before_end_ns": 18_900, "ops": 1}  # 120 - 101.1 us
