@@ -251,3 +251,21 @@ def test_the_host_paced_chain_reads_the_replayed_launches(tmp_path):
     r = _replays(b.write(tmp_path / "trace.sqlite"))
     assert r.host_paced(r.copy_free(), 0) == {"before_end_ns": 18_900, "ops": 1}
     assert r.host_paced(NO_CHANGE, 0) == {"before_end_ns": 18_900, "ops": 1}  # 120 - 101.1 us
+
+
+def test_a_trace_the_waves_cannot_replay_goes_to_the_scalar_replay(tmp_path):
+    # the kernel waits for a copy that starts after it (clock skew between the streams): the waves
+    # need every input to start before the op that waits, so there is no waves graph; from any number
+    # of ops on, the replay is then the scalar one, and gives the same savings as below the limit
+    b = ExportBuilder()
+    launched(b, 0, "copy", 5_000, 6_000, "h2d", MIB, stream=20)
+    b.event_record(50, 1, stream=20, tid=TID)
+    b.stream_wait(60, 1, stream=7, tid=TID)
+    launched(b, 100, "kernel", 4_000, 4_500, "K")
+    path = b.write(tmp_path / "trace.sqlite")
+    scalar = _replays(path)
+    r = _replays(path)
+    r.wave_min_ops = 0
+    assert r._graph is None
+    assert r.copy_free_saving == scalar.copy_free_saving
+    assert r.replay(r.copy_free()).touched is None  # the scalar replay does not say which ops moved
