@@ -16,7 +16,7 @@ set -euo pipefail
 main() {
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-module=${1:?usage: bash scripts/mutation.sh MODULE [--report] (units, intervals, overlap, stalls, kernels_slowed, replay, findings_config, findings_rules)}
+module=${1:?usage: bash scripts/mutation.sh MODULE [--report] (units, intervals, overlap, stalls, kernels_slowed, replay, findings_config, findings_rules, savings)}
 shift
 report_only=0
 if [ "${1:-}" = --report ]; then report_only=1; shift; fi
@@ -51,6 +51,10 @@ case "$module" in
     sources="profiler/analysis/findings/rules/*.py"
     skip='^(?!.*config\[)'
     tests="tests/test_findings_thresholds.py tests/test_findings.py" ;;
+  savings)  # the savings of a change: windows, capture, per-step medians, the copy-free bound
+    sources="profiler/analysis/savings.py"
+    # the cases derived by hand first, then the findings' savings and the generated exports
+    tests="tests/test_savings_cases.py tests/test_keyed_by_position.py tests/test_savings.py tests/test_findings_cost.py" ;;
   *) echo "mutation.sh: unknown module $module" >&2; exit 2 ;;
 esac
 
