@@ -1,0 +1,161 @@
+"""A finding's saving and its basis (``findings/saving.py``; METRICS.md "Savings"), derived by hand:
+the window each kind of finding is a share of, the sentence added when the replay gives back under a
+tenth of the attributed time (at its limits), and the copy-free replay without copies to remove.
+Written from the mutation run of ``findings_savings`` (docs/testing.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from profiler.analysis.breakdown import Breakdown
+from profiler.analysis.findings.evidence import Evidence
+from profiler.analysis.findings.saving import copy_free
+from profiler.synthetic.export import ExportBuilder
+from profiler.trace import open_trace
+from tests.test_findings import MIB, TID, findings_of, fired, launched, steps, waited_copy, write_run
+
+HOST_PACED = (
+    "; the replay with the 1 h2d/d2h copies of GPU 0 with exposed time removed gives back only 10.00 µs: the GPU "
+    "work that ends GPU 0's window there (1 ops) follows an op its host launched 10.0 µs before the end; the host "
+    "paces the GPU: the program is host-bound"
+)
+
+
+def _exposed(tmp_path, launch: int, name: str, **thresholds) -> dict:
+    """An h2d copy over [1, 101) us, exposed (100 us attributed), and the kernel that waits for it over
+    [101, 111) us, launched at *launch*: without the copy the kernel starts at its launch."""
+    b = ExportBuilder()
+    waited_copy(b, (1_000, 101_000), (101_000, 111_000), launch=launch)
+    (f,) = fired(findings_of(write_run(tmp_path, b, name=name), **thresholds), "exposed-copies")
+    assert f["attributed_ns"] == 100_000 and f["saving_basis"] == "GPU 0's window"
+    return f
+
+
+def _added(f: dict) -> str:
+    """What the saving added to the rule's verdict (the rule's own verdict has no "; the replay")."""
+    i = f["verdict"].find("; the replay")
+    return "" if i < 0 else f["verdict"][i:]
+
+
+def test_a_saving_of_a_tenth_of_the_attributed_time_at_its_limits(tmp_path):
+    # launched at 91 us: the kernel runs [91, 101) us, the window ends at 101 us instead of 111 us:
+    # 10 us given back, exactly a tenth of the 100 us attributed: nothing is added to the verdict
+    f = _exposed(tmp_path, 91_000, "tenth")
+    assert (f["saving_ns"], f["saving_basis_ns"], _added(f)) == (10_000, 110_000, "")
+    # launched 1 ns later: 9999 ns, under a tenth.  The kernel that ends the window follows its launch,
+    # 10 us before the end (101001 - 91001): the host paces it
+    f = _exposed(tmp_path, 91_001, "under")
+    assert (f["saving_ns"], _added(f)) == (9_999, HOST_PACED)
+    # the sentence is for findings of at least severity_min_cost_ns: 100 us is, 100 us + 1 ns is not
+    assert _added(_exposed(tmp_path, 91_001, "at", severity_min_cost_ns=100_000)) == HOST_PACED
+    assert _added(_exposed(tmp_path, 91_001, "over", severity_min_cost_ns=100_001)) == ""
+
+
+def test_a_small_saving_on_a_gpu_no_host_paces(tmp_path):
+    b = ExportBuilder()
+    b.copy(1_000, 101_000, "h2d", MIB, stream=20)
+    b.kernel(101_000, 111_000, "consumer")  # no launch, no wait: it keeps its recorded start
+    (f,) = fired(findings_of(write_run(tmp_path, b)), "exposed-copies")
+    # without the copy the kernel still ends the window at 111 us: nothing given back, and no launch
+    # to follow back from it
+    assert (f["saving_ns"], f["saving_basis_ns"]) == (0, 110_000)
+    assert _added(f) == (
+        "; the replay with the 1 h2d/d2h copies of GPU 0 with exposed time removed gives back only 0 ns: "
+        "other work on GPU 0's critical path takes their place"
+    )
+
+
+def test_a_saving_on_the_captures_gpu_time(tmp_path):
+    b = ExportBuilder()
+    corr = b.copy(50_000, 150_000, "d2h", MIB, stream=20)
+    b.runtime(0, 200_000, corr, name="cudaMemcpy_v3020", tid=TID)
+    launched(b, 210_000, "kernel", 220_000, 230_000, "k")
+    (f,) = fired(findings_of(write_run(tmp_path, b)), "sync-copies")
+    # test_savings.py's case: 80 us given back (230 - 150 us) of the capture's GPU time, from the
+    # first GPU op (the copy, 50 us) to the last (the kernel, 230 us): 180 us
+    assert (f["saving_ns"], f["saving_basis_ns"], f["saving_basis"]) == (80_000, 180_000, "the capture's GPU time")
+
+
+def _edges(b: ExportBuilder, device: int, compute: int, stream: int, tail: int) -> None:
+    """tests/test_findings.py's copies at the edges of the step on *device*: h2d over [0, 5) us, a
+    kernel over [5, 95) us that waits for nothing, a d2h over [95 us, *tail*)."""
+    launched(b, 10, "copy", 0, 5_000, "h2d", MIB, stream=stream, device=device)
+    launched(b, 20, "kernel", 5_000, 95_000, "k", stream=compute, device=device)
+    launched(b, 30, "copy", 95_000, tail, "d2h", MIB, stream=stream, device=device)
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_a_saving_per_step(tmp_path, gpus):
+    b = ExportBuilder()
+    steps(b, [(0, 200_000)])
+    _edges(b, 0, 7, 20, 100_000)
+    if gpus == 2:
+        _edges(b, 1, 17, 30, 103_000)
+    (f,) = fired(findings_of(write_run(tmp_path, b)), "exposed-at-boundaries")
+    # both copies removed: the kernel keeps its start (it waited for no copy), the d2h ends at 95 us:
+    # the step's GPU work ends 5 us earlier on GPU 0 (8 us on GPU 1, its d2h ends at 103 us); the
+    # saving per step is the largest median over the GPUs, named when there are several; the basis
+    # is the median step, the 200 us step range
+    if gpus == 1:
+        assert (f["saving_ns"], f["saving_basis_ns"], f["saving_basis"]) == (5_000, 200_000, "the median step (of 1)")
+    else:
+        assert (f["saving_ns"], f["saving_basis"]) == (8_000, "the median step (of 1, GPU 1)")
+        assert f["replay"]["devices"]["0"] == {"window_saving_ns": 5_000, "step_saving_ns": 5_000}
+
+
+def test_a_saving_on_the_summed_windows_of_two_gpus(tmp_path):
+    b = ExportBuilder()
+    b.domain(1, "profile-step", tid=TID)
+    for i, stall in enumerate([10_000, 70_000]):  # tests/test_findings.py's _stall_layers on GPU 0
+        t = i * 1_000_000
+        b.nvtx(t, t + 500, f"layer={i}", tid=TID, domain_id=1)
+        launched(b, t + 100, "copy", t + 1000, t + 200_000, "h2d", MIB, stream=20)
+        b.event_record(t + 150, 10 + i, stream=20, tid=TID)
+        b.stream_wait(t + 160, 10 + i, stream=7, tid=TID)
+        launched(b, t + 200_000 - stall, "kernel", t + 200_000, t + 210_000, "consumer")
+    b.kernel(0, 50_000, "other", device=1)
+    (f,) = fired(findings_of(write_run(tmp_path, b)), "stall-hotspot")
+    # test_savings.py's "last" case on GPU 0: 10 us given back; GPU 1 has no copy: 0.  The basis is the
+    # windows summed: GPU 0 [1 us, 1210 us) and GPU 1 [0, 50 us): 1209 + 50 us
+    assert (f["saving_ns"], f["saving_basis_ns"], f["saving_basis"]) == (
+        10_000,
+        1_259_000,
+        "the summed windows of 2 GPUs",
+    )
+
+
+def test_the_copy_free_replay_without_copies_is_the_recorded_spans(tmp_path):
+    b = ExportBuilder()
+    steps(b, [(0, 30_000)])
+    launched(b, 10, "kernel", 1_000, 10_000, "k")
+    b.kernel(20_000, 25_000, "k", device=1)
+    t = open_trace(write_run(tmp_path, b))
+    ev = Evidence(t, None, Breakdown(t))
+    # no h2d/d2h copy: nothing removed; each GPU's span as recorded (9 us and 5 us), its saving 0.  The
+    # step holds GPU 0's kernel (launched in it), not GPU 1's (never launched): per step on GPU 0 only
+    doc = copy_free(ev)
+    assert "replays" not in ev.__dict__  # no replay made for it
+    for dev, span, step, per_step in (("0", 9_000, 1, 0), ("1", 5_000, 0, None)):
+        got = doc["devices"][dev]
+        assert got == {
+            "window_ns": span,
+            "replayed_span_ns": span,
+            "copy_free_span_ns": span,
+            "saving_ns": 0,
+            "steps": step,
+            "step_saving_ns": per_step,
+        }
+    # the replay, once made, gives the same document
+    ev.replays  # noqa: B018
+    assert copy_free(ev) == doc
+
+
+def test_the_copy_free_replay_runs_when_no_finding_made_one(tmp_path):
+    b = ExportBuilder()
+    b.kernel(0, 10_000, "k")
+    b.copy(9_000, 12_000, "d2h", MIB)
+    t = open_trace(write_run(tmp_path, b))
+    ev = Evidence(t, None, Breakdown(t))
+    # the copy ends the window at 12 us; without it the kernel does, at 10 us: 2 us
+    got = copy_free(ev)["devices"]["0"]
+    assert (got["window_ns"], got["copy_free_span_ns"], got["saving_ns"]) == (12_000, 10_000, 2_000)
