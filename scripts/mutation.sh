@@ -16,7 +16,7 @@ set -euo pipefail
 main() {
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-module=${1:?usage: bash scripts/mutation.sh MODULE [--report] (units, intervals, overlap, stalls, kernels_slowed, replay, findings_config, findings_rules)}
+module=${1:?usage: bash scripts/mutation.sh MODULE [--report] (units, intervals, overlap, stalls, kernels_slowed, replay, findings_config, findings_rules, findings_savings)}
 shift
 report_only=0
 if [ "${1:-}" = --report ]; then report_only=1; shift; fi
@@ -51,6 +51,9 @@ case "$module" in
     sources="profiler/analysis/findings/rules/*.py"
     skip='^(?!.*config\[)'
     tests="tests/test_findings_thresholds.py tests/test_findings.py" ;;
+  findings_savings)  # the change each finding asks the replay for, and the saving attached to it
+    sources="profiler/analysis/findings/saving.py profiler/analysis/findings/changes.py"
+    tests="tests/test_savings.py tests/test_findings.py tests/test_findings_cost.py tests/test_findings_thresholds.py" ;;
   *) echo "mutation.sh: unknown module $module" >&2; exit 2 ;;
 esac
 
