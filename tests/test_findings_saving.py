@@ -8,9 +8,11 @@ from __future__ import annotations
 import pytest
 
 from profiler.analysis.breakdown import Breakdown
+from profiler.analysis.findings import run_findings
+from profiler.analysis.findings.config import FindingsConfig
 from profiler.analysis.findings.evidence import Evidence
-from profiler.analysis.findings.saving import copy_free
-from profiler.synthetic.export import ExportBuilder
+from profiler.analysis.findings.saving import NO_TIME_COST, copy_free
+from profiler.synthetic.export import PAGEABLE, ExportBuilder
 from profiler.trace import open_trace
 from tests.test_findings import MIB, TID, findings_of, fired, launched, steps, waited_copy, write_run
 
@@ -31,10 +33,17 @@ def _exposed(tmp_path, launch: int, name: str, **thresholds) -> dict:
     return f
 
 
+EXPOSED = (
+    "device 0: 100% of the h2d/d2h copy time ran with no kernel beside it: 100 µs of 100 µs, 91% of the 110 µs "
+    "window. Copies: 1 h2d of 1.0 MiB, 1.0 MiB in all, 100 µs exposed; spread over the window: 1.00 µs to 11.0 µs "
+    "of it in each tenth; most exposed: h2d 1.0 MiB at 0.0 µs (100 µs)"
+)  # the rule's own verdict on these copies (exposed.py)
+
+
 def _added(f: dict) -> str:
-    """What the saving added to the rule's verdict (the rule's own verdict has no "; the replay")."""
-    i = f["verdict"].find("; the replay")
-    return "" if i < 0 else f["verdict"][i:]
+    """What the saving added to the rule's verdict."""
+    assert f["verdict"].startswith(EXPOSED)
+    return f["verdict"][len(EXPOSED) :]
 
 
 def test_a_saving_of_a_tenth_of_the_attributed_time_at_its_limits(tmp_path):
@@ -159,3 +168,57 @@ def test_the_copy_free_replay_runs_when_no_finding_made_one(tmp_path):
     # the copy ends the window at 12 us; without it the kernel does, at 10 us: 2 us
     got = copy_free(ev)["devices"]["0"]
     assert (got["window_ns"], got["copy_free_span_ns"], got["saving_ns"]) == (12_000, 10_000, 2_000)
+
+
+def test_findings_the_replay_cannot_change_say_why(tmp_path):
+    b = ExportBuilder()
+    b.domain(1, "profile-step", tid=TID)
+    b.nvtx(0, 5000, "warmup=0", tid=TID, domain_id=1)
+    b.nvtx(6000, 7000, "step=0", tid=TID, domain_id=1)
+    b.kernel(0, 10, "k")
+    trace = open_trace(write_run(tmp_path, b))
+    doc = run_findings(trace, None, FindingsConfig(), Breakdown(trace, step_range="^(step|warmup)="))
+    # a note on the capture, without time of its own and without a change
+    (f,) = fired(doc, "warmup-in-capture")
+    assert (f["attributed_ns"], f["saving_ns"], f["saving_basis"]) == (None, None, NO_TIME_COST)
+    b = ExportBuilder()
+    b.runtime(0, 200_000, 5, name="cudaMemcpy_v3020", tid=TID)  # synchronous copy calls, no GPU op recorded
+    b.runtime(300_000, 500_000, 6, name="cudaMemcpy_v3020", tid=TID)
+    (f,) = fired(findings_of(write_run(tmp_path, b, name="no-gpu")), "sync-copies")
+    # 200 us + 200 us of calls; a change, but no GPU op to replay
+    assert (f["attributed_ns"], f["saving_ns"], f["replay"]) == (400_000, None, None)
+    assert f["saving_basis"] == "no GPU activity: nothing to replay"
+
+
+# --- the changes (findings/changes.py) -----------------------------------------------------------
+
+H100 = "NVIDIA H100 80GB HBM3"  # PCIe Gen5 x16: 63 GB/s per direction
+
+
+def test_pageable_copies_of_both_directions_on_their_own_gpu(tmp_path):
+    b = ExportBuilder()
+    b.gpu(0, H100)
+    b.gpu(1, H100)
+    b.copy(0, 1_000_000, "h2d", MIB, host=PAGEABLE)
+    b.copy(1_000_000, 2_000_000, "d2h", MIB, host=PAGEABLE)
+    b.copy(0, 1_000_000, "h2d", MIB, host=PAGEABLE, device=1, stream=30)
+    doc = findings_of(write_run(tmp_path, b))
+    (f,) = [g for g in fired(doc, "pageable-copies") if g["where"].get("device") in ("0", 0)]
+    # GPU 0's two pageable copies (not GPU 1's), both directions, at the link's 63 GB/s (no pinned copy
+    # in the trace): 1048576 / 63 = 16644.06 -> 16644 ns each; no launches: the first keeps its start,
+    # the second its gap (0) after it: the window ends at 33288 ns instead of 2 ms
+    assert f["replay"]["change"].startswith("the 2 pageable copies of GPU 0 at pinned speed (0 at the trace's")
+    assert f["saving_ns"] == 2_000_000 - 2 * 16_644
+
+
+def test_slow_link_changes_only_its_own_direction(tmp_path):
+    b = ExportBuilder()
+    b.gpu(0, H100)
+    for i in range(3):
+        b.copy(i * 1_000_000, i * 1_000_000 + 100_000, "d2h", MIB)  # 10.5 GB/s alone
+    b.copy(3_000_000, 3_020_000, "h2d", MIB, stream=21)  # one h2d copy, on its own stream: ends the window
+    (f,) = fired(findings_of(write_run(tmp_path, b)), "slow-link")
+    # the three d2h copies at 63 GB/s end by 1849932 ns (test_savings.py's case); the h2d copy is not
+    # changed and still ends the window at 3020 us: nothing given back
+    assert f["replay"]["change"].startswith("the 3 d2h copies of GPU 0 at PCIe Gen5 x16")
+    assert f["saving_ns"] == 0
