@@ -246,3 +246,24 @@ def test_copies_at_the_steps_edges_by_their_stalls(tmp_path):
     assert (f["evidence"]["at_boundaries_ns"], f["evidence"]["exposed_or_stalled_ns"]) == (95_000, 189_000)
     assert f["replay"]["change"] == "the 2 h2d/d2h copies at the steps' edges removed"
     assert (f["saving_ns"], f["saving_basis_ns"]) == (185_000, 1_000_000)
+
+
+def test_contended_copies_of_their_own_gpu_and_direction(tmp_path):
+    b = ExportBuilder()
+    for i in range(3):  # tests/test_findings.py's copy-contention case that fires (slowdown 1.5)
+        t = i * 1_000_000
+        b.copy(t, t + 100_000, "h2d", 4 * MIB)
+        s = t + 500_000
+        b.copy(s, s + 150_001, "h2d", 4 * MIB)
+        b.kernel(s, s + 150_001, "gemm_fusion_dot.3", stream=7)
+        b.kernel(s, s + 1000, "loop_add_fusion.1", stream=8)
+    b.copy(3_000_000, 3_100_000, "h2d", 4 * MIB)  # a fourth alone
+    b.kernel(3_200_000, 3_300_000, "k", stream=7)  # beside it: a d2h copy, and an h2d copy on GPU 1
+    b.copy(3_200_000, 3_210_000, "d2h", 4 * MIB, stream=21)
+    b.kernel(3_200_000, 3_300_000, "k", device=1, stream=7)
+    b.copy(3_200_000, 3_210_000, "h2d", 4 * MIB, device=1, stream=20)
+    (f,) = fired(findings_of(write_run(tmp_path, b)), "copy-contention")
+    # GPU 0's three h2d copies beside kernels removed (not its alone ones, its d2h copy, nor GPU 1's):
+    # the kernels beside them keep their places, the last kernel still ends the window: nothing given back
+    assert f["replay"]["change"] == "the 3 h2d copies of GPU 0 that ran beside kernels removed"
+    assert f["saving_ns"] == 0
