@@ -267,3 +267,19 @@ def test_contended_copies_of_their_own_gpu_and_direction(tmp_path):
     # the kernels beside them keep their places, the last kernel still ends the window: nothing given back
     assert f["replay"]["change"] == "the 3 h2d copies of GPU 0 that ran beside kernels removed"
     assert f["saving_ns"] == 0
+
+
+def test_pageable_copies_at_their_size_classs_pinned_rate(tmp_path):
+    b = ExportBuilder()
+    b.gpu(0, H100)
+    b.copy(10_000, 60_000, "h2d", MIB, stream=21)  # pinned: 1 MiB in 50 us, size class 2^20
+    b.copy(100_000, 1_100_000, "h2d", MIB, host=PAGEABLE)  # class 2^20: the pinned copy's rate
+    b.copy(1_100_000, 2_100_000, "h2d", 629_146, host=PAGEABLE)  # class 2^19 (0.6 MiB): the link's
+    (f,) = fired(findings_of(write_run(tmp_path, b)), "pageable-copies")
+    assert f["replay"]["change"] == (
+        "the 2 pageable copies of GPU 0 at pinned speed (1 at the trace's own pinned rate, 1 at the link's: "
+        "PCIe Gen5 x16 at 63 GB/s, by the GPU's model)"
+    )
+    # the first at 1048576 B / 50000 ns: 50 us, [100, 150) us; the second at 63 GB/s: 629146 / 63 =
+    # 9986.4 -> 9986 ns, right after it (gap 0): it ends the window at 159986 ns instead of 2.1 ms
+    assert f["saving_ns"] == 2_100_000 - 159_986
