@@ -283,3 +283,18 @@ def test_pageable_copies_at_their_size_classs_pinned_rate(tmp_path):
     # the first at 1048576 B / 50000 ns: 50 us, [100, 150) us; the second at 63 GB/s: 629146 / 63 =
     # 9986.4 -> 9986 ns, right after it (gap 0): it ends the window at 159986 ns instead of 2.1 ms
     assert f["saving_ns"] == 2_100_000 - 159_986
+
+
+def test_synchronous_copy_calls_inside_the_steps_only(tmp_path):
+    b = ExportBuilder()
+    steps(b, [(400_000, 500_000), (100_000, 200_000)])  # out of order
+    calls = [(0, 50_000), (150_000, 160_000), (300_000, 310_000), (400_000, 410_000), (500_000, 510_000)]
+    for s, e in calls:
+        corr = b.copy(s + 1_000, e - 1_000, "d2h", MIB)
+        b.runtime(s, e, corr, name="cudaMemcpy_v3020", tid=TID)
+    (f,) = fired(findings_of(write_run(tmp_path, b)), "sync-copies")
+    # inside a step [start, end): the call at 150 us (step [100, 200) us) and the one at 400 us (its
+    # step's first ns); not the one before the steps, the one between them, nor the one at 500 us
+    # (the end of the last step)
+    assert f["evidence"]["calls"] == 2
+    assert f["replay"]["change"] == "the 2 synchronous copy calls returning at once"
