@@ -298,3 +298,42 @@ def test_synchronous_copy_calls_inside_the_steps_only(tmp_path):
     # (the end of the last step)
     assert f["evidence"]["calls"] == 2
     assert f["replay"]["change"] == "the 2 synchronous copy calls returning at once"
+
+
+def test_a_links_rate_assumed_for_an_unknown_gpu(tmp_path):
+    b = ExportBuilder()  # no GPU model in the trace
+    waited_copy(b, (1_000, 1_001_000), (1_001_000, 1_011_000), launch=2_000, host=PAGEABLE)
+    (f,) = fired(findings_of(write_run(tmp_path, b)), "pageable-copies")
+    assert f["replay"]["change"].endswith(
+        "(0 at the trace's own pinned rate, 1 at the link's: PCIe Gen4 x16 at 31.5 GB/s, assumed)"
+    )
+    # 1048576 / 31.5 = 33288.1 -> 33288 ns: the copy ends at 34288 ns, the kernel after it (slack 0) at
+    # 44288 ns; the window ended at 1011 us
+    assert f["saving_ns"] == 1_011_000 - 44_288
+
+
+def test_only_the_kernels_beside_copies_at_their_median_alone(tmp_path):
+    b = ExportBuilder()
+    for i in range(3):
+        b.kernel(i * 2_000, i * 2_000 + 800 + 200 * i, "k")  # alone: 0.8, 1.0 and 1.2 us, median 1 us
+        u = 10_000 + i * 10_000
+        b.kernel(u, u + 1_500, "k")  # beside a copy: 1.5 us
+        b.copy(u, u + 1_000, "d2h", MIB)
+    (f,) = fired(findings_of(write_run(tmp_path, b)), "kernels-slowed-by-copies")
+    # the three beside (not the alone ones) at 1 us: test_savings.py's case, 500 ns given back
+    assert f["replay"]["change"] == "the 3 kernels of 1 group(s) on GPU 0 at their median alone"
+    assert f["saving_ns"] == 500
+
+
+def test_copies_off_the_compute_stream_of_their_own_gpu(tmp_path):
+    b = ExportBuilder()
+    for dev in (0, 1):  # test_savings.py's case on each GPU, the same stream numbers
+        b.kernel(0, 500, "k", stream=9, device=dev)
+        launched(b, 0, "kernel", 1_000, 11_000, "k", device=dev)
+        launched(b, 10, "copy", 11_000, 111_000, "h2d", MIB, stream=7, device=dev)
+        launched(b, 20, "kernel", 111_000, 121_000, "k", device=dev)
+    found = fired(findings_of(write_run(tmp_path, b)), "copy-on-compute-stream")
+    (f,) = [g for g in found if str(g["where"].get("device")) == "0"]
+    # GPU 0's one copy (not GPU 1's on its stream 7) on a stream of its own: 10 us given back on GPU 0
+    assert f["replay"]["change"] == "the 1 h2d/d2h copies of stream 7 on a stream of their own"
+    assert f["saving_ns"] == 10_000
