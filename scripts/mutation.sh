@@ -16,7 +16,7 @@ set -euo pipefail
 main() {
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-module=${1:?usage: bash scripts/mutation.sh MODULE [--report] (units, intervals, overlap, stalls, kernels_slowed, replay, findings_config, findings_rules, savings)}
+module=${1:?usage: bash scripts/mutation.sh MODULE [--report] (units, intervals, overlap, stalls, kernels_slowed, replay, findings_config, findings_rules, savings, findings_savings)}
 shift
 report_only=0
 if [ "${1:-}" = --report ]; then report_only=1; shift; fi
@@ -55,6 +55,9 @@ case "$module" in
     sources="profiler/analysis/savings.py"
     # the cases derived by hand first, then the findings' savings and the generated exports
     tests="tests/test_savings_cases.py tests/test_keyed_by_position.py tests/test_savings.py tests/test_findings_cost.py" ;;
+  findings_savings)  # the change each finding asks the replay for, and the saving attached to it
+    sources="profiler/analysis/findings/saving.py profiler/analysis/findings/changes.py"
+    tests="tests/test_findings_saving.py tests/test_savings.py tests/test_findings.py tests/test_findings_cost.py tests/test_findings_thresholds.py" ;;
   *) echo "mutation.sh: unknown module $module" >&2; exit 2 ;;
 esac
 

@@ -83,8 +83,10 @@ def copy_free(ev: Evidence) -> dict[str, Any] | None:
         return None
     if any(d["copies"]["offload"]["count"] for d in ev.devices.values()) or "replays" in ev.__dict__:
         return ev.replays.copy_free_doc()
-    # no h2d/d2h copy anywhere and no replay made: nothing to remove, and no dependency pass for it
-    included = sum(1 for s in ev.steps["steps"] if not s["excluded"])
+    # no h2d/d2h copy anywhere and no replay made: nothing to remove, and no dependency pass for it;
+    # per step only on a GPU with ops in an included step, as the replay says
+    included = [s for s in ev.steps["steps"] if not s["excluded"]]
+    stepped = {str(dev) for s in included for dev in s["devices"]}
     span = {dev: int(d["span_ns"]) for dev, d in ev.devices.items()}
     doc = {"window_ns": 0, "replayed_span_ns": 0, "copy_free_span_ns": 0, "saving_ns": 0}
     return {
@@ -92,7 +94,11 @@ def copy_free(ev: Evidence) -> dict[str, Any] | None:
         "devices": {
             dev: doc
             | {"window_ns": v, "replayed_span_ns": v, "copy_free_span_ns": v}
-            | {"steps": included, "step_saving_ns": 0 if included else None}
+            | (
+                {"steps": len(included), "step_saving_ns": 0}
+                if dev in stepped
+                else {"steps": 0, "step_saving_ns": None}
+            )
             for dev, v in span.items()
         },
     }
