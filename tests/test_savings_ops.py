@@ -99,6 +99,13 @@ def test_an_op_without_a_correlation_id_is_found_by_key(twins):
     found, rows = r.op_rows(k.reverse(), np.arange(3), "kernel")  # by key (positions name other ops)
     assert found.tolist() == [True, True, True]
     assert ops.corr[rows].tolist() == k.reverse()["correlation_id"].fill_null(-1).to_list()
+    # by position (the kernels as the trace reads them): the same ops, the NULL key matching the
+    # op's -1; the breakdown's ops by the join (the twins still share device, stream and start)
+    found, rows = r.op_rows(k, np.arange(3), "kernel")
+    assert found.tolist() == [True, True, True]
+    assert ops.corr[rows].tolist() == k["correlation_id"].fill_null(-1).to_list()
+    bd = r.breakdown.ops.select("op_id", *OP_KEYS).with_columns(pl.lit(0, pl.Int64).alias("index"))
+    assert r._keyed_by_position(bd) is None and r.rows_of_ops(bd).tolist() == [0, 1, 2, 3]
 
 
 def test_the_host_paced_chain_takes_the_latest_input_and_ties_to_the_stream(tmp_path):
