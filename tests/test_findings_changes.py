@@ -98,3 +98,31 @@ def test_as_many_kernel_groups_as_the_groups_table_has_columns(tmp_path):
     # start.  The last, k7's at [730, 731.5) us, ends the window at 731 us: 500 ns given back
     assert f["replay"]["change"] == "the 24 kernels of 8 group(s) on GPU 0 at their median alone"
     assert f["saving_ns"] == 500
+
+
+def test_copies_at_the_steps_edges_by_a_stall_of_one_ns_and_from_row_0(tmp_path):
+    b = ExportBuilder()
+    steps(b, [(0, 1_000_000)])  # test_findings_saving.py's edges case, the h2d copy alone on stream 3
+    launched(b, 1_000, "kernel", 0, 150_000, "k0", stream=5)
+    launched(b, 2_000, "copy", 150_000, 190_000, "h2d", MIB, stream=3)  # stream order: ops' row 0
+    b.event_record(3_000, 1, stream=3, tid=TID)
+    b.stream_wait(4_000, 1, stream=7, tid=TID)
+    launched(b, 5_000, "kernel", 190_000, 1_000_000, "K")  # ready at its launch, 5 us: waits for the copy
+    launched(b, 6_000, "copy", 10_000, 10_001, "d2h", 1024, stream=21)  # 1 ns, in the first edge, beside k0
+    launched(b, 7_000, "copy", 500_000, 510_000, "d2h", MIB, stream=21)  # in the middle, beside K
+    b.event_record(8_000, 2, stream=21, tid=TID)
+    b.stream_wait(9_000, 2, stream=22, tid=TID)
+    launched(b, 506_000, "kernel", 510_000, 520_000, "k2", stream=22)  # stalled 4 us by it, in the middle
+    launched(b, 9_500, "copy", 100_000, 100_010, "d2h", 1024, stream=23)  # just after the first edge
+    b.event_record(9_600, 3, stream=23, tid=TID)
+    b.stream_wait(9_700, 3, stream=24, tid=TID)
+    launched(b, 99_999, "kernel", 100_010, 100_020, "k3", stream=24)  # stalled over [99999, 100010) ns
+    (f,) = fired(findings_of(write_run(tmp_path, b)), "exposed-at-boundaries")
+    # the step's GPU span is [0, 1000) us, its edges [0, 100) and [900, 1000) us.  Removed: the h2d copy
+    # (row 0 of the ops: K stands stalled by it from 5 us, inside the first edge), the 1 ns copy (inside
+    # the edge), and the copy just after the edge (k3 stands stalled by it from 99999 ns: 1 ns inside the
+    # edge); not the one in the middle.  k3's stall lies inside K's: the cost is the edges case's, 95 of
+    # 189 us at the edges; K starts at its launch, 5 us, and ends at 815 us: 185 us given back
+    assert (f["evidence"]["at_boundaries_ns"], f["evidence"]["exposed_or_stalled_ns"]) == (95_000, 189_000)
+    assert f["replay"]["change"] == "the 3 h2d/d2h copies at the steps' edges removed"
+    assert (f["saving_ns"], f["saving_basis_ns"]) == (185_000, 1_000_000)
