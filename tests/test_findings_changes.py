@@ -126,3 +126,20 @@ def test_copies_at_the_steps_edges_by_a_stall_of_one_ns_and_from_row_0(tmp_path)
     assert (f["evidence"]["at_boundaries_ns"], f["evidence"]["exposed_or_stalled_ns"]) == (95_000, 189_000)
     assert f["replay"]["change"] == "the 3 h2d/d2h copies at the steps' edges removed"
     assert (f["saving_ns"], f["saving_basis_ns"]) == (185_000, 1_000_000)
+
+
+def test_an_op_without_a_launch_waits_for_no_copy_at_the_edges(tmp_path):
+    b = ExportBuilder()
+    steps(b, [(0, 1_000_000)])
+    launched(b, 1_000, "kernel", 50_000, 1_000_000, "K")
+    launched(b, 2_000, "copy", 0, 50_000, "h2d", MIB, stream=20)  # exposed, in the first edge
+    launched(b, 3_000, "copy", 500_000, 500_010, "d2h", 1024, stream=21)  # in the middle, beside K
+    b.event_record(4_000, 1, stream=21, tid=TID)
+    b.stream_wait(5_000, 1, stream=22, tid=TID)
+    b.kernel(500_010, 500_020, "k1", stream=22)  # waits for it; no launch call (made before the capture)
+    (f,) = fired(findings_of(write_run(tmp_path, b)), "exposed-at-boundaries")
+    # the step's GPU span is [0, 1000) us, its edges 100 us.  A wait applies to the first op on its stream
+    # launched at or after it (METRICS.md "Stalls"): k1, without a launch, waits for nothing and stands
+    # stalled by no copy (the reason a stall with no ready time never reaches at_edges); only the h2d
+    # copy, inside the first edge, is removed
+    assert f["replay"]["change"] == "the 1 h2d/d2h copies at the steps' edges removed"
