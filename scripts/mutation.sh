@@ -57,7 +57,7 @@ case "$module" in
     tests="tests/test_savings_cases.py tests/test_savings_ops.py tests/test_keyed_by_position.py tests/test_savings.py tests/test_findings_cost.py" ;;
   findings_savings)  # the change each finding asks the replay for, and the saving attached to it
     sources="profiler/analysis/findings/saving.py profiler/analysis/findings/changes.py"
-    tests="tests/test_findings_saving.py tests/test_savings.py tests/test_findings.py tests/test_findings_cost.py tests/test_findings_thresholds.py" ;;
+    tests="tests/test_findings_saving.py tests/test_findings_changes.py tests/test_savings.py tests/test_findings.py tests/test_findings_cost.py tests/test_findings_thresholds.py" ;;
   *) echo "mutation.sh: unknown module $module" >&2; exit 2 ;;
 esac
 
