@@ -385,6 +385,21 @@ def test_a_wait_behind_launches_a_blocking_call_moved(build):
     assert rp.end.tolist() == [805, 1105, 1405, 665, 965, 505, 45]
 
 
+def _cycle_under_skew() -> ExportBuilder:
+    """test_costs' cycle under skew, its first ops: launch C h2d 100 (s20) [300,400); record e1 on s20
+    at 150; wait e1 on s7 at 170 -> the next op launched on s7, A (launch 200) [1000,1100); record e2
+    on s7 at 300 (completes A); wait e2 on s20 at 320 -> the next op launched on s20."""
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(100, 105, b.copy(300, 400, "h2d", MIB, stream=20), name="cuMemcpyAsync")
+    b.event_record(150, 1, stream=20, duration=5)
+    b.stream_wait(160, 1, stream=7, duration=20)
+    b.runtime(200, 205, b.kernel(1000, 1100, "A", stream=7))
+    b.event_record(300, 2, stream=7, duration=5)
+    b.stream_wait(310, 2, stream=20, duration=20)
+    return b
+
+
 def test_a_dependency_cycle_with_blocking_calls_replays_without_the_host(build):
     # (test_costs' cycle under skew, plus a blocking call.)  launch C h2d 100 (s20) [300,400);
     # record e1 on s20 at 150; wait e1 on s7 at 170 -> A (launch 200) [1000,1100); record e2 on s7
@@ -395,14 +410,7 @@ def test_a_dependency_cycle_with_blocking_calls_replays_without_the_host(build):
     # cycle keep their starts: A [1000,1100), D [50,80), C [300,350); B keeps its slack after its
     # launch: [500,600); so do E1 (launch 600, s8) [700,800) and E2 behind it (launch 650) [800,900);
     # F (launch 700, s7) [1100,1200) follows A, on the cycle (slack 0): [1100,1200)
-    b = ExportBuilder()
-    b.gpu(0)
-    b.runtime(100, 105, b.copy(300, 400, "h2d", MIB, stream=20), name="cuMemcpyAsync")
-    b.event_record(150, 1, stream=20, duration=5)
-    b.stream_wait(160, 1, stream=7, duration=20)
-    b.runtime(200, 205, b.kernel(1000, 1100, "A", stream=7))
-    b.event_record(300, 2, stream=7, duration=5)
-    b.stream_wait(310, 2, stream=20, duration=20)
+    b = _cycle_under_skew()
     b.runtime(400, 405, b.kernel(500, 600, "B", stream=7))
     b.runtime(500, 505, b.kernel(50, 80, "D", stream=20))
     b.runtime(700, 705, b.kernel(1100, 1200, "F", stream=7))
@@ -435,14 +443,7 @@ def test_a_trace_whose_every_op_waits_on_a_cycle(build):
     # D, C (s20).  A waits for C, C follows D, D waits for A: no segment is free of the cycle (the
     # node order is empty).  At F = 0.5 the ops on the cycle keep their starts: A [1000,1100),
     # D [50,80), C [300,350); F, behind A (row 0, its op before), follows it: [1100,1200)
-    b = ExportBuilder()
-    b.gpu(0)
-    b.runtime(100, 105, b.copy(300, 400, "h2d", MIB, stream=20), name="cuMemcpyAsync")
-    b.event_record(150, 1, stream=20, duration=5)
-    b.stream_wait(160, 1, stream=7, duration=20)
-    b.runtime(200, 205, b.kernel(1000, 1100, "A", stream=7))
-    b.event_record(300, 2, stream=7, duration=5)
-    b.stream_wait(310, 2, stream=20, duration=20)
+    b = _cycle_under_skew()
     b.runtime(500, 505, b.kernel(50, 80, "D", stream=20))
     b.runtime(700, 705, b.kernel(1100, 1200, "F", stream=7))
     deps = dependencies(open_trace(build(b)))
@@ -461,14 +462,7 @@ def test_ops_behind_a_cycle_follow_each_other_in_dependency_order(build):
     # cycle, and follows E on its stream.  At F = 0.5: A [1000,1100), D [50,80), C [300,350) keep
     # their starts; E keeps its slack after its launch, [700,800); F follows A, [1100,1200); then G
     # (after F, not before it though its row comes first): max(900, 800, 1200) + 50 = 1250
-    b = ExportBuilder()
-    b.gpu(0)
-    b.runtime(100, 105, b.copy(300, 400, "h2d", MIB, stream=20), name="cuMemcpyAsync")
-    b.event_record(150, 1, stream=20, duration=5)
-    b.stream_wait(160, 1, stream=7, duration=20)
-    b.runtime(200, 205, b.kernel(1000, 1100, "A", stream=7))
-    b.event_record(300, 2, stream=7, duration=5)
-    b.stream_wait(310, 2, stream=20, duration=20)
+    b = _cycle_under_skew()
     b.runtime(500, 505, b.kernel(50, 80, "D", stream=20))
     b.runtime(600, 605, b.kernel(700, 800, "E", stream=8))
     b.runtime(700, 705, b.kernel(1100, 1200, "F", stream=7))
