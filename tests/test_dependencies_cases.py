@@ -92,15 +92,21 @@ def test_a_wait_or_record_without_a_process_resolves_nothing(build, table):
     assert deps.target.size == 0
 
 
+def _a_recorded_as_e5() -> ExportBuilder:
+    """GPU 0: launch a at 50 on s7, a [60,100); a record of e5 on s7 at 150 (it completes a)."""
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(50, 55, b.kernel(60, 100, "a", stream=7))
+    b.event_record(150, 5, stream=7)
+    return b
+
+
 def test_waits_on_the_last_stream_after_and_past_its_last_launch(build):
     # launch a 50 (s7) [60,100); record e5 on s7 at 150 (completes a); wait e5 on s8 at 210
     # (call 200); launch b 300 (s8) [310,400); wait e5 on s8 again at 510 (call 500).
     # The first wait applies to b, the first op on s8 launched at or after 210 (the last row of the
     # launches, its stream the last one); the second finds no op launched after it: resolved, not applied
-    b = ExportBuilder()
-    b.gpu(0)
-    b.runtime(50, 55, b.kernel(60, 100, "a", stream=7))
-    b.event_record(150, 5, stream=7)
+    b = _a_recorded_as_e5()
     b.stream_wait(200, 5, stream=8)
     b.runtime(300, 305, b.kernel(310, 400, "b", stream=8))
     b.stream_wait(500, 5, stream=8)
@@ -114,10 +120,7 @@ def test_a_wait_on_an_event_never_recorded_beside_two_recorded_ones(build):
     # launch a 50 (s7) [60,100); records of e5 at 150 and of e6 at 170 on s7 (both complete a);
     # a wait on e7 at 210 (call 200), which no record names: unresolved (rule 2), while e5's and
     # e6's records are there to be picked by mistake
-    b = ExportBuilder()
-    b.gpu(0)
-    b.runtime(50, 55, b.kernel(60, 100, "a", stream=7))
-    b.event_record(150, 5, stream=7)
+    b = _a_recorded_as_e5()
     b.event_record(170, 6, stream=7)
     b.stream_wait(200, 7, stream=8)
     b.runtime(300, 305, b.kernel(310, 400, "b", stream=8))
@@ -130,10 +133,7 @@ def test_a_record_after_the_only_launched_op(build):
     # launch a 50 (s7) [60,100), the trace's only op with a launch; record e5 on s7 at 150
     # (completes a, rule 1); b (s8) [310,400) has no runtime row.  The wait on e5 at 210 (call 200)
     # resolves to a, and applies to no op: none on s8 was launched after it (rule 3)
-    b = ExportBuilder()
-    b.gpu(0)
-    b.runtime(50, 55, b.kernel(60, 100, "a", stream=7))
-    b.event_record(150, 5, stream=7)
+    b = _a_recorded_as_e5()
     b.stream_wait(200, 5, stream=8)
     b.kernel(310, 400, "b", stream=8)
     deps = dependencies(open_trace(build(b)))
@@ -163,10 +163,7 @@ def test_a_wait_on_a_stream_without_ops(build):
     # (call 200), a stream no op ran on; launch b 300 (s8) [310,400).  The wait resolves to a
     # (rule 2) and applies to no op (rule 3: none on s9), not to b on s8 (the streams are
     # numbered s7 0, s8 1 by their ops)
-    b = ExportBuilder()
-    b.gpu(0)
-    b.runtime(50, 55, b.kernel(60, 100, "a", stream=7))
-    b.event_record(150, 5, stream=7)
+    b = _a_recorded_as_e5()
     b.stream_wait(200, 5, stream=9)
     b.runtime(300, 305, b.kernel(310, 400, "b", stream=8))
     deps = dependencies(open_trace(build(b)))

@@ -112,6 +112,19 @@ def test_launches_move_with_their_own_threads_blocking_calls_only(build):
     assert got == {20: (10, 505), 7: (705, 805), 21: (2010, 2255), 8: (2455, 2555), 9: (1150, 1250)}
 
 
+def _a_copy_call_then_a_sync_that_did_not_wait() -> ExportBuilder:
+    """tid 70: launch K at 20 on s7, K [50,100).  tid 100: a cudaMemcpy call [0,1010) with its copy C
+    h2d on s20 [10,1000); cudaStreamSynchronize(s7) [1100,1200), after K's end; launch K2 at 1300 on
+    s8, K2 [1400,1500)."""
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(20, 25, b.kernel(50, 100, "k", stream=7), tid=70)
+    b.runtime(0, 1010, b.copy(10, 1000, "h2d", 8 * MIB, stream=20), name="cudaMemcpy_v3020")
+    b.sync(1100, "stream_sync", stream=7, duration=100)
+    b.runtime(1300, 1305, b.kernel(1400, 1500, "k2", stream=8))
+    return b
+
+
 def test_a_blocking_call_that_did_not_wait_moves_with_the_call_before_it(build):
     # tid 70: launch K (s7) at 20, K [50,100).  tid 100, host synchronization modeled, F = 0.5:
     #   cudaMemcpy call [0,1010), C h2d (s20) [10,1000): C [10,505), the call returns at 515 (495 early)
@@ -120,12 +133,7 @@ def test_a_blocking_call_that_did_not_wait_moves_with_the_call_before_it(build):
     #   launch K2 1300 (s8) [1400,1500): launch 805, K2 [905,1005)
     # tid 50 (its calls come first in thread order): cudaMemcpy call [3000,3510), C3 h2d (s21)
     #   [3010,3500): nothing of it moved before, C3 [3010,3255)
-    b = ExportBuilder()
-    b.gpu(0)
-    b.runtime(20, 25, b.kernel(50, 100, "k", stream=7), tid=70)
-    b.runtime(0, 1010, b.copy(10, 1000, "h2d", 8 * MIB, stream=20), name="cudaMemcpy_v3020")
-    b.sync(1100, "stream_sync", stream=7, duration=100)
-    b.runtime(1300, 1305, b.kernel(1400, 1500, "k2", stream=8))
+    b = _a_copy_call_then_a_sync_that_did_not_wait()
     b.runtime(3000, 3510, b.copy(3010, 3500, "h2d", 8 * MIB, stream=21), name="cudaMemcpy_v3020", tid=50)
     trace = open_trace(build(b))
     deps = dependencies(trace)
@@ -504,12 +512,7 @@ def test_three_blocking_calls_of_one_thread_move_in_turn(build):
     #     early (605) and lasts its 100 ns (-495); launch K2 1300 (s8) [1400,1500): 805, K2 [905,1005)
     #   call 2, cudaStreamSynchronize(s8) [1600,1700): K2 was done (1500): it begins after call 1's
     #     shift, 1105, returns at 1205 (-495); launch K3 1800 (s9) [1900,2000): 1305, K3 [1405,1505)
-    b = ExportBuilder()
-    b.gpu(0)
-    b.runtime(20, 25, b.kernel(50, 100, "k", stream=7), tid=70)
-    b.runtime(0, 1010, b.copy(10, 1000, "h2d", 8 * MIB, stream=20), name="cudaMemcpy_v3020")
-    b.sync(1100, "stream_sync", stream=7, duration=100)
-    b.runtime(1300, 1305, b.kernel(1400, 1500, "k2", stream=8))
+    b = _a_copy_call_then_a_sync_that_did_not_wait()
     b.sync(1600, "stream_sync", stream=8, duration=100)
     b.runtime(1800, 1805, b.kernel(1900, 2000, "k3", stream=9))
     trace = open_trace(build(b))
