@@ -329,6 +329,8 @@ def _real(shared_traces, name):
 def test_gpu4_streams_exposed_copies_save_almost_nothing(shared_traces):
     doc = _real(shared_traces, "gpu4__nsys_vectorAdd_streams_10000000__7498cc2.sqlite")
     (f,) = fired(doc, "exposed-copies")
+    # 54_942_550: the offload copies' time with no kernel beside them, by tests/reference_devices.py
+    # (checked against the reference in test_findings_cost.py)
     assert f["severity"] == "info" and 0 <= f["saving_ns"] < 10_000 and f["attributed_ns"] == 54_942_550
     assert "host-bound" in f["verdict"]
     assert f["saving_ns"] <= doc["copy_free"]["devices"]["0"]["saving_ns"]
