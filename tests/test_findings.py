@@ -68,6 +68,19 @@ def steps(b: ExportBuilder, spans: list[tuple[int, int]]) -> None:
         b.nvtx(s, e, f"step={i}", tid=TID, domain_id=1)
 
 
+def warmup_in_capture(tmp_path: Path, name: str = "run") -> tuple[Path, dict]:
+    """A run whose capture holds a 5 us warm-up=0 range before step=0, and its findings with the
+    warm-up ranges read as steps (``--step-range '^(step|warmup)='``)."""
+    b = ExportBuilder()
+    b.domain(1, "profile-step", tid=TID)
+    b.nvtx(0, 5000, "warmup=0", tid=TID, domain_id=1)
+    b.nvtx(6000, 7000, "step=0", tid=TID, domain_id=1)
+    b.kernel(0, 10, "k")
+    path = write_run(tmp_path, b, name=name)
+    trace = open_trace(path)
+    return path, run_findings(trace, None, FindingsConfig(), Breakdown(trace, step_range="^(step|warmup)="))
+
+
 # --- pageable-copies ---------------------------------------------------------------------------
 
 
@@ -476,14 +489,7 @@ def test_step_outliers(tmp_path, slowest, fires):
 
 
 def test_warmup_in_capture(tmp_path):
-    b = ExportBuilder()
-    b.domain(1, "profile-step", tid=TID)
-    b.nvtx(0, 5000, "warmup=0", tid=TID, domain_id=1)
-    b.nvtx(6000, 7000, "step=0", tid=TID, domain_id=1)
-    b.kernel(0, 10, "k")
-    path = write_run(tmp_path, b)
-    trace = open_trace(path)
-    doc = run_findings(trace, None, FindingsConfig(), Breakdown(trace, step_range="^(step|warmup)="))
+    path, doc = warmup_in_capture(tmp_path)
     (f,) = fired(doc, "warmup-in-capture")
     assert f["evidence"] == {"warmup_steps": 1, "warmup_ns": 5000}
     assert not fired(findings_of(path), "warmup-in-capture")  # step=N alone: no warm-up in the capture

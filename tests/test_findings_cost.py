@@ -25,6 +25,7 @@ from tests.test_findings import (
     launched,
     steps,
     waited_copy,
+    warmup_in_capture,
     write_run,
 )
 
@@ -299,13 +300,7 @@ def test_step_outliers_cost_and_notes_without_cost(tmp_path):
     (f,) = fired(doc, "step-outliers")
     assert (f["attributed_ns"], f["attributed_basis_ns"]) == (3001 - 1000, 6001)
     assert f["severity"] == "warning"  # 33% of the steps, and a warning at most
-    b = ExportBuilder()
-    b.domain(1, "profile-step", tid=TID)
-    b.nvtx(0, 5000, "warmup=0", tid=TID, domain_id=1)
-    b.nvtx(6000, 7000, "step=0", tid=TID, domain_id=1)
-    b.kernel(0, 10, "k")
-    trace = open_trace(write_run(tmp_path, b, name="warm"))
-    doc = run_findings(trace, None, FindingsConfig(), Breakdown(trace, step_range="^(step|warmup)="))
+    _, doc = warmup_in_capture(tmp_path, name="warm")
     (w,) = fired(doc, "warmup-in-capture")
     assert w["attributed_ns"] is None and w["attributed_share"] is None and w["severity"] == "info"
 

@@ -8,13 +8,21 @@ from __future__ import annotations
 import pytest
 
 from profiler.analysis.breakdown import Breakdown
-from profiler.analysis.findings import run_findings
-from profiler.analysis.findings.config import FindingsConfig
 from profiler.analysis.findings.evidence import Evidence
 from profiler.analysis.findings.saving import NO_TIME_COST, copy_free
 from profiler.synthetic.export import PAGEABLE, ExportBuilder
 from profiler.trace import open_trace
-from tests.test_findings import MIB, TID, findings_of, fired, launched, steps, waited_copy, write_run
+from tests.test_findings import (
+    MIB,
+    TID,
+    findings_of,
+    fired,
+    launched,
+    steps,
+    waited_copy,
+    warmup_in_capture,
+    write_run,
+)
 
 HOST_PACED = (
     "; the replay with the 1 h2d/d2h copies of GPU 0 with exposed time removed gives back only 10.00 µs: the GPU "
@@ -171,13 +179,7 @@ def test_the_copy_free_replay_runs_when_no_finding_made_one(tmp_path):
 
 
 def test_findings_the_replay_cannot_change_say_why(tmp_path):
-    b = ExportBuilder()
-    b.domain(1, "profile-step", tid=TID)
-    b.nvtx(0, 5000, "warmup=0", tid=TID, domain_id=1)
-    b.nvtx(6000, 7000, "step=0", tid=TID, domain_id=1)
-    b.kernel(0, 10, "k")
-    trace = open_trace(write_run(tmp_path, b))
-    doc = run_findings(trace, None, FindingsConfig(), Breakdown(trace, step_range="^(step|warmup)="))
+    _, doc = warmup_in_capture(tmp_path)
     # a note on the capture, without time of its own and without a change
     (f,) = fired(doc, "warmup-in-capture")
     assert (f["attributed_ns"], f["saving_ns"], f["saving_basis"]) == (None, None, NO_TIME_COST)
