@@ -13,6 +13,16 @@ from profiler.errors import ProfilerError
 NO_TRACE_EXIT = 4  # run: every script exited 0, and a policy still ended without a trace
 
 
+def compiled_line(module: str, agree: bool | None) -> str:
+    """The run line's compiled step: the module, and whether the numbers the script handed over
+    (``annotate.compiled_step``) agree with XLA's dump (the manifest's ``compiled.agree``)."""
+    words = {
+        True: "; its memory and FLOPs as the script gave them agree with XLA's dump",
+        False: "; its memory and FLOPs as the script gave them DIFFER from XLA's dump",
+    }
+    return f"compiled step: {module} (memory, FLOPs and host placements from its HLO){words.get(agree, '')}"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -23,7 +33,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:  # capture needs no analysis packages; a bare GPU node may only have what training needs
         from profiler.report.text import (
             NO_GPU,
-            compiled_line,
             render_devices,
             render_sweep_summary,
             steps_line,

@@ -145,16 +145,6 @@ def window_line(w: dict[str, Any]) -> str:
     return f"analysis window: {w['source']}, {span}" + (f" ({w['note']})" if w.get("note") else "")
 
 
-def compiled_line(module: str, agree: bool | None) -> str:
-    """The run line's compiled step: the module, and whether the numbers the script handed over
-    (``annotate.compiled_step``) agree with XLA's dump (the manifest's ``compiled.agree``)."""
-    words = {
-        True: "; its memory and FLOPs as the script gave them agree with XLA's dump",
-        False: "; its memory and FLOPs as the script gave them DIFFER from XLA's dump",
-    }
-    return f"compiled step: {module} (memory, FLOPs and host placements from its HLO){words.get(agree, '')}"
-
-
 def steps_line(summary: dict[str, Any]) -> str:
     """A run's steps in one line: how many, from where, their median over the included steps (those
     ``analyze --by step`` includes), the warm-up and outliers left out."""
