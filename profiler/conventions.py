@@ -54,6 +54,15 @@ STARTUP_FACTS = "startup.json"  # what the start-up hook saw: versions, devices,
 COMPILED_STEP = "compiled_step.json"  # what the script handed over (annotate.compiled_step)
 COMPILED = "compiled.json"  # the step's compiled module read from the XLA dump, by profile-step
 XLA_DUMP_DIR = "xla_dump"
+# a JAX profiler trace (jax.profiler.trace's <host>.trace.json.gz, or its perfetto_trace.json.gz); in a
+# run folder recorded with jax.profiler: trace.json.gz
+JAX_TRACE_SUFFIXES = ("trace.json.gz", "trace.json")
+
+
+def is_jax_trace_name(name: str) -> bool:
+    """Whether a file name is a JAX profiler trace's (``host.trace.json.gz``, ``perfetto_trace.json.gz``)."""
+    return name.endswith(JAX_TRACE_SUFFIXES)
+
 
 # --- ranks in file and folder names -------------------------------------------------------
 # `%q{RANK}`-style names: report.3.sqlite, trace.rank3.sqlite, rank_12-xyz.nsys-rep, run-rank3-...

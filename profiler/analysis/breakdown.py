@@ -306,7 +306,7 @@ class Breakdown:
     @cached_property
     def compiled(self) -> dict[str, Any] | None:
         """The run folder's ``compiled.json`` beside the trace (``profiler.capture.step_module``), if any."""
-        return compiled_of(self.trace.path)
+        return compiled_of(self.trace.source_path)
 
     @cached_property
     def module_steps(self) -> ModuleSteps:

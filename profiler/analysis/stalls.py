@@ -154,11 +154,13 @@ def op_stalls(deps: Dependencies, start: np.ndarray, end: np.ndarray, launch: np
     return Stalls(deps, stall, chosen, since)
 
 
-def add_stalls(devices: dict[str, dict[str, Any]], stalls: Stalls | None) -> None:
-    """Put the METRICS.md ``stalls`` object into each device entry of ``devices`` (zeros without waits)."""
+def add_stalls(devices: dict[str, dict[str, Any]], stalls: Stalls | None, recorded: bool = True) -> None:
+    """Put the METRICS.md ``stalls`` object into each device entry of ``devices`` (zeros without waits);
+    with ``"recorded": false`` when the trace cannot hold stream waits (``Trace.waits_recorded``):
+    then its zeros say nothing."""
     per_device = stalls.by_device() if stalls is not None else {}
     for dev, entry in devices.items():
-        entry["stalls"] = per_device.get(int(dev), empty_stalls())
+        entry["stalls"] = per_device.get(int(dev), empty_stalls()) | ({} if recorded else {"recorded": False})
 
 
 def has_waits(trace: Trace) -> bool:

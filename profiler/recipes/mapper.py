@@ -91,7 +91,11 @@ def analyze_documents(
 
     trace = load_trace(path, nsys)
     run = build(
-        trace, manifest_of(trace.path), layer_pattern=layer_pattern, step_range=step_range, findings=FindingsConfig()
+        trace,
+        manifest_of(trace.source_path),
+        layer_pattern=layer_pattern,
+        step_range=step_range,
+        findings=FindingsConfig(),
     )  # one analysis, three of its documents
     return (
         run.analysis_json(),

@@ -6,6 +6,7 @@ from typing import Any
 
 from profiler.analysis.kernels_slowed import MIN_CALLS, SIZE_BIAS_NOTE, no_baseline
 from profiler.report.table import table
+from profiler.trace.jax_profile import NO_WAITS
 from profiler.units import Units, gbps, human_time
 
 CONTEXT_LABELS = (("alone", "alone"), ("kernels", "beside kernels"), ("copies", "beside copies"), ("mixed", "mixed"))
@@ -15,6 +16,8 @@ def stall_lines(st: dict[str, Any] | None) -> list[str]:
     """One line on the device's stream waits and what the copies' waits cost."""
     if not st:
         return []
+    if st.get("recorded") is False:
+        return [f"  stalls: not measured: {NO_WAITS}"]
     w = st["waits"]
     if not w["total"]:
         return ["  stalls: no stream waits on this GPU (nothing on it waited, through CUDA events, for a copy)"]

@@ -101,6 +101,8 @@ def _cost(v: dict[str, Any]) -> str:
         return "nothing to cost: no h2d/d2h copies"
     if cost is None:
         return "not computed (the replay's savings come with the findings: without --no-findings)"
+    if cost.get("not_modelled"):
+        return f"not modelled: {cost['not_modelled']}"
     per = "per step" if cost["per"] == "step" else "over the window"
     of = f" ({share(cost['share'])} of {'the step' if cost['per'] == 'step' else 'it'})" if cost["share"] else ""
     host = "" if cost.get("host_sync_modeled") is not False else "; host synchronization not modeled"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from profiler.conventions import JAX_TRACE_SUFFIXES, is_jax_trace_name
 from profiler.errors import InputError
 from profiler.runs.catalog import CATALOG, Provenance, allowed, read_catalog
 from profiler.stored import folder, no_trace
@@ -24,8 +25,10 @@ CACHE_MARKS = (*folder.CACHE_SUFFIXES, ".partial.")
 
 
 def is_trace(path: Path) -> bool:
-    """Whether *path* is named like an nsys export or report (and not like a cache beside one)."""
-    return path.suffix in TRACE_SUFFIXES and not any(m in path.name for m in CACHE_MARKS)
+    """Whether *path* is named like an nsys export or report, or a JAX profiler trace (and not like a
+    cache beside one)."""
+    named = path.suffix in TRACE_SUFFIXES or is_jax_trace_name(path.name)
+    return named and not any(m in path.name for m in CACHE_MARKS)
 
 
 def _once(found: list[Path]) -> list[Path]:
@@ -37,15 +40,16 @@ def rank_inputs(arg: str) -> list[Path]:
     """The rank exports named by *arg*: a folder (exports in it, or run folders' traces) or a glob."""
     path = Path(arg)
     if path.is_dir():
-        found = [p for s in TRACE_SUFFIXES for p in path.glob(f"*{s}")]
-        found += [p for s in TRACE_SUFFIXES for p in path.glob(f"*/*{s}")]
+        names = (*TRACE_SUFFIXES, *JAX_TRACE_SUFFIXES)
+        found = [p for s in names for p in path.glob(f"*{s}")]
+        found += [p for s in names for p in path.glob(f"*/*{s}")]
     else:
         found = [Path(p) for p in glob.glob(arg)]
         if not found and not any(c in arg for c in "*?["):
             raise InputError(arg, "no such folder")
     found = _once([p for p in found if p.is_file() and is_trace(p)])
     if not found:
-        raise InputError(arg, "holds no nsys exports or reports (*.sqlite, *.nsys-rep)")
+        raise InputError(arg, "holds no nsys exports or reports (*.sqlite, *.nsys-rep) or JAX profiler traces")
     return sorted(set(found))
 
 
@@ -93,6 +97,10 @@ def trace_paths(arg: str, skipped: list[NoTrace] | None = None) -> list[Path] | 
     or None when it names none (it may be a label).  With *skipped*, run folders without a trace are
     added to it instead of stopping everything."""
     path = Path(arg)
+    if path.is_dir() and (path / "plugins" / "profile").is_dir():  # a jax.profiler.trace folder
+        from profiler.trace.jax_profile import find
+
+        return [find(path)]
     if path.is_dir():
         folders = run_folders(path)
         if not folders:

@@ -54,11 +54,12 @@ class TraceInfo:
     schema_version: Any
     device_names: dict[str, str | None]  # every device of the export, by decimal id
     window: Window  # the part of the recording every number comes from
+    source: str | None = None  # what the export was converted from (a JAX profiler trace); None: nsys's
 
     @classmethod
     def of(cls, trace: Trace) -> TraceInfo:
         names = {str(d): n for d, n in trace.devices.select("id", "name").iter_rows()}
-        return cls(trace.path, trace.nsys_version, trace.schema_version, names, trace.window)
+        return cls(trace.source_path, trace.nsys_version, trace.schema_version, names, trace.window, trace.source)
 
     @property
     def gpus(self) -> list[str]:
@@ -72,7 +73,7 @@ class TraceInfo:
             "schema_version": self.schema_version,
             "gpus": self.device_names,
             "window": self.window.facts(),
-        }
+        } | ({"source": self.source} if self.source else {})
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ class RunResult:
     @cached_property
     def rank(self) -> int | None:
         rank = (self.manifest or {}).get("rank")
-        return rank_from_name(self.trace.path) if rank is None else rank
+        return rank_from_name(self.trace.source_path) if rank is None else rank
 
     @cached_property
     def steps(self) -> Steps:
@@ -142,7 +143,7 @@ class RunResult:
                     step["duration_ns"],
                     step["excluded"],
                     off["exposed_ns"],
-                    off["stall_ns"],
+                    off["stall_ns"] if self.trace.waits_recorded else None,
                     off["busy_ns"],
                     off["hidden_fraction"],
                     {d: {k: m[k] for k in ("count", "busy_ns", "exposed_ns")} for d, m in per.items()}
@@ -240,7 +241,7 @@ class RunResult:
                 "policy": self.policy,
                 "rank": self.rank,
                 "findings": self.findings,
-                "trace": str(self.trace.path),
+                "trace": str(self.trace.source_path),
                 "manifest": self.manifest,
                 "gpus": self.info.gpus,
                 "device_names": {d: n for d, n in self.info.device_names.items() if n},
@@ -268,7 +269,7 @@ class RunResult:
             "policy": self.policy,
             "rank": self.rank,
             "findings": self.findings,
-            "trace": str(self.trace.path),
+            "trace": str(self.trace.source_path),
             "nsys_version": self.info.nsys_version,
             "manifest": self.manifest,
             "gpus": self.info.gpus,
@@ -281,7 +282,9 @@ class RunResult:
             "devices": {dev: {d: m["copies"][d] for d in DIRECTIONS} for dev, m in devices.items()},
             "streams": {dev: m["streams"] for dev, m in devices.items()},
             "stalls": {dev: m["stalls"] for dev, m in devices.items()},
-            "stall_ns": sum(m["stalls"]["by_blocker"]["offload"]["stall_ns"] for m in devices.values()),
+            "stall_ns": sum(m["stalls"]["by_blocker"]["offload"]["stall_ns"] for m in devices.values())
+            if self.trace.waits_recorded
+            else None,
             # kernels slowed by copies (METRICS.md), per device, and the excess kernel time over all devices
             **kernel_totals(devices),
             "peak_memory_bytes": {
@@ -370,7 +373,7 @@ def build(
         streams=detail,
         contexts=bd.copy_contexts if device is None else None,
     )
-    add_stalls(devices, bd.stalls)
+    add_stalls(devices, bd.stalls, trace.waits_recorded)
     if detail:  # kernels with names and launch shapes: the trace's, whatever the attribution read
         named = trace.kernels if device is None else trace.kernels.filter(pl.col("device") == device)
         add_kernels_beside(devices, named, trace.copies, bd.kernel_groups if device is None else None)
@@ -397,7 +400,7 @@ def analyzed(
     kinds = OP_KINDS if by is not None or findings is not None else ()
     return build(
         trace,
-        folder.manifest_of(trace.path),
+        folder.manifest_of(trace.source_path),
         device=device,
         kinds=kinds,
         layer_pattern=layer_pattern,
@@ -437,7 +440,7 @@ def findings_of(
     trace: Trace, config: FindingsConfig, layer_pattern: str | None = None, step_range: str | None = None
 ) -> dict[str, Any]:
     """``findings --json``'s entry for one trace: its policy and the findings of its run."""
-    manifest = folder.manifest_of(trace.path)
+    manifest = folder.manifest_of(trace.source_path)
     bd = Breakdown(trace, layer_pattern or DEFAULT_LAYER_PATTERN, step_range)
     found = run_findings(trace, manifest, config, bd)
     return {"policy": (manifest or {}).get("policy") or bd.policy, **found}

@@ -71,7 +71,10 @@ def copies(run: RunSummary) -> dict[str, Any]:
 def copy_cost(run: RunSummary) -> dict[str, Any] | None:
     """The copy-free replay's saving where it is largest: ``saving_ns``, ``per`` (step or window),
     ``device``, and ``basis_ns`` (the median step, or that GPU's window); None when not computed."""
-    free = ((run.findings or {}).get("copy_free") or {}).get("devices") or {}
+    doc = (run.findings or {}).get("copy_free") or {}
+    if doc.get("not_modelled"):
+        return {"not_modelled": doc["not_modelled"]}
+    free = doc.get("devices") or {}
     if not free:
         return None
     per_step = run.median_step_ns is not None and any(v.get("step_saving_ns") is not None for v in free.values())

@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 RUN_ID_CHARS = 16  # the results database's ids since its first version (a recorded run keeps its id)
-TRACE_FILES = (f"{TRACE_STEM}.sqlite", f"{TRACE_STEM}.nsys-rep")
+TRACE_FILES = (f"{TRACE_STEM}.sqlite", f"{TRACE_STEM}.nsys-rep", f"{TRACE_STEM}.json.gz")  # the last: jax.profiler
 # what the dashboard keeps beside a trace it analysed (``store.CacheFiles``): never a trace itself
 CACHE_SUFFIXES = (".profile-step.db", ".ops.parquet", ".ranges.parquet")
 

@@ -25,6 +25,8 @@ import polars as pl
 from profiler.errors import InputError
 from profiler.trace import sqlite_io
 from profiler.trace import window as windows
+from profiler.trace.jax_profile import SOURCE as JAX_SOURCE
+from profiler.trace.jax_profile import SOURCE_KEY
 
 I64 = pl.Int64
 STR = pl.String
@@ -151,10 +153,17 @@ class Trace:
     row_counts: dict[str, int] = field(repr=False)
     meta: dict[str, str] = field(default_factory=dict, repr=False)
     window_spec: str = "auto"  # see window.py: auto, all, nvtx:NAME, cuda-profiler-api
+    origin: Path | None = None  # the file the user named when this export was made from it (a report, a JAX trace)
     _launches: dict[tuple[str, ...], pl.DataFrame] = field(default_factory=dict, repr=False)
     _inside: dict[str, bool] = field(default_factory=dict, repr=False)  # ``_all_in_window``, per table
 
     # --- export facts -------------------------------------------------------
+    @property
+    def source_path(self) -> Path:
+        """The trace as the user named it: the report or JAX trace this export was made from, else the
+        export itself; its folder is the run folder (manifest, compiled step)."""
+        return self.origin or self.path
+
     @property
     def nsys_version(self) -> str | None:
         return self.meta.get("EXPORT_PRODUCT_VERSION")
@@ -162,6 +171,17 @@ class Trace:
     @property
     def schema_version(self) -> str | None:
         return self.meta.get("EXPORT_SCHEMA_VERSION")
+
+    @property
+    def source(self) -> str | None:
+        """What the export was converted from (a JAX profiler trace), None for nsys's own export."""
+        return self.meta.get(SOURCE_KEY)
+
+    @property
+    def waits_recorded(self) -> bool:
+        """Whether the recording could hold CUDA event records and stream waits: an nsys export can
+        (a missing table means none happened); a converted JAX profiler trace cannot."""
+        return self.source != JAX_SOURCE
 
     def has(self, table: str) -> bool:
         return table in self.tables
@@ -676,7 +696,7 @@ class Trace:
         return self._read("TARGET_INFO_CUDA_STREAM", spec)
 
 
-def open_trace(path: str | Path, window: str | None = None) -> Trace:
+def open_trace(path: str | Path, window: str | None = None, origin: Path | None = None) -> Trace:
     """Validate *path* as an nsys SQLite export and return a lazily-read Trace, read through the
     analysis *window* (``auto``, ``all``, ``nvtx:NAME``, ``cuda-profiler-api``; by default what
     the run folder's manifest says, else ``auto``)."""
@@ -703,4 +723,4 @@ def open_trace(path: str | Path, window: str | None = None) -> Trace:
             con.close()
     except sqlite3.DatabaseError as exc:
         raise InputError(path, f"cannot be read as SQLite ({exc})") from None
-    return Trace(path=path, tables=tables, row_counts=counts, meta=meta, window_spec=spec)
+    return Trace(path=path, tables=tables, row_counts=counts, meta=meta, window_spec=spec, origin=origin)

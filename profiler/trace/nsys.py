@@ -91,7 +91,9 @@ def _report_key(report: Path) -> str:
     return hashlib.sha1(f"{report.name}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:10]
 
 
-def _cache_dir() -> Path:
+def exports_cache_dir() -> Path:
+    """Where exports made by profile-step go when not beside their source (nsys's of reports in read-only
+    folders, conversions of JAX profiler traces always)."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "profile-step" / "exports"
 
@@ -122,7 +124,7 @@ def export_paths(report: Path) -> list[Path]:
     return [
         report.with_suffix(".sqlite"),
         report.with_name(f"{report.stem}.{key}.sqlite"),
-        _cache_dir() / f"{report.stem}.{key}.sqlite",
+        exports_cache_dir() / f"{report.stem}.{key}.sqlite",
     ]
 
 

@@ -55,7 +55,7 @@ class Evidence:
         doc = device_metrics(
             bd.kernels, self.trace.copies, self.trace.memsets, kernel_sets=bd.kernel_sets, contexts=bd.copy_contexts
         )
-        add_stalls(doc, bd.stalls)
+        add_stalls(doc, bd.stalls, self.trace.waits_recorded)
         add_kernels_beside(doc, self.trace.kernels, self.trace.copies, bd.kernel_groups)
         return doc
 

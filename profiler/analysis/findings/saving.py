@@ -9,6 +9,7 @@ from profiler.analysis.findings.evidence import CAPTURE, Evidence
 from profiler.analysis.findings.rules.text import dur
 from profiler.analysis.savings import CAPTURE as CAPTURE_WINDOW
 from profiler.analysis.savings import DEVICE, STEPS, WINDOWS, Window
+from profiler.trace.jax_profile import NO_WAITS
 
 if TYPE_CHECKING:
     from profiler.analysis.findings import Finding
@@ -25,6 +26,8 @@ def with_saving(f: Finding, ev: Evidence) -> Finding:
         return replace(f, saving_basis=why)
     if not ev.devices:
         return replace(f, saving_basis="no GPU activity: nothing to replay")
+    if not ev.trace.waits_recorded:
+        return replace(f, saving_basis=f"not modelled: {NO_WAITS}")
     window = f.window or Window(WINDOWS)
     paced = None
     if window.kind == DEVICE and f.attributed_ns is not None and f.attributed_ns >= ev.config["severity_min_cost_ns"]:
@@ -81,6 +84,8 @@ def copy_free(ev: Evidence) -> dict[str, Any] | None:
     saving on the window, and per step (median); None without GPU activity."""
     if not ev.devices:
         return None
+    if not ev.trace.waits_recorded:
+        return {"host_sync_modeled": False, "not_modelled": NO_WAITS, "devices": {}}
     if any(d["copies"]["offload"]["count"] for d in ev.devices.values()) or "replays" in ev.__dict__:
         return ev.replays.copy_free_doc()
     # no h2d/d2h copy anywhere and no replay made: nothing to remove, and no dependency pass for it;

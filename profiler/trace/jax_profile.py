@@ -1,0 +1,482 @@
+"""A JAX profiler trace read as an Nsight Systems export.
+
+``jax.profiler.trace(DIR)`` writes ``DIR/plugins/profile/<run>/<host>.trace.json.gz`` (and the
+same events as ``perfetto_trace.json.gz``): Chrome trace events of what CUPTI saw on the GPUs
+(kernels, copies, memsets, each with XLA's ``hlo_module`` and ``hlo_op``), the CUDA calls that
+launched them, and XLA's host annotations (one range per module execution, one per thunk).
+``convert`` writes them into an SQLite file with nsys's table and column names
+(``nsys_schema``), so that every analysis reads one format:
+
+- a process ``/device:GPU:N`` is device N, its thread ``Stream #S(...)`` stream S; its events are
+  kernels (``CUPTI_ACTIVITY_KIND_KERNEL``, launch shape from ``kernel_details``), copies
+  (``Memcpy*``: kind, host memory kind and bytes from ``memcpy_details``) and memsets;
+- the host process's events with a ``correlation_id`` are the CUDA calls
+  (``CUPTI_ACTIVITY_KIND_RUNTIME``, named as the trace names them), which join the GPU ops by
+  correlation id as nsys's do;
+- XLA's annotations become its NVTX ranges in the domain ``TSL``: a module execution
+  (``jit_step:XLA GPU module``) ``XlaModule:#hlo_module=jit_step[,program_id=N]#``, and each
+  thunk inside it (a direct child named by its instruction: ``copy-start.23.0``,
+  ``command_buffer_1``) ``Thunk:#[name=<op_name>,]hlo_op=<instruction>#``, the ``op_name`` read
+  from the step's optimized HLO when it is given, as XLA builds the same range's name.
+
+Times are the trace's microseconds as nanoseconds.  What the trace does not hold is left out and
+the export says so (``META_DATA_EXPORT``): CUDA event records and stream waits (so no stalls),
+and the GPU's name unless it is given.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from profiler.conventions import JAX_TRACE_SUFFIXES, is_jax_trace_name
+from profiler.errors import InputError
+from profiler.trace import nsys_schema
+from profiler.xla.hlo import Module
+
+I64 = pl.Int64
+TRACE_SUFFIXES = JAX_TRACE_SUFFIXES
+PERFETTO_NAME = "perfetto_trace.json.gz"
+PROFILE_SUBDIR = Path("plugins") / "profile"
+SOURCE_KEY = "PROFILE_STEP_SOURCE"  # META_DATA_EXPORT: what the export was converted from
+SOURCE = "jax.profiler trace"
+MISSING_NOTE = (
+    "converted from a JAX profiler trace: no CUDA event records or stream waits (no stalls can be "
+    "measured), no CUDA graph or context facts beyond what the trace names"
+)
+# what a converted trace cannot say, in the words every report uses
+NO_WAITS = "a JAX profiler trace holds no stream waits: stalls and the copies' cost to the step need an nsys capture"
+XLA_DOMAIN_ID = 1
+MODULE_SUFFIX = ":XLA GPU module"
+COPY_KIND = {"MemcpyH2D": 1, "MemcpyD2H": 2, "MemcpyD2D": 8, "MemcpyP2P": 10}
+MEM_KIND = {"pageable": 0, "pinned": 1, "device": 2, "array": 3, "managed": 4}
+UNKNOWN_MEM_KIND = 7
+ARG_KEYS = (
+    "correlation_id",
+    "hlo_op",
+    "hlo_module",
+    "kernel_details",
+    "memcpy_details",
+    "Memset_details",
+    "memset_details",
+    "context_id",
+    "cuda_graph_node_id",
+)
+
+
+def is_jax_trace(path: Path) -> bool:
+    """Whether *path* names a JAX profiler trace: a ``*trace.json[.gz]`` file (``host.trace.json.gz``,
+    ``perfetto_trace.json.gz``), or a ``jax.profiler.trace`` folder (``plugins/profile`` in it, or one
+    of its runs)."""
+    if path.is_dir():
+        return (path / PROFILE_SUBDIR).is_dir() or (
+            path.parent.name == "profile" and any(p.name.endswith(TRACE_SUFFIXES) for p in path.iterdir())
+        )
+    return is_jax_trace_name(path.name)
+
+
+def find(path: Path) -> Path:
+    """The trace file *path* names: itself, or in a ``jax.profiler.trace`` folder the newest
+    run's ``<host>.trace.json.gz`` (else its ``perfetto_trace.json.gz``)."""
+    if not path.exists():
+        raise InputError(path, "no such file or folder")
+    if path.is_file():
+        return path
+    runs = (
+        sorted(p for p in (path / PROFILE_SUBDIR).glob("*") if p.is_dir()) if (path / PROFILE_SUBDIR).is_dir() else []
+    )
+    folder = runs[-1] if runs else path
+    files = sorted(folder.glob("*.trace.json.gz")) or sorted(folder.glob(PERFETTO_NAME))
+    if not files:
+        raise InputError(path, "holds no JAX profiler trace (plugins/profile/<run>/*.trace.json.gz)")
+    if len(files) > 1:
+        names = ", ".join(f.name for f in files)
+        raise InputError(folder, f"holds {len(files)} host traces ({names}): name one of them")
+    return files[0]
+
+
+@dataclass(frozen=True)
+class Events:
+    """A trace's complete events (``ph: X``), one row each: pid, tid, start, end (ns), name, has_args
+    and the arguments the conversion reads (``ARG_KEYS``, NULL where absent); with the process and
+    thread names."""
+
+    events: pl.DataFrame
+    processes: dict[int, str]
+    threads: dict[tuple[int, int], str]
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    try:
+        raw = path.read_bytes()
+        text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+        data = json.loads(text)
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(path, f"cannot be read as a JAX profiler trace ({type(exc).__name__}: {exc})") from None
+    if isinstance(data, list):
+        data = {"traceEvents": data}
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise InputError(path, "is JSON but not a Chrome trace (no traceEvents list)")
+    return data
+
+
+def read(path: Path) -> Events:
+    """The complete events of the trace file *path*."""
+    data = _load_json(path)
+    processes: dict[int, str] = {}
+    threads: dict[tuple[int, int], str] = {}
+    complete = []
+    for e in data["traceEvents"]:
+        if not isinstance(e, dict):
+            continue
+        ph = e.get("ph")
+        if ph == "X":
+            complete.append(e)
+        elif ph == "M" and isinstance(e.get("args"), dict):
+            if e.get("name") == "process_name":
+                processes[int(e["pid"])] = str(e["args"].get("name"))
+            elif e.get("name") == "thread_name":
+                threads[(int(e["pid"]), int(e["tid"]))] = str(e["args"].get("name"))
+    cols: dict[str, list[Any]] = {
+        "pid": [int(e.get("pid", -1)) for e in complete],
+        "tid": [int(e.get("tid", -1)) for e in complete],
+        "ts": [float(e.get("ts", 0.0)) for e in complete],
+        "dur": [float(e.get("dur", 0.0)) for e in complete],
+        "name": [str(e.get("name", "")) for e in complete],
+        "has_args": [bool(e.get("args")) for e in complete],
+    }
+    for key in ARG_KEYS:
+        cols[key] = [_arg(e, key) for e in complete]
+    schema = {"pid": I64, "tid": I64, "ts": pl.Float64, "dur": pl.Float64, "name": pl.String, "has_args": pl.Boolean}
+    frame = pl.DataFrame(cols, schema={**schema, **dict.fromkeys(ARG_KEYS, pl.String)})
+    # microseconds with nanosecond decimals -> integer nanoseconds; a span keeps its own rounding
+    start = (pl.col("ts") * 1000).round().cast(I64)
+    frame = frame.with_columns(start.alias("start"), (start + (pl.col("dur") * 1000).round().cast(I64)).alias("end"))
+    return Events(frame.drop("ts", "dur"), processes, threads)
+
+
+def _arg(event: dict[str, Any], key: str) -> str | None:
+    args = event.get("args")
+    value = args.get(key) if isinstance(args, dict) else None
+    return None if value is None else str(value)
+
+
+def _devices(processes: dict[int, str]) -> dict[int, int]:
+    """trace pid -> GPU ordinal, for processes named ``/device:GPU:N``."""
+    out = {}
+    for pid, name in processes.items():
+        head, _, ordinal = name.rpartition(":")
+        if head.endswith("/device:GPU") and ordinal.isdigit():
+            out[pid] = int(ordinal)
+    return out
+
+
+def _streams(threads: dict[tuple[int, int], str], devices: dict[int, int]) -> pl.DataFrame:
+    """pid, tid, stream: the GPU threads named ``Stream #S(...)``."""
+    rows = [
+        (pid, tid, int(name.split("#", 1)[1].split("(", 1)[0]))
+        for (pid, tid), name in threads.items()
+        if pid in devices and name.startswith("Stream #") and name.split("#", 1)[1].split("(", 1)[0].isdigit()
+    ]
+    return pl.DataFrame(rows, schema={"pid": I64, "tid": I64, "stream": I64}, orient="row")
+
+
+def _number(col: str, pattern: str) -> pl.Expr:
+    return pl.col(col).str.extract(pattern, 1).cast(I64)
+
+
+def _gpu_ops(ev: Events, devices: dict[int, int], host_pid: int) -> dict[str, pl.DataFrame]:
+    """Kernels, copies and memsets with their export columns."""
+    streams = _streams(ev.threads, devices)
+    dev = pl.DataFrame({"pid": list(devices), "deviceId": list(devices.values())}, schema={"pid": I64, "deviceId": I64})
+    ops = ev.events.join(streams, on=["pid", "tid"]).join(dev, on="pid")
+    ops = ops.with_columns(
+        pl.col("stream").alias("streamId"),
+        pl.col("correlation_id").cast(I64, strict=False).alias("correlationId"),
+        pl.col("context_id").str.extract(r"(\d+)", 1).cast(I64).fill_null(1).alias("contextId"),
+        pl.lit(nsys_schema.global_tid(host_pid, 0)).alias("globalPid"),
+        pl.col("cuda_graph_node_id").cast(I64, strict=False).alias("graphNodeId"),
+    )
+    is_copy = pl.col("name").str.starts_with("Memcpy")
+    is_set = pl.col("name").str.starts_with("Memset")
+    copies = ops.filter(is_copy).with_columns(
+        pl.col("name").replace_strict(COPY_KIND, default=0, return_dtype=I64).alias("copyKind"),
+        _number("memcpy_details", r"size:(\d+)").fill_null(0).alias("bytes"),
+        *(
+            pl.col("memcpy_details")
+            .str.extract(rf"kind_{side}:(\w+)", 1)
+            .replace_strict(MEM_KIND, default=UNKNOWN_MEM_KIND, return_dtype=I64)
+            .alias(f"{side}Kind")
+            for side in ("src", "dst")
+        ),
+    )
+    set_bytes = pl.coalesce("Memset_details", "memset_details").str.extract(r"num_bytes:(\d+)", 1).cast(I64)
+    sets = ops.filter(is_set).with_columns(set_bytes.fill_null(0).alias("bytes"), pl.lit(0).alias("value"))
+    shape = {
+        "registersPerThread": r"regs:(\d+)",
+        "staticSharedMemory": r"static_shared:(\d+)",
+        "dynamicSharedMemory": r"dynamic_shared:(\d+)",
+        "gridX": r"grid:(\d+),",
+        "gridY": r"grid:\d+,(\d+),",
+        "gridZ": r"grid:\d+,\d+,(\d+)",
+        "blockX": r"block:(\d+),",
+        "blockY": r"block:\d+,(\d+),",
+        "blockZ": r"block:\d+,\d+,(\d+)",
+    }
+    kernels = ops.filter(~is_copy & ~is_set).with_columns(
+        *(_number("kernel_details", p).fill_null(0).alias(c) for c, p in shape.items()),
+        pl.lit(0).alias("localMemoryPerThread"),
+        pl.lit(0).alias("localMemoryTotal"),
+        pl.col("correlationId").fill_null(0).alias("gridId"),
+    )
+    return {"kernels": kernels, "copies": copies, "memsets": sets}
+
+
+def _host(processes: dict[int, str]) -> int | None:
+    """The trace pid of the host process (``/host:CPU``), if any."""
+    return next((pid for pid, name in processes.items() if name.startswith("/host:CPU")), None)
+
+
+def _depth(events: pl.DataFrame) -> pl.DataFrame:
+    """*events* (tid, start, end) with ``depth``: how many events of the same thread contain each
+    (a thread's events nest as a call tree): its position in (start, longest first) order on its
+    thread less the events of the thread that ended by its start."""
+    f = events.sort("tid", "start", "end", descending=[False, False, True])
+    f = f.with_columns(pl.int_range(pl.len()).over("tid").alias("_pos"))
+    ends = (
+        f.select("tid", pl.col("end").alias("_end"))
+        .sort("tid", "_end")
+        .with_columns((pl.int_range(pl.len()).over("tid") + 1).alias("_ended"))
+        .unique(["tid", "_end"], keep="last")
+        .sort("_end")
+    )
+    f = f.sort("start").join_asof(
+        ends, left_on="start", right_on="_end", by="tid", strategy="backward", check_sortedness=False
+    )
+    depth = (pl.col("_pos") - pl.col("_ended").fill_null(0)).cast(I64)
+    return f.with_columns(depth.alias("depth")).drop("_pos", "_end", "_ended")
+
+
+def _is_module(name: pl.Expr) -> pl.Expr:
+    return name.str.ends_with(MODULE_SUFFIX) | name.str.starts_with("XlaModule:#")
+
+
+def _module_text(name: pl.Expr, program_id: int | None) -> pl.Expr:
+    """XLA's NVTX name of a module execution: the trace's own when it is one, else built from the
+    module name (with the program id when known)."""
+    pid = f",program_id={program_id}" if program_id is not None else ""
+    built = pl.concat_str(pl.lit("XlaModule:#hlo_module="), name.str.strip_suffix(MODULE_SUFFIX), pl.lit(f"{pid}#"))
+    return pl.when(name.str.starts_with("XlaModule:#")).then(name).otherwise(built)
+
+
+def _thunks(host: pl.DataFrame) -> pl.DataFrame:
+    """Host events that are thunks: direct children of a module execution on its thread, named
+    by an instruction (no arguments, no spaces, no ``::``): tid, start, end, name."""
+    timed = _depth(host.filter(pl.col("end") > pl.col("start")))
+    modules = timed.filter(_is_module(pl.col("name"))).select(
+        "tid", pl.col("start").alias("_ms"), pl.col("end").alias("_me"), pl.col("depth").alias("_md")
+    )
+    if modules.height == 0:
+        return timed.clear().select("tid", "start", "end", "name")
+    inside = (
+        timed.filter(~_is_module(pl.col("name")))
+        .sort("start")
+        .join_asof(
+            modules.sort("_ms"), left_on="start", right_on="_ms", by="tid", strategy="backward", check_sortedness=False
+        )
+    )
+    named = ~pl.col("has_args") & ~pl.col("name").str.contains(r"\s|::|\(")
+    child = (pl.col("end") <= pl.col("_me")) & (pl.col("depth") == pl.col("_md") + 1)
+    return inside.filter(child & named).select("tid", "start", "end", "name")
+
+
+def _op_names(module: Module | None) -> pl.DataFrame:
+    rows = [(i.name, i.op_name) for i in module.instructions() if i.op_name] if module is not None else []
+    return pl.DataFrame(rows, schema={"name": pl.String, "op_name": pl.String}, orient="row")
+
+
+def _host_rows(ev: Events, host_pid: int, module: Module | None, program_id: int | None) -> dict[str, pl.DataFrame]:
+    """The host process's CUDA calls, XLA's ranges and thread names, with their export columns."""
+    host = ev.events.filter(pl.col("pid") == host_pid)
+    tids = host.select("tid").unique().sort("tid").with_row_index("_small", offset=1)
+    base = nsys_schema.global_tid(host_pid, 0)  # a GlobalId's thread bits are its low 24: added
+    host = host.join(tids, on="tid").with_columns((pl.lit(base) + pl.col("_small").cast(I64)).alias("globalTid"))
+    calls = host.filter(pl.col("correlation_id").is_not_null()).with_columns(
+        pl.col("correlation_id").cast(I64, strict=False).alias("correlationId"),
+        pl.lit(1).alias("eventClass"),
+        pl.lit(0).alias("returnValue"),
+    )
+    modules = host.filter(_is_module(pl.col("name"))).with_columns(
+        _module_text(pl.col("name"), program_id).alias("text")
+    )
+    thunks = _thunks(host).join(_op_names(module), on="name", how="left")
+    op = pl.col("op_name")
+    text = pl.when(op.is_not_null()).then(
+        pl.concat_str(pl.lit("Thunk:#name="), op, pl.lit(",hlo_op="), "name", pl.lit("#"))
+    )
+    thunks = thunks.with_columns(
+        text.otherwise(pl.concat_str(pl.lit("Thunk:#hlo_op="), "name", pl.lit("#"))).alias("text")
+    ).join(host.select("tid", "globalTid").unique("tid"), on="tid")
+    ranges = pl.concat(
+        [modules.select("start", "end", "text", "globalTid"), thunks.select("start", "end", "text", "globalTid")]
+    )
+    ranges = ranges.with_columns(pl.lit(59).alias("eventType"), pl.lit(XLA_DOMAIN_ID).alias("domainId")).sort("start")
+    names = pl.DataFrame(
+        [(name, tid) for (pid, tid), name in ev.threads.items() if pid == host_pid],
+        schema={"name": pl.String, "tid": I64},
+        orient="row",
+    ).join(host.select("tid", "globalTid").unique("tid"), on="tid")
+    return {"calls": calls, "ranges": ranges, "threads": names}
+
+
+def convert(
+    src: Path,
+    dst: Path,
+    module: Module | None = None,
+    gpu_name: str | None = None,
+    program_id: int | None = None,
+) -> Path:
+    """Write the JAX profiler trace *src* (a file or a ``jax.profiler.trace`` folder) as an nsys-schema
+    SQLite export at *dst* (which must not exist).  *module* (the step's optimized HLO) gives the
+    thunk ranges their ``op_name``; *gpu_name* names the GPUs; *program_id* goes into the module
+    ranges of the step (XLA's ``program_id``, the number of its dump's ``module_NNNN``)."""
+    path = find(src)
+    ev = read(path)
+    devices = _devices(ev.processes)
+    host_pid = _host(ev.processes)
+    small_pid = (host_pid if host_pid is not None else 0) % (1 << 24)
+    ops = _gpu_ops(ev, devices, small_pid)
+    rows: dict[str, list[dict[str, object]]] = {"StringIds": [], "META_DATA_EXPORT": []}
+    strings: dict[str, int] = {}
+
+    def string_ids(values: pl.Series) -> pl.Series:
+        for v in values.unique().drop_nulls().to_list():
+            if v not in strings:
+                strings[v] = len(strings) + 1
+        return values.replace_strict(strings, default=None, return_dtype=I64)
+
+    k = ops["kernels"]
+    name_id = string_ids(k["name"])
+    rows["CUPTI_ACTIVITY_KIND_KERNEL"] = k.with_columns(
+        name_id.alias("shortName"), name_id.alias("demangledName")
+    ).to_dicts()
+    rows["CUPTI_ACTIVITY_KIND_MEMCPY"] = ops["copies"].to_dicts()
+    rows["CUPTI_ACTIVITY_KIND_MEMSET"] = ops["memsets"].to_dicts()
+    if host_pid is not None:
+        host = _host_rows(ev, host_pid, module, program_id)
+        calls = host["calls"]
+        rows["CUPTI_ACTIVITY_KIND_RUNTIME"] = calls.with_columns(string_ids(calls["name"]).alias("nameId")).to_dicts()
+        main_tid = (
+            host["ranges"]["globalTid"].first() if host["ranges"].height else nsys_schema.global_tid(small_pid, 1)
+        )
+        domain = {
+            "start": 0,
+            "end": None,
+            "eventType": 75,
+            "domainId": XLA_DOMAIN_ID,
+            "text": "TSL",
+            "globalTid": main_tid,
+        }
+        rows["NVTX_EVENTS"] = [domain, *host["ranges"].to_dicts()]
+        threads = host["threads"]
+        rows["ThreadNames"] = threads.with_columns(string_ids(threads["name"]).alias("nameId")).to_dicts()
+    if gpu_name:
+        rows["TARGET_INFO_GPU"] = [
+            {"vmId": nsys_schema.VM_BITS, "id": d, "name": gpu_name, "cuDevice": d} for d in sorted(devices.values())
+        ]
+    rows["StringIds"] = [{"id": i, "value": v} for v, i in strings.items()]
+    rows["META_DATA_EXPORT"] = [
+        {"name": SOURCE_KEY, "value": SOURCE},
+        {"name": "PROFILE_STEP_SOURCE_FILE", "value": path.name},
+        {"name": "PROFILE_STEP_NOTE", "value": MISSING_NOTE},
+    ]
+    return nsys_schema.create(dst, rows)
+
+
+# --- the export a profile-step command reads ---------------------------------------------------
+CONVERTER_VERSION = "1"  # a new conversion makes new cache entries
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a run folder says about a JAX trace inside it: the step's optimized HLO (its thunks'
+    op_name paths), the GPU's name and the step's program id; and the files it was read from."""
+
+    module: Module | None = None
+    gpu_name: str | None = None
+    program_id: int | None = None
+    files: tuple[Path, ...] = ()
+
+
+def run_folder_of(trace_file: Path) -> Path | None:
+    """The run folder holding *trace_file*: its own folder, or the one above a ``jax.profiler.trace``
+    folder (``RUN/<dir>/plugins/profile/<run>/<file>``)."""
+    from profiler.stored import folder
+
+    for up in (trace_file.parent, *trace_file.parents[3:5]):
+        if folder.is_run(up):
+            return up
+    return None
+
+
+def context_of(trace_file: Path) -> Context:
+    """The facts of the run folder holding *trace_file* (none outside one): the step module that
+    ``compiled.json`` names, from the run's XLA dump; the GPU of its manifest."""
+    from profiler.conventions import XLA_DUMP_DIR
+    from profiler.stored import folder
+    from profiler.xla import dump
+    from profiler.xla.compiled import load_module
+    from profiler.xla.hlo import HloError
+
+    run = run_folder_of(trace_file)
+    if run is None:
+        return Context()
+    manifest = folder.manifest_in(run) or {}
+    kinds = [d.get("kind") for d in manifest.get("devices") or [] if isinstance(d, dict) and d.get("kind")]
+    compiled = folder.compiled_in(run) or {}
+    step = str(compiled.get("step_module") or "")
+    mods = dump.scan(run / XLA_DUMP_DIR) if (run / XLA_DUMP_DIR).is_dir() else []
+    hit = [m for m in mods if step == f"module_{m.id:04d}.{m.name}" and "after" in m.files]
+    module = None
+    files: tuple[Path, ...] = (run / folder.MANIFEST,)
+    if hit:
+        try:
+            module = load_module(hit[0].files["after"])[0]
+            files += (hit[0].files["after"],)
+        except (HloError, OSError):
+            module = None
+    return Context(module, kinds[0] if kinds else None, hit[0].id if hit else None, files)
+
+
+def export(path: Path) -> Path:
+    """The nsys-schema export of the JAX profiler trace *path* (a file or a ``jax.profiler.trace``
+    folder), converted once into the user cache (``$XDG_CACHE_HOME/profile-step/exports``) and
+    reused while the trace and its run folder's files are unchanged; nothing is written beside it."""
+    import hashlib
+    import os
+
+    from profiler.trace.nsys import exports_cache_dir
+
+    src = find(path)
+    ctx = context_of(src)
+    stamp = [f"{p.resolve()}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in (src, *ctx.files) if p.exists()]
+    key = hashlib.sha1("|".join([CONVERTER_VERSION, *stamp]).encode()).hexdigest()[:12]
+    stem = src.name.removesuffix(".gz").removesuffix(".json")
+    target = exports_cache_dir() / f"{stem}.{key}.sqlite"
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.stem}.{os.getpid()}.partial.sqlite")
+    tmp.unlink(missing_ok=True)
+    try:
+        convert(src, tmp, ctx.module, ctx.gpu_name, ctx.program_id)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
