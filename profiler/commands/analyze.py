@@ -163,7 +163,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from profiler.analysis.links import given_link
 
     link = given_link(args.link)  # a bad --link is an error on every path, not silently ignored
-    if len(args.trace) > 1 or Path(args.trace[0]).is_dir():
+    from profiler.trace.jax_profile import is_jax_trace
+
+    one = Path(args.trace[0])
+    if len(args.trace) > 1 or (one.is_dir() and not is_jax_trace(one)):  # a jax.profiler folder is one trace
         if args.by:
             return cmd_run_views(args)
         return cmd_policies(args)
