@@ -18,12 +18,13 @@ from profiler.xla.hlo import parse_text
 from tests.conftest import ROOT, run_cli
 
 H200 = ROOT / "sample_traces" / "h200-example"
+LAUNCH = "grid:4,2,1 block:128,1,1"
 HOST_TID = 1_265_496_532  # a real host thread id of the H200 traces: above the 24 bits a GlobalId keeps
 HLO = """HloModule jit_step, is_scheduled=true
 
 ENTRY %main.1 (p: f32[4]) -> f32[4] {
   %p = f32[4]{0} parameter(0)
-  ROOT %fusion.3 = f32[4]{0} fusion(f32[4]{0} %p), kind=kLoop, calls=%fused, metadata={op_name="jit(step)/jvp(layer_0)/mul"}
+  ROOT %fusion.3 = f32[4]{0} fusion(f32[4]{0} %p), kind=kLoop, calls=%f, metadata={op_name="jit(step)/jvp(layer_0)/mul"}
 }
 """
 
@@ -57,10 +58,27 @@ def built_events() -> list[dict]:
         x(host, HOST_TID, 110.5, 0.5, "Memset", correlation_id=13, Memset_details="kind:unknown num_bytes:4"),
         x(host, HOST_TID, 111.0, 30.0, "GetEventForComputeStreamSyncPoint", long_name="ThenExecuteCallback:Get"),
         x(host, HOST_TID, 112.0, 25.0, "cuLaunchHostFunc"),
-        x(1, 7, 103.0, 10.0, "fusion_3", correlation_id=11, hlo_module="jit_step", hlo_op="fusion.3",
-          kernel_details="regs:32 static_shared:0 dynamic_shared:1024 grid:4,2,1 block:128,1,1 occ_pct:50"),  # fmt: skip
-        x(1, 20, 105.5, 20.25, "MemcpyD2H", correlation_id=12, hlo_op="copy-start.1.0",
-          memcpy_details="kind_src:device kind_dst:pinned size:1048576 dest:0 async:1"),  # fmt: skip
+        x(
+            1,
+            7,
+            103.0,
+            10.0,
+            "fusion_3",
+            correlation_id=11,
+            hlo_module="jit_step",
+            hlo_op="fusion.3",
+            kernel_details=f"regs:32 static_shared:0 dynamic_shared:1024 {LAUNCH} occ_pct:50",
+        ),
+        x(
+            1,
+            20,
+            105.5,
+            20.25,
+            "MemcpyD2H",
+            correlation_id=12,
+            hlo_op="copy-start.1.0",
+            memcpy_details="kind_src:device kind_dst:pinned size:1048576 dest:0 async:1",
+        ),
         x(1, 7, 113.5, 0.001, "Memset", correlation_id=13, Memset_details="kind:unknown num_bytes:4 async:1"),
     ]
 
@@ -81,7 +99,8 @@ def rows(db: Path, sql: str) -> list[tuple]:
 
 @pytest.fixture
 def built(tmp_path: Path) -> Path:
-    src = write_trace(tmp_path / "t" / "plugins" / "profile" / "2026_12_04_16_59_07" / "vm.trace.json.gz", built_events())
+    profile = tmp_path / "t" / "plugins" / "profile" / "2026_12_04_16_59_07"
+    src = write_trace(profile / "vm.trace.json.gz", built_events())
     out = tmp_path / "built.sqlite"
     jax_profile.convert(tmp_path / "t", out, module=parse_text(HLO), gpu_name="NVIDIA H200", program_id=5)
     assert src.is_file()
