@@ -66,9 +66,11 @@ def render_devices(doc: dict[str, Any], link: Link | None = None, wide: bool = F
     compare with (*link*, ``--link``, else its device model's, else assumed and said so); kernel
     names shortened unless *wide*."""
     info = doc.get("trace", {})
-    made = f"converted from a {info['source']}" if info.get("source") else None
-    made = made or f"nsys {info.get('nsys_version') or '?'}, schema {info.get('schema_version') or '?'}"
-    head = f"{info.get('path', '')}  ({made})"
+    if info.get("source"):  # a conversion in the user's cache: the file the user named, then what it is
+        head = f"{info.get('origin') or info.get('path', '')}  (a {info['source']}, read through {info.get('path')})"
+    else:
+        made = f"nsys {info.get('nsys_version') or '?'}, schema {info.get('schema_version') or '?'}"
+        head = f"{info.get('path', '')}  ({made})"
     window = info.get("window")
     if window:
         head += "\n" + window_line(window)

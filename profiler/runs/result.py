@@ -55,11 +55,14 @@ class TraceInfo:
     device_names: dict[str, str | None]  # every device of the export, by decimal id
     window: Window  # the part of the recording every number comes from
     source: str | None = None  # what the export was converted from (a JAX profiler trace); None: nsys's
+    origin: Path | None = None  # the file the user named, when the export was made from it
 
     @classmethod
     def of(cls, trace: Trace) -> TraceInfo:
         names = {str(d): n for d, n in trace.devices.select("id", "name").iter_rows()}
-        return cls(trace.source_path, trace.nsys_version, trace.schema_version, names, trace.window, trace.source)
+        return cls(
+            trace.path, trace.nsys_version, trace.schema_version, names, trace.window, trace.source, trace.origin
+        )
 
     @property
     def gpus(self) -> list[str]:
@@ -67,13 +70,17 @@ class TraceInfo:
         return sorted({n for n in self.device_names.values() if n is not None})
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "path": str(self.path),
-            "nsys_version": self.nsys_version,
-            "schema_version": self.schema_version,
-            "gpus": self.device_names,
-            "window": self.window.facts(),
-        } | ({"source": self.source} if self.source else {})
+        return (
+            {
+                "path": str(self.path),
+                "nsys_version": self.nsys_version,
+                "schema_version": self.schema_version,
+                "gpus": self.device_names,
+                "window": self.window.facts(),
+            }
+            | ({"source": self.source} if self.source else {})
+            | ({"origin": str(self.origin)} if self.origin else {})
+        )
 
 
 @dataclass(frozen=True)
