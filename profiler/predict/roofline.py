@@ -6,7 +6,9 @@ their payload over the GPU interconnect with a ring's factor.  Host copies are
 not costed here: the simulator prices them over the chosen host link (or takes
 a measured cost).  The assumptions, in docs/plan.md ("Prediction"):
 
-- FLOPs: a dot is ``2 x result elements x contracted size``, a convolution
+- FLOPs: a dot, and a cuBLAS GEMM custom call (``__cublas$gemm``, ``__cublas$lt$matmul``: what XLA
+  makes of most dots on a real GPU) by the dimension numbers of its backend config, is
+  ``2 x result elements x contracted size``, a convolution
   ``2 x result elements x kernel elements / output features``; an elementwise
   instruction one FLOP per result element, a reduce one per input element;
   dots in bf16/f16 run at the dense tensor-core peak, f32 dots at half of it
@@ -26,7 +28,7 @@ import re
 from dataclasses import dataclass
 
 from profiler.predict.schedule import COLLECTIVES, Schedule
-from profiler.xla.hlo import Instruction, Module
+from profiler.xla.hlo import GEMM_TARGETS, Instruction, Module
 from profiler.xla.shapes import Shape
 from profiler.xla.targets import TARGETS, peak_tflops
 
@@ -114,10 +116,12 @@ class Costs:
         """(matmul FLOPs weighted to bf16-peak equivalents, vector FLOPs, matmul FLOPs) of one
         instruction (the last as XLA's cost analysis counts them)."""
         op = ins.opcode
-        if op in ("dot", "convolution"):
+        gemm = op == "custom-call" and (ins.custom_call_target or "").startswith(GEMM_TARGETS)
+        if op in ("dot", "convolution") or gemm:
             lhs, rhs = self.operand(ins, 0), self.operand(ins, 1)
-            out = _elems(ins.shape)
-            k = self._contracted(ins, lhs, rhs) if op == "dot" else self._kernel_size(ins, rhs)
+            arrays = ins.shape.arrays()
+            out = _prod(arrays[0].dims) if gemm and arrays else _elems(ins.shape)  # a GEMM's: (result, workspace)
+            k = self._kernel_size(ins, rhs) if op == "convolution" else self._contracted(ins, lhs, rhs)
             dtype = (lhs.shape.dtype if lhs is not None else None) or ins.shape.dtype or "f32"
             return 2.0 * out * k * _matmul_weight(dtype), 0.0, 2.0 * out * k
         if op in ("fusion", "call", "async-start") and ins.called:
@@ -192,7 +196,10 @@ class Costs:
         """Device-memory bytes a kernel reads and writes (see the module docstring)."""
         if ins.opcode in NO_HBM:
             return 0
-        out = sum(a.bytes for a in ins.shape.arrays() if not a.on_host)
+        arrays = [a for a in ins.shape.arrays() if not a.on_host]
+        if ins.opcode == "custom-call" and (ins.custom_call_target or "").startswith(GEMM_TARGETS):
+            arrays = arrays[:1]  # a GEMM's result; its workspace (the tuple's last array) is scratch
+        out = sum(a.bytes for a in arrays)
         reads = 0
         fused = self.module.computations.get(ins.called[0]) if ins.opcode == "fusion" and ins.called else None
         params = {i.parameter_number: i for i in fused.instructions if i.opcode == "parameter"} if fused else {}

@@ -99,6 +99,9 @@ _COST_ATTR = re.compile(
 )
 COST_ATTR_OPS = {"dot", "convolution"}
 _MASK = re.compile(r'"mask_type":\s*"(\w+)"')
+# a cuBLAS GEMM's dot dimension numbers, in its backend_config JSON ("lhs_contracting_dimensions":["1"])
+_GEMM_DIMS = re.compile(r'"(lhs_contracting|lhs_batch)_dimensions"\s*:\s*\[([^\]]*)\]')
+GEMM_TARGETS = ("__cublas$gemm", "__cublas$lt$matmul")  # with suffixes: __cublas$lt$matmul$f8
 NO_OPERANDS = {"parameter", "constant", "iota", "rng-get-and-update-state", "partition-id", "replica-id"}
 
 
@@ -186,6 +189,9 @@ def parse_instruction(line: str, computation: str, position: int) -> Instruction
     trip = _TRIP.search(attrs) if opcode == "while" else None
     index = _INDEX.search(attrs) if opcode == "get-tuple-element" else None
     cost_attrs = dict(_COST_ATTR.findall(attrs)) if opcode in COST_ATTR_OPS or "replica_groups=" in attrs else {}
+    if target is not None and target.group(1).startswith(GEMM_TARGETS):  # a GEMM: as a dot prints them
+        for key, dims in _GEMM_DIMS.findall(attrs):
+            cost_attrs[f"{key}_dims"] = "{" + ",".join(d.strip().strip('"') for d in dims.split(",") if d.strip()) + "}"
     if target is not None and "fmha" in target.group(1):  # cuDNN attention: its mask decides its FLOPs
         mask = _MASK.search(attrs)
         cost_attrs["mask_type"] = mask.group(1) if mask else "NO_MASK"
