@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from profiler.analysis.accuracy import ROOFLINE
 from profiler.analysis.links import parse_link
 from profiler.predict import roofline, schedule
 from profiler.predict.simulate import link_ns, simulate
@@ -160,7 +161,9 @@ def test_plan_predicts_per_policy_batch_and_link(aot_python, tmp_path):
     assert set(verdicts) == {(b, k) for b in (2, 8) for k in ("pcie5", "nvlink-c2c")}
     for (b, k), v in verdicts.items():
         rem, off = by[("remat", b, k)]["predicted_step_ns"], by[("offload_qkv", b, k)]["predicted_step_ns"]
-        assert v["saving_ns"] == rem - off and v["winner"] == ("offload" if rem > off else "remat")
+        # a difference inside the roofline's error on real steps (10%) is a tie, said as one
+        won = "tie" if abs(rem - off) < ROOFLINE.tie * max(rem, off) else ("offload" if rem > off else "remat")
+        assert v["saving_ns"] == rem - off and v["winner"] == won
     assert [lk["key"] for lk in tab["links"]] == ["pcie5", "nvlink-c2c"]
     # the text the command prints for the same plan (render_plan of its plan.json, without compiling the
     # four steps again; the command's own printing of a plan is test_compiled_step's)
@@ -171,6 +174,7 @@ def test_plan_predicts_per_policy_batch_and_link(aot_python, tmp_path):
     assert "predicted (roofline over the compiled schedule, not measured), NVIDIA H100 80GB HBM3:" in text
     assert "link NVLink-C2C: 450 GB/s per direction, as chosen (--link)" in text
     assert "batch 8, PCIe Gen5 x16: " in text
+    assert "error of these predictions on 8 real H200 steps of the example" in " ".join(text.split())
     bad = run_cli("plan", "--link", "pcie9", str(TRAIN))
     assert bad.returncode == 2 and "--link: unknown link 'pcie9'" in bad.stderr and "Traceback" not in bad.stderr
 

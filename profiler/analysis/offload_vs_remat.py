@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from profiler.analysis.accuracy import ROOFLINE, Accuracy
+
 REMAT = "remat"
 OFFLOAD_PREFIX = "offload"
 KEEP = (
@@ -43,11 +45,12 @@ def calibrated_rows(row: dict[str, Any], res: dict[str, Any]) -> list[dict[str, 
     ]  # fmt: skip
 
 
-def offload_vs_remat(preds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def offload_vs_remat(preds: list[dict[str, Any]], accuracy: Accuracy = ROOFLINE) -> list[dict[str, Any]]:
     """Per (batch, link): the remat policy's predicted step against the fastest offload policy's
     (policies named ``offload*``) and the fastest policy that fits; ``saving`` = (remat - offload) /
     remat (positive: offloading is faster).  Only policies that fit in device memory compete (a row
-    whose fit is unknown competes, marked)."""
+    whose fit is unknown competes, marked).  A difference within the predictions' error
+    (*accuracy*'s tie margin, ``tie_within``) is a tie: ``winner`` is ``tie``."""
     out = []
     keys = list(dict.fromkeys((p["batch"], p["link"]) for p in preds))
     for batch, link in keys:
@@ -72,11 +75,15 @@ def offload_vs_remat(preds: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "saving_ns": None,
             "saving": None,
             "winner": None,
+            "tie_within": accuracy.tie,
+            "error": accuracy.error_text(),
+            "error_basis": accuracy.basis,
         }
         if remat and offs:
             saving = remat["predicted_step_ns"] - offs[0]["predicted_step_ns"]
             entry["saving_ns"] = saving
             entry["saving"] = saving / remat["predicted_step_ns"] if remat["predicted_step_ns"] else None
-            entry["winner"] = "offload" if saving > 0 else ("remat" if saving < 0 else "tie")
+            tied = accuracy.is_tie(remat["predicted_step_ns"], offs[0]["predicted_step_ns"])
+            entry["winner"] = "tie" if tied or saving == 0 else ("offload" if saving > 0 else "remat")
         out.append(entry)
     return out

@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from profiler.analysis.accuracy import CALIBRATED
 from profiler.analysis.offload_plan import by_layer, label
 from profiler.conventions import NO_NVTX_NOTE, NVTX_REQUIREMENT
 from profiler.stored.summary import RunSummary, StepRow
@@ -557,7 +558,7 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
         # plan --calibrate: the same predictions with the costs a run measured
         "calibration": doc.get("calibration"),
         "calibrated": calibrated,
-        "calibrated_vs_remat": offload_vs_remat(calibrated),
+        "calibrated_vs_remat": offload_vs_remat(calibrated, CALIBRATED),
     }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from profiler.analysis.accuracy import ROOFLINE
 from profiler.predict.step import LABEL
 from profiler.report.table import table
 from profiler.units import human_time, scaled, time_unit
@@ -41,6 +42,7 @@ def render_predictions(tab: dict[str, Any]) -> list[str]:
     heads = ("policy", "batch", "link", f"step {unit}", f"exposed {unit}", f"compute {unit}", f"D2H {unit}",
              f"H2D {unit}", "fits")  # fmt: skip
     out = [f"\n{LABEL}, {tab['target'].get('label')}:", table(heads, rows, left=(0, 2, 8)), *textwrap.wrap(LEGEND, 118)]
+    out += textwrap.wrap(ROOFLINE.line(), 118)
     for link in tab.get("links") or []:
         out.append(f"link {link['name']}: {link['gbps']:g} GB/s per direction, {link['why']}")
     out += verdict_lines(tab.get("offload_vs_remat") or [])
@@ -76,6 +78,11 @@ def verdict_lines(verdicts: list[dict[str, Any]], width: int | None = 118) -> li
             verb = (
                 f"rematerialization beats offloading by {human_time(-v['saving_ns'])} per step "
                 f"({-100 * v['saving']:.1f}%)"
+            )
+        elif v.get("tie_within") and v["saving"]:
+            verb = (
+                f"offloading and rematerialization tie: {abs(100 * v['saving']):.1f}% apart, within the "
+                f"predictions' error ({100 * v['tie_within']:.0f}% on real steps): pick by memory"
             )
         else:
             verb = "offloading and rematerialization tie"
@@ -117,6 +124,7 @@ def render_against(tab: dict[str, Any]) -> list[str]:
     heads = ("policy", f"measured {unit}", f"predicted {unit}", "error", f"exposed {unit}", f"pred. exposed {unit}",
              "link")  # fmt: skip
     out = [f"\n{LABEL} against measured, per step and device:", table(heads, body, left=(0, 6))]
+    out += textwrap.wrap(ROOFLINE.line(), 118)
     for r in rows:
         p = r["predicted"]
         lays = [x for x in p["layers"] if x["layer"] is not None]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from profiler.analysis.accuracy import CALIBRATED, ROOFLINE, Accuracy
 from profiler.tune.candidate import Candidate, Name
 from profiler.tune.evaluate import Outcome, copy_cover
 from profiler.tune.search import Search, Tried
@@ -102,6 +103,37 @@ def _untried(name: str, s: Search) -> str:
     return "not tried alone: the search stopped before"
 
 
+def tie_line(choice: Tried, s: Search, names: list[Name], acc: Accuracy) -> str | None:
+    """The fitting placements predicted too close to the choice to call (``Accuracy.is_tie``), and the
+    one of them that leaves the most device memory free; None when the choice stands alone."""
+    o = choice.outcome
+    if o is None:
+        return None
+    close = [
+        t
+        for t in s.tried
+        if t is not choice and t.outcome is not None and t.outcome.fits and acc.is_tie(o.step_ns, t.outcome.step_ns)
+    ]
+    if not close:
+        return None
+    n = len(close)
+    text = (
+        f"a tie: {n} other fitting placement{'s are' if n > 1 else ' is'} predicted within {100 * acc.tie:.0f}% of "
+        f"it, inside the error of these predictions ({acc.kind}: {acc.error_text()} on {acc.basis})"
+    )
+    lighter = min(close, key=lambda t: (t.outcome.device_bytes or 0, t.outcome.step_ns))  # type: ignore[union-attr]
+    lo, mine = lighter.outcome.device_bytes, o.device_bytes  # type: ignore[union-attr]
+    if lo is not None and mine is not None and lo < mine:
+        slower = lighter.outcome.step_ns / o.step_ns - 1  # type: ignore[union-attr]
+        text += (
+            f"; of them {lighter.candidate.label(names)} ({100 * slower:+.1f}% predicted) leaves "
+            f"{human_bytes(mine - lo)} more device memory free: pick it for headroom"
+        )
+    else:
+        text += "; none of them leaves more device memory free"
+    return text
+
+
 def lines(choice: Tried, s: Search, compiler: Any, names: list[Name]) -> list[str]:
     """One sentence per named activation of *choice* (one in all for a JAX preset)."""
     c, o = choice.candidate, choice.outcome
@@ -114,6 +146,9 @@ def lines(choice: Tried, s: Search, compiler: Any, names: list[Name]) -> list[st
         + (f", {human_bytes(o.host_bytes)} in host memory" if o.host_bytes else "")
     )
     out = [head]
+    tie = tie_line(choice, s, names, CALIBRATED if getattr(compiler, "calibration", None) is not None else ROOFLINE)
+    if tie:
+        out.append(tie)
     if c.jax_policy:
         out.append(
             f"JAX's {c.jax_policy} is faster than every placement of the named activations the search tried: "

@@ -1,0 +1,114 @@
+"""The error each kind of prediction carries (profiler/analysis/accuracy.py) is what it was on the real
+H200 steps (benchmarks/h200_predictions.py recomputed), and a difference inside it is called a tie."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from benchmarks import h200_predictions
+from profiler.analysis.accuracy import CALIBRATED, ROOFLINE, Accuracy
+from profiler.analysis.offload_vs_remat import offload_vs_remat
+from profiler.report.predict_text import verdict_lines
+from profiler.tune.candidate import Candidate, Name
+from profiler.tune.evaluate import Outcome
+from profiler.tune.explain import tie_line
+from profiler.tune.search import Search, Tried
+from tests.conftest import SHARED_TRACES
+
+pytestmark = pytest.mark.skipif(not h200_predictions.H200.is_dir(), reason="no sample_traces/h200-example")
+PAX = SHARED_TRACES / "jax-toolbox" / h200_predictions.PAX[0]
+
+
+@pytest.fixture(scope="module")
+def h200_rows(tmp_path_factory) -> list[dict]:
+    """Every run's measured and predicted steps (about 30 s: 8 traces, 8 optimized modules, the Pax
+    calibrations where ../shared is there)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+        return h200_predictions.rows(SHARED_TRACES if PAX.is_file() else None)
+
+
+def _unrolled_pair_errors(rows: list[dict], key: str) -> list[float]:
+    """|predicted ratio / measured ratio - 1| over ordered pairs of runs of the unrolled program."""
+    same = [r for r in rows if "scan" not in r["run"]]
+    pairs = itertools.permutations(same, 2)
+    return [abs((a[key] / b[key]) / (a["measured_ns"] / b["measured_ns"]) - 1) for a, b in pairs]
+
+
+def _holds(acc: Accuracy, rows: list[dict], key: str) -> None:
+    errors = [r[key] / r["measured_ns"] - 1 for r in rows]
+    assert len(errors) == 8
+    assert all(acc.step_low <= e <= acc.step_high for e in errors), (acc.kind, errors)
+    assert max(_unrolled_pair_errors(rows, key)) < acc.tie
+
+
+def test_the_roofline_error_is_what_it_was_on_the_h200_steps(h200_rows):
+    _holds(ROOFLINE, h200_rows, "roofline_ns")
+    assert ROOFLINE.error_text() == "20-33% short"
+
+
+@pytest.mark.skipif(not PAX.is_file(), reason="../shared/traces/jax-toolbox is absent")
+def test_the_calibrated_error_is_what_it_was_carried_from_the_a100_to_the_h200(h200_rows):
+    for tag in ("proc0", "proc1"):
+        _holds(CALIBRATED, h200_rows, f"a100_{tag}_ns")
+
+
+def _pred(policy: str, ns: int) -> dict:
+    return {"policy": policy, "batch": 4, "link": "pcie5", "link_name": "PCIe Gen5 x16", "fits": True,
+            "predicted_step_ns": ns, "predicted_exposed_ns": 0}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("offload_ns", "acc", "winner"),
+    [
+        (95_000_000, ROOFLINE, "tie"),  # 5% apart: inside the roofline's 10%
+        (89_000_000, ROOFLINE, "offload"),  # 11%
+        (95_000_000, CALIBRATED, "offload"),  # 5%: outside the calibrated 3%
+        (102_000_000, CALIBRATED, "tie"),
+        (104_000_000, CALIBRATED, "remat"),
+    ],
+)
+def test_a_difference_inside_the_error_is_a_tie(offload_ns, acc, winner):
+    [v] = offload_vs_remat([_pred("remat", 100_000_000), _pred("offload_qkv", offload_ns)], acc)
+    assert v["winner"] == winner and v["tie_within"] == acc.tie
+    line = " ".join(verdict_lines([v], width=None))
+    if winner == "tie":
+        assert f"tie: {abs(100 - offload_ns / 1e6):.1f}% apart, within the predictions' error" in line
+        assert "pick by memory" in line
+    else:
+        assert "beats" in line
+
+
+def test_the_error_is_said_the_way_people_read_it():
+    assert Accuracy("x", -0.17, -0.06, 0.03).error_text() == "6-17% short"
+    assert Accuracy("x", 0.02, 0.09, 0.03).error_text() == "2-9% long"
+    assert Accuracy("x", -0.05, 0.04, 0.03).error_text() == "-5% to +4%"
+    assert not Accuracy("x", -0.1, 0.1, 0.03).is_tie(0, 0)
+
+
+def _tried(places: dict[str, str], step_ns: int, device: int, fits: bool = True) -> Tried:
+    out = Outcome(step_ns, 0, step_ns, {}, {}, device, 0, fits)
+    return Tried(Candidate.of(places), out, "together", None)
+
+
+def test_tune_says_when_its_choice_ties_and_which_tied_placement_leaves_more_memory():
+    names = [Name("mlpwi"), Name("query_proj")]
+    choice = _tried({"mlpwi": "device", "query_proj": "device"}, 100_000_000, 40 << 30)
+    close = _tried({"mlpwi": "offload", "query_proj": "device"}, 104_000_000, 30 << 30)
+    heavy = _tried({"mlpwi": "device", "query_proj": "offload"}, 105_000_000, 45 << 30)
+    far = _tried({"mlpwi": "remat", "query_proj": "remat"}, 120_000_000, 10 << 30)  # 17%: not a tie
+    wont_fit = _tried({"mlpwi": "offload", "query_proj": "offload"}, 101_000_000, 5 << 30, fits=False)
+    search = Search(tried=[choice, close, heavy, far, wont_fit])
+    line = tie_line(choice, search, names, ROOFLINE)
+    assert line is not None and line.startswith("a tie: 2 other fitting placements are predicted within 10% of it")
+    assert "inside the error of these predictions (roofline: 20-33% short on 8 real H200 steps" in line
+    assert line.endswith(
+        "of them keep query_proj; offload mlpwi (+4.0% predicted) leaves 10.0 GiB more device memory free: pick it for headroom"
+    )
+    assert tie_line(choice, Search(tried=[choice, far]), names, ROOFLINE) is None
+    assert tie_line(choice, Search(tried=[choice, heavy]), names, ROOFLINE).endswith(
+        "none of them leaves more device memory free"
+    )
+    assert tie_line(choice, Search(tried=[choice, close]), names, CALIBRATED) is None  # 4% > the calibrated 3%
