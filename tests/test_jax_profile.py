@@ -52,8 +52,9 @@ def built_events() -> list[dict]:
         x(host, HOST_TID, 100.0, 50.0, "jit_step:XLA GPU module"),
         x(host, HOST_TID, 100.5, 0.25, "Thunks::Prepare"),
         x(host, HOST_TID, 101.0, 5.0, "fusion.3"),
-        x(host, HOST_TID, 102.0, 1.0, "fusion_3", correlation_id=11, context_id="$$1", device_id=0),
-        x(host, HOST_TID, 107.0, 3.0, "copy-start.1.0"),
+        # the launch (CUPTI's clock) ends after its thunk (XLA's), inside the next thunk: as on the H200
+        x(host, HOST_TID, 102.0, 4.3, "fusion_3", correlation_id=11, context_id="$$1", device_id=0),
+        x(host, HOST_TID, 106.1, 3.9, "copy-start.1.0"),
         x(host, HOST_TID, 108.0, 1.0, "MemcpyD2H", correlation_id=12, memcpy_details="kind_src:unknown size:4"),
         x(host, HOST_TID, 110.5, 0.5, "Memset", correlation_id=13, Memset_details="kind:unknown num_bytes:4"),
         x(host, HOST_TID, 111.0, 30.0, "GetEventForComputeStreamSyncPoint", long_name="ThenExecuteCallback:Get"),
@@ -124,7 +125,7 @@ def test_xla_annotations_become_its_module_and_thunk_ranges(built):
         (0, None, 75, 1, "TSL"),
         (100_000, 150_000, 59, 1, "XlaModule:#hlo_module=jit_step,program_id=5#"),
         (101_000, 106_000, 59, 1, "Thunk:#name=jit(step)/jvp(layer_0)/mul,hlo_op=fusion.3#"),
-        (107_000, 110_000, 59, 1, "Thunk:#hlo_op=copy-start.1.0#"),
+        (106_100, 110_000, 59, 1, "Thunk:#hlo_op=copy-start.1.0#"),
     ]  # not XLA's bookkeeping (Thunks::Prepare), nor what a call with arguments encloses
     tid = nsys_schema.global_tid(701, 1)  # the host thread numbered from 1: its own id needs 31 bits
     calls = "SELECT start, correlationId, globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME ORDER BY start"
@@ -266,3 +267,14 @@ def test_h200_steps_are_the_module_executions_and_the_thunks_carry_the_step_hlo(
     # the copies' thunks name their instruction; the fusions outside command buffers their layer too
     assert "Thunk:#hlo_op=copy-start.23.0#" in thunks
     assert any(t.startswith("Thunk:#name=jit(step)/jvp(layer_7)/") for t in thunks)
+
+
+def test_h200_copies_find_their_layer_through_the_compiled_plan(tmp_path, monkeypatch):
+    """A copy's thunk names no op path (XLA gives copy-start none): its layer is the plan's (the layer its
+    operand or user names). offload_qkv moves q, k and v of every layer, 64 MiB each way, in each of 3 steps."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    run = next(p for p in H200_RUNS if re.fullmatch(r"\d{8}T\d{6}-offload_qkv-[0-9a-f]{6}", p.name))
+    layers = analyzed(load_trace(run / "trace.json.gz"), by="layer", findings=None).analysis_json("layer")["layers"]
+    moved = {r["name"]: (r["copies"]["offload"]["count"], r["copies"]["d2h"]["bytes"], r["copies"]["h2d"]["bytes"])
+             for r in layers}  # fmt: skip
+    assert moved == {f"layer_{i}": (18, 9 * 64 << 20, 9 * 64 << 20) for i in range(8)}

@@ -9,6 +9,7 @@ the device.
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -21,6 +22,7 @@ from profiler.analysis.contexts import copy_contexts
 from profiler.analysis.dependencies import D2H, H2D
 from profiler.analysis.intervals import measure_within, union
 from profiler.analysis.kernels_slowed import kernel_groups, kernel_sides
+from profiler.analysis.offload_plan import label
 from profiler.analysis.overlap import KernelSets, offload_metrics, valid, windows_and_invalid
 from profiler.analysis.stalls import Stalls, has_waits, trace_stalls
 from profiler.analysis.xla_steps import ModuleSteps, module_steps
@@ -220,11 +222,10 @@ class Breakdown:
         present = present.with_row_index("key").with_columns(pl.col("key").cast(pl.Int64))
         sel = np.flatnonzero(self._offload[rows])
         rows = rows[sel]
-        copies = (
-            self.ops.select(MEASURED_COLUMNS)[rows]
-            .with_columns(group.gather(sel), pl.Series("stall_caused_ns", self.stall_caused[rows], pl.Int64))
-            .join(present.select(code, "device", "key"), on=[code, "device"])
-        )
+        copies = self.ops.select(MEASURED_COLUMNS)[rows].with_columns(group.gather(sel))
+        if self.trace.waits_recorded:  # else no stall is measured: the groups carry no stall_ns, not zeros
+            copies = copies.with_columns(pl.Series("stall_caused_ns", self.stall_caused[rows], pl.Int64))
+        copies = copies.join(present.select(code, "device", "key"), on=[code, "device"])
         keys = present["key"].to_list()
         metrics = offload_metrics(copies, self.kernel_sets, keys, key="key")
         top = self._top_kernels(copies) if top_kernels else {}
@@ -457,8 +458,31 @@ class Breakdown:
         )
         # thunks that name a layer, and those that name nothing (a scan's iteration may hold them)
         named = pl.col("layer").is_not_null() | pl.col("op_path").is_null()
-        thunks = self._number_repeats(r.filter((pl.col("xla_kind") == "thunk") & named))
+        thunks = r.filter((pl.col("xla_kind") == "thunk") & named)
+        planned = self.planned_layers
+        if planned:  # a copy's thunk names no op path: its layer is the one the compiled plan gives it
+            hit = pl.col("layer").is_null() & pl.col("hlo_base").is_in(list(planned))
+            by_plan = pl.col("hlo_base").replace_strict(planned, default=None)
+            thunks = thunks.with_columns(pl.when(hit).then(by_plan).otherwise("layer").alias("layer"))
+        thunks = self._number_repeats(thunks)
         return pl.concat([annotated, thunks.select("range_id", "start", "layer", "inferred")])
+
+    @cached_property
+    def planned_layers(self) -> dict[str, str]:
+        """instruction -> layer of the step's host movements, as the compiled plan labels them
+        (``offload_plan.label``: the layer the copy's operand or user names; XLA gives a copy no
+        op path of its own): how copies find their layer where their thunk names none."""
+        comp = self.compiled or {}
+        step = comp.get("step_module")
+        plan = next(
+            (m.get("plan") for m in comp.get("modules") or [] if m.get("label") == step and m.get("plan")), None
+        )
+        labelled = label(plan, self.layer_pattern)
+        return {
+            m["instruction"]: m["layer"]
+            for m in (labelled or {}).get("movements", [])
+            if m.get("layer") and re.search(r"\d", m["layer"])
+        }
 
     def layer_assignment(self) -> pl.DataFrame:
         """op_id -> layer: the innermost (latest-starting) enclosing layer range wins.

@@ -278,7 +278,9 @@ def _module_text(name: pl.Expr, program_id: int | None) -> pl.Expr:
 def _thunks(host: pl.DataFrame) -> pl.DataFrame:
     """Host events that are thunks: direct children of a module execution on its thread, named
     by an instruction (no arguments, no spaces, no ``::``): tid, start, end, name."""
-    timed = _depth(host.filter(pl.col("end") > pl.col("start")))
+    # the CUDA calls (CUPTI's clock) are left out of the nesting: a launch can end a few hundred ns after
+    # the thunk (XLA's clock) that made it, and would then seem to contain the next one
+    timed = _depth(host.filter((pl.col("end") > pl.col("start")) & pl.col("correlation_id").is_null()))
     modules = timed.filter(_is_module(pl.col("name"))).select(
         "tid", pl.col("start").alias("_ms"), pl.col("end").alias("_me"), pl.col("depth").alias("_md")
     )
@@ -400,7 +402,7 @@ def convert(
 
 
 # --- the export a profile-step command reads ---------------------------------------------------
-CONVERTER_VERSION = "1"  # a new conversion makes new cache entries
+CONVERTER_VERSION = "2"  # a new conversion makes new cache entries
 
 
 @dataclass(frozen=True)
