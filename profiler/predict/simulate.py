@@ -60,9 +60,26 @@ class Prediction:
             "predicted_collective_ns": self.collective_ns,
             "layers": list(self.layers),
             "waits": self.waits[:50],
+            "late_copies": late_copies(self.waits),
             "costed_by": dict(self.costed_by),
             "notes": list(self.notes),
         }
+
+
+def late_copies(waits: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per direction of the host link, the copies whose done the compute stream reached before the
+    copy had ended (less compute scheduled between its start and its done than the copy takes):
+    ``count``, ``wait_ns`` (summed: per step) and the ``worst`` (start, layer, wait_ns)."""
+    out = {}
+    for d in ("h2d", "d2h"):
+        mine = [w for w in waits if w["stream"] == d and w["wait_ns"] > 0]
+        worst = max(mine, key=lambda w: w["wait_ns"], default=None)
+        out[d] = {
+            "count": len(mine),
+            "wait_ns": sum(w["wait_ns"] for w in mine),
+            "worst": {k: worst[k] for k in ("start", "layer", "wait_ns")} if worst else None,
+        }
+    return out
 
 
 def link_ns(nbytes: int, link: Link) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 from profiler.analysis.links import Link
 from profiler.predict import roofline, schedule
 from profiler.predict.schedule import Schedule
-from profiler.predict.simulate import Prediction, simulate
+from profiler.predict.simulate import Prediction, late_copies, simulate
 from profiler.xla.buffers import device_bytes
 from profiler.xla.compiled import load_module
 from profiler.xla.fingerprint import text_fingerprint
@@ -36,6 +36,7 @@ class Outcome:
     device_bytes: int | None
     host_bytes: int | None
     fits: bool
+    late_h2d: dict[str, Any] | None = None  # simulate.late_copies' h2d entry: the copies back that are late
 
     def order(self) -> tuple[int, int, int]:
         """Better first: fitting, then faster, then less device memory."""
@@ -94,6 +95,7 @@ class Compiled:
             device_bytes=dev,
             host_bytes=self.host_bytes,
             fits=dev is not None and (limit is None or dev <= limit),
+            late_h2d=late_copies(pred.waits)["h2d"],
         )
 
 
