@@ -49,20 +49,15 @@ trace="${pick:-${traced[-1]}}/trace.sqlite"
 if profile-step analyze --json "$trace" | python -c 'import json,sys; sys.exit(not json.load(sys.stdin)["devices"])'; then
   profile-step analyze --by layer "$trace"
 else
-  public=sample_traces/public/flexgen__nsight_report7.sqlite
-  demo=sample_traces/demo-synthetic/synthetic-4-offload_all/synthetic-trace.sqlite
-  echo "No GPU ran here, so nothing moved between host and device. Real copies first: a public trace,"
-  echo "FlexGen's offloading test on two RTX 4090s (Relaxed-System-Lab/FlexGen@68a3291,"
-  echo "test/nsight_report7.nsys-rep, Apache-2.0: sample_traces/public/README.md and licenses/)."
-  echo "GPU 0's copies run on their own streams beside its kernels (per stream at the end of its part);"
-  echo "GPU 1 only copies, with no kernel to hide them:"
+  h200=sample_traces/h200-example
+  qkv=$(ls -d "$h200"/*-offload_qkv-??????/ | head -n1)
+  echo "No GPU ran here, so nothing moved between host and device. Real copies of this same example"
+  echo "instead, recorded by this project on an H200 (1.6 B parameters, bf16, jax.profiler;"
+  echo "$h200/README.md): one row per policy, then offload_qkv per layer:"
   echo
-  profile-step analyze "$public"
+  profile-step analyze "$h200"
   echo
-  echo "Then the per-layer view of a SYNTHETIC demonstration run (offload_all on two modelled H100s:"
-  echo "a model of a step, not a measurement; see sample_traces/README.md):"
-  echo
-  profile-step analyze --by layer "$demo"
+  profile-step analyze --by layer "${qkv%/}/trace.json.gz"
 fi
 echo
 echo "== the policy decision on this machine (measured) =="
