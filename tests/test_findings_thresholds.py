@@ -42,6 +42,8 @@ from tests.test_findings import (
 def test_the_thresholds_tested_here_are_the_defaults():
     """The cases below are derived from these values; a change of a default must revisit them."""
     assert {k: THRESHOLDS[k] for k in THRESHOLDS if k not in SEVERITY} == {
+        "lost_min_thunks": 100,
+        "lost_thunks_share": 0.9,
         "offload_min_bytes_per_step": MIB,
         "pageable_min_count": 1,
         "sync_copy_min_count": 1,
@@ -484,3 +486,43 @@ def test_hotspot_min_stall_ns(tmp_path, stalls, fires):
     # total 9_999 (below), 10_000 (at), 10_001 (above); the worst layer holds >= half in each
     doc = findings_of(_stall_layers(tmp_path, stalls, "m" + "-".join(map(str, stalls))))
     assert bool(fired(doc, "stall-hotspot")) is fires
+
+
+# --- gpu-records-lost ------------------------------------------------------------------------------
+def _lost_run(tmp_path, recorded: int, lost: int, name: str) -> dict:
+    """*recorded* thunks that each launched a 1 us kernel, then *lost* thunks whose launches left no GPU
+    record (as under nsys 2023.4.4 and a CUDA 13 driver)."""
+    b = ExportBuilder()
+    b.domain(2, "TSL", tid=TID)
+    for i in range(recorded + lost):
+        t = i * 10_000
+        b.nvtx(t, t + 10_000, f"Thunk:#hlo_op=fusion.{i}#", tid=TID, domain_id=2)
+        if i < recorded:
+            launched(b, t + 1_000, "kernel", t + 2_000, t + 3_000, f"fusion_{i}")
+    return findings_of(write_run(tmp_path, b, name=name))
+
+
+@pytest.mark.parametrize(
+    ("recorded", "lost", "fires"),
+    [
+        (100, 900, True),  # a share of exactly 0.9 (lost_thunks_share), 900 thunks: at both limits
+        (11, 99, False),  # 99 thunks without a record: under lost_min_thunks (100), whatever the share
+        (10, 100, True),  # 100 of 110: 0.909
+        (12, 100, False),  # 100 of 112: 0.893, under 0.9
+        (0, 100, True),  # nothing recorded at all
+    ],
+)
+def test_gpu_records_lost(tmp_path, recorded, lost, fires):
+    found = fired(_lost_run(tmp_path, recorded, lost, f"r{recorded}-{lost}"), "gpu-records-lost")
+    assert bool(found) == fires
+    if found:
+        (f,) = found
+        assert f["evidence"] == {"thunks": recorded + lost, "thunks_without_gpu_records": lost}
+        assert f["verdict"].startswith(f"{lost} of XLA's {recorded + lost} thunks")
+        assert f["saving_ns"] is None and "a fault of the recording" in f["saving_basis"]
+
+
+def test_gpu_records_lost_needs_xla_thunks(tmp_path):
+    b = ExportBuilder()
+    launched(b, 0, "kernel", 10, 20, "k")
+    assert "no XLA thunk ranges" in skipped(findings_of(write_run(tmp_path, b)), "gpu-records-lost")

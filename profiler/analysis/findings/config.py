@@ -30,6 +30,10 @@ THRESHOLDS: dict[str, float] = {
     "problem_share": 0.05,
     "warning_share": 0.01,
     "severity_min_cost_ns": 50_000,
+    # gpu-records-lost: at least this many of XLA's thunk ranges, and this share of them, launched no GPU
+    # work the trace recorded (the recording lost its CUDA activity)
+    "lost_min_thunks": 100,
+    "lost_thunks_share": 0.9,
     # offload-missing: a run whose policy name matches "offload" moving less than this per step
     "offload_min_bytes_per_step": MIB,
     # pageable-copies / sync-copies: how many it takes

@@ -2,4 +2,4 @@
 exposed copies first (the symptom), then the rules that name a cause of it."""
 
 from profiler.analysis.findings.rules import exposed  # noqa: F401, I001  (registered first)
-from profiler.analysis.findings.rules import copies, kernels, schedule, steps  # noqa: F401
+from profiler.analysis.findings.rules import capture, copies, kernels, schedule, steps  # noqa: F401
