@@ -4,10 +4,14 @@ comes back even when the call runs out of time).
 
     python3 scripts/device_capture.py [--tiny] [--budget SECONDS]
 
-``scripts/device_capture.sh`` unpacks the carried nsys and nvtx wheel first, then runs this.  If the
-first nsys run records no GPU kernel (an nsys too old for the machine's CUDA), the remaining policies
-are recorded with ``jax.profiler`` instead, so that the call brings back real GPU timings either way.
-At most 8 files come back: one ``.tar.xz`` per run, ``jax_trace.tar.xz`` and ``capture.log``.
+``scripts/device_capture.sh`` unpacks the carried nsys and nvtx wheel first, then runs this.  By
+default every run is recorded with ``jax.profiler`` (XLA's command buffers off, so that each kernel
+keeps its instruction): on 2026-12-04 the carried Nsight Systems 2023.4.4 lost the CUDA activity of
+the H200's CUDA 13 driver (17 kernels of a whole run; ``sample_traces/h200-example/README.md``), at a
+cost of 140 s of device time.  ``--nsys`` tries nsys first again (a newer carried nsys, say); when its
+first run records no GPU kernel the remaining policies fall back to ``jax.profiler``.  Bring the
+results home with ``scripts/import_device_capture.py``.  At most 8 files come back: one ``.tar.xz``
+per run, ``jax_trace.tar.xz`` and ``capture.log``.
 """
 
 from __future__ import annotations
@@ -169,7 +173,7 @@ def main() -> int:
     ap.add_argument("--tiny", action="store_true", help="CPU-sized model and two runs: try the script anywhere")
     ap.add_argument("--budget", type=float, default=400.0, help="seconds for the whole capture")
     ap.add_argument("--only", default="", help="comma-separated labels of RUNS to record (default: all)")
-    ap.add_argument("--jax", action="store_true", help="record with jax.profiler only (no nsys)")
+    ap.add_argument("--nsys", action="store_true", help="profile-step run under nsys first (see the docstring)")
     args = ap.parse_args()
     deadline = time.monotonic() + args.budget
     out = Path(os.environ["OUT"])
@@ -195,7 +199,7 @@ def main() -> int:
     rc, text = run_group([py, "-c", probe], 60, log, env)
     log(f"jax probe -> {rc}\n{text.strip()}")
 
-    use_nsys = not args.jax
+    use_nsys = args.nsys
     for n, (label, policy, xla, script_args) in enumerate(runs):
         try:
             use_nsys = one_run(
