@@ -151,20 +151,16 @@ def read(path: Path) -> Events:
         "name": [str(e.get("name", "")) for e in complete],
         "has_args": [bool(e.get("args")) for e in complete],
     }
+    args = [a if isinstance(a, dict) else {} for a in (e.get("args") for e in complete)]
     for key in ARG_KEYS:
-        cols[key] = [_arg(e, key) for e in complete]
+        cols[key] = [a.get(key) for a in args]
     schema = {"pid": I64, "tid": I64, "ts": pl.Float64, "dur": pl.Float64, "name": pl.String, "has_args": pl.Boolean}
-    frame = pl.DataFrame(cols, schema={**schema, **dict.fromkeys(ARG_KEYS, pl.String)})
+    # argument values are strings in the trace (numbers too: "correlation_id": "12"); anything else as text
+    frame = pl.DataFrame(cols, schema={**schema, **dict.fromkeys(ARG_KEYS, pl.String)}, strict=False)
     # microseconds with nanosecond decimals -> integer nanoseconds; a span keeps its own rounding
     start = (pl.col("ts") * 1000).round().cast(I64)
     frame = frame.with_columns(start.alias("start"), (start + (pl.col("dur") * 1000).round().cast(I64)).alias("end"))
     return Events(frame.drop("ts", "dur"), processes, threads)
-
-
-def _arg(event: dict[str, Any], key: str) -> str | None:
-    args = event.get("args")
-    value = args.get(key) if isinstance(args, dict) else None
-    return None if value is None else str(value)
 
 
 def _devices(processes: dict[int, str]) -> dict[int, int]:
@@ -354,7 +350,7 @@ def convert(
     host_pid = _host(ev.processes)
     small_pid = (host_pid if host_pid is not None else 0) % (1 << 24)
     ops = _gpu_ops(ev, devices, small_pid)
-    rows: dict[str, list[dict[str, object]]] = {"StringIds": [], "META_DATA_EXPORT": []}
+    rows: dict[str, nsys_schema.Rows] = {"StringIds": [], "META_DATA_EXPORT": []}
     strings: dict[str, int] = {}
 
     def string_ids(values: pl.Series) -> pl.Series:
@@ -365,15 +361,13 @@ def convert(
 
     k = ops["kernels"]
     name_id = string_ids(k["name"])
-    rows["CUPTI_ACTIVITY_KIND_KERNEL"] = k.with_columns(
-        name_id.alias("shortName"), name_id.alias("demangledName")
-    ).to_dicts()
-    rows["CUPTI_ACTIVITY_KIND_MEMCPY"] = ops["copies"].to_dicts()
-    rows["CUPTI_ACTIVITY_KIND_MEMSET"] = ops["memsets"].to_dicts()
+    rows["CUPTI_ACTIVITY_KIND_KERNEL"] = k.with_columns(name_id.alias("shortName"), name_id.alias("demangledName"))
+    rows["CUPTI_ACTIVITY_KIND_MEMCPY"] = ops["copies"]
+    rows["CUPTI_ACTIVITY_KIND_MEMSET"] = ops["memsets"]
     if host_pid is not None:
         host = _host_rows(ev, host_pid, module, program_id)
         calls = host["calls"]
-        rows["CUPTI_ACTIVITY_KIND_RUNTIME"] = calls.with_columns(string_ids(calls["name"]).alias("nameId")).to_dicts()
+        rows["CUPTI_ACTIVITY_KIND_RUNTIME"] = calls.with_columns(string_ids(calls["name"]).alias("nameId"))
         main_tid = (
             host["ranges"]["globalTid"].first() if host["ranges"].height else nsys_schema.global_tid(small_pid, 1)
         )
@@ -385,9 +379,9 @@ def convert(
             "text": "TSL",
             "globalTid": main_tid,
         }
-        rows["NVTX_EVENTS"] = [domain, *host["ranges"].to_dicts()]
+        rows["NVTX_EVENTS"] = pl.concat([pl.DataFrame([domain]), host["ranges"]], how="diagonal_relaxed")
         threads = host["threads"]
-        rows["ThreadNames"] = threads.with_columns(string_ids(threads["name"]).alias("nameId")).to_dicts()
+        rows["ThreadNames"] = threads.with_columns(string_ids(threads["name"]).alias("nameId"))
     if gpu_name:
         rows["TARGET_INFO_GPU"] = [
             {"vmId": nsys_schema.VM_BITS, "id": d, "name": gpu_name, "cuDevice": d} for d in sorted(devices.values())

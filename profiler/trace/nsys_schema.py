@@ -12,6 +12,8 @@ import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+import polars as pl
+
 VM_BITS = 1 << 48  # nsys sets high bits of a GlobalId; the profiler must ignore them
 
 # The columns nsys's kernel, memcpy and memset tables begin with.
@@ -223,11 +225,23 @@ def global_tid(pid: int, tid: int) -> int:
     return VM_BITS | (pid << 24) | tid
 
 
-def create(path: Path, rows: Mapping[str, Sequence[Mapping[str, object]]], omit: Iterable[str] = ()) -> Path:
+Rows = Sequence[Mapping[str, object]] | pl.DataFrame
+
+
+def _tuples(table_rows: Rows, names: list[str]) -> Iterable[Sequence[object]]:
+    """The rows as value tuples in the order of *names* (a column a frame lacks is NULL)."""
+    if isinstance(table_rows, pl.DataFrame):
+        present = [n for n in names if n in table_rows.columns]
+        nulls = [pl.lit(None).alias(n) for n in names if n not in table_rows.columns]
+        return table_rows.select(*present, *nulls).select(names).iter_rows()
+    return ([r.get(n) for n in names] for r in table_rows)
+
+
+def create(path: Path, rows: Mapping[str, Rows], omit: Iterable[str] = ()) -> Path:
     """Create the export at *path* (which must not exist) in one transaction: one table per key of
     *rows* with rows (nsys creates tables lazily; ``StringIds`` and ``META_DATA_EXPORT`` always),
-    each row a mapping of column name to value.  *omit* drops tables (``TABLE``) or columns
-    (``TABLE.column``), to imitate other nsys versions."""
+    each row a mapping of column name to value, or a frame with those columns.  *omit* drops tables
+    (``TABLE``) or columns (``TABLE.column``), to imitate other nsys versions."""
     path = Path(path)
     if path.exists():
         raise FileExistsError(path)
@@ -237,15 +251,15 @@ def create(path: Path, rows: Mapping[str, Sequence[Mapping[str, object]]], omit:
         with con:
             for table, cols in DDL.items():
                 table_rows = rows.get(table, ())
-                if table in dropped or (not table_rows and table not in ("StringIds", "META_DATA_EXPORT")):
+                empty = len(table_rows) == 0
+                if table in dropped or (empty and table not in ("StringIds", "META_DATA_EXPORT")):
                     continue
                 kept = [c for c in cols if f"{table}.{c.split()[0]}" not in dropped]
                 con.execute(f'CREATE TABLE "{table}" ({", ".join(kept)})')
                 names = [c.split()[0] for c in kept]
                 marks = ", ".join("?" for _ in names)
                 con.executemany(
-                    f'INSERT INTO "{table}" ({", ".join(names)}) VALUES ({marks})',
-                    ([r.get(n) for n in names] for r in table_rows),
+                    f'INSERT INTO "{table}" ({", ".join(names)}) VALUES ({marks})', _tuples(table_rows, names)
                 )
     finally:
         con.close()
