@@ -46,8 +46,8 @@ def _bar(row: str, parts: list[Part], top: float, text: str, tip: str) -> html.D
     return html.Div([*pieces, html.Span(text, title=text, className="value")], className="bar-line")
 
 
-def _missing(text: str) -> html.Div:
-    return html.Div(text, className="missing")
+def _missing(text: str, why: str = "") -> html.Div:
+    return html.Div(text, title=why, className="missing")
 
 
 def _fmt(x: float) -> str:
@@ -104,11 +104,21 @@ def policy_table(items: list[Item]) -> html.Div:
     top_m = max((i.peak_bytes / m_div for i in items if i.peak_bytes is not None), default=0)
     no_copies = not any(i.copies["offload"]["count"] for i in items)
     no_waits = not any(i.waits for i in items)
+    # stalls the traces cannot measure at all (a JAX profiler trace records no stream waits): said so, as
+    # analyze says it, not "no stream waits", which reads as none happening
+    cannot = {i.stalls_not_measured for i in items}
+    no_stalls = (
+        f"stalls (not measured: {cannot.pop()})"
+        if len(cannot) == 1 and None not in cannot
+        else "stalls (no stream waits, CUDA events, in the trace)"
+    )
     # a column none of the rows can fill is left out, and the line under the title says why
     unmeasured = {
-        2: "stalls (no stream waits, CUDA events, in the trace)" if no_waits and not no_copies else "",
+        2: no_stalls if no_waits and not no_copies else "",
         3: "median step (no step ranges: profile-step's step=N, or --step-range)" if not top_s else "",
-        5: "peak device memory (no CUDA memory events: nsys --cuda-memory-usage=true)" if not top_m else "",
+        5: "peak device memory (no CUDA memory events in the traces; nsys records them with --cuda-memory-usage=true)"
+        if not top_m
+        else "",
     }
     notes = {
         1: "no host-device copies in these runs" if no_copies else "",
@@ -163,7 +173,9 @@ def policy_table(items: list[Item]) -> html.Div:
                     tip,
                 )
             )
-            if not item.waits:
+            if item.stalls_not_measured:
+                stall_bars.append(_missing(f"{dl}: not measured", item.stalls_not_measured))
+            elif not item.waits:
                 stall_bars.append(_missing(f"{dl}: no stream waits"))
             else:
                 stalled = (item.stalled or {}).get(d) or 0
@@ -204,6 +216,7 @@ def policy_table(items: list[Item]) -> html.Div:
                 ("H2D hidden", HIDDEN_TINT["h2d"]),
                 ("stalled by copies", COLORS["stall"]),
             )
+            if name != "stalled by copies" or 2 in shown  # no swatch for a column left out
         ],
         className="legend",
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from profiler.stored.summary import RunSummary
+from profiler.trace.jax_profile import NO_WAITS
 
 ZERO = {"count": 0, "bytes": 0, "busy_ns": 0, "overlap_any_ns": 0, "exposed_ns": 0, "hidden_fraction": None}
 ZERO3 = {d: ZERO for d in ("h2d", "d2h", "offload")}
@@ -13,6 +14,13 @@ ZERO3 = {d: ZERO for d in ("h2d", "d2h", "offload")}
 def waits(run: RunSummary, device: str | None) -> int:
     """Stream waits recorded on *device*: without any, stalls cannot be measured there."""
     return int((run.device_stalls(device).get("waits") or {}).get("total") or 0)
+
+
+def stalls_not_measured(run: RunSummary, device: str | None) -> str | None:
+    """Why stalls cannot be measured on *device* at all, in the words ``analyze`` prints: the trace could
+    not record stream waits (a JAX profiler trace, whose device ``stalls`` say ``"recorded": false``);
+    None where it could (an nsys export without waits simply had none)."""
+    return NO_WAITS if run.device_stalls(device).get("recorded") is False else None
 
 
 def stall_over_copy(per_device: Any) -> bool:

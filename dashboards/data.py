@@ -46,7 +46,7 @@ class Analysis:
     run: RunSummary
     ops_path: Path
     ranges_path: Path
-    trace_path: Path | None = None  # the export analyzed (the what-if reads it again)
+    trace_path: Path | None = None  # the trace given (the what-if reads it again, through its cached export)
     db_path: Path | None = None  # the results file, which also keeps computed what-ifs
     _ops: pl.DataFrame | None = field(default=None, repr=False)
     _ranges: pl.DataFrame | None = field(default=None, repr=False)
@@ -83,17 +83,18 @@ def analyze_run(ref: RunRef, nsys: str | None = None) -> Analysis:
         raise ProfilerError(
             f"{ref.trace}: no trace in this run" + (f" (status {ref.manifest.get('status')})" if ref.manifest else "")
         )
-    trace_file = ref.trace
-    if trace_file.suffix != ".sqlite":
-        trace_file = load_trace(ref.trace, nsys).path  # a report: analyze its (cached) export
-    files = store.CacheFiles.of(trace_file)
+    # a report or a JAX profiler trace is analyzed through its (cached) export, but opened as the file
+    # it is: a JAX trace's export lies in the user cache, and its run folder (the compiled step, the
+    # plan that puts copies in layers) is found from the file given, as analyze finds it
+    trace = None if ref.trace.suffix == ".sqlite" else load_trace(ref.trace, nsys)
+    files = store.CacheFiles.of(ref.trace if trace is None else trace.path)
     cached = files.read()
     if cached is not None:
-        return Analysis(RunSummary.from_json(cached), files.ops, files.ranges, trace_file, files.db)
-    run = build(load_trace(trace_file, nsys), ref.manifest, findings=FindingsConfig())
+        return Analysis(RunSummary.from_json(cached), files.ops, files.ranges, ref.trace, files.db)
+    run = build(trace or load_trace(ref.trace, nsys), ref.manifest, findings=FindingsConfig())
     summary = run.summary()
     files.write(summary.to_json(), *run.timeline())
-    return Analysis(summary, files.ops, files.ranges, trace_file, files.db)
+    return Analysis(summary, files.ops, files.ranges, ref.trace, files.db)
 
 
 class RunStore:

@@ -142,6 +142,7 @@ class Item:
     synthetic: bool = False
     waits: int = 0  # stream waits on this device: without any, stalls cannot be measured
     stalled: dict[str, int] | None = None  # d2h / h2d: GPU time on this device stalled waiting for such copies
+    stalls_not_measured: str | None = None  # why the trace cannot measure stalls at all (a JAX profiler trace)
 
 
 def unique(labels: list[str]) -> list[str]:

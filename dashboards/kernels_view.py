@@ -115,7 +115,8 @@ def policy_rows(store: RunStore, views: list[View]) -> list[dict[str, Any]]:
             {
                 "run and GPU": rows.label(store.refs[view.rid], run, view.device),
                 "groups": kb["groups"] if kb else "-",
-                "kernel time lost": human_time(kb["excess_ns"], nanoseconds=True) if kb else "-",
+                # no group of kernels both alone and beside copies: nothing measured, not 0 ns lost
+                "kernel time lost": human_time(kb["excess_ns"], nanoseconds=True) if kb and kb["groups"] else "-",
                 "most excess": f"{worst['name']} {worst['slowdown']:.2f}x" if worst else "-",
                 "what the kernels show": status(kb),
             }

@@ -195,6 +195,8 @@ def register(app: dash.Dash, store: RunStore) -> None:
             )
             if copy_numbers.stall_over_copy(per_device.values()):
                 hint += f" Where a layer's stall bar is longer than its copy time: {STALL_OVER_COPY_TIME}."
+        elif copy_numbers.stalls_not_measured(run, view.device):
+            hint += f" Stalls not measured: {copy_numbers.stalls_not_measured(run, view.device)}."
         else:
             hint += " No stream waits (CUDA events) on this GPU: stalls cannot be measured."
         return fig, hint
@@ -234,6 +236,8 @@ def register(app: dash.Dash, store: RunStore) -> None:
                 else f"{100 * per_dev[d]['hidden_fraction']:.1f}%",
                 "stalled by these copies": human_time(per_dev[d].get("stall_ns") or 0, nanoseconds=True)
                 if copy_numbers.waits(run.run, view.device)
+                else "not measured"
+                if copy_numbers.stalls_not_measured(run.run, view.device)
                 else "no stream waits",
             }
             for d in ("d2h", "h2d", "offload")

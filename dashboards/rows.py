@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from profiler.conventions import is_jax_trace_name
 from profiler.runs.discover import RunRef
 from profiler.stored.summary import RunSummary
 from profiler.units import human_time, readable_byte_unit, readable_time_unit
@@ -27,10 +28,14 @@ SOURCE_LABEL = {
     "run": "profile-step run",
     "trace": "trace file",
 }
+# a run or trace recorded by JAX's own profiler (not nsys), read through its conversion
+JAX_SOURCE_LABEL = {"run": "jax.profiler run", "trace": "jax.profiler trace"}
 SOURCE_NOTE = (
     "Source: SYNTHETIC demo = made by profile-step's demonstration model (sample_traces/README.md), not a "
     "measurement; public trace = a real GPU trace from a public repository (its repository, commit and "
-    "licence on hover and below); profile-step run = captured by profile-step; trace file = any other nsys "
+    "licence on hover and below); profile-step run = captured by profile-step; jax.profiler run or trace = "
+    "recorded by JAX's own profiler, not nsys: on a GPU, every kernel and copy, but no CUDA stream waits, so "
+    "stalls are not measured and the copies' cost to the step is not modelled; trace file = any other nsys "
     "export. Plain traces (not made by profile-step) carry no policy=NAME or step=N ranges: their policy "
     "shows as (none) and they have no steps or median step. Sizes in binary units (1 MiB = 2^20 bytes); "
     "bandwidth in decimal GB/s (10^9 bytes/s)."
@@ -86,6 +91,16 @@ def views(ref: RunRef, run: Run) -> list[View]:
     return [View(ref.id, d) for d in devices(run)] or [View(ref.id, None)]
 
 
+def jax_profiled(ref: RunRef) -> bool:
+    """Whether the run's trace was recorded by JAX's profiler (``jax.profiler.trace``), not by nsys."""
+    return is_jax_trace_name(ref.trace.name)
+
+
+def source_text(ref: RunRef) -> str:
+    """The source column: where the run comes from, and for a jax.profiler trace that it is one."""
+    return (JAX_SOURCE_LABEL.get(ref.source) if jax_profiled(ref) else None) or SOURCE_LABEL[ref.source]
+
+
 def plain(ref: RunRef, run: Run) -> bool:
     """A trace that profile-step did not make and that names no policy."""
     return ref.manifest is None and RunSummary.of(run).policy == "default"
@@ -135,6 +150,8 @@ def full_name(ref: RunRef, run: Run | None, device: str | None = None) -> str:
     if ref.provenance is not None:
         p = ref.provenance
         out.append(f"public trace from {p.repo} at {p.commit[:10]} ({p.licence}): {p.description}")
+    if jax_profiled(ref):
+        out.append("recorded by jax.profiler, not nsys (no CUDA stream waits: stalls not measured)")
     if run is not None:
         out.append(device_text(run, device))
     out.append(str(ref.trace))
@@ -157,7 +174,7 @@ def raw_row(ref: RunRef, run: Run, device: str | None) -> dict[str, Any]:
     return {
         "id": View(ref.id, device).id,
         "run": label(ref, run),
-        "source": SOURCE_LABEL[ref.source],
+        "source": source_text(ref),
         "policy": policy_text(ref, run),
         "device": device_text(run, device),
         "rank": run.rank,
@@ -205,7 +222,7 @@ def error_row(ref: RunRef, message: str) -> dict[str, Any]:
         **blank,  # empty, not "none" / "no copies": nothing is known about a run that cannot be read
         "id": ref.id,
         "run": short_id(ref),
-        "source": SOURCE_LABEL[ref.source],
+        "source": source_text(ref),
         "policy": "-",
         "status": "error",
         "device": "cannot be read (see the card below)",
@@ -236,12 +253,13 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[s
     t_name, t_div = readable_time_unit(numbers("step"))
     e_name, e_div = readable_time_unit(numbers("exposed"))
     b_name, b_div = readable_byte_unit(numbers("bytes"))
+    ranks = numbers("rank")  # the rank column only where a run is a rank of a multi-rank job
     columns = [
         _col("run", "run", "text"),
         _col("source", "source", "text"),
         _col("policy", "policy", "text"),
         _col("device", "GPU", "text"),
-        _col("rank", "rank", "numeric"),
+        *([_col("rank", "rank", "numeric")] if ranks else []),
         _col("status", "status", "text"),
         _col("steps", "steps", "numeric", nully="none"),
         _col("step", f"median step ({t_name})", "numeric", SIGNIFICANT, nully="no steps"),

@@ -5,7 +5,9 @@ The table's selection drives every other view; ``follow_rows`` is what follows f
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import dash
@@ -65,6 +67,7 @@ def follow_rows(store: RunStore, views: list[View], current: list[str | None]) -
     """Everything that follows from the selected rows: the policy figure, error cards, provenance,
     and the run choices (with their values kept where possible) of the per-run tabs."""
     good, cards, items, prov, seen, with_copies = [], [], [], [], set(), set()
+    jax: dict[str, dict[str, list[str]]] = {}  # jax.profiler runs with GPU activity: folder -> GPU -> labels
     for view in views:
         if store.refs[view.rid].no_trace:  # its row says why; nothing to draw
             continue
@@ -88,8 +91,12 @@ def follow_rows(store: RunStore, views: list[View], current: list[str | None]) -
                 synthetic=ref.synthetic,
                 waits=copy_numbers.waits(run, view.device),
                 stalled=copy_numbers.stalled(run, view.device),
+                stalls_not_measured=copy_numbers.stalls_not_measured(run, view.device),
             )
         )
+        if rows.jax_profiled(ref) and view.device is not None:
+            gpu = run.device_name(view.device) or "an unnamed GPU"
+            jax.setdefault(ref.group, {}).setdefault(gpu, []).append(rows.label(ref, run))
         if ref.provenance is not None and ref.id not in seen:
             seen.add(ref.id)
             p = ref.provenance
@@ -105,19 +112,51 @@ def follow_rows(store: RunStore, views: list[View], current: list[str | None]) -
     first = next((v for v in good if v in with_copies), good[0] if good else None)
     values = [v if v in good else first for v in current]
     failed = [widgets.card(msg) for rid, msg in list(store.errors.items()) if rid not in {v.rid for v in views}]
+    provenance = jax_provenance(jax, store.paths)
+    if prov:
+        provenance += [html.Strong("Real traces from public repositories (not made by this project):"), html.Ul(prov)]
     return {
         "verdict": verdict_view.panel(store, [v for v in views if v.id in good]),
         "bars": bars.policy_table(items),
         "errors": cards + failed,  # every run that cannot be read, selected or not
-        "provenance": [
-            html.Strong("Real traces from public repositories (not made by this project):"),
-            html.Ul(prov),
-        ]
-        if prov
-        else [],
+        "provenance": provenance,
         "options": options(store, good),
         "values": values,
     }
+
+
+def _folder(group: str, roots: list[Path]) -> str:
+    """A folder of runs as the user named it: from the folder given to the dashboard that holds it
+    (``sample_traces/h200-example``), else whole."""
+    for root in roots:
+        with contextlib.suppress(ValueError):
+            return str(Path(group).relative_to(root.parent))
+    return group
+
+
+def jax_provenance(jax: dict[str, dict[str, list[str]]], roots: list[Path]) -> list[Any]:
+    """What the selected jax.profiler runs are: measured on which real GPU, where, and what such a trace
+    cannot say (in the words of analyze's stall line)."""
+    if not jax:
+        return []
+    items = [
+        html.Li(
+            [
+                html.Strong(_folder(group, roots)),
+                f": {len(labels)} run(s) on {gpu}: " + ", ".join(dict.fromkeys(labels)),
+            ]
+        )
+        for group, gpus in jax.items()
+        for gpu, labels in gpus.items()
+    ]
+    return [
+        html.Strong("Measured on a real GPU with JAX's own profiler (jax.profiler, not nsys):"),
+        html.Ul(items),
+        html.Div(
+            "Such a trace holds every kernel and copy: copy time, overlap, exposed time and steps are measured. "
+            f"Stalls are not measured and the copies' cost to the step is not modelled: {copy_numbers.NO_WAITS}.",
+        ),
+    ]
 
 
 def table_part(store: RunStore, raw: list[dict[str, Any]], sel: dict[str, Any]) -> list[Any]:
@@ -145,7 +184,11 @@ def table_part(store: RunStore, raw: list[dict[str, Any]], sel: dict[str, Any]) 
             style_table={"overflowX": "auto", "maxHeight": "340px", "overflowY": "auto"},
             style_header=HEADER_WRAP,
             style_cell={**CELL, "maxWidth": "280px", "overflow": "hidden", "textOverflow": "ellipsis"},
-            style_cell_conditional=[{"if": {"column_id": "device"}, "maxWidth": "360px"}],
+            # long GPU names and policies on two lines: the table fits a 1440-pixel window, date included
+            style_cell_conditional=[
+                {"if": {"column_id": c}, "minWidth": lo, "maxWidth": hi, "whiteSpace": "normal", "height": "auto"}
+                for c, lo, hi in (("device", "170px", "210px"), ("policy", "190px", "220px"), ("run", "245px", "280px"))
+            ],
             style_data_conditional=[
                 {"if": {"filter_query": "{status} = error"}, "color": ERROR_COLOR},
                 {"if": {"filter_query": "{source} = 'SYNTHETIC demo'"}, "fontStyle": "italic"},

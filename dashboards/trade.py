@@ -14,7 +14,8 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dash_table, dcc, html
 
-from dashboards import ids, plan_view, selection, tab_gate
+from dashboards import copy_numbers, ids, plan_view, selection, tab_gate
+from dashboards import rows as rows_table
 from dashboards.data import RunStore
 from dashboards.figures import (
     COLORS,
@@ -45,8 +46,9 @@ X_MODES = {"step": "median step time", "tflops": "TFLOP/s per device"}
 
 
 def _why_no_memory(p: dict[str, Any]) -> str:
-    return (
-        p["memory_detail"] or "no memory_stats() (a GPU run of profile-step), no CUDA memory events, no compiled step"
+    return p["memory_detail"] or (
+        "no memory_stats() recorded (a GPU run of profile-step records it), no CUDA memory events in the trace, "
+        "no memory numbers of a compiled step"
     )
 
 
@@ -94,12 +96,12 @@ def frontier_figure(points: list[dict[str, Any]], labels: list[str], x_mode: str
     """Peak device memory against median step time (or TFLOP/s), one point per run; marker size by
     exposed + stalled copy time per step; the devices' memory limit as a dashed line.  Also the
     sentences that say which runs are not drawn, and why."""
-    left_out: list[str] = []
+    why_not: dict[str, list[str]] = {}  # why a run is not drawn -> its labels
     shown: list[tuple[dict[str, Any], str]] = []
     for p, lab in zip(points, labels, strict=True):
         x = p["step_ns"] if x_mode == "step" else p["tflops"]
         if p["memory_bytes"] is None:
-            left_out.append(f"{lab}: no device memory ({_why_no_memory(p)})")
+            why_not.setdefault(f"no device memory: {_why_no_memory(p)}", []).append(lab)
         elif x is None:
             why = (
                 "no step ranges"
@@ -107,11 +109,15 @@ def frontier_figure(points: list[dict[str, Any]], labels: list[str], x_mode: str
                 else "no FLOPs per step: no compiled step in the run folder (compiled.json, written by profile-step "
                 "run)"
             )
-            left_out.append(f"{lab}: {why}")
+            why_not.setdefault(why, []).append(lab)
         else:
             shown.append((p, lab))
-    if not shown:
-        reasons = "; ".join(left_out) if len(left_out) <= 4 else "; ".join(left_out[:4]) + f"; and {len(left_out) - 4}"
+    left_out = [f"{', '.join(who)}: {why}" for why, who in why_not.items()]
+    if not shown:  # one reason once, with the runs it holds for
+        if len(why_not) == 1 and len(points) > 1:
+            reasons = f"{next(iter(why_not))} (all {len(points)} runs)"
+        else:
+            reasons = "; ".join(left_out)
         return note_figure(f"Nothing to draw for the selected runs: {reasons}.", height=260), []
     t_name, t_div = time_unit([p["step_ns"] for p, _ in shown])
     limits = sorted({p["limit_bytes"] for p, _ in shown if p["limit_bytes"]})
@@ -206,8 +212,16 @@ def frontier_figure(points: list[dict[str, Any]], labels: list[str], x_mode: str
     return fig, left_out
 
 
-def policy_datatable(tab: dict[str, Any], labels: list[str]) -> tuple[dash_table.DataTable, list[str]]:
-    """The per-policy table (``policy_table``) with units by column, and its notes (what is missing, why)."""
+# columns of numbers left out when no row has one (as analyze leaves them out), and said so under the table
+OPTIONAL = ("peak", "compiled_dev", "compiled_host", "planned", "moved", "flops", "tflops", "recompute", "mfu",
+            "exposed", "stalled", "pred_step", "pred_error", "pred_exposed")  # fmt: skip
+
+
+def policy_datatable(
+    tab: dict[str, Any], labels: list[str], stalls_not_measured: dict[str, list[str]] | None = None
+) -> tuple[dash_table.DataTable, list[str]]:
+    """The per-policy table (``policy_table``) with units by column, and its notes (what is missing, why;
+    *stalls_not_measured*: why the traces of some rows cannot measure stalls -> those rows)."""
     rows = tab["rows"]
     t_name, t_div = time_unit([v for r in rows for v in (r["median_step_ns"], r["step_min_ns"], r["step_max_ns"])])
     c_name, c_div = time_unit([v for r in rows for v in (r["exposed_ns"], r["stalled_ns"])])
@@ -218,11 +232,16 @@ def policy_datatable(tab: dict[str, Any], labels: list[str]) -> tuple[dash_table
         [v for r in rows for v in (r["planned_d2h_bytes_per_step"], r["moved_d2h_bytes_per_step"])]
     )
 
-    def div(v: float | None, d: float) -> float | None:
-        return None if v is None else v / d
+    def div(v: float | None, d: float) -> float | str | None:
+        """In the column's unit; a value too small to show in it says so (the runs table's rule)."""
+        if v is None:
+            return None
+        return f"<{rows_table.TINY:g}" if 0 < abs(v / d) < rows_table.TINY else v / d
 
     data = []
     notes: dict[str, list[str]] = {}
+    for why, who in (stalls_not_measured or {}).items():
+        notes.setdefault(f"stalled / step not measured: {why}", []).extend(who)
     for r, lab in zip(rows, labels, strict=True):
         data.append(
             {
@@ -308,6 +327,10 @@ def policy_datatable(tab: dict[str, Any], labels: list[str]) -> tuple[dash_table
         f"{text} ({'all runs' if len(who) == every and every > 1 else ', '.join(dict.fromkeys(who))})"
         for text, who in notes.items()
     ]
+    empty = [c for c in columns if c["id"] in OPTIONAL and all(d[c["id"]] in (None, "-") for d in data)]
+    if data and empty:
+        columns = [c for c in columns if c not in empty]
+        lines.insert(0, "left out, no value in any run: " + "; ".join(c["name"].split(" (")[0] for c in empty))
     if tab.get("baseline"):
         lines.append(f"recompute: FLOPs per step against the {tab['baseline']!r} policy")
     marks = {"=": "same compiled step", "~": "within the noise", "!": "runs apart", "cpu": "CPU runs"}
@@ -533,7 +556,12 @@ def register(app: dash.Dash, store: RunStore) -> None:
         if not any(p["memory_bytes"] is not None and p["step_ns"] is not None for p in points):
             chosen = selection.selected_views(selected, data)
             lines.append(html.Li(selection.runs_that(store, _drawable, chosen, "device memory and steps")))
-        table, table_notes = policy_datatable(tab_doc, labels)
+        unmeasured: dict[str, list[str]] = {}
+        for run, lab in zip(summaries, labels, strict=True):
+            why = next(filter(None, (copy_numbers.stalls_not_measured(run, d) for d in run.device_ids)), None)
+            if why:
+                unmeasured.setdefault(why, []).append(lab)
+        table, table_notes = policy_datatable(tab_doc, labels, unmeasured)
         if not any(_has_numbers(r) for r in tab_doc["rows"]):  # a table of "-": one sentence instead
             table = note("No per-policy numbers for these runs: no steps, no device memory, no compiled step.")
         options = [{"label": lab, "value": rid} for rid, lab in zip(rids, labels, strict=True)]

@@ -65,6 +65,13 @@ def scale_for(store: RunStore, view: View, target: str, value: float | None, sou
     )
 
 
+def not_modelled(store: RunStore, rid: str) -> str | None:
+    """Why the replay cannot model the copies' cost in *rid* (the run's findings say it, ``copy_free``'s
+    ``not_modelled``: a JAX profiler trace records no stream waits, so what waits for a copy is not known),
+    or None."""
+    return ((store.results[rid].run.findings or {}).get("copy_free") or {}).get("not_modelled")
+
+
 def whatif_figure(rows: list[dict[str, Any]], title: str) -> Figure:
     """Per (run, GPU): median step and GPU span, measured and predicted, as horizontal bars."""
     if not rows:
@@ -163,12 +170,17 @@ def compute(
         return note_figure(f"Enter {what}."), [], False
     ready, lines, waiting, modeled = [], [], [], set()
     scales: dict[str, list[str]] = {}  # the sentence of a factor -> the rows it applies to
+    unmodelled: dict[str, list[str]] = {}  # why the replay cannot model a run -> its rows (never replayed)
     for view in views:
         if view.rid not in store.results:
             continue
         label, _ = selection.view_label(store, view)
         if view.device is None:
             lines.append(html.Li(f"{label}: no GPU activity, nothing to replay"))
+            continue
+        why = not_modelled(store, view.rid)
+        if why:
+            unmodelled.setdefault(why, []).append(label)
             continue
         scale = scale_for(store, view, target, value, source)
         scales.setdefault(scale.text, []).append(label)
@@ -227,6 +239,8 @@ def compute(
     ]
     if waiting:
         said.append(html.Li(f"computing: {', '.join(waiting)} …", className="computing"))
+    gone = [f"{', '.join(who)}: not modelled: {why}" for why, who in unmodelled.items()]
+    lines += [html.Li(text, className="not-modelled") for text in gone]
     notes: list[Any] = [html.Ul(said + lines, className="notes-list")]
     if sync:
         notes.append(
@@ -239,6 +253,8 @@ def compute(
         fig = whatif_figure(ready, title)
     elif waiting:
         fig = note_figure(f"Computing the what-if for {len(waiting)} run(s) …")
+    elif gone:  # the replay of these copies would say "no change": what waits for them is not in the trace
+        fig = note_figure(f"No what-if for the selected rows (listed above): not modelled: {'; '.join(unmodelled)}.")
     else:
         fig = note_figure("None of the selected rows has GPU activity to replay.")
     fig["layout"]["meta"] = {**(fig["layout"].get("meta") or {}), "rows": ready}
@@ -250,7 +266,7 @@ def start_first(store: RunStore, views: list[View]) -> None:
     synchronization modeled) for *views*, the first view's rows: they are computed in the background
     while the user reads the first view, not when the tab is opened."""
     for view in views:
-        if view.rid in store.results and view.device is not None:
+        if view.rid in store.results and view.device is not None and not not_modelled(store, view.rid):
             store.whatifs.get(view.rid, scale_for(store, view, DEFAULT_TARGET, None, AUTO).factor, model_host=True)
 
 

@@ -1,6 +1,8 @@
-"""The dashboard on sample_traces where no GPU ran here: a real public trace first (its hidden copies
-per GPU and per stream, labelled with its licence), the SYNTHETIC demo after it; and the rough edges
-a newcomer met on real traces (unknown GPU link, a stream of both directions, What-if without steps)."""
+"""The dashboard on sample_traces where no GPU ran here: the example's real H200 runs first (measured
+by jax.profiler: their copies, layers and plan; stalls and costs said not measured or not modelled, as
+analyze says them); where no measured policy run has copies, a real public trace first (its hidden copies
+per GPU and per stream, labelled with its licence), the SYNTHETIC demo after it; and the rough edges a
+newcomer met on real traces (unknown GPU link, a stream of both directions, What-if without steps)."""
 
 from __future__ import annotations
 
@@ -15,10 +17,23 @@ from dashboards.findings_view import _finding, focus
 from dashboards.rows import View
 from dashboards.timeline_view import timeline_figure
 from profiler.report.verdict_text import verdict_lines
+from profiler.trace.jax_profile import NO_WAITS
 from tests.conftest import ROOT, run_cli
-from tests.test_dashboard import browser, check_page, dashboard, figure, pick, wait_graph, wait_rows  # noqa: F401
+from tests.test_dashboard import (  # noqa: F401
+    analyze_json,
+    bar_units,
+    browser,
+    check_page,
+    dashboard,
+    figure,
+    pick,
+    unit_of,
+    wait_graph,
+    wait_rows,
+)
 
 SAMPLES = ROOT / "sample_traces"
+H200 = SAMPLES / "h200-example"
 # the shown tab's text, with its figures' notes (plotly draws them as SVG)
 TAB_TEXT_JS = """
 (graphId) => {
@@ -27,12 +42,18 @@ TAB_TEXT_JS = """
   return tab.innerText + ' ' + notes.join(' ');
 }
 """
+# the cells of a DataTable's rows, by column id (the runs table: only its ticked rows)
+TABLE_ROWS_JS = """
+([tableId, ticked]) => [...document.querySelectorAll(`#${tableId} tr`)]
+  .filter(tr => tr.querySelector('td[data-dash-column]') && (!ticked || tr.querySelector('input:checked')))
+  .map(tr => Object.fromEntries([...tr.querySelectorAll('td[data-dash-column]')]
+    .map(td => [td.dataset.dashColumn, td.innerText.trim()])))
+"""
 
 
-@pytest.fixture(scope="module")
-def samples(tmp_path_factory):
-    """A copy of sample_traces (the dashboard caches beside traces): two public traces, a demo run, a CPU run."""
-    root = tmp_path_factory.mktemp("samples") / "sample_traces"
+def copy_samples(root, h200: bool):
+    """A copy of sample_traces (the dashboard caches beside traces): two public traces, a demo run, a CPU
+    run, and with *h200* the eight H200 runs of the example."""
     public = root / "public"
     shutil.copytree(SAMPLES / "public" / "licenses", public / "licenses")
     for name in ("CATALOG.tsv", "README.md", "flexgen__nsight_report7.sqlite", "nsysai__h100_2gpu_1s.sqlite"):
@@ -42,11 +63,134 @@ def samples(tmp_path_factory):
     )
     cpu = next((SAMPLES / "cpu-example").glob("*-offload_qkv-*"))
     shutil.copytree(cpu, root / "cpu-example" / cpu.name)
+    if h200:
+        shutil.copytree(H200, root / "h200-example")
     return root
 
 
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory):
+    """sample_traces as a fresh checkout has it (trimmed): the H200 runs, public traces, the demo, a CPU run."""
+    return copy_samples(tmp_path_factory.mktemp("samples") / "sample_traces", h200=True)
+
+
+@pytest.fixture(scope="module")
+def public_samples(tmp_path_factory):
+    """The same without the H200 runs: no measured policy run with copies."""
+    return copy_samples(tmp_path_factory.mktemp("public-samples") / "sample_traces", h200=False)
+
+
 @pytest.mark.browser
-def test_first_view_is_a_real_public_trace(browser, samples):  # noqa: F811
+def test_first_view_is_the_h200_runs_of_the_example(browser, samples):  # noqa: F811
+    """What profile-step dashboard and the quickstart show first on a machine without a GPU: the eight real
+    H200 runs, labelled as jax.profiler's, with analyze's verdict and numbers; what such a trace cannot
+    measure says so, in every tab, instead of showing a zero. Its screenshot is the README's
+    (tests/artifacts/dashboard-samples-1-first-view.png, copied to docs/dashboard-first-view.png)."""
+    doc = json.loads(run_cli("analyze", "--json", str(samples / "h200-example")).stdout)
+    policies = {r["policy"]: r for r in doc["policies"]["rows"]}
+    assert len(policies) == 8
+    with dashboard(samples) as (url, _):
+        page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        page.goto(url)
+        wait_rows(page, 12)
+        page.wait_for_function("document.querySelector('#progress').innerText.includes('12 run(s)')", timeout=120_000)
+        page.wait_for_function("document.querySelectorAll('#policy-bars .row-label').length == 8", timeout=60_000)
+        # the ticked rows: the eight H200 runs, measured on a real GPU by jax.profiler, with analyze's steps
+        ticked = page.evaluate(TABLE_ROWS_JS, ["runs", True])
+        assert sorted(r["policy"] for r in ticked) == sorted(policies)
+        assert {(r["source"], r["device"], r["status"]) for r in ticked} == {
+            ("jax.profiler run", "GPU 0 · NVIDIA H200", "ok")
+        }
+        step = page.inner_text("#runs th[data-dash-column='step']")
+        assert "median step (ms)" in step
+        for r in ticked:
+            assert float(r["step"]) == pytest.approx(policies[r["policy"]]["median_step_ns"] / 1e6, rel=5e-4)
+        table = page.inner_text("#runs")
+        assert "public trace" in table and "SYNTHETIC demo" in table  # listed, not first
+        prov = " ".join(page.inner_text("#provenance").split())
+        assert "Measured on a real GPU with JAX's own profiler (jax.profiler, not nsys)" in prov
+        assert "h200-example: 8 run(s) on NVIDIA H200" in prov and f"not modelled: {NO_WAITS}" in prov
+        # the verdict on top: analyze's verdict of the same runs, in the same words
+        panel = " ".join(page.inner_text("#verdict").split())
+        lines = verdict_lines(doc["verdict"])
+        assert lines and all(" ".join(text.split()) in panel for _, text in lines), panel
+
+        # Policies: stalls said not measured, as analyze says it, never drawn or written as 0
+        bars = page.inner_text("#policy-bars")
+        assert f"stalls (not measured: {NO_WAITS})" in " ".join(bars.split())
+        assert "stalled by copies" not in bars and "no stream waits," not in bars
+        qkv = next(p.parent.name for p in (samples / "h200-example").glob("*-offload_qkv-??????/trace.json.gz"))
+        dev = analyze_json(samples / "h200-example" / qkv / "trace.json.gz")["devices"]["0"]
+        t_div, b_div = bar_units(page)
+        values = page.evaluate(
+            "[...document.querySelectorAll('#policy-bars .bar')]"
+            ".map(b => [b.dataset.row, b.dataset.series, +b.dataset.value])"
+        )
+        shown = {(row, series): v for row, series, v in values}
+        label = f"offload_qkv · {qkv.rsplit('-', 1)[1]} · GPU 0"
+        for d, name in (("d2h", "D2H"), ("h2d", "H2D")):
+            assert shown[(label, f"{name} exposed")] == pytest.approx(dev["copies"][d]["exposed_ns"] / t_div)
+            assert shown[(label, f"{name} hidden")] == pytest.approx(dev["copies"][d]["overlap_any_ns"] / t_div)
+            assert shown[(label, f"{name} bytes")] == pytest.approx(dev["copies"][d]["bytes"] / b_div)
+        # kernels slowed by copies: a run without kernels both alone and beside copies measured nothing
+        kernels = page.evaluate(TABLE_ROWS_JS, ["policy-kernels-table", False])
+        assert len(kernels) == 8 and any(k["groups"] == "0" for k in kernels)
+        assert all(k["kernel time lost"] == "-" for k in kernels if k["groups"] == "0")
+        assert all(k["kernel time lost"] != "-" for k in kernels if k["groups"] != "0")
+        check_page(page, "samples-1-first-view")
+
+        # Per layer: offload_qkv's copies per layer, as analyze --by layer gives them; stalls not measured
+        page.get_by_text("Per layer", exact=True).click()
+        wait_graph(page, "layer-graph", "gd.data.length >= 4")
+        layers = {
+            r["name"]: r["copies"]
+            for r in analyze_json(samples / "h200-example" / qkv / "trace.json.gz", "--by", "layer")["layers"]
+        }
+        assert len(layers) == 8
+        fig = figure(page, "layer-graph")
+        drawn = {t["name"]: t for t in fig["data"]}
+        div = unit_of(page.evaluate("document.querySelector('#layer-graph .ytitle').textContent"))
+        assert drawn["H2D exposed"]["x"] == sorted(layers)
+        for i, name in enumerate(drawn["H2D exposed"]["x"]):
+            assert drawn["H2D exposed"]["y"][i] == pytest.approx(layers[name]["h2d"]["exposed_ns"] / div)
+        assert f"Stalls not measured: {NO_WAITS}" in page.inner_text("#layer-hint")
+        check_page(page, "samples-1-h200-layers")
+
+        # Policy trade: analyze's per-policy table, its empty columns left out and said so, the plan read
+        page.get_by_text("Policy trade", exact=True).click()
+        page.wait_for_selector("#trade-table", timeout=60_000)
+        trade = {r["run"].split(" · ")[0]: r for r in page.evaluate(TABLE_ROWS_JS, ["trade-table", False])}
+        heads = page.inner_text("#trade-table tr")
+        assert "D2H planned / step (GiB)" in heads and "peak dev" not in heads and "stalled" not in heads
+        for policy, r in policies.items():
+            assert float(trade[policy]["planned"]) == pytest.approx(r["planned_d2h_bytes_per_step"] / 2**30, 1e-3)
+        box = " ".join(page.inner_text("#trade-table-box").split())
+        assert "left out, no value in any run: peak dev, measured; compiled dev; compiled host" in box
+        assert f"stalled / step not measured: {NO_WAITS} (all runs)" in box
+        wait_graph(page, "pvm-graph", "gd.data.length == 4")  # offload_qkv's plan against what moved
+        wait_graph(page, "trade-frontier", "gd.layout.meta && gd.layout.meta.note")
+        assert "(all 8 runs)" in figure(page, "trade-frontier")["layout"]["meta"]["note"]
+        check_page(page, "samples-1-h200-trade")
+
+        # What-if: the replay cannot know what waits for the copies: not modelled, not "no change"
+        page.get_by_text("What-if", exact=True).click()
+        wait_graph(page, "whatif-graph", "gd.layout.meta && gd.layout.meta.note")
+        said = page.evaluate(TAB_TEXT_JS, "whatif-graph")
+        assert f"not modelled: {NO_WAITS}" in said and "no change" not in said
+        check_page(page, "samples-1-h200-whatif")
+
+        # Copy streams: the H200's host link, from its model
+        page.get_by_text("Copy streams", exact=True).click()
+        wait_graph(page, "streams-graph", "gd.data.length >= 2")
+        note = page.inner_text("#link-note")
+        assert "PCIe Gen5 x16" in note and "NVIDIA H200" in note
+        check_page(page, "samples-1-h200-streams")
+        page.close()
+
+
+@pytest.mark.browser
+def test_first_view_is_a_real_public_trace_without_measured_policy_runs(browser, public_samples):  # noqa: F811
+    samples = public_samples
     with dashboard(samples) as (url, _):
         page = browser.new_page(viewport={"width": 1440, "height": 1000})
         page.goto(url)
@@ -71,7 +215,7 @@ def test_first_view_is_a_real_public_trace(browser, samples):  # noqa: F811
         panel = page.inner_text("#verdict")
         lines = verdict_lines(doc["verdict"])
         assert lines and all(" ".join(text.split()) in " ".join(panel.split()) for _, text in lines), panel
-        check_page(page, "samples-1-first-view")
+        check_page(page, "samples-public-first-view")
 
         # a tab the first view's trace cannot fill names the runs that would (or says none here does)
         for tab, graph_id in (
@@ -90,13 +234,13 @@ def test_first_view_is_a_real_public_trace(browser, samples):  # noqa: F811
                 assert "offload_all · synthetic has layers with copies" in said
             if tab == "Policy trade":
                 assert "No per-policy numbers for these runs" in said  # not a table of "-"
-            check_page(page, f"samples-1-{graph_id}")
+            check_page(page, f"samples-public-{graph_id}")
 
         # per stream: GPU 0's copy streams against the RTX 4090's PCIe Gen4 link, said why
         page.get_by_text("Copy streams", exact=True).click()
         wait_graph(page, "streams-graph", "gd.data.length >= 2 && (gd.layout.title.text || '').includes('report7')")
         assert "NVIDIA GeForce RTX 4090" in page.inner_text("#link-note")
-        check_page(page, "samples-2-streams")
+        check_page(page, "samples-public-streams")
 
         # a 2026.2 export names no GPU: the link is assumed, and the page says so
         row = page.locator("#runs tr", has_text="h100_2gpu_1s").filter(has_text="GPU 1")
@@ -112,7 +256,7 @@ def test_first_view_is_a_real_public_trace(browser, samples):  # noqa: F811
         assert both, bars["x"]  # the compute stream carries both directions: striped, not the grey of "mixed"
         assert all(bars["marker"]["pattern"]["shape"][i] == "/" for i in both)
         assert all(bars["marker"]["color"][i] != "#BBBBBB" for i in range(len(bars["x"])))
-        check_page(page, "samples-3-streams-unknown-gpu")
+        check_page(page, "samples-public-streams-unknown-gpu")
 
         # What-if on a trace without steps: the GPU span alone, no empty "median step" axes
         page.get_by_text("What-if", exact=True).click()
@@ -120,7 +264,7 @@ def test_first_view_is_a_real_public_trace(browser, samples):  # noqa: F811
         layout = page.evaluate("document.querySelector('#whatif-graph .js-plotly-plot').layout")
         assert "no step ranges" in layout["title"]["text"] and "xaxis2" not in layout
         assert layout["xaxis"]["title"]["text"].startswith("GPU span")
-        check_page(page, "samples-4-whatif-no-steps")
+        check_page(page, "samples-public-whatif-no-steps")
         page.close()
 
 

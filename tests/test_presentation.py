@@ -162,6 +162,9 @@ def test_two_gpus_are_two_rows(tmp_path):
     # the unit both values read well in (1 to 10,000 of it): 1,000 and 5,000 B (in KiB 0.98 would not)
     assert [c["name"] for c in columns if c["id"] == "bytes"] == ["copied (B)"]
     assert data[1]["bytes"] == 5000
+    # the rank column only where a row is a rank of a multi-rank job
+    assert "rank" not in [c["id"] for c in columns]
+    assert "rank" in [c["id"] for c in rows.table([*raw, {**raw[0], "id": "r@3", "rank": 3}])[0]]
 
 
 # --- the terminal ---------------------------------------------------------------------------------

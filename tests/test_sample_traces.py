@@ -1,16 +1,18 @@
-"""sample_traces/public: real GPU traces copied with their licences and provenance, shown first where
-no GPU ran here (before the SYNTHETIC demonstration runs)."""
+"""sample_traces: the example's real H200 runs, shown first where no GPU ran here; public/: real GPU
+traces copied with their licences and provenance, shown first where no measured policy run has copies
+(before the SYNTHETIC demonstration runs)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 from dashboards import rows
 from profiler.runs.catalog import read_catalog
 from profiler.runs.discover import discover
 from profiler.runs.result import collect
-from profiler.trace import open_trace
+from profiler.trace import load_trace
 from tests.conftest import ROOT
 
 PUBLIC = ROOT / "sample_traces" / "public"
@@ -68,7 +70,7 @@ def _rows(*traces: Path) -> list[dict]:
     out = []
     for path in traces:
         ref = refs[path.resolve()]
-        summary = collect(open_trace(path), ref.manifest)
+        summary = collect(load_trace(path), ref.manifest)
         out += [rows.raw_row(ref, summary, v.device) for v in rows.views(ref, summary)]
     return out
 
@@ -87,3 +89,17 @@ def test_the_first_view_is_a_real_trace_with_hidden_copies_before_the_synthetic_
     # a measured policy run with copies comes before both
     measured = [{**r, "_source": "run", "_group": "runs"} for r in rest if r["source"] == "SYNTHETIC demo"]
     assert rows.default_selection(raw + measured) == list(range(len(raw), len(raw) + len(measured)))
+
+
+def test_the_first_view_is_the_h200_runs_before_the_public_trace():
+    """sample_traces as it is: the example's eight runs on a real H200 (measured policy runs with copies)
+    are the first view, every one of them, ahead of the public trace listed before them."""
+    h200 = sorted((ROOT / "sample_traces/h200-example").glob("*/trace.json.gz"))
+    raw = _rows(PUBLIC / "flexgen__nsight_report7.sqlite", *h200)
+    chosen = [raw[i] for i in rows.default_selection(raw)]
+    assert len(h200) == 8 and [r["id"] for r in chosen] == [r["id"] for r in raw[2:]]  # FlexGen's two GPUs first
+    policies = {json.loads((t.parent / "manifest.json").read_text())["policy"] for t in h200}
+    assert {r["policy"] for r in chosen} == policies and len(policies) == 8
+    # labelled for what they are: measured on the H200 by jax.profiler, not by nsys
+    assert {(r["source"], r["device"]) for r in chosen} == {("jax.profiler run", "GPU 0 · NVIDIA H200")}
+    assert all("recorded by jax.profiler, not nsys" in r["_full"] for r in chosen)

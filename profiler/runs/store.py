@@ -138,7 +138,8 @@ def load_label(db_path: Path, label: str) -> list[dict[str, Any]]:
 
 
 # --- the dashboard's cache ---------------------------------------------------------------------
-CACHE_VERSION = "10"  # 10: steps per direction (the verdict); 9: kernels_beside_copies;
+CACHE_VERSION = "11"  # 11: a JAX trace analyzed with its run folder (compiled step, layers); 10: steps
+# per direction (the verdict); 9: kernels_beside_copies;
 # 8: HLO fingerprints, findings by cost, sync rows on their GPU
 CACHE_LABEL = "dashboard-cache"
 
