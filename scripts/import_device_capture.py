@@ -59,6 +59,12 @@ def log_facts(log: str) -> dict[str, str]:
     return facts
 
 
+def started(profile_dir: str) -> str | None:
+    """When the captured steps began (UTC), from jax.profiler's folder name (2026_12_04_16_59_07)."""
+    m = re.fullmatch(r"(\d{4})_(\d\d)_(\d\d)_(\d\d)_(\d\d)_(\d\d)", profile_dir)
+    return "{}-{}-{}T{}:{}:{}+00:00".format(*m.groups()) if m else None
+
+
 def model_facts(args: list[str]) -> dict[str, object]:
     """examples/train.py's runtime facts for these arguments (its own parser and FLOP formula)."""
     sys.path.insert(0, str(ROOT / "examples"))
@@ -137,6 +143,7 @@ def import_run(
             if facts.get("pcie_gen")
             else None,
             "device_capture": {"call": call, "script": "scripts/device_capture.py", "note": note},
+            "started": started(trace.parent.name),
         }
         (run / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         short = step_module.record(run, run / XLA_DUMP_DIR, own_dump=True, hook=None)

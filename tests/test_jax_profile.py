@@ -278,3 +278,10 @@ def test_h200_copies_find_their_layer_through_the_compiled_plan(tmp_path, monkey
     moved = {r["name"]: (r["copies"]["offload"]["count"], r["copies"]["d2h"]["bytes"], r["copies"]["h2d"]["bytes"])
              for r in layers}  # fmt: skip
     assert moved == {f"layer_{i}": (18, 9 * 64 << 20, 9 * 64 << 20) for i in range(8)}
+
+
+def test_whatif_on_a_jax_trace_says_it_cannot_replay_it(built, tmp_path):
+    """The what-if replays the copies through their waits: a trace without them gets one line, not numbers."""
+    proc = run_cli("whatif", "--link", "nvlink-c2c", str(built), env={"XDG_CACHE_HOME": str(tmp_path / "c")})
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [f"profile-step: error: {built}: not modelled: {jax_profile.NO_WAITS}"]

@@ -21,6 +21,10 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     from profiler.xla.names import DEFAULT_LAYER_PATTERN
 
     trace = load_trace(one_trace(args.trace), nsys=args.nsys)
+    if not trace.waits_recorded:  # the replay follows the copies' waits: without them it would answer nothing
+        from profiler.trace.jax_profile import NO_WAITS
+
+        raise InputError(args.trace, f"not modelled: {NO_WAITS}")
     link_doc = None
     factor = args.copy_scale
     if args.link is not None:
