@@ -64,3 +64,39 @@ def test_the_real_h200_step_does_the_model_flops_of_its_formula():
     totals = roofline.totals(schedule.build(module), roofline.device_from_spec(spec))
     model = json.loads((run / "manifest.json").read_text())["runtime"]["model_flops_per_step"]
     assert model == 85_813_446_574_080 and totals["matmul_flops"] == model
+
+
+def test_a_run_folder_counts_the_flops_xla_leaves_out(tmp_path):
+    """compiled.json of a module with GEMM custom calls: its FLOPs counted from the HLO, XLA's figure beside."""
+    from profiler.capture.step_module import counted_flops
+    from profiler.xla import dump
+    from profiler.xla.compiled import describe
+
+    (tmp_path / "module_0001.jit_step.sm_9.0a_gpu_after_optimizations.txt").write_text(MODULE)
+    [mod] = dump.scan(tmp_path)
+    entry = describe(mod, with_cost=False)
+    entry["cost"] = {"flops": 0.0, "bytes accessed": 1.0}  # what XLA's cost analysis says of a GEMM custom call
+    counted_flops([entry], [mod])
+    assert entry["cost"] == {"flops": 2 * 8192 * 4096 * 4096, "xla_flops": 0.0, "bytes accessed": 1.0}
+    assert entry["notes"][-1] == (
+        "FLOPs counted from the HLO (274.88 G): XLA's cost analysis leaves out its 1 cuBLAS GEMM custom calls "
+        "(it says 0)"
+    )
+    plain = describe(mod, with_cost=False)  # no GEMM: XLA's own count stands
+    (tmp_path / "module_0001.jit_step.sm_9.0a_gpu_after_optimizations.txt").write_text(
+        MODULE.replace('custom_call_target="__cublas$lt$matmul"', 'custom_call_target="my_kernel"')
+    )
+    [mod] = dump.scan(tmp_path)
+    plain["cost"] = {"flops": 5.0}
+    counted_flops([plain], [mod])
+    assert plain["cost"] == {"flops": 5.0}
+
+
+@pytest.mark.skipif(not H200.is_dir(), reason="no sample_traces/h200-example")
+def test_the_h200_runs_carry_the_counted_flops():
+    for run in (p for p in H200.iterdir() if (p / "compiled.json").is_file()):
+        compiled = json.loads((run / "compiled.json").read_text())
+        [step] = [m for m in compiled["modules"] if m["label"] == compiled["step_module"]]
+        module = load_module(next((run / "xla_dump").glob("*after_optimizations.txt.xz")))[0]
+        t = roofline.totals(schedule.build(module), roofline.Device("count", 1.0, 1.0, 1.0, 1.0))
+        assert step["cost"]["flops"] == t["matmul_flops"] + t["other_flops"] > 80e12

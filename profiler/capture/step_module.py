@@ -20,8 +20,9 @@ from typing import Any
 from profiler.conventions import COMPILED, COMPILED_STEP
 from profiler.stored import folder
 from profiler.xla import dump
-from profiler.xla.compiled import NO_JAXLIB, UNPARSED, agreement, describe
+from profiler.xla.compiled import NO_JAXLIB, UNPARSED, agreement, describe, load_module
 from profiler.xla.cost_probe import costs_in
+from profiler.xla.hlo import GEMM_TARGETS, HloError
 from profiler.xla.step_program import Program, StepProgram, choose, program_label
 
 
@@ -127,6 +128,38 @@ def costs_by_script_python(entries: list[dict[str, Any]], mods: list[dump.DumpMo
             entry["notes"][entry["notes"].index(old)] = f"{old}; nor could the script's Python: {why_not}"
 
 
+def counted_flops(entries: list[dict[str, Any]], mods: list[dump.DumpModule]) -> None:
+    """A module compiled on a real GPU runs most matmuls as cuBLAS GEMM custom calls, which XLA's cost
+    analysis counts as 0 FLOPs (the example's step on an H200: 4.59e12 of its 85.8e12): its ``flops``
+    are then counted from its HLO by the roofline's rules (``predict.roofline.totals``: matmuls by their
+    dimension numbers, elementwise and reductions as XLA counts them), XLA's own figure kept beside
+    (``xla_flops``) and the note saying so."""
+    from profiler.predict import roofline, schedule
+    from profiler.units import si
+
+    for entry, mod in zip(entries, mods, strict=True):
+        path = mod.files.get("after") or mod.files.get("after_proto")
+        if path is None:
+            continue
+        try:
+            module = load_module(path)[0]
+        except (HloError, OSError):
+            continue
+        gemms = sum(1 for i in module.instructions() if (i.custom_call_target or "").startswith(GEMM_TARGETS))
+        if not gemms:
+            continue
+        t = roofline.totals(schedule.build(module), roofline.Device("count", 1.0, 1.0, 1.0, 1.0))
+        cost = dict(entry.get("cost") or {})
+        xla = cost.get("flops")
+        cost.update(flops=t["matmul_flops"] + t["other_flops"], xla_flops=xla)
+        entry["cost"] = cost
+        said = f"it says {si(xla)}" if xla is not None else "it did not run here"
+        entry["notes"].append(
+            f"FLOPs counted from the HLO ({si(cost['flops'])}): XLA's cost analysis leaves out its {gemms} "
+            f"cuBLAS GEMM custom calls ({said})"
+        )
+
+
 def record(run_dir: Path, dump_dir: Path | None, own_dump: bool, hook: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write ``compiled.json`` into *run_dir*; returns the short form for the manifest.
 
@@ -185,6 +218,7 @@ def record(run_dir: Path, dump_dir: Path | None, own_dump: bool, hook: dict[str,
             entry["label"] = m.label
             doc["modules"].append(entry)
         costs_by_script_python(doc["modules"], keep, (hook or {}).get("executable"))
+        counted_flops(doc["modules"], keep)
         if step is not None and handed and handed.get("module") == step.name:
             dumped = next(e for e in doc["modules"] if e["label"] == step.label)
             doc["agreement"] = agreement(handed, dumped)
