@@ -298,7 +298,7 @@ def op_classes(schedule: Schedule) -> dict[str, str]:
     *schedule* (the classes the accuracy is reported by); free instructions and dones are left out."""
     out: dict[str, str] = {}
     for op in schedule.ops:
-        if op.name in out or op.kind in ("free", "done"):
+        if op.name in out or op.kind in ("free", "done", "region"):
             continue
         ins = schedule.instructions.get(op.name)
         if op.kind == "copy" or op.stream in ("d2h", "h2d"):
@@ -329,7 +329,7 @@ def costs(schedule: Schedule, device: Device, launch_ns: int = 0) -> dict[str, i
     c = Costs(schedule.module_ref, device)
     out: dict[str, int] = {}
     for op in schedule.ops:
-        if op.name in out or op.kind in ("free", "done", "copy") or op.stream in ("d2h", "h2d"):
+        if op.name in out or op.kind in ("free", "done", "copy", "region") or op.stream in ("d2h", "h2d"):
             continue
         ins = schedule.instructions.get(op.name)
         if ins is None:
