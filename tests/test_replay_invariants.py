@@ -386,3 +386,33 @@ def test_a_rule_check_sees_an_overlap_and_a_short_stream():
     assert b.rows.tolist() == [1] and b.excess.tolist() == [50] and b.short == {0: (200, 150)} and not b.ok
     allowed = replay_rules.check(np.array([0, 0]), np.array([0, 50]), np.array([100, 150]), allowed=np.array([0, 50]))
     assert allowed.ok
+
+
+def test_a_conditional_is_one_op_of_its_costliest_branch_or_its_measured_span():
+    text = """HloModule m, is_scheduled=true
+%b0 (a: f32[4096,4096]) -> f32[4096,4096] {
+  %a = f32[4096,4096]{1,0} parameter(0)
+  ROOT %d = f32[4096,4096]{1,0} dot(%a, %a), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+%b1 (a: f32[4096,4096]) -> f32[4096,4096] {
+  %a.1 = f32[4096,4096]{1,0} parameter(0)
+  ROOT %n = f32[4096,4096]{1,0} negate(%a.1)
+}
+ENTRY %e (p: s32[], x: f32[4096,4096]) -> f32[4096,4096] {
+  %p = s32[] parameter(0)
+  %x = f32[4096,4096]{1,0} parameter(1)
+  ROOT %c = f32[4096,4096]{1,0} conditional(%p, %x, %x), branch_computations={%b0, %b1}
+}
+"""
+    from profiler.predict import roofline
+    from profiler.xla.targets import TARGETS
+
+    sched = schedule.build(parse_text(text))
+    dev = roofline.device_from_spec(TARGETS["h100"].spec_text())
+    c = roofline.Costs(sched.module_ref, dev)
+    dot = c.kernel_ns(sched.instructions["d"])
+    assert dot > c.kernel_ns(sched.instructions["n"]) > 0
+    # the roofline: the dot's branch (before: the conditional's own bytes, 60 us against the dot's 278)
+    assert roofline.costs(sched, dev) == {"c": dot}
+    # measured: a branch's thunks run as the conditional
+    assert (sched.site("d"), sched.site("n"), sched.site("c")) == ("c", "c", "c")

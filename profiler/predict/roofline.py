@@ -27,7 +27,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from profiler.predict.schedule import COLLECTIVES, Schedule
+from profiler.predict.schedule import COLLECTIVES, FREE, Schedule
 from profiler.xla.hlo import GEMM_TARGETS, Instruction, Module
 from profiler.xla.shapes import Shape
 from profiler.xla.targets import TARGETS, peak_tflops
@@ -234,6 +234,16 @@ class Costs:
         t = max(m / d.matmul_flops + v / d.vector_flops, self.hbm_bytes(ins) / d.hbm_bytes_s)
         return math.ceil(t * 1e9)
 
+    def conditional_ns(self, ins: Instruction) -> int:
+        """A ``conditional`` (which branch runs is decided on the device): its costliest branch, the
+        roofline times of the branch's kernels added up; its own bytes where no branch has any."""
+        best = 0
+        for c in ins.called:
+            comp = self.module.computations.get(c)
+            work = [i for i in comp.instructions if i.opcode not in FREE] if comp else []
+            best = max(best, sum(self.kernel_ns(i) for i in work))
+        return best or self.kernel_ns(ins)
+
     def collective_ns(self, ins: Instruction, payload: int) -> int:
         kind = ins.opcode.removesuffix("-start")
         if kind not in COLLECTIVES:
@@ -336,6 +346,8 @@ def costs(schedule: Schedule, device: Device, launch_ns: int = 0) -> dict[str, i
             continue
         if op.kind == "collective" or op.stream == "collective":
             out[op.name] = c.collective_ns(ins, op.bytes)
+        elif op.opcode == "conditional":
+            out[op.name] = c.conditional_ns(ins) + launch_ns
         else:
             out[op.name] = c.kernel_ns(ins) + launch_ns
     return out
