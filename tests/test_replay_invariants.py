@@ -33,6 +33,7 @@ from profiler.predict.measured import load
 from profiler.predict.simulate import ALL_STREAMS, Prediction, simulate
 from profiler.trace import open_trace
 from profiler.xla.hlo import parse_text
+from tests.conftest import ROOT
 from tests.recordings import Timing, record
 from tests.test_costs_reference import action, build_random
 from tests.test_savings import _subset, exports
@@ -375,10 +376,13 @@ def test_the_trace_replay_keeps_the_rules_on_every_shared_export(shared_traces):
     assert len(broken) >= 20 and {k: v for k, v in broken.items() if v} == {}
 
 
-def test_the_trace_replay_keeps_the_rules_on_the_h200_runs_and_the_ground_truth(h200_exports, scanned_recordings):
-    paths = [*h200_exports.values(), *(f / "trace.sqlite" for f in scanned_recordings.values())]
+def test_the_trace_replay_keeps_the_rules_on_the_projects_traces_and_the_ground_truth(h200_exports, scanned_recordings):
+    """The H200 runs' conversions, every export of sample_traces (the synthetic demo runs, the public
+    ones, the CPU runs) and the ground truth's exports."""
+    ours = sorted((ROOT / "sample_traces").rglob("*.sqlite"))
+    paths = [*h200_exports.values(), *ours, *(f / "trace.sqlite" for f in scanned_recordings.values())]
     broken = {str(p): trace_broken(p, (1.0, 0.5, 0.0)) for p in paths if p.is_file()}
-    assert len(broken) >= 14 and {k: v for k, v in broken.items() if v} == {}
+    assert len(broken) >= 27 and {k: v for k, v in broken.items() if v} == {}
 
 
 def test_a_rule_check_sees_an_overlap_and_a_short_stream():
