@@ -163,3 +163,89 @@ def run_cli(
         env=full_env,
         timeout=timeout,
     )
+
+
+# --- the real H200 runs and the scanned ground truth (issue 42), each made once per session ---------
+
+H200_RUNS = ROOT / "sample_traces" / "h200-example"
+
+
+@pytest.fixture(scope="session")
+def h200_exports(tmp_path_factory) -> dict[str, Path]:
+    """The nsys-schema conversion of each H200 run's JAX profiler trace (in a cache of the session's own,
+    not the user's), by run folder name."""
+    from profiler.trace import jax_profile
+
+    cache = tmp_path_factory.mktemp("h200-cache")
+    old = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(cache)
+    try:
+        return {d.name: jax_profile.export(d / "trace.json.gz") for d in sorted(H200_RUNS.glob("2026*"))}
+    finally:
+        if old is None:
+            os.environ.pop("XDG_CACHE_HOME", None)
+        else:
+            os.environ["XDG_CACHE_HOME"] = old
+
+
+@pytest.fixture(scope="session")
+def h200_measured(h200_exports) -> dict:
+    """``predict.measured.load`` of each H200 run (its conversion and its own optimized HLO)."""
+    from profiler.predict.measured import load
+
+    out = {}
+    for name, export in h200_exports.items():
+        hlo = next((H200_RUNS / name / "xla_dump").glob("*after_optimizations.txt.xz"))
+        out[name] = load(export, hlo=hlo)
+    return out
+
+
+@pytest.fixture(scope="session")
+def scan_plan(aot_python, tmp_path_factory) -> Path:
+    """The example's small step under ``lax.scan`` (offload_qkv, batch 8) compiled for an H100 by the real
+    GPU compiler without a GPU (``plan``): its optimized HLO."""
+    out = tmp_path_factory.mktemp("scan") / "plan"
+    train = ROOT / "examples" / "train.py"
+    proc = run_cli("plan", "--target", "h100", "--policy", "offload_qkv", "--batch", "8", "--out", str(out),
+                   str(train), *SMALL_STEP, "--scan", timeout=1200)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out / "offload_qkv-b8" / "step.hlo.txt"
+
+
+@pytest.fixture(scope="session")
+def scanned_recordings(request, tmp_path_factory) -> dict[str, Path]:
+    """Ground truth for the replays: scanned programs recorded (``tests/recordings.py``) in each form,
+    ``<program>/<form>`` -> a run folder (``trace.sqlite`` + ``xla_dump/``) or an nsys-jax archive folder.
+    The programs: the example's two scanned steps as XLA compiled them on the H200 (sample_traces, with
+    the H200's own target for the kernels' base times), and, where .venv-aot is there, the small step
+    under lax.scan compiled for an H100 without a GPU."""
+    import lzma
+
+    from profiler.predict import roofline, schedule
+    from profiler.xla.hlo import parse_text
+    from profiler.xla.targets import TARGETS
+    from tests.recordings import Timing, record
+
+    programs: dict[str, tuple[str, str]] = {}
+    for run in sorted(H200_RUNS.glob("*-scan-*")):
+        hlo = next((run / "xla_dump").glob("*after_optimizations.txt.xz"))
+        spec = next((run / "xla_dump").glob("*gpu_target_config.pbtxt")).read_text()
+        programs[run.name.split("-", 1)[1]] = (lzma.decompress(hlo.read_bytes()).decode(), spec)
+    try:
+        plan = request.getfixturevalue("scan_plan")
+        programs["h100-aot-scan"] = (plan.read_text(), TARGETS["h100"].spec_text())
+    except pytest.skip.Exception:
+        pass
+    root = tmp_path_factory.mktemp("scanned")
+    out = {}
+    for label, (text, spec) in programs.items():
+        sched = schedule.build(parse_text(text))
+        base = roofline.costs(sched, roofline.device_from_spec(spec))
+        for form in ("body", "body+predicate", "loop", "archive"):
+            # the small step's kernels take a few us on an H100: at least 30 us each keeps it GPU-bound
+            rec = record(sched, base, "loop" if form == "loop" else "body", executions=2,
+                         predicate=form == "body+predicate", timing=Timing(min_ns=30_000))  # fmt: skip
+            folder = root / label / form
+            (rec.write_archive if form == "archive" else rec.write)(folder, text)
+            out[f"{label}/{form}"] = folder
+    return out

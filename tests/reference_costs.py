@@ -406,6 +406,8 @@ def replay(model: Model, factor: float, host: bool = False) -> tuple[list[int], 
             rec = [ops[j].end for j in before] + ([o.launch] if o.launch is not None else [])
             new = [end[j] for j in before] + ([o.launch + moved] if o.launch is not None else [])
             start[i] = max(new) + o.start - max(rec)
+            if prev[i] is not None:  # never closer to the op before it on its stream than recorded, if it overlapped
+                start[i] = max(start[i], end[prev[i]] + min(0, o.start - ops[prev[i]].end))
             end[i] = start[i] + dur[i]
             changed = True
     assert all(s is not None for s in start)

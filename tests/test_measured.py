@@ -223,7 +223,7 @@ def test_calibrate_predicts_the_same_program_from_its_measured_costs(base_step, 
     assert exposed[0] > exposed[-1]
 
 
-REPLAY_GOAL = 0.05  # benchmarks/README, "Prediction: how good the predicted step is"
+REPLAY_GOAL = 0.03  # issue 42: the Pax archives (no loops) replay within 3% (benchmarks/README, "Prediction")
 
 
 @pytest.mark.parametrize("archive", ["proc0", "proc1"])
@@ -262,3 +262,27 @@ def test_calibration_on_a_real_pax_archive(shared_traces):
     sched = schedule.build(m.module)
     bare = calibrate.simulate(sched, roof, LINKS["pcie5"]).step_ns
     assert bare < other["predicted_step_ns"] < own["predicted_step_ns"]  # an H100 is faster than the A100
+
+
+def test_a_loops_range_owns_only_what_runs_outside_its_bodys_thunks(build):
+    """XLA's while thunk around its body's thunks on every trip: the loop's range owns the ops launched
+    outside them (here a predicate copy before each trip), each its own span, not the span from the
+    first to the last (which would count the body twice); the module's step is its GPU span, though
+    the host range ended before the GPU did."""
+    b = ExportBuilder()
+    b.gpu(0, "NVIDIA H100 80GB HBM3")
+    b.domain(TSL, "TSL", tid=TID)
+    host, gpu = 1_000, 10_000
+    b.nvtx(host, host + 500, "Thunk:#name=jit(step)/while,hlo_op=while.3#", tid=TID, domain_id=TSL)
+    for trip in range(2):
+        h = host + 10 + 200 * trip
+        b.runtime(h, h + 5, b.copy(gpu, gpu + 2_000, "d2h", 1, stream=7), name="cuMemcpyAsync", tid=TID)
+        b.nvtx(h + 50, h + 150, "Thunk:#name=jit(step)/while/body/k,hlo_op=fusion.4#", tid=TID, domain_id=TSL)
+        b.runtime(h + 60, h + 65, b.kernel(gpu + 3_000, gpu + 103_000, "fusion_4", stream=7), tid=TID)
+        gpu += 110_000
+    b.nvtx(host - 10, host + 600, "XlaModule:#hlo_module=jit_step,program_id=7#", tid=TID, domain_id=TSL)
+    m = load(build(b))
+    t = {r["hlo_op"]: r for r in m.times.iter_rows(named=True)}
+    assert t["fusion.4"]["median_ns"] == 200_000 and t["fusion.4"]["thunks"] == 2
+    assert t["while.3"]["median_ns"] == 4_000 and t["while.3"]["thunks"] == 2
+    assert m.steps["duration_ns"].to_list() == [223_000 - 10_000]  # the first copy to the last kernel

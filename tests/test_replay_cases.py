@@ -544,3 +544,39 @@ def test_a_blocking_call_waits_for_an_op_that_itself_waits(build):
     rp = replay(deps, 0.5, host_syncs(trace, deps))
     assert rp.shift is not None and rp.shift.tolist() == [-495]
     assert (rp.start.tolist(), rp.end.tolist()) == ([505, 805, 10], [605, 905, 505])
+
+
+def test_an_op_that_started_before_its_blocker_ended_never_overlaps_the_op_before_it(build):
+    # skewed clocks: 100 launch C h2d (s20) [200,1500), 150 record e1 on s20 (completes C);
+    # 300 launch A (s7) [1000,1100); 400 wait e1 on s7; 500 launch B (s7), recorded [1100,1200),
+    # before its blocker C ended: M = max(A's end 1100, 500, C's end 1500) = 1500, slack -400.
+    # At F = 0.5, C [200,850) and M' = max(1100, 500, 850) = 1100: M' + slack = 700 would run B
+    # beside A on stream 7 (issue 42's rule 1); B starts at the end of A as recorded, [1100,1200)
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(100, 105, b.copy(200, 1500, "h2d", MIB, stream=20), name="cuMemcpyAsync")
+    b.event_record(150, 1, stream=20)
+    b.runtime(300, 305, b.kernel(1000, 1100, "a", stream=7))
+    b.stream_wait(400, 1, stream=7)
+    b.runtime(500, 505, b.kernel(1100, 1200, "b", stream=7))
+    trace = open_trace(build(b))
+    deps = dependencies(trace)
+    assert deps.ops.start.tolist() == [1000, 1100, 200] and deps.blockers_of[0].tolist() == [1]
+    for rp in (replay(deps, 0.5), replay(deps, 0.5, host_syncs(trace, deps))):
+        assert (rp.start.tolist(), rp.end.tolist()) == ([1000, 1100, 200], [1100, 1200, 850])
+    same = replay(deps, 1.0)
+    assert (same.start.tolist(), same.end.tolist()) == ([1000, 1100, 200], [1100, 1200, 1500])
+
+
+def test_an_overlap_the_recording_had_is_kept_and_not_widened(build):
+    # a CUDA graph's nodes on one stream, or skew: A (s7) launched at 0, [0,100); B (s7) launched at
+    # 10, recorded [60,160): B overlapped A by 40.  A shortened to 50 ns (a change): B starts at
+    # max(M' + slack, A's end - 40) = max(50 - 40, 50 - 40) = 10, [10,110): 40 ns over A's
+    # replayed [0,50), as recorded, never more
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(0, 5, b.kernel(0, 100, "a", stream=7))
+    b.runtime(10, 15, b.kernel(60, 160, "b", stream=7))
+    deps = dependencies(open_trace(build(b)))
+    rp = replay(deps, 1.0, change=Change("a shorter", durations=(np.array([0]), np.array([50]))))
+    assert (rp.start.tolist(), rp.end.tolist()) == ([0, 10], [50, 110])

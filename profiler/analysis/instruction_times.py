@@ -11,7 +11,10 @@ the step module (one ``XlaModule`` range), with the GPU interval its work occupi
   the last op's end.
 
 An instruction's duration in one execution is the sum of its spans there (XLA may split an
-instruction into several thunks); ``instruction_times`` gives the median over executions.
+instruction into several thunks, and a loop body's instruction runs once per trip);
+``instruction_times`` gives the median over executions.  A thunk range that holds other thunk
+ranges (a ``while`` loop's, around its body's on every trip) owns only the ops launched outside
+them, each its own span.
 """
 
 from __future__ import annotations
@@ -146,9 +149,15 @@ def export_spans(
     *declared*: the step the script handed over (see ``_executions``)."""
     r = _xla(ranges, "name", "domain")
     mods = r.filter(pl.col("xla_kind") == "module")
-    r = r.join(gpu_projection(mods, pairs, ops).select("range_id", "gpu_ns"), on="range_id", how="left")
+    proj = gpu_projection(mods, pairs, ops).select("range_id", "gpu_ns", "gpu_start", "gpu_end")
+    r = r.join(proj, on="range_id", how="left")
     step, execs = _executions(r, module, declared)
-    thunks = r.filter(pl.col("xla_kind") == "thunk").select("range_id", "hlo_op", "start", "global_tid")
+    thunks = r.filter(pl.col("xla_kind") == "thunk").select("range_id", "hlo_op", "start", "end", "global_tid")
+    # a thunk range that holds other thunk ranges (a loop's, around its body's thunks on every trip):
+    # the next range of its thread starts before it ends
+    thunks = thunks.sort(["global_tid", "start", "end"], descending=[False, False, True], nulls_last=True).with_columns(
+        (pl.col("start").shift(-1).over("global_tid") < pl.col("end")).fill_null(False).alias("parent")
+    )
     # the execution a thunk range lies in: the latest module range on its thread that started before it
     thunks = (
         thunks.sort("start")
@@ -164,14 +173,28 @@ def export_spans(
         )
         .filter(pl.col("execution").is_not_null() & (pl.col("start") < pl.col("m_end")))
     )
-    # the innermost thunk range of each op (thunks do not nest; the latest start wins if they do)
+    # the innermost thunk range of each op (a loop's range holds its body's: the latest start wins,
+    # then the earliest end)
     own = (
-        pairs.join(thunks.select("range_id", "execution", "hlo_op", pl.col("start").alias("r_start")), on="range_id")
-        .sort("r_start", descending=True)
+        pairs.join(
+            thunks.select(
+                "range_id",
+                "execution",
+                "hlo_op",
+                "parent",
+                pl.col("start").alias("r_start"),
+                pl.col("end").alias("r_end"),
+            ),
+            on="range_id",
+        )
+        .sort(["r_start", "r_end"], descending=[True, False], nulls_last=True)
         .unique("op_id", keep="first")
         .join(ops.select("op_id", "start", "end", "kind", "cls", "bytes"), on="op_id")
     )
-    spans = own.group_by("range_id", "execution", "hlo_op").agg(
+    # a range that holds others: each of its own ops is a span (from its first op to its last, it
+    # would cover the ranges inside it and count their time twice)
+    part = pl.when(pl.col("parent")).then(pl.col("op_id")).otherwise(-1).alias("_part")
+    spans = own.group_by("range_id", "execution", "hlo_op", part).agg(
         pl.col("start").min(),
         pl.col("end").max(),
         pl.col("bytes").filter(pl.col("kind") == "copy").sum().cast(I64).alias("bytes"),
@@ -179,7 +202,7 @@ def export_spans(
     )
     return (
         spans.select(list(SPAN_SCHEMA)).sort("execution", "start"),
-        execs.select("execution", "start", "end", "program_id"),
+        execs.select("execution", "start", "end", "program_id", "gpu_start", "gpu_end"),
         step,
     )
 
@@ -230,9 +253,14 @@ def instruction_times(spans: pl.DataFrame) -> pl.DataFrame:
 
 
 def step_times(executions: pl.DataFrame) -> pl.DataFrame:
-    """Per execution of the step module: ``duration_ns`` (its range on the GPU, or the host range
-    of an export)."""
-    return executions.with_columns((pl.col("end") - pl.col("start")).alias("duration_ns"))
+    """Per execution of the step module: ``duration_ns``, its range on the GPU (a projection's
+    range; in an export, from the first start to the last end of the GPU ops launched inside its
+    host range, as ``xla_steps.module_steps`` measures a step), else its host range."""
+    if "gpu_start" in executions.columns:
+        span = pl.coalesce("gpu_end", "end") - pl.coalesce("gpu_start", "start")
+    else:
+        span = pl.col("end") - pl.col("start")
+    return executions.with_columns(span.alias("duration_ns"))
 
 
 # --- copies ------------------------------------------------------------------------------------

@@ -6,17 +6,23 @@ its blockers (the stream waits of "Stalls", on any device).  From the
 recorded trace, ``M = max(end of the op before it on its stream, its launch
 time, its blockers' ends)`` and ``slack = start - M`` (negative under clock
 skew); replayed, the op starts at ``M' + slack``, ``M'`` being the same
-maximum over replayed ends, and lasts its (scaled) duration.  An op with none
-of the three inputs, or on a cycle of dependencies (only skewed traces have
-them), keeps its recorded start.
+maximum over replayed ends, but never before ``e'_prev + min(0, start - e_prev)``
+(``e_prev``: the end of the op before it on its stream, recorded; ``e'_prev``
+replayed): one op at a time per stream, and where the recording had two
+overlap (clock skew, a CUDA graph's nodes on one stream) no more than they did
+(``profiler.analysis.replay_rules``, rule 1).  It lasts its (scaled) duration.
+An op with none of the three inputs, or on a cycle of dependencies (only skewed
+traces have them), keeps its recorded start.
 
 How it is computed.  A stream's ops are cut into *segments*, each starting
 at an op that waits for another stream (or at the stream's first op).
 Inside a segment only the head has inputs from elsewhere, and the replayed
-ends follow ``e'_j = max(e'_{j-1}, L_j) + a_j`` (``a_j`` = slack plus
-duration), which unrolls to ``e'_j = max(e'_head, C_j) + P_j`` with ``P`` a
-running sum of ``a`` and ``C`` a running maximum of ``L_k - P_{k-1}``: both
-are computed for every op at once.  Only the heads are then visited, one per
+ends follow ``e'_j = max(e'_{j-1} + g_j, L_j + slack_j) + d_j`` with
+``g_j = max(slack_j, min(0, start_j - e_{j-1}))``, that is
+``e'_j = max(e'_{j-1}, L_j + slack_j - g_j) + a_j`` (``a_j = g_j + d_j``), which
+unrolls to ``e'_j = max(e'_head, C_j) + P_j`` with ``P`` a running sum of ``a``
+and ``C`` a running maximum of ``L_k + slack_k - g_k - P_{k-1}``: both are
+computed for every op at once.  Only the heads are then visited, one per
 segment in dependency order (a loop over segments, not over ops).  Segments
 caught in a cycle are resolved op by op: ops on the cycle keep their recorded
 start, the rest follow in dependency order.
@@ -141,6 +147,15 @@ class Replay:
         return out
 
 
+def stream_floor(deps: Dependencies, prev: np.ndarray, slack: np.ndarray) -> np.ndarray:
+    """Per op, the least it starts after the replayed end of the op before it on its stream (*prev*):
+    ``max(slack, min(0, start - e_prev))`` with recorded times (``slack`` where no op is before it)."""
+    ops = deps.ops
+    has = prev >= 0
+    gap = ops.start - np.where(has, ops.end[np.maximum(prev, 0)], ops.start)
+    return np.where(has, np.maximum(slack, np.minimum(0, gap)), slack)
+
+
 def scaled_durations(deps: Dependencies, factor: float) -> np.ndarray:
     """Every op's duration, h2d/d2h copies' multiplied by *factor* and rounded to the nearest ns
     (halves up)."""
@@ -242,12 +257,13 @@ def replay(
         head |= prev != np.arange(-1, n - 1)
     seg = np.cumsum(head) - 1
     heads = np.flatnonzero(head)
-    a = slack + d_new
+    g = stream_floor(deps, prev, slack)
+    a = g + d_new
     a_in = np.where(head, 0, a)
     csum = np.cumsum(a_in)
     p = csum - csum[heads][seg]  # P_j: sum of a over the segment's ops after the head, up to j
     p_before = p - a_in  # P_{j-1}
-    term = np.where(head | (launch == NO_TIME), NO_TIME, launch - p_before)
+    term = np.where(head | (launch == NO_TIME), NO_TIME, launch + slack - g - p_before)
     c = segmented_cummax(term, seg)
 
     n_seg = heads.size
@@ -277,6 +293,7 @@ def replay(
     hl_l = launch[h_rows].tolist()
     no_in_l = no_input[h_rows].tolist()
     add_l = (slack[h_rows] + d_new[h_rows]).tolist()  # a head ends its slack and duration after M
+    add_prev_l = (g[h_rows] + d_new[h_rows]).tolist()  # ... and at least this after the op before it
     kept_end_l = (ops.start[h_rows] + d_new[h_rows]).tolist()  # a head with no input keeps its start
     lo_l, hi_l = starts_of.tolist(), stops_of.tolist()
     seg_epoch_l = seg_epoch.tolist()
@@ -306,13 +323,14 @@ def replay(
             head_end_l[node] = kept_end_l[node]
         else:
             m = hl_l[node] + shift_l[seg_epoch_l[node]]
-            if has_prev_l[node]:
-                s_ = pr_seg[node]
-                m = max(m, max(head_end_l[s_], pr_c[node] + shift_l[pr_e[node]]) + pr_p[node])
             for j in range(lo_l[node], hi_l[node]):
                 s_ = b_seg[j]
                 m = max(m, max(head_end_l[s_], b_c[j] + shift_l[b_e[j]]) + b_p[j])
-            head_end_l[node] = m + add_l[node]
+            e = m + add_l[node]
+            if has_prev_l[node]:
+                s_ = pr_seg[node]
+                e = max(e, max(head_end_l[s_], pr_c[node] + shift_l[pr_e[node]]) + pr_p[node] + add_prev_l[node])
+            head_end_l[node] = e
     done[order] = True
 
     head_end = np.array(head_end_l, dtype=np.int64)
@@ -324,7 +342,7 @@ def replay(
         start = end - d_new
         kept = no_input.copy()
         stuck = np.flatnonzero(~done[seg])
-        _resolve_cycles(deps, prev, tgt, blk, stuck, start, end, d_new, slack, no_input, kept)
+        _resolve_cycles(deps, prev, tgt, blk, stuck, start, end, d_new, slack, g, no_input, kept)
         return Replay(deps, factor, start, end, kept)
     end = np.maximum(head_end[seg], c + shift[seg_epoch[seg]]) + p
     start = end - d_new
@@ -424,6 +442,7 @@ def _resolve_cycles(
     end: np.ndarray,
     d_new: np.ndarray,
     slack: np.ndarray,
+    floor: np.ndarray,
     no_input: np.ndarray,
     kept: np.ndarray,
 ) -> None:
@@ -460,8 +479,11 @@ def _resolve_cycles(
         else:
             m = int(ops.launch[i])
             for j in inputs[i]:
-                m = max(m, int(end[j]))
+                if j != prev[i]:
+                    m = max(m, int(end[j]))
             start[i] = m + slack[i]
+            if prev[i] >= 0:
+                start[i] = max(start[i], int(end[prev[i]]) + floor[i])
         end[i] = start[i] + d_new[i]
         for u in users.get(i, []):
             count[u] -= 1

@@ -18,7 +18,7 @@ import numpy as np
 
 from profiler.analysis.dependencies import NO_TIME, Dependencies, index_dtype
 from profiler.analysis.hostsync import HostSyncs
-from profiler.analysis.replay import Change, Recorded, Replay, previous_call, scaled_durations
+from profiler.analysis.replay import Change, Recorded, Replay, previous_call, scaled_durations, stream_floor
 
 MAX_WAVES = 64
 # the most ops the waves recompute in all, as a share of the ops (and at least WAVE_WORK_MIN): a
@@ -48,6 +48,7 @@ class Waves:
         self.out_lo, self.out_hi = _slices(self.blk[by_blk], n)
         had = recorded.had_blockers
         self.slack = recorded.slack
+        self.floor = stream_floor(deps, self.prev, self.slack)
         self.epoch = recorded.epoch.astype(index_dtype(len(self.host) + 1 if self.host else 1))
         self.children = _children(self.prev)
         self.no_input = (self.prev < 0) & (ops.launch == NO_TIME) & ~had
@@ -101,9 +102,10 @@ class Waves:
             dirty.append(change.removed)
         keep = change.edges_kept(self.tgt, self.blk, n) if not change.empty else np.ones(self.tgt.size, dtype=bool)
         dirty.append(self.tgt[~keep])
-        prev, children, no_input = self.prev, self.children, self.no_input
+        prev, children, no_input, floor = self.prev, self.children, self.no_input, self.floor
         if change.own_stream.size:
             prev = change.new_prev(ops)
+            floor = stream_floor(self.deps, prev, self.slack)
             moved = np.flatnonzero(prev != self.prev)
             has = prev[moved] >= 0
             if not _forward(ops.start, prev[moved[has]], moved[has]):
@@ -149,7 +151,7 @@ class Waves:
                 work += todo.size
                 if work > budget:  # the change spreads: the scalar replay is cheaper
                     return None
-                new = self._ends(todo, prev, keep, no_input, dur, end, shift)
+                new = self._ends(todo, prev, floor, keep, no_input, dur, end, shift)
                 hit = new != end[todo]
                 changed = todo[hit]
                 end[changed] = new[hit]
@@ -188,6 +190,7 @@ class Waves:
         self,
         rows: np.ndarray,
         prev: np.ndarray,
+        floor: np.ndarray,
         keep: np.ndarray,
         no_input: np.ndarray,
         dur: np.ndarray,
@@ -197,9 +200,8 @@ class Waves:
         """The replay's rule for *rows*, from the current ends and shifts."""
         ops = self.deps.ops
         p = prev[rows]
-        m = np.where(p >= 0, end[np.maximum(p, 0)], NO_TIME)
         launch = ops.launch[rows]
-        m = np.maximum(m, np.where(launch != NO_TIME, launch + shift[self.epoch[rows]], NO_TIME))
+        m = np.where(launch != NO_TIME, launch + shift[self.epoch[rows]], NO_TIME)
         lo, hi = self.in_lo[rows], self.in_hi[rows]
         some = np.flatnonzero(hi > lo)
         if some.size:
@@ -207,7 +209,9 @@ class Waves:
             vals = np.where(keep[e], end[self.blk[e]], NO_TIME)
             first = np.r_[0, np.cumsum(hi[some] - lo[some])[:-1]]
             m[some] = np.maximum(m[some], np.maximum.reduceat(vals, first))
-        return np.where(no_input[rows], ops.start[rows] + dur[rows], m + self.slack[rows] + dur[rows])
+        # after its launch and blockers by its slack, after the op before it on its stream by its floor
+        s = np.maximum(m + self.slack[rows], np.where(p >= 0, end[np.maximum(p, 0)] + floor[rows], NO_TIME))
+        return np.where(no_input[rows], ops.start[rows] + dur[rows], s + dur[rows])
 
     def _calls(self, calls: np.ndarray, end: np.ndarray, shift: np.ndarray, detached: np.ndarray) -> np.ndarray:
         """Recompute the blocking calls *calls* (the host rule of ``replay.replay``); the calls whose

@@ -12,5 +12,8 @@ The calls other code builds on::
     pred = simulate.simulate(sched, cost_ns, link)        # -> Prediction (step_ns, exposed_ns, ...)
 
 ``cost_ns`` may hold measured durations instead (any subset; a host copy left out is priced over
-*link*); ``roofline.op_classes(sched)`` names each instruction's class for accuracy tables.
+*link*; a name no op runs is listed in ``Prediction.unplaced`` with its time; a loop is replayed
+as its body where its body has costs, else as one op of its own cost: the rules of
+``profiler.analysis.replay_rules``); ``roofline.op_classes(sched)`` names each instruction's class
+for accuracy tables.
 """

@@ -65,8 +65,11 @@ class Calibration:
 
 
 def measured_costs(m: Measured) -> dict[str, int]:
-    """ns per execution by the instruction the schedule replays (the thunks' site)."""
-    per = m.times.group_by("site").agg(pl.col("median_ns").sum())
+    """ns per execution by the op the schedule replays (the thunks' ``site``): the site's measured
+    time per step over the times the schedule runs it (``runs``: an op of a loop body runs once per
+    trip, and its thunks' time per step is that of every trip)."""
+    runs = pl.col("runs").first() if "runs" in m.times.columns else pl.lit(1)
+    per = m.times.group_by("site").agg(pl.col("median_ns").sum() / runs)
     return {s: round(v) for s, v in per.iter_rows()}
 
 
@@ -101,8 +104,7 @@ def calibrate(m: Measured, spec_text: str) -> Calibration:
     if own.assumed:
         name = link.name.removesuffix(" x16")
         notes.append(f"the run's GPU ({m.gpu or 'unknown'}) has no known host link: {name} assumed for its copies")
-    entry = m.module.computations[m.module.entry].instructions if m.module.entry else []
-    shapes = {i.name: i.shape.text() for i in entry}
+    shapes = {n: sched.instructions[n].shape.text() for n in meas if n in sched.instructions}
     return Calibration(
         source=str(m.source),
         module=m.module_name,
@@ -147,7 +149,7 @@ def op_classes(sched: schedule.Schedule) -> dict[str, str]:
     every = roofline.op_classes(sched)  # once: op_class per name would classify the whole schedule each time
     out: dict[str, str] = {}
     for op in sched.ops:
-        if op.name in out or op.kind in ("free", "done"):
+        if op.name in out or op.kind in ("free", "done", "region"):
             continue
         if op.kind == "copy" or op.stream in ("d2h", "h2d"):
             out[op.name] = "copy"

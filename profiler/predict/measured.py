@@ -49,41 +49,31 @@ class Measured:
 
 
 def with_classes(times: pl.DataFrame, module: Module | None) -> pl.DataFrame:
-    """*times* with ``opcode``, ``site`` (the instruction of the entry computation that runs it:
-    itself, or the fusion or async-start around it) and ``op_class``: the site's class in the
-    replayed schedule (``roofline.op_classes``); without the module, the class
-    XLA's instruction names suggest (``instruction_times.guess_class``)."""
+    """*times* with ``opcode``, ``site`` (the op of the replayed schedule that runs it: itself where
+    its computation's instructions are ops, the entry's or a loop body's; else the fusion, async-start,
+    loop or conditional around it: ``schedule.Schedule.site``), ``runs`` (how many times the schedule
+    runs the site per step: a loop body's trips) and ``op_class``: the site's class in the replayed
+    schedule (``roofline.op_classes``); without the module, the class XLA's instruction names suggest
+    (``instruction_times.guess_class``) and one run."""
     if module is None:
         return times.with_columns(
             pl.lit(None, pl.String).alias("opcode"),
             pl.col("hlo_op").alias("site"),
+            pl.lit(1, pl.Int64).alias("runs"),
             it.guess_class(pl.lit(None, pl.String), pl.col("hlo_op")).alias("op_class"),
         )
-    classes = roofline.op_classes(schedule.build(module))
-    callers: dict[str, str] = {}
-    for ins in module.instructions():
-        for c in ins.called:
-            callers.setdefault(c, ins.name)
-    by_name = {i.name: i for i in module.instructions()}
-    entry = module.entry
+    sched = schedule.build(module)
+    classes = roofline.op_classes(sched)
     rows = []
     for name in times["hlo_op"].to_list():
-        ins = by_name.get(name)
-        site = ins
-        seen = 0
-        while site is not None and site.computation != entry and seen < 8:
-            site = by_name.get(callers.get(site.computation, ""))
-            seen += 1
-        rows.append(
-            {
-                "hlo_op": name,
-                "opcode": ins.opcode if ins else None,
-                "site": site.name if site is not None else name,
-            }
-        )
-    meta = pl.DataFrame(rows, schema=dict.fromkeys(("hlo_op", "opcode", "site"), pl.String))
+        ins = sched.instructions.get(name)
+        site = sched.site(name) or name
+        rows.append({"hlo_op": name, "opcode": ins.opcode if ins else None, "site": site,
+                     "runs": max(sched.runs.get(site, 1), 1)})  # fmt: skip
+    meta = pl.DataFrame(rows, schema={"hlo_op": pl.String, "opcode": pl.String, "site": pl.String, "runs": pl.Int64})
     return times.join(meta, on="hlo_op", how="left").with_columns(
         pl.col("site").fill_null(pl.col("hlo_op")),
+        pl.col("runs").fill_null(1),
         pl.col("site").replace_strict(classes, default="other", return_dtype=pl.String).alias("op_class"),
     )
 

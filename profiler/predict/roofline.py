@@ -27,7 +27,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from profiler.predict.schedule import COLLECTIVES, Schedule
+from profiler.predict.schedule import COLLECTIVES, FREE, Schedule
 from profiler.xla.hlo import GEMM_TARGETS, Instruction, Module
 from profiler.xla.shapes import Shape
 from profiler.xla.targets import TARGETS, peak_tflops
@@ -234,6 +234,16 @@ class Costs:
         t = max(m / d.matmul_flops + v / d.vector_flops, self.hbm_bytes(ins) / d.hbm_bytes_s)
         return math.ceil(t * 1e9)
 
+    def conditional_ns(self, ins: Instruction) -> int:
+        """A ``conditional`` (which branch runs is decided on the device): its costliest branch, the
+        roofline times of the branch's kernels added up; its own bytes where no branch has any."""
+        best = 0
+        for c in ins.called:
+            comp = self.module.computations.get(c)
+            work = [i for i in comp.instructions if i.opcode not in FREE] if comp else []
+            best = max(best, sum(self.kernel_ns(i) for i in work))
+        return best or self.kernel_ns(ins)
+
     def collective_ns(self, ins: Instruction, payload: int) -> int:
         kind = ins.opcode.removesuffix("-start")
         if kind not in COLLECTIVES:
@@ -298,7 +308,7 @@ def op_classes(schedule: Schedule) -> dict[str, str]:
     *schedule* (the classes the accuracy is reported by); free instructions and dones are left out."""
     out: dict[str, str] = {}
     for op in schedule.ops:
-        if op.name in out or op.kind in ("free", "done"):
+        if op.name in out or op.kind in ("free", "done", "region"):
             continue
         ins = schedule.instructions.get(op.name)
         if op.kind == "copy" or op.stream in ("d2h", "h2d"):
@@ -329,13 +339,15 @@ def costs(schedule: Schedule, device: Device, launch_ns: int = 0) -> dict[str, i
     c = Costs(schedule.module_ref, device)
     out: dict[str, int] = {}
     for op in schedule.ops:
-        if op.name in out or op.kind in ("free", "done", "copy") or op.stream in ("d2h", "h2d"):
+        if op.name in out or op.kind in ("free", "done", "copy", "region") or op.stream in ("d2h", "h2d"):
             continue
         ins = schedule.instructions.get(op.name)
         if ins is None:
             continue
         if op.kind == "collective" or op.stream == "collective":
             out[op.name] = c.collective_ns(ins, op.bytes)
+        elif op.opcode == "conditional":
+            out[op.name] = c.conditional_ns(ins) + launch_ns
         else:
             out[op.name] = c.kernel_ns(ins) + launch_ns
     return out

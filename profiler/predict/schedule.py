@@ -2,23 +2,36 @@
 
 The entry computation's instructions in their scheduled order, with the bodies
 of ``while`` loops repeated ``known_trip_count`` times (once, with a note, when
-the count is unknown) and ``call``ed computations inlined.  A fusion, custom
-call or async computation stays one operation (one kernel or one async unit).
-Each operation knows the operations its operands come from, and an async
-``*-done`` the ``*-start`` it waits for.
+the count is unknown) and ``call``ed computations (XLA's command buffers among
+them) expanded in place.  A fusion, custom call, conditional or async
+computation stays one operation (one kernel or one async unit).  Each operation
+knows the operations its operands come from, and an async ``*-done`` the
+``*-start`` it waits for.
 
 Kinds: ``compute`` (a kernel on the compute stream), ``free`` (no kernel:
 parameters, bitcasts, tuples, ...), ``start`` / ``done`` (async pairs; the
 start's ``stream`` is ``d2h``, ``h2d``, ``collective`` or ``async``), ``copy``
 (a synchronous host transfer on the compute stream: a plain ``copy`` between
 memory spaces or a fusion that slices host memory), ``collective`` (a
-synchronous collective).  Host transfers are found by ``profiler.xla.plan``
-(the movements' sites), so the simulator and the plan agree on what moves.
+synchronous collective), ``region`` (a ``while`` or ``call``: emitted after its
+body's ops, ``body`` = their indices, ``inputs`` = the ops of its operands; the
+simulator replays either the body or the region as one op, see
+``profiler.predict.simulate``).  Host transfers are found by
+``profiler.xla.plan`` (the movements' sites), so the simulator and the plan
+agree on what moves.
+
+``Schedule.site(name)`` is the op that runs an instruction of the module (an
+instruction inside a fusion, a loop's condition, an async computation or a
+conditional's branch runs as the op around it), and ``Schedule.runs`` how many
+times each op runs per step (a loop body's: its trips): what a measured time per
+step is divided by to give a time per execution.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from profiler.xla.hlo import Instruction, Module
 from profiler.xla.plan import offload_plan
@@ -77,6 +90,9 @@ class Op:
     bytes: int = 0  # bytes moved over the host link (copies) or the interconnect (collectives)
     op_name: str | None = None
     iteration: int | None = None  # inside a while loop: which trip
+    body: tuple[int, int] | None = None  # a region: its body's ops, [lo, hi) of Schedule.ops (hi = its own index)
+    inputs: tuple[int, ...] = ()  # a region: the ops of its operands (``deps`` is its body's root)
+    trips: int | None = None  # a while region: the trips replayed
 
 
 @dataclass
@@ -88,10 +104,36 @@ class Schedule:
     plan: dict = field(default_factory=dict)  # profiler.xla.plan.offload_plan of the module
     layers: dict[str, str | None] = field(default_factory=dict)  # movement site -> layer
     notes: list[str] = field(default_factory=list)
+    expanded: set[str] = field(default_factory=set)  # computations whose instructions are ops
 
     def names(self) -> set[str]:
         """Every instruction name that runs (keys a cost map may have)."""
-        return {o.name for o in self.ops}
+        return set(self.runs)
+
+    @cached_property
+    def runs(self) -> dict[str, int]:
+        """How many times each op runs per step (by name): 1 in the entry, a loop body's trips."""
+        return dict(Counter(o.name for o in self.ops))
+
+    @cached_property
+    def _callers(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for ins in self.instructions.values():
+            for c in ins.called:
+                out.setdefault(c, ins.name)
+        return out
+
+    def site(self, name: str) -> str | None:
+        """The op that runs instruction *name*: itself where its computation's instructions are ops,
+        else the instruction that calls its computation, up to one that is (None: not in the module)."""
+        ins = self.instructions.get(name)
+        for _ in range(16):
+            if ins is None:
+                return None
+            if ins.computation in self.expanded:
+                return ins.name
+            ins = self.instructions.get(self._callers.get(ins.computation, ""))
+        return None
 
 
 def _collective_of(module: Module, ins: Instruction) -> str | None:
@@ -119,6 +161,7 @@ class _Builder:
         for m in self.plan["movements"]:
             self.moves.setdefault(m["instruction"], m)
         self.cut = False
+        self.expanded: set[str] = set()
 
     def emit(self, ins: Instruction, kind: str, deps: list[int], iteration: int | None, **kw) -> int:
         if len(self.ops) >= MAX_OPS:
@@ -137,6 +180,7 @@ class _Builder:
         if comp is None:
             self.notes.append(f"computation {name} is not in the module")
             return args[0] if args else -1
+        self.expanded.add(name)
         at: dict[str, int] = {}
         root = -1
         for ins in comp.instructions:
@@ -150,7 +194,9 @@ class _Builder:
             elif ins.opcode == "while":
                 at[ins.name] = self.loop(ins, deps, iteration)
             elif ins.opcode == "call" and ins.called:
-                at[ins.name] = self.computation(ins.called[0], deps, iteration)
+                lo = len(self.ops)
+                root = self.computation(ins.called[0], deps, iteration)
+                at[ins.name] = self.region(ins, lo, root, deps, iteration, None)
             else:
                 at[ins.name] = self.one(ins, deps, iteration)
             if ins.is_root:
@@ -166,11 +212,21 @@ class _Builder:
             self.notes.append(f"while loop {ins.name} has no known trip count: its body is replayed once")
             trips = 1
         carried = deps[:1]
+        lo = len(self.ops)
         for k in range(trips):
             if body is None or self.cut:
                 break
             carried = [self.computation(body, carried, k if iteration is None else iteration)]
-        return self.emit(ins, "free", carried, iteration)
+        return self.region(ins, lo, carried[0] if carried else -1, deps, iteration, trips)
+
+    def region(self, ins: Instruction, lo: int, root: int, deps: list[int], iteration: int | None,
+               trips: int | None) -> int:  # fmt: skip
+        """The op of a while or call whose body's ops are ``ops[lo:]`` (emitted after them)."""
+        inputs = tuple(d for d in deps if d >= 0)
+        body_root = [root] if lo <= root < len(self.ops) else []
+        hi = len(self.ops)
+        return self.emit(ins, "region", body_root or list(inputs), iteration, body=(lo, hi), inputs=inputs,
+                         trips=trips)  # fmt: skip
 
     def is_condition(self, name: str) -> bool:
         comp = self.module.computations.get(name)
@@ -233,4 +289,5 @@ def build(module: Module) -> Schedule:
         plan=b.plan,
         layers=layers,
         notes=[*module.notes, *b.notes],
+        expanded=b.expanded,
     )

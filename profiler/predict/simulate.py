@@ -7,11 +7,29 @@ direction of the host link; ``collective``; ``async``: other async work) as
 soon as that stream is free, one piece at a time; a ``*-done`` holds the
 compute stream until its start's work has finished.
 
+Regions (``while``, ``call``: ``schedule.Op.body``): where any op of its body has
+a cost, the body is replayed (a loop's body once per trip: the schedule repeats
+it), and the region op itself runs on the compute stream after it for its own
+cost, if it has one (what its own range measured: a loop's condition, its
+predicate copies).  Where none has and the region has a cost (the loop measured
+as one range: its thunks inside were not timed, or ran as one command buffer),
+the region is one op on the compute stream that starts after its inputs and
+lasts that cost; its body's ops are not replayed.  Any other op that has a cost
+runs for it: a ``free`` op on the compute stream, a ``done`` on the compute
+stream after its wait.  These are the replay's rules of
+``profiler.analysis.replay_rules`` (one op at a time per stream, every op placed
+or listed unplaced, loops costed as what they are), which the tests check on
+every schedule and recording they reach.
+
 - *step*: when the last stream is done;
 - *exposed copy time*: the time the compute stream waits on a copy-done, plus
   the synchronous host copies it runs itself (nothing hides those);
 - per layer: the exposed copy time of the copies whose movement the plan
-  attributes to that layer (``profiler.analysis.offload_plan.label``).
+  attributes to that layer (``profiler.analysis.offload_plan.label``);
+- *unplaced*: the costs given for names that no op of the schedule runs (an
+  instruction of another module, a thunk that is no instruction, such as a
+  command buffer's, or ops beyond a schedule cut at ``schedule.MAX_OPS``), each
+  with its time.
 
 Costs come in as ns per execution by instruction name (``roofline.costs`` or
 measured); a host copy without a cost is its bytes over *link*.  The replay is
@@ -26,10 +44,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from profiler.analysis.links import Link
 from profiler.predict.schedule import Schedule
 
 STREAMS = ("d2h", "h2d", "collective", "async")
+ALL_STREAMS = ("compute", *STREAMS)
+
+
+@dataclass
+class Timeline:
+    """Where each op that took time was placed (``simulate(..., timeline=True)``): rows of the
+    schedule's ops, their stream (an index into ``ALL_STREAMS``), start and end (ns)."""
+
+    op: np.ndarray
+    stream: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
 
 
 @dataclass
@@ -46,6 +78,14 @@ class Prediction:
     waits: list[dict[str, Any]] = field(default_factory=list)  # the dones that held the compute stream
     costed_by: dict[str, int] = field(default_factory=dict)  # "given", "link", "missing": how many ops
     notes: list[str] = field(default_factory=list)
+    stream_ns: dict[str, int] = field(default_factory=dict)  # the work placed on each stream (its serial work)
+    unplaced: list[dict[str, Any]] = field(default_factory=list)  # name, ns, why: costs no op ran
+    regions: list[dict[str, Any]] = field(default_factory=list)  # name, opcode, trips, replayed, ns
+    timeline: Timeline | None = None
+
+    @property
+    def unplaced_ns(self) -> int:
+        return sum(u["ns"] for u in self.unplaced)
 
     def doc(self) -> dict[str, Any]:
         """The prediction as JSON keys (``predicted_*``)."""
@@ -58,10 +98,14 @@ class Prediction:
             "predicted_copy_ns": dict(self.copy_ns),
             "copy_bytes": dict(self.copy_bytes),
             "predicted_collective_ns": self.collective_ns,
+            "predicted_stream_ns": dict(self.stream_ns),
             "layers": list(self.layers),
             "waits": self.waits[:50],
             "late_copies": late_copies(self.waits),
             "costed_by": dict(self.costed_by),
+            "unplaced_ns": self.unplaced_ns,
+            "unplaced": self.unplaced[:50],
+            "regions": self.regions[:50],
             "notes": list(self.notes),
         }
 
@@ -87,13 +131,35 @@ def link_ns(nbytes: int, link: Link) -> int:
     return math.ceil(nbytes / link.gbps)
 
 
-def simulate(schedule: Schedule, cost_ns: Mapping[str, int], link: Link | None = None) -> Prediction:
+def _regions_as_one(schedule: Schedule, given: list[int | None]) -> tuple[set[int], bytearray]:
+    """(the regions replayed as one op, a mask of the ops inside them): a region with a cost whose
+    body has no op with one."""
+    ops = schedule.ops
+    costed = np.zeros(len(ops) + 1, dtype=np.int64)
+    costed[1:] = np.cumsum([g is not None for g in given])
+    whole: set[int] = set()
+    skip = bytearray(len(ops))
+    for op in reversed(ops):  # outer regions first: a region inside one replayed whole is not replayed
+        if op.kind != "region" or op.body is None or skip[op.index] or given[op.index] is None:
+            continue
+        lo, hi = op.body
+        if costed[hi] - costed[lo] == 0:
+            whole.add(op.index)
+            skip[lo:hi] = b"\x01" * (hi - lo)
+    return whole, skip
+
+
+def simulate(
+    schedule: Schedule, cost_ns: Mapping[str, int], link: Link | None = None, timeline: bool = False
+) -> Prediction:
     """The replay described in the module docstring.  *cost_ns*: ns per execution by instruction
-    name (missing compute instructions cost 0 and are counted in ``costed_by['missing']``)."""
+    name (missing compute instructions cost 0 and are counted in ``costed_by['missing']``);
+    *timeline*: keep where each op was placed (``Prediction.timeline``)."""
     ops = schedule.ops
     ready = [0] * len(ops)
     free = dict.fromkeys(STREAMS, 0)
     busy = dict.fromkeys(STREAMS, 0)
+    on = dict.fromkeys(ALL_STREAMS, 0)  # work placed per stream
     nbytes = {"d2h": 0, "h2d": 0}
     t = compute = exposed = exposed_coll = 0
     by: dict[str, int] = {"given": 0, "link": 0, "missing": 0}
@@ -101,23 +167,58 @@ def simulate(schedule: Schedule, cost_ns: Mapping[str, int], link: Link | None =
     layer_copy: dict[str | None, int] = {}
     waits: list[dict[str, Any]] = []
     layers = schedule.layers
+    given: list[int | None] = [None if (c := cost_ns.get(o.name)) is None else int(c) for o in ops]
+    whole, skip = _regions_as_one(schedule, given)
+    spent = [0] * len(ops)  # the cost each op ran for
+    rows: list[tuple[int, int, int, int]] = []
+    sid = {s: k for k, s in enumerate(ALL_STREAMS)}
 
     def cost(op) -> int:
-        c = cost_ns.get(op.name)
+        c = given[op.index]
         if c is not None:
             by["given"] += 1
-            return int(c)
+            return c
         if op.stream in ("d2h", "h2d") and link is not None:
             by["link"] += 1
             return link_ns(op.bytes, link)
         by["missing"] += 1
         return 0
 
+    def on_compute(op, dep: int, c: int) -> int:
+        """Run *op* for *c* on the compute stream after *dep*; its end."""
+        nonlocal t, compute
+        s = max(t, dep)
+        t = s + c
+        compute += c
+        on["compute"] += c
+        spent[op.index] = c
+        if timeline and c:
+            rows.append((op.index, 0, s, t))
+        return t
+
     for op in ops:
-        dep = max((ready[d] for d in op.deps), default=0)
+        i = op.index
+        if skip[i]:
+            continue
         kind = op.kind
+        if kind == "region":
+            deps = op.inputs if i in whole else (*op.deps, *op.inputs)
+            dep = max((ready[d] for d in deps), default=0)
+            c = given[i]
+            if c is None:
+                ready[i] = dep
+            else:
+                by["given"] += 1
+                ready[i] = on_compute(op, dep, c)
+            continue
+        dep = max((ready[d] for d in op.deps), default=0)
         if kind == "free":
-            ready[op.index] = dep
+            c = given[i]
+            if c is None:
+                ready[i] = dep
+            else:
+                by["given"] += 1
+                ready[i] = on_compute(op, dep, c)
         elif kind == "done":
             start = ops[op.pair]
             s = max([t, *(ready[d] for d in op.deps if d != op.pair)])
@@ -132,21 +233,26 @@ def simulate(schedule: Schedule, cost_ns: Mapping[str, int], link: Link | None =
                 waits.append({"done": op.name, "start": start.name, "stream": start.stream, "wait_ns": wait,
                               "layer": layers.get(start.name), "iteration": op.iteration})  # fmt: skip
             t = s + wait
-            ready[op.index] = t
+            ready[i] = t
+            if given[i] is not None:
+                by["given"] += 1
+                ready[i] = on_compute(op, t, given[i])
         elif kind == "start":
             c = cost(op)
             s = max(t, dep, free[op.stream])
-            free[op.stream] = ready[op.index] = s + c
+            free[op.stream] = ready[i] = s + c
             busy[op.stream] += c
+            on[op.stream] += c
+            spent[i] = c
+            if timeline and c:
+                rows.append((i, sid[op.stream], s, s + c))
             if op.stream in nbytes:
                 nbytes[op.stream] += op.bytes
                 lay = layers.get(op.name)
                 layer_copy[lay] = layer_copy.get(lay, 0) + c
         else:  # compute, a synchronous copy or collective: on the compute stream
             c = cost(op)
-            s = max(t, dep)
-            t = ready[op.index] = s + c
-            compute += c
+            ready[i] = on_compute(op, dep, c)
             if kind == "copy":
                 exposed += c
                 busy[op.stream] += c
@@ -161,7 +267,20 @@ def simulate(schedule: Schedule, cost_ns: Mapping[str, int], link: Link | None =
     notes = list(schedule.notes)
     if by["missing"]:
         notes.append(f"{by['missing']} executions had no cost (counted as 0 ns)")
+    unplaced = _unplaced(schedule, cost_ns)
+    if unplaced:
+        total = sum(u["ns"] for u in unplaced)
+        notes.append(f"{len(unplaced)} costed names are no op of the schedule: {total / 1e6:.3f} ms not placed")
+    regions = _regions(schedule, whole, skip, spent)
+    zero = [r["name"] for r in regions if r["ns"] == 0]
+    if zero:
+        notes.append(f"{len(zero)} loops or calls cost nothing (neither their body nor they were costed): "
+                     + ", ".join(zero[:5]))  # fmt: skip
     names = sorted({*layer_exp, *layer_copy}, key=lambda x: (x is None, str(x)))
+    tl = None
+    if timeline:
+        a = np.array(rows, dtype=np.int64).reshape(-1, 4)
+        tl = Timeline(a[:, 0], a[:, 1], a[:, 2], a[:, 3])
     return Prediction(
         step_ns=step,
         exposed_ns=exposed,
@@ -175,4 +294,33 @@ def simulate(schedule: Schedule, cost_ns: Mapping[str, int], link: Link | None =
         waits=sorted(waits, key=lambda w: -w["wait_ns"]),
         costed_by=by,
         notes=notes,
+        stream_ns=on,
+        unplaced=unplaced,
+        regions=regions,
+        timeline=tl,
     )
+
+
+def _unplaced(schedule: Schedule, cost_ns: Mapping[str, int]) -> list[dict[str, Any]]:
+    """The costs of names no op of the schedule runs, largest first."""
+    runs = schedule.runs
+    cut = any("cut there" in n for n in schedule.notes)
+    why = "no op of the schedule runs it" + (" (the schedule was cut)" if cut else "")
+    out = [{"name": k, "ns": int(v), "why": why} for k, v in cost_ns.items() if k not in runs and v]
+    return sorted(out, key=lambda u: (-u["ns"], u["name"]))
+
+
+def _regions(schedule: Schedule, whole: set[int], skip: bytearray, spent: list[int]) -> list[dict[str, Any]]:
+    """Each region that was replayed: how (``body``: its body's ops; ``whole``: as one op) and the
+    time placed for it (its body's and its own)."""
+    total = np.zeros(len(spent) + 1, dtype=np.int64)
+    total[1:] = np.cumsum(spent)
+    out = []
+    for op in schedule.ops:
+        if op.kind != "region" or op.body is None or skip[op.index]:
+            continue
+        lo = op.body[0]  # the body is ops[lo:op.index]
+        out.append({"name": op.name, "opcode": op.opcode, "trips": op.trips,
+                    "replayed": "whole" if op.index in whole else "body",
+                    "ns": int(total[op.index + 1] - total[lo])})  # fmt: skip
+    return out

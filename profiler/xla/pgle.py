@@ -41,12 +41,14 @@ _ENTRY = re.compile(r'costs\s*\{\s*name:\s*"((?:[^"\\]|\\.)*)"\s*cost_us:\s*([-+
 
 
 def site_costs(times: pl.DataFrame) -> pl.DataFrame:
-    """Per instruction the scheduler sees (``site``: the entry computation's instruction that ran
-    the thunks), its measured time per execution in µs (``cost_us``, the sum of its thunks'
-    medians), with ``op_class``; copies, collectives and compute alike."""
+    """Per instruction the scheduler sees (``site``: the instruction of the entry or of a loop body
+    that ran the thunks), its measured time per execution in µs (``cost_us``, the sum of its thunks'
+    medians over the times it runs per step, ``runs``: a loop body's trips), with ``op_class``;
+    copies, collectives and compute alike."""
+    runs = pl.col("runs").first() if "runs" in times.columns else pl.lit(1)
     return (
         times.group_by("site")
-        .agg((pl.col("median_ns").sum() / 1000.0).alias("cost_us"), pl.col("op_class").first())
+        .agg((pl.col("median_ns").sum() / runs / 1000.0).alias("cost_us"), pl.col("op_class").first())
         .filter(pl.col("cost_us") > 0)
         .sort("site")
     )
