@@ -21,6 +21,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from profiler.report.policies_text import render_plan
     from profiler.units import fit
 
+    if args.from_recording:
+        return cmd_plan_from(args)
+    if not args.script:
+        raise ProfilerError("plan: give a training script (or --from RECORDING)")
     policies = asked_policies(args)
     if not policies:
         policies = list(EXAMPLE_POLICIES)
@@ -34,7 +38,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         script_args=list(args.script_args),
         policies=policies,
         batches=batches,
-        target=args.target,
+        target=args.target or "h100",
         python=args.python,
         batch_arg=args.batch_arg or None,
         policy_arg=args.policy_word or args.policy_arg,
@@ -59,6 +63,24 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0 if all(r["status"] == "ok" for r in tab["rows"]) else 1
 
 
+def cmd_plan_from(args: argparse.Namespace) -> int:
+    """``plan --from RECORDING``: the recorded step against its own replay, roofline and predictions."""
+    from pathlib import Path
+
+    from profiler.analysis.links import given_link
+    from profiler.predict.from_recording import from_recording
+    from profiler.report.measured_text import render_from_recording
+    from profiler.units import fit
+
+    if args.script:
+        raise ProfilerError(f"plan --from reads a recording, not a script: {args.script} was given too")
+    links = [given_link(k.strip()) for group in args.link or [] for k in group.split(",") if k.strip()] or None
+    targets = [t.strip() for t in args.target.split(",")] if args.target else None
+    doc = from_recording(Path(args.from_recording), targets, links)
+    print(json_dump(doc) if args.json else fit(render_from_recording(doc)))
+    return 0
+
+
 def add(sub: Any, shared: Shared) -> None:
     pl = sub.add_parser(
         "plan",
@@ -68,7 +90,19 @@ def add(sub: Any, shared: Shared) -> None:
         "(JAX_PLATFORMS=cpu, no GPU needed); annotate.compiled_step(step, *args) compiles the step for "
         "the target instead of running it. Results are labelled 'compiled for <target>, not measured'.",
     )
-    pl.add_argument("--target", default="h100", help="h100, h200, b200, a100, or a GpuTargetConfigProto text file")
+    pl.add_argument(
+        "--target",
+        default=None,
+        help="h100 (default), h200, b200, a100, or a GpuTargetConfigProto text file; with --from, comma-separated",
+    )
+    pl.add_argument(
+        "--from",
+        dest="from_recording",
+        default=None,
+        metavar="RECORDING",
+        help="a recorded run instead of a script (run folder, nsys export or report beside an XLA dump, nsys-jax "
+        "archive): its step replayed with its own durations, its roofline, and predicted on --target/--link",
+    )
     pl.add_argument("--batch", default=None, metavar="N[,N...]", help="micro batch sizes, passed as --batch N")
     pl.add_argument("--batch-arg", default="--batch", metavar="FLAG", help="how the script takes the batch ('' none)")
     pl.add_argument("--python", default=None, help="a Python with jax[cuda12] (default: .venv-aot, then this one)")
@@ -95,6 +129,6 @@ def add(sub: Any, shared: Shared) -> None:
         help=f"host links to predict the step on: {', '.join(link_names())} (also pcie-gen5, ...), or a bandwidth in "
         "GB/s (default: the target's own)",
     )
-    pl.add_argument("script", help="the training script (.py)")
+    pl.add_argument("script", nargs="?", help="the training script (.py)")
     pl.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
     pl.set_defaults(func=cmd_plan)

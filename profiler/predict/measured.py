@@ -19,7 +19,8 @@ from profiler.analysis import instruction_times as it
 from profiler.conventions import TRACE_STEM, XLA_DUMP_DIR
 from profiler.errors import InputError
 from profiler.predict import roofline, schedule
-from profiler.stored.folder import compiled_of
+from profiler.stored.folder import compiled_of, manifest_in, trace_in
+from profiler.trace.jax_profile import is_jax_trace
 from profiler.xla import dump
 from profiler.xla.compiled import load_module
 from profiler.xla.hlo import HloError, Module
@@ -87,10 +88,12 @@ def load(path: Path, module: str | None = None, hlo: Path | None = None) -> Meas
         return _archive_zip(path, module, hlo)
     if path.is_dir() and (path / PROJECTION).is_file():
         return _archive_dir(path, module, hlo)
-    if path.is_dir():
-        sqlite = sorted(path.glob(f"{TRACE_STEM}*.sqlite")) or sorted(path.glob("*.sqlite"))
+    if path.is_dir() and not is_jax_trace(path):
+        # a run folder's trace (an export, a report, a JAX profiler trace), else an export in the folder
+        found = trace_in(path, manifest_in(path))
+        sqlite = [found] if found else sorted(path.glob(f"{TRACE_STEM}*.sqlite")) or sorted(path.glob("*.sqlite"))
         if not sqlite:
-            raise InputError(path, "holds no nsys SQLite export and no nsys-jax archive (nvtx_gpu_proj_trace/)")
+            raise InputError(path, "holds no trace (nsys export or report, JAX profiler trace) and no nsys-jax archive")
         dump_dir = path / XLA_DUMP_DIR
         return _export(sqlite[0], module, hlo, dump_dir if dump_dir.is_dir() else None)
     return _export(path, module, hlo, None)
@@ -185,9 +188,9 @@ def _archive_zip(path: Path, module: str | None, hlo: Path | None) -> Measured:
 
 def _export(path: Path, module: str | None, hlo: Path | None, dump_dir: Path | None) -> Measured:
     from profiler.analysis import attribution
-    from profiler.trace.loader import open_trace
+    from profiler.trace import load_trace
 
-    trace = open_trace(path)
+    trace = load_trace(path)  # an export, or a report or JAX profiler trace through its cached export
     ops = attribution.gpu_ops(trace)
     end = ops["end"].max() if ops.height else None
     rng = attribution.nvtx_ranges(trace.nvtx, int(end) if end is not None else None).ranges  # type: ignore[arg-type]
@@ -210,7 +213,19 @@ def _export(path: Path, module: str | None, hlo: Path | None, dump_dir: Path | N
     gpu = gpus[0] if gpus else None
     spec = _dump_spec(dump_dir, name)
     steps = it.step_times(execs)
-    return Measured(path, "nsys export", name, mod, times, steps, copies, gpu, notes, spec, step.sentence)
+    return Measured(
+        path,
+        "JAX profiler trace" if trace.source else "nsys export",
+        name,
+        mod,
+        times,
+        steps,
+        copies,
+        gpu,
+        notes,
+        spec,
+        step.sentence,
+    )
 
 
 def _dump_spec(dump_dir: Path | None, name: str) -> str | None:

@@ -148,3 +148,53 @@ def render_calibrated(doc: dict[str, Any]) -> str:
 
 def _exposed(c: dict[str, Any]) -> list[str]:
     return [human_time(c.get("exposed_ns_before")), human_time(c.get("exposed_ns_after"))]
+
+
+def render_from_recording(doc: dict[str, Any]) -> str:
+    """``plan --from RECORDING``: the recorded step against its replay, its roofline and its predictions."""
+    m = doc["measured_step_ns"]
+    r, roof = doc["replay"], doc["roofline"]
+    out = [
+        f"{doc['source']} ({doc['kind']}): {doc['module']} on {doc['gpu'] or 'an unnamed GPU'}, measured step "
+        f"{human_time(m)}" + (f"; {doc['chosen_by']}" if doc.get("chosen_by") else ""),
+        f"  replayed with its own measured durations: {human_time(r['step_ns'])} ({_pct(r['error'])})"
+        + (
+            f"; {human_time(r['unplaced_ns'])} of measured time the schedule could not place (listed below)"
+            if r["unplaced_ns"]
+            else "; every measured op placed"
+        ),
+        f"  uncalibrated roofline on its own GPU, {roof['link']}: {human_time(roof['step_ns'])} "
+        f"({_pct(roof['error'])}; the roofline was {roof['expected_error']} on real steps)",
+    ]
+    rows = [
+        [c, str(v["instructions"]), human_time(v["measured"], True), human_time(v["roofline"], True),
+         f"{v['measured'] / v['roofline']:.2f}" if v["roofline"] else "-"]
+        for c, v in sorted(doc["classes"].items())
+    ]  # fmt: skip
+    out += [
+        "",
+        "measured against the roofline per op class:",
+        table(["class", "ops", "measured", "roofline", "ratio"], rows),
+    ]
+    big = [
+        [x["instruction"], human_time(x["measured_ns"], True), human_time(x["roofline_ns"], True)]
+        for x in doc["largest"]
+    ]
+    out += ["", "the instructions furthest from the roofline:", table(["instruction", "measured", "roofline"], big)]
+    if r["unplaced"]:
+        out += ["", "measured but not placed by the schedule (ns per step): " + "; ".join(
+            f"{u['name']} {human_time(u['ns'], True)} ({u['why']})" for u in r["unplaced"])]  # fmt: skip
+    pred = [
+        [p["target"], p["link"], human_time(p["step_ns"]), human_time(p["exposed_ns"]),
+         _pct(p["error"]) if p["error"] is not None else f"({p['expected_error']} on real steps)",
+         f"{p['costed']['measured']}/{p['costed']['scaled']}/{p['costed']['roofline']}"]
+        for p in doc["predicted"]
+    ]  # fmt: skip
+    heads = ["target", "link", "step", "exposed copy", "error", "measured/scaled/roofline"]
+    out += ["", "predicted from this recording (predicted, not measured):", table(heads, pred, left=(0, 1))]
+    out += [f"note: {n}" for n in doc["notes"]]
+    return "\n".join(out)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.1f}%"

@@ -1,0 +1,102 @@
+"""``plan --from RECORDING``: what a recorded step says about the predictions of its own program.
+
+From a recording (a run folder, an nsys export or report beside an XLA dump, a JAX profiler trace
+in a run folder, an nsys-jax archive), for the step program it measured:
+
+- ``replay``: the program's schedule replayed with its own measured durations (``calibrate.replay``),
+  against the measured step; the time the schedule could not place is listed, not dropped;
+- ``roofline``: the same program with the uncalibrated roofline on its own GPU and host link;
+- ``classes`` and ``largest``: measured against the roofline per op class, and the instructions
+  whose measured time differs most from it;
+- ``predicted``: the program predicted on each target and host link asked for, with the costs
+  calibrated on this recording (``calibrate``: measured durations on the same GPU, each op class's
+  scale elsewhere), each with the error that kind of prediction had on real steps
+  (``analysis.accuracy``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from profiler.analysis.accuracy import CALIBRATED, ROOFLINE
+from profiler.analysis.links import Link, host_link
+from profiler.errors import InputError
+from profiler.predict import calibrate, roofline, schedule
+from profiler.predict.measured import load
+from profiler.predict.simulate import simulate
+from profiler.xla.targets import resolve
+
+LARGEST = 10  # instructions listed by how far the roofline is from their measured time
+
+
+def _error(pred: float, measured: float) -> float | None:
+    return pred / measured - 1 if measured else None
+
+
+def from_recording(path: Path, targets: list[str] | None = None, links: list[Link] | None = None) -> dict[str, Any]:
+    """The document described in the module docstring (*targets*: names or spec files for
+    ``xla.targets.resolve``, default the recording's own GPU; *links*: default its own)."""
+    m = load(path)
+    if m.module is None:
+        raise InputError(path, f"no optimized HLO of {m.module_name} beside the recording: nothing to replay")
+    spec, assumed = calibrate.run_spec(m, "")
+    if not spec:
+        raise InputError(path, f"the recording's GPU ({m.gpu or 'not named'}) has no known description")
+    own_link = host_link([m.gpu] if m.gpu else []).link
+    sched = schedule.build(m.module)
+    replay, replay_error = calibrate.replay(m)
+    roof = roofline.costs(sched, roofline.device_from_spec(spec))
+    roof_step = simulate(sched, roof, own_link).step_ns
+    measured = calibrate.measured_costs(m)
+    largest = sorted(
+        ({"instruction": n, "measured_ns": ns, "roofline_ns": roof[n]} for n, ns in measured.items() if n in roof),
+        key=lambda r: -abs(r["measured_ns"] - r["roofline_ns"]),
+    )[:LARGEST]
+    cal = calibrate.calibrate(m, spec)
+    predicted = []
+    for target in targets or [None]:
+        label, target_spec = (m.gpu or "its GPU", spec) if target is None else resolve(target)[:2]
+        for link in links or [own_link]:
+            s, costs, how = calibrate.calibrated_costs(cal, m.module, target_spec, link)
+            p = simulate(s, costs, link)
+            same = how["scaled"] == 0 and how["roofline"] == 0
+            kind = ROOFLINE if how["measured"] == 0 and how["scaled"] == 0 else CALIBRATED  # what costed it
+            predicted.append(
+                {
+                    "target": label,
+                    "link": link.name,
+                    "step_ns": p.step_ns,
+                    "exposed_ns": p.exposed_ns,
+                    "costed": how,
+                    # on its own GPU the measured durations themselves: the replay's error is this one's
+                    "error": replay_error if same else None,
+                    "expected_error": None if same else f"{kind.kind}: {kind.error_text()}",
+                }
+            )
+    return {
+        "source": str(path),
+        "kind": m.kind,
+        "gpu": m.gpu,
+        "module": m.module_name,
+        "chosen_by": m.chosen_by,
+        "notes": [*m.notes, *([assumed] if assumed else [])],
+        "measured_step_ns": m.step_ns,
+        "replay": {
+            "step_ns": replay.step_ns,
+            "error": replay_error,
+            "unplaced_ns": replay.unplaced_ns,
+            "unplaced": replay.unplaced[:LARGEST],
+            "regions": replay.regions,
+        },
+        "roofline": {
+            "link": own_link.name,
+            "step_ns": roof_step,
+            "error": _error(roof_step, m.step_ns),
+            "expected_error": ROOFLINE.error_text(),
+        },
+        "classes": calibrate.class_table(sched, measured, roof),
+        "largest": largest,
+        "predicted": predicted,
+        "accuracy": {"roofline": ROOFLINE.line(), "calibrated": CALIBRATED.line()},
+    }
