@@ -19,20 +19,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import lzma
 import os
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from profiler.predict import calibrate, roofline, schedule
+from profiler.predict import calibrate
 from profiler.predict.measured import Measured, load
 from profiler.report.table import table
-from profiler.trace import jax_profile
-from profiler.xla.hlo import parse_text
 from profiler.xla.targets import TARGETS
-from tests.recordings import Timing, record
+from tests.recordings import h200_scanned_programs, record_forms
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "sample_traces" / "h200-example"
@@ -58,25 +55,14 @@ def rows(shared: Path | None, aot_hlo: Path | None, work: Path) -> list[dict[str
         archive = shared / "jax-toolbox" / f"NVIDIA__JAX-Toolbox__pax_fsdp4_4proc_{tag}.zip"
         if archive.is_file():
             out.append(row(f"pax {tag}", load(archive)))
-    for run in sorted(H200.glob("2026*")):
-        hlo = next((run / "xla_dump").glob("*after_optimizations.txt.xz"))
-        out.append(row(f"h200 {run.name.split('-', 1)[1]}", load(jax_profile.export(run / "trace.json.gz"), hlo=hlo)))
-    programs = {}
-    for run in sorted(H200.glob("*-scan-*")):
-        hlo = next((run / "xla_dump").glob("*after_optimizations.txt.xz"))
-        spec = next((run / "xla_dump").glob("*gpu_target_config.pbtxt")).read_text()
-        programs[run.name.split("-", 1)[1]] = (lzma.decompress(hlo.read_bytes()).decode(), spec)
+    for run in sorted(H200.glob("2026*")):  # a run folder: its JAX profiler trace and its XLA dump
+        out.append(row(f"h200 {run.name.split('-', 1)[1]}", load(run)))
+    programs = h200_scanned_programs(H200)
     if aot_hlo is not None:
         programs["h100-aot-scan"] = (aot_hlo.read_text(), TARGETS["h100"].spec_text())
-    for label, (text, spec) in programs.items():
-        sched = schedule.build(parse_text(text))
-        base = roofline.costs(sched, roofline.device_from_spec(spec))
-        for form in ("body", "body+predicate", "loop", "archive"):
-            rec = record(sched, base, "loop" if form == "loop" else "body", executions=2,
-                         predicate=form == "body+predicate", timing=Timing(min_ns=30_000))  # fmt: skip
-            folder = work / label / form
-            (rec.write_archive if form == "archive" else rec.write)(folder, text)
-            out.append(row(f"truth {label} {form}", load(folder)))
+    for key, folder in record_forms(programs, work).items():
+        label, form = key.split("/")
+        out.append(row(f"truth {label} {form}", load(folder)))
     return out
 
 

@@ -219,33 +219,13 @@ def scanned_recordings(request, tmp_path_factory) -> dict[str, Path]:
     The programs: the example's two scanned steps as XLA compiled them on the H200 (sample_traces, with
     the H200's own target for the kernels' base times), and, where .venv-aot is there, the small step
     under lax.scan compiled for an H100 without a GPU."""
-    import lzma
-
-    from profiler.predict import roofline, schedule
-    from profiler.xla.hlo import parse_text
     from profiler.xla.targets import TARGETS
-    from tests.recordings import Timing, record
+    from tests.recordings import h200_scanned_programs, record_forms
 
-    programs: dict[str, tuple[str, str]] = {}
-    for run in sorted(H200_RUNS.glob("*-scan-*")):
-        hlo = next((run / "xla_dump").glob("*after_optimizations.txt.xz"))
-        spec = next((run / "xla_dump").glob("*gpu_target_config.pbtxt")).read_text()
-        programs[run.name.split("-", 1)[1]] = (lzma.decompress(hlo.read_bytes()).decode(), spec)
+    programs = h200_scanned_programs(H200_RUNS)
     try:
         plan = request.getfixturevalue("scan_plan")
         programs["h100-aot-scan"] = (plan.read_text(), TARGETS["h100"].spec_text())
     except pytest.skip.Exception:
         pass
-    root = tmp_path_factory.mktemp("scanned")
-    out = {}
-    for label, (text, spec) in programs.items():
-        sched = schedule.build(parse_text(text))
-        base = roofline.costs(sched, roofline.device_from_spec(spec))
-        for form in ("body", "body+predicate", "loop", "archive"):
-            # the small step's kernels take a few us on an H100: at least 30 us each keeps it GPU-bound
-            rec = record(sched, base, "loop" if form == "loop" else "body", executions=2,
-                         predicate=form == "body+predicate", timing=Timing(min_ns=30_000))  # fmt: skip
-            folder = root / label / form
-            (rec.write_archive if form == "archive" else rec.write)(folder, text)
-            out[f"{label}/{form}"] = folder
-    return out
+    return record_forms(programs, tmp_path_factory.mktemp("scanned"))

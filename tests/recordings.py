@@ -325,3 +325,40 @@ def _thunk_names(schedule: Schedule) -> dict[str, str]:
         if len(work) == 1:
             out[name] = work[0].name
     return out
+
+
+FORMS = ("body", "body+predicate", "loop", "archive")
+
+
+def h200_scanned_programs(runs: Path) -> dict[str, tuple[str, str]]:
+    """The example's scanned steps as XLA compiled them on the H200 (sample_traces/h200-example):
+    ``<policy>`` -> (optimized HLO text, the H200's own target description)."""
+    import lzma
+
+    out = {}
+    for run in sorted(runs.glob("*-scan-*")):
+        hlo = next((run / "xla_dump").glob("*after_optimizations.txt.xz"))
+        spec = next((run / "xla_dump").glob("*gpu_target_config.pbtxt")).read_text()
+        out[run.name.split("-", 1)[1]] = (lzma.decompress(hlo.read_bytes()).decode(), spec)
+    return out
+
+
+def record_forms(programs: dict[str, tuple[str, str]], root: Path) -> dict[str, Path]:
+    """Each program recorded in each of ``FORMS`` under *root*: ``<program>/<form>`` -> a run folder
+    (``trace.sqlite`` + ``xla_dump/``) or an nsys-jax archive folder; the kernels' base times the
+    roofline's on the program's target (at least 30 us each: the small step's kernels take a few us on
+    an H100, and this keeps it GPU-bound)."""
+    from profiler.predict import roofline, schedule
+    from profiler.xla.hlo import parse_text
+
+    out = {}
+    for label, (text, spec) in programs.items():
+        sched = schedule.build(parse_text(text))
+        base = roofline.costs(sched, roofline.device_from_spec(spec))
+        for form in FORMS:
+            rec = record(sched, base, "loop" if form == "loop" else "body", executions=2,
+                         predicate=form == "body+predicate", timing=Timing(min_ns=30_000))  # fmt: skip
+            folder = root / label / form
+            (rec.write_archive if form == "archive" else rec.write)(folder, text)
+            out[f"{label}/{form}"] = folder
+    return out

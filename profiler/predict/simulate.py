@@ -196,6 +196,15 @@ def simulate(
             rows.append((op.index, 0, s, t))
         return t
 
+    def given_or_through(op, dep: int) -> int:
+        """A region or free op: its measured cost on the compute stream when it has one, else it passes
+        its inputs' readiness through (its body's ops, or nothing, do the work)."""
+        c = given[op.index]
+        if c is None:
+            return dep
+        by["given"] += 1
+        return on_compute(op, dep, c)
+
     for op in ops:
         i = op.index
         if skip[i]:
@@ -203,22 +212,11 @@ def simulate(
         kind = op.kind
         if kind == "region":
             deps = op.inputs if i in whole else (*op.deps, *op.inputs)
-            dep = max((ready[d] for d in deps), default=0)
-            c = given[i]
-            if c is None:
-                ready[i] = dep
-            else:
-                by["given"] += 1
-                ready[i] = on_compute(op, dep, c)
+            ready[i] = given_or_through(op, max((ready[d] for d in deps), default=0))
             continue
         dep = max((ready[d] for d in op.deps), default=0)
         if kind == "free":
-            c = given[i]
-            if c is None:
-                ready[i] = dep
-            else:
-                by["given"] += 1
-                ready[i] = on_compute(op, dep, c)
+            ready[i] = given_or_through(op, dep)
         elif kind == "done":
             start = ops[op.pair]
             s = max([t, *(ready[d] for d in op.deps if d != op.pair)])
