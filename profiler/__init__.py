@@ -15,35 +15,22 @@ runs on machines without polars).
 from __future__ import annotations
 
 from importlib import import_module
-from pathlib import Path
 from typing import Any
 
-# name -> (module, attribute)
-_API = {
-    "load_trace": ("profiler.trace", "load_trace"),
-    "analyzed": ("profiler.runs.result", "analyzed"),
-    "load_recording": ("profiler.predict.measured", "load"),
-    "calibrate": ("profiler.predict.calibrate", "calibrate"),
-    "replay": ("profiler.predict.calibrate", "replay"),
-    "ROOFLINE": ("profiler.analysis.accuracy", "ROOFLINE"),
-    "CALIBRATED": ("profiler.analysis.accuracy", "CALIBRATED"),
-}
-__all__ = [*_API, "from_recording"]
-
-
-def from_recording(
-    path: str | Path, targets: list[str] | None = None, links: list[str] | None = None
-) -> dict[str, Any]:
-    """``plan --from``'s document for *path* (targets: ``h100``, ``a100``... or spec files; links:
-    ``pcie5``, ``nvlink-c2c``... or GB/s)."""
-    from profiler.analysis.links import given_link
-    from profiler.predict.from_recording import from_recording as build
-
-    return build(Path(path), targets, [given_link(k) for k in links] if links else None)
+# the names of profiler/api.py, which imports the analysis: loaded when one is first asked for
+__all__ = [
+    "CALIBRATED",
+    "ROOFLINE",
+    "analyzed",
+    "calibrate",
+    "from_recording",
+    "load_recording",
+    "load_trace",
+    "replay",
+]
 
 
 def __getattr__(name: str) -> Any:
-    if name in _API:
-        module, attr = _API[name]
-        return getattr(import_module(module), attr)
+    if name in __all__:
+        return getattr(import_module("profiler.api"), name)
     raise AttributeError(f"module 'profiler' has no attribute {name!r}")

@@ -39,3 +39,9 @@ def test_the_docstring_lines_on_a_real_run(tmp_path, monkeypatch):
     assert prediction.step_ns == doc["replay"]["step_ns"] and error == doc["replay"]["error"]
     assert [(p["target"], p["link"]) for p in doc["predicted"]] == [("NVIDIA H100 80GB HBM3", "PCIe Gen5 x16")]
     assert profiler.ROOFLINE.line().startswith("error of these predictions on 8 real H200 steps")
+
+
+def test_the_package_forwards_exactly_the_facades_names():
+    from profiler import api
+
+    assert profiler.__all__ == api.__all__
