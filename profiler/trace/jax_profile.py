@@ -396,18 +396,31 @@ def convert(
 
 
 # --- the export a profile-step command reads ---------------------------------------------------
-CONVERTER_VERSION = "2"  # a new conversion makes new cache entries
+CONVERTER_VERSION = "3"  # a new conversion makes new cache entries
 
 
 @dataclass(frozen=True)
 class Context:
-    """What a run folder says about a JAX trace inside it: the step's optimized HLO (its thunks'
-    op_name paths), the GPU's name and the step's program id; and the files it was read from."""
+    """What a run folder says about a JAX trace inside it: the file of the step's optimized HLO (its
+    thunks' op_name paths), the GPU's name and the step's program id; and the files it was read from
+    (the cache key: nothing here is parsed until a conversion needs it)."""
 
-    module: Module | None = None
+    hlo: Path | None = None
     gpu_name: str | None = None
     program_id: int | None = None
     files: tuple[Path, ...] = ()
+
+    def module(self) -> Module | None:
+        """The step's optimized HLO, parsed (None without one, or when it does not read)."""
+        from profiler.xla.compiled import load_module
+        from profiler.xla.hlo import HloError
+
+        if self.hlo is None:
+            return None
+        try:
+            return load_module(self.hlo)[0]
+        except (HloError, OSError):
+            return None
 
 
 def run_folder_of(trace_file: Path) -> Path | None:
@@ -424,11 +437,9 @@ def run_folder_of(trace_file: Path) -> Path | None:
 def context_of(trace_file: Path) -> Context:
     """The facts of the run folder holding *trace_file* (none outside one): the step module that
     ``compiled.json`` names, from the run's XLA dump; the GPU of its manifest."""
-    from profiler.conventions import XLA_DUMP_DIR
+    from profiler.conventions import COMPILED, XLA_DUMP_DIR
     from profiler.stored import folder
     from profiler.xla import dump
-    from profiler.xla.compiled import load_module
-    from profiler.xla.hlo import HloError
 
     run = run_folder_of(trace_file)
     if run is None:
@@ -439,15 +450,9 @@ def context_of(trace_file: Path) -> Context:
     step = str(compiled.get("step_module") or "")
     mods = dump.scan(run / XLA_DUMP_DIR) if (run / XLA_DUMP_DIR).is_dir() else []
     hit = [m for m in mods if step == f"module_{m.id:04d}.{m.name}" and "after" in m.files]
-    module = None
-    files: tuple[Path, ...] = (run / folder.MANIFEST,)
-    if hit:
-        try:
-            module = load_module(hit[0].files["after"])[0]
-            files += (hit[0].files["after"],)
-        except (HloError, OSError):
-            module = None
-    return Context(module, kinds[0] if kinds else None, hit[0].id if hit else None, files)
+    hlo = hit[0].files["after"] if hit else None
+    files = (run / folder.MANIFEST, run / COMPILED, *([hlo] if hlo else []))
+    return Context(hlo, kinds[0] if kinds else None, hit[0].id if hit else None, files)
 
 
 def export(path: Path) -> Path:
@@ -471,7 +476,7 @@ def export(path: Path) -> Path:
     tmp = target.with_name(f".{target.stem}.{os.getpid()}.partial.sqlite")
     tmp.unlink(missing_ok=True)
     try:
-        convert(src, tmp, ctx.module, ctx.gpu_name, ctx.program_id)
+        convert(src, tmp, ctx.module(), ctx.gpu_name, ctx.program_id)
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
