@@ -16,7 +16,7 @@ set -euo pipefail
 main() {
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-module=${1:?usage: bash scripts/mutation.sh MODULE [--report] (units, intervals, overlap, stalls, kernels_slowed, replay, findings_config, findings_rules, savings, findings_savings)}
+module=${1:?usage: bash scripts/mutation.sh MODULE [--report] (units, intervals, overlap, stalls, kernels_slowed, replay, findings_config, findings_rules, savings, findings_savings, predict)}
 shift
 report_only=0
 if [ "${1:-}" = --report ]; then report_only=1; shift; fi
@@ -58,6 +58,10 @@ case "$module" in
   findings_savings)  # the change each finding asks the replay for, and the saving attached to it
     sources="profiler/analysis/findings/saving.py profiler/analysis/findings/changes.py"
     tests="tests/test_findings_saving.py tests/test_findings_changes.py tests/test_savings.py tests/test_findings.py tests/test_findings_cost.py tests/test_findings_thresholds.py" ;;
+  predict)  # the step's prediction: schedule, roofline, the replay of a schedule, calibration, recordings
+    sources="profiler/predict/*.py profiler/analysis/replay_rules.py"
+    # in-process tests, fast ones first; plan's compiles (.venv-aot, subprocesses) count for nothing here
+    tests="tests/test_replay_invariants.py tests/test_predict.py tests/test_predict_reference.py tests/test_measured.py tests/test_roofline_gemm.py tests/test_roofline_attention.py tests/test_hlo_tuple_reads.py tests/test_late_copies.py tests/test_jax_toolbox.py" ;;
   *) echo "mutation.sh: unknown module $module" >&2; exit 2 ;;
 esac
 
@@ -98,6 +102,10 @@ list() { for x in "$@"; do printf '\n    %s' "$x"; done; }
   if [ -n "$skip" ]; then echo "do_not_mutate_patterns =$(list "$skip")"; fi
 } >"$work/setup.cfg"
 cd "$work"
+if [ "${MUTATION_GENERATE_ONLY:-}" = 1 ]; then  # mutants/ and their .meta files only (run them elsewhere)
+  "$here/.venv/bin/python" "$here/scripts/mutation_generate.py"
+  return
+fi
 echo "mutation.sh: $module: mutating $sources; tests: $tests (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
 start=$(date +%s)
 nice -n 10 "$here/.venv/bin/python" -m mutmut run --max-children 1 "$@" >run.log 2>&1 || {
