@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from profiler.analysis import late_copies
 from profiler.analysis.dependencies import D2H, H2D, NO_TIME
 from profiler.analysis.findings import Finding, changes, rule
 from profiler.analysis.findings.config import at_least, exceeds, under
@@ -229,3 +230,64 @@ def _pipelined_note(ev: Evidence) -> str:
     if on:
         return "; it is already on in this run: move the offloaded activations away from the loop's ends"
     return ""
+
+
+@rule("late-copies-back")
+def late_copies_back(ev: Evidence) -> list[Finding]:
+    """Host-to-device copies some GPU op waited for, with less kernel time beside them than they took
+    (``analysis.late_copies``: waited = transfer - window), per device."""
+    st = ev.need_stalls()
+    ops = st.deps.ops
+    hit = np.flatnonzero(st.stall > 0)
+    rows = np.unique(st.blocker[hit])
+    rows = rows[ops.kind[rows] == H2D]
+    if rows.size == 0:
+        return []
+    dev = ops.device[rows].astype(np.int64)
+    window = measure_within(ev.breakdown.kernel_sets.any, dev, ops.start[rows], ops.end[rows])
+    copies = pl.DataFrame(
+        {
+            "row": rows,
+            "device": dev,
+            "start": ops.start[rows],
+            "in_loop": _in_loop(ev, ops.launch[rows]),
+            "transfer_ns": ops.end[rows] - ops.start[rows],
+            "window_ns": window.astype(np.int64),
+        }
+    )
+    steps = len(ev.included_steps)
+    per = "per step" if steps else "in the capture (no steps found)"
+    out = []
+    for (d,), mine in copies.group_by(["device"], maintain_order=True):
+        s = late_copies.summary(mine)
+        if not s["count"]:
+            continue
+        late_rows = late_copies.late(mine)["row"].to_numpy()
+        one = late_copies.per_step(s, steps)
+        out.append(
+            Finding(
+                "late-copies-back",
+                "problem",
+                f"GPU {d}: {late_copies.sentence(one, per)}" + (f" ({steps} steps)" if steps > 1 else ""),
+                late_copies.fix(s),
+                where={"device": str(d)},
+                evidence={k: v for k, v in s.items() if k != "worst"} | {"steps": steps},
+                view="streams",
+                attributed_ns=s["waited_ns"],  # the late copies' transfers less the kernel time beside them
+                change=changes.stalls_of(ev, late_rows, f"the {s['count']} late copies back of GPU {d}"),
+                **ev.basis_device(d),
+            )
+        )
+    return out
+
+
+def _in_loop(ev: Evidence, launch: np.ndarray) -> np.ndarray:
+    """Per launch time: inside the range of an XLA loop thunk (``hlo_op=while...``) on the host."""
+    r = ev.breakdown.ranges.ranges
+    if "hlo_op" not in r.columns:
+        return np.zeros(launch.size, dtype=bool)
+    loops = r.filter(pl.col("hlo_op").str.starts_with("while").fill_null(False))
+    if loops.height == 0:
+        return np.zeros(launch.size, dtype=bool)
+    iv = union(np.zeros(loops.height, dtype=np.int64), loops["start"].to_numpy(), loops["end"].to_numpy())
+    return measure_within(iv, np.zeros(launch.size, dtype=np.int64), launch, launch + 1) > 0
