@@ -121,6 +121,38 @@ def test_plan_says_nothing_when_the_copies_back_have_room(plans):
     assert "late copies back" not in text
 
 
+def test_tune_says_its_choice_has_late_copies_back(aot_python, tmp_path):
+    """``--chain 16``: recomputing ``act`` costs 17 matmuls a layer (19.8 ms a step), more than its late copies
+    wait (7.8 ms); under 2.8 GiB neither keeping nor recomputing it fits, so tune offloads it and says that
+    its copies back are late, and what to do in a scan."""
+    args = ("tune", "--target", "h100", "--link", "pcie5", "--memory-limit", "2.8GiB", "--batch", "16384",
+            "--no-presets")  # fmt: skip
+    proc = run_cli(*args, "--out", str(tmp_path / "j"), "--json", str(SCRIPT), "--chain", "16", timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    choice = _walk(doc, "choice")
+    assert choice["placements"] == {"act": "offload"}
+    s = choice["late_copies"]
+    assert s["of"] == s["count"] == s["in_loop"] == 8 and 0 < s["waited_ns"] <= choice["predicted_exposed_ns"]
+    text = _said(run_cli(*args, "--out", str(tmp_path / "t"), str(SCRIPT), "--chain", "16", timeout=900).stdout)
+    assert "late copies back: 8 of 8 host-to-device copies have less compute between start and done" in text
+    assert " ".join(late_copies.SCAN_FIX.split()) in text
+
+
+def _walk(doc, key: str):
+    """The first value of *key* in the nested JSON *doc*."""
+    if isinstance(doc, dict):
+        if key in doc:
+            return doc[key]
+        doc = list(doc.values())
+    if isinstance(doc, list):
+        for v in doc:
+            found = _walk(v, key)
+            if found is not None:
+                return found
+    return None
+
+
 def _recorded(hlo: Path, folder: Path) -> Path:
     from profiler.predict import roofline, schedule
     from profiler.xla.hlo import parse_text

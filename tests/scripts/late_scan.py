@@ -15,10 +15,13 @@ there.
 - ``--k 16 --batch 256 --d 2048``: a 1 MiB activation under 16 matmuls: its copy (17 us) has more
   compute than that beside it: none is late.
 
+``--chain C``: ``act`` made by C more matmuls (frozen: under ``stop_gradient``), so that recomputing it
+costs more than waiting for its copy: ``tune`` then offloads it, late copies and all.
+
 ``--unroll 0``: the layers in a Python loop instead (``--unroll N``: lax.scan's unroll; this XLA fails to
 compile N = 2 with the offload).
 
-late_scan.py [--layers L] [--batch B] [--d D] [--k K] [--unroll N]
+late_scan.py [--layers L] [--batch B] [--d D] [--k K] [--chain C] [--unroll N]
 """
 
 import argparse
@@ -40,9 +43,10 @@ ap.add_argument("--layers", type=int, default=8)
 ap.add_argument("--batch", type=int, default=16384)
 ap.add_argument("--d", type=int, default=2048)
 ap.add_argument("--k", type=int, default=1)
+ap.add_argument("--chain", type=int, default=0, help="frozen matmuls that make act (stop_gradient)")
 ap.add_argument("--unroll", type=int, default=1, help="lax.scan's unroll (layers per iteration); 0: a Python loop")
 args = ap.parse_args()
-B, D, K, L = args.batch, args.d, args.k, args.layers
+B, D, K, L, C = args.batch, args.d, args.k, args.layers, args.chain
 DT = jnp.bfloat16
 POLICIES = {
     "offload": jax.checkpoint_policies.save_and_offload_only_these_names(
@@ -59,7 +63,12 @@ if policy not in (*POLICIES, "ahead"):
 
 
 def act_of(x, w):
-    return jnp.tanh(x @ w[0])
+    h = jnp.tanh(x @ w[0])
+    if C:  # a frozen chain: act costs C + 1 matmuls to recompute, its gradient is x's residual alone
+        for i in range(C):
+            h = jnp.tanh(h @ w[1 + K + i])
+        h = jax.lax.stop_gradient(h)
+    return h
 
 
 def rest(h, w):
@@ -130,7 +139,7 @@ def step(w, x):
     return w - 1e-3 * grads, value
 
 
-w = jax.ShapeDtypeStruct((L, K + 1, D, D), DT)
+w = jax.ShapeDtypeStruct((L, K + 1 + C, D, D), DT)
 x = jax.ShapeDtypeStruct((B, D), DT)
 if annotate.compiled_step(step, w, x) is None:
     print("late_scan.py: run it under profile-step plan (it only describes a step)")
