@@ -238,9 +238,11 @@ def late_copies_back(ev: Evidence) -> list[Finding]:
     (``analysis.late_copies``: waited = transfer - window), per device."""
     st = ev.need_stalls()
     ops = st.deps.ops
-    hit = np.flatnonzero(st.stall > 0)
-    rows = np.unique(st.blocker[hit])
-    rows = rows[ops.kind[rows] == H2D]
+    steps = ev.included_steps
+    h2d = np.flatnonzero((ops.kind == H2D) & _in_steps(steps, ops.start))  # the copies back of the steps
+    waited = np.zeros(len(ops), dtype=bool)
+    waited[st.blocker[st.stall > 0]] = True
+    rows = h2d[waited[h2d]]
     if rows.size == 0:
         return []
     dev = ops.device[rows].astype(np.int64)
@@ -255,23 +257,23 @@ def late_copies_back(ev: Evidence) -> list[Finding]:
             "window_ns": window.astype(np.int64),
         }
     )
-    steps = len(ev.included_steps)
+    all_h2d = dict(zip(*np.unique(ops.device[h2d], return_counts=True), strict=True))
     per = "per step" if steps else "in the capture (no steps found)"
     out = []
     for (d,), mine in copies.group_by(["device"], maintain_order=True):
-        s = late_copies.summary(mine)
+        s = late_copies.summary(mine) | {"of": int(all_h2d[d])}  # of all its copies back, waited on or not
         if not s["count"]:
             continue
         late_rows = late_copies.late(mine)["row"].to_numpy()
-        one = late_copies.per_step(s, steps)
+        one = late_copies.per_step(s, len(steps))
         out.append(
             Finding(
                 "late-copies-back",
                 "problem",
-                f"GPU {d}: {late_copies.sentence(one, per)}" + (f" ({steps} steps)" if steps > 1 else ""),
+                f"GPU {d}: {late_copies.sentence(one, per)}" + (f" ({len(steps)} steps)" if len(steps) > 1 else ""),
                 late_copies.fix(s),
                 where={"device": str(d)},
-                evidence={k: v for k, v in s.items() if k != "worst"} | {"steps": steps},
+                evidence={k: v for k, v in s.items() if k != "worst"} | {"steps": len(steps)},
                 view="streams",
                 attributed_ns=s["waited_ns"],  # the late copies' transfers less the kernel time beside them
                 change=changes.stalls_of(ev, late_rows, f"the {s['count']} late copies back of GPU {d}"),
@@ -279,6 +281,16 @@ def late_copies_back(ev: Evidence) -> list[Finding]:
             )
         )
     return out
+
+
+def _in_steps(steps: list[dict], t: np.ndarray) -> np.ndarray:
+    """Per time *t*: inside one of *steps* (``start_ns``, ``end_ns``); every time when there are none."""
+    if not steps:
+        return np.ones(t.size, dtype=bool)
+    lo = np.sort(np.array([s["start_ns"] for s in steps], dtype=np.int64))
+    hi = np.array([s["end_ns"] for s in sorted(steps, key=lambda s: s["start_ns"])], dtype=np.int64)
+    i = np.searchsorted(lo, t, side="right") - 1
+    return (i >= 0) & (t < hi[np.maximum(i, 0)])
 
 
 def _in_loop(ev: Evidence, launch: np.ndarray) -> np.ndarray:
