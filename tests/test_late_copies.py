@@ -46,6 +46,11 @@ def test_a_copy_is_late_by_its_transfer_less_its_window():
     assert late_copies.fix(s | {"window_ns": 700}) == late_copies.LONGER_FIX  # half their transfer beside them
     assert late_copies.summary(_copies((10, 10, True)))["count"] == 0
     assert late_copies.per_step(s, 2)["waited_ns"] == 550 and late_copies.per_step(s, 2)["of"] == 2
+    assert late_copies.sentence(s) == (
+        "2 of 4 host-to-device copies have less compute between start and done than their transfer: 1.10 µs "
+        "waited per step (1.40 µs of copying, 0.30 µs of compute beside it)"
+    )
+    assert late_copies.sentence(s | {"window_ns": 0}).endswith("(1.40 µs of copying, no compute beside it)")
 
 
 def test_the_fixes_name_only_flags_this_jaxlib_has(aot_python):

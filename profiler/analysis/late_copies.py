@@ -85,7 +85,7 @@ def sentence(s: dict[str, Any], per: str = "per step") -> str:
     return (
         f"{s['count']} of {s['of']} host-to-device copies have less compute between start and done than their "
         f"transfer: {human_time(s['waited_ns'])} waited {per} ({human_time(s['transfer_ns'])} of copying, "
-        f"{human_time(s['window_ns'])} of compute beside it)"
+        f"{human_time(s['window_ns']) + ' of' if s['window_ns'] else 'no'} compute beside it)"
     )
 
 
