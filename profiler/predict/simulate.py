@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from profiler.analysis.late_copies import frame, summary
 from profiler.analysis.links import Link
 from profiler.predict.schedule import Schedule
 
@@ -76,6 +77,8 @@ class Prediction:
     link: str | None
     layers: list[dict[str, Any]] = field(default_factory=list)  # layer, exposed_ns, copy_ns
     waits: list[dict[str, Any]] = field(default_factory=list)  # the dones that held the compute stream
+    # each async host-to-device copy: start, layer, in_loop, transfer_ns, window_ns (analysis.late_copies)
+    copies_back: list[dict[str, Any]] = field(default_factory=list)
     costed_by: dict[str, int] = field(default_factory=dict)  # "given", "link", "missing": how many ops
     notes: list[str] = field(default_factory=list)
     stream_ns: dict[str, int] = field(default_factory=dict)  # the work placed on each stream (its serial work)
@@ -101,7 +104,7 @@ class Prediction:
             "predicted_stream_ns": dict(self.stream_ns),
             "layers": list(self.layers),
             "waits": self.waits[:50],
-            "late_copies": late_copies(self.waits),
+            "late_copies": late_copies(self),
             "costed_by": dict(self.costed_by),
             "unplaced_ns": self.unplaced_ns,
             "unplaced": self.unplaced[:50],
@@ -110,20 +113,10 @@ class Prediction:
         }
 
 
-def late_copies(waits: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per direction of the host link, the copies whose done the compute stream reached before the
-    copy had ended (less compute scheduled between its start and its done than the copy takes):
-    ``count``, ``wait_ns`` (summed: per step) and the ``worst`` (start, layer, wait_ns)."""
-    out = {}
-    for d in ("h2d", "d2h"):
-        mine = [w for w in waits if w["stream"] == d and w["wait_ns"] > 0]
-        worst = max(mine, key=lambda w: w["wait_ns"], default=None)
-        out[d] = {
-            "count": len(mine),
-            "wait_ns": sum(w["wait_ns"] for w in mine),
-            "worst": {k: worst[k] for k in ("start", "layer", "wait_ns")} if worst else None,
-        }
-    return out
+def late_copies(pred: Prediction) -> dict[str, Any]:
+    """``analysis.late_copies.summary`` of *pred*'s copies back: the host-to-device copies with less compute
+    between their start and their done than their transfer."""
+    return summary(frame(pred.copies_back))
 
 
 def link_ns(nbytes: int, link: Link) -> int:
@@ -166,6 +159,7 @@ def simulate(
     layer_exp: dict[str | None, int] = {}
     layer_copy: dict[str | None, int] = {}
     waits: list[dict[str, Any]] = []
+    back: dict[int, dict[str, Any]] = {}  # per h2d start: its row of copies_back, the compute busy at its start
     layers = schedule.layers
     given: list[int | None] = [None if (c := cost_ns.get(o.name)) is None else int(c) for o in ops]
     whole, skip = _regions_as_one(schedule, given)
@@ -230,6 +224,9 @@ def simulate(
                     exposed_coll += wait
                 waits.append({"done": op.name, "start": start.name, "stream": start.stream, "wait_ns": wait,
                               "layer": layers.get(start.name), "iteration": op.iteration})  # fmt: skip
+            if start.stream == "h2d" and op.pair in back:
+                row = back[op.pair]
+                row["window_ns"] = on["compute"] - row.pop("compute_at")
             t = s + wait
             ready[i] = t
             if given[i] is not None:
@@ -248,6 +245,9 @@ def simulate(
                 nbytes[op.stream] += op.bytes
                 lay = layers.get(op.name)
                 layer_copy[lay] = layer_copy.get(lay, 0) + c
+            if op.stream == "h2d":
+                back[i] = {"start": op.name, "layer": layers.get(op.name), "in_loop": op.iteration is not None,
+                           "transfer_ns": c, "window_ns": None, "compute_at": on["compute"]}  # fmt: skip
         else:  # compute, a synchronous copy or collective: on the compute stream
             c = cost(op)
             ready[i] = on_compute(op, dep, c)
@@ -290,6 +290,7 @@ def simulate(
         link=link.key if link is not None else None,
         layers=[{"layer": n, "exposed_ns": layer_exp.get(n, 0), "copy_ns": layer_copy.get(n, 0)} for n in names],
         waits=sorted(waits, key=lambda w: -w["wait_ns"]),
+        copies_back=[r for r in back.values() if r["window_ns"] is not None],
         costed_by=by,
         notes=notes,
         stream_ns=on,

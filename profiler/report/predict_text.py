@@ -7,6 +7,7 @@ import textwrap
 from typing import Any
 
 from profiler.analysis.accuracy import ROOFLINE
+from profiler.analysis.late_copies import fix, sentence
 from profiler.predict.step import LABEL
 from profiler.report.table import table
 from profiler.units import human_time, scaled, time_unit
@@ -51,39 +52,24 @@ def render_predictions(tab: dict[str, Any]) -> list[str]:
     return out
 
 
-LATE_FIX = (
-    "to issue them earlier: XLA_FLAGS=--xla_gpu_enable_pipelined_host_offloading=true (profile-step "
-    "--pipelined-offload) starts each copy back a layer ahead in a scan, the latency hiding scheduler (--lhs) "
-    "moves starts up under compute; or offload fewer activations of the last layers, whose copies back come first"
-)
-
-
 def late_lines(preds: list[dict[str, Any]], width: int | None = 118) -> list[str]:
-    """One line per policy whose copies back to the device are late (``simulate.late_copies``): at its
-    largest batch, on the slowest link it was predicted for; then the ways to issue them earlier."""
+    """One line per policy whose copies back to the device are late (``analysis.late_copies``): at its
+    largest batch, on the slowest link it was predicted for; then what starts them earlier."""
     worst: dict[str, dict[str, Any]] = {}
     for p in preds:
-        late = ((p.get("late_copies") or {}).get("h2d") or {}).get("count")
-        if not late:
+        s = p.get("late_copies") or {}
+        if not s.get("count"):
             continue
         prev = worst.get(p["policy"])
-        key = ((p["batch"] or 0), p["late_copies"]["h2d"]["wait_ns"])
-        if prev is None or key > ((prev["batch"] or 0), prev["late_copies"]["h2d"]["wait_ns"]):
+        key = ((p["batch"] or 0), s["waited_ns"])
+        if prev is None or key > ((prev["batch"] or 0), prev["late_copies"]["waited_ns"]):
             worst[p["policy"]] = p
     out = []
     for policy, p in worst.items():
-        h = p["late_copies"]["h2d"]
-        w = h["worst"]
         at = f", batch {p['batch']}" if p["batch"] is not None else ""
-        line = (
-            f"late copies back, {policy}{at}, {p['link_name'] or p['link']}: {h['count']} host-to-device "
-            f"cop{'ies have' if h['count'] > 1 else 'y has'} less compute between start and done than the copy "
-            f"takes: the step waits {human_time(h['wait_ns'])} per step for them (the longest, "
-            f"{w['start']}{' in ' + w['layer'] if w['layer'] else ''}, {human_time(w['wait_ns'])})"
-        )
+        s = p["late_copies"]
+        line = f"late copies back, {policy}{at}, {p['link_name'] or p['link']}: {sentence(s)}; {fix(s)}"
         out += textwrap.wrap(line, width, subsequent_indent="  ") if width else [line]
-    if out:
-        out += textwrap.wrap(LATE_FIX, width, subsequent_indent="  ") if width else [LATE_FIX]
     return out
 
 

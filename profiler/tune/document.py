@@ -35,6 +35,7 @@ def row(t: Tried, names: list[Name], compiler: Compiler) -> dict[str, Any]:
         "predicted_exposed_ns": o.exposed_ns if o else None,
         "predicted_compute_ns": o.compute_ns if o else None,
         "predicted_copy_ns": o.copy_ns if o else None,
+        "late_copies": o.late_h2d if o else None,  # analysis.late_copies.summary of its copies back
         "copy_bytes": o.copy_bytes if o else None,
         "device_bytes": o.device_bytes if o else None,
         "host_bytes": o.host_bytes if o else None,

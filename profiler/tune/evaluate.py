@@ -36,7 +36,7 @@ class Outcome:
     device_bytes: int | None
     host_bytes: int | None
     fits: bool
-    late_h2d: dict[str, Any] | None = None  # simulate.late_copies' h2d entry: the copies back that are late
+    late_h2d: dict[str, Any] | None = None  # simulate.late_copies: the copies back that are late
 
     def order(self) -> tuple[int, int, int]:
         """Better first: fitting, then faster, then less device memory."""
@@ -95,7 +95,7 @@ class Compiled:
             device_bytes=dev,
             host_bytes=self.host_bytes,
             fits=dev is not None and (limit is None or dev <= limit),
-            late_h2d=late_copies(pred.waits)["h2d"],
+            late_h2d=late_copies(pred),
         )
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from profiler.analysis.accuracy import CALIBRATED, ROOFLINE, Accuracy
-from profiler.report.predict_text import LATE_FIX
+from profiler.analysis.late_copies import fix, sentence
 from profiler.tune.candidate import Candidate, Name
 from profiler.tune.evaluate import Outcome, copy_cover
 from profiler.tune.search import Search, Tried
@@ -152,12 +152,7 @@ def lines(choice: Tried, s: Search, compiler: Any, names: list[Name]) -> list[st
         out.append(tie)
     late = o.late_h2d or {}
     if late.get("count"):
-        w = late["worst"]
-        out.append(
-            f"late copies back: {late['count']} host-to-device cop{'ies have' if late['count'] > 1 else 'y has'} less "
-            f"compute between start and done than the copy takes: {_t(late['wait_ns'])} waited per step (the "
-            f"longest, {w['start']}{' in ' + w['layer'] if w['layer'] else ''}, {_t(w['wait_ns'])}); {LATE_FIX}"
-        )
+        out.append(f"late copies back: {sentence(late)}; {fix(late)}")
     if c.jax_policy:
         out.append(
             f"JAX's {c.jax_policy} is faster than every placement of the named activations the search tried: "

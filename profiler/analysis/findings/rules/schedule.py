@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from profiler.analysis import late_copies
 from profiler.analysis.dependencies import D2H, H2D, NO_TIME
 from profiler.analysis.findings import Finding, changes, rule
 from profiler.analysis.findings.config import at_least, exceeds, under
@@ -229,3 +230,76 @@ def _pipelined_note(ev: Evidence) -> str:
     if on:
         return "; it is already on in this run: move the offloaded activations away from the loop's ends"
     return ""
+
+
+@rule("late-copies-back")
+def late_copies_back(ev: Evidence) -> list[Finding]:
+    """Host-to-device copies some GPU op waited for, with less kernel time beside them than they took
+    (``analysis.late_copies``: waited = transfer - window), per device."""
+    st = ev.need_stalls()
+    ops = st.deps.ops
+    steps = ev.included_steps
+    h2d = np.flatnonzero((ops.kind == H2D) & _in_steps(steps, ops.start))  # the copies back of the steps
+    waited = np.zeros(len(ops), dtype=bool)
+    waited[st.blocker[st.stall > 0]] = True
+    rows = h2d[waited[h2d]]
+    if rows.size == 0:
+        return []
+    dev = ops.device[rows].astype(np.int64)
+    window = measure_within(ev.breakdown.kernel_sets.any, dev, ops.start[rows], ops.end[rows])
+    copies = pl.DataFrame(
+        {
+            "row": rows,
+            "device": dev,
+            "start": ops.start[rows],
+            "in_loop": _in_loop(ev, ops.launch[rows]),
+            "transfer_ns": ops.end[rows] - ops.start[rows],
+            "window_ns": window.astype(np.int64),
+        }
+    )
+    all_h2d = dict(zip(*np.unique(ops.device[h2d], return_counts=True), strict=True))
+    per = "per step" if steps else "in the capture (no steps found)"
+    out = []
+    for (d,), mine in copies.group_by(["device"], maintain_order=True):
+        s = late_copies.summary(mine) | {"of": int(all_h2d[d])}  # of all its copies back, waited on or not
+        if not s["count"]:
+            continue
+        late_rows = late_copies.late(mine)["row"].to_numpy()
+        one = late_copies.per_step(s, len(steps))
+        out.append(
+            Finding(
+                "late-copies-back",
+                "problem",
+                f"GPU {d}: {late_copies.sentence(one, per)}" + (f" ({len(steps)} steps)" if len(steps) > 1 else ""),
+                late_copies.fix(s),
+                where={"device": str(d)},
+                evidence={k: v for k, v in s.items() if k != "worst"} | {"steps": len(steps)},
+                view="streams",
+                attributed_ns=s["waited_ns"],  # the late copies' transfers less the kernel time beside them
+                change=changes.stalls_of(ev, late_rows, f"the {s['count']} late copies back of GPU {d}"),
+                **ev.basis_device(d),
+            )
+        )
+    return out
+
+
+def _in_steps(steps: list[dict], t: np.ndarray) -> np.ndarray:
+    """Per time *t*: inside one of *steps* (``start_ns``, ``end_ns``); every time when there are none."""
+    if not steps:
+        return np.ones(t.size, dtype=bool)
+    lo = np.sort(np.array([s["start_ns"] for s in steps], dtype=np.int64))
+    hi = np.array([s["end_ns"] for s in sorted(steps, key=lambda s: s["start_ns"])], dtype=np.int64)
+    i = np.searchsorted(lo, t, side="right") - 1
+    return (i >= 0) & (t < hi[np.maximum(i, 0)])
+
+
+def _in_loop(ev: Evidence, launch: np.ndarray) -> np.ndarray:
+    """Per launch time: inside the range of an XLA loop thunk (``hlo_op=while...``) on the host."""
+    r = ev.breakdown.ranges.ranges
+    if "hlo_op" not in r.columns:
+        return np.zeros(launch.size, dtype=bool)
+    loops = r.filter(pl.col("hlo_op").str.starts_with("while").fill_null(False))
+    if loops.height == 0:
+        return np.zeros(launch.size, dtype=bool)
+    iv = union(np.zeros(loops.height, dtype=np.int64), loops["start"].to_numpy(), loops["end"].to_numpy())
+    return measure_within(iv, np.zeros(launch.size, dtype=np.int64), launch, launch + 1) > 0
