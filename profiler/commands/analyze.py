@@ -212,7 +212,16 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def add(sub: Any, shared: Shared) -> None:
     a = sub.add_parser(
         "analyze",
-        parents=[shared.json, shared.device, shared.nsys, shared.steps, shared.findings, shared.db, shared.wide],
+        parents=[
+            shared.json,
+            shared.device,
+            shared.nsys,
+            shared.steps,
+            shared.findings,
+            shared.db,
+            shared.wide,
+            shared.cache,
+        ],
         help="copy overlap metrics of an nsys export or report",
     )
     a.add_argument(

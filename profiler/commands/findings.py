@@ -57,7 +57,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
 def add(sub: Any, shared: Shared) -> None:
     fnd = sub.add_parser(
         "findings",
-        parents=[shared.json, shared.findings, shared.steps, shared.nsys, shared.wide],
+        parents=[shared.json, shared.findings, shared.steps, shared.nsys, shared.wide, shared.cache],
         help="what is wrong with the copies, and what to try (the rules and thresholds: docs/findings.md)",
     )
     fnd.add_argument("paths", nargs="+", help="traces, run folders, folders of runs or exports, globs")

@@ -53,6 +53,7 @@ class Shared:
     db: argparse.ArgumentParser
     policies: argparse.ArgumentParser
     wide: argparse.ArgumentParser
+    cache: argparse.ArgumentParser  # where the exports and analyses made from traces are kept
 
 
 def shared_options() -> Shared:
@@ -95,6 +96,15 @@ def shared_options() -> Shared:
                 help="the host link the copies' GB/s are compared with, and slow-link's (default: from the GPU's "
                 f"name; an unknown GPU: {LINKS[ASSUMED].name} assumed, and said)",
             ),
+        ),
+        cache=parent(
+            arg(
+                "--cache-dir",
+                default=None,
+                metavar="DIR",
+                help="profile-step's cache folder, for this command (default: $PROFILE_STEP_CACHE, else "
+                "$XDG_CACHE_HOME/profile-step, else ~/.cache/profile-step; `profile-step cache` shows it)",
+            )
         ),
         db=parent(arg("--db", default="results.db", help="results database, for labels (default: results.db)")),
         wide=parent(

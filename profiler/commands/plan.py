@@ -84,7 +84,7 @@ def cmd_plan_from(args: argparse.Namespace) -> int:
 def add(sub: Any, shared: Shared) -> None:
     pl = sub.add_parser(
         "plan",
-        parents=[shared.policies, shared.json],
+        parents=[shared.policies, shared.json, shared.cache],
         help="compile a script's step for a GPU target without a GPU: memory, FLOPs and offload plan per policy",
         description="Run SCRIPT once per policy and micro batch under a Python with JAX's CUDA plugin "
         "(JAX_PLATFORMS=cpu, no GPU needed); annotate.compiled_step(step, *args) compiles the step for "

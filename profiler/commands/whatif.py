@@ -64,7 +64,7 @@ def add(sub: Any, shared: Shared) -> None:
 
     w = sub.add_parser(
         "whatif",
-        parents=[shared.json, shared.device, shared.steps, shared.nsys],
+        parents=[shared.json, shared.device, shared.steps, shared.nsys, shared.cache],
         help="replay a trace with faster (or slower) host copies: predicted step time and stalls",
         description="Replays the trace with every h2d/d2h copy's duration scaled (docs/metrics.md, What-if). "
         "Default: --copy-scale 0, the most the copies can cost.",
