@@ -98,3 +98,17 @@ def test_nothing_is_written_beside_a_copied_shared_trace(shared_traces, tmp_path
     files = CacheFiles.of(traces / "vector.sqlite")
     assert files.db.is_file() and files.ops.is_file() and files.ranges.is_file()
     assert files.db.is_relative_to(tmp_path / "cache" / "dashboard")
+
+
+CPU_RUN = ROOT / "sample_traces" / "cpu-example" / "20261130T012257-none-42aa66"  # trace.nsys-rep and its export
+
+
+@pytest.mark.skipif(not CPU_RUN.is_dir(), reason="no sample_traces/cpu-example")
+def test_a_report_read_through_the_export_beside_it_makes_no_cache(tmp_path, monkeypatch):
+    from profiler.trace.nsys import export_report
+
+    monkeypatch.setenv("PROFILE_STEP_CACHE", str(tmp_path / "cache"))
+    run = tmp_path / "run"
+    shutil.copytree(CPU_RUN, run)  # mtimes kept: trace.sqlite is still the report's export
+    assert export_report(run / "trace.nsys-rep", nsys_path="/nonexistent/nsys") == run / "trace.sqlite"
+    assert not (tmp_path / "cache").exists()

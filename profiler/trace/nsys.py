@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from profiler.errors import InputError, NsysNotFound
+from profiler.errors import InputError, NsysNotFound, ProfilerError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Where scripts/install-nsys.sh puts Nsight Systems: the default (newest) first.  2023.4.4 stays
@@ -123,7 +123,10 @@ def _is_export_of(sqlite: Path, report: Path) -> bool:
 
 def export_paths(report: Path) -> list[Path]:
     """Where the export of *report* may live, in order of preference."""
-    return [report.with_suffix(".sqlite"), exports_cache_dir() / f"{report.stem}.{_report_key(report)}.sqlite"]
+    from profiler.cache_dir import root
+
+    # the cache's folder is named, not made: reading an export that lies beside its report writes nothing
+    return [report.with_suffix(".sqlite"), root() / "exports" / f"{report.stem}.{_report_key(report)}.sqlite"]
 
 
 def export_report(report: Path, nsys_path: str | None = None) -> Path:
@@ -145,8 +148,9 @@ def export_report(report: Path, nsys_path: str | None = None) -> Path:
         if target.exists():
             continue
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-        except OSError:
+            if not target.parent.is_dir():  # the cache's folder: made (and tagged) on first need
+                exports_cache_dir()
+        except ProfilerError:
             continue
         if writable(target.parent):
             return _export_to(nsys, report, target)
