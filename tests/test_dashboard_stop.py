@@ -23,9 +23,17 @@ def free_port() -> int:
 
 
 def children(pid: int) -> list[str]:
-    """The command lines of *pid*'s child processes."""
-    out = subprocess.run(["ps", "-ww", "--ppid", str(pid), "-o", "pid=,args="], capture_output=True, text=True).stdout
-    return [line.strip() for line in out.splitlines() if line.strip()]
+    """``PID COMMAND LINE`` of each of *pid*'s child processes (read from /proc: no ps needed)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                args = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                out.append(f"{stat.parent.name} {args.strip()}")
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
 
 
 def running(pid: int) -> bool:
