@@ -4,7 +4,7 @@
 
 Makes two annotated exports of 1,000,000 GPU events each (800k kernels, 200k
 copies; 10 steps x 48 layers) under benchmarks/data/dash/ (or DIR), analyzes them once
-(cache beside them), starts the dashboard on them and measures, in Chromium:
+(their analyses in profile-step's cache), starts the dashboard on them and measures, in Chromium:
 the first view (page load until the runs table and the policy bars are
 drawn), switching to each view (tab), switching the per-layer view between
 the two runs, and clicking a layer: wall time, and the CPU time of the page's
@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.make_export import make  # noqa: E402
 from dashboards.data import RunStore  # noqa: E402
+from profiler.runs.store import CacheFiles  # noqa: E402
 from tests.browser import CHROMIUM, CHROMIUM_FLAGS  # noqa: E402
 
 DATA = HERE / "data" / "dash"
@@ -85,7 +86,8 @@ def main() -> None:
         store.get(rid)
     print(f"analysis (cold or cached) of both runs: {time.perf_counter() - t:.1f} s")
     load_before = os.getloadavg()
-    for db in data.glob("*.profile-step.db"):  # the what-if's first view computes its replays
+    dbs = sorted(CacheFiles.of(data / name).db for name in ("a.sqlite", "b.sqlite"))  # their cached analyses
+    for db in dbs:  # the what-if's first view computes its replays
         with sqlite3.connect(db) as con:
             con.execute("DROP TABLE IF EXISTS whatif")
 
@@ -105,7 +107,6 @@ def main() -> None:
                             stored[db.name] = time.perf_counter() - started
             time.sleep(0.1)
 
-    dbs = sorted(data.glob("*.profile-step.db"))
     threading.Thread(target=watch, daemon=True).start()
     clicked: list[float] = []  # seconds after the server's start when the what-if tab was first clicked
     server = subprocess.Popen(

@@ -66,7 +66,7 @@ def main() -> int:
         )
         convert = [sys.executable, "-c", code]
         conv = [timed(convert, dict(os.environ)) for _ in range(args.runs)]
-        cache = {**os.environ, "XDG_CACHE_HOME": str(Path(tmp) / "cache")}
+        cache = {**os.environ, "PROFILE_STEP_CACHE": str(Path(tmp) / "cache")}
         timed([sys.executable, "-m", "profiler.cli", "analyze", "--json", str(src)], cache)  # makes the export once
         cmd = [sys.executable, "-m", "profiler.cli", "analyze", "--json", str(src)]
         analyze = [timed(cmd, cache) for _ in range(args.runs)]

@@ -77,7 +77,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as cache:
-        os.environ["XDG_CACHE_HOME"] = cache  # the conversions of the traces: not the user's cache
+        os.environ["PROFILE_STEP_CACHE"] = cache  # the conversions of the traces: not the user's cache
         found = rows(args.shared if args.shared.is_dir() else None)
     if args.json:
         print(json.dumps(found, indent=2))

@@ -73,7 +73,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as work:
-        os.environ["XDG_CACHE_HOME"] = work  # the H200 traces' conversions: not the user's cache
+        os.environ["PROFILE_STEP_CACHE"] = work  # the H200 traces' conversions: not the user's cache
         found = rows(args.shared if args.shared.is_dir() else None, args.aot_hlo, Path(work))
     if args.json:
         print(json.dumps(found, indent=2))

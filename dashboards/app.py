@@ -7,8 +7,12 @@ computed only while the tab is shown; the page's first view comes with the table
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import dash
@@ -177,8 +181,34 @@ def serve(
         flush=True,
     )
     try:
-        server.run()
+        with stop_on_sigterm():
+            server.run()
     except KeyboardInterrupt:
         print(file=sys.stderr)
     finally:
         server.close()
+        store.close()
+
+
+class Stop(Exception):
+    """SIGTERM received: the server stops as on Ctrl-C, cleanly."""
+
+
+@contextlib.contextmanager
+def stop_on_sigterm() -> Iterator[None]:
+    """SIGTERM ends the block by raising ``Stop`` in the main thread (so that the server and the
+    what-if process are shut down and their semaphores released, never reported leaked)."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise Stop
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread takes signals
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    except Stop:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -151,6 +151,11 @@ class RunStore:
         t.start()
         return t
 
+    def close(self) -> None:
+        """Stop the background work that holds processes (the what-ifs'); the analyses' thread is a
+        daemon and ends with the server."""
+        self.whatifs.close()
+
     def progress(self) -> tuple[int, int, str | None]:
         done = len(self.results) + len(self.errors) + sum(1 for r in self.refs.values() if r.no_trace)
         return done, len(self.refs), self.current
@@ -196,6 +201,9 @@ class WhatIfs:
         self._lock = threading.Lock()
         self._queue: queue.Queue[Job] = queue.Queue()
         self._worker: threading.Thread | None = None
+        self._proc: Any = None  # the what-if process and its two queues, while there is one
+        self._pipes: tuple[Any, Any] | None = None
+        self._closed = False
 
     def get(self, rid: str, factor: float, model_host: bool = True) -> tuple[str, Any]:
         """``("done", doc)``, ``("computing", None)`` (started, or queued, in the background) or
@@ -227,14 +235,12 @@ class WhatIfs:
 
     def _work(self) -> None:
         """Hand the queued replays to the what-if process one at a time (a new one if it died)."""
-        ctx = multiprocessing.get_context("spawn")  # never fork a server with threads
-        proc: Any = None
         while True:
             job = self._queue.get()
-            if proc is None or not proc.is_alive():
-                jobs, done = ctx.Queue(), ctx.Queue()
-                proc = ctx.Process(target=replay_worker, args=(jobs, done), name="profile-step whatif", daemon=True)
-                proc.start()
+            started = self._process()
+            if started is None:  # closed: the server is stopping
+                return
+            proc, (jobs, done) = started
             jobs.put(job)
             result = None
             while result is None:
@@ -250,6 +256,42 @@ class WhatIfs:
                 else:
                     self._errors[key] = error
                 self._pending.discard(key)
+
+    def _process(self) -> tuple[Any, tuple[Any, Any]] | None:
+        """The what-if process and its queues: the running one, else a new one; None once closed."""
+        with self._lock:
+            if self._closed:
+                return None
+            if self._proc is None or not self._proc.is_alive():
+                self._drop_pipes()
+                ctx = multiprocessing.get_context("spawn")  # never fork a server with threads
+                self._pipes = (ctx.Queue(), ctx.Queue())
+                self._proc = ctx.Process(
+                    target=replay_worker, args=self._pipes, name="profile-step whatif", daemon=True
+                )
+                self._proc.start()
+            assert self._pipes is not None
+            return self._proc, self._pipes
+
+    def _drop_pipes(self) -> None:
+        """Close the queues of a what-if process that has ended (their semaphores released)."""
+        for q in self._pipes or ():
+            q.close()
+            q.cancel_join_thread()
+        self._pipes = None
+
+    def close(self) -> None:
+        """Stop the what-if process (a replay in progress is dropped: SQLite rolls its write back) and
+        release its queues; no new one starts after this."""
+        with self._lock:
+            self._closed = True
+            proc = self._proc
+        if proc is not None and proc.is_alive():
+            proc.terminate()
+            proc.join(5)
+        with self._lock:
+            self._drop_pipes()
+            self._proc = None
 
 
 # --- plans compiled for a GPU target (profile-step plan) ----------------------------------------

@@ -9,8 +9,10 @@ import sys
 from collections.abc import Sequence
 from typing import ClassVar, NoReturn
 
+from profiler import cache_dir
 from profiler.commands import (
     analyze,
+    cache,
     compare,
     dashboard,
     findings,
@@ -39,6 +41,7 @@ COMMANDS = {
     "pgle": pgle.add,
     "dashboard": dashboard.add,
     "install-recipe": install_recipe.add,
+    "cache": cache.add,
 }
 SUBCOMMANDS = tuple(COMMANDS)
 
@@ -93,6 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        cache_dir.use(getattr(args, "cache_dir", None))  # --cache-dir: for this command and what it starts
         return int(args.func(args))
     except ProfilerError as exc:
         print(f"profile-step: error: {exc}", file=sys.stderr)

@@ -46,6 +46,24 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Each test session (each xdist worker too) its own profile-step cache, removed at its end: the
+    tests never read or write the user's ``~/.cache/profile-step`` (and the commands they start
+    inherit it)."""
+    import tempfile
+
+    config._profile_step_cache = tempfile.mkdtemp(prefix="profile-step-test-cache-")  # type: ignore[attr-defined]
+    os.environ["PROFILE_STEP_CACHE"] = config._profile_step_cache  # type: ignore[attr-defined]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import shutil
+
+    folder = getattr(config, "_profile_step_cache", None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def pytest_terminal_summary(terminalreporter: object, exitstatus: int, config: pytest.Config) -> None:
     """One line when the shared folder is absent: how many tests that would read it were skipped."""
     if SHARED.is_dir():
@@ -177,15 +195,15 @@ def h200_exports(tmp_path_factory) -> dict[str, Path]:
     from profiler.trace import jax_profile
 
     cache = tmp_path_factory.mktemp("h200-cache")
-    old = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(cache)
+    old = os.environ.get("PROFILE_STEP_CACHE")
+    os.environ["PROFILE_STEP_CACHE"] = str(cache)
     try:
         return {d.name: jax_profile.export(d / "trace.json.gz") for d in sorted(H200_RUNS.glob("2026*"))}
     finally:
         if old is None:
-            os.environ.pop("XDG_CACHE_HOME", None)
+            os.environ.pop("PROFILE_STEP_CACHE", None)
         else:
-            os.environ["XDG_CACHE_HOME"] = old
+            os.environ["PROFILE_STEP_CACHE"] = old
 
 
 @pytest.fixture(scope="session")

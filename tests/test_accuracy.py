@@ -26,7 +26,7 @@ def h200_rows(tmp_path_factory) -> list[dict]:
     """Every run's measured and predicted steps (about 30 s: 8 traces, 8 optimized modules, the Pax
     calibrations where ../shared is there)."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+        mp.setenv("PROFILE_STEP_CACHE", str(tmp_path_factory.mktemp("cache")))
         return h200_predictions.rows(SHARED_TRACES if PAX.is_file() else None)
 
 

@@ -28,7 +28,7 @@ def test_every_name_of_the_api_is_there():
 
 @pytest.mark.skipif(not H200.is_dir(), reason="no sample_traces/h200-example")
 def test_the_docstring_lines_on_a_real_run(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("PROFILE_STEP_CACHE", str(tmp_path))
     run = next(H200.glob("*-offload_qkv-scan-??????"))
     trace = profiler.load_trace(run / "trace.json.gz")
     result = profiler.analyzed(trace)

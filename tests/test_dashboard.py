@@ -119,7 +119,7 @@ def runs(tmp_path_factory) -> Path:
 def dashboard(folder: Path):
     """`python -m dashboards FOLDER` on a free port; yields its URL and process once it answers."""
     port = free_port()
-    env = {**os.environ, "XDG_CACHE_HOME": str(folder / "cache")}
+    env = dict(os.environ)  # the test session's own cache (conftest)
     proc = subprocess.Popen(
         [sys.executable, "-m", "dashboards", str(folder), "--port", str(port)],
         cwd=ROOT,
@@ -408,14 +408,18 @@ def test_remote_binding_needs_a_flag(runs):
     assert "--allow-remote" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_cache_is_written_beside_and_reused(runs):
-    cache = runs / "qkv.sqlite.profile-step.db"
+def test_cache_is_written_in_the_cache_folder_and_reused(runs):
     from dashboards.data import RunStore
+    from profiler.runs.store import CacheFiles
 
+    files = CacheFiles.of(runs / "qkv.sqlite")
+    cache = files.db
+    beside = sorted(p.name for p in runs.iterdir())
     store = RunStore([runs])
     rid = next(r for r, ref in store.refs.items() if ref.name == "qkv.sqlite")
     first = store.get(rid).summary
-    assert cache.is_file() and (runs / "qkv.sqlite.ops.parquet").is_file()
+    assert cache.is_file() and files.ops.is_file() and not cache.is_relative_to(runs)
+    assert sorted(p.name for p in runs.iterdir()) == beside, "nothing written beside the traces"
     before = cache.stat().st_mtime_ns
     assert RunStore([runs]).get(rid).summary == first
     assert cache.stat().st_mtime_ns == before, "a current cache is reused"

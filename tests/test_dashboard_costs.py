@@ -18,6 +18,7 @@ from profiler.analysis.whatif import step_medians, trace_whatif
 from profiler.capture import step_module
 from profiler.runs.discover import discover
 from profiler.runs.result import collect
+from profiler.runs.store import CacheFiles
 from profiler.stored.folder import manifest_of
 from profiler.synthetic.demo import StepModel, write_demo_runs
 from profiler.synthetic.export import ExportBuilder
@@ -288,8 +289,8 @@ def test_what_the_copies_cost(browser, costs):  # noqa: F811
         note = page.inner_text("#whatif-note")
         assert "every h2d/d2h copy takes 0.5x its recorded time" in note and "host synchronization modeled" in note
         check_page(page, "11-whatif")
-        # cached beside the run's analysis: one row per factor
-        db = next((costs / "synthetic-4-offload_all").glob("*.profile-step.db"))
+        # cached with the run's analysis: one row per factor
+        db = CacheFiles.of(next((costs / "synthetic-4-offload_all").glob("*.sqlite"))).db
         with sqlite3.connect(db) as con:
             keys = [k for (k,) in con.execute("SELECT key FROM whatif")]
         assert any("/0.5/host" in k for k in keys)

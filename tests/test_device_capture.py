@@ -40,6 +40,6 @@ def test_the_device_capture_runs_here_and_comes_home_as_run_folders(tmp_path):
         assert manifest["capture"]["tool"] == "jax.profiler" and manifest["status"] == "ok"
         assert "--xla_gpu_enable_command_buffer=" in manifest["xla_flags"]["final"]  # the script's own flags
         assert (run / "trace.json.gz").is_file() and (run / "compiled.json").is_file()
-    table = run_cli("analyze", str(into), env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    table = run_cli("analyze", str(into), env={"PROFILE_STEP_CACHE": str(tmp_path / "cache")})
     assert table.returncode == 0, table.stderr
     assert "offload_qkv" in table.stdout and "cpu: all runs ran on a CPU" in table.stdout

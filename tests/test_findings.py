@@ -185,8 +185,7 @@ def test_slow_link_needs_enough_copies_and_a_known_link(tmp_path):
     path2 = write_run(tmp_path, b2, name="unknown")
     assert "give --link" in skipped(findings_of(path2), "slow-link")
     trace = open_trace(path2)
-    cfg = FindingsConfig().with_(link=LINKS["pcie4"])
-    assert fired(run_findings(trace, None, cfg, Breakdown(trace)), "slow-link")
+    assert fired(run_findings(trace, None, FindingsConfig(), Breakdown(trace), link=LINKS["pcie4"]), "slow-link")
 
 
 # --- copy-contention --------------------------------------------------------------------------
@@ -508,7 +507,7 @@ def test_empty_export_never_crashes_and_says_why(tmp_path):
 def test_config_file_overrides_and_disables(tmp_path):
     cfg = tmp_path / "f.toml"
     cfg.write_text('disabled = ["sync-copies", "exposed-copies"]\n[thresholds]\npageable_min_count = 5\n')
-    loaded = load_config(cfg, rule_ids())
+    loaded = load_config(cfg, rule_ids()).config
     assert loaded["pageable_min_count"] == 5 and "sync-copies" in loaded.disabled
     bad = tmp_path / "bad.toml"
     bad.write_text("[thresholds]\nno_such = 1\n")

@@ -43,8 +43,8 @@ def test_a_link_given_in_the_configuration(tmp_path):
     b.gpu(0, H100)  # by the GPU's model, PCIe Gen5 x16 (63 GB/s); the configuration says PCIe Gen4
     waited_copy(b, (1_000, 1_001_000), (1_001_000, 1_011_000), launch=2_000, host=PAGEABLE)
     trace = open_trace(write_run(tmp_path, b))
-    cfg = FindingsConfig().with_(link=LINKS["pcie4"])
-    (f,) = fired(run_findings(trace, manifest_of(trace.path), cfg, Breakdown(trace)), "pageable-copies")
+    found = run_findings(trace, manifest_of(trace.path), FindingsConfig(), Breakdown(trace), link=LINKS["pcie4"])
+    (f,) = fired(found, "pageable-copies")
     assert f["replay"]["change"].endswith(
         "(0 at the trace's own pinned rate, 1 at the link's: PCIe Gen4 x16 at 31.5 GB/s, given)"
     )

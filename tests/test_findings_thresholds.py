@@ -14,6 +14,7 @@ from profiler.analysis.findings import rule_ids
 from profiler.analysis.findings.config import (
     THRESHOLDS,
     FindingsConfig,
+    FindingsRequest,
     at_least,
     configure,
     exceeds,
@@ -102,16 +103,17 @@ def test_the_config_file(tmp_path):
     the file and the problem."""
     good = tmp_path / "good.toml"
     good.write_text('disabled = ["lhs-off"]\nlink = "pcie4"\n[thresholds]\nslow_link_fraction = 0.4\n')
-    cfg = load_config(good, rule_ids())
+    req = load_config(good, rule_ids())
+    cfg = req.config
     assert cfg["slow_link_fraction"] == 0.4 and isinstance(cfg["slow_link_fraction"], float)
     assert {k: v for k, v in cfg.thresholds.items() if k != "slow_link_fraction"} == {
         k: v for k, v in THRESHOLDS.items() if k != "slow_link_fraction"
     }
-    assert cfg.disabled == frozenset({"lhs-off"}) and cfg.link == parse_link("pcie4")  # parsed as it is read
-    assert load_config(None, rule_ids()) == FindingsConfig() and FindingsConfig().link is None
+    assert cfg.disabled == frozenset({"lhs-off"}) and req.link == parse_link("pcie4")  # parsed as it is read
+    assert load_config(None, rule_ids()) == FindingsRequest(FindingsConfig(), None)
     empty = tmp_path / "empty.toml"
     empty.write_text("")
-    assert load_config(empty, rule_ids()) == FindingsConfig()
+    assert load_config(empty, rule_ids()) == FindingsRequest()
     known = ", ".join(sorted(rule_ids()))
     for text, problem in [
         ("[thresholds]\nno_such = 1\n", f"unknown threshold 'no_such' (known: {', '.join(sorted(THRESHOLDS))})"),
@@ -143,9 +145,9 @@ def test_configure_checks_the_command_line_first(tmp_path):
     """The command line's link arrives parsed (``links.given_link``, where the user names it); a bad one
     is the one-line ``--link:`` error there, and the rules it turns off are checked before the file."""
     pcie5 = given_link("pcie5")
-    cfg = configure(None, ["lhs-off"], pcie5, rule_ids())
-    assert cfg.disabled == frozenset({"lhs-off"}) and cfg.link == pcie5 and pcie5 == parse_link("pcie5")
-    assert configure(None, None, None, rule_ids()) == FindingsConfig()
+    req = configure(None, ["lhs-off"], pcie5, rule_ids())
+    assert req.config.disabled == frozenset({"lhs-off"}) and req.link == pcie5 and pcie5 == parse_link("pcie5")
+    assert configure(None, None, None, rule_ids()) == FindingsRequest(FindingsConfig(), None)
     with pytest.raises(ProfilerError) as err:
         configure(tmp_path / "absent.toml", ["no-rule"], None, rule_ids())  # before the file is read
     assert str(err.value) == f"--disable-finding: unknown rule 'no-rule' (rules: {', '.join(sorted(rule_ids()))})"
@@ -154,8 +156,8 @@ def test_configure_checks_the_command_line_first(tmp_path):
     assert given_link(None) is None and given_link("") is None and given_link("12.5") == parse_link("12.5")
     both = tmp_path / "both.toml"
     both.write_text('disabled = ["sync-copies"]\nlink = "pcie4"\n')
-    cfg = configure(both, ["lhs-off"], given_link("nvlink-c2c"), rule_ids())  # the command line adds to the file
-    assert cfg.disabled == frozenset({"sync-copies", "lhs-off"}) and cfg.link == parse_link("nvlink-c2c")
+    req = configure(both, ["lhs-off"], given_link("nvlink-c2c"), rule_ids())  # the command line adds to the file
+    assert req.config.disabled == frozenset({"sync-copies", "lhs-off"}) and req.link == parse_link("nvlink-c2c")
     assert configure(both, None, None, rule_ids()).link == parse_link("pcie4")
 
 

@@ -110,3 +110,52 @@ def test_one_default_for_an_unknown_gpu():
     assert prediction_links({"target": {"label": "NVIDIA H100"}}, None) == [LINKS["pcie5"]]
     plan = {"links": [{**LINKS["pcie6"].doc(), "why": "as chosen (--link)"}], "target": {"label": "x"}}
     assert prediction_links(plan, None) == [LINKS["pcie6"]]  # the plan's link, read back as it was written
+
+
+def test_a_gpus_link_is_resolved_by_one_rule():
+    """``run_link``: --link first, else the GPU's own model, else the run's named GPUs, else assumed; the
+    terminal, the findings and the dashboard all ask it."""
+    from profiler.analysis.links import run_link
+
+    gpus = {"0": "NVIDIA H100 80GB HBM3", "1": "NVIDIA GH200 480GB"}
+    assert run_link(gpus, "1").link is LINKS["nvlink-c2c"] and run_link(gpus, 0).link is LINKS["pcie5"]
+    assert run_link(gpus, "7").link is LINKS["pcie5"]  # unnamed: the run's first named GPU
+    assert run_link(gpus, "1", LINKS["pcie3"]).source == "given"
+    unknown = run_link({}, "0")
+    assert unknown.assumed and unknown.link is LINKS[ASSUMED] and "unknown GPU" in unknown.why
+
+
+def test_link_is_declared_once():
+    """``--link`` (and ``--from-link``) are declared by ``links.add_link_option`` only: no
+    ``add_argument("--link"`` anywhere in the package."""
+    import re
+
+    from tests.conftest import ROOT
+
+    declared = re.compile(r"add_argument\(\s*\"--(from-)?link\"")
+    found = [str(p.relative_to(ROOT)) for p in (ROOT / "profiler").rglob("*.py") if declared.search(p.read_text())]
+    assert declared.search('p.add_argument(\n        "--link",\n') and declared.search('w.add_argument("--from-link"')
+    assert found == []
+    assert "def add_link_option(" in (ROOT / "profiler" / "analysis" / "links.py").read_text()
+
+
+@pytest.mark.parametrize(
+    ("command", "flag"),
+    [
+        (["analyze"], "--link"),
+        (["findings"], "--link"),
+        (["whatif"], "--link"),
+        (["whatif", "--link", "pcie5"], "--from-link"),
+    ],
+)
+def test_a_bad_link_is_one_line_naming_its_flag(tmp_path, command, flag):
+    b = ExportBuilder()
+    b.gpu(0, "NVIDIA H100 80GB HBM3")
+    b.copy(0, 1_000, "h2d", MIB)
+    path = b.write(tmp_path / "t.sqlite")
+    proc = run_cli(*command, flag, "warp9", str(path))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        f"profile-step: error: {flag}: unknown link 'warp9': use pcie3, pcie4, pcie5, pcie6, nvlink-c2c or a "
+        "bandwidth in GB/s"
+    ]

@@ -98,9 +98,11 @@ def test_a_cycle_is_found(tmp_path: Path):
 
 
 # The floors of the house, from the ground up: a module imports its own package and the floors below
-# it, in functions too; nothing beside it on its floor, nothing above.  profiler.stored is what a stored
-# run is (its folder, its typed summary, why it has no trace), so that capture, trace and analysis
-# stand on it; runs (found, analyzed, stored in a database) and predict are siblings above analysis.
+# it, in functions too; nothing beside it on its floor, nothing above.  profiler.cache_dir is where the
+# exports and analyses made from traces are kept (profiler.trace and profiler.runs write there).
+# profiler.stored is what a stored run is (its folder, its typed summary, why it has no trace), so
+# that capture, trace and analysis stand on it; runs (found, analyzed, stored in a database) and
+# predict are siblings above analysis.
 # profiler.xla (XLA's names, HLO text and protos) imports nothing of the trace: the trace layer reads
 # HLO through it (a JAX profiler trace's thunks named from the step's HLO), and the exports built
 # from code (profiler.synthetic) stand on the trace layer's schema.
@@ -108,7 +110,7 @@ def test_a_cycle_is_found(tmp_path: Path):
 # __main__ is a command, on no floor.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("profiler", "profiler.units", "profiler.conventions", "profiler.errors"),
-    ("profiler.stored",),
+    ("profiler.stored", "profiler.cache_dir"),
     ("profiler.xla",),
     ("profiler.trace",),
     ("profiler.synthetic",),

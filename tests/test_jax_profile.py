@@ -152,14 +152,14 @@ def test_the_cli_reads_a_jax_profiler_folder_through_a_cached_export_and_never_w
     folder = tmp_path / "trace"
     src = write_trace(folder / "plugins" / "profile" / "2026_12_04_16_59_07" / "vm.trace.json.gz", built_events())
     before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.rglob("*") if p.is_file()}
-    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env = {"PROFILE_STEP_CACHE": str(tmp_path / "cache")}
     first = run_cli("analyze", str(folder), env=env)
     assert first.returncode == 0, first.stderr
     said = " ".join(first.stdout.split())  # as read, whatever the terminal's wrapping
     assert f"{src} (a jax.profiler trace, read through " in said
     assert "stalls: not measured: a JAX profiler trace holds no stream waits" in said
     assert "cost     not modelled: a JAX profiler trace holds no stream waits" in first.stdout
-    made = sorted((tmp_path / "cache" / "profile-step" / "exports").glob("*.sqlite"))
+    made = sorted((tmp_path / "cache" / "exports").glob("*.sqlite"))
     assert len(made) == 1
     after = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
     assert after == {p: v for p, v in before.items() if p.is_relative_to(folder)}  # the trace as it was, nothing beside
@@ -180,7 +180,7 @@ def test_the_cli_reads_a_jax_profiler_folder_through_a_cached_export_and_never_w
 def test_a_bad_trace_is_one_line_naming_the_file(tmp_path, content, problem):
     bad = tmp_path / "bad.trace.json.gz"
     bad.write_bytes(content)
-    proc = run_cli("analyze", str(bad), env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    proc = run_cli("analyze", str(bad), env={"PROFILE_STEP_CACHE": str(tmp_path / "cache")})
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and str(bad) in lines[0] and problem in lines[0], proc.stderr
@@ -245,7 +245,7 @@ def test_every_h200_run_is_there_with_its_trace_and_step_hlo():
 
 @pytest.mark.parametrize("run", H200_RUNS, ids=[p.name.split("-", 1)[1].rsplit("-", 1)[0] for p in H200_RUNS])
 def test_h200_copies_and_their_overlap_equal_the_trace_json_to_the_nanosecond(run, tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("PROFILE_STEP_CACHE", str(tmp_path))
     doc = analyzed(load_trace(run / "trace.json.gz"), findings=None).devices["0"]
     spans = from_json(run)
     assert doc["compute"]["count"] == len(spans["kernel"])
@@ -257,7 +257,7 @@ def test_h200_copies_and_their_overlap_equal_the_trace_json_to_the_nanosecond(ru
 
 
 def test_h200_steps_are_the_module_executions_and_the_thunks_carry_the_step_hlo(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("PROFILE_STEP_CACHE", str(tmp_path))
     run = next(p for p in H200_RUNS if re.fullmatch(r"\d{8}T\d{6}-offload_qkv-[0-9a-f]{6}", p.name))
     trace = load_trace(run / "trace.json.gz")
     res = analyzed(trace, findings=None)
@@ -272,7 +272,7 @@ def test_h200_steps_are_the_module_executions_and_the_thunks_carry_the_step_hlo(
 def test_h200_copies_find_their_layer_through_the_compiled_plan(tmp_path, monkeypatch):
     """A copy's thunk names no op path (XLA gives copy-start none): its layer is the plan's (the layer its
     operand or user names). offload_qkv moves q, k and v of every layer, 64 MiB each way, in each of 3 steps."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("PROFILE_STEP_CACHE", str(tmp_path))
     run = next(p for p in H200_RUNS if re.fullmatch(r"\d{8}T\d{6}-offload_qkv-[0-9a-f]{6}", p.name))
     layers = analyzed(load_trace(run / "trace.json.gz"), by="layer", findings=None).analysis_json("layer")["layers"]
     moved = {r["name"]: (r["copies"]["offload"]["count"], r["copies"]["d2h"]["bytes"], r["copies"]["h2d"]["bytes"])
@@ -282,6 +282,6 @@ def test_h200_copies_find_their_layer_through_the_compiled_plan(tmp_path, monkey
 
 def test_whatif_on_a_jax_trace_says_it_cannot_replay_it(built, tmp_path):
     """The what-if replays the copies through their waits: a trace without them gets one line, not numbers."""
-    proc = run_cli("whatif", "--link", "nvlink-c2c", str(built), env={"XDG_CACHE_HOME": str(tmp_path / "c")})
+    proc = run_cli("whatif", "--link", "nvlink-c2c", str(built), env={"PROFILE_STEP_CACHE": str(tmp_path / "c")})
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip().splitlines() == [f"profile-step: error: {built}: not modelled: {jax_profile.NO_WAITS}"]

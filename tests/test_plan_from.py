@@ -18,12 +18,12 @@ PAX = SHARED_TRACES / "jax-toolbox" / "NVIDIA__JAX-Toolbox__pax_fsdp4_4proc_proc
 @pytest.mark.skipif(not H200.is_dir(), reason="no sample_traces/h200-example")
 def test_a_jax_profiler_run_folder(tmp_path):
     run = next(H200.glob("*-offload_qkv-scan-??????"))
-    proc = run_cli("plan", "--from", str(run), "--json", env={"XDG_CACHE_HOME": str(tmp_path)})
+    proc = run_cli("plan", "--from", str(run), "--json", env={"PROFILE_STEP_CACHE": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert (doc["kind"], doc["gpu"], doc["module"]) == ("JAX profiler trace", "NVIDIA H200", "jit_step")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XDG_CACHE_HOME", str(tmp_path))
+        mp.setenv("PROFILE_STEP_CACHE", str(tmp_path))
         steps = analyzed(load_trace(run / "trace.json.gz"), findings=None).steps
     assert doc["measured_step_ns"] == steps.median_ns  # the same step as analyze's
     replay = doc["replay"]
@@ -33,7 +33,7 @@ def test_a_jax_profiler_run_folder(tmp_path):
     [own] = doc["predicted"]
     assert (own["target"], own["link"]) == ("NVIDIA H200", "PCIe Gen5 x16")
     assert doc["roofline"]["expected_error"] == "20-33% short"
-    text = run_cli("plan", "--from", str(run), env={"XDG_CACHE_HOME": str(tmp_path)}).stdout
+    text = run_cli("plan", "--from", str(run), env={"PROFILE_STEP_CACHE": str(tmp_path)}).stdout
     said = " ".join(text.split())
     assert "replayed with its own measured durations:" in said and "the roofline was 20-33% short on real steps" in said
 

@@ -1,4 +1,5 @@
-"""Analyzing a .nsys-rep: exported beside it once, reused, never over a user's file."""
+"""Analyzing a .nsys-rep: exported beside it once (nsys's REPORT.sqlite), reused, never over a user's file
+(then into profile-step's cache)."""
 
 from __future__ import annotations
 
@@ -40,13 +41,15 @@ def test_report_is_exported_beside_and_reused(nsys, report, shared_traces):
     assert not list(report.parent.glob(".*partial*")), "no temporary files left"
 
 
-def test_users_sqlite_is_never_overwritten(nsys, report):
+def test_users_sqlite_is_never_overwritten(nsys, report, tmp_path):
     mine = report.with_suffix(".sqlite")
     mine.write_text("my own notes, not an export")
-    proc = run_cli("analyze", "--json", "--nsys", str(nsys), str(report))
+    env = {"PROFILE_STEP_CACHE": str(tmp_path / "cache")}
+    proc = run_cli("analyze", "--json", "--nsys", str(nsys), str(report), env=env)
     assert proc.returncode == 0, proc.stderr
     assert mine.read_text() == "my own notes, not an export"
-    made = [p for p in report.parent.glob("report4.*.sqlite")]
+    assert sorted(p.name for p in report.parent.iterdir()) == ["report4.nsys-rep", "report4.sqlite"]  # nothing beside
+    made = list((tmp_path / "cache" / "exports").glob("report4.*.sqlite"))
     assert len(made) == 1
     assert json.loads(proc.stdout)["trace"]["path"] == str(made[0])
 
@@ -61,10 +64,10 @@ def test_read_only_folder_exports_to_cache(nsys, report, tmp_path):
             "--nsys",
             str(nsys),
             str(report),
-            env={"XDG_CACHE_HOME": str(tmp_path / "cache")},
+            env={"PROFILE_STEP_CACHE": str(tmp_path / "cache")},
         )
     finally:
         folder.chmod(0o755)
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in folder.iterdir()) == ["report4.nsys-rep"]
-    assert list((tmp_path / "cache" / "profile-step" / "exports").glob("report4.*.sqlite"))
+    assert list((tmp_path / "cache" / "exports").glob("report4.*.sqlite"))

@@ -9,6 +9,7 @@ copies are assumed to run at the same fraction of whatever link they use.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,6 +137,36 @@ def host_link(gpu_names: list[str], given: Link | None = None) -> HostLink:
     else:
         unknown = "unknown GPU (the export names none: no TARGET_INFO_GPU table)"
     return HostLink(LINKS[ASSUMED], "assumed", f"assumed: {unknown}; --link NAME chooses another")
+
+
+def run_link(gpus: Mapping[str, str | None], device: str | int | None, given: Link | None = None) -> HostLink:
+    """The host link of GPU *device* of a run whose GPUs are named *gpus* (device id -> model name),
+    resolved once for every reader (the terminal, the findings, the dashboard): ``host_link`` on that
+    GPU's own model when the export names it, else on the run's named GPUs; *given* (``--link``) first."""
+    own = gpus.get(str(device)) if device is not None else None
+    names = [own] if own else [n for n in gpus.values() if n]
+    return host_link(names, given)
+
+
+def add_link_option(parser: Any, help: str, flag: str = "--link", many: bool = False) -> None:
+    """Declare *flag* (``--link``; ``--from-link``) on *parser* (or a group of it): one link NAME, or with
+    *many* a repeatable comma list; parsed after the command line (``given_link``, ``given_links``) so
+    that a bad one is one line naming the flag."""
+    if many:
+        parser.add_argument(flag, action="append", default=None, metavar="NAME[,NAME...]", help=help)
+    else:
+        parser.add_argument(flag, default=None, metavar="NAME", help=help)
+
+
+def given_links(groups: list[str] | None, flag: str = "--link") -> list[Link] | None:
+    """The links of a repeatable comma list (``--link pcie5,nvlink-c2c --link 200``), each parsed by
+    ``given_link``: None when the flag is not given, an error when it names none."""
+    if not groups:
+        return None
+    links = [given_link(k.strip(), flag) for group in groups for k in group.split(",") if k.strip()]
+    if not links:
+        raise ProfilerError(f"{flag}: no link named in {','.join(groups)!r}")
+    return [link for link in links if link is not None]
 
 
 def recorded_link(gpu_names: list[str | None]) -> Link:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from profiler.commands.options import Shared, findings_config, json_dump
+from profiler.commands.options import Shared, findings_request, json_dump
 from profiler.errors import ProfilerError
 
 
@@ -178,7 +178,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from profiler.trace import load_trace
     from profiler.units import fit
 
-    config = None if args.no_findings else findings_config(args, link)
+    request = None if args.no_findings else findings_request(args, link)
     trace = load_trace(args.trace[0], nsys=args.nsys, window=args.window)
     res = analyzed(
         trace,
@@ -186,7 +186,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         by=args.by,
         layer_pattern=args.layer_pattern,
         step_range=args.step_range,
-        findings=config,
+        findings=request.config if request else None,
+        link=request.link if request else None,
     )
     doc = res.analysis_json(args.by)
     found = verdict([res.brief()])
@@ -212,7 +213,16 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 def add(sub: Any, shared: Shared) -> None:
     a = sub.add_parser(
         "analyze",
-        parents=[shared.json, shared.device, shared.nsys, shared.steps, shared.findings, shared.db, shared.wide],
+        parents=[
+            shared.json,
+            shared.device,
+            shared.nsys,
+            shared.steps,
+            shared.findings,
+            shared.db,
+            shared.wide,
+            shared.cache,
+        ],
         help="copy overlap metrics of an nsys export or report",
     )
     a.add_argument(

@@ -48,7 +48,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def add(sub: Any, shared: Shared) -> None:
     cmp = sub.add_parser(
         "compare",
-        parents=[shared.db, shared.nsys],
+        parents=[shared.db, shared.nsys, shared.cache],
         help="compare two runs (or labels) and gate on overlap regressions",
         description="Exit code 0: no threshold crossed; 1: a threshold crossed; 2: bad input.",
     )

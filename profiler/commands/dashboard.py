@@ -29,7 +29,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 def add(sub: Any, shared: Shared) -> None:
     dsh = sub.add_parser(
         "dashboard",
-        parents=[shared.nsys],
+        parents=[shared.nsys, shared.cache],
         help="the web app: runs, policies, findings, policy trade, what-if, layers, timeline, copy streams",
     )
     dsh.add_argument(

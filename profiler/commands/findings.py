@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from profiler.commands.options import Shared, findings_config, json_dump
+from profiler.commands.options import Shared, findings_request, json_dump
 
 
 def cmd_findings(args: argparse.Namespace) -> int:
@@ -21,7 +21,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
     from profiler.trace import load_trace
     from profiler.units import fit
 
-    config = findings_config(args, given_link(args.link))
+    request = findings_request(args, given_link(args.link))
     docs, summaries = [], []
     skipped: list[NoTrace] = []
     for arg in args.paths:
@@ -33,7 +33,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
             trace = load_trace(path, nsys=args.nsys)
             res = build(
                 trace, folder.manifest_of(path), layer_pattern=args.layer_pattern, step_range=args.step_range,
-                findings=config,
+                findings=request.config, link=request.link,
             )  # fmt: skip
             summaries.append(res.brief())
             policy = (res.manifest or {}).get("policy") or res.breakdown.policy  # None: a trace that names none
@@ -57,7 +57,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
 def add(sub: Any, shared: Shared) -> None:
     fnd = sub.add_parser(
         "findings",
-        parents=[shared.json, shared.findings, shared.steps, shared.nsys, shared.wide],
+        parents=[shared.json, shared.findings, shared.steps, shared.nsys, shared.wide, shared.cache],
         help="what is wrong with the copies, and what to try (the rules and thresholds: docs/findings.md)",
     )
     fnd.add_argument("paths", nargs="+", help="traces, run folders, folders of runs or exports, globs")

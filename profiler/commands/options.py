@@ -20,9 +20,9 @@ def asked_policies(args: argparse.Namespace) -> list[str]:
     return list(dict.fromkeys(policies))
 
 
-def findings_config(args: argparse.Namespace, link: Any) -> Any:
-    """The findings' configuration from ``--findings-config``, ``--disable-finding`` and the parsed
-    ``--link`` (*link*)."""
+def findings_request(args: argparse.Namespace, link: Any) -> Any:
+    """The findings' request (``FindingsRequest``: configuration and host link) from ``--findings-config``,
+    ``--disable-finding`` and the parsed ``--link`` (*link*)."""
     from profiler.analysis.findings import rule_ids
     from profiler.analysis.findings.config import configure
 
@@ -53,11 +53,29 @@ class Shared:
     db: argparse.ArgumentParser
     policies: argparse.ArgumentParser
     wide: argparse.ArgumentParser
+    cache: argparse.ArgumentParser  # where the exports and analyses made from traces are kept
+
+
+def link_parent(help: str) -> argparse.ArgumentParser:
+    """A parent parser with the one ``--link`` declaration (``links.add_link_option``)."""
+    from profiler.analysis.links import add_link_option  # no polars: a capture-only machine builds the parser too
+
+    p = argparse.ArgumentParser(add_help=False)
+    add_link_option(p, help)
+    return p
 
 
 def shared_options() -> Shared:
     from profiler.analysis.links import ASSUMED, LINKS  # no polars: a capture-only machine builds the parser too
 
+    findings = parent(
+        arg("--findings-config", default=None, metavar="FILE", help="TOML file: thresholds, disabled rules"),
+        arg("--disable-finding", action="append", metavar="ID", help="turn a finding rule off (repeatable)"),
+    )
+    link = link_parent(
+        "the host link the copies' GB/s are compared with, and slow-link's (default: from the GPU's "
+        f"name; an unknown GPU: {LINKS[ASSUMED].name} assumed, and said)"
+    )
     return Shared(
         nsys=parent(
             arg(
@@ -85,16 +103,15 @@ def shared_options() -> Shared:
                 "else the executions of the step program: docs/capture.md)",
             ),
         ),
-        findings=parent(
-            arg("--findings-config", default=None, metavar="FILE", help="TOML file: thresholds, disabled rules"),
-            arg("--disable-finding", action="append", metavar="ID", help="turn a finding rule off (repeatable)"),
+        findings=argparse.ArgumentParser(add_help=False, parents=[findings, link]),
+        cache=parent(
             arg(
-                "--link",
+                "--cache-dir",
                 default=None,
-                metavar="NAME",
-                help="the host link the copies' GB/s are compared with, and slow-link's (default: from the GPU's "
-                f"name; an unknown GPU: {LINKS[ASSUMED].name} assumed, and said)",
-            ),
+                metavar="DIR",
+                help="profile-step's cache folder, for this command (default: $PROFILE_STEP_CACHE, else "
+                "$XDG_CACHE_HOME/profile-step, else ~/.cache/profile-step; `profile-step cache` shows it)",
+            )
         ),
         db=parent(arg("--db", default="results.db", help="results database, for labels (default: results.db)")),
         wide=parent(

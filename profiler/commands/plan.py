@@ -14,7 +14,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """``plan SCRIPT``: the step compiled for a GPU target without a GPU, per policy and batch."""
     from pathlib import Path
 
-    from profiler.analysis.links import given_link
+    from profiler.analysis.links import given_links
     from profiler.analysis.policies import plan_table
     from profiler.capture.plan import PlanRequest, run_plan, usable_fraction
     from profiler.conventions import EXAMPLE_POLICIES
@@ -45,10 +45,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         policy_word=bool(args.policy_word),
         out_dir=Path(args.out) if args.out else None,
         plans_dir=Path(args.plans_dir),
-        links=[given_link(k.strip()) for group in args.link or [] for k in group.split(",") if k.strip()] or None,
+        links=given_links(args.link),
     )
-    if args.link and not req.links:
-        raise ProfilerError(f"--link: no link named in {','.join(args.link)!r}")
     if getattr(args, "pgle", None) or getattr(args, "calibrate", None):  # issue 23: measured costs
         from profiler.capture.pgle_run import plan_with_measurements
 
@@ -67,14 +65,14 @@ def cmd_plan_from(args: argparse.Namespace) -> int:
     """``plan --from RECORDING``: the recorded step against its own replay, roofline and predictions."""
     from pathlib import Path
 
-    from profiler.analysis.links import given_link
+    from profiler.analysis.links import given_links
     from profiler.predict.from_recording import from_recording
     from profiler.report.measured_text import render_from_recording
     from profiler.units import fit
 
     if args.script:
         raise ProfilerError(f"plan --from reads a recording, not a script: {args.script} was given too")
-    links = [given_link(k.strip()) for group in args.link or [] for k in group.split(",") if k.strip()] or None
+    links = given_links(args.link)
     targets = [t.strip() for t in args.target.split(",")] if args.target else None
     doc = from_recording(Path(args.from_recording), targets, links)
     print(json_dump(doc) if args.json else fit(render_from_recording(doc)))
@@ -82,9 +80,11 @@ def cmd_plan_from(args: argparse.Namespace) -> int:
 
 
 def add(sub: Any, shared: Shared) -> None:
+    from profiler.analysis.links import add_link_option  # no polars: the parser stays light
+
     pl = sub.add_parser(
         "plan",
-        parents=[shared.policies, shared.json],
+        parents=[shared.policies, shared.json, shared.cache],
         help="compile a script's step for a GPU target without a GPU: memory, FLOPs and offload plan per policy",
         description="Run SCRIPT once per policy and micro batch under a Python with JAX's CUDA plugin "
         "(JAX_PLATFORMS=cpu, no GPU needed); annotate.compiled_step(step, *args) compiles the step for "
@@ -122,12 +122,11 @@ def add(sub: Any, shared: Shared) -> None:
         help="per-instruction costs and copy bandwidth measured by a run (nsys export, run folder, nsys-jax archive)",
     )
     # predicted step per host link (profiler.predict): kept in one block
-    pl.add_argument(
-        "--link",
-        action="append",
-        metavar="NAME[,NAME...]",
-        help=f"host links to predict the step on: {', '.join(link_names())} (also pcie-gen5, ...), or a bandwidth in "
+    add_link_option(
+        pl,
+        f"host links to predict the step on: {', '.join(link_names())} (also pcie-gen5, ...), or a bandwidth in "
         "GB/s (default: the target's own)",
+        many=True,
     )
     pl.add_argument("script", nargs="?", help="the training script (.py)")
     pl.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")

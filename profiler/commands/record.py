@@ -37,7 +37,9 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 def add(sub: Any, shared: Shared) -> None:
     rec = sub.add_parser(
-        "record", parents=[shared.db, shared.nsys], help="store a run's analyzed metrics in the results database"
+        "record",
+        parents=[shared.db, shared.nsys, shared.cache],
+        help="store a run's analyzed metrics in the results database",
     )
     rec.add_argument("run", help="a trace, a run folder, or a folder of runs")
     rec.add_argument("--label", default=None, help="a label to compare by later (main, pr-123, ...)")

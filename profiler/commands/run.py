@@ -185,7 +185,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def add(sub: Any, shared: Shared) -> None:
     r = sub.add_parser(
         "run",
-        parents=[shared.policies, shared.nsys, shared.wide],
+        parents=[shared.policies, shared.nsys, shared.wide, shared.cache],
         help="profile a training script under nsys, once per policy",
         description="Run SCRIPT under nsys profile once per policy, export SQLite, and show the "
         "copy-overlap summary. The whole run is recorded; the analysis reads the part between "

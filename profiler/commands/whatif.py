@@ -12,7 +12,7 @@ from profiler.errors import ProfilerError
 def cmd_whatif(args: argparse.Namespace) -> int:
     """``whatif TRACE``: the step replayed with copies on another host link."""
     from profiler.analysis.breakdown import Breakdown
-    from profiler.analysis.links import copy_scale, link_change, parse_link, recorded_link
+    from profiler.analysis.links import copy_scale, given_link, link_change, recorded_link
     from profiler.analysis.whatif import measured_stalls, trace_whatif
     from profiler.errors import InputError
     from profiler.report.whatif_text import render_whatif
@@ -27,12 +27,9 @@ def cmd_whatif(args: argparse.Namespace) -> int:
         raise InputError(args.trace, f"not modelled: {NO_WAITS}")
     link_doc = None
     factor = args.copy_scale
-    if args.link is not None:
-        try:
-            target = parse_link(args.link)
-            source = parse_link(args.from_link) if args.from_link else None
-        except ValueError as exc:
-            raise ProfilerError(f"--link/--from-link: {exc}") from None
+    target = given_link(args.link)
+    source = given_link(args.from_link, "--from-link")
+    if target is not None:
         if source is None:
             try:
                 source = recorded_link(trace.devices["name"].to_list())
@@ -60,11 +57,11 @@ def cmd_whatif(args: argparse.Namespace) -> int:
 
 
 def add(sub: Any, shared: Shared) -> None:
-    from profiler.analysis.links import LINKS
+    from profiler.analysis.links import LINKS, add_link_option
 
     w = sub.add_parser(
         "whatif",
-        parents=[shared.json, shared.device, shared.steps, shared.nsys],
+        parents=[shared.json, shared.device, shared.steps, shared.nsys, shared.cache],
         help="replay a trace with faster (or slower) host copies: predicted step time and stalls",
         description="Replays the trace with every h2d/d2h copy's duration scaled (docs/metrics.md, What-if). "
         "Default: --copy-scale 0, the most the copies can cost.",
@@ -72,17 +69,9 @@ def add(sub: Any, shared: Shared) -> None:
     w.add_argument("trace", help="an nsys SQLite export (.sqlite) or report (.nsys-rep), or a run folder")
     how = w.add_mutually_exclusive_group()
     how.add_argument("--copy-scale", type=float, default=None, metavar="F", help="multiply copy durations by F")
-    how.add_argument(
-        "--link",
-        default=None,
-        metavar="NAME",
-        help=f"the link to predict for: {', '.join(LINKS)}, or a bandwidth in GB/s",
-    )
-    w.add_argument(
-        "--from-link",
-        default=None,
-        metavar="NAME",
-        help="the link the trace was recorded on (default: from the GPU's name in the export)",
+    add_link_option(how, f"the link to predict for: {', '.join(LINKS)}, or a bandwidth in GB/s")
+    add_link_option(
+        w, "the link the trace was recorded on (default: from the GPU's name in the export)", flag="--from-link"
     )
     w.add_argument(
         "--no-host-sync",

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from profiler.analysis.links import Link, host_link
+from profiler.analysis.links import Link, run_link
 from profiler.report.costs_text import context_table, kernels_beside_lines, short_name, stall_lines
 from profiler.report.table import table
 from profiler.units import UNITS_NOTE, Units, gbps, human_time, ms, pct, wrap
@@ -99,7 +99,7 @@ def render_devices(doc: dict[str, Any], link: Link | None = None, wide: bool = F
             out.append("  no host-device copies (D2H or H2D) on this device")
         out += stall_lines(d.get("stalls")) + context_table(d["copies"])
         if d["copies"]["offload"]["count"]:
-            chosen = host_link([name] if name else [], link)
+            chosen = run_link(gpus, dev, link)
             out.append(f"  host link: {chosen.link.name} ({chosen.link.gbps:g} GB/s per direction), {chosen.why}")
         out += kernels_beside_lines(
             d.get("kernels_beside_copies"), d["compute"]["count"] + d["nccl"]["count"], wide=wide

@@ -27,6 +27,7 @@ from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.findings import run_findings
 from profiler.analysis.findings.config import FindingsConfig
 from profiler.analysis.kernels_slowed import add_kernels_beside, kernel_totals
+from profiler.analysis.links import Link
 from profiler.analysis.overlap import device_metrics
 from profiler.analysis.policies import step_compiled
 from profiler.analysis.run_metrics import DIRECTIONS, copy_ops, top_by_name, totals
@@ -358,9 +359,11 @@ def build(
     layer_pattern: str | None = None,
     step_range: str | None = None,
     findings: FindingsConfig | None = None,
+    link: Link | None = None,
 ) -> RunResult:
     """The one analysis of *trace* (and its run's *manifest*): attribution, METRICS.md devices,
-    stalls, kernels beside copies and, with a *findings* configuration, the findings.
+    stalls, kernels beside copies and, with a *findings* configuration, the findings (against the
+    host *link* given, ``--link``; else each GPU's own).
 
     *kinds*: the GPU ops attributed to NVTX ranges (default: all with *detail*, else copies only;
     ``()`` when no per-group view is wanted).  ``detail=False`` (the per-rank task) leaves out
@@ -386,7 +389,7 @@ def build(
         add_kernels_beside(devices, named, trace.copies, bd.kernel_groups if device is None else None)
     found = None
     if detail and findings is not None:
-        found = run_findings(trace, manifest, findings, bd, devices if device is None else None)
+        found = run_findings(trace, manifest, findings, bd, devices if device is None else None, link)
     return RunResult(trace, bd, TraceInfo.of(trace), manifest, devices, found, detail, device)
 
 
@@ -398,6 +401,7 @@ def analyzed(
     layer_pattern: str | None = None,
     step_range: str | None = None,
     findings: FindingsConfig | None = None,
+    link: Link | None = None,
 ) -> RunResult:
     """The one analysis of a trace as ``profile-step analyze`` asks for it: its documents are
     ``analysis_json(by)`` (``--json``) and ``summary()`` (what the verdict reads)."""
@@ -413,6 +417,7 @@ def analyzed(
         layer_pattern=layer_pattern,
         step_range=step_range,
         findings=findings,
+        link=link,
     )
 
 
@@ -423,9 +428,10 @@ def analyze(
     layer_pattern: str | None = None,
     step_range: str | None = None,
     findings: FindingsConfig | None = None,
+    link: Link | None = None,
 ) -> dict[str, Any]:
     """``profile-step analyze --json`` of one trace (see ``RunResult.analysis_json``)."""
-    return analyzed(trace, device, by, layer_pattern, step_range, findings).analysis_json(by)
+    return analyzed(trace, device, by, layer_pattern, step_range, findings, link).analysis_json(by)
 
 
 def collect(
@@ -444,12 +450,16 @@ def run_summary(trace: Trace) -> dict[str, Any]:
 
 
 def findings_of(
-    trace: Trace, config: FindingsConfig, layer_pattern: str | None = None, step_range: str | None = None
+    trace: Trace,
+    config: FindingsConfig,
+    layer_pattern: str | None = None,
+    step_range: str | None = None,
+    link: Link | None = None,
 ) -> dict[str, Any]:
     """``findings --json``'s entry for one trace: its policy and the findings of its run."""
     manifest = folder.manifest_of(trace.source_path)
     bd = Breakdown(trace, layer_pattern or DEFAULT_LAYER_PATTERN, step_range)
-    found = run_findings(trace, manifest, config, bd)
+    found = run_findings(trace, manifest, config, bd, link=link)
     return {"policy": (manifest or {}).get("policy") or bd.policy, **found}
 
 

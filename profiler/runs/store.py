@@ -6,11 +6,10 @@ with its full run document as JSON for an exact round trip), and for SQL users
 trace's path (``folder.run_id``), so recording the same trace again replaces its rows; every
 record is one transaction.
 
-Dashboard cache (``CacheFiles``): the same database with one run, beside the trace
-(``<trace>.profile-step.db``), stamped with the trace's size and modification time, with
-the run's GPU ops and NVTX step/layer ranges in Parquet for the timeline and the what-ifs
-computed so far (one row per factor); a folder that is not writable gets its cache under
-``~/.cache/profile-step/dashboard``.
+Dashboard cache (``CacheFiles``): the same database with one run, in the ``dashboard`` folder of
+profile-step's cache (``<key>-<trace>.profile-step.db``, the key from the trace's resolved path),
+stamped with the trace's size and modification time, with the run's GPU ops and NVTX step/layer
+ranges in Parquet for the timeline and the what-ifs computed so far (one row per factor).
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ import contextlib
 import json
 import os
 import sqlite3
-import stat
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -144,20 +142,12 @@ CACHE_VERSION = "11"  # 11: a JAX trace analyzed with its run folder (compiled s
 CACHE_LABEL = "dashboard-cache"
 
 
-def _writable(path: Path) -> bool:
-    try:
-        return os.access(path, os.W_OK) and bool(path.stat().st_mode & stat.S_IWUSR)
-    except OSError:
-        return False
-
-
 def cache_base(trace: Path) -> Path:
-    """``<trace>`` beside it, or a per-trace name in the user cache when its folder is read-only."""
-    if _writable(trace.parent):
-        return trace
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "profile-step" / "dashboard"
-    base.mkdir(parents=True, exist_ok=True)
-    return base / (folder.run_id(trace) + "-" + trace.name)
+    """The stem of *trace*'s cache files: its name, keyed by its resolved path, in the ``dashboard``
+    folder of profile-step's cache (``profiler.cache_dir``), never beside the trace."""
+    from profiler.cache_dir import cache_dir, path_key
+
+    return cache_dir("dashboard") / f"{path_key(trace)}-{trace.name}"
 
 
 def _stamp(trace: Path) -> str:

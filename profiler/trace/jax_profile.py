@@ -457,7 +457,7 @@ def context_of(trace_file: Path) -> Context:
 
 def export(path: Path) -> Path:
     """The nsys-schema export of the JAX profiler trace *path* (a file or a ``jax.profiler.trace``
-    folder), converted once into the user cache (``$XDG_CACHE_HOME/profile-step/exports``) and
+    folder), converted once into profile-step's cache (``exports``: ``profiler.cache_dir``) and
     reused while the trace and its run folder's files are unchanged; nothing is written beside it."""
     import hashlib
     import os

@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from profiler.errors import InputError, NsysNotFound
+from profiler.errors import InputError, NsysNotFound, ProfilerError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Where scripts/install-nsys.sh puts Nsight Systems: the default (newest) first.  2023.4.4 stays
@@ -87,15 +87,18 @@ def is_report(path: Path) -> bool:
 
 
 def _report_key(report: Path) -> str:
+    """The key of *report*'s export in the cache: its resolved path, size and modification time."""
     st = report.stat()
-    return hashlib.sha1(f"{report.name}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:10]
+    return hashlib.sha1(f"{report.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:12]
 
 
 def exports_cache_dir() -> Path:
-    """Where exports made by profile-step go when not beside their source (nsys's of reports in read-only
-    folders, conversions of JAX profiler traces always)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "profile-step" / "exports"
+    """Where exports made by profile-step go when not beside their source (a report's where nsys's own
+    ``REPORT.sqlite`` is taken or cannot be written, conversions of JAX profiler traces always): the
+    ``exports`` folder of profile-step's cache (``profiler.cache_dir``)."""
+    from profiler.cache_dir import cache_dir
+
+    return cache_dir("exports")
 
 
 def _is_export_of(sqlite: Path, report: Path) -> bool:
@@ -120,20 +123,18 @@ def _is_export_of(sqlite: Path, report: Path) -> bool:
 
 def export_paths(report: Path) -> list[Path]:
     """Where the export of *report* may live, in order of preference."""
-    key = _report_key(report)
-    return [
-        report.with_suffix(".sqlite"),
-        report.with_name(f"{report.stem}.{key}.sqlite"),
-        exports_cache_dir() / f"{report.stem}.{key}.sqlite",
-    ]
+    from profiler.cache_dir import root
+
+    # the cache's folder is named, not made: reading an export that lies beside its report writes nothing
+    return [report.with_suffix(".sqlite"), root() / "exports" / f"{report.stem}.{_report_key(report)}.sqlite"]
 
 
 def export_report(report: Path, nsys_path: str | None = None) -> Path:
     """The SQLite export of *report*: reused when present, else made with nsys.
 
-    Never writes over a file that exists: when ``REPORT.sqlite`` is there but
-    is not this report's export, the export goes to ``REPORT.<key>.sqlite``
-    (or to the user cache when the report's folder is not writable).
+    Never writes over a file that exists: nsys's ``REPORT.sqlite`` beside the report (its
+    convention), else, when that is taken by another file or the folder is not writable, into
+    profile-step's cache (``exports/REPORT.<key>.sqlite``), never another file beside the report.
     """
     report = Path(report)
     if not report.is_file():
@@ -147,8 +148,9 @@ def export_report(report: Path, nsys_path: str | None = None) -> Path:
         if target.exists():
             continue
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-        except OSError:
+            if not target.parent.is_dir():  # the cache's folder: made (and tagged) on first need
+                exports_cache_dir()
+        except ProfilerError:
             continue
         if writable(target.parent):
             return _export_to(nsys, report, target)

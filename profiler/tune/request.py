@@ -11,12 +11,11 @@ from profiler.units import parse_bytes
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from profiler.analysis.links import add_link_option
+
     p.add_argument("--target", default="h100", help="h100, h200, b200, a100, or a GpuTargetConfigProto text file")
-    p.add_argument(
-        "--link",
-        default=None,
-        metavar="NAME",
-        help="the host link to predict on: pcie3..pcie6, pcie-gen5, nvlink-c2c, or GB/s (default: the target's own)",
+    add_link_option(
+        p, "the host link to predict on: pcie3..pcie6, pcie-gen5, nvlink-c2c, or GB/s (default: the target's own)"
     )
     p.add_argument("--batch", type=int, default=None, metavar="N", help="micro batch, passed as --batch N")
     p.add_argument("--batch-arg", default="--batch", metavar="FLAG", help="how the script takes the batch ('' none)")

@@ -28,6 +28,7 @@ from typing import Any
 
 from profiler.analysis.findings.config import FindingsConfig, at_least
 from profiler.analysis.findings.evidence import CannotDecide, Evidence
+from profiler.analysis.links import Link
 from profiler.analysis.replay import Change
 from profiler.analysis.savings import Saving, Window
 
@@ -163,12 +164,14 @@ def run_findings(
     config: FindingsConfig | None = None,
     breakdown: Any = None,
     devices: dict[str, Any] | None = None,
+    link: Link | None = None,
 ) -> dict[str, Any]:
-    """The findings of one trace (and its run's manifest), reusing an analysis already made."""
+    """The findings of one trace (and its run's manifest), reusing an analysis already made; *link*:
+    the host link the command was given (``--link``), else each GPU's own."""
     from profiler.analysis.breakdown import Breakdown
 
     bd = breakdown if breakdown is not None else Breakdown(trace)
-    return evaluate(Evidence(trace, manifest, bd, config or FindingsConfig(), devices))
+    return evaluate(Evidence(trace, manifest, bd, config or FindingsConfig(), devices, link))
 
 
 def rule_ids() -> set[str]:

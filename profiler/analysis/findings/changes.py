@@ -11,7 +11,7 @@ from profiler.analysis.dependencies import D2H, H2D, KIND_OF_CLASS, NO_TIME
 from profiler.analysis.findings.evidence import Evidence
 from profiler.analysis.intervals import measure_within, union
 from profiler.analysis.kernels_slowed import BESIDE
-from profiler.analysis.links import host_link
+from profiler.analysis.links import run_link
 from profiler.analysis.overlap import MEASURABLE
 from profiler.analysis.replay import Change
 from profiler.analysis.whatif import OP_KEYS
@@ -100,9 +100,8 @@ def _offload(ev: Evidence, dev: str, cls: str | None = None) -> tuple[np.ndarray
 
 def link_gbps(ev: Evidence, dev: str) -> tuple[float, str]:
     """The host link's rate per direction for GPU *dev*, and how it was chosen."""
-    name = ev.gpu_names.get(dev)
-    chosen = host_link([name] if name else [], ev.config.link)
-    how = "assumed" if chosen.assumed else "given" if ev.config.link else "by the GPU's model"
+    chosen = run_link(ev.gpu_names, dev, ev.link)
+    how = {"assumed": "assumed", "given": "given"}.get(chosen.source, "by the GPU's model")
     return chosen.link.gbps, f"{chosen.link.name} at {chosen.link.gbps:g} GB/s, {how}"
 
 

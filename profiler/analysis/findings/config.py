@@ -91,23 +91,33 @@ def at_least(x: float, limit: float) -> bool:
 
 @dataclass(frozen=True)
 class FindingsConfig:
+    """The thresholds and the rules turned off (the host link is not here: it is an argument of the
+    findings, ``run_findings(..., link=)``, resolved per GPU by ``links.run_link``)."""
+
     thresholds: dict[str, float] = field(default_factory=lambda: dict(THRESHOLDS))
     disabled: frozenset[str] = frozenset()
-    link: Link | None = None  # slow-link: the host link, when the GPU's name does not tell
 
     def __getitem__(self, name: str) -> float:
         return self.thresholds[name]
 
-    def with_(self, disabled: list[str] | None = None, link: Link | None = None) -> FindingsConfig:
-        return FindingsConfig(
-            self.thresholds, self.disabled | frozenset(disabled or ()), link if link is not None else self.link
-        )
+    def with_(self, disabled: list[str] | None = None) -> FindingsConfig:
+        return FindingsConfig(self.thresholds, self.disabled | frozenset(disabled or ()))
 
 
-def load_config(path: str | Path | None, known_rules: set[str]) -> FindingsConfig:
-    """The defaults, overridden by the TOML file at *path* (unknown keys or rules are errors)."""
+@dataclass(frozen=True)
+class FindingsRequest:
+    """What a command asks the findings for: the configuration, and the host link it names (``--link``,
+    else the configuration file's ``link``; None: each GPU's own)."""
+
+    config: FindingsConfig = field(default_factory=FindingsConfig)
+    link: Link | None = None
+
+
+def load_config(path: str | Path | None, known_rules: set[str]) -> FindingsRequest:
+    """The defaults, overridden by the TOML file at *path* (unknown keys or rules are errors), with the
+    link it names."""
     if path is None:
-        return FindingsConfig()
+        return FindingsRequest()
     path = Path(path)
     try:
         doc: dict[str, Any] = tomllib.loads(path.read_text())
@@ -134,16 +144,17 @@ def load_config(path: str | Path | None, known_rules: set[str]) -> FindingsConfi
             link = parse_link(str(doc["link"]))
         except ValueError as exc:
             raise InputError(path, f"link: {exc}") from None
-    return FindingsConfig(thresholds, frozenset(disabled), link)
+    return FindingsRequest(FindingsConfig(thresholds, frozenset(disabled)), link)
 
 
 def configure(
     path: str | Path | None, disabled: list[str] | None, link: Link | None, known_rules: set[str]
-) -> FindingsConfig:
+) -> FindingsRequest:
     """What a command asks for: the defaults, the TOML file at *path*, and on top the rules it
     turns off (``--disable-finding``, checked before the file) and the host *link* (``--link``)."""
     unknown = [r for r in disabled or [] if r not in known_rules]
     if unknown:
         rules = ", ".join(sorted(known_rules))
         raise ProfilerError(f"--disable-finding: unknown rule {unknown[0]!r} (rules: {rules})")
-    return load_config(path, known_rules).with_(disabled, link)
+    found = load_config(path, known_rules)
+    return FindingsRequest(found.config.with_(disabled), link if link is not None else found.link)

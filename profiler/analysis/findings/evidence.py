@@ -20,6 +20,7 @@ from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.findings.config import FindingsConfig
 from profiler.analysis.intervals import Intervals, difference, union
 from profiler.analysis.kernels_slowed import add_kernels_beside
+from profiler.analysis.links import Link
 from profiler.analysis.offload_expected import recorded_backend
 from profiler.analysis.overlap import device_metrics
 from profiler.analysis.policies import step_compiled
@@ -44,6 +45,7 @@ class Evidence:
     breakdown: Breakdown
     config: FindingsConfig = field(default_factory=FindingsConfig)
     _devices: dict[str, Any] | None = None
+    link: Link | None = None  # the host link the command was given (--link), else each GPU's own (links.run_link)
 
     # --- the run ---------------------------------------------------------------------------
     @cached_property

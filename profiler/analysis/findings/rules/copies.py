@@ -14,7 +14,7 @@ from profiler.analysis.findings.config import exceeds, under
 from profiler.analysis.findings.evidence import CannotDecide, Evidence
 from profiler.analysis.findings.rules.text import dur, ms, names, pct, size
 from profiler.analysis.intervals import length_by_group, measure_within, union
-from profiler.analysis.links import host_link
+from profiler.analysis.links import run_link
 from profiler.analysis.overlap import valid
 
 # cudaMemcpy, cudaMemcpy2D, cuMemcpyDtoH_v2, cudaMemcpyPeer ...: every copy call without "Async"
@@ -168,7 +168,7 @@ def slow_link(ev: Evidence) -> list[Finding]:
         if not cases:
             continue
         name = ev.gpu_names.get(dev)
-        chosen = host_link([name] if name else [], ev.config.link)
+        chosen = run_link(ev.gpu_names, dev, ev.link)
         if chosen.assumed:  # a slow link is never judged against an assumed one
             raise CannotDecide(f"the host link of device {dev} ({name or 'unknown GPU'}) is unknown: give --link")
         link = chosen.link
