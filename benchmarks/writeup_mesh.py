@@ -22,7 +22,13 @@ Layer dimensions as ``writeup_layers.py`` (MaxText's ``deepseek3-671b.yml``; att
 fused kernel, heads folded to 128): per GPU micro batch ``--batch`` x ``--seq`` tokens, all 128
 heads, each layer in ``jax.checkpoint`` under ``lax.scan`` over ``--layers`` stacked layers.
 
-writeup_mesh.py [--layers 58] [--batch 8] [--seq 4096] [--width 7168] [--no-all-to-all] [--states-gb 62.9]
+``--unroll 2`` puts two layers, each its own ``jax.checkpoint``, in each iteration of the scan (``--layers``
+a multiple of it), so that XLA can issue one layer's copies back from host while the other layer of the
+iteration computes (``lax.scan(..., unroll=2)`` does not compile with host offloading in this XLA: an
+INTERNAL layout-assignment error on the host-memory residual stacks).
+
+writeup_mesh.py [--layers 58] [--batch 8] [--seq 4096] [--width 7168] [--no-all-to-all] [--unroll 1]
+                [--states-gb 62.9]
 """
 
 import argparse
@@ -51,6 +57,9 @@ ap.add_argument("--batch", type=int, default=8, help="micro batch per GPU")
 ap.add_argument("--seq", type=int, default=4096)
 ap.add_argument("--width", type=int, default=7168, help="model width (7168; smaller for a toy)")
 ap.add_argument("--no-all-to-all", action="store_true", help="dispatch and combine without moving anything")
+ap.add_argument(
+    "--unroll", type=int, default=1, help="layers per scan iteration (2: a copy back can start a layer early)"
+)
 ap.add_argument("--states-gb", type=float, default=62.9, help="other device state per GPU, decimal GB")
 args = ap.parse_args()
 E = args.width
@@ -113,7 +122,15 @@ block = jax.checkpoint(layer, policy=jax.checkpoint_policies.nothing_saveable)
 
 
 def local_loss(w, x):
-    y, _ = jax.lax.scan(lambda c, lw: (block(c, lw), None), x, w)
+    n = args.unroll
+    grouped = jax.tree.map(lambda a: a.reshape(a.shape[0] // n, n, *a.shape[1:]), w)
+
+    def body(c, lw):
+        for k in range(n):  # n checkpointed layers per iteration (lax.scan's unroll fails to compile here)
+            c = block(c, jax.tree.map(lambda a, k=k: a[k], lw))
+        return c, None
+
+    y, _ = jax.lax.scan(body, x, grouped)
     return jax.lax.pmean(jnp.mean(y.astype(jnp.float32) ** 2), "x")
 
 
