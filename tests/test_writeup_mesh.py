@@ -68,3 +68,12 @@ def test_a_bad_row_is_one_line_and_exit_2(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0
     assert "remat:fast" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_two_layers_per_iteration_copy_the_same_bytes(aot_python, toy, tmp_path):
+    proc = _causes(aot_python, tmp_path / "u2", "writeup:on8", *TOY, "--unroll", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = json.loads((tmp_path / "u2" / "causes.json").read_text())["rows"]["writeup:on8"]
+    one = toy["a2a"]["rows"]["writeup:on"]
+    assert row["copy_ms"] == pytest.approx(one["copy_ms"], rel=1e-6)
+    assert row["collectives"]["all-to-all"] > 0
