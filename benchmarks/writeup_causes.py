@@ -1,8 +1,9 @@
 """The write-up's DeepSeek gap, cause by cause: ``benchmarks/writeup_mesh.py`` compiled under several
 policies and XLA flags in one script process, each predicted by profile-step's roofline replay.
 
-Policies: ``remat`` (every name recomputed), ``writeup`` (the write-up's: ``mla_q``, ``mla_kv``,
-``moe_mlpwi_0``, ``moe_mlpwi_1`` offloaded, the rest recomputed), ``writeup+dispatched`` (the same and
+Policies: ``remat`` (every name recomputed), ``writeup`` (the write-up's: DeepSeek's ``mla_q``, ``mla_kv``,
+``moe_mlpwi_0``, ``moe_mlpwi_1``, Llama's ``query_proj``, ``key_proj``, ``value_proj`` offloaded, the rest
+recomputed), ``writeup+dispatched`` (the same and
 the tokens the dispatch all-to-all brought, ``moe_dispatched``), ``keep`` (every name kept).
 Flag sets (compile options): ``on`` (latency-hiding scheduler and pipelined host offloading, as
 ``writeup_compare.py``), ``on8`` (the same and ``xla_gpu_experimental_parallel_async_compute_limit=8``,
@@ -38,11 +39,18 @@ from profiler.units import human_bytes
 from profiler.xla import targets
 
 MESH = Path(__file__).resolve().parent / "writeup_mesh.py"
-WRITEUP = ["mla_q", "mla_kv", "moe_mlpwi_0", "moe_mlpwi_1"]
+WRITEUP = {
+    "deepseek": ["mla_q", "mla_kv", "moe_mlpwi_0", "moe_mlpwi_1"],
+    "llama": ["query_proj", "key_proj", "value_proj"],
+}
 # every name writeup_mesh.py tags (profile-step's name search does not see inside jax.shard_map yet)
-ALL = ["decoder_layer_input", "query_wa_proj", "mla_q", "query_proj", "kv_wa_proj", "mla_kv", "key_proj", "value_proj",
-       "attention_out", "out_proj", "moe_dispatched", "moe_mlpwi_0", "moe_mlpwi_1", "moe_mlpwo", "mlpwi_0", "mlpwi_1",
-       "mlpwo"]  # fmt: skip
+ALL = {
+    "deepseek": ["decoder_layer_input", "query_wa_proj", "mla_q", "query_proj", "kv_wa_proj", "mla_kv", "key_proj",
+                 "value_proj", "attention_out", "out_proj", "moe_dispatched", "moe_mlpwi_0", "moe_mlpwi_1", "moe_mlpwo",
+                 "mlpwi_0", "mlpwi_1", "mlpwo"],
+    "llama": ["decoder_layer_input", "query_proj", "key_proj", "value_proj", "attention_out", "out_proj", "mlpwi_0",
+              "mlpwi_1", "mlpwo"],
+}  # fmt: skip
 POLICIES = ("remat", "writeup", "writeup+dispatched", "keep")
 LHS = {"xla_gpu_enable_latency_hiding_scheduler": True}
 FLAGS: dict[str, dict[str, Any]] = {
@@ -54,18 +62,18 @@ FLAGS: dict[str, dict[str, Any]] = {
 COLLECTIVE = re.compile(r"\s(all-to-all|all-gather|reduce-scatter|all-reduce)(?:-start)?\(")
 
 
-def policy(which: str) -> Candidate:
-    """The candidate a policy word names (ValueError for another word)."""
-    remat = dict.fromkeys(ALL, "remat") | {"decoder_layer_input": "device"}
+def policy(which: str, model: str = "deepseek") -> Candidate:
+    """The candidate a policy word names for *model* (ValueError for another word)."""
+    remat = dict.fromkeys(ALL[model], "remat") | {"decoder_layer_input": "device"}
     if which == "remat":
         return Candidate.of(remat)
     if which == "writeup":
-        return Candidate.of(remat | dict.fromkeys(WRITEUP, "offload"))
-    if which == "writeup+dispatched":  # and the tokens the dispatch all-to-all brought: not re-sent
-        return Candidate.of(remat | dict.fromkeys([*WRITEUP, "moe_dispatched"], "offload"))
+        return Candidate.of(remat | dict.fromkeys(WRITEUP[model], "offload"))
+    if which == "writeup+dispatched" and model == "deepseek":  # and the tokens the dispatch brought: not re-sent
+        return Candidate.of(remat | dict.fromkeys([*WRITEUP[model], "moe_dispatched"], "offload"))
     if which == "keep":
-        return Candidate.of(dict.fromkeys(ALL, "device"))
-    raise ValueError(f"unknown policy {which!r} ({', '.join(POLICIES)})")
+        return Candidate.of(dict.fromkeys(ALL[model], "device"))
+    raise ValueError(f"unknown policy {which!r} for {model} ({', '.join(POLICIES)})")
 
 
 def parse_rows(text: str) -> list[tuple[str, str]]:
@@ -114,14 +122,16 @@ def row_doc(c: Compiler, cand: Candidate) -> dict[str, Any] | None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", required=True, help="POLICY:FLAGS,... (remat|writeup|keep : on|on8|nopipe)")
+    ap.add_argument("--model", choices=sorted(WRITEUP), default="deepseek")
     ap.add_argument("--target", default="b200")
     ap.add_argument("--link", default="nvlink-c2c")
     ap.add_argument("--gpu-gbps", type=float, default=None, help="GPU-to-GPU GB/s a direction (default: the target's)")
     ap.add_argument("--out", required=True)
     args, rest = ap.parse_known_args()
-    rest = [a for a in rest if a != "--"]
+    rest = ["--model", args.model, *(a for a in rest if a != "--")]
     try:
         rows = parse_rows(args.rows)
+        cands = {(pol, flags): policy(pol, args.model) for pol, flags in rows}
     except ValueError as exc:
         print(f"writeup_causes.py: --rows: {exc}", file=sys.stderr)
         return 2
@@ -143,7 +153,7 @@ def main() -> int:
         for c in compilers.values():
             c.echo = print
         for pol, flags in rows:
-            docs[f"{pol}:{flags}"] = row_doc(compilers[flags], policy(pol))
+            docs[f"{pol}:{flags}"] = row_doc(compilers[flags], cands[pol, flags])
             print(f"{pol}:{flags}: {json.dumps(docs[f'{pol}:{flags}'])}", flush=True)
     doc = {"script_args": rest, "target": label, "link": link.link.name, "names": [n.name for n in names],
            "interconnect_gbps": device.interconnect_bytes_s / 1e9, "rows": docs,

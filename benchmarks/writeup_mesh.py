@@ -52,16 +52,28 @@ GPUS = 8
 DT = jnp.bfloat16
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--layers", type=int, default=58)
-ap.add_argument("--batch", type=int, default=8, help="micro batch per GPU")
-ap.add_argument("--seq", type=int, default=4096)
-ap.add_argument("--width", type=int, default=7168, help="model width (7168; smaller for a toy)")
+ap.add_argument("--model", choices=("deepseek", "llama"), default="deepseek")
+ap.add_argument("--layers", type=int, default=None, help="58 (deepseek), 126 (llama)")
+ap.add_argument("--batch", type=int, default=None, help="micro batch per GPU: 8 (deepseek), 1 (llama)")
+ap.add_argument("--seq", type=int, default=None, help="4096 (deepseek), 8192 (llama)")
+ap.add_argument("--width", type=int, default=None, help="model width: 7168 (deepseek), 16384 (llama); less for a toy")
 ap.add_argument("--no-all-to-all", action="store_true", help="dispatch and combine without moving anything")
 ap.add_argument(
     "--unroll", type=int, default=1, help="layers per scan iteration (2: a copy back can start a layer early)"
 )
-ap.add_argument("--states-gb", type=float, default=62.9, help="other device state per GPU, decimal GB")
+ap.add_argument("--states-gb", type=float, default=None, help="other device state per GPU, decimal GB")
 args = ap.parse_args()
+LLAMA = args.model == "llama"
+DEFAULTS = {
+    "layers": (58, 126),
+    "batch": (8, 1),
+    "seq": (4096, 8192),
+    "width": (7168, 16384),
+    "states_gb": (62.9, 50.6),
+}
+for key, (ds, ll) in DEFAULTS.items():
+    if getattr(args, key) is None:
+        setattr(args, key, ll if LLAMA else ds)
 E = args.width
 R = max(E // 14 // 8 * 8, 8)  # 7168 / 14 = 512: MLA's kv rank; q rank 3x that, expert width 4x
 HEADS, QK, VD = 128 if E >= 7168 else 4, 192, 128
@@ -113,12 +125,43 @@ def layer(x, w):
     return x + (routed + shared).reshape(b, s, e)
 
 
+def llama_layer(x, w):
+    """Llama 3.1 405B's layer on one GPU of a tensor-parallel group of 8: 16 of the 128 query heads,
+    1 of the 8 key/value heads, 1/8 of the MLP; the projections back all-reduced over ``x``."""
+    b, s, _ = x.shape
+    x = name(x, "decoder_layer_input")
+    h = rms(x)
+    q = name((h @ w["wq"]).reshape(b, s, LH, 128), "query_proj")
+    k = name((h @ w["wk"]).reshape(b, s, 1, 128), "key_proj")
+    v = name((h @ w["wv"]).reshape(b, s, 1, 128), "value_proj")
+    k, v = jnp.broadcast_to(k, (b, s, LH, 128)), jnp.broadcast_to(v, (b, s, LH, 128))
+    att = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
+    att = name(att.reshape(b, s, LH * 128), "attention_out")
+    x = x + name(jax.lax.psum(att @ w["wo"], "x"), "out_proj")
+    h = rms(x)
+    m0 = name(h @ w["w0"], "mlpwi_0")
+    m1 = name(h @ w["w1"], "mlpwi_1")
+    return x + name(jax.lax.psum((jax.nn.silu(m0) * m1) @ w["w2"], "x"), "mlpwo")
+
+
+LH = 16 if E >= 16384 else 2  # query heads per GPU
+FF = E * 13 // 4  # 53248 for 16384
+LLAMA_SHAPES = {"wq": (E, GPUS * LH * 128), "wk": (E, GPUS * 128), "wv": (E, GPUS * 128), "wo": (GPUS * LH * 128, E),
+                "w0": (E, FF), "w1": (E, FF), "w2": (FF, E)}  # fmt: skip
+# tensor parallelism: column-sharded in, row-sharded out
+LLAMA_SPECS = {k: P(None, "x") if k in ("wq", "wk", "wv", "w0", "w1") else P("x", None) for k in LLAMA_SHAPES}
 SHAPES = {
     "wq_a": (E, 3 * R), "wq_b": (3 * R, HEADS * QK), "wkv_a": (E, R + 64), "wkv_b": (R, HEADS * 2 * VD),
     "wo": (HEADS * VD, E), "router": (E, 256), "sh_w0": (E, 4 * R), "sh_w1": (E, 4 * R), "sh_wo": (4 * R, E),
     "moe_w0": (GPUS, E, 4 * R), "moe_w1": (GPUS, E, 4 * R), "moe_wo": (GPUS, 4 * R, E),
 }  # fmt: skip
-block = jax.checkpoint(layer, policy=jax.checkpoint_policies.nothing_saveable)
+block = jax.checkpoint(llama_layer if LLAMA else layer, policy=jax.checkpoint_policies.nothing_saveable)
+
+
+def llama_loss(w, x):
+    """One layer's weights for every layer (FSDP's gathered layer, as writeup_layers.py)."""
+    y, _ = jax.lax.scan(lambda c, _: (block(c, w), None), x, None, length=args.layers)
+    return jnp.mean(y.astype(jnp.float32) ** 2)
 
 
 def local_loss(w, x):
@@ -144,8 +187,13 @@ def main() -> int:
     spec = Path(spec_path).read_text()
     devices = topologies.get_topology_desc("writeup", "cuda", target_config=spec, topology=f"1x1x{GPUS}").devices
     mesh = jax.sharding.Mesh(np.array(list(devices)[:GPUS]), ("x",))
-    wspec = {k: P(None, "x") for k in SHAPES}  # (layers, ...): FSDP or expert dimension over x
-    loss = jax.shard_map(local_loss, mesh=mesh, in_specs=(wspec, P("x")), out_specs=P())
+    if LLAMA:
+        wspec, shapes, xspec = LLAMA_SPECS, LLAMA_SHAPES, P()
+        loss = jax.shard_map(llama_loss, mesh=mesh, in_specs=(wspec, xspec), out_specs=P())
+    else:
+        wspec = {k: P(None, "x") for k in SHAPES}  # (layers, ...): FSDP or expert dimension over x
+        shapes, xspec = {k: (args.layers, *v) for k, v in SHAPES.items()}, P("x")
+        loss = jax.shard_map(local_loss, mesh=mesh, in_specs=(wspec, xspec), out_specs=P())
 
     @partial(jax.jit, donate_argnums=(0, 2))
     def step(w, x, states):
@@ -155,8 +203,8 @@ def main() -> int:
     def arg(shape, dtype, pspec):
         return jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, pspec))
 
-    weights = {k: arg((args.layers, *v), DT, wspec[k]) for k, v in SHAPES.items()}
-    tokens = arg((GPUS * args.batch, args.seq, E), DT, P("x"))
+    weights = {k: arg(v, DT, wspec[k]) for k, v in shapes.items()}
+    tokens = arg(((1 if LLAMA else GPUS) * args.batch, args.seq, E), DT, xspec)
     states = arg((GPUS * max(int(args.states_gb * 1e9 / 4), 1),), jnp.float32, P("x"))
     if os.environ.get(TUNE_FDS_ENV):  # annotate.compiled_step would move the arguments to one GPU
         from profiler.xla.tune_server import serve
