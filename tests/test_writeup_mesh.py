@@ -77,3 +77,19 @@ def test_two_layers_per_iteration_copy_the_same_bytes(aot_python, toy, tmp_path)
     one = toy["a2a"]["rows"]["writeup:on"]
     assert row["copy_ms"] == pytest.approx(one["copy_ms"], rel=1e-6)
     assert row["collectives"]["all-to-all"] > 0
+
+
+def test_llama_is_tensor_parallel_and_offloads_qkv(aot_python, tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(CAUSES), "--model", "llama", "--rows", "remat:on,writeup:on", "--out",
+         str(tmp_path / "llama"), "--", *TOY],
+        capture_output=True, text=True, env={**os.environ, "PROFILE_STEP_AOT_PYTHON": aot_python}, timeout=900,
+        cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads((tmp_path / "llama" / "causes.json").read_text())["rows"]
+    assert rows["remat:on"]["collectives"].get("all-reduce", 0) > 1  # attention and MLP outputs, per layer
+    assert "all-to-all" not in rows["remat:on"]["collectives"]
+    # query (256 x 2 heads x 128), key and value (256 x 128 each) in bf16, 2 layers, at 450 GB/s
+    nbytes = 2 * 2 * 256 * (256 + 128 + 128)
+    assert rows["writeup:on"]["copy_ms"]["d2h"] == pytest.approx(nbytes / 450e9 * 1e3, rel=0.02)
