@@ -27,8 +27,13 @@ a multiple of it), so that XLA can issue one layer's copies back from host while
 iteration computes (``lax.scan(..., unroll=2)`` does not compile with host offloading in this XLA: an
 INTERNAL layout-assignment error on the host-memory residual stacks).
 
-writeup_mesh.py [--layers 58] [--batch 8] [--seq 4096] [--width 7168] [--no-all-to-all] [--unroll 1]
-                [--states-gb 62.9]
+``--model llama``: Llama 3.1 405B's layer (``llama3.1-405b.yml``) on the 8 GPUs as one tensor-parallel
+group (16 query heads, 1 key/value head, 6656 of the MLP per GPU; the attention and MLP outputs
+all-reduced), micro batch 1 x 8192, 126 layers sharing one layer's weights (as ``writeup_layers.py``: the
+FSDP gathers are not modelled), 50.6 GB of other states (16 bytes a parameter over 128 GPUs).
+
+writeup_mesh.py [--model deepseek|llama] [--layers 58] [--batch 8] [--seq 4096] [--width 7168]
+                [--no-all-to-all] [--unroll 1] [--states-gb 62.9]
 """
 
 import argparse
