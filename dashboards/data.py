@@ -111,6 +111,12 @@ class RunStore:
         self._locks: dict[str, threading.Lock] = {r: threading.Lock() for r in self.refs}
         self.plans = {p.id: p for p in discover_plans(paths)}
         self.whatifs = WhatIfs(self)
+        self.first: list[Path] = []  # runs the first view selects (dashboard --first): the terminal's verdict
+
+    def is_first(self, run_id: str) -> bool:
+        """Whether *run_id*'s trace lies in (or is) a path given to ``dashboard --first``."""
+        trace = self.refs[run_id].trace.resolve()
+        return any(p == trace or p in trace.parents for p in self.first)
 
     def get(self, run_id: str) -> Analysis:
         """The analysis of *run_id* (raises ProfilerError with a one-line reason)."""

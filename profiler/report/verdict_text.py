@@ -16,6 +16,11 @@ def t(ns: int | float | None) -> str:
 
 
 SYNTHETIC_FLAG = "SYNTHETIC: a model, not a measurement"  # the head's last words for a demonstration run
+# how the verdict's three kinds of time relate: they measure different things and need not add up
+RELATION = (
+    "copies above are busy time, not time lost; each saving below is one cause fixed alone, the cost every copy "
+    "removed at once"
+)
 INDENT = "  "
 KEY_WIDTH = 9  # "copies", "cost", "savings" in a column
 
@@ -110,7 +115,7 @@ def _cost(v: dict[str, Any]) -> str:
     without = "the step" if cost["per"] == "step" else "the window"
     return (
         f"the copies' time costs {t(cost['saving_ns'])} {per}{of} on GPU {cost['device']}: "
-        f"{without} replayed without any h2d/d2h copy on any GPU, kernels at their measured times{host}"
+        f"{without} replayed without any h2d/d2h copy on any GPU, kernels at their measured times{host}; {RELATION}"
     )
 
 
