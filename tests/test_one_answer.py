@@ -194,3 +194,95 @@ def test_a_first_run_that_is_not_there_is_one_line():
     proc = run_cli("dashboard", "--first", "no/such/run", str(DEMO), "--port", "1")
     assert proc.returncode == 2 and proc.stderr.strip().endswith("--first no/such/run: no such file or folder")
     assert "Traceback" not in proc.stderr
+
+
+# --- numbers that reconcile: per step x steps = summed, per-GPU sums = total -------------------------
+FLEXGEN = ROOT / "sample_traces" / "public" / "flexgen__nsight_report7.sqlite"
+OFFLOAD_ALL = DEMO / "synthetic-4-offload_all"
+
+
+def _analyzed(path: Path) -> dict[str, Any]:
+    proc = run_cli("analyze", "--json", str(path))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_a_window_verdict_is_the_sum_of_its_gpus_and_says_how_cost_copies_and_savings_relate():
+    """FlexGen's two RTX 4090s, no steps: the verdict's copies (the GPUs together) are the per-GPU copies
+    summed, exactly; the cost (4.01 s on GPU 1), the copies (3.38 s there) and the saving (165 ms) are
+    three different things, and the cost line says how they relate, in the terminal and the dashboard."""
+    from dashboards.verdict_view import panel
+    from profiler.report.verdict_text import RELATION
+
+    doc = _analyzed(FLEXGEN)
+    v = doc["verdict"]
+    assert v["copies"]["per"] == "window" and v["copies"]["gpus"] == 2
+    for d in ("d2h", "h2d"):
+        for k in ("count", "busy_ns", "exposed_ns"):
+            assert v["copies"][d][k] == sum(dev["copies"][d][k] for dev in doc["devices"].values()), (d, k)
+    assert dict(verdict_lines(v))["cost"].endswith(RELATION)
+    store = _store(FLEXGEN)
+    lines = _lines(panel(store, _views(store, list(store.refs))))
+    terminal = verdict_lines(v)
+    assert [ln.strip() for ln in lines[: len(terminal)]] == [f"{k}{t}" for k, t in terminal]
+    # the dashboard's per-GPU numbers (runs table, Policies bars: device_copies) add up to the same totals
+    run = store.results[next(iter(store.refs))].run
+    for d in ("d2h", "h2d"):
+        assert sum(run.device_copies(g)[d]["busy_ns"] for g in run.device_ids) == v["copies"][d]["busy_ns"]
+
+
+def test_per_step_figures_times_the_steps_and_gpus_give_the_summed_ones():
+    """The SYNTHETIC offload_all run, 3 steps on 2 GPUs: the verdict's copies are per step and GPU; times
+    3 steps (and 2 GPUs) they are the devices' window sums (the Policies bars, the runs table), and the
+    verdict's per-step saving (20.3 ms on GPU 0) times steps and GPUs is the finding's summed one (121 ms)."""
+    doc = _analyzed(OFFLOAD_ALL / "synthetic-trace.sqlite")
+    v, devices = doc["verdict"], doc["devices"]
+    steps, gpus = v["steps"], v["copies"]["gpus"]
+    assert (v["copies"]["per"], steps, gpus) == ("step", 3, 2)
+    for d in ("d2h", "h2d"):
+        summed = [dev["copies"][d] for dev in devices.values()]
+        assert v["copies"][d]["count"] * steps * gpus == sum(c["count"] for c in summed)
+        per_gpu = sum(c["busy_ns"] for c in summed) / gpus
+        assert abs(v["copies"][d]["busy_ns"] * steps - per_gpu) <= 0.01 * per_gpu  # the window has a little more
+    best = max(doc["findings"]["findings"], key=lambda f: f.get("saving_ns") or 0)
+    top = v["savings"][0]
+    assert (top["rule"], top["per"]) == (best["id"], "step") and "summed windows of 2 GPUs" in best["saving_basis"]
+    assert abs(top["saving_ns"] * steps * gpus - best["saving_ns"]) <= 0.02 * best["saving_ns"]
+
+
+def test_each_page_says_its_unit_of_count_and_how_its_figures_relate():
+    """Findings (terminal and dashboard): a saving there is summed over the window and the GPUs, the
+    verdict's per step and GPU, said in one line; the Policies bars: per GPU, every step summed; the kernels
+    beside copies (40) against all the GPU's kernels (80)."""
+    from dashboards import bars, findings_view, kernels_view
+    from profiler.report.findings_text import UNITS
+
+    text = run_cli("analyze", str(OFFLOAD_ALL / "synthetic-trace.sqlite")).stdout
+    assert " ".join(UNITS.split()) in " ".join(text.split())
+    store = _store(OFFLOAD_ALL)
+    views = _views(store, list(store.refs))
+    assert f"Units: {UNITS}." in _text(findings_view.panel(store, views))
+    heads = _bar_heads(store, views)
+    assert len(heads) >= 3 and all(("per GPU" in h) != ("one step" in h) for h in heads), heads
+    assert "every step summed" in bars.SUMMED and "the verdict's copies are per step and GPU" in bars.SUMMED
+    flex = _store(FLEXGEN)
+    run = flex.results[next(iter(flex.refs))].run
+    said = kernels_view.status(kernels_view.entry(run, "0"), kernels_view.kernel_count(run, "0"))
+    assert said.startswith("40 kernels ran beside copies, none alone") and "of the GPU's 80 kernels" in said
+    assert "the other 40 partly beside copies" in said
+
+
+def _bar_heads(store: Any, views: list[Any]) -> list[str]:
+    """The Policies bars' column heads (bold) for *views*."""
+    from dashboards.runs_view import follow_rows
+
+    table = follow_rows(store, views, [])["bars"]
+    heads = [c for c in _walk(table) if getattr(c, "className", None) == "bar-cell head"]
+    return [t for t in (_text(h.children[0]) for h in heads) if t]
+
+
+def _walk(node: Any) -> list[Any]:
+    kids = node if isinstance(node, list | tuple) else getattr(node, "children", None)
+    if isinstance(kids, list | tuple):
+        return [node, *[x for k in kids for x in _walk(k)]]
+    return [node] + (_walk(kids) if kids is not None and not isinstance(kids, str | int | float) else [])
