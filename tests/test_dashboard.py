@@ -116,12 +116,12 @@ def runs(tmp_path_factory) -> Path:
 
 
 @contextlib.contextmanager
-def dashboard(folder: Path):
-    """`python -m dashboards FOLDER` on a free port; yields its URL and process once it answers."""
+def dashboard(folder: Path, *extra: str):
+    """`python -m dashboards FOLDER [EXTRA...]` on a free port; yields its URL and process once it answers."""
     port = free_port()
     env = {**os.environ, "XDG_CACHE_HOME": str(folder / "cache")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dashboards", str(folder), "--port", str(port)],
+        [sys.executable, "-m", "dashboards", str(folder), "--port", str(port), *extra],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

@@ -7,10 +7,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from profiler.report.verdict_text import render_verdict, verdict_lines
 from profiler.runs.verdict import verdict
 from profiler.units import COLUMNS
 from tests.conftest import run_cli
+from tests.test_dashboard import browser  # noqa: F401 (the real browser, as the other dashboard tests have it)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "sample_traces" / "demo-synthetic"
@@ -286,3 +289,41 @@ def _walk(node: Any) -> list[Any]:
     if isinstance(kids, list | tuple):
         return [node, *[x for k in kids for x in _walk(k)]]
     return [node] + (_walk(kids) if kids is not None and not isinstance(kids, str | int | float) else [])
+
+
+# --- in the browser: the first view's verdict is the terminal's, mixed or not, its flags whole -------
+FLAG_LINES_JS = (
+    "() => [...document.querySelectorAll('#verdict .verdict-flag')]"
+    ".map(f => [f.getClientRects().length, getComputedStyle(f).whiteSpace])"
+)
+
+
+@pytest.mark.browser
+def test_the_first_view_shows_the_terminal_verdict_of_the_runs_given_first(browser, tmp_path):  # noqa: F811
+    """`dashboard --first` on a SYNTHETIC run and FlexGen's public trace, in a narrow window: the verdict
+    on top is `analyze --verdict-only` of the same two, names them, says what they mix; its flags each
+    stay on one line."""
+    import shutil
+
+    from tests.test_dashboard import dashboard
+
+    demo = tmp_path / "demo" / "synthetic-2-offload_qkv"
+    shutil.copytree(DEMO / "synthetic-2-offload_qkv", demo)
+    shutil.copy(FLEXGEN, tmp_path / FLEXGEN.name)
+    first = [str(demo), str(tmp_path / FLEXGEN.name)]
+    terminal = run_cli("analyze", "--verdict-only", "--wide", *first).stdout
+    assert terminal.startswith("Verdict over 2 runs")
+    keyed = verdict_lines(json.loads(run_cli("analyze", "--json", *first).stdout)["verdict"])
+    assert [" ".join(ln.split()) for ln in terminal.splitlines()] == [" ".join(f"{k} {t}".split()) for k, t in keyed]
+    with dashboard(tmp_path, *[a for f in first for a in ("--first", f)]) as (url, _):
+        page = browser.new_page(viewport={"width": 760, "height": 900})
+        page.goto(url)
+        said = "(document.querySelector('#verdict') || {innerText: ''}).innerText"
+        page.wait_for_function(f"{said}.includes('Over the 2 runs')", timeout=120_000)
+        shown = " ".join(page.inner_text("#verdict").split())
+        for _, text in keyed:  # the words of each line (its key is a span of its own)
+            assert " ".join(text.split()) in shown, text
+        assert f"Mixed selection: 1 SYNTHETIC demo (demo), 1 trace file ({tmp_path.name})" in shown
+        assert "offload_qkv · synthetic, flexgen__nsight_repor" in shown
+        flags = page.evaluate(FLAG_LINES_JS)
+        assert flags and all(f == [1, "nowrap"] for f in flags), flags
