@@ -327,3 +327,20 @@ def test_the_first_view_shows_the_terminal_verdict_of_the_runs_given_first(brows
         assert "offload_qkv · synthetic, flexgen__nsight_repor" in shown
         flags = page.evaluate(FLAG_LINES_JS)
         assert flags and all(f == [1, "nowrap"] for f in flags), flags
+
+
+def test_notes_that_differ_only_in_their_numbers_are_said_once():
+    """The H200 runs' 'no cost analysis ... (was parsing 5726:67 ...)', one per policy with its own line
+    number: one note for all, with whose numbers it shows; notes of other kinds stay apart."""
+    from profiler.report.policies_text import fold_notes
+
+    notes = {
+        "FLOPs counted from the HLO (99.22 T): 203 calls": ["a"],
+        "FLOPs counted from the HLO (85.98 T): 171 calls": ["b"],
+        "no offload in this program": ["b", "c"],
+    }
+    assert fold_notes(notes, 3) == [
+        "note (a, b; the numbers are a's, each run's in --json): FLOPs counted from the HLO (99.22 T): 203 calls",
+        "note (b, c): no offload in this program",
+    ]
+    assert fold_notes({"same": ["a", "b"]}, 2) == ["note (all runs): same"]
