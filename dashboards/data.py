@@ -144,10 +144,12 @@ class RunStore:
             return res
 
     def warm_up(self, then: Callable[[], None] | None = None) -> threading.Thread:
-        """Analyze every run in a background thread (progress in ``progress()``), then call *then*."""
+        """Analyze every run in a background thread (progress in ``progress()``), then call *then*; the runs
+        given first (``--first``) before the others, so that the first view settles on them soonest."""
 
         def work() -> None:
-            for rid in [r for r, ref in self.refs.items() if not ref.no_trace]:
+            todo = [r for r, ref in self.refs.items() if not ref.no_trace]
+            for rid in sorted(todo, key=lambda r: not self.is_first(r)):  # a stable sort: discovery order kept
                 with contextlib.suppress(ProfilerError):
                     self.get(rid)
             if then is not None:

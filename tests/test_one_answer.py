@@ -344,3 +344,22 @@ def test_notes_that_differ_only_in_their_numbers_are_said_once():
         "note (b, c): no offload in this program",
     ]
     assert fold_notes({"same": ["a", "b"]}, 2) == ["note (all runs): same"]
+
+
+def test_the_runs_given_first_are_analyzed_first():
+    """The dashboard's background analysis takes the ``--first`` runs before the others (discovery order
+    otherwise), so that its first view settles on the terminal's runs soonest."""
+    from dashboards.data import RunStore
+
+    store = RunStore([DEMO.resolve()])
+    store.first = [(DEMO / "synthetic-3-offload_mlp").resolve()]
+    order: list[str] = []
+    analyze = store.get
+
+    def spy(rid: str) -> Any:
+        order.append(store.refs[rid].trace.parent.name)
+        return analyze(rid)
+
+    store.get = spy  # type: ignore[method-assign]
+    store.warm_up().join(timeout=600)
+    assert order[0] == "synthetic-3-offload_mlp" and sorted(order[1:]) == order[1:] and len(order) == 5
