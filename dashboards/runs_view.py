@@ -257,5 +257,11 @@ def register(app: dash.Dash, store: RunStore, per_run: Sequence[TabView]) -> Non
     )
     def on_select(selected, data, *current):
         sel = follow_rows(store, selection.selected_views(selected, data), list(current))
-        runs = [out for value in sel["values"] for out in (sel["options"], value)]
+        # a value the tab already shows is not sent again: its views are not redrawn (a layer's open detail,
+        # a what-if under way) when only the rows changed, as they do while runs are analyzed
+        runs = [
+            out
+            for value, now in zip(sel["values"], current, strict=True)
+            for out in (sel["options"], dash.no_update if value == now else value)
+        ]
         return sel["verdict"], sel["bars"], sel["errors"], sel["provenance"], *runs
