@@ -137,6 +137,7 @@ def serve(
     nsys: str | None = None,
     debug: bool = False,
     licences: tuple[str, ...] | None = None,
+    first: list[Path] | None = None,
 ) -> None:
     """Serve the app with waitress (a production WSGI server; no request log): one line says where."""
     if host not in LOCAL_HOSTS and not allow_remote:
@@ -147,7 +148,11 @@ def serve(
     for p in paths:
         if not p.exists():
             raise ProfilerError(f"{p}: no such file or folder")
+    for p in first or []:
+        if not p.exists():
+            raise ProfilerError(f"--first {p}: no such file or folder")
     store = RunStore([p.resolve() for p in paths], nsys, licences)
+    store.first = [p.resolve() for p in first or []]
 
     def preload() -> None:
         """The ops of the first view's runs, read and split by GPU ahead of their first timeline; then

@@ -85,6 +85,13 @@ def _over(item: Item) -> bool:
     return bool(item.waits) and any((stalled.get(d) or 0) > item.copies[d]["busy_ns"] for d in ("d2h", "h2d"))
 
 
+# how the bars relate to the verdict on top (per step and GPU) and to the runs table
+SUMMED = (
+    "Copy time, stalls and bytes: each GPU's over the whole trace, every step summed (the runs table's numbers); "
+    "the verdict's copies are per step and GPU: about these divided by the steps, where the run has steps."
+)
+
+
 def policy_table(items: list[Item]) -> html.Div:
     """The selected (run, GPU) rows side by side: copy time hidden / exposed per direction, the time other
     work stalled waiting for those copies, median step, bytes copied with the number of copies, peak device
@@ -129,11 +136,11 @@ def policy_table(items: list[Item]) -> html.Div:
     }
     heads = [
         "",
-        "copy time over the trace per direction" + ("" if no_copies else ": exposed / hidden"),
-        "stalled by copies over the trace",
-        f"median step ({s_name})",
-        "bytes copied over the trace" + ("" if no_copies else " and copies"),
-        f"peak device memory seen ({m_name})",
+        "copy time per GPU, all steps summed, per direction" + ("" if no_copies else ": exposed / hidden"),
+        "stalled by copies per GPU, all steps summed",
+        f"median step ({s_name}, one step)",
+        "bytes copied per GPU, all steps summed" + ("" if no_copies else ", and copies"),
+        f"peak device memory seen per GPU ({m_name}, its highest)",
     ]
     widths = ["minmax(180px, max-content)", "minmax(0, 1.15fr)", "minmax(0, 0.8fr)", "minmax(0, 0.8fr)"]
     widths += ["minmax(0, 1.25fr)", "minmax(0, 0.8fr)"]
@@ -221,7 +228,7 @@ def policy_table(items: list[Item]) -> html.Div:
         className="legend",
     )
     synthetic = sum(i.synthetic for i in items)
-    title = "Selected runs, one row per GPU; bars scaled to the largest value in their column"
+    title = f"Selected runs, one row per GPU; bars scaled to the largest value in their column. {SUMMED}"
     if synthetic:
         title += f" ({synthetic} rows: SYNTHETIC demo runs, a model, not measurements)"
     missing = [unmeasured[k] for k in sorted(unmeasured) if unmeasured[k]]

@@ -111,6 +111,12 @@ class RunStore:
         self._locks: dict[str, threading.Lock] = {r: threading.Lock() for r in self.refs}
         self.plans = {p.id: p for p in discover_plans(paths)}
         self.whatifs = WhatIfs(self)
+        self.first: list[Path] = []  # runs the first view selects (dashboard --first): the terminal's verdict
+
+    def is_first(self, run_id: str) -> bool:
+        """Whether *run_id*'s trace lies in (or is) a path given to ``dashboard --first``."""
+        trace = self.refs[run_id].trace.resolve()
+        return any(p == trace or p in trace.parents for p in self.first)
 
     def get(self, run_id: str) -> Analysis:
         """The analysis of *run_id* (raises ProfilerError with a one-line reason)."""
@@ -138,10 +144,12 @@ class RunStore:
             return res
 
     def warm_up(self, then: Callable[[], None] | None = None) -> threading.Thread:
-        """Analyze every run in a background thread (progress in ``progress()``), then call *then*."""
+        """Analyze every run in a background thread (progress in ``progress()``), then call *then*; the runs
+        given first (``--first``) before the others, so that the first view settles on them soonest."""
 
         def work() -> None:
-            for rid in [r for r, ref in self.refs.items() if not ref.no_trace]:
+            todo = [r for r, ref in self.refs.items() if not ref.no_trace]
+            for rid in sorted(todo, key=lambda r: not self.is_first(r)):  # a stable sort: discovery order kept
                 with contextlib.suppress(ProfilerError):
                     self.get(rid)
             if then is not None:

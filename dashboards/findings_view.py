@@ -14,7 +14,7 @@ from dashboards import ids, layers_view, runs_view, selection, streams_view, tab
 from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.view import Page, TabView
-from profiler.report.findings_text import by_saving, saving_text
+from profiler.report.findings_text import UNITS, by_saving, saving_text
 
 SEVERITY_COLOR = {"problem": "#D55E00", "warning": "#E69F00", "info": "#0072B2"}  # Okabe and Ito's
 SEVERITY_ORDER = ("problem", "warning", "info")
@@ -194,6 +194,8 @@ def panel(store: RunStore, views: list[View]) -> list[Any]:
         for f in found:
             body.append(_finding(f, rid, run_views, n))
             n += 1
+        if any(f.get("saving_ns") for f in found):
+            body.append(html.Div(f"Units: {UNITS}.", className="findings-units muted"))
         if left:
             body.append(html.Div(elsewhere, className="elsewhere muted"))
         if skipped:  # folded: one line, a rule and its reason per line when opened

@@ -28,17 +28,37 @@ def entry(run: RunSummary, device: str | None) -> dict[str, Any] | None:
     return run.kernels_beside_copies.get(device) if device is not None else None
 
 
-def status(kb: dict[str, Any] | None) -> str:
-    """One sentence on what the GPU's kernels show."""
+def kernel_count(run: RunSummary, device: str | None) -> int | None:
+    """The GPU's kernels in the window (the runs table's and analyze's count), None where not known."""
+    return ((run.compute.get(device) or {}).get("compute") or {}).get("count") if device is not None else None
+
+
+def of_all(kb: dict[str, Any], total: int | None) -> str:
+    """How the kernels counted alone and beside copies relate to all the GPU's kernels: ``of its 80 kernels,
+    40 beside copies, none alone; the other 40 partly beside copies or of zero length``."""
+    alone, beside = kb["calls_alone"], kb["calls_beside"]
+    if total is None:
+        return ""
+    rest = total - alone - beside
+    other = f"; the other {rest:,} partly beside copies or of zero length, in neither count" if rest > 0 else ""
+    return f" (of the GPU's {total:,} kernels in the window{other})"
+
+
+def status(kb: dict[str, Any] | None, total: int | None = None) -> str:
+    """One sentence on what the GPU's kernels show; *total*: its kernels in the window, said beside them."""
     if kb is None:
         return "not measured for this run"
+    return _status(kb) + of_all(kb, total)
+
+
+def _status(kb: dict[str, Any]) -> str:
     alone, beside = kb["calls_alone"], kb["calls_beside"]
     if not alone and not beside:
         return "no kernels alone or beside copies"
     if not beside:
         return f"no kernel ran beside h2d/d2h copies ({alone:,} alone): nothing to measure"
     if no_baseline(kb):
-        return f"all {beside:,} kernels ran beside copies, none alone: no baseline, 0 groups"
+        return f"{beside:,} kernels ran beside copies, none alone: no baseline, 0 groups"
     if not kb["groups"]:
         return f"{alone:,} alone, {beside:,} beside, but no (name, grid, block) has {MIN_CALLS} of each: 0 groups"
     return (
@@ -86,7 +106,7 @@ def layer_panel(run: RunSummary, device: str | None) -> list[Any]:
     kb = entry(run, device)
     out: list[Any] = [
         html.Strong(f"Kernels slowed by copies, GPU {device} (the whole window, not per layer)"),
-        html.Div(status(kb), id=ids.LAYER_KERNELS_STATUS, className="muted"),
+        html.Div(status(kb, kernel_count(run, device)), id=ids.LAYER_KERNELS_STATUS, className="muted"),
     ]
     if kb and kb["top"]:
         out.append(_table(ids.LAYER_KERNELS_TABLE, group_rows(kb)))
@@ -118,7 +138,7 @@ def policy_rows(store: RunStore, views: list[View]) -> list[dict[str, Any]]:
                 # no group of kernels both alone and beside copies: nothing measured, not 0 ns lost
                 "kernel time lost": human_time(kb["excess_ns"], nanoseconds=True) if kb and kb["groups"] else "-",
                 "most excess": f"{worst['name']} {worst['slowdown']:.2f}x" if worst else "-",
-                "what the kernels show": status(kb),
+                "what the kernels show": status(kb, kernel_count(run, view.device)),
             }
         )
     return out

@@ -121,7 +121,7 @@ def layer_figure(layers: dict[str, dict[str, Any]], title: str, stalls: bool = F
         legend=BOTTOM_LEGEND,
         xaxis={**xaxis, "title": {"text": "layer"}},
         yaxis={
-            "title": {"text": f"{'time' if stalls else 'copy time'} over the trace ({name})"},
+            "title": {"text": f"{'time' if stalls else 'copy time'} on this GPU, all steps summed ({name})"},
             "rangemode": "tozero",
         },
     )
@@ -180,7 +180,8 @@ def register(app: dash.Dash, store: RunStore) -> None:
         run = store.get(view.rid).run
         per_device = {name: v.devices.get(view.device) or copy_numbers.ZERO3 for name, v in run.layers.items()}
         short, _ = selection.view_label(store, view)
-        title = f"Copy time{' and stalls' if copy_numbers.waits(run, view.device) else ''} per layer: {short}"
+        what = "Copy time" + (" and stalls" if copy_numbers.waits(run, view.device) else "")
+        title = f"{what} per layer, one GPU, all steps summed: {short}"
         if store.refs[view.rid].synthetic:
             title += " (SYNTHETIC: a model, not a measurement)"
         waits = copy_numbers.waits(run, view.device)

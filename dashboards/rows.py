@@ -307,7 +307,11 @@ def default_selection(rows: list[dict[str, Any]], limit: int = 10) -> list[int]:
     has a measured policy run with host-device copies (a policy comparison); else the GPUs of the
     first public trace with hidden copies (real copies where no GPU ran here); else the SYNTHETIC
     demonstration's policy runs; else the rows with copies of the first folder that has any; else
-    the first rows."""
+    the first rows.  Rows of the runs given to ``dashboard --first`` (``_first``) come before all: the
+    runs whose verdict the terminal printed (the quickstart's)."""
+    first = [i for i, r in enumerate(rows) if r.get("_first")]
+    if first:
+        return first[:limit]
     policy = [i for i, r in enumerate(rows) if r["_has_copies"] and r["_policy"]]
     measured = [i for i in policy if rows[i]["_source"] != "synthetic"]
     public = [i for i, r in enumerate(rows) if r["_hidden"] and r["_source"] == "external"]

@@ -28,7 +28,8 @@ def all_rows(store: RunStore) -> list[dict[str, Any]]:
     for rid, ref in store.refs.items():
         if rid in store.results:
             run = store.results[rid].run
-            out += [rows.raw_row(ref, run, v.device) for v in rows.views(ref, run)]
+            first = store.is_first(rid)
+            out += [{**rows.raw_row(ref, run, v.device), "_first": first} for v in rows.views(ref, run)]
         elif ref.no_trace:
             out.append(rows.no_trace_row(ref))
         elif rid in store.errors:
@@ -211,8 +212,9 @@ POLICIES = TabView("policies", "Policies", policies_layout, kernels_view.registe
 
 
 def register(app: dash.Dash, store: RunStore, per_run: Sequence[TabView]) -> None:
-    """The table's callbacks: it fills in while runs are analyzed, and its selection sets the verdict, the
-    policy bars, the error cards, the provenance and the run choices of the *per_run* tabs."""
+    """The table's callbacks: it fills in while runs are analyzed, and its selection and rows (again when an
+    analysis ends) set the verdict, the policy bars, the error cards, the provenance and the run choices of
+    the *per_run* tabs."""
     choices = [t.run_choice for t in per_run]
 
     @app.callback(
@@ -249,11 +251,17 @@ def register(app: dash.Dash, store: RunStore, per_run: Sequence[TabView]) -> Non
         Output(ids.PROVENANCE, "children"),
         *[out for c in choices for out in (Output(c, "options"), Output(c, "value"))],
         Input(ids.RUNS, "selected_rows"),
-        State(ids.RUNS, "data"),
+        Input(ids.RUNS, "data"),  # an analysis that ends changes the rows under the same indices: follow them
         *[State(c, "value") for c in choices],
         prevent_initial_call=True,
     )
     def on_select(selected, data, *current):
         sel = follow_rows(store, selection.selected_views(selected, data), list(current))
-        runs = [out for value in sel["values"] for out in (sel["options"], value)]
+        # a value the tab already shows is not sent again: its views are not redrawn (a layer's open detail,
+        # a what-if under way) when only the rows changed, as they do while runs are analyzed
+        runs = [
+            out
+            for value, now in zip(sel["values"], current, strict=True)
+            for out in (sel["options"], dash.no_update if value == now else value)
+        ]
         return sel["verdict"], sel["bars"], sel["errors"], sel["provenance"], *runs

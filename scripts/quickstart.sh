@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The main job on an embedded default: set everything up, profile the example
 # training step under every offload policy (tiny, on whatever JAX backend this
-# machine has), show it per layer (or, where no GPU ran, a real public trace's
-# hidden copies per stream, then the per-layer view of a SYNTHETIC demonstration
-# run), the per-policy table, then the example compiled for an H100 without a
-# GPU: which policy fits at which micro batch, and what each layer sends to host
-# memory; and open the dashboard on the runs, sample_traces/ (real public traces
-# first, then the demonstration runs) and, where ../shared/traces exists, the
-# real public traces it lists under the Apache-2.0 or MIT licence.
+# machine has) and compile it for an H100 without a GPU; then print the answer
+# first (== The answer ==: the one verdict over the runs just measured, the
+# plan's line right after it), the details below it (the per-policy table; per
+# layer, or where no GPU ran, the real H200 runs of this example; the plan in
+# full), every command's whole output in runs/quickstart-TIME.log; and open the
+# dashboard with the same runs selected (the same verdict) on the runs,
+# sample_traces/ and, where ../shared/traces exists, the real public traces it
+# lists under the Apache-2.0 or MIT licence.
 #   bash scripts/quickstart.sh [extra profile-step options...]
 #   QUICKSTART_NO_DASHBOARD=1 bash scripts/quickstart.sh     # everything but the dashboard
 set -euo pipefail
@@ -21,11 +22,16 @@ if .venv/bin/python -c 'import jax,sys; sys.exit(jax.default_backend()!="gpu")' 
 fi
 policies=none,remat,offload_qkv,offload_mlp,offload_all
 since=$(date -u +%Y%m%dT%H%M%S)
+mkdir -p runs
+log="runs/quickstart-$since.log"  # every command's whole output; the terminal gets the answer, then the details
 # a policy that ends without a trace (nsys can lose its agent under load) is listed, not fatal:
 # profile-step exits 4 after every policy has run, and the steps below use the runs that have one
+echo "Profiling the example under each policy ($policies), then compiling it for an H100 (a few minutes;"
+echo "the whole output: $log)"
 captured=0
-profile-step --policies "$policies" --no-summary "$@" examples/train.py --layers 4 --steps 3 --dispatch "$dispatch" ||
-  captured=$?
+profile-step --policies "$policies" --no-summary "$@" examples/train.py --layers 4 --steps 3 --dispatch "$dispatch" \
+  >"$log" 2>&1 || captured=$?
+grep -E '^== policy ' "$log" || true
 runs=()
 traced=()
 for d in runs/*/; do
@@ -36,36 +42,71 @@ for d in runs/*/; do
   fi
 done
 if [ "${#traced[@]}" -eq 0 ]; then
+  cat "$log" >&2
   echo "quickstart: no policy ended with a trace (profile-step exited $captured); see the output above" >&2
   exit "$(( captured ? captured : 1 ))"
 fi
 if [ "$captured" -ne 0 ]; then
-  echo "quickstart: profile-step exited $captured (see above); carrying on with the runs that have a trace"
+  echo "quickstart: profile-step exited $captured ($log says why); carrying on with the runs that have a trace"
 fi
-echo
+# a step large enough for the choice to matter on an 80 GB device: 8 layers, sequence 4096, bf16
+plan_out=$(mktemp)
+trap 'rm -f "$plan_out"' EXIT
+planned=0
+profile-step plan --target h100 --batch 4,16 --link pcie-gen5,nvlink-c2c --policies "$policies" examples/train.py \
+  --layers 8 --d-model 1024 --heads 16 --ffn 4096 --seq 4096 --vocab 32000 --dtype bfloat16 \
+  >"$plan_out" 2>>"$log" || planned=$?
+cat "$plan_out" >>"$log"
+
 # offload_qkv's run when it has a trace, else the last run that has one
 pick=$(printf '%s\n' "${traced[@]}" | grep -- '-offload_qkv-' | tail -n1 || true)
 trace="${pick:-${traced[-1]}}/trace.sqlite"
-if profile-step analyze --json "$trace" | python -c 'import json,sys; sys.exit(not json.load(sys.stdin)["devices"])'; then
-  profile-step analyze --by layer "$trace"
+h200=sample_traces/h200-example
+answered=("${runs[@]}")  # the runs the answer is over: those just measured, where a GPU ran
+on_gpu=1
+profile-step analyze --json "$trace" | python -c 'import json,sys; sys.exit(not json.load(sys.stdin)["devices"])' ||
+  on_gpu=0
+if [ "$on_gpu" = 0 ]; then  # a CPU step says nothing about a GPU: the answer is the example's real H200 runs'
+  answered=("$h200")
+fi
+
+# the answer first: the one verdict, the plan's line right after it; then the details
+echo
+if [ "$on_gpu" = 1 ]; then
+  echo "== The answer (the runs just measured) =="
 else
-  h200=sample_traces/h200-example
+  echo "== The answer (no GPU here: this example's 8 runs measured on an H200, $h200) =="
+fi
+profile-step analyze --verdict-only "${answered[@]}"
+if head -n1 "$plan_out" | grep -q '^The plan ('; then
+  sed -n '1,/^$/p' "$plan_out" | sed '/^$/d'
+  sed -i '1,/^$/d' "$plan_out"
+else
+  echo "The plan: profile-step plan exited $planned ($log says why)"
+fi
+echo "(the details follow; --wide prints each line whole)"
+
+echo
+echo "== The details: the policy table of the runs on this machine (measured) =="
+profile-step analyze --no-verdict "${runs[@]}"
+echo
+if [ "$on_gpu" = 1 ]; then
+  echo "== offload_qkv per layer =="
+  profile-step analyze --no-verdict --by layer "$trace"
+else
   qkv=$(ls -d "$h200"/*-offload_qkv-??????/ | head -n1)
+  echo "== Real copies of this example, measured on an H200 =="
   echo "No GPU ran here, so nothing moved between host and device. Real copies of this same example"
   echo "instead, recorded by this project on an H200 (1.6 B parameters, bf16, jax.profiler;"
   echo "$h200/README.md): one row per policy, then offload_qkv per layer:"
   echo
-  profile-step analyze "$h200"
+  profile-step analyze --no-verdict "$h200"
   echo
-  profile-step analyze --by layer "${qkv%/}/trace.json.gz"
+  profile-step analyze --no-verdict --by layer "${qkv%/}/trace.json.gz"
 fi
 echo
-echo "== the policy decision on this machine (measured) =="
-profile-step analyze "${runs[@]}"
-echo
-# a step large enough for the choice to matter on an 80 GB device: 8 layers, sequence 4096, bf16
-profile-step plan --target h100 --batch 4,16 --link pcie-gen5,nvlink-c2c --policies "$policies" examples/train.py \
-  --layers 8 --d-model 1024 --heads 16 --ffn 4096 --seq 4096 --vocab 32000 --dtype bfloat16
+echo "== The plan for an H100 in full =="
+cat "$plan_out"
 if [ -z "${QUICKSTART_NO_DASHBOARD:-}" ]; then
   paths=(runs sample_traces)
   [ -d plans ] && paths+=(plans)  # the H100 plan above: the dashboard's Policy trade view shows it
@@ -79,5 +120,8 @@ if [ -z "${QUICKSTART_NO_DASHBOARD:-}" ]; then
   if [ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" ]; then
     ( sleep 3; python3 -m webbrowser -t http://127.0.0.1:8050/ >/dev/null 2>&1 || true ) &
   fi
-  exec profile-step dashboard "${paths[@]}" "${extra[@]}"
+  first=()  # the first view selects the runs the answer above is over: the same verdict
+  for r in "${answered[@]}"; do first+=(--first "$r"); done
+  rm -f "$plan_out"
+  exec profile-step dashboard "${first[@]}" "${paths[@]}" "${extra[@]}"
 fi

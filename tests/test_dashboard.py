@@ -116,12 +116,12 @@ def runs(tmp_path_factory) -> Path:
 
 
 @contextlib.contextmanager
-def dashboard(folder: Path):
-    """`python -m dashboards FOLDER` on a free port; yields its URL and process once it answers."""
+def dashboard(folder: Path, *extra: str):
+    """`python -m dashboards FOLDER [EXTRA...]` on a free port; yields its URL and process once it answers."""
     port = free_port()
     env = dict(os.environ)  # the test session's own cache (conftest)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dashboards", str(folder), "--port", str(port)],
+        [sys.executable, "-m", "dashboards", str(folder), "--port", str(port), *extra],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -304,6 +304,7 @@ def test_dashboard_end_to_end(browser, server, runs):
         assert bars["D2H exposed"]["y"][i] == pytest.approx(layers[name]["d2h"]["exposed_ns"] / div)
     assert bars["D2H exposed"]["y"][0] * div == pytest.approx(4 * 50_000)
     assert "Click a layer" in page.inner_text("#layer-hint")
+    page.locator("#layer-graph").scroll_into_view_if_needed()  # the mouse clicks what is in view
     box = page.locator("#layer-graph .point").first.bounding_box()  # layer 0's d2h bar
     page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     page.wait_for_selector("#layer-detail-box", timeout=30_000)

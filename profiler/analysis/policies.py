@@ -92,7 +92,7 @@ def step_compiled(compiled: dict[str, Any] | None, step: StepProgram | None = No
         if name is None:  # a compiled.json written before programs were recorded: its label
             old = next((m for m in mods if m.get("label") == compiled.get("step_module")), None)
             name, pid = (old["name"], old.get("id")) if old else (handed, None)
-    chosen = _module_of(mods, name, pid)
+    chosen, ran = _module_of(mods, name, pid), None
     if step is not None and step.name is not None and handed and step.name != handed:
         # the rule narrows to the handed-over name wherever it ran: it never ran as one program
         # (a step dispatched layer by layer): the numbers are those of the program handed over
@@ -100,10 +100,11 @@ def step_compiled(compiled: dict[str, Any] | None, step: StepProgram | None = No
         if own is not None or handed_doc.get("cost") or handed_doc.get("memory"):
             chosen, own_id = own, (own or {}).get("id")
             name, pid = handed, (own_id if isinstance(own_id, int) and own_id >= 0 else None)
-            why = (
+            why = (  # one sentence for every run of the script (said once); which programs ran: programs_ran
                 f"{program_label(name, pid)}: the step the script handed to annotate.compiled_step, which never "
-                f"ran as one program (of the programs that ran: {step.sentence})"
+                "ran as one program"
             )
+            ran = step.sentence
     if chosen is None and name is not None and pid is not None:
         fallback = next((m for m in mods if m.get("name") == name and m.get("id") == -1), None)  # handed over
         said = f"the run folder's XLA dump holds no module of {program_label(name, pid)}"
@@ -111,6 +112,7 @@ def step_compiled(compiled: dict[str, Any] | None, step: StepProgram | None = No
         chosen = fallback
     out: dict[str, Any] = {"step_program": program_label(name, pid) if name else None, "step_name": name}
     out["program_id"] = pid
+    out["programs_ran"] = ran  # of the programs that ran, which and why none is the step (handed over only)
     if chosen is None:
         same = name is not None and name == handed
         out.update(module=None if not same else handed, chosen_by=why, notes=notes, plan=None)

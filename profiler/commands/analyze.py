@@ -73,8 +73,8 @@ def cmd_policies(args: argparse.Namespace) -> int:
         doc = {"verdict": found, "policies": tab, "planned_vs_moved": pvm, "no_trace": [s.doc() for s in skipped]}
         print(json_dump(doc))
         return 0
-    print(render_verdict(found, wide=args.wide))
-    print()
+    if _verdict_block(render_verdict(found, wide=args.wide), args):
+        return 0
     print(fit(render_policy_comparison(tab), args.wide))
     synthetic = [r.policy for r in runs if r.synthetic]
     if synthetic:
@@ -86,6 +86,17 @@ def cmd_policies(args: argparse.Namespace) -> int:
     print()
     print(fit(render_planned_vs_moved_all(pvm), args.wide))
     return 0
+
+
+def _verdict_block(text: str, args: argparse.Namespace) -> bool:
+    """Print the verdict (and the blank line under it) unless ``--no-verdict``; True when that was all
+    to print (``--verdict-only``)."""
+    if not args.no_verdict:
+        print(text)
+        if args.verdict_only:
+            return True
+        print()
+    return False
 
 
 def cmd_run_views(args: argparse.Namespace) -> int:
@@ -122,6 +133,8 @@ def cmd_run_views(args: argparse.Namespace) -> int:
         print(json_dump({"verdict": _runs_verdict(args), "runs": runs_doc}))
         return 0
     cmd_policies(args)
+    if args.verdict_only:
+        return 0
     for t, doc in views:
         print()
         print(f"== {t.parent.name} ({t.name}) ==")
@@ -198,8 +211,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if missing:  # the view asked for has nothing: said first, and nothing else
         print(missing)
         return 0
-    print(render_verdict(found, wide=args.wide))
-    print()
+    if _verdict_block(render_verdict(found, wide=args.wide), args):
+        return 0
     print(fit(render_devices(doc, link=link, wide=args.wide), args.wide))
     if args.by:
         print()
@@ -244,6 +257,13 @@ def add(sub: Any, shared: Shared) -> None:
         help="with --by step: list every step (default: a list longer than 20 shows its first and last 5)",
     )
     a.add_argument("--no-findings", action="store_true", help="leave out the findings (faster on big traces)")
+    said = a.add_mutually_exclusive_group()
+    said.add_argument(
+        "--verdict-only", action="store_true", help="print the verdict (the answer, a few lines) and nothing else"
+    )
+    said.add_argument(
+        "--no-verdict", action="store_true", help="everything but the verdict (printed first elsewhere: --verdict-only)"
+    )
     a.add_argument(
         "--window",
         default=None,

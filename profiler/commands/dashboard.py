@@ -22,6 +22,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         allow_remote=args.allow_remote,
         nsys=args.nsys,
         licences=tuple(args.licence or ()) or None,
+        first=[Path(p) for p in args.first or []],
     )
     return 0
 
@@ -47,5 +48,12 @@ def add(sub: Any, shared: Shared) -> None:
         metavar="SPDX",
         help="in a folder with a CATALOG.tsv, only the traces it lists under this licence, e.g. Apache-2.0 "
         "(repeatable)",
+    )
+    dsh.add_argument(
+        "--first",
+        action="append",
+        metavar="RUN",
+        help="a run folder or trace the first view selects (repeatable; default: the first policy comparison "
+        "with copies): the runs whose verdict `profile-step analyze RUNS...` printed",
     )
     dsh.set_defaults(func=cmd_dashboard)

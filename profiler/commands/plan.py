@@ -19,6 +19,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from profiler.capture.plan import PlanRequest, run_plan, usable_fraction
     from profiler.conventions import EXAMPLE_POLICIES
     from profiler.report.policies_text import render_plan
+    from profiler.report.predict_text import plan_line
     from profiler.units import fit
 
     if args.from_recording:
@@ -56,6 +57,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         print(json_dump({"plan": tab, "out_dir": doc["out_dir"]}))
     else:
+        answer = plan_line(tab)
+        if answer:  # the answer first, then the blank line the quickstart takes it apart at
+            print(fit(answer) + "\n")
         print(fit(render_plan(tab)))
         print(f"\n(files: {doc['out_dir']})")
     return 0 if all(r["status"] == "ok" for r in tab["rows"]) else 1

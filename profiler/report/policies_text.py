@@ -98,14 +98,35 @@ def render_policy_comparison(tab: dict[str, Any]) -> str:
     if tab.get("baseline"):
         out.append(f"recompute: FLOPs per step against the {tab['baseline']!r} policy")
     out += [f"{m}: {text}" for m, text in policy_marks(tab)]
-    every = len(tab["rows"])
-    for text, who in notes.items():
-        scope = "all runs" if len(who) == every and every > 1 else ", ".join(dict.fromkeys(who))
-        out.append(f"note ({scope}): {text}")
+    out += fold_notes(notes, len(tab["rows"]))
     from profiler.report.predict_text import render_against
 
     out += render_against(tab)
     return "\n".join(out)
+
+
+def _shape(text: str) -> str:
+    """A note with its numbers taken out: notes of one kind (``FLOPs counted from the HLO (99.22 T)``,
+    ``... (85.98 T)``) have the same shape."""
+    import re
+
+    return re.sub(r"\d+(?:[.,:]\d+)*", "#", text)
+
+
+def fold_notes(notes: dict[str, list[str]], every: int) -> list[str]:
+    """``note (WHO): TEXT`` once per kind of note: the runs whose notes differ only in their numbers share
+    one line, with the first run's numbers (said so; ``--json`` has each run's)."""
+    kinds: dict[str, list[tuple[str, list[str]]]] = {}
+    for text, who in notes.items():
+        kinds.setdefault(_shape(text), []).append((text, who))
+    out = []
+    for same in kinds.values():
+        who = [p for _, ps in same for p in ps]  # one per run: two runs of one policy count twice
+        scope = "all runs" if len(who) == every and every > 1 else ", ".join(dict.fromkeys(who))
+        if len(same) > 1:
+            scope += f"; the numbers are {same[0][1][0]}'s, each run's in --json"
+        out.append(f"note ({scope}): {same[0][0]}")
+    return out
 
 
 def drop_empty_columns(

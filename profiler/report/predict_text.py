@@ -120,6 +120,21 @@ def verdict_lines(verdicts: list[dict[str, Any]], width: int | None = 118) -> li
     return out
 
 
+def plan_line(tab: dict[str, Any]) -> str | None:
+    """The plan's answer in one line: offloading against rematerialization at the largest batch on the
+    first link asked (the others follow in the plan's output); None without such a comparison."""
+    found = tab.get("offload_vs_remat") or []
+    if not found:
+        return None
+    largest = max((v["batch"] for v in found if v["batch"] is not None), default=None)
+    v = next(v for v in found if v["batch"] == largest)
+    line = f"The plan ({tab['label']}): {verdict_lines([v], width=None)[0]}"
+    if v["not_fitting"]:
+        line += f"; too big at this batch: {', '.join(v['not_fitting'])}"
+    others = len(found) - 1
+    return line + (f" ({others} other batch/link case{'s' if others != 1 else ''} below)" if others else "")
+
+
 def render_against(tab: dict[str, Any]) -> list[str]:
     """Predicted against measured per policy row and per layer (``recorded.against_measured``);
     nothing when no row has a prediction."""

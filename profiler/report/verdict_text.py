@@ -15,6 +15,12 @@ def t(ns: int | float | None) -> str:
     return human_time(ns, nanoseconds=True)
 
 
+SYNTHETIC_FLAG = "SYNTHETIC: a model, not a measurement"  # the head's last words for a demonstration run
+# how the verdict's three kinds of time relate: they measure different things and need not add up
+RELATION = (
+    "copies above are busy time, not time lost; each saving below is one cause fixed alone, the cost every copy "
+    "removed at once"
+)
 INDENT = "  "
 KEY_WIDTH = 9  # "copies", "cost", "savings" in a column
 
@@ -37,7 +43,7 @@ def _head(v: dict[str, Any]) -> str:
         per = f"{gpus}, no steps: copies over {window}, the GPUs together"
     head = f"{'Verdict' if v['runs'] == 1 else 'Its copies'}: {name} ({per})"
     if v["synthetic"]:
-        head += " SYNTHETIC: a model, not a measurement"
+        head += f" {SYNTHETIC_FLAG}"
     return head
 
 
@@ -109,7 +115,7 @@ def _cost(v: dict[str, Any]) -> str:
     without = "the step" if cost["per"] == "step" else "the window"
     return (
         f"the copies' time costs {t(cost['saving_ns'])} {per}{of} on GPU {cost['device']}: "
-        f"{without} replayed without any h2d/d2h copy on any GPU, kernels at their measured times{host}"
+        f"{without} replayed without any h2d/d2h copy on any GPU, kernels at their measured times{host}; {RELATION}"
     )
 
 
@@ -146,14 +152,22 @@ def verdict_lines(v: dict[str, Any]) -> list[tuple[str, str]]:
     return out[:6]
 
 
-def _cut(line: str, wide: bool) -> str:
-    return line if wide or len(line) <= COLUMNS else line[: COLUMNS - 1] + "…"
+def _wrapped(text: str, key: str | None, wide: bool) -> str:
+    """One verdict line within ``COLUMNS`` columns, wrapped, never cut (its caveats come last): a keyed
+    line goes on under its text, a head line two columns in; whole with *wide*."""
+    import textwrap
+
+    line = text if key is None else f"{INDENT}{key:<{KEY_WIDTH}}{text}"
+    if wide or len(line) <= COLUMNS:
+        return line
+    hang = " " * (len(INDENT) + KEY_WIDTH) if key is not None else "  "
+    return textwrap.fill(line, COLUMNS, subsequent_indent=hang, break_long_words=False, break_on_hyphens=False)
 
 
 def render_verdict(v: dict[str, Any], wide: bool = False) -> str:
-    """The verdict block of the terminal: each line within ``COLUMNS`` columns (cut, unless *wide*)."""
+    """The verdict block of the terminal: each line within ``COLUMNS`` columns, wrapped (unless *wide*)."""
     lines, keyed = [], False
     for key, text in verdict_lines(v):
         keyed = keyed or bool(key)
-        lines.append(_cut(f"{INDENT}{key:<{KEY_WIDTH}}{text}" if keyed else text, wide))
+        lines.append(_wrapped(text, key if keyed else None, wide))
     return "\n".join(lines)

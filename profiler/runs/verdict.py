@@ -51,7 +51,8 @@ def copies(run: RunSummary) -> dict[str, Any]:
         if steps:
             busy = _median([s.directions[d]["busy_ns"] // gpus for s in steps if s.directions])  # type: ignore[index]
             exposed = _median([s.directions[d]["exposed_ns"] // gpus for s in steps if s.directions])  # type: ignore[index]
-            count = _median([s.directions[d]["count"] for s in steps if s.directions])  # type: ignore[index]
+            # per GPU as busy and exposed are: 28 a step on each of 2 GPUs is 28, not 56
+            count = _median([s.directions[d]["count"] // gpus for s in steps if s.directions])  # type: ignore[index]
         else:
             per = [(run.devices or {})[dev].get(d) or {} for dev in run.device_ids]
             busy = sum(m.get("busy_ns", 0) for m in per)
