@@ -119,7 +119,13 @@ def verify_lines(v: dict[str, Any] | None) -> list[str]:
     """``--verify``: each run, whether both ran and compiled to different programs."""
     if not v:
         return []
-    out = ["", "verify (captured under nsys, profile-step run):"]
+    backend = v.get("backend")
+    where = (
+        f"programs compiled by XLA for {backend.upper()} on this machine, not for the target"
+        if backend and backend != "gpu"
+        else ("programs compiled by XLA for GPU" if backend else "the backend that compiled them was not recorded")
+    )
+    out = ["", f"verify (captured under nsys, profile-step run; {where}):"]
     for r in v["runs"]:
         fp = r["fingerprint"] or "no compiled step recorded"
         out.append(
