@@ -35,6 +35,20 @@ KNOWN = ROOT / "tests" / "scripts" / "tune_known.py"
 GiB, MiB = 2**30, 2**20
 
 
+@pytest.fixture(scope="module", autouse=True)
+def own_record(tmp_path_factory):
+    """Every tune of this module keeps its compiles in a record of its own, not the user's cache."""
+    import os
+
+    before = os.environ.get("PROFILE_STEP_CACHE")
+    os.environ["PROFILE_STEP_CACHE"] = str(tmp_path_factory.mktemp("record"))
+    yield Path(os.environ["PROFILE_STEP_CACHE"])
+    if before is None:
+        os.environ.pop("PROFILE_STEP_CACHE", None)
+    else:
+        os.environ["PROFILE_STEP_CACHE"] = before
+
+
 @pytest.fixture(scope="module")
 def known(aot_python, tmp_path_factory):
     """The known-answer script, started once; a Compiler over it (H100, NVLink-C2C, 3 GiB)."""
@@ -213,6 +227,33 @@ def test_json_says_every_failing_exit(words, error):
     assert proc.stderr.strip().splitlines()[-1].endswith(error)
     plain = run_cli("tune", *[w for w in words if w != "--json"])
     assert plain.returncode == 2 and plain.stdout == ""
+
+
+def test_a_second_tune_for_another_link_compiles_nothing_it_has_seen(aot_python, tmp_path):
+    """The record of compiles: tune on PCIe Gen5, then on NVLink-C2C (the same step, target and flags):
+    the second compiles nothing (every program it needs the first compiled), starts from the first's
+    choice and is no slower; --no-cache compiles again.  Its own record (not the module's)."""
+    env = {"PROFILE_STEP_CACHE": str(tmp_path / "cache")}
+
+    def tune(link: str, out: str, *more: str) -> dict:
+        words = ["--json", "--no-presets", "--link", link, "--memory-limit", "3GiB", "--out", str(tmp_path / out)]
+        proc = run_cli("tune", *words, "--python", aot_python, *more, str(KNOWN), env=env, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout)
+
+    slow = tune("pcie5", "slow")
+    assert slow["compiles"] >= 4 and slow["record"]["stored"] == slow["compiles"] and slow["record"]["reused"] == 0
+    assert slow["choice"]["placements"] == {"small": "remat", "big": "remat"}
+    fast = tune("nvlink-c2c", "fast")
+    assert fast["compiles"] == 0 and fast["record"]["reused"] >= 4 and fast["record"]["seeds"] == 1
+    assert fast["record"]["folder"] == slow["record"]["folder"]
+    assert fast["choice"]["placements"] == {"small": "offload", "big": "remat"} and fast["choice"]["reused"]
+    assert fast["choice"]["predicted_step_ns"] <= slow["choice"]["predicted_step_ns"]
+    assert Path(fast["choice"]["hlo_file"]).is_relative_to(tmp_path / "fast")  # the tune folder keeps its files
+    assert "programs reused from earlier tunes of this step" in render_tune(fast)
+    again = tune("nvlink-c2c", "again", "--no-cache")
+    assert again["compiles"] >= 4 and again["record"] is None
+    assert again["choice"]["fingerprint"] == fast["choice"]["fingerprint"]
 
 
 PLAIN = ROOT / "tests" / "scripts" / "plain_remat.py"

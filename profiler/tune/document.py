@@ -28,6 +28,7 @@ def row(t: Tried, names: list[Name], compiler: Compiler) -> dict[str, Any]:
         "jax_policy": t.candidate.jax_policy,
         "stage": t.stage,
         "compile_no": t.compile_no,
+        "reused": compiler._key(t.candidate) in getattr(compiler, "reused_keys", ()),  # from the record: no compile
         "same_program_as": None,  # the compile that made the same program (HLO fingerprint)
         "status": "ok" if o is not None else "failed",
         "error": compiler.errors.get(compiler._key(t.candidate)),
