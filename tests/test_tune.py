@@ -256,6 +256,18 @@ def test_a_second_tune_for_another_link_compiles_nothing_it_has_seen(aot_python,
     assert again["choice"]["fingerprint"] == fast["choice"]["fingerprint"]
 
 
+def test_nothing_fits_is_a_json_error_too(aot_python, tmp_path):
+    """Under 1 GiB nothing of the known-answer step fits: exit 1, and --json prints the document with
+    its error (no choice)."""
+    proc = run_cli("tune", "--json", "--no-presets", "--link", "pcie5", "--memory-limit", "1GiB", "--out",
+                   str(tmp_path / "t"), "--python", aot_python, str(KNOWN), timeout=900)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    assert doc["exit_code"] == 1 and doc["choice"] is None
+    assert doc["error"] == "no candidate that compiled fits in the memory limit"
+    assert "nothing fits" in doc["search"]["stop"]
+
+
 PLAIN = ROOT / "tests" / "scripts" / "plain_remat.py"
 
 

@@ -89,7 +89,7 @@ class Compiler:
                 self.errors[key] = str(ans.get("error"))
             out = self.outcome(c)
             state = "failed" if out is None else human_time(out.step_ns) + ("" if out.fits else ", does not fit")
-            what = "kept compile (no compile)" if key in self.reused_keys else f"compile {self.compiles}"
+            what = "kept (compiled by an earlier tune)" if key in self.reused_keys else f"compile {self.compiles}"
             self.echo(f"tune: {what}: {c.label(self.names)}: {state} ({time.monotonic() - t0:.1f} s)")
         return self.cache[key]
 
