@@ -168,7 +168,9 @@ def test_a_placement_that_changes_nothing_says_so(known):
     by = {t.candidate.label(names): t for t in result.tried}
     both, big = by["keep all"], by["keep big"]
     assert explain.program_of(compiler, both.candidate) == explain.program_of(compiler, big.candidate) is not None
-    (small,) = [t for t in explain.lines(both, result, compiler, names) if t.startswith("small: ")]
+    text = explain.lines(both, result, compiler, names)
+    assert text[0].startswith("choice: keep all: ") and "(the same program as keep big)" in text[0], text[0]
+    (small,) = [t for t in text if t.startswith("small: ")]
     assert small.startswith("small: kept on the device asked, but the compiled program is the same as with it "
                             "recomputed"), small  # fmt: skip
     assert "makes no difference" in small and "more device memory saves" not in small

@@ -199,6 +199,9 @@ def verdict(choice: Tried, s: Search, compiler: Any, names: list[Name], others: 
         + (f" of {human_bytes(compiler.limit)}" if compiler.limit else "")
         + (f", {human_bytes(o.host_bytes)} in host memory" if o.host_bytes else "")
     )
+    twins = _twins(choice, [*s.tried, *others], compiler, names)
+    if twins:
+        text += f" (the same program as {', '.join(twins[:2])}{' and others' if len(twins) > 2 else ''})"
     if s.budget_cut:
         text += (
             f"; the search was cut short by its compile budget ({s.budget} compiles; --max-compiles raises it): "
@@ -207,6 +210,20 @@ def verdict(choice: Tried, s: Search, compiler: Any, names: list[Name], others: 
     acc = CALIBRATED if getattr(compiler, "calibration", None) is not None else ROOFLINE
     tie = tie_line(choice, s, names, acc, others, lambda cand: program_of(compiler, cand))
     return text + (f"; {tie}" if tie else "")
+
+
+def _twins(choice: Tried, tried: list[Tried], compiler: Any, names: list[Name]) -> list[str]:
+    """The labels of the other candidates that compiled to the choice's own program."""
+    mine = program_of(compiler, choice.candidate)
+    if mine is None:
+        return []
+    out: list[str] = []
+    for t in tried:
+        label = t.candidate.label(names)
+        same = t.candidate.key() != choice.candidate.key() and program_of(compiler, t.candidate) == mine
+        if same and label not in out:
+            out.append(label)
+    return out
 
 
 VERB = {"device": "kept on the device", "remat": "recomputed", "offload": "offloaded"}
