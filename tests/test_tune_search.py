@@ -115,5 +115,8 @@ def test_a_tie_with_a_preset_names_the_lighter_one_and_a_same_program_is_no_tie(
     assert line.endswith(
         "of them jax:dots_saveable (+5.0% predicted) leaves 20.0 GiB more device memory free: pick it for headroom"
     )
+    # within 10% of the choice's own step, as the line says: 10.5% slower is no tie (though 9.5% of the slower)
+    edge = Tried(Candidate.jax("x"), Outcome(110_500_000, 0, 0, {}, {}, 1, 0, True), "preset", 10)
+    assert tie_line(choice, Search(tried=[choice]), names, ROOFLINE, [edge], lambda c: None) is None
     # without the preset, only the twin is close: the same program, no tie
     assert tie_line(choice, Search(tried=[choice, twin]), names, ROOFLINE, [], lambda c: program[c.key()]) is None

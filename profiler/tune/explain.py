@@ -151,7 +151,8 @@ def tie_line(
     others: list[Tried] | None = None,
     program: Callable[[Candidate], str | None] | None = None,
 ) -> str | None:
-    """The fitting placements predicted too close to the choice to call (``Accuracy.is_tie``), among
+    """The fitting placements predicted too close to the choice to call (within the tie margin of the
+    choice's own step, ``Accuracy.tie``, the percentage the line prints), among
     the search's and *others* (the presets), and the one of them that leaves the most device memory
     free; None when the choice stands alone.  With *program* (a candidate's HLO fingerprint), a
     candidate that compiled to the choice's own program is the choice, not a tie."""
@@ -166,7 +167,7 @@ def tie_line(
         and t.candidate.key() != choice.candidate.key()
         and t.outcome is not None
         and t.outcome.fits
-        and acc.is_tie(o.step_ns, t.outcome.step_ns)
+        and abs(t.outcome.step_ns - o.step_ns) < acc.tie * o.step_ns  # as said: within N% of the choice's step
         and (mine is None or program(t.candidate) != mine)  # type: ignore[misc]
     ]
     if not close:
