@@ -35,10 +35,11 @@ KEPT = ("module", "memory", "seconds", "checkpoints", "notes")  # the answer's f
 
 
 def cache_root() -> Path:
-    """``$PROFILE_STEP_CACHE``, else ``$XDG_CACHE_HOME/profile-step``, else ``~/.cache/profile-step``."""
+    """``$PROFILE_STEP_CACHE``, else ``$XDG_CACHE_HOME/profile-step``, else ``~/.cache/profile-step`` (the
+    rule of the project's other caches; the record is its ``tune`` sub-folder)."""
     given = os.environ.get("PROFILE_STEP_CACHE")
     if given:
-        return Path(given)
+        return Path(given).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "profile-step"
 
