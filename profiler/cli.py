@@ -57,6 +57,7 @@ class Parser(argparse.ArgumentParser):
 
         named = [f for f in FLAGS if f"argument {f}: expected one argument" in message]
         said = dangling([w for w in self.argv if not w.startswith(tuple(FLAGS)) or w in named]) if named else None
+        tune.usage_error_json(self.argv, said or message)
         if said:
             self.exit(2, f"profile-step: error: {said}\n")
         super().error(message)

@@ -35,6 +35,20 @@ KNOWN = ROOT / "tests" / "scripts" / "tune_known.py"
 GiB, MiB = 2**30, 2**20
 
 
+@pytest.fixture(scope="module", autouse=True)
+def own_record(tmp_path_factory):
+    """Every tune of this module keeps its compiles in a record of its own, not the user's cache."""
+    import os
+
+    before = os.environ.get("PROFILE_STEP_CACHE")
+    os.environ["PROFILE_STEP_CACHE"] = str(tmp_path_factory.mktemp("record"))
+    yield Path(os.environ["PROFILE_STEP_CACHE"])
+    if before is None:
+        os.environ.pop("PROFILE_STEP_CACHE", None)
+    else:
+        os.environ["PROFILE_STEP_CACHE"] = before
+
+
 @pytest.fixture(scope="module")
 def known(aot_python, tmp_path_factory):
     """The known-answer script, started once; a Compiler over it (H100, NVLink-C2C, 3 GiB)."""
@@ -53,9 +67,9 @@ def known(aot_python, tmp_path_factory):
     session.close()
 
 
-def choose(compiler: Compiler, names: list[Name], link: str, limit: int, presets: bool = False):
+def choose(compiler: Compiler, names: list[Name], link: str, limit: int, presets: bool = False, seeds=()):
     compiler.link, compiler.limit = parse_link(link), limit
-    result = search(names, compiler, budget=24, echo=lambda s: None)
+    result = search(names, compiler, budget=24, echo=lambda s: None, seeds=seeds)
     extra = evaluate_presets(names, compiler) if presets else []
     return result, best_of(result.tried + extra), extra
 
@@ -97,14 +111,18 @@ def test_the_answer_changes_with_the_link_and_the_limit(known):
     assert roomy.candidate.place() == {"small": "device", "big": "remat"}
 
 
-def test_monotone_in_the_link(known):
-    """A faster link never makes the chosen step slower, and never offloads less."""
+@pytest.mark.parametrize("presets", [False, True], ids=["no-presets", "presets"])
+def test_monotone_in_the_link(known, presets):
+    """A faster link never makes the chosen step slower, and never offloads less: each link's search
+    seeded with the slower links' choices (tests/test_tune_search.py has a table where the search
+    unseeded is not monotone); with the presets beside it or not."""
     _, names, compiler = known
-    steps, offloaded = [], []
+    steps, offloaded, chosen = [], [], []
     for gbps in ("63", "200", "450", "1000", "5000"):
-        _, choice, _ = choose(compiler, names, gbps, 3 * GiB)
+        _, choice, _ = choose(compiler, names, gbps, 3 * GiB, presets=presets, seeds=chosen)
         steps.append(choice.outcome.step_ns)
         offloaded.append(len(choice.candidate.where("offload")))
+        chosen.append(choice.candidate)
     assert steps == sorted(steps, reverse=True), steps
     assert offloaded == sorted(offloaded), offloaded
 
@@ -132,7 +150,44 @@ def test_a_name_left_out_by_names_says_so(known):
     (big,) = [t for t in text if t.startswith("big: ")]
     assert big.startswith("big: recompute (where it rests: not among --names)"), big
     (small,) = [t for t in text if t.startswith("small: ")]
-    assert small.startswith("small: offload; its 1.00 GiB per step take "), small
+    # each direction against the compute that overlaps it: to host under the forward's, back under the backward's
+    assert small.startswith("small: offload; its 1.00 GiB per step on NVLink-C2C: to host "), small
+    assert " of the forward compute scheduled between start and done" in small, small
+    assert "; back " in small and " of the backward compute scheduled between start and done" in small, small
+
+
+def test_a_placement_that_changes_nothing_says_so(known):
+    """``big`` kept makes ``small`` unneeded (tune_known.py): keeping both compiles to the same program as
+    keeping ``big`` alone, so the line of ``small`` in "keep all" says that keeping it made no difference,
+    never "kept"."""
+    from profiler.tune import explain
+
+    _, names, compiler = known
+    compiler.link, compiler.limit = parse_link("nvlink-c2c"), 64 * GiB
+    result = search(names, compiler, budget=24, echo=lambda s: None)
+    by = {t.candidate.label(names): t for t in result.tried}
+    both, big = by["keep all"], by["keep big"]
+    assert explain.program_of(compiler, both.candidate) == explain.program_of(compiler, big.candidate) is not None
+    text = explain.lines(both, result, compiler, names)
+    assert text[0].startswith("choice: keep all: ") and "(the same program as keep big)" in text[0], text[0]
+    (small,) = [t for t in text if t.startswith("small: ")]
+    assert small.startswith("small: kept on the device asked, but the compiled program is the same as with it "
+                            "recomputed"), small  # fmt: skip
+    assert "makes no difference" in small and "more device memory saves" not in small
+
+
+def test_a_budget_cut_is_in_the_verdict(known, tmp_path):
+    """Two compiles (a fresh compiler over the same script: the bounds) cut the search short: the verdict says so."""
+    from profiler.tune import explain
+
+    _, names, shared = known
+    compiler = Compiler(shared.session, tmp_path, shared.device, HostLink(parse_link("nvlink-c2c"), "given", "t"),
+                        3 * GiB)  # fmt: skip
+    result = search(names, compiler, budget=2, echo=lambda s: None)
+    assert result.budget_cut
+    choice = best_of(result.tried)
+    head = explain.lines(choice, result, compiler, names)[0]
+    assert head.startswith("choice: ") and "cut short by its compile budget (2 compiles; --max-compiles" in head
 
 
 def test_the_compile_cache(known):
@@ -144,12 +199,75 @@ def test_the_compile_cache(known):
 
 
 def test_a_step_without_checkpoint_is_one_line(aot_python, tmp_path):
-    proc = run_cli("tune", "--out", str(tmp_path / "t"), "--python", aot_python, str(ROOT / "examples" / "train.py"),
-                   "--layers", "1", timeout=600)  # fmt: skip
-    assert proc.returncode != 0
+    """One line on stderr; with --json, the same error as a JSON object on stdout."""
+    proc = run_cli("tune", "--json", "--out", str(tmp_path / "t"), "--python", aot_python,
+                   str(ROOT / "examples" / "train.py"), "--layers", "1", timeout=600)  # fmt: skip
+    assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert lines[-1].startswith("profile-step: error: ") and "no jax.checkpoint" in lines[-1]
     assert "--policy remat" in lines[-1] and "Traceback" not in proc.stderr
+    said = json.loads(proc.stdout)
+    assert said["exit_code"] == 2 and said["choice"] is None
+    assert "profile-step: error: " + said["error"] == lines[-1]
+
+
+@pytest.mark.parametrize(
+    ("words", "error"),
+    [
+        (["--json", "no_such_script.py"], "no_such_script.py: no such training script"),
+        (["--json", "--max-compiles", "0", str(KNOWN)], "--max-compiles: at least 1"),
+        (["--json", "--no-such-option", str(KNOWN)], "unrecognized arguments: --no-such-option"),
+        (["--json"], "the following arguments are required: script, script_args"),
+    ],
+)
+def test_json_says_every_failing_exit(words, error):
+    """``tune --json`` prints a JSON error object on stdout on every failing exit (a bad file, a bad
+    value, a usage error), beside the one line on stderr; without --json, stdout stays empty."""
+    proc = run_cli("tune", *words)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert json.loads(proc.stdout) == {"error": error, "exit_code": 2, "choice": None}
+    assert proc.stderr.strip().splitlines()[-1].endswith(error)
+    plain = run_cli("tune", *[w for w in words if w != "--json"])
+    assert plain.returncode == 2 and plain.stdout == ""
+
+
+def test_a_second_tune_for_another_link_compiles_nothing_it_has_seen(aot_python, tmp_path):
+    """The record of compiles: tune on PCIe Gen5, then on NVLink-C2C (the same step, target and flags):
+    the second compiles nothing (every program it needs the first compiled), starts from the first's
+    choice and is no slower; --no-cache compiles again.  Its own record (not the module's)."""
+    env = {"PROFILE_STEP_CACHE": str(tmp_path / "cache")}
+
+    def tune(link: str, out: str, *more: str) -> dict:
+        words = ["--json", "--no-presets", "--link", link, "--memory-limit", "3GiB", "--out", str(tmp_path / out)]
+        proc = run_cli("tune", *words, "--python", aot_python, *more, str(KNOWN), env=env, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout)
+
+    slow = tune("pcie5", "slow")
+    assert slow["compiles"] >= 4 and slow["record"]["stored"] == slow["compiles"] and slow["record"]["reused"] == 0
+    assert slow["choice"]["placements"] == {"small": "remat", "big": "remat"}
+    fast = tune("nvlink-c2c", "fast")
+    assert fast["compiles"] == 0 and fast["record"]["reused"] >= 4 and fast["record"]["seeds"] == 1
+    assert fast["record"]["folder"] == slow["record"]["folder"]
+    assert fast["choice"]["placements"] == {"small": "offload", "big": "remat"} and fast["choice"]["reused"]
+    assert fast["choice"]["predicted_step_ns"] <= slow["choice"]["predicted_step_ns"]
+    assert Path(fast["choice"]["hlo_file"]).is_relative_to(tmp_path / "fast")  # the tune folder keeps its files
+    assert "programs reused from earlier tunes of this step" in render_tune(fast)
+    again = tune("nvlink-c2c", "again", "--no-cache")
+    assert again["compiles"] >= 4 and again["record"] is None
+    assert again["choice"]["fingerprint"] == fast["choice"]["fingerprint"]
+
+
+def test_nothing_fits_is_a_json_error_too(aot_python, tmp_path):
+    """Under 1 GiB nothing of the known-answer step fits: exit 1, and --json prints the document with
+    its error (no choice)."""
+    proc = run_cli("tune", "--json", "--no-presets", "--link", "pcie5", "--memory-limit", "1GiB", "--out",
+                   str(tmp_path / "t"), "--python", aot_python, str(KNOWN), timeout=900)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    assert doc["exit_code"] == 1 and doc["choice"] is None
+    assert doc["error"] == "no candidate that compiled fits in the memory limit"
+    assert "nothing fits" in doc["search"]["stop"]
 
 
 PLAIN = ROOT / "tests" / "scripts" / "plain_remat.py"
@@ -231,6 +349,11 @@ def test_verify_runs_the_choice_and_the_best_preset(aot_python, nsys, tmp_path):
     v = doc["verify"]
     assert [r["role"] for r in v["runs"]] == ["tune-choice", "tune-preset"]
     assert v["ran"] and v["different_programs"] is True, v
+    # compiled and run here, by the CPU's XLA: said in the document and in the text
+    assert v["backend"] == "cpu" and all(r["backend"] == "cpu" for r in v["runs"])
+    assert "verify (captured under nsys, profile-step run; programs compiled by XLA for CPU on this machine" in (
+        render_tune(doc)
+    )
     assert v["runs"][1]["label"].startswith("jax:") and v["analyze"].startswith("profile-step analyze ")
     for r in v["runs"]:
         kept = json.loads((Path(r["run_dir"]) / "tune_prediction.json").read_text())

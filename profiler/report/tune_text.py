@@ -12,7 +12,8 @@ from profiler.units import COLUMNS, human_bytes, scaled, time_unit
 LEGEND = (
     "step = predicted step time; exposed = copy time the compute stream waits for (not hidden); device = the step's "
     "device memory (memory_analysis: arguments + outputs + temporaries); host = host memory; compile = the compile "
-    "that made it (=N: the same program as compile N); a candidate names what it moves from where the "
+    "that made it (=N: the same program as compile N; kept: an earlier tune's program, from the record); "
+    "a candidate names what it moves from where the "
     "names rest (recomputed; a checkpoint's input kept): keep = on the device, offload = to host memory"
 )
 
@@ -30,7 +31,9 @@ def _rows(rows: list[dict[str, Any]], div: int, chosen: str | None) -> list[list
                 human_bytes(r["device_bytes"]) if r["device_bytes"] is not None else "-",
                 human_bytes(r["host_bytes"]) if r["host_bytes"] else "0",
                 "-" if r["fits"] is None else ("yes" if r["fits"] else "NO"),
-                f"={r['same_program_as']}" if r.get("same_program_as") else str(r["compile_no"] or "-"),
+                f"={r['same_program_as']}"
+                if r.get("same_program_as")
+                else ("kept" if r.get("reused") else str(r["compile_no"] or "-")),
             ]
         )
     return out
@@ -68,7 +71,7 @@ def render_tune(doc: dict[str, Any], show_all: bool = False, wide: bool = False)
     out += textwrap.wrap(
         f"search: {s['compiles']} compiles in {s['compile_seconds']:.0f} s for {len(doc['names'])} named activations; "
         f"stopped: {s['stop']}; then {doc['compiles'] - s['compiles']} compiles for the presets "
-        f"({doc['seconds']:.0f} s in all)",
+        f"({doc['seconds']:.0f} s in all)" + _record_text(doc.get("record")),
         width,
         subsequent_indent="  ",
     )
@@ -115,11 +118,27 @@ def render_tune(doc: dict[str, Any], show_all: bool = False, wide: bool = False)
     return "\n".join(out)
 
 
+def _record_text(rec: dict[str, Any] | None) -> str:
+    """What the record of earlier tunes gave: programs reused, choices tried first."""
+    if not rec:
+        return ""
+    return (
+        f"; {rec['reused']} programs reused from earlier tunes of this step, {rec['seeds']} of their choices tried "
+        f"first, {rec['stored']} new ones kept ({rec['folder']})"
+    )
+
+
 def verify_lines(v: dict[str, Any] | None) -> list[str]:
     """``--verify``: each run, whether both ran and compiled to different programs."""
     if not v:
         return []
-    out = ["", "verify (captured under nsys, profile-step run):"]
+    backend = v.get("backend")
+    where = (
+        f"programs compiled by XLA for {backend.upper()} on this machine, not for the target"
+        if backend and backend != "gpu"
+        else ("programs compiled by XLA for GPU" if backend else "the backend that compiled them was not recorded")
+    )
+    out = ["", f"verify (captured under nsys, profile-step run; {where}):"]
     for r in v["runs"]:
         fp = r["fingerprint"] or "no compiled step recorded"
         out.append(

@@ -28,6 +28,7 @@ def row(t: Tried, names: list[Name], compiler: Compiler) -> dict[str, Any]:
         "jax_policy": t.candidate.jax_policy,
         "stage": t.stage,
         "compile_no": t.compile_no,
+        "reused": compiler._key(t.candidate) in getattr(compiler, "reused_keys", ()),  # from the record: no compile
         "same_program_as": None,  # the compile that made the same program (HLO fingerprint)
         "status": "ok" if o is not None else "failed",
         "error": compiler.errors.get(compiler._key(t.candidate)),
@@ -81,7 +82,7 @@ def document(
         [r for r in rows + preset_rows if r["fits"]], key=lambda r: (r["predicted_step_ns"], r["device_bytes"] or 0)
     )
     chosen = row(choice, names, compiler) if choice is not None else None
-    lines = explain.lines(choice, result, compiler, names) if choice is not None else []
+    lines = explain.lines(choice, result, compiler, names, presets) if choice is not None else []
     # when one of JAX's own policies wins: the best placement of the names too (it has MaxText's form)
     named = best_of(result.tried + [p for p in presets if not p.candidate.jax_policy])
     best_named = (
@@ -115,6 +116,8 @@ def document(
         "checkpoints": found.get("checkpoints"),
         "search": {
             "stop": result.stop,
+            "budget_cut": result.budget_cut,
+            "seeds": [t.candidate.label(names) for t in result.tried if t.stage == "seed"],
             "pruned": result.pruned,
             "tried": len(result.tried),
         },

@@ -12,6 +12,7 @@ Three sources, all compiled and predicted by the search:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from profiler.analysis.accuracy import CALIBRATED, ROOFLINE, Accuracy
@@ -53,20 +54,58 @@ def _copies(name: str, s: Search, compiler: Any) -> str | None:
     base = s.base.outcome if s.base else None
     if not o.copy_bytes.get("d2h"):
         return "nothing moves (the program keeps no copy of it for the backward pass)"
-    d2h = cover.get("d2h", {})
-    h2d = cover.get("h2d", {})
-    under = (d2h.get("cover_ns", 0) + h2d.get("cover_ns", 0)) or None
-    tops = list(dict.fromkeys(d2h.get("top", []) + h2d.get("top", [])))[:2]
-    copy = max(o.copy_ns.get("d2h", 0), o.copy_ns.get("h2d", 0))
-    text = f"its {human_bytes(o.copy_bytes.get('d2h', 0))} per step take {_t(copy)} each way on {compiler.link.name}"
-    if under is not None:
-        text += f", with {_t(under)} of compute scheduled between the copies"
-        if tops:
-            text += f" ({', '.join(tops)})"
+    text = f"its {human_bytes(o.copy_bytes.get('d2h', 0))} per step on {compiler.link.name}: " + "; ".join(
+        _direction(d, o.copy_ns.get(d, 0), cover.get(d)) for d in ("d2h", "h2d")
+    )
     text += f"; {_t(o.exposed_ns)} exposed when it is the only one offloaded"
     if base is not None:
         text += f" (a step of {_t(o.step_ns)} against {_t(base.step_ns)} with everything recomputed)"
     return text
+
+
+DIRECTION = {
+    "d2h": ("to host", "the forward compute"),
+    "h2d": ("back", "the backward compute"),
+}
+
+
+def _direction(d: str, copy_ns: int, cover: dict[str, Any] | None) -> str:
+    """One direction's copies against the compute that overlaps them (what is scheduled between each
+    copy's start and done): ``to host 1.07 ms under 3.21 ms of the forward compute (layer/dot_general):
+    hidden``; never both directions summed against one."""
+    where, compute = DIRECTION[d]
+    text = f"{where} {_t(copy_ns)}"
+    if not cover:
+        return text + " (no copy in this direction)"
+    under = cover.get("cover_ns", 0)
+    text += f" under {_t(under)} of {compute} scheduled between start and done"
+    if cover.get("top"):
+        text += f" ({', '.join(cover['top'])})"
+    return text + (": it can hide" if under >= copy_ns else f": {_t(copy_ns - under)} more than that compute")
+
+
+def program_of(compiler: Any, c: Candidate) -> str | None:
+    """The HLO fingerprint of *c*'s compiled step (None: not compiled or not read)."""
+    comp = compiler.cache.get(compiler._key(c)) if hasattr(compiler, "cache") else None
+    return comp.fingerprint if comp is not None else None
+
+
+def same_program(choice: Candidate, tried: list[Tried], compiler: Any) -> dict[str, list[str]]:
+    """Per name of *choice*: the other placements of it that compiled to the very same program as the
+    choice (its HLO fingerprint), in candidates the search tried: there the placement asked made no
+    difference to what XLA compiled."""
+    mine = program_of(compiler, choice)
+    if mine is None:
+        return {}
+    place = choice.place()
+    out: dict[str, list[str]] = {}
+    for t in tried:
+        if t.candidate.jax_policy or t.candidate.key() == choice.key() or program_of(compiler, t.candidate) != mine:
+            continue
+        for n, q in t.candidate.place().items():
+            if n in place and q != place[n] and q not in out.get(n, []):
+                out.setdefault(n, []).append(q)
+    return out
 
 
 def _other(choice: Candidate, name: str, place: str, chosen: Outcome, s: Search, limit: int | None) -> str | None:
@@ -104,16 +143,32 @@ def _untried(name: str, s: Search) -> str:
     return "not tried alone: the search stopped before"
 
 
-def tie_line(choice: Tried, s: Search, names: list[Name], acc: Accuracy) -> str | None:
-    """The fitting placements predicted too close to the choice to call (``Accuracy.is_tie``), and the
-    one of them that leaves the most device memory free; None when the choice stands alone."""
+def tie_line(
+    choice: Tried,
+    s: Search,
+    names: list[Name],
+    acc: Accuracy,
+    others: list[Tried] | None = None,
+    program: Callable[[Candidate], str | None] | None = None,
+) -> str | None:
+    """The fitting placements predicted too close to the choice to call (within the tie margin of the
+    choice's own step, ``Accuracy.tie``, the percentage the line prints), among
+    the search's and *others* (the presets), and the one of them that leaves the most device memory
+    free; None when the choice stands alone.  With *program* (a candidate's HLO fingerprint), a
+    candidate that compiled to the choice's own program is the choice, not a tie."""
     o = choice.outcome
     if o is None:
         return None
+    mine = program(choice.candidate) if program else None
     close = [
         t
-        for t in s.tried
-        if t is not choice and t.outcome is not None and t.outcome.fits and acc.is_tie(o.step_ns, t.outcome.step_ns)
+        for t in [*s.tried, *(others or [])]
+        if t is not choice
+        and t.candidate.key() != choice.candidate.key()
+        and t.outcome is not None
+        and t.outcome.fits
+        and abs(t.outcome.step_ns - o.step_ns) < acc.tie * o.step_ns  # as said: within N% of the choice's step
+        and (mine is None or program(t.candidate) != mine)  # type: ignore[misc]
     ]
     if not close:
         return None
@@ -123,33 +178,65 @@ def tie_line(choice: Tried, s: Search, names: list[Name], acc: Accuracy) -> str 
         f"it, inside the error of these predictions ({acc.kind}: {acc.error_text()} on {acc.basis})"
     )
     lighter = min(close, key=lambda t: (t.outcome.device_bytes or 0, t.outcome.step_ns))  # type: ignore[union-attr]
-    lo, mine = lighter.outcome.device_bytes, o.device_bytes  # type: ignore[union-attr]
-    if lo is not None and mine is not None and lo < mine:
+    lo, mine_bytes = lighter.outcome.device_bytes, o.device_bytes  # type: ignore[union-attr]
+    if lo is not None and mine_bytes is not None and lo < mine_bytes:
         slower = lighter.outcome.step_ns / o.step_ns - 1  # type: ignore[union-attr]
         text += (
             f"; of them {lighter.candidate.label(names)} ({100 * slower:+.1f}% predicted) leaves "
-            f"{human_bytes(mine - lo)} more device memory free: pick it for headroom"
+            f"{human_bytes(mine_bytes - lo)} more device memory free: pick it for headroom"
         )
     else:
         text += "; none of them leaves more device memory free"
     return text
 
 
-def lines(choice: Tried, s: Search, compiler: Any, names: list[Name]) -> list[str]:
-    """One sentence per named activation of *choice* (one in all for a JAX preset)."""
+def verdict(choice: Tried, s: Search, compiler: Any, names: list[Name], others: list[Tried]) -> str:
+    """The verdict line: the choice, its step, copies and memory; a budget cut and a tie said in it."""
     c, o = choice.candidate, choice.outcome
-    if o is None:
-        return []
-    head = (
+    assert o is not None
+    text = (
         f"choice: {c.label(names)}: {_t(o.step_ns)} per step predicted, {_t(o.exposed_ns)} of copies exposed, "
         f"{human_bytes(o.device_bytes)} on the device"
         + (f" of {human_bytes(compiler.limit)}" if compiler.limit else "")
         + (f", {human_bytes(o.host_bytes)} in host memory" if o.host_bytes else "")
     )
-    out = [head]
-    tie = tie_line(choice, s, names, CALIBRATED if getattr(compiler, "calibration", None) is not None else ROOFLINE)
-    if tie:
-        out.append(tie)
+    twins = _twins(choice, [*s.tried, *others], compiler, names)
+    if twins:
+        text += f" (the same program as {', '.join(twins[:2])}{' and others' if len(twins) > 2 else ''})"
+    if s.budget_cut:
+        text += (
+            f"; the search was cut short by its compile budget ({s.budget} compiles; --max-compiles raises it): "
+            "a placement it did not try may be faster"
+        )
+    acc = CALIBRATED if getattr(compiler, "calibration", None) is not None else ROOFLINE
+    tie = tie_line(choice, s, names, acc, others, lambda cand: program_of(compiler, cand))
+    return text + (f"; {tie}" if tie else "")
+
+
+def _twins(choice: Tried, tried: list[Tried], compiler: Any, names: list[Name]) -> list[str]:
+    """The labels of the other candidates that compiled to the choice's own program."""
+    mine = program_of(compiler, choice.candidate)
+    if mine is None:
+        return []
+    out: list[str] = []
+    for t in tried:
+        label = t.candidate.label(names)
+        same = t.candidate.key() != choice.candidate.key() and program_of(compiler, t.candidate) == mine
+        if same and label not in out:
+            out.append(label)
+    return out
+
+
+VERB = {"device": "kept on the device", "remat": "recomputed", "offload": "offloaded"}
+
+
+def lines(choice: Tried, s: Search, compiler: Any, names: list[Name], others: list[Tried] | None = None) -> list[str]:
+    """One sentence per named activation of *choice* (one in all for a JAX preset), after the verdict;
+    *others*: the presets compiled beside the search."""
+    c, o = choice.candidate, choice.outcome
+    if o is None:
+        return []
+    out = [verdict(choice, s, compiler, names, others or [])]
     late = o.late_h2d or {}
     if late.get("count"):
         out.append(f"late copies back: {sentence(late)}; {fix(late)}")
@@ -160,42 +247,62 @@ def lines(choice: Tried, s: Search, compiler: Any, names: list[Name]) -> list[st
         )
         return out
     place = c.place()
+    alike = same_program(c, [*s.tried, *(others or [])], compiler)
     for n in names:
         p = place.get(n.name)
         if p is None:
             continue
-        rc = recompute_ns(n.name, s)
-        copies = _copies(n.name, s, compiler)
-        if p == "offload":
-            text = f"{n.name}: offload; {copies or 'its copies'}"
-            if rc is not None:
-                text += f"; recomputing it costs {_t(rc)}"
-        elif p == "remat":
-            text = f"{n.name}: recompute" + (f" ({_t(rc)} per step)" if rc else "")
-            if not any((n.name, q) in s.alone for q in ("device", "offload")):
-                text += f" ({_untried(n.name, s)})"
-            if rc == 0:
-                text += f"; {_no_faster(n.name, s)}"
-            if copies:
-                text += f"; offloading it: {copies}"
-        else:
-            dev = s.alone.get((n.name, "device"))
-            extra = None
-            if dev is not None and dev.outcome is not None and s.base and s.base.outcome:
-                extra = (dev.outcome.device_bytes or 0) - (s.base.outcome.device_bytes or 0)
-            what = "kept on the device (a checkpoint input: never recomputed)" if n.is_input else "kept on the device"
-            text = f"{n.name}: {what}"
-            if extra is not None and not n.is_input and rc:
-                text += f"; {human_bytes(max(0, extra))} more device memory saves {_t(rc)} of recomputation"
-            elif rc == 0 and not n.is_input:
-                text += "; kept alone it is no faster than recomputed: the choice as a whole is faster with it kept"
-            elif rc is None and not n.is_input:
-                text += f" ({_untried(n.name, s)})"
-            if copies:
-                text += f"; offloading it: {copies}"
-        others = [_other(c, n.name, q, o, s, compiler.limit) for q in n.options() if q != p]
-        others = [x for x in others if x]
-        if others:
-            text += "; in the choice, " + "; ".join(others)
-        out.append(text)
+        if alike.get(n.name):
+            out.append(_no_difference(n, p, alike[n.name]))
+            continue
+        out.append(_name_line(n, p, c, o, s, compiler))
     return out
+
+
+def _no_difference(n: Name, asked: str, same: list[str]) -> str:
+    """A name whose placement did not change the compiled program: what was asked, and that the
+    program is the same with it elsewhere (so no line claims the placement did anything)."""
+    other = " or ".join(VERB[q] for q in same)
+    actual = " (in effect recomputed, or fused into its users)" if "remat" in same else ""
+    return (
+        f"{n.name}: {VERB[asked]} asked, but the compiled program is the same as with it {other}: "
+        f"XLA compiled the same step either way{actual}; the placement makes no difference here"
+    )
+
+
+def _name_line(n: Name, p: str, c: Candidate, o: Outcome, s: Search, compiler: Any) -> str:
+    """The line of one name whose placement the compiled program follows."""
+    rc = recompute_ns(n.name, s)
+    copies = _copies(n.name, s, compiler)
+    if p == "offload":
+        text = f"{n.name}: offload; {copies or 'its copies'}"
+        if rc is not None:
+            text += f"; recomputing it costs {_t(rc)}"
+    elif p == "remat":
+        text = f"{n.name}: recompute" + (f" ({_t(rc)} per step)" if rc else "")
+        if not any((n.name, q) in s.alone for q in ("device", "offload")):
+            text += f" ({_untried(n.name, s)})"
+        if rc == 0:
+            text += f"; {_no_faster(n.name, s)}"
+        if copies:
+            text += f"; offloading it: {copies}"
+    else:
+        dev = s.alone.get((n.name, "device"))
+        extra = None
+        if dev is not None and dev.outcome is not None and s.base and s.base.outcome:
+            extra = (dev.outcome.device_bytes or 0) - (s.base.outcome.device_bytes or 0)
+        what = "kept on the device (a checkpoint input: never recomputed)" if n.is_input else "kept on the device"
+        text = f"{n.name}: {what}"
+        if extra is not None and not n.is_input and rc:
+            text += f"; {human_bytes(max(0, extra))} more device memory saves {_t(rc)} of recomputation"
+        elif rc == 0 and not n.is_input:
+            text += "; kept alone it is no faster than recomputed: the choice as a whole is faster with it kept"
+        elif rc is None and not n.is_input:
+            text += f" ({_untried(n.name, s)})"
+        if copies:
+            text += f"; offloading it: {copies}"
+    others = [_other(c, n.name, q, o, s, compiler.limit) for q in n.options() if q != p]
+    others = [x for x in others if x]
+    if others:
+        text += "; in the choice, " + "; ".join(others)
+    return text

@@ -59,6 +59,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-compiles", type=int, default=48, metavar="N", help="the search's compile budget (default 48)")
     p.add_argument("--no-presets", action="store_true", help="do not compile JAX's and MaxText's presets beside")
     p.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="neither reuse nor keep compiles in the record of earlier tunes ($PROFILE_STEP_CACHE, default "
+        "~/.cache/profile-step/tune) and start the search from nothing",
+    )
+    p.add_argument(
         "--calibrate",
         default=None,
         metavar="RUN_OR_TRACE",
@@ -128,6 +134,7 @@ def request_from(args: Any) -> Any:
         plans_dir=Path(args.plans_dir),
         max_compiles=args.max_compiles,
         presets=not args.no_presets,
+        cache=not args.no_cache,
         calibrate=Path(args.calibrate) if args.calibrate else None,
         step=args.step,
         verify=args.verify,

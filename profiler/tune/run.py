@@ -21,6 +21,7 @@ from profiler.tune import forms
 from profiler.tune.candidate import Name
 from profiler.tune.compiler import Compiler
 from profiler.tune.document import document, plan_document
+from profiler.tune.record import Record, cache_root, step_key
 from profiler.tune.search import Tried, search
 from profiler.xla import targets
 
@@ -46,6 +47,7 @@ class TuneRequest:
     step: str | None = None  # the jitted function to take as the step (a script that hands none over)
     verify: bool = False  # capture the choice and the best preset under nsys afterwards
     only: list[str] | None = None  # search only these names (the others stay where they rest)
+    cache: bool = True  # read and write the record of compiles (profiler.tune.record); --no-cache: neither
     xla_options: dict[str, Any] = field(default_factory=dict)  # XLA debug options for every compile
 
 
@@ -130,7 +132,8 @@ def run_tune(req: TuneRequest, echo: Callable[[str], None] | None = None) -> dic
             )
         say(f"tune: {found['checkpoints']} checkpoint(s) naming {len(names)} activation(s): "
             + (", ".join(n.name for n in names) or "none"))  # fmt: skip
-        compiler = Compiler(session, out, device, link, limit, req.xla_options, calibration)
+        record = open_record(req, found, spec, ready)
+        compiler = Compiler(session, out, device, link, limit, req.xla_options, calibration, record)
         compiler.device_memory = targets.memory_of(spec)
         compiler.echo = say
         compiler.names = names
@@ -140,10 +143,20 @@ def run_tune(req: TuneRequest, echo: Callable[[str], None] | None = None) -> dic
                 raise ProfilerError(
                     f"--names: the step names no {', '.join(unknown)} (it has {', '.join(n.name for n in names)})"
                 )
-        result = search(names, compiler, req.max_compiles, say, set(req.only) if req.only else None)
+        seeds = record.seeds() if record is not None else []
+        if seeds:
+            say(f"tune: {len(seeds)} placement(s) chosen by earlier tunes of this step tried first ({record.folder})")
+        result = search(names, compiler, req.max_compiles, say, set(req.only) if req.only else None, seeds)
         search_compiles, search_seconds = compiler.compiles, compiler.seconds
         presets = evaluate_presets(names, compiler) if req.presets else []
     doc = document(req, names, found, result, presets, compiler, link, limit, limit_why, label)
+    if record is not None and result.best is not None:
+        record.remember(result.best.candidate, link.link.key, link.link.gbps, limit)
+    doc["record"] = (
+        {"folder": str(record.folder), "reused": compiler.reused, "stored": record.stored, "seeds": len(seeds)}
+        if record is not None
+        else None
+    )
     doc["calibration"] = cal_doc
     doc["step"] = {"name": ready.get("step"), "chosen_by": ready.get("chosen_by"), "jax": ready.get("jax")}
     doc["target"].update({"key": builtin.key if builtin else None, "spec_file": str(out / "target.txtpb")})
@@ -160,6 +173,14 @@ def run_tune(req: TuneRequest, echo: Callable[[str], None] | None = None) -> dic
     folder.write_json(out / "tune.json", doc)
     folder.write_json(out / "plan.json", plan_document(doc))
     return doc
+
+
+def open_record(req: TuneRequest, found: dict[str, Any], spec: str, ready: dict[str, Any]) -> Record | None:
+    """The record of this step's compiles on this target with these flags; None with --no-cache or when
+    the script's answer has no step fingerprint."""
+    if not req.cache or not found.get("fingerprint"):
+        return None
+    return Record(cache_root(), step_key(found["fingerprint"], spec, req.xla_options, ready.get("jax")))
 
 
 def evaluate_presets(names: list[Name], compiler: Compiler) -> list[Tried]:

@@ -19,13 +19,19 @@ Every candidate costs a compile, so the search prunes before compiling:
    placement; the best that helps is taken and the round repeats, until none helps
    (a local optimum) or the compile budget runs out.
 
+*Incumbents* (``seeds``: the placements other searches of the same step chose, on other links or
+limits, already compiled) are predicted here first, before any compile, and the one-change
+rounds start from the best of them when it beats the greedy path.  A compiled placement only
+gains from a faster link, so a faster link's search seeded with a slower link's choice never
+chooses a slower step than that one (the search alone is greedy: it is not monotone in the link).
+
 "Helps" means faster by more than ``TOLERANCE`` of the step (the model's numbers are
 exact, its meaning is not), within the memory limit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -61,6 +67,8 @@ class Search:
     base: Tried | None = None
     compiles: int = 0
     only: set[str] | None = None  # the names searched (--names); None: all
+    budget_cut: bool = False  # the compile budget stopped the search before a local optimum
+    budget: int = 0
 
 
 class OutOfBudget(Exception):
@@ -103,6 +111,17 @@ class _Run:
         self.out = Search()
         self.seen: dict[str, Tried] = {}
         self.only: set[str] | None = None
+        self.seeds: list[Candidate] = []
+
+    def seeded(self) -> list[Tried]:
+        """The incumbents, the compiled ones first (a replay each, no compile)."""
+        out = []
+        for c in sorted(self.seeds, key=lambda c: not self.ev.cached(c)):
+            try:
+                out.append(self.get(c, "seed"))
+            except OutOfBudget:
+                break
+        return out
 
     def get(self, c: Candidate, stage: str) -> Tried:
         if c.key() in self.seen:
@@ -117,22 +136,42 @@ class _Run:
         return t
 
 
+def usable_seeds(names: list[Name], seeds: Iterable[Candidate], only: set[str] | None) -> list[Candidate]:
+    """The seeds that place exactly these names, and (with *only*) move none of the others."""
+    rest = {n.name: n.resting for n in names}
+    out = []
+    for c in seeds:
+        place = c.place()
+        if c.jax_policy or set(place) != set(rest):
+            continue
+        if only is not None and any(place[n] != rest[n] for n in rest if n not in only):
+            continue
+        if c not in out:
+            out.append(c)
+    return out
+
+
 def search(
     names: list[Name],
     evaluate: Evaluator,
     budget: int = 48,
     echo: Callable[[str], None] = print,
     only: set[str] | None = None,
+    seeds: Iterable[Candidate] = (),
 ) -> Search:
     """The search of the module docstring over *names*; *evaluate* compiles (and caches); with
-    *only*, just those names move (the others stay where they rest)."""
+    *only*, just those names move (the others stay where they rest); *seeds*: incumbent placements
+    (tried when they are compiled already, or while the budget allows)."""
     run = _Run(names, evaluate, budget, echo)
     run.only = only
+    run.seeds = usable_seeds(names, seeds, only)
     out = run.out
     out.only = only
+    out.budget = budget
     try:
         _search(run)
     except OutOfBudget:
+        out.budget_cut = True
         out.stop = f"the compile budget ran out ({budget} compiles; --max-compiles raises it)"
     out.best = best_of(out.tried)
     out.compiles = sum(1 for t in out.tried if t.compile_no is not None)
@@ -149,6 +188,7 @@ def _search(run: _Run) -> None:
         out.stop = "the step does not compile for the target with every named activation recomputed (see its error)"
         return
     run.get(everywhere(names, "device"), "bounds")
+    seeded = [t for t in run.seeded() if t.outcome is not None]
     if base.outcome is not None and not base.outcome.fits:
         off = run.get(everywhere(names, "offload"), "bounds")
         if off.outcome is None or not off.outcome.fits:
@@ -169,7 +209,7 @@ def _search(run: _Run) -> None:
             else:
                 why = _why_pruned(t.outcome, base.outcome, "keeping" if n.is_input else "recomputing")
                 out.pruned.append({"name": n.name, "place": place, "why": why})
-    if not promising:
+    if not promising and not seeded:
         out.stop = "no name moved alone to the device or to host memory helps: everything stays where it rests"
         return
     # 3. together, the largest gain first
@@ -184,6 +224,9 @@ def _search(run: _Run) -> None:
             if helps(t.outcome, current.outcome):
                 current = t
                 break
+    for t in seeded:  # an incumbent better than the greedy path: the local search starts there
+        if helps(t.outcome, current.outcome):
+            current = t
     # 4. one change at a time, until none helps
     while True:
         place_now = current.candidate.place()

@@ -39,6 +39,13 @@ def best_preset(doc: dict[str, Any]) -> dict[str, Any] | None:
     return min(rows, key=lambda r: r["predicted_step_ns"]) if rows else None
 
 
+def backend_of(manifest: dict[str, Any]) -> str | None:
+    """The platform whose XLA compiled a run's programs (``cpu``, ``gpu``), from the devices JAX saw
+    (the start-up hook's facts); None when the run recorded none."""
+    kinds = sorted({str(d.get("platform")) for d in manifest.get("devices") or [] if d.get("platform")})
+    return "+".join(kinds) if kinds else None
+
+
 def verify(
     doc: dict[str, Any],
     script: Path,
@@ -78,6 +85,7 @@ def verify(
                 "status": res.status,
                 "exit_code": res.exit_code,
                 "step_module": comp.get("step_module"),
+                "backend": backend_of(res.manifest),
                 "fingerprint": comp.get("fingerprint"),
                 "predicted_step_ns": row["predicted_step_ns"],
                 "predicted_exposed_ns": row["predicted_exposed_ns"],
@@ -86,7 +94,9 @@ def verify(
     prints = [r["fingerprint"] for r in results]
     ran = all(r["status"] == "ok" for r in results)
     different = len(results) == 2 and None not in prints and prints[0] != prints[1]
+    backends = sorted({r["backend"] for r in results if r["backend"]})
     return {
+        "backend": "+".join(backends) if backends else None,
         "runs": results,
         "ran": ran,
         "different_programs": different if len(results) == 2 else None,

@@ -8,7 +8,8 @@ the script, JAX and the target are set up once for all of them:
 
 - ``{"op": "names"}``: the step traced with every checkpoint recomputing everything;
   answers the activations its checkpoints name (``policy_swap.named_values``), those
-  tagged on a checkpoint's input, and how many checkpoints there are;
+  tagged on a checkpoint's input, how many checkpoints there are, and the traced step's
+  fingerprint (its jaxpr's text: what tune's record of compiles is keyed by);
 - ``{"op": "compile", "policy": DOC, "out": DIR, "options": {...}}``: the step compiled
   under policy DOC (``policy_swap``) with XLA's debug *options* (e.g.
   ``xla_gpu_enable_latency_hiding_scheduler``); writes ``DIR/step.hlo.txt``, answers the
@@ -20,8 +21,10 @@ A failed compile is an answer (``ok: false`` and the error), never the end of th
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any, NoReturn
@@ -39,9 +42,17 @@ def _traced_jaxpr(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     return policy_swap.open_jaxpr(traced)
 
 
+def jaxpr_fingerprint(jaxpr: Any) -> str:
+    """The SHA-256 of a jaxpr's text, object addresses (``<function f at 0x...>``) left out: the same
+    step traced in another process has the same fingerprint."""
+    text = re.sub(r" at 0x[0-9a-fA-F]+", "", str(jaxpr))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def _names(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     policy_swap.use({"jax": "nothing_saveable"})
-    values = policy_swap.named_values(_traced_jaxpr(step, args, kwargs))
+    jaxpr = _traced_jaxpr(step, args, kwargs)
+    values = policy_swap.named_values(jaxpr)
     seen = policy_swap.found()
     inside = set(seen["inside"])
     return {
@@ -50,6 +61,7 @@ def _names(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str
         "names": {k: v for k, v in values.items() if k in inside},
         "outside": sorted(set(values) - inside),  # tagged, but in no checkpoint: no policy reaches them
         "inputs": seen["inputs"],
+        "fingerprint": jaxpr_fingerprint(jaxpr),
     }
 
 

@@ -1,0 +1,122 @@
+"""The tune search's rules on outcomes given by hand (no compiler: the search is a pure function of
+what each placement predicts), and the verdict's tie rule.
+
+The table below is built so that the greedy search is *not* monotone in the link: on a fast link,
+offloading ``c`` alone wins the most, so the search takes it first; keeping ``a`` beside it then
+removes the recomputation that hid ``c``'s copies, and ``b`` no longer fits: it stops at a local
+optimum slower than what it chose on the slow link (``a`` and ``b`` kept), although that
+placement only gains from a faster link.  Seeded with the slow link's choice, it is monotone.
+"""
+
+from __future__ import annotations
+
+from profiler.analysis.accuracy import ROOFLINE
+from profiler.tune.candidate import Candidate, Name
+from profiler.tune.evaluate import Outcome
+from profiler.tune.explain import tie_line
+from profiler.tune.search import Search, Tried, best_of, search, usable_seeds
+
+MS = 1_000_000
+NAMES = [Name("a"), Name("b"), Name("c")]
+LIMIT = 11  # device units: a and b kept fit; either beside c offloaded, plus the other, does not
+
+
+def outcome(place: dict[str, str], fast: bool) -> Outcome:
+    """The table: the step in ms and the device memory in units of one placement on a slow or fast link."""
+    dev = 5 + sum({"device": 3, "offload": 1, "remat": 0}[place[n]] for n in "ab")
+    dev += {"device": 7, "offload": 1, "remat": 0}[place["c"]]
+    step = 100 - sum(10 if place[n] == "device" else (-3 if place[n] == "offload" else 0) for n in "ab")
+    if place["c"] == "device":
+        step -= 12
+    elif place["c"] == "offload":
+        kept = "device" in (place["a"], place["b"])
+        step += (-12 + (5 if kept else 0)) if fast else 5  # keeping a or b takes away what hid c's copies
+    return Outcome(step * MS, 0, step * MS, {}, {}, dev, 0, dev <= LIMIT)
+
+
+class Table:
+    """The search's evaluator over the table: counts each placement's first evaluation as a compile."""
+
+    def __init__(self) -> None:
+        self.fast = False
+        self.compiled: set[str] = set()
+        self.compiles = 0
+
+    def cached(self, c: Candidate) -> bool:
+        return c.key() in self.compiled
+
+    def __call__(self, c: Candidate) -> Outcome:
+        if c.key() not in self.compiled:
+            self.compiled.add(c.key())
+            self.compiles += 1
+        return outcome(c.place(), self.fast)
+
+
+def choose(table: Table, fast: bool, seeds: list[Candidate] = (), budget: int = 40) -> Tried:
+    table.fast = fast
+    choice = best_of(search(NAMES, table, budget=budget, echo=lambda s: None, seeds=seeds).tried)
+    assert choice is not None
+    return choice
+
+
+def test_the_greedy_search_alone_is_not_monotone_in_the_link():
+    table = Table()
+    slow, fast = choose(table, False), choose(table, True)
+    assert slow.candidate.place() == {"a": "device", "b": "device", "c": "remat"} and slow.outcome.step_ns == 80 * MS
+    assert fast.candidate.place() == {"a": "device", "b": "remat", "c": "offload"}
+    assert fast.outcome.step_ns == 83 * MS > slow.outcome.step_ns
+
+
+def test_seeded_with_the_slower_links_choice_it_is_monotone():
+    table = Table()
+    slow = choose(table, False)
+    fast = choose(table, True, seeds=[slow.candidate])
+    assert fast.outcome.step_ns <= slow.outcome.step_ns
+    assert fast.candidate == slow.candidate and fast.stage == "seed"
+    assert fast.compile_no is None  # compiled for the slow link: on the fast one a replay, not a compile
+
+
+def test_a_seed_is_tried_before_the_budget_runs_out():
+    """With a budget of the two bounds and the seed, the search is cut short, says so, and still has
+    the seed's step: a budget cut never costs the incumbent."""
+    table = Table()
+    slow = choose(table, False)
+    fresh = Table()  # nothing compiled: the seed costs a compile too
+    fresh.fast = True
+    result = search(NAMES, fresh, budget=3, echo=lambda s: None, seeds=[slow.candidate])
+    assert result.budget_cut and "budget ran out" in result.stop
+    assert best_of(result.tried).candidate == slow.candidate
+
+
+def test_seeds_that_do_not_fit_the_names_are_left_out():
+    ok = Candidate.of({"a": "device", "b": "remat", "c": "offload"})
+    other = Candidate.of({"a": "device", "z": "remat"})
+    assert usable_seeds(NAMES, [ok, other, ok, Candidate.jax("dots_saveable")], None) == [ok]
+    assert usable_seeds(NAMES, [ok], {"a"}) == []  # it moves c, which --names a keeps where it rests
+    assert usable_seeds(NAMES, [ok], {"a", "c"}) == [ok]
+
+
+def _tried(places: dict[str, str], step_ms: int, device: int, stage: str = "together") -> Tried:
+    return Tried(Candidate.of(places), Outcome(step_ms * MS, 0, step_ms * MS, {}, {}, device, 0, True), stage, None)
+
+
+def test_a_tie_with_a_preset_names_the_lighter_one_and_a_same_program_is_no_tie():
+    """The verdict's tie: presets count (the choice is the best of the search and the presets), and a
+    candidate that compiled to the choice's own program is the choice, not a tie."""
+    names = [Name("a"), Name("b")]
+    gib = 2**30
+    choice = _tried({"a": "device", "b": "device"}, 100, 40 * gib)
+    twin = _tried({"a": "device", "b": "remat"}, 100, 40 * gib)  # the same program as the choice
+    out = Outcome(105 * MS, 0, 105 * MS, {}, {}, 20 * gib, 0, True)
+    preset = Tried(Candidate.jax("dots_saveable"), out, "preset", 9)
+    program = {choice.candidate.key(): "p1", twin.candidate.key(): "p1", preset.candidate.key(): "p2"}
+    line = tie_line(choice, Search(tried=[choice, twin]), names, ROOFLINE, [preset], lambda c: program[c.key()])
+    assert line is not None and line.startswith("a tie: 1 other fitting placement is predicted within 10% of it")
+    assert line.endswith(
+        "of them jax:dots_saveable (+5.0% predicted) leaves 20.0 GiB more device memory free: pick it for headroom"
+    )
+    # within 10% of the choice's own step, as the line says: 10.5% slower is no tie (though 9.5% of the slower)
+    edge = Tried(Candidate.jax("x"), Outcome(110_500_000, 0, 0, {}, {}, 1, 0, True), "preset", 10)
+    assert tie_line(choice, Search(tried=[choice]), names, ROOFLINE, [edge], lambda c: None) is None
+    # without the preset, only the twin is close: the same program, no tie
+    assert tie_line(choice, Search(tried=[choice, twin]), names, ROOFLINE, [], lambda c: program[c.key()]) is None
