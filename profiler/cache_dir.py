@@ -27,7 +27,7 @@ TAG = (
     "# This file is a cache directory tag created by profile-step.\n"
     "# `profile-step cache --clear` empties this folder; see https://bford.info/cachedir/\n"
 )
-KINDS = ("exports", "dashboard")  # the sub-folders profile-step writes (all that clear removes)
+KINDS = ("exports", "dashboard", "tune")  # the sub-folders profile-step writes (all that clear removes)
 
 
 def root() -> Path:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from profiler.cache_dir import KINDS, cache_dir
 from profiler.tune.candidate import Candidate
-from profiler.tune.record import Record, cache_root, step_key
+from profiler.tune.record import Record, step_key
 
 SPEC = "gpu_device_info { threads_per_block_limit: 1024 }\n"
 
@@ -20,12 +21,15 @@ def _answer(tmp: Path, text: str = "HloModule jit_step\n") -> dict:
             "seconds": 1.5, "checkpoints": 2, "notes": []}  # fmt: skip
 
 
-def test_the_cache_folder(monkeypatch, tmp_path):
+def test_the_record_is_the_caches_tune_folder(monkeypatch, tmp_path):
+    """One owner of the cache folder (profiler/cache_dir.py): the record is its ``tune`` sub-folder,
+    which ``profile-step cache --clear`` empties with the others."""
     monkeypatch.setenv("PROFILE_STEP_CACHE", str(tmp_path / "c"))
-    assert cache_root() == tmp_path / "c"
+    assert cache_dir("tune") == tmp_path / "c" / "tune"
     monkeypatch.delenv("PROFILE_STEP_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
-    assert cache_root() == tmp_path / "x" / "profile-step"
+    assert cache_dir("tune") == tmp_path / "x" / "profile-step" / "tune"
+    assert "tune" in KINDS
 
 
 def test_the_key_is_the_step_the_target_the_flags_and_jax(monkeypatch):

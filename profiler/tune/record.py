@@ -34,16 +34,6 @@ CHOICES = "choices.json"
 KEPT = ("module", "memory", "seconds", "checkpoints", "notes")  # the answer's fields kept beside the HLO
 
 
-def cache_root() -> Path:
-    """``$PROFILE_STEP_CACHE``, else ``$XDG_CACHE_HOME/profile-step``, else ``~/.cache/profile-step`` (the
-    rule of the project's other caches; the record is its ``tune`` sub-folder)."""
-    given = os.environ.get("PROFILE_STEP_CACHE")
-    if given:
-        return Path(given).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "profile-step"
-
-
 def _digest(doc: Any) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -64,8 +54,8 @@ def step_key(step_fingerprint: str, target_spec: str, options: dict[str, Any], j
 class Record:
     """One step's compiles on one target with one set of flags (a folder of the cache)."""
 
-    def __init__(self, root: Path, key: str) -> None:
-        self.folder = root / "tune" / key
+    def __init__(self, root: Path, key: str) -> None:  # root: the cache's tune folder
+        self.folder = root / key
         self.key = key
         self.stored = 0
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from profiler.analysis.links import Link
+from profiler.cache_dir import cache_dir
 from profiler.capture.plan import find_python, predict_links, usable_fraction
 from profiler.capture.tune_session import CompileSession, script_command
 from profiler.errors import InputError, ProfilerError
@@ -21,7 +22,7 @@ from profiler.tune import forms
 from profiler.tune.candidate import Name
 from profiler.tune.compiler import Compiler
 from profiler.tune.document import document, plan_document
-from profiler.tune.record import Record, cache_root, step_key
+from profiler.tune.record import Record, step_key
 from profiler.tune.search import Tried, search
 from profiler.xla import targets
 
@@ -180,7 +181,7 @@ def open_record(req: TuneRequest, found: dict[str, Any], spec: str, ready: dict[
     the script's answer has no step fingerprint."""
     if not req.cache or not found.get("fingerprint"):
         return None
-    return Record(cache_root(), step_key(found["fingerprint"], spec, req.xla_options, ready.get("jax")))
+    return Record(cache_dir("tune"), step_key(found["fingerprint"], spec, req.xla_options, ready.get("jax")))
 
 
 def evaluate_presets(names: list[Name], compiler: Compiler) -> list[Tried]:
