@@ -127,7 +127,13 @@ def _plan(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Path) -
     """Deviceless compilation for the target; writes the facts and ends the script."""
     doc: dict[str, Any] = {"module": None, "notes": []}
     try:
-        sds_args, sds_kwargs, doc["device_kind"] = for_target(args, kwargs)
+        if hasattr(step, "_fun") and hasattr(step, "_jit_info"):  # a jax.jit function: traced for the target
+            from profiler.xla.retarget import on_target, target_devices
+
+            step, sds_args, sds_kwargs = on_target(step._fun, step._jit_info, args, kwargs)
+            doc["device_kind"] = target_devices(1)[0].device_kind
+        else:
+            sds_args, sds_kwargs, doc["device_kind"] = for_target(args, kwargs)
         if os.environ.get(TUNE_FDS_ENV):  # profile-step tune: one compile per policy it asks for
             from profiler.xla.tune_server import serve
 
