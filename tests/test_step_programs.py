@@ -169,7 +169,8 @@ def test_compare_says_when_the_sides_steps_are_different_programs(tmp_path):
     assert said == [
         "step (default): base jit_step (program 6): ran 3 times, the only program that ran more than once "
         "(jit_init ran once); head jit_update (program 4): ran 3 times, the only program that ran more than once "
-        "(jit_init ran once): the per-step numbers compare different programs"
+        "(jit_init ran once): head's step is another program: jit_update, not jit_step as base; the per-step "
+        "numbers compare different programs, no percentage between them"
     ]
     assert "step (" not in render_terminal(compare([base], [same], []))  # program ids differ per process
 
