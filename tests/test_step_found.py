@@ -207,3 +207,38 @@ def test_plan_compiles_a_handed_over_step_with_its_device_put(aot_python, tmp_pa
     (res,) = doc["results"]
     assert res["status"] == "ok", res["notes"]
     assert res["compiled"]["module"] == "jit_hybrid_step"
+
+
+def test_plan_takes_the_step_of_an_unedited_script_as_tune_does(aot_python, tmp_path):
+    """The trainer hands no step over: plan takes it from its jit calls (the step, never its schedule),
+    and --step NAME@LINE the later of two same-named functions."""
+    doc = json.loads(
+        run_cli(
+            "plan",
+            "--python",
+            aot_python,
+            "--policies",
+            "nothing",
+            "--batch-arg",
+            "",
+            "--json",
+            "--out",
+            str(tmp_path / "p"),
+            str(TRAINER),
+            timeout=600,
+        ).stdout
+    )
+    (row,) = doc["plan"]["rows"]
+    assert row["status"] == "ok" and row["module"] == "jit_train_step"
+    assert any(
+        n.startswith("the script handed no step to annotate.compiled_step(): the step is train_step")
+        for n in row["notes"]
+    )
+    assert row["flops_per_step"] and row["step_signature"]
+    second = def_lines("scanned")[1]
+    proc = run_cli("plan", "--python", aot_python, "--policies", "default", "--batch-arg", "", "--json",
+                   "--step", f"scanned@{second}", "--out", str(tmp_path / "q"), str(SEVERAL), timeout=600)  # fmt: skip
+    (row,) = json.loads(proc.stdout)["plan"]["rows"]
+    assert row["module"] == "jit_scanned" and row["planned_d2h_bytes_per_step"]  # the second: it offloads
+    bad = run_cli("plan", "--python", aot_python, "--step", "a b", str(SEVERAL))
+    assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1].startswith("profile-step: error: --step ")

@@ -46,7 +46,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
         out_dir=Path(args.out) if args.out else None,
         plans_dir=Path(args.plans_dir),
         links=[given_link(k.strip()) for group in args.link or [] for k in group.split(",") if k.strip()] or None,
+        step=args.step,
     )
+    if args.step is not None:
+        from profiler.capture.step_catch import parse_step
+
+        try:
+            parse_step(args.step)
+        except ValueError as exc:
+            raise ProfilerError(str(exc)) from None
     if args.link and not req.links:
         raise ProfilerError(f"--link: no link named in {','.join(args.link)!r}")
     if getattr(args, "pgle", None) or getattr(args, "calibrate", None):  # issue 23: measured costs
@@ -102,6 +110,13 @@ def add(sub: Any, shared: Shared) -> None:
         metavar="RECORDING",
         help="a recorded run instead of a script (run folder, nsys export or report beside an XLA dump, nsys-jax "
         "archive): its step replayed with its own durations, its roofline, and predicted on --target/--link",
+    )
+    pl.add_argument(
+        "--step",
+        default=None,
+        metavar="NAME|NAME@LINE|FILE:LINE",
+        help="for a script that hands no step to annotate.compiled_step(): the jitted function to take (default: the "
+        "first with a jax.checkpoint it runs twice, as tune takes it)",
     )
     pl.add_argument("--batch", default=None, metavar="N[,N...]", help="micro batch sizes, passed as --batch N")
     pl.add_argument("--batch-arg", default="--batch", metavar="FLAG", help="how the script takes the batch ('' none)")
