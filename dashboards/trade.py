@@ -245,7 +245,7 @@ def policy_datatable(
     for r, lab in zip(rows, labels, strict=True):
         data.append(
             {
-                "run": lab,
+                "run": lab + (f" {OTHER_PROGRAM}" if r.get("program_differs") else ""),  # its step: another program
                 "steps": r["steps"],
                 "step": div(r["median_step_ns"], t_div),
                 "spread": "-"

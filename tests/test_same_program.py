@@ -135,3 +135,14 @@ def test_the_verdict_says_when_the_fastest_and_the_next_are_different_programs(t
     text = render_verdict(verdict(runs(tmp_path)))
     assert "their steps are different programs" in text
     assert "their steps are different programs" not in render_verdict(verdict(runs(tmp_path / "s", "jit_step")))
+
+
+def test_the_dashboards_policy_table_marks_the_row_and_gives_no_percentage(tmp_path):
+    from dashboards.trade import policy_datatable
+
+    table, lines = policy_datatable(policy_table(runs(tmp_path)), ["none", "recompute"])
+    none, other = table.data
+    assert none["run"] == "none" and none["recompute"] == 0
+    assert other["run"] == "recompute ≠" and other["recompute"] is None
+    assert "another program: recompute's step is another program: jit_scanned, not jit_step as the 'none' run: " \
+        "no percentage between them" in lines  # fmt: skip
