@@ -131,7 +131,7 @@ def _plan(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Path) -
         if hasattr(step, "_fun") and hasattr(step, "_jit_info"):  # a jax.jit function: traced for the target
             from profiler.xla.retarget import on_target, target_devices
 
-            step, sds_args, sds_kwargs = on_target(step._fun, step._jit_info, args, kwargs)
+            step, sds_args, sds_kwargs = on_target(step._fun, step._jit_info, args, kwargs, one_device=True)
             doc["device_kind"] = target_devices(1)[0].device_kind
         else:
             sds_args, sds_kwargs, doc["device_kind"] = for_target(args, kwargs)

@@ -198,14 +198,24 @@ def script_context(rt: Retarget) -> Callable[[], Any]:
 
 
 def on_target(
-    fun: Any, info: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    fun: Any, info: Any, args: tuple[Any, ...], kwargs: dict[str, Any], one_device: bool = False
 ) -> tuple[OnTarget, tuple[Any, ...], dict[str, Any]]:
     """The step (its function and ``jit`` settings) and its arguments, on the target; static
-    arguments as given."""
+    arguments as given.  *one_device* (``plan``: one device, no sharding): every argument replicated
+    on one target device, its memory kind kept."""
     import jax
 
     rt = Retarget()
+
+    def single(a: Any) -> Any:
+        if not (hasattr(a, "shape") and hasattr(a, "dtype")):
+            return a
+        kind = getattr(getattr(a, "sharding", None), "memory_kind", None)
+        rep = jax.sharding.NamedSharding(rt.one(), jax.sharding.PartitionSpec(), memory_kind=kind)
+        return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep)
+
+    move = single if one_device else rt.arg
     static = set(info.static_argnums)
-    t_args = tuple(a if i in static else jax.tree.map(rt.arg, a) for i, a in enumerate(args))
-    t_kwargs = {k: v if k in info.static_argnames else jax.tree.map(rt.arg, v) for k, v in kwargs.items()}
+    t_args = tuple(a if i in static else jax.tree.map(move, a) for i, a in enumerate(args))
+    t_kwargs = {k: v if k in info.static_argnames else jax.tree.map(move, v) for k, v in kwargs.items()}
     return OnTarget(fun, info, script_context(rt), rt), t_args, t_kwargs
