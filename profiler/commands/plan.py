@@ -33,21 +33,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
         batches: list[int | None] = [int(b) for b in args.batch.split(",")] if args.batch else [None]
     except ValueError:
         raise ProfilerError(f"--batch: expected numbers like 1,4,8, got {args.batch!r}") from None
-    req = PlanRequest(
-        script=Path(args.script),
-        script_args=list(args.script_args),
-        policies=policies,
-        batches=batches,
-        target=args.target or "h100",
-        python=args.python,
-        batch_arg=args.batch_arg or None,
-        policy_arg=args.policy_word or args.policy_arg,
-        policy_word=bool(args.policy_word),
-        out_dir=Path(args.out) if args.out else None,
-        plans_dir=Path(args.plans_dir),
-        links=[given_link(k.strip()) for group in args.link or [] for k in group.split(",") if k.strip()] or None,
-        step=args.step,
-    )
     if args.step is not None:
         from profiler.capture.step_catch import parse_step
 
@@ -55,6 +40,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
             parse_step(args.step)
         except ValueError as exc:
             raise ProfilerError(str(exc)) from None
+    req = PlanRequest(
+        script=Path(args.script),
+        script_args=list(args.script_args),
+        policies=policies,
+        batches=batches,
+        target=args.target or "h100",
+        python=args.python,
+        step=args.step,
+        batch_arg=args.batch_arg or None,
+        policy_arg=args.policy_word or args.policy_arg,
+        policy_word=bool(args.policy_word),
+        out_dir=Path(args.out) if args.out else None,
+        plans_dir=Path(args.plans_dir),
+        links=[given_link(k.strip()) for group in args.link or [] for k in group.split(",") if k.strip()] or None,
+    )
     if args.link and not req.links:
         raise ProfilerError(f"--link: no link named in {','.join(args.link)!r}")
     if getattr(args, "pgle", None) or getattr(args, "calibrate", None):  # issue 23: measured costs
