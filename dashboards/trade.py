@@ -34,7 +34,7 @@ from dashboards.styles import CELL, FAINT_COLOR, HEADER_WRAP, SAME_STEP_BACKGROU
 from dashboards.view import Page, TabView
 from profiler.analysis.policies import frontier, per_step_and_gpu, planned_vs_moved, policy_table
 from profiler.predict.recorded import predicted
-from profiler.report.policies_text import policy_marks
+from profiler.report.policies_text import OTHER_PROGRAM, policy_marks
 from profiler.stored.summary import RunSummary
 from profiler.units import byte_unit, human_bytes, human_time, si, time_unit
 
@@ -245,7 +245,7 @@ def policy_datatable(
     for r, lab in zip(rows, labels, strict=True):
         data.append(
             {
-                "run": lab,
+                "run": lab + (f" {OTHER_PROGRAM}" if r.get("program_differs") else ""),  # its step: another program
                 "steps": r["steps"],
                 "step": div(r["median_step_ns"], t_div),
                 "spread": "-"
@@ -333,7 +333,13 @@ def policy_datatable(
         lines.insert(0, "left out, no value in any run: " + "; ".join(c["name"].split(" (")[0] for c in empty))
     if tab.get("baseline"):
         lines.append(f"recompute: FLOPs per step against the {tab['baseline']!r} policy")
-    marks = {"=": "same compiled step", "~": "within the noise", "!": "runs apart", "cpu": "CPU runs"}
+    marks = {
+        "=": "same compiled step",
+        "~": "within the noise",
+        "!": "runs apart",
+        "cpu": "CPU runs",
+        OTHER_PROGRAM: "another program",
+    }
     lines = [f"{marks.get(m, m)}: {text}" for m, text in policy_marks(tab)] + lines
     table = dash_table.DataTable(
         id=ids.TRADE_TABLE,

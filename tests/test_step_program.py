@@ -4,6 +4,7 @@ by hand from the rule (the programs that ran more than once, then GPU time, exec
 
 from __future__ import annotations
 
+from profiler.units import si
 from profiler.xla.step_program import NO_PROGRAM, Program, StepProgram, choose, program_label
 
 
@@ -38,7 +39,10 @@ def test_one_jit_name_as_three_programs():
     ]
     step = choose(progs)
     assert (step.name, step.program_id) == ("jit_train_step", 6)
-    assert step.how == "jit_train_step (program 6): ran 5 times, the program that ran most often (jit_init ran once)"
+    assert step.how == (
+        "jit_train_step (program 6): ran 5 times (9 times with its other programs), "
+        "the only jit name that ran more than once (jit_init ran once)"
+    )
     assert step.others == "jit_train_step also ran as 2 other programs, 3 times and once: not the step"
     assert step.sentence == step.how + "; " + step.others
     assert step.is_program("jit_train_step", 6) and not step.is_program("jit_train_step", 8)
@@ -50,9 +54,46 @@ def test_other_names_are_said_by_name():
     progs += [Program("jit_a", 1, 1), Program("jit_b", 2, 1)]
     assert choose(progs).how == (
         "jit_step (program 22): ran 5 times, the only program that ran more than once "
-        "(jit_a ran once, jit_b ran once, 1 more program name)"
+        "(jit_scanned ran as 2 programs, once each, jit_a ran once, 1 more program name)"
     )
     assert choose(progs[:3]).how.endswith("(jit_scanned ran as 2 programs, once each)")
+
+
+def test_a_step_as_two_programs_beats_a_helper_that_runs_once_per_step():
+    """The public trainer of issue 44: its step compiled as two programs under one jit name (a logging
+    variant every few steps: 27 and 24 executions) and a learning-rate schedule jitted once per step
+    (51 executions, 16 FLOPs).  Counted together the step ran as often as the schedule; its work
+    (FLOPs x executions) decides, never the schedule's count."""
+    progs = [
+        Program("jit_train_step", 3, 27, host_ns=27_000, flops=2.0e9),
+        Program("jit_train_step", 5, 24, host_ns=24_500, flops=2.1e9),
+        Program("jit_schedule", 2, 51, host_ns=90_000, flops=16.0),
+        Program("jit_init", 1, 1, host_ns=500_000, flops=9.0e9),
+    ]
+    step = choose(progs)
+    assert (step.name, step.program_id, step.executions) == ("jit_train_step", 3, 27)
+    work = 27 * 2.0e9 + 24 * 2.1e9
+    assert step.how == (
+        f"jit_train_step (program 3): ran 27 times (51 times with its other program), the most work "
+        f"({si(work)}FLOP in all) of the jit names that ran more than once "
+        "(jit_schedule ran 51 times, jit_init ran once)"
+    )
+    assert step.others == "jit_train_step also ran as another program 24 times: not the step"
+    # without FLOPs (a trace without its compiled modules) the step's GPU time decides; its count never loses
+    no_flops = [Program(p.name, p.program_id, p.executions, gpu_ns=p.executions * (9 if p.flops > 1e3 else 1))
+                for p in progs]  # fmt: skip
+    assert choose(no_flops).name == "jit_train_step"
+    # nothing but counts and host time (XLA:CPU, no dump): the two programs together tie with the schedule
+    assert choose([Program(p.name, p.program_id, p.executions, host_ns=p.host_ns) for p in progs]).name == (
+        "jit_schedule"  # the schedule's 90 us of host time: only work or GPU time can tell them apart
+    )
+
+
+def test_unknown_flops_count_as_no_work():
+    """A name whose modules are not in the dump has no work: a name with known FLOPs wins over it."""
+    progs = [Program("jit_step", 4, 5, flops=1e6), Program("jit_other", 8, 9)]
+    assert choose(progs).name == "jit_step"
+    assert choose([Program("jit_step", 4, 5), Program("jit_other", 8, 9)]).name == "jit_other"
 
 
 def test_as_often_as_another_the_most_host_time():
@@ -65,7 +106,8 @@ def test_the_step_the_script_names_narrows_the_choice_to_its_programs():
     step = choose(progs, declared="jit_step")
     assert (step.name, step.program_id) == ("jit_step", 5)
     assert step.how.startswith(
-        "jit_step (program 5): ran 4 times, the step the script handed to annotate.compiled_step"
+        "jit_step (program 5): ran 4 times (5 times with its other program), "
+        "the step the script handed to annotate.compiled_step (jit_data ran 10 times)"
     )
     assert step.others == "jit_step also ran as another program once: not the step"
     # a name that never ran: the rule as without it

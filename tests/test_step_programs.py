@@ -61,9 +61,10 @@ def test_one_jit_name_three_programs_the_step_is_the_one_that_repeats(captured):
     assert sorted(runs.values()) == [1, 2, 5]  # step 0; the logging variant (steps 2, 5); steps 1, 3, 4, 6, 7
     step = next(p for p, n in runs.items() if n == 5)
     assert programs(compiled, "jit__psum") and max(programs(compiled, "jit__psum").values()) == 1
-    # repeated: 5 and 2 executions; no GPU time on a CPU: the most executions.  Said once, by the run line:
+    # its three programs counted together (8 times), the only name that repeats.  Said once, by the run line:
     said = (
-        f"jit_train_step (program {step}): ran 5 times, the program that ran most often (jit__psum ran once); "
+        f"jit_train_step (program {step}): ran 5 times (8 times with its other programs), the only jit name that "
+        "ran more than once (jit__psum ran once); "
         "jit_train_step also ran as 2 other programs, twice and once: not the step"
     )
     lines = stdout.splitlines()
@@ -168,7 +169,8 @@ def test_compare_says_when_the_sides_steps_are_different_programs(tmp_path):
     assert said == [
         "step (default): base jit_step (program 6): ran 3 times, the only program that ran more than once "
         "(jit_init ran once); head jit_update (program 4): ran 3 times, the only program that ran more than once "
-        "(jit_init ran once): the per-step numbers compare different programs"
+        "(jit_init ran once): head's step is another program: jit_update, not jit_step as base; the per-step "
+        "numbers compare different programs, no percentage between them"
     ]
     assert "step (" not in render_terminal(compare([base], [same], []))  # program ids differ per process
 

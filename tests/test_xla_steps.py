@@ -101,7 +101,7 @@ def test_a_recompiled_program_is_its_own_group(build):
     assert steps["source"] == "the executions of jit_step (program 2)"  # 3 x 500 ns of GPU against 2 x 200 ns
     assert [s["excluded"] is not None for s in steps["steps"]] == [True, False, False]
     assert steps["source_note"] == (
-        "jit_step (program 2): ran 3 times, the most GPU time of the programs that ran more than once; "
+        "jit_step (program 2): ran 3 times (5 times with its other program), the most GPU time of its programs; "
         "jit_step also ran as another program twice: not the step"
     )
 

@@ -31,6 +31,7 @@ from profiler.stored.folder import compiled_of
 from profiler.trace.loader import Trace
 from profiler.units import natural_key
 from profiler.xla.names import DEFAULT_LAYER_PATTERN, parse_xla
+from profiler.xla.step_program import module_flops
 
 OUTLIER_FACTOR = 2.0  # a step slower than this times the median is left out of summaries
 TOP_KERNELS = 3
@@ -320,9 +321,9 @@ class Breakdown:
         if modules.height == 0:  # no XLA module executions: nothing to project, no ops to build
             return module_steps(r, self.pairs.clear(), pl.DataFrame())
         if set(self.kinds) == set(attribution.OP_KINDS):
-            return module_steps(r, self.pairs, self.ops, declared)
+            return module_steps(r, self.pairs, self.ops, declared, module_flops(self.compiled))
         ops = attribution.gpu_ops(self.trace, attribution.OP_KINDS)
-        return module_steps(r, attribution.attribute(ops, modules), ops, declared)
+        return module_steps(r, attribution.attribute(ops, modules), ops, declared, module_flops(self.compiled))
 
     def step_ranges(self) -> pl.DataFrame:
         """The steps, in time order: index, range_id (its range, or its first XLA execution), name,

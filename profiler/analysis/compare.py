@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from profiler.stored.summary import LayerSummary, RunSummary, StepRow
+from profiler.xla.same_program import difference, same_program
 
 DEFAULT_THRESHOLDS = (
     "exposed_ns:+10%",
@@ -284,6 +285,10 @@ def compare(
             checks.append({"threshold": t.text, "failed": failed, "note": note})
             if failed:
                 result["failures"].append({"policy": p, "threshold": t.text, **metrics[t.metric]})
+        differs = programs_differ(_step(b), _step(h))
+        if differs:  # each side's numbers stand, no percentage between them
+            for d in metrics.values():
+                d["relative"] = None
         found = findings_diff(b, h)
         for f in found["new"]:
             if _gated(f, finding_gates or []):
@@ -315,10 +320,19 @@ def compare(
                 "work": work,
                 "gpu_activity": {"base": b.gpu_ran, "head": h.gpu_ran},
                 "step": {"base": _step(b), "head": _step(h)},
+                "programs_differ": differs,
             }
         )
     result["passed"] = not result["failures"]
     return result
+
+
+def programs_differ(base: dict[str, Any], head: dict[str, Any]) -> str | None:
+    """How the two sides' step programs differ (``xla.same_program``), or None when they are the same
+    program or one is not known."""
+    if same_program(base, head) is not False:
+        return None
+    return difference(head, base, "base")
 
 
 def _step(run: RunSummary) -> dict[str, Any]:
@@ -326,6 +340,7 @@ def _step(run: RunSummary) -> dict[str, Any]:
     fingerprint of its compiled module)."""
     comp = run.compiled or {}
     return {
+        "step_signature": comp.get("signature"),
         "step_name": comp.get("step_name"),
         "step_program": comp.get("step_program"),
         "chosen_by": comp.get("chosen_by"),

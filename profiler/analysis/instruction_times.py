@@ -24,7 +24,7 @@ import polars as pl
 
 from profiler.analysis.xla_steps import gpu_projection, outside_compiles, programs_of
 from profiler.xla.names import parse_xla
-from profiler.xla.step_program import StepProgram, choose
+from profiler.xla.step_program import StepProgram, choose, with_flops
 
 I64 = pl.Int64
 SPAN_SCHEMA = {"execution": I64, "hlo_op": pl.String, "start": I64, "end": I64, "bytes": I64, "cls": pl.String}
@@ -117,17 +117,21 @@ def projection_spans(proj: pl.DataFrame, module: str | None = None) -> tuple[pl.
 
 
 def _executions(
-    ranges: pl.DataFrame, module: str | None, declared: str | None = None
+    ranges: pl.DataFrame,
+    module: str | None,
+    declared: str | None = None,
+    flops: dict[tuple[str, int], float] | None = None,
 ) -> tuple[StepProgram, pl.DataFrame]:
     """(the step program by the one rule, its XlaModule ranges in time order numbered by ``execution``)
     from ranges named by ``_xla`` with ``gpu_ns`` per range (and ``host_ns`` where the host time is not
     ``end - start``).  Executions inside compilation (autotuning) and ranges without a ``program_id``
     are never the step's.  *module*: only programs of that name; *declared*: the name the script
-    handed to ``annotate.compiled_step`` (the rule's narrowing, as in ``Breakdown.module_steps``)."""
+    handed to ``annotate.compiled_step`` (the rule's narrowing, as in ``Breakdown.module_steps``);
+    *flops*: FLOPs per execution by (module, program id) (``step_program.module_flops``)."""
     mods = outside_compiles(ranges).filter(pl.col("program_id").is_not_null())
     if mods.height == 0:
         raise ValueError("no XlaModule range with a program_id: not a trace of XLA executions")
-    step = choose(programs_of(mods), module or declared)
+    step = choose(with_flops(programs_of(mods), flops or {}), module or declared)
     if step.name is None or (module and step.name != module):
         ran = ", ".join(sorted(set(mods["hlo_module"].drop_nulls().to_list()))[:5])
         raise ValueError(f"no execution of module {module!r} in the trace (it ran {ran})")
@@ -142,6 +146,7 @@ def export_spans(
     pairs: pl.DataFrame,
     module: str | None = None,
     declared: str | None = None,
+    flops: dict[tuple[str, int], float] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame, StepProgram]:
     """(spans, executions, the step program) from an export's NVTX *ranges* (attribution's: range_id,
     name, domain, start, end, global_tid), its GPU *ops* (op_id, start, end, kind, cls, bytes) and
@@ -151,7 +156,7 @@ def export_spans(
     mods = r.filter(pl.col("xla_kind") == "module")
     proj = gpu_projection(mods, pairs, ops).select("range_id", "gpu_ns", "gpu_start", "gpu_end")
     r = r.join(proj, on="range_id", how="left")
-    step, execs = _executions(r, module, declared)
+    step, execs = _executions(r, module, declared, flops)
     thunks = r.filter(pl.col("xla_kind") == "thunk").select("range_id", "hlo_op", "start", "end", "global_tid")
     # a thunk range that holds other thunk ranges (a loop's, around its body's thunks on every trip):
     # the next range of its thread starts before it ends

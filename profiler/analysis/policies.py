@@ -47,6 +47,7 @@ from profiler.analysis.offload_plan import by_layer, label
 from profiler.conventions import NO_NVTX_NOTE, NVTX_REQUIREMENT
 from profiler.stored.summary import RunSummary, StepRow
 from profiler.xla.buffers import device_bytes
+from profiler.xla.same_program import difference, same_program
 from profiler.xla.step_program import StepProgram, program_label
 from profiler.xla.targets import peak_tflops
 
@@ -118,7 +119,9 @@ def step_compiled(compiled: dict[str, Any] | None, step: StepProgram | None = No
         out.update(module=None if not same else handed, chosen_by=why, notes=notes, plan=None)
         out["memory"] = handed_doc.get("memory") if same else None
         out["cost"] = handed_doc.get("cost") if same else None
+        out["signature"] = handed_doc.get("signature") if same else None
         return out
+    signature = chosen.get("signature") or (handed_doc.get("signature") if chosen["name"] == handed else None)
     memory = chosen.get("memory") or (handed_doc.get("memory") if chosen["name"] == handed else None)
     cost = chosen.get("cost") or (handed_doc.get("cost") if chosen["name"] == handed else None)
     return {
@@ -131,6 +134,7 @@ def step_compiled(compiled: dict[str, Any] | None, step: StepProgram | None = No
         "plan_note": chosen.get("plan_note"),
         "platform": chosen.get("platform"),
         "fingerprint": (chosen.get("fingerprint") or {}).get("value"),
+        "signature": signature,
         "agreement": compiled.get("agreement"),
         "notes": notes + list(chosen.get("notes") or []),
     }
@@ -251,6 +255,9 @@ def policy_row(run: RunSummary | dict[str, Any], peak_override: float | None = N
         "recompute_overhead": None,
         "step_module": comp.get("module"),
         "step_program": comp.get("step_program"),
+        "step_name": comp.get("step_name"),
+        "step_signature": comp.get("signature"),
+        "program_differs": None,  # another program than the table's reference row's (xla.same_program)
         "hlo_fingerprint": comp.get("fingerprint"),
         "same_hlo_as": [],
         "step_chosen_by": comp.get("chosen_by"),
@@ -296,10 +303,10 @@ def same_hlo(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def step_difference(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, float] | None:
     """(difference of two rows' median steps, the larger of their spreads): the difference is within
     the noise when it is under that spread.  None when they cannot be compared: a median step or
-    both spreads missing, or different kinds of device (a CPU run's steps say nothing about a GPU
-    run's, nor an A100's about an H100's)."""
+    both spreads missing, different kinds of device (a CPU run's steps say nothing about a GPU
+    run's, nor an A100's about an H100's), or different programs (``xla.same_program``)."""
     kinds = {a.get("device_kind"), b.get("device_kind")} - {None}
-    if is_cpu(a) != is_cpu(b) or len(kinds) > 1:
+    if is_cpu(a) != is_cpu(b) or len(kinds) > 1 or same_program(a, b) is False:
         return None
     spreads = [x for x in (a["step_spread_ns"], b["step_spread_ns"]) if x is not None]
     if not spreads or None in (a["median_step_ns"], b["median_step_ns"]):
@@ -357,9 +364,11 @@ def policy_table(
     if predict is not None:
         for row, run in zip(rows, summaries, strict=True):
             row["predicted"] = predict(run, row)
-    base = next((r["flops_per_step"] for r in rows if r["policy"] == BASELINE_POLICY and r["flops_per_step"]), None)
+    base_row = next((r for r in rows if r["policy"] == BASELINE_POLICY and r["flops_per_step"]), None)
+    base = base_row["flops_per_step"] if base_row else None
+    mark_other_programs(rows, base_row)
     for r in rows:
-        if base and r["flops_per_step"]:
+        if base and r["flops_per_step"] and same_program(r, base_row or {}) is not False:
             r["recompute_overhead"] = r["flops_per_step"] / base - 1
     return {
         "baseline": BASELINE_POLICY if base else None,
@@ -369,6 +378,18 @@ def policy_table(
         "runs_apart": runs_apart(rows),
         "cpu_runs": [r["policy"] for r in rows if is_cpu(r)],
     }
+
+
+def mark_other_programs(rows: list[dict[str, Any]], ref: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """Fill ``program_differs`` of the rows whose step is another program than the reference row's
+    (*ref*: the baseline's, else the first row whose program is known); returns the reference."""
+    ref = ref if ref is not None and ref.get("step_name") else next((r for r in rows if r.get("step_name")), None)
+    if ref is None:
+        return None
+    for r in rows:
+        if r is not ref and same_program(r, ref) is False:
+            r["program_differs"] = difference(r, ref, f"the {ref['policy']!r} run")
+    return ref
 
 
 # --- planned against moved ---------------------------------------------------------------------
@@ -509,6 +530,9 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
                 "recompute_overhead": None,
                 "remat_clones": res.get("remat_clones"),
                 "hlo_fingerprint": res.get("fingerprint"),
+                "step_name": comp.get("module"),
+                "step_signature": comp.get("signature"),
+                "program_differs": None,
                 "same_hlo_as": [],
                 "plan_note": res.get("plan_note"),
                 "notes": list(res.get("notes") or []),
@@ -521,7 +545,10 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
         rows[-1]["notes"] += [n for n in pred_notes if n not in rows[-1]["notes"]]
         predictions += rows[-1]["predictions"]
         calibrated += calibrated_rows(rows[-1], res)
-    base = {r["batch"]: r["flops_per_step"] for r in rows if r["policy"] == BASELINE_POLICY and r["flops_per_step"]}
+    base_rows = {r["batch"]: r for r in rows if r["policy"] == BASELINE_POLICY and r["flops_per_step"]}
+    base = {b: r["flops_per_step"] for b, r in base_rows.items()}
+    for b in dict.fromkeys(r["batch"] for r in rows):  # one batch's policies: the same program but for the policy
+        mark_other_programs([r for r in rows if r["batch"] == b], base_rows.get(b))
     same = [
         g | {"batch": b}
         for b in dict.fromkeys(r["batch"] for r in rows)
@@ -533,7 +560,9 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
                 f"the same compiled step as {', '.join(r['same_hlo_as'])} (HLO fingerprint {r['hlo_fingerprint']}): "
                 "the policy had no effect on the program"
             )
-        if base.get(r["batch"]) and r["flops_per_step"]:
+        if r["program_differs"]:
+            r["notes"].append(f"its step is {r['program_differs']}: no recompute percentage between them")
+        if base.get(r["batch"]) and r["flops_per_step"] and not r["program_differs"]:
             r["recompute_overhead"] = r["flops_per_step"] / base[r["batch"]] - 1
         if r["remat_clones"]:
             r["notes"].append(

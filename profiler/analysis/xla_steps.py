@@ -37,7 +37,7 @@ import polars as pl
 
 from profiler.analysis.intervals import length_by_group, union
 from profiler.conventions import DOMAIN
-from profiler.xla.step_program import Program, StepProgram, choose, program_label
+from profiler.xla.step_program import Program, StepProgram, choose, program_label, with_flops
 
 I64 = pl.Int64
 NO_XLA = (
@@ -116,12 +116,18 @@ def _inside(points: pl.DataFrame, spans: pl.DataFrame, by: str) -> pl.Series:
 
 
 def module_steps(
-    ranges: pl.DataFrame, pairs: pl.DataFrame, ops: pl.DataFrame, declared: str | None = None
+    ranges: pl.DataFrame,
+    pairs: pl.DataFrame,
+    ops: pl.DataFrame,
+    declared: str | None = None,
+    flops: dict[tuple[str, int], float] | None = None,
 ) -> ModuleSteps:
     """The steps of *ranges* (parsed by ``profiler.xla.names.parse_xla``) from XLA module executions.
 
     *pairs* (op_id, range_id) and *ops* (by op_id) give the GPU ops launched inside each range;
-    *declared*: the module the script named its step (``annotate.compiled_step``), if any.
+    *declared*: the module the script named its step (``annotate.compiled_step``), if any;
+    *flops*: FLOPs per execution by (module, program id), the run's compiled modules
+    (``step_program.module_flops``): the step is chosen by its work where they are known.
     """
     schema = {"index": pl.UInt32, "range_id": I64, "name": pl.String, "start": I64, "end": I64}
     empty = pl.DataFrame(schema={**schema, "warmup": pl.String, "pid": I64, "global_tid": I64})
@@ -135,7 +141,7 @@ def module_steps(
         note = "every XLA module execution ran inside a compilation (autotuning)"
         return ModuleSteps(empty, no_members, None, None, note)
     candidates = candidates.join(gpu_projection(candidates, pairs, ops), on="range_id", how="left")
-    programs = programs_of(candidates)
+    programs = with_flops(programs_of(candidates), flops or {})
     step = choose(programs, declared)
     module, program = step.name, step.program_id
     same = pl.col("hlo_module") == module

@@ -29,10 +29,11 @@ from profiler.errors import InputError, ProfilerError
 from profiler.predict.step import predict_file
 from profiler.stored import folder
 from profiler.xla import targets
-from profiler.xla.compiled import load_module
+from profiler.xla.compiled import cost_analysis, load_module
 from profiler.xla.fingerprint import module_fingerprint, text_fingerprint
 from profiler.xla.hlo import HloError, remat_clones
 from profiler.xla.plan import offload_plan, plan_note
+from profiler.xla.same_program import entry_signature
 
 ROOT = Path(__file__).resolve().parents[2]
 AOT_VENV = ROOT / ".venv-aot"
@@ -54,6 +55,7 @@ class PlanRequest:
     plans_dir: Path = Path("plans")
     xla_flags: list[str] = field(default_factory=list)  # added to the script's XLA_FLAGS (plan --pgle)
     links: list[Link] | None = None  # host links to predict the step on (None: the target's own)
+    step: str | None = None  # --step: the jitted function to take, for a script that hands none over
 
 
 def usable_fraction(given: float | None) -> float:
@@ -216,10 +218,13 @@ def _one(
         compiled = json.loads((sub / COMPILED_STEP).read_text())
     except (OSError, ValueError):
         tail = _tail(sub / "output.log")
-        res["notes"].append(
-            "the script never handed its step to annotate.compiled_step()"
-            + (f" (exit {code}; last output: {tail})" if tail else f" (exit {code})")
-        )
+        compiled, why = caught_step(req, cmd, spec_file, sub, policy, batch) if code != 127 else (None, "not started")
+        if compiled is None:
+            res["notes"].append(
+                "the script never handed its step to annotate.compiled_step()"
+                + (f" (exit {code}; last output: {tail})" if tail else f" (exit {code})")
+                + f"; nor was one taken from its jit calls: {why}"
+            )
     res["compiled"] = compiled
     res["status"] = "ok" if compiled and compiled.get("module") else "failed"
     if compiled:
@@ -241,6 +246,48 @@ def _one(
     at = f", batch {batch}" if batch is not None else ""
     echo(f"plan: policy {policy}{at}: {state} ({res['seconds']:.0f} s) -> {sub}")
     return res
+
+
+def caught_step(
+    req: PlanRequest, cmd: list[str], spec_file: Path, sub: Path, policy: str, batch: int | None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The step of a script that handed none over, taken from its jit calls as ``tune`` takes it
+    (``profiler.capture.step_catch``: the function with a jax.checkpoint run twice, or ``--step``)
+    and compiled once under the script's own policy; written as ``compiled_step.json``.
+    (None, why) when no step was taken or its compile failed."""
+    from profiler.capture.tune_session import CompileSession
+
+    if (sub / "output.log").is_file():
+        (sub / "output.log").replace(sub / "output.run.log")  # the plain run's output, kept beside
+    try:
+        with CompileSession(
+            cmd, spec_file, sub, policy=policy, batch=batch, xla_flags=req.xla_flags, step=req.step
+        ) as session:
+            ready = session.start()
+            got = session.request({"op": "compile", "policy": {"script": True}, "out": str(sub)})
+    except ProfilerError as exc:
+        return None, str(exc)
+    if not got.get("ok"):
+        return None, f"compiling {ready.get('step')} for the target failed: {got.get('error')}"
+    text = Path(got["hlo_file"]).read_text()
+    cost, why = (got.get("cost"), None) if got.get("cost") else cost_analysis(text)
+    doc = {
+        "module": got.get("module"),
+        "memory": got.get("memory"),
+        "cost": cost,
+        "signature": entry_signature(text),
+        "device_kind": ready.get("device_kind"),
+        "hlo_file": Path(got["hlo_file"]).name,
+        "source": f"the step taken from the script's jit calls: {ready.get('step')} ({ready.get('chosen_by')})",
+        "notes": [
+            f"the script handed no step to annotate.compiled_step(): the step is {ready.get('step')} "
+            f"({ready.get('chosen_by')})",
+            *(got.get("notes") or []),
+            *([why] if why else []),
+        ],
+    }
+    folder.write_json(sub / COMPILED_STEP, doc)
+    return doc, None
 
 
 def _tail(path: Path, n: int = 200) -> str:

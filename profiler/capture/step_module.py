@@ -23,7 +23,7 @@ from profiler.xla import dump
 from profiler.xla.compiled import NO_JAXLIB, UNPARSED, agreement, describe, load_module
 from profiler.xla.cost_probe import costs_in
 from profiler.xla.hlo import GEMM_TARGETS, HloError
-from profiler.xla.step_program import Program, StepProgram, choose, program_label
+from profiler.xla.step_program import Program, StepProgram, choose, module_flops, program_label, with_flops
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -191,9 +191,6 @@ def record(run_dir: Path, dump_dir: Path | None, own_dump: bool, hook: dict[str,
     programs = _programs(mods, ran)
     if not ran and uncounted:  # a GPU: the script's programs, their executions in XLA's own ranges
         programs = [p for p in programs if p.program_id in uncounted] or programs
-    chosen = choose(programs, declared)
-    doc["step_program"] = chosen.to_json() if chosen.name else None
-    doc["chosen_by"] = chosen.sentence
     if not ran and uncounted:
         notes.append("XLA records the executions in the trace on this backend: the analysis chooses the step from them")
     if dump_dir is None:
@@ -202,23 +199,35 @@ def record(run_dir: Path, dump_dir: Path | None, own_dump: bool, hook: dict[str,
         notes.append(_no_dump(run_dir, dump_dir, hook))
     else:
         doc["dump_dir"] = str(dump_dir.relative_to(run_dir)) if dump_dir.is_relative_to(run_dir) else str(dump_dir)
-        step = _dump_module(mods, chosen)
         keep = dump.candidates(mods, declared)
         ids = {p.program_id for p in ran} | uncounted
         names = {p.name for p in ran if p.program_id is None}
         # every program the script ran: the trace may hold executions the hook's counts do not
-        for m in [step, *(m for m in mods if m.id in ids or m.name in names)]:
-            if m is not None and m not in keep and ("after" in m.files or "after_proto" in m.files):
+        for m in (m for m in mods if m.id in ids or m.name in names):
+            if m not in keep and ("after" in m.files or "after_proto" in m.files):
                 keep.append(m)
-        doc["step_module"] = step.label if step else None
-        if chosen.name and step is None:
-            notes.append(f"the XLA dump holds no module of {chosen.label}: no compiled numbers for the step")
         for m in keep:
             entry = describe(m)
             entry["label"] = m.label
             doc["modules"].append(entry)
         costs_by_script_python(doc["modules"], keep, (hook or {}).get("executable"))
         counted_flops(doc["modules"], keep)
+    # the step by its work: the FLOPs of every program that ran, from the modules just described
+    chosen = choose(with_flops(programs, module_flops(doc)), declared)
+    doc["step_program"] = chosen.to_json() if chosen.name else None
+    doc["chosen_by"] = chosen.sentence
+    if mods and dump_dir is not None:
+        step = _dump_module(mods, chosen)
+        if step is not None and not any(e["label"] == step.label for e in doc["modules"]):
+            entry = describe(step)
+            entry["label"] = step.label
+            doc["modules"].append(entry)
+            costs_by_script_python(doc["modules"][-1:], [step], (hook or {}).get("executable"))
+            counted_flops(doc["modules"][-1:], [step])
+            keep.append(step)
+        doc["step_module"] = step.label if step else None
+        if chosen.name and step is None:
+            notes.append(f"the XLA dump holds no module of {chosen.label}: no compiled numbers for the step")
         if step is not None and handed and handed.get("module") == step.name:
             dumped = next(e for e in doc["modules"] if e["label"] == step.label)
             doc["agreement"] = agreement(handed, dumped)

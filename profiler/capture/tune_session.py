@@ -21,10 +21,11 @@ from typing import Any
 
 from profiler.capture import policy_arg
 from profiler.capture.plan import ROOT
-from profiler.capture.step_catch import STEP_ENV
+from profiler.capture.step_catch import STEP_ENV, candidates_text
 from profiler.conventions import BATCH_ENV, PLAN_DIR_ENV, PLAN_TARGET_ENV, POLICY_ENV, TUNE_FDS_ENV
 from profiler.errors import ProfilerError
 
+SELECT_HINT = "--step NAME, --step NAME@LINE or --step FILE:LINE selects a jitted function"
 START_TIMEOUT_S = 1800.0  # the script's own start-up until it hands its step over
 COMPILE_TIMEOUT_S = 3600.0
 
@@ -102,7 +103,11 @@ class CompileSession:
             finally:
                 os.close(to_child_r)
                 os.close(from_child_w)
-        self.ready = self._receive(timeout, "hand its step over")
+        answer = self._receive(timeout, "hand its step over")
+        if answer.get("op") == "no_step":
+            self.close()
+            raise ProfilerError(no_step_message(answer, self.log))
+        self.ready = answer
         return self.ready
 
     def _receive(self, timeout: float, what: str) -> dict[str, Any]:
@@ -133,7 +138,7 @@ class CompileSession:
         tail = _tail(self.log)
         never = (
             ": it never ran a jitted function twice with the same shapes, nor handed its step to "
-            "annotate.compiled_step() (--step NAME takes a jitted function by name)"
+            f"annotate.compiled_step() ({SELECT_HINT})"
             if what == "hand its step over"
             else ""
         )
@@ -171,6 +176,21 @@ class CompileSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def no_step_message(answer: dict[str, Any], log: Path) -> str:
+    """The one-line error of a script that ended with no step: the functions it ran and the flag."""
+    cands = answer.get("candidates") or []
+    wanted = answer.get("step")
+    if wanted:
+        head = f"no jitted function of the script matched --step {wanted}"
+    else:
+        head = (
+            "the script ended with no training step to compile: no jitted function ran twice with the same shapes, "
+            "and it handed none to annotate.compiled_step()"
+        )
+    seen = f"; the jitted functions it called: {candidates_text(cands)}" if cands else "; it called no jitted function"
+    return f"{head}{seen}; {SELECT_HINT} (log: {log})"
 
 
 def script_command(

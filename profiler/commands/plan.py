@@ -34,6 +34,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
         batches: list[int | None] = [int(b) for b in args.batch.split(",")] if args.batch else [None]
     except ValueError:
         raise ProfilerError(f"--batch: expected numbers like 1,4,8, got {args.batch!r}") from None
+    if args.step is not None:
+        from profiler.capture.step_catch import parse_step
+
+        try:
+            parse_step(args.step)
+        except ValueError as exc:
+            raise ProfilerError(str(exc)) from None
     req = PlanRequest(
         script=Path(args.script),
         script_args=list(args.script_args),
@@ -41,6 +48,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         batches=batches,
         target=args.target or "h100",
         python=args.python,
+        step=args.step,
         batch_arg=args.batch_arg or None,
         policy_arg=args.policy_word or args.policy_arg,
         policy_word=bool(args.policy_word),
@@ -106,6 +114,13 @@ def add(sub: Any, shared: Shared) -> None:
         metavar="RECORDING",
         help="a recorded run instead of a script (run folder, nsys export or report beside an XLA dump, nsys-jax "
         "archive): its step replayed with its own durations, its roofline, and predicted on --target/--link",
+    )
+    pl.add_argument(
+        "--step",
+        default=None,
+        metavar="NAME|NAME@LINE|FILE:LINE",
+        help="for a script that hands no step to annotate.compiled_step(): the jitted function to take (default: the "
+        "first with a jax.checkpoint it runs twice, as tune takes it)",
     )
     pl.add_argument("--batch", default=None, metavar="N[,N...]", help="micro batch sizes, passed as --batch N")
     pl.add_argument("--batch-arg", default="--batch", metavar="FLAG", help="how the script takes the batch ('' none)")

@@ -24,7 +24,7 @@ from profiler.trace.jax_profile import is_jax_trace
 from profiler.xla import dump
 from profiler.xla.compiled import load_module
 from profiler.xla.hlo import HloError, Module
-from profiler.xla.step_program import StepProgram
+from profiler.xla.step_program import StepProgram, module_flops
 
 PROJECTION = "nvtx_gpu_proj_trace/trace.parquet"
 
@@ -195,9 +195,10 @@ def _export(path: Path, module: str | None, hlo: Path | None, dump_dir: Path | N
     end = ops["end"].max() if ops.height else None
     rng = attribution.nvtx_ranges(trace.nvtx, int(end) if end is not None else None).ranges  # type: ignore[arg-type]
     pairs = attribution.attribute(ops, rng)
-    declared = ((compiled_of(path) or {}).get("handed_over") or {}).get("module")  # as Breakdown reads it
+    compiled = compiled_of(path)
+    declared = ((compiled or {}).get("handed_over") or {}).get("module")  # as Breakdown reads it
     try:
-        spans, execs, step = it.export_spans(rng, ops, pairs, module, declared)
+        spans, execs, step = it.export_spans(rng, ops, pairs, module, declared, module_flops(compiled))
     except ValueError as exc:
         raise InputError(path, str(exc)) from None
     name = str(step.name)

@@ -296,11 +296,12 @@ def step_line(pol: dict[str, Any]) -> str | None:
     then compare different programs (``profiler.xla.step_program`` chose each)."""
     step = pol.get("step") or {}
     base, head = (step.get(side) or {} for side in ("base", "head"))
-    if not base.get("step_name") or not head.get("step_name") or base["step_name"] == head["step_name"]:
-        return None  # the same name: program ids differ from process to process, the program need not
+    if not pol.get("programs_differ"):
+        return None  # the same program (xla.same_program): program ids differ from process to process
     return (
         f"step ({pol['policy']}): base {base.get('chosen_by') or base['step_program']}; head "
-        f"{head.get('chosen_by') or head['step_program']}: the per-step numbers compare different programs"
+        f"{head.get('chosen_by') or head['step_program']}: head's step is {pol['programs_differ']}; "
+        "the per-step numbers compare different programs, no percentage between them"
     )
 
 

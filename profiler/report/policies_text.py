@@ -53,7 +53,11 @@ def render_policy_comparison(tab: dict[str, Any]) -> str:
 
     names = [r["policy"] for r in tab["rows"]]
     for r in tab["rows"]:
-        marks = ("=" if r.get("same_hlo_as") else "") + ("~" if r.get("within_spread_of") else "")
+        marks = (
+            ("=" if r.get("same_hlo_as") else "")
+            + ("~" if r.get("within_spread_of") else "")
+            + (OTHER_PROGRAM if r.get("program_differs") else "")
+        )
         name = r["policy"]
         if name == "default" and names.count(name) > 1 and r.get("trace"):  # traces without a manifest
             name += f" ({Path(r['trace']).stem})"
@@ -70,7 +74,7 @@ def render_policy_comparison(tab: dict[str, Any]) -> str:
                 size(r["moved_d2h_bytes_per_step"]),
                 si(r["flops_per_step"]),
                 tflops(r["tflops"]),
-                signed_pct(r["recompute_overhead"]),
+                recompute(r),
                 pct(r["mfu"]),
                 ms(None if r["exposed_ns"] is None else int(r["exposed_ns"])),
                 ms(None if r["stalled_ns"] is None else int(r["stalled_ns"])),
@@ -153,9 +157,22 @@ def compiled_host(r: dict[str, Any]) -> str:
     return size(r["compiled_host_bytes"])
 
 
+OTHER_PROGRAM = "≠"  # the row's step is another program than the reference row's (xla.same_program)
+
+
+def recompute(r: dict[str, Any]) -> str:
+    """The recompute cell: no percentage between different programs (``other program``)."""
+    return "other program" if r.get("program_differs") else signed_pct(r["recompute_overhead"])
+
+
 def policy_marks(tab: dict[str, Any]) -> list[tuple[str, str]]:
-    """(mark, sentence) for the table's marked rows and its CPU runs: same step, within the noise."""
-    out = []
+    """(mark, sentence) for the table's marked rows and its CPU runs: same step, within the noise,
+    another program."""
+    out = [
+        (OTHER_PROGRAM, f"{r['policy']}'s step is {r['program_differs']}: no percentage between them")
+        for r in tab.get("rows") or []
+        if r.get("program_differs")
+    ]
     for g in tab.get("same_hlo") or []:
         out.append(
             (
@@ -355,7 +372,7 @@ def render_plan(tab: dict[str, Any]) -> str:
                 size(r["planned_d2h_bytes_per_step"]),
                 size(r["planned_h2d_bytes_per_step"]),
                 si(r["flops_per_step"]),
-                signed_pct(r["recompute_overhead"]),
+                recompute(r),
             ]
         )
     out.append(

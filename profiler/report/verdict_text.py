@@ -71,6 +71,8 @@ def _fastest(v: dict[str, Any]) -> str | None:
             head += f": within the noise (spread {t(nxt['spread_ns'])})"
         elif nxt["within_noise"] is False:
             head += f", beyond the noise (spread {t(nxt['spread_ns'])})"
+        if nxt.get("other_program"):
+            head += ": their steps are different programs"
     # the qualifiers last: the most important words come first in a line cut at the terminal's width
     if not f["fit_known"]:
         head += "; whether each fits is unknown (no memory limit)"

@@ -32,6 +32,7 @@ from typing import Any
 
 from profiler.analysis.policies import is_cpu, policy_table, step_difference
 from profiler.stored.summary import RunSummary
+from profiler.xla.same_program import same_program
 
 DIRECTIONS = ("d2h", "h2d")
 SAVINGS = 2  # the largest savings the verdict names
@@ -190,6 +191,7 @@ def fastest(table: dict[str, Any]) -> dict[str, Any] | None:
             "margin_ns": nxt["median_step_ns"] - best["median_step_ns"],
             "spread_ns": diff[1] if diff else None,
             "within_noise": diff[1] > diff[0] if diff else None,
+            "other_program": same_program(best, nxt) is False,  # their steps are different programs
         }
     return out
 

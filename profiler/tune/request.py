@@ -39,9 +39,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--step",
         default=None,
-        metavar="NAME",
-        help="the jitted function that is the step, for a script that does not call annotate.compiled_step() "
-        "(default: the first one it calls twice)",
+        metavar="NAME|NAME@LINE|FILE:LINE",
+        help="the jitted function that is the step, for a script that does not call annotate.compiled_step(): by "
+        "name, NAME@LINE (the later of two functions of one name) or FILE:LINE (a line of it) (default: the first "
+        "function with a jax.checkpoint the script runs twice)",
     )
     p.add_argument(
         "--xla-option",
@@ -116,6 +117,13 @@ def request_from(args: Any) -> Any:
         limit = parse_bytes(args.memory_limit) if args.memory_limit else None
     except ValueError as exc:
         raise ProfilerError(f"--memory-limit: {exc}") from None
+    if args.step is not None:
+        from profiler.capture.step_catch import parse_step
+
+        try:
+            parse_step(args.step)
+        except ValueError as exc:
+            raise ProfilerError(str(exc)) from None
     if args.max_compiles < 1:
         raise ProfilerError("--max-compiles: at least 1")
     return TuneRequest(

@@ -22,6 +22,7 @@ from profiler.xla.fingerprint import module_fingerprint, text_fingerprint
 from profiler.xla.hlo import HloError, Module, parse_text
 from profiler.xla.plan import offload_plan, plan_note
 from profiler.xla.proto import WireError, module_from_proto, read_bytes
+from profiler.xla.same_program import entry_signature
 
 # the notes of a module this jaxlib cannot analyze (capture retries with the script's own Python)
 UNPARSED = "no cost analysis: profile-step's jaxlib could not parse this module"
@@ -108,6 +109,7 @@ def describe(mod: DumpModule, with_cost: bool = True, platform: str | None = Non
         "plan": None,
         "platform": None,
         "fingerprint": None,
+        "signature": None,
         "notes": notes,
     }
     path = mod.files.get("after") or mod.files.get("after_proto")
@@ -128,6 +130,7 @@ def describe(mod: DumpModule, with_cost: bool = True, platform: str | None = Non
         if plan_note(plan, out["platform"]):
             out["plan_note"] = plan_note(plan, out["platform"])
         out["fingerprint"] = text_fingerprint(text) if text is not None else module_fingerprint(module)
+        out["signature"] = entry_signature(text)  # which program, beside its name (xla.same_program)
     if "buffers" in mod.files:
         try:
             out["memory"] = memory_stats(parse_buffer_assignment(mod.files["buffers"].read_text(errors="replace")))

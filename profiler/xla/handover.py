@@ -31,6 +31,7 @@ from profiler.conventions import (
     XLA_DUMP_ENV,
 )
 from profiler.xla.compiled import cost_analysis, memory_fields, module_name, pick_costs
+from profiler.xla.same_program import entry_signature
 
 MEMORY_STATS_KEYS = ("peak_bytes_in_use", "bytes_limit", "bytes_in_use", "largest_alloc_size", "num_allocs")
 
@@ -43,7 +44,7 @@ def _write(path: Path, doc: dict[str, Any]) -> None:
 
 def describe_compiled(compiled: Any, hlo_text: str) -> dict[str, Any]:
     """Module name, memory analysis and cost analysis of a ``jax.stages.Compiled``."""
-    doc: dict[str, Any] = {"module": module_name(hlo_text), "notes": []}
+    doc: dict[str, Any] = {"module": module_name(hlo_text), "signature": entry_signature(hlo_text), "notes": []}
     try:
         doc["memory"] = memory_fields(compiled.memory_analysis())
     except Exception as exc:  # backends without it raise their own errors
@@ -127,7 +128,13 @@ def _plan(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Path) -
     """Deviceless compilation for the target; writes the facts and ends the script."""
     doc: dict[str, Any] = {"module": None, "notes": []}
     try:
-        sds_args, sds_kwargs, doc["device_kind"] = for_target(args, kwargs)
+        if hasattr(step, "_fun") and hasattr(step, "_jit_info"):  # a jax.jit function: traced for the target
+            from profiler.xla.retarget import on_target, target_devices
+
+            step, sds_args, sds_kwargs = on_target(step._fun, step._jit_info, args, kwargs, one_device=True)
+            doc["device_kind"] = target_devices(1)[0].device_kind
+        else:
+            sds_args, sds_kwargs, doc["device_kind"] = for_target(args, kwargs)
         if os.environ.get(TUNE_FDS_ENV):  # profile-step tune: one compile per policy it asks for
             from profiler.xla.tune_server import serve
 

@@ -66,7 +66,7 @@ def _names(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str
 
 
 def _compile(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any], req: dict[str, Any]) -> dict[str, Any]:
-    from profiler.xla.compiled import memory_fields, module_name
+    from profiler.xla.compiled import memory_fields, module_name, pick_costs
 
     out = Path(req["out"])
     out.mkdir(parents=True, exist_ok=True)
@@ -84,10 +84,15 @@ def _compile(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any], req: dict
         memory, note = None, f"memory_analysis() failed: {exc}"
     else:
         note = None
+    try:
+        cost = pick_costs(compiled.cost_analysis())
+    except Exception:  # a backend without it: the HLO is there to count from
+        cost = None
     return {
         "ok": True,
         "module": module_name(text),
         "memory": memory,
+        "cost": cost,
         "hlo_file": str(out / "step.hlo.txt"),
         "seconds": round(seconds, 2),
         "checkpoints": policy_swap.found()["checkpoints"],

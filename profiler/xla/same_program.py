@@ -1,0 +1,67 @@
+"""Whether two policies' steps are the same program: the one test every table that compares
+policies calls (the run table of ``run`` and ``analyze``, ``compare``, ``plan``'s table, the
+dashboard's policy table).
+
+A step's program is named by its jit name (``jit_train_step``: the module XLA names after the
+jitted function; program ids differ from process to process and say nothing) and its parameter
+shapes (the entry computation's parameters and results, as ``f32[4,256]``, with no layout or
+memory space: a policy may place a parameter in host memory, which changes neither).  Two rows
+whose jit names differ, or whose shapes both known differ, ran different programs: a table shows
+each row's numbers but no percentage between them, and says so in the row.  Where a row's name
+is not known, nothing is said.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+_HEADER = re.compile(r"^HloModule\s+[^,\s]+.*?entry_computation_layout=\{", re.M)
+_LAYOUT = re.compile(r"\{[^{}]*\}")  # a shape's layout: {1,0}, {1,0:T(8,128)S(5)}
+_MEMORY = re.compile(r"S\(\d+\)")
+
+
+def entry_signature(hlo_text: str | None) -> str | None:
+    """``(f32[4,256,256], f32[64,256])->f32[]``: the parameter and result shapes of an HLO module's
+    entry computation (its header's ``entry_computation_layout``), without layouts or memory spaces;
+    None when the text has no such header."""
+    if not hlo_text:
+        return None
+    m = _HEADER.search(hlo_text[:200_000])
+    if m is None:
+        return None
+    depth, i = 1, m.end()
+    text = hlo_text
+    while i < len(text) and depth:
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        i += 1
+    body = text[m.end() : i - 1]
+    while True:  # nested layouts: {1,0:T(8,128)} holds no braces, tuples hold shapes with layouts
+        stripped = _LAYOUT.sub("", body)
+        if stripped == body:
+            break
+        body = stripped
+    return re.sub(r"\s+", " ", _MEMORY.sub("", body)).strip() or None
+
+
+def same_program(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool | None:
+    """Whether rows *a* and *b* (``step_name``: the jit name, ``step_signature``: ``entry_signature``)
+    ran the same program; None when a name is not known."""
+    na, nb = a.get("step_name"), b.get("step_name")
+    if not na or not nb:
+        return None
+    if na != nb:
+        return False
+    sa, sb = a.get("step_signature"), b.get("step_signature")
+    return sa is None or sb is None or sa == sb
+
+
+def difference(row: Mapping[str, Any], ref: Mapping[str, Any], ref_label: str) -> str:
+    """How *row*'s program differs from *ref*'s (``ref_label``: whose it is), in a few words."""
+    if row.get("step_name") != ref.get("step_name"):
+        return f"another program: {row.get('step_name')}, not {ref.get('step_name')} as {ref_label}"
+    return (
+        f"another program: {row.get('step_name')} with parameters {row.get('step_signature')}, not "
+        f"{ref.get('step_signature')} as {ref_label}"
+    )

@@ -1,0 +1,148 @@
+"""Like with like (issue 44, item 4): every table that compares policies compares the same program
+(``profiler.xla.same_program``: the step's jit name and its parameter shapes), or says in the row
+that the programs differ and prints no percentage between them.
+
+The runs here are real nsys-schema SQLite exports (``synthetic.export``) with the start-up hook's
+ranges and a ``compiled.json`` beside, as ``run`` leaves them: one policy's step is ``jit_step``,
+another's ``jit_scanned`` (each policy's run took another jitted function as its step: 23.81
+GFLOP against 939 MFLOP, once reported as "recompute -96.1%")."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from profiler.analysis.compare import compare
+from profiler.analysis.policies import plan_table, policy_table
+from profiler.report.compare_text import render_terminal
+from profiler.report.policies_text import render_plan, render_policy_comparison
+from profiler.runs.result import collect
+from profiler.trace import open_trace
+from profiler.xla.same_program import entry_signature, same_program
+
+SIG = "(f32[4,256,256], f32[64,256])->f32[]"
+
+
+def test_the_entry_signature_drops_layouts_and_memory_spaces():
+    text = (
+        "HloModule jit_step, is_scheduled=true, entry_computation_layout={(f32[4,256,256]{2,1,0}, "
+        "f32[64,256]{1,0:T(8,128)S(5)}, (f32[2]{0}, s32[]))->(f32[]{:S(5)}, f32[4]{0})}, allow_spmd=true\n\nENTRY m {}"
+    )
+    assert entry_signature(text) == "(f32[4,256,256], f32[64,256], (f32[2], s32[]))->(f32[], f32[4])"
+    offloaded = text.replace("{1,0:T(8,128)S(5)}", "{1,0}")  # a policy that places nothing in host memory
+    assert entry_signature(offloaded) == entry_signature(text)
+    assert entry_signature("HloModule jit_x\n") is None and entry_signature(None) is None
+
+
+def test_same_program_by_name_then_shapes():
+    a = {"step_name": "jit_step", "step_signature": SIG}
+    assert same_program(a, {"step_name": "jit_step", "step_signature": SIG}) is True
+    assert same_program(a, {"step_name": "jit_step", "step_signature": None}) is True  # shapes unknown: the name
+    assert same_program(a, {"step_name": "jit_scanned", "step_signature": SIG}) is False
+    assert same_program(a, {"step_name": "jit_step", "step_signature": SIG.replace("64", "128")}) is False
+    assert same_program(a, {"step_name": None}) is None
+
+
+def hook_run(folder: Path, policy: str, step: str, flops: float, signature: str | None = SIG) -> dict:
+    """A CPU run folder of *policy*: the hook's ranges of *step* (3 runs) and jit_init (once); its
+    compiled.json names both programs, the step's FLOPs and parameter shapes."""
+    from profiler.synthetic.export import ExportBuilder
+
+    b = ExportBuilder()
+    b.domain(1, "profile-step")
+    b.nvtx(0, 9_000, "XlaModule:#hlo_module=jit_init,program_id=1#", domain_id=1)
+    for t in (10_000, 20_000, 30_000):
+        b.nvtx(t, t + 2_000, f"XlaModule:#hlo_module={step},program_id=4#", domain_id=1)
+    folder.mkdir(parents=True)
+    modules = [
+        {"name": "jit_init", "id": 1, "label": "module_0001.jit_init", "cost": {"flops": 1e3}},
+        {"name": step, "id": 4, "label": f"module_0004.{step}", "cost": {"flops": flops}, "signature": signature},
+    ]
+    (folder / "compiled.json").write_text(json.dumps({"modules": modules, "notes": []}))
+    manifest = {"policy": policy}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return collect(open_trace(b.write(folder / "trace.sqlite")), manifest)
+
+
+def runs(tmp_path: Path, head_step: str = "jit_scanned", signature: str = SIG) -> list:
+    return [
+        hook_run(tmp_path / "none", "none", "jit_step", 23.81e9),
+        hook_run(tmp_path / "recompute", "recompute", head_step, 939e6, signature),
+    ]
+
+
+def test_the_run_table_prints_no_percentage_between_different_programs(tmp_path):
+    tab = policy_table(runs(tmp_path))
+    none, other = tab["rows"]
+    assert (none["policy"], other["policy"]) == ("none", "recompute")
+    assert none["program_differs"] is None and none["recompute_overhead"] == 0
+    assert other["recompute_overhead"] is None  # was -96.1%
+    assert other["program_differs"] == "another program: jit_scanned, not jit_step as the 'none' run"
+    text = render_policy_comparison(tab)
+    assert "-96.1%" not in text and "other program" in text
+    assert "recompute ≠" in text  # the row's mark
+    assert "≠: recompute's step is another program: jit_scanned, not jit_step as the 'none' run" in text
+
+
+def test_the_same_name_with_other_shapes_is_another_program(tmp_path):
+    tab = policy_table(runs(tmp_path, "jit_step", SIG.replace("64,256", "128,256")))
+    assert tab["rows"][1]["recompute_overhead"] is None
+    assert "with parameters (f32[4,256,256], f32[128,256])->f32[]" in tab["rows"][1]["program_differs"]
+    same = policy_table(runs(tmp_path / "same", "jit_step", SIG))  # the same program: the percentage stands
+    assert same["rows"][1]["program_differs"] is None
+    assert round(same["rows"][1]["recompute_overhead"], 3) == round(939e6 / 23.81e9 - 1, 3)
+
+
+def test_compare_prints_no_percentage_between_different_programs(tmp_path):
+    base = hook_run(tmp_path / "b", "none", "jit_step", 23.81e9)
+    cmp = compare([base], [hook_run(tmp_path / "h", "none", "jit_scanned", 939e6)], [])
+    (pol,) = cmp["policies"]
+    assert pol["programs_differ"] == "another program: jit_scanned, not jit_step as base"
+    assert all(m["relative"] is None for m in pol["metrics"].values())
+    assert pol["metrics"]["flops_per_step"]["delta"] is not None  # each side's numbers stand
+    line = next(ln for ln in render_terminal(cmp).splitlines() if ln.startswith("step (none)"))
+    assert line.endswith("the per-step numbers compare different programs, no percentage between them")
+    kept = compare([base], [hook_run(tmp_path / "h2", "none", "jit_step", 939e6)], [])
+    assert kept["policies"][0]["programs_differ"] is None
+    assert kept["policies"][0]["metrics"]["flops_per_step"]["relative"] is not None
+
+
+def test_the_plan_table_says_which_policy_compiled_another_program():
+    def result(policy: str, module: str, flops: float, signature: str = SIG) -> dict:
+        comp = {"module": module, "signature": signature, "cost": {"flops": flops}, "memory": None}
+        return {"policy": policy, "batch": None, "status": "ok", "compiled": comp, "notes": [], "dir": "x"}
+
+    doc = {
+        "label": "compiled for H100, not measured",
+        "target": {"memory_bytes": 80 * 2**30, "label": "H100"},
+        "results": [result("none", "jit_step", 23.81e9), result("remat", "jit_scanned", 939e6),
+                    result("offload", "jit_step", 25e9)],
+    }  # fmt: skip
+    tab = plan_table(doc)
+    none, remat, offload = tab["rows"]
+    assert none["recompute_overhead"] == 0
+    assert remat["recompute_overhead"] is None and remat["program_differs"]
+    assert round(offload["recompute_overhead"], 3) == round(25e9 / 23.81e9 - 1, 3)
+    text = render_plan(tab)
+    assert "other program" in text and "-96.1%" not in text
+    assert "its step is another program: jit_scanned, not jit_step as the 'none' run" in text
+
+
+def test_the_verdict_says_when_the_fastest_and_the_next_are_different_programs(tmp_path):
+    from profiler.report.verdict_text import render_verdict
+    from profiler.runs.verdict import verdict
+
+    text = render_verdict(verdict(runs(tmp_path)))
+    assert "their steps are different programs" in text
+    assert "their steps are different programs" not in render_verdict(verdict(runs(tmp_path / "s", "jit_step")))
+
+
+def test_the_dashboards_policy_table_marks_the_row_and_gives_no_percentage(tmp_path):
+    from dashboards.trade import policy_datatable
+
+    table, lines = policy_datatable(policy_table(runs(tmp_path)), ["none", "recompute"])
+    none, other = table.data
+    assert none["run"] == "none" and none["recompute"] == 0
+    assert other["run"] == "recompute ≠" and other["recompute"] is None
+    assert "another program: recompute's step is another program: jit_scanned, not jit_step as the 'none' run: " \
+        "no percentage between them" in lines  # fmt: skip
