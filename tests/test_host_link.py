@@ -9,7 +9,7 @@ import pytest
 from dashboards.links import default_link
 from profiler.analysis.links import ASSUMED, LINKS, given_link, host_link, parse_link, recorded_link
 from profiler.synthetic.export import ExportBuilder
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 
 MIB = 1 << 20
 

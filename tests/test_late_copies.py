@@ -8,7 +8,8 @@ import json
 
 from profiler.predict.simulate import late_copies
 from profiler.report.predict_text import LATE_FIX, late_lines
-from tests.conftest import ROOT, SMALL_STEP, run_cli
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import ROOT, SMALL_STEP
 
 TRAIN = ROOT / "examples" / "train.py"
 

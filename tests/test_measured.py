@@ -16,8 +16,8 @@ from profiler.predict.measured import load
 from profiler.synthetic.export import ExportBuilder
 from profiler.xla import pgle
 from profiler.xla.compiled import load_module
-from tests.conftest import SHARED_TRACES, SMALL_STEP, run_cli
-from tests.test_compiled_step import TRAIN
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import SHARED_TRACES, SMALL_STEP, TRAIN
 
 TID, TSL = 100, 2
 

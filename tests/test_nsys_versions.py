@@ -16,7 +16,8 @@ import pytest
 from profiler.runs.result import analyze
 from profiler.trace import open_trace
 from profiler.trace.nsys import find_nsys, installed_local_nsys, too_new_problem
-from tests.conftest import SHARED_TRACES, run_cli
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import SHARED_TRACES
 
 pytestmark = pytest.mark.nsys
 

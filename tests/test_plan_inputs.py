@@ -9,8 +9,8 @@ import pytest
 
 from profiler.analysis.policies import plan_table
 from profiler.report.policies_text import render_plan
-from tests.conftest import run_cli
-from tests.test_compiled_step import TRAIN
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import TRAIN
 
 
 def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:

@@ -18,24 +18,12 @@ import pytest
 from profiler.capture import run, startup, xla_flags
 from profiler.conventions import HOOK_ENV, RUNTIME_FACTS, STARTUP_FACTS, XLA_DUMP_DIR
 from profiler.xla import dump
-from tests.conftest import ROOT, run_cli
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import ROOT
+from tests.helpers.startup import child, facts, only_run
 
 INIT_HEAVY = ROOT / "tests" / "scripts" / "init_heavy.py"
 OWN_FLAGS = ROOT / "tests" / "scripts" / "own_xla_flags.py"
-
-
-def child(script: Path | None, run_dir: Path, *args: str, code: str | None = None, policy: str = "p", **env: str):
-    """Run *script* (or ``python -c code``) as profile-step would, without nsys."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    plan = xla_flags.plan(os.environ.get("XLA_FLAGS", ""), dump_to=str(run_dir / XLA_DUMP_DIR))
-    req = run.RunRequest(script=script or Path("x.py"))
-    full = {**run.run_env(req, policy, run_dir, plan), **env}
-    cmd = [sys.executable, *(["-c", code] if code is not None else [str(script)]), *args]
-    return subprocess.run(cmd, env=full, capture_output=True, text=True, timeout=300, check=False)
-
-
-def facts(run_dir: Path) -> dict:
-    return json.loads((run_dir / STARTUP_FACTS).read_text())
 
 
 def counts(doc: dict) -> dict[str, int]:
@@ -135,11 +123,6 @@ def test_unnamed_policy_is_the_scripts_own_default(tmp_path):
 
 
 # --- under the real nsys -----------------------------------------------------------------------
-
-
-def only_run(runs: Path) -> Path:
-    (folder,) = [p for p in runs.iterdir() if p.is_dir()]
-    return folder
 
 
 @pytest.mark.nsys

@@ -24,8 +24,9 @@ from profiler.conventions import XLA_DUMP_DIR
 from profiler.trace import open_trace
 from profiler.units import human_time
 from profiler.xla import dump
-from tests.conftest import ROOT, run_cli
-from tests.test_startup_hook import child, facts, only_run
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import ROOT
+from tests.helpers.startup import child, facts, only_run
 
 SCRIPT = ROOT / "tests" / "scripts" / "step_programs.py"
 TUTORIAL = ROOT / "tests" / "scripts" / "host_offload_tutorial.py"

@@ -28,7 +28,7 @@ from profiler.tune.compiler import Compiler
 from profiler.tune.run import evaluate_presets, names_of
 from profiler.tune.search import best_of, search
 from profiler.xla import targets
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 KNOWN = ROOT / "tests" / "scripts" / "tune_known.py"

@@ -10,7 +10,7 @@ from profiler.analysis.whatif import trace_whatif
 from profiler.runs.result import analyze, run_summary
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 
 A, B = 100, 200  # the step loop's thread; a compiling thread
 TSL, PS = 2, 1
