@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.make_export import make  # noqa: E402
 from dashboards.data import RunStore  # noqa: E402
 from profiler.runs.store import CacheFiles  # noqa: E402
-from tests.browser import CHROMIUM, CHROMIUM_FLAGS  # noqa: E402
+from tests.helpers.browser import CHROMIUM, CHROMIUM_FLAGS  # noqa: E402
 
 DATA = HERE / "data" / "dash"
 

@@ -5,7 +5,7 @@
 - the JAX-Toolbox Pax archives (real A100 steps, unrolled: no loops);
 - the H200 runs of sample_traces/h200-example (real; their kernels ran in XLA's command buffers,
   whose thunks name no instruction: that time is listed unplaced);
-- scanned ground truth (``tests/recordings.py``, synthetic): the example's two scanned programs
+- scanned ground truth (``tests/helpers/recordings.py``, synthetic): the example's two scanned programs
   as XLA compiled them on the H200 and, with ``--aot-hlo``, a step compiled without a GPU
   (``profile-step plan ... examples/train.py --scan``), recorded with their loops' body thunks
   timed on every trip (``body``, ``body+predicate``), as one range (``loop``) and as an nsys-jax
@@ -29,7 +29,7 @@ from profiler.predict import calibrate
 from profiler.predict.measured import Measured, load
 from profiler.report.table import table
 from profiler.xla.targets import TARGETS
-from tests.recordings import h200_scanned_programs, record_forms
+from tests.helpers.recordings import h200_scanned_programs, record_forms
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "sample_traces" / "h200-example"

@@ -1,36 +1,27 @@
-"""Shared fixtures: the real nsys, ../shared/traces, and a CLI runner."""
+"""Shared fixtures: the real nsys, ../shared/traces, the browser, the H200 runs and plans (helpers: tests/helpers/)."""
 
 from __future__ import annotations
 
+import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import Phase, settings
 
+from profiler.capture import step_module
 from profiler.errors import NsysNotFound
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace.nsys import find_nsys, installed_local_nsys
-
-ROOT = Path(__file__).resolve().parents[1]
-# the project's shared real data: ../shared beside the checkout (PROFILE_STEP_SHARED: elsewhere)
-SHARED = Path(os.environ.get("PROFILE_STEP_SHARED") or ROOT.parent / "shared")
-SHARED_TRACES = SHARED / "traces"
-SHARED_HLO = SHARED / "hlo"
-AOT_HLO = SHARED_HLO / "aot_h100__two_layer_offload_step_after_opt.hlo.txt"  # the real H100 step
-
+from tests.helpers.browser import CHROMIUM, CHROMIUM_FLAGS
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import AOT_HLO, ROOT, SHARED, SHARED_TRACES, SMALL_STEP, in_ci
+from tests.helpers.policy_runs import AOT, STEP_NS, TSL, A, step_trace
 
 # scripts/mutation.sh: the same examples for every mutant, no shrinking (a failure is all it needs), no database
 settings.register_profile("mutation", derandomize=True, database=None, phases=[Phase.explicit, Phase.generate])
 if os.environ.get("HYPOTHESIS_PROFILE"):
     settings.load_profile(os.environ["HYPOTHESIS_PROFILE"])
-
-
-def in_ci() -> bool:
-    """Whether this is CI (``CI`` set, as CI services do): what CI installs must be there, not skipped."""
-    return bool(os.environ.get("CI"))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -96,10 +87,6 @@ def aot_python() -> str:
     pytest.skip("no Python with jax[cuda12] (bash scripts/setup.sh --aot)")
 
 
-# the example's small step: 2 layers of d_model 256, 4 heads, ffn 512, sequence 512
-SMALL_STEP = ["--layers", "2", "--d-model", "256", "--heads", "4", "--ffn", "512", "--seq", "512"]
-
-
 @pytest.fixture(scope="session")
 def qkv_plan(aot_python, tmp_path_factory) -> tuple[dict, Path]:
     """``plan --target h100 --policy offload_qkv --batch 8 --json`` of the small step, compiled once for the
@@ -147,40 +134,6 @@ def build(tmp_path: Path):
         return builder.write(tmp_path / (name or f"export{next(counter)}.sqlite"))
 
     return _write
-
-
-def nsys_stats_csv(nsys: Path, report: str, path: Path, cwd: Path | None = None) -> list[dict[str, str]]:
-    """The rows of ``nsys stats --report REPORT --format csv`` on *path* (nsys's own numbers)."""
-    import csv
-    import io
-
-    proc = subprocess.run(
-        [str(nsys), "stats", "--report", report, "--format", "csv", "--output", "-", str(path)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        check=False,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    lines = [ln for ln in proc.stdout.splitlines() if ln.strip() and not ln.startswith(("Processing", "SKIPPED"))]
-    return list(csv.DictReader(io.StringIO("\n".join(lines))))
-
-
-def run_cli(
-    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600
-) -> subprocess.CompletedProcess[str]:
-    """Run ``profile-step`` as a user would, in a subprocess."""
-    full_env = {**os.environ, **(env or {})}
-    full_env.pop("PROFILE_STEP_DEBUG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "profiler.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd or ROOT,
-        env=full_env,
-        timeout=timeout,
-    )
 
 
 # --- the real H200 runs and the scanned ground truth (issue 42), each made once per session ---------
@@ -238,7 +191,7 @@ def scanned_recordings(request, tmp_path_factory) -> dict[str, Path]:
     the H200's own target for the kernels' base times), and, where .venv-aot is there, the small step
     under lax.scan compiled for an H100 without a GPU."""
     from profiler.xla.targets import TARGETS
-    from tests.recordings import h200_scanned_programs, record_forms
+    from tests.helpers.recordings import h200_scanned_programs, record_forms
 
     programs = h200_scanned_programs(H200_RUNS)
     try:
@@ -247,3 +200,61 @@ def scanned_recordings(request, tmp_path_factory) -> dict[str, Path]:
     except pytest.skip.Exception:
         pass
     return record_forms(programs, tmp_path_factory.mktemp("scanned"))
+
+
+# --- the browser (module scope: one a test module) and a plan's run folder, for any test module ---
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail("CI must have chromium (scripts/setup.sh --browser)")
+        pytest.skip("no chromium")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def plan_run(tmp_path) -> Path:
+    """A run folder: the export, a manifest, and compiled.json read from a dump of the AOT module."""
+    if not AOT.is_file():
+        pytest.skip("../shared/hlo is absent")
+    run = tmp_path / "20260101T000000-offload_x-abc123"
+    dump = run / "xla_dump"
+    dump.mkdir(parents=True)
+    (dump / "module_0001.jit_train_step.sm_9.0a_gpu_after_optimizations.txt").write_text(AOT.read_text())
+    (dump / "module_0001.jit_train_step.sm_9.0a_gpu_after_optimizations-buffer-assignment.txt").write_text(
+        "BufferAssignment:\n"
+        "allocation 0: size 16777216, parameter 0, shape |f32[1024,4096]| at ShapeIndex {}, maybe-live-out:\n"
+        "allocation 1: size 1048576, parameter 4, shape |f32[256,1024]| at ShapeIndex {}:\n"
+        "allocation 2: size 4, maybe-live-out:\n"
+        "allocation 3: size 8388608, color 5, preallocated-temp:\n"
+        "allocation 4: size 50000000, preallocated-temp:\n"
+        "allocation 5: size 64, constant:\n"
+    )
+    b = ExportBuilder()
+    b.gpu(0, "NVIDIA H100 80GB HBM3")
+    b.domain(1, "profile-step", tid=A)
+    b.domain(TSL, "TSL", tid=A)
+    for s in range(3):
+        step_trace(b, s * 2 * STEP_NS, s)
+    b.write(run / "trace.sqlite")
+    manifest = {
+        "policy": "offload_x",
+        "devices": [{"id": 0, "kind": "NVIDIA H100 80GB HBM3"}],
+        "runtime": {
+            "model_flops_per_step": 30e9,
+            "device_memory": {
+                "available": True,
+                "devices": [{"id": 0, "peak_bytes_in_use": 10 * 2**30, "bytes_limit": 60 * 2**30}],
+            },
+        },
+    }
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    step_module.record(run, dump, own_dump=False)
+    return run

@@ -15,7 +15,7 @@ from profiler.tune.candidate import Candidate, Name
 from profiler.tune.evaluate import Outcome
 from profiler.tune.explain import tie_line
 from profiler.tune.search import Search, Tried
-from tests.conftest import SHARED_TRACES
+from tests.helpers.paths import SHARED_TRACES
 
 pytestmark = pytest.mark.skipif(not h200_predictions.H200.is_dir(), reason="no sample_traces/h200-example")
 PAX = SHARED_TRACES / "jax-toolbox" / h200_predictions.PAX[0]

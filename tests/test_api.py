@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import profiler
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 
 H200 = ROOT / "sample_traces" / "h200-example"
 

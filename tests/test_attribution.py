@@ -14,7 +14,8 @@ from profiler.runs.result import analyze
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
 from profiler.xla.names import parse_xla
-from tests.conftest import ROOT, run_cli
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import ROOT
 
 A, B, C, D = 100, 200, 300, 400  # thread ids, all in process 100
 

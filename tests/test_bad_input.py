@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from profiler.synthetic.export import ExportBuilder
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 
 
 def assert_one_line_error(proc, path: Path, words: str) -> None:

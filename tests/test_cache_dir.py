@@ -12,7 +12,8 @@ import pytest
 from profiler import cache_dir
 from profiler.errors import InputError
 from profiler.runs.store import CacheFiles
-from tests.conftest import ROOT, run_cli
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import ROOT
 
 H200_NONE = ROOT / "sample_traces" / "h200-example" / "20261204T170006-none-8c28dc"  # a JAX trace, 128 KiB
 

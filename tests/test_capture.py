@@ -18,16 +18,13 @@ from profiler.capture.run import cuda_driver_problem
 from profiler.runs.result import run_summary
 from profiler.trace import open_trace
 from profiler.trace.nsys import nsys_version
-from tests.conftest import ROOT, run_cli
+from tests.helpers.cli import run_cli, runs_in
+from tests.helpers.paths import ROOT
 
 STEPS = ROOT / "tests" / "scripts" / "steps.py"
 PLAIN = ROOT / "tests" / "scripts" / "plain_jax.py"
 PROFILER_API = ROOT / "tests" / "scripts" / "cuda_profiler_api.py"
 TRAIN = ROOT / "examples" / "train.py"
-
-
-def runs_in(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_dir())
 
 
 # --- pure parts -------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 
 
 def pytest_run(tmp_path, ci: bool, folder: bool = True) -> subprocess.CompletedProcess[str]:

@@ -12,8 +12,9 @@ from profiler.analysis.compare import compare, crossed, delta, parse_threshold
 from profiler.runs.result import collect
 from profiler.trace import open_trace
 from profiler.trace.nsys import nsys_version
-from tests.conftest import ROOT, run_cli
-from tests.training_traces import training_export
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import ROOT
+from tests.helpers.training_traces import training_export
 
 GOLDEN = ROOT / "tests" / "golden" / "compare_layer_regression.md"
 

@@ -15,8 +15,9 @@ import pytest
 from profiler import parallel
 from profiler.errors import ProfilerError
 from profiler.runs.result import load_runs
-from tests.conftest import ROOT, run_cli
-from tests.training_traces import training_export
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import ROOT
+from tests.helpers.training_traces import training_export
 
 
 @pytest.fixture

@@ -13,7 +13,8 @@ from profiler.analysis.work import SPLIT_KEYS
 from profiler.runs.result import collect
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
-from tests.conftest import ROOT, run_cli
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import ROOT
 
 US = 1_000
 DEFAULTS = [parse_threshold(t) for t in DEFAULT_THRESHOLDS]

@@ -11,20 +11,15 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
 from profiler.capture.plan import has_cuda_plugin
 from profiler.conventions import EXAMPLE_POLICIES
-from tests.conftest import ROOT, run_cli
+from tests.helpers.cli import run_cli, runs_in
+from tests.helpers.paths import ROOT, TRAIN
 
-TRAIN = ROOT / "examples" / "train.py"
 STEPS = ROOT / "tests" / "scripts" / "steps.py"
-
-
-def runs_in(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_dir())
 
 
 @pytest.mark.nsys

@@ -9,9 +9,9 @@ import pytest
 
 from profiler.recipes.crosscheck import copy_checks, cross_check, render
 from profiler.trace import open_trace
-from tests.conftest import run_cli
-from tests.test_recipe import fake_install, snapshot
-from tests.training_traces import training_export
+from tests.helpers.cli import run_cli
+from tests.helpers.recipe import fake_install, snapshot
+from tests.helpers.training_traces import training_export
 
 # reports (nsys's recipes read them through a link) and an export (through a stand-in report)
 SHARED = (

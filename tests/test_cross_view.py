@@ -19,14 +19,8 @@ from profiler.report.findings_text import saving_text
 from profiler.report.text import offload_units
 from profiler.synthetic.demo import StepModel, write_demo_runs
 from profiler.units import human_time
-from tests.conftest import run_cli
-from tests.test_dashboard import (  # noqa: F401  (browser: a fixture)
-    bar_units,
-    browser,
-    dashboard,
-    unit_of,
-    wait_rows,
-)
+from tests.helpers.cli import run_cli
+from tests.helpers.dashboard import bar_units, dashboard, unit_of, wait_rows
 
 MODEL = replace(StepModel(), layers=2, steps=3)
 TRACE = "synthetic-trace.sqlite"
@@ -173,7 +167,7 @@ def test_every_view_agrees_on_real_traces(shared_traces, name):
 
 
 @pytest.mark.browser
-def test_the_dashboard_shows_the_same_numbers(browser, built):  # noqa: F811
+def test_the_dashboard_shows_the_same_numbers(browser, built):
     _, head = built
     doc = cli_json("analyze", str(head / TRACE))
     devices, found = doc["devices"], doc["findings"]["findings"]

@@ -4,102 +4,30 @@ a screenshot of every view (tests/artifacts/, for review)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from profiler.synthetic.demo import StepModel, write_demo_runs
-from tests.browser import CHROMIUM, CHROMIUM_FLAGS
-from tests.conftest import ROOT, run_cli
-from tests.training_traces import training_export
+from tests.helpers.cli import analyze_json, run_cli
+from tests.helpers.dashboard import (
+    DIVISORS,
+    bar_units,
+    check_page,
+    dashboard,
+    figure,
+    pick,
+    unit_of,
+    wait_graph,
+    wait_rows,
+)
+from tests.helpers.training_traces import training_export
 
 pytestmark = pytest.mark.browser
-ARTIFACTS = ROOT / "tests" / "artifacts"
-DIVISORS = {"µs": 1e3, "ms": 1e6, "s": 1e9, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 DEMO = replace(StepModel(), layers=3, steps=2)
-
-# Overlapping text in the visible figures: tick labels of one axis, and annotations (titles, notes).
-OVERLAPS_JS = """
-() => {
-  const hit = (a, b) => a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1;
-  const pairs = (els, where) => {
-    const boxes = els.map(e => [e.textContent, e.getBoundingClientRect()]).filter(([, b]) => b.width > 0);
-    const out = [];
-    for (let i = 0; i < boxes.length; i++)
-      for (let j = i + 1; j < boxes.length; j++)
-        if (hit(boxes[i][1], boxes[j][1])) out.push(`${where}: "${boxes[i][0]}" / "${boxes[j][0]}"`);
-    return out;
-  };
-  const out = [];
-  for (const gd of document.querySelectorAll('.js-plotly-plot')) {
-    if (!gd.offsetParent) continue;
-    const id = gd.parentElement.id || gd.closest('[id]').id;
-    for (const axis of gd.querySelectorAll('.xaxislayer-above, .yaxislayer-above'))
-      out.push(...pairs([...axis.querySelectorAll('text')], id + ' ticks'));
-    out.push(...pairs([...gd.querySelectorAll('g.annotation')], id + ' annotations'));
-    out.push(...pairs([...gd.querySelectorAll('.textpoint text')].filter(e => e.textContent), id + ' point labels'));
-  }
-  const bars = document.querySelector('#policy-bars');
-  if (bars && bars.offsetParent)
-    out.push(...pairs([...bars.querySelectorAll('.row-label, .head strong, .panel-note, .value, .missing')],
-                      'policy-bars'));
-  return out;
-}
-"""
-# Visible figures that draw nothing and say nothing.
-EMPTY_JS = """
-() => {
-  const out = [];
-  const has = v => Array.isArray(v) && v.some(x => x !== null && x !== undefined && !(Array.isArray(x) && !x.length));
-  for (const gd of document.querySelectorAll('.js-plotly-plot')) {
-    if (!gd.offsetParent) continue;
-    const note = gd.layout && gd.layout.meta && gd.layout.meta.note;
-    const drawn = (gd.data || []).some(t => has(t.x) || has(t.y) || has(t.z));
-    if (!note && !drawn) out.push(gd.closest('[id]').id);
-  }
-  const bars = document.querySelector('#policy-bars');
-  if (bars && bars.offsetParent) {
-    const n = bars.querySelectorAll('.row-label').length;
-    const said = bars.querySelectorAll('.bar, .missing').length
-      + [...bars.querySelectorAll('.panel-note')].filter(e => e.textContent).length;
-    if (!n && !bars.textContent.includes('Select runs')) out.push('policy-bars: no rows and no note');
-    if (n && !said) out.push('policy-bars: rows without bars or notes');
-  }
-  const panel = document.querySelector('#findings-panel');
-  if (panel && panel.offsetParent && !panel.querySelector('.finding, .run-findings, .note'))
-    out.push('findings-panel: no findings and no note');
-  return out;
-}
-"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        if os.environ.get("CI"):
-            pytest.fail("CI must have chromium (scripts/setup.sh --browser)")
-        pytest.skip("no chromium")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")
@@ -115,134 +43,13 @@ def runs(tmp_path_factory) -> Path:
     return folder
 
 
-@contextlib.contextmanager
-def dashboard(folder: Path, *extra: str):
-    """`python -m dashboards FOLDER [EXTRA...]` on a free port; yields its URL and process once it answers."""
-    port = free_port()
-    env = dict(os.environ)  # the test session's own cache (conftest)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dashboards", str(folder), "--port", str(port), *extra],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        for _ in range(150):
-            try:
-                urllib.request.urlopen(url, timeout=1)
-                break
-            except OSError:
-                time.sleep(0.2)
-        else:
-            proc.kill()
-            pytest.fail(proc.stdout.read())
-        yield url, proc
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-
-
 @pytest.fixture(scope="module")
 def server(runs):
     with dashboard(runs) as (url, proc):
         yield url, proc
 
 
-def analyze_json(path: Path, *extra: str) -> dict:
-    proc = run_cli("analyze", "--json", *extra, str(path))
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
-
-
-def figure(page, graph_id: str) -> dict:
-    return page.evaluate(
-        f"(() => {{ const gd = document.querySelector('#{graph_id} .js-plotly-plot');"
-        " return {data: gd.data, layout: {meta: gd.layout.meta, annotations: gd.layout.annotations}}; })()"
-    )
-
-
-def wait_rows(page, n: int) -> None:
-    page.wait_for_function(f"document.querySelectorAll('#runs tr').length >= {n} + 2", timeout=60_000)
-
-
-def wait_graph(page, graph_id: str, condition: str = "gd.data.length > 0") -> None:
-    page.wait_for_function(
-        f"(() => {{ const gd = document.querySelector('#{graph_id} .js-plotly-plot');"
-        f" return gd && gd.data && ({condition}); }})()",
-        timeout=60_000,
-    )
-
-
-# The runs table: its column names stay on top when its box scrolls, and its ticked rows are in view
-RUNS_TABLE_JS = """
-() => {
-  const box = document.querySelector('#runs .dash-spreadsheet-container');
-  const head = document.querySelector('#runs tr th.dash-header');
-  if (!box || !head) return ['no runs table'];
-  const out = [];
-  const inView = e => { const r = e.getBoundingClientRect(), b = box.getBoundingClientRect();
-                        return r.top >= b.top - 1 && r.bottom <= b.bottom + 1; };
-  const ticked = [...box.querySelectorAll('tr')].filter(tr => tr.querySelector('input:checked'));
-  if (ticked.length && !ticked.some(inView)) out.push('no ticked row in view');
-  const at = box.scrollTop;
-  box.scrollTop = box.scrollHeight;
-  const gap = head.getBoundingClientRect().top - box.getBoundingClientRect().top;
-  if (Math.abs(gap) > 1) out.push(`scrolled, the header is ${gap}px from the top of its box`);
-  box.scrollTop = at;
-  return out;
-}
-"""
-
-
-def console_problems(page) -> list[str]:
-    """The page's own console errors and warnings (plotly.js logs its warnings as console.trace
-    "WARN: ..."), and uncaught errors."""
-    out = [f"{m.type}: {m.text}" for m in page.console_messages() if m.type in ("error", "warning")]
-    out += [f"{m.type}: {m.text}" for m in page.console_messages() if m.text.startswith(("WARN", "ERROR"))]
-    return out + [f"page error: {e}" for e in page.page_errors()]
-
-
-# traces drawn as another type than asked: plotly draws a type its bundle lacks as a scatter, silently
 # (the dashboard serves the cartesian bundle: dashboards/plotly_bundle.py)
-UNDRAWN_TYPES_JS = """[...document.querySelectorAll('.js-plotly-plot')].flatMap(gd => (gd.data || [])
-  .map((t, i) => [t.type || 'scatter', ((gd._fullData || [])[i] || {}).type])
-  .filter(([asked, drawn]) => asked !== drawn))"""
-
-
-def check_page(page, name: str) -> None:
-    """No overlapping labels, no silent empty chart, no trace drawn as another type, no console error or
-    warning, the runs table's header in place and a ticked row in view; and a screenshot for review."""
-    page.wait_for_timeout(300)  # let plotly finish laying out its text
-    assert page.evaluate(OVERLAPS_JS) == [], name
-    assert page.evaluate(UNDRAWN_TYPES_JS) == [], name
-    assert page.evaluate(EMPTY_JS) == [], name
-    assert console_problems(page) == [], name
-    assert page.evaluate(RUNS_TABLE_JS) == [], name
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"dashboard-{name}.png"), full_page=True)
-
-
-def pick(page, dropdown: str, text: str) -> None:
-    page.click(f"#{dropdown}")
-    page.get_by_text(text, exact=True).last.click()
-
-
-def bar_units(page) -> tuple[float, float]:
-    """The divisors of the Policies bars' time and size units (``data-value`` is in them)."""
-    units = page.evaluate(
-        "(() => { const g = document.querySelector('#policy-bars .bars'); "
-        "return [g.dataset.timeUnit, g.dataset.sizeUnit]; })()"
-    )
-    return DIVISORS[units[0]], DIVISORS[units[1]]
-
-
-def unit_of(title: str) -> float:
-    """The divisor of the unit a title states: ``copy time (ms):`` -> 1e6."""
-    unit = title.split("(", 1)[1].split(")", 1)[0]
-    return DIVISORS[unit]
 
 
 def test_dashboard_end_to_end(browser, server, runs):

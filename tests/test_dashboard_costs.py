@@ -23,18 +23,8 @@ from profiler.stored.folder import manifest_of
 from profiler.synthetic.demo import StepModel, write_demo_runs
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
-from tests.test_dashboard import (  # noqa: F401  (browser: a fixture)
-    DIVISORS,
-    bar_units,
-    browser,
-    check_page,
-    dashboard,
-    pick,
-    unit_of,
-    wait_graph,
-    wait_rows,
-)
-from tests.test_policies import AOT, A, MiB, step_trace
+from tests.helpers.dashboard import DIVISORS, bar_units, check_page, dashboard, pick, wait_graph, wait_rows
+from tests.helpers.policy_runs import AOT, A, MiB, step_trace
 
 pytestmark = pytest.mark.browser
 DEMO = replace(StepModel(), layers=3, steps=2)
@@ -150,7 +140,7 @@ def shows(page, dropdown: str, text: str) -> None:
     )
 
 
-def test_what_the_copies_cost(browser, costs):  # noqa: F811
+def test_what_the_copies_cost(browser, costs):
     have_aot = AOT.is_file()
     runs = summaries(costs)
     demo = runs["synthetic-4-offload_all"]

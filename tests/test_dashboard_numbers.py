@@ -8,7 +8,7 @@ import pytest
 from profiler.analysis.policies import frontier, policy_table
 from profiler.analysis.whatif import step_medians, trace_whatif
 from profiler.trace import open_trace
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 
 DEMO = ROOT / "sample_traces" / "demo-synthetic" / "synthetic-4-offload_all" / "synthetic-trace.sqlite"
 

@@ -18,19 +18,9 @@ from dashboards.rows import View
 from dashboards.timeline_view import timeline_figure
 from profiler.report.verdict_text import verdict_lines
 from profiler.trace.jax_profile import NO_WAITS
-from tests.conftest import ROOT, run_cli
-from tests.test_dashboard import (  # noqa: F401
-    analyze_json,
-    bar_units,
-    browser,
-    check_page,
-    dashboard,
-    figure,
-    pick,
-    unit_of,
-    wait_graph,
-    wait_rows,
-)
+from tests.helpers.cli import analyze_json, run_cli
+from tests.helpers.dashboard import bar_units, check_page, dashboard, figure, pick, unit_of, wait_graph, wait_rows
+from tests.helpers.paths import ROOT
 
 SAMPLES = ROOT / "sample_traces"
 H200 = SAMPLES / "h200-example"
@@ -81,7 +71,7 @@ def public_samples(tmp_path_factory):
 
 
 @pytest.mark.browser
-def test_first_view_is_the_h200_runs_of_the_example(browser, samples):  # noqa: F811
+def test_first_view_is_the_h200_runs_of_the_example(browser, samples):
     """What profile-step dashboard and the quickstart show first on a machine without a GPU: the eight real
     H200 runs, labelled as jax.profiler's, with analyze's verdict and numbers; what such a trace cannot
     measure says so, in every tab, instead of showing a zero. Its screenshot is the README's
@@ -189,7 +179,7 @@ def test_first_view_is_the_h200_runs_of_the_example(browser, samples):  # noqa: 
 
 
 @pytest.mark.browser
-def test_first_view_is_a_real_public_trace_without_measured_policy_runs(browser, public_samples):  # noqa: F811
+def test_first_view_is_a_real_public_trace_without_measured_policy_runs(browser, public_samples):
     samples = public_samples
     with dashboard(samples) as (url, _):
         page = browser.new_page(viewport={"width": 1440, "height": 1000})

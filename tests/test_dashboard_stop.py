@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 
 DEMO = ROOT / "sample_traces" / "demo-synthetic"  # its first view starts what-ifs at once
 

@@ -9,7 +9,7 @@ import pytest
 
 from dashboards import app, findings_view, ids
 from dashboards.data import RunStore
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 
 
 def finding_views() -> set[str]:

@@ -15,7 +15,8 @@ import pytest
 from profiler.runs.result import analyze, collect
 from profiler.synthetic.demo import ALL_NAMES, POLICIES, TRACE_FILE, Program, StepModel, demo_run, write_demo_runs
 from profiler.trace import open_trace
-from tests.conftest import ROOT, run_cli
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import ROOT
 
 SAMPLES = ROOT / "sample_traces" / "demo-synthetic"
 SMALL = replace(StepModel(), layers=2, steps=2)

@@ -11,7 +11,8 @@ import subprocess
 import sys
 import tarfile
 
-from tests.conftest import ROOT, run_cli
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import ROOT
 
 
 def test_the_device_capture_runs_here_and_comes_home_as_run_folders(tmp_path):

@@ -15,22 +15,10 @@ from profiler.runs.result import analyze
 from profiler.runs.result import build as build_result
 from profiler.synthetic.export import PAGEABLE, PINNED, ExportBuilder
 from profiler.trace import open_trace
-from tests import reference_costs as ref_costs
-from tests import reference_devices as ref
+from tests.helpers import reference_costs as ref_costs
+from tests.helpers.device_checks import check_devices
 
 EPOCH = 1_700_000_000_000_000_000  # absolute epoch ns, as some exports hold
-
-
-def check_devices(path: Path, got: dict) -> None:
-    """*got* (the ``devices`` of ``analyze --json`` of *path*) equals the reference's on every key the
-    reference computes."""
-    trace = open_trace(path)
-    window = ref.read_ops(path)[3]
-    assert (trace.window.bounds if trace.window.active else None) == window, "the reference's window"
-    want = ref.devices(path)
-    assert sorted(got) == sorted(want)
-    for dev, expected in want.items():
-        assert ref.project(got[dev], expected) == expected, (path.name, dev)
 
 
 def check_contexts(path: Path, got: dict) -> None:

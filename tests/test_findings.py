@@ -5,7 +5,6 @@ or must stay silent."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -14,72 +13,25 @@ from profiler.analysis.findings import rule_ids, run_findings
 from profiler.analysis.findings.config import FindingsConfig, load_config
 from profiler.analysis.links import LINKS
 from profiler.errors import InputError
-from profiler.stored.folder import manifest_of
 from profiler.synthetic.export import PAGEABLE, ExportBuilder
 from profiler.trace import open_trace
-from tests.conftest import run_cli
-
-MIB = 1 << 20
-TID = 100
-
-
-def launched(b: ExportBuilder, t: int, op: str, *args, **kw) -> int:
-    corr = getattr(b, op)(*args, **kw)
-    b.runtime(t, t + 5, corr, name={"kernel": "cuLaunchKernel", "copy": "cuMemcpyAsync"}[op], tid=TID)
-    return corr
-
-
-def waited_copy(b: ExportBuilder, copy: tuple[int, int], kernel: tuple[int, int], launch: int, **copy_kw) -> None:
-    """A copy launched at 0 running over *copy*, recorded on its stream; the compute stream waits
-    for it, and a kernel launched at *launch* runs over *kernel* (its slack after the copy: 0 when it
-    starts as the copy ends)."""
-    cls, nbytes = copy_kw.pop("cls", "h2d"), copy_kw.pop("nbytes", MIB)
-    launched(b, 0, "copy", *copy, cls, nbytes, stream=20, **copy_kw)
-    b.event_record(50, 1, stream=20, tid=TID)
-    b.stream_wait(60, 1, stream=7, tid=TID)
-    launched(b, launch, "kernel", *kernel, "consumer")
-
-
-def write_run(tmp_path: Path, b: ExportBuilder, manifest: dict | None = None, name: str = "run") -> Path:
-    folder = tmp_path / name
-    folder.mkdir()
-    if manifest is not None:
-        (folder / "manifest.json").write_text(json.dumps(manifest))
-    return b.write(folder / "trace.sqlite")
-
-
-def findings_of(path: Path, **thresholds) -> dict:
-    cfg = FindingsConfig({**FindingsConfig().thresholds, **thresholds})
-    trace = open_trace(path)
-    return run_findings(trace, manifest_of(trace.path), cfg, Breakdown(trace))
-
-
-def fired(doc: dict, rule: str) -> list[dict]:
-    return [f for f in doc["findings"] if f["id"] == rule]
-
-
-def skipped(doc: dict, rule: str) -> str | None:
-    return next((s["why"] for s in doc["skipped"] if s["rule"] == rule), None)
-
-
-def steps(b: ExportBuilder, spans: list[tuple[int, int]]) -> None:
-    b.domain(1, "profile-step", tid=TID)
-    for i, (s, e) in enumerate(spans):
-        b.nvtx(s, e, f"step={i}", tid=TID, domain_id=1)
-
-
-def warmup_in_capture(tmp_path: Path, name: str = "run") -> tuple[Path, dict]:
-    """A run whose capture holds a 5 us warm-up=0 range before step=0, and its findings with the
-    warm-up ranges read as steps (``--step-range '^(step|warmup)='``)."""
-    b = ExportBuilder()
-    b.domain(1, "profile-step", tid=TID)
-    b.nvtx(0, 5000, "warmup=0", tid=TID, domain_id=1)
-    b.nvtx(6000, 7000, "step=0", tid=TID, domain_id=1)
-    b.kernel(0, 10, "k")
-    path = write_run(tmp_path, b, name=name)
-    trace = open_trace(path)
-    return path, run_findings(trace, None, FindingsConfig(), Breakdown(trace, step_range="^(step|warmup)="))
-
+from tests.helpers.cli import run_cli
+from tests.helpers.findings_runs import (
+    MIB,
+    TID,
+    boundary_run,
+    exposed_run,
+    findings_of,
+    fired,
+    launched,
+    offload_run,
+    skipped,
+    slowed_group,
+    stall_layers,
+    steps,
+    warmup_in_capture,
+    write_run,
+)
 
 # --- pageable-copies ---------------------------------------------------------------------------
 
@@ -215,16 +167,6 @@ def test_copy_contention_boundary(tmp_path, beside, fires):
 # --- kernels-slowed-by-copies and its NCCL case --------------------------------------------
 
 
-def slowed_group(b: ExportBuilder, name: str, slow: int, t0: int = 0, stream: int = 9) -> None:
-    """3 kernels of *name* alone (1000 ns), then 3 wholly under a d2h copy (*slow* ns)."""
-    for i in range(3):
-        t = t0 + i * 10_000
-        b.kernel(t, t + 1000, name, stream=stream)
-        u = t0 + 100_000 + i * 10_000
-        b.kernel(u, u + slow, name, stream=stream)
-        b.copy(u, u + slow, "d2h", MIB, stream=20)
-
-
 @pytest.mark.parametrize(("slow", "fires"), [(1_201, True), (1_200, False)])
 def test_nccl_slowed_by_copies_boundary(tmp_path, slow, fires):
     b = ExportBuilder()
@@ -301,58 +243,31 @@ def test_nccl_rule_skips_without_nccl(tmp_path):
 # --- offload-missing --------------------------------------------------------------------------
 
 
-def _offload_run(
-    tmp_path: Path, per_step: int, evidence: str = "compiled", backend: str = "gpu", policy: str = "offload_qkv"
-) -> Path:
-    """Two steps each moving *per_step* bytes to the host; what says the step offloads: *evidence*
-    ``compiled`` (its program places 2 values in host memory), ``not-compiled`` (its program places
-    none), ``declared`` (MaxText's remat_policy=qkv_proj_offloaded on the command line), ``nothing``."""
-    b = ExportBuilder()
-    steps(b, [(0, 10_000), (20_000, 30_000)])
-    for t in (0, 20_000):
-        launched(b, t + 10, "copy", t + 100, t + 200, "d2h", per_step)
-        launched(b, t + 20, "kernel", t + 100, t + 900, "k")
-    manifest = {
-        "policy": policy,
-        "devices": [{"id": 0, "kind": "NVIDIA H100 80GB HBM3" if backend == "gpu" else "cpu", "platform": backend}],
-        "versions": {"jax": "0.10.2", "jaxlib": "0.10.2"},
-        "program": ["python", "train.py"] + (["remat_policy=qkv_proj_offloaded"] if evidence == "declared" else []),
-    }
-    path = write_run(tmp_path, b, manifest, name=f"{policy}-{per_step}-{backend}-{evidence}")
-    if evidence in ("compiled", "not-compiled"):
-        placed = 2 if evidence == "compiled" else 0
-        plan = {"host_placements": {"entry_parameters": placed, "entry_outputs": 0, "instructions": 0}, "movements": []}
-        module = {"name": "jit_step", "id": 3, "label": "module_0003.jit_step", "plan": plan, "notes": []}
-        compiled = {"modules": [module], "step_program": {"name": "jit_step", "program_id": 3}, "chosen_by": "x"}
-        (path.parent / "compiled.json").write_text(json.dumps(compiled))
-    return path
-
-
 def test_offload_missing(tmp_path):
-    (f,) = fired(findings_of(_offload_run(tmp_path, MIB // 2)), "offload-missing")
+    (f,) = fired(findings_of(offload_run(tmp_path, MIB // 2)), "offload-missing")
     assert f["severity"] == "problem" and f["where"] == {"policy": "offload_qkv"}
     assert f["evidence"]["offload_bytes_per_step"] == MIB // 2 and "0.5 MiB per step" in f["verdict"]
     assert "(its compiled step program jit_step (program 3) places 2 values in host memory (S(5)))" in f["verdict"]
-    assert not fired(findings_of(_offload_run(tmp_path, MIB)), "offload-missing")  # at the threshold
+    assert not fired(findings_of(offload_run(tmp_path, MIB)), "offload-missing")  # at the threshold
 
 
 def test_offload_missing_reads_the_program_not_the_policy_name(tmp_path):
     # a name that says offload, a program that places nothing in host memory, nothing declared: no finding
-    run = _offload_run(tmp_path, 0, "not-compiled", policy="minimal_offloaded")
+    run = offload_run(tmp_path, 0, "not-compiled", policy="minimal_offloaded")
     assert not fired(findings_of(run), "offload-missing")
     # a name that says nothing, MaxText's config that offloads: the finding
-    (f,) = fired(findings_of(_offload_run(tmp_path, 0, "declared", policy="remat")), "offload-missing")
+    (f,) = fired(findings_of(offload_run(tmp_path, 0, "declared", policy="remat")), "offload-missing")
     assert f["severity"] == "problem"
     assert "policy remat should offload (MaxText's remat_policy=qkv_proj_offloaded offloads query_proj" in f["verdict"]
 
 
 def test_offload_missing_on_a_cpu_run_says_its_recorded_backend(tmp_path):
-    (cpu,) = fired(findings_of(_offload_run(tmp_path, 0, "declared", backend="cpu")), "offload-missing")
+    (cpu,) = fired(findings_of(offload_run(tmp_path, 0, "declared", backend="cpu")), "offload-missing")
     assert cpu["severity"] == "info" and "(backend: cpu)" in cpu["verdict"] and "XLA:CPU" in cpu["verdict"]
 
 
 def test_offload_missing_needs_a_compiled_step_or_declared_names(tmp_path):
-    why = skipped(findings_of(_offload_run(tmp_path, 0, "nothing")), "offload-missing")
+    why = skipped(findings_of(offload_run(tmp_path, 0, "nothing")), "offload-missing")
     assert why.startswith("whether the step offloads is unknown: no compiled step program")
     b = ExportBuilder()
     b.copy(0, 10, "d2h", 10)
@@ -362,24 +277,16 @@ def test_offload_missing_needs_a_compiled_step_or_declared_names(tmp_path):
 # --- lhs-off ------------------------------------------------------------------------------------
 
 
-def _exposed_run(tmp_path: Path, exposed: int, flags: str, name: str) -> Path:
-    # one 10 ms copy, hidden by a kernel but for `exposed` ns
-    b = ExportBuilder()
-    b.copy(0, 10_000_000, "d2h", MIB)
-    b.kernel(0, 10_000_000 - exposed, "k")
-    return write_run(tmp_path, b, {"versions": {"jax": "0.10.2"}, "xla_flags": {"final": flags}}, name=name)
-
-
 def test_lhs_off(tmp_path):
     off = "--xla_gpu_enable_latency_hiding_scheduler=false --xla_gpu_enable_command_buffer="
-    (f,) = fired(findings_of(_exposed_run(tmp_path, 1_000_001, off, "a")), "lhs-off")
+    (f,) = fired(findings_of(exposed_run(tmp_path, 1_000_001, off, "a")), "lhs-off")
     assert f["severity"] == "warning" and "is off" in f["verdict"]  # 10% of the window: at most a warning
     assert f["attributed_ns"] == 1_000_001 and f["attributed_basis_ns"] == 10_000_000
-    assert not fired(findings_of(_exposed_run(tmp_path, 1_000_000, off, "b")), "lhs-off")  # 10% is not above
-    (unset,) = fired(findings_of(_exposed_run(tmp_path, 5_000_000, "", "c")), "lhs-off")
+    assert not fired(findings_of(exposed_run(tmp_path, 1_000_000, off, "b")), "lhs-off")  # 10% is not above
+    (unset,) = fired(findings_of(exposed_run(tmp_path, 5_000_000, "", "c")), "lhs-off")
     assert unset["severity"] == "info" and "not set" in unset["verdict"]
     on = "--xla_gpu_enable_latency_hiding_scheduler=true"
-    assert not fired(findings_of(_exposed_run(tmp_path, 5_000_000, on, "d")), "lhs-off")
+    assert not fired(findings_of(exposed_run(tmp_path, 5_000_000, on, "d")), "lhs-off")
 
 
 def test_lhs_off_skips_what_is_not_an_xla_program(tmp_path):
@@ -391,34 +298,19 @@ def test_lhs_off_skips_what_is_not_an_xla_program(tmp_path):
 # --- exposed-at-boundaries ------------------------------------------------------------------
 
 
-def _boundary_run(tmp_path: Path, at_edges: bool, flags: str | None = None) -> Path:
-    b = ExportBuilder()
-    steps(b, [(0, 200_000)])
-    if at_edges:  # h2d [0,5000) before the kernel, d2h [95000,100000) after it: 10 us exposed, all at the edges
-        launched(b, 10, "copy", 0, 5_000, "h2d", MIB, stream=20)
-        launched(b, 20, "kernel", 5_000, 95_000, "k")
-        launched(b, 30, "copy", 95_000, 100_000, "d2h", MIB, stream=20)
-    else:  # a 10 us copy exposed between two kernels, in the middle
-        launched(b, 10, "kernel", 0, 45_000, "k")
-        launched(b, 20, "copy", 45_000, 55_000, "d2h", MIB, stream=20)
-        launched(b, 30, "kernel", 55_000, 100_000, "k")
-    manifest = None if flags is None else {"xla_flags": {"final": flags}}
-    return write_run(tmp_path, b, manifest, name=f"edges-{at_edges}-{flags}-{len(list(tmp_path.iterdir()))}")
-
-
 def test_exposed_at_step_boundaries(tmp_path):
-    (f,) = fired(findings_of(_boundary_run(tmp_path, True)), "exposed-at-boundaries")
+    (f,) = fired(findings_of(boundary_run(tmp_path, True)), "exposed-at-boundaries")
     assert f["evidence"] == {"at_boundaries_ns": 10_000, "exposed_or_stalled_ns": 10_000, "share": 1.0}
     assert "--xla_gpu_enable_pipelined_host_offloading=true" in f["try"] and "no manifest" in f["try"]
-    assert not fired(findings_of(_boundary_run(tmp_path, False)), "exposed-at-boundaries")
+    assert not fired(findings_of(boundary_run(tmp_path, False)), "exposed-at-boundaries")
     on = fired(
-        findings_of(_boundary_run(tmp_path, True, "--xla_gpu_enable_pipelined_host_offloading=true")),
+        findings_of(boundary_run(tmp_path, True, "--xla_gpu_enable_pipelined_host_offloading=true")),
         "exposed-at-boundaries",
     )
     assert "already on" in on[0]["try"]
     # the cost must be at least 1% of the steps: 10 us of 100 us is 10%
     assert not fired(
-        findings_of(_boundary_run(tmp_path, True), boundary_min_cost_fraction=0.11), "exposed-at-boundaries"
+        findings_of(boundary_run(tmp_path, True), boundary_min_cost_fraction=0.11), "exposed-at-boundaries"
     )
 
 
@@ -442,29 +334,13 @@ def test_exposed_at_the_ends_of_the_layer_loop(tmp_path):
 # --- stall-hotspot --------------------------------------------------------------------------
 
 
-def _stall_layers(tmp_path: Path, stalls: list[int], name: str) -> Path:
-    """One layer per entry; its h2d copy makes a kernel on stream 7 wait that many ns."""
-    b = ExportBuilder()
-    b.domain(1, "profile-step", tid=TID)
-    for i, stall in enumerate(stalls):
-        t = i * 1_000_000
-        b.nvtx(t, t + 500, f"layer={i}", tid=TID, domain_id=1)
-        launched(b, t + 100, "copy", t + 1000, t + 200_000, "h2d", MIB, stream=20)
-        b.event_record(t + 150, 10 + i, stream=20, tid=TID)
-        b.stream_wait(t + 160, 10 + i, stream=7, tid=TID)
-        # nothing before the kernel on stream 7 in this layer: ready = launch; dep = copy end
-        launch = t + 200_000 - stall
-        launched(b, launch, "kernel", t + 200_000, t + 210_000, "consumer")
-    return write_run(tmp_path, b, name=name)
-
-
 def test_stall_hotspot(tmp_path):
-    doc = findings_of(_stall_layers(tmp_path, [70_000, 10_000], "hot"))
+    doc = findings_of(stall_layers(tmp_path, [70_000, 10_000], "hot"))
     (f,) = fired(doc, "stall-hotspot")
     assert f["where"] == {"layer": "0"}
     assert f["evidence"] == {"stall_ns": 70_000, "total_stall_ns": 80_000, "share": 70_000 / 80_000}
-    assert not fired(findings_of(_stall_layers(tmp_path, [30_000, 30_000, 30_000], "even")), "stall-hotspot")
-    assert not fired(findings_of(_stall_layers(tmp_path, [9_000, 999], "small")), "stall-hotspot")  # < 10 us
+    assert not fired(findings_of(stall_layers(tmp_path, [30_000, 30_000, 30_000], "even")), "stall-hotspot")
+    assert not fired(findings_of(stall_layers(tmp_path, [9_000, 999], "small")), "stall-hotspot")  # < 10 us
 
 
 def test_stall_hotspot_skips_without_waits(tmp_path):

@@ -12,7 +12,7 @@ from profiler.analysis.links import LINKS
 from profiler.stored.folder import manifest_of
 from profiler.synthetic.export import PAGEABLE, ExportBuilder
 from profiler.trace import open_trace
-from tests.test_findings import MIB, TID, findings_of, fired, launched, steps, waited_copy, write_run
+from tests.helpers.findings_runs import MIB, TID, findings_of, fired, launched, steps, waited_copy, write_run
 
 H100 = "NVIDIA H100 80GB HBM3"  # PCIe Gen5 x16: 63 GB/s per direction
 

@@ -13,16 +13,16 @@ from profiler.analysis.findings import Finding, by_saving, graded, run_findings
 from profiler.analysis.findings.config import FindingsConfig
 from profiler.synthetic.export import PAGEABLE, ExportBuilder
 from profiler.trace import open_trace
-from tests import reference_devices
-from tests.conftest import run_cli
-from tests.test_findings import (
+from tests.helpers import reference_devices
+from tests.helpers.cli import run_cli
+from tests.helpers.findings_runs import (
     MIB,
     TID,
-    _boundary_run,
-    _stall_layers,
+    boundary_run,
     findings_of,
     fired,
     launched,
+    stall_layers,
     steps,
     waited_copy,
     warmup_in_capture,
@@ -257,7 +257,7 @@ def test_nccl_slowed_cost_is_the_excess_over_the_median(tmp_path):
 
 
 def test_boundary_costs(tmp_path):
-    doc = findings_of(_boundary_run(tmp_path, True))
+    doc = findings_of(boundary_run(tmp_path, True))
     (f,) = fired(doc, "exposed-at-boundaries")
     assert (f["attributed_ns"], f["attributed_basis_ns"], f["attributed_basis"]) == (
         10_000,
@@ -265,7 +265,7 @@ def test_boundary_costs(tmp_path):
         "the GPU spans of the 1 steps",
     )
     assert f["severity"] == "info"  # 5 us given back: under severity_min_cost_ns
-    (g,) = fired(findings_of(_boundary_run(tmp_path, True), severity_min_cost_ns=0), "exposed-at-boundaries")
+    (g,) = fired(findings_of(boundary_run(tmp_path, True), severity_min_cost_ns=0), "exposed-at-boundaries")
     # both copies removed: the d2h keeps its 90 us gap after the h2d (now at 0), ending at 90.03 us; the
     # kernel ends the step's GPU work at 95 us instead of 100 us: 5 us of the 200 us step, 2.5%
     assert (g["saving_ns"], g["saving_basis_ns"], g["severity"]) == (5_000, 200_000, "warning")
@@ -287,7 +287,7 @@ def test_layer_loop_edges_cost(tmp_path):
 
 
 def test_stall_hotspot_cost_is_the_layers_stall(tmp_path):
-    (f,) = fired(findings_of(_stall_layers(tmp_path, [70_000, 10_000], "hot")), "stall-hotspot")
+    (f,) = fired(findings_of(stall_layers(tmp_path, [70_000, 10_000], "hot")), "stall-hotspot")
     assert (f["attributed_ns"], f["attributed_basis_ns"]) == (70_000, 1_209_000)
     assert (f["saving_ns"], f["severity"]) == (0, "info")  # tests/test_savings.py derives it
 

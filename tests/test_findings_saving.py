@@ -12,7 +12,7 @@ from profiler.analysis.findings.evidence import Evidence
 from profiler.analysis.findings.saving import NO_TIME_COST, copy_free
 from profiler.synthetic.export import PAGEABLE, ExportBuilder
 from profiler.trace import open_trace
-from tests.test_findings import (
+from tests.helpers.findings_runs import (
     MIB,
     TID,
     findings_of,
@@ -123,7 +123,7 @@ def test_a_saving_per_step(tmp_path, gpus):
 def test_a_saving_on_the_summed_windows_of_two_gpus(tmp_path):
     b = ExportBuilder()
     b.domain(1, "profile-step", tid=TID)
-    for i, stall in enumerate([10_000, 70_000]):  # tests/test_findings.py's _stall_layers on GPU 0
+    for i, stall in enumerate([10_000, 70_000]):  # tests/test_findings.py's stall_layers on GPU 0
         t = i * 1_000_000
         b.nvtx(t, t + 500, f"layer={i}", tid=TID, domain_id=1)
         launched(b, t + 100, "copy", t + 1000, t + 200_000, "h2d", MIB, stream=20)

@@ -24,17 +24,17 @@ from profiler.analysis.findings.config import (
 from profiler.analysis.links import given_link, parse_link
 from profiler.errors import InputError, ProfilerError
 from profiler.synthetic.export import PAGEABLE, ExportBuilder
-from tests.test_findings import (
+from tests.helpers.findings_runs import (
     MIB,
     TID,
-    _exposed_run,
-    _offload_run,
-    _stall_layers,
+    exposed_run,
     findings_of,
     fired,
     launched,
+    offload_run,
     skipped,
     slowed_group,
+    stall_layers,
     steps,
     write_run,
 )
@@ -195,7 +195,7 @@ LHS_OFF = "--xla_gpu_enable_latency_hiding_scheduler=false"
 @pytest.mark.parametrize(("exposed", "fires"), [(999_999, False), (1_000_000, False), (1_000_001, True)])
 def test_lhs_exposed_fraction(tmp_path, exposed, fires):
     # one 10 ms copy, a kernel over all of it but `exposed` ns: 0.1 at 1_000_000
-    path = _exposed_run(tmp_path, exposed, LHS_OFF, f"lhs{exposed}")
+    path = exposed_run(tmp_path, exposed, LHS_OFF, f"lhs{exposed}")
     assert bool(fired(findings_of(path), "lhs-off")) is fires
 
 
@@ -407,7 +407,7 @@ def test_kernel_slowdown_below_one_still_needs_an_excess(tmp_path, slow, fires):
 @pytest.mark.parametrize(("per_step", "fires"), [(MIB - 1, True), (MIB, False), (MIB + 1, False)])
 def test_offload_min_bytes_per_step(tmp_path, per_step, fires):
     # two steps, each with one d2h copy of `per_step` bytes
-    assert bool(fired(findings_of(_offload_run(tmp_path, per_step)), "offload-missing")) is fires
+    assert bool(fired(findings_of(offload_run(tmp_path, per_step)), "offload-missing")) is fires
 
 
 # --- exposed-at-boundaries, per step: the first and last 10% of the step hold >= 0.5 of its exposed copy
@@ -479,14 +479,14 @@ def test_boundary_share_of_the_layer_loop(tmp_path, end_hidden, middle_hidden, f
 )
 def test_hotspot_share(tmp_path, stalls, fires):
     # the worst layer's share: 50_000 / 100_001 (below), 50_000 / 100_000 (at), 50_001 / 100_001 (above)
-    doc = findings_of(_stall_layers(tmp_path, stalls, "h" + "-".join(map(str, stalls))))
+    doc = findings_of(stall_layers(tmp_path, stalls, "h" + "-".join(map(str, stalls))))
     assert bool(fired(doc, "stall-hotspot")) is fires
 
 
 @pytest.mark.parametrize(("stalls", "fires"), [([5_000, 4_999], False), ([5_000, 5_000], True), ([5_001, 5_000], True)])
 def test_hotspot_min_stall_ns(tmp_path, stalls, fires):
     # total 9_999 (below), 10_000 (at), 10_001 (above); the worst layer holds >= half in each
-    doc = findings_of(_stall_layers(tmp_path, stalls, "m" + "-".join(map(str, stalls))))
+    doc = findings_of(stall_layers(tmp_path, stalls, "m" + "-".join(map(str, stalls))))
     assert bool(fired(doc, "stall-hotspot")) is fires
 
 

@@ -25,7 +25,8 @@ from profiler.xla.compiled import describe, platform_of
 from profiler.xla.fingerprint import normalized_text, text_fingerprint
 from profiler.xla.hlo import parse_text
 from profiler.xla.plan import offload_plan, plan_note
-from tests.conftest import AOT_HLO, ROOT, run_cli
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import AOT_HLO, ROOT
 
 SCRIPT = ROOT / "tests" / "scripts" / "host_placed.py"
 SHARED_AOT = AOT_HLO

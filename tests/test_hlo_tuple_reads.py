@@ -13,7 +13,7 @@ from profiler.predict.step import predict_module
 from profiler.xla.hlo import parse_text
 from profiler.xla.plan import offload_plan
 from profiler.xla.targets import TARGETS
-from tests.conftest import SHARED_HLO
+from tests.helpers.paths import SHARED_HLO
 
 GTE = re.compile(r"^\s*%(\S+) = [^=]*? get-tuple-element\(%([^)\s]+)\), index=(\d+)")
 

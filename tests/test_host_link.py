@@ -9,7 +9,7 @@ import pytest
 from dashboards.links import default_link
 from profiler.analysis.links import ASSUMED, LINKS, given_link, host_link, parse_link, recorded_link
 from profiler.synthetic.export import ExportBuilder
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 
 MIB = 1 << 20
 
@@ -130,7 +130,7 @@ def test_link_is_declared_once():
     ``add_argument("--link"`` anywhere in the package."""
     import re
 
-    from tests.conftest import ROOT
+    from tests.helpers.paths import ROOT
 
     declared = re.compile(r"add_argument\(\s*\"--(from-)?link\"")
     found = [str(p.relative_to(ROOT)) for p in (ROOT / "profiler").rglob("*.py") if declared.search(p.read_text())]

@@ -15,7 +15,8 @@ import pytest
 from profiler.runs.result import analyzed
 from profiler.trace import jax_profile, load_trace, nsys_schema
 from profiler.xla.hlo import parse_text
-from tests.conftest import ROOT, run_cli
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import ROOT
 
 H200 = ROOT / "sample_traces" / "h200-example"
 LAUNCH = "grid:4,2,1 block:128,1,1"

@@ -14,8 +14,8 @@ from profiler.analysis.breakdown import Breakdown
 from profiler.runs.result import analyze, run_summary
 from profiler.trace import open_trace
 from profiler.xla.names import parse_xla
-from tests.conftest import run_cli
-from tests.jax_toolbox import ARCHIVES, PUSHPOP, archive_export, read_archive
+from tests.helpers.cli import run_cli
+from tests.helpers.jax_toolbox import ARCHIVES, PUSHPOP, archive_export, read_archive
 
 pytestmark = pytest.mark.shared
 LAYERS = [f"x_layers_{i}" for i in range(12)]

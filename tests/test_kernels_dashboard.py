@@ -13,8 +13,8 @@ from profiler.runs.result import collect
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
 from profiler.units import human_time
-from tests.test_dashboard import browser, dashboard, pick, wait_rows  # noqa: F401  (browser: a fixture)
-from tests.test_kernels_slowed import group
+from tests.helpers.dashboard import dashboard, pick, wait_rows
+from tests.helpers.kernel_groups import group
 
 pytestmark = pytest.mark.browser
 
@@ -33,7 +33,7 @@ def text_of(page, selector: str) -> str:
     return page.evaluate(f"(document.querySelector({selector!r}) || {{innerText: ''}}).innerText")
 
 
-def test_policies_and_layer_views_show_the_summary(browser, tmp_path):  # noqa: F811
+def test_policies_and_layer_views_show_the_summary(browser, tmp_path):
     trace = slowed_trace(tmp_path)
     summary = collect(open_trace(trace))
     kb0, kb1 = (summary["kernels_beside_copies"][d] for d in ("0", "1"))

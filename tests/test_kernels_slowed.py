@@ -14,29 +14,16 @@ from profiler.analysis.kernels_slowed import empty_entry, group_keys, kernel_tot
 from profiler.runs.result import analyze
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
-from tests import reference_costs
-from tests import reference_kernels as ref
-from tests.conftest import run_cli
+from tests.helpers import reference_costs
+from tests.helpers import reference_kernels as ref
+from tests.helpers.cli import run_cli
+from tests.helpers.kernel_groups import group
 
 MIB = 1 << 20
 
 
 def kb(path: Path, device: str = "0") -> dict:
     return analyze(open_trace(path))["devices"][device]["kernels_beside_copies"]
-
-
-def group(name: str, alone: list[int], beside: list[int], b: ExportBuilder, t0: int, **kw) -> int:
-    """Kernels of *name*: one per duration in *alone* (no copy near), then one per duration in
-    *beside*, each wholly under its own h2d copy; returns the time after them."""
-    t = t0
-    for d in alone:
-        b.kernel(t, t + d, name, **kw)
-        t += d + 1000
-    for d in beside:
-        b.kernel(t, t + d, name, **kw)
-        b.copy(t, t + d, "h2d", MIB, device=kw.get("device", 0))
-        t += d + 1000
-    return t
 
 
 def test_sides_at_their_boundaries(build):

@@ -17,7 +17,8 @@ import polars as pl
 import pytest
 
 from profiler.analysis import late_copies
-from tests.conftest import ROOT, run_cli
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import ROOT
 
 SCRIPT = ROOT / "tests" / "scripts" / "late_scan.py"
 NOT_LATE = ("--k", "16")
@@ -162,7 +163,7 @@ def _recorded(hlo: Path, folder: Path) -> Path:
     from profiler.predict import roofline, schedule
     from profiler.xla.hlo import parse_text
     from profiler.xla.targets import TARGETS
-    from tests.recordings import Timing, record
+    from tests.helpers.recordings import Timing, record
 
     text = hlo.read_text()
     sched = schedule.build(parse_text(text))

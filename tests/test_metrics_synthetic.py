@@ -13,7 +13,7 @@ import pytest
 from profiler.runs.result import analyze
 from profiler.synthetic.export import PAGEABLE, PINNED, ExportBuilder
 from profiler.trace import open_trace
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 
 NO_CONTEXTS = {
     c: {"count": 0, "bytes": 0, "duration_sum_ns": 0, "gbps": None} for c in ("alone", "kernels", "copies", "mixed")

@@ -20,7 +20,8 @@ import pytest
 from dashboards.app import all_rows
 from dashboards.data import RunStore
 from profiler.stored import no_trace
-from tests.conftest import ROOT, run_cli
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import ROOT
 
 STEPS = ROOT / "tests" / "scripts" / "steps.py"
 FAKE = ROOT / "tests" / "scripts" / "nsys_loses_agent.sh"

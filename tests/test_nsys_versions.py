@@ -16,7 +16,8 @@ import pytest
 from profiler.runs.result import analyze
 from profiler.trace import open_trace
 from profiler.trace.nsys import find_nsys, installed_local_nsys, too_new_problem
-from tests.conftest import SHARED_TRACES, run_cli
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import SHARED_TRACES
 
 pytestmark = pytest.mark.nsys
 
@@ -105,7 +106,7 @@ def test_every_export_schema_reads_and_analyses(nsys_versions, shared_traces, tm
 def test_the_recipe_gives_the_same_tables_with_each_nsys(nsys_versions, shared_traces, tmp_path):
     import pyarrow.parquet as pq
 
-    from tests.test_recipe import venv_env
+    from tests.helpers.recipe import venv_env
 
     tables = {}
     for version, nsys in nsys_versions.items():

@@ -93,7 +93,7 @@ def test_runs_table_shows_tiny_values_as_under_0_01():
 def test_a_layers_kernels_are_per_gpu_and_each_name_once():
     from profiler.runs.result import collect
     from profiler.trace import open_trace
-    from tests.conftest import ROOT
+    from tests.helpers.paths import ROOT
 
     demo = ROOT / "sample_traces/demo-synthetic/synthetic-4-offload_all/synthetic-trace.sqlite"
     layer = collect(open_trace(demo))["layers"]["layer_0"]

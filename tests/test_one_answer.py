@@ -12,8 +12,7 @@ import pytest
 from profiler.report.verdict_text import render_verdict, verdict_lines
 from profiler.runs.verdict import verdict
 from profiler.units import COLUMNS
-from tests.conftest import run_cli
-from tests.test_dashboard import browser  # noqa: F401 (the real browser, as the other dashboard tests have it)
+from tests.helpers.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "sample_traces" / "demo-synthetic"
@@ -299,13 +298,13 @@ FLAG_LINES_JS = (
 
 
 @pytest.mark.browser
-def test_the_first_view_shows_the_terminal_verdict_of_the_runs_given_first(browser, tmp_path):  # noqa: F811
+def test_the_first_view_shows_the_terminal_verdict_of_the_runs_given_first(browser, tmp_path):
     """`dashboard --first` on a SYNTHETIC run and FlexGen's public trace, in a narrow window: the verdict
     on top is `analyze --verdict-only` of the same two, names them, says what they mix; its flags each
     stay on one line."""
     import shutil
 
-    from tests.test_dashboard import dashboard
+    from tests.helpers.dashboard import dashboard
 
     demo = tmp_path / "demo" / "synthetic-2-offload_qkv"
     shutil.copytree(DEMO / "synthetic-2-offload_qkv", demo)

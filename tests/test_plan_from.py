@@ -9,7 +9,8 @@ import pytest
 
 from profiler.runs.result import analyzed
 from profiler.trace import load_trace
-from tests.conftest import ROOT, SHARED_TRACES, run_cli
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import ROOT, SHARED_TRACES
 
 H200 = ROOT / "sample_traces" / "h200-example"
 PAX = SHARED_TRACES / "jax-toolbox" / "NVIDIA__JAX-Toolbox__pax_fsdp4_4proc_proc0.zip"

@@ -9,8 +9,8 @@ import pytest
 
 from profiler.analysis.policies import plan_table
 from profiler.report.policies_text import render_plan
-from tests.conftest import run_cli
-from tests.test_compiled_step import TRAIN
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import TRAIN
 
 
 def _bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
@@ -168,7 +168,7 @@ def test_dashboard_policy_table_says_where_its_prediction_is_for():
     pytest.importorskip("dash")
     from dashboards.trade import policy_datatable
     from profiler.analysis.policies import policy_table
-    from tests.test_policy_noise import run
+    from tests.helpers.policy_noise import run
 
     tab = policy_table([run("offload", [3.4, 3.55, 3.6], "aaa", "gpu")])
     tab["rows"][0]["predicted"] = {"predicted_step_ns": 3_000_000, "predicted_exposed_ns": 0, "step_error": -0.15,

@@ -15,84 +15,12 @@ import pytest
 
 from profiler.analysis.compare import compare, parse_threshold, run_value
 from profiler.analysis.policies import planned_vs_moved, policy_row, policy_table
-from profiler.capture import step_module
 from profiler.report.compare_text import render_markdown
 from profiler.runs.result import collect
 from profiler.stored.folder import manifest_of
-from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
-from tests.conftest import AOT_HLO, run_cli
-
-AOT = AOT_HLO
-MiB = 2**20
-A = 100
-STEP_NS = 1_000_000
-
-
-TSL = 2  # the domain id of XLA's NVTX domain in these exports
-
-
-def launch(b: ExportBuilder, t: int, kind: str, nbytes: int) -> None:
-    corr = b.copy(t + 5, t + 45, kind, nbytes)
-    b.runtime(t, t + 5, corr, name="cudaMemcpyAsync", tid=A)
-
-
-def step_trace(b: ExportBuilder, t0: int, s: int) -> None:
-    """One step of the plan's module: copies inside the thunks of the real instruction names.
-
-    layer_1 goes out and comes back as planned; layer_0's activation never goes out
-    (copy-start.4 is absent) but comes back; an extra 1 MiB leaves inside fusion.9.
-    """
-    b.nvtx(t0, t0 + STEP_NS, f"step={s}", tid=A, domain_id=1)
-    b.nvtx(t0 + 10, t0 + STEP_NS - 10, "XlaModule:#hlo_module=jit_train_step,program_id=1#", tid=A, domain_id=TSL)
-    for k, (hlo, kind) in enumerate(
-        [("copy-start.1.0", "d2h"), ("copy-start.2.0", "h2d"), ("copy-start.3.0", "h2d"), ("fusion.9", "d2h")]
-    ):
-        t = t0 + 1000 + 1000 * k
-        name = f"Thunk:#hlo_op={hlo}#" if hlo.startswith("copy") else f"Thunk:#name=jit(s)/x,hlo_op={hlo}#"
-        b.nvtx(t, t + 100, name, tid=A, domain_id=TSL)  # XLA's ranges are in its own domain
-        launch(b, t + 1, kind, 4 * MiB if hlo.startswith("copy") else MiB)
-
-
-@pytest.fixture
-def plan_run(tmp_path) -> Path:
-    """A run folder: the export, a manifest, and compiled.json read from a dump of the AOT module."""
-    if not AOT.is_file():
-        pytest.skip("../shared/hlo is absent")
-    run = tmp_path / "20260101T000000-offload_x-abc123"
-    dump = run / "xla_dump"
-    dump.mkdir(parents=True)
-    (dump / "module_0001.jit_train_step.sm_9.0a_gpu_after_optimizations.txt").write_text(AOT.read_text())
-    (dump / "module_0001.jit_train_step.sm_9.0a_gpu_after_optimizations-buffer-assignment.txt").write_text(
-        "BufferAssignment:\n"
-        "allocation 0: size 16777216, parameter 0, shape |f32[1024,4096]| at ShapeIndex {}, maybe-live-out:\n"
-        "allocation 1: size 1048576, parameter 4, shape |f32[256,1024]| at ShapeIndex {}:\n"
-        "allocation 2: size 4, maybe-live-out:\n"
-        "allocation 3: size 8388608, color 5, preallocated-temp:\n"
-        "allocation 4: size 50000000, preallocated-temp:\n"
-        "allocation 5: size 64, constant:\n"
-    )
-    b = ExportBuilder()
-    b.gpu(0, "NVIDIA H100 80GB HBM3")
-    b.domain(1, "profile-step", tid=A)
-    b.domain(TSL, "TSL", tid=A)
-    for s in range(3):
-        step_trace(b, s * 2 * STEP_NS, s)
-    b.write(run / "trace.sqlite")
-    manifest = {
-        "policy": "offload_x",
-        "devices": [{"id": 0, "kind": "NVIDIA H100 80GB HBM3"}],
-        "runtime": {
-            "model_flops_per_step": 30e9,
-            "device_memory": {
-                "available": True,
-                "devices": [{"id": 0, "peak_bytes_in_use": 10 * 2**30, "bytes_limit": 60 * 2**30}],
-            },
-        },
-    }
-    (run / "manifest.json").write_text(json.dumps(manifest))
-    step_module.record(run, dump, own_dump=False)
-    return run
+from tests.helpers.cli import run_cli
+from tests.helpers.policy_runs import STEP_NS, MiB
 
 
 def collected(run: Path) -> dict:

@@ -12,7 +12,8 @@ from profiler.capture import nsys_command, policy_arg
 from profiler.capture.plan import PlanRequest
 from profiler.capture.plan import program as plan_program
 from profiler.capture.run import RunRequest, program
-from tests.conftest import ROOT, run_cli
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import ROOT
 
 KV = ROOT / "tests" / "scripts" / "kv_overrides.py"
 KNOWN = ROOT / "tests" / "scripts" / "known_args.py"

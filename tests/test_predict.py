@@ -22,9 +22,9 @@ from profiler.predict.simulate import link_ns, simulate
 from profiler.predict.step import predict_file
 from profiler.xla.hlo import parse_text
 from profiler.xla.targets import TARGETS
-from tests import reference_predict
-from tests.conftest import ROOT, SHARED_HLO, run_cli
-from tests.test_policies import plan_run  # noqa: F401 (the fixture)
+from tests.helpers import reference_predict
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import ROOT, SHARED_HLO
 
 TRAIN = ROOT / "examples" / "train.py"
 OVERLAP = ROOT / "tests" / "scripts" / "offload_overlap.py"
@@ -309,7 +309,7 @@ def test_pax_step_on_its_own_a100_target(shared_traces, tmp_path):
     assert pred.step_ns >= pred.compute_ns > 0 and pred.collective_ns > 0
 
 
-def test_analyze_shows_predicted_against_measured(plan_run):  # noqa: F811
+def test_analyze_shows_predicted_against_measured(plan_run):
     """analyze on a run folder with a real-schema export of an H100 run and the GPU compiler's step in
     its dump: the predicted step of that module on the H100 and PCIe Gen5, against the measured."""
     hlo = SHARED_HLO / "aot_h100__two_layer_offload_step_after_opt.hlo.txt"

@@ -11,8 +11,8 @@ from profiler.analysis.links import parse_link
 from profiler.predict.step import predict_file
 from profiler.xla.hlo import parse_text
 from profiler.xla.targets import TARGETS
-from tests import reference_predict
-from tests.conftest import AOT_HLO
+from tests.helpers import reference_predict
+from tests.helpers.paths import AOT_HLO
 
 H100 = TARGETS["h100"]
 

@@ -16,7 +16,7 @@ from profiler.errors import InputError
 from profiler.runs.catalog import allowed, read_catalog
 from profiler.synthetic.export import ExportBuilder
 from profiler.units import byte_unit, human_bytes, human_time, scaled, time_unit
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import pytest
 
 from profiler.analysis.breakdown import Breakdown
 from profiler.trace import open_trace
-from tests.conftest import nsys_stats_csv
+from tests.helpers.cli import nsys_stats_csv
 
 pytestmark = [pytest.mark.nsys, pytest.mark.shared]
 

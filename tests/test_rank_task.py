@@ -21,8 +21,8 @@ from profiler.runs.result import collect
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import load_trace
 from profiler.trace.sqlite_io import estimate_rows
-from tests.conftest import SHARED_TRACES
-from tests.training_traces import training_export
+from tests.helpers.paths import SHARED_TRACES
+from tests.helpers.training_traces import training_export
 
 maybe_int = st.one_of(st.none(), st.integers(0, 6))
 

@@ -11,8 +11,8 @@ from profiler.analysis.ranks import cross_rank
 from profiler.conventions import rank_from_name
 from profiler.parallel import map_ranks
 from profiler.runs.discover import rank_inputs
-from tests.conftest import run_cli
-from tests.training_traces import training_export
+from tests.helpers.cli import run_cli
+from tests.helpers.training_traces import training_export
 
 
 @pytest.fixture(scope="module")

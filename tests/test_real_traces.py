@@ -11,8 +11,9 @@ import pytest
 
 from profiler.runs.result import analyze
 from profiler.trace import open_trace
-from tests.conftest import SHARED_TRACES, nsys_stats_csv, run_cli
-from tests.test_device_reference import check_devices
+from tests.helpers.cli import nsys_stats_csv, run_cli
+from tests.helpers.device_checks import check_devices
+from tests.helpers.paths import SHARED_TRACES
 
 pytestmark = pytest.mark.shared
 

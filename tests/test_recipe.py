@@ -20,8 +20,10 @@ from profiler.cli import main as cli_main
 from profiler.recipes import install as recipe_install
 from profiler.recipes.mapper import report_names
 from profiler.recipes.tables import flatten, report_rows
-from tests.conftest import ROOT, run_cli
-from tests.training_traces import training_export
+from tests.helpers.cli import free_port, run_cli
+from tests.helpers.paths import ROOT
+from tests.helpers.recipe import fake_install, snapshot, venv_env
+from tests.helpers.training_traces import training_export
 
 RECIPE = "offload_overlap"
 STEPS = ROOT / "tests" / "scripts" / "steps.py"
@@ -41,11 +43,6 @@ SHARED_EXPORTS = (
 
 
 # --- helpers ------------------------------------------------------------------------------------
-
-
-def venv_env(**extra: str) -> dict[str, str]:
-    """This environment first on PATH: nsys runs the first python3 there."""
-    return {**os.environ, "PATH": f"{Path(sys.prefix) / 'bin'}{os.pathsep}{os.environ['PATH']}", **extra}
 
 
 def nsys_recipe(nsys: Path, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None):
@@ -173,10 +170,6 @@ def assert_input_untouched(folder: Path, before: dict[str, tuple[int, int]]) -> 
     assert {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir()} == before
 
 
-def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
-    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir()}
-
-
 # --- fixtures -----------------------------------------------------------------------------------
 
 
@@ -267,20 +260,6 @@ def test_install_recipe_into_a_folder_is_idempotent_and_keeps_foreign_folders(ns
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "is not a profile-step install; not replaced" in proc.stderr
     assert (foreign / "mine.txt").read_text() == "keep me"
-
-
-def fake_install(tmp_path: Path, nsys: Path, framework: bool) -> Path:
-    """An nsys install laid out like NVIDIA's (the real binary behind a wrapper), with or without recipes."""
-    target = tmp_path / "nsys-install" / "target-linux-x64"
-    target.mkdir(parents=True)
-    wrapper = target / "nsys"
-    wrapper.write_text(f'#!/bin/sh\nexec "{nsys}" "$@"\n')
-    wrapper.chmod(0o755)
-    if framework:
-        pkg = target / "python" / "packages" / "nsys_recipe"
-        (pkg / "recipes").mkdir(parents=True)
-        (pkg / "__main__.py").write_text("")
-    return wrapper
 
 
 @pytest.mark.nsys
@@ -375,14 +354,6 @@ def test_recipe_dask_futures_mode_gives_the_same_tables(recipe_nsys, rank_export
         runs[mode] = {t: read_rows(out, t) for t in ("reports", "devices", "layers", "steps")}
         assert json.loads((out / f"{mode}.nsys-analysis").read_text())["Mode"] == mode
     assert runs["concurrent"] == runs["dask-futures"]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.mark.nsys

@@ -33,10 +33,10 @@ from profiler.predict.measured import load
 from profiler.predict.simulate import ALL_STREAMS, Prediction, simulate
 from profiler.trace import open_trace
 from profiler.xla.hlo import parse_text
-from tests.conftest import ROOT
-from tests.recordings import Timing, record
-from tests.test_costs_reference import action, build_random
-from tests.test_savings import _subset, exports
+from tests.helpers.paths import ROOT
+from tests.helpers.random_costs import action, build_random
+from tests.helpers.recordings import Timing, record
+from tests.helpers.savings_exports import exports, subset
 
 REPLAY_GOAL = 0.05  # the replay of a recorded step with its own durations, against the measured step
 PAX_GOAL = 0.03  # the Pax archives (unrolled, no loops) replayed within 3% (issue 42)
@@ -296,7 +296,7 @@ def test_a_loop_without_a_trip_count_keeps_its_measured_time(tmp_path):
 
 @pytest.mark.parametrize("archive", ["proc0", "proc1"])
 def test_the_pax_archives_replay_within_3_percent_keeping_the_rules(shared_traces, archive):
-    from tests.test_measured import pax
+    from tests.helpers.measured import pax
 
     p = check_recorded(pax(archive), PAX_GOAL)
     assert p.regions == []  # unrolled: no loops
@@ -361,10 +361,10 @@ def test_the_trace_replay_keeps_the_rules_under_every_change(tmp_path_factory, d
     copies = np.flatnonzero((ops.kind == H2D) | (ops.kind == D2H))
     host = host_syncs(trace, deps)
     for ch in (
-        Change("removed", removed=_subset(data.draw, copies)),
-        Change("unwaited", unwaited=_subset(data.draw, copies)),
+        Change("removed", removed=subset(data.draw, copies)),
+        Change("unwaited", unwaited=subset(data.draw, copies)),
         Change("shorter", durations=(copies, (ops.end - ops.start)[copies] // 3)),
-        Change("own stream", own_stream=_subset(data.draw, copies)),
+        Change("own stream", own_stream=subset(data.draw, copies)),
         Change("detached", detached=np.arange(len(host))),
     ):
         b = replay_rules.check_replay(replay(deps, 1.0, host, ch), ch)

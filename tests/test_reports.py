@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 
 pytestmark = [pytest.mark.nsys, pytest.mark.shared]
 

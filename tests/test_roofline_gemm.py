@@ -13,7 +13,7 @@ from profiler.predict import roofline, schedule
 from profiler.xla.compiled import load_module
 from profiler.xla.hlo import parse_text
 from profiler.xla.targets import TARGETS
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 
 # the line as jaxlib 0.11.2 compiled the example's k projection on an H200 (backend config shortened
 # to the fields the cost reads and the queue)

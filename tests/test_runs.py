@@ -13,7 +13,7 @@ from profiler.runs import result, store
 from profiler.runs.discover import NoTrace, discover, trace_paths
 from profiler.stored import folder
 from profiler.trace import open_trace
-from tests.training_traces import training_export
+from tests.helpers.training_traces import training_export
 
 
 @pytest.fixture

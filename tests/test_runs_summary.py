@@ -16,7 +16,7 @@ from profiler.runs import result, store
 from profiler.stored import folder
 from profiler.stored.summary import RunSummary, StepRow
 from profiler.trace import open_trace
-from tests.training_traces import training_export
+from tests.helpers.training_traces import training_export
 
 THRESHOLDS = [parse_threshold(t) for t in DEFAULT_THRESHOLDS]
 

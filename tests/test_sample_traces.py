@@ -13,7 +13,7 @@ from profiler.runs.catalog import read_catalog
 from profiler.runs.discover import discover
 from profiler.runs.result import collect
 from profiler.trace import load_trace
-from tests.conftest import ROOT
+from tests.helpers.paths import ROOT
 
 PUBLIC = ROOT / "sample_traces" / "public"
 COPYABLE = ("flexgen__", "nsysai__")  # the only shared sources whose licences allow a copy

@@ -23,7 +23,8 @@ from profiler.analysis.replay_waves import Waves
 from profiler.analysis.savings import Replays
 from profiler.synthetic.export import PAGEABLE, ExportBuilder
 from profiler.trace import open_trace
-from tests.test_findings import MIB, TID, fired, launched, waited_copy, write_run
+from tests.helpers.findings_runs import MIB, TID, fired, launched, waited_copy, write_run
+from tests.helpers.savings_exports import exports, subset
 
 H100 = "NVIDIA H100 80GB HBM3"  # PCIe Gen5 x16: 63 GB/s per direction
 
@@ -140,13 +141,13 @@ def test_slow_link_copies_at_the_links_rate(tmp_path):
 
 
 def test_stall_hotspot_drops_the_waits_on_its_copies(tmp_path):
-    from tests.test_findings import _stall_layers
+    from tests.helpers.findings_runs import stall_layers
 
-    (f,) = fired(run_findings_of(_stall_layers(tmp_path, [70_000, 10_000], "hot")), "stall-hotspot")
+    (f,) = fired(run_findings_of(stall_layers(tmp_path, [70_000, 10_000], "hot")), "stall-hotspot")
     # layer 0's kernel no longer waits for its copy: it runs at its launch, [130, 140) us; layer 1's
     # kernel still waits for its own copy and ends the window at 1210 us as recorded: nothing given back
     assert (f["saving_ns"], f["attributed_ns"], f["severity"]) == (0, 70_000, "info")
-    (g,) = fired(run_findings_of(_stall_layers(tmp_path, [10_000, 70_000], "last")), "stall-hotspot")
+    (g,) = fired(run_findings_of(stall_layers(tmp_path, [10_000, 70_000], "last")), "stall-hotspot")
     # layer 1 is the hot one and the last: its kernel runs at its launch 1130 us, to 1140 us; the
     # window ends at layer 1's copy, 1200 us: 10 us given back
     assert g["where"] == {"layer": "1"} and g["saving_ns"] == 10_000
@@ -210,53 +211,6 @@ def test_disjoint_savings_can_add_up_to_more_than_the_copy_free_replay(tmp_path)
 # --- properties, on generated exports ------------------------------------------------------------
 
 
-@st.composite
-def exports(draw) -> ExportBuilder:
-    """Two GPUs, a compute and a copy stream each, copies that kernels wait for (events), launches on
-    one thread with a stream synchronize now and then: a GPU-bound or host-bound timeline by chance."""
-    b = ExportBuilder()
-    n = draw(st.integers(2, 14))
-    t_host = 0
-    gpu_free = {(d, s): 0 for d in (0, 1) for s in (7, 20)}
-    event = 0
-    for _ in range(n):
-        dev = draw(st.sampled_from([0, 1]))
-        t_host += draw(st.integers(1, 3_000))
-        kind = draw(st.sampled_from(["kernel", "copy", "copy_then_kernel", "sync"]))
-        if kind == "sync":
-            stream = 7
-            end = max(t_host, gpu_free[(dev, stream)]) + draw(st.integers(0, 200))
-            b.sync(t_host, "stream_sync", device=dev, stream=stream, tid=TID, duration=max(60, end - t_host))
-            t_host = end + 60
-            continue
-        stream = 7 if kind == "kernel" else 20
-        dur = draw(st.integers(0, 20_000))
-        start = max(t_host + draw(st.integers(0, 2_000)), gpu_free[(dev, stream)] + draw(st.integers(0, 500)))
-        cls = draw(st.sampled_from(["h2d", "d2h"]))
-        if kind == "kernel":
-            launched(b, t_host, "kernel", start, start + dur, "k", device=dev, stream=stream)
-        else:
-            launched(b, t_host, "copy", start, start + dur, cls, MIB, device=dev, stream=stream)
-        gpu_free[(dev, stream)] = start + dur
-        if kind == "copy_then_kernel":
-            event += 1
-            b.event_record(t_host + 10, event, device=dev, stream=20, tid=TID)
-            b.stream_wait(t_host + 20, event, device=dev, stream=7, tid=TID)
-            t_host += 30
-            k0 = max(t_host + 100, gpu_free[(dev, 7)], start + dur) + draw(st.integers(0, 300))
-            k1 = k0 + draw(st.integers(0, 20_000))
-            launched(b, t_host, "kernel", k0, k1, "consumer", device=dev, stream=7)
-            gpu_free[(dev, 7)] = k1
-    b.kernel(0, 1, "first", device=0, stream=9)
-    b.kernel(0, 1, "first", device=1, stream=9)
-    return b
-
-
-def _subset(draw, rows: np.ndarray) -> np.ndarray:
-    keep = draw(st.lists(st.booleans(), min_size=rows.size, max_size=rows.size))
-    return rows[np.array(keep, dtype=bool)] if rows.size else rows
-
-
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(b=exports(), data=st.data())
 def test_saving_properties_on_generated_exports(tmp_path_factory, b, data):
@@ -269,10 +223,10 @@ def test_saving_properties_on_generated_exports(tmp_path_factory, b, data):
         mine = r.copy_rows(dev)
         ops = r.deps.ops
         changes = [
-            Change("removed", removed=_subset(data.draw, mine)),
-            Change("unwaited", unwaited=_subset(data.draw, mine)),
+            Change("removed", removed=subset(data.draw, mine)),
+            Change("unwaited", unwaited=subset(data.draw, mine)),
         ]
-        rows = _subset(data.draw, mine)
+        rows = subset(data.draw, mine)
         frac = data.draw(st.floats(0, 1))
         changes.append(Change("shorter", durations=(rows, ((ops.end - ops.start)[rows] * frac).astype(np.int64))))
         for ch in changes:
@@ -303,10 +257,10 @@ def test_waves_give_the_scalar_replays_answer(tmp_path_factory, b, data):
     copies = r.copy_rows()
     calls = np.arange(len(r.host)) if r.host is not None else np.zeros(0, dtype=np.int64)
     for ch in (
-        Change("removed", removed=_subset(data.draw, copies)),
-        Change("unwaited", unwaited=_subset(data.draw, copies)),
-        Change("detached", detached=_subset(data.draw, calls)),
-        Change("own stream", own_stream=_subset(data.draw, copies)),
+        Change("removed", removed=subset(data.draw, copies)),
+        Change("unwaited", unwaited=subset(data.draw, copies)),
+        Change("detached", detached=subset(data.draw, calls)),
+        Change("own stream", own_stream=subset(data.draw, copies)),
     ):
         w = g.replay(ch)
         if w is None:
@@ -373,7 +327,7 @@ def test_stall_savings_against_the_step_difference_of_two_policies():
 def test_whatif_says_where_a_saving_beyond_the_gpus_own_copies_comes_from(tmp_path):
     """GPU 1 runs a kernel the host launches after a cudaStreamSynchronize on GPU 0's copy stream: GPU
     1 has no copy of its own, yet its window ends 100 us earlier when copies take no time."""
-    from tests.conftest import run_cli
+    from tests.helpers.cli import run_cli
 
     b = ExportBuilder()
     launched(b, 0, "copy", 1_000, 101_000, "h2d", MIB, stream=20)  # GPU 0, 100 us

@@ -10,18 +10,12 @@ import numpy as np
 import polars as pl
 import pytest
 
-from profiler.analysis.breakdown import Breakdown
 from profiler.analysis.replay import NO_CHANGE, Change
 from profiler.analysis.savings import CAPTURE, DEVICE, STEPS, WINDOWS, Replays, Saving, Window
 from profiler.analysis.whatif import OP_KEYS
 from profiler.synthetic.export import ExportBuilder
-from profiler.trace import open_trace
-from tests.test_findings import MIB, TID, launched
-
-
-def _replays(path) -> Replays:
-    trace = open_trace(path)
-    return Replays(trace, Breakdown(trace))
+from tests.helpers.findings_runs import MIB, TID, launched
+from tests.helpers.savings_exports import replays
 
 
 def _waited_copy(b: ExportBuilder, t0: int, copy: int, event: int, device: int = 0) -> None:
@@ -52,7 +46,7 @@ def stepped_export(folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def stepped(tmp_path_factory) -> Replays:
-    return _replays(stepped_export(tmp_path_factory.mktemp("stepped")))
+    return replays(stepped_export(tmp_path_factory.mktemp("stepped")))
 
 
 def test_copy_free_saving_per_window_step_and_capture(stepped):
@@ -143,7 +137,7 @@ def test_a_trace_without_gpu_ops_saves_nothing(tmp_path):
     b = ExportBuilder()
     b.gpu(0)
     b.runtime(0, 10, 1, name="cudaFree")
-    r = _replays(b.write(tmp_path / "trace.sqlite"))
+    r = replays(b.write(tmp_path / "trace.sqlite"))
     assert r.devices == [] and r.copy_rows().size == 0
     s = r.copy_free_saving
     assert (s.window_ns, s.step_ns, s.capture_ns, s.steps, s.per_step) == ({}, {}, 0, 0, {})
@@ -229,7 +223,7 @@ def test_the_host_paced_chain_through_the_op_before_on_its_stream(tmp_path):
     launched(b, 0, "kernel", 100, 10_100, "K1")
     launched(b, 10, "kernel", 10_100, 10_200, "K2")
     b.kernel(500, 600, "K3", device=1)
-    r = _replays(b.write(tmp_path / "trace.sqlite"))
+    r = replays(b.write(tmp_path / "trace.sqlite"))
     # K2 follows K1 (10.1 us, later than K2's launch); K1's latest input is its launch at 0: the chain
     # holds 2 ops, launched 10.2 us before the window's end
     assert r.host_paced(NO_CHANGE, 0) == {"before_end_ns": 10_200, "ops": 2}
@@ -248,7 +242,7 @@ def test_the_host_paced_chain_reads_the_replayed_launches(tmp_path):
     launched(b, 0, "copy", 1_000, 101_000, "h2d", MIB, stream=20)
     b.sync(10, "stream_sync", stream=20, tid=TID, duration=101_000)
     launched(b, 101_100, "kernel", 110_000, 120_000, "K")
-    r = _replays(b.write(tmp_path / "trace.sqlite"))
+    r = replays(b.write(tmp_path / "trace.sqlite"))
     assert r.host_paced(r.copy_free(), 0) == {"before_end_ns": 18_900, "ops": 1}
     assert r.host_paced(NO_CHANGE, 0) == {"before_end_ns": 18_900, "ops": 1}  # 120 - 101.1 us
 
@@ -263,8 +257,8 @@ def test_a_trace_the_waves_cannot_replay_goes_to_the_scalar_replay(tmp_path):
     b.stream_wait(60, 1, stream=7, tid=TID)
     launched(b, 100, "kernel", 4_000, 4_500, "K")
     path = b.write(tmp_path / "trace.sqlite")
-    scalar = _replays(path)
-    r = _replays(path)
+    scalar = replays(path)
+    r = replays(path)
     r.wave_min_ops = 0
     assert r._graph is None
     assert r.copy_free_saving == scalar.copy_free_saving

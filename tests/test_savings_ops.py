@@ -13,8 +13,8 @@ import pytest
 from profiler.analysis.replay import NO_CHANGE
 from profiler.analysis.whatif import OP_KEYS
 from profiler.synthetic.export import ExportBuilder
-from tests.test_findings import MIB, TID, launched
-from tests.test_savings_cases import _replays
+from tests.helpers.findings_runs import MIB, TID, launched
+from tests.helpers.savings_exports import replays
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def twins(tmp_path_factory):
             "WHERE shortName = (SELECT id FROM StringIds WHERE value = 'a')"
         )
     con.close()
-    return _replays(path), _replays(nulled)
+    return replays(path), replays(nulled)
 
 
 def test_two_ops_with_the_same_keys_are_not_keyed_by_position(twins):
@@ -128,7 +128,7 @@ def test_the_host_paced_chain_takes_the_latest_input_and_ties_to_the_stream(tmp_
         launched(b, 7_000, "kernel", 10_100, 10_200, "K2", device=dev)
     launched(b, 0, "kernel", 100, 10_100, "K1", device=3)
     launched(b, 10_100, "kernel", 10_200, 10_300, "K2", device=3)
-    r = _replays(b.write(tmp_path / "trace.sqlite"))
+    r = replays(b.write(tmp_path / "trace.sqlite"))
     assert r.host_paced(NO_CHANGE, 0) == {"before_end_ns": 200, "ops": 1}
     assert r.host_paced(NO_CHANGE, 1) == {"before_end_ns": 10_200, "ops": 2}
     assert r.host_paced(NO_CHANGE, 2) == {"before_end_ns": 10_200, "ops": 2}

@@ -11,31 +11,23 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from profiler.capture import run, startup, xla_flags
 from profiler.conventions import HOOK_ENV, RUNTIME_FACTS, STARTUP_FACTS, XLA_DUMP_DIR
 from profiler.xla import dump
-from tests.conftest import ROOT, run_cli
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import ROOT
+from tests.helpers.startup import (
+    child,
+    facts,
+    fake_dump,
+    only_run,
+)
 
 INIT_HEAVY = ROOT / "tests" / "scripts" / "init_heavy.py"
 OWN_FLAGS = ROOT / "tests" / "scripts" / "own_xla_flags.py"
-
-
-def child(script: Path | None, run_dir: Path, *args: str, code: str | None = None, policy: str = "p", **env: str):
-    """Run *script* (or ``python -c code``) as profile-step would, without nsys."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    plan = xla_flags.plan(os.environ.get("XLA_FLAGS", ""), dump_to=str(run_dir / XLA_DUMP_DIR))
-    req = run.RunRequest(script=script or Path("x.py"))
-    full = {**run.run_env(req, policy, run_dir, plan), **env}
-    cmd = [sys.executable, *(["-c", code] if code is not None else [str(script)]), *args]
-    return subprocess.run(cmd, env=full, capture_output=True, text=True, timeout=300, check=False)
-
-
-def facts(run_dir: Path) -> dict:
-    return json.loads((run_dir / STARTUP_FACTS).read_text())
 
 
 def counts(doc: dict) -> dict[str, int]:
@@ -137,11 +129,6 @@ def test_unnamed_policy_is_the_scripts_own_default(tmp_path):
 # --- under the real nsys -----------------------------------------------------------------------
 
 
-def only_run(runs: Path) -> Path:
-    (folder,) = [p for p in runs.iterdir() if p.is_dir()]
-    return folder
-
-
 @pytest.mark.nsys
 def test_init_larger_than_its_step_under_nsys(nsys, tmp_path):
     """Init (284 MFLOP) runs once, the step (2 MFLOP) 5 times: the step is the step, FLOPs and all."""
@@ -193,14 +180,6 @@ def test_own_xla_flags_under_nsys(nsys, tmp_path):
 
 
 # --- the step chosen at capture time from the hook's executions ---------------------------------
-
-
-def fake_dump(folder: Path, sizes: dict[str, int]) -> None:
-    """A dump folder: per module one after-optimization text of *sizes* bytes (the step by size)."""
-    folder.mkdir(parents=True)
-    for i, (name, size) in enumerate(sizes.items()):
-        text = f"HloModule {name}\n" + "x" * size
-        (folder / f"module_{i:04d}.{name}.cpu_after_optimizations.txt").write_text(text)
 
 
 def test_capture_step_is_the_module_that_ran_most(tmp_path):

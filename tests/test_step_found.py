@@ -16,8 +16,9 @@ import pytest
 
 from profiler.capture import step_module
 from profiler.conventions import XLA_DUMP_DIR
-from tests.conftest import ROOT, run_cli
-from tests.test_startup_hook import child, facts, only_run
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import ROOT
+from tests.helpers.startup import child, facts, only_run
 
 TRAINER = ROOT / "tests" / "scripts" / "trainer_schedule.py"
 

@@ -24,8 +24,9 @@ from profiler.conventions import XLA_DUMP_DIR
 from profiler.trace import open_trace
 from profiler.units import human_time
 from profiler.xla import dump
-from tests.conftest import ROOT, run_cli
-from tests.test_startup_hook import child, facts, only_run
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import ROOT
+from tests.helpers.startup import child, facts, only_run
 
 SCRIPT = ROOT / "tests" / "scripts" / "step_programs.py"
 TUTORIAL = ROOT / "tests" / "scripts" / "host_offload_tutorial.py"
@@ -203,7 +204,7 @@ def test_the_sweep_table_counts_the_included_steps_as_the_run_line_does():
 def test_on_a_gpu_the_capture_keeps_the_script_s_programs_and_leaves_the_choice_to_the_trace(tmp_path):
     """The hook counts nothing where XLA writes its own ranges (the fast path stays): it names the
     script's programs, the dump keeps them all, and the capture's fallback looks only among them."""
-    from tests.test_startup_hook import fake_dump
+    from tests.helpers.startup import fake_dump
 
     sizes = {"jit_convert_element_type": 90_000, "jit_init": 50_000, "jit_step": 20_000, "jit_a": 10, "jit_b": 10}
     fake_dump(tmp_path / "xla_dump", sizes)  # ids 0..4 in this order; jit_convert_element_type is JAX's own
@@ -221,7 +222,7 @@ def test_pgle_on_a_run_folder_takes_the_step_the_script_handed_over(tmp_path):
     analyze's steps are jit_step's (the rule, narrowed to the name the script gave): so are pgle's
     and plan --calibrate's (predict.measured.load), from the run folder and from its trace alike."""
     from profiler.predict.measured import load
-    from tests.test_xla_steps import execution, new
+    from tests.helpers.xla_steps import execution, new
 
     b = new()
     for i in range(4):  # jit_eval (program 3): 4 runs of 800 ns on the GPU

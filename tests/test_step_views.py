@@ -8,7 +8,8 @@ import json
 
 from profiler.report.text import window_line
 from profiler.synthetic.export import ExportBuilder
-from tests.conftest import ROOT, run_cli
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import ROOT
 
 CPU_RUNS = ROOT / "sample_traces" / "cpu-example"
 A = 100

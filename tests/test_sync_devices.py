@@ -7,7 +7,7 @@ from __future__ import annotations
 from profiler.runs.result import analyze
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
-from tests.test_costs import launched
+from tests.helpers.costs_runs import launched
 
 MIB = 1 << 20
 

@@ -28,7 +28,7 @@ from profiler.tune.compiler import Compiler
 from profiler.tune.run import evaluate_presets, names_of
 from profiler.tune.search import best_of, search
 from profiler.xla import targets
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 KNOWN = ROOT / "tests" / "scripts" / "tune_known.py"
@@ -374,7 +374,7 @@ def test_calibrate_takes_a_runs_measured_costs(aot_python, plain, tmp_path):
     built with test_measured's thunk export) gives that program its measured times, so its predicted
     step is at least the kernels' sum, where the roofline alone says microseconds."""
     from profiler.xla.compiled import load_module
-    from tests.test_measured import measured_run
+    from tests.helpers.measured import measured_run
 
     first = plain[1]["candidates"][0]
     assert first["label"] == "recompute all"

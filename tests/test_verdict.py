@@ -11,9 +11,10 @@ import pytest
 from profiler.report.verdict_text import render_verdict, verdict_lines
 from profiler.runs.verdict import fastest, verdict
 from profiler.stored.summary import RunSummary
-from tests.conftest import ROOT, run_cli
-from tests.test_policy_noise import MS, run
-from tests.training_traces import training_export
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import ROOT
+from tests.helpers.policy_noise import MS, run
+from tests.helpers.training_traces import training_export
 
 GIB = 2**30
 US = 1000

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from profiler.synthetic.export import ExportBuilder
-from tests.conftest import run_cli
-from tests.test_costs import prefetch_stall
+from tests.helpers.cli import run_cli
+from tests.helpers.costs_runs import prefetch_stall
 
 
 def test_whatif_on_a_run_folder_is_whatif_on_its_trace(tmp_path):

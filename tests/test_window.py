@@ -12,7 +12,7 @@ from profiler.runs.result import analyze, collect
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import load_trace, open_trace
 from profiler.trace.loader import KERNEL_TABLE, MEMCPY_TABLE
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 
 T = 100  # the training loop's thread
 W0, W1 = 1_000_000, 9_000_000  # the window

@@ -28,7 +28,7 @@ from profiler.xla.proto import module_from_proto, read_bytes
 from profiler.xla.shapes import ShapeError, parse_shape
 from profiler.xla.step_program import choose
 from profiler.xla.targets import TARGETS, peak_tflops, resolve
-from tests.conftest import SHARED_HLO
+from tests.helpers.paths import SHARED_HLO
 
 AOT = "aot_h100__two_layer_offload_step_after_opt.hlo.txt"
 

@@ -19,7 +19,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from tests.reference_kernels import merged  # the same sort-and-merge union, written once for the references
+from tests.helpers.reference_kernels import merged  # the same sort-and-merge union, written once for the references
 
 KERNEL, MEMCPY, MEMSET = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
