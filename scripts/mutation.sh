@@ -25,43 +25,43 @@ skip=""  # a regular expression: lines that match it are not mutated
 case "$module" in
   units)
     sources="profiler/units.py"
-    tests="tests/test_units_edges.py tests/test_presentation.py" ;;
+    tests="tests/cli/test_units_edges.py tests/cli/test_presentation.py" ;;
   intervals)
     sources="profiler/analysis/intervals.py"
-    tests="tests/test_intervals.py tests/test_device_reference.py" ;;
+    tests="tests/analysis/test_intervals.py tests/analysis/test_device_reference.py" ;;
   overlap)
     sources="profiler/analysis/overlap.py"
     # the per-range, step and layer numbers (offload_metrics, stall_ns) are read by attribution and costs
-    tests="tests/test_device_reference.py tests/test_metrics_synthetic.py tests/test_attribution.py tests/test_costs.py" ;;
+    tests="tests/analysis/test_device_reference.py tests/analysis/test_metrics_synthetic.py tests/analysis/test_attribution.py tests/analysis/test_costs.py" ;;
   stalls)
     sources="profiler/analysis/stalls.py profiler/analysis/dependencies.py"
     # the reference, the scenarios derived by hand (per-range stalls too) and rule 4 at its limits
-    tests="tests/test_costs_reference.py tests/test_costs.py tests/test_stalls_boundaries.py" ;;
+    tests="tests/analysis/test_costs_reference.py tests/analysis/test_costs.py tests/analysis/test_stalls_boundaries.py" ;;
   kernels_slowed)
     sources="profiler/analysis/kernels_slowed.py"
-    tests="tests/test_kernels_slowed.py" ;;
+    tests="tests/analysis/test_kernels_slowed.py" ;;
   replay)
     sources="profiler/analysis/replay.py"
     # the reference, the what-ifs derived by hand, and the savings (the replay's changes)
-    tests="tests/test_costs_reference.py tests/test_costs.py tests/test_savings.py tests/test_replay_cases.py tests/test_stalls_boundaries.py" ;;
+    tests="tests/analysis/test_costs_reference.py tests/analysis/test_costs.py tests/analysis/test_savings.py tests/analysis/test_replay_cases.py tests/analysis/test_stalls_boundaries.py" ;;
   findings_config)  # the thresholds, their comparisons and the configuration file
     sources="profiler/analysis/findings/config.py"
-    tests="tests/test_findings_thresholds.py tests/test_findings.py" ;;
+    tests="tests/findings/test_findings_thresholds.py tests/findings/test_findings.py" ;;
   findings_rules)  # in the rules, the lines that compare with a threshold (not their verdicts' words)
     sources="profiler/analysis/findings/rules/*.py"
     skip='^(?!.*config\[)'
-    tests="tests/test_findings_thresholds.py tests/test_findings.py" ;;
+    tests="tests/findings/test_findings_thresholds.py tests/findings/test_findings.py" ;;
   savings)  # the savings of a change: windows, capture, per-step medians, the copy-free bound
     sources="profiler/analysis/savings.py"
     # the cases derived by hand first, then the findings' savings and the generated exports
-    tests="tests/test_savings_cases.py tests/test_savings_ops.py tests/test_keyed_by_position.py tests/test_savings.py tests/test_findings_cost.py" ;;
+    tests="tests/analysis/test_savings_cases.py tests/analysis/test_savings_ops.py tests/analysis/test_keyed_by_position.py tests/analysis/test_savings.py tests/findings/test_findings_cost.py" ;;
   findings_savings)  # the change each finding asks the replay for, and the saving attached to it
     sources="profiler/analysis/findings/saving.py profiler/analysis/findings/changes.py"
-    tests="tests/test_findings_saving.py tests/test_findings_changes.py tests/test_savings.py tests/test_findings.py tests/test_findings_cost.py tests/test_findings_thresholds.py" ;;
+    tests="tests/findings/test_findings_saving.py tests/findings/test_findings_changes.py tests/analysis/test_savings.py tests/findings/test_findings.py tests/findings/test_findings_cost.py tests/findings/test_findings_thresholds.py" ;;
   predict)  # the step's prediction: schedule, roofline, the replay of a schedule, calibration, recordings
     sources="profiler/predict/*.py profiler/analysis/replay_rules.py"
     # in-process tests, fast ones first; plan's compiles (.venv-aot, subprocesses) count for nothing here
-    tests="tests/test_replay_invariants.py tests/test_predict.py tests/test_predict_reference.py tests/test_measured.py tests/test_roofline_gemm.py tests/test_roofline_attention.py tests/test_hlo_tuple_reads.py tests/test_late_copies.py tests/test_jax_toolbox.py" ;;
+    tests="tests/predict/test_replay_invariants.py tests/predict/test_predict.py tests/predict/test_predict_reference.py tests/predict/test_measured.py tests/predict/test_roofline_gemm.py tests/predict/test_roofline_attention.py tests/capture/test_hlo_tuple_reads.py tests/predict/test_late_copies.py tests/traces/test_jax_toolbox.py" ;;
   *) echo "mutation.sh: unknown module $module" >&2; exit 2 ;;
 esac
 

@@ -4,7 +4,7 @@ A prediction is a claim; this module says what it was worth on the project's rea
 two predictions are too close to call.  The figures are residuals, measured, not chosen:
 ``benchmarks/h200_predictions.py`` computes them from the example's steps on an H200
 (``sample_traces/h200-example``: 8 runs, 3 steps each, each run's own optimized HLO and the GPU's
-own description), and ``tests/test_accuracy.py`` recomputes them and fails when they no
+own description), and ``tests/predict/test_accuracy.py`` recomputes them and fails when they no
 longer hold.
 
 - ``step``: the range of ``(predicted - measured) / measured`` of the predicted step over those

@@ -43,7 +43,7 @@ def test_fastest_that_fits_and_its_margin_against_the_noise():
         "margin_ns": 2 * MS,
         "spread_ns": 6 * MS,
         "within_noise": True,
-        "other_program": False,  # no step program known: nothing said (tests/test_same_program.py)
+        "other_program": False,  # no step program known: nothing said (tests/runs/test_same_program.py)
     }
     # d: 120 ms, spread 2: 16 ms behind b, beyond b's 6 ms spread
     d = with_memory(run("d", [119, 120, 121]), 50 * GIB, 80 * GIB)

@@ -14,7 +14,7 @@ from profiler.runs.verdict import verdict
 from profiler.units import COLUMNS
 from tests.helpers.cli import run_cli
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "sample_traces" / "demo-synthetic"
 SYNTHETIC_RUNS = [str(DEMO / f"synthetic-{n}") for n in ("0-none", "2-offload_qkv", "3-offload_mlp")]
 

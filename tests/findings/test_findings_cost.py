@@ -289,7 +289,7 @@ def test_layer_loop_edges_cost(tmp_path):
 def test_stall_hotspot_cost_is_the_layers_stall(tmp_path):
     (f,) = fired(findings_of(stall_layers(tmp_path, [70_000, 10_000], "hot")), "stall-hotspot")
     assert (f["attributed_ns"], f["attributed_basis_ns"]) == (70_000, 1_209_000)
-    assert (f["saving_ns"], f["severity"]) == (0, "info")  # tests/test_savings.py derives it
+    assert (f["saving_ns"], f["severity"]) == (0, "info")  # tests/analysis/test_savings.py derives it
 
 
 def test_step_outliers_cost_and_notes_without_cost(tmp_path):
@@ -429,7 +429,7 @@ def test_exposed_copies_on_the_streams_trace(shared_traces):
     off = devices["0"]["copies"]["offload"]
     assert f["attributed_ns"] == off["exposed_ns"] == 54_942_550 and f["attributed_basis_ns"] == devices["0"]["span_ns"]
     assert f["severity"] == "info" and f["attributed_share"] == pytest.approx(0.332, abs=0.001)
-    assert f["saving_ns"] < 10_000  # tests/test_savings.py: the program is host-bound
+    assert f["saving_ns"] < 10_000  # tests/analysis/test_savings.py: the program is host-bound
     assert sum(f["evidence"]["by_tenth_ns"]) == off["exposed_ns"]
     # 54_942_550 above: the offload copies' time with no kernel beside them, by tests/reference_devices.py
     reference = reference_devices.devices(shared_traces / "gpu4__nsys_vectorAdd_streams_10000000__7498cc2.sqlite")

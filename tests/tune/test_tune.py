@@ -30,7 +30,7 @@ from profiler.tune.search import best_of, search
 from profiler.xla import targets
 from tests.helpers.cli import run_cli
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KNOWN = ROOT / "tests" / "scripts" / "tune_known.py"
 GiB, MiB = 2**30, 2**20
 
@@ -114,7 +114,7 @@ def test_the_answer_changes_with_the_link_and_the_limit(known):
 @pytest.mark.parametrize("presets", [False, True], ids=["no-presets", "presets"])
 def test_monotone_in_the_link(known, presets):
     """A faster link never makes the chosen step slower, and never offloads less: each link's search
-    seeded with the slower links' choices (tests/test_tune_search.py has a table where the search
+    seeded with the slower links' choices (tests/tune/test_tune_search.py has a table where the search
     unseeded is not monotone); with the presets beside it or not."""
     _, names, compiler = known
     steps, offloaded, chosen = [], [], []

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CAUSES = ROOT / "benchmarks" / "writeup_causes.py"
 TOY = ["--layers", "2", "--batch", "1", "--seq", "256", "--width", "256", "--states-gb", "0.5"]
 

@@ -392,6 +392,18 @@ def test_a_rule_check_sees_an_overlap_and_a_short_stream():
     assert allowed.ok
 
 
+def test_a_rule_check_orders_each_stream_by_start_and_sees_one_nanosecond():
+    """Found by mutation testing (docs/testing.md): rows given out of their start order are put in it
+    before the previous op is taken; an overlap of 1 ns breaks rule 1; a stream that starts late is
+    short by its own extent, not by its end."""
+    unordered = replay_rules.check(np.array([0, 0]), np.array([50, 0]), np.array([150, 100]))
+    assert unordered.rows.tolist() == [0] and unordered.excess.tolist() == [50]
+    one_ns = replay_rules.check(np.array([0, 0]), np.array([0, 99]), np.array([100, 199]))
+    assert one_ns.rows.tolist() == [1] and one_ns.excess.tolist() == [1] and not one_ns.ok
+    late = replay_rules.check(np.array([0, 0]), np.array([1000, 1050]), np.array([1100, 1150]))
+    assert late.short == {0: (200, 150)}
+
+
 def test_a_conditional_is_one_op_of_its_costliest_branch_or_its_measured_span():
     text = """HloModule m, is_scheduled=true
 %b0 (a: f32[4096,4096]) -> f32[4096,4096] {

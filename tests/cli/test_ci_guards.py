@@ -19,7 +19,7 @@ def pytest_run(tmp_path, ci: bool, folder: bool = True) -> subprocess.CompletedP
         (tmp_path / "no-shared").mkdir()
     if ci:
         env["CI"] = "true"
-    test = "tests/test_real_traces.py::test_catalog_counts_agree"
+    test = "tests/traces/test_real_traces.py::test_catalog_counts_agree"
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
         capture_output=True,

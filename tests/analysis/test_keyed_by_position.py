@@ -13,7 +13,7 @@ from profiler.analysis.savings import Replays
 from profiler.analysis.whatif import OP_KEYS, keyed_step_ops, step_frames
 from profiler.trace import open_trace
 
-RUN = Path(__file__).resolve().parent.parent / "sample_traces" / "demo-synthetic" / "synthetic-2-offload_qkv"
+RUN = Path(__file__).resolve().parents[2] / "sample_traces" / "demo-synthetic" / "synthetic-2-offload_qkv"
 
 
 def test_by_position_is_the_joins_frame_and_gives_way_to_it():

@@ -302,7 +302,7 @@ def test_stall_savings_against_the_step_difference_of_two_policies():
     from profiler.runs.result import build
     from profiler.trace import load_trace
 
-    demo = Path(__file__).resolve().parents[1] / "sample_traces" / "demo-synthetic"
+    demo = Path(__file__).resolve().parents[2] / "sample_traces" / "demo-synthetic"
     runs = {}
     for policy in ("none", "offload_all"):
         (folder,) = demo.glob(f"synthetic-*-{policy}")
@@ -348,7 +348,7 @@ def test_whatif_says_where_a_saving_beyond_the_gpus_own_copies_comes_from(tmp_pa
 def test_synthetic_demo_runs_order_by_saving_within_the_bounds():
     from profiler.trace import load_trace
 
-    demo = Path(__file__).resolve().parents[1] / "sample_traces" / "demo-synthetic"
+    demo = Path(__file__).resolve().parents[2] / "sample_traces" / "demo-synthetic"
     for folder in sorted(demo.glob("synthetic-*")):
         trace = load_trace(folder / "synthetic-trace.sqlite")
         doc = run_findings(trace, None, FindingsConfig(), Breakdown(trace))

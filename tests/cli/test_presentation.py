@@ -230,7 +230,7 @@ def test_cpu_run_summary_says_no_gpu_once():
 
 
 def test_quickstart_documents_its_switch():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert "QUICKSTART_NO_DASHBOARD" in readme
 
 
@@ -240,7 +240,7 @@ def test_steps_cell_says_where_the_steps_and_the_window_come_from(shared_traces)
     from profiler.runs.result import collect
     from profiler.trace import open_trace
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     demo = collect(open_trace(root / "sample_traces/demo-synthetic/synthetic-4-offload_all/synthetic-trace.sqlite"))
     assert steps_origin(demo) == (
         "steps: profile-step step=N ranges. Analysis window: profile-step:capture range, "

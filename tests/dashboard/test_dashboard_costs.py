@@ -33,7 +33,7 @@ AOT_RUNS = {"offload_x": ("aaa111", 10, 1), "none": ("bbb222", 30, 2)}  # policy
 
 def aot_run(folder: Path, policy: str, rid: str, peak_gib: int, n: int) -> Path:
     """A run folder of the real GPU compiler's plan (../shared/hlo) with a trace that moves its copies,
-    measured device memory and a memory limit (as tests/test_policies.py's plan_run)."""
+    measured device memory and a memory limit (as tests/runs/test_policies.py's plan_run)."""
     run = folder / f"20260101T00000{n}-{policy}-{rid}"
     dump = run / "xla_dump"
     dump.mkdir(parents=True)

@@ -94,7 +94,7 @@ def test_a_saving_on_the_captures_gpu_time(tmp_path):
 
 
 def _edges(b: ExportBuilder, device: int, compute: int, stream: int, tail: int) -> None:
-    """tests/test_findings.py's copies at the edges of the step on *device*: h2d over [0, 5) us, a
+    """tests/findings/test_findings.py's copies at the edges of the step on *device*: h2d over [0, 5) us, a
     kernel over [5, 95) us that waits for nothing, a d2h over [95 us, *tail*)."""
     launched(b, 10, "copy", 0, 5_000, "h2d", MIB, stream=stream, device=device)
     launched(b, 20, "kernel", 5_000, 95_000, "k", stream=compute, device=device)
@@ -123,7 +123,7 @@ def test_a_saving_per_step(tmp_path, gpus):
 def test_a_saving_on_the_summed_windows_of_two_gpus(tmp_path):
     b = ExportBuilder()
     b.domain(1, "profile-step", tid=TID)
-    for i, stall in enumerate([10_000, 70_000]):  # tests/test_findings.py's stall_layers on GPU 0
+    for i, stall in enumerate([10_000, 70_000]):  # tests/findings/test_findings.py's stall_layers on GPU 0
         t = i * 1_000_000
         b.nvtx(t, t + 500, f"layer={i}", tid=TID, domain_id=1)
         launched(b, t + 100, "copy", t + 1000, t + 200_000, "h2d", MIB, stream=20)
@@ -252,7 +252,7 @@ def test_copies_at_the_steps_edges_by_their_stalls(tmp_path):
 
 def test_contended_copies_of_their_own_gpu_and_direction(tmp_path):
     b = ExportBuilder()
-    for i in range(3):  # tests/test_findings.py's copy-contention case that fires (slowdown 1.5)
+    for i in range(3):  # tests/findings/test_findings.py's copy-contention case that fires (slowdown 1.5)
         t = i * 1_000_000
         b.copy(t, t + 100_000, "h2d", 4 * MIB)
         s = t + 500_000

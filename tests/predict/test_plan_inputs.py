@@ -68,7 +68,7 @@ def test_copies_without_a_plan_are_not_called_unplanned():
 def test_traces_without_a_manifest_are_told_apart():
     """``analyze A.sqlite B.sqlite`` of traces without steps: one row per trace, named by it, and a
     note on why the per-step columns are empty."""
-    root = Path(__file__).resolve().parents[1] / "sample_traces" / "public"
+    root = Path(__file__).resolve().parents[2] / "sample_traces" / "public"
     a, b = root / "flexgen__nsight_report3.sqlite", root / "flexgen__profile_name.sqlite"
     proc = run_cli("analyze", "--no-findings", str(a), str(b))
     assert proc.returncode == 0, proc.stderr
@@ -158,7 +158,7 @@ def test_verdict_without_remat_in_the_plan():
 
 
 def test_analyze_of_several_runs_checks_the_link():
-    root = Path(__file__).resolve().parents[1] / "sample_traces" / "demo-synthetic"
+    root = Path(__file__).resolve().parents[2] / "sample_traces" / "demo-synthetic"
     proc = run_cli("analyze", "--link", "pcie9", str(root))
     assert proc.returncode == 2 and "--link: unknown link 'pcie9'" in proc.stderr and "Traceback" not in proc.stderr
 
