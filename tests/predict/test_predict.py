@@ -258,6 +258,8 @@ def test_a_tune_verify_run_shows_what_tune_predicted(tmp_path):
     from profiler.stored.folder import TUNE_PREDICTION
 
     hlo = SHARED_HLO / "aot_h100__two_layer_offload_step_after_opt.hlo.txt"
+    if not hlo.is_file():
+        pytest.skip("../shared/hlo is absent")
     run = _run_folder(tmp_path, hlo)
     candidate = {"label": "offload small", "predicted_step_ns": 900_000, "predicted_exposed_ns": 10_000}
     told = {"tune": "plans/t", "link": {"name": "NVLink-C2C"}, "target": {"label": "H100"}, "candidate": candidate}
