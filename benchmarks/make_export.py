@@ -19,11 +19,29 @@ from __future__ import annotations
 
 import argparse
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 from profiler.synthetic.export import DDL, ENUMS, global_tid
+
+
+@contextmanager
+def partial_db(path: Path) -> Iterator[sqlite3.Connection]:
+    """A new SQLite file written fast (no journal, no sync) as ``<path>.partial``, committed, closed and
+    renamed to *path* when the block ends."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".partial")
+    tmp.unlink(missing_ok=True)
+    con = sqlite3.connect(tmp)
+    con.execute("PRAGMA journal_mode=OFF")
+    con.execute("PRAGMA synchronous=OFF")
+    with con:
+        yield con
+    con.close()
+    tmp.rename(path)
 
 
 def create(con: sqlite3.Connection, table: str) -> list[str]:
@@ -57,13 +75,7 @@ def make(
     events: bool = False,
 ) -> Path:
     rng = np.random.default_rng(seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".partial")
-    tmp.unlink(missing_ok=True)
-    con = sqlite3.connect(tmp)
-    con.execute("PRAGMA journal_mode=OFF")
-    con.execute("PRAGMA synchronous=OFF")
-    with con:
+    with partial_db(path) as con:
         names = create(con, "StringIds")
         strings = [f"fusion_{i}" for i in range(500)] + [f"ncclDevKernel_AllReduce_{i}" for i in range(20)]
         con.executemany("INSERT INTO StringIds VALUES (?, ?)", enumerate(strings, start=1))
@@ -178,8 +190,6 @@ def make(
             add_annotations(con, ks, ke, cs, ce, steps, layers, policy)
         if events:
             add_events(con, rng, cs - LAUNCH_LEAD, np.array(copy_dev), n_kernels + n_copies + n_memsets)
-    con.close()
-    tmp.rename(path)
     return path
 
 
