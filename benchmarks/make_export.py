@@ -44,6 +44,18 @@ def partial_db(path: Path) -> Iterator[sqlite3.Connection]:
     tmp.rename(path)
 
 
+def add_enums_and_meta(con: sqlite3.Connection) -> None:
+    """The enum tables (``ENUMS``) and the export's META_DATA_EXPORT rows (nsys 2023.4.4, schema 3.7.2)."""
+    for enum, rows in ENUMS.items():
+        create(con, enum)
+        con.executemany(f"INSERT INTO {enum} VALUES (?, ?, ?)", rows)
+    create(con, "META_DATA_EXPORT")
+    con.executemany(
+        "INSERT INTO META_DATA_EXPORT VALUES (?, ?)",
+        [("EXPORT_PRODUCT_VERSION", "2023.4.4.54"), ("EXPORT_SCHEMA_VERSION", "3.7.2")],
+    )
+
+
 def create(con: sqlite3.Connection, table: str) -> list[str]:
     cols = DDL[table]
     con.execute(f'CREATE TABLE "{table}" ({", ".join(cols)})')
@@ -79,14 +91,7 @@ def make(
         names = create(con, "StringIds")
         strings = [f"fusion_{i}" for i in range(500)] + [f"ncclDevKernel_AllReduce_{i}" for i in range(20)]
         con.executemany("INSERT INTO StringIds VALUES (?, ?)", enumerate(strings, start=1))
-        for enum, rows in ENUMS.items():
-            create(con, enum)
-            con.executemany(f"INSERT INTO {enum} VALUES (?, ?, ?)", rows)
-        create(con, "META_DATA_EXPORT")
-        con.executemany(
-            "INSERT INTO META_DATA_EXPORT VALUES (?, ?)",
-            [("EXPORT_PRODUCT_VERSION", "2023.4.4.54"), ("EXPORT_SCHEMA_VERSION", "3.7.2")],
-        )
+        add_enums_and_meta(con)
         names = create(con, "TARGET_INFO_GPU")
         insert(
             con,

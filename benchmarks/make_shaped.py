@@ -46,9 +46,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.make_export import create, partial_db
+from benchmarks.make_export import add_enums_and_meta, create, partial_db
 from profiler.conventions import CAPTURE_RANGE, DOMAIN
-from profiler.synthetic.export import ENUMS, REAL_SYNC_TYPE, UNSET, global_tid
+from profiler.synthetic.export import REAL_SYNC_TYPE, UNSET, global_tid
 
 FWD_KERNELS, BWD_KERNELS, OPT_KERNELS = 47, 93, 32
 D2H_COPIES, H2D_COPIES = 15, 14
@@ -307,14 +307,7 @@ def make(path: Path, steps: int = 100, layers: int = 48, gpus: int = 2, seed: in
         bwd = list(range(FWD_KERNELS + 1, FWD_KERNELS + BWD_KERNELS + 1))
         opt = list(range(FWD_KERNELS + BWD_KERNELS + 1, FWD_KERNELS + BWD_KERNELS + OPT_KERNELS + 1))
         nccl = len(kernel_names)
-        for enum, rows in ENUMS.items():
-            create(con, enum)
-            con.executemany(f"INSERT INTO {enum} VALUES (?, ?, ?)", rows)
-        create(con, "META_DATA_EXPORT")
-        con.executemany(
-            "INSERT INTO META_DATA_EXPORT VALUES (?, ?)",
-            [("EXPORT_PRODUCT_VERSION", "2023.4.4.54"), ("EXPORT_SCHEMA_VERSION", "3.7.2")],
-        )
+        add_enums_and_meta(con)
         create(con, "TARGET_INFO_GPU")
         con.executemany(
             "INSERT INTO TARGET_INFO_GPU (vmId, id, name) VALUES (0, ?, 'NVIDIA H200')", [(d,) for d in range(gpus)]
