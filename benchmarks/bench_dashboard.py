@@ -28,7 +28,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -39,6 +38,7 @@ from benchmarks.make_export import make  # noqa: E402
 from dashboards.data import RunStore  # noqa: E402
 from profiler.runs.store import CacheFiles  # noqa: E402
 from tests.helpers.browser import CHROMIUM, CHROMIUM_FLAGS  # noqa: E402
+from tests.helpers.dashboard import answers  # noqa: E402
 
 DATA = HERE / "data" / "dash"
 
@@ -117,12 +117,7 @@ def main() -> None:
         env=dict(os.environ),
     )
     url = f"http://127.0.0.1:{port}/"
-    for _ in range(200):
-        try:
-            urllib.request.urlopen(url, timeout=1)
-            break
-        except OSError:
-            time.sleep(0.1)
+    answers(url, 200, 0.1)
     from playwright.sync_api import sync_playwright
 
     results: dict[str, list[float]] = {

@@ -19,11 +19,41 @@ from __future__ import annotations
 
 import argparse
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 from profiler.synthetic.export import DDL, ENUMS, global_tid
+
+
+@contextmanager
+def partial_db(path: Path) -> Iterator[sqlite3.Connection]:
+    """A new SQLite file written fast (no journal, no sync) as ``<path>.partial``, committed, closed and
+    renamed to *path* when the block ends."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".partial")
+    tmp.unlink(missing_ok=True)
+    con = sqlite3.connect(tmp)
+    con.execute("PRAGMA journal_mode=OFF")
+    con.execute("PRAGMA synchronous=OFF")
+    with con:
+        yield con
+    con.close()
+    tmp.rename(path)
+
+
+def add_enums_and_meta(con: sqlite3.Connection) -> None:
+    """The enum tables (``ENUMS``) and the export's META_DATA_EXPORT rows (nsys 2023.4.4, schema 3.7.2)."""
+    for enum, rows in ENUMS.items():
+        create(con, enum)
+        con.executemany(f"INSERT INTO {enum} VALUES (?, ?, ?)", rows)
+    create(con, "META_DATA_EXPORT")
+    con.executemany(
+        "INSERT INTO META_DATA_EXPORT VALUES (?, ?)",
+        [("EXPORT_PRODUCT_VERSION", "2023.4.4.54"), ("EXPORT_SCHEMA_VERSION", "3.7.2")],
+    )
 
 
 def create(con: sqlite3.Connection, table: str) -> list[str]:
@@ -57,24 +87,11 @@ def make(
     events: bool = False,
 ) -> Path:
     rng = np.random.default_rng(seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".partial")
-    tmp.unlink(missing_ok=True)
-    con = sqlite3.connect(tmp)
-    con.execute("PRAGMA journal_mode=OFF")
-    con.execute("PRAGMA synchronous=OFF")
-    with con:
+    with partial_db(path) as con:
         names = create(con, "StringIds")
         strings = [f"fusion_{i}" for i in range(500)] + [f"ncclDevKernel_AllReduce_{i}" for i in range(20)]
         con.executemany("INSERT INTO StringIds VALUES (?, ?)", enumerate(strings, start=1))
-        for enum, rows in ENUMS.items():
-            create(con, enum)
-            con.executemany(f"INSERT INTO {enum} VALUES (?, ?, ?)", rows)
-        create(con, "META_DATA_EXPORT")
-        con.executemany(
-            "INSERT INTO META_DATA_EXPORT VALUES (?, ?)",
-            [("EXPORT_PRODUCT_VERSION", "2023.4.4.54"), ("EXPORT_SCHEMA_VERSION", "3.7.2")],
-        )
+        add_enums_and_meta(con)
         names = create(con, "TARGET_INFO_GPU")
         insert(
             con,
@@ -178,8 +195,6 @@ def make(
             add_annotations(con, ks, ke, cs, ce, steps, layers, policy)
         if events:
             add_events(con, rng, cs - LAUNCH_LEAD, np.array(copy_dev), n_kernels + n_copies + n_memsets)
-    con.close()
-    tmp.rename(path)
     return path
 
 

@@ -46,9 +46,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.make_export import create
+from benchmarks.make_export import add_enums_and_meta, create, partial_db
 from profiler.conventions import CAPTURE_RANGE, DOMAIN
-from profiler.synthetic.export import ENUMS, REAL_SYNC_TYPE, UNSET, global_tid
+from profiler.synthetic.export import REAL_SYNC_TYPE, UNSET, global_tid
 
 FWD_KERNELS, BWD_KERNELS, OPT_KERNELS = 47, 93, 32
 D2H_COPIES, H2D_COPIES = 15, 14
@@ -82,6 +82,17 @@ class Writer:
                 self.con.executemany(f'INSERT INTO "{t}" VALUES ({marks})', rows)
                 self.count[t] += len(rows)
                 rows.clear()
+
+
+def on_stream(g: Gpu, stream: int, corr: int) -> dict[str, int]:
+    """The columns that place a CUPTI activity row: its GPU, context, stream, correlation and process."""
+    return {
+        "deviceId": g.device,
+        "contextId": g.device + 1,
+        "streamId": stream,
+        "correlationId": corr,
+        "globalPid": PID,
+    }
 
 
 class Gpu:
@@ -167,11 +178,7 @@ class Program:
             {
                 "start": start,
                 "end": stop,
-                "deviceId": g.device,
-                "contextId": g.device + 1,
-                "streamId": stream,
-                "correlationId": corr,
-                "globalPid": PID,
+                **on_stream(g, stream, corr),
                 "demangledName": name,
                 "shortName": name,
                 "registersPerThread": 32 + name % 96,
@@ -201,11 +208,7 @@ class Program:
             {
                 "start": start,
                 "end": stop,
-                "deviceId": g.device,
-                "contextId": g.device + 1,
-                "streamId": stream,
-                "correlationId": corr,
-                "globalPid": PID,
+                **on_stream(g, stream, corr),
                 "bytes": nbytes,
                 "copyKind": 1 if h2d else 2,
                 "srcKind": 1 if h2d else 2,  # pinned host memory <-> device
@@ -222,11 +225,7 @@ class Program:
             {
                 "start": start,
                 "end": start + 2_000,
-                "deviceId": g.device,
-                "contextId": g.device + 1,
-                "streamId": COMPUTE,
-                "correlationId": corr,
-                "globalPid": PID,
+                **on_stream(g, COMPUTE, corr),
                 "value": 0,
                 "bytes": 1 << 20,
             },
@@ -240,11 +239,7 @@ class Program:
         self.w.add(
             "CUPTI_ACTIVITY_KIND_CUDA_EVENT",
             {
-                "deviceId": g.device,
-                "contextId": g.device + 1,
-                "streamId": stream,
-                "correlationId": corr,
-                "globalPid": PID,
+                **on_stream(g, stream, corr),
                 "eventId": e,
             },
         )
@@ -267,11 +262,7 @@ class Program:
             {
                 "start": start + 10,
                 "end": max(start + 20, end - 10),
-                "deviceId": g.device,
-                "contextId": g.device + 1,
-                "streamId": stream,
-                "correlationId": corr,
-                "globalPid": PID,
+                **on_stream(g, stream, corr),
                 "syncType": REAL_SYNC_TYPE[what],
                 "eventId": e,
             },
@@ -297,13 +288,7 @@ def prefetch(p: Program, g: Gpu, i: int, offload: int) -> int:
 
 def make(path: Path, steps: int = 100, layers: int = 48, gpus: int = 2, seed: int = 0) -> Path:
     rng = np.random.default_rng(seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".partial")
-    tmp.unlink(missing_ok=True)
-    con = sqlite3.connect(tmp)
-    con.execute("PRAGMA journal_mode=OFF")
-    con.execute("PRAGMA synchronous=OFF")
-    with con:
+    with partial_db(path) as con:
         create(con, "StringIds")
         kernel_names = (
             [f"loop_fusion_{i}" for i in range(FWD_KERNELS - 7)]
@@ -322,14 +307,7 @@ def make(path: Path, steps: int = 100, layers: int = 48, gpus: int = 2, seed: in
         bwd = list(range(FWD_KERNELS + 1, FWD_KERNELS + BWD_KERNELS + 1))
         opt = list(range(FWD_KERNELS + BWD_KERNELS + 1, FWD_KERNELS + BWD_KERNELS + OPT_KERNELS + 1))
         nccl = len(kernel_names)
-        for enum, rows in ENUMS.items():
-            create(con, enum)
-            con.executemany(f"INSERT INTO {enum} VALUES (?, ?, ?)", rows)
-        create(con, "META_DATA_EXPORT")
-        con.executemany(
-            "INSERT INTO META_DATA_EXPORT VALUES (?, ?)",
-            [("EXPORT_PRODUCT_VERSION", "2023.4.4.54"), ("EXPORT_SCHEMA_VERSION", "3.7.2")],
-        )
+        add_enums_and_meta(con)
         create(con, "TARGET_INFO_GPU")
         con.executemany(
             "INSERT INTO TARGET_INFO_GPU (vmId, id, name) VALUES (0, ?, 'NVIDIA H200')", [(d,) for d in range(gpus)]
@@ -399,8 +377,6 @@ def make(path: Path, steps: int = 100, layers: int = 48, gpus: int = 2, seed: in
         p.nvtx(capture_start - 2, p.t, "policy=offload_qkv")
         p.nvtx(capture_start - 4, p.t + 2, CAPTURE_RANGE)
         w.flush()
-    con.close()
-    tmp.rename(path)
     return path
 
 

@@ -252,8 +252,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
         "findings",
         Output(ids.FINDINGS_PANEL, "children"),
         Output(ids.FINDINGS_TAB, "label"),
-        Input(ids.RUNS, "selected_rows"),
-        State(ids.RUNS, "data"),
+        *selection.TICKED,
         State(ids.FINDINGS_TAB, "label"),
         hidden=lambda selected, data, shown: (dash.no_update, label(selected, data, shown)),
     )

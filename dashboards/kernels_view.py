@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Input, Output, State, dash_table, html
+from dash import Input, Output, dash_table, html
 
 from dashboards import ids, rows, selection, tab_gate
 from dashboards.data import RunStore
@@ -160,8 +160,7 @@ def register_policies(app: dash.Dash, store: RunStore) -> None:
 
     @app.callback(
         Output(ids.POLICY_KERNELS, "children"),
-        Input(ids.RUNS, "selected_rows"),
-        State(ids.RUNS, "data"),
+        *selection.TICKED,
         prevent_initial_call=True,  # the first view comes with the panel drawn (runs_view.POLICIES)
     )
     def on_policy_kernels(selected, data):

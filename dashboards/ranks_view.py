@@ -10,7 +10,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc, html
 
-from dashboards import ids, tab_gate
+from dashboards import ids, selection, tab_gate
 from dashboards.data import RunStore
 from dashboards.figures import Figure, category_axis, esc, figure, note_figure, text_px
 from dashboards.rows import View
@@ -90,8 +90,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
         Output(ids.RANK_POLICY, "options"),
         Output(ids.RANK_POLICY, "value"),
         Output(ids.RANK_CONTROLS, "className"),
-        Input(ids.RUNS, "selected_rows"),
-        State(ids.RUNS, "data"),
+        *selection.TICKED,
         State(ids.RANK_POLICY, "value"),
         prevent_initial_call=True,
     )
@@ -104,8 +103,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
         Output(ids.RANK_HEATMAP, "figure"),
         Output(ids.RANK_FINDINGS, "children"),
         Input(ids.RANK_POLICY, "value"),
-        Input(ids.RUNS, "selected_rows"),
-        State(ids.RUNS, "data"),
+        *selection.TICKED,
     )
     def on_rank_policy(policy, selected, data):
         from profiler.analysis.ranks import cross_rank

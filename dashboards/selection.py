@@ -7,9 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from dashboards import rows
+from dash import Input, State
+
+from dashboards import ids, rows
 from dashboards.data import RunStore
 from dashboards.rows import View
+
+# a callback's last input and first state: the ticked rows of the runs table, read as
+# ``selected_views(selected, data)`` (a tick fires the callback; new data alone does not)
+TICKED = (Input(ids.RUNS, "selected_rows"), State(ids.RUNS, "data"))
 
 
 def selected_views(selected: list[int] | None, data: list[dict[str, Any]] | None) -> list[View]:

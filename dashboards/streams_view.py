@@ -16,7 +16,7 @@ from dashboards.figures import BOTTOM_LEGEND, COLORS, TITLE, Figure, esc, figure
 from dashboards.rows import View
 from dashboards.styles import MUTED_COLOR
 from dashboards.view import Page, TabView
-from dashboards.widgets import RUN_PROMPT, dropdown, graph
+from dashboards.widgets import RUN_PROMPT, choice, dropdown, graph
 from profiler.units import human_bytes, human_time
 
 LINK_OPTIONS = [{"label": links.label(lk), "value": lk.key} for lk in links.LINKS] + [
@@ -231,10 +231,7 @@ def layout(page: Page) -> list[Any]:
         html.Div(
             [
                 dropdown(ids.STREAMS_RUN, "run and GPU", "45", page.options, value),
-                html.Div(
-                    dcc.Dropdown(id=ids.LINK_PRESET, clearable=False, value=link_key, options=LINK_OPTIONS),
-                    className="select select-35",
-                ),
+                choice(ids.LINK_PRESET, LINK_OPTIONS, link_key, "35"),
                 dcc.Input(
                     id=ids.LINK_GBPS,
                     type="number",

@@ -534,8 +534,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
         Output(ids.PVM_RUN, "options"),
         Output(ids.PVM_RUN, "value"),
         Input(ids.TRADE_X, "value"),
-        Input(ids.RUNS, "selected_rows"),
-        State(ids.RUNS, "data"),
+        *selection.TICKED,
         State(ids.PVM_RUN, "value"),
     )
     def on_trade(x_mode, selected, data, current):

@@ -20,6 +20,7 @@ from dashboards.data import RunStore
 from dashboards.figures import COLORS, TITLE, Figure, esc, figure, note_figure, text_px, unique
 from dashboards.rows import View
 from dashboards.view import Page, TabView
+from dashboards.widgets import choice
 from profiler.analysis.links import Link, copy_scale
 from profiler.analysis.whatif import step_medians
 from profiler.units import human_time, time_unit
@@ -275,10 +276,7 @@ def layout(page: Page) -> list[Any]:
         html.Div(
             [
                 html.Span("Copies on:"),
-                html.Div(
-                    dcc.Dropdown(id=ids.WHATIF_TO, clearable=False, value=DEFAULT_TARGET, options=TARGET_OPTIONS),
-                    className="select select-30",
-                ),
+                choice(ids.WHATIF_TO, TARGET_OPTIONS, DEFAULT_TARGET, "30"),
                 dcc.Input(
                     id=ids.WHATIF_VALUE,
                     type="number",
@@ -290,10 +288,7 @@ def layout(page: Page) -> list[Any]:
                     className="number",
                 ),
                 html.Span("the traces' link:"),
-                html.Div(
-                    dcc.Dropdown(id=ids.WHATIF_FROM, clearable=False, value=AUTO, options=FROM_OPTIONS),
-                    className="select select-30",
-                ),
+                choice(ids.WHATIF_FROM, FROM_OPTIONS, AUTO, "30"),
                 dcc.Checklist(
                     id=ids.WHATIF_HOST,
                     options=[{"label": " model host synchronization", "value": "host"}],

@@ -1,4 +1,4 @@
-"""Small building blocks shared by the views: a graph, a run dropdown, an error card."""
+"""Small building blocks shared by the views: a graph, a run dropdown, a fixed-choice dropdown, an error card."""
 
 from __future__ import annotations
 
@@ -9,6 +9,13 @@ from dash import dcc, html
 from dashboards import figures
 
 RUN_PROMPT = "Select runs in the table above, then pick one here."
+
+
+def choice(did: str, options: list[Any], value: Any, width: str) -> html.Div:
+    """A dropdown of fixed choices, one always chosen, *width* % of its row (a ``select-<width>`` class)."""
+    return html.Div(
+        dcc.Dropdown(id=did, clearable=False, value=value, options=options), className=f"select select-{width}"
+    )
 
 
 def card(message: str) -> html.Div:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from profiler.analysis.intervals import covered_at_least, measure_within_each
+from profiler.analysis.intervals import covered_at_least, measure_within_each, rows_where
 
 MIN_CONTEXT_BYTES = 1 << 20
 CONTEXTS = ("alone", "kernels", "copies", "mixed")
@@ -38,17 +38,12 @@ def copy_contexts(copies: pl.DataFrame, all_kernels: Any) -> np.ndarray:
     if copies.height == 0:
         return out
     dev, s, e = (copies[c].to_numpy() for c in ("device", "start", "end"))
-    eligible = (
-        copies.select(
-            pl.col("cls").is_in(["h2d", "d2h"])
-            & (pl.col("bytes").fill_null(0) >= MIN_CONTEXT_BYTES)
-            & (pl.col("end") > pl.col("start"))
-        )
-        .to_series()
-        .fill_null(False)
-        .to_numpy()
+    rows = rows_where(
+        copies,
+        pl.col("cls").is_in(["h2d", "d2h"])
+        & (pl.col("bytes").fill_null(0) >= MIN_CONTEXT_BYTES)
+        & (pl.col("end") > pl.col("start")),
     )
-    rows = np.flatnonzero(eligible)
     if rows.size == 0:
         return out
     shared = covered_at_least(dev, s, e, 2)

@@ -13,8 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import polars as pl
 
 _I64 = np.int64
 
@@ -40,6 +44,11 @@ class Intervals:
     def empty() -> Intervals:
         z = np.zeros(0, dtype=_I64)
         return Intervals(z, z, z)
+
+
+def rows_where(frame: pl.DataFrame, condition: pl.Expr) -> np.ndarray:
+    """The indices of *frame*'s rows where *condition* holds (null: it does not), to pick their spans."""
+    return np.flatnonzero(frame.select(condition).to_series().fill_null(False).to_numpy())
 
 
 def _arr(x: object) -> np.ndarray:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from profiler.analysis.intervals import measure_within_each, union
+from profiler.analysis.intervals import measure_within_each, rows_where, union
 from profiler.trace.loader import SHAPE_COLUMNS
 
 ALONE, BESIDE, NEITHER = 0, 1, -1
@@ -41,13 +41,7 @@ def _spans(frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def kernel_sides(kernels: pl.DataFrame, copies: pl.DataFrame) -> np.ndarray:
     """Per row of *kernels*: ``ALONE``, ``BESIDE`` or ``NEITHER`` (also for invalid kernels)."""
     out = np.full(kernels.height, NEITHER, dtype=np.int8)
-    ok = (
-        kernels.select((pl.col("end") > pl.col("start")) & pl.col("device").is_not_null())
-        .to_series()
-        .fill_null(False)
-        .to_numpy()
-    )
-    rows = np.flatnonzero(ok)
+    rows = rows_where(kernels, (pl.col("end") > pl.col("start")) & pl.col("device").is_not_null())
     if rows.size == 0:
         return out
     good = copies.filter((pl.col("end") >= pl.col("start")) & pl.col("device").is_not_null())

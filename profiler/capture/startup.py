@@ -36,6 +36,7 @@ import threading
 from typing import Any
 
 from profiler.capture.jax_own import jax_internal
+from profiler.capture.xla_flags import parse as parse_flags
 from profiler.conventions import (
     DOMAIN,
     HOOK_ENV,
@@ -91,19 +92,9 @@ def write_facts() -> None:
 
 
 # --- XLA_FLAGS ---------------------------------------------------------------------------------
-def _parse(flags: str) -> dict[str, str | None]:
-    import shlex
-
-    out: dict[str, str | None] = {}
-    for tok in shlex.split(flags or ""):
-        name, sep, value = tok.partition("=")
-        out[name] = value if sep else None
-    return out
-
-
 def merged_flags(current: str, presets: dict[str, str], force: list[str]) -> tuple[str, list[str]]:
     """*current* with *presets* added where absent (and the *force*d ones set); the names added."""
-    flags = _parse(current)
+    flags = parse_flags(current)
     added = []
     for name, value in presets.items():
         if name not in flags or (name in force and flags[name] != value):

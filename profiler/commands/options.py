@@ -20,6 +20,19 @@ def asked_policies(args: argparse.Namespace) -> list[str]:
     return list(dict.fromkeys(policies))
 
 
+def check_step(args: argparse.Namespace) -> None:
+    """``--step``'s form, checked before any work: a bad one is a one-line ``ProfilerError``."""
+    if args.step is None:
+        return
+    from profiler.capture.step_catch import parse_step
+    from profiler.errors import ProfilerError
+
+    try:
+        parse_step(args.step)
+    except ValueError as exc:
+        raise ProfilerError(str(exc)) from None
+
+
 def findings_request(args: argparse.Namespace, link: Any) -> Any:
     """The findings' request (``FindingsRequest``: configuration and host link) from ``--findings-config``,
     ``--disable-finding`` and the parsed ``--link`` (*link*)."""

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from profiler.commands.options import Shared, asked_policies, json_dump, link_names
+from profiler.commands.options import Shared, asked_policies, check_step, json_dump, link_names
 from profiler.errors import ProfilerError
 
 
@@ -34,13 +34,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         batches: list[int | None] = [int(b) for b in args.batch.split(",")] if args.batch else [None]
     except ValueError:
         raise ProfilerError(f"--batch: expected numbers like 1,4,8, got {args.batch!r}") from None
-    if args.step is not None:
-        from profiler.capture.step_catch import parse_step
-
-        try:
-            parse_step(args.step)
-        except ValueError as exc:
-            raise ProfilerError(str(exc)) from None
+    check_step(args)
     req = PlanRequest(
         script=Path(args.script),
         script_args=list(args.script_args),

@@ -272,6 +272,15 @@ def parse_text(text: str, source: str = "HLO text") -> Module:
             if bad <= 3:
                 notes.append(f"{source}: an instruction could not be read ({exc}): {joined[:120]!r}")
 
+    def close(comp: Computation) -> None:
+        """*comp* ends: its last statement read, its tuple reads added, kept (the entry if it is one)."""
+        nonlocal entry
+        flush()
+        _tuple_reads(comp)
+        comps[comp.name] = comp
+        if comp.is_entry:
+            entry = comp.name
+
     for raw in text.splitlines():
         line = raw.rstrip()
         if not line.strip() or line.lstrip().startswith("//"):
@@ -294,11 +303,7 @@ def parse_text(text: str, source: str = "HLO text") -> Module:
             depth += _depth(line)
             continue
         if line.startswith("}"):
-            flush()
-            _tuple_reads(cur)
-            comps[cur.name] = cur
-            if cur.is_entry:
-                entry = cur.name
+            close(cur)
             cur = None
             continue
         if _INSTR.match(line):
@@ -317,11 +322,7 @@ def parse_text(text: str, source: str = "HLO text") -> Module:
         if stmt and depth > 0:
             notes.append(f"{source}: the text ends inside an instruction (truncated?)")
             stmt.clear()
-        flush()
-        _tuple_reads(cur)
-        comps[cur.name] = cur
-        if cur.is_entry:
-            entry = cur.name
+        close(cur)
         truncated = True
         notes.append(f"{source}: the text ends inside computation {cur.name} (truncated?)")
     if bad > 3:

@@ -158,12 +158,7 @@ def test_clock_skew_op_starting_before_its_blocker_ends(build):
     # as prefetch_stall, but B's recorded start (1150) is before the copy's end (1200):
     # stall = min(1150, 1200) - 500 = 650; and a C that starts before its ready time: no stall
     b = ExportBuilder()
-    b.gpu(0)
-    launched(b, 50, "kernel", 60, 500, "fusion_a", stream=7)
-    launched(b, 100, "copy", 200, 1200, "h2d", 8 * MIB, stream=20)
-    b.event_record(150, 5, stream=20)
-    b.stream_wait(160, 5, stream=7)
-    launched(b, 300, "kernel", 1150, 1500, "fusion_b", stream=7)
+    prefetch_stall(b, b_start=1150)
     b.event_record(170, 5, stream=20)
     b.stream_wait(310, 5, stream=9)
     launched(b, 400, "kernel", 350, 450, "skewed", stream=9)  # starts before its launch (400): no stall

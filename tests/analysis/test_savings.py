@@ -153,6 +153,12 @@ def test_stall_hotspot_drops_the_waits_on_its_copies(tmp_path):
     assert g["where"] == {"layer": "1"} and g["saving_ns"] == 10_000
 
 
+def replays_of(path: Path) -> Replays:
+    """The replays of the export at *path*."""
+    trace = open_trace(path)
+    return Replays(trace, Breakdown(trace))
+
+
 def run_findings_of(path):
     trace = open_trace(path)
     return run_findings(trace, None, FindingsConfig(), Breakdown(trace))
@@ -199,8 +205,7 @@ def test_disjoint_savings_can_add_up_to_more_than_the_copy_free_replay(tmp_path)
     b.event_record(50, 1, stream=20, tid=TID)  # completes B, the copy launched last before it
     b.stream_wait(60, 1, stream=7, tid=TID)
     launched(b, 70, "kernel", 10_100, 20_100, "K")
-    trace = open_trace(write_run(tmp_path, b))
-    r = Replays(trace, Breakdown(trace))
+    r = replays_of(write_run(tmp_path, b))
     first, second = r.copy_rows()
     one = r.saving(Change("A", removed=np.array([first]))).window_ns["0"]
     two = r.saving(Change("B", removed=np.array([second]))).window_ns["0"]
@@ -214,9 +219,7 @@ def test_disjoint_savings_can_add_up_to_more_than_the_copy_free_replay(tmp_path)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(b=exports(), data=st.data())
 def test_saving_properties_on_generated_exports(tmp_path_factory, b, data):
-    path = b.write(tmp_path_factory.mktemp("gen") / "trace.sqlite")
-    trace = open_trace(path)
-    r = Replays(trace, Breakdown(trace))
+    r = replays_of(b.write(tmp_path_factory.mktemp("gen") / "trace.sqlite"))
     assert r.saving(Change()).window_ns == {d: 0 for d in r.devices}  # no change: no saving
     for dev in r.devices:
         bound = r.copy_free_saving.window_ns
@@ -248,9 +251,7 @@ def test_saving_properties_on_generated_exports(tmp_path_factory, b, data):
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(b=exports(), data=st.data())
 def test_waves_give_the_scalar_replays_answer(tmp_path_factory, b, data):
-    path = b.write(tmp_path_factory.mktemp("gen") / "trace.sqlite")
-    trace = open_trace(path)
-    r = Replays(trace, Breakdown(trace))
+    r = replays_of(b.write(tmp_path_factory.mktemp("gen") / "trace.sqlite"))
     g = Waves.of(r.deps, r.host)
     if g is None:
         return

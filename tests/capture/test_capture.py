@@ -27,6 +27,12 @@ PROFILER_API = ROOT / "tests" / "scripts" / "cuda_profiler_api.py"
 TRAIN = ROOT / "examples" / "train.py"
 
 
+def steps_command(nsys: Path, runs: Path, *options: str) -> list[str]:
+    """``profile-step [OPTIONS] --runs-dir RUNS --nsys NSYS steps.py``, as a command line; the script's
+    own arguments go after it."""
+    return [sys.executable, "-m", "profiler.cli", *options, "--runs-dir", str(runs), "--nsys", str(nsys), str(STEPS)]
+
+
 # --- pure parts -------------------------------------------------------------------------------
 
 
@@ -184,19 +190,9 @@ def test_failing_script_exit_code_comes_through(nsys, tmp_path):
 
 @pytest.mark.nsys
 def test_two_concurrent_runs_both_land(nsys, tmp_path):
-    args = [
-        sys.executable,
-        "-m",
-        "profiler.cli",
-        "--runs-dir",
-        str(tmp_path),
-        "--nsys",
-        str(nsys),
-        str(STEPS),
-    ]
     procs = [
         subprocess.Popen(
-            [*args[:3], "--policy", "same", *args[3:]],
+            steps_command(nsys, tmp_path, "--policy", "same"),
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -216,19 +212,7 @@ def test_two_concurrent_runs_both_land(nsys, tmp_path):
 @pytest.mark.nsys
 def test_ctrl_c_keeps_what_was_captured(nsys, tmp_path):
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "profiler.cli",
-            "--runs-dir",
-            str(tmp_path),
-            "--nsys",
-            str(nsys),
-            str(STEPS),
-            "--forever",
-            "--sleep",
-            "0.02",
-        ],
+        [*steps_command(nsys, tmp_path), "--forever", "--sleep", "0.02"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -25,6 +25,7 @@ from profiler.trace import open_trace
 from profiler.units import human_time
 from profiler.xla import dump
 from tests.helpers.cli import run_cli
+from tests.helpers.hook_runs import hook_export
 from tests.helpers.paths import ROOT
 from tests.helpers.startup import child, facts, only_run
 
@@ -138,20 +139,11 @@ def test_the_tutorials_step_has_its_own_host_placements(tmp_path):
 def _hook_run(folder: Path, step: str, pid: int) -> Path:
     """A CPU run folder (policy ``default``): the start-up hook's ranges of *step* (program *pid*, 3 runs
     of 2 us) and ``jit_init`` (program 1, once), and the compiled.json naming both programs."""
-    from profiler.synthetic.export import ExportBuilder
-
-    b = ExportBuilder()
-    b.domain(1, "profile-step")
-    b.nvtx(0, 9_000, "XlaModule:#hlo_module=jit_init,program_id=1#", domain_id=1)
-    for t in (10_000, 20_000, 30_000):
-        b.nvtx(t, t + 2_000, f"XlaModule:#hlo_module={step},program_id={pid}#", domain_id=1)
-    folder.mkdir(parents=True)
     modules = [
         {"name": n, "id": i, "label": f"module_{i:04d}.{n}", "cost": {"flops": 1e6}}
         for n, i in (("jit_init", 1), (step, pid))
     ]
-    (folder / "compiled.json").write_text(json.dumps({"modules": modules, "notes": []}))
-    return b.write(folder / "trace.sqlite")
+    return hook_export(folder, step, pid, modules)
 
 
 def test_compare_says_when_the_sides_steps_are_different_programs(tmp_path):

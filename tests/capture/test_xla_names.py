@@ -22,6 +22,9 @@ def one(name: str) -> dict:
     return parsed(name)[0]
 
 
+STEP_COMPILE = ("compile", "pjit__wrapped_step_fn", 40, None, None, None)  # the step's module, program 40
+
+
 @pytest.mark.parametrize(
     ("name", "kind", "module", "program", "path", "hlo", "base"),
     [
@@ -76,22 +79,12 @@ def one(name: str) -> dict:
         ),
         (
             "XlaCompile:#module=pjit__wrapped_step_fn,program_id=40#",
-            "compile",
-            "pjit__wrapped_step_fn",
-            40,
-            None,
-            None,
-            None,
+            *STEP_COMPILE,
         ),
         ("XlaCompile:#module=jit_convert_element_type#", "compile", "jit_convert_element_type", None, None, None, None),
         (
             "XlaPass:#name=triton-autotuner,module=pjit__wrapped_step_fn,program_id=40#",
-            "compile",
-            "pjit__wrapped_step_fn",
-            40,
-            None,
-            None,
-            None,
+            *STEP_COMPILE,
         ),
         ("XlaPassPipeline:#name=post-layout_assignment,module=m,program_id=40#", "compile", "m", 40, None, None, None),
         ("XlaAutotunerMeasurement:#hlo_op=gemm_fusion_dot.572#", "compile", None, None, None, None, None),

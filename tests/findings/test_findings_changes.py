@@ -12,7 +12,17 @@ from profiler.analysis.links import LINKS
 from profiler.stored.folder import manifest_of
 from profiler.synthetic.export import PAGEABLE, ExportBuilder
 from profiler.trace import open_trace
-from tests.helpers.findings_runs import MIB, TID, findings_of, fired, launched, steps, waited_copy, write_run
+from tests.helpers.findings_runs import (
+    MIB,
+    TID,
+    edges_case,
+    findings_of,
+    fired,
+    launched,
+    steps,
+    waited_copy,
+    write_run,
+)
 
 H100 = "NVIDIA H100 80GB HBM3"  # PCIe Gen5 x16: 63 GB/s per direction
 
@@ -102,17 +112,8 @@ def test_as_many_kernel_groups_as_the_groups_table_has_columns(tmp_path):
 
 def test_copies_at_the_steps_edges_by_a_stall_of_one_ns_and_from_row_0(tmp_path):
     b = ExportBuilder()
-    steps(b, [(0, 1_000_000)])  # test_findings_saving.py's edges case, the h2d copy alone on stream 3
-    launched(b, 1_000, "kernel", 0, 150_000, "k0", stream=5)
-    launched(b, 2_000, "copy", 150_000, 190_000, "h2d", MIB, stream=3)  # stream order: ops' row 0
-    b.event_record(3_000, 1, stream=3, tid=TID)
-    b.stream_wait(4_000, 1, stream=7, tid=TID)
-    launched(b, 5_000, "kernel", 190_000, 1_000_000, "K")  # ready at its launch, 5 us: waits for the copy
-    launched(b, 6_000, "copy", 10_000, 10_001, "d2h", 1024, stream=21)  # 1 ns, in the first edge, beside k0
-    launched(b, 7_000, "copy", 500_000, 510_000, "d2h", MIB, stream=21)  # in the middle, beside K
-    b.event_record(8_000, 2, stream=21, tid=TID)
-    b.stream_wait(9_000, 2, stream=22, tid=TID)
-    launched(b, 506_000, "kernel", 510_000, 520_000, "k2", stream=22)  # stalled 4 us by it, in the middle
+    # test_findings_saving.py's edges case, the h2d copy alone on stream 3 (stream order: the ops' row 0)
+    edges_case(b, k0_stream=5, h2d_stream=3)
     launched(b, 9_500, "copy", 100_000, 100_010, "d2h", 1024, stream=23)  # just after the first edge
     b.event_record(9_600, 3, stream=23, tid=TID)
     b.stream_wait(9_700, 3, stream=24, tid=TID)

@@ -15,6 +15,7 @@ from profiler.trace import open_trace
 from tests.helpers.findings_runs import (
     MIB,
     TID,
+    edges_case,
     findings_of,
     fired,
     launched,
@@ -228,17 +229,7 @@ def test_slow_link_changes_only_its_own_direction(tmp_path):
 
 def test_copies_at_the_steps_edges_by_their_stalls(tmp_path):
     b = ExportBuilder()
-    steps(b, [(0, 1_000_000)])
-    launched(b, 1_000, "kernel", 0, 150_000, "k0", stream=20)
-    launched(b, 2_000, "copy", 150_000, 190_000, "h2d", MIB, stream=20)  # queued behind k0
-    b.event_record(3_000, 1, stream=20, tid=TID)
-    b.stream_wait(4_000, 1, stream=7, tid=TID)
-    launched(b, 5_000, "kernel", 190_000, 1_000_000, "K")  # ready at its launch, 5 us: waits for the copy
-    launched(b, 6_000, "copy", 10_000, 10_001, "d2h", 1024, stream=21)  # 1 ns, in the first edge, beside k0
-    launched(b, 7_000, "copy", 500_000, 510_000, "d2h", MIB, stream=21)  # in the middle, beside K
-    b.event_record(8_000, 2, stream=21, tid=TID)
-    b.stream_wait(9_000, 2, stream=22, tid=TID)
-    launched(b, 506_000, "kernel", 510_000, 520_000, "k2", stream=22)  # stalled 4 us by it, in the middle
+    edges_case(b)  # the h2d copy queued behind k0
     (f,) = fired(findings_of(write_run(tmp_path, b)), "exposed-at-boundaries")
     # the step's GPU span is [0, 1000) us, its edges [0, 100) and [900, 1000) us.  The h2d copy runs
     # outside them, [150, 190) us, but K stands stalled by it over [5, 190) us, from inside the first

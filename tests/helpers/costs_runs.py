@@ -15,7 +15,8 @@ def launched(b: ExportBuilder, t: int, op: str, *args, tid: int = 100, pid: int 
     return corr
 
 
-def prefetch_stall(b: ExportBuilder) -> None:
+def prefetch_stall(b: ExportBuilder, b_start: int = 1210) -> None:
+    """The picture below, B recorded starting at *b_start*."""
     # host:   50 launch A (s7)   100 launch H2D (s20)   150 record e5 on s20
     #         160 wait e5 on s7 (t_w 170)                300 launch B (s7)
     # s7      A [60,500)                          B [1210,1500)
@@ -26,4 +27,4 @@ def prefetch_stall(b: ExportBuilder) -> None:
     launched(b, 100, "copy", 200, 1200, "h2d", 8 * MIB, stream=20)
     b.event_record(150, 5, stream=20)
     b.stream_wait(160, 5, stream=7)
-    launched(b, 300, "kernel", 1210, 1500, "fusion_b", stream=7)
+    launched(b, 300, "kernel", b_start, 1500, "fusion_b", stream=7)

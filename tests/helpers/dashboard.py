@@ -78,6 +78,17 @@ EMPTY_JS = """
 """
 
 
+def answers(url: str, tries: int, pause: float) -> bool:
+    """Whether *url* answers within *tries* attempts, *pause* seconds apart (a server starting)."""
+    for _ in range(tries):
+        try:
+            urllib.request.urlopen(url, timeout=1)
+            return True
+        except OSError:
+            time.sleep(pause)
+    return False
+
+
 @contextlib.contextmanager
 def dashboard(folder: Path, *extra: str):
     """`python -m dashboards FOLDER [EXTRA...]` on a free port; yields its URL and process once it answers."""
@@ -93,13 +104,7 @@ def dashboard(folder: Path, *extra: str):
     )
     url = f"http://127.0.0.1:{port}/"
     try:
-        for _ in range(150):
-            try:
-                urllib.request.urlopen(url, timeout=1)
-                break
-            except OSError:
-                time.sleep(0.2)
-        else:
+        if not answers(url, 150, 0.2):
             proc.kill()
             pytest.fail(proc.stdout.read())
         yield url, proc

@@ -63,6 +63,24 @@ def steps(b: ExportBuilder, spans: list[tuple[int, int]]) -> None:
         b.nvtx(s, e, f"step={i}", tid=TID, domain_id=1)
 
 
+def edges_case(b: ExportBuilder, k0_stream: int = 20, h2d_stream: int = 20) -> None:
+    """One step, [0, 1000) us: k0 [0, 150) us; an h2d copy [150, 190) us that K (stream 7, launched at
+    5 us) waits for; a 1 ns d2h copy at 10 us, beside k0 (in the first edge); a d2h copy [500, 510) us
+    that k2 (stream 22) waits for, stalled 4 us in the middle.  The h2d copy is queued behind k0 when
+    both are on one stream (the default, 20)."""
+    steps(b, [(0, 1_000_000)])
+    launched(b, 1_000, "kernel", 0, 150_000, "k0", stream=k0_stream)
+    launched(b, 2_000, "copy", 150_000, 190_000, "h2d", MIB, stream=h2d_stream)
+    b.event_record(3_000, 1, stream=h2d_stream, tid=TID)
+    b.stream_wait(4_000, 1, stream=7, tid=TID)
+    launched(b, 5_000, "kernel", 190_000, 1_000_000, "K")  # ready at its launch, 5 us: waits for the copy
+    launched(b, 6_000, "copy", 10_000, 10_001, "d2h", 1024, stream=21)  # 1 ns, in the first edge, beside k0
+    launched(b, 7_000, "copy", 500_000, 510_000, "d2h", MIB, stream=21)  # in the middle, beside K
+    b.event_record(8_000, 2, stream=21, tid=TID)
+    b.stream_wait(9_000, 2, stream=22, tid=TID)
+    launched(b, 506_000, "kernel", 510_000, 520_000, "k2", stream=22)  # stalled 4 us by it, in the middle
+
+
 def offload_run(
     tmp_path: Path, per_step: int, evidence: str = "compiled", backend: str = "gpu", policy: str = "offload_qkv"
 ) -> Path:

@@ -14,6 +14,8 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.helpers.reference_kernels import merged
+
 UNSET = 4294967295
 H2D, D2H = 1, 2
 MIB = 1 << 20
@@ -247,13 +249,7 @@ def device_stalls(model: Model, per_op: list[tuple[int, int | None]]) -> dict[in
 
 def _overlap(a0: int, a1: int, ivs: list[tuple[int, int]]) -> int:
     """|[a0, a1) ∩ union(ivs)|, by merging the union first."""
-    merged: list[list[int]] = []
-    for s, e in sorted(iv for iv in ivs if iv[1] > iv[0]):
-        if merged and s <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], e)
-        else:
-            merged.append([s, e])
-    return sum(max(0, min(a1, e) - max(a0, s)) for s, e in merged)
+    return sum(max(0, min(a1, e) - max(a0, s)) for s, e in merged(ivs))
 
 
 def contexts(model: Model, per_stream: bool = False) -> dict:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -171,12 +172,18 @@ def _recorded(hlo: Path, folder: Path) -> Path:
     return record(sched, base, "body", executions=3, timing=Timing(copy_gbps=63.0)).write(folder, text)
 
 
-def test_findings_say_it_on_a_recording_of_the_late_scan(plans, tmp_path):
-    pred, _, hlo = plans["late"]
-    run = _recorded(hlo, tmp_path / "run")
+def _findings_doc(run: Path) -> dict[str, Any]:
+    """``findings --json``'s document of the one run *run*."""
     proc = run_cli("findings", "--json", str(run))
     assert proc.returncode == 0, proc.stderr[-3000:]
     [run_doc] = json.loads(proc.stdout)["runs"]
+    return run_doc
+
+
+def test_findings_say_it_on_a_recording_of_the_late_scan(plans, tmp_path):
+    pred, _, hlo = plans["late"]
+    run = _recorded(hlo, tmp_path / "run")
+    run_doc = _findings_doc(run)
     found = [f for f in run_doc["findings"] if f["id"] == "late-copies-back"]
     assert len(found) == 1
     ev = found[0]["evidence"]
@@ -191,9 +198,7 @@ def test_findings_say_it_on_a_recording_of_the_late_scan(plans, tmp_path):
 def test_findings_say_nothing_on_a_recording_of_the_roomy_scan(plans, tmp_path):
     _, _, hlo = plans["not late"]
     run = _recorded(hlo, tmp_path / "run")
-    proc = run_cli("findings", "--json", str(run))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    [run_doc] = json.loads(proc.stdout)["runs"]
+    run_doc = _findings_doc(run)
     ids = {f["id"] for f in run_doc["findings"]}
     skipped = {s["rule"] for s in run_doc["skipped"]}
     assert "late-copies-back" not in ids and "late-copies-back" not in skipped  # decided: none late

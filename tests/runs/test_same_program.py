@@ -19,6 +19,7 @@ from profiler.report.policies_text import render_plan, render_policy_comparison
 from profiler.runs.result import collect
 from profiler.trace import open_trace
 from profiler.xla.same_program import entry_signature, same_program
+from tests.helpers.hook_runs import hook_export
 
 SIG = "(f32[4,256,256], f32[64,256])->f32[]"
 
@@ -46,22 +47,14 @@ def test_same_program_by_name_then_shapes():
 def hook_run(folder: Path, policy: str, step: str, flops: float, signature: str | None = SIG) -> dict:
     """A CPU run folder of *policy*: the hook's ranges of *step* (3 runs) and jit_init (once); its
     compiled.json names both programs, the step's FLOPs and parameter shapes."""
-    from profiler.synthetic.export import ExportBuilder
-
-    b = ExportBuilder()
-    b.domain(1, "profile-step")
-    b.nvtx(0, 9_000, "XlaModule:#hlo_module=jit_init,program_id=1#", domain_id=1)
-    for t in (10_000, 20_000, 30_000):
-        b.nvtx(t, t + 2_000, f"XlaModule:#hlo_module={step},program_id=4#", domain_id=1)
-    folder.mkdir(parents=True)
     modules = [
         {"name": "jit_init", "id": 1, "label": "module_0001.jit_init", "cost": {"flops": 1e3}},
         {"name": step, "id": 4, "label": f"module_0004.{step}", "cost": {"flops": flops}, "signature": signature},
     ]
-    (folder / "compiled.json").write_text(json.dumps({"modules": modules, "notes": []}))
+    trace = hook_export(folder, step, 4, modules)
     manifest = {"policy": policy}
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    return collect(open_trace(b.write(folder / "trace.sqlite")), manifest)
+    return collect(open_trace(trace), manifest)
 
 
 def runs(tmp_path: Path, head_step: str = "jit_scanned", signature: str = SIG) -> list:

@@ -8,30 +8,20 @@
 #   IMPORT_FAILS_POLICY    fail every `profile` of this $PROFILE_STEP_POLICY
 #   IMPORT_FAILS_COUNT_FILE with IMPORT_FAILS_TIMES (default 1): fail the first N `profile` calls
 set -u
-if [ "${1:-}" = profile ]; then
-  fail=0
-  if [ -n "${IMPORT_FAILS_POLICY:-}" ]; then
-    [ "${PROFILE_STEP_POLICY:-}" = "$IMPORT_FAILS_POLICY" ] && fail=1
-  elif [ -n "${IMPORT_FAILS_COUNT_FILE:-}" ]; then
-    n=$(cat "$IMPORT_FAILS_COUNT_FILE" 2>/dev/null || echo 0)
-    if [ "$n" -lt "${IMPORT_FAILS_TIMES:-1}" ]; then
-      echo $((n + 1)) >"$IMPORT_FAILS_COUNT_FILE"
-      fail=1
-    fi
-  fi
-  if [ "$fail" = 1 ]; then
+. "$(dirname "${BASH_SOURCE[0]}")/nsys_fails_here.sh"
+if [ "${1:-}" = profile ] && fails_here IMPORT_FAILS; then
+  shift
+  out=report1
+  while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do
+    case "$1" in --output=*) out="${1#--output=}" ;; esac
     shift
-    out=report1
-    while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do
-      case "$1" in --output=*) out="${1#--output=}" ;; esac
-      shift
-    done
-    echo "Collecting data..."
-    "$@"
-    echo "Generating '${TMPDIR:-/tmp}/nsys-report-1f2e.qdstrm'"
-    printf '\n[1/2] [0%%                          ] %s.nsys-rep\n' "$(basename "$out")"
-    printf '[1/2] [==========47%%               ] %s.nsys-rep\n' "$(basename "$out")"
-    cat <<'CRASH'
+  done
+  echo "Collecting data..."
+  "$@"
+  echo "Generating '${TMPDIR:-/tmp}/nsys-report-1f2e.qdstrm'"
+  printf '\n[1/2] [0%%                          ] %s.nsys-rep\n' "$(basename "$out")"
+  printf '[1/2] [==========47%%               ] %s.nsys-rep\n' "$(basename "$out")"
+  cat <<'CRASH'
 Importer error status: Importation failed.
 Import Failed with unexpected exception: /dvs/p4/build/sw/devtools/Agora/Rel/QuadD_Main/QuadD/Host/QdstrmImporter/main.cpp(34): Throw in function {anonymous}::Importer::Importer(const boost::filesystem::path&, const boost::filesystem::path&)
 Dynamic exception type: boost::wrapexcept<QuadDCommon::RuntimeException>
@@ -62,9 +52,8 @@ Error {
   }
 }
 CRASH
-    printf 'raw capture (this stand-in)\n' >"$out.qdstrm"
-    printf 'Generated:\n    %s.qdstrm\n' "$out"
-    exit 0
-  fi
+  printf 'raw capture (this stand-in)\n' >"$out.qdstrm"
+  printf 'Generated:\n    %s.qdstrm\n' "$out"
+  exit 0
 fi
 exec "$REAL_NSYS" "$@"

@@ -6,21 +6,10 @@
 #   LOSE_AGENT_POLICY     fail every `profile` of this $PROFILE_STEP_POLICY
 #   LOSE_AGENT_COUNT_FILE with LOSE_AGENT_TIMES (default 1): fail the first N `profile` calls, counted in the file
 set -u
-if [ "${1:-}" = profile ]; then
-  lose=0
-  if [ -n "${LOSE_AGENT_POLICY:-}" ]; then
-    [ "${PROFILE_STEP_POLICY:-}" = "$LOSE_AGENT_POLICY" ] && lose=1
-  elif [ -n "${LOSE_AGENT_COUNT_FILE:-}" ]; then
-    n=$(cat "$LOSE_AGENT_COUNT_FILE" 2>/dev/null || echo 0)
-    if [ "$n" -lt "${LOSE_AGENT_TIMES:-1}" ]; then
-      echo $((n + 1)) >"$LOSE_AGENT_COUNT_FILE"
-      lose=1
-    fi
-  fi
-  if [ "$lose" = 1 ]; then
-    echo "Collecting data..."
-    echo "Connection to Agent lost. This is most likely a bug. Internal reason: 'End of file'."
-    exit 0
-  fi
+. "$(dirname "${BASH_SOURCE[0]}")/nsys_fails_here.sh"
+if [ "${1:-}" = profile ] && fails_here LOSE_AGENT; then
+  echo "Collecting data..."
+  echo "Connection to Agent lost. This is most likely a bug. Internal reason: 'End of file'."
+  exit 0
 fi
 exec "$REAL_NSYS" "$@"

@@ -9,7 +9,7 @@ import math
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +45,17 @@ SHARED_EXPORTS = (
 # --- helpers ------------------------------------------------------------------------------------
 
 
-def nsys_recipe(nsys: Path, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None):
+def nsys_recipe(
+    nsys: Path,
+    inputs: Sequence[str | Path],
+    out: Path,
+    *more: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+):
+    """``nsys recipe`` of this recipe on *inputs* (reports or folders of them), its output folder *out*."""
     return subprocess.run(
-        [str(nsys), "recipe", *args],
+        [str(nsys), "recipe", RECIPE, "--input", *map(str, inputs), "--output", str(out), *more],
         capture_output=True,
         text=True,
         env=env or venv_env(),
@@ -295,7 +303,7 @@ def test_recipe_on_shared_reports_equals_analyze_json(recipe_nsys, shared_traces
     before = snapshot(shared_traces)
     inputs = [str(shared_traces / n) for n in (*SHARED_REPORTS, *SHARED_EXPORTS)]
     out = tmp_path / "out"
-    proc = nsys_recipe(nsys, RECIPE, "--input", *inputs, "--output", str(out), env=env, cwd=tmp_path)
+    proc = nsys_recipe(nsys, inputs, out, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"Generated:\n    {out}" in proc.stdout
     assert_input_untouched(shared_traces, before)
@@ -313,7 +321,7 @@ def test_recipe_on_a_folder_of_ranks_equals_analyze_json(recipe_nsys, rank_expor
     """Layers, steps and top kernels per rank, from a folder given as the input; ranks from file names."""
     nsys, env = recipe_nsys
     out = tmp_path / "out"
-    proc = nsys_recipe(nsys, RECIPE, "--input", str(rank_exports), "--output", str(out), "--csv", env=env)
+    proc = nsys_recipe(nsys, [rank_exports], out, "--csv", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     inputs = sorted(str(p) for p in rank_exports.glob("*.sqlite"))
     assert_recipe_equals_analyze(out, inputs)
@@ -331,7 +339,7 @@ def test_recipe_notebook_runs_on_its_outputs(recipe_nsys, rank_exports, tmp_path
     """The notebook's code cells, run in order in the output folder, work on what the recipe wrote."""
     nsys, env = recipe_nsys
     out = tmp_path / "out"
-    proc = nsys_recipe(nsys, RECIPE, "--input", str(rank_exports), "--output", str(out), env=env)
+    proc = nsys_recipe(nsys, [rank_exports], out, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     notebook = json.loads((out / f"{RECIPE}.ipynb").read_text())
     monkeypatch.chdir(out)
@@ -349,7 +357,7 @@ def test_recipe_dask_futures_mode_gives_the_same_tables(recipe_nsys, rank_export
     runs = {}
     for mode in ("concurrent", "dask-futures"):
         out = tmp_path / mode
-        proc = nsys_recipe(nsys, RECIPE, "--input", str(rank_exports), "--output", str(out), "--mode", mode, env=env)
+        proc = nsys_recipe(nsys, [rank_exports], out, "--mode", mode, env=env)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         runs[mode] = {t: read_rows(out, t) for t in ("reports", "devices", "layers", "steps")}
         assert json.loads((out / f"{mode}.nsys-analysis").read_text())["Mode"] == mode
@@ -379,9 +387,7 @@ def test_recipe_on_an_existing_dask_cluster(recipe_nsys, rank_exports, tmp_path)
     try:
         out = tmp_path / "out"
         run_env = {**env, "DASK_SCHEDULER_ADDRESS": address}
-        proc = nsys_recipe(
-            nsys, RECIPE, "--input", str(rank_exports), "--output", str(out), "--mode", "dask-futures", env=run_env
-        )
+        proc = nsys_recipe(nsys, [rank_exports], out, "--mode", "dask-futures", env=run_env)
         assert proc.returncode == 0, proc.stdout + proc.stderr + (tmp_path / "cluster.log").read_text()[-3000:]
         assert {r["rank"] for r in read_rows(out, "reports")} == {0, 1}
         assert "Starting Worker plugin" in (tmp_path / "cluster.log").read_text()  # the work ran on our worker
@@ -402,7 +408,7 @@ def test_recipe_on_a_captured_report_equals_analyze_json(recipe_nsys, tmp_path):
     (run,) = [p for p in runs.iterdir() if p.is_dir()]
     report = run / "trace.nsys-rep"
     out = tmp_path / "out"
-    proc = nsys_recipe(nsys, RECIPE, "--input", str(report), "--output", str(out), env=env)
+    proc = nsys_recipe(nsys, [report], out, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert_recipe_equals_analyze(out, [str(report)])
     steps = read_rows(out, "steps")
@@ -420,12 +426,12 @@ def test_recipe_unreadable_report_is_one_line(recipe_nsys, tmp_path):
     bad = tmp_path / "broken.nsys-rep"
     bad.write_bytes(b"not a report at all\n" * 10)
     out = tmp_path / "out"
-    proc = nsys_recipe(nsys, RECIPE, "--input", str(bad), "--output", str(out), env=env)
+    proc = nsys_recipe(nsys, [bad], out, env=env)
     assert proc.returncode != 0
     errors = output_lines(proc)
     assert len(errors) == 1 and errors[0].startswith(f"ERROR: {bad}: nsys export failed"), errors
     assert not out.exists()
-    missing = nsys_recipe(nsys, RECIPE, "--input", str(tmp_path / "nope.sqlite"), "--output", str(out), env=env)
+    missing = nsys_recipe(nsys, [tmp_path / "nope.sqlite"], out, env=env)
     assert missing.returncode != 0
     assert output_lines(missing) == [f"ERROR: {tmp_path / 'nope.sqlite'}: no such file"]
 
@@ -437,7 +443,7 @@ def test_recipe_keeps_readable_reports_when_one_fails(recipe_nsys, rank_exports,
     bad.write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)
     good = rank_exports / "report.0.sqlite"
     out = tmp_path / "out"
-    proc = nsys_recipe(nsys, RECIPE, "--input", str(good), str(bad), "--output", str(out), env=env)
+    proc = nsys_recipe(nsys, [good, bad], out, env=env)
     assert proc.returncode == 1
     errors = output_lines(proc)
     assert len(errors) == 2 and errors[0].startswith(f"ERROR: {bad}:"), errors
@@ -454,11 +460,8 @@ def test_recipe_in_a_python_without_the_framework_packages_fails_clearly(recipe_
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
     proc = nsys_recipe(
         nsys,
-        RECIPE,
-        "--input",
-        str(rank_exports),
-        "--output",
-        str(tmp_path / "out"),
+        [rank_exports],
+        tmp_path / "out",
         env={**env, "PATH": f"{bare / 'bin'}{os.pathsep}{env['PATH']}"},
         cwd=tmp_path,
     )
@@ -499,7 +502,7 @@ def test_recipe_finds_profile_step_from_another_python_through_install_json(reci
     other = python_with_recipe_packages_only(tmp_path)
     out = tmp_path / "out"
     run_env = {**without_pythonpath(env), "PATH": f"{other}{os.pathsep}{env['PATH']}"}
-    proc = nsys_recipe(nsys, RECIPE, "--input", str(rank_exports), "--output", str(out), env=run_env, cwd=tmp_path)
+    proc = nsys_recipe(nsys, [rank_exports], out, env=run_env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert {r["rank"] for r in read_rows(out, "reports")} == {0, 1}
 
@@ -513,11 +516,8 @@ def test_recipe_without_profile_step_is_one_line(recipe_nsys, rank_exports, tmp_
     (blocker / "__init__.py").write_text("raise ImportError('profile-step is not here')\n")
     proc = nsys_recipe(
         nsys,
-        RECIPE,
-        "--input",
-        str(rank_exports),
-        "--output",
-        str(tmp_path / "out"),
+        [rank_exports],
+        tmp_path / "out",
         env={**env, "PYTHONPATH": str(blocker.parent)},
         cwd=tmp_path,
     )
