@@ -123,6 +123,13 @@ class _Run:
                 break
         return out
 
+    def ahead(self, cands: list[Candidate]) -> None:
+        """Let the evaluator compile a round's candidates side by side (``--jobs``), as many as the budget
+        allows; the round then takes them one by one, in this order, as it would compile them."""
+        prefetch = getattr(self.ev, "prefetch", None)
+        if prefetch is not None:
+            prefetch(cands, self.budget - self.ev.compiles)
+
     def get(self, c: Candidate, stage: str) -> Tried:
         if c.key() in self.seen:
             return self.seen[c.key()]
@@ -183,6 +190,7 @@ def _search(run: _Run) -> None:
     if not names:
         out.stop = "the step's checkpoints name no activation: only the presets were compared"
         return
+    run.ahead([resting(names), everywhere(names, "device")])
     base = out.base = run.get(resting(names), "bounds")
     if base.outcome is None:
         out.stop = "the step does not compile for the target with every named activation recomputed (see its error)"
@@ -196,19 +204,16 @@ def _search(run: _Run) -> None:
             return
     # 2. each name alone
     promising: list[tuple[float, str, str]] = []
-    for n in names:
-        if run.only is not None and n.name not in run.only:
-            continue
-        for place in n.options():
-            if place == n.resting:
-                continue
-            t = run.get(base.candidate.with_(n.name, place), "alone")
-            out.alone[(n.name, place)] = t
-            if helps(t.outcome, base.outcome):
-                promising.append((gain(t.outcome, base.outcome), n.name, place))  # type: ignore[arg-type]
-            else:
-                why = _why_pruned(t.outcome, base.outcome, "keeping" if n.is_input else "recomputing")
-                out.pruned.append({"name": n.name, "place": place, "why": why})
+    moved = [(n, p) for n in names if run.only is None or n.name in run.only for p in n.options() if p != n.resting]
+    run.ahead([base.candidate.with_(n.name, place) for n, place in moved])
+    for n, place in moved:
+        t = run.get(base.candidate.with_(n.name, place), "alone")
+        out.alone[(n.name, place)] = t
+        if helps(t.outcome, base.outcome):
+            promising.append((gain(t.outcome, base.outcome), n.name, place))  # type: ignore[arg-type]
+        else:
+            why = _why_pruned(t.outcome, base.outcome, "keeping" if n.is_input else "recomputing")
+            out.pruned.append({"name": n.name, "place": place, "why": why})
     if not promising and not seeded:
         out.stop = "no name moved alone to the device or to host memory helps: everything stays where it rests"
         return
@@ -228,16 +233,21 @@ def _search(run: _Run) -> None:
         if helps(t.outcome, current.outcome):
             current = t
     # 4. one change at a time, until none helps
+    rest = {n.name: n.resting for n in names}
     while True:
         place_now = current.candidate.place()
         better = current
-        for name, places in moves.items():
-            for place in {*places, next(n.resting for n in names if n.name == name)}:
-                if place == place_now[name]:
-                    continue
-                t = run.get(current.candidate.with_(name, place), "one change")
-                if helps(t.outcome, better.outcome):
-                    better = t
+        changes = [
+            current.candidate.with_(name, place)
+            for name, places in moves.items()
+            for place in dict.fromkeys([*places, rest[name]])
+            if place != place_now[name]
+        ]
+        run.ahead(changes)
+        for c in changes:
+            t = run.get(c, "one change")
+            if helps(t.outcome, better.outcome):
+                better = t
         if better is current:
             out.stop = (
                 "no single change of one promising name's placement helps any more (a local optimum); "

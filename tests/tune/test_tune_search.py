@@ -120,3 +120,41 @@ def test_a_tie_with_a_preset_names_the_lighter_one_and_a_same_program_is_no_tie(
     assert tie_line(choice, Search(tried=[choice]), names, ROOFLINE, [edge], lambda c: None) is None
     # without the preset, only the twin is close: the same program, no tie
     assert tie_line(choice, Search(tried=[choice, twin]), names, ROOFLINE, [], lambda c: program[c.key()]) is None
+
+
+class AheadTable(Table):
+    """The table with ``prefetch`` as the compiler's ``--jobs``: what it is asked for ahead is 'compiled'
+    then, but counted only when the search takes it; it keeps every batch and what was never taken."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ahead: set[str] = set()
+        self.batches: list[tuple[int, int]] = []  # (candidates asked ahead, room given)
+
+    def prefetch(self, cands: list[Candidate], room: int | None = None) -> None:
+        todo = list(dict.fromkeys(c.key() for c in cands if not self.cached(c) and c.key() not in self.ahead))
+        todo = todo if room is None else todo[:room]
+        self.batches.append((len(todo), room))
+        self.ahead.update(todo)
+
+    def __call__(self, c: Candidate) -> Outcome:
+        self.ahead.discard(c.key())
+        return super().__call__(c)
+
+
+def test_compiling_a_round_ahead_changes_nothing():
+    """Side by side (``prefetch``): the same candidates in the same order with the same compile numbers,
+    the same choice and stop, under every budget; everything asked ahead taken (within the budget left:
+    past it the search would not have compiled it)."""
+    for fast in (False, True):
+        for budget in range(2, 30):
+            one, ahead = Table(), AheadTable()
+            one.fast = ahead.fast = fast
+            a = search(NAMES, one, budget=budget, echo=lambda s: None)
+            b = search(NAMES, ahead, budget=budget, echo=lambda s: None)
+            assert [(t.candidate, t.stage, t.compile_no) for t in a.tried] == [
+                (t.candidate, t.stage, t.compile_no) for t in b.tried
+            ]
+            assert (a.stop, a.budget_cut, a.compiles) == (b.stop, b.budget_cut, b.compiles)
+            assert not ahead.ahead, f"asked ahead and never taken: {ahead.ahead}"
+            assert any(n > 1 for n, _ in ahead.batches)

@@ -1,0 +1,50 @@
+"""``profile-step tune --jobs N``: a round's candidates compiled side by side in N processes of the
+script give the document of ``--jobs 1``, apart from timings and the folder (the real GPU compiler in
+.venv-aot; skips without it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.helpers.cli import run_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+KNOWN = ROOT / "tests" / "scripts" / "tune_known.py"
+TIMINGS = {"seconds", "compile_seconds", "jobs"}
+
+
+def tune(python: str, out: Path, jobs: int) -> dict[str, Any]:
+    """tune --json of the known-answer script (NVLink-C2C, 3 GiB, presets, no record) with *jobs*."""
+    args = ["tune", "--json", "--link", "nvlink-c2c", "--memory-limit", "3GiB", "--no-cache", "--jobs", str(jobs),
+            "--out", str(out), "--python", python, str(KNOWN)]  # fmt: skip
+    proc = run_cli(*args, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def without_timings(doc: Any, out: Path) -> Any:
+    """*doc* less its timings, its folder written as OUT."""
+    if isinstance(doc, dict):
+        return {k: without_timings(v, out) for k, v in doc.items() if k not in TIMINGS}
+    if isinstance(doc, list):
+        return [without_timings(v, out) for v in doc]
+    if isinstance(doc, str):
+        return doc.replace(str(out), "OUT")
+    return doc
+
+
+def test_jobs_2_gives_the_document_of_jobs_1(aot_python, tmp_path):
+    one = tune(aot_python, tmp_path / "one", 1)
+    two = tune(aot_python, tmp_path / "two", 2)
+    assert one["search"]["jobs"] == 1 and two["search"]["jobs"] == 2
+    assert one["compiles"] >= 6 and one["choice"]["placements"] == {"small": "offload", "big": "remat"}
+    assert without_timings(two, tmp_path / "two") == without_timings(one, tmp_path / "one")
+    assert sorted(p.name for p in (tmp_path / "two").glob("c*")) == [f"c{i:03d}" for i in range(1, two["compiles"] + 1)]
+    assert (tmp_path / "two" / "script-2" / "output.log").exists() and not (tmp_path / "two" / "ahead").exists()
+
+
+def test_jobs_must_be_at_least_one(tmp_path):
+    proc = run_cli("tune", "--jobs", "0", "--out", str(tmp_path / "t"), str(KNOWN))
+    assert proc.returncode == 2 and proc.stderr.strip().endswith("--jobs: at least 1"), proc.stderr
