@@ -66,6 +66,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="compile a search round's candidates side by side in N processes of the script (default: the cores); "
         "the result is the one of --jobs 1",
     )
+    p.add_argument(
+        "--no-screen",
+        action="store_true",
+        help="compile every change of the one-change rounds, also those that the names' effects alone predict "
+        "to be more than 5%% slower than the best so far",
+    )
     p.add_argument("--no-presets", action="store_true", help="do not compile JAX's and MaxText's presets beside")
     p.add_argument(
         "--no-cache",
@@ -163,6 +169,7 @@ def request_from(args: Any) -> Any:
         max_compiles=args.max_compiles,
         jobs=args.jobs if args.jobs is not None else default_jobs(),
         presets=not args.no_presets,
+        screen=not args.no_screen,
         cache=not args.no_cache,
         calibrate=Path(args.calibrate) if args.calibrate else None,
         step=args.step,

@@ -23,7 +23,7 @@ from profiler.tune.candidate import Name
 from profiler.tune.compiler import Compiler
 from profiler.tune.document import document, plan_document
 from profiler.tune.record import Record, step_key
-from profiler.tune.search import Tried, search
+from profiler.tune.search import SCREEN, Tried, search
 from profiler.xla import targets
 
 
@@ -51,6 +51,7 @@ class TuneRequest:
     cache: bool = True  # read and write the record of compiles (profiler.tune.record); --no-cache: neither
     xla_options: dict[str, Any] = field(default_factory=dict)  # XLA debug options for every compile
     jobs: int = 1  # script processes compiling side by side (--jobs)
+    screen: bool = True  # leave out the changes the names' effects alone predict to lose (--no-screen: none)
 
 
 def names_of(answer: dict[str, Any]) -> list[Name]:
@@ -193,7 +194,8 @@ def _tune(
     seeds = record.seeds() if record is not None else []
     if seeds:
         say(f"tune: {len(seeds)} placement(s) chosen by earlier tunes of this step tried first ({record.folder})")
-    result = search(names, compiler, req.max_compiles, say, set(req.only) if req.only else None, seeds)
+    only = set(req.only) if req.only else None
+    result = search(names, compiler, req.max_compiles, say, only, seeds, SCREEN if req.screen else None)
     search_compiles, search_seconds = compiler.compiles, compiler.seconds
     presets = evaluate_presets(names, compiler) if req.presets else []
     jobs = compiler.jobs

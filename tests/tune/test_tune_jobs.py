@@ -1,6 +1,7 @@
 """``profile-step tune --jobs N``: a round's candidates compiled side by side in N processes of the
-script give the document of ``--jobs 1``, apart from timings and the folder (the real GPU compiler in
-.venv-aot; skips without it)."""
+script give the document of ``--jobs 1``, apart from timings and the folder; the screen (changes
+predicted from the names' effects alone) leaves the choice as compiling every change would (the real
+GPU compiler in .venv-aot; skips without it)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ KNOWN = ROOT / "tests" / "scripts" / "tune_known.py"
 TIMINGS = {"seconds", "compile_seconds", "jobs"}
 
 
-def tune(python: str, out: Path, jobs: int) -> dict[str, Any]:
+def tune(python: str, out: Path, jobs: int, *more: str) -> dict[str, Any]:
     """tune --json of the known-answer script (NVLink-C2C, 3 GiB, presets, no record) with *jobs*."""
     args = ["tune", "--json", "--link", "nvlink-c2c", "--memory-limit", "3GiB", "--no-cache", "--jobs", str(jobs),
-            "--out", str(out), "--python", python, str(KNOWN)]  # fmt: skip
+            "--out", str(out), "--python", python, *more, str(KNOWN)]  # fmt: skip
     proc = run_cli(*args, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
@@ -43,6 +44,17 @@ def test_jobs_2_gives_the_document_of_jobs_1(aot_python, tmp_path):
     assert without_timings(two, tmp_path / "two") == without_timings(one, tmp_path / "one")
     assert sorted(p.name for p in (tmp_path / "two").glob("c*")) == [f"c{i:03d}" for i in range(1, two["compiles"] + 1)]
     assert (tmp_path / "two" / "script-2" / "output.log").exists() and not (tmp_path / "two" / "ahead").exists()
+
+
+def test_the_screen_leaves_the_choice(aot_python, tmp_path):
+    """--no-screen compiles every change of the one-change rounds: the same choice as with the screen."""
+    screened = tune(aot_python, tmp_path / "screened", 2, "--no-presets")
+    full = tune(aot_python, tmp_path / "full", 2, "--no-presets", "--no-screen")
+    assert full["search"]["screen"] is None and full["search"]["screened_out"] == 0
+    assert screened["search"]["screen"] == 0.05
+    assert screened["compiles"] <= full["compiles"]
+    assert screened["choice"]["placements"] == full["choice"]["placements"] == {"small": "offload", "big": "remat"}
+    assert screened["choice"]["fingerprint"] == full["choice"]["fingerprint"]
 
 
 def test_jobs_must_be_at_least_one(tmp_path):

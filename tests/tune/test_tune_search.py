@@ -158,3 +158,39 @@ def test_compiling_a_round_ahead_changes_nothing():
             assert (a.stop, a.budget_cut, a.compiles) == (b.stop, b.budget_cut, b.compiles)
             assert not ahead.ahead, f"asked ahead and never taken: {ahead.ahead}"
             assert any(n > 1 for n, _ in ahead.batches)
+
+
+ADDITIVE = [Name(n) for n in "defg"]
+EFFECT = {  # per name and place: (ms of step, device units), added to the resting 100 ms and 10 units
+    "d": {"device": (-20, 4), "offload": (-12, 1)},
+    "e": {"device": (-15, 4), "offload": (-9, 1)},
+    "f": {"device": (-8, 3), "offload": (-6, 1)},
+    "g": {"device": (-4, 3), "offload": (2, 1)},
+}
+
+
+class Additive(Table):
+    """Each name's effect on the step and the memory adds up exactly (the screen's assumption); 20 units fit."""
+
+    def __call__(self, c: Candidate) -> Outcome:
+        if c.key() not in self.compiled:
+            self.compiled.add(c.key())
+            self.compiles += 1
+        moves = [EFFECT[n][p] for n, p in c.place().items() if p != "remat"]
+        step, dev = 100 + sum(m[0] for m in moves), 10 + sum(m[1] for m in moves)
+        return Outcome(step * MS, 0, step * MS, {}, {}, dev, 0, dev <= 20)
+
+
+def test_the_screen_compiles_less_and_chooses_the_same():
+    """On effects that add up, the screen leaves out changes (each predicted exactly, and slower than the
+    incumbent by more than its margin) and the search chooses what it chooses compiling every change."""
+    full = search(ADDITIVE, Additive(), budget=60, echo=lambda s: None, screen=None)
+    table = Additive()
+    screened = search(ADDITIVE, table, budget=60, echo=lambda s: None)
+    assert not full.screened and screened.screened
+    assert screened.compiles < full.compiles
+    assert screened.best.candidate == full.best.candidate and screened.best.outcome == full.best.outcome
+    for s in screened.screened:
+        place = s["placements"]
+        step = 100 + sum(EFFECT[n][p][0] for n, p in place.items() if p != "remat")
+        assert s["predicted_step_ns"] == step * MS > s["incumbent_step_ns"] * 1.05
