@@ -192,7 +192,7 @@ class Compiler:
                 return
             try:
                 answers[self._key(c)] = {**s.request(self._request(c, where)), "ahead_dir": str(where)}
-            except ProfilerError:
+            except (ProfilerError, OSError, ValueError):  # it ended, its pipe broke, or it answered garbage
                 lost.append(s)
                 return
 

@@ -60,3 +60,43 @@ def test_the_screen_leaves_the_choice(aot_python, tmp_path):
 def test_jobs_must_be_at_least_one(tmp_path):
     proc = run_cli("tune", "--jobs", "0", "--out", str(tmp_path / "t"), str(KNOWN))
     assert proc.returncode == 2 and proc.stderr.strip().endswith("--jobs: at least 1"), proc.stderr
+
+
+def test_a_helper_that_never_starts_is_left_out(aot_python, tmp_path):
+    """A helper process that ends before it hands a step over is left out, said once, and the search
+    compiles everything in the first process: the same choice, every compile numbered."""
+    import sys
+
+    from profiler.analysis.links import HostLink, parse_link
+    from profiler.capture.plan import find_python
+    from profiler.capture.tune_session import CompileSession, script_command
+    from profiler.predict import roofline
+    from profiler.tune.compiler import Compiler
+    from profiler.tune.run import names_of
+    from profiler.tune.search import search
+    from profiler.xla import targets
+
+    _, spec, builtin = targets.resolve("h100")
+    (tmp_path / "target.txtpb").write_text(spec)
+    for d in ("script", "script-2"):
+        (tmp_path / d).mkdir()
+    cmd = script_command(find_python(aot_python), KNOWN, [], None, None, None, "")
+    session = CompileSession(cmd, tmp_path / "target.txtpb", tmp_path / "script")
+    quits = [sys.executable, "-c", "raise SystemExit(3)"]
+    broken = CompileSession(quits, tmp_path / "target.txtpb", tmp_path / "script-2")
+    broken.launch()
+    said: list[str] = []
+    with session:
+        session.start()
+        names = names_of(session.request({"op": "names"}))
+        device = roofline.device_from_spec(spec, builtin.peak_bf16_tflops)
+        link = HostLink(parse_link("nvlink-c2c"), "given", "test")
+        compiler = Compiler(session, tmp_path, device, link, 3 * 2**30, helpers=[broken])
+        compiler.echo = said.append
+        result = search(names, compiler, budget=24, echo=lambda s: None)
+        compiler.finish()
+    assert result.best is not None and result.best.candidate.place() == {"small": "offload", "big": "remat"}
+    left_out = [s for s in said if "helper process is left out" in s]
+    assert len(left_out) == 1 and "exit 3" in left_out[0], said
+    assert compiler.jobs == 1 and not any("side by side" in s for s in said)
+    assert sorted(p.name for p in tmp_path.glob("c*")) == [f"c{i:03d}" for i in range(1, compiler.compiles + 1)]
