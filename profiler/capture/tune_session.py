@@ -85,6 +85,11 @@ class CompileSession:
 
     def start(self, timeout: float = START_TIMEOUT_S) -> dict[str, Any]:
         """Start the script and wait until it hands its step over; ProfilerError when it never does."""
+        self.launch()
+        return self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Start the script (``wait_ready`` waits for its step): several start side by side."""
         to_child_r, self._to_child = os.pipe()
         self._from_child, from_child_w = os.pipe()
         self.env[TUNE_FDS_ENV] = f"{to_child_r},{from_child_w}"
@@ -103,6 +108,9 @@ class CompileSession:
             finally:
                 os.close(to_child_r)
                 os.close(from_child_w)
+
+    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> dict[str, Any]:
+        """Wait until the launched script hands its step over; ProfilerError when it never does."""
         answer = self._receive(timeout, "hand its step over")
         if answer.get("op") == "no_step":
             self.close()
@@ -157,7 +165,9 @@ class CompileSession:
         if self.proc is None:
             return
         try:
-            if self.proc.poll() is None:
+            if self.proc.poll() is None and self.ready is None:
+                self.proc.kill()  # still running the script up to its step (a helper of --jobs): nothing to finish
+            elif self.proc.poll() is None:
                 os.write(self._to_child, b'{"op": "quit"}\n')
         except OSError:
             pass

@@ -39,6 +39,19 @@ def _rows(rows: list[dict[str, Any]], div: int, chosen: str | None) -> list[list
     return out
 
 
+def _jobs_text(s: dict[str, Any]) -> str:
+    return f" in {s['jobs']} processes side by side" if (s.get("jobs") or 1) > 1 else ""
+
+
+def _screen_text(s: dict[str, Any]) -> str:
+    """How many changes the screen kept from the compiler (predicted from the names' effects alone)."""
+    n = s.get("screened_out") or 0
+    if not n:
+        return ""
+    return (f", {n} change{'s' if n > 1 else ''} not compiled (predicted from each name's effect alone "
+            f"more than {100 * s['screen']:g}% slower than the best so far; --no-screen compiles them)")  # fmt: skip
+
+
 def render_tune(doc: dict[str, Any], show_all: bool = False, wide: bool = False) -> str:
     """The terminal page of one tune document: prose in lines of at most 160 columns, unwrapped with
     *wide* (the table and the MaxText and JAX forms are never wrapped: they are copied whole)."""
@@ -69,7 +82,8 @@ def render_tune(doc: dict[str, Any], show_all: bool = False, wide: bool = False)
     s = doc["search"]
     out.append("")
     out += textwrap.wrap(
-        f"search: {s['compiles']} compiles in {s['compile_seconds']:.0f} s for {len(doc['names'])} named activations; "
+        f"search: {s['compiles']} compiles in {s['compile_seconds']:.0f} s{_jobs_text(s)} for {len(doc['names'])} "
+        f"named activations{_screen_text(s)}; "
         f"stopped: {s['stop']}; then {doc['compiles'] - s['compiles']} compiles for the presets "
         f"({doc['seconds']:.0f} s in all)" + _record_text(doc.get("record")),
         width,

@@ -1,9 +1,18 @@
 """Candidates compiled in the script's process (``profiler.capture.tune_session``), once per request
 (the compile cache of a run; with a ``Record``, once per step, target and flags across runs), and
-predicted on the link against the memory limit: the evaluator the search calls."""
+predicted on the link against the memory limit: the evaluator the search calls.
+
+With helpers (``--jobs N``: N - 1 more processes of the same script), ``prefetch`` compiles a
+round's candidates side by side before the search asks for them one by one; an answer compiled
+ahead is counted, numbered (``cNNN``) and recorded only when the search takes it, in the search's
+order, so the result is the one of a single process.
+"""
 
 from __future__ import annotations
 
+import queue
+import shutil
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +20,7 @@ from typing import Any
 
 from profiler.analysis.links import HostLink
 from profiler.capture.tune_session import CompileSession
+from profiler.errors import ProfilerError
 from profiler.predict import roofline
 from profiler.tune.candidate import Candidate, Name
 from profiler.tune.evaluate import Compiled, Outcome, compiled_from
@@ -31,8 +41,13 @@ class Compiler:
         options: dict[str, Any] | None = None,
         calibration: Any = None,
         record: Record | None = None,
+        helpers: list[CompileSession] | None = None,
     ) -> None:
         self.session = session
+        self.helpers = list(helpers or [])  # more processes of the script (--jobs), launched, maybe not ready
+        self._helpers_waited = False
+        self.ahead: dict[str, dict[str, Any]] = {}  # answers compiled side by side, not taken yet
+        self._ahead_no = 0
         self.out = out
         self.device = device
         self.link = link.link
@@ -72,12 +87,15 @@ class Compiler:
         if key not in self.cache:
             t0 = time.monotonic()
             ans = self._reuse(c)
+            side = key in self.ahead
             if ans is None:
                 self.compiles += 1
                 where = self.out / f"c{self.compiles:03d}"
-                ans = self.session.request({"op": "compile", "policy": c.policy_doc(), "out": str(where),
-                                            "options": self.options})  # fmt: skip
-                self.seconds += time.monotonic() - t0
+                if side:
+                    ans = _moved(self.ahead.pop(key), where)
+                else:
+                    ans = self.session.request(self._request(c, where))
+                    self.seconds += time.monotonic() - t0
                 if self.record is not None:
                     self.record.put(c, ans)
             if ans.get("ok"):
@@ -90,8 +108,100 @@ class Compiler:
             out = self.outcome(c)
             state = "failed" if out is None else human_time(out.step_ns) + ("" if out.fits else ", does not fit")
             what = "kept (compiled by an earlier tune)" if key in self.reused_keys else f"compile {self.compiles}"
-            self.echo(f"tune: {what}: {c.label(self.names)}: {state} ({time.monotonic() - t0:.1f} s)")
+            took = float(ans.get("seconds") or 0.0) if side else time.monotonic() - t0
+            self.echo(f"tune: {what}: {c.label(self.names)}: {state} ({took:.1f} s{', side by side' if side else ''})")
         return self.cache[key]
+
+    def _request(self, c: Candidate, where: Path) -> dict[str, Any]:
+        return {"op": "compile", "policy": c.policy_doc(), "out": str(where), "options": self.options}
+
+    @property
+    def jobs(self) -> int:
+        """How many script processes compile (this one and its helpers still alive)."""
+        return 1 + len(self.helpers)
+
+    def _ready_helpers(self) -> list[CompileSession]:
+        """The helpers, waited for once: one that fails to start or took another step is closed."""
+        if not self._helpers_waited:
+            self._helpers_waited = True
+            step = (self.session.ready or {}).get("step")
+            for h in list(self.helpers):
+                try:
+                    ready = h.wait_ready()
+                    why = None if ready.get("step") == step else f"it took {ready.get('step')} as the step, not {step}"
+                except ProfilerError as exc:
+                    why = str(exc)
+                if why is not None:
+                    self.echo(f"tune: a helper process is left out: {why}")
+                    self._drop(h)
+        return self.helpers
+
+    def _drop(self, h: CompileSession) -> None:
+        h.close()
+        if h in self.helpers:
+            self.helpers.remove(h)
+
+    def pending(self, cands: list[Candidate], room: int | None = None) -> list[Candidate]:
+        """Those of *cands* that a compile would be needed for (neither cached nor compiled ahead), each once,
+        in order; at most *room*."""
+        out: dict[str, Candidate] = {}
+        for c in cands:
+            key = self._key(c)
+            if key not in out and key not in self.ahead and not self.cached(c):
+                out[key] = c
+        todo = list(out.values())
+        return todo if room is None else todo[: max(room, 0)]
+
+    def prefetch(self, cands: list[Candidate], room: int | None = None) -> None:
+        """Compile side by side, in this process and its helpers, those of *cands* that ``pending`` names
+        (at most *room*: what is left of the compile budget); the search takes them from ``ahead``."""
+        if not self.helpers:
+            return
+        todo = self.pending(cands, room)
+        if len(todo) < 2:
+            return
+        sessions = [self.session, *self._ready_helpers()]
+        if len(sessions) < 2:
+            return
+        jobs: queue.Queue[tuple[Candidate, Path]] = queue.Queue()
+        for c in todo:
+            self._ahead_no += 1
+            jobs.put((c, self.out / "ahead" / f"a{self._ahead_no:03d}"))
+        answers: dict[str, dict[str, Any]] = {}
+        lost: list[CompileSession] = []
+        t0 = time.monotonic()
+        threads = [threading.Thread(target=self._work, args=(s, jobs, answers, lost)) for s in sessions]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.seconds += time.monotonic() - t0
+        self.ahead.update(answers)
+        for h in lost:
+            if h is not self.session:
+                self.echo("tune: a helper process ended; its candidates are compiled here")
+                self._drop(h)
+
+    def _work(self, s: CompileSession, jobs: queue.Queue, answers: dict, lost: list) -> None:
+        """One process's share: take candidates until none is left (a process that ends takes no more:
+        what it had is compiled later, one by one)."""
+        while True:
+            try:
+                c, where = jobs.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                answers[self._key(c)] = {**s.request(self._request(c, where)), "ahead_dir": str(where)}
+            except (ProfilerError, OSError, ValueError):  # it ended, its pipe broke, or it answered garbage
+                lost.append(s)
+                return
+
+    def finish(self) -> None:
+        """Close the helpers and remove what was compiled ahead and never taken."""
+        for h in list(self.helpers):
+            self._drop(h)
+        self.ahead.clear()
+        shutil.rmtree(self.out / "ahead", ignore_errors=True)
 
     def outcome(self, c: Candidate) -> Outcome | None:
         comp = self.cache.get(self._key(c))
@@ -100,3 +210,15 @@ class Compiler:
     def __call__(self, c: Candidate) -> Outcome | None:
         self.compiled(c)
         return self.outcome(c)
+
+
+def _moved(ans: dict[str, Any], where: Path) -> dict[str, Any]:
+    """An answer compiled ahead, its folder moved to *where* (the compile's number in the search's order)."""
+    ans = dict(ans)
+    src = Path(ans.pop("ahead_dir"))
+    if src.exists():
+        where.parent.mkdir(parents=True, exist_ok=True)
+        src.rename(where)
+    if ans.get("hlo_file"):
+        ans["hlo_file"] = str(where / Path(ans["hlo_file"]).name)
+    return ans

@@ -58,6 +58,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="search only these activations (the others stay recomputed; a checkpoint's input kept)",
     )
     p.add_argument("--max-compiles", type=int, default=48, metavar="N", help="the search's compile budget (default 48)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="compile a search round's candidates side by side in N processes of the script (default: the cores); "
+        "the result is the one of --jobs 1",
+    )
+    p.add_argument(
+        "--no-screen",
+        action="store_true",
+        help="compile every change of the one-change rounds, also those that the names' effects alone predict "
+        "to be more than 5%% slower than the best so far",
+    )
     p.add_argument("--no-presets", action="store_true", help="do not compile JAX's and MaxText's presets beside")
     p.add_argument(
         "--no-cache",
@@ -108,6 +122,16 @@ def xla_options(given: list[str]) -> dict[str, Any]:
     return out
 
 
+def default_jobs() -> int:
+    """``--jobs`` by default: the cores this process may use, at least 1."""
+    import os
+
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def request_from(args: Any) -> Any:
     """The ``TuneRequest`` the parsed options make (imported here: building the parser stays light)."""
     from profiler.analysis.links import given_link
@@ -126,6 +150,8 @@ def request_from(args: Any) -> Any:
             raise ProfilerError(str(exc)) from None
     if args.max_compiles < 1:
         raise ProfilerError("--max-compiles: at least 1")
+    if args.jobs is not None and args.jobs < 1:
+        raise ProfilerError("--jobs: at least 1")
     return TuneRequest(
         script=Path(args.script),
         script_args=list(args.script_args),
@@ -141,7 +167,9 @@ def request_from(args: Any) -> Any:
         out_dir=Path(args.out) if args.out else None,
         plans_dir=Path(args.plans_dir),
         max_compiles=args.max_compiles,
+        jobs=args.jobs if args.jobs is not None else default_jobs(),
         presets=not args.no_presets,
+        screen=not args.no_screen,
         cache=not args.no_cache,
         calibrate=Path(args.calibrate) if args.calibrate else None,
         step=args.step,

@@ -23,7 +23,7 @@ from profiler.tune.candidate import Name
 from profiler.tune.compiler import Compiler
 from profiler.tune.document import document, plan_document
 from profiler.tune.record import Record, step_key
-from profiler.tune.search import Tried, search
+from profiler.tune.search import SCREEN, Tried, search
 from profiler.xla import targets
 
 
@@ -50,6 +50,8 @@ class TuneRequest:
     only: list[str] | None = None  # search only these names (the others stay where they rest)
     cache: bool = True  # read and write the record of compiles (profiler.tune.record); --no-cache: neither
     xla_options: dict[str, Any] = field(default_factory=dict)  # XLA debug options for every compile
+    jobs: int = 1  # script processes compiling side by side (--jobs)
+    screen: bool = True  # leave out the changes the names' effects alone predict to lose (--no-screen: none)
 
 
 def names_of(answer: dict[str, Any]) -> list[Name]:
@@ -72,15 +74,25 @@ def limit_of(req: TuneRequest, spec: str) -> tuple[int | None, str]:
     return int(mem * frac), f"the target's memory x {frac:g}, the share JAX takes (--mem-fraction)"
 
 
-def open_session(req: TuneRequest, out: Path, spec: str) -> CompileSession:
+def open_session(req: TuneRequest, out: Path, spec: str, name: str = "script") -> CompileSession:
+    """One process of the script (its output in ``out/<name>/output.log``), not started yet."""
     python = find_python(req.python)
     spec_file = out / "target.txtpb"
     spec_file.write_text(spec)
     words = req.policy_arg if req.policy else None  # the script's own policy on its command line
     cmd = script_command(python, req.script, req.script_args, req.batch, req.batch_arg, words, req.policy or "")
-    script_dir = out / "script"
+    script_dir = out / name
     script_dir.mkdir()
     return CompileSession(cmd, spec_file, script_dir, policy=req.policy, batch=req.batch, step=req.step)
+
+
+def launch_helpers(req: TuneRequest, out: Path, spec: str) -> list[CompileSession]:
+    """``--jobs N``: N - 1 more processes of the script (``script-2/``, ...), started now, side by side with
+    the first; the compiler waits for them when it first compiles side by side."""
+    helpers = [open_session(req, out, spec, f"script-{i}") for i in range(2, req.jobs + 1)]
+    for h in helpers:
+        h.launch()
+    return helpers
 
 
 def _calibration(req: TuneRequest, spec: str) -> tuple[Any, dict[str, Any] | None]:
@@ -116,53 +128,17 @@ def run_tune(req: TuneRequest, echo: Callable[[str], None] | None = None) -> dic
     out = _folder(req, builtin.key if builtin else Path(req.target).stem)
     t0 = time.monotonic()
     with open_session(req, out, spec) as session:
-        say(f"tune: starting {req.script.name} under {session.command[0]} (log: {session.log})")
-        ready = session.start()
-        say(
-            f"tune: the step is {ready.get('step')} ({ready.get('chosen_by')}), compiled for "
-            f"{ready.get('device_kind')} (JAX {ready.get('jax')})"
-        )
-        found = session.request({"op": "names"})
-        if not found.get("ok"):
-            raise ProfilerError(f"{req.script}: tracing the step failed: {found.get('error')}")
-        names = names_of(found)
-        if not found.get("checkpoints"):
-            raise ProfilerError(
-                f"{req.script}: the step has no jax.checkpoint (jax.remat, nn.remat) whose policy tune could "
-                "choose; wrap the layers in jax.checkpoint (examples/train.py: --policy remat)"
-            )
-        say(f"tune: {found['checkpoints']} checkpoint(s) naming {len(names)} activation(s): "
-            + (", ".join(n.name for n in names) or "none"))  # fmt: skip
-        record = open_record(req, found, spec, ready)
-        compiler = Compiler(session, out, device, link, limit, req.xla_options, calibration, record)
-        compiler.device_memory = targets.memory_of(spec)
-        compiler.echo = say
-        compiler.names = names
-        if req.only:
-            unknown = sorted(set(req.only) - {n.name for n in names})
-            if unknown:
-                raise ProfilerError(
-                    f"--names: the step names no {', '.join(unknown)} (it has {', '.join(n.name for n in names)})"
-                )
-        seeds = record.seeds() if record is not None else []
-        if seeds:
-            say(f"tune: {len(seeds)} placement(s) chosen by earlier tunes of this step tried first ({record.folder})")
-        result = search(names, compiler, req.max_compiles, say, set(req.only) if req.only else None, seeds)
-        search_compiles, search_seconds = compiler.compiles, compiler.seconds
-        presets = evaluate_presets(names, compiler) if req.presets else []
-    doc = document(req, names, found, result, presets, compiler, link, limit, limit_why, label)
-    if record is not None and result.best is not None:
-        record.remember(result.best.candidate, link.link.key, link.link.gbps, limit)
-    doc["record"] = (
-        {"folder": str(record.folder), "reused": compiler.reused, "stored": record.stored, "seeds": len(seeds)}
-        if record is not None
-        else None
-    )
+        more = f", and {req.jobs - 1} more to compile side by side (--jobs {req.jobs})" if req.jobs > 1 else ""
+        say(f"tune: starting {req.script.name} under {session.command[0]} (log: {session.log}){more}")
+        session.launch()
+        helpers = launch_helpers(req, out, spec)
+        try:
+            doc = _tune(req, session, helpers, out, spec, say, (device, link, limit, limit_why, label, calibration))
+        finally:
+            for h in helpers:
+                h.close()
     doc["calibration"] = cal_doc
-    doc["step"] = {"name": ready.get("step"), "chosen_by": ready.get("chosen_by"), "jax": ready.get("jax")}
     doc["target"].update({"key": builtin.key if builtin else None, "spec_file": str(out / "target.txtpb")})
-    doc["search"].update(compiles=search_compiles, compile_seconds=round(search_seconds, 1))
-    doc["compiles"] = compiler.compiles
     doc["seconds"] = round(time.monotonic() - t0, 1)
     doc["out_dir"] = str(out)
     doc["verify"] = None
@@ -173,6 +149,68 @@ def run_tune(req: TuneRequest, echo: Callable[[str], None] | None = None) -> dic
         doc["verify"] = verify(doc, req.script, args, req.policy, req.python, say)
     folder.write_json(out / "tune.json", doc)
     folder.write_json(out / "plan.json", plan_document(doc))
+    return doc
+
+
+def _tune(
+    req: TuneRequest,
+    session: CompileSession,
+    helpers: list[CompileSession],
+    out: Path,
+    spec: str,
+    say: Callable[[str], None],
+    setting: tuple[Any, ...],
+) -> dict[str, Any]:
+    """The search and the presets in the started script (and its helpers): the tune document, less the
+    fields ``run_tune`` adds."""
+    device, link, limit, limit_why, label, calibration = setting
+    ready = session.wait_ready()
+    say(
+        f"tune: the step is {ready.get('step')} ({ready.get('chosen_by')}), compiled for "
+        f"{ready.get('device_kind')} (JAX {ready.get('jax')})"
+    )
+    found = session.request({"op": "names"})
+    if not found.get("ok"):
+        raise ProfilerError(f"{req.script}: tracing the step failed: {found.get('error')}")
+    names = names_of(found)
+    if not found.get("checkpoints"):
+        raise ProfilerError(
+            f"{req.script}: the step has no jax.checkpoint (jax.remat, nn.remat) whose policy tune could "
+            "choose; wrap the layers in jax.checkpoint (examples/train.py: --policy remat)"
+        )
+    say(f"tune: {found['checkpoints']} checkpoint(s) naming {len(names)} activation(s): "
+        + (", ".join(n.name for n in names) or "none"))  # fmt: skip
+    record = open_record(req, found, spec, ready)
+    compiler = Compiler(session, out, device, link, limit, req.xla_options, calibration, record, helpers)
+    compiler.device_memory = targets.memory_of(spec)
+    compiler.echo = say
+    compiler.names = names
+    if req.only:
+        unknown = sorted(set(req.only) - {n.name for n in names})
+        if unknown:
+            raise ProfilerError(
+                f"--names: the step names no {', '.join(unknown)} (it has {', '.join(n.name for n in names)})"
+            )
+    seeds = record.seeds() if record is not None else []
+    if seeds:
+        say(f"tune: {len(seeds)} placement(s) chosen by earlier tunes of this step tried first ({record.folder})")
+    only = set(req.only) if req.only else None
+    result = search(names, compiler, req.max_compiles, say, only, seeds, SCREEN if req.screen else None)
+    search_compiles, search_seconds = compiler.compiles, compiler.seconds
+    presets = evaluate_presets(names, compiler) if req.presets else []
+    jobs = compiler.jobs
+    compiler.finish()
+    doc = document(req, names, found, result, presets, compiler, link, limit, limit_why, label)
+    if record is not None and result.best is not None:
+        record.remember(result.best.candidate, link.link.key, link.link.gbps, limit)
+    doc["record"] = (
+        {"folder": str(record.folder), "reused": compiler.reused, "stored": record.stored, "seeds": len(seeds)}
+        if record is not None
+        else None
+    )
+    doc["step"] = {"name": ready.get("step"), "chosen_by": ready.get("chosen_by"), "jax": ready.get("jax")}
+    doc["search"].update(compiles=search_compiles, compile_seconds=round(search_seconds, 1), jobs=jobs)
+    doc["compiles"] = compiler.compiles
     return doc
 
 
@@ -189,6 +227,9 @@ def evaluate_presets(names: list[Name], compiler: Compiler) -> list[Tried]:
     cands = forms.jax_presets()
     if any(n.name in forms.MAXTEXT_CUSTOM for n in names):
         cands = forms.maxtext_presets(names) + cands
+    prefetch = getattr(compiler, "prefetch", None)
+    if prefetch is not None:
+        prefetch(cands)
     out = []
     for c in cands:
         before = compiler.compiles

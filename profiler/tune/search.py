@@ -25,6 +25,12 @@ rounds start from the best of them when it beats the greedy path.  A compiled pl
 gains from a faster link, so a faster link's search seeded with a slower link's choice never
 chooses a slower step than that one (the search alone is greedy: it is not monotone in the link).
 
+*Screen*: before a one-change round, each change is predicted from what each name did alone
+(step 2: its effect on the step is close to additive): the incumbent's step plus, per name it
+moves, the difference of the two placements' effects alone.  A change predicted slower than the
+incumbent by more than ``SCREEN`` of its step is not compiled (``screened``): beside the margin,
+only a strong interaction between names could make it win.
+
 "Helps" means faster by more than ``TOLERANCE`` of the step (the model's numbers are
 exact, its meaning is not), within the memory limit.
 """
@@ -33,12 +39,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from profiler.tune.candidate import Candidate, Name, everywhere, resting
 from profiler.tune.evaluate import Outcome
 
 TOLERANCE = 0.001  # a change helps when it is faster by more than 0.1% of the step
+SCREEN = 0.05  # a change predicted (per-name effects added) slower than the incumbent by more than 5% is not compiled
 
 
 class Evaluator(Protocol):
@@ -69,6 +76,8 @@ class Search:
     only: set[str] | None = None  # the names searched (--names); None: all
     budget_cut: bool = False  # the compile budget stopped the search before a local optimum
     budget: int = 0
+    screened: list[dict[str, Any]] = field(default_factory=list)  # changes not compiled: predicted to lose
+    screen: float | None = SCREEN
 
 
 class OutOfBudget(Exception):
@@ -123,6 +132,13 @@ class _Run:
                 break
         return out
 
+    def ahead(self, cands: list[Candidate]) -> None:
+        """Let the evaluator compile a round's candidates side by side (``--jobs``), as many as the budget
+        allows; the round then takes them one by one, in this order, as it would compile them."""
+        prefetch = getattr(self.ev, "prefetch", None)
+        if prefetch is not None:
+            prefetch(cands, self.budget - self.ev.compiles)
+
     def get(self, c: Candidate, stage: str) -> Tried:
         if c.key() in self.seen:
             return self.seen[c.key()]
@@ -158,16 +174,19 @@ def search(
     echo: Callable[[str], None] = print,
     only: set[str] | None = None,
     seeds: Iterable[Candidate] = (),
+    screen: float | None = SCREEN,
 ) -> Search:
     """The search of the module docstring over *names*; *evaluate* compiles (and caches); with
     *only*, just those names move (the others stay where they rest); *seeds*: incumbent placements
-    (tried when they are compiled already, or while the budget allows)."""
+    (tried when they are compiled already, or while the budget allows); *screen*: the margin of the
+    screen (None: every change compiled)."""
     run = _Run(names, evaluate, budget, echo)
     run.only = only
     run.seeds = usable_seeds(names, seeds, only)
     out = run.out
     out.only = only
     out.budget = budget
+    out.screen = screen
     try:
         _search(run)
     except OutOfBudget:
@@ -183,6 +202,7 @@ def _search(run: _Run) -> None:
     if not names:
         out.stop = "the step's checkpoints name no activation: only the presets were compared"
         return
+    run.ahead([resting(names), everywhere(names, "device")])
     base = out.base = run.get(resting(names), "bounds")
     if base.outcome is None:
         out.stop = "the step does not compile for the target with every named activation recomputed (see its error)"
@@ -196,19 +216,16 @@ def _search(run: _Run) -> None:
             return
     # 2. each name alone
     promising: list[tuple[float, str, str]] = []
-    for n in names:
-        if run.only is not None and n.name not in run.only:
-            continue
-        for place in n.options():
-            if place == n.resting:
-                continue
-            t = run.get(base.candidate.with_(n.name, place), "alone")
-            out.alone[(n.name, place)] = t
-            if helps(t.outcome, base.outcome):
-                promising.append((gain(t.outcome, base.outcome), n.name, place))  # type: ignore[arg-type]
-            else:
-                why = _why_pruned(t.outcome, base.outcome, "keeping" if n.is_input else "recomputing")
-                out.pruned.append({"name": n.name, "place": place, "why": why})
+    moved = [(n, p) for n in names if run.only is None or n.name in run.only for p in n.options() if p != n.resting]
+    run.ahead([base.candidate.with_(n.name, place) for n, place in moved])
+    for n, place in moved:
+        t = run.get(base.candidate.with_(n.name, place), "alone")
+        out.alone[(n.name, place)] = t
+        if helps(t.outcome, base.outcome):
+            promising.append((gain(t.outcome, base.outcome), n.name, place))  # type: ignore[arg-type]
+        else:
+            why = _why_pruned(t.outcome, base.outcome, "keeping" if n.is_input else "recomputing")
+            out.pruned.append({"name": n.name, "place": place, "why": why})
     if not promising and not seeded:
         out.stop = "no name moved alone to the device or to host memory helps: everything stays where it rests"
         return
@@ -228,16 +245,22 @@ def _search(run: _Run) -> None:
         if helps(t.outcome, current.outcome):
             current = t
     # 4. one change at a time, until none helps
+    rest = {n.name: n.resting for n in names}
     while True:
         place_now = current.candidate.place()
         better = current
-        for name, places in moves.items():
-            for place in {*places, next(n.resting for n in names if n.name == name)}:
-                if place == place_now[name]:
-                    continue
-                t = run.get(current.candidate.with_(name, place), "one change")
-                if helps(t.outcome, better.outcome):
-                    better = t
+        changes = [
+            current.candidate.with_(name, place)
+            for name, places in moves.items()
+            for place in dict.fromkeys([*places, rest[name]])
+            if place != place_now[name]
+        ]
+        changes = screened(changes, current, run)
+        run.ahead(changes)
+        for c in changes:
+            t = run.get(c, "one change")
+            if helps(t.outcome, better.outcome):
+                better = t
         if better is current:
             out.stop = (
                 "no single change of one promising name's placement helps any more (a local optimum); "
@@ -245,6 +268,48 @@ def _search(run: _Run) -> None:
             )
             return
         current = better
+
+
+def additive_step(c: Candidate, ref: Tried, base: Tried, alone: dict[tuple[str, str], Tried]) -> int | None:
+    """*c*'s step predicted from the compiled *ref*'s and each name's effect alone (its step minus the
+    resting candidate's *base*), added over the names *c* places otherwise than *ref*; None when an
+    effect is unknown (a move not tried alone, or one that failed)."""
+    if ref.outcome is None or base.outcome is None:
+        return None
+    rest, now, then = base.candidate.place(), c.place(), ref.candidate.place()
+
+    def effect(name: str, place: str) -> int | None:
+        if place == rest[name]:
+            return 0
+        t = alone.get((name, place))
+        return None if t is None or t.outcome is None else t.outcome.step_ns - base.outcome.step_ns  # type: ignore[union-attr]
+
+    step = ref.outcome.step_ns
+    for name in now:
+        if now[name] == then.get(name):
+            continue
+        a, b = effect(name, now[name]), effect(name, then[name])
+        if a is None or b is None:
+            return None
+        step += a - b
+    return step
+
+
+def screened(changes: list[Candidate], current: Tried, run: _Run) -> list[Candidate]:
+    """The changes worth compiling from the fitting incumbent *current*: those not yet tried whose additive
+    step is not slower than its step by more than the screen's margin; the others go to ``screened``."""
+    out, margin = run.out, run.out.screen
+    if margin is None or current.outcome is None or not current.outcome.fits or out.base is None:
+        return changes
+    keep = []
+    for c in changes:
+        pred = None if c.key() in run.seen else additive_step(c, current, out.base, out.alone)
+        if pred is not None and pred > current.outcome.step_ns * (1 + margin):
+            out.screened.append({"candidate": c.label(run.names), "placements": c.place(),
+                                 "predicted_step_ns": pred, "incumbent_step_ns": current.outcome.step_ns})  # fmt: skip
+        else:
+            keep.append(c)
+    return keep
 
 
 def _why_pruned(t: Outcome | None, base: Outcome | None, resting: str = "recomputing") -> str:

@@ -120,3 +120,77 @@ def test_a_tie_with_a_preset_names_the_lighter_one_and_a_same_program_is_no_tie(
     assert tie_line(choice, Search(tried=[choice]), names, ROOFLINE, [edge], lambda c: None) is None
     # without the preset, only the twin is close: the same program, no tie
     assert tie_line(choice, Search(tried=[choice, twin]), names, ROOFLINE, [], lambda c: program[c.key()]) is None
+
+
+class AheadTable(Table):
+    """The table with ``prefetch`` as the compiler's ``--jobs``: what it is asked for ahead is 'compiled'
+    then, but counted only when the search takes it; it keeps every batch and what was never taken."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ahead: set[str] = set()
+        self.batches: list[tuple[int, int]] = []  # (candidates asked ahead, room given)
+
+    def prefetch(self, cands: list[Candidate], room: int | None = None) -> None:
+        todo = list(dict.fromkeys(c.key() for c in cands if not self.cached(c) and c.key() not in self.ahead))
+        todo = todo if room is None else todo[:room]
+        self.batches.append((len(todo), room))
+        self.ahead.update(todo)
+
+    def __call__(self, c: Candidate) -> Outcome:
+        self.ahead.discard(c.key())
+        return super().__call__(c)
+
+
+def test_compiling_a_round_ahead_changes_nothing():
+    """Side by side (``prefetch``): the same candidates in the same order with the same compile numbers,
+    the same choice and stop, under every budget; everything asked ahead taken (within the budget left:
+    past it the search would not have compiled it)."""
+    for fast in (False, True):
+        for budget in range(2, 30):
+            one, ahead = Table(), AheadTable()
+            one.fast = ahead.fast = fast
+            a = search(NAMES, one, budget=budget, echo=lambda s: None)
+            b = search(NAMES, ahead, budget=budget, echo=lambda s: None)
+            assert [(t.candidate, t.stage, t.compile_no) for t in a.tried] == [
+                (t.candidate, t.stage, t.compile_no) for t in b.tried
+            ]
+            assert (a.stop, a.budget_cut, a.compiles) == (b.stop, b.budget_cut, b.compiles)
+            assert not ahead.ahead, f"asked ahead and never taken: {ahead.ahead}"
+            assert any(n > 1 for n, _ in ahead.batches)
+
+
+ADDITIVE = [Name(n) for n in "defg"]
+EFFECT = {  # per name and place: (ms of step, device units), added to the resting 100 ms and 10 units
+    "d": {"device": (-20, 4), "offload": (-12, 1)},
+    "e": {"device": (-15, 4), "offload": (-9, 1)},
+    "f": {"device": (-8, 3), "offload": (-6, 1)},
+    "g": {"device": (-4, 3), "offload": (2, 1)},
+}
+
+
+class Additive(Table):
+    """Each name's effect on the step and the memory adds up exactly (the screen's assumption); 20 units fit."""
+
+    def __call__(self, c: Candidate) -> Outcome:
+        if c.key() not in self.compiled:
+            self.compiled.add(c.key())
+            self.compiles += 1
+        moves = [EFFECT[n][p] for n, p in c.place().items() if p != "remat"]
+        step, dev = 100 + sum(m[0] for m in moves), 10 + sum(m[1] for m in moves)
+        return Outcome(step * MS, 0, step * MS, {}, {}, dev, 0, dev <= 20)
+
+
+def test_the_screen_compiles_less_and_chooses_the_same():
+    """On effects that add up, the screen leaves out changes (each predicted exactly, and slower than the
+    incumbent by more than its margin) and the search chooses what it chooses compiling every change."""
+    full = search(ADDITIVE, Additive(), budget=60, echo=lambda s: None, screen=None)
+    table = Additive()
+    screened = search(ADDITIVE, table, budget=60, echo=lambda s: None)
+    assert not full.screened and screened.screened
+    assert screened.compiles < full.compiles
+    assert screened.best.candidate == full.best.candidate and screened.best.outcome == full.best.outcome
+    for s in screened.screened:
+        place = s["placements"]
+        step = 100 + sum(EFFECT[n][p][0] for n, p in place.items() if p != "remat")
+        assert s["predicted_step_ns"] == step * MS > s["incumbent_step_ns"] * 1.05
