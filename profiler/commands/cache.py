@@ -33,7 +33,12 @@ def add(sub: Any, shared: Shared) -> None:
     cch = sub.add_parser(
         "cache",
         parents=[shared.json, shared.cache],
-        help="where profile-step keeps the exports and analyses it makes from traces, how big; --clear empties it",
+        help=(
+            "where profile-step keeps the exports and analyses it makes from traces and tune's compiles, "
+            "how big; --clear empties it"
+        ),
     )
-    cch.add_argument("--clear", action="store_true", help="remove the cached exports and analyses (remade on need)")
+    cch.add_argument(
+        "--clear", action="store_true", help="remove the cached exports, analyses and tune's compiles (remade on need)"
+    )
     cch.set_defaults(func=cmd_cache)
