@@ -124,7 +124,8 @@ def run_plan(req: PlanRequest, echo: Callable[[str], None] = lambda s: print(s, 
         raise ProfilerError(str(exc)) from None
     links = predict_links(req.links, label)
     python = find_python(req.python)
-    out = _new_folder(req, builtin.key if builtin else Path(req.target).stem)
+    key = builtin.key if builtin else Path(req.target).stem
+    out = folder.output_folder(req.out_dir, req.plans_dir, key)
     spec_file = out / "target.txtpb"
     spec_file.write_text(spec)
     doc: dict[str, Any] = {
@@ -168,15 +169,6 @@ def _predict(res: dict[str, Any], spec: str, links: list[Link], peak: float | No
         res["prediction"] = None
         return
     res["prediction"] = predict_file(hlo, spec, links, peak)
-
-
-def _new_folder(req: PlanRequest, key: str) -> Path:
-    if req.out_dir is not None:
-        if req.out_dir.exists() and (not req.out_dir.is_dir() or any(req.out_dir.iterdir())):
-            raise InputError(req.out_dir, "exists and is not an empty folder (profile-step never overwrites)")
-        req.out_dir.mkdir(parents=True, exist_ok=True)
-        return req.out_dir
-    return folder.finish(folder.create(req.plans_dir, key))
 
 
 def _one(

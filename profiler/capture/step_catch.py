@@ -82,6 +82,18 @@ class Selector:
     file: str | None = None
 
 
+def checked_step(text: str | None) -> Selector | None:
+    """``--step``'s form checked before any work: a bad one is a one-line ``ProfilerError``."""
+    if text is None:
+        return None
+    from profiler.errors import ProfilerError
+
+    try:
+        return parse_step(text)
+    except ValueError as exc:
+        raise ProfilerError(str(exc)) from None
+
+
 def parse_step(text: str) -> Selector:
     """``NAME``, ``NAME@LINE`` or ``FILE:LINE`` as a :class:`Selector`; ValueError for anything else."""
     text = text.strip()

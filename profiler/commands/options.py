@@ -22,15 +22,9 @@ def asked_policies(args: argparse.Namespace) -> list[str]:
 
 def check_step(args: argparse.Namespace) -> None:
     """``--step``'s form, checked before any work: a bad one is a one-line ``ProfilerError``."""
-    if args.step is None:
-        return
-    from profiler.capture.step_catch import parse_step
-    from profiler.errors import ProfilerError
+    from profiler.capture.step_catch import checked_step
 
-    try:
-        parse_step(args.step)
-    except ValueError as exc:
-        raise ProfilerError(str(exc)) from None
+    checked_step(args.step)
 
 
 def findings_request(args: argparse.Namespace, link: Any) -> Any:

@@ -79,6 +79,19 @@ def finish(run_dir: Path) -> Path:
     return target
 
 
+def output_folder(out_dir: Path | None, parent: Path, name: str) -> Path:
+    """The folder a plan or a tune writes: *out_dir* when given (new or empty: never overwritten),
+    else a new one named for *name* under *parent*."""
+    if out_dir is None:
+        return finish(create(parent, name))
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        from profiler.errors import InputError
+
+        raise InputError(out_dir, "exists and is not an empty folder (profile-step never overwrites)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return out_dir
+
+
 def write_json(path: Path, doc: dict[str, Any]) -> None:
     """Write *doc* whole: a reader sees the old file or the new one, never a mix."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

@@ -141,13 +141,9 @@ def request_from(args: Any) -> Any:
         limit = parse_bytes(args.memory_limit) if args.memory_limit else None
     except ValueError as exc:
         raise ProfilerError(f"--memory-limit: {exc}") from None
-    if args.step is not None:
-        from profiler.capture.step_catch import parse_step
+    from profiler.capture.step_catch import checked_step
 
-        try:
-            parse_step(args.step)
-        except ValueError as exc:
-            raise ProfilerError(str(exc)) from None
+    checked_step(args.step)
     if args.max_compiles < 1:
         raise ProfilerError("--max-compiles: at least 1")
     if args.jobs is not None and args.jobs < 1:

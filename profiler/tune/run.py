@@ -125,7 +125,8 @@ def run_tune(req: TuneRequest, echo: Callable[[str], None] | None = None) -> dic
     limit, limit_why = limit_of(req, spec)
     device = roofline.device_from_spec(spec, builtin.peak_bf16_tflops if builtin else targets.peak_tflops(label))
     calibration, cal_doc = _calibration(req, spec)
-    out = _folder(req, builtin.key if builtin else Path(req.target).stem)
+    key = builtin.key if builtin else Path(req.target).stem
+    out = folder.output_folder(req.out_dir, req.plans_dir, f"tune-{key}")
     t0 = time.monotonic()
     with open_session(req, out, spec) as session:
         more = f", and {req.jobs - 1} more to compile side by side (--jobs {req.jobs})" if req.jobs > 1 else ""
@@ -236,12 +237,3 @@ def evaluate_presets(names: list[Name], compiler: Compiler) -> list[Tried]:
         outcome = compiler(c)
         out.append(Tried(c, outcome, "preset", compiler.compiles if compiler.compiles > before else None))
     return out
-
-
-def _folder(req: TuneRequest, key: str) -> Path:
-    if req.out_dir is not None:
-        if req.out_dir.exists() and (not req.out_dir.is_dir() or any(req.out_dir.iterdir())):
-            raise InputError(req.out_dir, "exists and is not an empty folder (profile-step never overwrites)")
-        req.out_dir.mkdir(parents=True, exist_ok=True)
-        return req.out_dir
-    return folder.finish(folder.create(req.plans_dir, f"tune-{key}"))
