@@ -41,10 +41,13 @@ from __future__ import annotations
 
 import argparse
 import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script, as the docstring says
 
 from benchmarks.make_export import add_enums_and_meta, create, partial_db
 from profiler.conventions import CAPTURE_RANGE, DOMAIN

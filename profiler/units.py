@@ -238,3 +238,8 @@ def natural_key(text: str) -> list[int | str]:
     import re
 
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
+
+
+def count(n: int, noun: str) -> str:
+    """``n`` and its noun, plural unless one: ``count(1, "step")`` is "1 step", 2 is "2 steps"."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"

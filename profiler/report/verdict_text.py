@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from profiler.units import COLUMNS, human_time, share
+from profiler.units import COLUMNS, count, human_time, share
 
 LABELS = {"d2h": "D2H", "h2d": "H2D"}
 
@@ -32,13 +32,13 @@ def _head(v: dict[str, Any]) -> str:
     why = {"fastest": ", the fastest", "fastest with copies": ", the fastest that copies"}
     why["most exposed"] = ", the most exposed copies"
     name += why.get(v.get("chosen_by") or "", "")
+    steps = f"{count(v['steps'], 'step')}, median {t(v['median_step_ns'])}"
     if not v["gpu"]:
-        per = "no GPU activity" + (f"; {v['steps']} steps, median {t(v['median_step_ns'])}" if v["steps"] else "")
+        per = "no GPU activity" + (f"; {steps}" if v["steps"] else "")
     elif c["per"] == "step":
-        gpus = f"{c['gpus']} GPU{'s' if c['gpus'] != 1 else ''}"
-        per = f"{gpus}, {v['steps']} steps, median {t(v['median_step_ns'])}; copies per step and GPU"
+        per = f"{count(c['gpus'], 'GPU')}, {steps}; copies per step and GPU"
     else:
-        gpus = f"{c['gpus']} GPU{'s' if c['gpus'] != 1 else ''}"
+        gpus = count(c["gpus"], "GPU")
         window = f"the {t(v['window_ns'])} window" if v.get("window_ns") else "the window"
         per = f"{gpus}, no steps: copies over {window}, the GPUs together"
     head = f"{'Verdict' if v['runs'] == 1 else 'Its copies'}: {name} ({per})"

@@ -9,6 +9,7 @@ import pytest
 from profiler.units import (
     Units,
     byte_unit,
+    count,
     fit,
     gbps,
     human_bytes,
@@ -328,3 +329,8 @@ def test_natural_key():
     names = ["layer_10", "layer_2", "layer_1b", "layer_1a", "x", "10", "9"]
     assert sorted(names, key=natural_key) == ["9", "10", "layer_1a", "layer_1b", "layer_2", "layer_10", "x"]
     assert natural_key("layer_10.w2") == ["layer_", 10, ".w", 2, ""]
+
+
+@pytest.mark.parametrize(("n", "text"), [(0, "0 steps"), (1, "1 step"), (2, "2 steps"), (1200, "1,200 steps")])
+def test_count_says_one_in_the_singular(n, text):
+    assert count(n, "step") == text

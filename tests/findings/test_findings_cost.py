@@ -262,7 +262,7 @@ def test_boundary_costs(tmp_path):
     assert (f["attributed_ns"], f["attributed_basis_ns"], f["attributed_basis"]) == (
         10_000,
         100_000,
-        "the GPU spans of the 1 steps",
+        "the GPU spans of the 1 step",
     )
     assert f["severity"] == "info"  # 5 us given back: under severity_min_cost_ns
     (g,) = fired(findings_of(boundary_run(tmp_path, True), severity_min_cost_ns=0), "exposed-at-boundaries")

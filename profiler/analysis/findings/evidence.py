@@ -28,6 +28,7 @@ from profiler.analysis.savings import CAPTURE as CAPTURE_WINDOW
 from profiler.analysis.savings import DEVICE, STEPS, WINDOWS, Replays, Window
 from profiler.analysis.stalls import Stalls, add_stalls
 from profiler.trace.loader import RUNTIME_TABLE, Trace
+from profiler.units import count
 
 CAPTURE = "the capture's GPU time"  # from the first GPU op of the capture to the last, over all GPUs
 
@@ -139,7 +140,7 @@ class Evidence:
         """Time inside steps: a share of their durations, summed; the saving per step (median)."""
         return {
             "attributed_basis_ns": int(sum(s["duration_ns"] for s in steps)),
-            "attributed_basis": f"the {len(steps)} steps",
+            "attributed_basis": f"the {count(len(steps), 'step')}",
             "window": Window(STEPS),
         }
 

@@ -16,6 +16,7 @@ from profiler.analysis.findings.rules.text import dur, ms, names, pct, size
 from profiler.analysis.intervals import length_by_group, measure_within, union
 from profiler.analysis.links import run_link
 from profiler.analysis.overlap import valid
+from profiler.units import count
 
 # cudaMemcpy, cudaMemcpy2D, cuMemcpyDtoH_v2, cudaMemcpyPeer ...: every copy call without "Async"
 COPY_CALL = r"^cu(?:da)?Memcpy"
@@ -85,9 +86,9 @@ def sync_copies(ev: Evidence) -> list[Finding]:
         i = np.searchsorted(lo, t, side="right") - 1
         inside = (i >= 0) & (t < hi[np.maximum(i, 0)])
         calls = calls.filter(pl.Series(inside))
-        scope = f"the {len(steps)} steps"
+        scope = f"the {count(len(steps), 'step')}"
     elif steps:
-        scope = f"the {len(steps)} steps"
+        scope = f"the {count(len(steps), 'step')}"
     n = calls.height
     if n == 0 or n < ev.config["sync_copy_min_count"]:
         return []
@@ -95,7 +96,7 @@ def sync_copies(ev: Evidence) -> list[Finding]:
     blocked = int((calls["end"] - calls["start"]).sum())
     # cost: the wall-clock time during which at least one host thread sat in such a call
     wall = int(sum(length_by_group(union(np.zeros(n, dtype=np.int64), calls["start"], calls["end"])).values()))
-    listed = [f"{name} x{count}" for name, count in top.iter_rows()]
+    listed = [f"{name} x{n}" for name, n in top.iter_rows()]
     threads = f" ({ms(wall)} of wall time: calls on several threads overlapped)" if wall < blocked else ""
     basis = ev.basis_steps(steps) if steps else ev.basis_capture()
     return [

@@ -15,6 +15,7 @@ from profiler.analysis.findings.rules.text import mib, ms, pct
 from profiler.analysis.intervals import Intervals, measure_within, union
 from profiler.analysis.offload_expected import expected_offload
 from profiler.analysis.savings import STEPS, Window
+from profiler.units import count
 
 MIN_JAXLIB = (0, 4, 26)  # XLA:GPU's host offloading passes landed in March 2024 (openxla/xla PR 10185)
 LHS = "--xla_gpu_enable_latency_hiding_scheduler"
@@ -175,7 +176,7 @@ def _step_edges(ev: Evidence, flags_note: str) -> list[Finding]:
             view="timeline",
             attributed_ns=at_edges,  # the exposed or stalled copy time at the steps' edges
             attributed_basis_ns=span,
-            attributed_basis=f"the GPU spans of the {len(steps)} steps"
+            attributed_basis=f"the GPU spans of the {count(len(steps), 'step')}"
             + (" (summed over GPUs)" if len(ev.devices) > 1 else ""),
             window=Window(STEPS),
             change=changes.at_edges(ev, (dev, t0, t1), edge),
