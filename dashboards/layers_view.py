@@ -159,9 +159,9 @@ def with_layer_copies(run: Any) -> bool:
 
 
 def register(app: dash.Dash, store: RunStore) -> None:
-    @tab_gate.callback(
-        app,
-        "layers",
+    gate = tab_gate.on(app, "layers")
+
+    @gate(
         Output(ids.LAYER_GRAPH, "figure"),
         Output(ids.LAYER_HINT, "children"),
         Input(ids.LAYER_RUN, "value"),
