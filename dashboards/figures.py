@@ -73,17 +73,20 @@ def figure(data: list[dict[str, Any]], **layout: Any) -> Figure:
     return {"data": data, "layout": {**base, **layout}}
 
 
-def grouped_bars(data: list[dict[str, Any]], cats: list[str], title: str, x_title: str, **layout: Any) -> Figure:
-    """Bars grouped by category, the legend under the chart, the category axis fitted to its labels."""
+def grouped_bars(
+    data: list[dict[str, Any]], cats: list[str], title: str, x_title: str, height: int = 380, **layout: Any
+) -> Figure:
+    """Bars grouped by category, the legend under the chart, the category axis fitted to its labels
+    (*height*: the plot's, without them)."""
     xaxis, bottom = category_axis(cats)
     return figure(
         data,
         barmode="group",
-        height=380 + bottom,
+        height=height + bottom,
         margin={"t": 50, "b": bottom + 70, "l": 70},
         title={"text": title, **TITLE},
         showlegend=True,
-        legend={"orientation": "h", "yref": "container", "y": 0.01, "yanchor": "bottom", "x": 0},
+        legend=BOTTOM_LEGEND,
         # automargin: the axis title goes under the (possibly vertical) labels, never over them
         xaxis={**xaxis, "automargin": True, "title": {"text": x_title, "standoff": 12}},
         # bar labels ("fits", "does NOT fit") keep a readable size rather than shrink to the bar

@@ -242,14 +242,14 @@ def layout(page: Page) -> list[Any]:
 
 
 def register(app: dash.Dash, store: RunStore) -> None:
+    gate = tab_gate.on(app, "findings")
+
     def label(selected: list[int], data: list[dict[str, Any]], shown: str) -> Any:
         """The tab's label for the selected rows; unchanged when it says the same (a new label re-renders the tab)."""
         new = count_label(store, selection.selected_views(selected, data))
         return dash.no_update if new == shown else new
 
-    @tab_gate.callback(
-        app,
-        "findings",
+    @gate(
         Output(ids.FINDINGS_PANEL, "children"),
         Output(ids.FINDINGS_TAB, "label"),
         *selection.TICKED,

@@ -169,8 +169,9 @@ def register_policies(app: dash.Dash, store: RunStore) -> None:
 
 def register_layers(app: dash.Dash, store: RunStore) -> None:
     """The Per layer tab's panel follows its run."""
+    gate = tab_gate.on(app, "layers")
 
-    @tab_gate.callback(app, "layers", Output(ids.LAYER_KERNELS, "children"), Input(ids.LAYER_RUN, "value"))
+    @gate(Output(ids.LAYER_KERNELS, "children"), Input(ids.LAYER_RUN, "value"))
     def on_layer_kernels(vid):
         if not vid:
             return []

@@ -14,15 +14,12 @@ from dash import Input, Output, State, dash_table, dcc, html
 from dashboards import copy_numbers, ids, kernels_view, selection, tab_gate
 from dashboards.data import RunStore
 from dashboards.figures import (
-    BOTTOM_LEGEND,
     COLORS,
     DIRECTION_LABEL,
     HIDDEN_TINT,
-    TITLE,
     Figure,
-    category_axis,
     esc,
-    figure,
+    grouped_bars,
     is_note,
     note_figure,
 )
@@ -110,16 +107,12 @@ def layer_figure(layers: dict[str, dict[str, Any]], title: str, stalls: bool = F
                 f"%{{y:.3f}} {name} for its copies (%{{customdata[1]}})<extra></extra>",
             }
         )
-    xaxis, bottom = category_axis(x)
-    return figure(
+    return grouped_bars(
         data,
-        barmode="group",
-        height=400 + bottom,
-        margin={"t": 50, "b": bottom + 70, "l": 70},
-        title={"text": esc(title), **TITLE},
-        showlegend=True,
-        legend=BOTTOM_LEGEND,
-        xaxis={**xaxis, "title": {"text": "layer"}},
+        x,
+        esc(title),
+        "layer",
+        height=400,
         yaxis={
             "title": {"text": f"{'time' if stalls else 'copy time'} on this GPU, all steps summed ({name})"},
             "rangemode": "tozero",
@@ -166,9 +159,9 @@ def with_layer_copies(run: Any) -> bool:
 
 
 def register(app: dash.Dash, store: RunStore) -> None:
-    @tab_gate.callback(
-        app,
-        "layers",
+    gate = tab_gate.on(app, "layers")
+
+    @gate(
         Output(ids.LAYER_GRAPH, "figure"),
         Output(ids.LAYER_HINT, "children"),
         Input(ids.LAYER_RUN, "value"),

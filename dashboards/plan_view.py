@@ -331,10 +331,9 @@ def layout(plans: list[Any]) -> list[Any]:
 def register(app: dash.Dash, store: RunStore) -> None:
     if not store.plans:
         return
+    gate = tab_gate.on(app, "trade")
 
-    @tab_gate.callback(
-        app,
-        "trade",
+    @gate(
         Output(ids.PLAN_GRAPH, "figure"),
         Output(ids.PLAN_TABLE_BOX, "children"),
         Output(ids.PLAN_NOTE, "children"),

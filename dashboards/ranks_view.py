@@ -86,6 +86,8 @@ def rank_choices(
 
 
 def register(app: dash.Dash, store: RunStore) -> None:
+    gate = tab_gate.on(app, "ranks")
+
     @app.callback(
         Output(ids.RANK_POLICY, "options"),
         Output(ids.RANK_POLICY, "value"),
@@ -97,9 +99,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
     def on_rank_runs(selected, data, current):
         return rank_choices(store, selected_views(selected, data), current)
 
-    @tab_gate.callback(
-        app,
-        "ranks",
+    @gate(
         Output(ids.RANK_HEATMAP, "figure"),
         Output(ids.RANK_FINDINGS, "children"),
         Input(ids.RANK_POLICY, "value"),

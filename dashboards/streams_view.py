@@ -251,6 +251,8 @@ def layout(page: Page) -> list[Any]:
 
 
 def register(app: dash.Dash, store: RunStore) -> None:
+    gate = tab_gate.on(app, "streams")
+
     @app.callback(
         Output(ids.LINK_PRESET, "value"),
         Output(ids.LINK_GBPS, "value"),
@@ -273,9 +275,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
             return False, dash.no_update
         return True, links.BY_KEY[key].gbps
 
-    @tab_gate.callback(
-        app,
-        "streams",
+    @gate(
         Output(ids.STREAMS_GRAPH, "figure"),
         Input(ids.STREAMS_RUN, "value"),
         Input(ids.LINK_GBPS, "value"),

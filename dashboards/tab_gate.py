@@ -49,6 +49,16 @@ def callback(
     return decorate
 
 
+def on(app: Dash, tab: str) -> Callable[..., Callable[[Callable[..., Any]], Callable[..., Any]]]:
+    """``callback`` of *app* and *tab* given once, for a view's callbacks: ``gate = on(app, "layers")``,
+    then ``@gate(Output(...), Input(...))``."""
+
+    def gate(*deps: Output | Input | State, hidden: Callable[..., Any] | None = None) -> Any:
+        return callback(app, tab, *deps, hidden=hidden)
+
+    return gate
+
+
 def stores(tabs: tuple[str, ...]) -> list[dcc.Store]:
     return [dcc.Store(id=ids.opened(t)) for t in tabs]
 

@@ -310,9 +310,9 @@ def layout(page: Page) -> list[Any]:
 
 
 def register(app: dash.Dash, store: RunStore) -> None:
-    @tab_gate.callback(
-        app,
-        "timeline",
+    gate = tab_gate.on(app, "timeline")
+
+    @gate(
         Output(ids.TIMELINE_STEP, "options"),
         Output(ids.TIMELINE_STEP, "value"),
         Input(ids.TIMELINE_RUN, "value"),
@@ -328,9 +328,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
             return opts, current
         return opts, (names[len(names) // 2] if names else "__all__")
 
-    @tab_gate.callback(
-        app,
-        "timeline",
+    @gate(
         Output(ids.TIMELINE_GRAPH, "figure"),
         Output(ids.TIMELINE_NOTE, "children"),
         Input(ids.TIMELINE_STEP, "value"),

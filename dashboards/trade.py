@@ -519,15 +519,15 @@ def layout(page: Page) -> list[Any]:
 
 
 def register(app: dash.Dash, store: RunStore) -> None:
+    gate = tab_gate.on(app, "trade")
+
     def runs_of(selected: list[int], data: list[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]], list[str]]:
         rids = [rid for rid, _ in selection.selected_runs(store, selection.selected_views(selected, data))]
         summaries = [store.results[rid].run for rid in rids]
         labels = unique([selection.run_label(store, rid)[0] for rid in rids])
         return rids, summaries, labels
 
-    @tab_gate.callback(
-        app,
-        "trade",
+    @gate(
         Output(ids.TRADE_FRONTIER, "figure"),
         Output(ids.TRADE_FRONTIER_NOTE, "children"),
         Output(ids.TRADE_TABLE_BOX, "children"),
@@ -582,9 +582,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
             value,
         )
 
-    @tab_gate.callback(
-        app, "trade", Output(ids.PVM_GRAPH, "figure"), Output(ids.PVM_FLAGS, "children"), Input(ids.PVM_RUN, "value")
-    )
+    @gate(Output(ids.PVM_GRAPH, "figure"), Output(ids.PVM_FLAGS, "children"), Input(ids.PVM_RUN, "value"))
     def on_pvm(rid):
         if not rid or rid not in store.results:
             return note_figure("Select runs in the table above, then pick one here.", height=200), []

@@ -310,6 +310,8 @@ def layout(page: Page) -> list[Any]:
 
 
 def register(app: dash.Dash, store: RunStore) -> None:
+    gate = tab_gate.on(app, "whatif")
+
     @app.callback(
         Output(ids.WHATIF_VALUE, "disabled"),
         Output(ids.WHATIF_VALUE, "value"),
@@ -323,9 +325,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
             return False, 200
         return True, None
 
-    @tab_gate.callback(
-        app,
-        "whatif",
+    @gate(
         Output(ids.WHATIF_GRAPH, "figure"),
         Output(ids.WHATIF_NOTE, "children"),
         Output(ids.WHATIF_POLL, "disabled"),

@@ -24,6 +24,7 @@ from typing import Any
 
 from profiler.analysis.links import HostLink, Link, given_link, host_link
 from profiler.capture import policy_arg
+from profiler.capture.shell import output_of
 from profiler.conventions import BATCH_ENV, COMPILED_STEP, PLAN_DIR_ENV, PLAN_TARGET_ENV, POLICY_ENV
 from profiler.errors import InputError, ProfilerError
 from profiler.predict.step import predict_file
@@ -72,17 +73,8 @@ def usable_fraction(given: float | None) -> float:
 def has_cuda_plugin(python: str) -> bool:
     if Path(python).absolute() == Path(sys.executable).absolute():  # venv pythons are symlinks: no resolve()
         return importlib.util.find_spec("jax_cuda12_plugin") is not None
-    try:
-        out = subprocess.run(
-            [python, "-c", "import importlib.util as u; print(u.find_spec('jax_cuda12_plugin') is not None)"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return out.stdout.strip() == "True"
+    probe = "import importlib.util as u; print(u.find_spec('jax_cuda12_plugin') is not None)"
+    return output_of([python, "-c", probe], timeout=60) == "True"
 
 
 def find_python(explicit: str | None) -> str:

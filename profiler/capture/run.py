@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from profiler.capture import nsys_command, policy_arg, startup, step_module, xla_flags
+from profiler.capture.shell import output_of
 from profiler.conventions import (
     CAPTURE_MANIFEST_KEY,
     NO_NVTX_NOTE,
@@ -219,17 +220,7 @@ def git_facts(script: Path) -> dict[str, Any] | None:
     """Commit and dirtiness of the repository holding *script*, if any."""
 
     def git(*args: str) -> str | None:
-        try:
-            out = subprocess.run(
-                ["git", "-C", str(script.parent), *args],
-                capture_output=True,
-                text=True,
-                timeout=10,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return out.stdout.strip() if out.returncode == 0 else None
+        return output_of(["git", "-C", str(script.parent), *args], timeout=10)
 
     commit = git("rev-parse", "HEAD")
     if commit is None:

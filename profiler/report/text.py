@@ -311,17 +311,19 @@ def no_groups(doc: dict[str, Any], by: str) -> str | None:
     return wrap(NO_LAYERS) if by == "layer" else None
 
 
+# what the attribution met among the NVTX ranges (its facts' counts), said under ``analyze --by``
+RANGE_NOTES = {
+    "open_ranges": "{} NVTX ranges were still open at the end (extended to the end)",
+    "cross_thread_ranges": "{} start/end ranges ended on another thread (left out)",
+    "malformed_xla_ranges": "{} XLA-like range names could not be parsed",
+}
+
+
 def render_groups(doc: dict[str, Any], by: str, all_steps: bool = False, wide: bool = False) -> str:
     """The per-step / per-layer / per-range / per-op table of ``analyze --by``; a long step list
     shows its first and last steps unless *all_steps*; names shortened unless *wide*."""
     facts = doc.get("attribution") or {}
-    notes = []
-    if facts.get("open_ranges"):
-        notes.append(f"{facts['open_ranges']} NVTX ranges were still open at the end (extended to the end)")
-    if facts.get("cross_thread_ranges"):
-        notes.append(f"{facts['cross_thread_ranges']} start/end ranges ended on another thread (left out)")
-    if facts.get("malformed_xla_ranges"):
-        notes.append(f"{facts['malformed_xla_ranges']} XLA-like range names could not be parsed")
+    notes = [said.format(facts[key]) for key, said in RANGE_NOTES.items() if facts.get(key)]
     gpu = bool(doc.get("devices"))
     copies = any(d["copies"]["offload"]["count"] for d in (doc.get("devices") or {}).values())
     policy = f" (policy {facts['policy']})" if facts.get("policy") else ""

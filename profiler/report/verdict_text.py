@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from profiler.runs.verdict import moved
 from profiler.units import COLUMNS, count, human_time, share
 
 LABELS = {"d2h": "D2H", "h2d": "H2D"}
@@ -23,15 +24,29 @@ RELATION = (
 )
 INDENT = "  "
 KEY_WIDTH = 9  # "copies", "cost", "savings" in a column
+WHY = {"fastest": ", the fastest", "most exposed": ", the most exposed copies"}  # why the verdict shows that run
+
+
+def _name(policy: str, trace: str | None) -> str:
+    """A run as the verdict names it: ``policy P``, or its trace's file name for the default policy."""
+    return f"policy {policy}" if policy != "default" else Path(trace or "").name
+
+
+def _whose(v: dict[str, Any]) -> str:
+    """The head's first words: whose copies the lines below are, and why that run; when the fastest of
+    several moved nothing, its name, then the fastest run that offloads, whose copies they are."""
+    name = _name(v["policy"], v["trace"])
+    if v["runs"] == 1:
+        return f"Verdict: {name}"
+    if v.get("chosen_by") == "fastest with copies":
+        best = _name(v["fastest"]["policy"], v["fastest"]["trace"])
+        return f"Copies: {best}, the fastest, has none; these are {name}'s, the fastest that offloads"
+    return f"Its copies: {name}" + WHY.get(v.get("chosen_by") or "", "")
 
 
 def _head(v: dict[str, Any]) -> str:
     """What the verdict is about, and per what its numbers are."""
     c = v["copies"]
-    name = f"policy {v['policy']}" if v["policy"] != "default" else Path(v["trace"] or "").name
-    why = {"fastest": ", the fastest", "fastest with copies": ", the fastest that copies"}
-    why["most exposed"] = ", the most exposed copies"
-    name += why.get(v.get("chosen_by") or "", "")
     steps = f"{count(v['steps'], 'step')}, median {t(v['median_step_ns'])}"
     if not v["gpu"]:
         per = "no GPU activity" + (f"; {steps}" if v["steps"] else "")
@@ -41,7 +56,7 @@ def _head(v: dict[str, Any]) -> str:
         gpus = count(c["gpus"], "GPU")
         window = f"the {t(v['window_ns'])} window" if v.get("window_ns") else "the window"
         per = f"{gpus}, no steps: copies over {window}, the GPUs together"
-    head = f"{'Verdict' if v['runs'] == 1 else 'Its copies'}: {name} ({per})"
+    head = f"{_whose(v)} ({per})"
     if v["synthetic"]:
         head += f" {SYNTHETIC_FLAG}"
     return head
@@ -105,7 +120,7 @@ def _cost(v: dict[str, Any]) -> str:
     cost = v.get("cost")
     if not v["gpu"]:
         return "nothing to cost: no copies ran on a GPU"
-    if not any(v["copies"][d]["count"] or v["copies"][d]["busy_ns"] for d in ("d2h", "h2d")):
+    if not moved(v["copies"]):
         return "nothing to cost: no h2d/d2h copies"
     if cost is None:
         return "not computed (the replay's savings come with the findings: without --no-findings)"

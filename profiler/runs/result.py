@@ -421,17 +421,10 @@ def analyzed(
     )
 
 
-def analyze(
-    trace: Trace,
-    device: int | None = None,
-    by: str | None = None,
-    layer_pattern: str | None = None,
-    step_range: str | None = None,
-    findings: FindingsConfig | None = None,
-    link: Link | None = None,
-) -> dict[str, Any]:
-    """``profile-step analyze --json`` of one trace (see ``RunResult.analysis_json``)."""
-    return analyzed(trace, device, by, layer_pattern, step_range, findings, link).analysis_json(by)
+def analyze(trace: Trace, by: str | None = None, **options: Any) -> dict[str, Any]:
+    """``profile-step analyze --json`` of one trace (see ``RunResult.analysis_json``); *options*: those
+    of ``analyzed`` (device, layer_pattern, step_range, findings, link)."""
+    return analyzed(trace, by=by, **options).analysis_json(by)
 
 
 def collect(

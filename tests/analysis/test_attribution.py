@@ -10,6 +10,7 @@ import pytest
 
 from profiler.analysis.attribution import _blocks
 from profiler.analysis.breakdown import Breakdown, _join_ranges
+from profiler.report.text import render_groups
 from profiler.runs.result import analyze
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
@@ -97,6 +98,9 @@ def test_ranges_follow_metrics_md(ranges_trace):
     }
     facts = doc["attribution"]
     assert facts["open_ranges"] == 1 and facts["cross_thread_ranges"] == 1
+    text = render_groups(doc, "range")  # analyze --by range says both under its table
+    assert "1 NVTX ranges were still open at the end (extended to the end)" in text
+    assert "1 start/end ranges ended on another thread (left out)" in text and "could not be parsed" not in text
 
 
 def test_ranges_json_from_cli(ranges_trace):

@@ -15,13 +15,15 @@ def training_export(
     step_jitter: tuple[int, ...] = (0,),
     copy_bytes: int = 4 << 20,
     waits: bool = False,
+    offload: bool = True,
 ) -> ExportBuilder:
     """Each step: per layer one 100 us d2h copy launched inside ``layer=i``, hidden by a kernel
     except for ``exposed[i]`` ns at its end; the step takes 1 ms (+ jitter).
 
     With *waits*, a consumer kernel on the compute stream waits for each copy through a CUDA
     event and starts when the copy ends: it is stalled for the exposed part (METRICS.md rule 4:
-    ready = the hiding kernel's end, dep = the copy's end)."""
+    ready = the hiding kernel's end, dep = the copy's end).  Without *offload*, the layers' kernels
+    alone (no copy: a ``none`` policy)."""
     exposed = exposed or {}
     b = ExportBuilder()
     b.gpu(0, "NVIDIA H200")
@@ -35,8 +37,9 @@ def training_export(
         for i in range(layers):
             lt = t0 + 10_000 + i * 200_000
             b.nvtx(lt, lt + 150_000, f"layer={i}", tid=TID, domain_id=1)
-            corr = b.copy(lt + 1000, lt + 101_000, "d2h", copy_bytes)
-            b.runtime(lt + 10, lt + 20, corr, name="cudaMemcpyAsync", tid=TID)
+            if offload:
+                corr = b.copy(lt + 1000, lt + 101_000, "d2h", copy_bytes)
+                b.runtime(lt + 10, lt + 20, corr, name="cudaMemcpyAsync", tid=TID)
             k = b.kernel(lt + 1000, lt + 101_000 - exposed.get(i, 0), f"fusion_layer{i}")
             b.runtime(lt + 30, lt + 40, k, tid=TID)
             if waits:

@@ -190,3 +190,29 @@ def test_a_tie_is_said_as_one():
         "Verdict over 2 runs: policy a is the fastest, 1.00 ms per step, tied with b; "
         "whether each fits is unknown (no memory limit)"
     )
+
+
+def test_a_fastest_run_without_copies_shows_the_copies_of_the_fastest_that_offloads(tmp_path):
+    """Built runs: ``none`` (no offload copy in its steps, one stray 4-byte copy between two of them) is
+    the fastest; the verdict still names it, then shows the copies of ``offload_qkv``, the fastest run
+    that offloads, and says whose they are, so that the reader learns whether they were hidden."""
+    none = training_export(policy="none", offload=False)
+    stray = none.copy(1_500_000, 1_501_000, "d2h", 4)  # between step 0 and step 1: in no step
+    none.runtime(1_499_000, 1_499_010, stray, name="cudaMemcpyAsync", tid=100)
+    none.write(tmp_path / "none.sqlite")
+    training_export(step_jitter=(50 * US,), exposed={1: 30 * US}).write(tmp_path / "qkv.sqlite")
+    runs = [str(tmp_path / "none.sqlite"), str(tmp_path / "qkv.sqlite")]
+    v = json.loads(run_cli("analyze", "--json", *runs).stdout)["verdict"]
+    assert (v["fastest"]["policy"], v["policy"], v["chosen_by"]) == ("none", "offload_qkv", "fastest with copies")
+    assert v["median_step_ns"] == 1050 * US and v["copies"]["d2h"]["exposed_ns"] == 30 * US
+    lines = verdict_lines(v)
+    assert lines[0][1].startswith("Verdict over 2 runs: policy none is the fastest, 1.00 ms per step, 50.0 µs ahead")
+    assert lines[1][1] == (
+        "Copies: policy none, the fastest, has none; these are policy offload_qkv's, the fastest that offloads "
+        "(1 GPU, 4 steps, median 1.05 ms; copies per step and GPU)"
+    )
+    assert lines[2] == ("copies", "D2H 300 µs, 90% hidden, 30.0 µs exposed; H2D no copies")
+    assert run_cli("analyze", "--verdict-only", "--wide", *runs).stdout == render_verdict(v, wide=True) + "\n"
+    # alone, none's verdict shows its own (empty) copies: the stray copy is in no step
+    alone = json.loads(run_cli("analyze", "--json", runs[0]).stdout)["verdict"]
+    assert alone["copies"]["d2h"]["count"] == 0 and dict(verdict_lines(alone))["cost"].startswith("nothing to cost")

@@ -21,37 +21,7 @@ if [ "${1:-}" = profile ] && fails_here IMPORT_FAILS; then
   echo "Generating '${TMPDIR:-/tmp}/nsys-report-1f2e.qdstrm'"
   printf '\n[1/2] [0%%                          ] %s.nsys-rep\n' "$(basename "$out")"
   printf '[1/2] [==========47%%               ] %s.nsys-rep\n' "$(basename "$out")"
-  cat <<'CRASH'
-Importer error status: Importation failed.
-Import Failed with unexpected exception: /dvs/p4/build/sw/devtools/Agora/Rel/QuadD_Main/QuadD/Host/QdstrmImporter/main.cpp(34): Throw in function {anonymous}::Importer::Importer(const boost::filesystem::path&, const boost::filesystem::path&)
-Dynamic exception type: boost::wrapexcept<QuadDCommon::RuntimeException>
-std::exception::what: RuntimeException
-[QuadDCommon::tag_message*] = Status: AnalysisFailed
-Error {
-  Type: RuntimeError
-  SubError {
-    Type: InvalidArgument
-    Props {
-      Items {
-        Type: OriginalExceptionClass
-        Value: "N5boost10wrapexceptIN11QuadDCommon24InvalidArgumentExceptionEEE"
-      }
-      Items {
-        Type: OriginalFile
-        Value: "/dvs/p4/build/sw/devtools/Agora/Rel/QuadD_Main/QuadD/Host/Analysis/Modules/EventCollection.cpp"
-      }
-      Items {
-        Type: OriginalLine
-        Value: "1055"
-      }
-      Items {
-        Type: ErrorText
-        Value: "Wrong event order has been detected when adding events to the collection:\nnew event ={ StartNs=156667046066 StopNs=156667059202 }\nlast event ={ StartNs=157198969174 StopNs=157198979764 }"
-      }
-    }
-  }
-}
-CRASH
+  cat "$(dirname "${BASH_SOURCE[0]}")/nsys_importer_crash.txt"  # as nsys 2023.4 and 2024.x print it
   printf 'raw capture (this stand-in)\n' >"$out.qdstrm"
   printf 'Generated:\n    %s.qdstrm\n' "$out"
   exit 0
