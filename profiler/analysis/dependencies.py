@@ -309,7 +309,8 @@ class EventIndex:
     @staticmethod
     def of(trace: Trace, ops: GpuOps, runtime: pl.DataFrame | None = None) -> EventIndex:
         """The index of *trace*'s records against *ops* (*runtime*: as in ``gpu_ops``)."""
-        records = trace.event_records.filter(pl.col("event_id").is_not_null()).with_columns(pl.col("pid").fill_null(-1))
+        records = trace.event_records_given(runtime).filter(pl.col("event_id").is_not_null())
+        records = records.with_columns(pl.col("pid").fill_null(-1))
         t_rec = _launches(trace, records, runtime)
         completes = completed_ops(ops, _stream_keys(ops, records), t_rec)
         keys = records.select("pid", "event_id").unique(maintain_order=True).with_row_index("ek")
@@ -344,10 +345,13 @@ def _runtime_rows(trace: Trace) -> pl.DataFrame | None:
 
 def dependencies(trace: Trace, ops: GpuOps | None = None) -> Dependencies:
     """Resolve every stream wait of *trace* to the op it waits for (rules 1 to 3)."""
-    waits = trace.syncs.filter(pl.col("stream").is_not_null() & pl.col("event_id").is_not_null())
-    # the runtime rows (the biggest table) are read once for the ops' and the records' launch
-    # times and let go when this pass ends, unless the trace keeps them already
-    runtime = _runtime_rows(trace) if ops is None or waits.height else None
+    # the runtime rows (the biggest table) are read once for the ops' launch times, the records'
+    # and the window's calls of the records and waits, and let go when this pass ends, unless
+    # the trace keeps them already
+    runtime = _runtime_rows(trace) if ops is None else None
+    waits = trace.syncs_given(runtime).filter(pl.col("stream").is_not_null() & pl.col("event_id").is_not_null())
+    if runtime is None and waits.height:
+        runtime = _runtime_rows(trace)
     ops = gpu_ops(trace, runtime) if ops is None else ops
     empty = np.zeros(0, dtype=np.int64)
     if waits.height == 0:
