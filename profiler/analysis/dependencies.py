@@ -393,16 +393,25 @@ def segmented_cummax(values: np.ndarray, seg: np.ndarray) -> np.ndarray:
     # each segment's values lifted above every earlier segment's: one running maximum, no sort
     # (NO_TIME, far below every time, stands in just below the smallest other value)
     empty = values == NO_TIME
-    real = values[~empty] if empty.any() else values
-    if real.size == 0:
+    hi = int(values.max())
+    if hi == NO_TIME:  # nothing but NO_TIME
         return values.copy()
-    lo, hi = int(real.min()), int(real.max())
+    lo = int(np.min(values, where=~empty, initial=hi))
     span = hi - lo + 2
     if (int(seg[-1]) + 1) * span < 1 << 62:
-        off = seg.astype(np.int64) * span
-        lifted = np.where(empty, -1, values - lo) + off
-        out = np.maximum.accumulate(lifted) - off
-        return np.where(out < 0, NO_TIME, out + lo)
+        # in place: one array lifted, accumulated and brought back
+        off = seg.astype(np.int64)
+        off *= span
+        out = values - lo
+        out[empty] = -1
+        out += off
+        np.maximum.accumulate(out, out=out)
+        out -= off
+        del off
+        none = out < 0
+        out += lo
+        out[none] = NO_TIME
+        return out
     uniq, rank = np.unique(values, return_inverse=True)
     n = np.int64(uniq.size)
     code = seg.astype(np.int64) * n + rank
