@@ -23,7 +23,7 @@ from profiler.analysis.dependencies import D2H, H2D
 from profiler.analysis.intervals import measure_within, union
 from profiler.analysis.kernels_slowed import kernel_groups, kernel_sides
 from profiler.analysis.offload_plan import label
-from profiler.analysis.overlap import KernelSets, offload_metrics, valid, windows_and_invalid
+from profiler.analysis.overlap import KernelSets, offload_exposure, offload_metrics, valid, windows_and_invalid
 from profiler.analysis.stalls import Stalls, has_waits, trace_stalls
 from profiler.analysis.xla_steps import ModuleSteps, module_steps
 from profiler.conventions import DOMAIN, LAYER_PREFIX, POLICY_PREFIX, STEP_PREFIX, WARMUP_PREFIX
@@ -37,6 +37,22 @@ OUTLIER_FACTOR = 2.0  # a step slower than this times the median is left out of 
 TOP_KERNELS = 3
 COPY_KINDS = (H2D, D2H)  # the stalls' op kinds of h2d and d2h copies (``Stalls.caused_by_copies``)
 MEASURED_COLUMNS = ("op_id", "device", "start", "end", "cls", "bytes", "host_kind")
+
+
+_ATOMS = (str, int, float, bool, type(None))
+
+
+def tree_copy(doc: Any) -> Any:
+    """A copy of a JSON-like document (dicts, lists, tuples of them, scalars): what ``copy.deepcopy``
+    gives (other values deep-copied), several times faster; shared sub-trees come out as copies of
+    their own."""
+    if type(doc) is dict:
+        return {k: tree_copy(v) for k, v in doc.items()}
+    if type(doc) is list:
+        return [tree_copy(v) for v in doc]
+    if type(doc) is tuple:
+        return tuple(tree_copy(v) for v in doc)
+    return doc if isinstance(doc, _ATOMS) else copy.deepcopy(doc)
 
 
 @dataclass
@@ -184,8 +200,10 @@ class Breakdown:
         top_kernels: bool = True,
         distinct: bool = False,
         labels: dict[int, str] | None = None,
+        narrow: bool = False,
     ) -> list[dict[str, Any]]:
-        """METRICS.md h2d/d2h/offload numbers per (group, device) for *assigned* (op_id, group).
+        """METRICS.md h2d/d2h/offload numbers per (group, device) for *assigned* (op_id, group)
+        (*narrow*: only ``overlap.offload_exposure``'s, the offload class's exposure and stalls).
 
         Groups are listed for every device on which any of their (attributed)
         ops ran; each copy counts once per group.  ``distinct``: the caller
@@ -228,7 +246,8 @@ class Breakdown:
             copies = copies.with_columns(pl.Series("stall_caused_ns", self.stall_caused[rows], pl.Int64))
         copies = copies.join(present.select(code, "device", "key"), on=[code, "device"])
         keys = present["key"].to_list()
-        metrics = offload_metrics(copies, self.kernel_sets, keys, key="key")
+        measured = offload_exposure if narrow else offload_metrics
+        metrics = measured(copies, self.kernel_sets, keys, key="key")
         top = self._top_kernels(copies) if top_kernels else {}
         return [
             {"name": g, "device": str(d), "copies": metrics[k], "top_kernels": top.get(k, [])}
@@ -364,7 +383,7 @@ class Breakdown:
         key = bool(copies)
         if key not in self._step_docs:
             self._step_docs[key] = self._by_step(key)
-        return copy.deepcopy(self._step_docs[key])
+        return tree_copy(self._step_docs[key])
 
     def _by_step(self, copies: bool) -> dict[str, Any]:
         steps = self.step_ranges()
@@ -518,14 +537,14 @@ class Breakdown:
             bounds = self.step_ranges()["start"].sort().to_numpy()
         return scan_layers(thunks, bounds)
 
-    def by_layer(self, top_kernels: bool = True) -> list[dict[str, Any]]:
-        """Per layer and device; layers without GPU activity (a CPU run) are listed with zeros."""
+    def by_layer(self, top_kernels: bool = True, narrow: bool = False) -> list[dict[str, Any]]:
+        """Per layer and device; layers without GPU activity (a CPU run) are listed with zeros
+        (*narrow*: each layer's offload exposure and stalls alone, as ``measure``)."""
         lr = self.layer_ranges
         inferred = dict(lr.group_by("layer").agg(pl.col("inferred").any()).iter_rows())
         order = sorted(inferred, key=natural_key)
-        rows = self.measure(
-            self.layer_assignment().rename({"layer": "group"}), order=order, top_kernels=top_kernels, distinct=True
-        )
+        assigned = self.layer_assignment().rename({"layer": "group"})
+        rows = self.measure(assigned, order=order, top_kernels=top_kernels, distinct=True, narrow=narrow)
         seen = {r["name"] for r in rows}
         rows += [
             {"name": name, "device": None, "copies": self.zero_metrics, "top_kernels": []}

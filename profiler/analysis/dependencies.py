@@ -309,7 +309,8 @@ class EventIndex:
     @staticmethod
     def of(trace: Trace, ops: GpuOps, runtime: pl.DataFrame | None = None) -> EventIndex:
         """The index of *trace*'s records against *ops* (*runtime*: as in ``gpu_ops``)."""
-        records = trace.event_records.filter(pl.col("event_id").is_not_null()).with_columns(pl.col("pid").fill_null(-1))
+        records = trace.event_records_given(runtime).filter(pl.col("event_id").is_not_null())
+        records = records.with_columns(pl.col("pid").fill_null(-1))
         t_rec = _launches(trace, records, runtime)
         completes = completed_ops(ops, _stream_keys(ops, records), t_rec)
         keys = records.select("pid", "event_id").unique(maintain_order=True).with_row_index("ek")
@@ -344,10 +345,13 @@ def _runtime_rows(trace: Trace) -> pl.DataFrame | None:
 
 def dependencies(trace: Trace, ops: GpuOps | None = None) -> Dependencies:
     """Resolve every stream wait of *trace* to the op it waits for (rules 1 to 3)."""
-    waits = trace.syncs.filter(pl.col("stream").is_not_null() & pl.col("event_id").is_not_null())
-    # the runtime rows (the biggest table) are read once for the ops' and the records' launch
-    # times and let go when this pass ends, unless the trace keeps them already
-    runtime = _runtime_rows(trace) if ops is None or waits.height else None
+    # the runtime rows (the biggest table) are read once for the ops' launch times, the records'
+    # and the window's calls of the records and waits, and let go when this pass ends, unless
+    # the trace keeps them already
+    runtime = _runtime_rows(trace) if ops is None else None
+    waits = trace.syncs_given(runtime).filter(pl.col("stream").is_not_null() & pl.col("event_id").is_not_null())
+    if runtime is None and waits.height:
+        runtime = _runtime_rows(trace)
     ops = gpu_ops(trace, runtime) if ops is None else ops
     empty = np.zeros(0, dtype=np.int64)
     if waits.height == 0:
@@ -389,16 +393,25 @@ def segmented_cummax(values: np.ndarray, seg: np.ndarray) -> np.ndarray:
     # each segment's values lifted above every earlier segment's: one running maximum, no sort
     # (NO_TIME, far below every time, stands in just below the smallest other value)
     empty = values == NO_TIME
-    real = values[~empty] if empty.any() else values
-    if real.size == 0:
+    hi = int(values.max())
+    if hi == NO_TIME:  # nothing but NO_TIME
         return values.copy()
-    lo, hi = int(real.min()), int(real.max())
+    lo = int(np.min(values, where=~empty, initial=hi))
     span = hi - lo + 2
     if (int(seg[-1]) + 1) * span < 1 << 62:
-        off = seg.astype(np.int64) * span
-        lifted = np.where(empty, -1, values - lo) + off
-        out = np.maximum.accumulate(lifted) - off
-        return np.where(out < 0, NO_TIME, out + lo)
+        # in place: one array lifted, accumulated and brought back
+        off = seg.astype(np.int64)
+        off *= span
+        out = values - lo
+        out[empty] = -1
+        out += off
+        np.maximum.accumulate(out, out=out)
+        out -= off
+        del off
+        none = out < 0
+        out += lo
+        out[none] = NO_TIME
+        return out
     uniq, rank = np.unique(values, return_inverse=True)
     n = np.int64(uniq.size)
     code = seg.astype(np.int64) * n + rank

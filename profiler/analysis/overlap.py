@@ -128,12 +128,7 @@ def class_metrics(
     gives only count, bytes and busy_ns (d2d, p2p, other); ``spans=None``
     leaves out occupancy (groups other than devices have no window).
     """
-    # keys as small indices: the keys themselves when they are (device ids, group ids), else ranks
-    k = copies.key
-    if k.size and (k.min() < 0 or k.max() >= 1 << 20):
-        uniq, idx = np.unique(k, return_inverse=True)
-    else:
-        uniq, idx = np.arange(int(k.max()) + 1 if k.size else 0), k
+    uniq, idx = _key_index(copies.key)
     count_of = np.bincount(idx, minlength=uniq.size)
     present = np.flatnonzero(count_of)
 
@@ -154,10 +149,7 @@ def class_metrics(
     if full:
         duration = per_key(copies.end - copies.start)
         pageable = per_key(copies.pageable)
-        # each interval of the union is measured against the kernels of its key's device
-        device_of = np.zeros(uniq.size, dtype=np.int64)
-        device_of[idx] = copies.device  # one device per key
-        dev_of = device_of[np.searchsorted(uniq, c.group)] if len(c) else c.group
+        dev_of = _union_devices(copies, uniq, idx, c)
         sets = (kernels.compute, kernels.nccl, kernels.any)
         for name, ov in zip(("compute", "nccl", "any"), measure_within_each(sets, dev_of, c.start, c.end), strict=True):
             overlap[name] = sum_by_group(c, ov)
@@ -191,6 +183,57 @@ def class_metrics(
             m.update(context_metrics(*(a[row] if row is not None else np.zeros(len(CONTEXTS)) for a in contexts)))
         out[g] = m
     return out
+
+
+def _key_index(k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(keys, index of each copy's key among them): the keys themselves when they are small
+    (device ids, group ids), else ranks."""
+    if k.size and (k.min() < 0 or k.max() >= 1 << 20):
+        uniq, idx = np.unique(k, return_inverse=True)
+        return uniq, idx
+    return np.arange(int(k.max()) + 1 if k.size else 0), k
+
+
+def _union_devices(copies: CopySet, uniq: np.ndarray, idx: np.ndarray, c: Intervals) -> np.ndarray:
+    """The device of each interval of the copies' union *c* (each key's copies lie on one device):
+    each is measured against that device's kernels."""
+    device_of = np.zeros(uniq.size, dtype=np.int64)
+    device_of[idx] = copies.device  # one device per key
+    return device_of[np.searchsorted(uniq, c.group)] if len(c) else c.group
+
+
+def exposure_metrics(copies: CopySet, kernels: KernelSets, keys: list[int]) -> dict[int, dict[str, int]]:
+    """``class_metrics``' count, bytes, busy_ns, exposed_ns and (where the copies carry it) stall_ns
+    per key, alone: the same numbers, without the overlaps by kernel kind, durations and contexts."""
+    uniq, idx = _key_index(copies.key)
+    present = np.flatnonzero(np.bincount(idx, minlength=uniq.size))
+
+    def per_key(values: np.ndarray) -> dict[int, int]:
+        sums = np.zeros(uniq.size, dtype=np.int64)
+        np.add.at(sums, idx, values)
+        return {int(uniq[i]): int(sums[i]) for i in present}
+
+    count, nbytes = per_key(np.ones(idx.size, dtype=np.int64)), per_key(copies.nbytes)
+    stalls = per_key(copies.caused) if copies.caused is not None else None
+    c = union(copies.key, copies.start, copies.end)
+    busy = length_by_group(c)
+    (ov_any,) = measure_within_each([kernels.any], _union_devices(copies, uniq, idx, c), c.start, c.end)
+    overlap = sum_by_group(c, ov_any)
+    out: dict[int, dict[str, int]] = {}
+    for g in keys:
+        b = busy.get(g, 0)
+        m = {"count": count.get(g, 0), "bytes": nbytes.get(g, 0), "busy_ns": b, "exposed_ns": b - overlap.get(g, 0)}
+        if stalls is not None:
+            m["stall_ns"] = stalls.get(g, 0)
+        out[g] = m
+    return out
+
+
+def offload_exposure(copies: pl.DataFrame, kernels: KernelSets, keys: list[int], key: str) -> dict[int, dict[str, Any]]:
+    """Per value of column *key*: ``{"offload": exposure_metrics}`` of its h2d and d2h copies."""
+    cs = CopySet.of(copies, key).of_class("offload")
+    exposure = exposure_metrics(cs, kernels, keys)
+    return {k: {"offload": exposure[k]} for k in keys}
 
 
 def _contexts_per_key(

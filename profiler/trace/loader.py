@@ -116,6 +116,27 @@ def _pid(expr: pl.Expr) -> pl.Expr:
     return (expr // (1 << 24)) % (1 << 24)
 
 
+def _call_key(gtid: pl.Expr, corr: pl.Expr) -> pl.Expr:
+    """(pid << 32) + correlation id, as ``_launched_in_window``'s SQL packs a row's call (for ids
+    >= 0, correlation ids below 2^32: no overflow)."""
+    return (gtid // (1 << 24)) % (1 << 24) * (1 << 32) + corr
+
+
+def _kept_by_calls(df: pl.DataFrame, calls: pl.Series, bounds: tuple[int, int], has_start: bool) -> pl.DataFrame | None:
+    """The rows of *df* (with ``_gpid``, ``_corr``, ``_start``) ``_launched_in_window`` keeps when
+    *calls* are the keys of every CUDA call, all started in the window: a call among them, or a
+    start in the window (the helper columns dropped); None where a key could differ from SQL's."""
+    in_range = pl.col("_gpid").is_null() | (pl.col("_gpid") >= 0)
+    in_range &= pl.col("_corr").is_null() | pl.col("_corr").is_between(0, (1 << 32) - 1)
+    if not df.select(in_range.all()).item():
+        return None
+    t0, t1 = bounds
+    key = _call_key(pl.col("_gpid"), pl.col("_corr")).fill_null(-1)
+    in_time = (pl.col("_start") >= t0) & (pl.col("_start") < t1) if has_start else pl.lit(False)
+    keep = key.is_in(calls.implode()) | in_time.fill_null(False)
+    return df.filter(keep).drop("_gpid", "_corr", "_start")
+
+
 def _tid(expr: pl.Expr) -> pl.Expr:
     """The thread id packed in bits 0..23 of a serialized GlobalId."""
     return expr % (1 << 24)
@@ -263,6 +284,49 @@ class Trace:
                 raise InputError(self.path, f"table {table} cannot be read ({exc})") from None
         return self._inside[table]
 
+    def _whole_window(self, table: str) -> bool:
+        """Whether every row of *table* and every CUDA call started in the window (both tables there)."""
+        both = RUNTIME_TABLE in self.tables and table in self.tables
+        return both and self._all_in_window(table) and self._all_in_window(RUNTIME_TABLE)
+
+    def _searches_calls(self, table: str) -> bool:
+        """Whether ``_launched_in_window(table)`` keeps rows by a search of every CUDA call."""
+        in_time = self._started_in_window(table)
+        cols = (self._col(table, "correlationId"), self._col(table, "globalPid"))
+        cols += (self._col(RUNTIME_TABLE, "correlationId"), self._col(RUNTIME_TABLE, "globalTid"))
+        if not in_time or "NULL" in cols:
+            return False
+        return in_time == "0" or not self._whole_window(table)
+
+    def _read_launched(
+        self, table: str, spec: dict[str, tuple[str, pl.DataType]], runtime: pl.DataFrame | None
+    ) -> pl.DataFrame:
+        """``_read`` of the rows ``_launched_in_window(table)`` keeps.  Where that is a search of every
+        CUDA call and *runtime* (``runtime``'s rows) holds every call (all started in the window),
+        the rows are read whole and kept by their calls' keys in *runtime*: the same rows, without
+        SQL's index of every call (seconds at millions of calls)."""
+        calls = self._call_keys(table, runtime)
+        if calls is not None:
+            extra = {"_gpid": ("globalPid", I64), "_corr": ("correlationId", I64), "_start": ("start", I64)}
+            df = self._read(table, {**spec, **extra})
+            kept = _kept_by_calls(df, calls, self.window.bounds, self._col(table, "start") != "NULL")
+            if kept is not None:
+                return kept
+        return self._read(table, spec, self._launched_in_window(table))
+
+    def _call_keys(self, table: str, runtime: pl.DataFrame | None) -> pl.Series | None:
+        """The (pid, correlation id) keys of every CUDA call, packed as ``_launched_in_window``
+        packs them, from *runtime* when it holds every call with keys in range; else None."""
+        if runtime is None or table not in self.tables or not self._searches_calls(table):
+            return None
+        if not self._all_in_window(RUNTIME_TABLE):
+            return None
+        known = runtime.filter(pl.col("correlation_id").is_not_null() & pl.col("global_tid").is_not_null())
+        in_range = (pl.col("global_tid") >= 0) & pl.col("correlation_id").is_between(0, (1 << 32) - 1)
+        if not known.select(in_range.all()).item():
+            return None
+        return known.select(_call_key(pl.col("global_tid"), pl.col("correlation_id")))[:, 0]
+
     def _launched_in_window(self, table: str) -> str:
         """SQL: GPU activity rows whose CUDA call (same process, same correlation id) started in
         the window, and rows with no such call that started in it themselves ("" without one).
@@ -275,8 +339,7 @@ class Trace:
         r_corr, r_tid = self._col(RUNTIME_TABLE, "correlationId"), self._col(RUNTIME_TABLE, "globalTid")
         if not in_time or "NULL" in (corr, gpid, r_corr, r_tid):
             return in_time
-        whole = in_time != "0" and RUNTIME_TABLE in self.tables and table in self.tables
-        if whole and self._all_in_window(table) and self._all_in_window(RUNTIME_TABLE):
+        if not self._searches_calls(table):
             return ""
         t0, t1 = self.window.bounds
         key = f"COALESCE(((({gpid} >> 24) & 16777215) << 32) + {corr}, -1)"
@@ -475,9 +538,18 @@ class Trace:
     def event_records(self) -> pl.DataFrame:
         """``cudaEventRecord``/``cuEventRecord`` activity: device (its context's), stream, event_id,
         correlation_id, pid."""
+        return self._event_records(None)
+
+    def event_records_given(self, runtime: pl.DataFrame | None) -> pl.DataFrame:
+        """``event_records``, read (once: kept as it) with *runtime*, the ``runtime`` rows at hand."""
+        if "event_records" not in self.__dict__:
+            self.__dict__["event_records"] = self._event_records(runtime)
+        return self.__dict__["event_records"]
+
+    def _event_records(self, runtime: pl.DataFrame | None) -> pl.DataFrame:
         spec = {k: OP_SPEC[k] for k in ("device", "stream", "correlation_id", "global_pid")}
         spec |= {"event_id": ("eventId", I64), "context": ("contextId", I64)}
-        df = self._read(EVENT_TABLE, spec, self._launched_in_window(EVENT_TABLE))
+        df = self._read_launched(EVENT_TABLE, spec, runtime)
         return self._device_of_context(df.with_columns(_pid(pl.col("global_pid")).alias("pid")).drop("global_pid"))
 
     @cached_property
@@ -485,8 +557,17 @@ class Trace:
         """Synchronization activity (stream waits, stream/event/device synchronizes): start, end,
         device (its context's), stream, event_id, sync_type, correlation_id, pid.  Unset stream or
         event ids (4294967295) read as NULL, so that a stream wait is a row with both set."""
+        return self._syncs(None)
+
+    def syncs_given(self, runtime: pl.DataFrame | None) -> pl.DataFrame:
+        """``syncs``, read (once: kept as it) with *runtime*, the ``runtime`` rows at hand."""
+        if "syncs" not in self.__dict__:
+            self.__dict__["syncs"] = self._syncs(runtime)
+        return self.__dict__["syncs"]
+
+    def _syncs(self, runtime: pl.DataFrame | None) -> pl.DataFrame:
         spec = {**OP_SPEC, "event_id": ("eventId", I64), "sync_type": ("syncType", I64), "context": ("contextId", I64)}
-        df = self._read(SYNC_TABLE, spec, self._launched_in_window(SYNC_TABLE))
+        df = self._read_launched(SYNC_TABLE, spec, runtime)
         unset = [
             pl.when(pl.col(c) == UNSET_ID).then(None).otherwise(pl.col(c)).alias(c) for c in ("stream", "event_id")
         ]

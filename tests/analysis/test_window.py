@@ -11,7 +11,7 @@ from profiler.analysis.steps import step_summary
 from profiler.runs.result import analyze, collect
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import load_trace, open_trace
-from profiler.trace.loader import KERNEL_TABLE, MEMCPY_TABLE
+from profiler.trace.loader import EVENT_TABLE, KERNEL_TABLE, MEMCPY_TABLE, SYNC_TABLE
 from tests.helpers.cli import run_cli
 
 T = 100  # the training loop's thread
@@ -186,3 +186,37 @@ def test_window_around_everything_reads_without_the_search(build, outside):
     assert (fast._launched_in_window(KERNEL_TABLE) == "") is (not outside)
     assert fast._launched_in_window(MEMCPY_TABLE) != ""
     assert fast.kernels.height == 6  # the 6 of the steps (with work outside: not the one launched before W0)
+
+
+def with_events(outside: bool) -> ExportBuilder:
+    """``recording("nvtx", outside)`` with event records and synchronization rows of every kind of
+    window membership: a call inside, a call outside (with work outside), no call at all, a start
+    inside or outside the window."""
+    b = recording("nvtx", outside=outside)
+    b.event_record(W0 + 5000, 1)  # its call inside: kept
+    b.event_record(W1 - 500, 2, correlation=900_001)  # no call at all (its runtime row added below)
+    b.rows["CUPTI_ACTIVITY_KIND_RUNTIME"].pop()  # a record with no CUDA call: the event table has no start
+    b.stream_wait(W0 + 6000, 1, stream=8)  # its call inside: kept
+    b.sync(W0 + 7000, "stream_sync", stream=7, runtime=False)  # no call, started inside: kept
+    b.sync(W1 + 7000, "device_sync", runtime=False)  # no call, started after the window: left out
+    if outside:
+        b.event_record(W1 + 9000, 3)  # its call after the window: left out
+        b.stream_wait(500, 3, stream=8)  # its call before the window: left out
+    return b
+
+
+@pytest.mark.parametrize("outside", [False, True])
+def test_records_and_waits_kept_by_the_calls_at_hand(build, outside):
+    """The event records and synchronization rows read with the runtime rows at hand (the stalls'
+    pass reads them anyway) are the rows SQL's search of every call keeps; the runtime rows
+    decide them only when every call started in the window (else SQL searches, as before)."""
+    path = build(with_events(outside))
+    fast, slow = open_trace(path), open_trace(path)
+    runtime = fast.read_runtime()
+    assert (fast._call_keys(EVENT_TABLE, runtime) is not None) is (not outside)
+    assert (fast._call_keys(SYNC_TABLE, runtime) is not None) is (not outside)
+    records, syncs = fast.event_records_given(runtime), fast.syncs_given(runtime)
+    assert records.equals(slow.event_records) and syncs.equals(slow.syncs)
+    assert records["event_id"].to_list() == [1]  # the record without a call is left out
+    assert syncs["sync_type"].len() == 2  # the wait and the stream sync inside
+    assert fast.event_records is records and fast.syncs is syncs  # kept: read once

@@ -188,7 +188,9 @@ class Evidence:
 
     @cached_property
     def layers(self) -> list[dict[str, Any]]:
-        return self.breakdown.by_layer(top_kernels=False)
+        """The rows of ``by_layer`` with what the rules read of them: name, device and the offload
+        class's exposure and stalls (``overlap.exposure_metrics``), not every copy-class number."""
+        return self.breakdown.by_layer(top_kernels=False, narrow=True)
 
     @cached_property
     def xla_ops(self) -> list[dict[str, Any]]:
