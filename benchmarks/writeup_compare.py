@@ -66,11 +66,12 @@ def mesh_names(model: str, seen: list[Name]) -> list[Name]:
     return [answered.get(n, Name(n, is_input=n == "decoder_layer_input")) for n in ALL[model]]
 
 
-def mesh_limit(given: int | None) -> tuple[int, str]:
-    """The mesh program's memory limit: *given*, else a GB200's memory times the share JAX takes, nothing
-    taken off for the other layers' states (``writeup_mesh.py --states-gb`` puts them in the program)."""
-    if given is not None:
-        return given, "--memory-limit"
+def mesh_limit(given: int | None, label: str, target_limit: tuple[int | None, str]) -> tuple[int | None, str]:
+    """The mesh program's memory limit: *given*, else (the B200 target standing for the write-up's GB200) a
+    GB200's memory times the share JAX takes, else the target's (*target_limit*); nothing taken off for the
+    other layers' states either way (``writeup_mesh.py --states-gb`` puts them in the program)."""
+    if given is not None or "B200" not in label:
+        return target_limit
     frac = usable_fraction(None)
     return int(GB200_BYTES * frac), f"a GB200's 186 GB x {frac:g}, the share JAX takes; the states are in the program"
 
@@ -98,7 +99,7 @@ def main() -> int:
     link = predict_links([args.link], label)[0]
     req = TuneRequest(script=MESH if args.mesh else LAYERS, script_args=["--model", args.model, *rest],
                       target=args.target, batch_arg=None, memory_limit=limit_given)  # fmt: skip
-    limit, why = mesh_limit(limit_given) if args.mesh else limit_of(req, spec)
+    limit, why = mesh_limit(limit_given, label, limit_of(req, spec)) if args.mesh else limit_of(req, spec)
     device = roofline.device_from_spec(spec, builtin.peak_bf16_tflops if builtin else None)
     t0 = time.monotonic()
     with open_session(req, out, spec) as session:

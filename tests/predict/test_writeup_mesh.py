@@ -93,3 +93,77 @@ def test_llama_is_tensor_parallel_and_offloads_qkv(aot_python, tmp_path):
     # query (256 x 2 heads x 128), key and value (256 x 128 each) in bf16, 2 layers, at 450 GB/s
     nbytes = 2 * 2 * 256 * (256 + 128 + 128)
     assert rows["writeup:on"]["copy_ms"]["d2h"] == pytest.approx(nbytes / 450e9 * 1e3, rel=0.02)
+
+
+COMPARE = ROOT / "benchmarks" / "writeup_compare.py"
+
+
+def _compare(aot_python: str, out: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PROFILE_STEP_AOT_PYTHON": aot_python}
+    env.pop("XLA_PYTHON_CLIENT_MEM_FRACTION", None)  # JAX's default share, 0.75
+    cmd = [sys.executable, str(COMPARE), "--out", str(out), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def mesh_compare(aot_python, tmp_path_factory) -> dict:
+    """writeup.json of ``writeup_compare.py --mesh`` on the toy DeepSeek step: the rows and a search of 1 compile."""
+    out = tmp_path_factory.mktemp("compare") / "ds"
+    proc = _compare(aot_python, out, "--mesh", "--model", "deepseek", "--names", "out_proj", "--max-compiles", "3",
+                    "--", *TOY)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "writeup_mesh.py (8 GPUs)" in proc.stdout
+    return json.loads((out / "writeup.json").read_text())
+
+
+def test_compare_mesh_rows_come_from_the_8_gpu_program(mesh_compare):
+    from benchmarks.writeup_causes import ALL
+
+    doc = mesh_compare
+    assert doc["program"] == "writeup_mesh.py (8 GPUs)"
+    assert doc["script_args"] == ["--model", "deepseek", *TOY]
+    # tune's name search stops at shard_map: the names are the ones the mesh tags, the input kept
+    assert [n["name"] for n in doc["names"]] == ALL["deepseek"]
+    rows = doc["rows"]
+    assert rows["remat"]["copy_bytes"]["d2h"] == 0
+    # the write-up's names reached inside shard_map: exactly their bytes go to host, with the flags on and off
+    nbytes = 2 * 2 * (256 * 48 + 256 * 16 + 2 * 8 * 256 * 64)
+    for key in ("write-up policy (LHS + pipelining)", "write-up policy (neither)"):
+        assert rows[key]["copy_bytes"]["d2h"] == nbytes, key
+        assert rows[key]["step_ns"] > 0
+    # the other layers' states (--states-gb 0.5) are in every program's peak: nothing to take off the limit
+    for row in rows.values():
+        assert 0.5e9 <= row["device_bytes"] < 0.5e9 + 50e6
+
+
+def test_compare_mesh_limit_is_a_gb200s_usable_memory_and_tune_searches(mesh_compare):
+    doc = mesh_compare
+    assert doc["limit_bytes"] == int(186e9 * 0.75)
+    assert "GB200" in doc["limit_why"] and "states are in the program" in doc["limit_why"]
+    tune = doc["tune"]
+    # 3 compiles under the flags on: the two rows, then the search's other bound (every name kept)
+    assert tune["compiles"] == 1 and "budget" in tune["stop"]
+    assert doc["compiles"] == 5  # and the write-up policy and remat with the flags off
+    assert tune["choice"] in ("recompute all", "keep all")
+    assert tune["outcome"]["fits"]
+
+
+def test_compare_bad_memory_limit_is_one_line_and_exit_2(tmp_path):
+    proc = subprocess.run([sys.executable, str(COMPARE), "--mesh", "--model", "llama", "--memory-limit", "lots",
+                           "--out", str(tmp_path / "o")], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0
+    assert "--memory-limit" in proc.stderr and "lots" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_mesh_limit_is_a_gb200s_on_the_b200_and_the_targets_elsewhere(monkeypatch):
+    from benchmarks.writeup_compare import mesh_limit
+
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
+    target = (60 * 2**30, "the target's memory x 0.75")
+    assert mesh_limit(None, "NVIDIA B200", target)[0] == int(186e9 * 0.75)
+    assert mesh_limit(None, "NVIDIA H100 80GB HBM3", target) == target
+    assert mesh_limit(10**9, "NVIDIA B200", (10**9, "--memory-limit")) == (10**9, "--memory-limit")
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.9")
+    assert mesh_limit(None, "NVIDIA B200", target)[0] == int(186e9 * 0.9)
