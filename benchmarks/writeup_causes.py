@@ -111,7 +111,7 @@ def row_doc(c: Compiler, cand: Candidate) -> dict[str, Any] | None:
         "exposed_collective_ms": pred.exposed_collective_ns / 1e6,
         "exposed_copy_ms": pred.exposed_ns / 1e6,
         "copy_ms": {k: v / 1e6 for k, v in pred.copy_ns.items()},
-        "late_h2d": {"count": late.get("count", 0), "wait_ms": late.get("wait_ns", 0) / 1e6},
+        "late_h2d": {"count": late.get("count", 0), "wait_ms": late.get("waited_ns", 0) / 1e6},
         "device_bytes": comp.device_bytes,
         "device": human_bytes(comp.device_bytes) if comp.device_bytes else None,
         "collectives": collectives(Path(comp.hlo_file).read_text()),
