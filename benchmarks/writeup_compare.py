@@ -149,7 +149,7 @@ def main() -> int:
     base = rows["remat"]
     for k, o in [*rows.items(), (f"tune: {doc['tune']['choice']}", choice.outcome if choice else None)]:
         if o is None:
-            print(f"  {k}: did not compile")
+            print(f"  {k}: {'no candidate tried fits the limit' if k.startswith('tune') else 'did not compile'}")
             continue
         vs = f"{100 * (base.step_ns / o.step_ns - 1):+.1f}% against remat" if base else ""
         print(f"  {k}: {o.step_ns / 1e6:.1f} ms, {o.exposed_ns / 1e6:.2f} ms exposed, {human_bytes(o.device_bytes)} "
