@@ -5,7 +5,8 @@ under the folders it was started with, and never taken from the browser.
 Each trace's analysis (``runs.result.build``, the same code as
 ``profile-step analyze``/``compare``) is kept in its cache (``runs.store.CacheFiles``),
 reused until the trace's size or modification time changes.  What-ifs
-(``whatif.trace_whatif``) are computed on demand in the background and kept in the
+(``whatif.trace_whatif``'s documents) are computed on demand in the background, each from the run's
+replay graph (``replay_graph``: made once per run and kept beside its cache), and kept in the
 same cache, one row per factor.  ``plan.json`` documents
 of ``profile-step plan`` found under the same folders are listed as plans.
 """
@@ -26,8 +27,8 @@ from typing import Any
 
 import polars as pl
 
+from dashboards import replay_graph
 from profiler.analysis.findings.config import FindingsConfig
-from profiler.analysis.whatif import trace_whatif
 from profiler.errors import InputError, ProfilerError
 from profiler.runs import store
 from profiler.runs.catalog import CATALOG
@@ -170,7 +171,9 @@ class RunStore:
 
 
 # --- what-ifs: the replay of a run with its copies scaled by a factor ---------------------------
-Job = tuple[tuple[str, str], Path, str | None, float, bool, Path | None]  # key, trace, nsys, factor, host, results
+# key, trace, nsys, factor, host, results, the cached ops (beside which the replay graph is kept)
+Job = tuple[tuple[str, str], Path, str | None, float, bool, Path | None, Path | None]
+KEPT_GRAPHS = 2  # replay graphs the what-if process holds in memory (the last runs replayed)
 
 
 def replay_worker(jobs: multiprocessing.Queue, done: multiprocessing.Queue) -> None:
@@ -184,10 +187,15 @@ def replay_worker(jobs: multiprocessing.Queue, done: multiprocessing.Queue) -> N
     if server is not None:
         threading.Thread(target=lambda: (server.join(), os._exit(0)), name="server-gone", daemon=True).start()
     done.cancel_join_thread()  # at its end, never wait for a server that is gone to read the last answer
+    graphs: dict[Path, replay_graph.ReplayGraph] = {}  # the last runs' graphs, the latest last
     while True:
-        key, trace_path, nsys, factor, model_host, db_path = jobs.get()
+        key, trace_path, nsys, factor, model_host, db_path, ops_path = jobs.get()
         try:
-            doc = trace_whatif(load_trace(trace_path, nsys), factor, model_host=model_host)
+            graph = graphs.pop(trace_path, None) or replay_graph.prepared(load_trace(trace_path, nsys), ops_path)
+            graphs[trace_path] = graph
+            while len(graphs) > KEPT_GRAPHS:
+                graphs.pop(next(iter(graphs)))
+            doc = graph.whatif(factor, model_host)
             store.write_whatif(db_path, key[1], doc)
             done.put((key, doc, None))
         except Exception as exc:  # one run's failure is shown on the page, never raised in the worker
@@ -235,7 +243,8 @@ class WhatIfs:
                 return "done", doc
             if key not in self._pending:
                 self._pending.add(key)
-                self._queue.put((key, run.trace_path, self.store.nsys, factor, model_host, run.db_path))
+                job = (key, run.trace_path, self.store.nsys, factor, model_host, run.db_path, run.ops_path)
+                self._queue.put(job)
                 if self._worker is None:  # one daemon thread: a replay never delays the server's exit
                     self._worker = threading.Thread(target=self._work, name="whatif", daemon=True)
                     self._worker.start()
