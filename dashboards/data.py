@@ -95,6 +95,10 @@ def analyze_run(ref: RunRef, nsys: str | None = None) -> Analysis:
     run = build(trace or load_trace(ref.trace, nsys), ref.manifest, findings=FindingsConfig())
     summary = run.summary()
     files.write(summary.to_json(), *run.timeline())
+    # the what-ifs' replay graph, from this analysis (not made again by the first what-if); should it
+    # fail, the what-if process makes it again and shows its error where a what-if is asked for
+    with contextlib.suppress(Exception):
+        replay_graph.prepared(run.trace, files.ops, run.breakdown)
     return Analysis(summary, files.ops, files.ranges, ref.trace, files.db)
 
 

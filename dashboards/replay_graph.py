@@ -20,7 +20,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -31,6 +31,9 @@ from profiler.analysis.replay import replay
 from profiler.analysis.stalls import empty_stalls, op_stalls
 from profiler.analysis.whatif import keyed_step_ops, step_frames, step_rows
 from profiler.trace.loader import Trace
+
+if TYPE_CHECKING:
+    from profiler.analysis.breakdown import Breakdown
 
 GRAPH_VERSION = "1"
 SUFFIX = ".replay.npz"
@@ -49,12 +52,13 @@ class ReplayGraph:
     keyed: pl.DataFrame | None
 
     @staticmethod
-    def of(trace: Trace) -> ReplayGraph:
-        """The graph of *trace*, from the analysis ``trace_whatif`` makes (default layers and steps)."""
+    def of(trace: Trace, breakdown: Breakdown | None = None) -> ReplayGraph:
+        """The graph of *trace*, from the analysis ``trace_whatif`` makes (default layers and steps): the
+        *breakdown* given (the dashboard's own analysis of the run, ``runs.result.build``), else made."""
         from profiler.analysis.breakdown import Breakdown
         from profiler.xla.names import DEFAULT_LAYER_PATTERN
 
-        bd = Breakdown(trace, DEFAULT_LAYER_PATTERN, None)
+        bd = breakdown if breakdown is not None else Breakdown(trace, DEFAULT_LAYER_PATTERN, None)
         deps = bd.stalls.deps if bd.stalls is not None else dependencies(trace)
         frames = step_frames(bd)
         keyed = keyed_step_ops(deps.ops, frames[1]).select(KEYED) if frames is not None else None
@@ -168,11 +172,12 @@ def load(ops_path: Path) -> ReplayGraph | None:
     return graph if isinstance(graph, ReplayGraph) else None
 
 
-def prepared(trace: Trace, ops_path: Path | None) -> ReplayGraph:
-    """The graph of *trace*: kept when its cached analysis has one, else made and kept (when it can be)."""
+def prepared(trace: Trace, ops_path: Path | None, breakdown: Breakdown | None = None) -> ReplayGraph:
+    """The graph of *trace*: kept when its cached analysis has one, else made (from *breakdown* when
+    given) and kept (when it can be)."""
     graph = load(ops_path) if ops_path is not None else None
     if graph is None:
-        graph = ReplayGraph.of(trace)
+        graph = ReplayGraph.of(trace, breakdown)
         if ops_path is not None and ops_path.is_file():
             with contextlib.suppress(OSError, TypeError, ValueError):  # a read-only cache; an object array
                 save(graph, ops_path)
