@@ -52,6 +52,8 @@ class Analysis:
     _ops: pl.DataFrame | None = field(default=None, repr=False)
     _ranges: pl.DataFrame | None = field(default=None, repr=False)
     _by_device: dict[int | None, pl.DataFrame] = field(default_factory=dict, repr=False)
+    _layer_copies: dict[str, pl.DataFrame] | None = field(default=None, repr=False)
+    _t0: int | None = field(default=None, repr=False)
 
     @property
     def summary(self) -> dict[str, Any]:
@@ -69,6 +71,37 @@ class Analysis:
         if self._ranges is None:
             self._ranges = pl.read_parquet(self.ranges_path)
         return self._ranges
+
+    @property
+    def t0(self) -> int:
+        """The run's first GPU op's start (the copies' times are shown from it)."""
+        if self._t0 is None:
+            self._t0 = int(self.ops["start"].min() or 0)
+        return self._t0
+
+    def layer_copies(self, layer: str, device: int | None) -> pl.DataFrame:
+        """The h2d/d2h copies of *layer* on *device* (all devices when None), by start: from the run's
+        copies split by layer once (the layer's details are then a slice, not a pass over every op)."""
+        part = self._split_layers().get(layer)
+        if part is None:
+            return self.ops.head(0).select("layer", "device", "cls", "stream", "start", "end", "bytes")
+        return part if device is None else part.filter(pl.col("device") == device)
+
+    def _split_layers(self) -> dict[str, pl.DataFrame]:
+        """The run's h2d/d2h copies by layer (each by start), made once."""
+        if self._layer_copies is None:
+            copies = self.ops.filter(pl.col("cls").is_in(["h2d", "d2h"]) & pl.col("layer").is_not_null())
+            copies = copies.select("layer", "device", "cls", "stream", "start", "end", "bytes")
+            parts = copies.sort("start", maintain_order=True).partition_by("layer", as_dict=True)
+            self._layer_copies = {key[0]: part for key, part in parts.items()}
+        return self._layer_copies
+
+    def prepare(self, device: int | None) -> None:
+        """Make ahead what the views of one (run, GPU) slice: its ops by start (the timeline), the copies
+        by layer and the run's first start (a layer's details)."""
+        self.device_ops(device)
+        self._split_layers()
+        self.t0  # noqa: B018
 
     def device_ops(self, device: int | None) -> pl.DataFrame:
         """The ops of one device (all when None), sorted by start: a step's window is then a slice."""
@@ -253,6 +286,11 @@ class WhatIfs:
                     self._worker = threading.Thread(target=self._work, name="whatif", daemon=True)
                     self._worker.start()
         return "computing", None
+
+    def start(self) -> None:
+        """Start the what-if process now (its imports take seconds), so that it is ready for the first
+        replays instead of starting with them."""
+        self._process()
 
     def _work(self) -> None:
         """Hand the queued replays to the what-if process one at a time (a new one if it died)."""

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 
 from dashboards import replay_graph
@@ -98,3 +99,26 @@ def test_the_dashboards_what_if_process_keeps_the_graph(tmp_path):
         assert kept.stat().st_mtime_ns == made
     finally:
         again.close()
+
+
+def test_a_layers_copies_come_from_the_runs_split_once(tmp_path):
+    """The Per layer tab's details: each layer's copies from the run's copies split by layer once, the same
+    rows as a pass over every op of the run (layer, GPU and copy direction filtered, by start)."""
+    trace = tmp_path / "run.sqlite"
+    shutil.copy(TRACES[1], trace)
+    rs = RunStore([trace])
+    (rid,) = rs.refs
+    run = rs.get(rid)
+    ops = run.ops
+    layers = ops.filter(pl.col("cls").is_in(["h2d", "d2h"]))["layer"].drop_nulls().unique().to_list()
+    assert len(layers) > 3
+    cols = ["cls", "stream", "start", "end", "bytes"]
+    for layer in [*layers, "no such layer"]:
+        for device in (None, *ops["device"].unique().to_list()):
+            sel = ops.filter((pl.col("layer") == layer) & pl.col("cls").is_in(["h2d", "d2h"]))
+            if device is not None:
+                sel = sel.filter(pl.col("device") == device)
+            want = sel.sort("start", maintain_order=True).select(cols)
+            assert run.layer_copies(layer, device).select(cols).equals(want)
+    assert run.t0 == ops["start"].min()
+    rs.close()
