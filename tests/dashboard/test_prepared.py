@@ -1,5 +1,6 @@
-"""The what-if's replay graph (``dashboards.replay_graph``): made once per run, kept beside its cached
-analysis, and every what-if from it the same document as ``whatif.trace_whatif``."""
+"""What the dashboard prepares once per run: the what-if's replay graph (``dashboards.replay_graph``: kept
+beside the run's cached analysis, every what-if from it the same document as ``whatif.trace_whatif``) and
+the copies of each layer (``Analysis.layer_copies``)."""
 
 from __future__ import annotations
 
