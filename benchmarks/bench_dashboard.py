@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import socket
 import sqlite3
@@ -74,6 +75,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--data", type=Path, default=DATA, help="where the two exports are made (and their caches)")
+    ap.add_argument(
+        "--settle",
+        type=float,
+        default=0.0,
+        help="seconds to wait after the first view before the first tab (default 0: at once, plotly.js "
+        "perhaps still loading; a user reading the first view gives it that time)",
+    )
+    ap.add_argument(
+        "--server-times",
+        type=Path,
+        help="time every callback on the server (benchmarks/timed_dashboard.py), its lines kept in this file",
+    )
     a = ap.parse_args()
     data = a.data.resolve()
     data.mkdir(parents=True, exist_ok=True)
@@ -109,12 +122,18 @@ def main() -> None:
 
     threading.Thread(target=watch, daemon=True).start()
     clicked: list[float] = []  # seconds after the server's start when the what-if tab was first clicked
+    env = dict(os.environ)
+    command = [sys.executable, "-m", "dashboards"]
+    if a.server_times:
+        a.server_times.unlink(missing_ok=True)
+        env["DASH_TIMES"] = str(a.server_times.resolve())
+        command = [sys.executable, str(HERE / "timed_dashboard.py")]
     server = subprocess.Popen(
-        [sys.executable, "-m", "dashboards", str(data), "--port", str(port)],
+        [*command, str(data), "--port", str(port)],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env=dict(os.environ),
+        env=env,
     )
     url = f"http://127.0.0.1:{port}/"
     answers(url, 200, 0.1)
@@ -136,18 +155,35 @@ def main() -> None:
 
     cpu: dict[str, list[float]] = {k: [] for k in results}
     served: dict[str, list[float]] = {k: [] for k in results}
+    server_cpu: dict[str, list[float]] = {k: [] for k in results}  # --server-times: the callbacks' CPU, summed
+
+    def server_lines() -> list[dict]:
+        if not a.server_times or not a.server_times.exists():
+            return []
+        return [json.loads(line) for line in a.server_times.read_text().splitlines() if line.strip()]
+
+    def mark() -> int:
+        return len(server_lines())
+
+    def charge(key: str, since: int) -> None:
+        """The callbacks served since *since* (lines of --server-times), their CPU summed, to *key*."""
+        if a.server_times:
+            time.sleep(0.2)  # a callback answered as the view was drawn is written just after
+            server_cpu[key].append(sum(x["cpu_ms"] for x in server_lines()[since:]) / 1000)
 
     def thread_time(cdp) -> float:
         """CPU seconds of the page's main thread so far (Chromium's ThreadTime metric)."""
         return next(m["value"] for m in cdp.send("Performance.getMetrics")["metrics"] if m["name"] == "ThreadTime")
 
     def tab(page, label: str, ready: str, key: str, exact: bool = True) -> None:
+        m = mark()
         c0, t0, p0 = thread_time(page.cdp), time.perf_counter(), page.evaluate("performance.now()")
         page.get_by_text(label, exact=exact).first.click()
         page.wait_for_function(ready, timeout=120_000)
         results[key].append(time.perf_counter() - t0)
         cpu[key].append(thread_time(page.cdp) - c0)
         served[key].append(in_flight(page, p0))
+        charge(key, m)
 
     try:
         with sync_playwright() as p:
@@ -156,6 +192,7 @@ def main() -> None:
                 page = browser.new_page(viewport={"width": 1440, "height": 1000})
                 page.cdp = page.context.new_cdp_session(page)
                 page.cdp.send("Performance.enable")
+                m = mark()
                 c0, t0 = thread_time(page.cdp), time.perf_counter()
                 page.goto(url)
                 page.wait_for_function("document.querySelectorAll('#runs tr').length >= 4", timeout=120_000)
@@ -164,12 +201,15 @@ def main() -> None:
                 results["first view"].append(time.perf_counter() - t0)
                 cpu["first view"].append(thread_time(page.cdp) - c0)
                 served["first view"].append(in_flight(page, 0.0))
+                charge("first view", m)
+                time.sleep(a.settle)
 
                 tab(page, "Per layer", graph_ready("layer-graph", 4), "tab: per layer")
                 before = page.evaluate(
                     "JSON.stringify(document.querySelector('#layer-graph .js-plotly-plot').data[1].y)"
                 )
                 page.click("#layer-run")
+                m = mark()
                 c0, t0, p0 = thread_time(page.cdp), time.perf_counter(), page.evaluate("performance.now()")
                 page.get_by_text("offload_mlp · b · GPU 0", exact=True).last.click()
                 page.wait_for_function(
@@ -180,14 +220,17 @@ def main() -> None:
                 results["switch run (per-layer view)"].append(time.perf_counter() - t0)
                 cpu["switch run (per-layer view)"].append(thread_time(page.cdp) - c0)
                 served["switch run (per-layer view)"].append(in_flight(page, p0))
+                charge("switch run (per-layer view)", m)
 
                 box = page.locator("#layer-graph .point").nth(5).bounding_box()
+                m = mark()
                 c0, t0, p0 = thread_time(page.cdp), time.perf_counter(), page.evaluate("performance.now()")
                 page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
                 page.wait_for_selector("#layer-detail-box", timeout=120_000)
                 results["click a layer"].append(time.perf_counter() - t0)
                 cpu["click a layer"].append(thread_time(page.cdp) - c0)
                 served["click a layer"].append(in_flight(page, p0))
+                charge("click a layer", m)
 
                 tab(
                     page,
@@ -227,12 +270,14 @@ def main() -> None:
         server.terminate()
         server.wait(timeout=20)
     print(f"timeline: {note}")
-    print(f"{'view':40s} {'median s':>9s} {'max s':>7s} {'page CPU s':>11s} {'requests s':>11s}  (n={a.repeat})")
+    head = f"{'view':40s} {'median s':>9s} {'max s':>7s} {'page CPU s':>11s} {'requests s':>11s}"
+    print(head + (f" {'server CPU s':>13s}" if a.server_times else "") + f"  (n={a.repeat})")
     for name, vals in results.items():
         if not vals:
             continue
         med = statistics.median
-        print(f"{name:40s} {med(vals):9.2f} {max(vals):7.2f} {med(cpu[name]):11.2f} {med(served[name]):11.2f}")
+        line = f"{name:40s} {med(vals):9.2f} {max(vals):7.2f} {med(cpu[name]):11.2f} {med(served[name]):11.2f}"
+        print(line + (f" {med(server_cpu[name]):13.3f}" if server_cpu[name] else ""))
     done = ", ".join(f"{name} {t:.1f} s" for name, t in sorted(stored.items())) or "not within the run"
     print(
         f"the first what-if's replays (started by the server at start-up) were stored: {done} after the server's "

@@ -155,14 +155,15 @@ def serve(
     store.first = [p.resolve() for p in first or []]
 
     def preload() -> None:
-        """The ops of the first view's runs, read and split by GPU ahead of their first timeline; then
-        the replays of their first what-if, queued (``whatif_view.start_first``)."""
+        """The replays of the first view's runs' first what-if, queued (``whatif_view.start_first``: from
+        their replay graphs); then their ops, read and split by GPU and by layer ahead of their first
+        timeline and layer details (``Analysis.prepare``)."""
         raw = all_rows(store)
         views = selected_views(rows.default_selection(raw), rows.table(raw)[1])
+        whatif_view.start_first(store, views)
         for view in views:
             if view.rid in store.results:
-                store.results[view.rid].device_ops(int(view.device) if view.device is not None else None)
-        whatif_view.start_first(store, views)
+                store.results[view.rid].prepare(int(view.device) if view.device is not None else None)
 
     store.warm_up(then=preload)
     app = create_app(store)
@@ -176,6 +177,7 @@ def serve(
         server = create_server(app.server, host=host, port=port, threads=8, ident="profile-step")
     except OSError as exc:
         raise ProfilerError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); try --port") from None
+    store.whatifs.start()  # the what-if process's imports while the runs are read, not at the first replay
     where = ", ".join(map(str, paths)) or "nothing"
     shown = f"[{host}]" if ":" in host else host
     print(

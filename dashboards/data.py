@@ -5,7 +5,8 @@ under the folders it was started with, and never taken from the browser.
 Each trace's analysis (``runs.result.build``, the same code as
 ``profile-step analyze``/``compare``) is kept in its cache (``runs.store.CacheFiles``),
 reused until the trace's size or modification time changes.  What-ifs
-(``whatif.trace_whatif``) are computed on demand in the background and kept in the
+(``whatif.trace_whatif``'s documents) are computed on demand in the background, each from the run's
+replay graph (``replay_graph``: made once per run and kept beside its cache), and kept in the
 same cache, one row per factor.  ``plan.json`` documents
 of ``profile-step plan`` found under the same folders are listed as plans.
 """
@@ -26,8 +27,8 @@ from typing import Any
 
 import polars as pl
 
+from dashboards import replay_graph
 from profiler.analysis.findings.config import FindingsConfig
-from profiler.analysis.whatif import trace_whatif
 from profiler.errors import InputError, ProfilerError
 from profiler.runs import store
 from profiler.runs.catalog import CATALOG
@@ -51,6 +52,8 @@ class Analysis:
     _ops: pl.DataFrame | None = field(default=None, repr=False)
     _ranges: pl.DataFrame | None = field(default=None, repr=False)
     _by_device: dict[int | None, pl.DataFrame] = field(default_factory=dict, repr=False)
+    _layer_copies: dict[str, pl.DataFrame] | None = field(default=None, repr=False)
+    _t0: int | None = field(default=None, repr=False)
 
     @property
     def summary(self) -> dict[str, Any]:
@@ -68,6 +71,37 @@ class Analysis:
         if self._ranges is None:
             self._ranges = pl.read_parquet(self.ranges_path)
         return self._ranges
+
+    @property
+    def t0(self) -> int:
+        """The run's first GPU op's start (the copies' times are shown from it)."""
+        if self._t0 is None:
+            self._t0 = int(self.ops["start"].min() or 0)
+        return self._t0
+
+    def layer_copies(self, layer: str, device: int | None) -> pl.DataFrame:
+        """The h2d/d2h copies of *layer* on *device* (all devices when None), by start: from the run's
+        copies split by layer once (the layer's details are then a slice, not a pass over every op)."""
+        part = self._split_layers().get(layer)
+        if part is None:
+            return self.ops.head(0).select("layer", "device", "cls", "stream", "start", "end", "bytes")
+        return part if device is None else part.filter(pl.col("device") == device)
+
+    def _split_layers(self) -> dict[str, pl.DataFrame]:
+        """The run's h2d/d2h copies by layer (each by start), made once."""
+        if self._layer_copies is None:
+            copies = self.ops.filter(pl.col("cls").is_in(["h2d", "d2h"]) & pl.col("layer").is_not_null())
+            copies = copies.select("layer", "device", "cls", "stream", "start", "end", "bytes")
+            parts = copies.sort("start", maintain_order=True).partition_by("layer", as_dict=True)
+            self._layer_copies = {key[0]: part for key, part in parts.items()}
+        return self._layer_copies
+
+    def prepare(self, device: int | None) -> None:
+        """Make ahead what the views of one (run, GPU) slice: its ops by start (the timeline), the copies
+        by layer and the run's first start (a layer's details)."""
+        self.device_ops(device)
+        self._split_layers()
+        self.t0  # noqa: B018
 
     def device_ops(self, device: int | None) -> pl.DataFrame:
         """The ops of one device (all when None), sorted by start: a step's window is then a slice."""
@@ -94,6 +128,10 @@ def analyze_run(ref: RunRef, nsys: str | None = None) -> Analysis:
     run = build(trace or load_trace(ref.trace, nsys), ref.manifest, findings=FindingsConfig())
     summary = run.summary()
     files.write(summary.to_json(), *run.timeline())
+    # the what-ifs' replay graph, from this analysis (not made again by the first what-if); should it
+    # fail, the what-if process makes it again and shows its error where a what-if is asked for
+    with contextlib.suppress(Exception):
+        replay_graph.prepared(run.trace, files.ops, run.breakdown)
     return Analysis(summary, files.ops, files.ranges, ref.trace, files.db)
 
 
@@ -170,7 +208,9 @@ class RunStore:
 
 
 # --- what-ifs: the replay of a run with its copies scaled by a factor ---------------------------
-Job = tuple[tuple[str, str], Path, str | None, float, bool, Path | None]  # key, trace, nsys, factor, host, results
+# key, trace, nsys, factor, host, results, the cached ops (beside which the replay graph is kept)
+Job = tuple[tuple[str, str], Path, str | None, float, bool, Path | None, Path | None]
+KEPT_GRAPHS = 2  # replay graphs the what-if process holds in memory (the last runs replayed)
 
 
 def replay_worker(jobs: multiprocessing.Queue, done: multiprocessing.Queue) -> None:
@@ -184,10 +224,15 @@ def replay_worker(jobs: multiprocessing.Queue, done: multiprocessing.Queue) -> N
     if server is not None:
         threading.Thread(target=lambda: (server.join(), os._exit(0)), name="server-gone", daemon=True).start()
     done.cancel_join_thread()  # at its end, never wait for a server that is gone to read the last answer
+    graphs: dict[Path, replay_graph.ReplayGraph] = {}  # the last runs' graphs, the latest last
     while True:
-        key, trace_path, nsys, factor, model_host, db_path = jobs.get()
+        key, trace_path, nsys, factor, model_host, db_path, ops_path = jobs.get()
         try:
-            doc = trace_whatif(load_trace(trace_path, nsys), factor, model_host=model_host)
+            graph = graphs.pop(trace_path, None) or replay_graph.prepared(load_trace(trace_path, nsys), ops_path)
+            graphs[trace_path] = graph
+            while len(graphs) > KEPT_GRAPHS:
+                graphs.pop(next(iter(graphs)))
+            doc = graph.whatif(factor, model_host)
             store.write_whatif(db_path, key[1], doc)
             done.put((key, doc, None))
         except Exception as exc:  # one run's failure is shown on the page, never raised in the worker
@@ -235,11 +280,17 @@ class WhatIfs:
                 return "done", doc
             if key not in self._pending:
                 self._pending.add(key)
-                self._queue.put((key, run.trace_path, self.store.nsys, factor, model_host, run.db_path))
+                job = (key, run.trace_path, self.store.nsys, factor, model_host, run.db_path, run.ops_path)
+                self._queue.put(job)
                 if self._worker is None:  # one daemon thread: a replay never delays the server's exit
                     self._worker = threading.Thread(target=self._work, name="whatif", daemon=True)
                     self._worker.start()
         return "computing", None
+
+    def start(self) -> None:
+        """Start the what-if process now (its imports take seconds), so that it is ready for the first
+        replays instead of starting with them."""
+        self._process()
 
     def _work(self) -> None:
         """Hand the queued replays to the what-if process one at a time (a new one if it died)."""

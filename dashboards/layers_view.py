@@ -120,13 +120,9 @@ def layer_figure(layers: dict[str, dict[str, Any]], title: str, stalls: bool = F
     )
 
 
-def layer_copies(ops: pl.DataFrame, layer: str, device: int | None, limit: int = 500) -> list[dict[str, Any]]:
-    """The copies of one layer (on one device), for the details table."""
-    sel = ops.filter((pl.col("layer") == layer) & pl.col("cls").is_in(["h2d", "d2h"]))
-    if device is not None:
-        sel = sel.filter(pl.col("device") == device)
-    sel = sel.sort("start").head(limit)
-    t0 = ops["start"].min() or 0
+def layer_copies(copies: pl.DataFrame, t0: int, limit: int = 500) -> list[dict[str, Any]]:
+    """The first *limit* of one layer's *copies* (``Analysis.layer_copies``, by start), times from *t0*,
+    for the details table."""
     return [
         {
             "direction": DIRECTION_LABEL.get(c, c),
@@ -136,7 +132,7 @@ def layer_copies(ops: pl.DataFrame, layer: str, device: int | None, limit: int =
             "size": human_bytes(b or 0),
             "bytes": b or 0,
         }
-        for c, s, st, en, b in sel.select("cls", "stream", "start", "end", "bytes").iter_rows()
+        for c, s, st, en, b in copies.head(limit).select("cls", "stream", "start", "end", "bytes").iter_rows()
     ]
 
 
@@ -236,7 +232,8 @@ def register(app: dash.Dash, store: RunStore) -> None:
             }
             for d in ("d2h", "h2d", "offload")
         ]
-        copies = layer_copies(run.ops, layer, int(view.device) if view.device is not None else None)
+        device = int(view.device) if view.device is not None else None
+        copies = layer_copies(run.layer_copies(layer, device), run.t0)
         over = copy_numbers.stall_over_copy([per_dev]) and copy_numbers.waits(run.run, view.device)
         why = [html.P(f"Stalled more than the copies took: {STALL_OVER_COPY_TIME}.", className="muted")] if over else []
         return html.Div(

@@ -2,8 +2,9 @@
 
 Each (run, GPU) row's trace link comes from its GPU's model (``links.default_link``) unless the user
 names it; the factor is ``analysis.links.copy_scale(from, to)`` (or given directly); the predicted
-times are ``whatif.trace_whatif`` per run and factor (``data.WhatIfs``: in the background, cached in
-memory and in the run's results file) reduced by ``whatif.step_medians``.  The page says
+times are ``whatif.trace_whatif``'s documents per run and factor (``data.WhatIfs``: in the background,
+each one replay of the run's prepared graph, ``replay_graph``; cached in memory and in the run's results
+file) reduced by ``whatif.step_medians``.  The page says
 "computing" while a run's replay is not there yet.
 """
 
