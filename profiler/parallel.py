@@ -30,22 +30,17 @@ from profiler.errors import ProfilerError
 from profiler.runs.discover import NoTrace, trace_paths
 from profiler.runs.result import load_runs, rank_result
 from profiler.stored.summary import RunSummary
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity), at least 1."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+from profiler.threads import THREADS_ENV, usable_cores
 
 
 def single_threaded() -> int:
     """Make this process one single-threaded worker among others on the same cores: polars
-    on one thread (when it is not imported yet) and table reads on the calling thread.
+    on one thread (when it is not imported yet), the analysis's pieces one after the other
+    (``threads.THREADS_ENV``) and table reads on the calling thread.
     Returns the previous number of read threads."""
     if "polars" not in sys.modules:
         os.environ.setdefault("POLARS_MAX_THREADS", "1")
+    os.environ.setdefault(THREADS_ENV, "1")
     from profiler.trace.sqlite_io import set_read_threads
 
     return set_read_threads(1)
