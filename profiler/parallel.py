@@ -187,6 +187,7 @@ def _on_pool(
     queue = deque(args)
     inflight: dict[Future[dict[str, Any]], str] = {}
     per_worker = 2 if len(args) > jobs else 1
+    prev_pool = os.environ.get(THREADS_ENV)
     prev_threads = single_threaded()
     try:
         with ProcessPoolExecutor(jobs - 1, mp_context=get_context("spawn"), initializer=single_threaded) as pool:
@@ -215,6 +216,8 @@ def _on_pool(
                 raise
     finally:
         set_read_threads(prev_threads)
+        if prev_pool is None:  # this process's own analyses after the pool: side by side again
+            os.environ.pop(THREADS_ENV, None)
 
 
 def _worker_died(path: str, exc: Exception, pattern: str) -> dict[str, Any]:

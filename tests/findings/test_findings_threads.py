@@ -91,3 +91,21 @@ def test_a_bad_thread_count_is_one_line_and_exit_2():
     assert proc.stderr.strip().splitlines() == [
         f"profile-step: error: {THREADS_ENV}='many': give a whole number of threads, 1 or more"
     ]
+
+
+def _threads_seen(arg: str) -> dict[str, str | None]:
+    """A pool task: the thread setting its process runs the analysis with."""
+    import os
+
+    return {"arg": arg, "threads": os.environ.get(THREADS_ENV)}
+
+
+def test_the_rank_pool_runs_each_analysis_on_one_thread_and_puts_it_back(monkeypatch):
+    from profiler.parallel import _on_pool
+
+    monkeypatch.delenv(THREADS_ENV, raising=False)
+    seen: list[dict[str, str | None]] = []
+    _on_pool(["a", "b", "c"], 2, _threads_seen, seen.append, lambda arg, exc: {"arg": arg, "threads": repr(exc)})
+    assert sorted(r["arg"] for r in seen) == ["a", "b", "c"]
+    assert {r["threads"] for r in seen} == {"1"}  # this process's share and the spawned worker's
+    assert THREADS_ENV not in __import__("os").environ
