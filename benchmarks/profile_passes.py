@@ -7,7 +7,9 @@ so far (the kernel's VmRSS and VmHWM): reading the trace's tables; the analysis 
 ``analyze --json`` builds it with findings (``build``: METRICS.md devices, stalls, kernels beside
 copies; then the GPU ops attributed to NVTX ranges, which ``--no-findings`` leaves out; the steps
 with their copies; the rest of the JSON document); the findings' rules; the replays of their
-savings (``with_saving``); the copy-free replay.  ``--rules``: each rule's own time too.  The
+savings and the copy-free replay, side by side as ``findings.evaluate`` runs them
+(``saving.savings``; ``--serial``: one after the other, each timed).  ``--rules``: each rule's own
+time too.  The
 passes run through the functions ``analyze --json`` runs (``runs.result.build``, the parts of
 ``findings.evaluate``), one after the other.
 """
@@ -50,12 +52,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("export", type=Path)
     p.add_argument("--rules", action="store_true", help="each rule's own time")
+    p.add_argument("--serial", action="store_true", help="the savings, then the copy-free replay, one after the other")
     args = p.parse_args()
 
     passes = Passes()
     from profiler.analysis.attribution import OP_KINDS
     from profiler.analysis.findings import RULES, CannotDecide, Evidence, FindingsConfig, by_saving, graded, rules
-    from profiler.analysis.findings.saving import copy_free, with_saving
+    from profiler.analysis.findings.saving import copy_free, savings, with_saving
     from profiler.runs.result import build
     from profiler.stored.folder import manifest_of
     from profiler.trace import load_trace
@@ -86,11 +89,16 @@ def main() -> None:
             passes.done(f"  rule {rule_id}")
     if not args.rules:
         passes.done("findings: rules")
-    found = [graded(with_saving(f, ev), config) for f in found]
-    by_saving(found, list(RULES))
-    passes.done(f"findings: savings ({len(found)} findings)")
-    copy_free(ev)
-    passes.done("findings: copy-free replay")
+    if args.serial:
+        found = [graded(with_saving(f, ev), config) for f in found]
+        by_saving(found, list(RULES))
+        passes.done(f"findings: savings ({len(found)} findings)")
+        copy_free(ev)
+        passes.done("findings: copy-free replay")
+    else:
+        saved, _ = savings(found, ev)
+        by_saving([graded(f, config) for f in saved], list(RULES))
+        passes.done(f"findings: savings and copy-free replay, side by side ({len(found)} findings)")
 
 
 if __name__ == "__main__":

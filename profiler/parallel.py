@@ -30,22 +30,17 @@ from profiler.errors import ProfilerError
 from profiler.runs.discover import NoTrace, trace_paths
 from profiler.runs.result import load_runs, rank_result
 from profiler.stored.summary import RunSummary
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity), at least 1."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+from profiler.threads import THREADS_ENV, usable_cores
 
 
 def single_threaded() -> int:
     """Make this process one single-threaded worker among others on the same cores: polars
-    on one thread (when it is not imported yet) and table reads on the calling thread.
+    on one thread (when it is not imported yet), the analysis's pieces one after the other
+    (``threads.THREADS_ENV``) and table reads on the calling thread.
     Returns the previous number of read threads."""
     if "polars" not in sys.modules:
         os.environ.setdefault("POLARS_MAX_THREADS", "1")
+    os.environ.setdefault(THREADS_ENV, "1")
     from profiler.trace.sqlite_io import set_read_threads
 
     return set_read_threads(1)
@@ -192,6 +187,7 @@ def _on_pool(
     queue = deque(args)
     inflight: dict[Future[dict[str, Any]], str] = {}
     per_worker = 2 if len(args) > jobs else 1
+    prev_pool = os.environ.get(THREADS_ENV)
     prev_threads = single_threaded()
     try:
         with ProcessPoolExecutor(jobs - 1, mp_context=get_context("spawn"), initializer=single_threaded) as pool:
@@ -220,6 +216,8 @@ def _on_pool(
                 raise
     finally:
         set_read_threads(prev_threads)
+        if prev_pool is None:  # this process's own analyses after the pool: side by side again
+            os.environ.pop(THREADS_ENV, None)
 
 
 def _worker_died(path: str, exc: Exception, pattern: str) -> dict[str, Any]:

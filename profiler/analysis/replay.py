@@ -171,12 +171,14 @@ def scaled_durations(deps: Dependencies, factor: float) -> np.ndarray:
 @dataclass(frozen=True)
 class Recorded:
     """What every replay of one trace shares (the recorded graph): each op's slack, whether it had
-    blockers, and its launch epoch under *host* (see ``launch_epochs``)."""
+    blockers, its launch epoch under *host* (see ``launch_epochs``) and its ``stream_floor`` on the
+    recorded streams."""
 
     slack: np.ndarray
     had_blockers: np.ndarray
     epoch: np.ndarray
     host: HostSyncs | None
+    floor: np.ndarray
 
     @staticmethod
     def of(deps: Dependencies, host: HostSyncs | None) -> Recorded:
@@ -195,7 +197,7 @@ class Recorded:
         no_input_rec = (prev_rec < 0) & (launch == NO_TIME) & ~had_blockers
         slack = np.where(no_input_rec, 0, ops.start - m_rec)
         host = host if host is not None and len(host) else None
-        return Recorded(slack, had_blockers, launch_epochs(ops, host), host)
+        return Recorded(slack, had_blockers, launch_epochs(ops, host), host, stream_floor(deps, prev_rec, slack))
 
 
 def replay(
@@ -257,7 +259,7 @@ def replay(
         head |= prev != np.arange(-1, n - 1)
     seg = np.cumsum(head) - 1
     heads = np.flatnonzero(head)
-    g = stream_floor(deps, prev, slack)
+    g = recorded.floor if prev is ops.prev else stream_floor(deps, prev, slack)
     a = g + d_new
     a_in = np.where(head, 0, a)
     csum = np.cumsum(a_in)
@@ -265,6 +267,7 @@ def replay(
     p_before = p - a_in  # P_{j-1}
     term = np.where(head | (launch == NO_TIME), NO_TIME, launch + slack - g - p_before)
     c = segmented_cummax(term, seg)
+    del head, a, a_in, csum, p_before, term  # not read below: freed before the loop's lists are made
 
     n_seg = heads.size
     n_sync = len(host) if host is not None else 0

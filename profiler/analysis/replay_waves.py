@@ -48,7 +48,7 @@ class Waves:
         self.out_lo, self.out_hi = _slices(self.blk[by_blk], n)
         had = recorded.had_blockers
         self.slack = recorded.slack
-        self.floor = stream_floor(deps, self.prev, self.slack)
+        self.floor = recorded.floor
         self.epoch = recorded.epoch.astype(index_dtype(len(self.host) + 1 if self.host else 1))
         self.children = _children(self.prev)
         self.no_input = (self.prev < 0) & (ops.launch == NO_TIME) & ~had

@@ -164,6 +164,16 @@ class Replays:
             return set()
         return set(s[0].filter(pl.col("excluded").is_null())["index"].to_list())
 
+    def prepare(self) -> Replays:
+        """Make now what every replay shares (the recorded graph, the replay with nothing changed,
+        the steps, the dependency pass's lazy parts), so that replays can then run side by side in
+        threads without making any of it twice."""
+        _ = self.deps.ops.prev, self.deps.blockers_of, self.recorded, self.included, self._last
+        if len(self.deps.ops) >= self.wave_min_ops:
+            _ = self._graph
+        _ = self.base
+        return self
+
     # --- replays ----------------------------------------------------------------------------------
     def replay(self, change: Change = NO_CHANGE) -> Replay:
         """The replay with *change*: by waves where the trace allows it (see the module), else scalar."""

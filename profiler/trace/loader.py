@@ -34,6 +34,8 @@ STR = pl.String
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
 MEMSET_TABLE = "CUPTI_ACTIVITY_KIND_MEMSET"
+CONTEXT_TABLES = (KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE)  # the GPU activity tables, whose contexts name devices
+CONTEXT_COLUMN = "_context"  # the contextId, read beside a GPU activity table's columns for ``context_devices``
 RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
 NVTX_TABLE = "NVTX_EVENTS"
 EVENT_TABLE = "CUPTI_ACTIVITY_KIND_CUDA_EVENT"
@@ -116,6 +118,13 @@ def _pid(expr: pl.Expr) -> pl.Expr:
     return (expr // (1 << 24)) % (1 << 24)
 
 
+def _context_rows(df: pl.DataFrame, gpid: str, device: str) -> pl.DataFrame:
+    """The distinct (pid, context, device) of a GPU activity table's rows (``CONTEXT_COLUMN``)."""
+    return df.select(
+        _pid(pl.col(gpid)).alias("pid"), pl.col(CONTEXT_COLUMN).alias("context"), pl.col(device).alias("device")
+    ).unique()
+
+
 def _call_key(gtid: pl.Expr, corr: pl.Expr) -> pl.Expr:
     """(pid << 32) + correlation id, as ``_launched_in_window``'s SQL packs a row's call (for ids
     >= 0, correlation ids below 2^32: no overflow)."""
@@ -177,6 +186,8 @@ class Trace:
     origin: Path | None = None  # the file the user named when this export was made from it (a report, a JAX trace)
     _launches: dict[tuple[str, ...], pl.DataFrame] = field(default_factory=dict, repr=False)
     _inside: dict[str, bool] = field(default_factory=dict, repr=False)  # ``_all_in_window``, per table
+    # per GPU activity table read whole: its distinct (pid, context, device), for ``context_devices``
+    _contexts: dict[str, pl.DataFrame] = field(default_factory=dict, repr=False)
 
     # --- export facts -------------------------------------------------------
     @property
@@ -222,13 +233,30 @@ class Trace:
         schema = {name: dtype for name, (_, dtype) in spec.items()}
         if table not in self.tables:
             return pl.DataFrame(schema=schema)
+        keys = self._context_keys(table, spec, where)
+        if keys is not None:
+            spec = {**spec, CONTEXT_COLUMN: ("contextId", I64)}
+            schema[CONTEXT_COLUMN] = I64
         exprs = {name: self._col(table, logical) for name, (logical, _) in spec.items()}
         try:
-            return sqlite_io.read_columns(
-                self.path, table, exprs, schema, where=where, n_rows=self.row_counts.get(table)
-            )
+            df = sqlite_io.read_columns(self.path, table, exprs, schema, where=where, n_rows=self.row_counts.get(table))
         except sqlite3.DatabaseError as exc:
             raise InputError(self.path, f"table {table} cannot be read ({exc})") from None
+        if keys is None:
+            return df
+        self._contexts[table] = _context_rows(df, *keys)
+        return df.drop(CONTEXT_COLUMN)
+
+    def _context_keys(self, table: str, spec: dict[str, tuple[str, pl.DataType]], where: str) -> tuple[str, str] | None:
+        """The columns of *spec* that hold the process and device of a read of *table* that also
+        takes its contexts for ``context_devices`` (a GPU activity table read whole, with a
+        contextId, not taken yet); None for any other read."""
+        if where or table not in CONTEXT_TABLES or table in self._contexts or self._col(table, "contextId") == "NULL":
+            return None
+        named = {logical: name for name, (logical, _) in spec.items()}
+        if "globalPid" not in named or "deviceId" not in named:
+            return None
+        return named["globalPid"], named["deviceId"]
 
     def _strings(self, *ids: pl.Series) -> pl.DataFrame:
         """The StringIds rows (id, value) for the ids in *ids* (NULLs ignored)."""
@@ -502,8 +530,18 @@ class Trace:
         CUDA context in its process, over the whole recording; contexts with no op, or ops of
         several devices, are left out (METRICS.md, Stalls, Inputs)."""
         schema = {"pid": I64, "context": I64, "device": I64}
+        read = self._contexts_read()
+        if read is not None:
+            one = pl.col("device").n_unique() == 1
+            return (
+                read.group_by("pid", "context")
+                .agg(pl.col("device").min(), one.alias("_one"))
+                .filter("_one")
+                .drop("_one")
+                .sort("pid", "context")
+            )
         parts = []
-        for table in (KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE):
+        for table in CONTEXT_TABLES:
             cols = [self._col(table, c) for c in ("globalPid", "contextId", "deviceId")]
             if table in self.tables and "NULL" not in cols:
                 gpid, ctx, dev = cols
@@ -520,6 +558,18 @@ class Trace:
             return sqlite_io.read_query(self.path, sql, schema)
         except sqlite3.DatabaseError as exc:
             raise InputError(self.path, f"the GPU activity tables cannot be read ({exc})") from None
+
+    def _contexts_read(self) -> pl.DataFrame | None:
+        """The distinct (pid, context, device) with none NULL of every GPU activity table that has
+        those columns, where the reads of the tables took them all (``_read``); else None."""
+        tables = [t for t in CONTEXT_TABLES if t in self.tables]
+        cols = [self._col(t, c) for t in tables for c in ("globalPid", "contextId", "deviceId")]
+        if "NULL" in cols or not all(t in self._contexts for t in tables):
+            return None
+        parts = [self._contexts[t] for t in tables]
+        if not parts:
+            return pl.DataFrame(schema={"pid": I64, "context": I64, "device": I64})
+        return pl.concat(parts).unique().drop_nulls()
 
     def _device_of_context(self, df: pl.DataFrame) -> pl.DataFrame:
         """*df* (pid, context, device, ...) with ``device`` taken from its context's ops where they

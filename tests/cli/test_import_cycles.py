@@ -100,6 +100,7 @@ def test_a_cycle_is_found(tmp_path: Path):
 # The floors of the house, from the ground up: a module imports its own package and the floors below
 # it, in functions too; nothing beside it on its floor, nothing above.  profiler.cache_dir is where the
 # exports and analyses made from traces are kept (profiler.trace and profiler.runs write there).
+# profiler.threads (an analysis's independent pieces side by side) serves the analysis and the pools.
 # profiler.stored is what a stored run is (its folder, its typed summary, why it has no trace), so
 # that capture, trace and analysis stand on it; runs (found, analyzed, stored in a database) and
 # predict are siblings above analysis.
@@ -110,7 +111,7 @@ def test_a_cycle_is_found(tmp_path: Path):
 # __main__ is a command, on no floor.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("profiler", "profiler.units", "profiler.conventions", "profiler.errors"),
-    ("profiler.stored", "profiler.cache_dir"),
+    ("profiler.stored", "profiler.cache_dir", "profiler.threads"),
     ("profiler.xla",),
     ("profiler.trace",),
     ("profiler.synthetic",),

@@ -136,9 +136,9 @@ def rule(rule_id: str) -> Callable[[Rule], Rule]:
 def evaluate(ev: Evidence) -> dict[str, Any]:
     """Every enabled rule on *ev*: ``findings`` (each with its saving, by saving; see ``by_saving``),
     ``skipped`` (rule, why), ``disabled``, and ``copy_free`` (per device, the copy-free replay that
-    bounds every saving of a change to copies)."""
+    bounds every saving of a change to copies).  The replays run side by side (``saving.savings``)."""
     from profiler.analysis.findings import rules  # noqa: F401  (registers the rules)
-    from profiler.analysis.findings.saving import copy_free, with_saving
+    from profiler.analysis.findings.saving import savings
 
     found: list[Finding] = []
     skipped: list[dict[str, str]] = []
@@ -149,12 +149,13 @@ def evaluate(ev: Evidence) -> dict[str, Any]:
             found += fn(ev)
         except CannotDecide as why:
             skipped.append({"rule": rule_id, "why": str(why)})
-    found = [graded(with_saving(f, ev), ev.config) for f in found]
+    saved, bound = savings(found, ev)
+    found = [graded(f, ev.config) for f in saved]
     return {
         "findings": [f.to_dict() for f in by_saving(found, list(RULES))],
         "skipped": skipped,
         "disabled": sorted(ev.config.disabled),
-        "copy_free": copy_free(ev),
+        "copy_free": bound,
     }
 
 

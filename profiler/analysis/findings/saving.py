@@ -2,19 +2,45 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from profiler.analysis.findings.evidence import CAPTURE, Evidence
 from profiler.analysis.findings.rules.text import dur
 from profiler.analysis.savings import CAPTURE as CAPTURE_WINDOW
 from profiler.analysis.savings import DEVICE, STEPS, WINDOWS, Window
+from profiler.threads import map_in_threads
 from profiler.trace.jax_profile import NO_WAITS
 
 if TYPE_CHECKING:
     from profiler.analysis.findings import Finding
 
 NO_TIME_COST = "no time cost: a note on the run or the capture"
+
+
+def savings(found: list[Finding], ev: Evidence) -> tuple[list[Finding], dict[str, Any] | None]:
+    """``with_saving`` of every finding and the ``copy_free`` document, the replays side by side
+    (``threads.map_in_threads``); what they share is made first, in this thread.  The same
+    results as one after the other."""
+    if _replays_needed(found, ev):
+        ev.replays.prepare()
+    tasks: list[Callable[[], Any]] = [partial(with_saving, f, ev) for f in found]
+    done = map_in_threads(lambda task: task(), [*tasks, partial(copy_free, ev)])
+    return done[:-1], done[-1]
+
+
+def _replays_needed(found: list[Finding], ev: Evidence) -> bool:
+    """Whether ``with_saving`` of some finding or ``copy_free`` replays (``ev.replays``)."""
+    if not ev.devices or not ev.trace.waits_recorded:
+        return False
+    return any(f.change is not None for f in found) or _copies_moved(ev)
+
+
+def _copies_moved(ev: Evidence) -> bool:
+    """Whether some GPU made an h2d/d2h copy (the copy-free replay then removes them)."""
+    return any(d["copies"]["offload"]["count"] for d in ev.devices.values())
 
 
 def with_saving(f: Finding, ev: Evidence) -> Finding:
@@ -86,7 +112,7 @@ def copy_free(ev: Evidence) -> dict[str, Any] | None:
         return None
     if not ev.trace.waits_recorded:
         return {"host_sync_modeled": False, "not_modelled": NO_WAITS, "devices": {}}
-    if any(d["copies"]["offload"]["count"] for d in ev.devices.values()) or "replays" in ev.__dict__:
+    if _copies_moved(ev) or "replays" in ev.__dict__:
         return ev.replays.copy_free_doc()
     # no h2d/d2h copy anywhere and no replay made: nothing to remove, and no dependency pass for it;
     # per step only on a GPU with ops in an included step, as the replay says
