@@ -347,6 +347,17 @@ def plan_notes(r: dict[str, Any]) -> list[str]:
     return out
 
 
+def grouped_plan_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """``note: WHO: TEXT`` once per text: a note every compile has (how the step was found) is one line
+    naming the policies (``every compile`` when all have it), not one line per policy."""
+    who: dict[str, list[str]] = {}
+    for r in rows:
+        at = "" if r["batch"] is None else f" batch {r['batch']}"
+        for n in [*plan_notes(r), *r["notes"]]:
+            who.setdefault(n, []).append(f"{r['policy']}{at}")
+    return [f"note: {'every compile' if len(w) == len(rows) > 1 else ', '.join(w)}: {n}" for n, w in who.items()]
+
+
 def render_plan(tab: dict[str, Any]) -> str:
     """A plan compiled for a target: fits per policy and batch, then bytes per layer and activation."""
     t = tab["target"]
@@ -408,9 +419,7 @@ def render_plan(tab: dict[str, Any]) -> str:
             continue
         line = f"{label}{', '.join(names) + ' fit' if names else 'no policy fits'} in device memory"
         out.append(line + (f" ({', '.join(failed)} not compiled)" if failed else ""))
-    for r in tab["rows"]:
-        at = "" if r["batch"] is None else f" batch {r['batch']}"
-        out += [f"note: {r['policy']}{at}: {n}" for n in [*plan_notes(r), *r["notes"]]]
+    out += grouped_plan_notes(tab["rows"])
     # per layer: for each policy, the largest batch compiled
     chosen: dict[str, dict[str, Any]] = {}
     compiled = {(r["policy"], r["batch"]) for r in tab["rows"] if r["status"] == "ok"}

@@ -114,6 +114,7 @@ def document(
         ],
         "names_outside_checkpoints": found.get("outside") or [],
         "checkpoints": found.get("checkpoints"),
+        "checkpoint_sites": found.get("checkpoint_sites"),
         "search": {
             "stop": result.stop,
             "budget_cut": result.budget_cut,

@@ -153,6 +153,18 @@ def run_tune(req: TuneRequest, echo: Callable[[str], None] | None = None) -> dic
     return doc
 
 
+def checkpoints_line(found: dict[str, Any]) -> str:
+    """How many checkpointed regions a step runs, and in how many ``jax.checkpoint`` equations when
+    that differs (a scanned layer: one equation, run once per layer)."""
+    regions, sites = found.get("checkpoints") or 0, found.get("checkpoint_sites")
+    if sites is None or sites == regions:
+        return f"{regions} jax.checkpoint region(s) a step"
+    return (
+        f"{regions} jax.checkpoint region(s) a step ({sites} jax.checkpoint in the program; one under a "
+        "scan runs once per iteration)"
+    )
+
+
 def _tune(
     req: TuneRequest,
     session: CompileSession,
@@ -179,7 +191,7 @@ def _tune(
             f"{req.script}: the step has no jax.checkpoint (jax.remat, nn.remat) whose policy tune could "
             "choose; wrap the layers in jax.checkpoint (examples/train.py: --policy remat)"
         )
-    say(f"tune: {found['checkpoints']} checkpoint(s) naming {len(names)} activation(s): "
+    say(f"tune: {checkpoints_line(found)} naming {len(names)} activation(s): "
         + (", ".join(n.name for n in names) or "none"))  # fmt: skip
     record = open_record(req, found, spec, ready)
     compiler = Compiler(session, out, device, link, limit, req.xla_options, calibration, record, helpers)

@@ -9,7 +9,7 @@ checkpoints (``differentiated=False``) get :func:`active`'s policy instead.  The
 policy is read when the step is traced and differentiated, so each candidate
 clears JAX's caches and traces the step again (:func:`use`).  What is substituted:
 the policy, nothing else; a step without any ``jax.checkpoint`` has nothing to
-substitute (``found()['checkpoints'] == 0``).
+substitute (``checkpoint_uses(jaxpr)['sites'] == 0``).
 
 A policy is given as a small document (JSON from profile-step):
 
@@ -118,12 +118,45 @@ def use(doc: dict[str, Any]) -> None:
 
 
 def found() -> dict[str, Any]:
-    """What the last trace saw: how many checkpoints, the names inside them, those on their inputs."""
+    """What the last trace saw: how many times the checkpoint primitive was bound (not a count of
+    checkpoints: JAX binds one several times while it traces and differentiates it, see
+    :func:`checkpoint_uses`), the names inside them, those on their inputs."""
     return {
-        "checkpoints": _state["checkpoints"],
+        "binds": _state["checkpoints"],
         "inside": sorted(_state["inside"]),
         "inputs": sorted(_state["inputs"]),
     }
+
+
+def _is_checkpoint(prim: str) -> bool:
+    return prim.startswith("remat") or prim == "checkpoint"  # jax.checkpoint's primitive, by JAX version
+
+
+def checkpoint_uses(jaxpr: Any) -> dict[str, int]:
+    """How a traced step uses its ``jax.checkpoint`` calls: ``sites``, the checkpoint equations in
+    the program (a layer scanned under ``lax.scan`` is one; a Python loop of L layers is L), and
+    ``per_step``, the checkpointed regions one step runs (scan lengths multiplied: a scanned layer
+    once per iteration, as the compiled program runs it and as :func:`named_values` counts the names
+    it tags).  After differentiation a checkpoint is one equation, its backward pass's
+    recomputation (the forward is inlined): counted once, nothing inside it again; a checkpoint
+    around scanned ones is one region more (the backward pass recomputes both levels)."""
+    uses = {"sites": 0, "per_step": 0}
+
+    def walk(jx: Any, mult: int) -> None:
+        for eqn in jx.eqns:
+            prim = eqn.primitive.name
+            if _is_checkpoint(prim):
+                uses["sites"] += 1
+                uses["per_step"] += mult
+                if eqn.params.get("differentiated"):
+                    continue
+            inner = mult * int(eqn.params.get("length", 1)) if prim == "scan" else mult
+            for value in eqn.params.values():
+                for sub in _subjaxprs(value):
+                    walk(sub, inner)
+
+    walk(jaxpr, 1)
+    return uses
 
 
 def open_jaxpr(v: Any) -> Any:

@@ -8,7 +8,9 @@ the script, JAX and the target are set up once for all of them:
 
 - ``{"op": "names"}``: the step traced with every checkpoint recomputing everything;
   answers the activations its checkpoints name (``policy_swap.named_values``), those
-  tagged on a checkpoint's input, how many checkpoints there are, and the traced step's
+  tagged on a checkpoint's input, how many checkpointed regions a step runs (``checkpoints``, a
+  scanned layer once per iteration) in how many ``jax.checkpoint`` equations (``checkpoint_sites``;
+  ``policy_swap.checkpoint_uses``), and the traced step's
   fingerprint (its jaxpr's text: what tune's record of compiles is keyed by);
 - ``{"op": "compile", "policy": DOC, "out": DIR, "options": {...}}``: the step compiled
   under policy DOC (``policy_swap``) with XLA's debug *options* (e.g.
@@ -55,9 +57,11 @@ def _names(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str
     values = policy_swap.named_values(jaxpr)
     seen = policy_swap.found()
     inside = set(seen["inside"])
+    uses = policy_swap.checkpoint_uses(jaxpr)
     return {
         "ok": True,
-        "checkpoints": seen["checkpoints"],
+        "checkpoints": uses["per_step"],
+        "checkpoint_sites": uses["sites"],
         "names": {k: v for k, v in values.items() if k in inside},
         "outside": sorted(set(values) - inside),  # tagged, but in no checkpoint: no policy reaches them
         "inputs": seen["inputs"],
@@ -72,7 +76,8 @@ def _compile(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any], req: dict
     out.mkdir(parents=True, exist_ok=True)
     policy_swap.use(req.get("policy") or {"script": True})
     t0 = time.monotonic()
-    lowered = step.lower(*args, **kwargs)
+    traced = step.trace(*args, **kwargs) if hasattr(step, "trace") else None
+    lowered = traced.lower() if traced is not None else step.lower(*args, **kwargs)
     options = req.get("options") or None
     compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
     seconds = time.monotonic() - t0
@@ -95,7 +100,9 @@ def _compile(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any], req: dict
         "cost": cost,
         "hlo_file": str(out / "step.hlo.txt"),
         "seconds": round(seconds, 2),
-        "checkpoints": policy_swap.found()["checkpoints"],
+        "checkpoints": policy_swap.checkpoint_uses(policy_swap.open_jaxpr(traced.jaxpr))["per_step"]
+        if traced is not None
+        else None,
         "notes": [note] if note else [],
     }
 

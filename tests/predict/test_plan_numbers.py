@@ -98,3 +98,24 @@ def test_plan_marks_policies_that_compiled_the_same_step():
     text = render_plan(tab)
     assert "note: offload batch 4: the same compiled step as none (HLO fingerprint a)" in text
     assert "batch 8: the same compiled step" not in text
+
+
+def test_plan_says_a_note_every_compile_has_once():
+    """MaxText's plan of three policies: how the step was found is one note, not three; a note of one
+    compile still names it."""
+    found = "the script handed no step to annotate.compiled_step(): the step is train_step"
+
+    def res(policy: str, notes: list[str]) -> dict:
+        return {"policy": policy, "batch": None, "status": "ok", "compiled": {"module": "jit_train_step"},
+                "plan": None, "fingerprint": policy, "notes": notes}  # fmt: skip
+
+    doc = {
+        "label": "compiled for X, not measured",
+        "target": {"memory_bytes": 81_559 * MiB},
+        "results": [res("full", [found]), res("minimal", [found, "only mine"]), res("minimal_offloaded", [found])],
+    }
+    text = render_plan(plan_table(doc))
+    assert text.count(found) == 1 and f"note: every compile: {found}" in text
+    assert "note: minimal: only mine" in text
+    doc["results"][2]["notes"] = []
+    assert f"note: full, minimal: {found}" in render_plan(plan_table(doc))

@@ -422,6 +422,8 @@ def test_maxtext_unedited(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
     assert doc["step"]["name"] == "train_step"
+    # its 2 decoder layers under one scanned checkpoint: 2 regions a step (JAX bound the primitive 3 times)
+    assert (doc["checkpoints"], doc["checkpoint_sites"]) == (2, 1)
     names = {n["name"]: n for n in doc["names"]}
     assert {"decoder_layer_input", "query_proj", "key_proj", "value_proj", "out_proj", "mlpwo"} <= set(names)
     assert names["decoder_layer_input"]["input"] is True
