@@ -1,0 +1,149 @@
+"""The schedule replay (``profiler.predict.simulate``) on small programs worked out by hand: every
+field of the prediction, not only the step (found by mutation testing, docs/testing.md: the rules'
+tests check where ops run, not what the prediction reports about them)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from profiler.analysis.links import parse_link
+from profiler.predict import schedule
+from profiler.predict.simulate import simulate
+from profiler.xla.hlo import parse_text
+
+T = "f32[64,64]{1,0}"  # 16384 bytes
+HOST = "f32[64,64]{1,0:S(5)}"
+
+# a copy out and back, an all-reduce, and two adds without a cost
+COPIES = f"""HloModule hand, is_scheduled=true
+
+%sum (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %r = f32[] add(%a, %b)
+}}
+
+ENTRY %e (x: f32[64,64]) -> f32[64,64] {{
+  %x = {T} parameter(0)
+  %k1 = {T} negate(%x)
+  %cs1 = ({HOST}, {T}, u32[]) copy-start(%k1)
+  %k2 = {T} exponential(%k1)
+  %cd1 = {HOST} copy-done(%cs1)
+  %cs2 = ({T}, {HOST}, u32[]) copy-start(%cd1)
+  %ars = {T} all-reduce-start(%k2), replica_groups={{{{0,1}}}}, to_apply=%sum
+  %k3 = {T} negate(%k2)
+  %ard = {T} all-reduce-done(%ars)
+  %cd2 = {T} copy-done(%cs2)
+  %s = {T} add(%cd2, %ard)
+  ROOT %out = {T} add(%s, %k3)
+}}
+"""
+
+
+def test_every_field_of_a_prediction_with_copies_a_collective_and_missing_costs():
+    """By hand, on the compute stream's clock t (cs1 over a 32 GB/s link: 16384 B / 32 B/ns = 512 ns):
+    k1 0-100; cs1 on d2h 100-612; k2 100-400; cd1 waits 212 (exposed, layer L0), t = 612; cs2 on h2d
+    612-1012 (its window opens with 400 ns of compute done); ars on the collective stream 612-1612;
+    k3 612-662; ard waits 950 (exposed collective), t = 1612; cd2 does not wait (window: 450 - 400 =
+    50 ns of compute); s and out have no cost (0 ns, 2 missing).  Step 1612."""
+    sched = schedule.build(parse_text(COPIES))
+    assert [(o.name, o.kind, o.stream) for o in sched.ops if o.kind == "start"] == [
+        ("cs1", "start", "d2h"), ("cs2", "start", "h2d"), ("ars", "start", "collective")]  # fmt: skip
+    sched = dataclasses.replace(sched, layers={"cs1": "L0", "cs2": "L1"})
+    costs = {"k1": 100, "k2": 300, "k3": 50, "cs2": 400, "ars": 1000}
+    p = simulate(sched, costs, parse_link("32"))
+    assert (p.step_ns, p.exposed_ns, p.exposed_collective_ns, p.compute_ns) == (1612, 212, 950, 450)
+    assert p.copy_ns == {"d2h": 512, "h2d": 400} and p.copy_bytes == {"d2h": 16384, "h2d": 16384}
+    assert p.collective_ns == 1000 and p.link == parse_link("32").key == "32gbps"
+    assert p.stream_ns == {"compute": 450, "d2h": 512, "h2d": 400, "collective": 1000, "async": 0}
+    assert p.layers == [
+        {"layer": "L0", "exposed_ns": 212, "copy_ns": 512},
+        {"layer": "L1", "exposed_ns": 0, "copy_ns": 400},
+    ]
+    assert p.waits == [
+        {"done": "ard", "start": "ars", "stream": "collective", "wait_ns": 950, "layer": None, "iteration": None},
+        {"done": "cd1", "start": "cs1", "stream": "d2h", "wait_ns": 212, "layer": "L0", "iteration": None},
+    ]
+    assert p.copies_back == [{"start": "cs2", "layer": "L1", "in_loop": False, "transfer_ns": 400, "window_ns": 50}]
+    assert p.costed_by == {"given": 5, "link": 1, "missing": 2}
+    assert p.notes == ["2 executions had no cost (counted as 0 ns)"]
+    assert p.unplaced == [] and p.regions == [] and p.timeline is None
+    doc = p.doc()
+    assert doc["late_copies"] == {"of": 1, "count": 1, "waited_ns": 350, "transfer_ns": 400, "window_ns": 50,
+                                  "in_loop": 0, "worst": {**p.copies_back[0], "waited_ns": 350}}  # fmt: skip
+    assert (doc["predicted_step_ns"], doc["predicted_exposed_collective_ns"]) == (1612, 950)
+
+
+def test_a_synchronous_copy_is_exposed_and_counted_on_its_direction():
+    """A copy into host memory without copy-start runs on the compute stream (100 + 700 + 50 ns) and
+    is all exposed; its bytes and time count for d2h and its layer."""
+    text = f"""HloModule sync, is_scheduled=true
+
+ENTRY %e (x: f32[64,64]) -> {HOST} {{
+  %x = {T} parameter(0)
+  %k = {T} negate(%x)
+  %c = {HOST} copy(%k)
+  ROOT %n = {HOST} negate(%c)
+}}
+"""
+    sched = schedule.build(parse_text(text))
+    assert [o.kind for o in sched.ops] == ["free", "compute", "copy", "compute"]
+    sched = dataclasses.replace(sched, layers={"c": "L3"})
+    p = simulate(sched, {"k": 100, "c": 700, "n": 50})
+    assert (p.step_ns, p.exposed_ns, p.compute_ns) == (850, 700, 850)
+    assert p.copy_ns == {"d2h": 700, "h2d": 0} and p.copy_bytes == {"d2h": 16384, "h2d": 0}
+    assert p.layers == [{"layer": "L3", "exposed_ns": 700, "copy_ns": 700}]
+    assert p.waits == [] and p.link is None and p.costed_by == {"given": 3, "link": 0, "missing": 0}
+
+
+def test_a_call_that_returns_a_copy_in_flight_holds_what_uses_it():
+    """A call whose body's root is a copy-start: its result is ready when the copy ends (10 + 900 ns),
+    so the negate that reads it through the copy-done starts at 910, not at 10."""
+    text = f"""HloModule inflight, is_scheduled=true
+
+%fn (a: f32[64,64]) -> ({HOST}, {T}, u32[]) {{
+  %a = {T} parameter(0)
+  ROOT %cs = ({HOST}, {T}, u32[]) copy-start(%a)
+}}
+
+ENTRY %e (x: f32[64,64]) -> {HOST} {{
+  %x = {T} parameter(0)
+  %k = {T} negate(%x)
+  %c = ({HOST}, {T}, u32[]) call(%k), to_apply=%fn
+  %cd = {HOST} copy-done(%c)
+  ROOT %n = {HOST} negate(%cd)
+}}
+"""
+    sched = schedule.build(parse_text(text))
+    assert [(o.name, o.kind) for o in sched.ops][2:] == [("a", "free"), ("cs", "start"), ("c", "region"),
+                                                        ("cd", "free"), ("n", "compute")]  # fmt: skip
+    p = simulate(sched, {"k": 10, "cs": 900, "n": 5}, timeline=True)
+    assert p.step_ns == 915
+    assert p.timeline is not None and p.timeline.start[-1] == 910
+
+
+def test_unplaced_costs_are_largest_first_and_say_the_schedule_was_cut(monkeypatch):
+    """Names no op runs are listed by time, largest first (then by name); where the schedule was cut
+    at MAX_OPS the reason says so."""
+    text = f"""HloModule cut, is_scheduled=true
+
+ENTRY %e (x: f32[64,64]) -> {T} {{
+  %x = {T} parameter(0)
+  %k1 = {T} negate(%x)
+  %k2 = {T} negate(%k1)
+  %k3 = {T} negate(%k2)
+  ROOT %k4 = {T} negate(%k3)
+}}
+"""
+    costs = {"k1": 10, "k3": 30, "k4": 40, "other.b": 30, "other.a": 30}
+    whole = simulate(schedule.build(parse_text(text)), costs)
+    why = "no op of the schedule runs it"
+    assert whole.unplaced == [{"name": n, "ns": 30, "why": why} for n in ("other.a", "other.b")]
+    monkeypatch.setattr(schedule, "MAX_OPS", 3)  # x, k1, k2
+    sched = schedule.build(parse_text(text))
+    assert [o.name for o in sched.ops] == ["x", "k1", "k2"]
+    p = simulate(sched, costs)
+    why += " (the schedule was cut)"
+    assert p.unplaced == [{"name": "k4", "ns": 40, "why": why}, *({"name": n, "ns": 30, "why": why}
+                                                                  for n in ("k3", "other.a", "other.b"))]  # fmt: skip
+    assert p.unplaced_ns == 130 and p.step_ns == 10
