@@ -97,8 +97,10 @@ ENTRY %e (x: f32[64,64]) -> {HOST} {{
 
 
 def test_a_call_that_returns_a_copy_in_flight_holds_what_uses_it():
-    """A call whose body's root is a copy-start: its result is ready when the copy ends (10 + 900 ns),
-    so the negate that reads it through the copy-done starts at 910, not at 10."""
+    """A call whose body's root is a copy-start (no planned movement: the async stream): its result is
+    ready when that copy ends (k 0-10, cs 10-910), so the copy back that reads it through the
+    copy-done starts at 910 on the free h2d stream (910-1010), not at 10; the compute stream waits
+    for it (1000 ns) and n runs 1010-1015."""
     text = f"""HloModule inflight, is_scheduled=true
 
 %fn (a: f32[64,64]) -> ({HOST}, {T}, u32[]) {{
@@ -106,20 +108,49 @@ def test_a_call_that_returns_a_copy_in_flight_holds_what_uses_it():
   ROOT %cs = ({HOST}, {T}, u32[]) copy-start(%a)
 }}
 
-ENTRY %e (x: f32[64,64]) -> {HOST} {{
+ENTRY %e (x: f32[64,64]) -> {T} {{
   %x = {T} parameter(0)
   %k = {T} negate(%x)
   %c = ({HOST}, {T}, u32[]) call(%k), to_apply=%fn
   %cd = {HOST} copy-done(%c)
-  ROOT %n = {HOST} negate(%cd)
+  %back = ({T}, {HOST}, u32[]) copy-start(%cd)
+  %bd = {T} copy-done(%back)
+  ROOT %n = {T} negate(%bd)
 }}
 """
     sched = schedule.build(parse_text(text))
-    assert [(o.name, o.kind) for o in sched.ops][2:] == [("a", "free"), ("cs", "start"), ("c", "region"),
-                                                        ("cd", "free"), ("n", "compute")]  # fmt: skip
-    p = simulate(sched, {"k": 10, "cs": 900, "n": 5}, timeline=True)
-    assert p.step_ns == 915
-    assert p.timeline is not None and p.timeline.start[-1] == 910
+    got = [(o.name, o.kind, o.stream) for o in sched.ops][2:]
+    assert got == [("a", "free", "compute"), ("cs", "start", "async"), ("c", "region", "compute"),
+                   ("cd", "free", "compute"), ("back", "start", "h2d"), ("bd", "done", "compute"),
+                   ("n", "compute", "compute")]  # fmt: skip
+    p = simulate(sched, {"k": 10, "cs": 900, "back": 100, "n": 5}, timeline=True)
+    assert (p.step_ns, p.exposed_ns) == (1015, 1000)
+    assert p.timeline is not None
+    assert dict(zip(p.timeline.op.tolist(), p.timeline.start.tolist(), strict=True)) == {1: 0, 3: 10, 6: 910, 8: 1010}
+
+
+def test_a_done_with_its_own_time_runs_after_its_wait_and_copies_one_direction_queue():
+    """Two copies to the host issued together queue on the d2h stream (a 100-612, b 612-1124, at
+    32 GB/s); b's done waits until 1124 (1024 ns exposed) and then runs its own measured 30 ns on the
+    compute stream, then n 1154-1159."""
+    text = f"""HloModule queue, is_scheduled=true
+
+ENTRY %e (x: f32[64,64]) -> {T} {{
+  %x = {T} parameter(0)
+  %k = {T} negate(%x)
+  %a = ({HOST}, {T}, u32[]) copy-start(%k)
+  %b = ({HOST}, {T}, u32[]) copy-start(%k)
+  %ad = {HOST} copy-done(%a)
+  %bd = {HOST} copy-done(%b)
+  ROOT %n = {T} negate(%k)
+}}
+"""
+    sched = schedule.build(parse_text(text))
+    p = simulate(sched, {"k": 100, "bd": 30, "n": 5}, parse_link("32"))
+    assert (p.step_ns, p.exposed_ns, p.compute_ns) == (1159, 1024, 135)
+    wait = {"stream": "d2h", "wait_ns": 512, "layer": None, "iteration": None}
+    assert p.waits == [{"done": "ad", "start": "a", **wait}, {"done": "bd", "start": "b", **wait}]
+    assert p.costed_by == {"given": 3, "link": 2, "missing": 0}
 
 
 def test_unplaced_costs_are_largest_first_and_say_the_schedule_was_cut(monkeypatch):
