@@ -151,6 +151,8 @@ ENTRY %e (x: f32[64,64]) -> {T} {{
     wait = {"stream": "d2h", "wait_ns": 512, "layer": None, "iteration": None}
     assert p.waits == [{"done": "ad", "start": "a", **wait}, {"done": "bd", "start": "b", **wait}]
     assert p.costed_by == {"given": 3, "link": 2, "missing": 0}
+    assert p.copy_ns == {"d2h": 1024, "h2d": 0} and p.copy_bytes == {"d2h": 32768, "h2d": 0}
+    assert p.layers == [{"layer": None, "exposed_ns": 1024, "copy_ns": 1024}]
 
 
 def test_unplaced_costs_are_largest_first_and_say_the_schedule_was_cut(monkeypatch):
