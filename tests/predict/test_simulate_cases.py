@@ -74,26 +74,29 @@ def test_every_field_of_a_prediction_with_copies_a_collective_and_missing_costs(
     assert (doc["predicted_step_ns"], doc["predicted_exposed_collective_ns"]) == (1612, 950)
 
 
-def test_a_synchronous_copy_is_exposed_and_counted_on_its_direction():
-    """A copy into host memory without copy-start runs on the compute stream (100 + 700 + 50 ns) and
-    is all exposed; its bytes and time count for d2h and its layer."""
+def test_synchronous_copies_are_exposed_and_counted_on_their_direction():
+    """Copies into host memory without copy-start run on the compute stream (k 100, c 700, k2 50, c2
+    300 ns: 1150) and are all exposed (1000); their bytes and times add up for d2h and for their
+    layer."""
     text = f"""HloModule sync, is_scheduled=true
 
-ENTRY %e (x: f32[64,64]) -> {HOST} {{
+ENTRY %e (x: f32[64,64]) -> ({HOST}, {HOST}) {{
   %x = {T} parameter(0)
   %k = {T} negate(%x)
   %c = {HOST} copy(%k)
-  ROOT %n = {HOST} negate(%c)
+  %k2 = {T} exponential(%k)
+  %c2 = {HOST} copy(%k2)
+  ROOT %t = ({HOST}, {HOST}) tuple(%c, %c2)
 }}
 """
     sched = schedule.build(parse_text(text))
-    assert [o.kind for o in sched.ops] == ["free", "compute", "copy", "compute"]
-    sched = dataclasses.replace(sched, layers={"c": "L3"})
-    p = simulate(sched, {"k": 100, "c": 700, "n": 50})
-    assert (p.step_ns, p.exposed_ns, p.compute_ns) == (850, 700, 850)
-    assert p.copy_ns == {"d2h": 700, "h2d": 0} and p.copy_bytes == {"d2h": 16384, "h2d": 0}
-    assert p.layers == [{"layer": "L3", "exposed_ns": 700, "copy_ns": 700}]
-    assert p.waits == [] and p.link is None and p.costed_by == {"given": 3, "link": 0, "missing": 0}
+    assert [o.kind for o in sched.ops] == ["free", "compute", "copy", "compute", "copy", "free"]
+    sched = dataclasses.replace(sched, layers={"c": "L3", "c2": "L3"})
+    p = simulate(sched, {"k": 100, "c": 700, "k2": 50, "c2": 300})
+    assert (p.step_ns, p.exposed_ns, p.compute_ns) == (1150, 1000, 1150)
+    assert p.copy_ns == {"d2h": 1000, "h2d": 0} and p.copy_bytes == {"d2h": 32768, "h2d": 0}
+    assert p.layers == [{"layer": "L3", "exposed_ns": 1000, "copy_ns": 1000}]
+    assert p.waits == [] and p.link is None and p.costed_by == {"given": 4, "link": 0, "missing": 0}
 
 
 def test_a_call_that_returns_a_copy_in_flight_holds_what_uses_it():
@@ -130,9 +133,9 @@ ENTRY %e (x: f32[64,64]) -> {T} {{
 
 
 def test_a_done_with_its_own_time_runs_after_its_wait_and_copies_one_direction_queue():
-    """Two copies to the host issued together queue on the d2h stream (a 100-612, b 612-1124, at
-    32 GB/s); b's done waits until 1124 (1024 ns exposed) and then runs its own measured 30 ns on the
-    compute stream, then n 1154-1159."""
+    """Two copies to the host (one layer) issued together queue on the d2h stream (a 100-612, b
+    612-1124, at 32 GB/s); a's done waits 512 ns, b's until 1124 (512 more, 1024 exposed), then b's done
+    runs its own measured 30 ns on the compute stream, then n 1154-1159."""
     text = f"""HloModule queue, is_scheduled=true
 
 ENTRY %e (x: f32[64,64]) -> {T} {{
@@ -145,14 +148,14 @@ ENTRY %e (x: f32[64,64]) -> {T} {{
   ROOT %n = {T} negate(%k)
 }}
 """
-    sched = schedule.build(parse_text(text))
+    sched = dataclasses.replace(schedule.build(parse_text(text)), layers={"a": "L5", "b": "L5"})
     p = simulate(sched, {"k": 100, "bd": 30, "n": 5}, parse_link("32"))
     assert (p.step_ns, p.exposed_ns, p.compute_ns) == (1159, 1024, 135)
-    wait = {"stream": "d2h", "wait_ns": 512, "layer": None, "iteration": None}
+    wait = {"stream": "d2h", "wait_ns": 512, "layer": "L5", "iteration": None}
     assert p.waits == [{"done": "ad", "start": "a", **wait}, {"done": "bd", "start": "b", **wait}]
     assert p.costed_by == {"given": 3, "link": 2, "missing": 0}
     assert p.copy_ns == {"d2h": 1024, "h2d": 0} and p.copy_bytes == {"d2h": 32768, "h2d": 0}
-    assert p.layers == [{"layer": None, "exposed_ns": 1024, "copy_ns": 1024}]
+    assert p.layers == [{"layer": "L5", "exposed_ns": 1024, "copy_ns": 1024}]
 
 
 def test_unplaced_costs_are_largest_first_and_say_the_schedule_was_cut(monkeypatch):
