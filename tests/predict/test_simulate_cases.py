@@ -42,14 +42,15 @@ ENTRY %e (x: f32[64,64]) -> f32[64,64] {{
 
 def test_every_field_of_a_prediction_with_copies_a_collective_and_missing_costs():
     """By hand, on the compute stream's clock t (cs1 over a 32 GB/s link: 16384 B / 32 B/ns = 512 ns):
-    k1 0-100; cs1 on d2h 100-612; k2 100-400; cd1 waits 212 (exposed, layer L0), t = 612; cs2 on h2d
+    k1 0-100; cs1 on d2h 100-612; k2 100-400; cd1 waits 212 (exposed, layer L1), t = 612; cs2 on h2d
     612-1012 (its window opens with 400 ns of compute done); ars on the collective stream 612-1612;
     k3 612-662; ard waits 950 (exposed collective), t = 1612; cd2 does not wait (window: 450 - 400 =
-    50 ns of compute); s and out have no cost (0 ns, 2 missing).  Step 1612."""
+    50 ns of compute); s and out have no cost (0 ns, 2 missing).  Step 1612.  Layers by name (L0, the
+    copy back, before L1)."""
     sched = schedule.build(parse_text(COPIES))
     assert [(o.name, o.kind, o.stream) for o in sched.ops if o.kind == "start"] == [
         ("cs1", "start", "d2h"), ("cs2", "start", "h2d"), ("ars", "start", "collective")]  # fmt: skip
-    sched = dataclasses.replace(sched, layers={"cs1": "L0", "cs2": "L1"})
+    sched = dataclasses.replace(sched, layers={"cs1": "L1", "cs2": "L0"})
     costs = {"k1": 100, "k2": 300, "k3": 50, "cs2": 400, "ars": 1000}
     p = simulate(sched, costs, parse_link("32"))
     assert (p.step_ns, p.exposed_ns, p.exposed_collective_ns, p.compute_ns) == (1612, 212, 950, 450)
@@ -57,14 +58,14 @@ def test_every_field_of_a_prediction_with_copies_a_collective_and_missing_costs(
     assert p.collective_ns == 1000 and p.link == parse_link("32").key == "32gbps"
     assert p.stream_ns == {"compute": 450, "d2h": 512, "h2d": 400, "collective": 1000, "async": 0}
     assert p.layers == [
-        {"layer": "L0", "exposed_ns": 212, "copy_ns": 512},
-        {"layer": "L1", "exposed_ns": 0, "copy_ns": 400},
+        {"layer": "L0", "exposed_ns": 0, "copy_ns": 400},
+        {"layer": "L1", "exposed_ns": 212, "copy_ns": 512},
     ]
     assert p.waits == [
         {"done": "ard", "start": "ars", "stream": "collective", "wait_ns": 950, "layer": None, "iteration": None},
-        {"done": "cd1", "start": "cs1", "stream": "d2h", "wait_ns": 212, "layer": "L0", "iteration": None},
+        {"done": "cd1", "start": "cs1", "stream": "d2h", "wait_ns": 212, "layer": "L1", "iteration": None},
     ]
-    assert p.copies_back == [{"start": "cs2", "layer": "L1", "in_loop": False, "transfer_ns": 400, "window_ns": 50}]
+    assert p.copies_back == [{"start": "cs2", "layer": "L0", "in_loop": False, "transfer_ns": 400, "window_ns": 50}]
     assert p.costed_by == {"given": 5, "link": 1, "missing": 2}
     assert p.notes == ["2 executions had no cost (counted as 0 ns)"]
     assert p.unplaced == [] and p.regions == [] and p.timeline is None
@@ -183,3 +184,67 @@ ENTRY %e (x: f32[64,64]) -> {T} {{
     assert p.unplaced == [{"name": "k4", "ns": 40, "why": why}, *({"name": n, "ns": 30, "why": why}
                                                                   for n in ("k3", "other.a", "other.b"))]  # fmt: skip
     assert p.unplaced_ns == 130 and p.step_ns == 10
+
+
+def test_layers_are_by_name_with_the_copies_of_no_layer_last():
+    text = f"""HloModule sync, is_scheduled=true
+
+ENTRY %e (x: f32[64,64]) -> ({HOST}, {HOST}) {{
+  %x = {T} parameter(0)
+  %c = {HOST} copy(%x)
+  %c2 = {HOST} copy(%x)
+  ROOT %t = ({HOST}, {HOST}) tuple(%c, %c2)
+}}
+"""
+    sched = dataclasses.replace(schedule.build(parse_text(text)), layers={"c2": "L3"})
+    p = simulate(sched, {"c": 700, "c2": 300})
+    assert p.layers == [
+        {"layer": "L3", "exposed_ns": 300, "copy_ns": 300},
+        {"layer": None, "exposed_ns": 700, "copy_ns": 700},
+    ]
+
+
+def test_synchronous_collectives_add_up_as_exposed_collective_time():
+    """Two all-reduces without start and done run on the compute stream (k 100, r1 400, r2 600) and
+    are all exposed collective time (1000)."""
+    text = f"""HloModule coll, is_scheduled=true
+
+%sum (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %r = f32[] add(%a, %b)
+}}
+
+ENTRY %e (x: f32[64,64]) -> {T} {{
+  %x = {T} parameter(0)
+  %k = {T} negate(%x)
+  %r1 = {T} all-reduce(%k), replica_groups={{{{0,1}}}}, to_apply=%sum
+  ROOT %r2 = {T} all-reduce(%r1), replica_groups={{{{0,1}}}}, to_apply=%sum
+}}
+"""
+    sched = schedule.build(parse_text(text))
+    assert [o.kind for o in sched.ops] == ["free", "compute", "collective", "collective"]
+    p = simulate(sched, {"k": 100, "r1": 400, "r2": 600})
+    assert (p.step_ns, p.compute_ns, p.exposed_collective_ns, p.collective_ns, p.exposed_ns) == (
+        1100,
+        1100,
+        1000,
+        1000,
+        0,
+    )
+    assert p.stream_ns == {"compute": 1100, "d2h": 0, "h2d": 0, "collective": 0, "async": 0}
+
+
+def test_the_notes_say_the_time_not_placed_and_name_five_loops_that_cost_nothing():
+    """1 s given to a name no op runs is 1000.000 ms not placed; six calls with nothing costed are
+    counted, the first five named."""
+    from tests.predict.test_replay_invariants import program_text
+
+    sched = schedule.build(parse_text(program_text([("call", [("k",)])] * 6)))
+    calls = [o.name for o in sched.ops if o.kind == "region"]
+    assert len(calls) == 6
+    p = simulate(sched, {"elsewhere.1": 1_000_000_000})
+    assert p.notes[1:] == [
+        "1 costed names are no op of the schedule: 1000.000 ms not placed",
+        "6 loops or calls cost nothing (neither their body nor they were costed): " + ", ".join(calls[:5]),
+    ]
