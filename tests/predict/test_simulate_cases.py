@@ -72,7 +72,25 @@ def test_every_field_of_a_prediction_with_copies_a_collective_and_missing_costs(
     doc = p.doc()
     assert doc["late_copies"] == {"of": 1, "count": 1, "waited_ns": 350, "transfer_ns": 400, "window_ns": 50,
                                   "in_loop": 0, "worst": {**p.copies_back[0], "waited_ns": 350}}  # fmt: skip
-    assert (doc["predicted_step_ns"], doc["predicted_exposed_collective_ns"]) == (1612, 950)
+    assert doc == {
+        "link": "32gbps",
+        "predicted_step_ns": 1612,
+        "predicted_exposed_ns": 212,
+        "predicted_exposed_collective_ns": 950,
+        "predicted_compute_ns": 450,
+        "predicted_copy_ns": {"d2h": 512, "h2d": 400},
+        "copy_bytes": {"d2h": 16384, "h2d": 16384},
+        "predicted_collective_ns": 1000,
+        "predicted_stream_ns": {"compute": 450, "d2h": 512, "h2d": 400, "collective": 1000, "async": 0},
+        "layers": p.layers,
+        "waits": p.waits,
+        "late_copies": doc["late_copies"],
+        "costed_by": {"given": 5, "link": 1, "missing": 2},
+        "unplaced_ns": 0,
+        "unplaced": [],
+        "regions": [],
+        "notes": ["2 executions had no cost (counted as 0 ns)"],
+    }
 
 
 def test_synchronous_copies_are_exposed_and_counted_on_their_direction():
@@ -131,6 +149,10 @@ ENTRY %e (x: f32[64,64]) -> {T} {{
     assert (p.step_ns, p.exposed_ns) == (1015, 1000)
     assert p.timeline is not None
     assert dict(zip(p.timeline.op.tolist(), p.timeline.start.tolist(), strict=True)) == {1: 0, 3: 10, 6: 910, 8: 1010}
+    # the copy back free and n without a cost: bd waits for cs (900 ns); only k and cs took time
+    p = simulate(sched, {"k": 10, "cs": 900, "back": 0}, timeline=True)
+    assert (p.step_ns, p.exposed_ns, p.costed_by["missing"]) == (910, 900, 1)
+    assert p.timeline is not None and p.timeline.op.tolist() == [1, 3]
 
 
 def test_a_done_with_its_own_time_runs_after_its_wait_and_copies_one_direction_queue():
@@ -187,6 +209,20 @@ ENTRY %e (x: f32[64,64]) -> {T} {{
 
 
 def test_layers_are_by_name_with_the_copies_of_no_layer_last():
+    eight = "\n".join(f"  %c{k} = {HOST} copy(%x)" for k in range(8))
+    text = f"""HloModule eight, is_scheduled=true
+
+ENTRY %e (x: f32[64,64]) -> {HOST} {{
+  %x = {T} parameter(0)
+{eight}
+  ROOT %t = {HOST} copy(%x)
+}}
+"""
+    layers = {f"c{k}": f"L{7 - k}" for k in range(8)}  # issued from L7 down to L0
+    sched = dataclasses.replace(schedule.build(parse_text(text)), layers=layers)
+    p = simulate(sched, {f"c{k}": 10 * (k + 1) for k in range(8)})
+    assert [x["layer"] for x in p.layers] == [*(f"L{k}" for k in range(8)), None]
+    assert [x["copy_ns"] for x in p.layers] == [80, 70, 60, 50, 40, 30, 20, 10, 0]
     text = f"""HloModule sync, is_scheduled=true
 
 ENTRY %e (x: f32[64,64]) -> ({HOST}, {HOST}) {{
@@ -248,3 +284,38 @@ def test_the_notes_say_the_time_not_placed_and_name_five_loops_that_cost_nothing
         "1 costed names are no op of the schedule: 1000.000 ms not placed",
         "6 loops or calls cost nothing (neither their body nor they were costed): " + ", ".join(calls[:5]),
     ]
+
+
+def test_collective_waits_add_up_and_a_document_lists_fifty_waits():
+    """Two all-reduces issued together queue on the collective stream (k 0-100, 100-500, 500-1100):
+    their dones wait 400 and 600 ns (1000 exposed collective time).  51 copies that each hold the
+    compute stream: the document lists the 50 longest waits."""
+    text = f"""HloModule colls, is_scheduled=true
+
+%sum (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %r = f32[] add(%a, %b)
+}}
+
+ENTRY %e (x: f32[64,64]) -> {T} {{
+  %x = {T} parameter(0)
+  %k = {T} negate(%x)
+  %s1 = {T} all-reduce-start(%k), replica_groups={{{{0,1}}}}, to_apply=%sum
+  %s2 = {T} all-reduce-start(%k), replica_groups={{{{0,1}}}}, to_apply=%sum
+  %d1 = {T} all-reduce-done(%s1)
+  %d2 = {T} all-reduce-done(%s2)
+  ROOT %n = {T} add(%d1, %d2)
+}}
+"""
+    p = simulate(schedule.build(parse_text(text)), {"k": 100, "s1": 400, "s2": 600, "n": 0})
+    assert (p.step_ns, p.exposed_collective_ns, p.collective_ns, p.exposed_ns) == (1100, 1000, 1000, 0)
+    assert [(w["done"], w["wait_ns"]) for w in p.waits] == [("d2", 600), ("d1", 400)]
+    from tests.predict.test_replay_invariants import program_text
+
+    sched = schedule.build(parse_text(program_text([("d2h",)] * 51)))
+    starts = [o.name for o in sched.ops if o.kind == "start"]
+    assert len(starts) == 51
+    p = simulate(sched, {s: 100 + k for k, s in enumerate(starts)})
+    assert len(p.waits) == 51 and len(p.doc()["waits"]) == 50
+    assert [w["wait_ns"] for w in p.doc()["waits"]] == list(range(150, 100, -1))
