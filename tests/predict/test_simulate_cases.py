@@ -289,7 +289,7 @@ def test_the_notes_say_the_time_not_placed_and_name_five_loops_that_cost_nothing
 def test_collective_waits_add_up_and_a_document_lists_fifty_waits():
     """Two all-reduces issued together queue on the collective stream (k 0-100, 100-500, 500-1100):
     their dones wait 400 and 600 ns (1000 exposed collective time).  51 copies that each hold the
-    compute stream: the document lists the 50 longest waits."""
+    compute stream: the document lists the 50 longest waits (and 50 of 51 unplaced costs and calls)."""
     text = f"""HloModule colls, is_scheduled=true
 
 %sum (a: f32[], b: f32[]) -> f32[] {{
@@ -319,3 +319,7 @@ ENTRY %e (x: f32[64,64]) -> {T} {{
     p = simulate(sched, {s: 100 + k for k, s in enumerate(starts)})
     assert len(p.waits) == 51 and len(p.doc()["waits"]) == 50
     assert [w["wait_ns"] for w in p.doc()["waits"]] == list(range(150, 100, -1))
+    # 51 costs of names no op runs and 51 calls: the document lists 50 of each
+    p = simulate(schedule.build(parse_text(program_text([("call", [("k",)])] * 51))), {f"o.{k}": 1 for k in range(51)})
+    assert (len(p.unplaced), len(p.regions)) == (51, 51)
+    assert (len(p.doc()["unplaced"]), len(p.doc()["regions"]), p.doc()["unplaced_ns"]) == (50, 50, 51)
