@@ -1,10 +1,11 @@
-"""Independent pieces of one analysis side by side, in a pool of threads.
+"""Independent pieces of one analysis side by side, in a pool of threads, when asked.
 
-NumPy and polars release the GIL in their large array operations, so work that shares nothing
-while it runs (the savings' replays, one per finding, and the copy-free replay) runs on every
-usable core in threads of one process: no copy of the arrays, results as the serial order gives
-them.  ``PROFILE_STEP_THREADS=N`` sets the most threads (``1``: everything in the calling thread,
-one piece after the other); by default one per usable core.
+Work that shares nothing while it runs (the savings' replays, one per finding, and the copy-free
+replay) can run in threads of one process: no copy of the arrays, results as the serial order
+gives them.  ``PROFILE_STEP_THREADS=N`` sets the most threads.  The default is 1, everything in the
+calling thread: on a quiet 2-core machine two threads gave the same wall time (1.01x) for 7% more
+peak memory on a 1.36M-kernel export, since the scalar replay's segment loop holds the GIL
+(benchmarks/README, issue 45).
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ def usable_cores() -> int:
 
 
 def thread_count() -> int:
-    """The most threads an analysis runs side by side: ``$PROFILE_STEP_THREADS``, else the usable cores."""
+    """The most threads an analysis runs side by side: ``$PROFILE_STEP_THREADS``, else 1."""
     raw = os.environ.get(THREADS_ENV, "").strip()
     if not raw:
-        return usable_cores()
+        return 1
     if not raw.isdigit() or int(raw) < 1:
         raise ProfilerError(f"{THREADS_ENV}={raw!r}: give a whole number of threads, 1 or more")
     return int(raw)

@@ -63,11 +63,9 @@ def test_a_bad_thread_count_is_refused(monkeypatch, raw):
         thread_count()
 
 
-def test_the_default_is_the_usable_cores(monkeypatch):
-    import os
-
+def test_the_default_is_one_thread(monkeypatch):
     monkeypatch.delenv(THREADS_ENV, raising=False)
-    assert thread_count() == len(os.sched_getaffinity(0))
+    assert thread_count() == 1
 
 
 def _findings(path, monkeypatch, threads: str) -> dict:
