@@ -23,6 +23,7 @@ A policy is given as a small document (JSON from profile-step):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 JAX_POLICIES = (
@@ -141,22 +142,26 @@ def checkpoint_uses(jaxpr: Any) -> dict[str, int]:
     recomputation (the forward is inlined): counted once, nothing inside it again; a checkpoint
     around scanned ones is one region more (the backward pass recomputes both levels)."""
     uses = {"sites": 0, "per_step": 0}
-
-    def walk(jx: Any, mult: int) -> None:
-        for eqn in jx.eqns:
-            prim = eqn.primitive.name
-            if _is_checkpoint(prim):
-                uses["sites"] += 1
-                uses["per_step"] += mult
-                if eqn.params.get("differentiated"):
-                    continue
-            inner = mult * int(eqn.params.get("length", 1)) if prim == "scan" else mult
-            for value in eqn.params.values():
-                for sub in _subjaxprs(value):
-                    walk(sub, inner)
-
-    walk(jaxpr, 1)
+    for eqn, mult in _equations(jaxpr):
+        if _is_checkpoint(eqn.primitive.name):
+            uses["sites"] += 1
+            uses["per_step"] += mult
     return uses
+
+
+def _equations(jaxpr: Any, mult: int = 1) -> Iterator[tuple[Any, int]]:
+    """Each equation of a traced step, with how many times one step runs it (scan lengths
+    multiplied); a differentiated checkpoint is yielded but not entered (its inside is the
+    backward pass's recomputation)."""
+    for eqn in jaxpr.eqns:
+        yield eqn, mult
+        prim = eqn.primitive.name
+        if _is_checkpoint(prim) and eqn.params.get("differentiated"):
+            continue
+        inner = mult * int(eqn.params.get("length", 1)) if prim == "scan" else mult
+        for value in eqn.params.values():
+            for sub in _subjaxprs(value):
+                yield from _equations(sub, inner)
 
 
 def open_jaxpr(v: Any) -> Any:
@@ -177,25 +182,15 @@ def named_values(jaxpr: Any) -> dict[str, dict[str, Any]]:
     step (scan lengths multiplied) and their bytes.  The backward pass's recomputations (inside a
     differentiated checkpoint) are not counted: each value once, where the forward pass makes it."""
     out: dict[str, dict[str, Any]] = {}
-
-    def walk(jx: Any, mult: int) -> None:
-        for eqn in jx.eqns:
-            prim = eqn.primitive.name
-            if prim == "name":
-                aval = eqn.invars[0].aval
-                nbytes = int(getattr(aval, "size", 0)) * int(getattr(getattr(aval, "dtype", None), "itemsize", 0))
-                row = out.setdefault(
-                    eqn.params["name"],
-                    {"shape": list(aval.shape), "dtype": str(aval.dtype), "count": 0, "bytes_per_step": 0},
-                )
-                row["count"] += mult
-                row["bytes_per_step"] += mult * nbytes
-            if prim.startswith("remat") and eqn.params.get("differentiated"):
-                continue
-            inner = mult * int(eqn.params.get("length", 1)) if prim == "scan" else mult
-            for value in eqn.params.values():
-                for sub in _subjaxprs(value):
-                    walk(sub, inner)
-
-    walk(jaxpr, 1)
+    for eqn, mult in _equations(jaxpr):
+        if eqn.primitive.name != "name":
+            continue
+        aval = eqn.invars[0].aval
+        nbytes = int(getattr(aval, "size", 0)) * int(getattr(getattr(aval, "dtype", None), "itemsize", 0))
+        row = out.setdefault(
+            eqn.params["name"],
+            {"shape": list(aval.shape), "dtype": str(aval.dtype), "count": 0, "bytes_per_step": 0},
+        )
+        row["count"] += mult
+        row["bytes_per_step"] += mult * nbytes
     return out

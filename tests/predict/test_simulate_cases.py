@@ -10,6 +10,7 @@ from profiler.analysis.links import parse_link
 from profiler.predict import schedule
 from profiler.predict.simulate import simulate
 from profiler.xla.hlo import parse_text
+from tests.helpers.hlo_programs import program_text
 
 T = "f32[64,64]{1,0}"  # 16384 bytes
 HOST = "f32[64,64]{1,0:S(5)}"
@@ -274,8 +275,6 @@ ENTRY %e (x: f32[64,64]) -> {T} {{
 def test_the_notes_say_the_time_not_placed_and_name_five_loops_that_cost_nothing():
     """1 s given to a name no op runs is 1000.000 ms not placed; six calls with nothing costed are
     counted, the first five named."""
-    from tests.predict.test_replay_invariants import program_text
-
     sched = schedule.build(parse_text(program_text([("call", [("k",)])] * 6)))
     calls = [o.name for o in sched.ops if o.kind == "region"]
     assert len(calls) == 6
@@ -311,8 +310,6 @@ ENTRY %e (x: f32[64,64]) -> {T} {{
     p = simulate(schedule.build(parse_text(text)), {"k": 100, "s1": 400, "s2": 600, "n": 0})
     assert (p.step_ns, p.exposed_collective_ns, p.collective_ns, p.exposed_ns) == (1100, 1000, 1000, 0)
     assert [(w["done"], w["wait_ns"]) for w in p.waits] == [("d2", 600), ("d1", 400)]
-    from tests.predict.test_replay_invariants import program_text
-
     sched = schedule.build(parse_text(program_text([("d2h",)] * 51)))
     starts = [o.name for o in sched.ops if o.kind == "start"]
     assert len(starts) == 51
