@@ -14,15 +14,17 @@ from tests.helpers.hlo_programs import program_text
 
 T = "f32[64,64]{1,0}"  # 16384 bytes
 HOST = "f32[64,64]{1,0:S(5)}"
+# the reduction an all-reduce applies
+SUM = """%sum (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %r = f32[] add(%a, %b)
+}"""
 
 # a copy out and back, an all-reduce, and two adds without a cost
 COPIES = f"""HloModule hand, is_scheduled=true
 
-%sum (a: f32[], b: f32[]) -> f32[] {{
-  %a = f32[] parameter(0)
-  %b = f32[] parameter(1)
-  ROOT %r = f32[] add(%a, %b)
-}}
+{SUM}
 
 ENTRY %e (x: f32[64,64]) -> f32[64,64] {{
   %x = {T} parameter(0)
@@ -246,11 +248,7 @@ def test_synchronous_collectives_add_up_as_exposed_collective_time():
     are all exposed collective time (1000)."""
     text = f"""HloModule coll, is_scheduled=true
 
-%sum (a: f32[], b: f32[]) -> f32[] {{
-  %a = f32[] parameter(0)
-  %b = f32[] parameter(1)
-  ROOT %r = f32[] add(%a, %b)
-}}
+{SUM}
 
 ENTRY %e (x: f32[64,64]) -> {T} {{
   %x = {T} parameter(0)
@@ -291,11 +289,7 @@ def test_collective_waits_add_up_and_a_document_lists_fifty_waits():
     compute stream: the document lists the 50 longest waits (and 50 of 51 unplaced costs and calls)."""
     text = f"""HloModule colls, is_scheduled=true
 
-%sum (a: f32[], b: f32[]) -> f32[] {{
-  %a = f32[] parameter(0)
-  %b = f32[] parameter(1)
-  ROOT %r = f32[] add(%a, %b)
-}}
+{SUM}
 
 ENTRY %e (x: f32[64,64]) -> {T} {{
   %x = {T} parameter(0)
