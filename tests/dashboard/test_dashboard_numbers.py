@@ -103,9 +103,10 @@ def test_whatifs_are_computed_in_the_background_and_kept(tmp_path):
     import shutil
     import time
 
-    from dashboards import whatif_view
+    from dashboards import replay_graph, whatif_view
     from dashboards.data import RunStore
     from dashboards.rows import View
+    from profiler.cache_dir import cache_dir
 
     run = tmp_path / "synthetic-4-offload_all"
     shutil.copytree(DEMO.parent, run, ignore=shutil.ignore_patterns("*.profile-step.db", "*.parquet"))
@@ -128,16 +129,32 @@ def test_whatifs_are_computed_in_the_background_and_kept(tmp_path):
     # a new dashboard on the same folder reads it from the run's results file: no recomputation
     again = RunStore([tmp_path])
     assert again.whatifs.get(rid, factor) == ("done", doc)
-    # another model is another replay (in the same what-if process); its trace gone meanwhile, it fails
-    # with a line naming the file
+    # another model is another replay of the run's prepared graph (dashboards/replay_graph.py), held by
+    # the what-if process: the trace is not read again, so it may be gone meanwhile
+    expected = trace_whatif(open_trace(run / DEMO.name), factor, model_host=False)
+    fresh = RunStore([tmp_path])  # a second dashboard on the folder, its run analyzed (from the cache)
+    fresh.get(rid)
     (run / DEMO.name).unlink()
-    assert store.whatifs.get(rid, factor, model_host=False) == ("computing", None)
-    for _ in range(1200):
-        state, message = store.whatifs.get(rid, factor, model_host=False)
-        if state != "computing":
-            break
-        time.sleep(0.05)
+    assert _whatif(store, rid, factor, model_host=False) == ("done", expected)
+    # the second dashboard's what-if process holds no graph; with the kept one gone too it must read the
+    # trace: it fails with a line naming the file
+    for kept in cache_dir("dashboard").rglob("*" + replay_graph.SUFFIX):
+        kept.unlink()
+    state, message = _whatif(fresh, rid, factor * 2)
+    fresh.close()
     assert state == "error" and message.startswith(f"{run / DEMO.name}: the what-if failed ("), message
+
+
+def _whatif(store, rid: str, factor: float, model_host: bool = True) -> tuple[str, object]:
+    """The what-if of run *rid* once it is no longer computing (at most a minute)."""
+    import time
+
+    for _ in range(1200):
+        state, doc = store.whatifs.get(rid, factor, model_host=model_host)
+        if state != "computing":
+            return state, doc
+        time.sleep(0.05)
+    return state, doc
 
 
 def test_plans_are_found_and_bad_ones_named(tmp_path):
