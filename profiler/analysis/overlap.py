@@ -133,9 +133,7 @@ def class_metrics(
     present = np.flatnonzero(count_of)
 
     def per_key(values: np.ndarray) -> dict[int, int]:
-        sums = np.zeros(uniq.size, dtype=np.int64)
-        np.add.at(sums, idx, values)
-        return {int(uniq[i]): int(sums[i]) for i in present}
+        return _sums_per_key(values, uniq, idx, present)
 
     count = {int(uniq[i]): int(count_of[i]) for i in present}
     contexts = None
@@ -194,6 +192,13 @@ def _key_index(k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.arange(int(k.max()) + 1 if k.size else 0), k
 
 
+def _sums_per_key(values: np.ndarray, uniq: np.ndarray, idx: np.ndarray, present: np.ndarray) -> dict[int, int]:
+    """*values* summed per key (``_key_index``'s keys and index), for the keys *present*."""
+    sums = np.zeros(uniq.size, dtype=np.int64)
+    np.add.at(sums, idx, values)
+    return {int(uniq[i]): int(sums[i]) for i in present}
+
+
 def _union_devices(copies: CopySet, uniq: np.ndarray, idx: np.ndarray, c: Intervals) -> np.ndarray:
     """The device of each interval of the copies' union *c* (each key's copies lie on one device):
     each is measured against that device's kernels."""
@@ -209,9 +214,7 @@ def exposure_metrics(copies: CopySet, kernels: KernelSets, keys: list[int]) -> d
     present = np.flatnonzero(np.bincount(idx, minlength=uniq.size))
 
     def per_key(values: np.ndarray) -> dict[int, int]:
-        sums = np.zeros(uniq.size, dtype=np.int64)
-        np.add.at(sums, idx, values)
-        return {int(uniq[i]): int(sums[i]) for i in present}
+        return _sums_per_key(values, uniq, idx, present)
 
     count, nbytes = per_key(np.ones(idx.size, dtype=np.int64)), per_key(copies.nbytes)
     stalls = per_key(copies.caused) if copies.caused is not None else None

@@ -15,6 +15,7 @@ only what happened inside it; without one, the whole export as it is.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -592,9 +593,13 @@ class Trace:
 
     def event_records_given(self, runtime: pl.DataFrame | None) -> pl.DataFrame:
         """``event_records``, read (once: kept as it) with *runtime*, the ``runtime`` rows at hand."""
-        if "event_records" not in self.__dict__:
-            self.__dict__["event_records"] = self._event_records(runtime)
-        return self.__dict__["event_records"]
+        return self._kept("event_records", lambda: self._event_records(runtime))
+
+    def _kept(self, name: str, make: Callable[[], pl.DataFrame]) -> pl.DataFrame:
+        """The cached property *name*, made by *make* (and kept as it) when it is not yet."""
+        if name not in self.__dict__:
+            self.__dict__[name] = make()
+        return self.__dict__[name]
 
     def _event_records(self, runtime: pl.DataFrame | None) -> pl.DataFrame:
         spec = {k: OP_SPEC[k] for k in ("device", "stream", "correlation_id", "global_pid")}
@@ -611,9 +616,7 @@ class Trace:
 
     def syncs_given(self, runtime: pl.DataFrame | None) -> pl.DataFrame:
         """``syncs``, read (once: kept as it) with *runtime*, the ``runtime`` rows at hand."""
-        if "syncs" not in self.__dict__:
-            self.__dict__["syncs"] = self._syncs(runtime)
-        return self.__dict__["syncs"]
+        return self._kept("syncs", lambda: self._syncs(runtime))
 
     def _syncs(self, runtime: pl.DataFrame | None) -> pl.DataFrame:
         spec = {**OP_SPEC, "event_id": ("eventId", I64), "sync_type": ("syncType", I64), "context": ("contextId", I64)}
