@@ -10,6 +10,7 @@ line, with where the raw capture and nsys's output are.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -87,12 +88,24 @@ def keep_raw_capture(run_dir: Path, elsewhere: Path | None = None) -> Path | Non
         return None
     found = sorted(run_dir.glob(f"*{RAW_CAPTURE}"))
     if not found and elsewhere is not None and elsewhere.is_dir():
-        left = sorted(elsewhere.rglob(f"*{RAW_CAPTURE}"))
-        if left:
-            target = run_dir / f"trace{RAW_CAPTURE}"
-            shutil.move(str(left[-1]), target)
-            found = [target]
+        left = _raw_captures_in(elsewhere)
+        target = run_dir / f"trace{RAW_CAPTURE}"
+        try:
+            if left:
+                shutil.move(str(left[-1]), target)
+                found = [target]
+        except FileNotFoundError:  # nsys's daemon removed it meanwhile: nothing to keep
+            pass
     return found[-1] if found else None
+
+
+def _raw_captures_in(folder: Path) -> list[Path]:
+    """The raw captures under *folder*, sorted.  nsys's daemon may still be removing its session
+    folders there after nsys exits (``quadd_session_*``): a folder that vanishes while walked is
+    skipped (``os.walk`` ignores it) instead of failing the run as ``Path.rglob`` does."""
+    return sorted(
+        Path(root) / name for root, _, names in os.walk(folder) for name in names if name.endswith(RAW_CAPTURE)
+    )
 
 
 def set_aside(run_dir: Path) -> None:

@@ -215,3 +215,29 @@ def test_a_run_killed_before_nsys_finished(tmp_path):
     assert f"{run} (policy x): no trace: {reason}" in proc.stderr
     (ref,) = RunStore([tmp_path / "runs"]).refs.values()
     assert ref.no_trace.startswith(reason)
+
+
+def test_raw_capture_is_found_while_nsys_removes_its_session_folders(tmp_path, monkeypatch):
+    """nsys's daemon may still be removing ``quadd_session_*`` folders from nsys's temporary folder
+    when profile-step looks there for a raw capture (seen in the fresh-clone CI: FileNotFoundError,
+    an internal error, exit 3): a folder that vanishes while walked is skipped."""
+    import os
+    import shutil
+
+    nsys_tmp = tmp_path / "nsys-tmp" / "nvidia" / "nsight_systems"
+    gone = nsys_tmp / "quadd_session_102883"
+    gone.mkdir(parents=True)
+    (gone / "socket").write_text("")
+    (nsys_tmp / "report1.qdstrm").write_text("raw")
+    run = tmp_path / "run"
+    run.mkdir()
+    scandir = os.scandir
+
+    def removed_meanwhile(path):  # the daemon removes the folder between listing and reading it
+        if not isinstance(path, int) and Path(path).name == gone.name and gone.exists():
+            shutil.rmtree(gone)
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", removed_meanwhile)
+    kept = no_trace.keep_raw_capture(run, tmp_path / "nsys-tmp")
+    assert kept == run / "trace.qdstrm" and kept.read_text() == "raw"
