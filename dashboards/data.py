@@ -22,6 +22,7 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -228,7 +229,8 @@ def replay_worker(jobs: multiprocessing.Queue, done: multiprocessing.Queue) -> N
     while True:
         key, trace_path, nsys, factor, model_host, db_path, ops_path = jobs.get()
         try:
-            graph = graphs.pop(trace_path, None) or replay_graph.prepared(load_trace(trace_path, nsys), ops_path)
+            opened = partial(load_trace, trace_path, nsys)  # opened only when no kept graph serves
+            graph = graphs.pop(trace_path, None) or replay_graph.prepared(opened, ops_path)
             graphs[trace_path] = graph
             while len(graphs) > KEPT_GRAPHS:
                 graphs.pop(next(iter(graphs)))

@@ -18,6 +18,7 @@ import importlib
 import io
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -172,12 +173,15 @@ def load(ops_path: Path) -> ReplayGraph | None:
     return graph if isinstance(graph, ReplayGraph) else None
 
 
-def prepared(trace: Trace, ops_path: Path | None, breakdown: Breakdown | None = None) -> ReplayGraph:
+def prepared(
+    trace: Trace | Callable[[], Trace], ops_path: Path | None, breakdown: Breakdown | None = None
+) -> ReplayGraph:
     """The graph of *trace*: kept when its cached analysis has one, else made (from *breakdown* when
-    given) and kept (when it can be)."""
+    given) and kept (when it can be).  *trace* may be a function that opens it: then it is opened
+    only when no kept graph serves."""
     graph = load(ops_path) if ops_path is not None else None
     if graph is None:
-        graph = ReplayGraph.of(trace, breakdown)
+        graph = ReplayGraph.of(trace if isinstance(trace, Trace) else trace(), breakdown)
         if ops_path is not None and ops_path.is_file():
             with contextlib.suppress(OSError, TypeError, ValueError):  # a read-only cache; an object array
                 save(graph, ops_path)

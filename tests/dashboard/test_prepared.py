@@ -60,6 +60,24 @@ def test_a_stale_or_damaged_graph_is_made_again(tmp_path):
     assert made.whatif(0.5) == trace_whatif(trace, 0.5)
 
 
+def test_a_kept_graph_serves_without_opening_the_trace(tmp_path):
+    """The what-if process hands ``prepared`` a function that opens the trace: a current kept graph
+    serves without calling it; a missing one calls it once."""
+    ops = tmp_path / "run.ops.parquet"
+    ops.write_bytes(b"one analysis")
+    trace = load_trace(TRACES[1])
+    opened: list[int] = []
+
+    def opening():
+        opened.append(1)
+        return trace
+
+    made = replay_graph.prepared(opening, ops)
+    assert opened == [1] and replay_graph.load(ops) is not None
+    again = replay_graph.prepared(opening, ops)
+    assert opened == [1] and again.whatif(0.5) == made.whatif(0.5)
+
+
 def test_only_profilers_own_classes_are_rebuilt(tmp_path):
     arrays: dict[str, np.ndarray] = {}
     doc = replay_graph.encode(replay_graph.ReplayGraph.of(load_trace(TRACES[1])), "g", arrays)
