@@ -31,18 +31,23 @@ A TPU's trace (``/device:TPU:N``, libtpu) is converted too, into the same tables
   TPU's DMA engines are not CUDA streams; these streams only keep the two directions apart);
 - a host transfer's ``*-done`` is the time the core stood still waiting for it: it is no kernel,
   so the core runs no kernel then and the copy's time there is its exposed time (METRICS.md): a
-  step's exposed transfer time is its waits;
+  step's exposed transfer time is its waits.  It is a stream wait too (``CUPTI_ACTIVITY_KIND_
+  SYNCHRONIZATION`` on the core's stream, for an event recorded just after the copy's start):
+  the op after the waits is issued when the core reached them (its launch call then), so that
+  METRICS.md's stall of that op is the waits' time, blocked by the copy;
 - a ``while`` is no kernel either: its span holds its body's ops (each trip's), which are; it is
   kept as a thunk range around theirs, as XLA's GPU while thunk is, so nothing counts twice;
 - each execution on the ``XLA Modules`` line is XLA's module range
   (``XlaModule:#hlo_module=jit_step[,program_id=N]#``) and each op a thunk range in it (op_name
-  from the op's ``tf_op``), on a thread of their own in the host process, on the device's clock;
-  each kernel and copy has a zero-length launch call there (``TPU_LAUNCH``, at its start) so that
-  ops are attributed to these ranges as a GPU's are through their CUDA calls.
+  from the op's ``tf_op``; a kernel's from when it was issued; a wait has none, as a GPU's
+  copy-done thunk launches nothing), on a thread of their own in the host process, on the
+  device's clock; each kernel and copy has a zero-length launch call there (``TPU_LAUNCH``, when
+  it was issued) so that ops are attributed to these ranges as a GPU's are through their CUDA
+  calls.
 
 Times are the trace's microseconds as nanoseconds.  What the trace does not hold is left out and
-the export says so (``META_DATA_EXPORT``): CUDA event records and stream waits (so no stalls),
-and the GPU's name unless it is given.
+the export says so (``META_DATA_EXPORT``): a GPU's CUDA event records and stream waits (so no
+stalls; a TPU's are its done waits, ``WAITS_KEY``), and the GPU's name unless it is given.
 """
 
 from __future__ import annotations
@@ -100,12 +105,17 @@ TPU_OPS_THREAD = "XLA Ops"
 TPU_MODULES_THREAD = "XLA Modules"
 TPU_COMPUTE_STREAM, TPU_D2H_STREAM, TPU_H2D_STREAM = 1, 2, 3
 TPU_LAUNCH = "XLA TPU op (device clock)"
+TPU_RECORD = "XLA TPU copy issued (device clock)"  # a host transfer's event record, at its start
+TPU_WAIT = "XLA TPU done wait (device clock)"  # the core's wait for it, a stream wait
+TPU_BLOCKED = "cuEventSynchronize"  # the sequencer blocked in a wait: the blocking call the replay knows
+WAITS_KEY = "PROFILE_STEP_WAITS"  # META_DATA_EXPORT: where the waits come from, when a converted trace has them
 TPU_RANGE_THREAD = 1 << 23  # the host thread (low 24 bits) of the TPU's ranges and launch calls
 TPU_NAME = "TPU"  # the device's name when the run folder names none
+TPU_WAITS = "a TPU's host-transfer done waits: the core's stream waiting for the copy"
 TPU_NOTE = (
     "converted from a JAX profiler trace of a TPU: its XLA Ops line is one stream of kernels; host "
     "transfers (S(5) async pairs) are copies on one stream per direction (DMA engines, not CUDA "
-    "streams), their done waits the core's idle time; no stream waits (no stalls can be measured)"
+    "streams), their done waits stream waits of the core on them (the stalls)"
 )
 
 
@@ -448,55 +458,125 @@ def tpu_transfers(ops: pl.DataFrame) -> pl.DataFrame:
     ).sort("deviceId", "start")
 
 
-def tpu_kernels(ops: pl.DataFrame, transfers: pl.DataFrame) -> pl.DataFrame:
-    """A TPU's *ops* that are kernels: all but the ``while`` spans and the host transfers' done
-    waits (*transfers*' ``done_name`` at ``wait_start``)."""
-    waits = transfers.select("deviceId", pl.col("done_name").alias("name"), pl.col("wait_start").alias("start"))
-    return ops.filter(pl.col("hlo_category").fill_null("") != "while").join(
-        waits, on=["deviceId", "name", "start"], how="anti"
+def tpu_line(ops: pl.DataFrame, transfers: pl.DataFrame, modules: pl.DataFrame) -> pl.DataFrame:
+    """A TPU's *ops* but its ``while`` spans, in the core's order, with ``wait`` (a host transfer's
+    done: *transfers*' ``done_name`` at ``wait_start``) and ``issued``: when the core reached the
+    op, the start of the waits right before it in the same execution of *modules* (its own start
+    where none are; waits that end an execution stall nothing)."""
+    waits = transfers.select(
+        "deviceId", pl.col("done_name").alias("name"), pl.col("wait_start").alias("start"), pl.lit(True).alias("wait")
     )
+    line = (
+        ops.filter(pl.col("hlo_category").fill_null("") != "while")
+        .join(waits, on=["deviceId", "name", "start"], how="left")
+        .with_columns(pl.col("wait").fill_null(False))
+        .sort("deviceId", "start", maintain_order=True)
+    )
+    execs = modules.select("deviceId", pl.col("start").alias("_exec")).sort("_exec")
+    line = line.join_asof(execs, left_on="start", right_on="_exec", by="deviceId", check_sortedness=False)
+    # an op and the waits just before it share a key: the number of other ops before them
+    ran = (~pl.col("wait")).cast(I64)
+    key = (ran.cum_sum() - ran).over("deviceId")
+    return line.with_columns(pl.col("start").min().over("deviceId", "_exec", key).alias("issued")).drop("_exec")
 
 
 def _tpu_rows(ev: Events, devices: dict[int, int], small_pid: int, program_id: int | None) -> dict[str, pl.DataFrame]:
-    """Kernels, copies, launch calls, module and thunk ranges and range threads of the TPUs
-    *devices* (trace pid -> ordinal), as ``_gpu_ops`` and ``_host_rows`` give a GPU's."""
+    """Kernels, copies, event records and stream waits, their calls, module and thunk ranges and the
+    ranges' threads of the TPUs *devices* (trace pid -> ordinal), as ``_gpu_ops`` and ``_host_rows``
+    give a GPU's."""
     lines = _tpu_lines(ev, devices)
     ops = lines.filter(pl.col("line") == TPU_OPS_THREAD)
     transfers = tpu_transfers(ops)
-    kernels = tpu_kernels(ops, transfers).sort("deviceId", "start")
+    modules = lines.filter(pl.col("line") == TPU_MODULES_THREAD).sort("start")
+    line = tpu_line(ops, transfers, modules)
+    n_k, n_c = line.filter(~pl.col("wait")).height, transfers.height
     gtid = pl.lit(nsys_schema.global_tid(small_pid, TPU_RANGE_THREAD)) + pl.col("deviceId")
     common = (pl.lit(1).alias("contextId"), pl.lit(nsys_schema.global_tid(small_pid, 0)).alias("globalPid"))
-    kernels = kernels.with_row_index("correlationId", offset=1).with_columns(
+    kernels = line.filter(~pl.col("wait")).with_row_index("correlationId", offset=1)
+    kernels = kernels.with_columns(
         pl.col("correlationId").cast(I64),
         pl.lit(TPU_COMPUTE_STREAM).alias("streamId"),
         *common,
         *(pl.lit(0).alias(c) for c in ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")),
         *(pl.lit(0).alias(c) for c in ("registersPerThread", "staticSharedMemory", "dynamicSharedMemory")),
         *(pl.lit(0).alias(c) for c in ("localMemoryPerThread", "localMemoryTotal")),
+    ).with_columns(pl.col("correlationId").alias("gridId"))
+    # each wait is the core's stream waiting, from when it reached the waits, for its copy's record
+    issued = line.filter(pl.col("wait")).select(
+        "deviceId", pl.col("name").alias("done_name"), pl.col("start").alias("wait_start"), pl.col("issued")
     )
-    kernels = kernels.with_columns(pl.col("correlationId").alias("gridId"))
+    transfers = transfers.join(issued, on=["deviceId", "done_name", "wait_start"], how="left")
     d2h = pl.col("kind") == "d2h"
-    copies = transfers.with_row_index("correlationId", offset=kernels.height + 1).with_columns(
-        pl.col("correlationId").cast(I64),
+    copies = transfers.with_row_index("_i").with_columns(
+        (pl.col("_i").cast(I64) + n_k + 1).alias("correlationId"),
+        (pl.col("_i").cast(I64) + n_k + n_c + 1).alias("_record"),
+        (pl.col("_i").cast(I64) + n_k + 2 * n_c + 1).alias("_wait"),
+        (pl.col("_i").cast(I64) + n_k + 3 * n_c + 1).alias("_sync"),
+        (pl.col("_i").cast(I64) + 1).alias("eventId"),
         pl.when(d2h).then(TPU_D2H_STREAM).otherwise(TPU_H2D_STREAM).cast(I64).alias("streamId"),
         pl.col("kind").replace_strict(nsys_schema.COPY_KINDS, return_dtype=I64).alias("copyKind"),
         pl.when(d2h).then(nsys_schema.DEVICE).otherwise(nsys_schema.PINNED).cast(I64).alias("srcKind"),
         pl.when(d2h).then(nsys_schema.PINNED).otherwise(nsys_schema.DEVICE).cast(I64).alias("dstKind"),
         *common,
     )
-    launched = pl.concat(
-        [kernels.select("correlationId", "start", "deviceId"), copies.select("correlationId", "start", "deviceId")]
+    records = copies.select(
+        "deviceId",
+        pl.lit(1).alias("contextId"),
+        "streamId",
+        pl.col("_record").alias("correlationId"),
+        "globalPid",
+        "eventId",
     )
-    calls = launched.select(
+    syncs = copies.select(
+        pl.col("issued").alias("start"),
+        "end",
+        "deviceId",
+        pl.lit(1).alias("contextId"),
+        pl.lit(TPU_COMPUTE_STREAM).alias("streamId"),
+        pl.col("_wait").alias("correlationId"),
+        "globalPid",
+        pl.lit(nsys_schema.REAL_SYNC_TYPE["stream_wait"]).alias("syncType"),
+        "eventId",
+    )
+    # and the core's sequencer (the ranges' thread) blocked in it, from the done's begin to its end: what
+    # a replay moves the later ops' launches with when the copy ends sooner (profiler.analysis.hostsync)
+    blocking = copies.select(
+        pl.col("wait_start").alias("start"),
+        "end",
+        "deviceId",
+        pl.lit(1).alias("contextId"),
+        pl.lit(nsys_schema.UNSET, I64).alias("streamId"),
+        pl.col("_sync").alias("correlationId"),
+        "globalPid",
+        pl.lit(nsys_schema.REAL_SYNC_TYPE["event_sync"]).alias("syncType"),
+        "eventId",
+    )
+    syncs = pl.concat([syncs, blocking], how="vertical_relaxed")
+    # the calls: each kernel issued when the core reached it, each copy at its start; a copy's record
+    # just after its start (it completes that copy), its wait when the core reached the waits
+    rec_t = pl.min_horizontal(pl.col("start") + 1, pl.col("issued"))
+
+    def call(frame: pl.DataFrame, corr: str, t: pl.Expr, name: str) -> pl.DataFrame:
+        return frame.select(pl.col(corr).alias("correlationId"), t.alias("t"), "deviceId", pl.lit(name).alias("name"))
+
+    calls = pl.concat(
+        [
+            call(kernels, "correlationId", pl.col("issued"), TPU_LAUNCH),
+            call(copies, "correlationId", pl.col("start"), TPU_LAUNCH),
+            call(copies, "_record", rec_t, TPU_RECORD),
+            call(copies, "_wait", pl.col("issued"), TPU_WAIT),
+            call(copies, "_sync", pl.col("wait_start"), TPU_BLOCKED).with_columns(copies["end"].alias("t_end")),
+        ],
+        how="diagonal",
+    ).select(
         "correlationId",
-        "start",
-        pl.col("start").alias("end"),
+        pl.col("t").alias("start"),
+        pl.coalesce("t_end", "t").alias("end"),
         gtid.alias("globalTid"),
-        pl.lit(TPU_LAUNCH).alias("name"),
+        "name",
         pl.lit(1).alias("eventClass"),
         pl.lit(0).alias("returnValue"),
     )
-    modules = lines.filter(pl.col("line") == TPU_MODULES_THREAD).sort("start")
     # a TPU names an execution ``jit_step(<fingerprint>)``, with no program id: without the run
     # folder's, each fingerprint is numbered in the order it first ran (1, 2, ...)
     first_run = {n: i for i, n in enumerate(modules["name"].unique(maintain_order=True).to_list(), start=1)}
@@ -510,17 +590,29 @@ def _tpu_rows(ev: Events, devices: dict[int, int], small_pid: int, program_id: i
     op_name = pl.col("tf_op").str.strip_suffix(":")
     thunk = pl.concat_str(pl.lit("Thunk:#hlo_op="), "name", pl.lit("#"))
     named = pl.concat_str(pl.lit("Thunk:#name="), op_name, pl.lit(",hlo_op="), "name", pl.lit("#"))
-    thunks = ops.with_columns(pl.when(op_name.fill_null("") != "").then(named).otherwise(thunk).alias("text"))
-    ranges = pl.concat(
-        [f.select("start", "end", "text", gtid.alias("globalTid")) for f in (modules, thunks)]
-    ).with_columns(pl.lit(59).alias("eventType"), pl.lit(XLA_DOMAIN_ID).alias("domainId"))
+    # a kernel's range from when the core reached it (its launch lies in it); a while's its own span;
+    # a wait has none (no op of its own, as a GPU's copy-done thunk launches none)
+    whiles = ops.filter(pl.col("hlo_category").fill_null("") == "while")
+    thunks = pl.concat(
+        [kernels.with_columns(pl.col("issued").alias("start")).select(ops.columns), whiles.select(ops.columns)]
+    ).with_columns(pl.when(op_name.fill_null("") != "").then(named).otherwise(thunk).alias("text"))
+    ranges = pl.concat([f.select("start", "end", "text", gtid.alias("globalTid")) for f in (modules, thunks)])
+    ranges = ranges.with_columns(pl.lit(59).alias("eventType"), pl.lit(XLA_DOMAIN_ID).alias("domainId"))
     base = nsys_schema.global_tid(small_pid, TPU_RANGE_THREAD)
     threads = pl.DataFrame(
         [(f"{ev.processes[pid]} {TPU_OPS_THREAD} (device clock)", base + d) for pid, d in devices.items()],
         schema={"name": pl.String, "globalTid": I64},
         orient="row",
     )
-    return {"kernels": kernels, "copies": copies, "calls": calls, "ranges": ranges.sort("start"), "threads": threads}
+    return {
+        "kernels": kernels,
+        "copies": copies.drop("_i", "_record", "_wait", "_sync", "eventId"),
+        "records": records,
+        "syncs": syncs,
+        "calls": calls,
+        "ranges": ranges.sort("start"),
+        "threads": threads,
+    }
 
 
 def convert(
@@ -557,6 +649,9 @@ def convert(
     copies = pl.concat([ops["copies"], tpu["copies"]], how="diagonal_relaxed") if tpu else ops["copies"]
     rows["CUPTI_ACTIVITY_KIND_MEMCPY"] = copies
     rows["CUPTI_ACTIVITY_KIND_MEMSET"] = ops["memsets"]
+    if tpu:
+        rows["CUPTI_ACTIVITY_KIND_CUDA_EVENT"] = tpu["records"]
+        rows["CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"] = tpu["syncs"]
     calls, ranges, threads = [], [], []
     if host_pid is not None:
         host = _host_rows(ev, host_pid, module, program_id)
@@ -588,13 +683,13 @@ def convert(
         {"name": SOURCE_KEY, "value": SOURCE},
         {"name": "PROFILE_STEP_SOURCE_FILE", "value": path.name},
         {"name": "PROFILE_STEP_NOTE", "value": TPU_NOTE if tpus else MISSING_NOTE},
-        *([{"name": DEVICE_KIND_KEY, "value": "TPU"}] if tpus else []),
+        *([{"name": DEVICE_KIND_KEY, "value": "TPU"}, {"name": WAITS_KEY, "value": TPU_WAITS}] if tpus else []),
     ]
     return nsys_schema.create(dst, rows)
 
 
 # --- the export a profile-step command reads ---------------------------------------------------
-CONVERTER_VERSION = "4"  # a new conversion makes new cache entries
+CONVERTER_VERSION = "6"  # a new conversion makes new cache entries
 
 
 @dataclass(frozen=True)
