@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 TPU_PID, HOST_PID = 3, 701
@@ -76,3 +79,115 @@ def write_trace(path: Path, events: list[dict]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(gzip.compress(json.dumps({"displayTimeUnit": "ns", "traceEvents": events}).encode()))
     return path
+
+
+# --- a real TPU trace, read straight from its JSON ------------------------------------------------
+DTYPE_SIZE = {
+    "pred": 1,
+    "s8": 1,
+    "u8": 1,
+    "bf16": 2,
+    "f16": 2,
+    "s16": 2,
+    "f32": 4,
+    "s32": 4,
+    "u32": 4,
+    "f64": 8,
+    "s64": 8,
+}
+
+
+def array_bytes(shape: str) -> int:
+    """Bytes of one dense array as the trace prints it: ``bf16[1,8,1024,8192]{...}``."""
+    m = re.match(r"(\w+)\[([\d,]*)\]", shape)
+    assert m, shape
+    return DTYPE_SIZE[m.group(1)] * math.prod(int(d) for d in m.group(2).split(",") if d)
+
+
+def slice_to_host(start_shape: str) -> int:
+    """What a transfer to the host moves, from its start's shape (its operands, result and context):
+    the largest array that is not in host memory (the update of a dynamic-update-slice, the
+    source of a copy)."""
+    arrays = re.findall(r"\w+\[[\d,]*\]\{[^}]*\}", start_shape)
+    return max(array_bytes(x) for x in arrays if "S(5)" not in x)
+
+
+def ns(ts: float, dur: float) -> tuple[int, int]:
+    """A span in integer nanoseconds, as the trace's microseconds round (start, start + duration)."""
+    start = round(ts * 1000)
+    return start, start + round(dur * 1000)
+
+
+@dataclass
+class RawStep:
+    """One execution on the TPU's ``XLA Modules`` line and what its ``XLA Ops`` say of it."""
+
+    start: int
+    end: int
+    ops: list[tuple[int, int]] = field(default_factory=list)  # every op but the whiles
+    kernels: list[tuple[int, int]] = field(default_factory=list)  # and but the host transfers' dones
+    waits: list[tuple[int, int]] = field(default_factory=list)  # the host transfers' dones
+    copies: dict[str, list[tuple[int, int]]] = field(default_factory=lambda: {"d2h": [], "h2d": []})
+    bytes: dict[str, int] = field(default_factory=lambda: {"d2h": 0, "h2d": 0})
+
+
+def raw_steps(trace: Path) -> list[RawStep]:
+    """The executions of *trace* with their ops, waits and host transfers: a transfer is an async
+    start whose text names host memory S(5) and the done that names it; to the host when the done's
+    shape is in S(5) (its bytes ``slice_to_host`` of the start's shape), else from it (its bytes the
+    done's shape)."""
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    procs = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
+    tpu = next(pid for pid, name in procs.items() if name == "/device:TPU:0")
+    lines = {e["args"]["name"]: e["tid"] for e in events if e.get("pid") == tpu and e.get("name") == "thread_name"}
+    mine = [e for e in events if e.get("ph") == "X" and e["pid"] == tpu]
+    steps = [RawStep(*ns(e["ts"], e["dur"])) for e in mine if e["tid"] == lines["XLA Modules"]]
+    steps.sort(key=lambda s: s.start)
+    open_starts: dict[str, dict] = {}
+    for e in sorted((e for e in mine if e["tid"] == lines["XLA Ops"]), key=lambda e: e["ts"]):
+        a = e["args"]
+        cat, span = a.get("hlo_category"), ns(e["ts"], e["dur"])
+        step = next(s for s in steps if s.start <= span[0] < s.end)
+        if cat == "while":
+            continue
+        step.ops.append(span)
+        if cat in ("async-start", "copy-start") and "S(5)" in a.get("long_name", ""):
+            open_starts[e["name"]] = e
+        started = re.search(r"%([^\s%()]+)\)\s*$", a.get("long_name", ""))
+        if cat in ("async-done", "copy-done") and started and started.group(1) in open_starts:
+            begin = open_starts.pop(started.group(1))
+            to_host = "S(5)" in a["shape_with_layout"]
+            kind = "d2h" if to_host else "h2d"
+            step.waits.append(span)
+            step.copies[kind].append((ns(begin["ts"], begin["dur"])[0], span[1]))
+            moved = (
+                slice_to_host(begin["args"]["shape_with_layout"]) if to_host else array_bytes(a["shape_with_layout"])
+            )
+            step.bytes[kind] += moved
+            continue
+        step.kernels.append(span)
+    return steps
+
+
+def union_ns(spans: list[tuple[int, int]]) -> int:
+    """Length of the union of [start, end) spans."""
+    total, end = 0, None
+    for s, e in sorted(spans):
+        if end is None or s > end:
+            total, end = total + e - s, e
+        elif e > end:
+            total, end = total + e - end, e
+    return total
+
+
+def minus_ns(spans: list[tuple[int, int]], cover: list[tuple[int, int]]) -> int:
+    """Length of the union of *spans* outside the union of *cover*."""
+    cuts = sorted({p for s in spans + cover for p in s})
+    inside = [False] * (len(cuts) - 1)
+    covered = [False] * (len(cuts) - 1)
+    index = {p: i for i, p in enumerate(cuts)}
+    for marks, source in ((inside, spans), (covered, cover)):
+        for s, e in source:
+            for i in range(index[s], index[e]):
+                marks[i] = True
+    return sum(cuts[i + 1] - cuts[i] for i in range(len(cuts) - 1) if inside[i] and not covered[i])
