@@ -201,7 +201,10 @@ def tpu_label(command: str) -> tuple[str, bool, list[str]]:
 def import_tpu_run(src: Path, into: Path, kind: str, jax_version: str, memory_mib: int) -> Path:
     """One run folder under *into* from the recorded run *src* (``command.txt``, ``stdout.log``,
     ``dump/``, ``jax/``)."""
-    policy, scanned, size = tpu_label((src / "command.txt").read_text())
+    try:
+        policy, scanned, size = tpu_label((src / "command.txt").read_text())
+    except ValueError as exc:
+        raise ValueError(f"{src / 'command.txt'}: {exc}") from None
     sizes = dict(zip(size[::2], size[1::2], strict=False))
     label = policy + ("-scan" if scanned else "") + ("" if sizes.get("--layers") == "8" else f"-l{sizes['--layers']}")
     log = (src / "stdout.log").read_text(errors="replace") if (src / "stdout.log").is_file() else ""
@@ -291,7 +294,12 @@ def main() -> int:
     args = ap.parse_args()
     args.into.mkdir(parents=True, exist_ok=True)
     if args.tpu:
-        for run in import_tpu(args.outs, args.into, args.tpu_kind, args.tpu_jax, args.tpu_memory_mib):
+        try:
+            runs = import_tpu(args.outs, args.into, args.tpu_kind, args.tpu_jax, args.tpu_memory_mib)
+        except (ValueError, OSError, tarfile.TarError) as exc:
+            print(f"import_device_capture: {exc}", file=sys.stderr)
+            return 2
+        for run in runs:
             print(run)
         return 0
     for call, out in enumerate(args.outs, start=1):

@@ -107,3 +107,32 @@ def test_analyze_of_the_folder_reads_every_run_and_says_why_one_has_no_trace(tmp
         assert row["moved_d2h_bytes_per_step"] == raw[0].bytes["d2h"] and row["device_kind"] == "TPU v5 lite"
     (oom,) = doc["no_trace"]
     assert oom["policy"] == "none-scan" and oom["reason"].startswith("RESOURCE_EXHAUSTED")
+
+
+def test_compare_pairs_the_scanned_and_the_unrolled_offload_mlp(tmp_path):
+    """Two forms of one step are two policies: --pair compares them as one pair, the step and the waits
+    as analyze measured them; without it there is nothing in common to compare."""
+    scan, unrolled = (next(p for p in RUNS if label(p) == name) for name in ("offload_mlp-scan", "offload_mlp"))
+    env = {"PROFILE_STEP_CACHE": str(tmp_path)}
+    proc = run_cli("compare", "--pair", "--format", "json", str(scan), str(unrolled), env=env)
+    assert proc.returncode == 0, proc.stderr
+    (pair,) = json.loads(proc.stdout)["policies"]
+    assert pair["policy"] == "offload_mlp-scan → offload_mlp"
+    steps = {
+        side: statistics.median(
+            max(e for _, e in s.ops) - min(b for b, _ in s.ops) for s in raw_steps(run / "trace.json.gz")
+        )
+        for side, run in (("base", scan), ("head", unrolled))
+    }
+    assert (pair["metrics"]["step_ns"]["base"], pair["metrics"]["step_ns"]["head"]) == (steps["base"], steps["head"])
+    alone = run_cli("compare", str(scan), str(unrolled), env=env)
+    assert alone.returncode == 2 and "--pair" in alone.stdout
+
+
+def test_findings_give_no_gpu_flag_to_a_tpu(tmp_path):
+    (run,) = [p for p in RUNS if label(p) == "offload_mlp-scan"]
+    proc = run_cli("findings", str(run), env={"PROFILE_STEP_CACHE": str(tmp_path)})
+    said = " ".join(proc.stdout.split())
+    assert proc.returncode == 0 and "exposed-copies" in said and "saves 132 ms per step" in said
+    assert "XLA:GPU's scheduling flags (--lhs, --pipelined-offload) do not apply to a TPU" in said
+    assert "--xla_gpu_enable_latency_hiding_scheduler" not in said  # lhs-off cannot decide on a TPU

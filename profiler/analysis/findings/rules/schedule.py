@@ -83,6 +83,8 @@ def _offload_totals(ev: Evidence) -> tuple[int, int]:
 def lhs_off(ev: Evidence) -> list[Finding]:
     if not ev.is_xla:
         raise CannotDecide("not an XLA program (no manifest with a JAX version, no XLA NVTX ranges)")
+    if ev.on_tpu:
+        raise CannotDecide(f"a TPU: {LHS} is XLA:GPU's flag")
     busy, exposed = _offload_totals(ev)
     if busy == 0 or not exceeds(exposed / busy, ev.config["lhs_exposed_fraction"]):
         return []
