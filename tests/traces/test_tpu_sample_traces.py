@@ -4,13 +4,19 @@ duration, the bytes each way, the copies' busy and exposed time, and the waits."
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 
 import pytest
 
+from profiler.analysis import replay_rules
+from profiler.analysis.dependencies import dependencies
+from profiler.analysis.hostsync import host_syncs
+from profiler.analysis.replay import replay
 from profiler.runs.result import analyzed
-from profiler.trace import load_trace
+from profiler.trace import jax_profile, load_trace
+from profiler.trace.loader import open_trace
 from tests.helpers.cli import run_cli
 from tests.helpers.paths import ROOT
 from tests.helpers.tpu_traces import minus_ns, raw_steps, union_ns
@@ -136,3 +142,16 @@ def test_findings_give_no_gpu_flag_to_a_tpu(tmp_path):
     assert proc.returncode == 0 and "exposed-copies" in said and "saves 132 ms per step" in said
     assert "XLA:GPU's scheduling flags (--lhs, --pipelined-offload) do not apply to a TPU" in said
     assert "--xla_gpu_enable_latency_hiding_scheduler" not in said  # lhs-off cannot decide on a TPU
+
+
+@pytest.mark.parametrize("run", RUNS, ids=label)
+def test_the_trace_replay_keeps_its_rules_on_each_run(run, tmp_path, monkeypatch):
+    """One op at a time per stream (where the recording had none overlap: a direction's transfers in flight
+    together in the unrolled runs keep their overlap, no more) and no stream shorter than its measured
+    work, at the recorded link, a twice faster one and none, with and without the sequencer's waits."""
+    monkeypatch.setenv("PROFILE_STEP_CACHE", str(tmp_path))
+    trace = open_trace(jax_profile.export(run / "trace.json.gz"))
+    deps = dependencies(trace)
+    host = host_syncs(trace, deps)
+    for factor, h in itertools.product((1.0, 0.5, 0.0), (None, host)):
+        assert replay_rules.check_replay(replay(deps, factor, h)).ok, (factor, h is not None)
