@@ -140,6 +140,7 @@ def test_findings_give_no_gpu_flag_to_a_tpu(tmp_path):
     proc = run_cli("findings", str(run), env={"PROFILE_STEP_CACHE": str(tmp_path)})
     said = " ".join(proc.stdout.split())
     assert proc.returncode == 0 and "exposed-copies" in said and "saves 132 ms per step" in said
+    assert "(1 TPU, 5 steps, median 356 ms; copies per step and TPU)" in said and "costs 132 ms per step" in said
     assert "XLA:GPU's scheduling flags (--lhs, --pipelined-offload) do not apply to a TPU" in said
     assert "--xla_gpu_" not in said  # lhs-off cannot decide on a TPU; late-copies-back names no GPU flag
 
