@@ -34,11 +34,15 @@ A TPU's trace (``/device:TPU:N``, libtpu) is converted too, into the same tables
   step's exposed transfer time is its waits.  It is a stream wait too (``CUPTI_ACTIVITY_KIND_
   SYNCHRONIZATION`` on the core's stream, for an event recorded just after the copy's start):
   the op after the waits is issued when the core reached them (its launch call then), so that
-  METRICS.md's stall of that op is the waits' time, blocked by the copy;
+  METRICS.md's stall of that op is the waits' time, blocked by the copy; and the sequencer (the
+  ranges' thread) is blocked in it, a ``cuEventSynchronize`` (``TPU_BLOCKED``) from the done's
+  begin to its end, with which a replay moves the later ops' launches when the copy ends sooner
+  (``profiler.analysis.hostsync``).  Waits that end an execution stall nothing in the next;
 - a ``while`` is no kernel either: its span holds its body's ops (each trip's), which are; it is
   kept as a thunk range around theirs, as XLA's GPU while thunk is, so nothing counts twice;
 - each execution on the ``XLA Modules`` line is XLA's module range
-  (``XlaModule:#hlo_module=jit_step[,program_id=N]#``) and each op a thunk range in it (op_name
+  (``XlaModule:#hlo_module=jit_step,program_id=N#``: the run folder's program id, else each
+  ``jit_step(<fingerprint>)`` numbered as it first ran) and each op a thunk range in it (op_name
   from the op's ``tf_op``; a kernel's from when it was issued; a wait has none, as a GPU's
   copy-done thunk launches nothing), on a thread of their own in the host process, on the
   device's clock; each kernel and copy has a zero-length launch call there (``TPU_LAUNCH``, when
