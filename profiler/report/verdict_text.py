@@ -51,11 +51,13 @@ def _head(v: dict[str, Any]) -> str:
     if not v["gpu"]:
         per = "no GPU activity" + (f"; {steps}" if v["steps"] else "")
     elif c["per"] == "step":
-        per = f"{count(c['gpus'], 'GPU')}, {steps}; copies per step and GPU"
+        word = c.get("device_word", "GPU")
+        per = f"{count(c['gpus'], word)}, {steps}; copies per step and {word}"
     else:
-        gpus = count(c["gpus"], "GPU")
+        word = c.get("device_word", "GPU")
+        gpus = count(c["gpus"], word)
         window = f"the {t(v['window_ns'])} window" if v.get("window_ns") else "the window"
-        per = f"{gpus}, no steps: copies over {window}, the GPUs together"
+        per = f"{gpus}, no steps: copies over {window}, the {word}s together"
     head = f"{_whose(v)} ({per})"
     if v["synthetic"]:
         head += f" {SYNTHETIC_FLAG}"
@@ -130,9 +132,11 @@ def _cost(v: dict[str, Any]) -> str:
     of = f" ({share(cost['share'])} of {'the step' if cost['per'] == 'step' else 'it'})" if cost["share"] else ""
     host = "" if cost.get("host_sync_modeled") is not False else "; host synchronization not modeled"
     without = "the step" if cost["per"] == "step" else "the window"
+    word = v["copies"].get("device_word", "GPU")
     return (
-        f"the copies' time costs {t(cost['saving_ns'])} {per}{of} on GPU {cost['device']}: "
-        f"{without} replayed without any h2d/d2h copy on any GPU, kernels at their measured times{host}; {RELATION}"
+        f"the copies' time costs {t(cost['saving_ns'])} {per}{of} on {word} {cost['device']}: "
+        f"{without} replayed without any h2d/d2h copy on any {word}, kernels at their measured times{host}; "
+        f"{RELATION}"
     )
 
 

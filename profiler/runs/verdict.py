@@ -48,6 +48,8 @@ def copies(run: RunSummary) -> dict[str, Any]:
     steps = [s for s in run.included_steps if s.directions]
     gpus = run.device_count
     out: dict[str, Any] = {"per": "step" if steps else "window", "gpus": len(run.devices or {})}
+    if run.gpus and all("TPU" in str(g) for g in run.gpus):
+        out["device_word"] = "TPU"  # what the text calls a device (GPU where absent)
     for d in DIRECTIONS:
         if steps:
             busy = _median([s.directions[d]["busy_ns"] // gpus for s in steps if s.directions])  # type: ignore[index]
