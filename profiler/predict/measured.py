@@ -290,7 +290,14 @@ def _tpu(path: Path, trace: Path, module: str | None, hlo: Path | None) -> Measu
         )
     steps = execs.select("execution", "start", "end", "duration_ns")
     notes.append("a TPU core runs its ops on one serial line; an async *-done's time is the core's wait for it")
-    return Measured(path, "JAX profiler trace (TPU)", name, mod, times, steps, copies, t.device, notes,
+    if mod is not None:
+        untimed = _untimed(schedule.build(mod), set(times["hlo_op"].to_list()))
+        if untimed:
+            notes.append(
+                f"{len(untimed)} ops of the program have no event in the trace (0 ns): " + ", ".join(untimed[:8])
+            )
+    device = t.device or _manifest_device(folder)
+    return Measured(path, "JAX profiler trace (TPU)", name, mod, times, steps, copies, device, notes,
                     None, f"the program with the most device time in the trace ({name})")  # fmt: skip
 
 
@@ -299,3 +306,18 @@ def host_pairs(sched: schedule.Schedule) -> dict[str, tuple[str, str, int]]:
     ops = sched.ops
     return {o.name: (ops[o.pair].name, ops[o.pair].stream, ops[o.pair].bytes) for o in ops
             if o.kind == "done" and o.pair is not None and ops[o.pair].stream in ("d2h", "h2d")}  # fmt: skip
+
+
+def _untimed(sched: schedule.Schedule, timed: set[str]) -> list[str]:
+    """The ops that run on the core (compute, copies, starts) of which the trace has no event (a TPU's
+    scalar unit runs a loop's counter arithmetic without one)."""
+    return sorted(
+        {o.name for o in sched.ops if o.kind in ("compute", "copy", "start", "collective") and o.name not in timed}
+    )
+
+
+def _manifest_device(folder: Path) -> str | None:
+    """The device kind a run folder's manifest names (``devices[0].kind``)."""
+    man = manifest_in(folder) or {}
+    kinds = [d.get("kind") for d in man.get("devices") or [] if isinstance(d, dict) and d.get("kind")]
+    return str(kinds[0]) if kinds else None
