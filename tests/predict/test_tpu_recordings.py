@@ -47,7 +47,8 @@ TPU_HLO = f"""HloModule jit_step, is_scheduled=true
   %buf = bf16[8,2,1024,1024]{HOST} get-tuple-element(%p), index=1
   %x = bf16[1,2,1024,1024]{T} get-tuple-element(%p), index=2
   %y = bf16[1,2,1024,1024]{T} negate(%x)
-  %dus-start = ((bf16[8,2,1024,1024]{HOST}, bf16[1,2,1024,1024]{T}, s32[]{{:T(128)}}), bf16[8,2,1024,1024]{HOST}, u32[]{{:S(2)}}) async-start(%buf, %y, %c), calls=%dus_comp
+  %dus-start = ((bf16[8,2,1024,1024]{HOST}, bf16[1,2,1024,1024]{T}, s32[]{{:T(128)}}),
+      bf16[8,2,1024,1024]{HOST}, u32[]{{:S(2)}}) async-start(%buf, %y, %c), calls=%dus_comp
   %one = s32[]{{:T(128)}} constant(1)
   %next = s32[]{{:T(128)}} add(%c, %one)
   %dus-done = bf16[8,2,1024,1024]{HOST} async-done(%dus-start)
@@ -64,7 +65,8 @@ TPU_HLO = f"""HloModule jit_step, is_scheduled=true
 %mm (q: bf16[8,16,1024,128], k: bf16[8,16,1024,128]) -> bf16[8,16,1024,1024] {{
   %q = bf16[8,16,1024,128]{T} parameter(0)
   %k = bf16[8,16,1024,128]{T} parameter(1)
-  ROOT %s = bf16[8,16,1024,1024]{{3,2,1,0:T(8,128)(2,1)S(1)}} convolution(%q, %k), window={{size=8x16 stride=7x15 lhs_dilate=8x16}}, dim_labels=01bf_01oi->01bf
+  ROOT %s = bf16[8,16,1024,1024]{{3,2,1,0:T(8,128)(2,1)S(1)}} convolution(%q, %k),
+      window={{size=8x16 stride=7x15 lhs_dilate=8x16}}, dim_labels=01bf_01oi->01bf
 }}
 
 ENTRY %main (x: bf16[1,2,1024,1024], q: bf16[8,16,1024,128]) -> bf16[8,16,1024,1024] {{
@@ -127,8 +129,8 @@ def test_a_tpu_batched_matmul_counts_one_tap_per_batch_window_and_vmem_is_no_hbm
 
 
 def _event(name: str, cat: str, off_ps: int, dur_ps: int, tid: int = 3) -> dict:
-    return {"ph": "X", "pid": 3, "tid": tid, "ts": off_ps / 1e6, "dur": dur_ps / 1e6, "name": name,
-            "args": {"device_offset_ps": str(off_ps), "device_duration_ps": str(dur_ps), "hlo_category": cat}}  # fmt: skip
+    args = {"device_offset_ps": str(off_ps), "device_duration_ps": str(dur_ps), "hlo_category": cat}
+    return {"ph": "X", "pid": 3, "tid": tid, "ts": off_ps / 1e6, "dur": dur_ps / 1e6, "name": name, "args": args}
 
 
 def test_a_tpu_trace_gives_a_loop_its_own_time_only(tmp_path):
@@ -136,9 +138,10 @@ def test_a_tpu_trace_gives_a_loop_its_own_time_only(tmp_path):
     meta = [{"ph": "M", "pid": 3, "name": "process_name", "args": {"name": "/device:TPU:0"}},
             *({"ph": "M", "pid": 3, "tid": t, "name": "thread_name", "args": {"name": n}}
               for t, n in ((2, "XLA Modules"), (3, "XLA Ops")))]  # fmt: skip
-    ev = [_event("jit_step(1)", "", 0, 1_000_000, tid=2), _event("fusion.1", "loop fusion", 0, 100_000),
-          _event("while.2", "while", 100_000, 810_000), _event("fusion.3", "loop fusion", 100_000, 400_000),
-          _event("fusion.3", "loop fusion", 500_000, 400_000), _event("fusion.4", "loop fusion", 910_000, 90_000)]  # fmt: skip
+    ops = [("fusion.1", 0, 100_000), ("while.2", 100_000, 810_000), ("fusion.3", 100_000, 400_000),
+           ("fusion.3", 500_000, 400_000), ("fusion.4", 910_000, 90_000)]  # fmt: skip
+    ev = [_event("jit_step(1)", "", 0, 1_000_000, tid=2),
+          *(_event(n, "while" if n.startswith("while") else "loop fusion", o, d) for n, o, d in ops)]  # fmt: skip
     path = tmp_path / "host.trace.json.gz"
     path.write_bytes(gzip.compress(json.dumps({"traceEvents": meta + ev}).encode()))
     assert tpu_trace.find(tmp_path) == path
