@@ -39,7 +39,8 @@ DEFAULT_CAL = "scan-l8/remat"
 def recordings(root: Path) -> list[Path]:
     """The TPU recordings under *root* (itself, its subfolders and theirs)."""
     cands = [root, *sorted(p for p in root.glob("*") if p.is_dir()), *sorted(p for p in root.glob("*/*") if p.is_dir())]
-    return [p for p in cands if tpu_trace.find(p) is not None and not (p / "plugins").is_dir() and p.name != "jax"]
+    own = [p for p in cands if any(p.glob("*trace.json.gz")) or any(p.glob("jax/plugins/profile/*/*trace.json.gz"))]
+    return [p for p in own if tpu_trace.find(p) is not None]
 
 
 def per_class(sched: schedule.Schedule, costs: dict[str, int], waits: int) -> dict[str, float]:
