@@ -21,7 +21,7 @@ from typing import Any
 
 from profiler.analysis.accuracy import CALIBRATED, ROOFLINE
 from profiler.analysis.links import Link, host_link
-from profiler.errors import InputError
+from profiler.errors import InputError, ProfilerError
 from profiler.predict import calibrate, roofline, schedule
 from profiler.predict.measured import load
 from profiler.predict.simulate import simulate
@@ -56,7 +56,10 @@ def from_recording(path: Path, targets: list[str] | None = None, links: list[Lin
     cal = calibrate.calibrate(m, spec)
     predicted = []
     for target in targets or [None]:
-        label, target_spec = (m.gpu or "its GPU", spec) if target is None else resolve(target)[:2]
+        try:
+            label, target_spec = (m.gpu or "its GPU", spec) if target is None else resolve(target, priced_only=True)[:2]
+        except ValueError as exc:
+            raise ProfilerError(f"--target: {exc}") from None
         for link in links or [own_link]:
             s, costs, how = calibrate.calibrated_costs(cal, m.module, target_spec, link)
             p = simulate(s, costs, link)

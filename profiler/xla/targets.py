@@ -171,13 +171,16 @@ def peak_tflops(device_kind: str | None) -> float | None:
     return None
 
 
-def resolve(target: str) -> tuple[str, str, GpuTarget | None]:
+def resolve(target: str, priced_only: bool = False) -> tuple[str, str, GpuTarget | None]:
     """(label, spec text, built-in target or None) for a name in TARGETS or a spec file."""
     key = target.lower()
     if key in TARGETS:
         t = TARGETS[key]
         return t.description, t.spec_text(), t
     if key in TPU_TARGETS:  # priced only (plan --from): nothing compiles for it
+        if not priced_only:
+            raise ValueError(f"{target} is a TPU: nothing compiles for it here; it prices a TPU's recorded "
+                             f"program (plan --from RUN --target {key})")  # fmt: skip
         return TPU_TARGETS[key].description, TPU_TARGETS[key].spec_text(), None
     path = Path(target)
     if path.is_file():
@@ -189,7 +192,8 @@ def resolve(target: str) -> tuple[str, str, GpuTarget | None]:
             if line.strip().startswith("device_description_str:"):
                 label = line.split(":", 1)[1].strip().strip('"') or label
         return label, text, None
-    raise ValueError(f"unknown target {target!r}: one of {', '.join(TARGETS)} or a GpuTargetConfigProto text file")
+    raise ValueError(f"unknown target {target!r}: one of {', '.join(TARGETS)} or a GpuTargetConfigProto text file"
+                     f" ({', '.join(TPU_TARGETS)}: with plan --from a TPU recording)")  # fmt: skip
 
 
 def memory_of(spec_text: str) -> int | None:

@@ -228,3 +228,23 @@ def test_plan_from_a_tpu_run_folder(tpu_measured):
     assert abs(doc["replay"]["error"]) <= REPLAY_GOAL and abs(doc["roofline"]["error"]) <= ROOFLINE_GOAL
     assert [r["replayed"] for r in doc["replay"]["regions"]] in ([], ["body", "body"])
     assert doc["predicted"][0]["link"] == "TPU v5e host link (measured)"
+
+
+def test_the_tpu_target_prices_a_recording_and_compiles_nothing():
+    """``tpu-v5e`` is a description the roofline reads; a compile for it (plan/tune without --from) is
+    refused in one line."""
+    from profiler.xla.targets import resolve
+
+    with pytest.raises(ValueError, match="nothing compiles for it here"):
+        resolve("tpu-v5e")
+    label, spec, builtin = resolve("tpu-v5e", priced_only=True)
+    assert (label, builtin) == ("TPU v5 lite", None)
+    d = roofline.device_from_spec(spec)
+    assert (d.name, d.on_chip_spaces) == ("TPU v5 lite", frozenset({1}))
+
+
+def test_plan_from_names_a_bad_target_in_one_line(tpu_measured):
+    from profiler.errors import ProfilerError
+
+    with pytest.raises(ProfilerError, match=r"^--target: unknown target 'h900'"):
+        from_recording(TPU_RUNS / next(iter(tpu_measured)), ["h900"])
