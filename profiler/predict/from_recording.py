@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from profiler.analysis.accuracy import CALIBRATED, ROOFLINE
+from profiler.analysis.accuracy import of_device
 from profiler.analysis.links import Link, host_link
 from profiler.errors import InputError, ProfilerError
 from profiler.predict import calibrate, roofline, schedule
@@ -64,7 +64,8 @@ def from_recording(path: Path, targets: list[str] | None = None, links: list[Lin
             s, costs, how = calibrate.calibrated_costs(cal, m.module, target_spec, link)
             p = simulate(s, costs, link)
             same = how["scaled"] == 0 and how["roofline"] == 0
-            kind = ROOFLINE if how["measured"] == 0 and how["scaled"] == 0 else CALIBRATED  # what costed it
+            roof_acc, cal_acc = of_device(label)
+            kind = roof_acc if how["measured"] == 0 and how["scaled"] == 0 else cal_acc  # what costed it
             predicted.append(
                 {
                     "target": label,
@@ -96,10 +97,10 @@ def from_recording(path: Path, targets: list[str] | None = None, links: list[Lin
             "link": own_link.name,
             "step_ns": roof_step,
             "error": _error(roof_step, m.step_ns),
-            "expected_error": ROOFLINE.error_text(),
+            "expected_error": of_device(m.gpu)[0].error_text(),
         },
         "classes": calibrate.class_table(sched, measured, roof),
         "largest": largest,
         "predicted": predicted,
-        "accuracy": {"roofline": ROOFLINE.line(), "calibrated": CALIBRATED.line()},
+        "accuracy": {"roofline": of_device(m.gpu)[0].line(), "calibrated": of_device(m.gpu)[1].line()},
     }
