@@ -246,6 +246,8 @@ def test_plan_from_a_tpu_run_folder(tpu_measured):
     assert abs(doc["replay"]["error"]) <= REPLAY_GOAL and abs(doc["roofline"]["error"]) <= ROOFLINE_GOAL
     assert [r["replayed"] for r in doc["replay"]["regions"]] in ([], ["body", "body"])
     assert doc["predicted"][0]["link"] == "TPU v5e host link (measured)"
+    assert doc["roofline"]["expected_error"] == TPU_ROOFLINE.error_text() == "3-14% short"
+    assert doc["accuracy"]["calibrated"] == TPU_CALIBRATED.line()
 
 
 def test_the_tpu_target_prices_a_recording_and_compiles_nothing():
