@@ -268,3 +268,28 @@ def test_plan_from_names_a_bad_target_in_one_line(tpu_measured):
 
     with pytest.raises(ProfilerError, match=r"^--target: unknown target 'h900'"):
         from_recording(TPU_RUNS / next(iter(tpu_measured)), ["h900"])
+
+
+def test_a_padded_dilated_batch_window_counts_one_tap_per_output():
+    """The other form TPU modules write (the attention's backward): ``01fb_01oi->01fb`` with a window
+    of 8x16, stride 8x16, padding 7 and 15, input dilation 7 and 15: each output position meets one
+    real input element per dimension, so 2 x 8 x 16 x 1024 x 128 x 1024 FLOPs. On a GPU, memory space
+    1 is still HBM."""
+    text = TPU_HLO.replace(
+        "window={size=8x16 stride=7x15 lhs_dilate=8x16}, dim_labels=01bf_01oi->01bf",
+        "window={size=8x16 stride=8x16 pad=7_7x15_15 lhs_dilate=7x15 rhs_reversal=1x1}, dim_labels=01bf_01oi->01bf",
+    )
+    assert text != TPU_HLO
+    m = parse_text(text)
+    device = roofline.device_from_spec(TPU_TARGETS["tpu-v5e"].spec_text())
+    ins = next(i for i in m.instructions() if i.name == "scores")
+    assert roofline.Costs(m, device).flops(ins)[2] == 2 * 8 * 16 * 1024 * 1024 * 128
+    gpu = roofline.device_from_spec(resolve_spec("h100"))
+    assert gpu.on_chip_spaces == frozenset()
+    assert roofline.Costs(m, gpu).hbm_bytes(ins) == roofline.Costs(m, device).hbm_bytes(ins) + 8 * 16 * 1024 * 1024 * 2
+
+
+def resolve_spec(name: str) -> str:
+    from profiler.xla.targets import resolve
+
+    return resolve(name)[1]
