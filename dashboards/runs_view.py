@@ -150,13 +150,24 @@ def jax_provenance(jax: dict[str, dict[str, list[str]]], roots: list[Path]) -> l
         for group, gpus in jax.items()
         for gpu, labels in gpus.items()
     ]
-    return [
-        html.Strong("Measured on a real GPU with JAX's own profiler (jax.profiler, not nsys):"),
-        html.Ul(items),
-        html.Div(
+    kinds = {gpu for gpus in jax.values() for gpu in gpus}
+    tpu = {k for k in kinds if "TPU" in str(k)}
+    said = []
+    if kinds - tpu:
+        said.append(
             "Such a trace holds every kernel and copy: copy time, overlap, exposed time and steps are measured. "
-            f"Stalls are not measured and the copies' cost to the step is not modelled: {copy_numbers.NO_WAITS}.",
-        ),
+            f"Stalls are not measured and the copies' cost to the step is not modelled: {copy_numbers.NO_WAITS}."
+        )
+    if tpu:
+        said.append(
+            "A TPU's trace holds every op of its one instruction stream and its host transfers: copy time, "
+            "overlap, exposed time, steps and stalls (the core's waits in the transfers' dones) are measured."
+        )
+    device = "GPU" if not tpu else "TPU" if tpu == kinds else "accelerator"
+    return [
+        html.Strong(f"Measured on a real {device} with JAX's own profiler (jax.profiler, not nsys):"),
+        html.Ul(items),
+        *(html.Div(text) for text in said),
     ]
 
 

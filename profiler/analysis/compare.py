@@ -251,11 +251,16 @@ def compare(
     head_runs: list[RunSummary] | list[dict[str, Any]],
     thresholds: list[Threshold],
     finding_gates: list[str] | None = None,
+    pair: bool = False,
 ) -> dict[str, Any]:
     """The comparison document: per policy and per layer, deltas, gate results and a verdict.
-    *finding_gates* (rule ids or severities) fail on findings new in head."""
+    *finding_gates* (rule ids or severities) fail on findings new in head; *pair*: one policy on
+    each side, two different ones, compared as one pair (``base → head``)."""
     base = _by_policy([RunSummary.of(r) for r in base_runs])
     head = _by_policy([RunSummary.of(r) for r in head_runs])
+    if pair and len(base) == len(head) == 1 and set(base) != set(head):
+        (bp, b_runs), (hp, h_runs) = next(iter(base.items())), next(iter(head.items()))
+        base, head = {f"{bp} → {hp}": b_runs}, {f"{bp} → {hp}": h_runs}
     policies = [p for p in base if p in head]
     result: dict[str, Any] = {
         "thresholds": [t.text for t in thresholds],

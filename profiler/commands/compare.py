@@ -33,7 +33,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     base, head = load_sides([args.base, args.head], Path(args.db), args.nsys, skipped)
     for s in dict.fromkeys(skipped):
         print(f"profile-step: not compared: {s.line()}", file=sys.stderr)
-    result = compare(base, head, thresholds, gates)
+    result = compare(base, head, thresholds, gates, pair=args.pair)
     if args.format == "json":
         print(json_dump(result))
     elif args.format == "markdown":
@@ -69,5 +69,11 @@ def add(sub: Any, shared: Shared) -> None:
         action="append",
         metavar="ID|SEVERITY",
         help="fail when head has a finding that base has not: a rule id, or a severity (that or worse)",
+    )
+    cmp.add_argument(
+        "--pair",
+        action="store_true",
+        help="one policy on each side, two different ones (two forms of a step): compare them as one pair, "
+        "base → head, instead of per policy",
     )
     cmp.set_defaults(func=cmd_compare)

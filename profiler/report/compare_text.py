@@ -93,7 +93,9 @@ def cell(metric: str, d: dict[str, Any], failed: bool = False) -> str:
 
 def verdict(cmp: dict[str, Any]) -> str:
     if not cmp["policies"]:
-        return "⚠️ profile-step: no policy in common between base and head"
+        return (
+            "⚠️ profile-step: no policy in common between base and head (--pair compares one run of each side as a pair)"
+        )
     if cmp["passed"]:
         return (
             f"✅ profile-step: no overlap regression ({len(cmp['policies'])} "

@@ -3,6 +3,7 @@ and a plan compiled for a GPU target."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -165,11 +166,28 @@ def recompute(r: dict[str, Any]) -> str:
     return "other program" if r.get("program_differs") else signed_pct(r["recompute_overhead"])
 
 
+SIGNATURE_CHARS = 120  # a program's parameter list, in a mark's sentence, before it is cut (--json has it whole)
+
+
+def _short_signature(text: str) -> str:
+    """*text* with each parenthesized parameter or result list longer than ``SIGNATURE_CHARS`` cut
+    to its start and its count of entries."""
+
+    def cut(m: re.Match[str]) -> str:
+        body = re.sub(r"/\*index=\d+\*/", "", m.group(1))
+        if len(body) <= SIGNATURE_CHARS:
+            return m.group(0)
+        n = len(re.findall(r"\w+\[[\d,]*\]", body))
+        return f"({body[:SIGNATURE_CHARS].rsplit(', ', 1)[0]}, … {n} in all)"
+
+    return re.sub(r"\(((?:[^()]|\([^()]*\))*)\)", cut, text)
+
+
 def policy_marks(tab: dict[str, Any]) -> list[tuple[str, str]]:
     """(mark, sentence) for the table's marked rows and its CPU runs: same step, within the noise,
     another program."""
     out = [
-        (OTHER_PROGRAM, f"{r['policy']}'s step is {r['program_differs']}: no percentage between them")
+        (OTHER_PROGRAM, f"{r['policy']}'s step is {_short_signature(r['program_differs'])}: no percentage between them")
         for r in tab.get("rows") or []
         if r.get("program_differs")
     ]

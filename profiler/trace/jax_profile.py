@@ -19,9 +19,35 @@ launched them, and XLA's host annotations (one range per module execution, one p
   ``command_buffer_1``) ``Thunk:#[name=<op_name>,]hlo_op=<instruction>#``, the ``op_name`` read
   from the step's optimized HLO when it is given, as XLA builds the same range's name.
 
+A TPU's trace (``/device:TPU:N``, libtpu) is converted too, into the same tables (``_tpu_rows``):
+
+- its ``XLA Ops`` line, the core's one in-order queue, is one stream (``TPU_COMPUTE_STREAM``) of
+  kernels, one per executed HLO instruction, named by it (``fusion.12``);
+- host transfers, async pairs whose start's text holds host memory ``S(5)``
+  (``dynamic-update-slice-start/done``: device to host, ``dynamic-slice-start/done``: host to
+  device, ``copy-start/done``: by which side is in ``S(5)``: the done's result there is device to
+  host), are copies: pinned host and device, the slice's bytes, from the start's begin to the
+  done's end, on a stream of their own per direction (``TPU_D2H_STREAM``, ``TPU_H2D_STREAM``: the
+  TPU's DMA engines are not CUDA streams; these streams only keep the two directions apart);
+- a host transfer's ``*-done`` is the time the core stood still waiting for it: it is no kernel,
+  so the core runs no kernel then and the copy's time there is its exposed time (METRICS.md): a
+  step's exposed transfer time is its waits.  It is a stream wait too (``CUPTI_ACTIVITY_KIND_
+  SYNCHRONIZATION`` on the core's stream, for an event recorded just after the copy's start):
+  the op after the waits is issued when the core reached them (its launch call then), so that
+  METRICS.md's stall of that op is the waits' time, blocked by the copy;
+- a ``while`` is no kernel either: its span holds its body's ops (each trip's), which are; it is
+  kept as a thunk range around theirs, as XLA's GPU while thunk is, so nothing counts twice;
+- each execution on the ``XLA Modules`` line is XLA's module range
+  (``XlaModule:#hlo_module=jit_step[,program_id=N]#``) and each op a thunk range in it (op_name
+  from the op's ``tf_op``; a kernel's from when it was issued; a wait has none, as a GPU's
+  copy-done thunk launches nothing), on a thread of their own in the host process, on the
+  device's clock; each kernel and copy has a zero-length launch call there (``TPU_LAUNCH``, when
+  it was issued) so that ops are attributed to these ranges as a GPU's are through their CUDA
+  calls.
+
 Times are the trace's microseconds as nanoseconds.  What the trace does not hold is left out and
-the export says so (``META_DATA_EXPORT``): CUDA event records and stream waits (so no stalls),
-and the GPU's name unless it is given.
+the export says so (``META_DATA_EXPORT``): a GPU's CUDA event records and stream waits (so no
+stalls; a TPU's are its done waits, ``WAITS_KEY``), and the GPU's name unless it is given.
 """
 
 from __future__ import annotations
@@ -39,6 +65,7 @@ from profiler.conventions import JAX_TRACE_SUFFIXES, is_jax_trace_name
 from profiler.errors import InputError
 from profiler.trace import nsys_schema
 from profiler.xla.hlo import Module
+from profiler.xla.shapes import DTYPE_BYTES
 
 I64 = pl.Int64
 TRACE_SUFFIXES = JAX_TRACE_SUFFIXES
@@ -46,6 +73,7 @@ PERFETTO_NAME = "perfetto_trace.json.gz"
 PROFILE_SUBDIR = Path("plugins") / "profile"
 SOURCE_KEY = "PROFILE_STEP_SOURCE"  # META_DATA_EXPORT: what the export was converted from
 SOURCE = "jax.profiler trace"
+DEVICE_KIND_KEY = "PROFILE_STEP_DEVICE_KIND"  # META_DATA_EXPORT: TPU when the devices were TPUs (converted)
 MISSING_NOTE = (
     "converted from a JAX profiler trace: no CUDA event records or stream waits (no stalls can be "
     "measured), no CUDA graph or context facts beyond what the trace names"
@@ -67,6 +95,27 @@ ARG_KEYS = (
     "memset_details",
     "context_id",
     "cuda_graph_node_id",
+    "hlo_category",
+    "long_name",
+    "shape_with_layout",
+    "tf_op",
+)
+# a TPU's trace: its device line of ops, the streams the conversion gives them, its launch calls
+TPU_OPS_THREAD = "XLA Ops"
+TPU_MODULES_THREAD = "XLA Modules"
+TPU_COMPUTE_STREAM, TPU_D2H_STREAM, TPU_H2D_STREAM = 1, 2, 3
+TPU_LAUNCH = "XLA TPU op (device clock)"
+TPU_RECORD = "XLA TPU copy issued (device clock)"  # a host transfer's event record, at its start
+TPU_WAIT = "XLA TPU done wait (device clock)"  # the core's wait for it, a stream wait
+TPU_BLOCKED = "cuEventSynchronize"  # the sequencer blocked in a wait: the blocking call the replay knows
+WAITS_KEY = "PROFILE_STEP_WAITS"  # META_DATA_EXPORT: where the waits come from, when a converted trace has them
+TPU_RANGE_THREAD = 1 << 23  # the host thread (low 24 bits) of the TPU's ranges and launch calls
+TPU_NAME = "TPU"  # the device's name when the run folder names none
+TPU_WAITS = "a TPU's host-transfer done waits: the core's stream waiting for the copy"
+TPU_NOTE = (
+    "converted from a JAX profiler trace of a TPU: its XLA Ops line is one stream of kernels; host "
+    "transfers (S(5) async pairs) are copies on one stream per direction (DMA engines, not CUDA "
+    "streams), their done waits stream waits of the core on them (the stalls)"
 )
 
 
@@ -163,12 +212,12 @@ def read(path: Path) -> Events:
     return Events(frame.drop("ts", "dur"), processes, threads)
 
 
-def _devices(processes: dict[int, str]) -> dict[int, int]:
-    """trace pid -> GPU ordinal, for processes named ``/device:GPU:N``."""
+def _devices(processes: dict[int, str], kind: str = "GPU") -> dict[int, int]:
+    """trace pid -> device ordinal, for processes named ``/device:<kind>:N``."""
     out = {}
     for pid, name in processes.items():
         head, _, ordinal = name.rpartition(":")
-        if head.endswith("/device:GPU") and ordinal.isdigit():
+        if head.endswith(f"/device:{kind}") and ordinal.isdigit():
             out[pid] = int(ordinal)
     return out
 
@@ -333,6 +382,239 @@ def _host_rows(ev: Events, host_pid: int, module: Module | None, program_id: int
     return {"calls": calls, "ranges": ranges, "threads": names}
 
 
+# --- a TPU's trace ---------------------------------------------------------------------------
+SHAPE = r"\w+\[[\d,]*\](?:\{[^}]*\})?"
+HOST_SPACE = "S(5)"
+
+
+def _tpu_lines(ev: Events, devices: dict[int, int]) -> pl.DataFrame:
+    """The events of each TPU's ``XLA Ops`` and ``XLA Modules`` lines, with ``deviceId`` and ``line``."""
+    rows = [
+        (pid, tid, name)
+        for (pid, tid), name in ev.threads.items()
+        if pid in devices and name in (TPU_OPS_THREAD, TPU_MODULES_THREAD)
+    ]
+    lines = pl.DataFrame(rows, schema={"pid": I64, "tid": I64, "line": pl.String}, orient="row")
+    dev = pl.DataFrame({"pid": list(devices), "deviceId": list(devices.values())}, schema={"pid": I64, "deviceId": I64})
+    return ev.events.join(lines, on=["pid", "tid"]).join(dev, on="pid")
+
+
+def _shapes_bytes(text: pl.Expr, host: bool) -> pl.Expr:
+    """Per row, the byte sizes of the array shapes in *text* in host memory (``S(5)``, *host*) or
+    not, as a list (XLA's dense sizes, ``profiler.xla.shapes.DTYPE_BYTES``)."""
+    size = pl.element().str.extract(r"^(\w+)\[", 1).replace_strict(DTYPE_BYTES, default=0, return_dtype=I64)
+    dims = pl.element().str.extract(r"\[([\d,]*)\]", 1).str.split(",")
+    count = dims.list.eval(pl.element().cast(I64, strict=False).fill_null(1).product()).list.first()
+    in_host = pl.element().str.contains(HOST_SPACE, literal=True)
+    keep = in_host if host else ~in_host
+    return text.str.extract_all(SHAPE).list.eval((size * count).filter(keep))
+
+
+def tpu_transfers(ops: pl.DataFrame) -> pl.DataFrame:
+    """The host transfers among a TPU's *ops* (its ``XLA Ops`` events: deviceId, name, start, end,
+    hlo_category, long_name): one row per start/done pair whose start's text holds host memory
+    ``S(5)``: deviceId, kind (``d2h`` when the done's result is in host memory, else ``h2d``),
+    start (the start's begin), end (the done's end), bytes (the slice moved: to the host the
+    largest device operand of the start, from it the done's result), start_name, done_name,
+    wait_start (the done's begin)."""
+    cat = pl.col("hlo_category")
+    text = pl.col("long_name").fill_null("")
+    starts = ops.filter(cat.is_in(["async-start", "copy-start"]) & text.str.contains(HOST_SPACE, literal=True))
+    starts = starts.select(
+        "deviceId",
+        pl.col("name").alias("start_name"),
+        pl.col("start").alias("t_start"),
+        pl.col("start"),
+        _shapes_bytes(text.str.extract(r"(?:async|copy)-start\((.*)$", 1), host=False).list.max().alias("_to_host"),
+    )
+    dones = ops.filter(cat.is_in(["async-done", "copy-done"])).select(
+        "deviceId",
+        pl.col("name").alias("done_name"),
+        pl.col("start").alias("wait_start"),
+        "end",
+        text.str.extract(r"%([^\s%()]+)\)\s*$", 1).alias("start_name"),
+        text.str.extract(r"^\S+ = (.*?) (?:async|copy)-done\(", 1).alias("_result"),
+    )
+    pairs = dones.sort("wait_start").join_asof(
+        starts.sort("t_start"),
+        left_on="wait_start",
+        right_on="t_start",
+        by=["deviceId", "start_name"],
+        strategy="backward",
+        check_sortedness=False,
+    )
+    pairs = pairs.filter(pl.col("t_start").is_not_null())
+    to_host = pl.col("_result").str.contains(HOST_SPACE, literal=True)
+    from_host = _shapes_bytes(pl.col("_result"), host=False).list.sum()
+    return pairs.select(
+        "deviceId",
+        pl.when(to_host).then(pl.lit("d2h")).otherwise(pl.lit("h2d")).alias("kind"),
+        "start",
+        "end",
+        pl.when(to_host).then(pl.col("_to_host")).otherwise(from_host).fill_null(0).cast(I64).alias("bytes"),
+        "start_name",
+        "done_name",
+        "wait_start",
+    ).sort("deviceId", "start")
+
+
+def tpu_line(ops: pl.DataFrame, transfers: pl.DataFrame, modules: pl.DataFrame) -> pl.DataFrame:
+    """A TPU's *ops* but its ``while`` spans, in the core's order, with ``wait`` (a host transfer's
+    done: *transfers*' ``done_name`` at ``wait_start``) and ``issued``: when the core reached the
+    op, the start of the waits right before it in the same execution of *modules* (its own start
+    where none are; waits that end an execution stall nothing)."""
+    waits = transfers.select(
+        "deviceId", pl.col("done_name").alias("name"), pl.col("wait_start").alias("start"), pl.lit(True).alias("wait")
+    )
+    line = (
+        ops.filter(pl.col("hlo_category").fill_null("") != "while")
+        .join(waits, on=["deviceId", "name", "start"], how="left")
+        .with_columns(pl.col("wait").fill_null(False))
+        .sort("deviceId", "start", maintain_order=True)
+    )
+    execs = modules.select("deviceId", pl.col("start").alias("_exec")).sort("_exec")
+    line = line.join_asof(execs, left_on="start", right_on="_exec", by="deviceId", check_sortedness=False)
+    # an op and the waits just before it share a key: the number of other ops before them
+    ran = (~pl.col("wait")).cast(I64)
+    key = (ran.cum_sum() - ran).over("deviceId")
+    return line.with_columns(pl.col("start").min().over("deviceId", "_exec", key).alias("issued")).drop("_exec")
+
+
+def _tpu_rows(ev: Events, devices: dict[int, int], small_pid: int, program_id: int | None) -> dict[str, pl.DataFrame]:
+    """Kernels, copies, event records and stream waits, their calls, module and thunk ranges and the
+    ranges' threads of the TPUs *devices* (trace pid -> ordinal), as ``_gpu_ops`` and ``_host_rows``
+    give a GPU's."""
+    lines = _tpu_lines(ev, devices)
+    ops = lines.filter(pl.col("line") == TPU_OPS_THREAD)
+    transfers = tpu_transfers(ops)
+    modules = lines.filter(pl.col("line") == TPU_MODULES_THREAD).sort("start")
+    line = tpu_line(ops, transfers, modules)
+    n_k, n_c = line.filter(~pl.col("wait")).height, transfers.height
+    gtid = pl.lit(nsys_schema.global_tid(small_pid, TPU_RANGE_THREAD)) + pl.col("deviceId")
+    common = (pl.lit(1).alias("contextId"), pl.lit(nsys_schema.global_tid(small_pid, 0)).alias("globalPid"))
+    kernels = line.filter(~pl.col("wait")).with_row_index("correlationId", offset=1)
+    kernels = kernels.with_columns(
+        pl.col("correlationId").cast(I64),
+        pl.lit(TPU_COMPUTE_STREAM).alias("streamId"),
+        *common,
+        *(pl.lit(0).alias(c) for c in ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")),
+        *(pl.lit(0).alias(c) for c in ("registersPerThread", "staticSharedMemory", "dynamicSharedMemory")),
+        *(pl.lit(0).alias(c) for c in ("localMemoryPerThread", "localMemoryTotal")),
+    ).with_columns(pl.col("correlationId").alias("gridId"))
+    # each wait is the core's stream waiting, from when it reached the waits, for its copy's record
+    issued = line.filter(pl.col("wait")).select(
+        "deviceId", pl.col("name").alias("done_name"), pl.col("start").alias("wait_start"), pl.col("issued")
+    )
+    transfers = transfers.join(issued, on=["deviceId", "done_name", "wait_start"], how="left")
+    d2h = pl.col("kind") == "d2h"
+    copies = transfers.with_row_index("_i").with_columns(
+        (pl.col("_i").cast(I64) + n_k + 1).alias("correlationId"),
+        (pl.col("_i").cast(I64) + n_k + n_c + 1).alias("_record"),
+        (pl.col("_i").cast(I64) + n_k + 2 * n_c + 1).alias("_wait"),
+        (pl.col("_i").cast(I64) + n_k + 3 * n_c + 1).alias("_sync"),
+        (pl.col("_i").cast(I64) + 1).alias("eventId"),
+        pl.when(d2h).then(TPU_D2H_STREAM).otherwise(TPU_H2D_STREAM).cast(I64).alias("streamId"),
+        pl.col("kind").replace_strict(nsys_schema.COPY_KINDS, return_dtype=I64).alias("copyKind"),
+        pl.when(d2h).then(nsys_schema.DEVICE).otherwise(nsys_schema.PINNED).cast(I64).alias("srcKind"),
+        pl.when(d2h).then(nsys_schema.PINNED).otherwise(nsys_schema.DEVICE).cast(I64).alias("dstKind"),
+        *common,
+    )
+    records = copies.select(
+        "deviceId",
+        pl.lit(1).alias("contextId"),
+        "streamId",
+        pl.col("_record").alias("correlationId"),
+        "globalPid",
+        "eventId",
+    )
+    syncs = copies.select(
+        pl.col("issued").alias("start"),
+        "end",
+        "deviceId",
+        pl.lit(1).alias("contextId"),
+        pl.lit(TPU_COMPUTE_STREAM).alias("streamId"),
+        pl.col("_wait").alias("correlationId"),
+        "globalPid",
+        pl.lit(nsys_schema.REAL_SYNC_TYPE["stream_wait"]).alias("syncType"),
+        "eventId",
+    )
+    # and the core's sequencer (the ranges' thread) blocked in it, from the done's begin to its end: what
+    # a replay moves the later ops' launches with when the copy ends sooner (profiler.analysis.hostsync)
+    blocking = copies.select(
+        pl.col("wait_start").alias("start"),
+        "end",
+        "deviceId",
+        pl.lit(1).alias("contextId"),
+        pl.lit(nsys_schema.UNSET, I64).alias("streamId"),
+        pl.col("_sync").alias("correlationId"),
+        "globalPid",
+        pl.lit(nsys_schema.REAL_SYNC_TYPE["event_sync"]).alias("syncType"),
+        "eventId",
+    )
+    syncs = pl.concat([syncs, blocking], how="vertical_relaxed")
+    # the calls: each kernel issued when the core reached it, each copy at its start; a copy's record
+    # just after its start (it completes that copy), its wait when the core reached the waits
+    rec_t = pl.min_horizontal(pl.col("start") + 1, pl.col("issued"))
+
+    def call(frame: pl.DataFrame, corr: str, t: pl.Expr, name: str) -> pl.DataFrame:
+        return frame.select(pl.col(corr).alias("correlationId"), t.alias("t"), "deviceId", pl.lit(name).alias("name"))
+
+    calls = pl.concat(
+        [
+            call(kernels, "correlationId", pl.col("issued"), TPU_LAUNCH),
+            call(copies, "correlationId", pl.col("start"), TPU_LAUNCH),
+            call(copies, "_record", rec_t, TPU_RECORD),
+            call(copies, "_wait", pl.col("issued"), TPU_WAIT),
+            call(copies, "_sync", pl.col("wait_start"), TPU_BLOCKED).with_columns(copies["end"].alias("t_end")),
+        ],
+        how="diagonal",
+    ).select(
+        "correlationId",
+        pl.col("t").alias("start"),
+        pl.coalesce("t_end", "t").alias("end"),
+        gtid.alias("globalTid"),
+        "name",
+        pl.lit(1).alias("eventClass"),
+        pl.lit(0).alias("returnValue"),
+    )
+    # a TPU names an execution ``jit_step(<fingerprint>)``, with no program id: without the run
+    # folder's, each fingerprint is numbered in the order it first ran (1, 2, ...)
+    first_run = {n: i for i, n in enumerate(modules["name"].unique(maintain_order=True).to_list(), start=1)}
+    seen = pl.col("name").replace_strict(first_run, return_dtype=I64)
+    number = pl.lit(program_id, I64) if program_id is not None else seen
+    bare = pl.col("name").str.replace(r"\(\d+\)$", "")
+    built = pl.concat_str(
+        pl.lit("XlaModule:#hlo_module="), bare, pl.lit(",program_id="), number.cast(pl.String), pl.lit("#")
+    )
+    modules = modules.with_columns(built.alias("text"))
+    op_name = pl.col("tf_op").str.strip_suffix(":")
+    thunk = pl.concat_str(pl.lit("Thunk:#hlo_op="), "name", pl.lit("#"))
+    named = pl.concat_str(pl.lit("Thunk:#name="), op_name, pl.lit(",hlo_op="), "name", pl.lit("#"))
+    # a kernel's range from when the core reached it (its launch lies in it); a while's its own span;
+    # a wait has none (no op of its own, as a GPU's copy-done thunk launches none)
+    whiles = ops.filter(pl.col("hlo_category").fill_null("") == "while")
+    thunks = pl.concat(
+        [kernels.with_columns(pl.col("issued").alias("start")).select(ops.columns), whiles.select(ops.columns)]
+    ).with_columns(pl.when(op_name.fill_null("") != "").then(named).otherwise(thunk).alias("text"))
+    ranges = pl.concat([f.select("start", "end", "text", gtid.alias("globalTid")) for f in (modules, thunks)])
+    ranges = ranges.with_columns(pl.lit(59).alias("eventType"), pl.lit(XLA_DOMAIN_ID).alias("domainId"))
+    base = nsys_schema.global_tid(small_pid, TPU_RANGE_THREAD)
+    threads = pl.DataFrame(
+        [(f"{ev.processes[pid]} {TPU_OPS_THREAD} (device clock)", base + d) for pid, d in devices.items()],
+        schema={"name": pl.String, "globalTid": I64},
+        orient="row",
+    )
+    return {
+        "kernels": kernels,
+        "copies": copies.drop("_i", "_record", "_wait", "_sync", "eventId"),
+        "records": records,
+        "syncs": syncs,
+        "calls": calls,
+        "ranges": ranges.sort("start"),
+        "threads": threads,
+    }
+
+
 def convert(
     src: Path,
     dst: Path,
@@ -347,9 +629,11 @@ def convert(
     path = find(src)
     ev = read(path)
     devices = _devices(ev.processes)
+    tpus = _devices(ev.processes, "TPU")
     host_pid = _host(ev.processes)
     small_pid = (host_pid if host_pid is not None else 0) % (1 << 24)
     ops = _gpu_ops(ev, devices, small_pid)
+    tpu = _tpu_rows(ev, tpus, small_pid, program_id) if tpus else None
     rows: dict[str, nsys_schema.Rows] = {"StringIds": [], "META_DATA_EXPORT": []}
     strings: dict[str, int] = {}
 
@@ -359,18 +643,26 @@ def convert(
                 strings[v] = len(strings) + 1
         return values.replace_strict(strings, default=None, return_dtype=I64)
 
-    k = ops["kernels"]
+    k = pl.concat([ops["kernels"], tpu["kernels"]], how="diagonal_relaxed") if tpu else ops["kernels"]
     name_id = string_ids(k["name"])
     rows["CUPTI_ACTIVITY_KIND_KERNEL"] = k.with_columns(name_id.alias("shortName"), name_id.alias("demangledName"))
-    rows["CUPTI_ACTIVITY_KIND_MEMCPY"] = ops["copies"]
+    copies = pl.concat([ops["copies"], tpu["copies"]], how="diagonal_relaxed") if tpu else ops["copies"]
+    rows["CUPTI_ACTIVITY_KIND_MEMCPY"] = copies
     rows["CUPTI_ACTIVITY_KIND_MEMSET"] = ops["memsets"]
+    if tpu:
+        rows["CUPTI_ACTIVITY_KIND_CUDA_EVENT"] = tpu["records"]
+        rows["CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"] = tpu["syncs"]
+    calls, ranges, threads = [], [], []
     if host_pid is not None:
         host = _host_rows(ev, host_pid, module, program_id)
-        calls = host["calls"]
-        rows["CUPTI_ACTIVITY_KIND_RUNTIME"] = calls.with_columns(string_ids(calls["name"]).alias("nameId"))
-        main_tid = (
-            host["ranges"]["globalTid"].first() if host["ranges"].height else nsys_schema.global_tid(small_pid, 1)
-        )
+        calls, ranges, threads = [host["calls"]], [host["ranges"]], [host["threads"]]
+    if tpu:
+        calls, ranges, threads = [*calls, tpu["calls"]], [*ranges, tpu["ranges"]], [*threads, tpu["threads"]]
+    if calls:
+        call = pl.concat(calls, how="diagonal_relaxed")
+        rows["CUPTI_ACTIVITY_KIND_RUNTIME"] = call.with_columns(string_ids(call["name"]).alias("nameId"))
+        rng = pl.concat(ranges, how="diagonal_relaxed").sort("start")
+        main_tid = rng["globalTid"].first() if rng.height else nsys_schema.global_tid(small_pid, 1)
         domain = {
             "start": 0,
             "end": None,
@@ -379,24 +671,25 @@ def convert(
             "text": "TSL",
             "globalTid": main_tid,
         }
-        rows["NVTX_EVENTS"] = pl.concat([pl.DataFrame([domain]), host["ranges"]], how="diagonal_relaxed")
-        threads = host["threads"]
-        rows["ThreadNames"] = threads.with_columns(string_ids(threads["name"]).alias("nameId"))
-    if gpu_name:
-        rows["TARGET_INFO_GPU"] = [
-            {"vmId": nsys_schema.VM_BITS, "id": d, "name": gpu_name, "cuDevice": d} for d in sorted(devices.values())
-        ]
+        rows["NVTX_EVENTS"] = pl.concat([pl.DataFrame([domain]), rng], how="diagonal_relaxed")
+        names = pl.concat(threads, how="diagonal_relaxed")
+        rows["ThreadNames"] = names.with_columns(string_ids(names["name"]).alias("nameId"))
+    named = [(d, gpu_name) for d in sorted(devices.values()) if gpu_name]
+    named += [(d, gpu_name or TPU_NAME) for d in sorted(tpus.values())]
+    if named:
+        rows["TARGET_INFO_GPU"] = [{"vmId": nsys_schema.VM_BITS, "id": d, "name": n, "cuDevice": d} for d, n in named]
     rows["StringIds"] = [{"id": i, "value": v} for v, i in strings.items()]
     rows["META_DATA_EXPORT"] = [
         {"name": SOURCE_KEY, "value": SOURCE},
         {"name": "PROFILE_STEP_SOURCE_FILE", "value": path.name},
-        {"name": "PROFILE_STEP_NOTE", "value": MISSING_NOTE},
+        {"name": "PROFILE_STEP_NOTE", "value": TPU_NOTE if tpus else MISSING_NOTE},
+        *([{"name": DEVICE_KIND_KEY, "value": "TPU"}, {"name": WAITS_KEY, "value": TPU_WAITS}] if tpus else []),
     ]
     return nsys_schema.create(dst, rows)
 
 
 # --- the export a profile-step command reads ---------------------------------------------------
-CONVERTER_VERSION = "3"  # a new conversion makes new cache entries
+CONVERTER_VERSION = "6"  # a new conversion makes new cache entries
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from profiler.trace import sqlite_io
 from profiler.trace import window as windows
 from profiler.trace.jax_profile import SOURCE as JAX_SOURCE
 from profiler.trace.jax_profile import SOURCE_KEY
+from profiler.trace.jax_profile import WAITS_KEY as JAX_WAITS_KEY
 
 I64 = pl.Int64
 STR = pl.String
@@ -213,8 +214,9 @@ class Trace:
     @property
     def waits_recorded(self) -> bool:
         """Whether the recording could hold CUDA event records and stream waits: an nsys export can
-        (a missing table means none happened); a converted JAX profiler trace cannot."""
-        return self.source != JAX_SOURCE
+        (a missing table means none happened); a converted JAX profiler trace cannot, but a TPU's,
+        whose done waits are its stream waits (``jax_profile.WAITS_KEY``)."""
+        return self.source != JAX_SOURCE or bool(self.meta.get(JAX_WAITS_KEY))
 
     def has(self, table: str) -> bool:
         return table in self.tables

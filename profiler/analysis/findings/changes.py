@@ -58,8 +58,12 @@ def op_copies(ev: Evidence, name: str) -> np.ndarray:
 
 
 def stalls_of(ev: Evidence, rows: np.ndarray, what: str) -> Change:
-    """The waits whose blocker is one of the copies *rows*: dropped."""
-    return Change(f"the waits on {what} dropped", unwaited=np.asarray(rows, dtype=np.int64))
+    """The waits whose blocker is one of the copies *rows*: dropped, a blocking call's that waited
+    for one of them too (a TPU's sequencer blocked in its done wait: ``jax_profile``)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    host = ev.replays.host
+    held = np.flatnonzero(host.blocked & np.isin(host.waited, rows)) if host is not None and len(host) else rows[:0]
+    return Change(f"the waits on {what} dropped", unwaited=rows, detached=held)
 
 
 def valid_positions(frame: pl.DataFrame) -> np.ndarray:

@@ -80,6 +80,14 @@ class Evidence:
         return recorded_backend(self.manifest, bool(self.devices))
 
     @cached_property
+    def on_tpu(self) -> bool:
+        """Whether the devices were TPUs (a converted TPU trace, or a run on backend ``tpu``): XLA:GPU's
+        flags do not apply to them."""
+        from profiler.trace.jax_profile import DEVICE_KIND_KEY
+
+        return self.trace.meta.get(DEVICE_KIND_KEY) == "TPU" or self.backend == "tpu"
+
+    @cached_property
     def is_xla(self) -> bool:
         """Whether the run is a JAX/XLA program: a manifest naming a JAX version, or XLA's NVTX ranges."""
         if ((self.manifest or {}).get("versions") or {}).get("jax"):

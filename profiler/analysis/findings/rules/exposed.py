@@ -122,6 +122,11 @@ def _advice(ev: Evidence, dev: str, d: dict[str, Any], copies: pl.DataFrame, pag
         )
     if kernels_busy == 0:
         pass
+    elif ev.on_tpu:
+        tips.append(
+            "XLA:GPU's scheduling flags (--lhs, --pipelined-offload) do not apply to a TPU: offload fewer "
+            "activations, or give XLA more compute to hide each copy under (an unrolled layer loop)"
+        )
     elif ev.is_xla:
         tips.append(
             "let XLA schedule its copies under compute: the latency hiding scheduler (--lhs) and pipelined host "

@@ -20,6 +20,12 @@ from profiler.units import count
 MIN_JAXLIB = (0, 4, 26)  # XLA:GPU's host offloading passes landed in March 2024 (openxla/xla PR 10185)
 LHS = "--xla_gpu_enable_latency_hiding_scheduler"
 PIPELINED = "--xla_gpu_enable_pipelined_host_offloading"
+# the late copies' fixes on a TPU: the XLA:GPU flags they name as tried do not apply to it
+TPU_FIX = {
+    late_copies.SCAN_FIX: "in a scan XLA starts each copy back in the iteration that uses it; fetch the next "
+    "layer's activation one iteration ahead in the scan's carry (a custom_vjp), or unroll the layer loop",
+    late_copies.UNROLLED_FIX: "offload fewer activations, or ones used later in their layer's backward pass",
+}
 
 
 @rule("offload-missing")
@@ -83,6 +89,8 @@ def _offload_totals(ev: Evidence) -> tuple[int, int]:
 def lhs_off(ev: Evidence) -> list[Finding]:
     if not ev.is_xla:
         raise CannotDecide("not an XLA program (no manifest with a JAX version, no XLA NVTX ranges)")
+    if ev.on_tpu:
+        raise CannotDecide(f"a TPU: {LHS} is XLA:GPU's flag")
     busy, exposed = _offload_totals(ev)
     if busy == 0 or not exceeds(exposed / busy, ev.config["lhs_exposed_fraction"]):
         return []
@@ -272,7 +280,7 @@ def late_copies_back(ev: Evidence) -> list[Finding]:
                 "late-copies-back",
                 "problem",
                 f"GPU {d}: {late_copies.sentence(one, per)}" + (f" ({len(steps)} steps)" if len(steps) > 1 else ""),
-                late_copies.fix(s),
+                TPU_FIX.get(late_copies.fix(s), late_copies.fix(s)) if ev.on_tpu else late_copies.fix(s),
                 where={"device": str(d)},
                 evidence={k: v for k, v in s.items() if k != "worst"} | {"steps": len(steps)},
                 view="streams",

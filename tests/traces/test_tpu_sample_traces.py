@@ -1,0 +1,157 @@
+"""The TPU v5e runs of sample_traces/tpu-v5e-example, each read by profile-step and checked against
+its own trace JSON, read here without the converter (tests/helpers/tpu_traces.py): per step its
+duration, the bytes each way, the copies' busy and exposed time, and the waits."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+
+import pytest
+
+from profiler.analysis import replay_rules
+from profiler.analysis.dependencies import dependencies
+from profiler.analysis.hostsync import host_syncs
+from profiler.analysis.replay import replay
+from profiler.runs.result import analyzed
+from profiler.trace import jax_profile, load_trace
+from profiler.trace.loader import open_trace
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import ROOT
+from tests.helpers.tpu_traces import minus_ns, raw_steps, union_ns
+
+TPU = ROOT / "sample_traces" / "tpu-v5e-example"
+RUNS = sorted(p for p in TPU.iterdir() if (p / "trace.json.gz").is_file())
+OFFLOADING = [p for p in RUNS if "-offload_" in p.name]
+
+
+def label(run) -> str:
+    return run.name.split("-", 1)[1].rsplit("-", 1)[0]
+
+
+def test_the_ten_runs_and_the_run_out_of_memory_are_there():
+    assert [label(p) for p in RUNS] == [
+        "remat-scan",
+        "offload_mlp-scan",
+        "offload_all-scan",
+        "none-scan-l4",
+        "remat-scan-l4",
+        "offload_qkv-scan-l4",
+        "offload_mlp-scan-l4",
+        "offload_all-scan-l4",
+        "remat",
+        "offload_mlp",
+    ]
+    for run in RUNS:
+        manifest = json.loads((run / "manifest.json").read_text())
+        assert manifest["capture"]["tool"] == "jax.profiler" and manifest["devices"][0]["kind"] == "TPU v5 lite"
+        assert len(list((run / "xla_dump").glob("module_*.jit_step.after_optimizations.txt.xz"))) == 1
+        assert len(manifest["loop_step_ms"]) == 5
+    (failed,) = [p for p in TPU.iterdir() if p.is_dir() and not (p / "trace.json.gz").exists()]
+    manifest = json.loads((failed / "manifest.json").read_text())
+    assert (manifest["status"], manifest["exit_code"]) == ("failed", 1)
+    assert manifest["no_trace_reason"].startswith("RESOURCE_EXHAUSTED: Ran out of memory on HBM")
+    assert sum(f.stat().st_size for f in TPU.rglob("*") if f.is_file()) < 8 << 20
+
+
+@pytest.mark.parametrize("run", RUNS, ids=label)
+def test_each_step_equals_the_trace_json_to_the_nanosecond(run, tmp_path, monkeypatch):
+    monkeypatch.setenv("PROFILE_STEP_CACHE", str(tmp_path))
+    got = analyzed(load_trace(run / "trace.json.gz"), by="step").breakdown.by_step()["steps"]
+    raw = raw_steps(run / "trace.json.gz")
+    assert len(got) == len(raw) == 5
+    for step, want in zip(got, raw, strict=True):
+        assert step["duration_ns"] == max(e for _, e in want.ops) - min(s for s, _ in want.ops)
+        dev = step["devices"].get("0", {})
+        for kind in ("d2h", "h2d"):
+            copies = want.copies[kind]
+            mine = dev.get(kind) or {"count": 0, "bytes": 0, "busy_ns": 0, "exposed_ns": 0}
+            assert (mine["count"], mine["bytes"]) == (len(copies), want.bytes[kind])
+            assert mine["busy_ns"] == union_ns(copies)
+            assert mine["exposed_ns"] == minus_ns(copies, want.kernels)
+
+
+@pytest.mark.parametrize("run", OFFLOADING, ids=label)
+def test_the_exposed_and_stalled_time_are_the_waits(run, tmp_path, monkeypatch):
+    """The core's waits in the transfers' dones are the copies' exposed time (with the few ns of idle
+    core inside a copy, under 0.1% of the waits) and their stalls, to a ns per wait or 0.001% (the
+    trace's microseconds, rounded to ns, let a wait and the op beside it overlap by one; a few ns of
+    idle core between a wait and the op after it count as stalled)."""
+    monkeypatch.setenv("PROFILE_STEP_CACHE", str(tmp_path))
+    got = analyzed(load_trace(run / "trace.json.gz"), by="step").breakdown.by_step()["steps"]
+    for step, want in zip(got, raw_steps(run / "trace.json.gz"), strict=True):
+        off = step["devices"]["0"]["offload"]
+        waits = union_ns(want.waits)
+        copies = want.copies["d2h"] + want.copies["h2d"]
+        idle = minus_ns(copies, want.kernels + want.waits)  # inside a copy, neither an op nor a wait
+        assert abs(off["exposed_ns"] - idle - waits) <= len(want.waits) and idle <= waits // 1000
+        assert abs(off["stall_ns"] - waits) <= max(len(want.waits), waits // 100_000)
+
+
+def test_offload_mlp_scanned_waits_132_8_ms_of_its_355_6_ms_step(tmp_path, monkeypatch):
+    monkeypatch.setenv("PROFILE_STEP_CACHE", str(tmp_path))
+    (run,) = [p for p in RUNS if label(p) == "offload_mlp-scan"]
+    raw = raw_steps(run / "trace.json.gz")
+    assert statistics.median(union_ns(s.waits) for s in raw) == pytest.approx(132.37e6, abs=0.05e6)
+    assert statistics.median(s.end - s.start for s in raw) == pytest.approx(355.6e6, abs=0.1e6)
+    assert all(s.bytes == {"d2h": 1 << 30, "h2d": 1 << 30} for s in raw)  # 8 layers x 128 MiB each way
+
+
+def test_analyze_of_the_folder_reads_every_run_and_says_why_one_has_no_trace(tmp_path):
+    proc = run_cli("analyze", "--json", str(TPU), env={"PROFILE_STEP_CACHE": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    rows = {r["policy"]: r for r in doc["policies"]["rows"]}
+    assert set(rows) == {label(p) for p in RUNS}
+    for run in RUNS:
+        raw = raw_steps(run / "trace.json.gz")
+        row = rows[label(run)]
+        assert row["median_step_ns"] == statistics.median(
+            max(e for _, e in s.ops) - min(b for b, _ in s.ops) for s in raw
+        )
+        assert row["moved_d2h_bytes_per_step"] == raw[0].bytes["d2h"] and row["device_kind"] == "TPU v5 lite"
+    (oom,) = doc["no_trace"]
+    assert oom["policy"] == "none-scan" and oom["reason"].startswith("RESOURCE_EXHAUSTED")
+
+
+def test_compare_pairs_the_scanned_and_the_unrolled_offload_mlp(tmp_path):
+    """Two forms of one step are two policies: --pair compares them as one pair, the step and the waits
+    as analyze measured them; without it there is nothing in common to compare."""
+    scan, unrolled = (next(p for p in RUNS if label(p) == name) for name in ("offload_mlp-scan", "offload_mlp"))
+    env = {"PROFILE_STEP_CACHE": str(tmp_path)}
+    proc = run_cli("compare", "--pair", "--format", "json", str(scan), str(unrolled), env=env)
+    assert proc.returncode == 0, proc.stderr
+    (pair,) = json.loads(proc.stdout)["policies"]
+    assert pair["policy"] == "offload_mlp-scan → offload_mlp"
+    steps = {
+        side: statistics.median(
+            max(e for _, e in s.ops) - min(b for b, _ in s.ops) for s in raw_steps(run / "trace.json.gz")
+        )
+        for side, run in (("base", scan), ("head", unrolled))
+    }
+    assert (pair["metrics"]["step_ns"]["base"], pair["metrics"]["step_ns"]["head"]) == (steps["base"], steps["head"])
+    alone = run_cli("compare", str(scan), str(unrolled), env=env)
+    assert alone.returncode == 2 and "--pair" in alone.stdout
+
+
+def test_findings_give_no_gpu_flag_to_a_tpu(tmp_path):
+    (run,) = [p for p in RUNS if label(p) == "offload_mlp-scan"]
+    proc = run_cli("findings", str(run), env={"PROFILE_STEP_CACHE": str(tmp_path)})
+    said = " ".join(proc.stdout.split())
+    assert proc.returncode == 0 and "exposed-copies" in said and "saves 132 ms per step" in said
+    assert "XLA:GPU's scheduling flags (--lhs, --pipelined-offload) do not apply to a TPU" in said
+    assert "--xla_gpu_" not in said  # lhs-off cannot decide on a TPU; late-copies-back names no GPU flag
+
+
+@pytest.mark.parametrize("run", RUNS, ids=label)
+def test_the_trace_replay_keeps_its_rules_on_each_run(run, tmp_path, monkeypatch):
+    """One op at a time per stream (where the recording had none overlap: a direction's transfers in flight
+    together in the unrolled runs keep their overlap, no more) and no stream shorter than its measured
+    work, at the recorded link, a twice faster one and none, with and without the sequencer's waits."""
+    monkeypatch.setenv("PROFILE_STEP_CACHE", str(tmp_path))
+    trace = open_trace(jax_profile.export(run / "trace.json.gz"))
+    deps = dependencies(trace)
+    host = host_syncs(trace, deps)
+    for factor, h in itertools.product((1.0, 0.5, 0.0), (None, host)):
+        assert replay_rules.check_replay(replay(deps, factor, h)).ok, (factor, h is not None)
