@@ -5,6 +5,8 @@
 - the JAX-Toolbox Pax archives (real A100 steps, unrolled: no loops);
 - the H200 runs of sample_traces/h200-example (real; their kernels ran in XLA's command buffers,
   whose thunks name no instruction: that time is listed unplaced);
+- the TPU v5e runs of sample_traces/tpu-v5e-example (real; the core's one serial line, its loops'
+  bodies timed on every trip: ``profiler/predict/tpu_trace.py``), where that folder is;
 - scanned ground truth (``tests/helpers/recordings.py``, synthetic): the example's two scanned programs
   as XLA compiled them on the H200 and, with ``--aot-hlo``, a step compiled without a GPU
   (``profile-step plan ... examples/train.py --scan``), recorded with their loops' body thunks
@@ -33,6 +35,7 @@ from tests.helpers.recordings import h200_scanned_programs, record_forms
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "sample_traces" / "h200-example"
+TPU = ROOT / "sample_traces" / "tpu-v5e-example"
 PAX = ("proc0", "proc1")
 
 
@@ -45,7 +48,7 @@ def row(label: str, m: Measured) -> dict[str, Any]:
         "error": err,
         "unplaced_ns": p.unplaced_ns,
         "missing": p.costed_by["missing"],
-        "loops": [f"{r['name']}: {r['replayed']}" for r in p.regions],
+        "loops": [f"{r['name']}: {r['replayed']}" + (f" x{r['trips']}" if r["trips"] else "") for r in p.regions],
     }
 
 
@@ -57,6 +60,9 @@ def rows(shared: Path | None, aot_hlo: Path | None, work: Path) -> list[dict[str
             out.append(row(f"pax {tag}", load(archive)))
     for run in sorted(H200.glob("2026*")):  # a run folder: its JAX profiler trace and its XLA dump
         out.append(row(f"h200 {run.name.split('-', 1)[1]}", load(run)))
+    for run in sorted(TPU.glob("2026*")):  # the TPU's run folders that hold a trace (one OOM run has none)
+        if (run / "trace.json.gz").is_file():
+            out.append(row(f"tpu-v5e {run.name.split('-', 1)[1]}", load(run)))
     programs = h200_scanned_programs(H200)
     if aot_hlo is not None:
         programs["h100-aot-scan"] = (aot_hlo.read_text(), TARGETS["h100"].spec_text())

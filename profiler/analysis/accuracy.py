@@ -59,3 +59,20 @@ class Accuracy:
 ROOFLINE = Accuracy("roofline", step_low=-0.33, step_high=-0.20, tie=0.10)
 CALIBRATED = Accuracy("calibrated", step_low=-0.17, step_high=-0.06, tie=0.03)
 KINDS = {a.kind: a for a in (ROOFLINE, CALIBRATED)}
+
+# A TPU's recorded program (plan --from) is priced on the TPU's description: measured 2026-12-06
+# (benchmarks/tpu_predictions.py) on the 10 TPU v5e runs of sample_traces/tpu-v5e-example: the
+# roofline -3.0% to -14.0%, pairs of one form (scanned 8 layers, scanned 4, unrolled) off by at most
+# 8.4%; calibrated on the scanned remat run and applied to the 9 others, -2.1% to +1.6%, pairs at
+# most 2.9% (tests/predict/test_tpu_recordings.py recomputes them)
+TPU_BASIS = "10 real TPU v5e steps of the example (sample_traces/tpu-v5e-example; benchmarks/README.md)"
+TPU_ROOFLINE = Accuracy("roofline", step_low=-0.141, step_high=-0.03, tie=0.09, basis=TPU_BASIS)
+TPU_CALIBRATED = Accuracy("calibrated", step_low=-0.022, step_high=0.016, tie=0.03, basis=TPU_BASIS)
+
+
+def of_device(name: str | None) -> tuple[Accuracy, Accuracy]:
+    """(roofline, calibrated) accuracies for predictions priced on device *name*: the TPU's figures
+    for a TPU (JAX's device_kind ``TPU ...``), else the GPUs'."""
+    if (name or "").upper().startswith("TPU"):
+        return TPU_ROOFLINE, TPU_CALIBRATED
+    return ROOFLINE, CALIBRATED

@@ -41,6 +41,8 @@ LINKS: dict[str, Link] = {
         Link("pcie5", "PCIe Gen5 x16", 63.0),
         Link("pcie6", "PCIe Gen6 x16", 121.0),  # 64 GT/s x 16 lanes, FLIT mode (242/256)
         Link("nvlink-c2c", "NVLink-C2C", 450.0),  # Grace Hopper / Grace Blackwell: 900 GB/s both ways together
+        # a TPU v5e's host: measured, see TPU_LINKS below
+        Link("tpu-v5e-host", "TPU v5e host link (measured)", 14.16),
     )
 }
 ALIASES = {
@@ -61,6 +63,14 @@ GPU_LINKS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("v100", "t4", "p100", "p40", "rtx 20", "quadro rtx", "titan rtx", "titan v"), "pcie3"),
     (("a100", "a800", "a30", "a40", "a10", "a16", "a2 ", "l40", "l4", "rtx 30", "rtx 40", "rtx a"), "pcie4"),
 )
+# TPU hosts, by what JAX reports as the chip's device_kind (lower case): the rate the in-program host
+# offloads of this project's TPU v5e recordings reached (benchmarks/README.md, "Issue 42 on a real TPU
+# v5e"): bytes over the span from a transfer's async-start to the end of its async-done, over the
+# 270 transfers of 32 and 128 MiB during which the core waited at least half of that span (so the
+# transfer, not the core, was the critical path): median 14.16 GB/s host-to-device, 14.74
+# device-to-host (p90 14.18 and 14.75); the Link holds one rate per direction: the slower one.
+# jax.device_put measured 14.0 GB/s host-to-device on the same machine (benchmarks/tpu_link.py).
+TPU_LINKS: tuple[tuple[tuple[str, ...], str], ...] = ((("tpu v5 lite", "tpu v5e"), "tpu-v5e-host"),)
 # The link assumed when the GPU is unknown (not named in the export or by a plan's target, or not in
 # GPU_LINKS), for every path (analysis, findings, what-if's page, plan, calibration): PCIe Gen4 x16, the
 # link most machines with a discrete GPU have today (A100, L40, RTX 30/40 hosts); a Gen5 guess would
@@ -97,7 +107,7 @@ def given_link(text: str | None, flag: str = "--link") -> Link | None:
 def link_of_gpu(name: str | None) -> Link | None:
     """The host link a GPU of this name uses, when its family is known."""
     low = f"{name or ''} ".lower()
-    for fragments, key in GPU_LINKS:
+    for fragments, key in (*TPU_LINKS, *GPU_LINKS):
         if any(f in low for f in fragments):
             return LINKS[key]
     return None

@@ -29,6 +29,7 @@ from profiler.analysis.links import Link, host_link
 from profiler.predict import roofline, schedule
 from profiler.predict.measured import Measured
 from profiler.predict.simulate import Prediction, simulate
+from profiler.xla.fingerprint import module_fingerprint
 from profiler.xla.hlo import Module
 
 CLASSES = ("matmul", "fusion", "collective", "other")
@@ -48,6 +49,7 @@ class Calibration:
     link: Link  # the run's own host link (by its GPU, else the assumed one)
     step_ns: float
     notes: list[str] = field(default_factory=list)
+    program: str | None = None  # the module's fingerprint: measured durations carry over only to it
 
     def doc(self) -> dict[str, Any]:
         return {
@@ -76,11 +78,11 @@ def measured_costs(m: Measured) -> dict[str, int]:
 def run_spec(m: Measured, fallback: str) -> tuple[str, str | None]:
     """(the spec of the GPU *m* ran on, a note when it is assumed): the source's own target description
     (nsys-jax dumps), else the built-in target of the GPU's name, else *fallback* (the plan's target)."""
-    from profiler.xla.targets import TARGETS
+    from profiler.xla.targets import TARGETS, TPU_TARGETS
 
     if m.spec_text:
         return m.spec_text, None
-    for t in TARGETS.values():
+    for t in [*TARGETS.values(), *TPU_TARGETS.values()]:
         if m.gpu and t.description.lower() == m.gpu.lower():
             return t.spec_text(), None
     return fallback, f"the run's GPU ({m.gpu or 'not named'}) has no known description: the plan's target is assumed"
@@ -117,6 +119,7 @@ def calibrate(m: Measured, spec_text: str) -> Calibration:
         link=link,
         step_ns=m.step_ns,
         notes=notes,
+        program=module_fingerprint(m.module)["value"],
     )
 
 
@@ -174,6 +177,8 @@ def calibrated_costs(
     how = {"measured": 0, "scaled": 0, "roofline": 0, "copy": 0}
     # measured durations carry over only to the same program on the same GPU
     same_program = module.name == cal.module and (cal.gpu or "").lower() == device.name.lower()
+    if same_program and cal.program is not None:  # a module name is no program (every JAX step is jit_step)
+        same_program = module_fingerprint(module)["value"] == cal.program
     for name, ns in roof.items():
         if same_program and name in cal.measured_ns and cal.shapes.get(name) == shapes.get(name):
             costs[name] = cal.measured_ns[name]

@@ -19,9 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from profiler.analysis.accuracy import CALIBRATED, ROOFLINE
+from profiler.analysis.accuracy import of_device
 from profiler.analysis.links import Link, host_link
-from profiler.errors import InputError
+from profiler.errors import InputError, ProfilerError
 from profiler.predict import calibrate, roofline, schedule
 from profiler.predict.measured import load
 from profiler.predict.simulate import simulate
@@ -56,12 +56,16 @@ def from_recording(path: Path, targets: list[str] | None = None, links: list[Lin
     cal = calibrate.calibrate(m, spec)
     predicted = []
     for target in targets or [None]:
-        label, target_spec = (m.gpu or "its GPU", spec) if target is None else resolve(target)[:2]
+        try:
+            label, target_spec = (m.gpu or "its GPU", spec) if target is None else resolve(target, priced_only=True)[:2]
+        except ValueError as exc:
+            raise ProfilerError(f"--target: {exc}") from None
         for link in links or [own_link]:
             s, costs, how = calibrate.calibrated_costs(cal, m.module, target_spec, link)
             p = simulate(s, costs, link)
             same = how["scaled"] == 0 and how["roofline"] == 0
-            kind = ROOFLINE if how["measured"] == 0 and how["scaled"] == 0 else CALIBRATED  # what costed it
+            roof_acc, cal_acc = of_device(label)
+            kind = roof_acc if how["measured"] == 0 and how["scaled"] == 0 else cal_acc  # what costed it
             predicted.append(
                 {
                     "target": label,
@@ -93,10 +97,10 @@ def from_recording(path: Path, targets: list[str] | None = None, links: list[Lin
             "link": own_link.name,
             "step_ns": roof_step,
             "error": _error(roof_step, m.step_ns),
-            "expected_error": ROOFLINE.error_text(),
+            "expected_error": of_device(m.gpu)[0].error_text(),
         },
         "classes": calibrate.class_table(sched, measured, roof),
         "largest": largest,
         "predicted": predicted,
-        "accuracy": {"roofline": ROOFLINE.line(), "calibrated": CALIBRATED.line()},
+        "accuracy": {"roofline": of_device(m.gpu)[0].line(), "calibrated": of_device(m.gpu)[1].line()},
     }

@@ -18,7 +18,7 @@ import polars as pl
 from profiler.analysis import instruction_times as it
 from profiler.conventions import TRACE_STEM, XLA_DUMP_DIR
 from profiler.errors import InputError
-from profiler.predict import roofline, schedule
+from profiler.predict import roofline, schedule, tpu_trace
 from profiler.stored.folder import compiled_of, manifest_in, trace_in
 from profiler.trace.jax_profile import is_jax_trace
 from profiler.xla import dump
@@ -88,6 +88,9 @@ def load(path: Path, module: str | None = None, hlo: Path | None = None) -> Meas
         return _archive_zip(path, module, hlo)
     if path.is_dir() and (path / PROJECTION).is_file():
         return _archive_dir(path, module, hlo)
+    tpu = tpu_trace.find(path) if path.is_dir() or path.name.endswith(".json.gz") else None
+    if tpu is not None:
+        return _tpu(path, tpu, module, hlo)
     if path.is_dir() and not is_jax_trace(path):
         # a run folder's trace (an export, a report, a JAX profiler trace), else an export in the folder
         found = trace_in(path, manifest_in(path))
@@ -248,3 +251,73 @@ def copies_of_export(path: Path) -> pl.DataFrame:
 
     c = open_trace(path, "all").copies
     return c.filter(pl.col("cls").is_in(["h2d", "d2h"])).select("cls", "bytes", "start", "end", "host_kind")
+
+
+TPU_DUMPS = (XLA_DUMP_DIR, "dump")  # a run folder's dump, a recording folder's (benchmarks/tpu_record.sh)
+
+
+def _tpu_hlo(folder: Path, name: str, notes: list[str]) -> Module | None:
+    """The last optimized module named *name* in the folder's dump (a program compiled twice is
+    dumped twice: the same program)."""
+    for sub in TPU_DUMPS:
+        mods = [m for m in dump.scan(folder / sub) if m.name.split(".")[0] == name and "after" in m.files]
+        if mods:
+            try:
+                return load_module(mods[-1].files["after"])[0]
+            except (HloError, OSError) as exc:
+                notes.append(f"the optimized module could not be read: {exc}")
+                return None
+    notes.append(
+        f"no optimized module of {name} in {folder}/{{{','.join(TPU_DUMPS)}}}: instructions known by name only"
+    )
+    return None
+
+
+def _tpu(path: Path, trace: Path, module: str | None, hlo: Path | None) -> Measured:
+    """A TPU's JAX profiler trace (``predict.tpu_trace``) beside its XLA dump."""
+    t = tpu_trace.read(trace)
+    spans, execs, name = tpu_trace.spans(t, module)
+    notes: list[str] = []
+    folder = path if path.is_dir() else path.parent
+    mod = _hlo_file(hlo) if hlo else _tpu_hlo(folder, name, notes)
+    times = with_classes(it.instruction_times(spans), mod)
+    copies = pl.DataFrame(schema={"cls": pl.String, "bytes": pl.Int64, "start": pl.Int64, "end": pl.Int64})
+    if mod is not None:
+        copies = (
+            tpu_trace.transfers(t, host_pairs(schedule.build(mod)))
+            .filter(pl.col("execution").is_in(execs["execution"].implode()))
+            .drop("execution")
+        )
+    steps = execs.select("execution", "start", "end", "duration_ns")
+    notes.append("a TPU core runs its ops on one serial line; an async *-done's time is the core's wait for it")
+    if mod is not None:
+        untimed = _untimed(schedule.build(mod), set(times["hlo_op"].to_list()))
+        if untimed:
+            notes.append(
+                f"{len(untimed)} ops of the program have no event in the trace (0 ns): " + ", ".join(untimed[:8])
+            )
+    device = t.device or _manifest_device(folder)
+    return Measured(path, "JAX profiler trace (TPU)", name, mod, times, steps, copies, device, notes,
+                    None, f"the program with the most device time in the trace ({name})")  # fmt: skip
+
+
+def host_pairs(sched: schedule.Schedule) -> dict[str, tuple[str, str, int]]:
+    """done instruction -> (its start, direction, bytes) of every host transfer of the schedule."""
+    ops = sched.ops
+    return {o.name: (ops[o.pair].name, ops[o.pair].stream, ops[o.pair].bytes) for o in ops
+            if o.kind == "done" and o.pair is not None and ops[o.pair].stream in ("d2h", "h2d")}  # fmt: skip
+
+
+def _untimed(sched: schedule.Schedule, timed: set[str]) -> list[str]:
+    """The ops that run on the core (compute, copies, starts) of which the trace has no event (a TPU's
+    scalar unit runs a loop's counter arithmetic without one)."""
+    return sorted(
+        {o.name for o in sched.ops if o.kind in ("compute", "copy", "start", "collective") and o.name not in timed}
+    )
+
+
+def _manifest_device(folder: Path) -> str | None:
+    """The device kind a run folder's manifest names (``devices[0].kind``)."""
+    man = manifest_in(folder) or {}
+    kinds = [d.get("kind") for d in man.get("devices") or [] if isinstance(d, dict) and d.get("kind")]
+    return str(kinds[0]) if kinds else None

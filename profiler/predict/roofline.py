@@ -27,8 +27,10 @@ import math
 import re
 from dataclasses import dataclass
 
+import numpy as np
+
 from profiler.predict.schedule import COLLECTIVES, FREE, Schedule
-from profiler.xla.hlo import GEMM_TARGETS, Instruction, Module
+from profiler.xla.hlo import GEMM_TARGETS, Computation, Instruction, Module
 from profiler.xla.shapes import Shape
 from profiler.xla.targets import TARGETS, peak_tflops
 
@@ -57,6 +59,7 @@ class Device:
     vector_flops: float  # FP32 non-tensor FLOP/s
     hbm_bytes_s: float
     interconnect_bytes_s: float  # per direction, to another GPU
+    on_chip_spaces: frozenset[int] = frozenset()  # memory spaces that are no HBM traffic (a TPU's VMEM, S(1))
 
 
 def _field(text: str, key: str) -> str | None:
@@ -69,6 +72,8 @@ def device_from_spec(spec_text: str, peak_bf16_tflops: float | None = None) -> D
     HBM bandwidth, SMs, FP32 lanes and clock from the description; the tensor-core peak from
     *peak_bf16_tflops*, else the built-in target of the same name, else ``targets.PEAK_TFLOPS``."""
     name = _field(spec_text, "device_description_str") or "GPU"
+    if _field(spec_text, "platform_name") == "TPU":
+        return _tpu_device(spec_text, name, peak_bf16_tflops)
     try:
         bw = float(_field(spec_text, "memory_bandwidth") or "nan")
         sms = int(_field(spec_text, "core_count") or "0")
@@ -89,6 +94,21 @@ def device_from_spec(spec_text: str, peak_bf16_tflops: float | None = None) -> D
     low = name.lower()
     ic = next((g for k, g in INTERCONNECT_GBPS if k in low), DEFAULT_INTERCONNECT_GBPS)
     return Device(name, peak * 1e12, vector, bw, ic * 1e9)
+
+
+def _tpu_device(spec_text: str, name: str, peak_bf16_tflops: float | None) -> Device:
+    """A Device from a TPU description (``targets.TpuTarget.spec_text``)."""
+    try:
+        vals = {k: float(_field(spec_text, k) or "nan") for k in
+                ("memory_bandwidth", "peak_bf16_flops", "vector_flops", "interconnect_bandwidth")}  # fmt: skip
+    except ValueError:
+        raise ValueError("the TPU description's rates are not numbers") from None
+    if not all(v > 0 for v in vals.values()):
+        raise ValueError("the TPU description lacks memory_bandwidth, peak_bf16_flops, vector_flops or interconnect")
+    peak = peak_bf16_tflops * 1e12 if peak_bf16_tflops else vals["peak_bf16_flops"]
+    # S(1) is a TensorCore's VMEM on a TPU (on a GPU the same number is a device-side pool in HBM)
+    return Device(name, peak, vals["vector_flops"], vals["memory_bandwidth"], vals["interconnect_bandwidth"],
+                  frozenset({1}))  # fmt: skip
 
 
 def _prod(xs: tuple[int, ...] | list[int]) -> int:
@@ -183,20 +203,40 @@ class Costs:
         return math.sqrt(max(_elems(lhs.shape) * _elems(rhs.shape) / max(out * batch, 1), 1.0))
 
     def _kernel_size(self, ins: Instruction, rhs: Instruction | None) -> float:
+        """Multiply-adds per result element of a convolution: the kernel's input features times, per
+        spatial dimension, the window taps that land on a real input element (not on padding or
+        between dilated elements) per output position, as XLA's cost analysis counts them (TPU
+        modules write batched matmuls as convolutions whose window covers the batch with
+        dilation: one real tap of each window)."""
         if rhs is None:
             return 1.0
         labels = ins.attrs.get("dim_labels", "")
-        kernel = labels.split("_")[1].split("->")[0] if labels.count("_") >= 1 else ""
-        o = kernel.find("o")
-        feats = rhs.shape.dims[o] if 0 <= o < len(rhs.shape.dims) else 1
-        return _elems(rhs.shape) / max(feats, 1)
+        parts = labels.replace("->", "_").split("_")
+        if len(parts) != 3:
+            return _elems(rhs.shape) / max(rhs.shape.dims[0] if rhs.shape.dims else 1, 1)
+        lhs_l, rhs_l, out_l = parts
+        lhs = self.operand(ins, 0)
+        i = rhs_l.find("i")
+        k = float(rhs.shape.dims[i]) if 0 <= i < len(rhs.shape.dims) else 1.0
+        win = _window(ins.attrs.get("window", ""))
+        for n, d in enumerate(sorted(c for c in rhs_l if c.isdigit())):
+            at_in, at_k, at_out = lhs_l.find(d), rhs_l.find(d), out_l.find(d)
+            if lhs is None or min(at_in, at_k, at_out) < 0 or max(at_in, at_out) >= len(ins.shape.dims):
+                continue
+            size = rhs.shape.dims[at_k] if at_k < len(rhs.shape.dims) else 1
+            w = {key: v[n] if n < len(v) else dflt for key, (v, dflt) in
+                 {k2: (win.get(k2, []), dv) for k2, dv in _WINDOW_DEFAULTS.items()}.items()}  # fmt: skip
+            valid = _valid_taps(lhs.shape.dims[at_in], ins.shape.dims[at_out], size, w)
+            k *= valid / max(ins.shape.dims[at_out], 1)
+        return k
 
     # --- bytes ----------------------------------------------------------------------------------
     def hbm_bytes(self, ins: Instruction) -> int:
         """Device-memory bytes a kernel reads and writes (see the module docstring)."""
         if ins.opcode in NO_HBM:
             return 0
-        arrays = [a for a in ins.shape.arrays() if not a.on_host]
+        off = self.device.on_chip_spaces
+        arrays = [a for a in ins.shape.arrays() if not a.on_host and a.memory_space not in off]
         if ins.opcode == "custom-call" and (ins.custom_call_target or "").startswith(GEMM_TARGETS):
             arrays = arrays[:1]  # a GEMM's result; its workspace (the tuple's last array) is scratch
         out = sum(a.bytes for a in arrays)
@@ -208,24 +248,41 @@ class Costs:
             for i in fused.instructions:
                 for o in i.operands:
                     users.setdefault(o, []).append(i)
-            root = next((i for i in fused.instructions if i.is_root), None)
-            if root is not None and root.opcode == "dynamic-update-slice" and len(root.operands) > 1:
-                upd = self.by_comp[fused.name].get(root.operands[1])
-                out = upd.shape.bytes if upd is not None else out
+            out = self._fused_out(fused, ins, out)
         for k, name in enumerate(ins.operands):
             src = self.by_comp.get(ins.computation, {}).get(name)
             if src is None:
                 continue
-            size = sum(a.bytes for a in src.shape.arrays() if not a.on_host)
+            size = sum(a.bytes for a in src.shape.arrays() if not a.on_host and a.memory_space not in off)
             p = params.get(k)
-            if p is not None:
+            if p is not None and size:
                 us = users.get(p.name, [])
-                if us and all(u.opcode in SLICES for u in us):
+                if us and all(u.opcode in SLICES or _narrowing(u, p) for u in us):
                     size = min(size, sum(u.shape.bytes for u in us))
                 elif us and all(u.opcode == "dynamic-update-slice" and u.operands[0] == p.name for u in us):
                     size = 0  # the buffer updated in place: only the update is written
             reads += size
         return reads + out
+
+    def _fused_out(self, fused: Computation, ins: Instruction, out: int) -> int:
+        """Bytes a fusion writes: its result, but only the update of each result that is an in-place
+        ``dynamic-update-slice`` (also through a bitcast, and each element of a tuple root)."""
+        by = self.by_comp[fused.name]
+        root = next((i for i in fused.instructions if i.is_root), None)
+        if root is None:
+            return out
+        elems = [by.get(o) for o in root.operands] if root.opcode == "tuple" else [root]
+        shapes = ins.shape.tuple if root.opcode == "tuple" and ins.shape.tuple is not None else (ins.shape,)
+        if len(elems) != len(shapes) or not any(_dus(e, by) for e in elems):
+            return out
+        total = 0
+        for e, shape in zip(elems, shapes, strict=True):
+            d = _dus(e, by)
+            if d is not None and len(d.operands) > 1 and d.operands[1] in by:
+                total += by[d.operands[1]].shape.bytes
+            elif not shape.on_host and shape.memory_space not in self.device.on_chip_spaces:
+                total += sum(a.bytes for a in shape.arrays())
+        return total
 
     # --- time -----------------------------------------------------------------------------------
     def kernel_ns(self, ins: Instruction) -> int:
@@ -254,6 +311,46 @@ class Costs:
         share = (n - 1) / n if n else 1.0
         factor = 2 * share if kind == "all-reduce" else (1.0 if kind == "collective-permute" else share)
         return math.ceil(payload * factor / self.device.interconnect_bytes_s * 1e9)
+
+
+_WINDOW_DEFAULTS = {"stride": 1, "pad_lo": 0, "lhs_dilate": 1, "rhs_dilate": 1}
+
+
+def _window(text: str) -> dict[str, list[int]]:
+    """A convolution's ``window={size=8x16 stride=7x15 pad=7_7x15_15 lhs_dilate=8x16}`` by field
+    (``pad`` as ``pad_lo``), one number per spatial dimension."""
+    out: dict[str, list[int]] = {}
+    for key, val in re.findall(r"(\w+)=([\d_x-]+)", text):
+        if key == "pad":
+            out["pad_lo"] = [int(p.split("_")[0]) for p in val.split("x")]
+        elif key in _WINDOW_DEFAULTS or key == "size":
+            out[key] = [int(v) for v in val.split("x")]
+    return out
+
+
+def _valid_taps(n_in: int, n_out: int, size: int, w: dict[str, int]) -> int:
+    """(output position, window position) pairs of one spatial dimension whose input position is a
+    real element: inside the (dilated) input and not between two dilated elements."""
+    o = np.arange(n_out)[:, None]
+    k = np.arange(size)[None, :]
+    pos = o * w["stride"] - w["pad_lo"] + k * w["rhs_dilate"]
+    ok = (pos >= 0) & (pos <= (n_in - 1) * w["lhs_dilate"]) & (pos % w["lhs_dilate"] == 0)
+    return int(ok.sum())
+
+
+def _dus(ins: Instruction | None, by: dict[str, Instruction]) -> Instruction | None:
+    """*ins* when it is a dynamic-update-slice, or a bitcast of one; else None."""
+    for _ in range(4):
+        if ins is None or ins.opcode != "bitcast" or not ins.operands:
+            break
+        ins = by.get(ins.operands[0])
+    return ins if ins is not None and ins.opcode == "dynamic-update-slice" else None
+
+
+def _narrowing(user: Instruction, param: Instruction) -> bool:
+    """A nested fusion that reads *param* and yields less than it (a slice of it: a TPU wraps its
+    dynamic slices of a stacked buffer in a nested loop fusion)."""
+    return user.opcode == "fusion" and user.shape.tuple is None and user.shape.bytes < param.shape.bytes
 
 
 def group_size(ins: Instruction, module: Module) -> int | None:

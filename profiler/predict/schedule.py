@@ -72,6 +72,10 @@ DONES = {
     "recv-done",
     *(f"{c}-done" for c in COLLECTIVES),
 }
+# custom calls that run no kernel: a TPU's AllocateBuffer (an uninitialized buffer, the host side of
+# an offload among them)
+# and ConcatBitcast (a concatenation made by bitcasting buffers laid out back to back: no data moves)
+FREE_TARGETS = {"AllocateBuffer", "ConcatBitcast"}
 MAX_OPS = 2_000_000  # an unrolled schedule longer than this is cut (with a note)
 
 
@@ -254,7 +258,7 @@ class _Builder:
             return self.emit(ins, "copy", deps, iteration, stream=move["direction"], bytes=move["bytes"])
         if op in COLLECTIVES:
             return self.emit(ins, "collective", deps, iteration, bytes=self.payload(ins))
-        if op in FREE:
+        if op in FREE or (op == "custom-call" and ins.custom_call_target in FREE_TARGETS):
             return self.emit(ins, "free", deps, iteration)
         return self.emit(ins, "compute", deps, iteration)
 

@@ -155,7 +155,7 @@ def render_from_recording(doc: dict[str, Any]) -> str:
     m = doc["measured_step_ns"]
     r, roof = doc["replay"], doc["roofline"]
     out = [
-        f"{doc['source']} ({doc['kind']}): {doc['module']} on {doc['gpu'] or 'an unnamed GPU'}, measured step "
+        f"{doc['source']} ({doc['kind']}): {doc['module']} on {doc['gpu'] or 'an unnamed device'}, measured step "
         f"{human_time(m)}" + (f"; {doc['chosen_by']}" if doc.get("chosen_by") else ""),
         f"  replayed with its own measured durations: {human_time(r['step_ns'])} ({_pct(r['error'])})"
         + (
@@ -163,7 +163,7 @@ def render_from_recording(doc: dict[str, Any]) -> str:
             if r["unplaced_ns"]
             else "; every measured op placed"
         ),
-        f"  uncalibrated roofline on its own GPU, {roof['link']}: {human_time(roof['step_ns'])} "
+        f"  uncalibrated roofline on its own device, {roof['link']}: {human_time(roof['step_ns'])} "
         f"({_pct(roof['error'])}; the roofline was {roof['expected_error']} on real steps)",
     ]
     rows = [

@@ -38,6 +38,9 @@ class Instruction:
     tuple_index: int | None = None  # get-tuple-element
     parameter_number: int | None = None  # parameter
     is_root: bool = False
+    literal: int | None = None  # a scalar integer constant's value (trip counts read from a loop's condition)
+    direction: str | None = None  # a compare's direction (LT, GT, ...)
+    trip_count_from: str | None = None  # "backend config" or "condition": where trip_count was read
     # for costs (profiler.predict): dot/convolution dimension attributes, collectives' replica_groups
     attrs: dict[str, str] = field(default_factory=dict)
 
@@ -92,9 +95,11 @@ _TARGET = re.compile(r'\bcustom_call_target="([^"]*)"')
 _QUEUE = re.compile(r'"operation_queue_id"\s*:\s*"?(\d+)')
 _TRIP = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)')
 _INDEX = re.compile(r"\bindex=(\d+)")
+_DIRECTION = re.compile(r"\bdirection=([A-Z]+)")
+_INT = re.compile(r"-?\d+")
 _COMMENT = re.compile(r"/\*.*?\*/", re.S)
 _COST_ATTR = re.compile(
-    r"\b(lhs_contracting_dims|lhs_batch_dims|dim_labels|feature_group_count|replica_groups)="
+    r"\b(lhs_contracting_dims|lhs_batch_dims|dim_labels|feature_group_count|replica_groups|window)="
     r"(\{[^=]*?\}\}|\{[^}]*\}|\[[^\]]*\][^,\s]*|[\w>-]+)"
 )
 COST_ATTR_OPS = {"dot", "convolution"}
@@ -195,6 +200,8 @@ def parse_instruction(line: str, computation: str, position: int) -> Instruction
     if target is not None and "fmha" in target.group(1):  # cuDNN attention: its mask decides its FLOPs
         mask = _MASK.search(attrs)
         cost_attrs["mask_type"] = mask.group(1) if mask else "NO_MASK"
+    literal = int(inner) if opcode == "constant" and not shape.dims and _INT.fullmatch(inner.strip()) else None
+    direction = _DIRECTION.search(attrs) if opcode == "compare" else None
     return Instruction(
         name=name,
         opcode=opcode,
@@ -207,6 +214,9 @@ def parse_instruction(line: str, computation: str, position: int) -> Instruction
         custom_call_target=target.group(1) if target else None,
         queue=queue.group(1) if queue else None,
         trip_count=int(trip.group(1)) if trip else None,
+        trip_count_from="backend config" if trip else None,
+        literal=literal,
+        direction=direction.group(1) if direction else None,
         tuple_index=int(index.group(1)) if index else None,
         parameter_number=int(inner) if opcode == "parameter" and inner.strip().isdigit() else None,
         is_root=root,
@@ -327,6 +337,11 @@ def parse_text(text: str, source: str = "HLO text") -> Module:
         notes.append(f"{source}: the text ends inside computation {cur.name} (truncated?)")
     if bad > 3:
         notes.append(f"{source}: {bad} lines or instructions could not be read in all")
+    for comp in comps.values():
+        for ins in comp.instructions:
+            if ins.opcode == "while" and ins.trip_count is None:
+                ins.trip_count = condition_trip_count(comps, ins)
+                ins.trip_count_from = "condition" if ins.trip_count is not None else None
     if name is None and not comps:
         raise HloError(f"{source}: no HLO module in this text")
     if entry is None and comps:
@@ -341,3 +356,77 @@ def parse_text(text: str, source: str = "HLO text") -> Module:
         entry_parameters=layout[0] if layout else None,
         entry_result=layout[1] if layout else None,
     )
+
+
+_BOUND = {"LT": 0, "LE": 1, "GT": 0, "GE": 1}  # compare(i, N): trips N - i0 (+1 for LE)
+_PASS = {"copy", "bitcast", "convert"}
+
+
+def _through(comp: dict[str, Instruction], name: str) -> Instruction | None:
+    """The instruction *name* in *comp*, looking through copies, bitcasts and converts."""
+    ins = comp.get(name)
+    for _ in range(8):
+        if ins is None or ins.opcode not in _PASS or not ins.operands:
+            return ins
+        ins = comp.get(ins.operands[0])
+    return ins
+
+
+def condition_trip_count(comps: dict[str, Computation], loop: Instruction) -> int | None:
+    """The trips of a ``while`` whose backend config does not say (TPU modules never do): its
+    condition's root is ``compare(get-tuple-element(p, k), constant N)`` (or the constant first),
+    its body adds a constant step to element k, and element k of its initial tuple is a constant
+    (through copies); trips = ceil((N - start) / step) (+1 for LE/GE), None when any part differs."""
+    called = [comps.get(c) for c in loop.called]
+    cond = next((c for c in called if c and any(i.is_root and i.opcode == "compare" for i in c.instructions)), None)
+    body = next((c for c in called if c and c is not cond), None)
+    caller = comps.get(loop.computation)
+    if cond is None or body is None or caller is None or not loop.operands:
+        return None
+    by = {i.name: i for i in cond.instructions}
+    root = next(i for i in cond.instructions if i.is_root)
+    if len(root.operands) != 2 or root.direction not in _BOUND:
+        return None
+    a, b = (_through(by, o) for o in root.operands)
+    flip = a is not None and a.opcode == "constant"
+    var, bound = (b, a) if flip else (a, b)
+    if var is None or bound is None or var.opcode != "get-tuple-element" or bound.literal is None:
+        return None
+    k = var.tuple_index
+    up = (root.direction in ("LT", "LE")) != flip  # the counter counts up to the bound
+    at = {i.name: i for i in caller.instructions}
+    init = _through(at, loop.operands[0])
+    start = (
+        _through(at, init.operands[k])
+        if init is not None and init.opcode == "tuple" and k is not None and k < len(init.operands)
+        else None
+    )
+    step = _body_step(body, k)
+    if start is None or start.literal is None or step is None or (step > 0) != up:
+        return None
+    span = (bound.literal - start.literal) if up else (start.literal - bound.literal)
+    span += _BOUND[root.direction]
+    return max(0, -(-span // abs(step)))
+
+
+def _body_step(body: Computation, k: int | None) -> int | None:
+    """The constant a loop body adds to element *k* of its tuple each trip (None: not a constant add)."""
+    by = {i.name: i for i in body.instructions}
+    root = next((i for i in body.instructions if i.is_root), None)
+    if root is None or root.opcode != "tuple" or k is None or k >= len(root.operands):
+        return None
+    inc = _through(by, root.operands[k])
+    if inc is None or inc.opcode not in ("add", "subtract") or len(inc.operands) != 2:
+        return None
+    x, y = (_through(by, o) for o in inc.operands)
+    const = y if y is not None and y.literal is not None else (x if inc.opcode == "add" else None)
+    other = x if const is y else y
+    if (
+        const is None
+        or const.literal is None
+        or other is None
+        or other.opcode != "get-tuple-element"
+        or other.tuple_index != k
+    ):
+        return None
+    return const.literal if inc.opcode == "add" else -const.literal

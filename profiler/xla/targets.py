@@ -96,9 +96,57 @@ TARGETS: dict[str, GpuTarget] = {
     )
 }  # fmt: skip
 
+
+@dataclass(frozen=True)
+class TpuTarget:
+    """A TPU chip as the roofline prices it (``profiler.predict.roofline.device_from_spec``). XLA takes
+    no target description for a TPU and nothing here compiles for one: a TPU's program is the
+    optimized HLO its recording dumped (``plan --from``)."""
+
+    key: str
+    description: str  # what JAX reports as device_kind
+    memory_bytes: int
+    bandwidth_bytes_s: float
+    peak_bf16_tflops: float  # dense, the MXUs
+    vector_tflops: float  # the VPU's elementwise rate
+    interconnect_bytes_s: float  # ICI, per chip
+    sources: str
+
+    def spec_text(self) -> str:
+        """The description as a small text (``platform_name: "TPU"``), read back by the roofline."""
+        return "\n".join(
+            [
+                f"# {self.description}: written by profile-step; {self.sources}",
+                'platform_name: "TPU"',
+                f"memory_bandwidth: {int(self.bandwidth_bytes_s)}",
+                f"device_memory_size: {self.memory_bytes}",
+                f"peak_bf16_flops: {int(self.peak_bf16_tflops * 1e12)}",
+                f"vector_flops: {int(self.vector_tflops * 1e12)}",
+                f"interconnect_bandwidth: {int(self.interconnect_bytes_s)}",
+                f'device_description_str: "{self.description}"',
+                "",
+            ]
+        )
+
+
+# TPU v5e (one chip): Google Cloud's "TPU v5e" system architecture page: 197 TFLOP/s bf16 peak,
+# 16 GiB HBM2 at 819 GB/s, ICI 1,600 Gbps (200 GB/s) per chip. The chip this project recorded on
+# reported 15.75 GiB usable (the recordings' OOM message) and reached 167 TFLOP/s on an 8192^3 bf16
+# matmul (85% of the peak; measured on the device machine, not used here: the roofline takes the
+# spec). Google publishes no VPU rate: the elementwise rate is the bf16 peak / 16, the same ratio the
+# GPU descriptions assume when theirs is unknown (roofline.device_from_spec), an assumption that
+# only matters for compute-bound elementwise fusions (the recordings' loop fusions are bound by HBM).
+TPU_TARGETS: dict[str, TpuTarget] = {
+    t.key: t
+    for t in (
+        TpuTarget("tpu-v5e", "TPU v5 lite", 16 * 2**30, 819e9, 197.0, 197.0 / 16, 200e9,
+                  "Google Cloud TPU v5e spec: 197 TFLOP/s bf16, HBM 819 GB/s, ICI 1,600 Gbps"),
+    )
+}  # fmt: skip
+
 # Dense BF16 peak FLOP/s per device, by what JAX reports as device_kind (first match wins):
 # the denominator of MFU.  Sources: NVIDIA datasheets (H100 SXM5 989.4 TFLOP/s, H100 PCIe 756,
-# H200 989.4, B200 2250, GB200 2500 per GPU, A100 312, L4 121, L40S 362).  Override with
+# H200 989.4, B200 2250, GB200 2500 per GPU, A100 312, L4 121, L40S 362; Google: TPU v5e 197).  Override with
 # --peak-tflops.
 PEAK_TFLOPS: tuple[tuple[str, float], ...] = (
     ("GB200", 2500.0),
@@ -109,6 +157,7 @@ PEAK_TFLOPS: tuple[tuple[str, float], ...] = (
     ("A100", 312.0),
     ("L40S", 362.0),
     ("L4", 121.0),
+    ("TPU v5 lite", 197.0),  # TPU v5e (Google Cloud's spec)
 )
 
 
@@ -122,12 +171,17 @@ def peak_tflops(device_kind: str | None) -> float | None:
     return None
 
 
-def resolve(target: str) -> tuple[str, str, GpuTarget | None]:
+def resolve(target: str, priced_only: bool = False) -> tuple[str, str, GpuTarget | None]:
     """(label, spec text, built-in target or None) for a name in TARGETS or a spec file."""
     key = target.lower()
     if key in TARGETS:
         t = TARGETS[key]
         return t.description, t.spec_text(), t
+    if key in TPU_TARGETS:  # priced only (plan --from): nothing compiles for it
+        if not priced_only:
+            raise ValueError(f"{target} is a TPU: nothing compiles for it here; it prices a TPU's recorded "
+                             f"program (plan --from RUN --target {key})")  # fmt: skip
+        return TPU_TARGETS[key].description, TPU_TARGETS[key].spec_text(), None
     path = Path(target)
     if path.is_file():
         text = path.read_text(errors="replace")
@@ -138,7 +192,8 @@ def resolve(target: str) -> tuple[str, str, GpuTarget | None]:
             if line.strip().startswith("device_description_str:"):
                 label = line.split(":", 1)[1].strip().strip('"') or label
         return label, text, None
-    raise ValueError(f"unknown target {target!r}: one of {', '.join(TARGETS)} or a GpuTargetConfigProto text file")
+    raise ValueError(f"unknown target {target!r}: one of {', '.join(TARGETS)} or a GpuTargetConfigProto text file"
+                     f" ({', '.join(TPU_TARGETS)}: with plan --from a TPU recording)")  # fmt: skip
 
 
 def memory_of(spec_text: str) -> int | None:

@@ -122,7 +122,8 @@ def test_the_config_file(tmp_path):
         ("extra = 1\n", "unknown keys ['extra']: expected thresholds, disabled, link"),
         (
             'link = "pcie9"\n',
-            "link: unknown link 'pcie9': use pcie3, pcie4, pcie5, pcie6, nvlink-c2c or a bandwidth in GB/s",
+            "link: unknown link 'pcie9': use pcie3, pcie4, pcie5, pcie6, nvlink-c2c, tpu-v5e-host "
+            "or a bandwidth in GB/s",
         ),
         ('disabled = ["no-rule"]\n', f"disabled must list rule ids among: {known}"),
         ('disabled = "lhs-off"\n', f"disabled must list rule ids among: {known}"),

@@ -52,6 +52,8 @@ class HloProgram:
 
     def loop(self, trips: int | None, stmts: list, cur: str, lines: list[str]) -> str:
         b, c, w = self.name("body"), self.name("cond"), self.name("while")
+        # no trip count: a bound the condition cannot tell (read from the carried counter itself)
+        bound = f"s32[] constant({trips})" if trips else f"s32[] get-tuple-element(%{c}.p), index=0"
         inner = [
             f"  %{b}.p = {LOOP_T} parameter(0)",
             f"  %{b}.i = s32[] get-tuple-element(%{b}.p), index=0",
@@ -64,7 +66,7 @@ class HloProgram:
         self.comps.append(f"%{b} (p: (s32[], f32[64,64])) -> (s32[], f32[64,64]) {{\n" + "\n".join(inner) + "\n}")
         self.comps.append(
             f"%{c} (p: (s32[], f32[64,64])) -> pred[] {{\n  %{c}.p = {LOOP_T} parameter(0)\n"
-            f"  %{c}.i = s32[] get-tuple-element(%{c}.p), index=0\n  %{c}.n = s32[] constant({trips or 2})\n"
+            f"  %{c}.i = s32[] get-tuple-element(%{c}.p), index=0\n  %{c}.n = {bound}\n"
             f"  ROOT %{c}.lt = pred[] compare(%{c}.i, %{c}.n), direction=LT\n}}"
         )
         config = f', backend_config={{"known_trip_count":{{"n":"{trips}"}}}}' if trips else ""

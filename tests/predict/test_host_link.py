@@ -156,6 +156,6 @@ def test_a_bad_link_is_one_line_naming_its_flag(tmp_path, command, flag):
     proc = run_cli(*command, flag, "warp9", str(path))
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.splitlines() == [
-        f"profile-step: error: {flag}: unknown link 'warp9': use pcie3, pcie4, pcie5, pcie6, nvlink-c2c or a "
-        "bandwidth in GB/s"
+        f"profile-step: error: {flag}: unknown link 'warp9': use pcie3, pcie4, pcie5, pcie6, nvlink-c2c, "
+        "tpu-v5e-host or a bandwidth in GB/s"
     ]
