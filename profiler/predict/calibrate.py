@@ -124,15 +124,19 @@ def calibrate(m: Measured, spec_text: str) -> Calibration:
 
 
 def class_table(
-    sched: schedule.Schedule, measured: dict[str, int], roof: dict[str, int]
+    sched: schedule.Schedule, measured: dict[str, int], roof: dict[str, int], per_step: bool = False
 ) -> dict[str, dict[str, float]]:
     """Per op class (roofline.op_class), over the instructions both measured and costed: measured ns,
-    roofline ns, instructions, and the median per-instruction ratio measured / roofline."""
+    roofline ns, instructions, and the median per-instruction ratio measured / roofline.  The ns are
+    per execution of each instruction (what calibration's scales are fitted on), or with *per_step*
+    per step: times the runs of each (a loop body's trips)."""
     classes = op_classes(sched)
+    runs = sched.runs if per_step else {}
     rows: dict[str, list[tuple[int, int]]] = {}
     for name, ns in measured.items():
         if name in roof:
-            rows.setdefault(classes.get(name, "other"), []).append((ns, roof[name]))
+            k = runs.get(name, 1)
+            rows.setdefault(classes.get(name, "other"), []).append((ns * k, roof[name] * k))
     out = {}
     for c, pairs in rows.items():
         a = np.array(pairs, dtype=float)

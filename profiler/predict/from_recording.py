@@ -99,7 +99,7 @@ def from_recording(path: Path, targets: list[str] | None = None, links: list[Lin
             "error": _error(roof_step, m.step_ns),
             "expected_error": of_device(m.gpu)[0].error_text(),
         },
-        "classes": calibrate.class_table(sched, measured, roof),
+        "classes": calibrate.class_table(sched, measured, roof, per_step=True),
         "largest": largest,
         "predicted": predicted,
         "accuracy": {"roofline": of_device(m.gpu)[0].line(), "calibrated": of_device(m.gpu)[1].line()},

@@ -171,10 +171,13 @@ def render_from_recording(doc: dict[str, Any]) -> str:
          f"{v['measured'] / v['roofline']:.2f}" if v["roofline"] else "-"]
         for c, v in sorted(doc["classes"].items())
     ]  # fmt: skip
+    classed = sum(v["measured"] for v in doc["classes"].values())
     out += [
         "",
-        "measured against the roofline per op class:",
+        "measured against the roofline per op class, per step (a loop body's ops times their trips):",
         table(["class", "ops", "measured", "roofline", "ratio"], rows),
+        f"  the classes hold {human_time(classed)} of the {human_time(m)} step; the rest is time the "
+        "device waited for copies and ops no class costs",
     ]
     big = [
         [x["instruction"], human_time(x["measured_ns"], True), human_time(x["roofline_ns"], True)]

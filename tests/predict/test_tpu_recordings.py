@@ -22,7 +22,7 @@ from profiler.predict.simulate import simulate
 from profiler.xla.hlo import parse_text
 from profiler.xla.targets import TPU_TARGETS
 from tests.helpers.paths import ROOT
-from tests.predict.test_replay_invariants import REPLAY_GOAL, prediction_broken
+from tests.helpers.replay_checks import REPLAY_GOAL, prediction_broken
 
 TPU_RUNS = ROOT / "sample_traces" / "tpu-v5e-example"
 ROOFLINE_GOAL = 0.25  # issue 42: the uncalibrated roofline within 25% of a real step
@@ -248,6 +248,18 @@ def test_plan_from_a_tpu_run_folder(tpu_measured):
     assert doc["predicted"][0]["link"] == "TPU v5e host link (measured)"
     assert doc["roofline"]["expected_error"] == TPU_ROOFLINE.error_text() == "3-14% short"
     assert doc["accuracy"]["calibrated"] == TPU_CALIBRATED.line()
+
+
+def test_plan_froms_op_classes_are_per_step(tpu_measured):
+    """The per-class table counts a loop body's ops once per trip: a recording without copies (remat,
+    scanned and unrolled) has its classes hold the whole step, less the few ops no class costs (it
+    held an eighth of the scanned step when each body op counted once)."""
+    for name in tpu_measured:
+        if "-remat-" not in name:
+            continue
+        doc = from_recording(TPU_RUNS / name)
+        held = sum(v["measured"] for v in doc["classes"].values())
+        assert held == pytest.approx(doc["measured_step_ns"], rel=0.02), name
 
 
 def test_the_tpu_target_prices_a_recording_and_compiles_nothing():
