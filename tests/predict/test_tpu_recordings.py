@@ -23,7 +23,6 @@ from profiler.trace.jax_profile import find_tpu
 from profiler.xla.hlo import parse_text
 from profiler.xla.targets import TPU_TARGETS
 from tests.helpers.paths import ROOT
-from tests.helpers.tpu_traces import SLICE_BYTES, TPU_PID, built_events, meta, write_trace
 from tests.predict.test_replay_invariants import REPLAY_GOAL, prediction_broken
 
 TPU_RUNS = ROOT / "sample_traces" / "tpu-v5e-example"
@@ -155,34 +154,6 @@ def test_a_tpu_trace_gives_a_loop_its_own_time_only(tmp_path):
     spans, execs, name = tpu_trace.spans(t)
     assert name == "jit_step" and execs["duration_ns"].to_list() == [1000.0]
     assert int((spans["end"] - spans["start"]).sum()) == 1000  # the serial line tiles the execution
-
-
-def _device_timed(events: list[dict], skew_ps: int = 0) -> list[dict]:
-    """*events* with the device clock libtpu writes beside ts/dur (``device_offset_ps``, ``device_duration_ps``),
-    the offsets *skew_ps* later than ts says."""
-
-    def timed(e: dict) -> dict:
-        ps = {"device_offset_ps": round(e["ts"] * 1e6) + skew_ps, "device_duration_ps": round(e["dur"] * 1e6)}
-        return e | {"args": e["args"] | ps}
-
-    return [timed(e) if e["ph"] == "X" and e["pid"] == TPU_PID else e for e in events]
-
-
-def test_the_prediction_reads_a_tpu_trace_as_the_conversion_does_on_the_device_clock(tmp_path):
-    """The built step of tests/helpers/tpu_traces.py in a run folder's jax.profiler.trace folder: found one
-    folder down, its host transfers the conversion's two copies (the VMEM prefetch none), each with the
-    core's wait for it, timed by the device's clock (7 ns later than ts here), the while's own time 0."""
-    trace = write_trace(tmp_path / "run" / "jax" / "plugins" / "profile" / "2026_12_06" / "vm.trace.json.gz",
-                        _device_timed(built_events(), skew_ps=7_000))  # fmt: skip
-    write_trace(tmp_path / "gpu" / "trace.json.gz", [meta(TPU_PID, "/device:GPU:0")])
-    assert find_tpu(tmp_path / "run") == trace and find_tpu(tmp_path / "gpu") is None
-    t = tpu_trace.read(trace)
-    assert t.transfers.rows() == [(0, "d2h", SLICE_BYTES, 10_007, 60_007, 9_000.0),
-                                  (0, "h2d", SLICE_BYTES, 60_007, 100_007, 20_000.0)]  # fmt: skip
-    assert dict(zip(t.ops["hlo_op"], t.ops["self_ns"], strict=False))["while.1"] == 0
-    spans, execs, _ = tpu_trace.spans(t)
-    assert execs.rows() == [(0, "jit_step", 7, 100_007, 100_000.0)]
-    assert int((spans["end"] - spans["start"]).sum()) == 100_000
 
 
 # --- the real recordings ----------------------------------------------------------------------------
