@@ -28,9 +28,10 @@ from typing import Any
 
 from profiler.analysis.links import host_link
 from profiler.errors import ProfilerError
-from profiler.predict import calibrate, roofline, schedule, tpu_trace
+from profiler.predict import calibrate, roofline, schedule
 from profiler.predict.measured import Measured, load
 from profiler.predict.simulate import simulate
+from profiler.trace.jax_profile import find_tpu
 from profiler.xla.targets import TPU_TARGETS
 
 DEFAULT_CAL = "scan-l8/remat"
@@ -40,7 +41,7 @@ def recordings(root: Path) -> list[Path]:
     """The TPU recordings under *root* (itself, its subfolders and theirs)."""
     cands = [root, *sorted(p for p in root.glob("*") if p.is_dir()), *sorted(p for p in root.glob("*/*") if p.is_dir())]
     own = [p for p in cands if any(p.glob("*trace.json.gz")) or any(p.glob("jax/plugins/profile/*/*trace.json.gz"))]
-    return [p for p in own if tpu_trace.find(p) is not None]
+    return [p for p in own if find_tpu(p) is not None]
 
 
 def per_class(sched: schedule.Schedule, costs: dict[str, int], waits: int) -> dict[str, float]:

@@ -20,7 +20,7 @@ from profiler.conventions import TRACE_STEM, XLA_DUMP_DIR
 from profiler.errors import InputError
 from profiler.predict import roofline, schedule, tpu_trace
 from profiler.stored.folder import compiled_of, manifest_in, trace_in
-from profiler.trace.jax_profile import is_jax_trace
+from profiler.trace.jax_profile import find_tpu, is_jax_trace
 from profiler.xla import dump
 from profiler.xla.compiled import load_module
 from profiler.xla.hlo import HloError, Module
@@ -88,7 +88,7 @@ def load(path: Path, module: str | None = None, hlo: Path | None = None) -> Meas
         return _archive_zip(path, module, hlo)
     if path.is_dir() and (path / PROJECTION).is_file():
         return _archive_dir(path, module, hlo)
-    tpu = tpu_trace.find(path) if path.is_dir() or path.name.endswith(".json.gz") else None
+    tpu = find_tpu(path) if path.is_dir() or path.name.endswith(".json.gz") else None
     if tpu is not None:
         return _tpu(path, tpu, module, hlo)
     if path.is_dir() and not is_jax_trace(path):
@@ -281,13 +281,7 @@ def _tpu(path: Path, trace: Path, module: str | None, hlo: Path | None) -> Measu
     folder = path if path.is_dir() else path.parent
     mod = _hlo_file(hlo) if hlo else _tpu_hlo(folder, name, notes)
     times = with_classes(it.instruction_times(spans), mod)
-    copies = pl.DataFrame(schema={"cls": pl.String, "bytes": pl.Int64, "start": pl.Int64, "end": pl.Int64})
-    if mod is not None:
-        copies = (
-            tpu_trace.transfers(t, host_pairs(schedule.build(mod)))
-            .filter(pl.col("execution").is_in(execs["execution"].implode()))
-            .drop("execution")
-        )
+    copies = t.transfers.filter(pl.col("execution").is_in(execs["execution"].implode())).drop("execution")
     steps = execs.select("execution", "start", "end", "duration_ns")
     notes.append("a TPU core runs its ops on one serial line; an async *-done's time is the core's wait for it")
     if mod is not None:
@@ -299,13 +293,6 @@ def _tpu(path: Path, trace: Path, module: str | None, hlo: Path | None) -> Measu
     device = t.device or _manifest_device(folder)
     return Measured(path, "JAX profiler trace (TPU)", name, mod, times, steps, copies, device, notes,
                     None, f"the program with the most device time in the trace ({name})")  # fmt: skip
-
-
-def host_pairs(sched: schedule.Schedule) -> dict[str, tuple[str, str, int]]:
-    """done instruction -> (its start, direction, bytes) of every host transfer of the schedule."""
-    ops = sched.ops
-    return {o.name: (ops[o.pair].name, ops[o.pair].stream, ops[o.pair].bytes) for o in ops
-            if o.kind == "done" and o.pair is not None and ops[o.pair].stream in ("d2h", "h2d")}  # fmt: skip
 
 
 def _untimed(sched: schedule.Schedule, timed: set[str]) -> list[str]:

@@ -104,7 +104,10 @@ ARG_KEYS = (
     "shape_with_layout",
     "tf_op",
 )
+# a TPU's device clock (integer picoseconds), kept as numbers: what the prediction times ops by
+DEVICE_TIME_KEYS = ("device_offset_ps", "device_duration_ps")
 # a TPU's trace: its device line of ops, the streams the conversion gives them, its launch calls
+TPU_PROCESS = "/device:TPU:"  # a TPU device process: /device:TPU:<ordinal>
 TPU_OPS_THREAD = "XLA Ops"
 TPU_MODULES_THREAD = "XLA Modules"
 TPU_COMPUTE_STREAM, TPU_D2H_STREAM, TPU_H2D_STREAM = 1, 2, 3
@@ -135,8 +138,9 @@ def is_jax_trace(path: Path) -> bool:
 
 
 def find(path: Path) -> Path:
-    """The trace file *path* names: itself, or in a ``jax.profiler.trace`` folder the newest
-    run's ``<host>.trace.json.gz`` (else its ``perfetto_trace.json.gz``)."""
+    """The trace file *path* names: itself, or in a folder (a ``jax.profiler.trace`` folder's newest
+    run, else the folder itself) its ``<host>.trace.json.gz`` (a run folder's ``trace.json.gz``),
+    else its ``perfetto_trace.json.gz``."""
     if not path.exists():
         raise InputError(path, "no such file or folder")
     if path.is_file():
@@ -145,7 +149,8 @@ def find(path: Path) -> Path:
         sorted(p for p in (path / PROFILE_SUBDIR).glob("*") if p.is_dir()) if (path / PROFILE_SUBDIR).is_dir() else []
     )
     folder = runs[-1] if runs else path
-    files = sorted(folder.glob("*.trace.json.gz")) or sorted(folder.glob(PERFETTO_NAME))
+    files = sorted(p for p in folder.glob("*trace.json.gz") if p.name != PERFETTO_NAME)
+    files = files or sorted(folder.glob(PERFETTO_NAME))
     if not files:
         raise InputError(path, "holds no JAX profiler trace (plugins/profile/<run>/*.trace.json.gz)")
     if len(files) > 1:
@@ -154,11 +159,40 @@ def find(path: Path) -> Path:
     return files[0]
 
 
+def is_tpu(path: Path) -> bool:
+    """Whether the trace file at *path* names a TPU device process (``/device:TPU:N``) in its first MiB."""
+    try:
+        with path.open("rb") as raw:
+            gz = raw.read(2) == b"\x1f\x8b"
+        with gzip.open(path, "rb") if gz else path.open("rb") as f:
+            head = f.read(1 << 20)
+    except (OSError, EOFError, zlib.error):
+        return False
+    return TPU_PROCESS.encode() in head
+
+
+def find_tpu(path: Path) -> Path | None:
+    """The TPU trace *path* is or holds, or None: ``find`` of the folder, else of its subfolders (a
+    run folder's ``jax.profiler.trace`` folder), the first that is a TPU's (``is_tpu``)."""
+    if path.is_file():
+        return path if is_tpu(path) else None
+    if not path.is_dir():
+        return None
+    for folder in (path, *sorted(p for p in path.iterdir() if p.is_dir())):
+        try:
+            trace = find(folder)
+        except InputError:
+            continue
+        if is_tpu(trace):
+            return trace
+    return None
+
+
 @dataclass(frozen=True)
 class Events:
     """A trace's complete events (``ph: X``), one row each: pid, tid, start, end (ns), name, has_args
-    and the arguments the conversion reads (``ARG_KEYS``, NULL where absent); with the process and
-    thread names."""
+    and the arguments read (``ARG_KEYS`` as text, ``DEVICE_TIME_KEYS`` as numbers; NULL where
+    absent); with the process and thread names."""
 
     events: pl.DataFrame
     processes: dict[int, str]
@@ -205,18 +239,19 @@ def read(path: Path) -> Events:
         "has_args": [bool(e.get("args")) for e in complete],
     }
     args = [a if isinstance(a, dict) else {} for a in (e.get("args") for e in complete)]
-    for key in ARG_KEYS:
+    for key in (*ARG_KEYS, *DEVICE_TIME_KEYS):
         cols[key] = [a.get(key) for a in args]
     schema = {"pid": I64, "tid": I64, "ts": pl.Float64, "dur": pl.Float64, "name": pl.String, "has_args": pl.Boolean}
     # argument values are strings in the trace (numbers too: "correlation_id": "12"); anything else as text
-    frame = pl.DataFrame(cols, schema={**schema, **dict.fromkeys(ARG_KEYS, pl.String)}, strict=False)
+    schema |= dict.fromkeys(ARG_KEYS, pl.String) | dict.fromkeys(DEVICE_TIME_KEYS, I64)
+    frame = pl.DataFrame(cols, schema=schema, strict=False)
     # microseconds with nanosecond decimals -> integer nanoseconds; a span keeps its own rounding
     start = (pl.col("ts") * 1000).round().cast(I64)
     frame = frame.with_columns(start.alias("start"), (start + (pl.col("dur") * 1000).round().cast(I64)).alias("end"))
     return Events(frame.drop("ts", "dur"), processes, threads)
 
 
-def _devices(processes: dict[int, str], kind: str = "GPU") -> dict[int, int]:
+def device_ordinals(processes: dict[int, str], kind: str = "GPU") -> dict[int, int]:
     """trace pid -> device ordinal, for processes named ``/device:<kind>:N``."""
     out = {}
     for pid, name in processes.items():
@@ -391,8 +426,9 @@ SHAPE = r"\w+\[[\d,]*\](?:\{[^}]*\})?"
 HOST_SPACE = "S(5)"
 
 
-def _tpu_lines(ev: Events, devices: dict[int, int]) -> pl.DataFrame:
-    """The events of each TPU's ``XLA Ops`` and ``XLA Modules`` lines, with ``deviceId`` and ``line``."""
+def tpu_lines(ev: Events, devices: dict[int, int]) -> pl.DataFrame:
+    """The events of each TPU's ``XLA Ops`` and ``XLA Modules`` lines (of *devices*: trace pid ->
+    ordinal), in the trace's order, with ``deviceId`` and ``line``."""
     rows = [
         (pid, tid, name)
         for (pid, tid), name in ev.threads.items()
@@ -400,7 +436,7 @@ def _tpu_lines(ev: Events, devices: dict[int, int]) -> pl.DataFrame:
     ]
     lines = pl.DataFrame(rows, schema={"pid": I64, "tid": I64, "line": pl.String}, orient="row")
     dev = pl.DataFrame({"pid": list(devices), "deviceId": list(devices.values())}, schema={"pid": I64, "deviceId": I64})
-    return ev.events.join(lines, on=["pid", "tid"]).join(dev, on="pid")
+    return ev.events.join(lines, on=["pid", "tid"], maintain_order="left").join(dev, on="pid", maintain_order="left")
 
 
 def _shapes_bytes(text: pl.Expr, host: bool) -> pl.Expr:
@@ -488,7 +524,7 @@ def _tpu_rows(ev: Events, devices: dict[int, int], small_pid: int, program_id: i
     """Kernels, copies, event records and stream waits, their calls, module and thunk ranges and the
     ranges' threads of the TPUs *devices* (trace pid -> ordinal), as ``_gpu_ops`` and ``_host_rows``
     give a GPU's."""
-    lines = _tpu_lines(ev, devices)
+    lines = tpu_lines(ev, devices)
     ops = lines.filter(pl.col("line") == TPU_OPS_THREAD)
     transfers = tpu_transfers(ops)
     modules = lines.filter(pl.col("line") == TPU_MODULES_THREAD).sort("start")
@@ -632,8 +668,8 @@ def convert(
     ranges of the step (XLA's ``program_id``, the number of its dump's ``module_NNNN``)."""
     path = find(src)
     ev = read(path)
-    devices = _devices(ev.processes)
-    tpus = _devices(ev.processes, "TPU")
+    devices = device_ordinals(ev.processes)
+    tpus = device_ordinals(ev.processes, "TPU")
     host_pid = _host(ev.processes)
     small_pid = (host_pid if host_pid is not None else 0) % (1 << 24)
     ops = _gpu_ops(ev, devices, small_pid)

@@ -19,6 +19,7 @@ from profiler.predict import calibrate, roofline, schedule, tpu_trace
 from profiler.predict.from_recording import from_recording
 from profiler.predict.measured import load
 from profiler.predict.simulate import simulate
+from profiler.trace.jax_profile import find_tpu
 from profiler.xla.hlo import parse_text
 from profiler.xla.targets import TPU_TARGETS
 from tests.helpers.paths import ROOT
@@ -146,7 +147,7 @@ def test_a_tpu_trace_gives_a_loop_its_own_time_only(tmp_path):
           *(_event(n, "while" if n.startswith("while") else "loop fusion", o, d) for n, o, d in ops)]  # fmt: skip
     path = tmp_path / "host.trace.json.gz"
     path.write_bytes(gzip.compress(json.dumps({"traceEvents": meta + ev}).encode()))
-    assert tpu_trace.find(tmp_path) == path
+    assert find_tpu(tmp_path) == path
     t = tpu_trace.read(path)
     own = dict(zip(t.ops["hlo_op"], t.ops["self_ns"], strict=False))
     assert own["while.2"] == 10 and own["fusion.1"] == 100

@@ -1,6 +1,7 @@
 """A TPU's JAX profiler trace read as an nsys export (profiler/trace/jax_profile.py): a built trace
 with a known answer (host transfers as copies, their done waits as the exposed time, a while's body
-ops as the kernels and the while itself as none)."""
+ops as the kernels and the while itself as none), and the prediction's reading of it on the device's clock
+(profiler/predict/tpu_trace.py, over jax_profile's) finding the same host transfers."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from profiler.predict import tpu_trace
 from profiler.runs.result import analyzed
 from profiler.trace import jax_profile, load_trace, nsys_schema
 from tests.helpers.cli import run_cli
-from tests.helpers.tpu_traces import SLICE_BYTES, built_events, write_trace
+from tests.helpers.tpu_traces import SLICE_BYTES, TPU_PID, built_events, meta, write_trace
 
 
 def rows(db: Path, sql: str) -> list[tuple]:
@@ -137,3 +139,31 @@ def test_a_wait_that_ends_an_execution_stalls_nothing_in_the_next(tmp_path):
     assert (by["d2h"]["count"], by["d2h"]["stall_ns"], by["h2d"]["count"]) == (2, 18_000, 0)
     assert [s.duration_ns for s in run.steps.rows] == [100_000, 100_000]
     assert run.devices["0"]["copies"]["offload"]["exposed_ns"] == 2 * (9_000 + 20_000)
+
+
+def _device_timed(events: list[dict], skew_ps: int = 0) -> list[dict]:
+    """*events* with the device clock libtpu writes beside ts/dur (``device_offset_ps``, ``device_duration_ps``),
+    the offsets *skew_ps* later than ts says."""
+
+    def timed(e: dict) -> dict:
+        ps = {"device_offset_ps": round(e["ts"] * 1e6) + skew_ps, "device_duration_ps": round(e["dur"] * 1e6)}
+        return e | {"args": e["args"] | ps}
+
+    return [timed(e) if e["ph"] == "X" and e["pid"] == TPU_PID else e for e in events]
+
+
+def test_the_prediction_reads_a_tpu_trace_as_the_conversion_does_on_the_device_clock(tmp_path):
+    """The built step of tests/helpers/tpu_traces.py in a run folder's jax.profiler.trace folder: found one
+    folder down, its host transfers the conversion's two copies (the VMEM prefetch none), each with the
+    core's wait for it, timed by the device's clock (7 ns later than ts here), the while's own time 0."""
+    trace = write_trace(tmp_path / "run" / "jax" / "plugins" / "profile" / "2026_12_06" / "vm.trace.json.gz",
+                        _device_timed(built_events(), skew_ps=7_000))  # fmt: skip
+    write_trace(tmp_path / "gpu" / "trace.json.gz", [meta(TPU_PID, "/device:GPU:0")])
+    assert jax_profile.find_tpu(tmp_path / "run") == trace and jax_profile.find_tpu(tmp_path / "gpu") is None
+    t = tpu_trace.read(trace)
+    assert t.transfers.rows() == [(0, "d2h", SLICE_BYTES, 10_007, 60_007, 9_000.0),
+                                  (0, "h2d", SLICE_BYTES, 60_007, 100_007, 20_000.0)]  # fmt: skip
+    assert dict(zip(t.ops["hlo_op"], t.ops["self_ns"], strict=False))["while.1"] == 0
+    spans, execs, _ = tpu_trace.spans(t)
+    assert execs.rows() == [(0, "jit_step", 7, 100_007, 100_000.0)]
+    assert int((spans["end"] - spans["start"]).sum()) == 100_000
