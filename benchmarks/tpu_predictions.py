@@ -167,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(class_table(rows))
     if args.json:
-        args.json.write_text(json.dumps({"calibrated_on": str(cal_path), "scale": cal.scale, "rows": rows}, indent=1))
+        doc = {"calibrated_on": str(cal_path), "scale": cal.scale, "rows": rows}
+        args.json.write_text(json.dumps(doc, indent=1, sort_keys=True))
     return 0
 
 
