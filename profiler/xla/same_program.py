@@ -65,3 +65,11 @@ def difference(row: Mapping[str, Any], ref: Mapping[str, Any], ref_label: str) -
         f"another program: {row.get('step_name')} with parameters {row.get('step_signature')}, not "
         f"{ref.get('step_signature')} as {ref_label}"
     )
+
+
+def parameter_count(signature: str | None) -> int | None:
+    """The number of arrays in a signature's parameter list (before ``->``); None without one."""
+    if not signature:
+        return None
+    params = signature.split("->", 1)[0]
+    return len(re.findall(r"\w+\[[\d,]*\]", params))

@@ -121,13 +121,34 @@ def test_the_plan_table_says_which_policy_compiled_another_program():
     assert "its step is another program: jit_scanned, not jit_step as the 'none' run" in text
 
 
-def test_the_verdict_says_when_the_fastest_and_the_next_are_different_programs(tmp_path):
+def test_the_verdict_ranks_only_the_runs_of_one_program(tmp_path):
+    """Runs of another model or size are named, not ranked: the verdict ranks the runs the table
+    compares with percentages (the reference program's) and says which those are."""
     from profiler.report.verdict_text import render_verdict
     from profiler.runs.verdict import verdict
 
-    text = render_verdict(verdict(runs(tmp_path)))
-    assert "their steps are different programs" in text
-    assert "their steps are different programs" not in render_verdict(verdict(runs(tmp_path / "s", "jit_step")))
+    found = verdict(runs(tmp_path))
+    f = found["fastest"]
+    assert f["policy"] == "none" and f["next"] is None and f["ranked"] == [found["trace"]]
+    assert f["program"] == {
+        "policy": "none",
+        "name": "jit_step",
+        "parameters": 2,
+        "others": ["recompute"],
+        "others_program": {"name": "jit_scanned", "parameters": 2},
+    }
+    text = " ".join(render_verdict(found, wide=True).split())
+    assert text.startswith(
+        "Verdict over 1 of 2 runs, one model (jit_step with 2 parameters): policy none is the fastest"
+    )
+    assert "not ranked, another model (jit_scanned with 2 parameters): recompute" in text
+    three = [*runs(tmp_path / "three"), hook_run(tmp_path / "three" / "remat", "remat", "jit_step", 30e9)]
+    f = verdict(three)["fastest"]
+    assert f["program"]["others"] == ["recompute"] and f["next"]["policy"] in ("none", "remat")
+    assert {f["policy"], f["next"]["policy"]} == {"none", "remat"} and f["next"]["other_program"] is False
+    one = verdict(runs(tmp_path / "s", "jit_step"))  # one program: every run ranked, the line as it was
+    assert one["fastest"]["program"] is None
+    assert render_verdict(one).startswith("Verdict over 2 runs: policy ")
 
 
 def test_the_dashboards_policy_table_marks_the_row_and_gives_no_percentage(tmp_path):

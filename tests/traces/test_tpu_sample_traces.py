@@ -113,6 +113,15 @@ def test_analyze_of_the_folder_reads_every_run_and_says_why_one_has_no_trace(tmp
         assert row["moved_d2h_bytes_per_step"] == raw[0].bytes["d2h"] and row["device_kind"] == "TPU v5 lite"
     (oom,) = doc["no_trace"]
     assert oom["policy"] == "none-scan" and oom["reason"].startswith("RESOURCE_EXHAUSTED")
+    # the scanned step does the work of the unrolled one, and plans the same offloads (its loop's trips)
+    assert rows["remat-scan"]["flops_per_step"] == pytest.approx(rows["remat"]["flops_per_step"], rel=2e-3)
+    assert rows["offload_mlp-scan"]["planned_d2h_bytes_per_step"] == rows["offload_mlp"]["moved_d2h_bytes_per_step"]
+    # the verdict ranks the 8-layer runs (the table's reference program) and names the 4-layer ones
+    f = doc["verdict"]["fastest"]
+    four = [label(p) for p in RUNS if label(p).endswith("-l4")]
+    assert f["policy"] == "remat" and f["next"]["policy"] == "remat-scan" and f["program"]["others"] == four
+    assert (f["program"]["parameters"], f["program"]["others_program"]) == (66, {"name": "jit_step", "parameters": 34})
+    assert doc["verdict"]["policy"] == "offload_mlp"  # its copies: the fastest 8-layer run that offloads
 
 
 def test_compare_pairs_the_scanned_and_the_unrolled_offload_mlp(tmp_path):
