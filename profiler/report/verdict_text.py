@@ -164,13 +164,13 @@ def _cost(v: dict[str, Any]) -> str:
     )
 
 
-def _saving(i: int, s: dict[str, Any]) -> str:
+def _saving(i: int, s: dict[str, Any], word: str = "GPU") -> str:
     where = f" ({s['where']})" if s["where"] else ""
     if s["saving_ns"]:
         per = "per step" if s["per"] == "step" else "over the window"
         size = f"saves {t(s['saving_ns'])} {per}"
-        if s["device"] is not None and f"GPU {s['device']}" not in s["where"]:
-            size += f" on GPU {s['device']}"
+        if s["device"] is not None and f"{word} {s['device']}" not in s["where"]:
+            size += f" on {word} {s['device']}"
     elif s.get("attributed_ns") is not None:
         size = f"attributed {t(s['attributed_ns'])}, saving not modelled"
     else:
@@ -193,7 +193,7 @@ def verdict_lines(v: dict[str, Any]) -> list[tuple[str, str]]:
         out.append(("cost", _cost(v)))
     key = "savings" if any(s["saving_ns"] for s in v["savings"]) else "findings"
     for i, s in enumerate(v["savings"], start=1):
-        out.append((key if i == 1 else "", _saving(i, s)))
+        out.append((key if i == 1 else "", _saving(i, s, v["copies"].get("device_word", "GPU"))))
     return out[:6]
 
 

@@ -43,13 +43,18 @@ def _median(values: list[int]) -> int | None:
     return int(statistics.median(values)) if values else None
 
 
+def device_word(run: RunSummary) -> str:
+    """What the verdict calls the run's devices: ``TPU`` when every one is a TPU, else ``GPU``."""
+    return "TPU" if run.gpus and all("TPU" in str(g) for g in run.gpus) else "GPU"
+
+
 def copies(run: RunSummary) -> dict[str, Any]:
     """Per direction: count, busy_ns, hidden_ns, exposed_ns and ``hidden_fraction``; ``per`` says of what
     (``step``: median per included step and GPU; ``window``: the analysis window, the GPUs together)."""
     steps = [s for s in run.included_steps if s.directions]
     gpus = run.device_count
     out: dict[str, Any] = {"per": "step" if steps else "window", "gpus": len(run.devices or {})}
-    if run.gpus and all("TPU" in str(g) for g in run.gpus):
+    if device_word(run) == "TPU":
         out["device_word"] = "TPU"  # what the text calls a device (GPU where absent)
     for d in DIRECTIONS:
         if steps:
@@ -99,12 +104,13 @@ def copy_cost(run: RunSummary) -> dict[str, Any] | None:
     }
 
 
-def _where(f: dict[str, Any]) -> str:
-    """Where a finding applies, in a few words: ``GPU 1``, ``layer layer_3``, ``copy-start.3``."""
+def _where(f: dict[str, Any], word: str = "GPU") -> str:
+    """Where a finding applies, in a few words: ``GPU 1`` (*word*: ``TPU`` on a TPU), ``layer layer_3``,
+    ``copy-start.3``."""
     w = f.get("where") or {}
     parts = []
     if w.get("device") is not None:
-        parts.append(f"GPU {w['device']}")
+        parts.append(f"{word} {w['device']}")
     for key in ("layer", "op", "stream", "direction"):
         if w.get(key) is not None:
             parts.append(f"{key} {w[key]}" if key in ("layer", "stream") else str(w[key]))
@@ -137,7 +143,7 @@ def savings(run: RunSummary, n: int = SAVINGS) -> list[dict[str, Any]]:
         {
             "rule": f["id"],
             "severity": f.get("severity"),
-            "where": _where(f),
+            "where": _where(f, device_word(run)),
             "saving_ns": saving,
             "per": per if saving else None,
             "device": dev,
