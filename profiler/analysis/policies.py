@@ -366,7 +366,7 @@ def policy_table(
             row["predicted"] = predict(run, row)
     base_row = next((r for r in rows if r["policy"] == BASELINE_POLICY and r["flops_per_step"]), None)
     base = base_row["flops_per_step"] if base_row else None
-    mark_other_programs(rows, base_row)
+    ref = mark_other_programs(rows, base_row)
     for r in rows:
         if base and r["flops_per_step"] and same_program(r, base_row or {}) is not False:
             r["recompute_overhead"] = r["flops_per_step"] / base - 1
@@ -377,6 +377,8 @@ def policy_table(
         "within_spread": within_spread(rows),
         "runs_apart": runs_apart(rows),
         "cpu_runs": [r["policy"] for r in rows if is_cpu(r)],
+        # the row the others' programs are compared with (``program_differs``), by its trace
+        "program_reference": ref["trace"] if ref is not None else None,
     }
 
 

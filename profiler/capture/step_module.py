@@ -22,7 +22,7 @@ from profiler.stored import folder
 from profiler.xla import dump
 from profiler.xla.compiled import NO_JAXLIB, UNPARSED, agreement, describe, load_module
 from profiler.xla.cost_probe import costs_in
-from profiler.xla.hlo import GEMM_TARGETS, HloError
+from profiler.xla.hlo import GEMM_TARGETS, HloError, Module
 from profiler.xla.step_program import Program, StepProgram, choose, module_flops, program_label, with_flops
 
 
@@ -128,12 +128,21 @@ def costs_by_script_python(entries: list[dict[str, Any]], mods: list[dump.DumpMo
             entry["notes"][entry["notes"].index(old)] = f"{old}; nor could the script's Python: {why_not}"
 
 
+def repeated_loops(module: Module) -> int:
+    """The ``while`` loops of *module* that run their body more than once per execution (trip counts
+    as ``profiler.xla.hlo`` reads them: the backend config, else the loop's condition)."""
+    return sum(1 for i in module.instructions() if i.opcode == "while" and (i.trip_count or 0) > 1)
+
+
 def counted_flops(entries: list[dict[str, Any]], mods: list[dump.DumpModule]) -> None:
-    """A module compiled on a real GPU runs most matmuls as cuBLAS GEMM custom calls, which XLA's cost
-    analysis counts as 0 FLOPs (the example's step on an H200: 4.59e12 of its 85.8e12): its ``flops``
-    are then counted from its HLO by the roofline's rules (``predict.roofline.totals``: matmuls by their
-    dimension numbers, elementwise and reductions as XLA counts them), XLA's own figure kept beside
-    (``xla_flops``) and the note saying so."""
+    """FLOPs counted from the HLO where XLA's cost analysis undercounts them, XLA's own figure kept
+    beside (``xla_flops``) and a note saying why: a module compiled on a real GPU runs most matmuls as
+    cuBLAS GEMM custom calls, which it counts as 0 FLOPs (the example's step on an H200: 4.59e12 of
+    its 85.8e12); a ``while`` loop's body (a scanned layer loop) it counts once, whatever its trips (a
+    TPU's 8-layer scanned step: 6.54e12 against the unrolled step's 29.71e12).  The count is the
+    roofline's (``predict.roofline.totals`` over ``predict.schedule``: matmuls by their dimension
+    numbers, elementwise and reductions as XLA counts them, each loop body its trips times), so the
+    trips are the ones the offload plan and the predictions use."""
     from profiler.predict import roofline, schedule
     from profiler.units import si
 
@@ -146,7 +155,8 @@ def counted_flops(entries: list[dict[str, Any]], mods: list[dump.DumpModule]) ->
         except (HloError, OSError):
             continue
         gemms = sum(1 for i in module.instructions() if (i.custom_call_target or "").startswith(GEMM_TARGETS))
-        if not gemms:
+        loops = repeated_loops(module)
+        if not gemms and not loops:
             continue
         t = roofline.totals(schedule.build(module), roofline.Device("count", 1.0, 1.0, 1.0, 1.0))
         cost = dict(entry.get("cost") or {})
@@ -154,10 +164,12 @@ def counted_flops(entries: list[dict[str, Any]], mods: list[dump.DumpModule]) ->
         cost.update(flops=t["matmul_flops"] + t["other_flops"], xla_flops=xla)
         entry["cost"] = cost
         said = f"it says {si(xla)}" if xla is not None else "it did not run here"
-        entry["notes"].append(
-            f"FLOPs counted from the HLO ({si(cost['flops'])}): XLA's cost analysis leaves out its {gemms} "
-            f"cuBLAS GEMM custom calls ({said})"
-        )
+        parts = [f"leaves out its {gemms} cuBLAS GEMM custom calls" if gemms else ""]
+        which = f"each of its {loops} loops" if loops > 1 else "its loop"
+        parts.append(f"counts the body of {which} once" if loops else "")
+        leaves = " and ".join(p for p in parts if p)
+        total = si(cost["flops"])
+        entry["notes"].append(f"FLOPs counted from the HLO ({total}): XLA's cost analysis {leaves} ({said})")
 
 
 def record(run_dir: Path, dump_dir: Path | None, own_dump: bool, hook: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Any
 from profiler.report.table import table
 from profiler.units import human_bytes, ms, pct, si, signed_pct, tflops
 from profiler.xla.names import ACTIVATION_NAMES
+from profiler.xla.same_program import short_difference
 
 
 def size(b: float | None) -> str:
@@ -183,14 +184,29 @@ def _short_signature(text: str) -> str:
     return re.sub(r"\(((?:[^()]|\([^()]*\))*)\)", cut, text)
 
 
+def other_program_marks(tab: dict[str, Any]) -> list[tuple[str, str]]:
+    """One ``≠`` sentence per other program: the runs that ran it, the reference run, and how the
+    programs differ in a few words (each row's whole ``program_differs`` is in --json)."""
+    rows = tab.get("rows") or []
+    marked = [r for r in rows if r.get("program_differs")]
+    ref = next((r for r in rows if r["trace"] == tab.get("program_reference")), None)
+    if ref is None:  # a table without its reference (a plan's): each row's own sentence
+        return [(OTHER_PROGRAM, f"{r['policy']}'s step is {_short_signature(r['program_differs'])}: no percentage "
+                 "between them") for r in marked]  # fmt: skip
+    groups: dict[str, list[str]] = {}
+    for r in marked:
+        groups.setdefault(short_difference(r, ref), []).append(r["policy"])
+    return [
+        (OTHER_PROGRAM, f"{', '.join(names)} {'runs' if len(names) == 1 else 'run'} another program than "
+         f"{ref['policy']}: {_short_signature(how)}: no percentage between them")
+        for how, names in groups.items()
+    ]  # fmt: skip
+
+
 def policy_marks(tab: dict[str, Any]) -> list[tuple[str, str]]:
     """(mark, sentence) for the table's marked rows and its CPU runs: same step, within the noise,
     another program."""
-    out = [
-        (OTHER_PROGRAM, f"{r['policy']}'s step is {_short_signature(r['program_differs'])}: no percentage between them")
-        for r in tab.get("rows") or []
-        if r.get("program_differs")
-    ]
+    out = other_program_marks(tab)
     for g in tab.get("same_hlo") or []:
         out.append(
             (

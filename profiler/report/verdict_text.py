@@ -71,9 +71,10 @@ def _fastest(v: dict[str, Any]) -> str | None:
         return None
     if f is None:
         return f"Verdict over {v['runs']} runs: none has a median step, so none can be called fastest"
+    over = _over(v["runs"], f.get("program"))
     if f["policy"] is None:
-        return f"Verdict over {v['runs']} runs: none fits its device's memory ({', '.join(f['too_big'])} do not)"
-    head = f"Verdict over {v['runs']} runs: policy {f['policy']} is the fastest"
+        return f"Verdict over {over}: none fits its device's memory ({', '.join(f['too_big'])} do not)"
+    head = f"Verdict over {over}: policy {f['policy']} is the fastest"
     head += " that fits" if f["fit_known"] else ""
     head += f", {t(f['step_ns'])} per step"
     nxt = f.get("next")
@@ -99,7 +100,30 @@ def _fastest(v: dict[str, Any]) -> str | None:
         head += f"; on another kind of device, not compared: {', '.join(f['other'])}"
     if f["cpu"]:
         head += "; CPU runs: they say nothing about a GPU"
+    if f.get("program"):
+        head += f"; {_others(f['program'])}"
     return head
+
+
+def _over(runs: int, program: dict[str, Any] | None) -> str:
+    """The runs the verdict ranked: ``10 runs``, or, where some ran another program, ``5 of 10 runs,
+    one model (jit_step with 66 parameters, as remat-scan)``."""
+    if not program:
+        return f"{runs} runs"
+    ranked = runs - len(program["others"])
+    return f"{ranked} of {runs} runs, one model ({_program(program.get('name'), program.get('parameters'))})"
+
+
+def _others(program: dict[str, Any]) -> str:
+    """The runs not ranked: ``not ranked, another model (jit_step with 34 parameters): a, b``."""
+    them = program.get("others_program")
+    what = f" ({_program(them.get('name'), them.get('parameters'))})" if them else ""
+    return f"not ranked, another model{what}: {', '.join(program['others'])}"
+
+
+def _program(name: str | None, parameters: int | None) -> str:
+    """``jit_step with 66 parameters``: a step program as the verdict names it."""
+    return f"{name or 'its step'}" + (f" with {count(parameters, 'parameter')}" if parameters else "")
 
 
 def _copies(v: dict[str, Any]) -> str:
@@ -140,13 +164,13 @@ def _cost(v: dict[str, Any]) -> str:
     )
 
 
-def _saving(i: int, s: dict[str, Any]) -> str:
+def _saving(i: int, s: dict[str, Any], word: str = "GPU") -> str:
     where = f" ({s['where']})" if s["where"] else ""
     if s["saving_ns"]:
         per = "per step" if s["per"] == "step" else "over the window"
         size = f"saves {t(s['saving_ns'])} {per}"
-        if s["device"] is not None and f"GPU {s['device']}" not in s["where"]:
-            size += f" on GPU {s['device']}"
+        if s["device"] is not None and f"{word} {s['device']}" not in s["where"]:
+            size += f" on {word} {s['device']}"
     elif s.get("attributed_ns") is not None:
         size = f"attributed {t(s['attributed_ns'])}, saving not modelled"
     else:
@@ -169,7 +193,7 @@ def verdict_lines(v: dict[str, Any]) -> list[tuple[str, str]]:
         out.append(("cost", _cost(v)))
     key = "savings" if any(s["saving_ns"] for s in v["savings"]) else "findings"
     for i, s in enumerate(v["savings"], start=1):
-        out.append((key if i == 1 else "", _saving(i, s)))
+        out.append((key if i == 1 else "", _saving(i, s, v["copies"].get("device_word", "GPU"))))
     return out[:6]
 
 

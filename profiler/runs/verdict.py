@@ -17,10 +17,11 @@ numbers.  For one run, or the chosen one of several:
 For several runs with a median step, *policies*: the fastest among those that fit (peak device
 memory, measured or else compiled, within the device's limit where one is known) of the runs on one
 kind of device (GPU runs before CPU runs, then the most common GPU model; the others are named, not
-compared), and its margin over the next fastest against the noise of the policy table
-(``policies.step_difference``: within the larger of the two spreads is not a measured difference).
-The runs' copies and savings are then those of that fastest run; without a median step, of the run
-with the most exposed copy time.
+compared) and of one program (the runs the policy table compares with percentages: the others ran
+another model or size, and are named, not ranked), and its margin over the next fastest against the
+noise of the policy table (``policies.step_difference``: within the larger of the two spreads is not
+a measured difference).  The runs' copies and savings are then those of that fastest run; without a
+median step, of the run with the most exposed copy time.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 
 from profiler.analysis.policies import is_cpu, policy_table, step_difference
 from profiler.stored.summary import RunSummary
-from profiler.xla.same_program import same_program
+from profiler.xla.same_program import parameter_count, same_program
 
 DIRECTIONS = ("d2h", "h2d")
 SAVINGS = 2  # the largest savings the verdict names
@@ -42,13 +43,18 @@ def _median(values: list[int]) -> int | None:
     return int(statistics.median(values)) if values else None
 
 
+def device_word(run: RunSummary) -> str:
+    """What the verdict calls the run's devices: ``TPU`` when every one is a TPU, else ``GPU``."""
+    return "TPU" if run.gpus and all("TPU" in str(g) for g in run.gpus) else "GPU"
+
+
 def copies(run: RunSummary) -> dict[str, Any]:
     """Per direction: count, busy_ns, hidden_ns, exposed_ns and ``hidden_fraction``; ``per`` says of what
     (``step``: median per included step and GPU; ``window``: the analysis window, the GPUs together)."""
     steps = [s for s in run.included_steps if s.directions]
     gpus = run.device_count
     out: dict[str, Any] = {"per": "step" if steps else "window", "gpus": len(run.devices or {})}
-    if run.gpus and all("TPU" in str(g) for g in run.gpus):
+    if device_word(run) == "TPU":
         out["device_word"] = "TPU"  # what the text calls a device (GPU where absent)
     for d in DIRECTIONS:
         if steps:
@@ -98,12 +104,13 @@ def copy_cost(run: RunSummary) -> dict[str, Any] | None:
     }
 
 
-def _where(f: dict[str, Any]) -> str:
-    """Where a finding applies, in a few words: ``GPU 1``, ``layer layer_3``, ``copy-start.3``."""
+def _where(f: dict[str, Any], word: str = "GPU") -> str:
+    """Where a finding applies, in a few words: ``GPU 1`` (*word*: ``TPU`` on a TPU), ``layer layer_3``,
+    ``copy-start.3``."""
     w = f.get("where") or {}
     parts = []
     if w.get("device") is not None:
-        parts.append(f"GPU {w['device']}")
+        parts.append(f"{word} {w['device']}")
     for key in ("layer", "op", "stream", "direction"):
         if w.get(key) is not None:
             parts.append(f"{key} {w[key]}" if key in ("layer", "stream") else str(w[key]))
@@ -136,7 +143,7 @@ def savings(run: RunSummary, n: int = SAVINGS) -> list[dict[str, Any]]:
         {
             "rule": f["id"],
             "severity": f.get("severity"),
-            "where": _where(f),
+            "where": _where(f, device_word(run)),
             "saving_ns": saving,
             "per": per if saving else None,
             "device": dev,
@@ -156,6 +163,36 @@ def fits(row: dict[str, Any]) -> bool | None:
     return None if memory is None or limit is None else memory <= limit
 
 
+def one_program(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The rows whose step is the table's reference program (those not marked ``program_differs``, the
+    rows the table compares with percentages; without any, those of the first row's program), and,
+    where other rows ran another program (another model or size), which program and which rows:
+    ``{"policy", "name", "parameters", "others", "others_program"}``; None when all ran one program."""
+    same = [r for r in rows if not r.get("program_differs")]
+    if not same and rows:
+        same = [r for r in rows if same_program(r, rows[0]) is not False]
+    ranked = {id(r) for r in same}
+    others = [r for r in rows if id(r) not in ranked]
+    if not others:
+        return rows, None
+    ref = same[0]
+    program = {
+        "policy": ref["policy"],
+        "name": ref.get("step_name"),
+        "parameters": parameter_count(ref.get("step_signature")),
+        "others": [r["policy"] for r in others],
+        # what the others ran, where they all ran one program: (name, parameters), else None
+        "others_program": _program_of(others),
+    }
+    return same, program
+
+
+def _program_of(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The jit name and parameter count *rows* share, None when they differ."""
+    said = {(r.get("step_name"), parameter_count(r.get("step_signature"))) for r in rows}
+    return {"name": next(iter(said))[0], "parameters": next(iter(said))[1]} if len(said) == 1 else None
+
+
 def fastest(table: dict[str, Any]) -> dict[str, Any] | None:
     """Among the policy rows with a median step, the fastest of those that fit (a row whose fit is not
     known counts as fitting, and the result says so), its margin over the next fastest and whether
@@ -166,12 +203,14 @@ def fastest(table: dict[str, Any]) -> dict[str, Any] | None:
     # step times compare on one kind of device: GPU runs before CPU runs, then the most common GPU model
     pool = [r for r in timed if not is_cpu(r)] or timed
     kind = Counter(r.get("device_kind") for r in pool).most_common(1)[0][0]
-    rows = [r for r in pool if r.get("device_kind") == kind]
-    other = [r["policy"] for r in timed if r not in rows]
+    of_kind = [r for r in pool if r.get("device_kind") == kind]
+    other = [r["policy"] for r in timed if r not in of_kind]
+    rows, program = one_program(of_kind)
     known = [r for r in rows if fits(r) is not None]
     fitting = [r for r in rows if fits(r) is not False]
     if not fitting:
-        return {"policy": None, "fit_known": bool(known), "too_big": [r["policy"] for r in rows], "other": other}
+        too_big = [r["policy"] for r in rows]
+        return {"policy": None, "fit_known": bool(known), "too_big": too_big, "other": other, "program": program}
     ordered = sorted(fitting, key=lambda r: r["median_step_ns"])
     best = ordered[0]
     out: dict[str, Any] = {
@@ -182,6 +221,8 @@ def fastest(table: dict[str, Any]) -> dict[str, Any] | None:
         "too_big": [r["policy"] for r in rows if fits(r) is False],
         "cpu": is_cpu(best),
         "other": other,  # runs on another kind of device: not compared
+        "program": program,  # the program the ranked runs ran, where the runs of that kind ran several
+        "ranked": [r["trace"] for r in rows],
         "next": None,
     }
     if len(ordered) > 1:
@@ -225,6 +266,7 @@ def _shown(runs: list[RunSummary], table: dict[str, Any], best: dict[str, Any] |
         if top is not None and _copies_shown(top):
             return top, "fastest"
         kind = next((is_cpu(r), r.get("device_kind")) for r in table["rows"] if r["trace"] == best["trace"])
+        ranked = set(best.get("ranked") or [r["trace"] for r in table["rows"]])
         rows = sorted(
             (
                 r
@@ -232,6 +274,7 @@ def _shown(runs: list[RunSummary], table: dict[str, Any], best: dict[str, Any] |
                 if r["median_step_ns"] is not None
                 and fits(r) is not False
                 and (is_cpu(r), r.get("device_kind")) == kind
+                and r["trace"] in ranked
             ),
             key=lambda r: r["median_step_ns"],
         )

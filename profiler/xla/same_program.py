@@ -17,6 +17,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from profiler.units import count
+
 _HEADER = re.compile(r"^HloModule\s+[^,\s]+.*?entry_computation_layout=\{", re.M)
 _LAYOUT = re.compile(r"\{[^{}]*\}")  # a shape's layout: {1,0}, {1,0:T(8,128)S(5)}
 _MEMORY = re.compile(r"S\(\d+\)")
@@ -65,3 +67,23 @@ def difference(row: Mapping[str, Any], ref: Mapping[str, Any], ref_label: str) -
         f"another program: {row.get('step_name')} with parameters {row.get('step_signature')}, not "
         f"{ref.get('step_signature')} as {ref_label}"
     )
+
+
+def parameter_count(signature: str | None) -> int | None:
+    """The number of arrays in a signature's parameter list (before ``->``); None without one."""
+    if not signature:
+        return None
+    params = signature.split("->", 1)[0]
+    return len(re.findall(r"\w+\[[\d,]*\]", params))
+
+
+def short_difference(row: Mapping[str, Any], ref: Mapping[str, Any]) -> str:
+    """How *row*'s program differs from *ref*'s, in the fewest words: ``jit_scanned, not jit_step``,
+    ``jit_step with 34 parameters against 66``, or both parameter lists where only shapes differ."""
+    name = row.get("step_name")
+    if name != ref.get("step_name"):
+        return f"{name}, not {ref.get('step_name')}"
+    n, m = parameter_count(row.get("step_signature")), parameter_count(ref.get("step_signature"))
+    if n is not None and m is not None and n != m:
+        return f"{name} with {count(n, 'parameter')} against {m}"
+    return f"{name} with parameters {row.get('step_signature')}, not {ref.get('step_signature')}"

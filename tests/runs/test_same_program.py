@@ -74,13 +74,32 @@ def test_the_run_table_prints_no_percentage_between_different_programs(tmp_path)
     text = render_policy_comparison(tab)
     assert "-96.1%" not in text and "other program" in text
     assert "recompute ≠" in text  # the row's mark
-    assert "≠: recompute's step is another program: jit_scanned, not jit_step as the 'none' run" in text
+    assert "≠: recompute runs another program than none: jit_scanned, not jit_step: no percentage between them" in text
+    assert "as the 'none' run" not in text  # the row's whole sentence is in --json (program_differs)
+
+
+def test_the_runs_of_one_other_program_share_one_mark(tmp_path):
+    """Two runs of one other program and one of another: two ``≠`` sentences, not three."""
+    rows = [
+        *runs(tmp_path),
+        hook_run(tmp_path / "r2", "remat", "jit_scanned", 939e6),
+        hook_run(tmp_path / "sm", "small", "jit_step", 1e9, "(f32[4,256,256])->f32[]"),
+    ]
+    marks = [ln for ln in render_policy_comparison(policy_table(rows)).splitlines() if ln.startswith("≠")]
+    assert marks == [
+        "≠: recompute, remat run another program than none: jit_scanned, not jit_step: no percentage between them",
+        "≠: small runs another program than none: jit_step with 1 parameter against 2: no percentage between them",
+    ]
 
 
 def test_the_same_name_with_other_shapes_is_another_program(tmp_path):
     tab = policy_table(runs(tmp_path, "jit_step", SIG.replace("64,256", "128,256")))
     assert tab["rows"][1]["recompute_overhead"] is None
     assert "with parameters (f32[4,256,256], f32[128,256])->f32[]" in tab["rows"][1]["program_differs"]
+    assert (
+        "≠: recompute runs another program than none: jit_step with parameters (f32[4,256,256], f32[128,256])->f32[], "
+        f"not {SIG}: no percentage between them"
+    ) in render_policy_comparison(tab)
     same = policy_table(runs(tmp_path / "same", "jit_step", SIG))  # the same program: the percentage stands
     assert same["rows"][1]["program_differs"] is None
     assert round(same["rows"][1]["recompute_overhead"], 3) == round(939e6 / 23.81e9 - 1, 3)
@@ -121,13 +140,34 @@ def test_the_plan_table_says_which_policy_compiled_another_program():
     assert "its step is another program: jit_scanned, not jit_step as the 'none' run" in text
 
 
-def test_the_verdict_says_when_the_fastest_and_the_next_are_different_programs(tmp_path):
+def test_the_verdict_ranks_only_the_runs_of_one_program(tmp_path):
+    """Runs of another model or size are named, not ranked: the verdict ranks the runs the table
+    compares with percentages (the reference program's) and says which those are."""
     from profiler.report.verdict_text import render_verdict
     from profiler.runs.verdict import verdict
 
-    text = render_verdict(verdict(runs(tmp_path)))
-    assert "their steps are different programs" in text
-    assert "their steps are different programs" not in render_verdict(verdict(runs(tmp_path / "s", "jit_step")))
+    found = verdict(runs(tmp_path))
+    f = found["fastest"]
+    assert f["policy"] == "none" and f["next"] is None and f["ranked"] == [found["trace"]]
+    assert f["program"] == {
+        "policy": "none",
+        "name": "jit_step",
+        "parameters": 2,
+        "others": ["recompute"],
+        "others_program": {"name": "jit_scanned", "parameters": 2},
+    }
+    text = " ".join(render_verdict(found, wide=True).split())
+    assert text.startswith(
+        "Verdict over 1 of 2 runs, one model (jit_step with 2 parameters): policy none is the fastest"
+    )
+    assert "not ranked, another model (jit_scanned with 2 parameters): recompute" in text
+    three = [*runs(tmp_path / "three"), hook_run(tmp_path / "three" / "remat", "remat", "jit_step", 30e9)]
+    f = verdict(three)["fastest"]
+    assert f["program"]["others"] == ["recompute"] and f["next"]["policy"] in ("none", "remat")
+    assert {f["policy"], f["next"]["policy"]} == {"none", "remat"} and f["next"]["other_program"] is False
+    one = verdict(runs(tmp_path / "s", "jit_step"))  # one program: every run ranked, the line as it was
+    assert one["fastest"]["program"] is None
+    assert render_verdict(one).startswith("Verdict over 2 runs: policy ")
 
 
 def test_the_dashboards_policy_table_marks_the_row_and_gives_no_percentage(tmp_path):
@@ -137,5 +177,5 @@ def test_the_dashboards_policy_table_marks_the_row_and_gives_no_percentage(tmp_p
     none, other = table.data
     assert none["run"] == "none" and none["recompute"] == 0
     assert other["run"] == "recompute ≠" and other["recompute"] is None
-    assert "another program: recompute's step is another program: jit_scanned, not jit_step as the 'none' run: " \
+    assert "another program: recompute runs another program than none: jit_scanned, not jit_step: " \
         "no percentage between them" in lines  # fmt: skip

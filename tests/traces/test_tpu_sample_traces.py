@@ -113,6 +113,15 @@ def test_analyze_of_the_folder_reads_every_run_and_says_why_one_has_no_trace(tmp
         assert row["moved_d2h_bytes_per_step"] == raw[0].bytes["d2h"] and row["device_kind"] == "TPU v5 lite"
     (oom,) = doc["no_trace"]
     assert oom["policy"] == "none-scan" and oom["reason"].startswith("RESOURCE_EXHAUSTED")
+    # the scanned step does the work of the unrolled one, and plans the same offloads (its loop's trips)
+    assert rows["remat-scan"]["flops_per_step"] == pytest.approx(rows["remat"]["flops_per_step"], rel=2e-3)
+    assert rows["offload_mlp-scan"]["planned_d2h_bytes_per_step"] == rows["offload_mlp"]["moved_d2h_bytes_per_step"]
+    # the verdict ranks the 8-layer runs (the table's reference program) and names the 4-layer ones
+    f = doc["verdict"]["fastest"]
+    four = [label(p) for p in RUNS if label(p).endswith("-l4")]
+    assert f["policy"] == "remat" and f["next"]["policy"] == "remat-scan" and f["program"]["others"] == four
+    assert (f["program"]["parameters"], f["program"]["others_program"]) == (66, {"name": "jit_step", "parameters": 34})
+    assert doc["verdict"]["policy"] == "offload_mlp"  # its copies: the fastest 8-layer run that offloads
 
 
 def test_compare_pairs_the_scanned_and_the_unrolled_offload_mlp(tmp_path):
@@ -143,6 +152,28 @@ def test_findings_give_no_gpu_flag_to_a_tpu(tmp_path):
     assert "(1 TPU, 5 steps, median 356 ms; copies per step and TPU)" in said and "costs 132 ms per step" in said
     assert "XLA:GPU's scheduling flags (--lhs, --pipelined-offload) do not apply to a TPU" in said
     assert "--xla_gpu_" not in said  # lhs-off cannot decide on a TPU; late-copies-back names no GPU flag
+    assert "exposed-copies (TPU 0) saves" in said and "TPU 0's window" in said and "GPU 0" not in said
+
+
+def test_analyze_of_the_folder_opens_with_one_model_and_one_mark_per_other_program(tmp_path):
+    """The first lines a newcomer reads: the verdict over the 8-layer runs, the 4-layer ones named, one
+    ``≠`` line for the five runs of the other program, TPU where a device is named."""
+    proc = run_cli("analyze", "--wide", str(TPU), env={"PROFILE_STEP_CACHE": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith(
+        "Verdict over 5 of 10 runs, one model (jit_step with 66 parameters): policy remat is the fastest, 234 ms"
+    )
+    assert lines[0].endswith(
+        "not ranked, another model (jit_step with 34 parameters): none-scan-l4, remat-scan-l4, offload_qkv-scan-l4, "
+        "offload_mlp-scan-l4, offload_all-scan-l4"
+    )
+    marks = [ln for ln in lines if ln.startswith("≠")]
+    assert marks == [
+        "≠: none-scan-l4, remat-scan-l4, offload_qkv-scan-l4, offload_mlp-scan-l4, offload_all-scan-l4 run another "
+        "program than remat-scan: jit_step with 34 parameters against 66: no percentage between them"
+    ]
+    assert "exposed-copies (TPU 0)" in proc.stdout and "GPU 0" not in proc.stdout
 
 
 @pytest.mark.parametrize("run", RUNS, ids=label)

@@ -87,6 +87,11 @@ class Evidence:
 
         return self.trace.meta.get(DEVICE_KIND_KEY) == "TPU" or self.backend == "tpu"
 
+    @property
+    def device_word(self) -> str:
+        """What the findings call a device: ``TPU`` on a TPU, else ``GPU``."""
+        return "TPU" if self.on_tpu else "GPU"
+
     @cached_property
     def is_xla(self) -> bool:
         """Whether the run is a JAX/XLA program: a manifest naming a JAX version, or XLA's NVTX ranges."""
@@ -120,7 +125,7 @@ class Evidence:
         d = self.devices.get(str(dev))
         return {
             "attributed_basis_ns": int(d["span_ns"]) if d else 0,
-            "attributed_basis": f"GPU {dev}'s window",
+            "attributed_basis": f"{self.device_word} {dev}'s window",
             "window": Window(DEVICE, str(dev)),
         }
 
@@ -131,7 +136,7 @@ class Evidence:
             return self.basis_device(next(iter(self.devices)))
         return {
             "attributed_basis_ns": int(sum(d["span_ns"] for d in self.devices.values())),
-            "attributed_basis": f"the summed windows of {n} GPUs",
+            "attributed_basis": f"the summed windows of {n} {self.device_word}s",
             "window": Window(WINDOWS),
         }
 

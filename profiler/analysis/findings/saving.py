@@ -78,21 +78,23 @@ def _why_small(ev: Evidence, f: Finding, saving: int, window: Window, paced: dic
         return gone
     if paced is not None:
         return (
-            f"{gone}: the GPU work that ends GPU {window.device}'s window there ({paced['ops']} ops) follows an op "
+            f"{gone}: the {ev.device_word} work that ends {ev.device_word} {window.device}'s window there "
+            f"({paced['ops']} ops) follows an op "
             f"its host launched {dur(paced['before_end_ns'])} before the end; the host paces the GPU: the program "
             "is host-bound"
         )
-    return f"{gone}: other work on GPU {window.device}'s critical path takes their place"
+    return f"{gone}: other work on {ev.device_word} {window.device}'s critical path takes their place"
 
 
 def _basis(ev: Evidence, window: Window, step_device: str | None) -> tuple[int, str]:
     """The time a saving on *window* is a share of, and its name."""
     if window.kind == DEVICE:
         d = ev.devices.get(str(window.device))
-        return (int(d["span_ns"]) if d else 0), f"GPU {window.device}'s window"
+        return (int(d["span_ns"]) if d else 0), f"{ev.device_word} {window.device}'s window"
     if window.kind == WINDOWS:
         n = len(ev.devices)
-        name = f"the summed windows of {n} GPUs" if n > 1 else f"GPU {next(iter(ev.devices))}'s window"
+        word = ev.device_word
+        name = f"the summed windows of {n} {word}s" if n > 1 else f"{word} {next(iter(ev.devices))}'s window"
         return int(sum(d["span_ns"] for d in ev.devices.values())), name
     if window.kind == CAPTURE_WINDOW:
         w0 = min(d["window_ns"][0] for d in ev.devices.values())

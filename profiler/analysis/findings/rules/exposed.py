@@ -104,7 +104,8 @@ def _advice(ev: Evidence, dev: str, d: dict[str, Any], copies: pl.DataFrame, pag
     if pageable_ns * 2 >= exposed:
         tips.append('pin the host buffers (cudaHostAlloc, memory_kind="pinned_host"): pageable copies do not overlap')
     if kernels_busy == 0:
-        tips.append(f"no kernel ran on GPU {dev}: nothing there can hide its copies; overlap them with other work")
+        where = f"{ev.device_word} {dev}"
+        tips.append(f"no kernel ran on {where}: nothing there can hide its copies; overlap them with other work")
     elif kernels_busy < busy:
         tips.append(
             f"the kernels run {dur(kernels_busy)} in all, less than the copies' {dur(busy)}: no schedule hides "
@@ -204,7 +205,9 @@ def exposed_copies(ev: Evidence) -> list[Finding]:
                 view="timeline",
                 attributed_ns=exposed,
                 change=changes.copies_removed(
-                    ev, exposed_at, f"the {exposed_at.size} h2d/d2h copies of GPU {dev} with exposed time removed"
+                    ev,
+                    exposed_at,
+                    f"the {exposed_at.size} h2d/d2h copies of {ev.device_word} {dev} with exposed time removed",
                 ),
                 **ev.basis_device(dev),
             )

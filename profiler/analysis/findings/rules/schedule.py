@@ -279,7 +279,8 @@ def late_copies_back(ev: Evidence) -> list[Finding]:
             Finding(
                 "late-copies-back",
                 "problem",
-                f"GPU {d}: {late_copies.sentence(one, per)}" + (f" ({len(steps)} steps)" if len(steps) > 1 else ""),
+                f"{ev.device_word} {d}: {late_copies.sentence(one, per)}"
+                + (f" ({len(steps)} steps)" if len(steps) > 1 else ""),
                 TPU_FIX.get(late_copies.fix(s), late_copies.fix(s)) if ev.on_tpu else late_copies.fix(s),
                 where={"device": str(d)},
                 evidence={k: v for k, v in s.items() if k != "worst"} | {"steps": len(steps)},
