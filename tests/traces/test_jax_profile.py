@@ -6,7 +6,6 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ from profiler.trace import jax_profile, load_trace, nsys_schema
 from profiler.xla.hlo import parse_text
 from tests.helpers.cli import run_cli
 from tests.helpers.paths import ROOT
+from tests.helpers.sqlite_rows import rows
 
 H200 = ROOT / "sample_traces" / "h200-example"
 LAUNCH = "grid:4,2,1 block:128,1,1"
@@ -89,14 +89,6 @@ def write_trace(path: Path, events: list[dict]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(gzip.compress(json.dumps({"displayTimeUnit": "ns", "traceEvents": events}).encode()))
     return path
-
-
-def rows(db: Path, sql: str) -> list[tuple]:
-    con = sqlite3.connect(db)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 @pytest.fixture

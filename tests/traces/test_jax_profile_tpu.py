@@ -5,7 +5,6 @@ ops as the kernels and the while itself as none), and the prediction's reading o
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -14,15 +13,8 @@ from profiler.predict import tpu_trace
 from profiler.runs.result import analyzed
 from profiler.trace import jax_profile, load_trace, nsys_schema
 from tests.helpers.cli import run_cli
+from tests.helpers.sqlite_rows import rows
 from tests.helpers.tpu_traces import SLICE_BYTES, TPU_PID, built_events, meta, write_trace
-
-
-def rows(db: Path, sql: str) -> list[tuple]:
-    con = sqlite3.connect(db)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 @pytest.fixture
