@@ -13,8 +13,8 @@ OVERLAP = (
 )
 # how a finding's saving relates to the verdict's (20.3 ms per step on GPU 0 against 121 ms here, 3 steps x 2 GPUs)
 UNITS = (
-    "a saving here is over the analysis window, the windows of several GPUs summed; the verdict's are per step "
-    "on one GPU: about this divided by the steps and the GPUs"
+    "a saving here is over the analysis window, the windows of several devices summed; the verdict's are per "
+    "step on one device: about this divided by the steps and the devices"
 )
 LABEL = {"problem": "PROBLEM", "warning": "WARNING", "info": "info"}
 
