@@ -41,7 +41,7 @@ def of_all(kb: dict[str, Any], total: int | None) -> str:
         return ""
     rest = total - alone - beside
     other = f"; the other {rest:,} partly beside copies or of zero length, in neither count" if rest > 0 else ""
-    return f" (of the GPU's {total:,} kernels in the window{other})"
+    return f" (of the device's {total:,} kernels in the window{other})"
 
 
 def status(kb: dict[str, Any] | None, total: int | None = None) -> str:

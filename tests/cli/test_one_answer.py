@@ -270,7 +270,7 @@ def test_each_page_says_its_unit_of_count_and_how_its_figures_relate():
     flex = _store(FLEXGEN)
     run = flex.results[next(iter(flex.refs))].run
     said = kernels_view.status(kernels_view.entry(run, "0"), kernels_view.kernel_count(run, "0"))
-    assert said.startswith("40 kernels ran beside copies, none alone") and "of the GPU's 80 kernels" in said
+    assert said.startswith("40 kernels ran beside copies, none alone") and "of the device's 80 kernels" in said
     assert "the other 40 partly beside copies" in said
 
 
