@@ -77,3 +77,9 @@ def rank_from_name(path: Path, pattern: str = DEFAULT_RANK_PATTERN) -> int | Non
         if found:
             return int(found[-1])
     return None
+
+
+def is_tpu_name(device: str | None) -> bool:
+    """Whether a device's name is a TPU's (JAX's device_kind ``TPU v5 lite``, or ``TPU`` where the run
+    named none): what the reports call such a device, and whose accuracy figures its predictions carry."""
+    return (device or "").upper().startswith("TPU")

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from profiler.conventions import is_tpu_name
+
 BASIS = "8 real H200 steps of the example (sample_traces/h200-example; benchmarks/README.md)"
 
 
@@ -73,6 +75,6 @@ TPU_CALIBRATED = Accuracy("calibrated", step_low=-0.022, step_high=0.016, tie=0.
 def of_device(name: str | None) -> tuple[Accuracy, Accuracy]:
     """(roofline, calibrated) accuracies for predictions priced on device *name*: the TPU's figures
     for a TPU (JAX's device_kind ``TPU ...``), else the GPUs'."""
-    if (name or "").upper().startswith("TPU"):
+    if is_tpu_name(name):
         return TPU_ROOFLINE, TPU_CALIBRATED
     return ROOFLINE, CALIBRATED

@@ -19,7 +19,7 @@ from profiler.analysis import instruction_times as it
 from profiler.conventions import TRACE_STEM, XLA_DUMP_DIR
 from profiler.errors import InputError
 from profiler.predict import roofline, schedule, tpu_trace
-from profiler.stored.folder import compiled_of, manifest_in, trace_in
+from profiler.stored.folder import compiled_of, device_kind, manifest_in, trace_in
 from profiler.trace.jax_profile import find_tpu, is_jax_trace
 from profiler.xla import dump
 from profiler.xla.compiled import load_module
@@ -290,7 +290,7 @@ def _tpu(path: Path, trace: Path, module: str | None, hlo: Path | None) -> Measu
             notes.append(
                 f"{len(untimed)} ops of the program have no event in the trace (0 ns): " + ", ".join(untimed[:8])
             )
-    device = t.device or _manifest_device(folder)
+    device = t.device or device_kind(manifest_in(folder))
     return Measured(path, "JAX profiler trace (TPU)", name, mod, times, steps, copies, device, notes,
                     None, f"the program with the most device time in the trace ({name})")  # fmt: skip
 
@@ -301,10 +301,3 @@ def _untimed(sched: schedule.Schedule, timed: set[str]) -> list[str]:
     return sorted(
         {o.name for o in sched.ops if o.kind in ("compute", "copy", "start", "collective") and o.name not in timed}
     )
-
-
-def _manifest_device(folder: Path) -> str | None:
-    """The device kind a run folder's manifest names (``devices[0].kind``)."""
-    man = manifest_in(folder) or {}
-    kinds = [d.get("kind") for d in man.get("devices") or [] if isinstance(d, dict) and d.get("kind")]
-    return str(kinds[0]) if kinds else None

@@ -133,6 +133,13 @@ def manifest_in(run_dir: Path) -> dict[str, Any] | None:
     return _json_object(run_dir / MANIFEST)
 
 
+def device_kind(manifest: dict[str, Any] | None) -> str | None:
+    """The kind of the first device a manifest names (``devices[0].kind``: JAX's device_kind), or None."""
+    devices = (manifest or {}).get("devices") or []
+    kinds = [d.get("kind") for d in devices if isinstance(d, dict) and d.get("kind")]
+    return str(kinds[0]) if kinds else None
+
+
 def manifest_of(trace_path: Path) -> dict[str, Any] | None:
     """The manifest of the run folder holding *trace_path*, if any."""
     return manifest_in(Path(trace_path).parent)

@@ -777,15 +777,13 @@ def context_of(trace_file: Path) -> Context:
     run = run_folder_of(trace_file)
     if run is None:
         return Context()
-    manifest = folder.manifest_in(run) or {}
-    kinds = [d.get("kind") for d in manifest.get("devices") or [] if isinstance(d, dict) and d.get("kind")]
     compiled = folder.compiled_in(run) or {}
     step = str(compiled.get("step_module") or "")
     mods = dump.scan(run / XLA_DUMP_DIR) if (run / XLA_DUMP_DIR).is_dir() else []
     hit = [m for m in mods if step == f"module_{m.id:04d}.{m.name}" and "after" in m.files]
     hlo = hit[0].files["after"] if hit else None
     files = (run / folder.MANIFEST, run / COMPILED, *([hlo] if hlo else []))
-    return Context(hlo, kinds[0] if kinds else None, hit[0].id if hit else None, files)
+    return Context(hlo, folder.device_kind(folder.manifest_in(run)), hit[0].id if hit else None, files)
 
 
 def export(path: Path) -> Path:
