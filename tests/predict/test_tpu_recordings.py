@@ -25,7 +25,11 @@ from profiler.xla.targets import TPU_TARGETS
 from tests.helpers.paths import ROOT
 from tests.helpers.replay_checks import REPLAY_GOAL, prediction_broken
 
-TPU_RUNS = ROOT / "sample_traces" / "tpu-v5e-example"
+SAMPLES = ROOT / "sample_traces"
+# two models on the chip: the example at d_model 2048 (the calibration is fitted on its scanned remat run)
+# and the H200 example's own step (d_model 4096): the second checks the fit on another model
+TPU_FOLDERS = ("tpu-v5e-example", "tpu-v5e-h200-shape")
+FIT = "tpu-v5e-example/20261206T015127-remat-scan-9e629c"
 ROOFLINE_GOAL = 0.25  # issue 42: the uncalibrated roofline within 25% of a real step
 CALIBRATED_GOAL = 0.15  # calibrated on one run, predicted on another, within 15%
 T = "{3,2,1,0:T(8,128)(2,1)}"
@@ -160,15 +164,16 @@ def test_a_tpu_trace_gives_a_loop_its_own_time_only(tmp_path):
 
 
 def _runs() -> list[Path]:
-    return sorted(p for p in TPU_RUNS.glob("2026*") if (p / "trace.json.gz").is_file()) if TPU_RUNS.is_dir() else []
+    """The recordings with a trace in either folder (none where the folders are absent)."""
+    return sorted(p for f in TPU_FOLDERS for p in (SAMPLES / f).glob("2026*") if (p / "trace.json.gz").is_file())
 
 
 @pytest.fixture(scope="module")
 def tpu_measured() -> dict:
     runs = _runs()
     if not runs:
-        pytest.skip("sample_traces/tpu-v5e-example holds no TPU recording")
-    return {p.name: load(p) for p in runs}
+        pytest.skip("sample_traces holds no TPU recording")
+    return {f"{p.parent.name}/{p.name}": load(p) for p in runs}
 
 
 def test_each_tpu_recording_replays_to_its_step_keeping_the_rules(tpu_measured):
@@ -201,7 +206,7 @@ def test_the_roofline_and_a_calibration_from_another_run_reach_the_goals(tpu_mea
     above it (the spec's peaks are upper bounds); calibrated on the scanned remat run and applied to
     every other program (their own measured durations never used) within 15%."""
     spec = TPU_TARGETS["tpu-v5e"].spec_text()
-    fit = next(n for n in tpu_measured if "-remat-scan-" in n and "-scan-l4-" not in n)  # 8 layers, scanned
+    fit = FIT  # 8 layers, scanned, d_model 2048
     cal = calibrate.calibrate(tpu_measured[fit], spec)
     got: dict[str, tuple[float, float, float]] = {}  # name -> measured, roofline, calibrated
     for name, m in tpu_measured.items():
@@ -227,8 +232,10 @@ def test_the_roofline_and_a_calibration_from_another_run_reach_the_goals(tpu_mea
 
 
 def _form(name: str) -> str:
-    """scanned 8 layers, scanned 4 or unrolled: the program shapes a tie is measured within."""
-    return "scan-l4" if "-scan-l4-" in name else "scan" if "-scan-" in name else "unrolled"
+    """The model (the folder) and its form, scanned 8 layers, scanned 4 or unrolled: the program shapes
+    a tie is measured within (a policy decision compares policies of one model)."""
+    form = "scan-l4" if "-scan-l4-" in name else "scan" if "-scan-" in name else "unrolled"
+    return f"{name.split('/')[0]}:{form}"
 
 
 def from_recording_link(m):
@@ -242,12 +249,12 @@ def from_recording_link(m):
 def test_plan_from_a_tpu_run_folder(tpu_measured):
     """``plan --from`` on a TPU run folder: the replay, the roofline and the prediction, each with its error."""
     name = next(iter(tpu_measured))
-    doc = from_recording(TPU_RUNS / name)
+    doc = from_recording(SAMPLES / name)
     assert doc["gpu"] == "TPU v5 lite" and doc["replay"]["unplaced_ns"] == 0
     assert abs(doc["replay"]["error"]) <= REPLAY_GOAL and abs(doc["roofline"]["error"]) <= ROOFLINE_GOAL
     assert [r["replayed"] for r in doc["replay"]["regions"]] in ([], ["body", "body"])
     assert doc["predicted"][0]["link"] == "TPU v5e host link (measured)"
-    assert doc["roofline"]["expected_error"] == TPU_ROOFLINE.error_text() == "3-14% short"
+    assert doc["roofline"]["expected_error"] == TPU_ROOFLINE.error_text() == "3-20% short"
     assert doc["accuracy"]["calibrated"] == TPU_CALIBRATED.line()
 
 
@@ -258,7 +265,7 @@ def test_plan_froms_op_classes_are_per_step(tpu_measured):
     for name in tpu_measured:
         if "-remat-" not in name:
             continue
-        doc = from_recording(TPU_RUNS / name)
+        doc = from_recording(SAMPLES / name)
         held = sum(v["measured"] for v in doc["classes"].values())
         assert held == pytest.approx(doc["measured_step_ns"], rel=0.02), name
 
@@ -280,7 +287,7 @@ def test_plan_from_names_a_bad_target_in_one_line(tpu_measured):
     from profiler.errors import ProfilerError
 
     with pytest.raises(ProfilerError, match=r"^--target: unknown target 'h900'"):
-        from_recording(TPU_RUNS / next(iter(tpu_measured)), ["h900"])
+        from_recording(SAMPLES / next(iter(tpu_measured)), ["h900"])
 
 
 def test_a_padded_dilated_batch_window_counts_one_tap_per_output():

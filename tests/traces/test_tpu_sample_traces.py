@@ -1,5 +1,5 @@
-"""The TPU v5e runs of sample_traces/tpu-v5e-example, each read by profile-step and checked against
-its own trace JSON, read here without the converter (tests/helpers/tpu_traces.py): per step its
+"""The TPU v5e runs of sample_traces/tpu-v5e-example and tpu-v5e-h200-shape, each read by profile-step
+and checked against its own trace JSON, read here without the converter (tests/helpers/tpu_traces.py): per step its
 duration, the bytes each way, the copies' busy and exposed time, and the waits."""
 
 from __future__ import annotations
@@ -23,11 +23,23 @@ from tests.helpers.tpu_traces import minus_ns, raw_steps, union_ns
 
 TPU = ROOT / "sample_traces" / "tpu-v5e-example"
 RUNS = sorted(p for p in TPU.iterdir() if (p / "trace.json.gz").is_file())
-OFFLOADING = [p for p in RUNS if "-offload_" in p.name]
+SHAPE = ROOT / "sample_traces" / "tpu-v5e-h200-shape"  # the H200 example's own step on the TPU
+SHAPE_RUNS = sorted(p for p in SHAPE.iterdir() if (p / "trace.json.gz").is_file())
+EVERY = RUNS + SHAPE_RUNS
+OFFLOADING = [p for p in EVERY if "-offload_" in p.name]
 
 
 def label(run) -> str:
     return run.name.split("-", 1)[1].rsplit("-", 1)[0]
+
+
+def run_id(run) -> str:
+    """The run's label, with the model where it is the H200 example's."""
+    return f"{label(run)}@h200-shape" if run.parent == SHAPE else label(run)
+
+
+def steps_of(run) -> int:
+    return len(json.loads((run / "manifest.json").read_text())["loop_step_ms"])
 
 
 def test_the_ten_runs_and_the_run_out_of_memory_are_there():
@@ -55,12 +67,12 @@ def test_the_ten_runs_and_the_run_out_of_memory_are_there():
     assert sum(f.stat().st_size for f in TPU.rglob("*") if f.is_file()) < 8 << 20
 
 
-@pytest.mark.parametrize("run", RUNS, ids=label)
+@pytest.mark.parametrize("run", EVERY, ids=run_id)
 def test_each_step_equals_the_trace_json_to_the_nanosecond(run, tmp_path, monkeypatch):
     monkeypatch.setenv("PROFILE_STEP_CACHE", str(tmp_path))
     got = analyzed(load_trace(run / "trace.json.gz"), by="step").breakdown.by_step()["steps"]
     raw = raw_steps(run / "trace.json.gz")
-    assert len(got) == len(raw) == 5
+    assert len(got) == len(raw) == steps_of(run)
     for step, want in zip(got, raw, strict=True):
         assert step["duration_ns"] == max(e for _, e in want.ops) - min(s for s, _ in want.ops)
         dev = step["devices"].get("0", {})
@@ -72,7 +84,7 @@ def test_each_step_equals_the_trace_json_to_the_nanosecond(run, tmp_path, monkey
             assert mine["exposed_ns"] == minus_ns(copies, want.kernels)
 
 
-@pytest.mark.parametrize("run", OFFLOADING, ids=label)
+@pytest.mark.parametrize("run", OFFLOADING, ids=run_id)
 def test_the_exposed_and_stalled_time_are_the_waits(run, tmp_path, monkeypatch):
     """The core's waits in the transfers' dones are the copies' exposed time (with the few ns of idle
     core inside a copy, under 0.1% of the waits) and their stalls, to a ns per wait or 0.001% (the
@@ -87,6 +99,35 @@ def test_the_exposed_and_stalled_time_are_the_waits(run, tmp_path, monkeypatch):
         idle = minus_ns(copies, want.kernels + want.waits)  # inside a copy, neither an op nor a wait
         assert abs(off["exposed_ns"] - idle - waits) <= len(want.waits) and idle <= waits // 1000
         assert abs(off["stall_ns"] - waits) <= max(len(want.waits), waits // 100_000)
+
+
+def test_the_h200_shape_holds_its_seven_runs_and_the_unrolled_offload_all_out_of_memory(tmp_path):
+    """The H200 example's own step on the TPU: seven runs with a trace (3 steps each) and the failed one,
+    every median step in analyze's table the trace JSON's own; the unrolled offloads beat unrolled remat
+    there (offload_qkv 884.6 ms, offload_mlp 899.4, remat 915.5), the scanned remat beats every run."""
+    assert [label(p) for p in SHAPE_RUNS] == [
+        "remat",
+        "offload_qkv",
+        "offload_mlp",
+        "offload_qkv-scan",
+        "remat-scan",
+        "offload_mlp-scan",
+        "offload_all-scan",
+    ]
+    proc = run_cli("analyze", "--json", str(SHAPE), env={"PROFILE_STEP_CACHE": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    rows = {r["policy"]: r for r in doc["policies"]["rows"]}
+    for run in SHAPE_RUNS:
+        raw = raw_steps(run / "trace.json.gz")
+        assert len(raw) == steps_of(run) == 3
+        want = statistics.median(max(e for _, e in s.ops) - min(b for b, _ in s.ops) for s in raw)
+        assert rows[label(run)]["median_step_ns"] == want
+    ms = {k: round(v["median_step_ns"] / 1e5) / 10 for k, v in rows.items()}
+    assert (ms["offload_qkv"], ms["offload_mlp"], ms["remat"], ms["remat-scan"]) == (884.6, 899.4, 915.5, 857.7)
+    assert doc["verdict"]["fastest"]["policy"] == "remat-scan"
+    (oom,) = doc["no_trace"]
+    assert oom["policy"] == "offload_all" and "17.34G" in oom["reason"]
 
 
 def test_offload_mlp_scanned_waits_132_8_ms_of_its_355_6_ms_step(tmp_path, monkeypatch):
@@ -176,7 +217,7 @@ def test_analyze_of_the_folder_opens_with_one_model_and_one_mark_per_other_progr
     assert "exposed-copies (TPU 0)" in proc.stdout and "GPU 0" not in proc.stdout
 
 
-@pytest.mark.parametrize("run", RUNS, ids=label)
+@pytest.mark.parametrize("run", EVERY, ids=run_id)
 def test_the_trace_replay_keeps_its_rules_on_each_run(run, tmp_path, monkeypatch):
     """One op at a time per stream (where the recording had none overlap: a direction's transfers in flight
     together in the unrolled runs keep their overlap, no more) and no stream shorter than its measured
