@@ -313,8 +313,10 @@ def link_fit(copies: pl.DataFrame) -> pl.DataFrame:
 
 def copy_ns(nbytes: np.ndarray, table: pl.DataFrame, cls: str, fallback_gbps: float) -> np.ndarray:
     """Predicted duration (ns) of copies of *nbytes* in direction *cls* from a ``copy_bandwidth``
-    table: the measured rate of the size class, the nearest measured class's outside them, and
-    *fallback_gbps* where the direction was never measured."""
+    table: the measured rate of the size class; between two measured classes, the time interpolated
+    between their medians (not the smaller class's rate: a few-byte class's rate is its latency, and
+    priced a 32 MiB copy at 94 s); beyond them, the nearest class's rate; *fallback_gbps* where the
+    direction was never measured."""
     t = table.filter(pl.col("cls") == cls).sort("size_lo")
     b = np.asarray(nbytes, dtype=float)
     if t.height == 0:
@@ -322,4 +324,7 @@ def copy_ns(nbytes: np.ndarray, table: pl.DataFrame, cls: str, fallback_gbps: fl
     lo = t["size_lo"].to_numpy().astype(float)
     rate = t["gbps"].to_numpy()
     k = np.clip(np.searchsorted(lo, np.maximum(b, 1.0), side="right") - 1, 0, len(lo) - 1)
-    return b / rate[k]
+    own = b / rate[k]
+    mb, mns = t["median_bytes"].to_numpy().astype(float), t["median_ns"].to_numpy().astype(float)
+    gap = (b >= 2 * lo[k]) & (b < lo[-1])  # in no measured class, with one above and one below
+    return np.where(gap, np.interp(b, mb, mns), own)

@@ -100,9 +100,14 @@ def calibrate(m: Measured, spec_text: str) -> Calibration:
     scale = {
         c: v["measured"] / v["roofline"] for c, v in cls.items() if v["roofline"] >= MIN_SCALE_NS and v["measured"] > 0
     }
+    notes = ([f"step: {m.chosen_by}"] if m.chosen_by else []) + list(m.notes)
+    if not scale:  # e.g. kernels that ran in command buffers or loops timed as one range: nothing named
+        notes.append(
+            f"no op class has {MIN_SCALE_NS // 1000} us of measured instructions here: a calibration from this"
+            " run is the roofline's, its copies' rates aside"
+        )
     own = host_link([m.gpu] if m.gpu else [])
     link = own.link
-    notes = ([f"step: {m.chosen_by}"] if m.chosen_by else []) + list(m.notes)
     if own.assumed:
         name = link.name.removesuffix(" x16")
         notes.append(f"the run's GPU ({m.gpu or 'unknown'}) has no known host link: {name} assumed for its copies")

@@ -237,3 +237,16 @@ def test_a_loops_range_owns_only_what_runs_outside_its_bodys_thunks(build):
     assert t["fusion.4"]["median_ns"] == 200_000 and t["fusion.4"]["thunks"] == 2
     assert t["while.3"]["median_ns"] == 4_000 and t["while.3"]["thunks"] == 2
     assert m.steps["duration_ns"].to_list() == [223_000 - 10_000]  # the first copy to the last kernel
+
+
+def test_a_copy_between_two_measured_sizes_is_interpolated_not_priced_at_the_small_ones_rate():
+    """A 4-byte class (its rate is its latency: 0.0016 GB/s) and a 64 MiB class at 53 GB/s, as an H200
+    run measured them: a 32 MiB copy lies between them and takes about the large copies' time per
+    byte, not 94 s at the 4-byte rate; the measured classes keep their own rates."""
+    c = pl.DataFrame({"cls": ["d2h"] * 4, "bytes": [4, 4, 1 << 26, 1 << 26],
+                      "start": [0] * 4, "end": [2_528, 2_528, 1_264_648, 1_264_648]})  # fmt: skip
+    bw = it.copy_bandwidth(c)
+    got = it.copy_ns(np.array([4, 6, 1 << 25, 1 << 26, 1 << 27]), bw, "d2h", 10.0)
+    assert got[0] == pytest.approx(2_528) and got[1] == pytest.approx(6 * 2_528 / 4)  # the 4-byte class
+    assert got[2] == pytest.approx(2_528 + (1_264_648 - 2_528) * ((1 << 25) - 4) / ((1 << 26) - 4))
+    assert got[3] == pytest.approx(1_264_648) and got[4] == pytest.approx(2 * 1_264_648)  # the 64 MiB rate

@@ -1,0 +1,71 @@
+"""One step on two accelerators (benchmarks/cross_device.py): the figures benchmarks/README.md states
+for a calibration carried from one recording to another ("Issue 42: one step on two accelerators")
+hold, recomputed from the recordings."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import cross_device, h200_predictions
+from tests.helpers.paths import SHARED_TRACES
+
+HERE = all(p.is_dir() for p in (cross_device.TPU_SHAPE, cross_device.TPU_D2048, h200_predictions.H200))
+pytestmark = pytest.mark.skipif(not HERE, reason="the TPU v5e or H200 sample recordings are absent")
+PAX = SHARED_TRACES / "jax-toolbox" / h200_predictions.PAX[0]
+TOL = 0.005  # half a percentage point
+
+# (source, target) -> (lowest error, highest error, policies ordered as measured, tie), as the README says
+STATED = {
+    ("roofline (uncalibrated)", "TPU v5e, H200 shape"): (-0.201, -0.086, False, 0.071),
+    ("roofline (uncalibrated)", "H200"): (-0.326, -0.204, False, 0.104),
+    ("TPU d2048 remat-scan", "TPU v5e, H200 shape"): (-0.088, -0.023, False, 0.025),
+    ("TPU d2048 remat-scan", "H200"): (-0.254, -0.173, False, 0.108),
+    ("TPU H200-shape remat-scan", "TPU v5e, H200 shape"): (-0.054, 0.002, True, 0.018),
+    ("TPU H200-shape remat-scan", "TPU v5e, d_model 2048"): (0.006, 0.037, True, 0.025),
+    ("TPU H200-shape remat-scan", "H200"): (-0.226, -0.146, False, 0.102),
+    ("H200 offload_qkv", "TPU v5e, H200 shape"): (0.120, 0.206, False, 0.023),
+    ("H200 offload_qkv", "TPU v5e, d_model 2048"): (0.188, 0.311, False, 0.089),
+    ("Pax A100 proc0", "TPU v5e, H200 shape"): (-0.012, 0.053, True, 0.030),
+    ("Pax A100 proc0", "TPU v5e, d_model 2048"): (0.039, 0.120, True, 0.078),
+    ("Pax A100 proc0", "H200"): (-0.166, -0.066, False, 0.082),
+}
+
+
+@pytest.fixture(scope="module")
+def doc(tmp_path_factory) -> dict:
+    """The whole matrix (about 30 s: 25 recordings, 5 calibrations)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PROFILE_STEP_CACHE", str(tmp_path_factory.mktemp("cache")))
+        return cross_device.matrix(SHARED_TRACES if PAX.is_file() else None)
+
+
+def test_the_carried_calibrations_are_what_the_readme_says(doc):
+    cells = {(c["source"], c["target"]): c for c in doc["cells"]}
+    for key, (lo, hi, ordered, tie) in STATED.items():
+        if key[0].startswith("Pax") and not PAX.is_file():
+            continue
+        c = cells[key]
+        assert c["error_min"] == pytest.approx(lo, abs=TOL), key
+        assert c["error_max"] == pytest.approx(hi, abs=TOL), key
+        assert (not c["swapped"]) == ordered, (key, c["swapped"])
+        assert c["tie"] == pytest.approx(tie, abs=TOL), key
+    # a source among the target's runs is left out of its cell, and only there
+    inside = {
+        ("TPU H200-shape remat-scan", "TPU v5e, H200 shape"),
+        ("TPU d2048 remat-scan", "TPU v5e, d_model 2048"),
+        ("H200 offload_qkv", "H200"),
+    }
+    for (src, tgt), c in cells.items():
+        assert (c["left_out"] is not None) == ((src, tgt) in inside), (src, tgt)
+        assert c["left_out"] not in c["errors"]
+
+
+def test_a_scanned_h200_run_calibrates_nothing_and_says_so(doc):
+    """Its kernels ran as two loops and command buffers, timed as one range each: no op class is named,
+    so a calibration from it would be the roofline; the note says so and the matrix gives it no row."""
+    scan = next(s for s in doc["sources"] if s["source"] == "H200 offload_qkv-scan")
+    assert scan["scale"] == {} and scan["named_ns"] == 0
+    assert any("a calibration from this run is the roofline's" in n for n in scan["notes"])
+    assert not any(c["source"] == "H200 offload_qkv-scan" for c in doc["cells"])
+    unrolled = next(s for s in doc["sources"] if s["source"] == "H200 offload_qkv")
+    assert set(unrolled["scale"]) == {"matmul", "fusion"} and unrolled["named_ns"] < 0.1 * unrolled["step_ns"]
