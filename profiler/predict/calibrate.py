@@ -88,6 +88,16 @@ def run_spec(m: Measured, fallback: str) -> tuple[str, str | None]:
     return fallback, f"the run's GPU ({m.gpu or 'not named'}) has no known description: the plan's target is assumed"
 
 
+def copy_timings(copies: pl.DataFrame) -> pl.DataFrame:
+    """The copies whose start and end time their transfer: a GPU's (the copy engine's own times), no
+    TPU's.  A TPU transfer (``wait_ns``: the core's wait in its done) spans from its async start to the
+    end of its done, which the core reaches when the schedule says: a hidden transfer's span is mostly
+    compute, and in an unrolled program several in flight share the link, so even the ones the core
+    waited on ran at a quarter of its rate (3.2 GB/s host to device in the unrolled offload_mlp against
+    14.2).  A TPU's copies are priced at its host link's measured rate instead (``analysis/links.py``)."""
+    return copies.clear() if "wait_ns" in copies.columns else copies
+
+
 def calibrate(m: Measured, spec_text: str) -> Calibration:
     """The calibration of run *m* on its own GPU, described by *spec_text* (a GpuTargetConfigProto)."""
     if m.module is None:
@@ -120,7 +130,7 @@ def calibrate(m: Measured, spec_text: str) -> Calibration:
         shapes=shapes,
         scale=scale,
         class_ns=cls,
-        bandwidth=it.copy_bandwidth(m.copies),
+        bandwidth=it.copy_bandwidth(copy_timings(m.copies)),
         link=link,
         step_ns=m.step_ns,
         notes=notes,

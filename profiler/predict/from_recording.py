@@ -64,6 +64,7 @@ def from_recording(path: Path, targets: list[str] | None = None, links: list[Lin
             s, costs, how = calibrate.calibrated_costs(cal, m.module, target_spec, link)
             p = simulate(s, costs, link)
             same = how["scaled"] == 0 and how["roofline"] == 0
+            own = target is None and link.key == own_link.key
             roof_acc, cal_acc = of_device(label)
             kind = roof_acc if how["measured"] == 0 and how["scaled"] == 0 else cal_acc  # what costed it
             predicted.append(
@@ -73,8 +74,9 @@ def from_recording(path: Path, targets: list[str] | None = None, links: list[Lin
                     "step_ns": p.step_ns,
                     "exposed_ns": p.exposed_ns,
                     "costed": how,
-                    # on its own GPU the measured durations themselves: the replay's error is this one's
-                    "error": replay_error if same else None,
+                    # on its own GPU the measured durations themselves: the replay's error is this one's;
+                    # on its own GPU and link, mostly measured: its error against the recorded step
+                    "error": replay_error if same else _error(p.step_ns, m.step_ns) if own else None,
                     "expected_error": None if same else f"{kind.kind}: {kind.error_text()}",
                 }
             )

@@ -185,7 +185,7 @@ def render_from_recording(doc: dict[str, Any]) -> str:
     ]
     out += ["", "the instructions furthest from the roofline:", table(["instruction", "measured", "roofline"], big)]
     if r["unplaced"]:
-        out += ["", "measured but not placed by the schedule (ns per step): " + "; ".join(
+        out += ["", "measured but not placed by the schedule (time per step): " + "; ".join(
             f"{u['name']} {human_time(u['ns'], True)} ({u['why']})" for u in r["unplaced"])]  # fmt: skip
     pred = [
         [p["target"], p["link"], human_time(p["step_ns"]), human_time(p["exposed_ns"]),
@@ -195,6 +195,11 @@ def render_from_recording(doc: dict[str, Any]) -> str:
     ]  # fmt: skip
     heads = ["target", "link", "step", "exposed copy", "error", "measured/scaled/roofline"]
     out += ["", "predicted from this recording (predicted, not measured):", table(heads, pred, left=(0, 1))]
+    out += [
+        "error: against this recording's measured step where the prediction is of it (its own device and link: "
+        "in-sample), else what such predictions were off on real steps; measured/scaled/roofline: instructions "
+        "costed by their own measured time, by their op class's measured-over-roofline scale, by the roofline alone"
+    ]
     out += [f"note: {n}" for n in doc["notes"]]
     return "\n".join(out)
 
