@@ -377,7 +377,8 @@ class Replays:
         """In the replay with *change*, the chain of inputs that ends the window of *device*, followed
         back from its last op (each op's latest input: the op before it on its stream, an op it
         waits for, or its launch) to the first op whose latest input is its launch: how long before
-        the end the host launched it and how many ops the chain holds.  None when the chain does not
+        the end the host launched it, how many ops the chain holds and the blocking call its launch
+        moved with (``call``: a row of ``host``, -1 for none).  None when the chain does not
         reach a launch within *most* ops (GPU work, not the host, paces the window)."""
         ops = self.deps.ops
         on = np.flatnonzero(ops.device == int(device))
@@ -396,7 +397,12 @@ class Replays:
                 if keep[e] and rp.end[blk[e]] > best:
                     best, via = int(rp.end[blk[e]]), int(blk[e])
             if launch[op] != NO_TIME and launch[op] >= best:
-                return {"before_end_ns": end_of_window - int(launch[op]), "ops": n}
+                # the blocking call of the launching thread the launch moved with (-1: none)
+                return {
+                    "before_end_ns": end_of_window - int(launch[op]),
+                    "ops": n,
+                    "call": int(self.recorded.epoch[op]),
+                }
             if via < 0:
                 return None
             op = via

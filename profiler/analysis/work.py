@@ -186,12 +186,14 @@ def _step_split(work: dict[str, Any]) -> dict[str, float] | None:
 
 def work_rate(base: dict[str, Any], head: dict[str, Any]) -> float | None:
     """Head's kernel work per GPU-second over base's, the work of a kernel name counted at base's
-    time per call (head's for a name base never ran): 1.0 = the same work in the same time."""
+    time per call (head's for a name base never ran): 1.0 = the same work in the same time.  None
+    when the two ran no kernel name in common (another accelerator or compiler): no work is then
+    counted at base's cost, and the ratio would only compare each side's kernel-busy share."""
     bk, hk = _kernels(base), _kernels(head)
     b_time = sum(k["duration_sum_ns"] for k in bk.values())
     b_span = sum(d["span_ns"] for d in base["devices"].values())
     h_span = sum(d["span_ns"] for d in head["devices"].values())
-    if not (b_time and b_span and h_span):
+    if not (b_time and b_span and h_span) or not set(bk) & set(hk):
         return None
 
     def per_call(name: str) -> float:
@@ -237,6 +239,7 @@ def work_compare(base: dict[str, Any] | None, head: dict[str, Any] | None) -> di
     b_steps, h_steps = _step_split(base), _step_split(head)
     return {
         "rate": work_rate(base, head),
+        "names_in_common": len(set(bk) & set(hk)),
         "gpus": {"base": len(base["devices"]), "head": len(head["devices"])},
         "window": {"base": _per_gpu(base), "head": _per_gpu(head)},
         "step": {"base": b_steps, "head": h_steps} if b_steps and h_steps else None,

@@ -8,6 +8,7 @@ from typing import Any
 from profiler import units
 from profiler.analysis.compare import METRICS, STEPS_GATE
 from profiler.analysis.work import SPLIT_KEYS
+from profiler.conventions import is_tpu_name
 from profiler.report.findings_text import by_saving, findings_markdown, saving_text
 from profiler.report.text import table
 
@@ -208,6 +209,8 @@ def render_markdown(cmp: dict[str, Any]) -> str:
             )
         out.append(footnote)
         out.append("")
+        notes = table_notes(cmp)
+        out += [f"Note (`{p}`): {line}." for p, line in notes] + ([""] if notes else [])
     for side, names in (("head", cmp["missing"]["in_head"]), ("base", cmp["missing"]["in_base"])):
         if names:
             out += [f"Missing in {side}: " + ", ".join(f"`{n}`" for n in names), ""]
@@ -261,6 +264,35 @@ def render_markdown(cmp: dict[str, Any]) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def table_notes(cmp: dict[str, Any]) -> list[tuple[str, str]]:
+    """What a number of the table is, where it is not what its name suggests: GB/s of a TPU side
+    (METRICS.md ``gbps``: bytes over the copies' summed time), and kernel work per GPU time where the
+    two sides ran no kernel name in common (not compared)."""
+    out = []
+    for pol in cmp["policies"]:
+        m = pol["metrics"]
+        tpu = [side for side in ("base", "head") if any(is_tpu_name(g) for g in pol["runs"][side]["gpus"] or ())]
+        if any(m[k][side] is not None for k in ("d2h_gbps", "h2d_gbps") for side in tpu):
+            out.append(
+                (
+                    pol["policy"],
+                    f"GB/s on the TPU ({' and '.join(tpu)}) is bytes over the copies' summed time "
+                    "(METRICS.md gbps): a TPU copy spans from its start to the end of its done, with several in "
+                    "flight at once, so it is not the host link's rate",
+                )
+            )
+        work = pol.get("work") or {}
+        if work and work.get("rate") is None and work.get("names_in_common") == 0:
+            out.append(
+                (
+                    pol["policy"],
+                    "kernel work per GPU time not compared: base and head ran no kernel name "
+                    "in common (another accelerator or compiler), so no work is counted at base's time per call",
+                )
+            )
+    return out
+
+
 def render_terminal(cmp: dict[str, Any]) -> str:
     out = [verdict(cmp).replace("`", "")]
     rows = []
@@ -279,6 +311,7 @@ def render_terminal(cmp: dict[str, Any]) -> str:
             )
     if rows:
         out += ["", table(("policy", "metric", "base", "head", "change", "gate"), rows, left=(0, 1, 5))]
+        out += [f"note ({p}): {line}" for p, line in table_notes(cmp)]
     for side, names in (("head", cmp["missing"]["in_head"]), ("base", cmp["missing"]["in_base"])):
         if names:
             out.append(f"missing in {side}: {', '.join(names)}")

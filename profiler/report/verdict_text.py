@@ -166,7 +166,9 @@ def _cost(v: dict[str, Any]) -> str:
 
 def _saving(i: int, s: dict[str, Any], word: str = "GPU") -> str:
     where = f" ({s['where']})" if s["where"] else ""
-    if s["saving_ns"]:
+    if s["saving_ns"] and s.get("measurable") is False:
+        size = f"no measurable saving ({t(s['saving_ns'])} per step, under the steps' spread of {t(s['noise_ns'])})"
+    elif s["saving_ns"]:
         per = "per step" if s["per"] == "step" else "over the window"
         size = f"saves {t(s['saving_ns'])} {per}"
         if s["device"] is not None and f"{word} {s['device']}" not in s["where"]:
@@ -191,7 +193,7 @@ def verdict_lines(v: dict[str, Any]) -> list[tuple[str, str]]:
     out.append(("copies", _copies(v)))
     if v["gpu"]:
         out.append(("cost", _cost(v)))
-    key = "savings" if any(s["saving_ns"] for s in v["savings"]) else "findings"
+    key = "savings" if any(s["saving_ns"] and s.get("measurable") is not False for s in v["savings"]) else "findings"
     for i, s in enumerate(v["savings"], start=1):
         out.append((key if i == 1 else "", _saving(i, s, v["copies"].get("device_word", "GPU"))))
     return out[:6]

@@ -12,7 +12,9 @@ numbers.  For one run, or the chosen one of several:
   copy removed, and no op waits for them; ``findings.copy_free``, docs/metrics.md "Savings"), per
   step on the GPU where it is largest, or over that GPU's window without steps.
 - *savings*: the two findings with the largest replay saving (``saving_ns``), with what to try; when
-  no finding has one, the first two findings, with their attributed time, said as such.
+  no finding has one, the first two findings, with their attributed time, said as such.  A saving per
+  step under the run's own step spread (its longest included step less its shortest) is listed as no
+  measurable saving (``measurable`` false), with its value and that spread.
 
 For several runs with a median step, *policies*: the fastest among those that fit (peak device
 memory, measured or else compiled, within the device's limit where one is known) of the runs on one
@@ -31,7 +33,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from profiler.analysis.policies import is_cpu, policy_table, step_difference
+from profiler.analysis.policies import is_cpu, policy_table, step_difference, step_spread
 from profiler.conventions import is_tpu_name
 from profiler.stored.summary import RunSummary
 from profiler.xla.same_program import parameter_count, same_program
@@ -140,6 +142,7 @@ def savings(run: RunSummary, n: int = SAVINGS) -> list[dict[str, Any]]:
         found.append((f, saving, dev))
     with_saving = sorted((x for x in found if x[1]), key=lambda x: -x[1])  # type: ignore[operator]
     chosen = with_saving[:n] if with_saving else [(f, None, None) for f in run.finding_list[:n]]
+    noise = step_spread(run.included_steps)["step_spread_ns"] if per == "step" else None
     return [
         {
             "rule": f["id"],
@@ -147,6 +150,9 @@ def savings(run: RunSummary, n: int = SAVINGS) -> list[dict[str, Any]]:
             "where": _where(f, device_word(run)),
             "saving_ns": saving,
             "per": per if saving else None,
+            # a saving per step under the run's own step spread is not a measured one (None: no spread)
+            "measurable": None if not saving or not noise else saving >= noise,
+            "noise_ns": noise if saving else None,
             "device": dev,
             "saving_basis": f.get("saving_basis"),
             "attributed_ns": None if saving else f.get("attributed_ns", f.get("cost_ns")),

@@ -181,14 +181,14 @@ def test_how_long_before_the_end_the_host_launched_the_chain_that_ends_a_window(
     # recorded (no change): GPU 0's window ends at step 4's kernel (432 us), whose latest input is its
     # copy (ends 422 us, after the kernel's launch at 402 us); the copy's latest input is its launch at
     # 400.01 us (the copy before it on stream 20 ended at 304 us): 432 - 400.01 = 31.99 us, 2 ops
-    assert r.host_paced(NO_CHANGE, 0) == {"before_end_ns": 31_990, "ops": 2}
-    assert r.host_paced(NO_CHANGE, "0", most=2) == {"before_end_ns": 31_990, "ops": 2}
+    assert r.host_paced(NO_CHANGE, 0) == {"before_end_ns": 31_990, "ops": 2, "call": -1}
+    assert r.host_paced(NO_CHANGE, "0", most=2) == {"before_end_ns": 31_990, "ops": 2, "call": -1}
     assert r.host_paced(NO_CHANGE, 0, most=1) is None  # the chain does not reach a launch in 1 op
     # copy-free: the kernel runs at its launch, 402 us (the kernel before it ended at 313.001 us, its
     # copy no longer holds it), to 412 us: 10 us, 1 op
-    assert r.host_paced(r.copy_free(), 0) == {"before_end_ns": 10_000, "ops": 1}
+    assert r.host_paced(r.copy_free(), 0) == {"before_end_ns": 10_000, "ops": 1, "call": -1}
     # GPU 2: one kernel, launched at 600 us, nothing before it: 602 - 600 = 2 us; GPU 5 has no op
-    assert r.host_paced(NO_CHANGE, 2) == {"before_end_ns": 2_000, "ops": 1}
+    assert r.host_paced(NO_CHANGE, 2) == {"before_end_ns": 2_000, "ops": 1, "call": -1}
     assert r.host_paced(NO_CHANGE, 5) is None
 
 
@@ -226,7 +226,7 @@ def test_the_host_paced_chain_through_the_op_before_on_its_stream(tmp_path):
     r = replays(b.write(tmp_path / "trace.sqlite"))
     # K2 follows K1 (10.1 us, later than K2's launch); K1's latest input is its launch at 0: the chain
     # holds 2 ops, launched 10.2 us before the window's end
-    assert r.host_paced(NO_CHANGE, 0) == {"before_end_ns": 10_200, "ops": 2}
+    assert r.host_paced(NO_CHANGE, 0) == {"before_end_ns": 10_200, "ops": 2, "call": -1}
     # K3's chain reaches no launch: GPU work, not the host, paces it
     assert r.host_paced(NO_CHANGE, 1) is None
 
@@ -237,14 +237,14 @@ def test_the_host_paced_chain_reads_the_replayed_launches(tmp_path):
     # Copy-free: the copy ends at 1 us, the call returns at 1.01 us, K's launch moves 100 us earlier,
     # to 1.1 us, and K keeps its 8.9 us after it: [10, 20) us.  The chain is K alone (nothing before it
     # on its stream, no wait), launched 20 - 1.1 = 18.9 us before the window's end, as replayed (not
-    # at its recorded launch).
+    # at its recorded launch); its launch moved with the synchronize (call 0).
     b = ExportBuilder()
     launched(b, 0, "copy", 1_000, 101_000, "h2d", MIB, stream=20)
     b.sync(10, "stream_sync", stream=20, tid=TID, duration=101_000)
     launched(b, 101_100, "kernel", 110_000, 120_000, "K")
     r = replays(b.write(tmp_path / "trace.sqlite"))
-    assert r.host_paced(r.copy_free(), 0) == {"before_end_ns": 18_900, "ops": 1}
-    assert r.host_paced(NO_CHANGE, 0) == {"before_end_ns": 18_900, "ops": 1}  # 120 - 101.1 us
+    assert r.host_paced(r.copy_free(), 0) == {"before_end_ns": 18_900, "ops": 1, "call": 0}
+    assert r.host_paced(NO_CHANGE, 0) == {"before_end_ns": 18_900, "ops": 1, "call": 0}  # 120 - 101.1 us
 
 
 def test_a_trace_the_waves_cannot_replay_goes_to_the_scalar_replay(tmp_path):

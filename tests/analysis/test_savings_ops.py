@@ -129,7 +129,7 @@ def test_the_host_paced_chain_takes_the_latest_input_and_ties_to_the_stream(tmp_
     launched(b, 0, "kernel", 100, 10_100, "K1", device=3)
     launched(b, 10_100, "kernel", 10_200, 10_300, "K2", device=3)
     r = replays(b.write(tmp_path / "trace.sqlite"))
-    assert r.host_paced(NO_CHANGE, 0) == {"before_end_ns": 200, "ops": 1}
-    assert r.host_paced(NO_CHANGE, 1) == {"before_end_ns": 10_200, "ops": 2}
-    assert r.host_paced(NO_CHANGE, 2) == {"before_end_ns": 10_200, "ops": 2}
-    assert r.host_paced(NO_CHANGE, 3) == {"before_end_ns": 200, "ops": 1}
+    assert r.host_paced(NO_CHANGE, 0) == {"before_end_ns": 200, "ops": 1, "call": -1}
+    assert r.host_paced(NO_CHANGE, 1) == {"before_end_ns": 10_200, "ops": 2, "call": -1}
+    assert r.host_paced(NO_CHANGE, 2) == {"before_end_ns": 10_200, "ops": 2, "call": -1}
+    assert r.host_paced(NO_CHANGE, 3) == {"before_end_ns": 200, "ops": 1, "call": -1}

@@ -10,6 +10,7 @@ import pytest
 
 from profiler.analysis.compare import DEFAULT_THRESHOLDS, compare, parse_threshold
 from profiler.analysis.work import SPLIT_KEYS
+from profiler.report.compare_text import render_terminal
 from profiler.runs.result import collect
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
@@ -20,11 +21,12 @@ US = 1_000
 DEFAULTS = [parse_threshold(t) for t in DEFAULT_THRESHOLDS]
 
 
-def window_export(gemms: int, nccl_us: int, steps: int = 0) -> ExportBuilder:
+def window_export(gemms: int, nccl_us: int, steps: int = 0, prefix: str = "") -> ExportBuilder:
     """A 1 ms window per GPU (two GPUs): *gemms* 50 us gemms from t=0 back to back, then two NCCL
     kernels of *nccl_us*, one 20 us d2h copy under the first gemm and one 10 us d2h copy alone at
     0.9 ms, and a 1 us kernel at 999 us that closes the window.  With *steps*, the window is
-    repeated that many times as ``step=N`` ranges of 1 ms, 1 ms apart."""
+    repeated that many times as ``step=N`` ranges of 1 ms, 1 ms apart; *prefix* starts every kernel
+    name (another compiler's names)."""
     b = ExportBuilder()
     for d in (0, 1):
         b.gpu(d)
@@ -41,14 +43,14 @@ def window_export(gemms: int, nccl_us: int, steps: int = 0) -> ExportBuilder:
 
             t = t0
             for _ in range(gemms):
-                op(b.kernel(t, t + 50 * US, "gemm", device=d), t0 + 1)
+                op(b.kernel(t, t + 50 * US, prefix + "gemm", device=d), t0 + 1)
                 t += 50 * US
             for _ in range(2):
-                op(b.kernel(t, t + nccl_us * US, "ncclDevKernel_SendRecv", device=d, stream=9), t0 + 2)
+                op(b.kernel(t, t + nccl_us * US, prefix + "ncclDevKernel_SendRecv", device=d, stream=9), t0 + 2)
                 t += nccl_us * US
             op(b.copy(t0 + 10 * US, t0 + 30 * US, "d2h", 1 << 20, device=d), t0 + 3)
             op(b.copy(t0 + 900 * US, t0 + 910 * US, "d2h", 1 << 20, device=d), t0 + 4)
-            op(b.kernel(t0 + 999 * US, t0 + 1_000 * US, "tail", device=d), t0 + 5)
+            op(b.kernel(t0 + 999 * US, t0 + 1_000 * US, prefix + "tail", device=d), t0 + 5)
     return b
 
 
@@ -99,6 +101,21 @@ def test_the_same_run_keeps_its_work(build):
     b, _ = runs(build, window_export(gemms=10, nccl_us=50), window_export(gemms=10, nccl_us=50))
     cmp = compare([b], [b], DEFAULTS)
     assert cmp["passed"] and cmp["policies"][0]["metrics"]["work_rate"]["head"] == 1.0
+
+
+def test_no_kernel_name_in_common_is_not_compared(build):
+    """Head ran the same kernels under other names (another accelerator or compiler): no work is
+    counted at base's time per call, so the rate is not given (it would only compare each side's
+    kernel-busy share), and the table says why."""
+    b, h = runs(build, window_export(gemms=10, nccl_us=50), window_export(gemms=8, nccl_us=50, prefix="tpu_"))
+    cmp = compare([b], [h], DEFAULTS)
+    (pol,) = cmp["policies"]
+    assert pol["work"]["names_in_common"] == 0
+    assert pol["metrics"]["work_rate"]["head"] is None and pol["metrics"]["work_rate"]["base"] is None
+    assert not any(f.get("threshold") == "work_rate:-0.05" for f in cmp["failures"])
+    assert "kernel work per GPU time not compared: base and head ran no kernel name in common" in render_terminal(cmp)
+    same = compare([b], [b], DEFAULTS)["policies"][0]
+    assert same["work"]["names_in_common"] == 3 and same["metrics"]["work_rate"]["head"] == 1.0
 
 
 def test_a_step_time_change_is_attributed(build):
@@ -170,3 +187,21 @@ def test_runs_without_gpu_activity_show_no_copy_zeros():
     doc = json.loads(run_cli("compare", "--format", "json", str(runs), str(runs)).stdout)
     assert all(p["metrics"]["exposed_ns"]["base"] is None for p in doc["policies"])
     assert all(p["metrics"]["step_ns"]["base"] for p in doc["policies"])  # the steps are still measured
+
+
+def test_an_h200_run_against_a_tpu_run_says_what_its_numbers_are(tmp_path):
+    """The same step on an H200 and on a TPU v5e (sample_traces): the TPU's GB/s is METRICS.md's
+    bytes over the copies' summed time, not its link's rate, and the table says so; the two share no
+    kernel name, so the kernel work per GPU time is not compared (it read 105.8%)."""
+    base = next(iter((ROOT / "sample_traces" / "h200-example").glob("*-offload_qkv-b50f27")), None)
+    head = next(iter((ROOT / "sample_traces" / "tpu-v5e-h200-shape").glob("*-offload_qkv-baa357")), None)
+    if base is None or head is None:
+        pytest.skip("the h200-example or tpu-v5e-h200-shape offload_qkv run is absent")
+    out = run_cli("compare", "--pair", str(base), str(head), env={"PROFILE_STEP_CACHE": str(tmp_path)}).stdout
+    rows = {
+        line.split()[1] + " " + line.split()[2]: line for line in out.splitlines() if line.startswith("offload_qkv")
+    }
+    assert float(rows["d2h GB/s"].split()[4]) < 2 < float(rows["d2h GB/s"].split()[3])  # the contract's numbers, kept
+    assert "note (offload_qkv): GB/s on the TPU (head) is bytes over the copies' summed time" in out
+    assert "kernel work per GPU time not compared" in out
+    assert not any("kernel work per GPU time" in line and "%" in line for line in out.splitlines())

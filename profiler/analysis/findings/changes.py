@@ -78,7 +78,9 @@ def contended_copies(ev: Evidence, dev: str, cls: str) -> Change:
     ctx = ev.breakdown.copy_contexts
     on = ((copies["device"] == int(dev)) & (copies["cls"] == cls)).fill_null(False).to_numpy()[positions]
     rows = positions[on & (ctx == CONTEXTS.index("kernels"))]
-    return copies_removed(ev, rows, f"the {rows.size} {cls} copies of GPU {dev} that ran beside kernels removed")
+    return copies_removed(
+        ev, rows, f"the {rows.size} {cls} copies of {ev.device_word} {dev} that ran beside kernels removed"
+    )
 
 
 def at_rate(ev: Evidence, picked: np.ndarray, gbps: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
@@ -113,7 +115,7 @@ def slow_link(ev: Evidence, dev: str, cls: str, gbps: float, link: str) -> Chang
     """The device's *cls* copies at the link's rate (never longer than recorded)."""
     pos, _ = _offload(ev, dev, cls)
     rows, dur = at_rate(ev, pos, gbps)
-    return Change(f"the {rows.size} {cls} copies of GPU {dev} at {link}", durations=(rows, dur))
+    return Change(f"the {rows.size} {cls} copies of {ev.device_word} {dev} at {link}", durations=(rows, dur))
 
 
 def pinned(ev: Evidence, dev: str) -> Change:
@@ -135,7 +137,9 @@ def pinned(ev: Evidence, dev: str) -> Change:
     own = int(pg["pinned_gbps"].is_not_null().sum())
     rows, dur = at_rate(ev, pg["_pos"].to_numpy(), pg["pinned_gbps"].fill_null(link).to_numpy())
     src = f"{own} at the trace's own pinned rate, {pg.height - own} at the link's: {how}"
-    return Change(f"the {rows.size} pageable copies of GPU {dev} at pinned speed ({src})", durations=(rows, dur))
+    return Change(
+        f"the {rows.size} pageable copies of {ev.device_word} {dev} at pinned speed ({src})", durations=(rows, dur)
+    )
 
 
 def sync_calls(ev: Evidence, steps: list[dict]) -> Change:
@@ -182,7 +186,7 @@ def kernels_alone(ev: Evidence, dev: str, groups: list[dict]) -> Change:
     )
     found, rows = ev.replays.op_rows(k, got["_pos"].to_numpy(), "kernel")
     return Change(
-        f"the {rows.size} kernels of {len(groups)} group(s) on GPU {dev} at their median alone",
+        f"the {rows.size} kernels of {len(groups)} group(s) on {ev.device_word} {dev} at their median alone",
         durations=(rows, got["alone"].to_numpy()[found]),
     )
 

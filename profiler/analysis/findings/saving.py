@@ -7,8 +7,10 @@ from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from profiler.analysis.dependencies import KIND_OF_CLASS
 from profiler.analysis.findings.evidence import CAPTURE, Evidence
 from profiler.analysis.findings.rules.text import dur
+from profiler.analysis.replay import previous_call
 from profiler.analysis.savings import CAPTURE as CAPTURE_WINDOW
 from profiler.analysis.savings import DEVICE, STEPS, WINDOWS, Window
 from profiler.threads import map_in_threads
@@ -16,6 +18,7 @@ from profiler.trace.jax_profile import NO_WAITS
 
 if TYPE_CHECKING:
     from profiler.analysis.findings import Finding
+    from profiler.analysis.replay import Change
 
 NO_TIME_COST = "no time cost: a note on the run or the capture"
 
@@ -76,6 +79,8 @@ def _why_small(ev: Evidence, f: Finding, saving: int, window: Window, paced: dic
     gone = f"; the replay with {f.change.what if f.change else 'this changed'} gives back only {dur(saving)}"
     if window.kind != DEVICE:
         return gone
+    if paced is not None and ev.on_tpu:
+        return gone + _tpu_held(ev, window, paced, f.change)
     if paced is not None:
         return (
             f"{gone}: the {ev.device_word} work that ends {ev.device_word} {window.device}'s window there "
@@ -84,6 +89,29 @@ def _why_small(ev: Evidence, f: Finding, saving: int, window: Window, paced: dic
             "is host-bound"
         )
     return f"{gone}: other work on {ev.device_word} {window.device}'s critical path takes their place"
+
+
+def _tpu_held(ev: Evidence, window: Window, paced: dict[str, int], change: Change | None) -> str:
+    """Why a TPU's window stays: its launches are the conversion's issue times (no host calls), moved
+    only by the core's done waits (``jax_profile``); the wait they last moved with waited for a copy the
+    change leaves, whose end the replay keeps where the recording's done ended."""
+    host, k = ev.replays.host, paced.get("call", -1)
+    if host is not None and change is not None and change.detached.size:
+        before, gone = previous_call(host), set(change.detached.tolist())
+        while k in gone:  # a call the change detached returns as it begins: the one before it set its time
+            k = int(before[k])
+    if host is None or k < 0 or k >= len(host) or not host.blocked[k] or host.waited[k] < 0:
+        return f": other work on {ev.device_word} {window.device}'s critical path takes their place"
+    kind = int(ev.replays.deps.ops.kind[host.waited[k]])
+    cls = next((c for c, v in KIND_OF_CLASS.items() if v == kind), "other")
+    a = "an" if cls == "h2d" else "a"
+    free = ev.replays.copy_free_saving.window_ns.get(str(window.device), 0)
+    return (
+        f": {ev.device_word} {window.device}'s work there follows its done wait on {a} {cls} copy the change "
+        "leaves, which the replay ends where its done ended in the recording (a TPU copy spans from its "
+        "start to the end of its done, however early its transfer ended): those recorded ends, not "
+        f"a host, hold the window (the copy-free replay, every copy and wait gone, gives back {dur(free)})"
+    )
 
 
 def _basis(ev: Evidence, window: Window, step_device: str | None) -> tuple[int, str]:

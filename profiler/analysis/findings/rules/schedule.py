@@ -286,7 +286,7 @@ def late_copies_back(ev: Evidence) -> list[Finding]:
                 evidence={k: v for k, v in s.items() if k != "worst"} | {"steps": len(steps)},
                 view="streams",
                 attributed_ns=s["waited_ns"],  # the late copies' transfers less the kernel time beside them
-                change=changes.stalls_of(ev, late_rows, f"the {s['count']} late copies back of GPU {d}"),
+                change=changes.stalls_of(ev, late_rows, f"the {s['count']} late copies back of {ev.device_word} {d}"),
                 **ev.basis_device(d),
             )
         )
