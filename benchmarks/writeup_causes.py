@@ -14,6 +14,11 @@ host copies' exposed time, the copies back that are late (the compute stream wai
 done) and the compiled peak device memory; the all-to-alls and all-gathers in the compiled
 module are counted.  Every time is predicted, not measured.
 
+``--calibrate RECORDING`` adds each row's step under the cost model calibrated on a real recording
+(``predict.calibrate``: per op class, measured over roofline on that run's GPU, described by
+``--calibrate-spec``), carried to the target as ``plan --calibrate`` does; ``--compute-only`` keeps
+the collectives at the roofline (only the compute classes' scales carried).
+
     .venv/bin/python benchmarks/writeup_causes.py --rows remat:on,writeup:on --out DIR -- --batch 8
 """
 
@@ -31,12 +36,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from profiler.capture.plan import predict_links
-from profiler.predict import roofline
+from profiler.predict import calibrate, roofline
+from profiler.predict.measured import load
+from profiler.predict.simulate import simulate
 from profiler.tune.candidate import Candidate
 from profiler.tune.compiler import Compiler
 from profiler.tune.run import TuneRequest, limit_of, names_of, open_session
 from profiler.units import human_bytes
 from profiler.xla import targets
+from profiler.xla.compiled import load_module
 
 MESH = Path(__file__).resolve().parent / "writeup_mesh.py"
 WRITEUP = {
@@ -96,8 +104,23 @@ def collectives(hlo_text: str) -> dict[str, int]:
     return out
 
 
-def row_doc(c: Compiler, cand: Candidate) -> dict[str, Any] | None:
-    """One compiled row's numbers (None when it did not compile)."""
+def calibrated(cal: calibrate.Calibration, hlo_file: str, spec: str, c: Compiler) -> dict[str, float]:
+    """The step of the compiled program *hlo_file* under calibration *cal*, on the target *spec*."""
+    module = load_module(Path(hlo_file))[0]
+    sched, costs, how = calibrate.calibrated_costs(cal, module, spec, c.link)
+    p = simulate(sched, costs, c.link)
+    return {
+        "step_ms": p.step_ns / 1e6,
+        "compute_ms": p.compute_ns / 1e6,
+        "collective_ms": p.collective_ns / 1e6,
+        "exposed_collective_ms": p.exposed_collective_ns / 1e6,
+        "exposed_copy_ms": p.exposed_ns / 1e6,
+        "costed": how,
+    }
+
+
+def row_doc(c: Compiler, cand: Candidate, cal: calibrate.Calibration | None = None, spec: str = "") -> dict[str, Any]:
+    """One compiled row's numbers (its error where it did not compile)."""
     comp = c.compiled(cand)
     if comp is None:
         return {"error": c.errors.get(c._key(cand))}
@@ -116,7 +139,7 @@ def row_doc(c: Compiler, cand: Candidate) -> dict[str, Any] | None:
         "device": human_bytes(comp.device_bytes) if comp.device_bytes else None,
         "collectives": collectives(Path(comp.hlo_file).read_text()),
         "compile_s": comp.seconds,
-    }
+    } | ({"calibrated": calibrated(cal, comp.hlo_file, spec, c)} if cal is not None else {})
 
 
 def main() -> int:
@@ -127,6 +150,9 @@ def main() -> int:
     ap.add_argument("--link", default="nvlink-c2c")
     ap.add_argument("--gpu-gbps", type=float, default=None, help="GPU-to-GPU GB/s a direction (default: the target's)")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--calibrate", type=Path, default=None, help="a recording to calibrate the cost model on")
+    ap.add_argument("--calibrate-spec", type=Path, default=None, help="the recording's GPU description (.txtpb)")
+    ap.add_argument("--compute-only", action="store_true", help="carry the compute classes' scales only")
     args, rest = ap.parse_known_args()
     rest = ["--model", args.model, *(a for a in rest if a != "--")]
     try:
@@ -135,6 +161,16 @@ def main() -> int:
     except ValueError as exc:
         print(f"writeup_causes.py: --rows: {exc}", file=sys.stderr)
         return 2
+    cal = None
+    if args.calibrate:
+        if args.calibrate_spec is None or args.gpu_gbps:
+            print("writeup_causes.py: --calibrate needs --calibrate-spec, and not --gpu-gbps", file=sys.stderr)
+            return 2
+        cal = calibrate.calibrate(load(args.calibrate), args.calibrate_spec.read_text())
+        if args.compute_only:
+            cal.scale = {k: v for k, v in cal.scale.items() if k != "collective"}
+        scales = ", ".join(f"{k} {v:.2f}" for k, v in sorted(cal.scale.items()))
+        print(f"calibrated on {args.calibrate.name}: {scales}")
     out = Path(args.out)
     out.mkdir(parents=True)
     label, spec, builtin = targets.resolve(args.target)
@@ -153,10 +189,11 @@ def main() -> int:
         for c in compilers.values():
             c.echo = print
         for pol, flags in rows:
-            docs[f"{pol}:{flags}"] = row_doc(compilers[flags], cands[pol, flags])
+            docs[f"{pol}:{flags}"] = row_doc(compilers[flags], cands[pol, flags], cal, spec)
             print(f"{pol}:{flags}: {json.dumps(docs[f'{pol}:{flags}'])}", flush=True)
     doc = {"script_args": rest, "target": label, "link": link.link.name, "names": [n.name for n in names],
            "interconnect_gbps": device.interconnect_bytes_s / 1e9, "rows": docs,
+           "calibration": ({"source": str(args.calibrate), "scale": cal.scale} if cal else None),
            "seconds": round(time.monotonic() - t0, 1)}  # fmt: skip
     (out / "causes.json").write_text(json.dumps(doc, indent=2, default=str))
     print(f"{label}, host link {link.link.name}, GPU link {doc['interconnect_gbps']:.0f} GB/s; predicted, not measured")
