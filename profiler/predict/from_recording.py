@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from profiler.analysis.accuracy import of_device
+from profiler.analysis.accuracy import calibrated, of_device
 from profiler.analysis.links import Link, host_link
 from profiler.errors import InputError, ProfilerError
 from profiler.predict import calibrate, roofline, schedule
@@ -60,13 +60,14 @@ def from_recording(path: Path, targets: list[str] | None = None, links: list[Lin
             label, target_spec = (m.gpu or "its GPU", spec) if target is None else resolve(target, priced_only=True)[:2]
         except ValueError as exc:
             raise ProfilerError(f"--target: {exc}") from None
-        for link in links or [own_link]:
+        on_own = (label or "").lower() == (m.gpu or "its GPU").lower()  # the recording's own device
+        for link in links or [own_link if on_own else host_link([label]).link]:  # else the target's own link
             s, costs, how = calibrate.calibrated_costs(cal, m.module, target_spec, link)
             p = simulate(s, costs, link)
             same = how["scaled"] == 0 and how["roofline"] == 0
-            own = target is None and link.key == own_link.key
-            roof_acc, cal_acc = of_device(label)
-            kind = roof_acc if how["measured"] == 0 and how["scaled"] == 0 else cal_acc  # what costed it
+            own = on_own and link.key == own_link.key
+            roof_acc = of_device(label)[0]
+            kind = roof_acc if how["measured"] == 0 and how["scaled"] == 0 else calibrated(m.gpu, label)
             predicted.append(
                 {
                     "target": label,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from profiler.analysis.accuracy import CALIBRATED
+from profiler.analysis.accuracy import calibrated
 from profiler.report.table import table
 from profiler.units import human_bytes, human_time
 from profiler.xla.pgle import PGLE_FLAG
@@ -137,7 +137,7 @@ def render_calibrated(doc: dict[str, Any]) -> str:
     if rows:
         heads = ["policy", "batch", "link", "step", "exposed copy", "measured/scaled/roofline"]
         out.append(table(heads, rows, left=(0, 2)))
-        out.append(CALIBRATED.line())
+        out.append(calibrated(cal["gpu"], doc.get("target", {}).get("label")).line())
         out.append(
             "measured: instructions of the same name and shape as the run's; scaled: roofline x the class's scale"
         )

@@ -69,3 +69,40 @@ def test_a_scanned_h200_run_calibrates_nothing_and_says_so(doc):
     assert not any(c["source"] == "H200 offload_qkv-scan" for c in doc["cells"])
     unrolled = next(s for s in doc["sources"] if s["source"] == "H200 offload_qkv")
     assert set(unrolled["scale"]) == {"matmul", "fusion"} and unrolled["named_ns"] < 0.1 * unrolled["step_ns"]
+
+
+def test_the_carried_figures_accuracy_states_are_the_cells_between_a_tpu_and_a_gpu(doc):
+    """``accuracy.TPU_TO_GPU`` and ``GPU_TO_TPU`` (what ``plan --from`` states for a prediction on the
+    other kind of device) span exactly the cells fitted on one kind and applied to the other."""
+    from profiler.analysis.accuracy import GPU_TO_TPU, TPU_TO_GPU
+
+    def is_tpu(name: str) -> bool:
+        return name.startswith("TPU")
+
+    for acc, want in ((TPU_TO_GPU, (True, False)), (GPU_TO_TPU, (False, True))):
+        if want[1] and not PAX.is_file():
+            continue  # the Pax A100's cells are among them: without ../shared they cannot be recomputed
+        fitted = [c for c in doc["cells"] if not c["source"].startswith("roofline")]
+        cells = [c for c in fitted if (is_tpu(c["source"]), is_tpu(c["target"])) == want]
+        assert len(cells) >= 2, acc.kind
+        assert acc.step_low == pytest.approx(min(c["error_min"] for c in cells), abs=TOL)
+        assert acc.step_high == pytest.approx(max(c["error_max"] for c in cells), abs=TOL)
+        assert acc.tie == pytest.approx(max(c["tie"] for c in cells), abs=TOL)
+
+
+def test_plan_from_states_the_carried_error_on_the_other_kind_of_device():
+    from profiler.analysis.accuracy import GPU_TO_TPU, TPU_TO_GPU
+    from profiler.predict.from_recording import from_recording
+
+    tpu = next(cross_device.TPU_SHAPE.glob("*-remat-scan-*"))
+    h200, own = from_recording(tpu, ["h200", "tpu-v5e"])["predicted"]
+    assert h200["link"] == "PCIe Gen5 x16" and h200["error"] is None  # the target's own link
+    assert (
+        h200["expected_error"]
+        == f"calibrated on a TPU: {TPU_TO_GPU.error_text()}"
+        == "calibrated on a TPU: 15-25% short"
+    )
+    assert own["link"] == "TPU v5e host link (measured)" and abs(own["error"]) < 0.01  # its own step, in-sample
+    gpu = next(h200_predictions.H200.glob("*-offload_qkv-b50f27"))
+    (tpu_pred,) = from_recording(gpu, ["tpu-v5e"])["predicted"]
+    assert tpu_pred["expected_error"] == f"calibrated on a GPU: {GPU_TO_TPU.error_text()}"
