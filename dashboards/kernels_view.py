@@ -40,7 +40,11 @@ def of_all(kb: dict[str, Any], total: int | None) -> str:
     if total is None:
         return ""
     rest = total - alone - beside
-    other = f"; the other {rest:,} partly beside copies or of zero length, in neither count" if rest > 0 else ""
+    other = (
+        f"; the other {rest:,} partly beside copies, of zero length or an async start or done, in neither count"
+        if rest > 0
+        else ""
+    )
     return f" (of the device's {total:,} kernels in the window{other})"
 
 

@@ -52,10 +52,12 @@ HEADER_TIPS = {
     "one compiled program chosen by the rule every command uses; warm-up and outliers left out; a cell's tooltip "
     "says which, and how the program was chosen); none: no steps found",
     "step": "median of the included steps' durations (whole run, all GPUs)",
-    "bytes": "bytes copied host<->device (D2H and H2D) on this GPU",
+    "bytes": "bytes copied host<->device (D2H and H2D added) on this GPU over the whole capture (every step of it; "
+    "analyze's policy table shows D2H per step)",
     "copies": "number of D2H and H2D copies on this GPU",
     "exposed": "time on this GPU during which an h2d or d2h copy ran and no kernel did, both directions as "
-    "one (METRICS.md exposed_ns of the offload class): less than the D2H and H2D exposed times added when "
+    "one (METRICS.md exposed_ns of the offload class: their union), over the whole capture (every step of it; "
+    "analyze's policy table shows the median step's): less than the D2H and H2D exposed times added when "
     "the two directions overlap",
     "hidden": "share of copy time overlapped by kernels (METRICS.md hidden_fraction); no copies: none",
     "date": "when the run started (UTC)",
@@ -263,9 +265,15 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[s
         _col("status", "status", "text"),
         _col("steps", "steps", "numeric", nully="none"),
         _col("step", f"median step ({t_name})", "numeric", SIGNIFICANT, nully="no steps"),
-        _col("bytes", f"copied ({b_name})", "numeric", SIGNIFICANT),
+        _col("bytes", f"copied, D2H + H2D, whole capture ({b_name})", "numeric", SIGNIFICANT),
         _col("copies", "copies", "numeric", ",d"),
-        _col("exposed", f"exposed copies, D2H+H2D ({e_name})", "numeric", SIGNIFICANT, nully="-"),
+        _col(
+            "exposed",
+            f"exposed copies, D2H and H2D as one, whole capture ({e_name})",
+            "numeric",
+            SIGNIFICANT,
+            nully="-",
+        ),
         _col("hidden", "hidden %", "numeric", ".1f", nully="no copies"),
         _col("date", "date (UTC)", "text"),
     ]

@@ -37,10 +37,11 @@ METRICS: dict[str, tuple[str, str, str | None]] = {
     "stall_ns": ("stalled by copies", "ns", "stall_ns"),
     "hidden_fraction": ("hidden", "fraction", "hidden_fraction"),
     "busy_ns": ("copy busy time", "ns", "busy_ns"),
-    "d2h_bytes": ("d2h bytes", "bytes", None),
-    "h2d_bytes": ("h2d bytes", "bytes", None),
-    "d2h_gbps": ("d2h GB/s", "GB/s", None),
-    "h2d_gbps": ("h2d GB/s", "GB/s", None),
+    # bytes and GB/s: the whole capture (every step of it, every device), not per step
+    "d2h_bytes": ("d2h bytes, whole capture", "bytes", None),
+    "h2d_bytes": ("h2d bytes, whole capture", "bytes", None),
+    "d2h_gbps": ("d2h GB/s, whole capture", "GB/s", None),
+    "h2d_gbps": ("h2d GB/s, whole capture", "GB/s", None),
     # the policy decision (profiler.analysis.policies): measured peak, the step module's FLOPs, achieved rate
     "peak_device_bytes": ("peak device memory", "bytes", None),
     "flops_per_step": ("FLOPs per step", "FLOPs", None),
@@ -150,9 +151,23 @@ def layer_value(layer: LayerSummary, metric: str) -> float | None:
     return layer.offload.get(metric)
 
 
+# a base under 1/NEAR_ZERO of head (a change past +9,900%) gets no percentage: against a near-zero base
+# (a 4-byte scalar copy, a layer's 0.3 ms) the percentage measures the base, not the change
+NEAR_ZERO = 100
+
+
+def layers_overlap_ns(run: RunSummary) -> int | None:
+    """How far the run's per-layer exposed times (METRICS.md: each layer its own union) sum past its
+    whole exposed time: copies of several layers in flight together count in each (None: no layers)."""
+    if not run.layers or not run.gpu_ran:
+        return None
+    total = sum(lay.offload.get("exposed_ns") or 0 for lay in run.layers.values())
+    return max(0, total - (run.offload.get("exposed_ns") or 0))
+
+
 def delta(base: float | None, head: float | None) -> dict[str, Any]:
     d = None if base is None or head is None else head - base
-    rel = d / base if d is not None and base else None
+    rel = d / base if d is not None and base and abs(head) <= NEAR_ZERO * abs(base) else None
     return {"base": base, "head": head, "delta": d, "relative": rel}
 
 
@@ -315,6 +330,7 @@ def compare(
                 "metrics": metrics,
                 "checks": checks,
                 "layers": layers,
+                "layers_overlap_ns": {"base": layers_overlap_ns(b), "head": layers_overlap_ns(h)},
                 "layers_missing": {
                     "in_head": [n for n in bl if n not in hl],
                     "in_base": [n for n in hl if n not in bl],

@@ -7,6 +7,11 @@ METRICS.md, "Kernels slowed by copies": per device, over its valid kernels
 - ``beside``: ``2 * |k ∩ U(h2d and d2h copies)| >= end - start``;
 - otherwise neither, not counted.
 
+An async op's start or done (``copy-start.6``, ``slice-start.9``, ``*-done.N``: a TPU's core issuing
+a transfer or waiting on it, converted as kernels of its one line) is in neither side: it does no
+work a copy could slow, and a transfer's start begins its own copy, so it is beside one by
+construction.
+
 Kernels are grouped by (name, grid, block); a group counts with at least 3
 ``alone`` and 3 ``beside`` kernels.  Medians are lower medians (the element
 at ``(n - 1) // 2`` of the sorted durations); ``excess_ns = beside.count *
@@ -25,6 +30,8 @@ from profiler.analysis.intervals import measure_within_each, rows_where, union
 from profiler.trace.loader import SHAPE_COLUMNS
 
 ALONE, BESIDE, NEITHER = 0, 1, -1
+# an async op's start or done by its HLO instruction name (``copy-start.6``, ``all-gather-done.2.1``)
+ASYNC_MARKER = r"-(?:start|done)(?:\.\d+)*$"
 MIN_CALLS = 3  # a group counts with this many kernels alone and this many beside copies
 TOP = 10
 KEYS = ("device", "name", *SHAPE_COLUMNS)
@@ -39,9 +46,11 @@ def _spans(frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def kernel_sides(kernels: pl.DataFrame, copies: pl.DataFrame) -> np.ndarray:
-    """Per row of *kernels*: ``ALONE``, ``BESIDE`` or ``NEITHER`` (also for invalid kernels)."""
+    """Per row of *kernels*: ``ALONE``, ``BESIDE`` or ``NEITHER`` (also for invalid kernels and async
+    starts and dones)."""
     out = np.full(kernels.height, NEITHER, dtype=np.int8)
-    rows = rows_where(kernels, (pl.col("end") > pl.col("start")) & pl.col("device").is_not_null())
+    marker = pl.col("name").fill_null("").str.contains(ASYNC_MARKER)
+    rows = rows_where(kernels, (pl.col("end") > pl.col("start")) & pl.col("device").is_not_null() & ~marker)
     if rows.size == 0:
         return out
     good = copies.filter((pl.col("end") >= pl.col("start")) & pl.col("device").is_not_null())

@@ -123,19 +123,40 @@ def verdict(cmp: dict[str, Any]) -> str:
     pol = next(p for p in cmp["policies"] if p["policy"] == worst["policy"])
     if metric == "work_rate" and pol.get("work"):
         text += work_because(pol["work"])
-    per_layer = metric if metric in ("exposed_ns", "stall_ns") else "exposed_ns"
-    grew = [lay for lay in pol["layers"] if (lay[per_layer]["delta"] or 0) > 0]
-    if grew:
-        top = max(grew, key=lambda lay: lay[per_layer]["delta"])
-        what = "exposed time" if per_layer == "exposed_ns" else "stall"
-        # per layer the copies' time over the capture, every GPU's added (not a per-step median, as above)
-        text += (
-            f"; most new {what} in layer `{top['layer']}` ({change(per_layer, top[per_layer])} over the capture, "
-            "all GPUs)"
-        )
+    text += layer_blame(pol, metric if metric in ("exposed_ns", "stall_ns") else "exposed_ns")
     if len(cmp["failures"]) > 1:
         text += f"; {len(cmp['failures']) - 1} more limit(s) crossed"
     return text
+
+
+def layer_blame(pol: dict[str, Any], per_layer: str) -> str:
+    """``; most new exposed time in layer X (...)``, the layer whose time grew most; none by exposed time
+    where the layers' exposed times overlap (each is its own union: METRICS.md) by at least that layer's
+    growth, since then its growth may be gaps that other layers' copies hold (a TPU's copies span from
+    start to the end of their done, several layers' at once): the layer by its stall instead, where known."""
+    grew = [lay for lay in pol["layers"] if (lay[per_layer]["delta"] or 0) > 0]
+    if not grew:
+        return ""
+    top = max(grew, key=lambda lay: lay[per_layer]["delta"])
+    overlap = pol.get("layers_overlap_ns") or {}
+    spill = max((v or 0) for v in (overlap.get("base"), overlap.get("head"), 0))
+    if per_layer == "exposed_ns" and spill >= top[per_layer]["delta"]:
+        measured = (
+            pol["metrics"]["stall_ns"]["delta"] is not None
+        )  # stalls on both sides (none from jax.profiler's GPU)
+        by_stall = layer_blame(pol, "stall_ns") if measured else ""
+        if by_stall:
+            return by_stall
+        side = "head" if (overlap.get("head") or 0) >= (overlap.get("base") or 0) else "base"
+        return (
+            f"; no layer named: the layers' exposed times overlap ({side}'s add up to {value('exposed_ns', spill)} "
+            "more than its whole, copies of several layers in flight together), more than any layer's grew"
+        )
+    what = "exposed time" if per_layer == "exposed_ns" else "stall"
+    # per layer the copies' time over the capture, every GPU's added (not a per-step median, as above)
+    return (
+        f"; most new {what} in layer `{top['layer']}` ({change(per_layer, top[per_layer])} over the capture, all GPUs)"
+    )
 
 
 def noise_text(pol: dict[str, Any], threshold: str) -> str:
@@ -411,6 +432,11 @@ def _split_rows(sides: dict[str, dict[str, Any]], keys: tuple[str, ...]) -> tupl
     return rows, u[0]
 
 
+def accelerator(pol: dict[str, Any], side: str) -> str:
+    """What one side's devices are called: ``TPU`` where the run names a TPU, else ``GPU``."""
+    return "TPU" if any(is_tpu_name(g) for g in (pol.get("runs") or {}).get(side, {}).get("gpus") or ()) else "GPU"
+
+
 def work_sections(pol: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, headers, rows) of the work tables of one policy: the step's split (both sides with
     steps) or the window's, then the kernel names that changed."""
@@ -426,9 +452,14 @@ def work_sections(pol: dict[str, Any]) -> list[tuple[str, list[str], list[list[s
     head_rows, _ = _split_rows({s: {"t": v[total]} for s, v in sides.items()}, ("t",))
     rows.insert(0, ["step" if work["step"] else "window", *head_rows[0][1:]])
     gpus = work["gpus"]
-    n = f"{gpus['base']} / {gpus['head']} GPUs"
-    if gpus["base"] == gpus["head"]:
-        n = f"{gpus['base']} GPU" + ("s" if gpus["base"] > 1 else "")
+    word = {side: accelerator(pol, side) for side in ("base", "head")}
+    n = " / ".join(f"{gpus[s]} {word[s]}" + ("s" if gpus[s] > 1 else "") for s in ("base", "head"))
+    if gpus["base"] == gpus["head"] and word["base"] == word["head"]:
+        n = f"{gpus['base']} {word['base']}" + ("s" if gpus["base"] > 1 else "")
+    if word["base"] == word["head"]:
+        what = what.replace("per GPU", f"per {word['base']}")
+    else:
+        what = what.replace("per GPU", "per device")
     out.append((f"Where the time went: {what} ({n})", ["part", f"base {unit}", f"head {unit}", f"change {unit}"], rows))
     if work["kernels"]:
         krows = []

@@ -63,7 +63,11 @@ def kernels_beside_lines(kb: dict[str, Any] | None, kernels: int | None = None, 
         return []
     neither = None if kernels is None else kernels - kb["calls_alone"] - kb["calls_beside"]
     head = "  kernels beside copies: " + (f"of its {_n(kernels, 'kernel')}, " if kernels is not None else "")
-    rest = f"; {neither} partly beside copies, or of zero length, are in neither side" if neither else ""
+    rest = (
+        f"; {neither} partly beside copies, of zero length, or an async start or done, are in neither side"
+        if neither
+        else ""
+    )
     alone = _n(kb["calls_alone"], "kernel") if kernels is None else str(kb["calls_alone"])
     sides = f"{alone} alone (no copy overlaps them), {kb['calls_beside']} beside h2d/d2h copies{rest}"
     if not kb["calls_beside"]:

@@ -45,6 +45,31 @@ POLICY_LEGEND = (
 )
 
 
+def rate_legend(rows: list[dict[str, Any]], headers: tuple[str, ...] | list[str]) -> str:
+    """What the TFLOP/s and MFU columns are, where shown: they count different FLOPs (so a policy that
+    recomputes more can gain TFLOP/s and lose MFU), MFU against each device's peak and its source."""
+    from profiler.xla.targets import peak_source, peak_tflops
+
+    out = ""
+    if "TFLOP/s" in headers:
+        out += (
+            "; TFLOP/s = the compiled step's FLOPs (the FLOPs column: XLA's count, recomputation included) / "
+            "median step"
+        )
+    if "MFU" in headers:
+        peaks = {}
+        for r in rows:
+            if r.get("mfu") is not None and r.get("peak_tflops"):
+                mine = peak_tflops(r.get("device_kind")) == r["peak_tflops"]
+                source = peak_source(r.get("device_kind")) if mine else "--peak-tflops"
+                peaks[f"{r.get('device_kind') or '?'} {r['peak_tflops']:g} TFLOP/s, {source}"] = None
+        out += (
+            "; MFU = the model's FLOPs per step (the script's model_flops_per_step, no recomputation) / median "
+            f"step / the device's dense bf16 peak ({'; '.join(peaks)})"
+        )
+    return out
+
+
 def render_policy_comparison(tab: dict[str, Any]) -> str:
     """The per-policy table with notes on what is missing and why."""
     rows = []
@@ -98,7 +123,7 @@ def render_policy_comparison(tab: dict[str, Any]) -> str:
         for n in r["notes"]:
             note(r["policy"], n)
     headers, rows, empty = drop_empty_columns(POLICY_HEADERS, rows)
-    out = [table(headers, rows), *textwrap.wrap(POLICY_LEGEND, 118)]
+    out = [table(headers, rows), *textwrap.wrap(POLICY_LEGEND + rate_legend(tab["rows"], headers), 118)]
     if empty:
         out.append(f"left out, no value in any run: {', '.join(empty)}")
     if tab.get("baseline"):

@@ -389,7 +389,35 @@ def render_groups(doc: dict[str, Any], by: str, all_steps: bool = False, wide: b
         headers = group_headers(u)
         out = table((by, *headers, f"kernels that hid the copies ({u.time})"), rows, left=(0, 1, len(headers) + 1))
         out = f"Copies per {by}{policy}:\n{out}"
+        notes += groups_overlap_notes(groups, doc.get("devices") or {}, by, u)
     return "\n".join([out, *(f"note: {n}" for n in notes)])
+
+
+def groups_overlap(groups: list[dict[str, Any]], devices: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """Per device whose groups' copy time or exposed time sums past the device's own (METRICS.md: each
+    group is its own union, so copies of several groups in flight together count in each): the sums
+    beside the device's ``busy_ns`` and ``exposed_ns``."""
+    out: dict[str, dict[str, int]] = {}
+    for dev, d in devices.items():
+        mine = [g["copies"]["offload"] for g in groups if g.get("device") == dev]
+        whole = d["copies"]["offload"]
+        sums = {k: sum(m.get(k) or 0 for m in mine) for k in ("busy_ns", "exposed_ns")}
+        if sums["busy_ns"] > whole["busy_ns"] or sums["exposed_ns"] > whole["exposed_ns"]:
+            out[dev] = {"busy_sum_ns": sums["busy_ns"], "busy_ns": whole["busy_ns"],
+                        "exposed_sum_ns": sums["exposed_ns"], "exposed_ns": whole["exposed_ns"]}  # fmt: skip
+    return out
+
+
+def groups_overlap_notes(groups: list[dict[str, Any]], devices: dict[str, Any], by: str, u: Units) -> list[str]:
+    """What the per-group table's copy and exposed columns are where they do not add up to the device's."""
+    return [
+        f"each {by}'s copy, exposed and hidden figures are that {by}'s own union (METRICS.md): on device {dev} "
+        f"copies of several {by}s are in flight together, so the rows overlap and do not add up (copy "
+        f"{u.t(o['busy_sum_ns'])} {u.time} summed against the device's busy {u.t(o['busy_ns'])}, exposed "
+        f"{u.t(o['exposed_sum_ns'])} against {u.t(o['exposed_ns'])}); a {by}'s exposed time counts gaps that "
+        f"other {by}s' copies hold too; stalled adds up (each stall is counted at the copy it waited for)"
+        for dev, o in groups_overlap(groups, devices).items()
+    ]
 
 
 def render_ranks(doc: dict[str, Any]) -> str:

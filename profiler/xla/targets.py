@@ -161,6 +161,11 @@ PEAK_TFLOPS: tuple[tuple[str, float], ...] = (
 )
 
 
+def peak_source(device_kind: str | None) -> str:
+    """Where ``PEAK_TFLOPS``'s number for a device kind comes from (its comment above)."""
+    return "Google Cloud's TPU v5e spec" if "tpu" in (device_kind or "").lower() else "NVIDIA's datasheet"
+
+
 def peak_tflops(device_kind: str | None) -> float | None:
     """The dense BF16 peak of a device kind, or None when it is not in the table (a CPU)."""
     if not device_kind:

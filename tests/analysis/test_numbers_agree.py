@@ -86,7 +86,7 @@ def test_runs_table_shows_tiny_values_as_under_0_01():
     base = {"_full": "x", "_steps": "", "step": None, "exposed": None}
     rows = [{**base, "id": "a", "bytes": 136}, {**base, "id": "b", "bytes": 180 * 2**30}]  # 136 B beside 180 GiB
     cols, data, _ = table(rows)
-    assert next(c for c in cols if c["id"] == "bytes")["name"] == "copied (GiB)"
+    assert next(c for c in cols if c["id"] == "bytes")["name"] == "copied, D2H + H2D, whole capture (GiB)"
     assert [r["bytes"] for r in data] == ["<0.01", 180.0]
 
 

@@ -160,7 +160,7 @@ def test_two_gpus_are_two_rows(tmp_path):
     assert raw[0]["policy"] == "(none)" and raw[0]["status"] == "plain trace" and raw[0]["steps"] is None
     columns, data, _ = rows.table(raw)
     # the unit both values read well in (1 to 10,000 of it): 1,000 and 5,000 B (in KiB 0.98 would not)
-    assert [c["name"] for c in columns if c["id"] == "bytes"] == ["copied (B)"]
+    assert [c["name"] for c in columns if c["id"] == "bytes"] == ["copied, D2H + H2D, whole capture (B)"]
     assert data[1]["bytes"] == 5000
     # the rank column only where a row is a rank of a multi-rank job
     assert "rank" not in [c["id"] for c in columns]
@@ -284,5 +284,6 @@ def test_a_column_takes_the_unit_most_of_its_values_read_well_in():
     # (public traces): in ms five read between 1 and 10,000 (61 ... 3,378); in s one (3.378), in us three
     ns = [30_900, 60_990_000, 59_220_000, 244_800_000, 920_900_000, 3_378_000_000]
     cols, data, _ = table([{**base, "id": str(i), "exposed": v} for i, v in enumerate(ns)])
-    assert next(c for c in cols if c["id"] == "exposed")["name"] == "exposed copies, D2H+H2D (ms)"
+    exposed = next(c for c in cols if c["id"] == "exposed")["name"]
+    assert exposed == "exposed copies, D2H and H2D as one, whole capture (ms)"
     assert [r["exposed"] for r in data] == [pytest.approx(v / 1e6) for v in ns]

@@ -180,7 +180,7 @@ def test_the_dashboard_shows_the_same_numbers(browser, built):
         # the runs table: exposed copy time (both directions, counted once), steps, median step
         heads = page.evaluate("[...document.querySelectorAll('#runs th')].map(e => e.innerText.trim())")
         exposed_head = next(h for h in heads if h.startswith("exposed copies"))
-        assert "D2H+H2D" in exposed_head  # named: the bars below show each direction on its own
+        assert "D2H and H2D as one, whole capture" in exposed_head  # the bars below show each direction
         div = unit_of(exposed_head)
         cells = page.evaluate(
             "[...document.querySelectorAll('#runs tr')].map(r => Object.fromEntries("

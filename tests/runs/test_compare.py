@@ -219,3 +219,13 @@ def test_markdown_states_the_noise(build):
     proc = run_cli("compare", "--fail-on", "step_ns:+2%", "--format", "markdown", str(base), str(head))
     assert proc.returncode == 0
     assert "step_ns:+2%: within step-to-step noise (change +0.060 ms, +5.2%, noise ±0.300 ms)" in proc.stdout
+
+
+def test_no_percentage_against_a_near_zero_base():
+    """remat's 4 bytes against offload_qkv's 4608 MiB read +40265318400.0%: a base under 1/100 of head
+    gets no percentage; the change itself stays, and a plain doubling keeps its +100%."""
+    from profiler.analysis.compare import delta
+
+    d = delta(4, 4608 * 2**20)
+    assert d["delta"] == 4608 * 2**20 - 4 and d["relative"] is None
+    assert delta(10, 20)["relative"] == 1.0

@@ -156,3 +156,20 @@ def test_columns_without_a_value_in_any_run_are_left_out_and_named():
     assert out == [["a", "3", "-", "1.0 G"], ["b", "0", "-", "-"]]
     assert gone == ["peak dev", "MFU"]
     assert drop_empty_columns(headers, []) == (headers, [], [])
+
+
+def test_a_scalar_the_host_fetches_is_not_an_unplanned_offload(tmp_path):
+    """none and remat on the H200 move 4 bytes D2H per step outside any XLA instruction (the loss): no
+    offload, so not flagged 'moved, not planned', and not counted a difference."""
+    from tests.helpers.paths import ROOT
+
+    runs = [
+        p
+        for p in (ROOT / "sample_traces" / "h200-example").iterdir()
+        if p.is_dir() and p.name.split("-")[1] in ("none", "remat")
+    ]
+    doc = json.loads(run_cli("analyze", "--json", *map(str, runs), env={"PROFILE_STEP_CACHE": str(tmp_path)}).stdout)
+    for pvm in doc["planned_vs_moved"]:
+        (row,) = pvm["rows"]
+        assert row["moved_d2h_bytes"] == 4 and row["flag"].startswith("host's own copies")
+        assert pvm["differences"] == 0

@@ -228,3 +228,44 @@ def test_the_trace_replay_keeps_its_rules_on_each_run(run, tmp_path, monkeypatch
     host = host_syncs(trace, deps)
     for factor, h in itertools.product((1.0, 0.5, 0.0), (None, host)):
         assert replay_rules.check_replay(replay(deps, factor, h)).ok, (factor, h is not None)
+
+
+def test_per_layer_rows_that_overlap_say_so_and_compare_names_no_layer_by_them(tmp_path):
+    """A TPU copy spans from its start to the end of its done, so several layers' copies are in flight
+    together: per layer each is its own union (METRICS.md) and the rows add up past the device's; analyze
+    says so with both sums, and compare names no layer by an exposed time that other layers' copies hold."""
+    (run,) = [p for p in SHAPE_RUNS if label(p) == "offload_qkv"]
+    env = {"PROFILE_STEP_CACHE": str(tmp_path)}
+    doc = json.loads(run_cli("analyze", "--by", "layer", "--json", str(run / "trace.json.gz"), env=env).stdout)
+    whole = doc["devices"]["0"]["copies"]["offload"]
+    summed = sum(g["copies"]["offload"]["exposed_ns"] for g in doc["layers"])
+    assert summed > 2 * whole["exposed_ns"]  # 277 ms of layers against the device's 100 ms
+    said = " ".join(run_cli("analyze", "--by", "layer", str(run / "trace.json.gz"), env=env).stdout.split())
+    assert "the rows overlap and do not add up" in said
+    assert f"exposed {summed / 1e6:.3f} against {whole['exposed_ns'] / 1e6:.3f}" in said
+    h200 = ROOT / "sample_traces" / "h200-example"
+    (base,) = [p for p in h200.iterdir() if p.name.endswith("-offload_qkv-b50f27")]
+    out = run_cli("compare", "--pair", str(base), str(run), env=env).stdout
+    verdict = out.splitlines()[0]
+    assert "no layer named: the layers' exposed times overlap" in verdict and "layer_0" not in verdict
+    assert "Where the time went: the mean included step, per device (1 GPU / 1 TPU)" in out
+
+
+def test_no_async_start_or_done_is_a_kernel_group_beside_copies(tmp_path):
+    """copy-start.6 (the core issuing a transfer: 2 ns, beside its own copy by construction) counted as
+    the one group of kernels slowed by copies of the scanned offload_all; no async start or done may."""
+    (run,) = [p for p in SHAPE_RUNS if label(p) == "offload_all-scan"]
+    proc = run_cli("analyze", "--json", str(run / "trace.json.gz"), env={"PROFILE_STEP_CACHE": str(tmp_path)})
+    kb = json.loads(proc.stdout)["devices"]["0"]["kernels_beside_copies"]
+    assert kb["calls_alone"] and kb["calls_beside"]
+    assert not [g["name"] for g in kb["top"] if g["name"].rsplit("-", 1)[-1].split(".")[0] in ("start", "done")]
+
+
+def test_the_policy_legend_defines_tflops_and_mfu_with_the_peak(tmp_path):
+    """remat reads more TFLOP/s and less MFU than offload_qkv: two different FLOPs, both said, the peak with
+    its number and source."""
+    proc = run_cli("analyze", "--no-verdict", str(SHAPE), env={"PROFILE_STEP_CACHE": str(tmp_path)})
+    said = " ".join(proc.stdout.split())
+    assert "TFLOP/s = the compiled step's FLOPs" in said and "recomputation included" in said
+    assert "MFU = the model's FLOPs per step" in said
+    assert "dense bf16 peak (TPU v5 lite 197 TFLOP/s, Google Cloud's TPU v5e spec)" in said
