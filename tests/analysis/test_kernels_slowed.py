@@ -321,11 +321,15 @@ def test_group_keys_after_a_renumbering_to_two_keys():
 
 
 def test_kernel_totals_of_no_device_and_of_a_run_without_the_metric():
-    # the excess over all devices: 30 + 0; None (not 0) when no device has the metric
-    got = kernel_totals({"0": {"kernels_beside_copies": {**empty_entry(), "excess_ns": 30}}, "1": {}})
-    assert got == {"kernels_beside_copies": {"0": {**empty_entry(), "excess_ns": 30}}, "kernel_excess_ns": 30}
+    # the excess over all devices: 30 + 0; None (not 0) when no device has the metric, or no device has
+    # a group that counts (nothing measured both beside copies and alone: nothing measured lost)
+    one = {**empty_entry(), "groups": 1, "excess_ns": 30}
+    got = kernel_totals({"0": {"kernels_beside_copies": one}, "1": {"kernels_beside_copies": empty_entry()}})
+    assert got == {"kernels_beside_copies": {"0": one, "1": empty_entry()}, "kernel_excess_ns": 30}
     assert kernel_totals({}) == {"kernels_beside_copies": {}, "kernel_excess_ns": None}
     assert kernel_totals({"0": {}})["kernel_excess_ns"] is None
+    alone_only = {**empty_entry(), "calls_alone": 5, "calls_beside": 7}
+    assert kernel_totals({"0": {"kernels_beside_copies": alone_only}})["kernel_excess_ns"] is None
 
 
 def test_no_baseline_needs_calls_beside_and_none_alone():
