@@ -6,7 +6,7 @@ functions and writes one range per execution).
 
 One child process per measurement, with the environment ``profile-step run`` gives the script
 (``run.run_env``: the hook first on PYTHONPATH, a run folder) but without nsys; each child runs
-``capture_loop.py``'s step ``--calls`` times after 200 warm-up calls and prints the loop's
+``capture_loop.py``'s step (imported) ``--calls`` times after 200 warm-up calls and prints the loop's
 ``time.perf_counter`` nanoseconds per call (start-up, imports and compilation are not in it).
 Three settings, in turn, their order rotated each round:
 
@@ -36,18 +36,11 @@ sys.path.insert(0, str(ROOT))
 
 CHILD = r"""
 import json, sys, time
-import jax, jax.numpy as jnp
 calls, size = int(sys.argv[1]), int(sys.argv[2])
+sys.path.insert(0, sys.argv[3])
+from capture_loop import start, train_step
 
-@jax.jit
-def train_step(w, x):
-    def loss(w):
-        return jnp.mean(jnp.tanh(jnp.tanh(x @ w[0]) @ w[1]) ** 2)
-    value, grad = jax.value_and_grad(loss)(w)
-    return w - 0.01 * grad, value
-
-w = jnp.stack([jnp.eye(size), jnp.eye(size)]) * 0.5
-x = jnp.ones((32, size))
+w, x = start(size)
 for _ in range(200):
     w, value = train_step(w, x)
 value.block_until_ready()
@@ -76,9 +69,8 @@ def child_env(run_dir: Path, hook: str | None) -> dict[str, str]:
 def measure(setting: str, calls: int, size: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         env = child_env(Path(tmp), SETTINGS[setting])
-        out = subprocess.run(
-            [sys.executable, "-c", CHILD, str(calls), str(size)], env=env, capture_output=True, text=True, check=False
-        )
+        argv = [sys.executable, "-c", CHILD, str(calls), str(size), str(ROOT / "benchmarks")]
+        out = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
         if out.returncode != 0:
             raise SystemExit(f"hook_cost: {setting}: exit {out.returncode}: {out.stderr[-500:]}")
         return float(json.loads(out.stdout.strip().splitlines()[-1])["ns_per_call"])

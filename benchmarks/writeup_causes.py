@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from profiler.capture.plan import predict_links
 from profiler.predict import calibrate, roofline
 from profiler.predict.measured import load
-from profiler.predict.simulate import simulate
+from profiler.predict.simulate import Prediction, simulate
 from profiler.tune.candidate import Candidate
 from profiler.tune.compiler import Compiler
 from profiler.tune.run import TuneRequest, limit_of, names_of, open_session
@@ -104,19 +104,22 @@ def collectives(hlo_text: str) -> dict[str, int]:
     return out
 
 
-def calibrated(cal: calibrate.Calibration, hlo_file: str, spec: str, c: Compiler) -> dict[str, float]:
-    """The step of the compiled program *hlo_file* under calibration *cal*, on the target *spec*."""
-    module = load_module(Path(hlo_file))[0]
-    sched, costs, how = calibrate.calibrated_costs(cal, module, spec, c.link)
-    p = simulate(sched, costs, c.link)
+def step_ms(p: Prediction) -> dict[str, float]:
+    """A predicted step's times in ms: the step, its compute and collectives, and what of them is exposed."""
     return {
         "step_ms": p.step_ns / 1e6,
         "compute_ms": p.compute_ns / 1e6,
         "collective_ms": p.collective_ns / 1e6,
         "exposed_collective_ms": p.exposed_collective_ns / 1e6,
         "exposed_copy_ms": p.exposed_ns / 1e6,
-        "costed": how,
     }
+
+
+def calibrated(cal: calibrate.Calibration, hlo_file: str, spec: str, c: Compiler) -> dict[str, Any]:
+    """The step of the compiled program *hlo_file* under calibration *cal*, on the target *spec*."""
+    module = load_module(Path(hlo_file))[0]
+    sched, costs, how = calibrate.calibrated_costs(cal, module, spec, c.link)
+    return step_ms(simulate(sched, costs, c.link)) | {"costed": how}
 
 
 def row_doc(c: Compiler, cand: Candidate, cal: calibrate.Calibration | None = None, spec: str = "") -> dict[str, Any]:
@@ -128,11 +131,7 @@ def row_doc(c: Compiler, cand: Candidate, cal: calibrate.Calibration | None = No
     o = c.outcome(cand)
     late = o.late_h2d or {}
     return {
-        "step_ms": pred.step_ns / 1e6,
-        "compute_ms": pred.compute_ns / 1e6,
-        "collective_ms": pred.collective_ns / 1e6,
-        "exposed_collective_ms": pred.exposed_collective_ns / 1e6,
-        "exposed_copy_ms": pred.exposed_ns / 1e6,
+        **step_ms(pred),
         "copy_ms": {k: v / 1e6 for k, v in pred.copy_ns.items()},
         "late_h2d": {"count": late.get("count", 0), "wait_ms": late.get("waited_ns", 0) / 1e6},
         "device_bytes": comp.device_bytes,

@@ -567,31 +567,31 @@ def _tpu_rows(ev: Events, devices: dict[int, int], small_pid: int, program_id: i
         "globalPid",
         "eventId",
     )
-    syncs = copies.select(
-        pl.col("issued").alias("start"),
-        "end",
-        "deviceId",
-        pl.lit(1).alias("contextId"),
-        pl.lit(TPU_COMPUTE_STREAM).alias("streamId"),
-        pl.col("_wait").alias("correlationId"),
-        "globalPid",
-        pl.lit(nsys_schema.REAL_SYNC_TYPE["stream_wait"]).alias("syncType"),
-        "eventId",
+
+    def sync_rows(start: str, stream: pl.Expr, corr: str, sync: str) -> pl.DataFrame:
+        """One synchronization row per copy, from its *start* column to the copy's end."""
+        return copies.select(
+            pl.col(start).alias("start"),
+            "end",
+            "deviceId",
+            pl.lit(1).alias("contextId"),
+            stream.alias("streamId"),
+            pl.col(corr).alias("correlationId"),
+            "globalPid",
+            pl.lit(nsys_schema.REAL_SYNC_TYPE[sync]).alias("syncType"),
+            "eventId",
+        )
+
+    # the core's stream waiting for the copy's record, from when the core reached the waits; and the
+    # core's sequencer (the ranges' thread) blocked in it, from the done's begin to its end: what a
+    # replay moves the later ops' launches with when the copy ends sooner (profiler.analysis.hostsync)
+    syncs = pl.concat(
+        [
+            sync_rows("issued", pl.lit(TPU_COMPUTE_STREAM), "_wait", "stream_wait"),
+            sync_rows("wait_start", pl.lit(nsys_schema.UNSET, I64), "_sync", "event_sync"),
+        ],
+        how="vertical_relaxed",
     )
-    # and the core's sequencer (the ranges' thread) blocked in it, from the done's begin to its end: what
-    # a replay moves the later ops' launches with when the copy ends sooner (profiler.analysis.hostsync)
-    blocking = copies.select(
-        pl.col("wait_start").alias("start"),
-        "end",
-        "deviceId",
-        pl.lit(1).alias("contextId"),
-        pl.lit(nsys_schema.UNSET, I64).alias("streamId"),
-        pl.col("_sync").alias("correlationId"),
-        "globalPid",
-        pl.lit(nsys_schema.REAL_SYNC_TYPE["event_sync"]).alias("syncType"),
-        "eventId",
-    )
-    syncs = pl.concat([syncs, blocking], how="vertical_relaxed")
     # the calls: each kernel issued when the core reached it, each copy at its start; a copy's record
     # just after its start (it completes that copy), its wait when the core reached the waits
     rec_t = pl.min_horizontal(pl.col("start") + 1, pl.col("issued"))
