@@ -64,3 +64,21 @@ def test_a_saving_under_the_steps_spread_is_no_measurable_saving(tmp_path, monke
     text = render_verdict(v, wide=True)
     assert "late-copies-back (TPU 0) no measurable saving (" in text
     assert "saves" not in text.split("late-copies-back", 1)[1].split("\n")[0]
+
+
+def test_late_copies_back_says_when_its_waits_overlap(ev):
+    """The unrolled step has several copies back in flight together: each one's wait (its transfer less
+    the compute beside it) counts the same idle time again, 92.4 ms per step summed, where the core
+    stood idle beside them 33.4 ms (the run's stalled time); the message says both. On the H200's
+    unrolled run, whose copies back run one after another on their stream, it adds nothing."""
+    (f,) = [f for f in evaluate(ev)["findings"] if f["id"] == "late-copies-back"]
+    msg = " ".join(f["verdict"].split())
+    assert "92.4 ms waited per step" in msg
+    assert "the copies were in flight together, so their waits overlap: the TPU ran no kernel beside them for" in msg
+    assert "33.38" in msg.split("ran no kernel beside them for", 1)[1][:10]
+    h200 = next(iter(sorted((ROOT / "sample_traces" / "h200-example").glob("*-offload_qkv-b50f27"))), None)
+    if h200 is not None:
+        trace = load_trace(h200 / "trace.json.gz")
+        other = Evidence(trace, folder.manifest_of(h200 / "trace.json.gz"), Breakdown(trace))
+        for g in evaluate(other)["findings"]:
+            assert "in flight together" not in g["verdict"], g["id"]

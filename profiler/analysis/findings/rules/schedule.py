@@ -12,7 +12,7 @@ from profiler.analysis.findings import Finding, changes, rule
 from profiler.analysis.findings.config import at_least, exceeds, under
 from profiler.analysis.findings.evidence import CannotDecide, Evidence, flag_value, version_tuple
 from profiler.analysis.findings.rules.text import mib, ms, pct
-from profiler.analysis.intervals import Intervals, measure_within, union
+from profiler.analysis.intervals import Intervals, difference, length_by_group, measure_within, union
 from profiler.analysis.offload_expected import expected_offload
 from profiler.analysis.savings import STEPS, Window
 from profiler.units import count
@@ -275,11 +275,13 @@ def late_copies_back(ev: Evidence) -> list[Finding]:
             continue
         late_rows = late_copies.late(mine)["row"].to_numpy()
         one = late_copies.per_step(s, len(steps))
+        idle = _idle_beside(ev, late_rows, d)
         out.append(
             Finding(
                 "late-copies-back",
                 "problem",
                 f"{ev.device_word} {d}: {late_copies.sentence(one, per)}"
+                + _overlap_clause(ev, s["waited_ns"], idle, len(steps))
                 + (f" ({len(steps)} steps)" if len(steps) > 1 else ""),
                 TPU_FIX.get(late_copies.fix(s), late_copies.fix(s)) if ev.on_tpu else late_copies.fix(s),
                 where={"device": str(d)},
@@ -291,6 +293,25 @@ def late_copies_back(ev: Evidence) -> list[Finding]:
             )
         )
     return out
+
+
+def _idle_beside(ev: Evidence, rows: np.ndarray, device: int) -> int:
+    """ns of the union of copies *rows* (of *device*) during which no kernel of the device ran."""
+    ops = ev.need_stalls().deps.ops
+    spans = union(np.full(rows.size, device, dtype=np.int64), ops.start[rows], ops.end[rows])
+    return length_by_group(difference(spans, ev.breakdown.kernel_sets.any)).get(device, 0)
+
+
+def _overlap_clause(ev: Evidence, waited_ns: int, idle_ns: int, steps: int) -> str:
+    """When the late copies were in flight together, their waits (each one's transfer less its compute)
+    count the same idle time more than once: the clause says what the device stood idle beside them."""
+    if 20 * waited_ns <= 21 * idle_ns:  # within 5%: copies one after another
+        return ""
+    idle = idle_ns // max(steps, 1)
+    return (
+        f"; the copies were in flight together, so their waits overlap: the {ev.device_word} ran no kernel "
+        f"beside them for {ms(idle)}{' per step' if steps else ''}"
+    )
 
 
 def _in_steps(steps: list[dict], t: np.ndarray) -> np.ndarray:
