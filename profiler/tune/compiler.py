@@ -50,7 +50,9 @@ class Compiler:
     ) -> None:
         self.session = session
         self.helpers = list(helpers or [])  # more processes of the script (--jobs), launched, maybe not ready
-        self._waited: set[int] = set()  # the helpers that handed the same step over (id)
+        self._ready: dict[int, threading.Event] = {}  # per helper (id): set once it is ready or left out
+        self._left_out: dict[int, str] = {}  # the helpers that failed to start or took another step: why
+        self._waiters: dict[int, threading.Thread] = {}  # the threads that wait for the helpers' steps
         self.spawn = spawn  # makes helper number i (2, 3, ...), not launched
         self._to_spawn = max(0, jobs - 1) if spawn is not None else 0
         self.ahead: dict[str, dict[str, Any]] = {}  # answers compiled side by side, not taken yet
@@ -128,17 +130,25 @@ class Compiler:
         """How many script processes compile (this one and its helpers still alive)."""
         return 1 + len(self.helpers)
 
-    def _check_helper(self, h: CompileSession) -> str | None:
-        """Wait for a helper's step (once): why it is left out (it failed to start, or took another step), or None."""
-        if id(h) in self._waited:
-            return None
+    def _watch(self, h: CompileSession) -> None:
+        """Wait for a helper's step in a thread of its own (once): a round does not wait for a helper that is
+        still starting; its ``_ready`` event is set when it is ready or left out (``_left_out``: why)."""
+        if id(h) in self._ready:
+            return
+        event = self._ready[id(h)] = threading.Event()
         step = (self.session.ready or {}).get("step")
-        try:
-            ready = h.wait_ready()
-        except ProfilerError as exc:
-            return str(exc)
-        self._waited.add(id(h))
-        return None if ready.get("step") == step else f"it took {ready.get('step')} as the step, not {step}"
+
+        def wait() -> None:
+            try:
+                ready = h.wait_ready()
+                if ready.get("step") != step:
+                    self._left_out[id(h)] = f"it took {ready.get('step')} as the step, not {step}"
+            except Exception as exc:  # it failed to start, or it was closed while starting
+                self._left_out[id(h)] = str(exc) if isinstance(exc, ProfilerError) else type(exc).__name__
+            event.set()
+
+        self._waiters[id(h)] = threading.Thread(target=wait, daemon=True)
+        self._waiters[id(h)].start()
 
     def _spawn_helpers(self) -> None:
         """``--jobs N``: the N - 1 more processes of the script, launched now (the first round with more than
@@ -152,6 +162,13 @@ class Compiler:
         self._to_spawn = 0
 
     def _drop(self, h: CompileSession) -> None:
+        """Close a helper; one still starting is ended first and its waiting thread joined (never a thread
+        left reading a descriptor that closing frees for another pipe)."""
+        waiter = self._waiters.get(id(h))
+        if waiter is not None and waiter.is_alive():
+            if h.proc is not None:
+                h.proc.kill()
+            waiter.join(timeout=60)
         h.close()
         if h in self.helpers:
             self.helpers.remove(h)
@@ -184,14 +201,13 @@ class Compiler:
         for c in todo:
             self._ahead_no += 1
             jobs.put((c, self.out / "ahead" / f"a{self._ahead_no:03d}"))
+        for h in self.helpers:
+            self._watch(h)
         answers: dict[str, dict[str, Any]] = {}
         lost: list[CompileSession] = []
-        left_out: dict[int, str] = {}
         failed: list[BaseException] = []
         t0 = time.monotonic()
-        threads = [
-            threading.Thread(target=self._work, args=(s, jobs, answers, lost, left_out, failed)) for s in sessions
-        ]
+        threads = [threading.Thread(target=self._work, args=(s, jobs, answers, lost, failed)) for s in sessions]
         for t in threads:
             t.start()
         for t in threads:
@@ -199,8 +215,8 @@ class Compiler:
         self.seconds += time.monotonic() - t0
         if failed:  # the first process's own failure (a record that no longer holds: launch.StaleRecord)
             raise failed[0]
-        for h in [h for h in self.helpers if id(h) in left_out]:
-            self.echo(f"tune: a helper process is left out: {left_out[id(h)]}")
+        for h in [h for h in self.helpers if id(h) in self._left_out and self._ready[id(h)].is_set()]:
+            self.echo(f"tune: a helper process is left out: {self._left_out[id(h)]}")
             self._drop(h)
         together = len({a["by"] for a in answers.values()}) > 1  # more than one process compiled this round
         self.ahead.update({k: {**a, "together": together} for k, a in answers.items()})
@@ -209,15 +225,15 @@ class Compiler:
                 self.echo("tune: a helper process ended; its candidates are compiled here")
                 self._drop(h)
 
-    def _work(
-        self, s: CompileSession, jobs: queue.Queue, answers: dict, lost: list, left_out: dict, failed: list
-    ) -> None:
-        """One process's share: take candidates until none is left (a helper first waits for its step; a process
-        that ends takes no more: what it had is compiled later, one by one)."""
+    def _work(self, s: CompileSession, jobs: queue.Queue, answers: dict, lost: list, failed: list) -> None:
+        """One process's share: take candidates until none is left (a helper still starting takes none once the
+        others have taken them all; a process that ends takes no more: what it had is compiled later, one by one)."""
         if s is not self.session:
-            why = self._check_helper(s)
-            if why is not None:
-                left_out[id(s)] = why
+            ready = self._ready[id(s)]
+            while not ready.wait(0.2):
+                if jobs.empty():
+                    return
+            if id(s) in self._left_out:
                 return
         while True:
             try:

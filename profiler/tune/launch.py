@@ -199,7 +199,7 @@ class LazySession:
         self.started = False
         self._launched = False
 
-    def launch(self) -> None:
+    def begin(self) -> None:
         """Start the process without waiting for its step (several start side by side)."""
         if not self._launched:
             self._launched = True
@@ -209,7 +209,7 @@ class LazySession:
     def request(self, doc: dict[str, Any]) -> dict[str, Any]:
         if not self.started:
             self.started = True
-            self.launch()
+            self.begin()
             ready = self.inner.wait_ready()
             found = self.inner.request({"op": "names"})
             why = self.check(ready, found)
