@@ -115,6 +115,21 @@ def hashes(paths: list[str]) -> dict[str, str | None]:
     return {p: file_hash(p) for p in sorted(set(paths))}
 
 
+def _well_formed(entry: Any) -> bool:
+    """Whether a launch entry has what the search reads: the step's answer, its names, the files."""
+    if not isinstance(entry, dict) or not all(k in entry for k in ("step_key", "ready", "found", "files")):
+        return False
+    found, ready = entry["found"], entry["ready"]
+    if not isinstance(found, dict) or not isinstance(ready, dict) or not found.get("ok"):
+        return False
+    names = found.get("names")
+    return (
+        isinstance(found.get("fingerprint"), str)
+        and isinstance(names, dict)
+        and all(isinstance(v, dict) and {"shape", "dtype", "count", "bytes_per_step"} <= set(v) for v in names.values())
+    )
+
+
 class LaunchRecord:
     """The launch entries of the record (``<record>/launch/<key>.json``)."""
 
@@ -130,7 +145,7 @@ class LaunchRecord:
             return None, "no earlier tune of this launch"
         except (OSError, ValueError):
             return None, "its entry in the record cannot be read"
-        if not isinstance(entry, dict) or not all(k in entry for k in ("step_key", "ready", "found", "files")):
+        if not _well_formed(entry):
             return None, "its entry in the record cannot be read"
         files = entry["files"]
         if not isinstance(files, dict) or not files:

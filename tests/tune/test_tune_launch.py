@@ -152,7 +152,11 @@ def test_launch_files_and_their_hashes(tmp_path):
     assert watched == sorted([str(mine.resolve()), str(script.resolve())])
     rec = LaunchRecord(tmp_path / "record", "k")
     assert rec.lookup() == (None, "no earlier tune of this launch")
-    rec.write("s", {"step": "train_step"}, {"ok": True}, hashes([*watched, str(tmp_path / "absent.cfg")]))
+    up = {"shape": [2], "dtype": "float32", "count": 1, "bytes_per_step": 8}
+    found = {"ok": True, "fingerprint": "f", "names": {"up": up}}
+    rec.write("s", {"step": "train_step"}, {"ok": True}, hashes(watched))  # no names: not an entry to use
+    assert rec.lookup() == (None, "its entry in the record cannot be read")
+    rec.write("s", {"step": "train_step"}, found, hashes([*watched, str(tmp_path / "absent.cfg")]))
     entry, why = rec.lookup()
     assert entry is not None and entry["step_key"] == "s" and why == ""
     (tmp_path / "absent.cfg").write_text("now here\n")  # looked for by the first run, not found: now a change
