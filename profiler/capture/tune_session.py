@@ -93,6 +93,7 @@ class CompileSession:
         to_child_r, self._to_child = os.pipe()
         self._from_child, from_child_w = os.pipe()
         self.env[TUNE_FDS_ENV] = f"{to_child_r},{from_child_w}"
+        self.folder.mkdir(parents=True, exist_ok=True)
         with self.log.open("w") as log:
             try:
                 self.proc = subprocess.Popen(

@@ -136,9 +136,18 @@ def _record_text(rec: dict[str, Any] | None) -> str:
     """What the record of earlier tunes gave: programs reused, choices tried first."""
     if not rec:
         return ""
+    launch = rec.get("launch") or {}
+    if launch.get("from_record"):
+        started = (
+            "the script was started for the placements the record lacked"
+            if launch.get("script_started")
+            else "the step taken from the record without starting the script (--start-script starts it)"
+        )
+    else:
+        started = ""
     return (
         f"; {rec['reused']} programs reused from earlier tunes of this step, {rec['seeds']} of their choices tried "
-        f"first, {rec['stored']} new ones kept ({rec['folder']})"
+        f"first, {rec['stored']} new ones kept ({rec['folder']})" + (f"; {started}" if started else "")
     )
 
 

@@ -14,7 +14,9 @@ The first three make the step key (one folder); the placement names a compile in
 not kept: a link or a memory limit is a replay of the kept program, which costs no compile.  The
 step's folder also keeps the choices of earlier tunes (their placements, link and limit): the next
 tune of that step starts its search from them (``search``'s seeds), so a faster link's choice is never
-slower than a slower link's.  An entry that cannot be read is a miss, never an error.
+slower than a slower link's.  An entry that cannot be read is a miss, never an error.  Beside the step
+folders, ``launch/`` maps a launch of the script (known before it runs) to its step key and its traced
+step's names (``profiler.tune.launch``): a tune that meets only kept programs then never starts the script.
 """
 
 from __future__ import annotations

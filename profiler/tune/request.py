@@ -80,6 +80,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "~/.cache/profile-step/tune) and start the search from nothing",
     )
     p.add_argument(
+        "--start-script",
+        action="store_true",
+        help="start the script even when the record of an earlier tune of the same command, files, Python and "
+        "environment holds its step (by default tune then starts it only for a placement the record lacks)",
+    )
+    p.add_argument(
         "--calibrate",
         default=None,
         metavar="RUN_OR_TRACE",
@@ -167,6 +173,7 @@ def request_from(args: Any) -> Any:
         presets=not args.no_presets,
         screen=not args.no_screen,
         cache=not args.no_cache,
+        start_script=args.start_script,
         calibrate=Path(args.calibrate) if args.calibrate else None,
         step=args.step,
         verify=args.verify,

@@ -4,10 +4,11 @@ reads) in ``plans/<time>-tune-<target>-<id>/``."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from profiler.tune import forms
 from profiler.tune.candidate import Name
 from profiler.tune.compiler import Compiler
 from profiler.tune.document import document, plan_document
+from profiler.tune.launch import LaunchRecord, LazySession, StaleRecord, hashes, launch_key, python_facts, read_files
 from profiler.tune.record import Record, step_key
 from profiler.tune.search import SCREEN, Tried, search
 from profiler.xla import targets
@@ -51,6 +53,7 @@ class TuneRequest:
     cache: bool = True  # read and write the record of compiles (profiler.tune.record); --no-cache: neither
     xla_options: dict[str, Any] = field(default_factory=dict)  # XLA debug options for every compile
     jobs: int = 1  # script processes compiling side by side (--jobs)
+    start_script: bool = False  # start the script even when the record knows its launch (--start-script)
     screen: bool = True  # leave out the changes the names' effects alone predict to lose (--no-screen: none)
 
 
@@ -81,18 +84,7 @@ def open_session(req: TuneRequest, out: Path, spec: str, name: str = "script") -
     spec_file.write_text(spec)
     words = req.policy_arg if req.policy else None  # the script's own policy on its command line
     cmd = script_command(python, req.script, req.script_args, req.batch, req.batch_arg, words, req.policy or "")
-    script_dir = out / name
-    script_dir.mkdir()
-    return CompileSession(cmd, spec_file, script_dir, policy=req.policy, batch=req.batch, step=req.step)
-
-
-def launch_helpers(req: TuneRequest, out: Path, spec: str) -> list[CompileSession]:
-    """``--jobs N``: N - 1 more processes of the script (``script-2/``, ...), started now, side by side with
-    the first; the compiler waits for them when it first compiles side by side."""
-    helpers = [open_session(req, out, spec, f"script-{i}") for i in range(2, req.jobs + 1)]
-    for h in helpers:
-        h.launch()
-    return helpers
+    return CompileSession(cmd, spec_file, out / name, policy=req.policy, batch=req.batch, step=req.step)
 
 
 def _calibration(req: TuneRequest, spec: str) -> tuple[Any, dict[str, Any] | None]:
@@ -128,16 +120,14 @@ def run_tune(req: TuneRequest, echo: Callable[[str], None] | None = None) -> dic
     key = builtin.key if builtin else Path(req.target).stem
     out = folder.output_folder(req.out_dir, req.plans_dir, f"tune-{key}")
     t0 = time.monotonic()
-    with open_session(req, out, spec) as session:
-        more = f", and {req.jobs - 1} more to compile side by side (--jobs {req.jobs})" if req.jobs > 1 else ""
-        say(f"tune: starting {req.script.name} under {session.command[0]} (log: {session.log}){more}")
-        session.launch()
-        helpers = launch_helpers(req, out, spec)
-        try:
-            doc = _tune(req, session, helpers, out, spec, say, (device, link, limit, limit_why, label, calibration))
-        finally:
-            for h in helpers:
-                h.close()
+    setting = (device, link, limit, limit_why, label, calibration)
+    try:
+        doc = _launch(req, out, spec, say, setting)
+    except StaleRecord as exc:
+        say(f"tune: {exc}; starting over with the script started")
+        for child in out.iterdir():
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+        doc = _launch(replace(req, start_script=True), out, spec, say, setting)
     doc["calibration"] = cal_doc
     doc["target"].update({"key": builtin.key if builtin else None, "spec_file": str(out / "target.txtpb")})
     doc["seconds"] = round(time.monotonic() - t0, 1)
@@ -165,24 +155,88 @@ def checkpoints_line(found: dict[str, Any]) -> str:
     )
 
 
+def _launch(
+    req: TuneRequest, out: Path, spec: str, say: Callable[[str], None], setting: tuple[Any, ...]
+) -> dict[str, Any]:
+    """The tune, with the script started now, or (its launch in the record, every file it read unchanged)
+    only when the search meets a placement that the record lacks."""
+    session = open_session(req, out, spec)
+    launch, entry, why = None, None, ""
+    if req.cache:
+        facts = python_facts(find_python(req.python), session.env)
+        if facts is not None:
+            launch = LaunchRecord(cache_dir("tune"), launch_key(session, spec, req.xla_options, facts))
+            if not req.start_script:
+                entry, why = launch.lookup()
+    if entry is not None:
+        kept = step_key(entry["found"].get("fingerprint") or "", spec, req.xla_options, entry["ready"].get("jax"))
+
+        def check(ready: dict[str, Any], found: dict[str, Any]) -> str | None:
+            key = step_key(found.get("fingerprint") or "", spec, req.xla_options, ready.get("jax"))
+            if found.get("ok") and key == kept:
+                return None
+            return (
+                f"the started script traced another step than the record holds for this launch (step {key}, not "
+                f"{kept}: a change that the launch key does not see)"
+            )
+
+        main: Any = LazySession(session, req.script.name, entry["ready"], check, say)
+        ready, found, files = entry["ready"], entry["found"], None
+        say(
+            f"tune: the step taken from the record without starting {req.script.name} (an earlier tune of the same "
+            "command, files, Python and environment); it starts only for a placement the record lacks "
+            "(--start-script starts it)"
+        )
+    else:
+        if why and launch is not None and not why.startswith("no earlier"):
+            say(f"tune: the record's step for this launch is not used: {why}")
+        more = f"; {req.jobs - 1} more when a round has candidates to compile side by side" if req.jobs > 1 else ""
+        say(f"tune: starting {req.script.name} under {session.command[0]} (log: {session.log}){more}")
+        main = session
+        session.launch()
+        ready = session.wait_ready()
+        found = session.request({"op": "names"})
+        files = None
+        if launch is not None and found.get("ok"):
+            sources = session.request({"op": "sources"})
+            files = hashes(read_files(sources, req.script, [out])) if sources.get("ok") else None
+    try:
+        doc = _tune(req, main, ready, found, out, spec, say, setting)
+    except StaleRecord:
+        launch.forget()  # type: ignore[union-attr]
+        raise
+    finally:
+        main.close()
+    started = getattr(main, "started", True)
+    if doc["record"] is not None:
+        doc["record"]["launch"] = {
+            "key": launch.key if launch is not None else None,
+            "from_record": entry is not None,
+            "script_started": started,
+            "files": len(entry["files"] if entry is not None else files or {}),
+        }
+    if launch is not None and files and doc["record"] is not None:
+        launch.write(doc["record"]["key"], ready, found, files)
+    return doc
+
+
 def _tune(
     req: TuneRequest,
-    session: CompileSession,
-    helpers: list[CompileSession],
+    session: Any,
+    ready: dict[str, Any],
+    found: dict[str, Any],
     out: Path,
     spec: str,
     say: Callable[[str], None],
     setting: tuple[Any, ...],
 ) -> dict[str, Any]:
-    """The search and the presets in the started script (and its helpers): the tune document, less the
-    fields ``run_tune`` adds."""
+    """The search and the presets over the step (*ready*, *found*: the script's answers, or the record's),
+    compiled in *session* and its helpers: the tune document, less the fields ``run_tune`` adds."""
     device, link, limit, limit_why, label, calibration = setting
-    ready = session.wait_ready()
     say(
         f"tune: the step is {ready.get('step')} ({ready.get('chosen_by')}), compiled for "
         f"{ready.get('device_kind')} (JAX {ready.get('jax')})"
     )
-    found = session.request({"op": "names"})
     if not found.get("ok"):
         raise ProfilerError(f"{req.script}: tracing the step failed: {found.get('error')}")
     names = names_of(found)
@@ -194,7 +248,9 @@ def _tune(
     say(f"tune: {checkpoints_line(found)} naming {len(names)} activation(s): "
         + (", ".join(n.name for n in names) or "none"))  # fmt: skip
     record = open_record(req, found, spec, ready)
-    compiler = Compiler(session, out, device, link, limit, req.xla_options, calibration, record, helpers)
+    spawn = lambda i: open_session(req, out, spec, f"script-{i}")  # noqa: E731
+    compiler = Compiler(session, out, device, link, limit, req.xla_options, calibration, record, spawn=spawn,
+                        jobs=req.jobs)  # fmt: skip
     compiler.device_memory = targets.memory_of(spec)
     compiler.echo = say
     compiler.names = names
@@ -208,19 +264,20 @@ def _tune(
     if seeds:
         say(f"tune: {len(seeds)} placement(s) chosen by earlier tunes of this step tried first ({record.folder})")
     only = set(req.only) if req.only else None
-    result = search(names, compiler, req.max_compiles, say, only, seeds, SCREEN if req.screen else None)
-    search_compiles, search_seconds = compiler.compiles, compiler.seconds
-    presets = evaluate_presets(names, compiler) if req.presets else []
-    jobs = compiler.jobs
-    compiler.finish()
+    try:
+        result = search(names, compiler, req.max_compiles, say, only, seeds, SCREEN if req.screen else None)
+        search_compiles, search_seconds = compiler.compiles, compiler.seconds
+        presets = evaluate_presets(names, compiler) if req.presets else []
+        jobs = compiler.jobs
+    finally:
+        compiler.finish()
     doc = document(req, names, found, result, presets, compiler, link, limit, limit_why, label)
     if record is not None and result.best is not None:
         record.remember(result.best.candidate, link.link.key, link.link.gbps, limit)
-    doc["record"] = (
-        {"folder": str(record.folder), "reused": compiler.reused, "stored": record.stored, "seeds": len(seeds)}
-        if record is not None
-        else None
-    )
+    doc["record"] = None
+    if record is not None:
+        doc["record"] = {"folder": str(record.folder), "key": record.key, "reused": compiler.reused,
+                         "stored": record.stored, "seeds": len(seeds)}  # fmt: skip
     doc["step"] = {"name": ready.get("step"), "chosen_by": ready.get("chosen_by"), "jax": ready.get("jax")}
     doc["search"].update(compiles=search_compiles, compile_seconds=round(search_seconds, 1), jobs=jobs)
     doc["compiles"] = compiler.compiles

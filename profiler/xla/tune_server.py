@@ -16,6 +16,9 @@ the script, JAX and the target are set up once for all of them:
   under policy DOC (``policy_swap``) with XLA's debug *options* (e.g.
   ``xla_gpu_enable_latency_hiding_scheduler``); writes ``DIR/step.hlo.txt``, answers the
   module name, ``memory_analysis()`` and the seconds it took;
+- ``{"op": "sources"}``: the files the process read (opened to read up to its step, the start-up hook's
+  audit) or imported (``sys.modules``), and the Python's own prefixes (tune's launch key watches the
+  files outside them);
 - ``{"op": "quit"}``.
 
 A failed compile is an answer (``ok: false`` and the error), never the end of the loop.
@@ -23,6 +26,7 @@ A failed compile is an answer (``ok: false`` and the error), never the end of th
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -107,6 +111,26 @@ def _compile(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any], req: dict
     }
 
 
+def _sources() -> dict[str, Any]:
+    import site
+    import sys
+    import sysconfig
+
+    from profiler.capture import startup
+
+    files = set(startup.opened)
+    for m in list(sys.modules.values()):
+        f = getattr(m, "__file__", None)
+        if isinstance(f, str) and f:
+            files.add(os.path.abspath(f))
+    paths = sysconfig.get_paths()
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    prefixes |= {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    with contextlib.suppress(Exception):  # an embedded or odd site module
+        prefixes |= set(site.getsitepackages()) | {site.getusersitepackages()}
+    return {"ok": True, "files": sorted(files), "prefixes": sorted(p for p in prefixes if p)}
+
+
 def serve(
     step: Any,
     args: tuple[Any, ...],
@@ -120,6 +144,9 @@ def serve(
 
     global serving
     serving = True
+    from profiler.capture import startup
+
+    startup.opened_watch[0] = False  # the files read from here on are tune's, not the script's
     rfd, wfd = (int(x) for x in os.environ[TUNE_FDS_ENV].split(","))
     with os.fdopen(rfd, "r") as requests, os.fdopen(wfd, "w") as answers:
 
@@ -137,6 +164,8 @@ def serve(
             try:
                 if op == "names":
                     send(_names(step, args, kwargs))
+                elif op == "sources":
+                    send(_sources())
                 elif op == "compile":
                     send(_compile(step, args, kwargs, req))
                 else:
