@@ -46,7 +46,7 @@ def recordings(root: Path) -> list[Path]:
 
 def per_class(sched: schedule.Schedule, costs: dict[str, int], waits: int) -> dict[str, float]:
     """ns per step by op class of *costs* (ns per execution, times the schedule's runs), with ``wait``."""
-    classes = calibrate.op_classes(sched)
+    classes = roofline.op_classes(sched)
     out: dict[str, float] = {}
     for name, n in sched.runs.items():
         c = classes.get(name)

@@ -145,7 +145,7 @@ def class_table(
     roofline ns, instructions, and the median per-instruction ratio measured / roofline.  The ns are
     per execution of each instruction (what calibration's scales are fitted on), or with *per_step*
     per step: times the runs of each (a loop body's trips)."""
-    classes = op_classes(sched)
+    classes = roofline.op_classes(sched)
     runs = sched.runs if per_step else {}
     rows: dict[str, list[tuple[int, int]]] = {}
     for name, ns in measured.items():
@@ -165,23 +165,6 @@ def class_table(
     return out
 
 
-def op_classes(sched: schedule.Schedule) -> dict[str, str]:
-    """The op class of every instruction the schedule runs (``roofline.op_class``, once per name):
-    the classes accuracy, calibration and the PGLE summary are reported by."""
-    every = roofline.op_classes(sched)  # once: op_class per name would classify the whole schedule each time
-    out: dict[str, str] = {}
-    for op in sched.ops:
-        if op.name in out or op.kind in ("free", "done", "region"):
-            continue
-        if op.kind == "copy" or op.stream in ("d2h", "h2d"):
-            out[op.name] = "copy"
-        elif op.kind == "collective" or op.stream == "collective":
-            out[op.name] = "collective"
-        else:
-            out[op.name] = every.get(op.name, "other")
-    return out
-
-
 def calibrated_costs(
     cal: Calibration, module: Module, spec_text: str, link: Link
 ) -> tuple[schedule.Schedule, dict[str, int], dict[str, int]]:
@@ -190,7 +173,7 @@ def calibrated_costs(
     device = roofline.device_from_spec(spec_text)
     sched = schedule.build(module)
     roof = roofline.costs(sched, device)
-    classes = op_classes(sched)
+    classes = roofline.op_classes(sched)
     shapes = {n: i.shape.text() for n, i in sched.instructions.items()}
     costs: dict[str, int] = {}
     how = {"measured": 0, "scaled": 0, "roofline": 0, "copy": 0}

@@ -273,11 +273,10 @@ def test_class_table_per_execution_and_per_step():
 def test_op_classes_name_each_op_once():
     """Copies (async or not) and collectives by their streams, the rest by the roofline's class; no free
     op, done or loop region."""
-    assert calibrate.op_classes(schedule.build(parse_text(TEXT))) == CLASSES
+    assert roofline.op_classes(schedule.build(parse_text(TEXT))) == CLASSES
     looped = schedule.build(parse_text(program_text([("k",), ("while", None, [("k",)])])))
     assert any(o.kind == "region" for o in looped.ops)
-    assert calibrate.op_classes(looped) == roofline.op_classes(looped) == {"k.1": "other", "body.2.inc": "other",
-                                                                           "k.5": "other", "out": "other"}  # fmt: skip
+    assert roofline.op_classes(looped) == {"k.1": "other", "body.2.inc": "other", "k.5": "other", "out": "other"}
 
 
 def test_run_spec_is_the_runs_own_description_else_its_gpus_else_the_plans():
