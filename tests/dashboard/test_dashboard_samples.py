@@ -164,7 +164,11 @@ def test_first_view_is_the_h200_runs_of_the_example(browser, samples):
 
         # What-if: the replay cannot know what waits for the copies: not modelled, not "no change"
         page.get_by_text("What-if", exact=True).click()
-        wait_graph(page, "whatif-graph", "gd.layout.meta && gd.layout.meta.note")
+        # its replay runs in a process of its own: under load the placeholder ("Loading …") comes first
+        wait_graph(
+            page, "whatif-graph", "gd.layout.meta && gd.layout.meta.note && !gd.layout.meta.note.includes('Loading')"
+        )
+        page.wait_for_timeout(500)  # the notes under the figure come with it, in the same callback
         said = page.evaluate(TAB_TEXT_JS, "whatif-graph")
         assert f"not modelled: {NO_WAITS}" in said and "no change" not in said
         check_page(page, "samples-1-h200-whatif")
