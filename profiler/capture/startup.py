@@ -57,27 +57,6 @@ _facts: dict[str, Any] = {"hook": "installed", "python": platform.python_version
 _counts: dict[tuple[str, int | None], int] = {}  # (module name, program id) -> executions
 _uncounted: dict[tuple[str, int | None], str] = {}  # programs whose executions XLA records itself -> platform
 _lock = threading.Lock()
-opened: set[str] = set()  # tune: the files the script opened to read until its step is served (the launch key's)
-opened_watch = [False]  # on while a tune's script runs up to its step
-
-
-def _audit_open(event: str, args: tuple[Any, ...]) -> None:
-    """An audit hook: keep the path of each file opened with read access (tune's launch key, until the
-    step is served: ``tune_server.serving``)."""
-    if event != "open" or not opened_watch[0]:
-        return
-    try:
-        path, mode, flags = (*tuple(args), None, None, None)[:3]
-        if isinstance(path, int):
-            return
-        if isinstance(mode, str):
-            if "r" not in mode and "+" not in mode:
-                return
-        elif isinstance(flags, int) and flags & 3 == os.O_WRONLY:  # O_ACCMODE
-            return
-        opened.add(os.path.abspath(os.fsdecode(path)))
-    except Exception:
-        pass
 
 
 def note(text: str) -> None:
@@ -481,8 +460,9 @@ def install() -> None:
         if os.environ.get(HOOK_ENV) == "0" or not (os.environ.get(RUN_DIR_ENV) or os.environ.get(TUNE_FDS_ENV)):
             return
         if os.environ.get(TUNE_FDS_ENV):
-            opened_watch[0] = True
-            sys.addaudithook(_audit_open)
+            from profiler.xla import tune_server
+
+            tune_server.watch_opens()  # tune's launch key: the files the script reads up to its step
         _facts["executable"] = sys.executable
         _facts["xla_flags_at_start"] = os.environ.get("XLA_FLAGS", "")
         import atexit

@@ -31,6 +31,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any, NoReturn
@@ -39,6 +40,34 @@ from profiler.conventions import TUNE_FDS_ENV
 from profiler.xla import policy_swap
 
 serving = False  # True once a step is served: the hook's step catcher then takes no other
+opened: set[str] = set()  # the files the script opened to read until its step is served (the launch key's)
+_watching = [False]  # on from watch_opens() until serve()
+
+
+def _audit_open(event: str, args: tuple[Any, ...]) -> None:
+    """An audit hook: keep the path of each file opened with read access while watching."""
+    if event != "open" or not _watching[0]:
+        return
+    try:
+        path, mode, flags = (*tuple(args), None, None, None)[:3]
+        if isinstance(path, int):
+            return
+        if isinstance(mode, str):
+            if "r" not in mode and "+" not in mode:
+                return
+        elif isinstance(flags, int) and flags & 3 == os.O_WRONLY:  # O_ACCMODE
+            return
+        opened.add(os.path.abspath(os.fsdecode(path)))
+    except Exception:
+        pass
+
+
+def watch_opens() -> None:
+    """Keep the files the process opens to read from now until ``serve`` (the start-up hook calls it
+    in a tune's script: tune's launch key watches them); an audit hook cannot be removed, so it stops
+    recording instead."""
+    _watching[0] = True
+    sys.addaudithook(_audit_open)
 
 
 def _traced_jaxpr(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -113,12 +142,9 @@ def _compile(step: Any, args: tuple[Any, ...], kwargs: dict[str, Any], req: dict
 
 def _sources() -> dict[str, Any]:
     import site
-    import sys
     import sysconfig
 
-    from profiler.capture import startup
-
-    files = set(startup.opened)
+    files = set(opened)
     for m in list(sys.modules.values()):
         f = getattr(m, "__file__", None)
         if isinstance(f, str) and f:
@@ -144,9 +170,7 @@ def serve(
 
     global serving
     serving = True
-    from profiler.capture import startup
-
-    startup.opened_watch[0] = False  # the files read from here on are tune's, not the script's
+    _watching[0] = False  # the files read from here on are tune's, not the script's
     rfd, wfd = (int(x) for x in os.environ[TUNE_FDS_ENV].split(","))
     with os.fdopen(rfd, "r") as requests, os.fdopen(wfd, "w") as answers:
 
