@@ -8,6 +8,7 @@ analysis and dashboards never import capture.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 # --- NVTX ranges written by ``profiler.annotate`` ------------------------------------------
@@ -83,3 +84,10 @@ def is_tpu_name(device: str | None) -> bool:
     """Whether a device's name is a TPU's (JAX's device_kind ``TPU v5 lite``, or ``TPU`` where the run
     named none): what the reports call such a device, and whose accuracy figures its predictions carry."""
     return (device or "").upper().startswith("TPU")
+
+
+def device_word(names: Iterable[object]) -> str:
+    """What the reports call a run's devices, by their names: ``TPU`` when every one is a TPU's (and
+    there is one), else ``GPU``."""
+    named = [str(n) for n in names]
+    return "TPU" if named and all(is_tpu_name(n) for n in named) else "GPU"

@@ -8,7 +8,7 @@ from typing import Any
 from profiler import units
 from profiler.analysis.compare import METRICS, STEPS_GATE
 from profiler.analysis.work import SPLIT_KEYS
-from profiler.conventions import is_tpu_name
+from profiler.conventions import device_word, is_tpu_name
 from profiler.report.findings_text import by_saving, findings_markdown, saving_text
 from profiler.report.text import table
 
@@ -434,7 +434,7 @@ def _split_rows(sides: dict[str, dict[str, Any]], keys: tuple[str, ...]) -> tupl
 
 def accelerator(pol: dict[str, Any], side: str) -> str:
     """What one side's devices are called: ``TPU`` where the run names a TPU, else ``GPU``."""
-    return "TPU" if any(is_tpu_name(g) for g in (pol.get("runs") or {}).get(side, {}).get("gpus") or ()) else "GPU"
+    return device_word((pol.get("runs") or {}).get(side, {}).get("gpus") or ())
 
 
 def work_sections(pol: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:

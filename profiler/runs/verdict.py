@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from profiler.analysis.policies import is_cpu, policy_table, step_difference, step_spread
-from profiler.conventions import is_tpu_name
+from profiler.conventions import device_word as devices_word
 from profiler.stored.summary import RunSummary
 from profiler.xla.same_program import parameter_count, same_program
 
@@ -48,7 +48,7 @@ def _median(values: list[int]) -> int | None:
 
 def device_word(run: RunSummary) -> str:
     """What the verdict calls the run's devices: ``TPU`` when every one is a TPU, else ``GPU``."""
-    return "TPU" if run.gpus and all(is_tpu_name(str(g)) for g in run.gpus) else "GPU"
+    return devices_word(run.gpus or ())
 
 
 def copies(run: RunSummary) -> dict[str, Any]:
