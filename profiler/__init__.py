@@ -17,7 +17,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-# the names of profiler/api.py, which imports the analysis: loaded when one is first asked for
+# the names of profiler/api.py (its __all__ is this list), which imports the analysis: loaded when first asked for
 __all__ = [
     "CALIBRATED",
     "ROOFLINE",
