@@ -8,41 +8,16 @@ one of MaxText's names: full, minimal, minimal_offloaded, qkv_proj_offloaded, cu
 named tensor says where it goes: ``query_proj=offload``).  The script knows nothing of profile-step.
 """
 
-import sys
-
 import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
+from maxtext_config import overrides, remat_policy
 
 TENSORS = ("query_proj", "key_proj", "value_proj", "mlpwi")
 POLICIES = ("full", "minimal", "minimal_offloaded", "qkv_proj_offloaded", "custom")
-config = {"remat_policy": "full", "steps": "3", "layers": "2", **dict.fromkeys(TENSORS, "remat")}
-for word in sys.argv[1:]:
-    key, sep, value = word.partition("=")
-    if not sep:
-        sys.exit(f"kv_overrides.py: CONFIG ERROR: expected key=value, got {word!r}")
-    if key not in config:
-        sys.exit(f"kv_overrides.py: CONFIG ERROR: unknown key {key!r}")
-    config[key] = value
-if config["remat_policy"] not in POLICIES:
-    sys.exit(f"kv_overrides.py: CONFIG ERROR: {config['remat_policy']!r} not in {POLICIES}")
+config = overrides({"remat_policy": "full", "steps": "3", "layers": "2", **dict.fromkeys(TENSORS, "remat")}, POLICIES)
 print(f"kv_overrides.py: remat_policy={config['remat_policy']}", flush=True)
-
-cp = jax.checkpoint_policies
-OFFLOAD = {"offload_src": "device", "offload_dst": "pinned_host"}
-policy = {
-    "full": cp.nothing_saveable,
-    "minimal": cp.dots_with_no_batch_dims_saveable,
-    "minimal_offloaded": cp.offload_dot_with_no_batch_dims(**OFFLOAD),
-    "qkv_proj_offloaded": cp.save_and_offload_only_these_names(
-        names_which_can_be_saved=[], names_which_can_be_offloaded=list(TENSORS[:3]), **OFFLOAD
-    ),
-    "custom": cp.save_and_offload_only_these_names(
-        names_which_can_be_saved=[t for t in TENSORS if config[t] == "device"],
-        names_which_can_be_offloaded=[t for t in TENSORS if config[t] == "offload"],
-        **OFFLOAD,
-    ),
-}[config["remat_policy"]]
+policy = remat_policy(config, TENSORS)
 
 
 def layer(x, w):

@@ -16,38 +16,17 @@ Per step and layer it tags ``decoder_layer_input``, ``query_proj``, ``key_proj``
 ``out_proj``, ``mlpwi`` and ``mlpwo`` once each (B x D, or B x F for ``mlpwi``).
 """
 
-import sys
-
 import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
+from maxtext_config import overrides, remat_policy
 
 TENSORS = ("decoder_layer_input", "query_proj", "key_proj", "value_proj", "out_proj", "mlpwi", "mlpwo")
 POLICIES = ("full", "minimal", "minimal_offloaded", "custom")
 config = {"remat_policy": "full", "steps": "3", "layers": "4", "scan_layers": "true", **dict.fromkeys(TENSORS, "remat")}
 config["decoder_layer_input"] = "device"
-for word in sys.argv[1:]:
-    key, sep, value = word.partition("=")
-    if not sep:
-        sys.exit(f"maxtext_pattern.py: CONFIG ERROR: expected key=value, got {word!r}")
-    if key not in config:
-        sys.exit(f"maxtext_pattern.py: CONFIG ERROR: unknown key {key!r}")
-    config[key] = value
-if config["remat_policy"] not in POLICIES:
-    sys.exit(f"maxtext_pattern.py: CONFIG ERROR: {config['remat_policy']!r} not in {POLICIES}")
-
-cp = jax.checkpoint_policies
-OFFLOAD = {"offload_src": "device", "offload_dst": "pinned_host"}
-policy = {
-    "full": cp.nothing_saveable,
-    "minimal": cp.dots_with_no_batch_dims_saveable,
-    "minimal_offloaded": cp.offload_dot_with_no_batch_dims(**OFFLOAD),
-    "custom": cp.save_and_offload_only_these_names(
-        names_which_can_be_saved=[t for t in TENSORS if config[t] == "device"],
-        names_which_can_be_offloaded=[t for t in TENSORS if config[t] == "offload"],
-        **OFFLOAD,
-    ),
-}[config["remat_policy"]]
+config = overrides(config, POLICIES)
+policy = remat_policy(config, TENSORS)
 B, D, F, L = 32, 64, 128, int(config["layers"])
 
 
