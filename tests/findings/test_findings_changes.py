@@ -13,6 +13,7 @@ from profiler.stored.folder import manifest_of
 from profiler.synthetic.export import PAGEABLE, ExportBuilder
 from profiler.trace import open_trace
 from tests.helpers.findings_runs import (
+    H100,
     MIB,
     TID,
     edges_case,
@@ -23,8 +24,6 @@ from tests.helpers.findings_runs import (
     waited_copy,
     write_run,
 )
-
-H100 = "NVIDIA H100 80GB HBM3"  # PCIe Gen5 x16: 63 GB/s per direction
 
 
 def test_a_stall_hotspot_on_an_xla_instruction_drops_the_waits_on_its_copies(tmp_path):

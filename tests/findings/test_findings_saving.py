@@ -13,6 +13,7 @@ from profiler.analysis.findings.saving import NO_TIME_COST, copy_free
 from profiler.synthetic.export import PAGEABLE, ExportBuilder
 from profiler.trace import open_trace
 from tests.helpers.findings_runs import (
+    H100,
     MIB,
     TID,
     edges_case,
@@ -194,8 +195,6 @@ def test_findings_the_replay_cannot_change_say_why(tmp_path):
 
 
 # --- the changes (findings/changes.py) -----------------------------------------------------------
-
-H100 = "NVIDIA H100 80GB HBM3"  # PCIe Gen5 x16: 63 GB/s per direction
 
 
 def test_pageable_copies_of_both_directions_on_their_own_gpu(tmp_path):

@@ -25,6 +25,7 @@ from profiler.analysis.links import given_link, parse_link
 from profiler.errors import InputError, ProfilerError
 from profiler.synthetic.export import PAGEABLE, ExportBuilder
 from tests.helpers.findings_runs import (
+    H100,
     MIB,
     TID,
     exposed_run,
@@ -292,8 +293,6 @@ def test_compute_stream_share_forgives_a_rounding_error(tmp_path):
 
 
 # --- slow-link: alone copies reach < 0.5 of the link, with >= 3 of them ----------------------------------
-
-H100 = "NVIDIA H100 80GB HBM3"  # PCIe Gen5 x16: 63 GB/s per direction
 
 
 @pytest.mark.parametrize(("duration", "fires"), [(99_999, False), (100_000, False), (100_001, True)])

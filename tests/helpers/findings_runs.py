@@ -13,6 +13,7 @@ from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
 
 MIB = 1 << 20
+H100 = "NVIDIA H100 80GB HBM3"  # PCIe Gen5 x16: 63 GB/s per direction
 
 
 TID = 100
