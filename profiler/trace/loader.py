@@ -130,7 +130,7 @@ def _context_rows(df: pl.DataFrame, gpid: str, device: str) -> pl.DataFrame:
 def _call_key(gtid: pl.Expr, corr: pl.Expr) -> pl.Expr:
     """(pid << 32) + correlation id, as ``_launched_in_window``'s SQL packs a row's call (for ids
     >= 0, correlation ids below 2^32: no overflow)."""
-    return (gtid // (1 << 24)) % (1 << 24) * (1 << 32) + corr
+    return _pid(gtid) * (1 << 32) + corr
 
 
 def _kept_by_calls(df: pl.DataFrame, calls: pl.Series, bounds: tuple[int, int], has_start: bool) -> pl.DataFrame | None:
@@ -151,6 +151,11 @@ def _kept_by_calls(df: pl.DataFrame, calls: pl.Series, bounds: tuple[int, int], 
 def _tid(expr: pl.Expr) -> pl.Expr:
     """The thread id packed in bits 0..23 of a serialized GlobalId."""
     return expr % (1 << 24)
+
+
+def _pid_tid() -> tuple[pl.Expr, pl.Expr]:
+    """The ``pid`` and ``tid`` columns of a table's ``global_tid``."""
+    return _pid(pl.col("global_tid")).alias("pid"), _tid(pl.col("global_tid")).alias("tid")
 
 
 def nccl_flag(name: pl.Expr) -> pl.Expr:
@@ -657,17 +662,12 @@ class Trace:
         return self._launches[key]
 
     def _runtime_rows(self, where: str | None = None) -> pl.DataFrame:
-        spec = {
-            "start": ("start", I64),
-            "global_tid": ("globalTid", I64),
-            "correlation_id": ("correlationId", I64),
-        }
+        spec = {k: self.RUNTIME_CALL_SPEC[k] for k in ("start", "global_tid", "correlation_id")}
         df = self._read(RUNTIME_TABLE, spec, self._started_in_window(RUNTIME_TABLE) if where is None else where)
         return df.select(
             "start",
             "global_tid",
-            _pid(pl.col("global_tid")).alias("pid"),
-            _tid(pl.col("global_tid")).alias("tid"),
+            *_pid_tid(),
             "correlation_id",
         )
 
@@ -709,8 +709,7 @@ class Trace:
         return df.join(names, on="name_id", how="left", maintain_order="left").select(
             "start",
             "end",
-            _pid(pl.col("global_tid")).alias("pid"),
-            _tid(pl.col("global_tid")).alias("tid"),
+            *_pid_tid(),
             "global_tid",
             "correlation_id",
             "name",
@@ -785,8 +784,7 @@ class Trace:
             "domain",
             "global_tid",
             "end_global_tid",
-            _pid(pl.col("global_tid")).alias("pid"),
-            _tid(pl.col("global_tid")).alias("tid"),
+            *_pid_tid(),
             "range_id",
         )
 
