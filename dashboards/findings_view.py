@@ -304,7 +304,9 @@ def register(app: dash.Dash, store: RunStore) -> None:
         view, vid, step = trig["view"], trig["target"], trig["step"] or dash.no_update
         runs = [vid if view == name else dash.no_update for name, _ in choices]
         mark = {"vid": vid, "focus": trig["focus"]} if view == "timeline" and trig["focus"] else None
-        timeline_step = (step if step is not dash.no_update else "__all__") if view == "timeline" else dash.no_update
+        timeline_step = dash.no_update
+        if view == "timeline":
+            timeline_step = step if step is not dash.no_update else timeline_view.ALL
         return view, *runs, timeline_step, mark
 
 
