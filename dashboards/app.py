@@ -55,6 +55,24 @@ TABS: tuple[TabView, ...] = (
     streams_view.TAB,
 )
 PER_RUN = tuple(t for t in TABS if t.per_run)
+# Dash's first script, @babel/polyfill (core-js 2), replaces some of the browser's own functions with
+# slower JavaScript ones: the trims, parseFloat and parseInt, which it judges non-compliant because
+# the browser's no longer strip U+180E (Unicode stopped counting it as a space in 2013).  plotly.js
+# calls them for every point, label and class it draws (a tenth of the timeline's drawing).  The
+# browser's own are kept before Dash's scripts and put back after them, before the page is drawn.
+NATIVES = (
+    *(("String.prototype", f) for f in ("trim", "trimStart", "trimEnd", "trimLeft", "trimRight")),
+    *((owner, f) for owner in ("window", "Number") for f in ("parseFloat", "parseInt")),
+)
+KEEP_NATIVES = (
+    "<script>window.__natives = ["
+    + ", ".join(f'[{owner}, "{name}", {owner}.{name}]' for owner, name in NATIVES)
+    + "];</script>"
+)
+PUT_BACK_NATIVES = (
+    "<script>(window.__natives || []).forEach(function (n) { if (n[0][n[1]] !== n[2]) "
+    "Object.defineProperty(n[0], n[1], {value: n[2], writable: true, configurable: true}); });</script>"
+)
 
 
 def preloads(prefix: str) -> str:
@@ -77,7 +95,9 @@ def create_app(store: RunStore) -> dash.Dash:
             flask.abort(404)
 
     plotly_bundle.use_bundle(app)  # the cartesian plotly.js: a third of the full one's evaluation
-    app.index_string = app.index_string.replace("{%css%}", "{%css%}" + preloads(app.config.requests_pathname_prefix))
+    app.index_string = app.index_string.replace(
+        "{%css%}", "{%css%}" + preloads(app.config.requests_pathname_prefix)
+    ).replace("{%scripts%}", KEEP_NATIVES + "{%scripts%}" + PUT_BACK_NATIVES)
 
     def layout() -> html.Div:
         """The page with its first view filled in: no callback stands between loading and seeing."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import ALL, Input, Output, State, html
+from dash import ALL, MATCH, Input, Output, State, html
 
 from dashboards import ids, layers_view, runs_view, selection, streams_view, tab_gate, timeline_view
 from dashboards.data import RunStore
@@ -68,7 +68,15 @@ def focus(finding: dict[str, Any]) -> str:
     return ""
 
 
-def _finding(f: dict[str, Any], rid: str, views: list[View], n: int) -> html.Div:
+def evidence_items(evidence: dict[str, Any]) -> list[html.Li]:
+    """A finding's evidence, a line per item."""
+    return [html.Li(f"{k}: {v}") for k, v in evidence.items()]
+
+
+def _finding(f: dict[str, Any], rid: str, views: list[View], n: int, i: int) -> html.Div:
+    """One finding (*n*: its place in the panel; *i*: in its run's findings, by saving) with its
+    evidence folded: sent when first unfolded (``on_evidence``), since it can be tens of kB of text
+    (the kernel groups of kernels-slowed-by-copies), which the page took half a second to take in."""
     sev = f["severity"]
     vid, step = target(f, rid, views)
     view = f.get("view") or "policies"
@@ -123,7 +131,10 @@ def _finding(f: dict[str, Any], rid: str, views: list[View], n: int) -> html.Div
                         className="finding-open",
                     ),
                     html.Details(
-                        [html.Summary("evidence"), html.Ul([html.Li(f"{k}: {v}") for k, v in evidence.items()])],
+                        [
+                            html.Summary("evidence", id={"type": ids.FINDING_EVIDENCE_OPEN, "run": rid, "i": i}),
+                            html.Ul(id={"type": ids.FINDING_EVIDENCE, "run": rid, "i": i}),
+                        ],
                         className="evidence",
                     )
                     if evidence
@@ -168,8 +179,9 @@ def panel(store: RunStore, views: list[View]) -> list[Any]:
         doc = store.results[rid].run.findings
         skipped = (doc or {}).get("skipped") or []
         undecided = "Could not decide: " + "; ".join(f"{s['rule']} ({s['why']})" for s in skipped) + "."
-        found = by_saving((doc or {}).get("findings") or [])  # as the summary lists them; older summaries too
-        found, left = split_by_gpu(found, run_views)
+        ranked = by_saving((doc or {}).get("findings") or [])  # as the summary lists them; older summaries too
+        order = {id(f): i for i, f in enumerate(ranked)}  # a finding's place, as ``on_evidence`` finds it
+        found, left = split_by_gpu(ranked, run_views)
         elsewhere = (
             f"Findings on GPUs whose rows are not selected ({', '.join('GPU ' + d for d in left)}): "
             "select those rows to see them. "
@@ -192,7 +204,7 @@ def panel(store: RunStore, views: list[View]) -> list[Any]:
             continue
         body: list[Any] = []
         for f in found:
-            body.append(_finding(f, rid, run_views, n))
+            body.append(_finding(f, rid, run_views, n, order[id(f)]))
             n += 1
         if any(f.get("saving_ns") for f in found):
             body.append(html.Div(f"Units: {UNITS}.", className="findings-units muted"))
@@ -259,6 +271,22 @@ def register(app: dash.Dash, store: RunStore) -> None:
     def on_findings(selected, data, shown):
         return panel(store, selection.selected_views(selected, data)), label(selected, data, shown)
 
+    @app.callback(
+        Output({"type": ids.FINDING_EVIDENCE, "run": MATCH, "i": MATCH}, "children"),
+        Input({"type": ids.FINDING_EVIDENCE_OPEN, "run": MATCH, "i": MATCH}, "n_clicks"),
+        State({"type": ids.FINDING_EVIDENCE, "run": MATCH, "i": MATCH}, "children"),
+        prevent_initial_call=True,
+    )
+    def on_evidence(clicks, shown):
+        """A finding's evidence, the first time it is unfolded."""
+        if not clicks or shown:
+            return dash.no_update
+        rid, i = dash.ctx.triggered_id["run"], dash.ctx.triggered_id["i"]
+        if rid not in store.refs:
+            return dash.no_update
+        found = by_saving((store.get(rid).run.findings or {}).get("findings") or [])
+        return evidence_items(found[i].get("evidence") or {}) if 0 <= i < len(found) else dash.no_update
+
     choices = list(RUN_CHOICE.items())
 
     @app.callback(
@@ -276,7 +304,9 @@ def register(app: dash.Dash, store: RunStore) -> None:
         view, vid, step = trig["view"], trig["target"], trig["step"] or dash.no_update
         runs = [vid if view == name else dash.no_update for name, _ in choices]
         mark = {"vid": vid, "focus": trig["focus"]} if view == "timeline" and trig["focus"] else None
-        timeline_step = (step if step is not dash.no_update else "__all__") if view == "timeline" else dash.no_update
+        timeline_step = dash.no_update
+        if view == "timeline":
+            timeline_step = step if step is not dash.no_update else timeline_view.ALL
         return view, *runs, timeline_step, mark
 
 

@@ -35,6 +35,8 @@ POLICY_KERNELS_TABLE = "policy-kernels-table"
 FINDINGS_TAB = tab("findings")
 FINDINGS_PANEL = "findings-panel"
 FINDING_OPEN = "finding-open"  # the type of a finding's button (a pattern-matching id)
+FINDING_EVIDENCE = "finding-evidence"  # the type of a finding's evidence list, filled when first unfolded
+FINDING_EVIDENCE_OPEN = "finding-evidence-open"  # the type of its "evidence" line, whose clicks unfold it
 
 # Policy trade, and the plans under it
 TRADE_X = "trade-x"

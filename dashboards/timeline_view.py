@@ -33,6 +33,7 @@ TIMELINE_SHADES = (
 LANE_ORDER = {"compute": 0, "NCCL": 1, "D2H": 2, "H2D": 3, "memset": 4}
 LANE_COLOR = {"compute": COLORS["compute"], "NCCL": COLORS["nccl"], "D2H": COLORS["d2h"], "H2D": COLORS["h2d"]}
 BAND = 0.36  # half the height of a lane, in lane units
+ALL = "__all__"  # the step choice that shows the whole capture
 
 
 def busy_fraction(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> np.ndarray:
@@ -293,13 +294,25 @@ def _occupancy(
     }
 
 
+def step_choices(ranges: pl.DataFrame) -> tuple[list[dict[str, str]], list[str], str]:
+    """The step dropdown's options for a run (its NVTX steps, after the whole capture), the step names,
+    and the step shown first (the middle one; the whole capture without steps)."""
+    names = ranges.filter(ranges["lane"] == "step")["name"].to_list()
+    opts = [{"label": "whole capture", "value": ALL}] + [{"label": n, "value": n} for n in names]
+    return opts, names, (names[len(names) // 2] if names else ALL)
+
+
 def layout(page: Page) -> list[Any]:
-    """The tab, its run choice filled in (the step follows once the tab is shown)."""
+    """The tab, its run choice filled in, and its step when the run is analyzed already (then the tab's
+    first opening draws at once: one request, not the step's and then the figure's)."""
+    vid = page.runs["timeline"]
+    done = page.store.results.get(View.parse(vid).rid) if vid else None
+    opts, _, step = step_choices(done.ranges) if done is not None else ([], [], None)
     return [
         html.Div(
             [
-                dropdown(ids.TIMELINE_RUN, "run and GPU", "60", page.options, page.runs["timeline"]),
-                dropdown(ids.TIMELINE_STEP, "step"),
+                dropdown(ids.TIMELINE_RUN, "run and GPU", "60", page.options, vid),
+                dropdown(ids.TIMELINE_STEP, "step", options=opts, value=step),
             ],
             className="control",
         ),
@@ -317,16 +330,16 @@ def register(app: dash.Dash, store: RunStore) -> None:
         Output(ids.TIMELINE_STEP, "value"),
         Input(ids.TIMELINE_RUN, "value"),
         State(ids.TIMELINE_STEP, "value"),
+        State(ids.TIMELINE_STEP, "options"),
     )
-    def on_timeline_run(vid, current):
+    def on_timeline_run(vid, current, shown):
         if not vid:
             return [], None
-        ranges = store.get(View.parse(vid).rid).ranges
-        names = ranges.filter(ranges["lane"] == "step")["name"].to_list()
-        opts = [{"label": "whole capture", "value": "__all__"}] + [{"label": n, "value": n} for n in names]
-        if current in names or current == "__all__":
-            return opts, current
-        return opts, (names[len(names) // 2] if names else "__all__")
+        opts, names, first = step_choices(store.get(View.parse(vid).rid).ranges)
+        kept = current in names or current == ALL
+        if dash.ctx.triggered_id == ids.opened("timeline") and kept and shown == opts:
+            return dash.no_update, dash.no_update  # opened on the run and step it shows: the figure follows alone
+        return opts, current if kept else first
 
     @gate(
         Output(ids.TIMELINE_GRAPH, "figure"),
@@ -341,10 +354,11 @@ def register(app: dash.Dash, store: RunStore) -> None:
         view = View.parse(vid)
         run = store.get(view.rid)
         window = None
-        if step != "__all__":
+        if step != ALL:
             r = run.ranges.filter((run.ranges["lane"] == "step") & (run.ranges["name"] == step))
-            if r.height:
-                window = (int(r["start"][0]), int(r["end"][0]))
+            if not r.height:  # a step of the run shown before: the run's own step follows (on_timeline_run)
+                return dash.no_update, dash.no_update
+            window = (int(r["start"][0]), int(r["end"][0]))
         device = int(view.device) if view.device is not None else None
         focus = mark["focus"] if isinstance(mark, dict) and mark.get("vid") == vid else None
         fig, stats = timeline_figure(run.device_ops(device), run.ranges, window, focus=focus)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from dashboards.app import NATIVES
 from profiler.synthetic.demo import StepModel, write_demo_runs
 from tests.helpers.cli import analyze_json, run_cli
 from tests.helpers.dashboard import (
@@ -147,6 +148,32 @@ def test_dashboard_end_to_end(browser, server, runs):
     fig = figure(page, "streams-graph")
     assert [t["y"] for t in fig["data"]][1] == [pytest.approx(s["gbps"]) for s in demo["0"]["streams"]]
     check_page(page, "5-streams")
+
+
+def test_the_browsers_own_functions_are_kept(browser, server):
+    """Dash's @babel/polyfill replaces the trims, parseFloat and parseInt with slower JavaScript ones;
+    the page puts the browser's own back before it draws (``app.NATIVES``)."""
+    page = browser.new_page()
+    page.goto(server[0])
+    wait_rows(page, 6)
+    # the polyfill also makes Function.prototype.toString say "[native code]" of its own functions:
+    # the source is read with the toString of a fresh frame
+    replaced = page.evaluate(
+        """names => {
+          const frame = document.body.appendChild(document.createElement('iframe'));
+          const source = f => frame.contentWindow.Function.prototype.toString.call(f);
+          return names.filter(([owner, name]) => !source(eval(owner)[name]).includes('[native code]'));
+        }""",
+        [list(n) for n in NATIVES],
+    )
+    assert replaced == []
+    assert page.evaluate("[' a\\u00a0'.trim(), parseFloat(' 1.5e3x'), parseInt('0x1f'), Number.parseFloat('7')]") == [
+        "a",
+        1500,
+        31,
+        7,
+    ]
+    page.close()
 
 
 def test_one_line_in_the_terminal(runs, browser):

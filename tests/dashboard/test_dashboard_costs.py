@@ -196,6 +196,17 @@ def test_what_the_copies_cost(browser, costs):
         text = page.inner_text("#findings-panel")
         assert found[0]["verdict"] in text and found[0]["try"] in text
         assert "Could not decide: slow-link" in text  # the none run's skipped rule, in a muted line
+        # a finding's evidence is sent when first unfolded: one line per item of the summary's evidence
+        first = page.locator("#findings-panel .finding").first
+        rid = first.evaluate("f => f.closest('.run-findings').dataset.run")
+        evidence = runs[folder_of[rid]]["findings"]["findings"][0]["evidence"]  # the panel's order (above)
+        assert evidence and first.locator(".evidence li").count() == 0
+        first.locator(".evidence summary").click()
+        page.wait_for_function(
+            f"document.querySelectorAll('#findings-panel .finding .evidence li').length == {len(evidence)}",
+            timeout=30_000,
+        )
+        assert first.locator(".evidence li").all_inner_texts() == [f"{k}: {v}" for k, v in evidence.items()]
         check_page(page, "8-findings")
 
         # a finding's button opens the view of its evidence with its run and GPU selected

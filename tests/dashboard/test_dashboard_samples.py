@@ -298,11 +298,11 @@ def test_show_in_timeline_marks_what_the_finding_names():
         "where": {"op": "copy-start.22"},
     }
     assert focus(op) == ""
-    button = _finding(op, "r1", [View("r1", "0")], 0).children[3].children[0]
+    button = _finding(op, "r1", [View("r1", "0")], 0, 0).children[3].children[0]
     assert button.children == "Show GPU 0 in the Timeline tab"  # nothing of it to mark there: no promise
     assert (
         "marked ▼"
-        in _finding({**nccl, "severity": "warning", "verdict": "v", "try": "t"}, "r1", [View("r1", "0")], 1)
+        in _finding({**nccl, "severity": "warning", "verdict": "v", "try": "t"}, "r1", [View("r1", "0")], 1, 1)
         .children[3]
         .children[0]
         .children

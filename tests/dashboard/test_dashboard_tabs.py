@@ -7,7 +7,7 @@ import ast
 
 import pytest
 
-from dashboards import app, findings_view, ids
+from dashboards import app, findings_view, ids, timeline_view
 from dashboards.data import RunStore
 from tests.helpers.paths import ROOT
 
@@ -56,3 +56,33 @@ def test_the_page_follows_the_list(dash_app):
     for choice in per_run:
         assert f"{choice}.options" in select and f"{choice}.value" in select
         assert f"{choice}.value" in opened
+
+
+def component(tree, cid):
+    """The component of id *cid* in a layout."""
+    if getattr(tree, "id", None) == cid:
+        return tree
+    children = getattr(tree, "children", None)
+    for child in children if isinstance(children, list | tuple) else [children]:
+        if hasattr(child, "to_plotly_json") and (found := component(child, cid)) is not None:
+            return found
+    return None
+
+
+def test_the_timeline_opens_on_its_step(tmp_path):
+    """The page comes with the timeline's step filled in for an analyzed run (its first opening is then
+    one request, the figure's), the middle step of the run's NVTX steps; a run not analyzed yet, none."""
+    run = ROOT / "sample_traces" / "demo-synthetic" / "synthetic-2-offload_qkv" / "synthetic-trace.sqlite"
+    (tmp_path / run.name).symlink_to(run)
+    store = RunStore([tmp_path])
+    page = app.create_app(store).layout()
+    assert component(page, ids.TIMELINE_STEP).value is None  # not analyzed: the step follows when shown
+    (rid,) = store.refs
+    ranges = store.get(rid).ranges
+    steps = ranges.filter(ranges["lane"] == "step")["name"].to_list()
+    assert len(steps) == 3
+    page = app.create_app(store).layout()
+    step = component(page, ids.TIMELINE_STEP)
+    assert step.value == steps[1]
+    assert [o["value"] for o in step.options] == [timeline_view.ALL, *steps]
+    assert component(page, ids.TIMELINE_RUN).value.startswith(rid)
