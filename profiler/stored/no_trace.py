@@ -23,6 +23,7 @@ from profiler.stored.folder import has_trace
 AGENT_LOST = re.compile(r"Connection to Agent lost\b.*")
 IMPORTER_STATUS = re.compile(r"^Importer error status: (.*?)\.?\s*$")
 ERROR_TEXT = re.compile(r'^\s*Value: "(.*)"\s*$')
+GENERATED = "Generated:"  # nsys's line before the paths of the files it wrote, one a line
 FIRST_ATTEMPT_LOG = "output.attempt1.log"
 NO_TRACE_KEY = "no_trace_reason"  # the manifest's one-line reason when a run has no trace
 RAW_CAPTURE = ".qdstrm"  # nsys's raw capture, before its importer makes the report of it
@@ -60,6 +61,16 @@ def importer_failure(lines: list[str]) -> str | None:
     return _short(f"{words}: {detail}" if detail else words, _DETAIL_CHARS)
 
 
+def generated_nothing(lines: list[str]) -> bool:
+    """nsys said ``Generated:`` and listed no file after it: its importer stopped without a word (seen
+    under load with 2024.2.3 beside another nsys: the report's progress bar ended at 100% with no newline,
+    then ``Generated:``, no export and no path; exit code 0)."""
+    for i, ln in enumerate(lines):
+        if ln.rstrip().endswith(GENERATED):
+            return not any(rest.strip() for rest in lines[i + 1 :])
+    return False
+
+
 def nsys_failure(run_dir: Path, exit_code: int | None = None) -> str | None:
     """nsys's own failure when the run wrote no report because of it ("nsys lost its agent (...)",
     "nsys's importer failed (...)", and with a non-zero *exit_code* "nsys failed before the script
@@ -74,6 +85,8 @@ def nsys_failure(run_dir: Path, exit_code: int | None = None) -> str | None:
     imported = importer_failure(lines)
     if imported:
         return f"nsys's importer failed ({imported})"
+    if generated_nothing(lines):
+        return "nsys's importer failed (it said Generated: and listed no file)"
     said = [ln.strip() for ln in lines if ln.strip()]
     if exit_code not in (None, 0) and not (run_dir / STARTUP_FACTS).exists() and not last_words(run_dir / LOG):
         last = _short(said[-1], _DETAIL_CHARS) if said else "nothing said"

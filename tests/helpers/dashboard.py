@@ -110,7 +110,7 @@ def dashboard(folder: Path, *extra: str):
         yield url, proc
     finally:
         proc.terminate()
-        proc.wait(timeout=20)
+        proc.wait(timeout=60)  # a stop takes well under a second; up to a minute beside another test worker
 
 
 def figure(page, graph_id: str) -> dict:

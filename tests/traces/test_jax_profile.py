@@ -166,9 +166,10 @@ def test_the_cli_reads_a_jax_profiler_folder_through_a_cached_export_and_never_w
     ("content", "problem"),
     [
         (b"\x1f\x8b\x08\x00 not really gzip", "cannot be read as a JAX profiler trace"),
-        (gzip.compress(b"{not json"), "cannot be read as a JAX profiler trace"),
-        (gzip.compress(b'{"events": []}'), "is JSON but not a Chrome trace (no traceEvents list)"),
+        (gzip.compress(b"{not json", mtime=0), "cannot be read as a JAX profiler trace"),
+        (gzip.compress(b'{"events": []}', mtime=0), "is JSON but not a Chrome trace (no traceEvents list)"),
     ],
+    ids=["not-gzip", "not-json", "no-trace-events"],  # the same names in every process (xdist's workers)
 )
 def test_a_bad_trace_is_one_line_naming_the_file(tmp_path, content, problem):
     bad = tmp_path / "bad.trace.json.gz"

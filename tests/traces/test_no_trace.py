@@ -241,3 +241,21 @@ def test_raw_capture_is_found_while_nsys_removes_its_session_folders(tmp_path, m
     monkeypatch.setattr(os, "scandir", removed_meanwhile)
     kept = no_trace.keep_raw_capture(run, tmp_path / "nsys-tmp")
     assert kept == run / "trace.qdstrm" and kept.read_text() == "raw"
+
+
+def test_generated_with_no_file_is_an_importer_failure_worth_a_retry(tmp_path):
+    """Seen under load with nsys 2024.2.3 beside another nsys (the fresh suite on two workers): the
+    report's progress bar reached 100% with no newline, then ``Generated:`` and nothing, no report, exit 0.
+    That is nsys's failure (retried once), not the script's; a log that lists its files after
+    ``Generated:`` is not."""
+    bar = "".join(f"\r[1/2] [{p}%{' ' * 20}] trace.nsys-rep" for p in (0, 8, 46, 100))
+    seen = f"step 1: loss 6.4333 (2.1 ms)\nGenerating '/tmp/nsys-report-f8d2.qdstrm'\n{bar}Generated:\n"
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "output.log").write_text(seen)
+    assert no_trace.nsys_failure(run, 0) == "nsys's importer failed (it said Generated: and listed no file)"
+    assert no_trace.describe(run, "no-trace", 0) == (
+        "nsys's importer failed and wrote no report (it said Generated: and listed no file)"
+    )
+    (run / "output.log").write_text(seen + f"    {run / 'trace.nsys-rep'}\n")  # listed, then lost: not this
+    assert no_trace.nsys_failure(run, 0) is None
