@@ -23,10 +23,12 @@ scan=""
 [ "$form" = scan ] && scan=--scan
 for pol in $policies; do
     run=$work/$pol
-    mkdir -p "$run"
+    mkdir -p "$run/facts"
     echo "== $pol $form: $size" | tee "$run/command.txt"
+    # PROFILE_STEP_RUN_DIR: annotate.capture writes facts/runtime.json, with each device's memory_stats()
+    # (peak, limit) at the end of the captured steps, as under `profile-step run`
     # shellcheck disable=SC2086
-    XLA_FLAGS="--xla_dump_to=$run/dump --xla_dump_hlo_as_text" timeout 200 \
+    PROFILE_STEP_RUN_DIR="$run/facts" XLA_FLAGS="--xla_dump_to=$run/dump --xla_dump_hlo_as_text" timeout 200 \
         python3 examples/train.py --policy "$pol" $scan $size --jax-trace "$run/jax" >"$run/stdout.log" 2>&1
     echo "exit $?" >>"$run/stdout.log"
     grep -E "^(step|train.py|exit)" "$run/stdout.log"
@@ -34,6 +36,7 @@ for pol in $policies; do
     # keep the step module's optimized HLO; drop the rest of the dump
     find "$run/dump" -type f ! -name '*jit_step*after_optimizations.txt' -delete
     find "$run/dump" -type d -empty -delete
+    rm -f "$run/facts/compiled_step.hlo.txt" # the dump has it
     tar -C "$work" -czf "$out/tpu-$form${TAG:-}-$pol.tar.gz" "$pol"
     du -sh "$run" "$out/tpu-$form${TAG:-}-$pol.tar.gz"
     sleep 5 # the chip can refuse a program started just after another ended

@@ -198,6 +198,16 @@ def tpu_label(command: str) -> tuple[str, bool, list[str]]:
     return m.group(1), m.group(2) == "scan", m.group(3).split()
 
 
+def recorded_memory(src: Path) -> dict | None:
+    """The device's ``memory_stats()`` at the end of the captured steps, as the script's
+    ``annotate.capture`` wrote it (``facts/runtime.json``: recordings from 2026-12-06 09:20 UTC on), else None."""
+    facts = src / "facts" / RUNTIME_FACTS
+    try:
+        return json.loads(facts.read_text()).get("device_memory") if facts.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
 def import_tpu_run(src: Path, into: Path, kind: str, jax_version: str, memory_mib: int) -> Path:
     """One run folder under *into* from the recorded run *src* (``command.txt``, ``stdout.log``,
     ``dump/``, ``jax/``)."""
@@ -256,6 +266,10 @@ def import_tpu_run(src: Path, into: Path, kind: str, jax_version: str, memory_mi
         "host_link": None,
         "device_capture": {"script": "benchmarks/tpu_record.sh", "command": (src / "command.txt").read_text().strip()},
         "loop_step_ms": [float(t) for t in LOOP_STEP.findall(log)],
+        # not the run's device_memory: on a TPU memory_stats()'s peak leaves out the program's temporaries
+        # (4.70 GB at the end of the H200-shape steps, where XLA's memory analysis of the same step, handed
+        # over in compiled_step.json, says 7.7 to 14.6 GiB); kept for what it is
+        "memory_stats_at_end": recorded_memory(src),
         "dump_file": step.name if hlo else None,  # as libtpu named it
         "started": started(when) if when else None,
     }
@@ -264,6 +278,9 @@ def import_tpu_run(src: Path, into: Path, kind: str, jax_version: str, memory_mi
         manifest[NO_TRACE_KEY] = errors[-1].strip() if errors else f"the run ended with exit code {code} and no trace"
         (run / LOG).write_text(log)
     (run / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    handed = src / "facts" / COMPILED_STEP  # the step the script handed over: XLA's memory analysis of it
+    if handed.is_file():
+        shutil.copyfile(handed, run / COMPILED_STEP)
     manifest["compiled"] = step_module.record(run, run / XLA_DUMP_DIR, own_dump=True, hook=None)
     (run / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return run

@@ -44,9 +44,9 @@ from typing import Any
 
 from profiler.analysis.accuracy import CALIBRATED
 from profiler.analysis.offload_plan import by_layer, label
-from profiler.conventions import NO_NVTX_NOTE, NVTX_REQUIREMENT
+from profiler.conventions import NO_NVTX_NOTE, NVTX_REQUIREMENT, is_tpu_name
 from profiler.stored.summary import RunSummary, StepRow
-from profiler.xla.buffers import device_bytes
+from profiler.xla.buffers import device_bytes, resident_bytes
 from profiler.xla.same_program import difference, same_program
 from profiler.xla.step_program import StepProgram, program_label
 from profiler.xla.targets import peak_tflops
@@ -231,7 +231,7 @@ def policy_row(run: RunSummary | dict[str, Any], peak_override: float | None = N
         "peak_device_bytes": peak,
         "peak_device_source": mem_source,
         "device_limit_bytes": limit,
-        "compiled_device_bytes": device_bytes(memory) if memory else None,
+        "compiled_device_bytes": resident_bytes(memory, is_tpu_name(kind)) if memory else None,
         "compiled_host_bytes": device_bytes(memory, host=True) if memory else None,
         "platform": comp.get("platform"),
         "host_placements": placements.get("layouts"),

@@ -22,10 +22,32 @@ OOM = (
 )
 
 
-def recorded(root: Path, policy: str, ok: bool) -> Path:
-    """A tar as tpu_record.sh makes it (scanned, 4 layers): with a trace and the step's HLO, or out of memory."""
+# what annotate.capture and annotate.compiled_step wrote into facts/ on the TPU (the H200 shape's scanned
+# remat, 2026-12-06 09:21 UTC): memory_stats() at the end of the steps, XLA's memory analysis of the step
+STATS = {"id": 0, "kind": "TPU v5 lite", "peak_bytes_in_use": 4834842624, "bytes_limit": 16909336064}
+ANALYSIS = {
+    "argument_size_in_bytes": 3223322624,
+    "output_size_in_bytes": 3223322624,
+    "alias_size_in_bytes": 3223322624,
+    "temp_size_in_bytes": 18685428224,
+    "host_argument_size_in_bytes": 0,
+    "host_output_size_in_bytes": 0,
+    "host_alias_size_in_bytes": 0,
+    "host_temp_size_in_bytes": 0,
+    "peak_memory_in_bytes": 14902796288,
+}
+
+
+def recorded(root: Path, policy: str, ok: bool, facts: bool = False) -> Path:
+    """A tar as tpu_record.sh makes it (scanned, 4 layers): with a trace and the step's HLO, or out of memory;
+    with *facts*, the facts/ folder the script's annotate calls write (recordings from 2026-12-06 09:20 UTC)."""
     run = root / policy
     (run / "dump").mkdir(parents=True)
+    if facts:
+        (run / "facts").mkdir()
+        memory = {"available": True, "devices": [STATS]}
+        (run / "facts" / "runtime.json").write_text(json.dumps({"policy": policy, "device_memory": memory}))
+        (run / "facts" / "compiled_step.json").write_text(json.dumps({"module": "jit_step", "memory": ANALYSIS}))
     (run / "command.txt").write_text(f"== {policy} scan: {SIZE} --steps 5 --warmup 2\n")
     hlo = next((ROOT / "sample_traces" / "tpu-v5e-example").glob("*-remat-scan-l4-*/xla_dump/*.txt.xz"))
     (run / "dump" / "module_0123.jit_step.cl_933746096.after_optimizations.txt").write_bytes(
@@ -91,3 +113,24 @@ def test_a_folder_that_is_no_recording_is_one_line_naming_its_file(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert str(run / "command.txt") in line and "not a tpu_record.sh command line" in line
+
+
+def test_the_steps_memory_comes_from_xlas_analysis_not_from_memory_stats(tmp_path):
+    """On a TPU ``memory_stats()``'s peak leaves out the program's temporaries (4.83 GB at the end of the
+    H200 shape's scanned remat, whose step XLA sizes at 13.9 GiB at its peak): the step's memory is the
+    analysis the script handed over; memory_stats is kept in the manifest for what it is, not as the peak."""
+    tar = recorded(tmp_path / "src", "remat", ok=True, facts=True)
+    into = tmp_path / "runs"
+    script = ROOT / "scripts" / "import_device_capture.py"
+    proc = subprocess.run([sys.executable, str(script), "--tpu", str(tar), "--into", str(into)], capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    (run,) = into.iterdir()
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["memory_stats_at_end"] == {"available": True, "devices": [STATS]}
+    assert json.loads((run / "compiled_step.json").read_text())["memory"] == ANALYSIS
+    doc = json.loads(run_cli("analyze", "--json", str(into), env={"PROFILE_STEP_CACHE": str(tmp_path / "c")}).stdout)
+    (row,) = doc["policies"]["rows"]
+    # XLA's peak of the program, not arguments + outputs - aliased + temporaries (21.9 GB, more than the
+    # chip's 16.9 GB, on which it ran)
+    assert row["compiled_device_bytes"] == 14902796288 < STATS["bytes_limit"]
+    assert row["peak_device_bytes"] is None
