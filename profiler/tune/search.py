@@ -15,9 +15,9 @@ Every candidate costs a compile, so the search prunes before compiling:
    best candidate so far; a move that no longer helps (it does not fit beside the
    others, or its copy no longer hides) is left out, its name's other promising move
    tried instead.
-4. *one change*: from the best candidate, every single change of one promising name's
-   placement; the best that helps is taken and the round repeats, until none helps
-   (a local optimum) or the compile budget runs out.
+4. *one change*: from the best candidate (the greedy path's, a bound's or a seed's), every
+   single change of one promising name's placement; the best that helps is taken and the
+   round repeats, until none helps (a local optimum) or the compile budget runs out.
 
 *Incumbents* (``seeds``: the placements other searches of the same step chose, on other links or
 limits, already compiled) are predicted here first, before any compile, and the one-change
@@ -241,7 +241,9 @@ def _search(run: _Run) -> None:
             if helps(t.outcome, current.outcome):
                 current = t
                 break
-    for t in seeded:  # an incumbent better than the greedy path: the local search starts there
+    # an incumbent or a bound (keeping everything) better than the greedy path: the local search starts
+    # there, so that the choice is a local optimum explored here (a later tune seeded with it compiles nothing)
+    for t in [*seeded, *(t for t in out.tried if t.stage == "bounds")]:
         if helps(t.outcome, current.outcome):
             current = t
     # 4. one change at a time, until none helps
