@@ -26,6 +26,13 @@ NSYS_LINE = re.compile(
     r"|Use `--force-overwrite true` to overwrite existing files\.|End of file"
     r"|Please refer to the troubleshooting section of the docs:|https://docs\.nvidia\.com/nsight-systems/\S*)\s*$"
 )
+# nsys's client throwing before the script starts ("Local Endpoint is not available." beside another
+# nsys, 2024.2.3): where it threw, the exception's type and text, and QuadD's tagged message
+NSYS_THROW = re.compile(
+    r"^(\S+\.(cpp|h|hpp)\(\d+\): Throw in function .*|Dynamic exception type: .*|std::exception::what: .*"
+    r"|\[QuadDCommon::\w+\*\] = .*)$"
+)
+QUADD_MESSAGE = re.compile(r"^\[QuadDCommon::\w+\*\] = (.*)$")
 # the importer's crash: this line, then the exception's facts and a braced block ("Error { ... }")
 IMPORT_FAILED = re.compile(r"^Import Failed with unexpected exception: ")
 
@@ -63,7 +70,7 @@ class ConsoleFilter:
         text = line.split("\r")[-1].rstrip("\n")
         if self._import_error(text):
             return False
-        if NSYS_PROGRESS.match(text) or NSYS_LINE.match(text):
+        if NSYS_PROGRESS.match(text) or NSYS_LINE.match(text) or NSYS_THROW.match(text):
             return False
         if NSYS_CHATTER.match(text):
             self.in_report = self.in_report or not text.startswith("Capture range")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from profiler.conventions import LOG, MANIFEST, STARTUP_FACTS
-from profiler.stored.console import IMPORT_FAILED, ConsoleFilter
+from profiler.stored.console import IMPORT_FAILED, QUADD_MESSAGE, ConsoleFilter
 from profiler.stored.folder import has_trace
 
 AGENT_LOST = re.compile(r"Connection to Agent lost\b.*")
@@ -89,7 +89,8 @@ def nsys_failure(run_dir: Path, exit_code: int | None = None) -> str | None:
         return "nsys's importer failed (it said Generated: and listed no file)"
     said = [ln.strip() for ln in lines if ln.strip()]
     if exit_code not in (None, 0) and not (run_dir / STARTUP_FACTS).exists() and not last_words(run_dir / LOG):
-        last = _short(said[-1], _DETAIL_CHARS) if said else "nothing said"
+        told = [m.group(1) for ln in said if (m := QUADD_MESSAGE.match(ln))]  # what nsys's exception said
+        last = _short((told or said)[-1], _DETAIL_CHARS) if said else "nothing said"
         return f"nsys failed before the script started (exit code {exit_code}: {last})"
     return None
 

@@ -78,3 +78,24 @@ def test_nsys_failing_before_the_script_started(tmp_path):
         "https://docs.nvidia.com/nsight-systems/UserGuide/index.html#troubleshooting\n",
     ]
     assert [ln for ln in lost if f.keep(ln)] == []
+
+
+def test_nsys_throwing_before_the_script_started(tmp_path):
+    """Seen in the CI with two test workers each running nsys 2024.2.3: the second nsys's client threw
+    (its exception's four lines, as logged) and exited 1 before the script ran: nsys's failure, retried."""
+    from profiler.stored import no_trace
+
+    threw = [
+        "/dvs/p4/build/sw/devtools/Agora/Rel/CUDA12.5/QuadD/Common/ProtobufComm/Client/ClientProxy.cpp(389): Throw"
+        " in function QuadDProtobufComm::Endpoint QuadDProtobufComm::Client::ClientProxy::GetLocalEndpoint() const\n",
+        "Dynamic exception type: boost::wrapexcept<QuadDCommon::RuntimeException>\n",
+        "std::exception::what: RuntimeException\n",
+        "[QuadDCommon::tag_message*] = Local Endpoint is not available.\n",
+    ]
+    f = ConsoleFilter()
+    assert [ln for ln in threw if f.keep(ln)] == []
+    (tmp_path / "output.log").write_text("".join([*threw, "\n"]))
+    said = "nsys failed before the script started (exit code 1: Local Endpoint is not available.)"
+    assert no_trace.nsys_failure(tmp_path, 1) == said
+    (tmp_path / "startup.json").write_text("{}")  # the script's Python started: not nsys's failure
+    assert no_trace.nsys_failure(tmp_path, 1) is None
