@@ -85,6 +85,18 @@ def normalize_argv(argv: Sequence[str]) -> list[str]:
     return argv
 
 
+def _from_ctrl_c(exc: BaseException) -> bool:
+    """Whether *exc* was raised because of a KeyboardInterrupt (its cause or context, down the chain)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = normalize_argv(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -108,6 +120,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as exc:  # a bug: still one line, the traceback on request
+        if _from_ctrl_c(exc):  # Ctrl-C inside an import: Python wraps it ("Error calling __set_name__ ...")
+            print("profile-step: interrupted", file=sys.stderr)
+            return 130
         if os.environ.get("PROFILE_STEP_DEBUG"):
             raise
         print(

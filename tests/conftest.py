@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import Phase, settings
 
-from profiler.capture import step_module
+from profiler.capture import nsys_lock, step_module
 from profiler.errors import NsysNotFound
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace.nsys import find_nsys, installed_local_nsys
@@ -40,27 +38,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         )
 
 
-# nsys 2024.2.3 beside another nsys of the same user loses reports in three ways seen in the CI with two
-# workers (its importer crashing, "Generated:" with no file, "Local Endpoint is not available" before the
-# script starts). profile-step retries each once (tests/cli/test_console.py, tests/traces/test_no_trace.py
-# check that); the suite itself runs one nsys at a time, across its workers and other sessions on the host
-NSYS_LOCK = Path(tempfile.gettempdir()) / f"profile-step-tests-nsys-{os.getuid()}.lock"
-NSYS_FIXTURES = frozenset({"nsys", "nsys_versions"})
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """A test that runs nsys (marked ``nsys`` or using its fixture) holds the host's nsys lock from its
-    set-up (module fixtures that capture included) to its tear-down."""
-    if item.get_closest_marker("nsys") is None and not NSYS_FIXTURES & set(getattr(item, "fixturenames", ())):
-        yield
-        return
-    with open(NSYS_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+# one nsys profile at a time across the suite's workers and other sessions on the host: profile-step's
+# own captures take the lock (profiler/capture/nsys_lock.py), as does a test running nsys profile itself
+os.environ.setdefault(nsys_lock.ENV, str(Path(tempfile.gettempdir()) / f"profile-step-tests-nsys-{os.getuid()}.lock"))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiler.capture import nsys_command, policy_arg, startup, step_module, xla_flags
+from profiler.capture import nsys_command, nsys_lock, policy_arg, startup, step_module, xla_flags
 from profiler.capture.shell import output_of
 from profiler.conventions import (
     CAPTURE_MANIFEST_KEY,
@@ -275,13 +275,15 @@ def _wait(proc: subprocess.Popen[str]) -> tuple[int, bool]:
 
 
 def _capture(cmd: list[str], env: dict[str, str], run_dir: Path, echo: Callable[[str], None]) -> tuple[int, bool]:
-    """nsys with the script, its output teed into the run's log: (exit code, interrupted)."""
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1
-    )
-    pump = _tee(proc.stdout, run_dir / folder.LOG, echo)
-    code, interrupted = _wait(proc)
-    pump.join(timeout=10)
+    """nsys with the script, its output teed into the run's log: (exit code, interrupted); with
+    ``PROFILE_STEP_NSYS_LOCK`` set, after the host's other profile-step captures (``nsys_lock``)."""
+    with nsys_lock.held():
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1
+        )
+        pump = _tee(proc.stdout, run_dir / folder.LOG, echo)
+        code, interrupted = _wait(proc)
+        pump.join(timeout=10)
     return code, interrupted
 
 

@@ -122,3 +122,18 @@ def _spawned_worker(pid: int) -> bool:
         except OSError:
             continue
     return False
+
+
+def test_ctrl_c_inside_a_class_being_made_is_one_line(monkeypatch, capsys):
+    """Seen in the CI: Ctrl-C while an import made a dataclass; Python 3.11 wraps the KeyboardInterrupt
+    in "RuntimeError: Error calling __set_name__ on 'Field' instance 'sql' in 'Check'", which was
+    printed as an internal error (exit 3)."""
+    from profiler import cli
+
+    class Interrupted:
+        def __set_name__(self, owner, name):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli.cache_dir, "use", lambda _: type("Check", (), {"sql": Interrupted()}))
+    assert cli.main(["compare", "a.sqlite", "b.sqlite"]) == 130
+    assert capsys.readouterr().err == "profile-step: interrupted\n"

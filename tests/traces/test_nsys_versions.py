@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from profiler.capture import nsys_lock
 from profiler.runs.result import analyze
 from profiler.trace import open_trace
 from profiler.trace.nsys import find_nsys, installed_local_nsys, too_new_problem
@@ -154,15 +155,16 @@ def new_report(nsys_versions, tmp_path_factory) -> Path:
     for _ in range(3):
         private = tempfile.mkdtemp(prefix="nsys-")  # nsys's session files apart from other nsys runs (as capture does)
         try:
-            proc = subprocess.run(
-                [str(newest), "profile", *options, sys.executable, "-c", script],
-                capture_output=True,
-                text=True,
-                cwd=folder,
-                env={**os.environ, "TMPDIR": private},
-                check=False,
-                timeout=300,
-            )
+            with nsys_lock.held():  # one nsys profile at a time with the suite's other workers
+                proc = subprocess.run(
+                    [str(newest), "profile", *options, sys.executable, "-c", script],
+                    capture_output=True,
+                    text=True,
+                    cwd=folder,
+                    env={**os.environ, "TMPDIR": private},
+                    check=False,
+                    timeout=300,
+                )
         finally:
             shutil.rmtree(private, ignore_errors=True)
         if (folder / "report.nsys-rep").is_file():
