@@ -19,6 +19,9 @@ them, each its own span.
 
 from __future__ import annotations
 
+import difflib
+from dataclasses import dataclass
+
 import numpy as np
 import polars as pl
 
@@ -140,6 +143,17 @@ def _executions(
     return step, execs.with_columns(pl.col("execution").cast(I64))
 
 
+@dataclass(frozen=True)
+class ProgramOrder:
+    """The step's ops in schedule order, for the work a command buffer ran (``program_order`` in
+    ``profiler.predict.schedule`` makes it): ``names[i]`` is op *i*'s instruction, ``position`` the
+    first op of each instruction, ``launchers`` the sorted positions of the ops that launch GPU work."""
+
+    names: list[str]
+    position: dict[str, int]
+    launchers: np.ndarray
+
+
 def export_spans(
     ranges: pl.DataFrame,
     ops: pl.DataFrame,
@@ -148,10 +162,23 @@ def export_spans(
     declared: str | None = None,
     flops: dict[tuple[str, int], float] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame, StepProgram]:
-    """(spans, executions, the step program) from an export's NVTX *ranges* (attribution's: range_id,
-    name, domain, start, end, global_tid), its GPU *ops* (op_id, start, end, kind, cls, bytes) and
-    the (op_id, range_id) *pairs* of attribution.  A thunk's span is its ops' first start to last end.
-    *declared*: the step the script handed over (see ``_executions``)."""
+    """(spans, executions, the step program) of ``export_ops``, without the program's order."""
+    own, execs, step = export_ops(ranges, ops, pairs, module, declared, flops)
+    return spans_of(own), execs, step
+
+
+def export_ops(
+    ranges: pl.DataFrame,
+    ops: pl.DataFrame,
+    pairs: pl.DataFrame,
+    module: str | None = None,
+    declared: str | None = None,
+    flops: dict[tuple[str, int], float] | None = None,
+) -> tuple[pl.DataFrame, pl.DataFrame, StepProgram]:
+    """(each GPU op with its innermost thunk range, executions, the step program) from an export's NVTX
+    *ranges* (attribution's: range_id, name, domain, start, end, global_tid), its GPU *ops* (op_id,
+    start, end, kind, cls, bytes, name) and the (op_id, range_id) *pairs* of attribution; ``spans_of``
+    makes the spans. *declared*: the step the script handed over (see ``_executions``)."""
     r = _xla(ranges, "name", "domain")
     mods = r.filter(pl.col("xla_kind") == "module")
     proj = gpu_projection(mods, pairs, ops).select("range_id", "gpu_ns", "gpu_start", "gpu_end")
@@ -194,22 +221,151 @@ def export_spans(
         )
         .sort(["r_start", "r_end"], descending=[True, False], nulls_last=True)
         .unique("op_id", keep="first")
-        .join(ops.select("op_id", "start", "end", "kind", "cls", "bytes"), on="op_id")
+        .join(ops.select("op_id", "start", "end", "kind", "cls", "bytes", _op_name(ops)), on="op_id")
     )
+    return own, execs.select("execution", "start", "end", "program_id", "gpu_start", "gpu_end"), step
+
+
+def _op_name(ops: pl.DataFrame) -> pl.Expr:
+    return pl.col("name").cast(pl.String) if "name" in ops.columns else pl.lit(None, pl.String).alias("name")
+
+
+def spans_of(own: pl.DataFrame, order: ProgramOrder | None = None) -> pl.DataFrame:
+    """The spans of *own* (``export_ops``' ops): a thunk's span is its ops' first start to last end.
+    With the program's *order*, the ops of a thunk that is not an op of the program (XLA's command
+    buffers, ``command_buffer_N``: one CUDA graph of many instructions) go to the instructions that
+    ran them (``inside_command_buffers``), each op its own span."""
+    outside = pl.lit(False)
+    if order is not None:
+        own = inside_command_buffers(own, order)
+        outside = pl.col("_outside")
     # a range that holds others: each of its own ops is a span (from its first op to its last, it
-    # would cover the ranges inside it and count their time twice)
-    part = pl.when(pl.col("parent")).then(pl.col("op_id")).otherwise(-1).alias("_part")
+    # would cover the ranges inside it and count their time twice); so is each op of a command buffer
+    part = pl.when(pl.col("parent") | outside).then(pl.col("op_id")).otherwise(-1).alias("_part")
     spans = own.group_by("range_id", "execution", "hlo_op", part).agg(
         pl.col("start").min(),
         pl.col("end").max(),
         pl.col("bytes").filter(pl.col("kind") == "copy").sum().cast(I64).alias("bytes"),
         pl.col("cls").filter(pl.col("kind") == "copy").first().alias("cls"),
     )
-    return (
-        spans.select(list(SPAN_SCHEMA)).sort("execution", "start"),
-        execs.select("execution", "start", "end", "program_id", "gpu_start", "gpu_end"),
-        step,
+    return spans.select(list(SPAN_SCHEMA)).sort("execution", "start")
+
+
+def inside_command_buffers(own: pl.DataFrame, order: ProgramOrder) -> pl.DataFrame:
+    """*own* with ``hlo_op`` set, for the kernels of a thunk that is not an op of the program (a
+    command buffer: one CUDA graph of many instructions), to the instruction that launched each.
+
+    The graph runs its kernels in the order of the ops it was made of, so each thunk's kernels, in
+    the order they ran, are aligned with the program's launching ops in schedule order
+    (``difflib``'s longest matching blocks, one alignment a thunk, not a loop over kernels): a kernel
+    named for its op (XLA names a fusion's kernel after it: ``loop_convert_fusion.15`` runs
+    ``loop_convert_fusion_15``) matches it, a library kernel (a cuBLAS GEMM's ``nvjet_...``) matches
+    a custom call, and between two matched blocks equally many kernels and ops pair in order (XLA
+    reuses one kernel for identical fusions, under the first one's name). A kernel left over after
+    an op keeps that op (a GEMM of two kernels); the others, memsets and copies keep the thunk's
+    name. Adds ``_outside`` (the op's thunk is not an op of the program)."""
+    names = np.asarray(order.names, dtype=object)
+    launch = [_token(order.names[i]) for i in order.launchers]
+    by_token = {t for t in launch if t not in ("LIB", "COPY")}
+    own = own.with_columns((~pl.col("hlo_op").is_in(list(order.position))).alias("_outside"))
+    own = own.with_row_index("_row").sort("range_id", "start", "op_id")
+    kernels = {
+        k[0]: part
+        for k, part in own.filter(pl.col("_outside") & (pl.col("kind") == "kernel"))
+        .partition_by("range_id", as_dict=True, maintain_order=True)
+        .items()
+    }
+    if not kernels:
+        return own.sort("_row").drop("_row")
+    # an execution's thunks in the order they ran: each command buffer is aligned with the ops after
+    # those the thunks before it ran (a later layer's kernels, named after the first layer's fusions,
+    # do not go back to the first layer): the known thunks' floor, then the command buffers' own
+    thunks = (
+        own.group_by("execution", "range_id")
+        .agg(pl.col("r_start").first(), pl.col("hlo_op").first())
+        .sort("execution", "r_start", "range_id")
     )
+    pos = thunks["hlo_op"].replace_strict(order.position, default=-1, return_dtype=I64).to_numpy()
+    after = np.where(pos >= 0, np.searchsorted(order.launchers, pos, side="right"), 0)
+    thunks = thunks.with_columns(pl.Series("_after", after)).with_columns(
+        pl.col("_after").cum_max().over("execution").alias("_floor")
+    )
+    rows: list[np.ndarray] = []
+    picked: list[np.ndarray] = []
+    last, cursor = None, 0
+    buffers = thunks.filter(pl.col("range_id").is_in(list(kernels)))
+    for range_id, execution, floor in buffers.select("range_id", "execution", "_floor").iter_rows():
+        cursor = max(0 if execution != last else cursor, floor)
+        last = execution
+        part = kernels[range_id]
+        seen = [_kernel_token(n, by_token) for n in part["name"].to_list()]
+        window = launch[cursor : cursor + 2 * len(seen) + 16]
+        at = _align(seen, window)
+        ok = at >= 0
+        rows.append(part["_row"].to_numpy()[ok])
+        picked.append(names[order.launchers[cursor + at[ok]]])
+        if ok.any():
+            cursor += int(at[ok].max()) + 1
+    if not rows:
+        return own.sort("_row").drop("_row")
+    row = np.concatenate(rows)
+    fill = pl.DataFrame(
+        {"_row": row, "_op": np.concatenate(picked).tolist()}, schema={"_row": pl.UInt32, "_op": pl.String}
+    )
+    return (
+        own.join(fill, on="_row", how="left")
+        .with_columns(pl.coalesce("_op", "hlo_op").alias("hlo_op"))
+        .sort("_row")
+        .drop("_row", "_op")
+    )
+
+
+def _token(op: str) -> str:
+    """What an op's kernel is called: ``LIB`` for a custom call (a library's kernel: cuBLAS, cuDNN),
+    ``COPY`` for a copy on the device (XLA's ``memcpy...`` kernels), else its name as XLA names kernels."""
+    if op.startswith("custom-call"):
+        return "LIB"
+    return "COPY" if op.startswith("copy.") or op == "copy" else op.replace(".", "_").replace("-", "_")
+
+
+def _kernel_token(kernel: str | None, known: set[str]) -> str:
+    name = (kernel or "").split("(")[0].strip()
+    if name in known:
+        return name
+    return "COPY" if name.startswith("memcpy") else "LIB"
+
+
+def _align(seen: list[str], launch: list[str]) -> np.ndarray:
+    """For each kernel token in *seen*, the index into *launch* of the op that ran it, or -1.
+
+    Consecutive library kernels are one token on each side (a GEMM may run two kernels, two GEMMs
+    may follow each other), split again in order: the i-th kernel of a run to the i-th op of its
+    run, the ones past the last op to the last."""
+    k_runs, k_at = _runs(seen)
+    o_runs, o_at = _runs(launch)
+    out = np.full(len(seen), -1, dtype=np.int64)
+    m = difflib.SequenceMatcher(None, k_runs, o_runs, autojunk=False)
+    for tag, i1, i2, j1, j2 in m.get_opcodes():
+        if tag == "replace":  # pair as many as both sides have, in order
+            n = min(i2 - i1, j2 - j1)
+            i2, j2 = i1 + n, j1 + n
+        elif tag != "equal":
+            continue
+        for a, b in zip(range(i1, i2), range(j1, j2), strict=True):
+            kernels = np.arange(k_at[a], k_at[a + 1])
+            ops = np.arange(o_at[b], o_at[b + 1])
+            out[kernels] = ops[np.minimum(np.arange(kernels.size), ops.size - 1)]
+    return out
+
+
+def _runs(tokens: list[str]) -> tuple[list[str], np.ndarray]:
+    """*tokens* with each run of ``LIB`` as one, and where each run starts (plus the end)."""
+    arr = np.asarray(tokens, dtype=object)
+    lib = arr == "LIB"
+    first = np.ones(arr.size, dtype=bool)
+    first[1:] = ~(lib[1:] & lib[:-1])
+    at = np.flatnonzero(first)
+    return arr[at].tolist(), np.append(at, arr.size)
 
 
 def instruction_times(spans: pl.DataFrame) -> pl.DataFrame:

@@ -201,14 +201,16 @@ def _export(path: Path, module: str | None, hlo: Path | None, dump_dir: Path | N
     compiled = compiled_of(path)
     declared = ((compiled or {}).get("handed_over") or {}).get("module")  # as Breakdown reads it
     try:
-        spans, execs, step = it.export_spans(rng, ops, pairs, module, declared, module_flops(compiled))
+        own, execs, step = it.export_ops(rng, ops, pairs, module, declared, module_flops(compiled))
     except ValueError as exc:
         raise InputError(path, str(exc)) from None
     name = str(step.name)
-    if spans.height == 0:
+    if own.height == 0:
         raise InputError(path, f"no GPU work under XLA thunk ranges (Thunk:#...hlo_op=...#) in {step.label}")
     notes: list[str] = []
     mod = _hlo_file(hlo) if hlo else _step_hlo(dump_dir, step, notes)
+    # a command buffer's kernels go to the instructions that ran them (the module's order says which)
+    spans = it.spans_of(own, schedule.program_order(schedule.build(mod)) if mod is not None else None)
     times = with_classes(it.instruction_times(spans), mod)
     copies = ops.filter((pl.col("kind") == "copy") & pl.col("cls").is_in(["h2d", "d2h"])).select(
         "cls", "bytes", "start", "end"

@@ -33,6 +33,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 
+import numpy as np
+
+from profiler.analysis.instruction_times import ProgramOrder
 from profiler.xla.hlo import Instruction, Module
 from profiler.xla.plan import offload_plan
 
@@ -138,6 +141,18 @@ class Schedule:
                 return ins.name
             ins = self.instructions.get(self._callers.get(ins.computation, ""))
         return None
+
+
+def program_order(sched: Schedule) -> ProgramOrder:
+    """The schedule's ops outside loops in order, for ``instruction_times.spans_of``: which instruction
+    ran the kernels of a command buffer (``launchers``: the ops that launch GPU work)."""
+    names = [o.name for o in sched.ops]
+    position: dict[str, int] = {}
+    for o in sched.ops:
+        if o.iteration is None:
+            position.setdefault(o.name, o.index)
+    launchers = np.array([o.index for o in sched.ops if o.kind == "compute" and o.iteration is None], dtype=np.int64)
+    return ProgramOrder(names, position, launchers)
 
 
 def _collective_of(module: Module, ins: Instruction) -> str | None:
