@@ -147,11 +147,13 @@ def _executions(
 class ProgramOrder:
     """The step's ops in schedule order, for the work a command buffer ran (``program_order`` in
     ``profiler.predict.schedule`` makes it): ``names[i]`` is op *i*'s instruction, ``position`` the
-    first op of each instruction, ``launchers`` the sorted positions of the ops that launch GPU work."""
+    first op of each instruction, ``launchers`` the sorted positions of the ops that launch GPU work;
+    a thunk of none of ``instructions`` (with ``position``'s) is a command buffer."""
 
     names: list[str]
     position: dict[str, int]
     launchers: np.ndarray
+    instructions: frozenset[str] = frozenset()  # every instruction of the module (a loop body's too)
 
 
 def export_spans(
@@ -267,7 +269,8 @@ def inside_command_buffers(own: pl.DataFrame, order: ProgramOrder) -> pl.DataFra
     names = np.asarray(order.names, dtype=object)
     launch = [_token(order.names[i]) for i in order.launchers]
     by_token = {t for t in launch if t not in ("LIB", "COPY")}
-    own = own.with_columns((~pl.col("hlo_op").is_in(list(order.position))).alias("_outside"))
+    known = list(order.instructions | order.position.keys())
+    own = own.with_columns((~pl.col("hlo_op").is_in(known)).alias("_outside"))
     own = own.with_row_index("_row").sort("range_id", "start", "op_id")
     kernels = {
         k[0]: part

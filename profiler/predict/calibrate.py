@@ -34,6 +34,11 @@ from profiler.xla.hlo import Module
 
 CLASSES = ("matmul", "fusion", "collective", "other")
 MIN_SCALE_NS = 10_000  # a class whose roofline time in the run is below this gets no scale factor
+# nor does a class whose measured instructions are under this share of its roofline time in the step:
+# a scale is carried to the class's other ops, so it must be fitted on enough of them (a scanned H200
+# step measures only what ran outside its loops, 8 of 256 ms: its GEMMs outside, 2.2 times their
+# roofline, are not like the loops')
+MIN_COVERAGE = 0.25
 
 
 @dataclass
@@ -107,15 +112,25 @@ def calibrate(m: Measured, spec_text: str) -> Calibration:
     roof = roofline.costs(sched, device)
     meas = measured_costs(m)
     cls = class_table(sched, meas, roof)
+    covered = _coverage(sched, meas, roof)
     scale = {
-        c: v["measured"] / v["roofline"] for c, v in cls.items() if v["roofline"] >= MIN_SCALE_NS and v["measured"] > 0
+        c: v["measured"] / v["roofline"]
+        for c, v in cls.items()
+        if v["roofline"] >= MIN_SCALE_NS and v["measured"] > 0 and covered.get(c, 0.0) >= MIN_COVERAGE
     }
     notes = ([f"step: {m.chosen_by}"] if m.chosen_by else []) + list(m.notes)
-    if not scale:  # e.g. kernels that ran in command buffers or loops timed as one range: nothing named
+    thin = sorted(c for c, v in cls.items() if v["roofline"] >= MIN_SCALE_NS and covered.get(c, 0.0) < MIN_COVERAGE)
+    if thin:
+        said = ", ".join(f"{c} {100 * covered.get(c, 0.0):.0f}%" for c in thin)
         notes.append(
-            f"no op class has {MIN_SCALE_NS // 1000} us of measured instructions here: a calibration from this"
-            " run is the roofline's, its copies' rates aside"
+            f"measured instructions cover too little of their class's roofline time per step to fit a scale"
+            f" ({said}; at least {100 * MIN_COVERAGE:.0f}%): e.g. a loop timed as one range"
         )
+    if not scale:  # e.g. loops timed as one range: too little named
+        why = (
+            "no op class got a scale" if thin else f"no op class has {MIN_SCALE_NS // 1000} us of measured instructions"
+        )
+        notes.append(f"{why} here: a calibration from this run is the roofline's, its copies' rates aside")
     own = host_link([m.gpu] if m.gpu else [])
     link = own.link
     if own.assumed:
@@ -136,6 +151,19 @@ def calibrate(m: Measured, spec_text: str) -> Calibration:
         notes=notes,
         program=module_fingerprint(m.module)["value"],
     )
+
+
+def _coverage(sched: schedule.Schedule, measured: dict[str, int], roof: dict[str, int]) -> dict[str, float]:
+    """Per op class: the roofline time per step of its measured instructions over the whole class's."""
+    classes = roofline.op_classes(sched)
+    total: dict[str, float] = {}
+    named: dict[str, float] = {}
+    for name, k in sched.runs.items():
+        c = classes.get(name, "other")
+        total[c] = total.get(c, 0.0) + roof.get(name, 0) * k
+        if name in measured:
+            named[c] = named.get(c, 0.0) + roof.get(name, 0) * k
+    return {c: named.get(c, 0.0) / t for c, t in total.items() if t > 0}
 
 
 def class_table(

@@ -152,7 +152,7 @@ def program_order(sched: Schedule) -> ProgramOrder:
         if o.iteration is None:
             position.setdefault(o.name, o.index)
     launchers = np.array([o.index for o in sched.ops if o.kind == "compute" and o.iteration is None], dtype=np.int64)
-    return ProgramOrder(names, position, launchers)
+    return ProgramOrder(names, position, launchers, frozenset(sched.instructions))
 
 
 def _collective_of(module: Module, ins: Instruction) -> str | None:

@@ -316,3 +316,20 @@ def test_the_real_roofline_of_the_runs_gpu_and_of_the_target():
                                            "g": round(there["g"] * 2.0), "ar": there["ar"],
                                            "out": round(there["out"] * 2.0)}  # fmt: skip
     assert how == {"measured": 0, "scaled": 4, "roofline": 1, "copy": 3}
+
+
+@pytest.mark.parametrize(("out_ns", "fitted"), [(80_000, False), (60_000, True)])
+def test_a_class_measured_on_under_a_quarter_of_its_roofline_gets_no_scale(out_ns, fitted):
+    """g measured (20 us of roofline), out not: "other" is covered 20_000 / (20_000 + out) of its
+    roofline time per step: 20% gets no scale and a note naming the class and its share; 25% is enough
+    (the limit is included). mm is covered whole either way."""
+    roof = {**ROOF, "g": 20_000, "out": out_ns}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(roofline, "costs", lambda sched, device, launch_ns=0: dict(roof))
+        cal = calibrate.calibrate(run({"mm": [80_000], "g": [30_000]}), TARGETS["h100"].spec_text())
+    assert cal.scale == ({"matmul": 2.0, "other": 1.5} if fitted else {"matmul": 2.0})
+    thin = [n for n in cal.notes if "cover too little" in n]
+    assert thin == ([] if fitted else [
+        "measured instructions cover too little of their class's roofline time per step to fit a scale"
+        " (other 20%; at least 25%): e.g. a loop timed as one range"
+    ])  # fmt: skip

@@ -114,3 +114,18 @@ def test_the_h200_steps_replay_to_their_measured_step(run, tmp_path, monkeypatch
     assert abs(replay["error"]) < 0.02, replay["error"]
     assert replay["unplaced_ns"] < 0.02 * doc["measured_step_ns"]
     assert not any(u["name"].startswith("command_buffer") and u["ns"] > 1e6 for u in replay["unplaced"])
+
+
+def test_a_loop_bodys_thunk_is_no_command_buffer():
+    """A thunk of an instruction inside a loop's body (an instruction of the module, not an op of the
+    entry) keeps its kernels, whatever they are called."""
+    order = it.ProgramOrder(ORDER.names, ORDER.position, ORDER.launchers, frozenset({"body.fusion.9"}))
+    own = own_ops().with_columns(
+        pl.when(pl.col("hlo_op") == "command_buffer_2")
+        .then(pl.lit("body.fusion.9"))
+        .otherwise("hlo_op")
+        .alias("hlo_op")
+    )
+    out = it.inside_command_buffers(own, order)
+    assert out["hlo_op"].to_list()[-4:] == ["body.fusion.9"] * 4
+    assert not any(out["_outside"].to_list()[-4:])
