@@ -305,7 +305,12 @@ def _unplaced(schedule: Schedule, cost_ns: Mapping[str, int]) -> list[dict[str, 
     runs = schedule.runs
     cut = any("cut there" in n for n in schedule.notes)
     why = "no op of the schedule runs it" + (" (the schedule was cut)" if cut else "")
-    out = [{"name": k, "ns": int(v), "why": why} for k, v in cost_ns.items() if k not in runs and v]
+    buffer = "what of a command buffer no op was matched to (its memsets; kernels before the first match)"
+    out = [
+        {"name": k, "ns": int(v), "why": buffer if k.startswith("command_buffer") else why}
+        for k, v in cost_ns.items()
+        if k not in runs and v
+    ]
     return sorted(out, key=lambda u: (-u["ns"], u["name"]))
 
 

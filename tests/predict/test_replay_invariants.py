@@ -148,9 +148,13 @@ def test_a_loop_is_its_body_times_its_trips_or_its_own_span():
 def test_a_cost_no_op_runs_is_listed_with_its_time():
     sched = schedule.build(parse_text(LOOP))
     first = next(o.name for o in sched.ops if o.kind == "compute")
-    p = simulate(sched, {first: 100, "command_buffer_3": 5_000, "gone.1": 0})
-    assert p.unplaced == [{"name": "command_buffer_3", "ns": 5_000, "why": "no op of the schedule runs it"}]
-    assert p.unplaced_ns == 5_000 and p.doc()["unplaced_ns"] == 5_000 and p.step_ns == 100
+    p = simulate(sched, {first: 100, "command_buffer_3": 5_000, "gone.1": 0, "other.2": 700})
+    buffer = "what of a command buffer no op was matched to (its memsets; kernels before the first match)"
+    assert p.unplaced == [
+        {"name": "command_buffer_3", "ns": 5_000, "why": buffer},
+        {"name": "other.2", "ns": 700, "why": "no op of the schedule runs it"},
+    ]
+    assert p.unplaced_ns == 5_700 and p.doc()["unplaced_ns"] == 5_700 and p.step_ns == 100
 
 
 def test_a_loop_without_a_trip_count_keeps_its_measured_time(tmp_path):
