@@ -156,19 +156,6 @@ class ProgramOrder:
     instructions: frozenset[str] = frozenset()  # every instruction of the module (a loop body's too)
 
 
-def export_spans(
-    ranges: pl.DataFrame,
-    ops: pl.DataFrame,
-    pairs: pl.DataFrame,
-    module: str | None = None,
-    declared: str | None = None,
-    flops: dict[tuple[str, int], float] | None = None,
-) -> tuple[pl.DataFrame, pl.DataFrame, StepProgram]:
-    """(spans, executions, the step program) of ``export_ops``, without the program's order."""
-    own, execs, step = export_ops(ranges, ops, pairs, module, declared, flops)
-    return spans_of(own), execs, step
-
-
 def export_ops(
     ranges: pl.DataFrame,
     ops: pl.DataFrame,
