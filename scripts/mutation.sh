@@ -16,7 +16,7 @@ set -euo pipefail
 main() {
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-module=${1:?usage: bash scripts/mutation.sh MODULE [--report] (units, intervals, overlap, stalls, kernels_slowed, replay, findings_config, findings_rules, savings, findings_savings, predict)}
+module=${1:?usage: bash scripts/mutation.sh MODULE [--report] (units, intervals, overlap, stalls, kernels_slowed, replay, findings_config, findings_rules, savings, findings_savings, predict, command_buffers)}
 shift
 report_only=0
 if [ "${1:-}" = --report ]; then report_only=1; shift; fi
@@ -58,6 +58,9 @@ case "$module" in
   findings_savings)  # the change each finding asks the replay for, and the saving attached to it
     sources="profiler/analysis/findings/saving.py profiler/analysis/findings/changes.py"
     tests="tests/findings/test_findings_saving.py tests/findings/test_findings_changes.py tests/analysis/test_savings.py tests/findings/test_findings.py tests/findings/test_findings_cost.py tests/findings/test_findings_thresholds.py" ;;
+  command_buffers)  # a command buffer's kernels given to their instructions (instruction_times.py's own mutants too)
+    sources="profiler/analysis/instruction_times.py"
+    tests="tests/predict/test_command_buffers.py tests/predict/test_measured.py tests/predict/test_replay_invariants.py" ;;
   predict)  # the step's prediction: schedule, roofline, the replay of a schedule, calibration, recordings
     sources="profiler/predict/*.py profiler/analysis/replay_rules.py"
     # in-process tests, fast ones first; plan's compiles (.venv-aot, subprocesses) count for nothing here
