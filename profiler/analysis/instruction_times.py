@@ -296,9 +296,7 @@ def inside_command_buffers(own: pl.DataFrame, order: ProgramOrder) -> pl.DataFra
         picked.append(names[order.launchers[cursor + at[ok]]])
         if ok.any():
             cursor += int(at[ok].max()) + 1
-    if not rows:
-        return own.sort("_row").drop("_row")
-    row = np.concatenate(rows)
+    row = np.concatenate(rows)  # a thunk a command buffer with kernels: one array each
     fill = pl.DataFrame(
         {"_row": row, "_op": np.concatenate(picked).tolist()}, schema={"_row": pl.UInt32, "_op": pl.String}
     )

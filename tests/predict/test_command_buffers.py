@@ -60,6 +60,7 @@ def own_ops(executions: int = 1) -> pl.DataFrame:
 
 def test_each_kernel_of_a_command_buffer_goes_to_its_instruction():
     out = it.inside_command_buffers(own_ops(), ORDER)
+    assert out.columns == [*own_ops().columns, "_outside"]
     assert out["op_id"].to_list() == list(range(10))  # the rows as given
     assert out["hlo_op"].to_list() == [
         "fusion.1",  # named for it
@@ -129,3 +130,43 @@ def test_a_loop_bodys_thunk_is_no_command_buffer():
     out = it.inside_command_buffers(own, order)
     assert out["hlo_op"].to_list()[-4:] == ["body.fusion.9"] * 4
     assert not any(out["_outside"].to_list()[-4:])
+
+
+def test_kernels_and_thunks_go_by_time_not_by_their_ids():
+    """Found by mutation testing: the same ops with their ids and their thunks' ids counted backwards
+    (and the rows given last first) are aligned as they ran, each kernel to the same instruction."""
+    own = own_ops()
+    flipped = own.with_columns(
+        (100 - pl.col("op_id")).alias("op_id"), (100 - pl.col("range_id")).alias("range_id")
+    ).reverse()
+    out = it.inside_command_buffers(flipped, ORDER)
+    assert out["op_id"].to_list() == flipped["op_id"].to_list()  # the rows as given
+    want = dict(zip(own["op_id"], it.inside_command_buffers(own, ORDER)["hlo_op"], strict=True))
+    assert dict(zip(100 - out["op_id"], out["hlo_op"], strict=True)) == want
+
+
+def test_without_a_command_buffer_nothing_changes():
+    """Every thunk an op of the program (profile-step's own captures: command buffers off): the rows
+    as given, each with its thunk's name."""
+    own = own_ops().filter(pl.col("hlo_op") == "copy-start.4")
+    out = it.inside_command_buffers(own, ORDER)
+    assert out.drop("_outside").equals(own) and out["_outside"].to_list() == [False]
+
+
+def test_a_command_buffer_with_nothing_to_align_keeps_its_name():
+    """A program with no launching op to align with: every kernel keeps its command buffer's name."""
+    order = it.ProgramOrder(ORDER.names, ORDER.position, np.array([], dtype=np.int64))
+    out = it.inside_command_buffers(own_ops(), order)
+    assert out["hlo_op"].to_list() == own_ops()["hlo_op"].to_list()
+
+
+def test_a_kernel_before_the_first_match_keeps_its_command_buffers_name():
+    """A kernel that runs before anything it could be (named for fusion.7, which comes later) keeps its
+    thunk's name; the others are aligned as before (found by mutation testing: unaligned kernels given
+    the window's second op)."""
+    own = own_ops()
+    early = own.filter(pl.col("op_id") == 0).with_columns(
+        pl.lit(-1, pl.Int64).alias("op_id"), pl.lit("fusion_7").alias("name"), pl.lit(-5, pl.Int64).alias("start")
+    )
+    out = it.inside_command_buffers(pl.concat([early, own]), ORDER)
+    assert out["hlo_op"].to_list() == ["command_buffer_1", *it.inside_command_buffers(own, ORDER)["hlo_op"]]
