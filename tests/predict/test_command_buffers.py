@@ -170,3 +170,18 @@ def test_a_kernel_before_the_first_match_keeps_its_command_buffers_name():
     )
     out = it.inside_command_buffers(pl.concat([early, own]), ORDER)
     assert out["hlo_op"].to_list() == ["command_buffer_1", *it.inside_command_buffers(own, ORDER)["hlo_op"]]
+
+
+def test_an_op_that_ran_no_kernel_in_the_buffer_is_passed_over():
+    """The second command buffer without its GEMM's kernel: custom-call.6 is skipped and the kernels
+    after it still go to fusion.7 and copy.8 (found by mutation testing: alignment stopped there)."""
+    own = own_ops().filter(pl.col("name").ne_missing("nvjet_gemm_c"))
+    out = it.inside_command_buffers(own, ORDER)
+    assert out["hlo_op"].to_list()[-3:] == ["fusion.5", "fusion.7", "copy.8"]
+
+
+def test_a_lone_library_kernel_goes_to_the_custom_call_not_the_op_before_it():
+    """A command buffer of one cuBLAS kernel, first in the step: its op is the custom call, though a
+    fusion comes before it in the schedule (a library kernel's token is the custom call's)."""
+    own = own_ops().filter(pl.col("op_id") == 1)
+    assert it.inside_command_buffers(own, ORDER)["hlo_op"].to_list() == ["custom-call.2"]
