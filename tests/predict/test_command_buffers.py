@@ -185,3 +185,10 @@ def test_a_lone_library_kernel_goes_to_the_custom_call_not_the_op_before_it():
     fusion comes before it in the schedule (a library kernel's token is the custom call's)."""
     own = own_ops().filter(pl.col("op_id") == 1)
     assert it.inside_command_buffers(own, ORDER)["hlo_op"].to_list() == ["custom-call.2"]
+
+
+def test_a_lone_memcpy_kernel_goes_to_the_device_copy():
+    """A command buffer of one ``memcpy`` kernel after the copy's thunk: its op is the device copy, not
+    the fusion first in its window (a memcpy kernel's token is a copy's)."""
+    own = own_ops().filter(pl.col("hlo_op").eq("copy-start.4") | pl.col("name").eq("memcpy128"))
+    assert it.inside_command_buffers(own, ORDER)["hlo_op"].to_list() == ["copy-start.4", "copy.8"]
