@@ -248,10 +248,11 @@ def inside_command_buffers(own: pl.DataFrame, order: ProgramOrder) -> pl.DataFra
     the order they ran, are aligned with the program's launching ops in schedule order
     (``difflib``'s longest matching blocks, one alignment a thunk, not a loop over kernels): a kernel
     named for its op (XLA names a fusion's kernel after it: ``loop_convert_fusion.15`` runs
-    ``loop_convert_fusion_15``) matches it, a library kernel (a cuBLAS GEMM's ``nvjet_...``) matches
-    a custom call, and between two matched blocks equally many kernels and ops pair in order (XLA
-    reuses one kernel for identical fusions, under the first one's name). A kernel left over after
-    an op keeps that op (a GEMM of two kernels); the others, memsets and copies keep the thunk's
+    ``loop_convert_fusion_15``) matches it, a library kernel (a cuBLAS GEMM's ``nvjet_...``) a
+    custom call, a ``memcpy`` kernel a device copy, and between two matched blocks equally many
+    kernels and ops pair in order (XLA reuses one kernel for identical fusions, under the first
+    one's name); a run of library kernels longer than its run of custom calls gives the rest to the
+    last (a GEMM of two kernels). Kernels matched to nothing, memsets and copies keep the thunk's
     name. Adds ``_outside`` (the op's thunk is not an op of the program)."""
     names = np.asarray(order.names, dtype=object)
     launch = [_token(order.names[i]) for i in order.launchers]
@@ -296,7 +297,7 @@ def inside_command_buffers(own: pl.DataFrame, order: ProgramOrder) -> pl.DataFra
         picked.append(names[order.launchers[cursor + at[ok]]])
         if ok.any():
             cursor += int(at[ok].max()) + 1
-    row = np.concatenate(rows)  # a thunk a command buffer with kernels: one array each
+    row = np.concatenate(rows)  # one array per command buffer with kernels, so never an empty list
     fill = pl.DataFrame(
         {"_row": row, "_op": np.concatenate(picked).tolist()}, schema={"_row": pl.UInt32, "_op": pl.String}
     )
