@@ -111,8 +111,9 @@ def calibrate(m: Measured, spec_text: str) -> Calibration:
     sched = schedule.build(m.module)
     roof = roofline.costs(sched, device)
     meas = measured_costs(m)
-    cls = class_table(sched, meas, roof)
-    covered = _coverage(sched, meas, roof)
+    classes = roofline.op_classes(sched)
+    cls = class_table(sched, meas, roof, classes=classes)
+    covered = _coverage(sched, meas, roof, classes)
     scale = {
         c: v["measured"] / v["roofline"]
         for c, v in cls.items()
@@ -153,9 +154,11 @@ def calibrate(m: Measured, spec_text: str) -> Calibration:
     )
 
 
-def _coverage(sched: schedule.Schedule, measured: dict[str, int], roof: dict[str, int]) -> dict[str, float]:
-    """Per op class: the roofline time per step of its measured instructions over the whole class's."""
-    classes = roofline.op_classes(sched)
+def _coverage(
+    sched: schedule.Schedule, measured: dict[str, int], roof: dict[str, int], classes: dict[str, str]
+) -> dict[str, float]:
+    """Per op class (*classes*: ``roofline.op_classes``): the roofline time per step of its measured
+    instructions over the whole class's."""
     total: dict[str, float] = {}
     named: dict[str, float] = {}
     for name, k in sched.runs.items():
@@ -167,13 +170,18 @@ def _coverage(sched: schedule.Schedule, measured: dict[str, int], roof: dict[str
 
 
 def class_table(
-    sched: schedule.Schedule, measured: dict[str, int], roof: dict[str, int], per_step: bool = False
+    sched: schedule.Schedule,
+    measured: dict[str, int],
+    roof: dict[str, int],
+    per_step: bool = False,
+    classes: dict[str, str] | None = None,
 ) -> dict[str, dict[str, float]]:
     """Per op class (roofline.op_class), over the instructions both measured and costed: measured ns,
     roofline ns, instructions, and the median per-instruction ratio measured / roofline.  The ns are
     per execution of each instruction (what calibration's scales are fitted on), or with *per_step*
-    per step: times the runs of each (a loop body's trips)."""
-    classes = roofline.op_classes(sched)
+    per step: times the runs of each (a loop body's trips). *classes*: ``roofline.op_classes`` of
+    *sched*, when already made."""
+    classes = classes if classes is not None else roofline.op_classes(sched)
     runs = sched.runs if per_step else {}
     rows: dict[str, list[tuple[int, int]]] = {}
     for name, ns in measured.items():

@@ -49,13 +49,13 @@ class Measured:
         return float(self.steps["duration_ns"].median() or 0.0)
 
 
-def with_classes(times: pl.DataFrame, module: Module | None) -> pl.DataFrame:
+def with_classes(times: pl.DataFrame, module: Module | None, sched: schedule.Schedule | None = None) -> pl.DataFrame:
     """*times* with ``opcode``, ``site`` (the op of the replayed schedule that runs it: itself where
     its computation's instructions are ops, the entry's or a loop body's; else the fusion, async-start,
     loop or conditional around it: ``schedule.Schedule.site``), ``runs`` (how many times the schedule
     runs the site per step: a loop body's trips) and ``op_class``: the site's class in the replayed
     schedule (``roofline.op_classes``); without the module, the class XLA's instruction names suggest
-    (``instruction_times.guess_class``) and one run."""
+    (``instruction_times.guess_class``) and one run. *sched*: the module's schedule when already built."""
     if module is None:
         return times.with_columns(
             pl.lit(None, pl.String).alias("opcode"),
@@ -63,7 +63,7 @@ def with_classes(times: pl.DataFrame, module: Module | None) -> pl.DataFrame:
             pl.lit(1, pl.Int64).alias("runs"),
             it.guess_class(pl.lit(None, pl.String), pl.col("hlo_op")).alias("op_class"),
         )
-    sched = schedule.build(module)
+    sched = sched or schedule.build(module)
     classes = roofline.op_classes(sched)
     rows = []
     for name in times["hlo_op"].to_list():
@@ -210,8 +210,9 @@ def _export(path: Path, module: str | None, hlo: Path | None, dump_dir: Path | N
     notes: list[str] = []
     mod = _hlo_file(hlo) if hlo else _step_hlo(dump_dir, step, notes)
     # a command buffer's kernels go to the instructions that ran them (the module's order says which)
-    spans = it.spans_of(own, schedule.program_order(schedule.build(mod)) if mod is not None else None)
-    times = with_classes(it.instruction_times(spans), mod)
+    sched = schedule.build(mod) if mod is not None else None
+    spans = it.spans_of(own, schedule.program_order(sched) if sched is not None else None)
+    times = with_classes(it.instruction_times(spans), mod, sched)
     copies = ops.filter((pl.col("kind") == "copy") & pl.col("cls").is_in(["h2d", "d2h"])).select(
         "cls", "bytes", "start", "end"
     )
