@@ -25,6 +25,7 @@ import os
 import sys
 import tempfile
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,11 @@ class Run:
     module: Module
     spec: str
     link: Link
+
+    @cached_property
+    def sched(self) -> schedule.Schedule:
+        """The module's schedule, built once for every source that predicts this run."""
+        return schedule.build(self.module)
 
 
 def form(name: str) -> str:
@@ -129,10 +135,10 @@ def source_doc(label: str, cal: calibrate.Calibration, m: Measured, spec: str) -
 
 def predict(run: Run, cal: calibrate.Calibration | None) -> float:
     """The step of *run* predicted by the roofline (``cal`` None) or calibrated on *cal*."""
+    sched = run.sched
     if cal is None:
-        sched = schedule.build(run.module)
         return simulate(sched, roofline.costs(sched, roofline.device_from_spec(run.spec)), run.link).step_ns
-    sched, costs, _ = calibrate.calibrated_costs(cal, run.module, run.spec, run.link)
+    _, costs, _ = calibrate.calibrated_costs(cal, run.module, run.spec, run.link, sched)
     return simulate(sched, costs, run.link).step_ns
 
 

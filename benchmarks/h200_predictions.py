@@ -63,7 +63,7 @@ def rows(shared: Path | None) -> list[dict[str, Any]]:
         row = {"run": json.loads((run / "manifest.json").read_text())["policy"], "measured_ns": measured,
                "roofline_ns": roof, "roofline_error": roof / measured - 1}  # fmt: skip
         for tag, cal in cals:
-            s, costs, _ = calibrate.calibrated_costs(cal, module, spec, link)
+            s, costs, _ = calibrate.calibrated_costs(cal, module, spec, link, sched)
             pred = simulate(s, costs, link).step_ns
             row[f"a100_{tag}_ns"] = pred
             row[f"a100_{tag}_error"] = pred / measured - 1

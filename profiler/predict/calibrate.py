@@ -202,12 +202,13 @@ def class_table(
 
 
 def calibrated_costs(
-    cal: Calibration, module: Module, spec_text: str, link: Link
+    cal: Calibration, module: Module, spec_text: str, link: Link, sched: schedule.Schedule | None = None
 ) -> tuple[schedule.Schedule, dict[str, int], dict[str, int]]:
     """(schedule, ns per instruction, how many instructions were costed each way) for *module* on the
-    target *spec_text* and host *link* (see the module docstring)."""
+    target *spec_text* and host *link* (see the module docstring); *sched*: the module's schedule where
+    the caller has built it already (building it is most of the time)."""
     device = roofline.device_from_spec(spec_text)
-    sched = schedule.build(module)
+    sched = sched if sched is not None else schedule.build(module)
     roof = roofline.costs(sched, device)
     classes = roofline.op_classes(sched)
     shapes = {n: i.shape.text() for n, i in sched.instructions.items()}

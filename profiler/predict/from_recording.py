@@ -62,7 +62,7 @@ def from_recording(path: Path, targets: list[str] | None = None, links: list[Lin
             raise ProfilerError(f"--target: {exc}") from None
         on_own = (label or "").lower() == (m.gpu or "its GPU").lower()  # the recording's own device
         for link in links or [own_link if on_own else host_link([label]).link]:  # else the target's own link
-            s, costs, how = calibrate.calibrated_costs(cal, m.module, target_spec, link)
+            s, costs, how = calibrate.calibrated_costs(cal, m.module, target_spec, link, sched)
             p = simulate(s, costs, link)
             same = how["scaled"] == 0 and how["roofline"] == 0
             own = on_own and link.key == own_link.key

@@ -77,7 +77,7 @@ class Compiled:
                 from profiler.predict.calibrate import calibrated_costs
 
                 cal, spec = self.calibration
-                _, costs, _ = calibrated_costs(cal, self.sched.module_ref, spec, link)
+                _, costs, _ = calibrated_costs(cal, self.sched.module_ref, spec, link, self.sched)
             self.predictions[link.key] = simulate(self.sched, costs, link)
         return self.predictions[link.key]
 
