@@ -29,6 +29,13 @@ EVERY = RUNS + SHAPE_RUNS
 OFFLOADING = [p for p in EVERY if "-offload_" in p.name]
 
 
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> str:
+    """One conversion cache for the module's commands: each recording is converted once, and the later
+    commands read it as a user's second command would."""
+    return str(tmp_path_factory.mktemp("cache"))
+
+
 def label(run) -> str:
     return run.name.split("-", 1)[1].rsplit("-", 1)[0]
 
@@ -68,8 +75,8 @@ def test_the_ten_runs_and_the_run_out_of_memory_are_there():
 
 
 @pytest.mark.parametrize("run", EVERY, ids=run_id)
-def test_each_step_equals_the_trace_json_to_the_nanosecond(run, tmp_path, monkeypatch):
-    monkeypatch.setenv("PROFILE_STEP_CACHE", str(tmp_path))
+def test_each_step_equals_the_trace_json_to_the_nanosecond(run, cache, monkeypatch):
+    monkeypatch.setenv("PROFILE_STEP_CACHE", cache)
     got = analyzed(load_trace(run / "trace.json.gz"), by="step").breakdown.by_step()["steps"]
     raw = raw_steps(run / "trace.json.gz")
     assert len(got) == len(raw) == steps_of(run)
@@ -85,12 +92,12 @@ def test_each_step_equals_the_trace_json_to_the_nanosecond(run, tmp_path, monkey
 
 
 @pytest.mark.parametrize("run", OFFLOADING, ids=run_id)
-def test_the_exposed_and_stalled_time_are_the_waits(run, tmp_path, monkeypatch):
+def test_the_exposed_and_stalled_time_are_the_waits(run, cache, monkeypatch):
     """The core's waits in the transfers' dones are the copies' exposed time (with the few ns of idle
     core inside a copy, under 0.1% of the waits) and their stalls, to a ns per wait or 0.001% (the
     trace's microseconds, rounded to ns, let a wait and the op beside it overlap by one; a few ns of
     idle core between a wait and the op after it count as stalled)."""
-    monkeypatch.setenv("PROFILE_STEP_CACHE", str(tmp_path))
+    monkeypatch.setenv("PROFILE_STEP_CACHE", cache)
     got = analyzed(load_trace(run / "trace.json.gz"), by="step").breakdown.by_step()["steps"]
     for step, want in zip(got, raw_steps(run / "trace.json.gz"), strict=True):
         off = step["devices"]["0"]["offload"]
@@ -101,7 +108,7 @@ def test_the_exposed_and_stalled_time_are_the_waits(run, tmp_path, monkeypatch):
         assert abs(off["stall_ns"] - waits) <= max(len(want.waits), waits // 100_000)
 
 
-def test_the_h200_shape_holds_its_seven_runs_and_the_unrolled_offload_all_out_of_memory(tmp_path):
+def test_the_h200_shape_holds_its_seven_runs_and_the_unrolled_offload_all_out_of_memory(cache):
     """The H200 example's own step on the TPU: seven runs with a trace (3 steps each) and the failed one,
     every median step in analyze's table the trace JSON's own; the unrolled offloads beat unrolled remat
     there (offload_qkv 884.6 ms, offload_mlp 899.4, remat 915.5), the scanned remat beats every run."""
@@ -114,7 +121,7 @@ def test_the_h200_shape_holds_its_seven_runs_and_the_unrolled_offload_all_out_of
         "offload_mlp-scan",
         "offload_all-scan",
     ]
-    proc = run_cli("analyze", "--json", str(SHAPE), env={"PROFILE_STEP_CACHE": str(tmp_path)})
+    proc = run_cli("analyze", "--json", str(SHAPE), env={"PROFILE_STEP_CACHE": cache})
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     rows = {r["policy"]: r for r in doc["policies"]["rows"]}
@@ -130,8 +137,8 @@ def test_the_h200_shape_holds_its_seven_runs_and_the_unrolled_offload_all_out_of
     assert oom["policy"] == "offload_all" and "17.34G" in oom["reason"]
 
 
-def test_offload_mlp_scanned_waits_132_8_ms_of_its_355_6_ms_step(tmp_path, monkeypatch):
-    monkeypatch.setenv("PROFILE_STEP_CACHE", str(tmp_path))
+def test_offload_mlp_scanned_waits_132_8_ms_of_its_355_6_ms_step(cache, monkeypatch):
+    monkeypatch.setenv("PROFILE_STEP_CACHE", cache)
     (run,) = [p for p in RUNS if label(p) == "offload_mlp-scan"]
     raw = raw_steps(run / "trace.json.gz")
     assert statistics.median(union_ns(s.waits) for s in raw) == pytest.approx(132.37e6, abs=0.05e6)
@@ -139,8 +146,8 @@ def test_offload_mlp_scanned_waits_132_8_ms_of_its_355_6_ms_step(tmp_path, monke
     assert all(s.bytes == {"d2h": 1 << 30, "h2d": 1 << 30} for s in raw)  # 8 layers x 128 MiB each way
 
 
-def test_analyze_of_the_folder_reads_every_run_and_says_why_one_has_no_trace(tmp_path):
-    proc = run_cli("analyze", "--json", str(TPU), env={"PROFILE_STEP_CACHE": str(tmp_path)})
+def test_analyze_of_the_folder_reads_every_run_and_says_why_one_has_no_trace(cache):
+    proc = run_cli("analyze", "--json", str(TPU), env={"PROFILE_STEP_CACHE": cache})
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     rows = {r["policy"]: r for r in doc["policies"]["rows"]}
@@ -165,11 +172,11 @@ def test_analyze_of_the_folder_reads_every_run_and_says_why_one_has_no_trace(tmp
     assert doc["verdict"]["policy"] == "offload_mlp"  # its copies: the fastest 8-layer run that offloads
 
 
-def test_compare_pairs_the_scanned_and_the_unrolled_offload_mlp(tmp_path):
+def test_compare_pairs_the_scanned_and_the_unrolled_offload_mlp(cache):
     """Two forms of one step are two policies: --pair compares them as one pair, the step and the waits
     as analyze measured them; without it there is nothing in common to compare."""
     scan, unrolled = (next(p for p in RUNS if label(p) == name) for name in ("offload_mlp-scan", "offload_mlp"))
-    env = {"PROFILE_STEP_CACHE": str(tmp_path)}
+    env = {"PROFILE_STEP_CACHE": cache}
     proc = run_cli("compare", "--pair", "--format", "json", str(scan), str(unrolled), env=env)
     assert proc.returncode == 0, proc.stderr
     (pair,) = json.loads(proc.stdout)["policies"]
@@ -185,9 +192,9 @@ def test_compare_pairs_the_scanned_and_the_unrolled_offload_mlp(tmp_path):
     assert alone.returncode == 2 and "--pair" in alone.stdout
 
 
-def test_findings_give_no_gpu_flag_to_a_tpu(tmp_path):
+def test_findings_give_no_gpu_flag_to_a_tpu(cache):
     (run,) = [p for p in RUNS if label(p) == "offload_mlp-scan"]
-    proc = run_cli("findings", str(run), env={"PROFILE_STEP_CACHE": str(tmp_path)})
+    proc = run_cli("findings", str(run), env={"PROFILE_STEP_CACHE": cache})
     said = " ".join(proc.stdout.split())
     assert proc.returncode == 0 and "exposed-copies" in said and "saves 132 ms per step" in said
     assert "(1 TPU, 5 steps, median 356 ms; copies per step and TPU)" in said and "costs 132 ms per step" in said
@@ -196,10 +203,10 @@ def test_findings_give_no_gpu_flag_to_a_tpu(tmp_path):
     assert "exposed-copies (TPU 0) saves" in said and "TPU 0's window" in said and "GPU 0" not in said
 
 
-def test_analyze_of_the_folder_opens_with_one_model_and_one_mark_per_other_program(tmp_path):
+def test_analyze_of_the_folder_opens_with_one_model_and_one_mark_per_other_program(cache):
     """The first lines a newcomer reads: the verdict over the 8-layer runs, the 4-layer ones named, one
     ``≠`` line for the five runs of the other program, TPU where a device is named."""
-    proc = run_cli("analyze", "--wide", str(TPU), env={"PROFILE_STEP_CACHE": str(tmp_path)})
+    proc = run_cli("analyze", "--wide", str(TPU), env={"PROFILE_STEP_CACHE": cache})
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith(
@@ -218,11 +225,11 @@ def test_analyze_of_the_folder_opens_with_one_model_and_one_mark_per_other_progr
 
 
 @pytest.mark.parametrize("run", EVERY, ids=run_id)
-def test_the_trace_replay_keeps_its_rules_on_each_run(run, tmp_path, monkeypatch):
+def test_the_trace_replay_keeps_its_rules_on_each_run(run, cache, monkeypatch):
     """One op at a time per stream (where the recording had none overlap: a direction's transfers in flight
     together in the unrolled runs keep their overlap, no more) and no stream shorter than its measured
     work, at the recorded link, a twice faster one and none, with and without the sequencer's waits."""
-    monkeypatch.setenv("PROFILE_STEP_CACHE", str(tmp_path))
+    monkeypatch.setenv("PROFILE_STEP_CACHE", cache)
     trace = open_trace(jax_profile.export(run / "trace.json.gz"))
     deps = dependencies(trace)
     host = host_syncs(trace, deps)
@@ -230,12 +237,12 @@ def test_the_trace_replay_keeps_its_rules_on_each_run(run, tmp_path, monkeypatch
         assert replay_rules.check_replay(replay(deps, factor, h)).ok, (factor, h is not None)
 
 
-def test_per_layer_rows_that_overlap_say_so_and_compare_names_no_layer_by_them(tmp_path):
+def test_per_layer_rows_that_overlap_say_so_and_compare_names_no_layer_by_them(cache):
     """A TPU copy spans from its start to the end of its done, so several layers' copies are in flight
     together: per layer each is its own union (METRICS.md) and the rows add up past the device's; analyze
     says so with both sums, and compare names no layer by an exposed time that other layers' copies hold."""
     (run,) = [p for p in SHAPE_RUNS if label(p) == "offload_qkv"]
-    env = {"PROFILE_STEP_CACHE": str(tmp_path)}
+    env = {"PROFILE_STEP_CACHE": cache}
     doc = json.loads(run_cli("analyze", "--by", "layer", "--json", str(run / "trace.json.gz"), env=env).stdout)
     whole = doc["devices"]["0"]["copies"]["offload"]
     summed = sum(g["copies"]["offload"]["exposed_ns"] for g in doc["layers"])
@@ -251,20 +258,20 @@ def test_per_layer_rows_that_overlap_say_so_and_compare_names_no_layer_by_them(t
     assert "Where the time went: the mean included step, per device (1 GPU / 1 TPU)" in out
 
 
-def test_no_async_start_or_done_is_a_kernel_group_beside_copies(tmp_path):
+def test_no_async_start_or_done_is_a_kernel_group_beside_copies(cache):
     """copy-start.6 (the core issuing a transfer: 2 ns, beside its own copy by construction) counted as
     the one group of kernels slowed by copies of the scanned offload_all; no async start or done may."""
     (run,) = [p for p in SHAPE_RUNS if label(p) == "offload_all-scan"]
-    proc = run_cli("analyze", "--json", str(run / "trace.json.gz"), env={"PROFILE_STEP_CACHE": str(tmp_path)})
+    proc = run_cli("analyze", "--json", str(run / "trace.json.gz"), env={"PROFILE_STEP_CACHE": cache})
     kb = json.loads(proc.stdout)["devices"]["0"]["kernels_beside_copies"]
     assert kb["calls_alone"] and kb["calls_beside"]
     assert not [g["name"] for g in kb["top"] if g["name"].rsplit("-", 1)[-1].split(".")[0] in ("start", "done")]
 
 
-def test_the_policy_legend_defines_tflops_and_mfu_with_the_peak(tmp_path):
+def test_the_policy_legend_defines_tflops_and_mfu_with_the_peak(cache):
     """remat reads more TFLOP/s and less MFU than offload_qkv: two different FLOPs, both said, the peak with
     its number and source."""
-    proc = run_cli("analyze", "--no-verdict", str(SHAPE), env={"PROFILE_STEP_CACHE": str(tmp_path)})
+    proc = run_cli("analyze", "--no-verdict", str(SHAPE), env={"PROFILE_STEP_CACHE": cache})
     said = " ".join(proc.stdout.split())
     assert "TFLOP/s = the compiled step's FLOPs" in said and "recomputation included" in said
     assert "MFU = the model's FLOPs per step" in said
