@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from profiler.predict.schedule import COLLECTIVES, FREE, Schedule
+from profiler.units import whole_ns
 from profiler.xla.hlo import GEMM_TARGETS, Computation, Instruction, Module
 from profiler.xla.shapes import Shape
 from profiler.xla.targets import TARGETS, peak_tflops
@@ -109,12 +110,6 @@ def _tpu_device(spec_text: str, name: str, peak_bf16_tflops: float | None) -> De
     # S(1) is a TensorCore's VMEM on a TPU (on a GPU the same number is a device-side pool in HBM)
     return Device(name, peak, vals["vector_flops"], vals["memory_bandwidth"], vals["interconnect_bandwidth"],
                   frozenset({1}))  # fmt: skip
-
-
-def ceil_ns(seconds: float) -> int:
-    """*seconds* in whole ns, rounded up, float noise below a femtosecond left out (4,008 bytes at 1e9
-    B/s are 4008.000000000001 ns as floats: 4,008, not 4,009)."""
-    return math.ceil(seconds * 1e9 - 1e-6)
 
 
 def _prod(xs: tuple[int, ...] | list[int]) -> int:
@@ -294,7 +289,7 @@ class Costs:
     def kernel_ns(self, ins: Instruction) -> int:
         m, v, _ = self.flops(ins)
         d = self.device
-        return ceil_ns(max(m / d.matmul_flops + v / d.vector_flops, self.hbm_bytes(ins) / d.hbm_bytes_s))
+        return whole_ns(1e9 * max(m / d.matmul_flops + v / d.vector_flops, self.hbm_bytes(ins) / d.hbm_bytes_s))
 
     def conditional_ns(self, ins: Instruction) -> int:
         """A ``conditional`` (which branch runs is decided on the device): its costliest branch, the
@@ -315,7 +310,7 @@ class Costs:
         n = group_size(ins, self.module)
         share = (n - 1) / n if n else 1.0
         factor = 2 * share if kind == "all-reduce" else (1.0 if kind == "collective-permute" else share)
-        return ceil_ns(payload * factor / self.device.interconnect_bytes_s)
+        return whole_ns(1e9 * payload * factor / self.device.interconnect_bytes_s)
 
 
 _WINDOW_DEFAULTS = {"stride": 1, "pad_lo": 0, "lhs_dilate": 1, "rhs_dilate": 1}

@@ -39,7 +39,6 @@ before it: a recurrence, not an interval operation over a frame).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +48,7 @@ import numpy as np
 from profiler.analysis.late_copies import frame, summary
 from profiler.analysis.links import Link
 from profiler.predict.schedule import Schedule
+from profiler.units import whole_ns
 
 STREAMS = ("d2h", "h2d", "collective", "async")
 ALL_STREAMS = ("compute", *STREAMS)
@@ -121,7 +121,7 @@ def late_copies(pred: Prediction) -> dict[str, Any]:
 
 def link_ns(nbytes: int, link: Link) -> int:
     """A copy of *nbytes* over *link* at its per-direction bandwidth (decimal GB/s = bytes per ns)."""
-    return math.ceil(nbytes / link.gbps)
+    return whole_ns(nbytes / link.gbps)
 
 
 def _regions_as_one(schedule: Schedule, given: list[int | None]) -> tuple[set[int], bytearray]:

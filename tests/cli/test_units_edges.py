@@ -27,6 +27,7 @@ from profiler.units import (
     signed_pct,
     tflops,
     time_unit,
+    whole_ns,
     wrap,
 )
 
@@ -334,3 +335,19 @@ def test_natural_key():
 @pytest.mark.parametrize(("n", "text"), [(0, "0 steps"), (1, "1 step"), (2, "2 steps"), (1200, "1,200 steps")])
 def test_count_says_one_in_the_singular(n, text):
     assert count(n, "step") == text
+
+
+@pytest.mark.parametrize(
+    ("ns", "whole"),
+    [
+        (4008 / 1e9 * 1e9, 4008),  # 4,008 bytes at 1e9 B/s: 4008.000000000001 as a float
+        (21 / 0.7, 30),  # 21 bytes at 0.7 GB/s: 30.000000000000004
+        (30.0, 30),
+        (30.5, 31),
+        (30.000002, 31),  # two millionths of a ns over is over
+        (0.0, 0),
+        (0.4, 1),
+    ],
+)
+def test_whole_ns_rounds_up_but_not_float_noise(ns, whole):
+    assert whole_ns(ns) == whole

@@ -28,7 +28,8 @@ def replay(ops: list, cost: dict[str, int], link_gbps: float) -> dict[str, int]:
         elif op.kind == "start":  # issued on the compute stream, the copy runs on its direction
             if op.stream not in link_free:
                 raise ValueError(f"{op.name}: {op.stream} work is outside this reference")
-            took = cost[op.name] if op.name in cost else math.ceil(op.bytes / link_gbps)
+            # bytes / (GB/s) = ns, up to a whole ns (a whole quotient stays whole: rounded to 1e-6 ns first)
+            took = cost[op.name] if op.name in cost else math.ceil(round(op.bytes / link_gbps, 6))
             begin = max(compute_free, inputs, link_free[op.stream])
             finished[i] = link_free[op.stream] = begin + took
         elif op.kind == "done":  # the compute stream waits for the copy; the wait is exposed copy time

@@ -3,6 +3,7 @@ the device it priced on, and a note (never an exception) for what it cannot read
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from unittest import mock
 
@@ -47,7 +48,7 @@ def test_one_prediction_per_link_with_the_device_it_priced_on(tmp_path):
     slow, fast = doc["predictions"]
     assert (slow["link_name"], slow["link_gbps"]) == (links[0].name, 1.0)
     assert (fast["link_name"], fast["link_gbps"]) == (links[1].name, 450.0)
-    kernel = roofline.ceil_ns(8000 / dev.hbm_bytes_s)
+    kernel = math.ceil(8000 / dev.hbm_bytes_s * 1e9)
     assert kernel == 3
     assert slow["predicted_step_ns"] == kernel + 4000 + 4000
     assert fast["predicted_step_ns"] == kernel + 9 + 9
