@@ -40,6 +40,12 @@ def ins(text: str, name: str):
     return roofline.Costs(m, DEV), next(i for i in m.instructions() if i.name == name)
 
 
+def parsed(text: str) -> tuple[roofline.Costs, dict]:
+    """The costs of the module *text* on ``DEV``, and its instructions by name."""
+    m = parse_text(text)
+    return roofline.Costs(m, DEV), {i.name: i for i in m.instructions()}
+
+
 MM = """%fused_mm (p0: bf16[64,32], p1: bf16[32,16]) -> bf16[64,16] {
   %p0 = bf16[64,32]{1,0} parameter(0)
   %p1 = bf16[32,16]{1,0} parameter(1)
@@ -397,6 +403,19 @@ def test_an_async_all_gather_finds_its_kind_and_group_inside_its_wrapper():
     assert roofline.costs(sched, DEV)["st"] == roofline.Costs(m, DEV).collective_ns(s, op.bytes)
 
 
+def conditional(branches: str, names: str) -> str:
+    """A module whose entry runs one of the computations *names* (in *branches*) on 1,000 floats."""
+    return module(
+        f"""ENTRY %e (i: s32[], v: f32[1000]) -> f32[1000] {{
+  %i = s32[] parameter(0)
+  %v = f32[1000]{{0}} parameter(1)
+  ROOT %c = f32[1000]{{0}} conditional(%i, %v, %v), branch_computations={{{names}}}
+}}
+""",
+        branches,
+    )
+
+
 def test_a_conditional_costs_its_costliest_branch():
     """Branch one negates 1,000 floats (8,000 bytes: 8,000 ns), branch two 10 (80 ns): 8,000 ns, plus
     the launch cost once."""
@@ -412,15 +431,7 @@ def test_a_conditional_costs_its_costliest_branch():
   ROOT %b = f32[1000]{0} bitcast(%q)
 }
 """
-    text = module(
-        """ENTRY %e (i: s32[], v: f32[1000]) -> f32[1000] {
-  %i = s32[] parameter(0)
-  %v = f32[1000]{0} parameter(1)
-  ROOT %c = f32[1000]{0} conditional(%i, %v, %v), branch_computations={%big, %small}
-}
-""",
-        branches,
-    )
+    text = conditional(branches, "%big, %small")
     m = parse_text(text)
     c = next(i for i in m.instructions() if i.name == "c")
     assert roofline.Costs(m, DEV).conditional_ns(c) == 8000
@@ -675,9 +686,7 @@ def test_a_convolution_with_its_features_first_and_no_window():
     features are its dimension 0), no window said (stride 1, no padding): every tap is real, 2 input
     features a result, 2 x 12 x 2 = 48 FLOPs.  Without ``dim_labels`` the kernel's elements over its
     first dimension: 8 / 2 = 4 a result, 96 FLOPs."""
-    m = parse_text(KINDS)
-    c = roofline.Costs(m, DEV)
-    by = {i.name: i for i in m.instructions()}
+    c, by = parsed(KINDS)
     assert c.flops(by["cv2"]) == (96.0, 0.0, 48.0)
     assert c.flops(by["fc"]) == (96.0, 0.0, 48.0)
     assert c.flops(by["cv3"]) == (192.0, 0.0, 96.0)
@@ -712,9 +721,7 @@ def test_what_calls_and_async_wrappers_count_and_what_other_ops_count():
 """,
         wrapped,
     )
-    m = parse_text(text)
-    c = roofline.Costs(m, DEV)
-    by = {i.name: i for i in m.instructions()}
+    c, by = parsed(text)
     assert c.flops(by["cl"]) == (0.0, 1000.0, 0.0)
     assert c.flops(by["as"]) == (0.0, 1000.0, 0.0)
     assert c.flops(by["other"]) == (0.0, 0.0, 0.0)
@@ -736,9 +743,7 @@ def test_bytes_of_host_results_other_custom_calls_and_missing_operands():
 }
 """
     )
-    m = parse_text(text)
-    c = roofline.Costs(m, DEV)
-    by = {i.name: i for i in m.instructions()}
+    c, by = parsed(text)
     assert c.hbm_bytes(by["h"]) == 400
     assert c.hbm_bytes(by["cc"]) == 400 + 40 + 80
     assert c.hbm_bytes(by["a"]) == 400 + 400
@@ -757,16 +762,7 @@ def test_a_conditional_whose_branches_launch_nothing_costs_its_own_bytes():
   ROOT %c2 = f32[1000]{0} bitcast(%p2)
 }
 """
-    text = module(
-        """ENTRY %e (i: s32[], v: f32[1000]) -> f32[1000] {
-  %i = s32[] parameter(0)
-  %v = f32[1000]{0} parameter(1)
-  ROOT %c = f32[1000]{0} conditional(%i, %v, %v), branch_computations={%b1, %b2}
-}
-""",
-        branches,
-    )
-    m = parse_text(text)
+    m = parse_text(conditional(branches, "%b1, %b2"))
     c = next(i for i in m.instructions() if i.name == "c")
     assert roofline.Costs(m, DEV).conditional_ns(c) == 4 + 4000 + 4000 + 4000
 
