@@ -6,11 +6,13 @@
 
 The listed test functions are called directly, without starting pytest (a few tenths of a second a
 mutant instead of seconds): they may take the ``build`` and ``tmp_path`` fixtures and one
-``parametrize`` mark, nothing else.  A mutant that survives them goes through the pytest stages as
-in ``mutation_inproc.py``.  OUT gets one line a mutant (``stage0 TEST ERROR`` for the plain stage);
-mutants already in OUT are skipped, so a stopped run goes on where it was.  A mutant still running
-after ``--timeout`` seconds (default 120) is stopped and written as ``timeout``: a mutant that loops
-forever does not hold up the others (whether it really loops is for the reader to check).
+``parametrize`` mark, nothing else (a call that asks for another fixture stops the run before it
+starts, and so does one that fails on the code as it is: either would count every mutant as
+killed).  A mutant that survives them goes through the pytest stages as in ``mutation_inproc.py``.
+OUT gets one line a mutant (``stage0 TEST ERROR`` for the plain stage); mutants already in OUT are
+skipped, so a stopped run goes on where it was.  A mutant still running after ``--timeout`` seconds
+(default 120) is stopped and written as ``timeout``: a mutant that loops forever does not hold up
+the others (whether it really loops is for the reader to check).
 """
 
 from __future__ import annotations
@@ -93,12 +95,22 @@ def main() -> int:
     done = {line.split()[0] for line in out.read_text().splitlines() if line.strip()} if out.exists() else set()
     names = mutant_names(globs, skip=done)
     calls = plain_calls(spec)
+    for label, f, kw in calls:  # a fixture the plain stage does not give would "kill" every mutant
+        wanted = set(f.__code__.co_varnames[: f.__code__.co_argcount]) - {"build", "tmp_path", *kw}
+        if wanted:
+            sys.exit(f"mutation_plain: {label} takes {', '.join(sorted(wanted))}: the plain stage gives only build, "
+                     "tmp_path and one parametrize mark; leave it to a pytest stage")  # fmt: skip
     tmp = Path(tempfile.mkdtemp(prefix="mutation_plain"))
     counter = itertools.count()
     signal.signal(signal.SIGALRM, _expired)
 
     def build(builder: Any, name: str | None = None) -> Path:
         return builder.write(tmp / (name or f"export{next(counter)}.sqlite"))
+
+    os.environ["MUTANT_UNDER_TEST"] = "none"  # no mutant: the plain calls must pass before they count as kills
+    first = run_one(calls, build, tmp, [])
+    if first != "survived":
+        sys.exit(f"mutation_plain: the plain stage fails without a mutant ({first}): fix it before the run")
 
     with out.open("a") as log:
         for name in names:
