@@ -23,7 +23,7 @@ import polars as pl
 
 from profiler.analysis import instruction_times as it
 from profiler.analysis.links import link_of_gpu
-from profiler.predict import calibrate, roofline, schedule
+from profiler.predict import calibrate, roofline
 from profiler.predict.measured import copies_of_export, load
 from profiler.report.table import table
 
@@ -53,7 +53,7 @@ def roofline_rows(shared: Path) -> list[dict[str, Any]]:
     rows = []
     for name in PAX:
         m = load(shared / "jax-toolbox" / name)
-        sched = schedule.build(m.module)
+        sched = m.sched
         roof = roofline.costs(sched, device)
         for cls, v in sorted(calibrate.class_table(sched, calibrate.measured_costs(m), roof).items()):
             rows.append({"archive": name, "class": cls, **v, "error": (v["roofline"] - v["measured"]) / v["measured"]})

@@ -116,7 +116,7 @@ def source_doc(label: str, cal: calibrate.Calibration, m: Measured, spec: str) -
     """What a calibration was fitted on: its scales, and the measured time per step behind each (a loop
     body's instructions times their trips) against the step."""
     assert m.module is not None
-    sched = schedule.build(m.module)
+    sched = m.sched
     per_step = calibrate.class_table(
         sched, cal.measured_ns, roofline.costs(sched, roofline.device_from_spec(spec)), True
     )

@@ -67,7 +67,7 @@ def row(m: Measured, cal: calibrate.Calibration, name: str, in_sample: bool) -> 
     """The three predictions of recording *m* (see the module docstring)."""
     spec = TPU_TARGETS["tpu-v5e"].spec_text()
     link = host_link([m.gpu] if m.gpu else []).link
-    sched = schedule.build(m.module)  # type: ignore[arg-type]
+    sched = m.sched
     rep, rep_err = calibrate.replay(m)
     meas = calibrate.measured_costs(m)
     roof = roofline.costs(sched, roofline.device_from_spec(spec))

@@ -108,7 +108,8 @@ def calibrate(m: Measured, spec_text: str) -> Calibration:
     if m.module is None:
         raise ValueError(f"{m.source}: no optimized HLO of {m.module_name}: calibration needs it (--hlo FILE)")
     device = roofline.device_from_spec(spec_text)
-    sched = schedule.build(m.module)
+    sched = m.sched
+    assert sched is not None  # m.module is there
     roof = roofline.costs(sched, device)
     meas = measured_costs(m)
     classes = roofline.op_classes(sched)
@@ -258,6 +259,6 @@ def replay(m: Measured) -> tuple[Prediction, float]:
     predicted step against the measured median step, as a fraction)."""
     if m.module is None:
         raise ValueError(f"{m.source}: no optimized HLO of {m.module_name}: the replay needs it")
-    sched = schedule.build(m.module)
-    p = simulate(sched, measured_costs(m), None)
+    assert m.sched is not None
+    p = simulate(m.sched, measured_costs(m), None)
     return p, (p.step_ns - m.step_ns) / m.step_ns

@@ -22,7 +22,7 @@ from typing import Any
 from profiler.analysis.accuracy import calibrated, of_device
 from profiler.analysis.links import Link, host_link
 from profiler.errors import InputError, ProfilerError
-from profiler.predict import calibrate, roofline, schedule
+from profiler.predict import calibrate, roofline
 from profiler.predict.measured import load
 from profiler.predict.simulate import simulate
 from profiler.xla.targets import resolve
@@ -44,7 +44,8 @@ def from_recording(path: Path, targets: list[str] | None = None, links: list[Lin
     if not spec:
         raise InputError(path, f"the recording's GPU ({m.gpu or 'not named'}) has no known description")
     own_link = host_link([m.gpu] if m.gpu else []).link
-    sched = schedule.build(m.module)
+    sched = m.sched
+    assert sched is not None  # m.module is there
     replay, replay_error = calibrate.replay(m)
     roof = roofline.costs(sched, roofline.device_from_spec(spec))
     roof_step = simulate(sched, roof, own_link).step_ns

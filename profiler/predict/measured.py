@@ -11,6 +11,7 @@ import re
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import polars as pl
@@ -47,6 +48,12 @@ class Measured:
     def step_ns(self) -> float:
         """The median measured step (ns)."""
         return float(self.steps["duration_ns"].median() or 0.0)
+
+    @cached_property
+    def sched(self) -> schedule.Schedule | None:
+        """The step module's schedule (``schedule.build``), built once for the replay, the calibration and
+        ``plan --from``; None without the module."""
+        return schedule.build(self.module) if self.module is not None else None
 
 
 def with_classes(times: pl.DataFrame, module: Module | None, sched: schedule.Schedule | None = None) -> pl.DataFrame:
