@@ -100,9 +100,13 @@ def test_lost_agent_is_retried_once_and_the_retry_kept(nsys, tmp_path):
 def test_exit_code_says_a_policy_ended_without_a_trace(lost_b):
     runs, proc = lost_b
     assert proc.returncode == 4, proc.stdout + proc.stderr
-    assert proc.stderr.count("retrying once") == 1  # once, not in a loop
     assert "profile-step: 1 of 2 policies ended without a trace (b): exit 4" in proc.stderr
     found = manifests(runs)
+    # b once, not in a loop; a goes to the real nsys, which under load may lose its agent too (seen in
+    # CI): then its retry is said and recorded like any other
+    a_retried = "retried" in found["a"][1]
+    assert proc.stderr.count("retrying once") == 1 + a_retried, proc.stderr
+    assert unwrapped(proc.stderr).count("policy b: nsys lost its agent") == 1, proc.stderr
     assert set(found) == {"a", "b"}  # a ran after b failed
     run_b, man_b = found["b"]
     assert man_b["status"] == "no-trace" and man_b["exit_code"] == 0
