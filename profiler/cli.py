@@ -1,5 +1,6 @@
 """``profile-step``: the table of its subcommands (each a module of ``profiler/commands``: its parser
-and its function), and the one place that turns errors into one line.  No logic of its own."""
+and its function), and the one place that turns errors into one line (and, under ``--json``, into one
+JSON object on stdout).  No logic of its own."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from profiler.commands import (
     tune,
     whatif,
 )
-from profiler.commands.options import shared_options
+from profiler.commands.options import json_error, shared_options
 from profiler.errors import ProfilerError
 
 # Each subcommand's parser, in the order --help lists them: a new one is a module of profiler/commands
@@ -57,7 +58,8 @@ class Parser(argparse.ArgumentParser):
 
         named = [f for f in FLAGS if f"argument {f}: expected one argument" in message]
         said = dangling([w for w in self.argv if not w.startswith(tuple(FLAGS)) or w in named]) if named else None
-        tune.usage_error_json(self.argv, said or message)
+        if "--json" in self.argv:  # a usage error of a --json command: its JSON object first
+            json_error(self.argv[0] if self.argv else None, said or message, 2)
         if said:
             self.exit(2, f"profile-step: error: {said}\n")
         super().error(message)
@@ -108,28 +110,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+
+    def failed(line: str, exit_code: int) -> int:
+        if getattr(args, "json", False):
+            json_error(args.command, line.removeprefix("error: "), exit_code)
+        print(f"profile-step: {line}", file=sys.stderr)
+        return exit_code
+
     try:
         cache_dir.use(getattr(args, "cache_dir", None))  # --cache-dir: for this command and what it starts
         return int(args.func(args))
     except ProfilerError as exc:
-        print(f"profile-step: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return failed(f"error: {exc}", exc.exit_code)
     except KeyboardInterrupt:
-        print("profile-step: interrupted", file=sys.stderr)
-        return 130
+        return failed("interrupted", 130)
     except BrokenPipeError:
         return 0
     except Exception as exc:  # a bug: still one line, the traceback on request
         if _from_ctrl_c(exc):  # Ctrl-C inside an import: Python wraps it ("Error calling __set_name__ ...")
-            print("profile-step: interrupted", file=sys.stderr)
-            return 130
+            return failed("interrupted", 130)
         if os.environ.get("PROFILE_STEP_DEBUG"):
             raise
-        print(
-            f"profile-step: internal error: {type(exc).__name__}: {exc} (set PROFILE_STEP_DEBUG=1 for a traceback)",
-            file=sys.stderr,
-        )
-        return 3
+        return failed(f"internal error: {type(exc).__name__}: {exc} (set PROFILE_STEP_DEBUG=1 for a traceback)", 3)
 
 
 if __name__ == "__main__":

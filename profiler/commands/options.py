@@ -12,6 +12,17 @@ def json_dump(doc: Any) -> str:
     return json.dumps(doc, indent=2, allow_nan=False)
 
 
+# what a command's document holds where it has no result (tune's readers look at ``choice``)
+EMPTY_RESULT: dict[str, dict[str, Any]] = {"tune": {"choice": None}}
+
+
+def json_error(command: str | None, message: str, exit_code: int) -> None:
+    """The object every ``--json`` command prints on stdout on a failing exit (a bad file or value, a
+    usage error, Ctrl-C, a bug), beside the one line on stderr: ``error`` and ``exit_code``."""
+    doc = {"error": message, "exit_code": exit_code, **EMPTY_RESULT.get(command or "", {})}
+    print(json_dump(doc), flush=True)
+
+
 def asked_policies(args: argparse.Namespace) -> list[str]:
     """``--policy A --policies B,C``: the policies in the order given, each once."""
     policies = list(args.policy or [])

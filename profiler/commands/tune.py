@@ -1,7 +1,7 @@
 """``profile-step tune``: which activations to keep, recompute or offload, searched and predicted.
 
 With ``--json`` every exit prints one JSON object on stdout: the tune document, or on a failing
-exit an error object (``error``, ``exit_code``) beside the one line on stderr."""
+exit the CLI's error object (``error``, ``exit_code``, ``choice`` null) beside the one line on stderr."""
 
 from __future__ import annotations
 
@@ -9,14 +9,8 @@ import argparse
 from typing import Any
 
 from profiler.commands.options import Shared, json_dump
-from profiler.errors import ProfilerError
 
 NO_CHOICE = "no candidate that compiled fits in the memory limit"
-
-
-def error_doc(message: str, exit_code: int) -> dict[str, Any]:
-    """The JSON object ``tune --json`` prints on a failing exit."""
-    return {"error": message, "exit_code": exit_code, "choice": None}
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -25,33 +19,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from profiler.tune.request import request_from
     from profiler.tune.run import run_tune
 
-    try:
-        doc = run_tune(request_from(args))
-    except ProfilerError as exc:
-        _say_json(args, str(exc), exc.exit_code)
-        raise
-    except KeyboardInterrupt:
-        _say_json(args, "interrupted", 130)
-        raise
-    except Exception as exc:  # a bug: the CLI says it in one line (exit 3); --json still gets its object
-        _say_json(args, f"internal error: {type(exc).__name__}: {exc}", 3)
-        raise
+    doc = run_tune(request_from(args))
     if doc["choice"] is None:
         doc = {**doc, "error": NO_CHOICE, "exit_code": 1}
     print(json_dump(doc) if args.json else render_tune(doc, show_all=args.all, wide=args.wide))
     return 0 if doc["choice"] is not None else 1
-
-
-def _say_json(args: argparse.Namespace, message: str, exit_code: int) -> None:
-    if getattr(args, "json", False):
-        print(json_dump(error_doc(message, exit_code)), flush=True)
-
-
-def usage_error_json(argv: list[str], message: str) -> None:
-    """A usage error of ``tune ... --json`` (a bad or missing option): its JSON object on stdout, before
-    argparse's line (``cli.Parser.error`` calls this for every usage error)."""
-    if argv[:1] == ["tune"] and "--json" in argv:
-        print(json_dump(error_doc(message, 2)), flush=True)
 
 
 def add(sub: Any, shared: Shared) -> None:

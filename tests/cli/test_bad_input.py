@@ -152,3 +152,51 @@ def test_invalid_utf8_names(tmp_path, text):
     proc = run_cli("analyze", "--json", str(path))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["devices"]["0"]["compute"]["count"] == 1
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["analyze", "--json", "MISSING"],
+        ["findings", "--json", "MISSING"],
+        ["whatif", "--json", "MISSING"],
+        ["plan", "--json", "--from", "MISSING"],
+        ["pgle", "--json", "-o", "out.pbtxt", "MISSING"],
+        ["tune", "--json", "MISSING"],
+    ],
+    ids=lambda w: w[0],
+)
+def test_every_json_command_says_a_failing_exit_in_one_json_object(words, tmp_path, capsys):
+    """With --json a failing exit prints one JSON object on stdout (``error``, ``exit_code``; tune's
+    with its ``choice`` null), the same words as the line on stderr; without --json stdout is empty."""
+    from profiler.cli import main
+
+    missing = str(tmp_path / "nope.sqlite")
+    argv = [missing if w == "MISSING" else w for w in words]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert doc.pop("exit_code") == 2 and doc.pop("choice", None) is None
+    assert list(doc) == ["error"] and missing in doc["error"]
+    assert err.strip().splitlines() == [f"profile-step: error: {doc['error']}"]
+    assert main([w for w in argv if w != "--json"]) == 2
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize(
+    ("words", "error"),
+    [
+        (["cache", "--json", "--no-such-option"], "unrecognized arguments: --no-such-option"),
+        (["analyze", "--json"], "the following arguments are required: TRACE_OR_RUNS"),
+        (["whatif", "--json", "--device"], "argument --device: expected one argument"),
+    ],
+)
+def test_a_usage_error_under_json_is_a_json_object_too(words, error, capsys):
+    from profiler.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(words)
+    assert stop.value.code == 2
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"error": error, "exit_code": 2}
+    assert err.strip().splitlines()[-1].endswith(f": error: {error}")  # argparse names the subcommand
