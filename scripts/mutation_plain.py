@@ -91,7 +91,8 @@ def main() -> int:
         i = args.index("--timeout")
         timeout, args = int(args[i + 1]), args[:i] + args[i + 2 :]
     out, spec, sep = Path(args[0]), args[1], args.index("--")
-    globs, stages = args[2:sep], [s.split() for s in " ".join(args[sep + 1 :]).split(";")]
+    # no stage after ``--``: the plain calls alone (a survivor is written ``survived`` at once)
+    globs, stages = args[2:sep], [s.split() for s in " ".join(args[sep + 1 :]).split(";") if s.split()]
     done = {line.split()[0] for line in out.read_text().splitlines() if line.strip()} if out.exists() else set()
     names = mutant_names(globs, skip=done)
     calls = plain_calls(spec)

@@ -155,19 +155,15 @@ def program_order(sched: Schedule) -> ProgramOrder:
     return ProgramOrder(names, position, launchers, frozenset(sched.instructions))
 
 
-def _collective_of(module: Module, ins: Instruction) -> str | None:
-    """The collective an instruction runs (itself, or inside the computation an async-start wraps)."""
-    base = ins.opcode.removesuffix("-start")
-    if base in COLLECTIVES:
-        return base
-    if ins.opcode in ("send", "recv"):
-        return ins.opcode
+def _runs_collective(module: Module, ins: Instruction) -> bool:
+    """Whether an async start runs a collective: itself, or inside the computation it wraps."""
+    if ins.opcode.removesuffix("-start") in COLLECTIVES or ins.opcode in ("send", "recv"):
+        return True
     for callee in ins.called:
         comp = module.computations.get(callee)
-        for sub in comp.instructions if comp else []:
-            if sub.opcode.removesuffix("-start") in COLLECTIVES:
-                return sub.opcode.removesuffix("-start")
-    return None
+        if comp and any(sub.opcode.removesuffix("-start") in COLLECTIVES for sub in comp.instructions):
+            return True
+    return False
 
 
 class _Builder:
@@ -265,8 +261,7 @@ class _Builder:
         if op in STARTS or op.endswith("-start"):
             if move is not None:
                 return self.emit(ins, "start", deps, iteration, stream=move["direction"], bytes=move["bytes"])
-            coll = _collective_of(self.module, ins)
-            if coll is not None:
+            if _runs_collective(self.module, ins):
                 return self.emit(ins, "start", deps, iteration, stream="collective", bytes=self.payload(ins))
             return self.emit(ins, "start", deps, iteration, stream="async")
         if move is not None:
@@ -298,7 +293,8 @@ def build(module: Module) -> Schedule:
         b.notes.append("no ENTRY computation: nothing to replay")
     else:
         b.computation(module.entry, [], None)
-    labelled = label(b.plan) or {"movements": []}
+    labelled = label(b.plan)
+    assert labelled is not None  # label gives None for no plan only, and offload_plan always makes one
     layers = {m["instruction"]: m.get("layer") for m in labelled["movements"]}
     return Schedule(
         module=module.name,

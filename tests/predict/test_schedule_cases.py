@@ -14,7 +14,7 @@ from profiler.xla.hlo import parse_text
 T = "f32[8]{0}"  # 32 bytes
 HOST = "f32[8]{0:S(5)}"
 
-# a loop of two trips offloading a value on each, a call, send and recv, an all-gather wrapped in an
+# a loop of two trips offloading a value of layer 2 on each, a call, send and recv, an all-gather wrapped in an
 # async computation, a synchronous all-reduce, a copy-done of no copy-start, a buffer that runs nothing
 LOOPED = f"""HloModule hand, is_scheduled=true
 
@@ -35,7 +35,7 @@ LOOPED = f"""HloModule hand, is_scheduled=true
   %bx = {T} get-tuple-element(%p), index=1
   %one = s32[] constant(1)
   %inc = s32[] add(%i, %one)
-  %bk = {T} negate(%bx)
+  %bk = {T} negate(%bx), metadata={{op_name="jit(train)/layers_2/mlp/neg"}}
   %cs = ({HOST}, {T}, u32[]) copy-start(%bk)
   %cd = {HOST} copy-done(%cs)
   ROOT %bt = (s32[], {T}) tuple(%inc, %bk)
@@ -119,7 +119,7 @@ ENTRY %main (x: f32[8], y: f32[8]) -> f32[8] {{
   %w = (s32[], {T}) while(%in), condition=%cond, body=%cond
   %c2 = {T} call(%x, %y), to_apply=%two
   %c1 = {T} call(%x), to_apply=%two
-  %gone = {T} call(%y), to_apply=%missing
+  %gone = {T} call(%y, %x), to_apply=%missing
   %h = {HOST} copy(%c2)
   %as = (({T}), {T}, s32[]) async-start(%c1), calls=%neg
   %au = (({T}), {T}, s32[]) async-update(%as)
@@ -131,6 +131,105 @@ ENTRY %main (x: f32[8], y: f32[8]) -> f32[8] {{
   %rrs = (({T}), {T}, s32[]) async-start(%y), calls=%reduce
   %rrd = {T} async-done(%rrs)
   ROOT %out = {T} add(%dd, %gone)
+}}
+"""
+
+# a call that is the entry's first instruction, of a computation whose ROOT comes first; a call of
+# two operands into three parameters; a loop of two trips whose body calls a computation without a
+# ROOT and runs a loop of one trip; loops whose body the module lacks, or has no ROOT
+NESTED = f"""HloModule nested, is_scheduled=true
+
+%first () -> f32[8] {{
+  ROOT %z = {T} constant({{1, 2, 3, 4, 5, 6, 7, 8}})
+  %later = {T} negate(%z)
+}}
+
+%three (a: f32[8], b: f32[8], c: f32[8]) -> f32[8] {{
+  %a3 = {T} parameter(0)
+  %b3 = {T} parameter(1)
+  %c3p = {T} parameter(2)
+  ROOT %s3 = {T} add(%a3, %b3)
+}}
+
+%noroot (a: f32[8]) -> f32[8] {{
+  %na = {T} parameter(0)
+  %nr = {T} negate(%na)
+}}
+
+%cond (c: (s32[], f32[8])) -> pred[] {{
+  %c = (s32[], {T}) parameter(0)
+  %ci = s32[] get-tuple-element(%c), index=0
+  ROOT %lt = pred[] compare(%ci, %ci), direction=LT
+}}
+
+%inner (p: (s32[], f32[8])) -> (s32[], f32[8]) {{
+  %ip = (s32[], {T}) parameter(0)
+  ROOT %ik = (s32[], {T}) negate(%ip)
+}}
+
+%outer (p: (s32[], f32[8])) -> (s32[], f32[8]) {{
+  %op = (s32[], {T}) parameter(0)
+  %ox = {T} get-tuple-element(%op), index=1
+  %oc = {T} call(%ox), to_apply=%noroot
+  %iw = (s32[], {T}) while(%op), condition=%cond, body=%inner, backend_config={{"known_trip_count":{{"n":"1"}}}}
+  ROOT %ot = (s32[], {T}) tuple(%iw)
+}}
+
+ENTRY %main (x: f32[8], y: f32[8]) -> f32[8] {{
+  %c0 = {T} call(), to_apply=%first
+  %x = {T} parameter(0)
+  %y = {T} parameter(1)
+  %c3 = {T} call(%x, %y), to_apply=%three
+  %zero = s32[] constant(0)
+  %in = (s32[], {T}) tuple(%zero, %c0)
+  %ow = (s32[], {T}) while(%in), condition=%cond, body=%outer, backend_config={{"known_trip_count":{{"n":"2"}}}}
+  %mw = (s32[], {T}) while(%in), condition=%cond, body=%nobody
+  %nw = (s32[], {T}) while(%in), condition=%cond, body=%noroot
+  ROOT %out = {T} add(%c3, %c0)
+}}
+"""
+
+# a loop of two trips whose body runs one op of each kind: a synchronous copy to the host, an async
+# computation, a collective's start and done, a synchronous collective, a done of no start, and an
+# async pair known only by its opcodes' -start and -done
+KINDS = f"""HloModule kinds, is_scheduled=true
+
+%sum (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %r = f32[] add(%a, %b)
+}}
+
+%neg (n: f32[8]) -> f32[8] {{
+  %n = {T} parameter(0)
+  ROOT %nn = {T} negate(%n)
+}}
+
+%cond (c: (s32[], f32[8])) -> pred[] {{
+  %c = (s32[], {T}) parameter(0)
+  %ci = s32[] get-tuple-element(%c), index=0
+  ROOT %lt = pred[] compare(%ci, %ci), direction=LT
+}}
+
+%body (p: (s32[], f32[8])) -> (s32[], f32[8]) {{
+  %kp = (s32[], {T}) parameter(0)
+  %ki = s32[] get-tuple-element(%kp), index=0
+  %kx = {T} get-tuple-element(%kp), index=1
+  %kh = {HOST} copy(%kx)
+  %ks = (({T}), {T}, s32[]) async-start(%kx), calls=%neg
+  %kd = {T} async-done(%ks)
+  %krs = {T} all-reduce-start(%kx), replica_groups={{{{0,1}}}}, to_apply=%sum
+  %krd = {T} all-reduce-done(%krs)
+  %kar = {T} all-reduce(%kd), replica_groups={{{{0,1}}}}, to_apply=%sum
+  %kst = {T} copy-done(%kar)
+  %kfs = (({T}), {T}) fusion-start(%kx), calls=%neg
+  %kfd = {T} fusion-done(%kfs)
+  ROOT %kt = (s32[], {T}) tuple(%ki, %kst)
+}}
+
+ENTRY %main (x: (s32[], f32[8])) -> (s32[], f32[8]) {{
+  %x = (s32[], {T}) parameter(0)
+  ROOT %w = (s32[], {T}) while(%x), condition=%cond, body=%body, backend_config={{"known_trip_count":{{"n":"2"}}}}
 }}
 """
 
@@ -199,7 +298,10 @@ def test_every_op_of_a_loop_a_call_point_to_point_and_collectives():
         o.name: 1 for o in sched.ops if o.computation != "body"}  # fmt: skip
     assert sched.names() == set(sched.runs)
     assert set(sched.instructions) == {i.name for i in parse_text(LOOPED).instructions()}
-    assert sched.layers == {"cs": None}
+    assert sched.layers == {"cs": "layers_2"}  # from the offloaded value's producer
+    assert (
+        sched.ops[9].op_name == sched.ops[18].op_name == "jit(train)/layers_2/mlp/neg" and sched.ops[10].op_name is None
+    )
     assert [(m["instruction"], m["direction"], m["bytes"]) for m in sched.plan["movements"]] == [("cs", "d2h", 32)]
     # the op that runs each instruction: itself, or up the callers to an op
     assert [sched.site(n) for n in ("qk", "cs", "ag", "g", "lt", "n", "a", "nope")] == [
@@ -223,7 +325,7 @@ def test_the_edges_of_loops_calls_and_async_work():
     """The loop has no body (both its computations are conditions) and no trip count: a note, one
     trip replayed, a region of no ops over its input; a call's parameters take its operands in order,
     and a call of one operand gives it to every parameter; a call of a computation the module lacks
-    is a note and an empty region; a synchronous copy to the host is a copy on the d2h stream; an
+    is a note and an empty region over its operands; a synchronous copy to the host is a copy on the d2h stream; an
     async computation without a collective, one the module lacks, and a copy-start that stays on the
     device, run on the async stream (no bytes); an async computation that starts a collective inside
     runs on the collective stream; a done waits on its start through an async-update."""
@@ -242,7 +344,7 @@ def test_the_edges_of_loops_calls_and_async_work():
         (10, "v", "free", (0,), "compute", None, 0, None, None, (), None),
         (11, "s", "compute", (9, 10), "compute", None, 0, None, None, (), None),
         (12, "c1", "region", (11,), "compute", None, 0, None, (9, 12), (0,), None),
-        (13, "gone", "region", (1,), "compute", None, 0, None, (13, 13), (1,), None),
+        (13, "gone", "region", (1, 0), "compute", None, 0, None, (13, 13), (1, 0), None),
         (14, "h", "copy", (8,), "d2h", None, 32, None, None, (), None),
         (15, "as", "start", (12,), "async", None, 0, None, None, (), None),
         (16, "au", "free", (15,), "compute", None, 0, None, None, (), None),
@@ -280,3 +382,145 @@ def test_no_entry_is_a_note_and_nothing_to_replay():
     sched = schedule.build(parse_text(text))
     assert sched.ops == [] and sched.expanded == set()
     assert sched.notes[-1] == "no ENTRY computation: nothing to replay"
+
+
+def outer_trip(f: int, it: int) -> list[tuple]:
+    """One trip of NESTED's outer loop from op *f*, its parameter from op *f* - 1: every op of the
+    trip, those of the call and the inner loop too, carries the outer loop's trip."""
+    return [
+        (f, "op", "free", (f - 1,), "compute", None, 0, it, None, (), None),
+        (f + 1, "ox", "free", (f,), "compute", None, 0, it, None, (), None),
+        (f + 2, "na", "free", (f + 1,), "compute", None, 0, it, None, (), None),
+        (f + 3, "nr", "compute", (f + 2,), "compute", None, 0, it, None, (), None),
+        (f + 4, "oc", "region", (f + 3,), "compute", None, 0, it, (f + 2, f + 4), (f + 1,), None),
+        (f + 5, "ip", "free", (f,), "compute", None, 0, it, None, (), None),
+        (f + 6, "ik", "compute", (f + 5,), "compute", None, 0, it, None, (), None),
+        (f + 7, "iw", "region", (f + 6,), "compute", None, 0, it, (f + 5, f + 7), (f,), 1),
+        (f + 8, "ot", "free", (f + 7,), "compute", None, 0, it, None, (), None),
+    ]
+
+
+def test_roots_parameters_nested_loops_and_missing_bodies():
+    """A computation's root is its ROOT wherever it stands (``z``, op 0, not ``later``), else its last
+    op (``nr``); a parameter past the call's operands has none; a call and a loop inside a loop's
+    trip carry that trip (the inner loop's own trip is 0 on both); a loop whose body the module
+    lacks is two notes and an empty region over its input; one whose body has no ROOT is replayed
+    once from its input, its region depending on the body's last op."""
+    sched = schedule.build(parse_text(NESTED))
+    assert rows(sched) == [
+        (0, "z", "free", (), "compute", None, 0, None, None, (), None),
+        (1, "later", "compute", (0,), "compute", None, 0, None, None, (), None),
+        (2, "c0", "region", (0,), "compute", None, 0, None, (0, 2), (), None),
+        (3, "x", "free", (), "compute", None, 0, None, None, (), None),
+        (4, "y", "free", (), "compute", None, 0, None, None, (), None),
+        (5, "a3", "free", (3,), "compute", None, 0, None, None, (), None),
+        (6, "b3", "free", (4,), "compute", None, 0, None, None, (), None),
+        (7, "c3p", "free", (), "compute", None, 0, None, None, (), None),
+        (8, "s3", "compute", (5, 6), "compute", None, 0, None, None, (), None),
+        (9, "c3", "region", (8,), "compute", None, 0, None, (5, 9), (3, 4), None),
+        (10, "zero", "free", (), "compute", None, 0, None, None, (), None),
+        (11, "in", "free", (10, 2), "compute", None, 0, None, None, (), None),
+        *outer_trip(12, 0),
+        *outer_trip(21, 1),
+        (30, "ow", "region", (29,), "compute", None, 0, None, (12, 30), (11,), 2),
+        (31, "mw", "region", (11,), "compute", None, 0, None, (31, 31), (11,), 1),
+        (32, "na", "free", (11,), "compute", None, 0, 0, None, (), None),
+        (33, "nr", "compute", (32,), "compute", None, 0, 0, None, (), None),
+        (34, "nw", "region", (33,), "compute", None, 0, None, (32, 34), (11,), 1),
+        (35, "out", "compute", (9, 2), "compute", None, 0, None, None, (), None),
+    ]
+    assert sched.notes == [
+        "while loop mw has no known trip count: its body is replayed once",
+        "computation nobody is not in the module",
+        "while loop nw has no known trip count: its body is replayed once",
+    ]
+    assert sched.expanded == {"main", "first", "three", "outer", "noroot", "inner"}
+
+
+def test_program_order_without_a_kernel_outside_loops_is_an_empty_int64_array():
+    order = schedule.program_order(schedule.build(parse_text(LOOPED.replace("ENTRY %main", "%main"))))
+    assert (
+        order.names == []
+        and order.position == {}
+        and order.instructions == frozenset(i.name for i in parse_text(LOOPED).instructions())
+    )
+    assert order.launchers.shape == (0,) and order.launchers.dtype.name == "int64"
+
+
+def kinds_trip(f: int, it: int) -> list[tuple]:
+    return [
+        (f, "kp", "free", (f - 1,), "compute", None, 0, it, None, (), None),
+        (f + 1, "ki", "free", (f,), "compute", None, 0, it, None, (), None),
+        (f + 2, "kx", "free", (f,), "compute", None, 0, it, None, (), None),
+        (f + 3, "kh", "copy", (f + 2,), "d2h", None, 32, it, None, (), None),
+        (f + 4, "ks", "start", (f + 2,), "async", None, 0, it, None, (), None),
+        (f + 5, "kd", "done", (f + 4,), "compute", f + 4, 0, it, None, (), None),
+        (f + 6, "krs", "start", (f + 2,), "collective", None, 32, it, None, (), None),
+        (f + 7, "krd", "done", (f + 6,), "compute", f + 6, 0, it, None, (), None),
+        (f + 8, "kar", "collective", (f + 5,), "compute", None, 32, it, None, (), None),
+        (f + 9, "kst", "free", (f + 8,), "compute", None, 0, it, None, (), None),
+        (f + 10, "kfs", "start", (f + 2,), "async", None, 0, it, None, (), None),
+        (f + 11, "kfd", "done", (f + 10,), "compute", f + 10, 0, it, None, (), None),
+        (f + 12, "kt", "free", (f + 1, f + 9), "compute", None, 0, it, None, (), None),
+    ]
+
+
+def test_each_kind_of_op_inside_a_loop_carries_its_trip():
+    """Every kind of op the schedule knows, run on each of the loop's two trips: a copy to the host
+    (the plan's movement, 32 bytes), async starts (a computation without a collective, and one known
+    by its opcode ending in -start) and their dones, a collective's start (32 bytes), a synchronous
+    collective, and a done of no start (it runs nothing)."""
+    sched = schedule.build(parse_text(KINDS))
+    assert rows(sched) == [
+        (0, "x", "free", (), "compute", None, 0, None, None, (), None),
+        *kinds_trip(1, 0),
+        *kinds_trip(14, 1),
+        (27, "w", "region", (26,), "compute", None, 0, None, (1, 27), (0,), 2),
+    ]
+    assert [(m["instruction"], m["executions_per_step"]) for m in sched.plan["movements"]] == [("kh", 2)]
+
+
+PAYLOADS = """HloModule payloads, is_scheduled=true
+
+%sum (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %r = f32[] add(%a, %b)
+}
+
+%small (s: f16[1]) -> f16[1] {
+  %s = f16[1]{0} parameter(0)
+  ROOT %sar = f16[1]{0} all-reduce(%s), replica_groups={{0,1}}, to_apply=%hsum
+}
+
+%hsum (a: f16[], b: f16[]) -> f16[] {
+  %ha = f16[] parameter(0)
+  %hb = f16[] parameter(1)
+  ROOT %hr = f16[] add(%ha, %hb)
+}
+
+ENTRY %main (p: f32[16], h: f16[1]) -> f32[8] {
+  %p = f32[16]{0} parameter(0)
+  %h = f16[1]{0} parameter(1)
+  %rs = f32[8]{0} reduce-scatter(%p), dimensions={0}, replica_groups={{0,1}}, to_apply=%sum
+  %ag = f32[32]{0} all-gather(%p), dimensions={0}, replica_groups={{0,1}}
+  %cps = (f16[1]{0}, f16[1]{0}, u32[], u32[]) collective-permute-start(%h), source_target_pairs={{0,1}}
+  %cpd = f16[1]{0} collective-permute-done(%cps)
+  %ars = ((f16[1]{0}), f16[1]{0}, s32[]) async-start(%h), calls=%small
+  %ard = f16[1]{0} async-done(%ars)
+  ROOT %out = f32[8]{0} add(%rs, %rs)
+}
+"""
+
+
+def test_a_collectives_bytes_are_the_larger_of_its_operands_and_its_result():
+    """A reduce-scatter sends its operand (64 bytes, not its 32-byte result), an all-gather its result
+    (128, not 64); a collective-permute of 2 bytes is 2, its start's two u32 contexts left out, and so
+    is an async wrapper's s32 context."""
+    sched = schedule.build(parse_text(PAYLOADS))
+    assert [(o.name, o.kind, o.stream, o.bytes) for o in sched.ops if o.kind in ("collective", "start")] == [
+        ("rs", "collective", "compute", 64),
+        ("ag", "collective", "compute", 128),
+        ("cps", "start", "collective", 2),
+        ("ars", "start", "collective", 2),
+    ]
