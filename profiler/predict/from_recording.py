@@ -10,8 +10,9 @@ in a run folder, an nsys-jax archive), for the step program it measured:
   whose measured time differs most from it;
 - ``predicted``: the program predicted on each target and host link asked for, with the costs
   calibrated on this recording (``calibrate``: measured durations on the same GPU, each op class's
-  scale elsewhere), each with the error that kind of prediction had on real steps
-  (``analysis.accuracy``).
+  scale elsewhere), each with its error against the recorded step (its own GPU and link), else the
+  error that kind of prediction had on real steps (``analysis.accuracy``); on its own GPU over
+  another link, neither: no real step was recorded on that link.
 """
 
 from __future__ import annotations
@@ -65,10 +66,9 @@ def from_recording(path: Path, targets: list[str] | None = None, links: list[Lin
         for link in links or [own_link if on_own else host_link([label]).link]:  # else the target's own link
             s, costs, how = calibrate.calibrated_costs(cal, m.module, target_spec, link, sched)
             p = simulate(s, costs, link)
-            same = how["scaled"] == 0 and how["roofline"] == 0
-            own = on_own and link.key == own_link.key
-            roof_acc = of_device(label)[0]
-            kind = roof_acc if how["measured"] == 0 and how["scaled"] == 0 else calibrated(m.gpu, label)
+            own = on_own and link.key == own_link.key  # the recorded step itself: its error is in-sample
+            all_measured = how["scaled"] == 0 and how["roofline"] == 0  # every op its own measured time
+            kind = of_device(label)[0] if how["measured"] == 0 and how["scaled"] == 0 else calibrated(m.gpu, label)
             predicted.append(
                 {
                     "target": label,
@@ -76,10 +76,11 @@ def from_recording(path: Path, targets: list[str] | None = None, links: list[Lin
                     "step_ns": p.step_ns,
                     "exposed_ns": p.exposed_ns,
                     "costed": how,
-                    # on its own GPU the measured durations themselves: the replay's error is this one's;
-                    # on its own GPU and link, mostly measured: its error against the recorded step
-                    "error": replay_error if same else _error(p.step_ns, m.step_ns) if own else None,
-                    "expected_error": None if same else f"{kind.kind}: {kind.error_text()}",
+                    # on its own GPU and link: against the recorded step; what such predictions were off
+                    # on real steps, unless every op kept its measured time: on its own GPU over another
+                    # link (only the copies priced for it) no step and no figure checks it (None both)
+                    "error": _error(p.step_ns, m.step_ns) if own else None,
+                    "expected_error": None if all_measured else f"{kind.kind}: {kind.error_text()}",
                 }
             )
     return {

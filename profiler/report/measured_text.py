@@ -189,7 +189,8 @@ def render_from_recording(doc: dict[str, Any]) -> str:
             f"{u['name']} {human_time(u['ns'], True)} ({u['why']})" for u in r["unplaced"])]  # fmt: skip
     pred = [
         [p["target"], p["link"], human_time(p["step_ns"]), human_time(p["exposed_ns"]),
-         _pct(p["error"]) if p["error"] is not None else f"({p['expected_error']} on real steps)",
+         _pct(p["error"]) if p["error"] is not None else
+         f"({p['expected_error']} on real steps)" if p["expected_error"] else "unchecked",
          f"{p['costed']['measured']}/{p['costed']['scaled']}/{p['costed']['roofline']}"]
         for p in doc["predicted"]
     ]  # fmt: skip
@@ -200,6 +201,11 @@ def render_from_recording(doc: dict[str, Any]) -> str:
         "in-sample), else what such predictions were off on real steps; measured/scaled/roofline: instructions "
         "costed by their own measured time, by their op class's measured-over-roofline scale, by the roofline alone"
     ]
+    if any(p["error"] is None and not p["expected_error"] for p in doc["predicted"]):
+        out += [
+            "unchecked: its own device's measured kernels with the copies priced for another link; no step was "
+            f"recorded on that link to check it against (the replay of the recorded link: {_pct(r['error'])})"
+        ]
     out += [f"note: {n}" for n in doc["notes"]]
     return "\n".join(out)
 

@@ -65,3 +65,30 @@ def test_plan_from_says_what_is_wrong_in_one_line(tmp_path, args, said):
     proc = run_cli("plan", *[a.format(tmp=tmp_path) for a in args])
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and said in proc.stderr
+
+
+@pytest.mark.skipif(not H200.is_dir(), reason="no sample_traces/h200-example")
+def test_on_its_own_gpu_over_another_link_the_prediction_is_unchecked(tmp_path):
+    """offload_mlp's H200 run on its own link and on NVLink-C2C: every kernel keeps its measured time
+    on both, its copies are priced for each link.  The own link's row is the recorded step itself:
+    its error is its own step against the measured one (not the replay's, which prices the copies at
+    their recorded times); the other link's has no recorded step and no real-step figure: neither an
+    error nor an expected one, and the text says ``unchecked`` (it printed the replay's -0.5% there)."""
+    from profiler.analysis.links import parse_link
+    from profiler.predict.from_recording import from_recording
+    from profiler.report.measured_text import render_from_recording
+
+    run = next(H200.glob("*-offload_mlp-??????"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PROFILE_STEP_CACHE", str(tmp_path))
+        doc = from_recording(run, None, [parse_link("pcie-gen5"), parse_link("nvlink-c2c")])
+    own, other = doc["predicted"]
+    assert (own["link"], other["link"]) == ("PCIe Gen5 x16", "NVLink-C2C")
+    assert own["costed"]["scaled"] == own["costed"]["roofline"] == 0 and own["costed"]["copy"] > 0
+    assert own["error"] == own["step_ns"] / doc["measured_step_ns"] - 1 != doc["replay"]["error"]
+    assert own["expected_error"] is None and other["error"] is None and other["expected_error"] is None
+    assert other["step_ns"] < own["step_ns"]  # the faster link hides the copies
+    text = render_from_recording(doc)
+    (row,) = [ln for ln in text.splitlines() if ln.startswith("NVIDIA H200") and "NVLink-C2C" in ln]
+    assert "unchecked" in row and "%" not in row
+    assert "unchecked: its own device's measured kernels with the copies priced for another link" in text
