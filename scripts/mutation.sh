@@ -16,7 +16,7 @@ set -euo pipefail
 main() {
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-module=${1:?usage: bash scripts/mutation.sh MODULE [--report] (units, intervals, overlap, stalls, kernels_slowed, replay, findings_config, findings_rules, savings, findings_savings, predict, command_buffers, roofline, step)}
+module=${1:?usage: bash scripts/mutation.sh MODULE [--report] (units, intervals, overlap, stalls, kernels_slowed, replay, findings_config, findings_rules, savings, findings_savings, predict, command_buffers, roofline, step, schedule)}
 shift
 report_only=0
 if [ "${1:-}" = --report ]; then report_only=1; shift; fi
@@ -67,6 +67,9 @@ case "$module" in
   step)  # predict_file: the predictions per link, the device, the notes
     sources="profiler/predict/step.py"
     tests="tests/predict/test_predict_file.py tests/predict/test_predict_reference.py tests/capture/test_hlo_tuple_reads.py" ;;
+  schedule)  # the unrolled schedule the simulator replays: ops, kinds, loops, calls, async pairs, payloads
+    sources="profiler/predict/schedule.py"
+    tests="tests/predict/test_schedule_cases.py tests/predict/test_simulate_cases.py tests/predict/test_replay_invariants.py tests/predict/test_command_buffers.py" ;;
   predict)  # the step's prediction: schedule, roofline, the replay of a schedule, calibration, recordings
     sources="profiler/predict/*.py profiler/analysis/replay_rules.py"
     # in-process tests, fast ones first; plan's compiles (.venv-aot, subprocesses) count for nothing here

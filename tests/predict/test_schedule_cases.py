@@ -375,6 +375,9 @@ def test_a_schedule_longer_than_the_limit_is_cut_with_one_note():
         sched = schedule.build(parse_text(LOOPED))
     assert [o.name for o in sched.ops] == ["x", "zero", "k", "in", "p"]
     assert sched.notes == ["the unrolled schedule is longer than 5 operations: cut there"]
+    with mock.patch.object(schedule, "MAX_OPS", 1):  # cut at an op of no operand (the constant)
+        sched = schedule.build(parse_text(LOOPED))
+    assert [o.name for o in sched.ops] == ["x"] and len(sched.notes) == 1
 
 
 def test_no_entry_is_a_note_and_nothing_to_replay():
