@@ -16,7 +16,7 @@ set -euo pipefail
 main() {
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-module=${1:?usage: bash scripts/mutation.sh MODULE [--report] (units, intervals, overlap, stalls, kernels_slowed, replay, findings_config, findings_rules, savings, findings_savings, predict, command_buffers, roofline, step, schedule)}
+module=${1:?usage: bash scripts/mutation.sh MODULE [--report] (units, intervals, overlap, stalls, kernels_slowed, replay, findings_config, findings_rules, savings, findings_savings, predict, command_buffers, roofline, step, schedule, from_recording)}
 shift
 report_only=0
 if [ "${1:-}" = --report ]; then report_only=1; shift; fi
@@ -70,6 +70,9 @@ case "$module" in
   schedule)  # the unrolled schedule the simulator replays: ops, kinds, loops, calls, async pairs, payloads
     sources="profiler/predict/schedule.py"
     tests="tests/predict/test_schedule_cases.py tests/predict/test_simulate_cases.py tests/predict/test_replay_invariants.py tests/predict/test_command_buffers.py" ;;
+  from_recording)  # plan --from's document: the replay, the roofline, the largest gaps, each prediction's error
+    sources="profiler/predict/from_recording.py"
+    tests="tests/predict/test_from_recording_cases.py tests/predict/test_plan_from.py tests/predict/test_cross_device.py" ;;
   predict)  # the step's prediction: schedule, roofline, the replay of a schedule, calibration, recordings
     sources="profiler/predict/*.py profiler/analysis/replay_rules.py"
     # in-process tests, fast ones first; plan's compiles (.venv-aot, subprocesses) count for nothing here

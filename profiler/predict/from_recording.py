@@ -41,7 +41,7 @@ def from_recording(path: Path, targets: list[str] | None = None, links: list[Lin
     m = load(path)
     if m.module is None:
         raise InputError(path, f"no optimized HLO of {m.module_name} beside the recording: nothing to replay")
-    spec, assumed = calibrate.run_spec(m, "")
+    spec = calibrate.run_spec(m, "")[0]  # no fallback: nothing is assumed, an unknown GPU is refused
     if not spec:
         raise InputError(path, f"the recording's GPU ({m.gpu or 'not named'}) has no known description")
     own_link = host_link([m.gpu] if m.gpu else []).link
@@ -63,7 +63,7 @@ def from_recording(path: Path, targets: list[str] | None = None, links: list[Lin
         except ValueError as exc:
             raise ProfilerError(f"--target: {exc}") from None
         on_own = (label or "").lower() == (m.gpu or "its GPU").lower()  # the recording's own device
-        for link in links or [own_link if on_own else host_link([label]).link]:  # else the target's own link
+        for link in links or [host_link([label]).link]:  # the target's own link (on its own GPU: the recorded one)
             s, costs, how = calibrate.calibrated_costs(cal, m.module, target_spec, link, sched)
             p = simulate(s, costs, link)
             own = on_own and link.key == own_link.key  # the recorded step itself: its error is in-sample
@@ -89,7 +89,7 @@ def from_recording(path: Path, targets: list[str] | None = None, links: list[Lin
         "gpu": m.gpu,
         "module": m.module_name,
         "chosen_by": m.chosen_by,
-        "notes": [*m.notes, *([assumed] if assumed else [])],
+        "notes": m.notes,
         "measured_step_ns": m.step_ns,
         "replay": {
             "step_ns": replay.step_ns,
