@@ -16,7 +16,7 @@ set -euo pipefail
 main() {
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-module=${1:?usage: bash scripts/mutation.sh MODULE [--report] (units, intervals, overlap, stalls, kernels_slowed, replay, findings_config, findings_rules, savings, findings_savings, predict, command_buffers, roofline, step, schedule, from_recording)}
+module=${1:?usage: bash scripts/mutation.sh MODULE [--report] (units, intervals, overlap, stalls, kernels_slowed, replay, findings_config, findings_rules, savings, findings_savings, predict, command_buffers, roofline, step, schedule, from_recording, replay_rules)}
 shift
 report_only=0
 if [ "${1:-}" = --report ]; then report_only=1; shift; fi
@@ -73,6 +73,9 @@ case "$module" in
   from_recording)  # plan --from's document: the replay, the roofline, the largest gaps, each prediction's error
     sources="profiler/predict/from_recording.py"
     tests="tests/predict/test_from_recording_cases.py tests/predict/test_plan_from.py tests/predict/test_cross_device.py" ;;
+  replay_rules)  # the rules both replays keep: the op before each on its stream, rows too early, streams too short
+    sources="profiler/analysis/replay_rules.py"
+    tests="tests/analysis/test_replay_rules_cases.py tests/predict/test_replay_invariants.py" ;;
   predict)  # the step's prediction: schedule, roofline, the replay of a schedule, calibration, recordings
     sources="profiler/predict/*.py profiler/analysis/replay_rules.py"
     # in-process tests, fast ones first; plan's compiles (.venv-aot, subprocesses) count for nothing here

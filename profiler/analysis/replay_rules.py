@@ -109,7 +109,7 @@ def check_replay(rp: Replay, change: Change = NO_CHANGE) -> Broken:
     stream of its own still follows the op before it, whose output it copies), overlapping it by no
     more than recorded; every op placed (a real start, its duration long: ``missing`` rows)."""
     ops = rp.deps.ops
-    prev = change.new_prev(ops) if change.own_stream.size else ops.prev.astype(np.int64)
+    prev = change.new_prev(ops)  # the recorded order where no op moved
     stream = ops.skey.astype(np.int64).copy()
     if change.own_stream.size:  # each moved op on a stream of its own
         stream[change.own_stream] = stream.max() + 1 + np.arange(change.own_stream.size)
