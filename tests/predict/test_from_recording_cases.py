@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.analysis.accuracy import CALIBRATED, GPU_TO_TPU, ROOFLINE
+from profiler.analysis.accuracy import CALIBRATED, GPU_TO_TPU, ROOFLINE, TPU_CALIBRATED, TPU_ROOFLINE
 from profiler.analysis.links import host_link, parse_link
 from profiler.errors import InputError, ProfilerError
 from profiler.predict import calibrate, roofline, schedule
@@ -134,6 +134,12 @@ def test_a_tpu_target_the_roofline_alone_and_the_refusals(tmp_path):
     (a100,) = from_recording(plain, ["a100"])["predicted"]
     assert a100["costed"] == {"measured": 0, "scaled": 0, "roofline": 12, "copy": 1}
     assert a100["expected_error"] == f"roofline: {ROOFLINE.error_text()}" and a100["error"] is None
+    (tpu_roof,) = from_recording(plain, ["tpu-v5e"])["predicted"]  # the TPU's own roofline figures
+    assert tpu_roof["costed"]["scaled"] == 0 and tpu_roof["expected_error"] == f"roofline: {TPU_ROOFLINE.error_text()}"
+    # a recording of a TPU (its device kind): its own figures in the accuracy lines and the roofline's error
+    on_tpu = from_recording(recorded(tmp_path / "tpu", gpu="TPU v5 lite"))
+    assert on_tpu["accuracy"] == {"roofline": TPU_ROOFLINE.line(), "calibrated": TPU_CALIBRATED.line()}
+    assert on_tpu["roofline"]["expected_error"] == TPU_ROOFLINE.error_text()
     with pytest.raises(ProfilerError, match=r"^--target: unknown target 'no-such-gpu'"):
         from_recording(run, ["no-such-gpu"])
     for gpu, said in (("Some Future GPU", "Some Future GPU"), ("", "not named")):
