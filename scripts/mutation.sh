@@ -16,7 +16,7 @@ set -euo pipefail
 main() {
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-module=${1:?usage: bash scripts/mutation.sh MODULE [--report] (units, intervals, overlap, stalls, kernels_slowed, replay, findings_config, findings_rules, savings, findings_savings, predict, command_buffers, roofline, step, schedule, from_recording, replay_rules)}
+module=${1:?usage: bash scripts/mutation.sh MODULE [--report] (units, intervals, overlap, stalls, kernels_slowed, replay, findings_config, findings_rules, savings, findings_savings, predict, command_buffers, roofline, step, schedule, from_recording, replay_rules, plan_costs)}
 shift
 report_only=0
 if [ "${1:-}" = --report ]; then report_only=1; shift; fi
@@ -76,6 +76,9 @@ case "$module" in
   replay_rules)  # the rules both replays keep: the op before each on its stream, rows too early, streams too short
     sources="profiler/analysis/replay_rules.py"
     tests="tests/analysis/test_replay_rules_cases.py tests/predict/test_replay_invariants.py" ;;
+  plan_costs)  # a run's costs in a plan: the PGLE profile, the results' modules and links, plan --pgle and --calibrate
+    sources="profiler/predict/plan_costs.py"
+    tests="tests/predict/test_plan_costs_cases.py tests/predict/test_host_link.py tests/predict/test_measured.py" ;;
   predict)  # the step's prediction: schedule, roofline, the replay of a schedule, calibration, recordings
     sources="profiler/predict/*.py profiler/analysis/replay_rules.py"
     # in-process tests, fast ones first; plan's compiles (.venv-aot, subprocesses) count for nothing here
