@@ -5,9 +5,32 @@ run of ``replay_rules.py`` (docs/testing.md)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from profiler.analysis.replay_rules import Broken, check, prev_on_stream, recorded_overlap
+from profiler.analysis.dependencies import NO_TIME, Dependencies, dependencies
+from profiler.analysis.replay import NO_CHANGE, Change, replay
+from profiler.analysis.replay_rules import Broken, check, check_replay, prev_on_stream, recorded_overlap
+from profiler.synthetic.export import ExportBuilder
+from profiler.trace import open_trace
+
+MIB = 1 << 20
+
+
+def recorded(build, ops: list[tuple[str, int, int, int]]) -> tuple[Dependencies, dict[int, int]]:
+    """An export of *ops* (kind ``k`` kernel or ``d2h`` copy, start, end, stream), each launched 100 ns
+    after the one before from t = 100: its dependency pass, and each op's row by its start."""
+    b = ExportBuilder()
+    b.gpu(0)
+    for i, (kind, start, end, stream) in enumerate(ops):
+        at = 100 * (i + 1)
+        if kind == "k":
+            b.runtime(at, at + 5, b.kernel(start, end, f"k{i}", stream=stream))
+        else:
+            b.runtime(at, at + 5, b.copy(start, end, kind, MIB, stream=stream), name="cuMemcpyAsync")
+    deps = dependencies(open_trace(build(b)))
+    return deps, {int(t): i for i, t in enumerate(deps.ops.start)}
 
 
 def test_the_op_before_each_on_its_stream():
@@ -69,22 +92,8 @@ def test_rules_on_a_trace_replay_its_changes_and_ops_not_placed(build):
     replay at F = 1 keeps the rules.  B moved by hand to [1500, 2000) starts 500 ns early, and stream
     7's 1500 ns of work fit in 1000; C with no start (NO_TIME), or ending before it starts, is not
     placed."""
-    from dataclasses import replace
-
-    from profiler.analysis.dependencies import NO_TIME, dependencies
-    from profiler.analysis.replay import NO_CHANGE, replay
-    from profiler.analysis.replay_rules import check_replay
-    from profiler.synthetic.export import ExportBuilder
-    from profiler.trace import open_trace
-
-    b = ExportBuilder()
-    b.gpu(0)
-    b.runtime(100, 105, b.kernel(1000, 2000, "A", stream=7))
-    b.runtime(200, 205, b.copy(1200, 1800, "d2h", 1 << 20, stream=20), name="cuMemcpyAsync")
-    b.runtime(300, 305, b.kernel(2500, 3000, "B", stream=7))
-    deps = dependencies(open_trace(build(b)))
+    deps, row = recorded(build, [("k", 1000, 2000, 7), ("d2h", 1200, 1800, 20), ("k", 2500, 3000, 7)])
     ops = deps.ops
-    row = {int(s): i for i, s in enumerate(ops.start)}
     a, c, bb = row[1000], row[1200], row[2500]
     rp = replay(deps, 1.0)
     assert check_replay(rp).ok and check_replay(rp, NO_CHANGE).ok
@@ -107,21 +116,7 @@ def test_an_op_moved_to_a_stream_of_its_own_is_checked_there(build):
     [2100, 2600) starts 300 ns before C ends: early while C is on stream 7; with C moved to a stream of
     its own (``Change.own_stream``) B follows A, which it does not overlap, and C, alone on its new
     stream, still follows A."""
-    from dataclasses import replace
-
-    from profiler.analysis.dependencies import dependencies
-    from profiler.analysis.replay import Change, replay
-    from profiler.analysis.replay_rules import check_replay
-    from profiler.synthetic.export import ExportBuilder
-    from profiler.trace import open_trace
-
-    b = ExportBuilder()
-    b.gpu(0)
-    b.runtime(100, 105, b.kernel(1000, 2000, "A", stream=7))
-    b.runtime(200, 205, b.copy(2000, 2400, "d2h", 1 << 20, stream=7), name="cuMemcpyAsync")
-    b.runtime(300, 305, b.kernel(2500, 3000, "B", stream=7))
-    deps = dependencies(open_trace(build(b)))
-    row = {int(s): i for i, s in enumerate(deps.ops.start)}
+    deps, row = recorded(build, [("k", 1000, 2000, 7), ("d2h", 2000, 2400, 7), ("k", 2500, 3000, 7)])
     c, bb = row[2000], row[2500]
     rp = replay(deps, 1.0)
     start, end = rp.start.copy(), rp.end.copy()
@@ -141,22 +136,8 @@ def test_two_ops_moved_to_streams_of_their_own_get_one_each(build):
     copies moved to streams of their own (each still after the op before it, whose output it copies)
     and B placed by hand at [2000, 2500), right after A: stream 7 (A, B) holds its 1500 ns of work in
     1500; had C2 been left on stream 7 (or given stream 7's id), 1900 ns of work would fit in 1800."""
-    from dataclasses import replace
-
-    from profiler.analysis.dependencies import dependencies
-    from profiler.analysis.replay import Change, replay
-    from profiler.analysis.replay_rules import check_replay
-    from profiler.synthetic.export import ExportBuilder
-    from profiler.trace import open_trace
-
-    b = ExportBuilder()
-    b.gpu(0)
-    b.runtime(100, 105, b.kernel(1000, 2000, "A", stream=7))
-    b.runtime(200, 205, b.copy(2000, 2400, "d2h", 1 << 20, stream=7), name="cuMemcpyAsync")
-    b.runtime(250, 255, b.copy(2400, 2800, "d2h", 1 << 20, stream=7), name="cuMemcpyAsync")
-    b.runtime(300, 305, b.kernel(2900, 3400, "B", stream=7))
-    deps = dependencies(open_trace(build(b)))
-    row = {int(s): i for i, s in enumerate(deps.ops.start)}
+    ops = [("k", 1000, 2000, 7), ("d2h", 2000, 2400, 7), ("d2h", 2400, 2800, 7), ("k", 2900, 3400, 7)]
+    deps, row = recorded(build, ops)
     c1, c2, bb = row[2000], row[2400], row[2900]
     rp = replay(deps, 1.0)
     start, end = rp.start.copy(), rp.end.copy()
@@ -169,19 +150,7 @@ def test_a_recorded_overlap_is_kept_and_a_removed_copy_is_placed(build):
     """B recorded starting 100 ns before A ends on stream 7 (a trace can hold that): the replay keeps
     the overlap and the check allows what the recording had.  A copy removed by a change lasts 0 ns:
     placed (not ``missing``), its end at its start."""
-    from profiler.analysis.dependencies import dependencies
-    from profiler.analysis.replay import Change, replay
-    from profiler.analysis.replay_rules import check_replay
-    from profiler.synthetic.export import ExportBuilder
-    from profiler.trace import open_trace
-
-    b = ExportBuilder()
-    b.gpu(0)
-    b.runtime(100, 105, b.kernel(1000, 2000, "A", stream=7))
-    b.runtime(200, 205, b.kernel(1900, 2400, "B", stream=7))
-    b.runtime(300, 305, b.copy(2500, 2900, "d2h", 1 << 20, stream=20), name="cuMemcpyAsync")
-    deps = dependencies(open_trace(build(b)))
-    row = {int(s): i for i, s in enumerate(deps.ops.start)}
+    deps, row = recorded(build, [("k", 1000, 2000, 7), ("k", 1900, 2400, 7), ("d2h", 2500, 2900, 20)])
     rp = replay(deps, 1.0)
     assert (int(rp.start[row[1900]]), int(rp.end[row[1000]])) == (1900, 2000)
     assert check_replay(rp).ok

@@ -1,12 +1,44 @@
 """HLO text of small scheduled programs, for the replay's tests: a kernel (``k``), a copy to the
 host (``d2h``, its done one statement later), a ``while`` (trip count known or not) or a ``call`` of
-statements, nested; ``program_text`` turns a list of statements into a module's text."""
+statements, nested; ``program_text`` turns a list of statements into a module's text.  Pieces for
+hand-written modules: ``SUM`` (an all-reduce's reduction), ``COND`` (a loop's condition over an
+(s32[], f32[8]) carry) and ``chain_lines`` (elementwise kernels one after another, one result copied
+to the host)."""
 
 from __future__ import annotations
 
 T = "f32[64,64]{1,0}"
 HOST = "f32[64,64]{1,0:S(5)}"
 LOOP_T = f"(s32[], {T})"
+
+# the reduction of an all-reduce or reduce-scatter (``to_apply=%sum``)
+SUM = """%sum (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %r = f32[] add(%a, %b)
+}"""
+# a while loop's condition over an (s32[], f32[8]) carry (``condition=%cond``)
+COND = """%cond (c: (s32[], f32[8])) -> pred[] {
+  %c = (s32[], f32[8]{0}) parameter(0)
+  %ci = s32[] get-tuple-element(%c), index=0
+  ROOT %lt = pred[] compare(%ci, %ci), direction=LT
+}"""
+
+
+def chain_lines(kernels: int, shape: str, host: str, copy_of: int, done_after: int) -> list[str]:
+    """An entry's lines: ``%x`` then kernels ``k0``... each of the one before (exponential, negate in
+    turn), kernel *copy_of*'s result copied to the host (``cs``), its done (``cd``) after kernel
+    *done_after*."""
+    lines = [f"  %x = {shape} parameter(0)"]
+    prev = "x"
+    for i in range(kernels):
+        lines.append(f"  %k{i} = {shape} {'negate' if i % 2 else 'exponential'}(%{prev})")
+        prev = f"k{i}"
+        if i == copy_of:
+            lines.append(f"  %cs = ({host}, {shape}, u32[]) copy-start(%k{i})")
+        if i == done_after:
+            lines.append(f"  %cd = {host} copy-done(%cs)")
+    return lines
 
 
 class HloProgram:

@@ -19,6 +19,7 @@ from profiler.predict.measured import load
 from profiler.predict.simulate import simulate
 from profiler.xla.hlo import parse_text
 from profiler.xla.targets import TARGETS
+from tests.helpers.hlo_programs import chain_lines
 from tests.helpers.recordings import Timing, record
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -37,14 +38,7 @@ def program(matmuls: bool = True) -> str:
         lines += [f"  %a = {BIG} parameter(1)", f"  %b = {MID} parameter(2)",
                   f"  %dot = {BIG} dot(%a, %a), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}",
                   f"  %dot2 = {MID} dot(%b, %b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}"]  # fmt: skip
-    prev = "x"
-    for i in range(12):
-        lines.append(f"  %k{i} = {T} {'negate' if i % 2 else 'exponential'}(%{prev})")
-        prev = f"k{i}"
-        if i == 3:
-            lines.append(f"  %cs = ({HOST}, {T}, u32[]) copy-start(%k3)")
-        if i == 9:
-            lines.append(f"  %cd = {HOST} copy-done(%cs)")
+    lines += chain_lines(12, T, HOST, copy_of=3, done_after=9)[1:]
     lines[-1] = "  ROOT" + lines[-1][1:]
     params = "x: f32[512,512], a: f32[4096,4096], b: f32[2048,2048]" if matmuls else "x: f32[512,512]"
     head = f"HloModule jit_step, is_scheduled=true\n\nENTRY %main ({params}) -> f32[512,512] {{\n"

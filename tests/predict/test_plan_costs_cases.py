@@ -26,6 +26,7 @@ from profiler.predict.simulate import simulate
 from profiler.xla import pgle
 from profiler.xla.hlo import parse_text
 from profiler.xla.targets import TARGETS
+from tests.helpers.hlo_programs import chain_lines
 from tests.helpers.recordings import Timing, record
 
 T = "f32[512,512]{1,0}"
@@ -35,15 +36,7 @@ HOST = "f32[512,512]{1,0:S(5)}"
 def program(done_after: int = 3, dot: bool = False) -> str:
     """Four kernels and their sum (with *dot*, of k3's product with itself); k0's result copied to the
     host, its copy-done after kernel *done_after*."""
-    lines = [f"  %x = {T} parameter(0)"]
-    prev = "x"
-    for i in range(4):
-        lines.append(f"  %k{i} = {T} {'negate' if i % 2 else 'exponential'}(%{prev})")
-        prev = f"k{i}"
-        if i == 0:
-            lines.append(f"  %cs = ({HOST}, {T}, u32[]) copy-start(%k0)")
-        if i == done_after:
-            lines.append(f"  %cd = {HOST} copy-done(%cs)")
+    lines = chain_lines(4, T, HOST, copy_of=0, done_after=done_after)
     if dot:
         lines.append(f"  %d = {T} dot(%k3, %k3), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}")
     last = "d" if dot else "k3"

@@ -10,6 +10,7 @@ from unittest import mock
 
 from profiler.predict import schedule
 from profiler.xla.hlo import parse_text
+from tests.helpers.hlo_programs import COND, SUM
 
 T = "f32[8]{0}"  # 32 bytes
 HOST = "f32[8]{0:S(5)}"
@@ -18,11 +19,7 @@ HOST = "f32[8]{0:S(5)}"
 # async computation, a synchronous all-reduce, a copy-done of no copy-start, a buffer that runs nothing
 LOOPED = f"""HloModule hand, is_scheduled=true
 
-%sum (a: f32[], b: f32[]) -> f32[] {{
-  %a = f32[] parameter(0)
-  %b = f32[] parameter(1)
-  ROOT %r = f32[] add(%a, %b)
-}}
+{SUM}
 
 %gather (g: f32[8]) -> f32[16] {{
   %g = {T} parameter(0)
@@ -82,11 +79,7 @@ ENTRY %main (x: f32[8]) -> f32[8] {{
 # its start and done; a copy-start that stays on the device
 EDGES = f"""HloModule edges
 
-%cond (c: (s32[], f32[8])) -> pred[] {{
-  %c = (s32[], {T}) parameter(0)
-  %ci = s32[] get-tuple-element(%c), index=0
-  ROOT %lt = pred[] compare(%ci, %ci), direction=LT
-}}
+{COND}
 
 %two (u: f32[8], v: f32[8]) -> f32[8] {{
   %u = {T} parameter(0)
@@ -156,11 +149,7 @@ NESTED = f"""HloModule nested, is_scheduled=true
   %nr = {T} negate(%na)
 }}
 
-%cond (c: (s32[], f32[8])) -> pred[] {{
-  %c = (s32[], {T}) parameter(0)
-  %ci = s32[] get-tuple-element(%c), index=0
-  ROOT %lt = pred[] compare(%ci, %ci), direction=LT
-}}
+{COND}
 
 %inner (p: (s32[], f32[8])) -> (s32[], f32[8]) {{
   %ip = (s32[], {T}) parameter(0)
@@ -194,22 +183,14 @@ ENTRY %main (x: f32[8], y: f32[8]) -> f32[8] {{
 # async pair known only by its opcodes' -start and -done
 KINDS = f"""HloModule kinds, is_scheduled=true
 
-%sum (a: f32[], b: f32[]) -> f32[] {{
-  %a = f32[] parameter(0)
-  %b = f32[] parameter(1)
-  ROOT %r = f32[] add(%a, %b)
-}}
+{SUM}
 
 %neg (n: f32[8]) -> f32[8] {{
   %n = {T} parameter(0)
   ROOT %nn = {T} negate(%n)
 }}
 
-%cond (c: (s32[], f32[8])) -> pred[] {{
-  %c = (s32[], {T}) parameter(0)
-  %ci = s32[] get-tuple-element(%c), index=0
-  ROOT %lt = pred[] compare(%ci, %ci), direction=LT
-}}
+{COND}
 
 %body (p: (s32[], f32[8])) -> (s32[], f32[8]) {{
   %kp = (s32[], {T}) parameter(0)
@@ -483,14 +464,9 @@ def test_each_kind_of_op_inside_a_loop_carries_its_trip():
     assert [(m["instruction"], m["executions_per_step"]) for m in sched.plan["movements"]] == [("kh", 2)]
 
 
-PAYLOADS = """HloModule payloads, is_scheduled=true
-
-%sum (a: f32[], b: f32[]) -> f32[] {
-  %a = f32[] parameter(0)
-  %b = f32[] parameter(1)
-  ROOT %r = f32[] add(%a, %b)
-}
-
+PAYLOADS = (
+    f"HloModule payloads, is_scheduled=true\n\n{SUM}\n"
+    + """
 %small (s: f16[1]) -> f16[1] {
   %s = f16[1]{0} parameter(0)
   ROOT %sar = f16[1]{0} all-reduce(%s), replica_groups={{0,1}}, to_apply=%hsum
@@ -514,6 +490,7 @@ ENTRY %main (p: f32[16], h: f16[1]) -> f32[8] {
   ROOT %out = f32[8]{0} add(%rs, %rs)
 }
 """
+)
 
 
 def test_a_collectives_bytes_are_the_larger_of_its_operands_and_its_result():

@@ -10,16 +10,10 @@ from profiler.analysis.links import parse_link
 from profiler.predict import schedule
 from profiler.predict.simulate import simulate
 from profiler.xla.hlo import parse_text
-from tests.helpers.hlo_programs import program_text
+from tests.helpers.hlo_programs import SUM, program_text
 
 T = "f32[64,64]{1,0}"  # 16384 bytes
 HOST = "f32[64,64]{1,0:S(5)}"
-# the reduction an all-reduce applies
-SUM = """%sum (a: f32[], b: f32[]) -> f32[] {
-  %a = f32[] parameter(0)
-  %b = f32[] parameter(1)
-  ROOT %r = f32[] add(%a, %b)
-}"""
 
 # a copy out and back, an all-reduce, and two adds without a cost
 COPIES = f"""HloModule hand, is_scheduled=true
