@@ -25,7 +25,7 @@ from profiler.commands import (
     tune,
     whatif,
 )
-from profiler.commands.options import json_error, shared_options
+from profiler.commands.options import json_error, shared_options, wants_json
 from profiler.errors import ProfilerError
 
 # Each subcommand's parser, in the order --help lists them: a new one is a module of profiler/commands
@@ -58,7 +58,7 @@ class Parser(argparse.ArgumentParser):
 
         named = [f for f in FLAGS if f"argument {f}: expected one argument" in message]
         said = dangling([w for w in self.argv if not w.startswith(tuple(FLAGS)) or w in named]) if named else None
-        if "--json" in self.argv:  # a usage error of a --json command: its JSON object first
+        if wants_json(None, self.argv):  # a usage error of a command asked for JSON: its JSON object first
             json_error(self.argv[0] if self.argv else None, said or message, 2)
         if said:
             self.exit(2, f"profile-step: error: {said}\n")
@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     def failed(line: str, exit_code: int) -> int:
-        if getattr(args, "json", False):
+        if wants_json(args):
             json_error(args.command, line.removeprefix("error: "), exit_code)
         print(f"profile-step: {line}", file=sys.stderr)
         return exit_code

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,15 @@ def json_dump(doc: Any) -> str:
 
 # what a command's document holds where it has no result (tune's readers look at ``choice``)
 EMPTY_RESULT: dict[str, dict[str, Any]] = {"tune": {"choice": None}}
+
+
+def wants_json(args: argparse.Namespace | None, argv: Sequence[str] = ()) -> bool:
+    """Whether the command was asked for JSON: ``--json``, or ``compare --format json`` (from the
+    parsed *args*, else, before they parse, from the words *argv*)."""
+    if args is not None:
+        return bool(getattr(args, "json", False)) or getattr(args, "format", None) == "json"
+    pairs = zip(argv, [*argv[1:], ""], strict=True)
+    return "--json" in argv or "--format=json" in argv or ("--format", "json") in set(pairs)
 
 
 def json_error(command: str | None, message: str, exit_code: int) -> None:

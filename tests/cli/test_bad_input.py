@@ -163,12 +163,14 @@ def test_invalid_utf8_names(tmp_path, text):
         ["plan", "--json", "--from", "MISSING"],
         ["pgle", "--json", "-o", "out.pbtxt", "MISSING"],
         ["tune", "--json", "MISSING"],
+        ["compare", "--format", "json", "MISSING", "MISSING"],
     ],
     ids=lambda w: w[0],
 )
 def test_every_json_command_says_a_failing_exit_in_one_json_object(words, tmp_path, capsys):
-    """With --json a failing exit prints one JSON object on stdout (``error``, ``exit_code``; tune's
-    with its ``choice`` null), the same words as the line on stderr; without --json stdout is empty."""
+    """With --json (compare: --format json) a failing exit prints one JSON object on stdout (``error``,
+    ``exit_code``; tune's with its ``choice`` null), the same words as the line on stderr; without it
+    stdout is empty."""
     from profiler.cli import main
 
     missing = str(tmp_path / "nope.sqlite")
@@ -179,7 +181,7 @@ def test_every_json_command_says_a_failing_exit_in_one_json_object(words, tmp_pa
     assert doc.pop("exit_code") == 2 and doc.pop("choice", None) is None
     assert list(doc) == ["error"] and missing in doc["error"]
     assert err.strip().splitlines() == [f"profile-step: error: {doc['error']}"]
-    assert main([w for w in argv if w != "--json"]) == 2
+    assert main([w for w in argv if w not in ("--json", "--format", "json")]) == 2
     assert capsys.readouterr().out == ""
 
 
@@ -189,6 +191,7 @@ def test_every_json_command_says_a_failing_exit_in_one_json_object(words, tmp_pa
         (["cache", "--json", "--no-such-option"], "unrecognized arguments: --no-such-option"),
         (["analyze", "--json"], "the following arguments are required: TRACE_OR_RUNS"),
         (["whatif", "--json", "--device"], "argument --device: expected one argument"),
+        (["compare", "--format=json", "--bogus", "a", "b"], "unrecognized arguments: --bogus"),
     ],
 )
 def test_a_usage_error_under_json_is_a_json_object_too(words, error, capsys):
