@@ -247,8 +247,9 @@ def copy_time(cal: Calibration, direction: str, nbytes: int, link: Link) -> floa
 def predict(cal: Calibration, module: Module, spec_text: str, links: list[Link]) -> list[dict[str, Any]]:
     """Calibrated predictions of *module* per link (``Prediction.doc()`` + ``costed``)."""
     out = []
+    built = schedule.build(module)  # once for every link
     for link in links:
-        sched, costs, how = calibrated_costs(cal, module, spec_text, link)
+        sched, costs, how = calibrated_costs(cal, module, spec_text, link, built)
         p = simulate(sched, costs, link)
         out.append({**p.doc(), "link_name": link.name, "link_gbps": link.gbps, "costed": how})
     return out

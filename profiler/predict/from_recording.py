@@ -44,7 +44,7 @@ def from_recording(path: Path, targets: list[str] | None = None, links: list[Lin
     spec = calibrate.run_spec(m, "")[0]  # no fallback: nothing is assumed, an unknown GPU is refused
     if not spec:
         raise InputError(path, f"the recording's GPU ({m.gpu or 'not named'}) has no known description")
-    own_link = host_link([m.gpu] if m.gpu else []).link
+    own_link = host_link([m.gpu]).link  # host_link passes over a missing name
     sched = m.sched
     assert sched is not None  # m.module is there
     replay, replay_error = calibrate.replay(m)
