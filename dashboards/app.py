@@ -217,8 +217,10 @@ def serve(
         store.close()
 
 
-class Stop(Exception):
-    """SIGTERM received: the server stops as on Ctrl-C, cleanly."""
+class Stop(SystemExit):
+    """SIGTERM received: the server stops as on Ctrl-C, cleanly.  A ``SystemExit``, which waitress lets
+    through wherever the signal lands: an ``Exception`` raised while its loop was closing a connection
+    was taken for that connection's error and the server went on serving (the process never ended)."""
 
 
 @contextlib.contextmanager

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.paths import ROOT
 
 DEMO = ROOT / "sample_traces" / "demo-synthetic"  # its first view starts what-ifs at once
@@ -84,3 +86,22 @@ def test_sigterm_stops_the_dashboard_cleanly(tmp_path):
     assert out.startswith("profile-step dashboard: 5 run(s) from ")
     assert "Traceback" not in err and "leaked" not in err and err.strip() == "", err
     assert left_running([int(k.split()[0]) for k in kids]) == [], f"children left running: {kids}"
+
+
+def test_the_stop_passes_through_waitress_wherever_the_signal_lands():
+    """SIGTERM raises ``Stop`` in the main thread, which may be inside waitress's loop handling a
+    connection (seen in CI: closing one).  waitress takes an ``Exception`` there for that connection's
+    error and serves on, so the process never ended; ``Stop`` must be among what it lets through."""
+    from waitress import wasyncore
+
+    from dashboards.app import Stop
+
+    class Channel:
+        def handle_read_event(self) -> None:
+            raise Stop
+
+        def handle_error(self) -> None:
+            raise AssertionError("waitress swallowed the stop as the connection's error")
+
+    with pytest.raises(Stop):
+        wasyncore.read(Channel())
