@@ -29,21 +29,19 @@ KEEP = (
 def prediction_rows(row: dict[str, Any], res: dict[str, Any]) -> list[dict[str, Any]]:
     """One entry per link of a plan result's prediction, named by policy and batch."""
     pred = res.get("prediction") or {}
-    keep = KEEP
-    return [
-        {"policy": row["policy"], "batch": row["batch"], "fits": row["fits"], **{k: p.get(k) for k in keep}}
-        for p in pred.get("predictions") or []
-    ]
+    return [{**_of_row(row), **{k: p.get(k) for k in KEEP}} for p in pred.get("predictions") or []]
+
+
+def _of_row(row: dict[str, Any]) -> dict[str, Any]:
+    """What a prediction entry takes from its plan row: policy, batch, whether and in how much it fits."""
+    return {k: row.get(k) for k in ("policy", "batch", "fits", "device_bytes", "host_bytes")}
 
 
 def calibrated_rows(row: dict[str, Any], res: dict[str, Any]) -> list[dict[str, Any]]:
     """``plan --calibrate``'s predictions of a plan result (``calibrated``: one per link), as
     ``prediction_rows`` names them, with how each instruction was costed."""
-    return [
-        {"policy": row["policy"], "batch": row["batch"], "fits": row["fits"], **{k: p.get(k) for k in KEEP},
-         "costed": p.get("costed")}
-        for p in res.get("calibrated") or []
-    ]  # fmt: skip
+    return [{**_of_row(row), **{k: p.get(k) for k in KEEP}, "costed": p.get("costed")}
+            for p in res.get("calibrated") or []]  # fmt: skip
 
 
 def offload_vs_remat(preds: list[dict[str, Any]], accuracy: Accuracy = ROOFLINE) -> list[dict[str, Any]]:
@@ -51,7 +49,8 @@ def offload_vs_remat(preds: list[dict[str, Any]], accuracy: Accuracy = ROOFLINE)
     (policies named ``offload*``) and the fastest policy that fits; ``saving`` = (remat - offload) /
     remat (positive: offloading is faster).  Only policies that fit in device memory compete (a row
     whose fit is unknown competes, marked).  A difference within the predictions' error
-    (*accuracy*'s tie margin, ``tie_within``) is a tie: ``winner`` is ``tie``."""
+    (*accuracy*'s tie margin, ``tie_within``) is a tie: ``winner`` is ``tie``, and ``lighter`` names
+    the side that needs less device memory (None when a side's memory is unknown or both need the same)."""
     out = []
     keys = list(dict.fromkeys((p["batch"], p["link"]) for p in preds))
     for batch, link in keys:
@@ -70,6 +69,9 @@ def offload_vs_remat(preds: list[dict[str, Any]], accuracy: Accuracy = ROOFLINE)
             "offload_policy": offs[0]["policy"] if offs else None,
             "offload_step_ns": offs[0]["predicted_step_ns"] if offs else None,
             "offload_exposed_ns": offs[0]["predicted_exposed_ns"] if offs else None,
+            "offload_device_bytes": offs[0].get("device_bytes") if offs else None,
+            "remat_device_bytes": remat.get("device_bytes") if remat else None,
+            "lighter": None,
             "fastest_fitting": best["policy"] if best else None,
             "fastest_step_ns": best["predicted_step_ns"] if best else None,
             "not_fitting": [p["policy"] for p in here if p["fits"] is False],
@@ -86,5 +88,8 @@ def offload_vs_remat(preds: list[dict[str, Any]], accuracy: Accuracy = ROOFLINE)
             entry["saving"] = saving / remat["predicted_step_ns"] if remat["predicted_step_ns"] else None
             tied = accuracy.is_tie(remat["predicted_step_ns"], offs[0]["predicted_step_ns"])
             entry["winner"] = "tie" if tied or saving == 0 else ("offload" if saving > 0 else "remat")
+            mem = (entry["offload_device_bytes"], entry["remat_device_bytes"])
+            if entry["winner"] == "tie" and None not in mem and mem[0] != mem[1]:
+                entry["lighter"] = entry["offload_policy"] if mem[0] < mem[1] else REMAT
         out.append(entry)
     return out

@@ -10,7 +10,7 @@ from profiler.analysis.accuracy import ROOFLINE
 from profiler.analysis.late_copies import fix, sentence
 from profiler.predict.step import LABEL
 from profiler.report.table import table
-from profiler.units import human_time, scaled, time_unit
+from profiler.units import human_bytes, human_time, scaled, time_unit
 
 LEGEND = (
     "step = predicted step time; exposed = copy time the compute stream waits for (not hidden); compute = "
@@ -102,11 +102,6 @@ def verdict_lines(verdicts: list[dict[str, Any]], width: int | None = 118) -> li
                 f"rematerialization beats offloading by {human_time(-v['saving_ns'])} per step "
                 f"({-100 * v['saving']:.1f}%)"
             )
-        elif v.get("tie_within") and v["saving"]:
-            verb = (
-                f"offloading and rematerialization tie: {abs(100 * v['saving']):.1f}% apart, within the "
-                f"predictions' error ({100 * v['tie_within']:.0f}% on real steps): pick by memory"
-            )
         else:
             verb = "offloading and rematerialization tie"
         exposed = f"{human_time(exp)} of copy time exposed" if exp else "no copy time exposed"
@@ -114,10 +109,26 @@ def verdict_lines(verdicts: list[dict[str, Any]], width: int | None = 118) -> li
             f"{where}: {verb}: {v['offload_policy']} {off / div:.2f} {unit} ({exposed}) "
             f"against remat {rem / div:.2f} {unit}"
         )
+        if v["winner"] == "tie" and v.get("tie_within") and v["saving"]:
+            line += (
+                f", {abs(100 * v['saving']):.1f}% apart: within the predictions' error (two predicted steps "
+                f"within {100 * v['tie_within']:.0f}% of each other are a tie); {_by_memory(v)}"
+            )
         if v["fastest_fitting"] not in (v["offload_policy"], "remat"):
             line += f"; fastest that fits: {v['fastest_fitting']} {v['fastest_step_ns'] / div:.2f} {unit}"
         out += textwrap.wrap(line, width, subsequent_indent="  ") if width else [line]
     return out
+
+
+def _by_memory(v: dict[str, Any]) -> str:
+    """A tie's advice: the side that needs less device memory, with both sides' memory."""
+    lighter = v.get("lighter")
+    if lighter is None:
+        return "pick by memory"
+    mem = {v["offload_policy"]: v["offload_device_bytes"], "remat": v["remat_device_bytes"]}
+    other = next(p for p in mem if p != lighter)
+    need = f"{human_bytes(mem[lighter])} of device memory against {other}'s {human_bytes(mem[other])}"
+    return f"pick by memory: {lighter}, {need}"
 
 
 def plan_line(tab: dict[str, Any]) -> str | None:

@@ -15,6 +15,7 @@ from profiler.tune.candidate import Candidate, Name
 from profiler.tune.evaluate import Outcome
 from profiler.tune.explain import tie_line
 from profiler.tune.search import Search, Tried
+from profiler.units import human_bytes
 from tests.helpers.paths import SHARED_TRACES
 
 pytestmark = pytest.mark.skipif(not h200_predictions.H200.is_dir(), reason="no sample_traces/h200-example")
@@ -75,10 +76,37 @@ def test_a_difference_inside_the_error_is_a_tie(offload_ns, acc, winner):
     assert v["winner"] == winner and v["tie_within"] == acc.tie
     line = " ".join(verdict_lines([v], width=None))
     if winner == "tie":
-        assert f"tie: {abs(100 - offload_ns / 1e6):.1f}% apart, within the predictions' error" in line
-        assert "pick by memory" in line
+        assert f"{abs(100 - offload_ns / 1e6):.1f}% apart: within the predictions' error" in line
+        assert line.endswith("are a tie); pick by memory")  # neither side's memory is known
+        assert v["lighter"] is None
     else:
         assert "beats" in line
+
+
+def test_a_tie_names_the_side_that_needs_less_device_memory():
+    """'pick by memory' names the lighter side and both sides' memory; equal memory names neither."""
+    gib = 1 << 30
+    for remat_gib, offload_gib, lighter in ((26, 43, "remat"), (12, 8, "offload_qkv"), (8, 8, None)):
+        remat = {**_pred("remat", 100_000_000), "device_bytes": remat_gib * gib}
+        off = {**_pred("offload_qkv", 99_300_000), "device_bytes": offload_gib * gib}
+        [v] = offload_vs_remat([remat, off])
+        assert v["winner"] == "tie" and v["lighter"] == lighter
+        assert (v["remat_device_bytes"], v["offload_device_bytes"]) == (remat_gib * gib, offload_gib * gib)
+        line = " ".join(verdict_lines([v], width=None))
+        assert line.startswith("batch 4, PCIe Gen5 x16: offloading and rematerialization tie: offload_qkv 99.30 ms")
+        other = {"remat": "offload_qkv", "offload_qkv": "remat"}.get(lighter or "")
+        mine = remat_gib if lighter == "remat" else offload_gib
+        theirs = offload_gib if lighter == "remat" else remat_gib
+        tail = (f"pick by memory: {lighter}, {human_bytes(mine * gib)} of device memory against {other}'s "
+                f"{human_bytes(theirs * gib)}"
+                if lighter else "pick by memory")  # fmt: skip
+        assert line.endswith(f"0.7% apart: within the predictions' error (two predicted steps within 10% of each "
+                             f"other are a tie); {tail}")  # fmt: skip
+    [v] = offload_vs_remat([{**_pred("remat", 100_000_000), "device_bytes": gib}, _pred("offload_qkv", 99_300_000)])
+    assert v["lighter"] is None  # one side's memory unknown
+    [v] = offload_vs_remat([{**_pred("remat", 100_000_000), "device_bytes": gib},
+                            {**_pred("offload_qkv", 80_000_000), "device_bytes": 2 * gib}])  # fmt: skip
+    assert v["winner"] == "offload" and v["lighter"] is None  # not a tie: no advice by memory
 
 
 def test_the_error_is_said_the_way_people_read_it():
