@@ -465,3 +465,24 @@ def test_real_traces_fire_and_stay_silent(shared_traces):
     # NCCL without copies, and a JAX program without NVTX: nothing to say
     assert ids("alcf__lineprofiling_seq_parallel_fp32-ranks8-nodes2-T1_0") == set()
     assert ids("alpa__jax_profile_mem") == set()
+
+
+def test_exposed_copies_suggest_only_the_scheduling_flags_the_run_did_not_have(tmp_path):
+    """The run's own XLA_FLAGS decide: flags already on are not suggested again; with both on, the advice
+    says they did not hide the copies; without a manifest's flags, both are suggested."""
+    lhs, pipe = "--xla_gpu_enable_latency_hiding_scheduler", "--xla_gpu_enable_pipelined_host_offloading"
+    tip = "let XLA schedule its copies under compute: "
+    cases = {
+        "": tip + "the latency hiding scheduler (--lhs) and pipelined host offloading (--pipelined-offload)",
+        f"{lhs}=true": tip + "pipelined host offloading (--pipelined-offload)",
+        f"{lhs}=true {pipe}=false": tip + "pipelined host offloading (--pipelined-offload)",
+        f"{pipe}=true": tip + "the latency hiding scheduler (--lhs)",
+        f"{lhs}=true {pipe}": "this run already had the latency hiding scheduler and pipelined host offloading on, "
+        "and they did not hide these copies: offload fewer activations, or give XLA more compute to hide each "
+        "copy under",
+    }
+    for i, (flags, advice) in enumerate(cases.items()):
+        (f,) = fired(findings_of(exposed_run(tmp_path, 5_000_000, flags, f"r{i}")), "exposed-copies")
+        assert f["try"].endswith(advice), (flags, f["try"])
+        others = [a for a in cases.values() if a != advice and not advice.startswith(a)]
+        assert not any(f["try"].endswith(a) for a in others)

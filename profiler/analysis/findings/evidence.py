@@ -273,6 +273,10 @@ class Evidence:
         return self.trace.copies[self.offload_positions]
 
 
+LHS = "--xla_gpu_enable_latency_hiding_scheduler"
+PIPELINED = "--xla_gpu_enable_pipelined_host_offloading"
+
+
 def flag_value(flags: dict[str, str | None], name: str) -> bool | None:
     """True/False for a boolean XLA flag set in *flags*, None when it is not set."""
     if name not in flags:

@@ -10,7 +10,7 @@ import polars as pl
 
 from profiler.analysis.findings import Finding, changes, rule
 from profiler.analysis.findings.config import exceeds, under
-from profiler.analysis.findings.evidence import Evidence
+from profiler.analysis.findings.evidence import LHS, PIPELINED, CannotDecide, Evidence, flag_value
 from profiler.analysis.findings.rules.text import dur, names, pct, share, size
 from profiler.analysis.intervals import Intervals, measure_within
 
@@ -94,6 +94,24 @@ def _class_text(cls: str, m: dict[str, Any], sizes: pl.Series) -> str:
     return f"{m['count']} {cls} {each}, {size(m['bytes'])} in all, {dur(m['exposed_ns'])} exposed"
 
 
+SCHEDULERS = {LHS: "the latency hiding scheduler (--lhs)", PIPELINED: "pipelined host offloading (--pipelined-offload)"}
+
+
+def _scheduling_tip(ev: Evidence) -> str:
+    """XLA's flags that schedule copies under compute: those the run did not have on (all of them when
+    its flags are unknown), or, when it had them all, that they did not hide these copies."""
+    try:
+        off = [text for flag, text in SCHEDULERS.items() if not flag_value(ev.xla_flags, flag)]
+    except CannotDecide:
+        off = list(SCHEDULERS.values())
+    if off:
+        return f"let XLA schedule its copies under compute: {' and '.join(off)}"
+    return (
+        "this run already had the latency hiding scheduler and pipelined host offloading on, and they did not "
+        "hide these copies: offload fewer activations, or give XLA more compute to hide each copy under"
+    )
+
+
 def _advice(ev: Evidence, dev: str, d: dict[str, Any], copies: pl.DataFrame, pageable_ns: int, outside_ns: int) -> str:
     """What to try, from what the exposed time is made of."""
     exposed = int(d["copies"]["offload"]["exposed_ns"])
@@ -129,10 +147,7 @@ def _advice(ev: Evidence, dev: str, d: dict[str, Any], copies: pl.DataFrame, pag
             "activations, or give XLA more compute to hide each copy under (an unrolled layer loop)"
         )
     elif ev.is_xla:
-        tips.append(
-            "let XLA schedule its copies under compute: the latency hiding scheduler (--lhs) and pipelined host "
-            "offloading (--pipelined-offload)"
-        )
+        tips.append(_scheduling_tip(ev))
     else:
         tips.append(
             "issue each copy on a stream of its own ahead of the kernels that need it (prefetch), in chunks that "

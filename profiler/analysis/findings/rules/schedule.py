@@ -10,7 +10,7 @@ from profiler.analysis import late_copies
 from profiler.analysis.dependencies import D2H, H2D, NO_TIME
 from profiler.analysis.findings import Finding, changes, rule
 from profiler.analysis.findings.config import at_least, exceeds, under
-from profiler.analysis.findings.evidence import CannotDecide, Evidence, flag_value, version_tuple
+from profiler.analysis.findings.evidence import LHS, PIPELINED, CannotDecide, Evidence, flag_value, version_tuple
 from profiler.analysis.findings.rules.text import mib, ms, pct
 from profiler.analysis.intervals import Intervals, difference, length_by_group, measure_within, union
 from profiler.analysis.offload_expected import expected_offload
@@ -18,8 +18,6 @@ from profiler.analysis.savings import STEPS, Window
 from profiler.units import count
 
 MIN_JAXLIB = (0, 4, 26)  # XLA:GPU's host offloading passes landed in March 2024 (openxla/xla PR 10185)
-LHS = "--xla_gpu_enable_latency_hiding_scheduler"
-PIPELINED = "--xla_gpu_enable_pipelined_host_offloading"
 # the late copies' fixes on a TPU: the XLA:GPU flags they name as tried do not apply to it
 TPU_FIX = {
     late_copies.SCAN_FIX: "in a scan XLA starts each copy back in the iteration that uses it; fetch the next "
