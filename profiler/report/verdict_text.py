@@ -174,7 +174,10 @@ def _saving(i: int, s: dict[str, Any], word: str = "GPU") -> str:
         if s["device"] is not None and f"{word} {s['device']}" not in s["where"]:
             size += f" on {word} {s['device']}"
     elif s.get("attributed_ns") is not None:
-        size = f"attributed {t(s['attributed_ns'])}, saving not modelled"
+        basis = f" of {s['attributed_basis']}" if s.get("attributed_basis") else ""
+        if basis and s.get("attributed_basis_ns"):
+            basis += f" ({t(s['attributed_basis_ns'])})"
+        size = f"attributed {t(s['attributed_ns'])}{basis}, saving not modelled"
     else:
         size = "no time cost"
     return f"{i}. {s['rule']}{where} {size}: {s['try']}"

@@ -156,6 +156,9 @@ def savings(run: RunSummary, n: int = SAVINGS) -> list[dict[str, Any]]:
             "device": dev,
             "saving_basis": f.get("saving_basis"),
             "attributed_ns": None if saving else f.get("attributed_ns", f.get("cost_ns")),
+            # what the attributed time is a part of (a GPU's whole window, not one step): said beside it
+            "attributed_basis": None if saving else f.get("attributed_basis"),
+            "attributed_basis_ns": None if saving else f.get("attributed_basis_ns"),
             "try": f.get("try") or "",
         }
         for f, saving, dev in chosen

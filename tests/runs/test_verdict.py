@@ -88,6 +88,23 @@ def test_the_two_largest_savings_with_what_to_try():
     assert text == "1. stall-hotspot (layer layer_3) saves 5.00 ms per step on GPU 1: keep it"
 
 
+def test_a_finding_without_a_saving_says_what_its_attributed_time_is_part_of():
+    """Without any replay saving, the findings' attributed times: over a GPU's window, not per step, and
+    said so beside the time (the verdict's copies are per step and GPU)."""
+    doc = run("offload_mlp", [200, 200, 200])
+    found = [
+        {"id": "exposed-at-boundaries", "attributed_ns": 12_198_471, "attributed_basis": "GPU 0's window",
+         "attributed_basis_ns": 607_621_550, "where": {}, "try": "pipeline", "replay": None},
+        {"id": "offload-missing", "attributed_ns": 2 * MS, "where": {}, "try": "check", "replay": None},
+    ]  # fmt: skip
+    v = verdict([{**doc, "findings": {"findings": found}}])
+    lines = [text for key, text in verdict_lines(v) if key in ("findings", "")][-2:]
+    assert lines == [
+        "1. exposed-at-boundaries attributed 12.2 ms of GPU 0's window (608 ms), saving not modelled: pipeline",
+        "2. offload-missing attributed 2.00 ms, saving not modelled: check",  # no basis given: none said
+    ]
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """4 steps of 1 ms on one GPU; per step three 100 us d2h copies, layer 1's 30 us exposed (its kernel
