@@ -185,8 +185,11 @@ def render_from_recording(doc: dict[str, Any]) -> str:
     ]
     out += ["", "the instructions furthest from the roofline:", table(["instruction", "measured", "roofline"], big)]
     if r["unplaced"]:
+        why: dict[str, list[str]] = {}  # each reason once, its names in the document's order (largest first)
+        for u in r["unplaced"]:
+            why.setdefault(u["why"], []).append(f"{u['name']} {human_time(u['ns'], True)}")
         out += ["", "measured but not placed by the schedule (time per step): " + "; ".join(
-            f"{u['name']} {human_time(u['ns'], True)} ({u['why']})" for u in r["unplaced"])]  # fmt: skip
+            f"{reason}: {', '.join(names)}" for reason, names in why.items())]  # fmt: skip
     pred = [
         [p["target"], p["link"], human_time(p["step_ns"]), human_time(p["exposed_ns"]),
          _pct(p["error"]) if p["error"] is not None else

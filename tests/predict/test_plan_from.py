@@ -9,6 +9,7 @@ import pytest
 
 from profiler.runs.result import analyzed
 from profiler.trace import load_trace
+from profiler.units import human_time
 from tests.helpers.cli import run_cli
 from tests.helpers.paths import ROOT, SHARED_TRACES
 
@@ -92,3 +93,20 @@ def test_on_its_own_gpu_over_another_link_the_prediction_is_unchecked(tmp_path):
     (row,) = [ln for ln in text.splitlines() if ln.startswith("NVIDIA H200") and "NVLink-C2C" in ln]
     assert "unchecked" in row and "%" not in row
     assert "unchecked: its own device's measured kernels with the copies priced for another link" in text
+
+
+def test_the_unplaced_costs_say_each_reason_once(tmp_path):
+    """The H200 run's command buffers left unmatched: one reason, its names after it, largest first."""
+    from profiler.predict.from_recording import from_recording
+    from profiler.report.measured_text import render_from_recording
+
+    run = next(H200.glob("*-offload_mlp-??????"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PROFILE_STEP_CACHE", str(tmp_path))
+        doc = from_recording(run)
+    unplaced = doc["replay"]["unplaced"]
+    assert len(unplaced) > 2 and len({u["why"] for u in unplaced}) == 1
+    text = " ".join(render_from_recording(doc).split())  # as one line, however it is wrapped
+    assert text.count(unplaced[0]["why"]) == 1
+    first, second = (f"{u['name']} {human_time(u['ns'], True)}" for u in unplaced[:2])
+    assert f"(time per step): {unplaced[0]['why']}: {first}, {second}, " in text
