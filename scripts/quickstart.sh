@@ -84,7 +84,7 @@ if head -n1 "$plan_out" | grep -q '^The plan ('; then
 else
   echo "The plan: profile-step plan exited $planned ($log says why)"
 fi
-echo "(the details follow; --wide prints each line whole)"
+echo "(the details follow; profile-step analyze --wide on the same runs prints each line whole)"
 
 echo
 echo "== The details: the policy table of the runs on this machine (measured) =="
