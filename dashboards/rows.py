@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from profiler.analysis.policies import HOST_FETCH_BYTES
 from profiler.conventions import is_jax_trace_name
 from profiler.runs.discover import RunRef
 from profiler.stored.summary import RunSummary
@@ -59,7 +60,8 @@ HEADER_TIPS = {
     "one (METRICS.md exposed_ns of the offload class: their union), over the whole capture (every step of it; "
     "analyze's policy table shows the median step's): less than the D2H and H2D exposed times added when "
     "the two directions overlap",
-    "hidden": "share of copy time overlapped by kernels (METRICS.md hidden_fraction); no copies: none",
+    "hidden": "share of copy time overlapped by kernels (METRICS.md hidden_fraction); no offload: no copies, or "
+    "only the host's own (under 1 MiB per step: a loss or a flag fetched, not an offload)",
     "date": "when the run started (UTC)",
 }
 
@@ -168,6 +170,14 @@ def _status(ref: RunRef) -> str:
     return str(ref.manifest.get("status") or "not recorded")  # a manifest written without a status
 
 
+def offloads(run: RunSummary, off: dict[str, Any] | None) -> bool:
+    """Whether a GPU's copies are an offload: a hidden share, and at least the host's own copies' 1 MiB
+    per step (``policies.HOST_FETCH_BYTES``; a capture without steps counts as one)."""
+    if not off or off["hidden_fraction"] is None:
+        return False
+    return off["bytes"] >= HOST_FETCH_BYTES * max(len(run.included_steps) if run.steps else 0, 1)
+
+
 def raw_row(ref: RunRef, run: Run, device: str | None) -> dict[str, Any]:
     """One row with its numbers in ns and bytes (scaled to the table's units by ``table``)."""
     run = RunSummary.of(run)
@@ -186,7 +196,7 @@ def raw_row(ref: RunRef, run: Run, device: str | None) -> dict[str, Any]:
         "bytes": off["bytes"] if off else 0,
         "copies": off["count"] if off else 0,
         "exposed": off["exposed_ns"] if off else None,
-        "hidden": None if not off or off["hidden_fraction"] is None else 100 * off["hidden_fraction"],
+        "hidden": None if not offloads(run, off) else 100 * off["hidden_fraction"],
         "date": (man.get("started") or "")[:19].replace("T", " "),
         "_has_copies": bool(off and off["count"]),
         "_hidden": bool(off and off["hidden_fraction"]),
@@ -274,7 +284,7 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[s
             SIGNIFICANT,
             nully="-",
         ),
-        _col("hidden", "hidden %", "numeric", ".1f", nully="no copies"),
+        _col("hidden", "hidden %", "numeric", ".1f", nully="no offload"),
         _col("date", "date (UTC)", "text"),
     ]
     scaled = []

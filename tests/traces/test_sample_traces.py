@@ -103,3 +103,15 @@ def test_the_first_view_is_the_h200_runs_before_the_public_trace():
     # labelled for what they are: measured on the H200 by jax.profiler, not by nsys
     assert {(r["source"], r["device"]) for r in chosen} == {("jax.profiler run", "GPU 0 · NVIDIA H200")}
     assert all("recorded by jax.profiler, not nsys" in r["_full"] for r in chosen)
+
+
+def test_a_policy_that_offloads_nothing_shows_no_offload_not_zero_hidden():
+    """The H200 example's none and remat runs moved only the host's own copies (a 4-byte loss, under
+    1 MiB per step): their row's hidden share is 'no offload', not 0.0%; offload_mlp's is a share."""
+    h200 = ROOT / "sample_traces" / "h200-example"
+    none, remat, mlp = (next(h200.glob(f"*-{p}-??????")) / "trace.json.gz" for p in ("none", "remat", "offload_mlp"))
+    got = {r["policy"]: r for r in _rows(none, remat, mlp)}
+    assert got["none"]["copies"] > 0 and got["none"]["hidden"] is None and got["remat"]["hidden"] is None
+    assert 0 < got["offload_mlp"]["hidden"] <= 100
+    (col,) = [c for c in rows.table(list(got.values()))[0] if c["id"] == "hidden"]
+    assert col["format"]["nully"] == "no offload"
