@@ -50,7 +50,9 @@ def offload_vs_remat(preds: list[dict[str, Any]], accuracy: Accuracy = ROOFLINE)
     remat (positive: offloading is faster).  Only policies that fit in device memory compete (a row
     whose fit is unknown competes, marked).  A difference within the predictions' error
     (*accuracy*'s tie margin, ``tie_within``) is a tie: ``winner`` is ``tie``, and ``lighter`` names
-    the side that needs less device memory (None when a side's memory is unknown or both need the same)."""
+    the side that needs less device memory (None when a side's memory is unknown or both need the same).
+    Steps far shorter than the real ones the error was measured on (``Accuracy.out_of_range``) are not
+    called: ``winner`` is ``unchecked``, ``checked_from_ns`` the shortest real step."""
     out = []
     keys = list(dict.fromkeys((p["batch"], p["link"]) for p in preds))
     for batch, link in keys:
@@ -88,6 +90,9 @@ def offload_vs_remat(preds: list[dict[str, Any]], accuracy: Accuracy = ROOFLINE)
             entry["saving"] = saving / remat["predicted_step_ns"] if remat["predicted_step_ns"] else None
             tied = accuracy.is_tie(remat["predicted_step_ns"], offs[0]["predicted_step_ns"])
             entry["winner"] = "tie" if tied or saving == 0 else ("offload" if saving > 0 else "remat")
+            if accuracy.out_of_range(remat["predicted_step_ns"], offs[0]["predicted_step_ns"]):
+                entry["winner"] = "unchecked"  # too short for the error the predictions carry
+                entry["checked_from_ns"] = accuracy.shortest_ns
             mem = (entry["offload_device_bytes"], entry["remat_device_bytes"])
             if entry["winner"] == "tie" and None not in mem and mem[0] != mem[1]:
                 entry["lighter"] = entry["offload_policy"] if mem[0] < mem[1] else REMAT

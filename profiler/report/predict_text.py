@@ -92,6 +92,15 @@ def verdict_lines(verdicts: list[dict[str, Any]], width: int | None = 118) -> li
             continue
         off, rem, exp = v["offload_step_ns"], v["remat_step_ns"], v["offload_exposed_ns"]
         unit, div = time_unit([off, rem, v["fastest_step_ns"]])
+        if v["winner"] == "unchecked":
+            out += _wrap(
+                f"{where}: too short to call: {v['offload_policy']} {off / div:.2f} {unit} against remat "
+                f"{rem / div:.2f} {unit} predicted, where kernel launches, which the prediction does not price, "
+                f"decide; its error was measured on real steps of {human_time(v['checked_from_ns'])} and more: "
+                "grow the step (the script's size options) for an answer",
+                width,
+            )
+            continue
         if v["winner"] == "offload":
             verb = (
                 f"offloading beats rematerialization by {human_time(v['saving_ns'])} per step "
@@ -116,8 +125,12 @@ def verdict_lines(verdicts: list[dict[str, Any]], width: int | None = 118) -> li
             )
         if v["fastest_fitting"] not in (v["offload_policy"], "remat"):
             line += f"; fastest that fits: {v['fastest_fitting']} {v['fastest_step_ns'] / div:.2f} {unit}"
-        out += textwrap.wrap(line, width, subsequent_indent="  ") if width else [line]
+        out += _wrap(line, width)
     return out
+
+
+def _wrap(line: str, width: int | None) -> list[str]:
+    return textwrap.wrap(line, width, subsequent_indent="  ") if width else [line]
 
 
 def _by_memory(v: dict[str, Any]) -> str:

@@ -101,7 +101,8 @@ def test_the_quickstart_prints_the_answer_first_and_hands_the_dashboard_its_runs
     assert text.index("profile-step analyze --verdict-only") > answer
     assert answer < text.index("== The details")
     details = text[answer:]
-    analyses = [ln for ln in details.splitlines() if "profile-step analyze" in ln and "--json" not in ln]
+    commands = [ln for ln in details.splitlines() if not ln.lstrip().startswith("echo")]  # not what it prints
+    analyses = [ln for ln in commands if "profile-step analyze" in ln and "--json" not in ln]
     assert len(analyses) >= 3
     assert sum("--verdict-only" in ln for ln in analyses) == 1
     assert all("--no-verdict" in ln for ln in analyses if "--verdict-only" not in ln)

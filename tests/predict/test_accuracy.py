@@ -141,3 +141,21 @@ def test_tune_says_when_its_choice_ties_and_which_tied_placement_leaves_more_mem
         "none of them leaves more device memory free"
     )
     assert tie_line(choice, Search(tried=[choice, close]), names, CALIBRATED) is None  # 4% > the calibrated 3%
+
+
+def test_steps_far_shorter_than_the_checked_ones_are_not_called():
+    """A toy step predicted in µs: its error was measured on real steps of 168 ms and more, so neither
+    side is said to beat the other; at a hundredth of that it is called again."""
+    assert ROOFLINE.shortest_ns == 168.2e6 and not ROOFLINE.out_of_range()
+    [v] = offload_vs_remat([_pred("remat", 3_780), _pred("offload_qkv", 5_300)])
+    assert v["winner"] == "unchecked" and v["checked_from_ns"] == 168.2e6 and v["saving_ns"] == -1_520
+    assert verdict_lines([v], width=None) == [
+        "batch 4, PCIe Gen5 x16: too short to call: offload_qkv 5.30 µs against remat 3.78 µs predicted, where "
+        "kernel launches, which the prediction does not price, decide; its error was measured on real steps of "
+        "168 ms and more: grow the step (the script's size options) for an answer"
+    ]
+    edge = 1_682_000  # a hundredth of the shortest real step: checked
+    [v] = offload_vs_remat([_pred("remat", edge), _pred("offload_qkv", edge // 2)])
+    assert v["winner"] == "offload"
+    [v] = offload_vs_remat([_pred("remat", edge - 1), _pred("offload_qkv", edge // 2)])
+    assert v["winner"] == "unchecked"

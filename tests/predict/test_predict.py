@@ -163,6 +163,8 @@ def test_plan_predicts_per_policy_batch_and_link(aot_python, tmp_path):
         rem, off = by[("remat", b, k)]["predicted_step_ns"], by[("offload_qkv", b, k)]["predicted_step_ns"]
         # a difference inside the roofline's error on real steps (10%) is a tie, said as one
         won = "tie" if abs(rem - off) < ROOFLINE.tie * max(rem, off) else ("offload" if rem > off else "remat")
+        # ... and steps of µs, far below the real steps that error was measured on, are not called at all
+        won = "unchecked" if ROOFLINE.out_of_range(rem, off) else won
         assert v["saving_ns"] == rem - off and v["winner"] == won
     assert [lk["key"] for lk in tab["links"]] == ["pcie5", "nvlink-c2c"]
     # the text the command prints for the same plan (render_plan of its plan.json, without compiling the
