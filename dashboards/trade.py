@@ -8,6 +8,7 @@ is empty.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -32,7 +33,7 @@ from dashboards.figures import (
 )
 from dashboards.styles import CELL, FAINT_COLOR, HEADER_WRAP, SAME_STEP_BACKGROUND
 from dashboards.view import Page, TabView
-from profiler.analysis.policies import frontier, per_step_and_gpu, planned_vs_moved, policy_table
+from profiler.analysis.policies import frontier, is_cpu, per_step_and_gpu, planned_vs_moved, policy_table
 from profiler.predict.recorded import predicted
 from profiler.report.policies_text import OTHER_PROGRAM, policy_marks
 from profiler.stored.summary import RunSummary
@@ -466,9 +467,12 @@ def pvm_figure(pvm: dict[str, Any], run: RunSummary | dict[str, Any], label: str
     return fig, flags
 
 
-def _drawable(run: RunSummary) -> bool:
-    """Whether a run is a point of the trade: a median step and a device memory (measured or compiled)."""
+def _drawable(run: RunSummary, gpu_only: bool = False) -> bool:
+    """Whether a run is a point of the trade: a median step and a device memory (measured or compiled);
+    with *gpu_only*, on a GPU."""
     row = policy_table([run])["rows"][0]
+    if gpu_only and is_cpu(row):
+        return False
     return row["median_step_ns"] is not None and (
         row["peak_device_bytes"] is not None or row["compiled_device_bytes"] is not None
     )
@@ -560,7 +564,10 @@ def register(app: dash.Dash, store: RunStore) -> None:
         said += "A run without a measured peak is drawn at its compiled step's memory (diamond), when it has one."
         if not any(p["memory_bytes"] is not None and p["step_ns"] is not None for p in points):
             chosen = selection.selected_views(selected, data)
-            lines.append(html.Li(selection.runs_that(store, _drawable, chosen, "device memory and steps")))
+            on_gpu = not all(is_cpu(r) for r in tab_doc["rows"])  # a GPU's trade: a CPU run is no point of it
+            has = functools.partial(_drawable, gpu_only=on_gpu)
+            what = "device memory and steps" + (" on a GPU" if on_gpu else "")
+            lines.append(html.Li(selection.runs_that(store, has, chosen, what)))
         unmeasured: dict[str, list[str]] = {}
         for run, lab in zip(summaries, labels, strict=True):
             why = next(filter(None, (copy_numbers.stalls_not_measured(run, d) for d in run.device_ids)), None)

@@ -14,6 +14,7 @@ from profiler.runs.discover import discover
 from profiler.runs.result import collect
 from profiler.trace import load_trace
 from tests.helpers.paths import ROOT
+from tests.helpers.policy_noise import run
 
 PUBLIC = ROOT / "sample_traces" / "public"
 COPYABLE = ("flexgen__", "nsysai__")  # the only shared sources whose licences allow a copy
@@ -115,3 +116,16 @@ def test_a_policy_that_offloads_nothing_shows_no_offload_not_zero_hidden():
     assert 0 < got["offload_mlp"]["hidden"] <= 100
     (col,) = [c for c in rows.table(list(got.values()))[0] if c["id"] == "hidden"]
     assert col["format"]["nully"] == "no offload"
+
+
+def test_the_trade_of_gpu_runs_suggests_no_cpu_run():
+    """The Policy trade of GPU runs that cannot be drawn points to other runs that can: a CPU run with
+    steps and a measured peak is a point of a CPU's trade only."""
+    from dashboards.trade import _drawable
+    from profiler.stored.summary import RunSummary
+
+    mem = {"device_memory": {"devices": [{"peak_bytes_in_use": 1 << 30, "bytes_limit": 1 << 34}]}}
+    for platform, on_gpu in (("cpu", False), ("gpu", True)):
+        doc = {**run("remat", [10, 11, 12], platform=platform), "manifest": {"runtime": mem}}
+        summary = RunSummary.of(doc)
+        assert _drawable(summary) and _drawable(summary, gpu_only=True) == on_gpu
