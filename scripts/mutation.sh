@@ -16,7 +16,7 @@ set -euo pipefail
 main() {
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-module=${1:?usage: bash scripts/mutation.sh MODULE [--report] (units, intervals, overlap, stalls, kernels_slowed, replay, findings_config, findings_rules, savings, findings_savings, predict, command_buffers, roofline, step, schedule, from_recording, replay_rules, plan_costs, recorded)}
+module=${1:?usage: bash scripts/mutation.sh MODULE [--report] (units, intervals, overlap, stalls, kernels_slowed, replay, findings_config, findings_rules, savings, findings_savings, predict, command_buffers, roofline, step, schedule, from_recording, replay_rules, plan_costs, recorded, measured)}
 shift
 report_only=0
 if [ "${1:-}" = --report ]; then report_only=1; shift; fi
@@ -82,6 +82,9 @@ case "$module" in
   recorded)  # a run's own step predicted against what it measured: the policy table's predicted columns
     sources="profiler/predict/recorded.py"
     tests="tests/predict/test_recorded_cases.py tests/predict/test_predict.py" ;;
+  measured)  # what a recording measured: archives, exports, run folders, TPU traces; the op classes of its times
+    sources="profiler/predict/measured.py profiler/predict/tpu_trace.py"
+    tests="tests/predict/test_measured_cases.py tests/predict/test_measured.py tests/predict/test_tpu_recordings.py" ;;
   predict)  # the step's prediction: schedule, roofline, the replay of a schedule, calibration, recordings
     sources="profiler/predict/*.py profiler/analysis/replay_rules.py"
     # in-process tests, fast ones first; plan's compiles (.venv-aot, subprocesses) count for nothing here
