@@ -47,6 +47,7 @@ from profiler.analysis.offload_plan import by_layer, label
 from profiler.conventions import NO_NVTX_NOTE, NVTX_REQUIREMENT, is_tpu_name
 from profiler.stored.summary import RunSummary, StepRow
 from profiler.xla.buffers import device_bytes, resident_bytes
+from profiler.xla.compiled import unparsed_why
 from profiler.xla.same_program import difference, same_program
 from profiler.xla.step_program import StepProgram, program_label
 from profiler.xla.targets import peak_tflops
@@ -198,6 +199,8 @@ def policy_row(run: RunSummary | dict[str, Any], peak_override: float | None = N
     plan = comp.get("plan")
     flops = (comp.get("cost") or {}).get("flops")
     model_flops = run.runtime.get("model_flops_per_step")
+    written_by = run.runtime.get("jaxlib") or ((run.manifest or {}).get("versions") or {}).get("jaxlib")
+    notes = comp.get("notes") or []
     kind = device_kind(run)
     peak_tf = peak_override if peak_override is not None else peak_tflops(kind)
     secs = median_ns / 1e9 if median_ns else None
@@ -262,7 +265,7 @@ def policy_row(run: RunSummary | dict[str, Any], peak_override: float | None = N
         "same_hlo_as": [],
         "step_chosen_by": comp.get("chosen_by"),
         "plan_note": comp.get("plan_note"),
-        "notes": list(dict.fromkeys([*no_step_ranges(run), *(comp.get("notes") or [])])),
+        "notes": list(dict.fromkeys([*no_step_ranges(run), *(unparsed_why(n, written_by) for n in notes)])),
     }
 
 

@@ -173,3 +173,25 @@ def test_a_scalar_the_host_fetches_is_not_an_unplanned_offload(tmp_path):
         (row,) = pvm["rows"]
         assert row["moved_d2h_bytes"] == 4 and row["flag"].startswith("host's own copies")
         assert pvm["differences"] == 0
+
+
+def test_a_module_this_jaxlib_cannot_parse_is_said_as_a_newer_xlas():
+    """The H200 runs' compiled.json keep jaxlib's parse error of their module (written by jaxlib
+    0.11.2); the row says which XLA wrote it and which failed to read it, and keeps the error."""
+    from importlib.metadata import version
+
+    from profiler.xla.compiled import UNPARSED, unparsed_why
+    from tests.helpers.paths import ROOT
+
+    run = next((ROOT / "sample_traces" / "h200-example").glob("*-offload_mlp-??????"))
+    from profiler.trace import load_trace
+
+    row = policy_row(collect(load_trace(run / "trace.json.gz"), manifest_of(run / "trace.json.gz")))
+    (note,) = [n for n in row["notes"] if "cost analysis" in n and "XLA" in n.split(":")[0]]
+    assert note.startswith(
+        f"no XLA cost analysis: the run's XLA (jaxlib 0.11.2) wrote a module that profile-step's jaxlib "
+        f"{version('jaxlib')} cannot parse (was parsing "
+    )
+    assert not any(n.startswith(UNPARSED) for n in row["notes"])
+    assert unparsed_why("another note", "0.11.2") == "another note"
+    assert unparsed_why(UNPARSED, None).startswith("no XLA cost analysis: the run's XLA wrote a module that")
