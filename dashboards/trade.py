@@ -35,7 +35,7 @@ from dashboards.styles import CELL, FAINT_COLOR, HEADER_WRAP, SAME_STEP_BACKGROU
 from dashboards.view import Page, TabView
 from profiler.analysis.policies import frontier, is_cpu, per_step_and_gpu, planned_vs_moved, policy_table
 from profiler.predict.recorded import predicted
-from profiler.report.policies_text import OTHER_PROGRAM, policy_marks
+from profiler.report.policies_text import OTHER_PROGRAM, not_offloaded_line, policy_marks
 from profiler.stored.summary import RunSummary
 from profiler.units import byte_unit, human_bytes, human_time, si, time_unit
 
@@ -464,7 +464,7 @@ def pvm_figure(pvm: dict[str, Any], run: RunSummary | dict[str, Any], label: str
         yaxis={"title": {"text": f"bytes per step and GPU ({b_name})"}, "rangemode": "tozero"},
     )
     flags = [f"{c}: {x['flag']}" for c, x in zip(cats, rows, strict=True) if x["flag"] != "ok"]
-    return fig, flags
+    return fig, flags + not_offloaded_line(pvm)
 
 
 def _drawable(run: RunSummary, gpu_only: bool = False) -> bool:

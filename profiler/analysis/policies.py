@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from profiler.analysis.accuracy import CALIBRATED
+from profiler.analysis.offload_expected import declared_offloads
 from profiler.analysis.offload_plan import by_layer, label
 from profiler.conventions import NO_NVTX_NOTE, NVTX_REQUIREMENT, is_tpu_name
 from profiler.stored.summary import RunSummary, StepRow
@@ -506,7 +507,20 @@ def planned_vs_moved(run: RunSummary | dict[str, Any], tolerance: float = DIFF_T
         "per": per,
         "rows": out,
         "differences": sum(1 for x in out if x["flag"] not in ("ok", HOST_FETCH)),
+        **_not_offloaded(plan, run.manifest),
     }
+
+
+def _not_offloaded(plan: dict[str, Any] | None, manifest: dict[str, Any] | None) -> dict[str, Any]:
+    """The names the run declares it offloads (``offload_expected.declared_offloads``) that no movement of
+    its compiled plan carries (``not_offloaded``; by whom they were declared: ``declared_by``); said only
+    where the plan names the activations it moves (else nothing can be matched)."""
+    named = {m.get("activation") for m in (plan or {}).get("movements") or []} - {None}
+    declared = declared_offloads(manifest)
+    if not named or declared is None:
+        return {"not_offloaded": [], "declared_by": None}
+    names, who = declared
+    return {"not_offloaded": [n for n in dict.fromkeys(names) if n not in named], "declared_by": who}
 
 
 # --- plans compiled for a target (profile-step plan) -----------------------------------------

@@ -332,8 +332,21 @@ def render_planned_vs_moved(pvm: dict[str, Any]) -> str:
                 rows,
                 left=(0, 1, 2, 7),
             ),
+            *not_offloaded_line(pvm),
         ]
     )
+
+
+def not_offloaded_line(pvm: dict[str, Any]) -> list[str]:
+    """One line for the names declared for offloading that the compiled step never moves, if any."""
+    gone = pvm.get("not_offloaded") or []
+    if not gone:
+        return []
+    return [
+        f"named for offloading by {pvm['declared_by']}, moved by no copy of the compiled step: {', '.join(gone)} "
+        "(XLA offloads a named value only where the backward pass saves it; one it recomputes or does not "
+        "need is never sent)"
+    ]
 
 
 def _run_name(pvm: dict[str, Any]) -> str:

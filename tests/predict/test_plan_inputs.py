@@ -194,3 +194,35 @@ def test_predicted_layers_without_measured_layers_say_why():
     assert "has no layer ranges" in text
     pred["layers"][0]["measured_exposed_ns"] = 9_000
     assert "has no layer ranges" not in "\n".join(render_against({"rows": [{"policy": "x", "predicted": pred}]}))
+
+
+def test_a_name_declared_for_offloading_that_the_step_never_moves_is_said():
+    """The example's offload_mlp names mlpwi and mlpwo; its compiled step moves mlpwi alone (mlpwo's
+    value is not saved for the backward pass): planned vs moved says so in one line. Without activation
+    names in the plan, or without declared names, nothing is said."""
+    from profiler.analysis.policies import planned_vs_moved
+    from profiler.report.policies_text import render_planned_vs_moved
+
+    moves = [{"layer": f"layer_{i}", "activation": "mlpwi", "direction": d, "instruction": f"cs.{i}{d}",
+              "bytes": 2**20, "bytes_per_step": 2**20} for i in range(2) for d in ("d2h", "h2d")]  # fmt: skip
+    run = {"policy": "offload_mlp", "steps": [{}, {}], "devices": {"0": {}}, "copy_ops": [],
+           "copies": {"d2h": {"bytes": 0}, "h2d": {"bytes": 0}},
+           "compiled": {"module": "module_0001.jit_step", "plan": {"movements": moves}},
+           "manifest": {"runtime": {"offload_names": ["mlpwi", "mlpwo"]}}}  # fmt: skip
+    pvm = planned_vs_moved(run)
+    assert pvm["not_offloaded"] == ["mlpwo"] and pvm["declared_by"].startswith("the script")
+    assert render_planned_vs_moved(pvm).splitlines()[-1] == (
+        "named for offloading by the script (annotate.capture(offload_names=...)), moved by no copy of the "
+        "compiled step: mlpwo (XLA offloads a named value only where the backward pass saves it; one it "
+        "recomputes or does not need is never sent)"
+    )
+    from dashboards.trade import pvm_figure
+
+    assert pvm_figure(pvm, run, "offload_mlp")[1][-1] == render_planned_vs_moved(pvm).splitlines()[-1]  # the same
+    unnamed = [{**m, "activation": None} for m in moves]
+    assert planned_vs_moved({**run, "compiled": {"plan": {"movements": unnamed}}})["not_offloaded"] == []
+    assert planned_vs_moved({**run, "manifest": {}})["not_offloaded"] == []
+    both = {**run, "manifest": {"runtime": {"offload_names": ["mlpwi"]}}}
+    assert planned_vs_moved(both)["not_offloaded"] == [] and "named for offloading" not in render_planned_vs_moved(
+        planned_vs_moved(both)
+    )
