@@ -344,8 +344,8 @@ def not_offloaded_line(pvm: dict[str, Any]) -> list[str]:
         return []
     return [
         f"named for offloading by {pvm['declared_by']}, moved by no copy of the compiled step: {', '.join(gone)} "
-        "(XLA offloads a named value only where the backward pass saves it; one it recomputes or does not "
-        "need is never sent)"
+        "(XLA offloads a named value only where the backward pass saves it: a name the model never tags, or a "
+        "value the backward pass recomputes or does not need, is never sent)"
     ]
 
 

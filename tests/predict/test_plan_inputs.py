@@ -213,8 +213,8 @@ def test_a_name_declared_for_offloading_that_the_step_never_moves_is_said():
     assert pvm["not_offloaded"] == ["mlpwo"] and pvm["declared_by"].startswith("the script")
     assert render_planned_vs_moved(pvm).splitlines()[-1] == (
         "named for offloading by the script (annotate.capture(offload_names=...)), moved by no copy of the "
-        "compiled step: mlpwo (XLA offloads a named value only where the backward pass saves it; one it "
-        "recomputes or does not need is never sent)"
+        "compiled step: mlpwo (XLA offloads a named value only where the backward pass saves it: a name the "
+        "model never tags, or a value the backward pass recomputes or does not need, is never sent)"
     )
     from dashboards.trade import pvm_figure
 
