@@ -467,11 +467,11 @@ def pvm_figure(pvm: dict[str, Any], run: RunSummary | dict[str, Any], label: str
     return fig, flags + not_offloaded_line(pvm)
 
 
-def _drawable(run: RunSummary, gpu_only: bool = False) -> bool:
+def _drawable(run: RunSummary, measured_gpu: bool = False) -> bool:
     """Whether a run is a point of the trade: a median step and a device memory (measured or compiled);
-    with *gpu_only*, on a GPU."""
+    with *measured_gpu*, a GPU's measurement (not a CPU run, not the synthetic demo's)."""
     row = policy_table([run])["rows"][0]
-    if gpu_only and is_cpu(row):
+    if measured_gpu and (is_cpu(row) or run.synthetic):
         return False
     return row["median_step_ns"] is not None and (
         row["peak_device_bytes"] is not None or row["compiled_device_bytes"] is not None
@@ -564,9 +564,10 @@ def register(app: dash.Dash, store: RunStore) -> None:
         said += "A run without a measured peak is drawn at its compiled step's memory (diamond), when it has one."
         if not any(p["memory_bytes"] is not None and p["step_ns"] is not None for p in points):
             chosen = selection.selected_views(selected, data)
-            on_gpu = not all(is_cpu(r) for r in tab_doc["rows"])  # a GPU's trade: a CPU run is no point of it
-            has = functools.partial(_drawable, gpu_only=on_gpu)
-            what = "device memory and steps" + (" on a GPU" if on_gpu else "")
+            # a GPU's measured trade: neither a CPU run nor the synthetic demo is a point of it
+            measured = not any(is_cpu(r) for r in tab_doc["rows"]) and not any(r.synthetic for r in summaries)
+            has = functools.partial(_drawable, measured_gpu=measured)
+            what = "device memory and steps" + (" measured on a GPU" if measured else "")
             lines.append(html.Li(selection.runs_that(store, has, chosen, what)))
         unmeasured: dict[str, list[str]] = {}
         for run, lab in zip(summaries, labels, strict=True):

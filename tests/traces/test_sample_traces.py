@@ -119,13 +119,13 @@ def test_a_policy_that_offloads_nothing_shows_no_offload_not_zero_hidden():
 
 
 def test_the_trade_of_gpu_runs_suggests_no_cpu_run():
-    """The Policy trade of GPU runs that cannot be drawn points to other runs that can: a CPU run with
-    steps and a measured peak is a point of a CPU's trade only."""
+    """The Policy trade of measured GPU runs that cannot be drawn points to other runs that can: a CPU
+    run or a synthetic demo run with steps and a peak is not a point of it."""
     from dashboards.trade import _drawable
     from profiler.stored.summary import RunSummary
 
     mem = {"device_memory": {"devices": [{"peak_bytes_in_use": 1 << 30, "bytes_limit": 1 << 34}]}}
-    for platform, on_gpu in (("cpu", False), ("gpu", True)):
-        doc = {**run("remat", [10, 11, 12], platform=platform), "manifest": {"runtime": mem}}
+    for platform, synthetic, measured_gpu in (("cpu", False, False), ("gpu", True, False), ("gpu", False, True)):
+        doc = {**run("remat", [10, 11, 12], platform=platform), "manifest": {"runtime": mem, "synthetic": synthetic}}
         summary = RunSummary.of(doc)
-        assert _drawable(summary) and _drawable(summary, gpu_only=True) == on_gpu
+        assert _drawable(summary) and _drawable(summary, measured_gpu=True) == measured_gpu
