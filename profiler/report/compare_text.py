@@ -314,6 +314,19 @@ def table_notes(cmp: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def metric_label(m: str, pol: dict[str, Any]) -> str:
+    """A metric's name in a policy's row, with what its values are where that depends on the steps: the
+    median included step's when both sides have steps, else each side's whole capture (``run_value``)."""
+    label, _, per_step_key = METRICS[m]
+    if per_step_key is None or m == "step_ns":
+        return label
+    steps = pol.get("steps") or {}
+    each = {side: "median step" if steps.get(side) else "whole capture" for side in ("base", "head")}
+    if each["base"] == each["head"]:
+        return f"{label}, {each['base']}"
+    return f"{label}, base's {each['base']}, head's {each['head']}"
+
+
 def render_terminal(cmp: dict[str, Any]) -> str:
     out = [verdict(cmp).replace("`", "")]
     rows = []
@@ -323,7 +336,7 @@ def render_terminal(cmp: dict[str, Any]) -> str:
             rows.append(
                 [
                     pol["policy"],
-                    METRICS[m][0],
+                    metric_label(m, pol),
                     value(m, d["base"]),
                     value(m, d["head"]),
                     change(m, d),

@@ -229,3 +229,16 @@ def test_no_percentage_against_a_near_zero_base():
     d = delta(4, 4608 * 2**20)
     assert d["delta"] == 4608 * 2**20 - 4 and d["relative"] is None
     assert delta(10, 20)["relative"] == 1.0
+
+
+def test_a_metric_row_says_whether_it_is_the_median_steps_or_the_whole_captures():
+    """compare's hidden 70.4% (the median step's) beside analyze's 70.5% (the whole capture's) read as
+    two answers: each per-step metric's row says which it is; bytes say so already, a step is a step."""
+    from profiler.report.compare_text import metric_label
+
+    both, one = {"steps": {"base": 3, "head": 3}}, {"steps": {"base": 3, "head": 0}}
+    assert metric_label("hidden_fraction", both) == "hidden, median step"
+    assert metric_label("exposed_ns", one) == "exposed copy time, base's median step, head's whole capture"
+    assert metric_label("exposed_ns", {"steps": {"base": 0, "head": 0}}) == "exposed copy time, whole capture"
+    assert metric_label("step_ns", both) == "step time"
+    assert metric_label("d2h_bytes", both) == "d2h bytes, whole capture"
