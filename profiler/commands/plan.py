@@ -29,6 +29,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     policies = asked_policies(args)
     if not policies:
         policies = list(EXAMPLE_POLICIES)
+        _check_inputs(args)  # a bad target or script: its one line alone, before anything is said
         print(f"plan: policies {', '.join(policies)} (the example's; --policies for your own)", file=sys.stderr)
     try:
         batches: list[int | None] = [int(b) for b in args.batch.split(",")] if args.batch else [None]
@@ -65,6 +66,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(fit(render_plan(tab)))
         print(f"\n(files: {doc['out_dir']})")
     return 0 if all(r["status"] == "ok" for r in tab["rows"]) else 1
+
+
+def _check_inputs(args: argparse.Namespace) -> None:
+    """The script and the target of ``plan SCRIPT``, as ``run_plan`` checks them (its errors, earlier)."""
+    from pathlib import Path
+
+    from profiler.errors import InputError
+    from profiler.xla import targets
+
+    if not Path(args.script).exists():
+        raise InputError(args.script, "no such training script")
+    try:
+        targets.resolve(args.target or "h100")
+    except ValueError as exc:
+        raise ProfilerError(str(exc)) from None
 
 
 def cmd_plan_from(args: argparse.Namespace) -> int:

@@ -203,3 +203,17 @@ def test_a_usage_error_under_json_is_a_json_object_too(words, error, capsys):
     out, err = capsys.readouterr()
     assert json.loads(out) == {"error": error, "exit_code": 2}
     assert err.strip().splitlines()[-1].endswith(f": error: {error}")  # argparse names the subcommand
+
+
+def test_plan_with_a_bad_target_or_script_says_that_line_alone(tmp_path):
+    """Without --policies plan names the example's policies first; a bad target or a missing script is
+    said alone, before that line (a newcomer saw the policies line, then the error)."""
+    from tests.helpers.paths import ROOT
+
+    proc = run_cli("plan", "--target", "h999", str(ROOT / "examples" / "train.py"))
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "profile-step: error: unknown target 'h999': one of h100, h200, b200, a100 or a GpuTargetConfigProto text "
+        "file (tpu-v5e: with plan --from a TPU recording)"
+    ]
+    missing = tmp_path / "nope.py"
+    assert_one_line_error(run_cli("plan", str(missing)), missing, "no such training script")
