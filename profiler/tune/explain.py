@@ -155,10 +155,17 @@ def tie_line(
     choice's own step, ``Accuracy.tie``, the percentage the line prints), among
     the search's and *others* (the presets), and the one of them that leaves the most device memory
     free; None when the choice stands alone.  With *program* (a candidate's HLO fingerprint), a
-    candidate that compiled to the choice's own program is the choice, not a tie."""
+    candidate that compiled to the choice's own program is the choice, not a tie.  A step far shorter
+    than the real steps the error was measured on (``Accuracy.out_of_range``) is too short to call."""
     o = choice.outcome
     if o is None:
         return None
+    if acc.out_of_range(o.step_ns):
+        return (
+            f"too short to call: at {_t(o.step_ns)} a step is decided by kernel launches, which the prediction "
+            f"does not price, and its error was measured on real steps of {_t(acc.shortest_ns)} and more: grow the "
+            "step (the script's size options) before choosing by it"
+        )
     mine = program(choice.candidate) if program else None
     close = [
         t

@@ -159,3 +159,18 @@ def test_steps_far_shorter_than_the_checked_ones_are_not_called():
     assert v["winner"] == "offload"
     [v] = offload_vs_remat([_pred("remat", edge - 1), _pred("offload_qkv", edge // 2)])
     assert v["winner"] == "unchecked"
+
+
+def test_tune_calls_a_choice_of_a_toy_step_too_short_to_call():
+    """tune on the example at its default size predicts steps of µs: its choice says it is too short to
+    call, alone or among ties, instead of naming a tie by the predictions' error."""
+    names = [Name("mlpwi")]
+    choice = _tried({"mlpwi": "device"}, 5_300, 1 << 20)
+    close = _tried({"mlpwi": "offload"}, 5_400, 1 << 19)
+    want = (
+        "too short to call: at 5.30 µs a step is decided by kernel launches, which the prediction does not price, "
+        "and its error was measured on real steps of 168 ms and more: grow the step (the script's size options) "
+        "before choosing by it"
+    )
+    assert tie_line(choice, Search(tried=[choice, close]), names, ROOFLINE) == want
+    assert tie_line(choice, Search(tried=[choice]), names, ROOFLINE) == want
