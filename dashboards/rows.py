@@ -11,7 +11,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from profiler.analysis.policies import HOST_FETCH_BYTES
 from profiler.conventions import is_jax_trace_name
 from profiler.runs.discover import RunRef
 from profiler.stored.summary import RunSummary
@@ -61,7 +60,7 @@ HEADER_TIPS = {
     "analyze's policy table shows the median step's): less than the D2H and H2D exposed times added when "
     "the two directions overlap",
     "hidden": "share of copy time overlapped by kernels (METRICS.md hidden_fraction); no offload: no copies, or "
-    "only the host's own (under 1 MiB per step: a loss or a flag fetched, not an offload)",
+    "none inside the steps (the host's own, between steps: a loss or a flag fetched, not an offload)",
     "date": "when the run started (UTC)",
 }
 
@@ -171,11 +170,11 @@ def _status(ref: RunRef) -> str:
 
 
 def offloads(run: RunSummary, off: dict[str, Any] | None) -> bool:
-    """Whether a GPU's copies are an offload: a hidden share, and at least the host's own copies' 1 MiB
-    per step (``policies.HOST_FETCH_BYTES``; a capture without steps counts as one)."""
+    """Whether a GPU's copies are an offload: a hidden share, and, where the run has steps, copies inside
+    them (the host's own fetch of a loss lies between steps: the H200 none run's 4 bytes)."""
     if not off or off["hidden_fraction"] is None:
         return False
-    return off["bytes"] >= HOST_FETCH_BYTES * max(len(run.included_steps) if run.steps else 0, 1)
+    return not run.steps or any(s.busy_ns for s in run.included_steps)
 
 
 def raw_row(ref: RunRef, run: Run, device: str | None) -> dict[str, Any]:

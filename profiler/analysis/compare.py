@@ -294,6 +294,10 @@ def compare(
         for m in METRICS:
             d = delta(run_value(b, m), run_value(h, m))
             d["noise"] = noise(b, h, m)
+            if METRICS[m][2] is not None:  # what each side's value is (run_value: a median where steps hold it)
+                d["of"] = {
+                    k: "median step" if per_step(r, m) else "whole capture" for k, r in (("base", b), ("head", h))
+                }
             metrics[m] = d
         work = policy_work(b, h)
         metrics["work_rate"] = work_metric(work)

@@ -514,11 +514,12 @@ def planned_vs_moved(run: RunSummary | dict[str, Any], tolerance: float = DIFF_T
 def _not_offloaded(plan: dict[str, Any] | None, manifest: dict[str, Any] | None) -> dict[str, Any]:
     """The names the run declares it offloads (``offload_expected.declared_offloads``) that no movement of
     its compiled plan carries (``not_offloaded``; by whom they were declared: ``declared_by``); said only
-    where the plan names the activations it moves (else nothing can be matched)."""
-    named = {m.get("activation") for m in (plan or {}).get("movements") or []} - {None}
+    where the plan names the activation of every value it moves (else nothing can be ruled out)."""
+    moved = [m.get("activation") for m in (plan or {}).get("movements") or []]
     declared = declared_offloads(manifest)
-    if not named or declared is None:
+    if not moved or None in moved or declared is None:  # a movement without a name may carry any of them
         return {"not_offloaded": [], "declared_by": None}
+    named = set(moved)
     names, who = declared
     return {"not_offloaded": [n for n in dict.fromkeys(names) if n not in named], "declared_by": who}
 

@@ -314,17 +314,16 @@ def table_notes(cmp: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def metric_label(m: str, pol: dict[str, Any]) -> str:
-    """A metric's name in a policy's row, with what its values are where that depends on the steps: the
-    median included step's when both sides have steps, else each side's whole capture (``run_value``)."""
-    label, _, per_step_key = METRICS[m]
-    if per_step_key is None or m == "step_ns":
+def metric_label(m: str, d: dict[str, Any]) -> str:
+    """A metric's name in a policy's row, with what its values are where that depends on the run (its
+    delta *d*'s ``of``: each side's median step, or its whole capture where no step holds the metric)."""
+    label = METRICS[m][0]
+    of = d.get("of")
+    if not of or m == "step_ns":
         return label
-    steps = pol.get("steps") or {}
-    each = {side: "median step" if steps.get(side) else "whole capture" for side in ("base", "head")}
-    if each["base"] == each["head"]:
-        return f"{label}, {each['base']}"
-    return f"{label}, base's {each['base']}, head's {each['head']}"
+    if of["base"] == of["head"]:
+        return f"{label}, {of['base']}"
+    return f"{label}, base's {of['base']}, head's {of['head']}"
 
 
 def render_terminal(cmp: dict[str, Any]) -> str:
@@ -336,7 +335,7 @@ def render_terminal(cmp: dict[str, Any]) -> str:
             rows.append(
                 [
                     pol["policy"],
-                    metric_label(m, pol),
+                    metric_label(m, d),
                     value(m, d["base"]),
                     value(m, d["head"]),
                     change(m, d),

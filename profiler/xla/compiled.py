@@ -30,20 +30,15 @@ NO_JAXLIB = "no cost analysis: jaxlib is not installed here"
 
 
 def unparsed_why(note: str, written_by: str | None) -> str:
-    """*note* (``UNPARSED``'s, as a run folder keeps it) with what it means to a reader: which jaxlib
-    wrote the module and which one failed to read it here (a newer XLA's text, not a broken run)."""
+    """*note* (``UNPARSED``'s, as a run folder keeps it) said as what it is: the run's XLA (its jaxlib,
+    when the run names it) wrote a module the jaxlib that analyzed the run could not parse: a newer
+    XLA's text, not a broken run.  Which jaxlib that was is not recorded: none is named."""
     if not note.startswith(UNPARSED):
         return note
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        ours = f"jaxlib {version('jaxlib')}"
-    except PackageNotFoundError:
-        ours = "jaxlib"
     wrote = f"the run's XLA (jaxlib {written_by})" if written_by else "the run's XLA"
     detail = note[len(UNPARSED) :].strip()
     return (
-        f"no XLA cost analysis: {wrote} wrote a module that profile-step's {ours} cannot parse"
+        f"no XLA cost analysis: {wrote} wrote a module that the jaxlib analyzing the run could not parse"
         f"{' ' + detail if detail else ''}"
     )
 

@@ -221,6 +221,9 @@ def test_a_name_declared_for_offloading_that_the_step_never_moves_is_said():
     assert pvm_figure(pvm, run, "offload_mlp")[1][-1] == render_planned_vs_moved(pvm).splitlines()[-1]  # the same
     unnamed = [{**m, "activation": None} for m in moves]
     assert planned_vs_moved({**run, "compiled": {"plan": {"movements": unnamed}}})["not_offloaded"] == []
+    # one movement without a name (the H200 offload_all's decoder_layer_input): it may carry mlpwo
+    some = [*moves, {**moves[0], "activation": None, "instruction": "cs.9"}]
+    assert planned_vs_moved({**run, "compiled": {"plan": {"movements": some}}})["not_offloaded"] == []
     assert planned_vs_moved({**run, "manifest": {}})["not_offloaded"] == []
     both = {**run, "manifest": {"runtime": {"offload_names": ["mlpwi"]}}}
     assert planned_vs_moved(both)["not_offloaded"] == [] and "named for offloading" not in render_planned_vs_moved(

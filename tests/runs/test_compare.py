@@ -233,12 +233,26 @@ def test_no_percentage_against_a_near_zero_base():
 
 def test_a_metric_row_says_whether_it_is_the_median_steps_or_the_whole_captures():
     """compare's hidden 70.4% (the median step's) beside analyze's 70.5% (the whole capture's) read as
-    two answers: each per-step metric's row says which it is; bytes say so already, a step is a step."""
-    from profiler.report.compare_text import metric_label
+    two answers: each per-step metric's row says which each side's value is (a median where the steps
+    hold the metric: the H200 none run's copies lie outside its steps, so its hidden share is the
+    whole capture's); bytes say so already, a step is a step."""
+    from profiler.analysis.compare import METRICS, compare
+    from profiler.report.compare_text import metric_label, render_terminal
+    from profiler.stored.folder import manifest_of
+    from profiler.trace import load_trace
+    from tests.helpers.paths import ROOT
 
-    both, one = {"steps": {"base": 3, "head": 3}}, {"steps": {"base": 3, "head": 0}}
-    assert metric_label("hidden_fraction", both) == "hidden, median step"
-    assert metric_label("exposed_ns", one) == "exposed copy time, base's median step, head's whole capture"
-    assert metric_label("exposed_ns", {"steps": {"base": 0, "head": 0}}) == "exposed copy time, whole capture"
-    assert metric_label("step_ns", both) == "step time"
-    assert metric_label("d2h_bytes", both) == "d2h bytes, whole capture"
+    def summary(policy: str):
+        path = next((ROOT / "sample_traces" / "h200-example").glob(f"*-{policy}-??????")) / "trace.json.gz"
+        return collect(load_trace(path), manifest_of(path))
+
+    qkv, none = summary("offload_qkv"), summary("none")
+    cmp = compare([none], [{**qkv, "policy": "none"}], [])
+    (pol,) = cmp["policies"]
+    m = pol["metrics"]
+    assert m["hidden_fraction"]["of"] == {"base": "whole capture", "head": "median step"}
+    assert metric_label("hidden_fraction", m["hidden_fraction"]) == "hidden, base's whole capture, head's median step"
+    assert metric_label("exposed_ns", m["exposed_ns"]) == "exposed copy time, median step"
+    assert metric_label("step_ns", m["step_ns"]) == "step time" and "of" not in m["d2h_bytes"]
+    assert metric_label("d2h_bytes", m["d2h_bytes"]) == METRICS["d2h_bytes"][0] == "d2h bytes, whole capture"
+    assert "hidden, base's whole capture, head's median step" in render_terminal(cmp)

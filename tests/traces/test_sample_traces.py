@@ -116,6 +116,19 @@ def test_a_policy_that_offloads_nothing_shows_no_offload_not_zero_hidden():
     assert 0 < got["offload_mlp"]["hidden"] <= 100
     (col,) = [c for c in rows.table(list(got.values()))[0] if c["id"] == "hidden"]
     assert col["format"]["nully"] == "no offload"
+    # a small offload inside the steps (the quickstart's default size on a GPU: 384 KiB a step) is one
+    from profiler.stored.summary import RunSummary
+
+    small = RunSummary.of({**run("offload_qkv", [1, 1, 1]), "policy": "offload_qkv"})
+    off = {"hidden_fraction": 0.5, "bytes": 384 << 10}
+    assert not rows.offloads(small, off)  # its steps hold no copy: the bytes lie between them
+    inside = RunSummary.of(
+        {
+            **run("offload_qkv", [1, 1, 1]),
+            "steps": [{"name": f"step={i}", "duration_ns": 10**6, "busy_ns": 5_000} for i in range(3)],
+        }
+    )
+    assert rows.offloads(inside, off) and not rows.offloads(inside, {**off, "hidden_fraction": None})
 
 
 def test_the_trade_of_gpu_runs_suggests_no_cpu_run():
