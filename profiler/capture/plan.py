@@ -105,15 +105,21 @@ def program(req: PlanRequest, python: str, policy: str, batch: int | None) -> li
     return cmd + policy_arg.words(req.policy_arg, policy, req.policy_word)
 
 
-def run_plan(req: PlanRequest, echo: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)) -> dict:
-    """Compile every (policy, batch); returns the plan document (also written as plan.json)."""
+def checked(req: PlanRequest) -> tuple[str, str, targets.GpuTarget | None]:
+    """*req*'s script, policy argument and target checked (each a one-line error), and the target
+    resolved (``targets.resolve``)."""
     if not req.script.exists():
         raise InputError(req.script, "no such training script")
     policy_arg.require(req.policy_arg, req.policy_word)
     try:
-        label, spec, builtin = targets.resolve(req.target)
+        return targets.resolve(req.target)
     except ValueError as exc:
         raise ProfilerError(str(exc)) from None
+
+
+def run_plan(req: PlanRequest, echo: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)) -> dict:
+    """Compile every (policy, batch); returns the plan document (also written as plan.json)."""
+    label, spec, builtin = checked(req)
     links = predict_links(req.links, label)
     python = find_python(req.python)
     key = builtin.key if builtin else Path(req.target).stem

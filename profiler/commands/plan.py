@@ -16,7 +16,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     from profiler.analysis.links import given_links
     from profiler.analysis.policies import plan_table
-    from profiler.capture.plan import PlanRequest, run_plan, usable_fraction
+    from profiler.capture.plan import PlanRequest, checked, run_plan, usable_fraction
     from profiler.conventions import EXAMPLE_POLICIES
     from profiler.report.policies_text import render_plan
     from profiler.report.predict_text import plan_line
@@ -27,10 +27,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if not args.script:
         raise ProfilerError("plan: give a training script (or --from RECORDING)")
     policies = asked_policies(args)
-    if not policies:
+    example = not policies
+    if example:
         policies = list(EXAMPLE_POLICIES)
-        _check_inputs(args)  # a bad target or script: its one line alone, before anything is said
-        print(f"plan: policies {', '.join(policies)} (the example's; --policies for your own)", file=sys.stderr)
     try:
         batches: list[int | None] = [int(b) for b in args.batch.split(",")] if args.batch else [None]
     except ValueError:
@@ -51,6 +50,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         plans_dir=Path(args.plans_dir),
         links=given_links(args.link),
     )
+    if example:  # said once the inputs are known good: a bad one's error stands alone
+        checked(req)
+        print(f"plan: policies {', '.join(policies)} (the example's; --policies for your own)", file=sys.stderr)
     if getattr(args, "pgle", None) or getattr(args, "calibrate", None):  # issue 23: measured costs
         from profiler.capture.pgle_run import plan_with_measurements
 
@@ -66,21 +68,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(fit(render_plan(tab)))
         print(f"\n(files: {doc['out_dir']})")
     return 0 if all(r["status"] == "ok" for r in tab["rows"]) else 1
-
-
-def _check_inputs(args: argparse.Namespace) -> None:
-    """The script and the target of ``plan SCRIPT``, as ``run_plan`` checks them (its errors, earlier)."""
-    from pathlib import Path
-
-    from profiler.errors import InputError
-    from profiler.xla import targets
-
-    if not Path(args.script).exists():
-        raise InputError(args.script, "no such training script")
-    try:
-        targets.resolve(args.target or "h100")
-    except ValueError as exc:
-        raise ProfilerError(str(exc)) from None
 
 
 def cmd_plan_from(args: argparse.Namespace) -> int:

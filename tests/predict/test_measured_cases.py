@@ -59,6 +59,17 @@ def _expected_times(sched: schedule.Schedule, base: dict[str, int]) -> dict[str,
     return out
 
 
+def _zip(folder: Path, to: Path, extra: dict[str, str | bytes] | None = None, prefix: str = "out/") -> Path:
+    """*folder*'s files zipped under *prefix* (an archive's own folder, or none), with *extra* files."""
+    with zipfile.ZipFile(to, "w") as zf:
+        for p in sorted(folder.rglob("*")):
+            if p.is_file():
+                zf.write(p, f"{prefix}{p.relative_to(folder)}")
+        for name, data in (extra or {}).items():
+            zf.writestr(name, data)
+    return to
+
+
 def test_a_run_folder_gives_every_field(tmp_path):
     sched, base, rec = _recording()
     run = rec.write(tmp_path / "run", TEXT)
@@ -84,14 +95,10 @@ def test_the_same_recording_as_an_archive_folder_and_its_zip(tmp_path):
     (folder / "dump" / "z.gpu_target_config.pbtxt").write_text('device_description_str: "a later one"\n')
     archive = rec.write_archive(tmp_path / "arch-plain", TEXT)
     (archive / "dump" / "random_step.gpu_target_config.pbtxt").write_text(CONFIG)
-    zipped = tmp_path / "arch.zip"
-    with zipfile.ZipFile(zipped, "w") as zf:
-        for p in sorted(folder.rglob("*")):
-            if p.is_file():
-                zf.write(p, f"nsys-jax-out/{p.relative_to(folder)}")
-        # another program's dump and a file of the same program outside dump/: neither is its module
-        zf.writestr("nsys-jax-out/dump/module_0008.random_step.sm_9.0_gpu_after_optimizations.txt", "garbage")
-        zf.writestr(f"nsys-jax-out/sources/{DUMP}", "garbage")
+    # another program's dump and a file of the same program outside dump/: neither is its module
+    other = {"nsys-jax-out/dump/module_0008.random_step.sm_9.0_gpu_after_optimizations.txt": "garbage",
+             f"nsys-jax-out/sources/{DUMP}": "garbage"}  # fmt: skip
+    zipped = _zip(folder, tmp_path / "arch.zip", other, prefix="nsys-jax-out/")
     note = "the archive holds no copy rows (nvtx_gpu_proj_trace has ranges only): no copy bandwidth"
     for src, spec in ((folder, CONFIG), (zipped, CONFIG), (archive, CONFIG)):
         m = load(src)
@@ -121,11 +128,7 @@ def test_the_same_recording_as_an_archive_folder_and_its_zip(tmp_path):
 def test_a_module_asked_for_by_name_that_did_not_run_is_one_line(tmp_path):
     _, _, rec = _recording()
     folder = rec.write_archive(tmp_path / "arch", TEXT)
-    zipped = tmp_path / "arch.zip"
-    with zipfile.ZipFile(zipped, "w") as zf:
-        for p in sorted(folder.rglob("*")):
-            if p.is_file():
-                zf.write(p, str(p.relative_to(folder)))
+    zipped = _zip(folder, tmp_path / "arch.zip", prefix="")  # the archive at the zip's root
     run = rec.write(tmp_path / "run", TEXT)
     for src in (folder, zipped, run):
         with pytest.raises(InputError) as e:
@@ -465,16 +468,6 @@ def test_a_trace_that_is_no_tpus(tmp_path):
 # --- what the survivors of the first mutation run asked for ------------------------------------------
 
 BAD_UTF8 = CONFIG.encode() + b"# \xff\n"  # a byte that is no UTF-8: replaced, never an error
-
-
-def _zip(folder: Path, to: Path, extra: dict[str, bytes] | None = None) -> Path:
-    with zipfile.ZipFile(to, "w") as zf:
-        for p in sorted(folder.rglob("*")):
-            if p.is_file():
-                zf.write(p, f"out/{p.relative_to(folder)}")
-        for name, data in (extra or {}).items():
-            zf.writestr(name, data)
-    return to
 
 
 def test_target_descriptions_that_are_not_utf8_and_plain_ones_in_a_zip(tmp_path):
