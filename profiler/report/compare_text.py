@@ -12,6 +12,8 @@ from profiler.conventions import device_word, is_tpu_name
 from profiler.report.findings_text import by_saving, findings_markdown, saving_text
 from profiler.report.text import table
 
+SIDES = ("base", "head")
+
 SUMMARY_METRICS = (
     "step_ns",
     "exposed_ns",
@@ -213,10 +215,7 @@ def render_markdown(cmp: dict[str, Any]) -> str:
         ]
         if notes:
             out += ["Not gated: " + "; ".join(notes) + ".", ""]
-        footnote = (
-            "Step time, exposed copy time, time stalled by copies and hidden fraction are per-step medians "
-            "when the runs hold steps; bytes and GB/s cover the whole capture."
-        )
+        footnote = of_note(cmp, metrics)
         if any(m in ("peak_device_bytes", "flops_per_step", "tflops") for m in metrics):
             footnote += (
                 " Peak device memory is the largest `memory_stats()` peak over the devices; FLOPs per step "
@@ -312,6 +311,37 @@ def table_notes(cmp: dict[str, Any]) -> list[tuple[str, str]]:
                 )
             )
     return out
+
+
+def of_note(cmp: dict[str, Any], metrics: list[str]) -> str:
+    """What the table's columns are, from each cell's ``of`` (as ``metric_label`` says it per row in the
+    terminal): per-step medians, and each cell that is its whole capture's instead, named."""
+
+    def held(m: str) -> bool:  # a per-step metric with a value on some side
+        return any(p["metrics"][m].get("of") and p["metrics"][m][k] is not None for p in cmp["policies"] for k in SIDES)
+
+    stepped = [m for m in metrics if held(m)]
+    cells = [
+        (f"`{pol['policy']}` {side}'s {METRICS[m][0]}", pol["metrics"][m]["of"][side] == "whole capture")
+        for pol in cmp["policies"]
+        for m in stepped
+        for side in SIDES
+        if pol["metrics"][m].get("of") and pol["metrics"][m][side] is not None
+    ]
+    whole = [name for name, w in cells if w]
+    out = []
+    if stepped:
+        names = [METRICS[m][0] for m in stepped]
+        listed = ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
+        listed = f"Columns {listed}"
+        if whole and len(whole) == len(cells):
+            out.append(f"{listed}: the whole capture (no step holds them)")
+        else:
+            out.append(f"{listed}: the median over each side's steps")
+            if whole:
+                out[-1] += f", except {', '.join(whole)}: the whole capture (no step holds it)"
+    out.append("bytes and GB/s: the whole capture")  # their labels say so too
+    return "; ".join(out) + "."
 
 
 def metric_label(m: str, d: dict[str, Any]) -> str:

@@ -256,3 +256,11 @@ def test_a_metric_row_says_whether_it_is_the_median_steps_or_the_whole_captures(
     assert metric_label("step_ns", m["step_ns"]) == "step time" and "of" not in m["d2h_bytes"]
     assert metric_label("d2h_bytes", m["d2h_bytes"]) == METRICS["d2h_bytes"][0] == "d2h bytes, whole capture"
     assert "hidden, base's whole capture, head's median step" in render_terminal(cmp)
+    from profiler.report.compare_text import render_markdown
+
+    # the Markdown table has one column per metric for every policy: its note names the exceptions
+    md = render_markdown(cmp)
+    assert (
+        "Columns step time, exposed copy time and hidden: the median over each side's steps, "
+        "except `none` base's hidden: the whole capture (no step holds it); bytes and GB/s: the whole capture."
+    ) in md
