@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from profiler.commands.options import Shared, findings_request, json_dump
+from profiler.commands.options import Shared, check_device, findings_request, json_dump
 from profiler.errors import ProfilerError
 
 
@@ -182,7 +182,15 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if len(args.trace) > 1 or (one.is_dir() and not is_jax_trace(one)):  # a jax.profiler folder is one trace
         if args.by:
             return cmd_run_views(args)
-        return cmd_policies(args)
+        if args.device is None:
+            return cmd_policies(args)
+        from profiler.runs.discover import trace_paths
+
+        found = [t for arg in args.trace for t in trace_paths(arg)]
+        if len(found) != 1:
+            raise ProfilerError("--device picks a GPU of one trace (or of each run, with --by); the per-policy "
+                                "table covers every device")  # fmt: skip
+        args.trace = [str(found[0])]
     from profiler.report.findings_text import render_findings
     from profiler.report.text import no_groups, render_devices, render_groups
     from profiler.report.verdict_text import render_verdict
@@ -193,6 +201,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     request = None if args.no_findings else findings_request(args, link)
     trace = load_trace(args.trace[0], nsys=args.nsys, window=args.window)
+    check_device(args.trace[0], trace, args.device)
     res = analyzed(
         trace,
         device=args.device,

@@ -175,3 +175,16 @@ def link_names() -> list[str]:
     from profiler.analysis.links import LINKS
 
     return list(LINKS)
+
+
+def check_device(given: str, trace: Any, device: int | None) -> None:
+    """``--device N`` on one trace: an input error (naming *given*, the file or folder the user gave)
+    unless device N ran GPU work in the trace's window; the devices that did are listed."""
+    if device is None:
+        return
+    from profiler.errors import InputError
+
+    active = trace.active_devices()
+    if device not in active:
+        ran = f"devices that ran GPU work: {', '.join(map(str, active))}" if active else "no device ran GPU work"
+        raise InputError(given, f"--device {device}: no GPU work on device {device} in this trace ({ran})")

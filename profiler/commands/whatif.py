@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from profiler.commands.options import Shared, json_dump
+from profiler.commands.options import Shared, check_device, json_dump
 from profiler.errors import ProfilerError
 
 
@@ -21,6 +21,7 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     from profiler.xla.names import DEFAULT_LAYER_PATTERN
 
     trace = load_trace(one_trace(args.trace), nsys=args.nsys)
+    check_device(args.trace, trace, args.device)
     if not trace.waits_recorded:  # the replay follows the copies' waits: without them it would answer nothing
         from profiler.trace.jax_profile import NO_WAITS
 

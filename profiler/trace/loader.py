@@ -531,6 +531,12 @@ class Trace:
         df = self._read(MEMSET_TABLE, {**OP_SPEC, "bytes": ("bytes", I64)}, self._launched_in_window(MEMSET_TABLE))
         return df.with_columns(_pid(pl.col("global_pid")).alias("pid")).drop("global_pid")
 
+    def active_devices(self) -> list[int]:
+        """The deviceIds that ran a kernel, a copy or a memset in the window (``--device`` picks one of
+        these; TARGET_INFO_GPU may list every GPU of the node, or none)."""
+        ids = pl.concat([t.select("device") for t in (self.kernels, self.copies, self.memsets)])
+        return sorted(ids["device"].drop_nulls().unique().to_list())
+
     # --- CUDA events: records and stream waits -----------------------------
     @cached_property
     def context_devices(self) -> pl.DataFrame:

@@ -217,3 +217,38 @@ def test_plan_with_a_bad_target_or_script_says_that_line_alone(tmp_path):
     ]
     missing = tmp_path / "nope.py"
     assert_one_line_error(run_cli("plan", str(missing)), missing, "no such training script")
+
+
+@pytest.mark.parametrize("command", ["analyze", "whatif"])
+def test_a_device_that_ran_nothing(tmp_path, command):
+    # FlexGen's export names 8 GPUs in TARGET_INFO_GPU, two of which ran work: `--device 7` printed "no GPU
+    # activity" beside a saving on GPU 1 (analyze), or "nothing to replay" with exit 0 (whatif)
+    b = ExportBuilder()
+    b.gpu(0)
+    b.gpu(3)
+    b.kernel(0, 100, "k", device=0)
+    b.copy(200, 300, "h2d", 1024, device=3)
+    path = tmp_path / "two.sqlite"
+    b.write(path)
+    assert_one_line_error(
+        run_cli(command, str(path), "--device", "7"),
+        path,
+        "no GPU work on device 7 in this trace (devices that ran GPU work: 0, 3)",
+    )
+    assert run_cli(command, str(path), "--device", "3").returncode == 0
+
+
+def test_device_over_a_folder_of_runs(tmp_path):
+    # the per-policy table covers every device: --device there was silently ignored
+    for name in ("a", "b"):
+        run = tmp_path / name
+        run.mkdir()
+        b = ExportBuilder()
+        b.kernel(0, 100, "k")
+        b.write(run / "trace.sqlite")
+    proc = run_cli("analyze", str(tmp_path), "--device", "0")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "profile-step: error: --device picks a GPU of one trace (or of each run, with --by); the per-policy table "
+        "covers every device"
+    ]
+    assert run_cli("analyze", str(tmp_path / "a"), "--device", "0").returncode == 0  # one run: its one trace

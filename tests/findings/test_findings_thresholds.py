@@ -212,6 +212,18 @@ def test_lhs_off_without_offload_copies_and_with_one_of_1_ns(tmp_path):
     assert fired(findings_of(write_run(tmp_path, b, manifest, name="one")), "lhs-off")
 
 
+@pytest.mark.parametrize(("kernel_ns", "fires"), [(999_000, True), (999_001, False)])
+def test_lhs_off_needs_its_exposed_time_to_matter(tmp_path, kernel_ns, fires):
+    # a kernel [0, K), then a 1 us copy alone: all of it exposed (> 0.1 of its busy time), and it fires only
+    # while 1000 ns >= exposed_copies_min_share (0.001) of the window K + 1000: K <= 999_000 (the H200
+    # none run's 4-byte copy, 5.92 us of a 508 ms window, said "turn the scheduler on")
+    b = ExportBuilder()
+    b.kernel(0, kernel_ns, "k")
+    b.copy(kernel_ns, kernel_ns + 1000, "d2h", MIB)
+    manifest = {"versions": {"jax": "0.10.2"}, "xla_flags": {"final": LHS_OFF}}
+    assert bool(fired(findings_of(write_run(tmp_path, b, manifest)), "lhs-off")) is fires
+
+
 # --- pageable-copies, sync-copies: how many it takes ------------------------------------------------------
 
 

@@ -52,7 +52,8 @@ THRESHOLDS: dict[str, float] = {
     # exposed time is at least exposed_copies_min_share of the device's window
     "exposed_copies_fraction": 0.25,
     "exposed_copies_min_share": 0.001,
-    # lhs-off: more than this fraction of the copy busy time is exposed
+    # lhs-off: more than this fraction of the copy busy time is exposed (and at least exposed_copies_min_share
+    # of the windows)
     "lhs_exposed_fraction": 0.1,
     # slow-link: copies of 1 MiB or more running alone reach less than this fraction of the link
     "slow_link_fraction": 0.5,

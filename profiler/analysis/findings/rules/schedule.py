@@ -92,6 +92,9 @@ def lhs_off(ev: Evidence) -> list[Finding]:
     busy, exposed = _offload_totals(ev)
     if busy == 0 or not exceeds(exposed / busy, ev.config["lhs_exposed_fraction"]):
         return []
+    spans = sum(int(d["span_ns"]) for d in ev.devices.values())  # a 4-byte copy exposed is not worth a flag
+    if under(exposed, ev.config["exposed_copies_min_share"] * spans):
+        return []
     try:
         state = flag_value(ev.xla_flags, LHS)
         how = {False: "off", None: "not set (its default depends on the XLA version)"}.get(state)  # type: ignore[arg-type]
