@@ -56,10 +56,10 @@ HEADER_TIPS = {
     "analyze's policy table shows D2H per step)",
     "copies": "number of D2H and H2D copies on this GPU",
     "exposed": "time on this GPU during which an h2d or d2h copy ran and no kernel did, both directions as "
-    "one (METRICS.md exposed_ns of the offload class: their union), over the whole capture (every step of it; "
+    "one (docs/metrics.md exposed_ns of the offload class: their union), over the whole capture (every step of it; "
     "analyze's policy table shows the median step's): less than the D2H and H2D exposed times added when "
     "the two directions overlap",
-    "hidden": "share of copy time overlapped by kernels (METRICS.md hidden_fraction); no offload: no copies, or "
+    "hidden": "share of copy time overlapped by kernels (docs/metrics.md hidden_fraction); no offload: no copies, or "
     "none inside the steps (the host's own, between steps: a loss or a flag fetched, not an offload)",
     "date": "when the run started (UTC)",
 }

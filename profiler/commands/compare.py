@@ -46,6 +46,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def add(sub: Any, shared: Shared) -> None:
+    from profiler.analysis.compare import DEFAULT_THRESHOLDS  # no polars: the parser stays light
+
     cmp = sub.add_parser(
         "compare",
         parents=[shared.db, shared.nsys, shared.cache],
@@ -61,8 +63,7 @@ def add(sub: Any, shared: Shared) -> None:
         "--fail-on",
         action="append",
         metavar="METRIC:+N%",
-        help="a threshold (repeatable); default: exposed_ns:+10%%, stall_ns:+10%%, step_ns:+5%%, "
-        "hidden_fraction:-0.05, kernel_excess_ns:+10%%",
+        help="a threshold (repeatable); default: " + ", ".join(DEFAULT_THRESHOLDS).replace("%", "%%"),
     )
     cmp.add_argument(
         "--fail-on-finding",

@@ -186,7 +186,7 @@ def copy_checks(trace: Any, devices: dict[str, Any], time_sum: dict[str, Any], s
         .agg(pl.len(), (pl.col("end") - pl.col("start")).sum(), pl.col("bytes").sum())
         .iter_rows()
     }
-    why_invalid = "nsys also counts {} with end < start, which METRICS.md leaves out (invalid_ops)"
+    why_invalid = "nsys also counts {} with end < start, which docs/metrics.md leaves out (invalid_ops)"
     counts, durations = by_class(time_sum, "Count"), by_class(time_sum, "Total Time")
     sizes = by_class(size_sum, "Total")
     checks: list[Check] = []
@@ -236,7 +236,8 @@ def kernel_checks(trace: Any, devices: dict[str, Any], kern_sum: dict[str, Any])
         ]
     rows = kern_sum.get("rows", [])
     bad = trace.kernel_spans.filter(~(pl.col("end") >= pl.col("start")).fill_null(False))
-    why = f"nsys also counts {_plural(bad.height, 'kernel', 'kernels')} with end < start, which METRICS.md leaves out"
+    counted = _plural(bad.height, "kernel", "kernels")
+    why = f"nsys also counts {counted} with end < start, which docs/metrics.md leaves out"
     theirs_all = sum(int(r["Instances"]) for r in rows)
     theirs_nccl = sum(int(r["Instances"]) for r in rows if is_nccl_name(r["Name"] or ""))
     bad_nccl = int(bad["is_nccl"].sum()) if bad.height else 0

@@ -11,6 +11,7 @@ from profiler.analysis.work import SPLIT_KEYS
 from profiler.conventions import device_word, is_tpu_name
 from profiler.report.findings_text import by_saving, findings_markdown, saving_text
 from profiler.report.text import table
+from profiler.trace.jax_profile import is_jax_trace_name
 
 SIDES = ("base", "head")
 
@@ -268,7 +269,9 @@ def render_markdown(cmp: dict[str, Any]) -> str:
         for pol in cmp["policies"]:
             for side in ("base", "head"):
                 r = pol["runs"][side]
-                facts = [f"trace `{Path(r['trace']).name}`", f"nsys {r['nsys'] or '?'}"]
+                name = Path(r["trace"]).name
+                recorder = "JAX's profiler" if is_jax_trace_name(name) else f"nsys {r['nsys'] or '(version unknown)'}"
+                facts = [f"trace `{name}`", recorder]
                 if r["jax"]:
                     facts.append(f"jax {r['jax']}")
                 if r["gpus"]:
@@ -297,7 +300,7 @@ def table_notes(cmp: dict[str, Any]) -> list[tuple[str, str]]:
                 (
                     pol["policy"],
                     f"GB/s on the TPU ({' and '.join(tpu)}) is bytes over the copies' summed time "
-                    "(METRICS.md gbps): a TPU copy spans from its start to the end of its done, with several in "
+                    "(docs/metrics.md gbps): a TPU copy spans from its start to the end of its done, with several in "
                     "flight at once, so it is not the host link's rate",
                 )
             )

@@ -411,7 +411,7 @@ def groups_overlap(groups: list[dict[str, Any]], devices: dict[str, Any]) -> dic
 def groups_overlap_notes(groups: list[dict[str, Any]], devices: dict[str, Any], by: str, u: Units) -> list[str]:
     """What the per-group table's copy and exposed columns are where they do not add up to the device's."""
     return [
-        f"each {by}'s copy, exposed and hidden figures are that {by}'s own union (METRICS.md): on device {dev} "
+        f"each {by}'s copy, exposed and hidden figures are that {by}'s own union (docs/metrics.md): on device {dev} "
         f"copies of several {by}s are in flight together, so the rows overlap and do not add up (copy "
         f"{u.t(o['busy_sum_ns'])} {u.time} summed against the device's busy {u.t(o['busy_ns'])}, exposed "
         f"{u.t(o['exposed_sum_ns'])} against {u.t(o['exposed_ns'])}); a {by}'s exposed time counts gaps that "

@@ -264,3 +264,12 @@ def test_a_metric_row_says_whether_it_is_the_median_steps_or_the_whole_captures(
         "Columns step time, exposed copy time and hidden: the median over each side's steps, "
         "except `none` base's hidden: the whole capture (no step holds it); bytes and GB/s: the whole capture."
     ) in md
+    assert "trace `trace.json.gz`; JAX's profiler; jax 0.11.2" in md and "nsys ?" not in md  # recorded by JAX
+
+
+def test_the_help_lists_the_default_thresholds_the_gate_uses():
+    # --help said five defaults while the gate ran six (work_rate:-0.05 was missing)
+    from profiler.analysis.compare import DEFAULT_THRESHOLDS
+
+    said = " ".join(run_cli("compare", "--help").stdout.split())
+    assert "default: " + ", ".join(DEFAULT_THRESHOLDS) in said
