@@ -46,8 +46,9 @@ class Accuracy:
     def line(self) -> str:
         """One line for a table of predictions of this kind."""
         return (
-            f"error of these predictions on {self.basis}: {self.error_text()} (steps); "
-            f"predictions within {100 * self.tie:.0f}% of each other are a tie"
+            f"error of these predictions on {self.basis}: steps {self.error_text()}; the ratio of two "
+            f"steps of one program shape off by at most {100 * self.tie:.0f}%, so two predictions within "
+            f"{100 * self.tie:.0f}% of each other are a tie"
         )
 
     def out_of_range(self, *steps_ns: float) -> bool:

@@ -39,6 +39,12 @@ def test_the_docstring_lines_on_a_real_run(tmp_path, monkeypatch):
     assert prediction.step_ns == doc["replay"]["step_ns"] and error == doc["replay"]["error"]
     assert [(p["target"], p["link"]) for p in doc["predicted"]] == [("NVIDIA H100 80GB HBM3", "PCIe Gen5 x16")]
     assert profiler.ROOFLINE.line().startswith("error of these predictions on 8 real H200 steps")
+    # the tie is the ratio's error, not the step's: the line says which figure is which (a 10% tie read as
+    # unbacked beside a 20-33% error)
+    assert profiler.ROOFLINE.line().endswith(
+        ": steps 20-33% short; the ratio of two steps of one program shape off by at most 10%, so two predictions "
+        "within 10% of each other are a tie"
+    )
 
 
 def test_the_package_forwards_every_function_the_facade_defines():
