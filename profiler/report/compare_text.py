@@ -14,6 +14,7 @@ from profiler.report.text import table
 from profiler.trace.jax_profile import is_jax_trace_name
 
 SIDES = ("base", "head")
+TENTH_MIB = 2**20 / 20  # under it a byte count in MiB with one decimal reads 0.0
 
 SUMMARY_METRICS = (
     "step_ns",
@@ -59,8 +60,8 @@ def value(metric: str, v: float | None) -> str:
     unit = METRICS[metric][1] if metric in METRICS else ("fraction" if "fraction" in metric else "ns")
     if unit == "ns":
         return units.ms(v, unit=True)
-    if unit == "bytes":
-        return units.mib(v, 1, unit=True)
+    if unit == "bytes":  # a few bytes (the none run's 4-byte copy) are not "0.0 MiB"
+        return units.mib(v, 1, unit=True) if not 0 < abs(v) < TENTH_MIB else units.human_bytes(v)
     if unit == "fraction":
         return units.pct(v)
     if unit == "FLOPs":
@@ -80,6 +81,8 @@ def change(metric: str, d: dict[str, Any]) -> str:
     if unit == "ns":
         return f"{d['delta'] / 1e6:+.3f} ms{rel}"
     if unit == "bytes":
+        if 0 < abs(d["delta"]) < TENTH_MIB:
+            return ("-" if d["delta"] < 0 else "+") + units.human_bytes(abs(d["delta"])) + rel
         return f"{d['delta'] / 2**20:+.1f} MiB{rel}"
     if unit == "FLOPs":
         return f"{d['delta'] / 1e9:+.3f} GFLOP{rel}"

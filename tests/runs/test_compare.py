@@ -273,3 +273,15 @@ def test_the_help_lists_the_default_thresholds_the_gate_uses():
 
     said = " ".join(run_cli("compare", "--help").stdout.split())
     assert "default: " + ", ".join(DEFAULT_THRESHOLDS) in said
+
+
+def test_a_few_bytes_are_bytes_not_zero_mib():
+    # the H200 remat run's 12 bytes against the TPU's none read "0.0 MiB → 0.0 MiB (-0.0 MiB, -100.0%)"
+    from profiler.analysis.compare import delta
+    from profiler.report.compare_text import change, value
+
+    assert value("d2h_bytes", 12) == "12 B" and value("d2h_bytes", 0) == "0.0 MiB"
+    assert value("d2h_bytes", 4608 * 2**20) == "4608.0 MiB"
+    assert change("d2h_bytes", delta(12, 0)) == "-12 B, -100.0%"
+    assert change("d2h_bytes", delta(4608 * 2**20, 4608 * 2**20 - 12)) == "-12 B, -0.0%"
+    assert change("d2h_bytes", delta(0, 3 * 2**20)) == "+3.0 MiB"
