@@ -388,7 +388,7 @@ def render_groups(doc: dict[str, Any], by: str, all_steps: bool = False, wide: b
             rows.append([*_group_row(short_name(label, wide, 28), g["device"] or "-", g["copies"], u), top])
         headers = group_headers(u)
         out = table((by, *headers, f"kernels that hid the copies ({u.time})"), rows, left=(0, 1, len(headers) + 1))
-        out = f"Copies per {by}{policy}:\n{out}"
+        out = f"Copies per {by}{policy}, summed over the analysis window (every step in it, not per step):\n{out}"
         notes += groups_overlap_notes(groups, doc.get("devices") or {}, by, u)
     return "\n".join([out, *(f"note: {n}" for n in notes)])
 
@@ -410,12 +410,14 @@ def groups_overlap(groups: list[dict[str, Any]], devices: dict[str, Any]) -> dic
 
 def groups_overlap_notes(groups: list[dict[str, Any]], devices: dict[str, Any], by: str, u: Units) -> list[str]:
     """What the per-group table's copy and exposed columns are where they do not add up to the device's."""
+    stalled = any(g["copies"]["offload"].get("stall_ns") is not None for g in groups)
     return [
         f"each {by}'s copy, exposed and hidden figures are that {by}'s own union (docs/metrics.md): on device {dev} "
         f"copies of several {by}s are in flight together, so the rows overlap and do not add up (copy "
         f"{u.t(o['busy_sum_ns'])} {u.time} summed against the device's busy {u.t(o['busy_ns'])}, exposed "
         f"{u.t(o['exposed_sum_ns'])} against {u.t(o['exposed_ns'])}); a {by}'s exposed time counts gaps that "
-        f"other {by}s' copies hold too; stalled adds up (each stall is counted at the copy it waited for)"
+        f"other {by}s' copies hold too"
+        + ("; stalled adds up (each stall is counted at the copy it waited for)" if stalled else "")
         for dev, o in groups_overlap(groups, devices).items()
     ]
 

@@ -287,3 +287,15 @@ def test_a_column_takes_the_unit_most_of_its_values_read_well_in():
     exposed = next(c for c in cols if c["id"] == "exposed")["name"]
     assert exposed == "exposed copies, D2H and H2D as one, whole capture (ms)"
     assert [r["exposed"] for r in data] == [pytest.approx(v / 1e6) for v in ns]
+
+
+def test_the_per_layer_table_says_it_sums_the_window_and_claims_no_stalls_it_lacks():
+    # the H200 offload_qkv run's layers hold 3 steps' copies (576 MiB a layer, 3 x 3 x 64 MiB) beside a
+    # verdict per step, and its note said "stalled adds up" over a stalled column of "-" (a JAX trace)
+    from tests.helpers.paths import ROOT
+
+    (run,) = (ROOT / "sample_traces" / "h200-example").glob("*-offload_qkv-b50f27")
+    said = " ".join(_cli("analyze", "--by", "layer", str(run)).split())
+    assert "Copies per layer, summed over the analysis window (every step in it, not per step):" in said
+    assert "layer_7 0 18 576.00 576.00" in said
+    assert "the rows overlap and do not add up" in said and "stalled adds up" not in said
