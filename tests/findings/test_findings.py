@@ -407,7 +407,7 @@ def test_analyze_prints_findings_and_json_has_them(tmp_path):
     path = write_run(tmp_path, b)
     text = run_cli("analyze", str(path))
     assert text.returncode == 0, text.stderr
-    assert "Findings: 2 problems; by saving in the replay, highest first" in text.stdout
+    assert "Findings: 2 problems; by saving in the replay, highest first\n" in text.stdout
     # pinned, at the assumed PCIe Gen4 x16 (31.5 GB/s), 1 MiB takes 33288 ns: 66712 ns given back
     assert "PROBLEM  pageable-copies (saves 66.7 µs, 67% of GPU 0's window (100 µs); attributed 100 µs)" in text.stdout
     doc = json.loads(run_cli("analyze", "--json", str(path)).stdout)
@@ -486,3 +486,15 @@ def test_exposed_copies_suggest_only_the_scheduling_flags_the_run_did_not_have(t
         assert f["try"].endswith(advice), (flags, f["try"])
         others = [a for a in cases.values() if a != advice and not advice.startswith(a)]
         assert not any(f["try"].endswith(a) for a in others)
+
+
+def test_findings_without_a_modelled_saving_say_their_order_and_that_attributed_times_overlap():
+    # the H200 scanned offload_qkv run: three findings each "attributed 179 ms" under "by saving in the
+    # replay, highest first", none with a saving (a JAX trace: not modelled)
+    from tests.helpers.paths import ROOT
+
+    (run,) = (ROOT / "sample_traces" / "h200-example").glob("*-offload_qkv-scan-986b04")
+    said = run_cli("findings", str(run)).stdout
+    assert "Findings: 2 problems, 1 info; by attributed time, highest first\n" in said
+    assert "several causes of the same exposed copies each name it: do not add them" in " ".join(said.split())
+    assert "by saving in the replay" not in said
