@@ -10,6 +10,7 @@ from profiler.commands.options import Shared, findings_request, json_dump
 
 def cmd_findings(args: argparse.Namespace) -> int:
     """``findings TRACE|RUN...``: the verdict, then the findings, for every trace the paths name."""
+    from profiler.analysis.findings.tried import tried
     from profiler.analysis.links import given_link
     from profiler.errors import InputError
     from profiler.report.findings_text import render_findings
@@ -39,6 +40,8 @@ def cmd_findings(args: argparse.Namespace) -> int:
             policy = (res.manifest or {}).get("policy") or res.breakdown.policy  # None: a trace that names none
             docs.append({"trace": str(path), "policy": policy, **(res.findings or {})})
     skipped = list(dict.fromkeys(skipped))
+    for d, lines in zip(docs, tried(summaries), strict=True):
+        d["tried"] = lines
     found = verdict(summaries) if summaries else None
     if args.json:
         print(json_dump({"verdict": found, "runs": docs, "no_trace": [s.doc() for s in skipped]}))
@@ -49,6 +52,8 @@ def cmd_findings(args: argparse.Namespace) -> int:
         print()
         print(f"{d['trace']}" + (f"  (policy {d['policy']})" if d["policy"] else ""))
         print(fit(render_findings(d), args.wide))
+        for line in d["tried"]:
+            print(fit(f"  {line}", args.wide))
     for s in skipped:
         print(f"\n{s.line()}")
     return 0 if docs else 2

@@ -108,12 +108,7 @@ class Evidence:
     @cached_property
     def xla_flags(self) -> dict[str, str | None]:
         """The final XLA_FLAGS of the run, parsed (``CannotDecide`` without a manifest)."""
-        flags = (self.need_manifest().get("xla_flags") or {}).get("final") or ""
-        out: dict[str, str | None] = {}
-        for tok in flags.split():
-            name, sep, value = tok.partition("=")
-            out[name] = value if sep else None
-        return out
+        return parse_flags((self.need_manifest().get("xla_flags") or {}).get("final") or "")
 
     @cached_property
     def gpu_names(self) -> dict[str, str]:
@@ -275,6 +270,15 @@ class Evidence:
 
 LHS = "--xla_gpu_enable_latency_hiding_scheduler"
 PIPELINED = "--xla_gpu_enable_pipelined_host_offloading"
+
+
+def parse_flags(text: str) -> dict[str, str | None]:
+    """``XLA_FLAGS`` text as {name: value}, None for a flag given without ``=``."""
+    out: dict[str, str | None] = {}
+    for tok in text.split():
+        name, sep, value = tok.partition("=")
+        out[name] = value if sep else None
+    return out
 
 
 def flag_value(flags: dict[str, str | None], name: str) -> bool | None:

@@ -1,0 +1,87 @@
+"""XLA flags a finding suggests, already tried: another run of the same experiment with them on.
+
+A finding that says "turn on the latency hiding scheduler" beside a run of the same script, arguments and
+policy that had it on has its answer measured: the two runs' exposed copy time and step stand side by
+side under the finding, so the advice is not repeated blind (the H200 example's offload_qkv run was told
+to try the flags that its offload_qkv-lhs-pipelined sibling shows change nothing on that program).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from profiler.analysis.compare import run_value
+from profiler.analysis.findings.evidence import LHS, PIPELINED, flag_value, parse_flags
+from profiler.analysis.policies import step_spread
+from profiler.stored.summary import RunSummary
+from profiler.units import human_time
+
+# rule id -> the XLA flags its advice turns on
+SUGGESTS: dict[str, tuple[str, ...]] = {
+    "exposed-copies": (LHS, PIPELINED),
+    "lhs-off": (LHS,),
+    "exposed-at-boundaries": (PIPELINED,),
+}
+FLAG_WORDS = {LHS: "the latency hiding scheduler", PIPELINED: "pipelined host offloading"}
+
+
+def experiment(manifest: dict[str, Any] | None) -> tuple[Any, ...] | None:
+    """What a run ran, less its XLA flags: the script, its arguments and the policy (the program's own
+    ``--policy`` where the command line gives one, as a device capture's labelled runs do). None
+    without a script."""
+    m = manifest or {}
+    if not m.get("script"):
+        return None
+    program, policy = list(m.get("program") or ()), m.get("policy")
+    if "--policy" in program[:-1]:
+        policy = program[program.index("--policy") + 1]
+    return m["script"], tuple(m.get("script_args") or ()), policy
+
+
+def _flags(run: RunSummary) -> dict[str, str | None]:
+    return parse_flags(((run.manifest or {}).get("xla_flags") or {}).get("final") or "")
+
+
+def _name(run: RunSummary) -> str:
+    return Path(run.trace).parent.name if run.trace else run.policy
+
+
+def _said(run: RunSummary, sib: RunSummary, flags: list[str]) -> str:
+    """The sibling's numbers against the run's: exposed copy time and step, and whether the steps differ."""
+    words = " and ".join(FLAG_WORDS[f] for f in flags)
+    text = f"{_name(sib)} ran the same script, arguments and policy with {words} on"
+    exp = run_value(sib, "exposed_ns"), run_value(run, "exposed_ns")
+    step = run_value(sib, "step_ns"), run_value(run, "step_ns")
+    if None not in exp:
+        text += f": exposed copies {human_time(exp[0])} per step against {human_time(exp[1])} here"
+    if None in step:
+        return text
+    text += f", step {human_time(step[0])} against {human_time(step[1])}"
+    spreads = [s for s in (step_spread(r.included_steps)["step_spread_ns"] for r in (run, sib)) if s is not None]
+    diff = step[1] - step[0]
+    if spreads and abs(diff) < max(spreads):
+        return text + f" (less apart than the steps' spread, {human_time(max(spreads))}: no measured gain)"
+    return text + f" ({human_time(abs(diff))} {'faster' if diff > 0 else 'slower'} with them)"
+
+
+def tried(runs: Sequence[RunSummary]) -> list[list[str]]:
+    """Per run, one line per sibling run (same ``experiment``) that had on the flags this run's findings
+    suggest and it lacks (``SUGGESTS``), naming those findings; flags no sibling had say nothing."""
+    keys = [experiment(r.manifest) for r in runs]
+    flags = [_flags(r) for r in runs]
+    out: list[list[str]] = []
+    for i, run in enumerate(runs):
+        ids = [f["id"] for f in ((run.findings or {}).get("findings") or []) if f["id"] in SUGGESTS]
+        wanted = {rule_id: [f for f in SUGGESTS[rule_id] if not flag_value(flags[i], f)] for rule_id in ids}
+        lines = []
+        for j, sib in enumerate(runs):
+            if j == i or keys[i] is None or keys[j] != keys[i]:
+                continue
+            met = [r for r, fl in wanted.items() if fl and all(flag_value(flags[j], f) for f in fl)]
+            if met:
+                on = [f for f in (LHS, PIPELINED) if any(f in wanted[r] for r in met)]
+                lines.append(f"already tried ({', '.join(met)}): {_said(run, sib, on)}")
+        out.append(lines)
+    return out

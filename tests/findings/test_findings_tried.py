@@ -1,0 +1,49 @@
+"""Flags a finding suggests, already tried by a run of the same script, arguments and policy
+(``profiler.analysis.findings.tried``): the advice comes with what that run measured."""
+
+from __future__ import annotations
+
+import json
+
+from profiler.analysis.findings.tried import experiment
+from tests.helpers.cli import run_cli
+from tests.helpers.paths import ROOT
+
+H200 = ROOT / "sample_traces" / "h200-example"
+
+
+def _run(suffix: str):
+    (run,) = H200.glob(f"*-{suffix}")
+    return run
+
+
+def test_the_h200_offload_qkv_run_is_told_what_its_flagged_sibling_measured():
+    # offload_qkv was told to try --lhs and --pipelined-offload; offload_qkv-lhs-pipelined ran them: 16.8 ms
+    # exposed per step against 16.6, steps 212.5 against 212.8 ms, 5.92 ms of spread
+    plain, flagged, scan = (
+        _run("offload_qkv-b50f27"),
+        _run("offload_qkv-lhs-pipelined-f90d55"),
+        _run("offload_qkv-scan-986b04"),
+    )
+    out = run_cli("findings", "--json", str(plain), str(flagged), str(scan))
+    assert out.returncode == 0, out.stderr
+    by_run = {d["trace"].split("/")[-2]: d["tried"] for d in json.loads(out.stdout)["runs"]}
+    assert by_run[plain.name] == [
+        f"already tried (exposed-copies, lhs-off): {flagged.name} ran the same script, arguments and policy with the "
+        "latency hiding scheduler and pipelined host offloading on: exposed copies 16.8 ms per step against 16.6 ms "
+        "here, step 212 ms against 213 ms (less apart than the steps' spread, 5.92 ms: no measured gain)"
+    ]
+    # the flagged run lacks nothing it is told; the scanned run's sibling (--scan) is another experiment
+    assert by_run[flagged.name] == [] and by_run[scan.name] == []
+    said = " ".join(run_cli("findings", str(plain), str(flagged)).stdout.split())
+    assert "already tried (exposed-copies, lhs-off): " + flagged.name in said
+
+
+def test_an_experiment_is_the_script_its_arguments_and_the_policy_it_ran():
+    base = {"script": "train.py", "script_args": ["--layers", "8"], "policy": "offload_qkv"}
+    assert experiment(base) == ("train.py", ("--layers", "8"), "offload_qkv")
+    # a device capture's labelled run: the program's own --policy, not the label
+    labelled = {**base, "policy": "offload_qkv-lhs", "program": ["python3", "train.py", "--policy", "offload_qkv"]}
+    assert experiment(labelled) == experiment(base)
+    assert experiment({**base, "script_args": ["--layers", "8", "--scan"]}) != experiment(base)
+    assert experiment({"policy": "none"}) is None and experiment(None) is None
