@@ -14,6 +14,7 @@ from dashboards import ids, layers_view, runs_view, selection, streams_view, tab
 from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.view import Page, TabView
+from profiler.analysis.findings.tried import tried
 from profiler.report.findings_text import UNITS, by_saving, saving_text
 
 SEVERITY_COLOR = {"problem": "#D55E00", "warning": "#E69F00", "info": "#0072B2"}  # Okabe and Ito's
@@ -174,6 +175,8 @@ def panel(store: RunStore, views: list[View]) -> list[Any]:
     out: list[Any] = []
     quiet: list[Any] = []
     n = 0
+    loaded = list(store.results)  # a flag's sibling run may be loaded and not selected
+    already = dict(zip(loaded, tried([store.results[r].run for r in loaded]), strict=True))
     for rid, run_views in sorted(runs, key=rank):
         short, full = selection.run_label(store, rid)
         doc = store.results[rid].run.findings
@@ -206,6 +209,7 @@ def panel(store: RunStore, views: list[View]) -> list[Any]:
         for f in found:
             body.append(_finding(f, rid, run_views, n, order[id(f)]))
             n += 1
+        body += [html.Div(line, className="tried") for line in already.get(rid, [])]
         if any(f.get("saving_ns") for f in found):
             body.append(html.Div(f"Units: {UNITS}.", className="findings-units muted"))
         if left:

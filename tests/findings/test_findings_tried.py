@@ -47,3 +47,22 @@ def test_an_experiment_is_the_script_its_arguments_and_the_policy_it_ran():
     assert experiment(labelled) == experiment(base)
     assert experiment({**base, "script_args": ["--layers", "8", "--scan"]}) != experiment(base)
     assert experiment({"policy": "none"}) is None and experiment(None) is None
+
+
+def test_the_dashboards_findings_panel_says_it_too(tmp_path):
+    # one definition: the findings tab shows the same line under the run's findings, its sibling loaded
+    import shutil
+
+    from dashboards.data import RunStore
+    from dashboards.findings_view import panel
+    from dashboards.rows import View
+
+    plain, flagged = _run("offload_qkv-b50f27"), _run("offload_qkv-lhs-pipelined-f90d55")
+    for run in (plain, flagged):
+        shutil.copytree(run, tmp_path / run.name)
+    store = RunStore([tmp_path])
+    for rid in store.refs:
+        store.get(rid)
+    (rid,) = [r for r in store.refs if plain.name in str(store.refs[r].trace)]
+    shown = str(panel(store, [View(rid, "0")]))
+    assert f"already tried (exposed-copies, lhs-off): {flagged.name} ran the same script" in shown
