@@ -56,7 +56,7 @@ def cmd_policies(args: argparse.Namespace) -> int:
     from profiler.units import fit
 
     skipped: list[NoTrace] = []  # run folders without a trace: listed once, never in the way of the others
-    runs = [r for arg in args.trace for r in load_runs(arg, Path(args.db), args.nsys, skipped)]
+    runs = [r for arg in args.trace for r in load_runs(arg, Path(args.db), args.nsys, skipped, args.window)]
     skipped = list(dict.fromkeys(skipped))
     if not runs and skipped:
         if args.json:
@@ -76,6 +76,13 @@ def cmd_policies(args: argparse.Namespace) -> int:
     if _verdict_block(render_verdict(found, wide=args.wide), args):
         return 0
     print(fit(render_policy_comparison(tab), args.wide))
+    if args.window:  # asked for: each run's window said (one line where they agree)
+        from profiler.report.text import window_line
+
+        said = dict.fromkeys(window_line(r.window) for r in runs if r.window)
+        for line in said:
+            every = " (every run)" if len(said) == 1 and len(runs) > 1 else ""
+            print(fit(f"--window {args.window}: {line}{every}", args.wide))
     synthetic = [r.policy for r in runs if r.synthetic]
     if synthetic:
         print(f"SYNTHETIC (a demonstration model, not a measurement): {', '.join(synthetic)}")
@@ -151,7 +158,7 @@ def _runs_verdict(args: argparse.Namespace) -> dict[str, Any] | None:
     from profiler.runs.result import load_runs
     from profiler.runs.verdict import verdict
 
-    runs = [r for arg in args.trace for r in load_runs(arg, Path(args.db), args.nsys, [])]
+    runs = [r for arg in args.trace for r in load_runs(arg, Path(args.db), args.nsys, [], args.window)]
     return verdict(runs, policy_table(runs, args.peak_tflops, predict=predicted)) if runs else None
 
 

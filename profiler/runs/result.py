@@ -486,16 +486,18 @@ def rank_result(path: str, nsys: str | None = None, pattern: str = DEFAULT_RANK_
     return {**out, **doc}
 
 
-def load_runs(arg: str, db: Path, nsys: str | None = None, skipped: list[NoTrace] | None = None) -> list[RunSummary]:
-    """The runs *arg* names: its traces analysed (``RunResult.summary``), or the runs recorded
-    under that label in the results database; run folders without a trace go to *skipped* when
-    it is given."""
+def load_runs(
+    arg: str, db: Path, nsys: str | None = None, skipped: list[NoTrace] | None = None, window: str | None = None
+) -> list[RunSummary]:
+    """The runs *arg* names: its traces analysed (``RunResult.summary``) through the analysis *window*
+    (default: each run's own), or the runs recorded under that label in the results database; run
+    folders without a trace go to *skipped* when it is given."""
     from profiler.runs.store import load_label
     from profiler.trace import load_trace
 
     traces = trace_paths(arg, skipped)
     if traces is not None:
-        return [RunSummary.from_json(collect(load_trace(t, nsys), folder.manifest_of(t))) for t in traces]
+        return [RunSummary.from_json(collect(load_trace(t, nsys, window), folder.manifest_of(t))) for t in traces]
     if db.is_file():
         return [RunSummary.from_json(doc) for doc in load_label(db, arg)]
     raise InputError(arg, f"is neither a trace, a run folder, nor a label (no results database {db})")

@@ -299,3 +299,41 @@ def test_the_per_layer_table_says_it_sums_the_window_and_claims_no_stalls_it_lac
     assert "Copies per layer, summed over the analysis window (every step in it, not per step):" in said
     assert "layer_7 0 18 576.00 576.00" in said
     assert "the rows overlap and do not add up" in said and "stalled adds up" not in said
+
+
+def test_a_window_asked_of_run_folders_is_used_and_said(tmp_path):
+    # `analyze RUN_FOLDER --window nvtx:NAME` went to the per-policy table, which read each run through its
+    # own window and never said so: a name absent from the recording passed unnoticed
+    from tests.helpers.paths import ROOT
+
+    (run,) = (ROOT / "sample_traces" / "h200-example").glob("*-offload_qkv-b50f27")
+    out = " ".join(_cli("analyze", str(run), "--window", "nvtx:doesnotexist").split())
+    assert (
+        "--window nvtx:doesnotexist: analysis window: the whole recording (no NVTX range doesnotexist in the "
+        "recording)" in out
+    )
+    assert "(every run)" not in out
+
+
+def test_a_window_asked_of_a_run_folder_is_the_one_its_numbers_come_from(tmp_path):
+    # a 1 MiB copy inside the NVTX range `part` [0, 500), a 3 MiB one after it: through the window, the run
+    # folder's verdict counts one copy over a 400 ns window (the kernel inside); without it, both over 1400 ns
+    import json
+
+    b = ExportBuilder()
+    b.gpu(0)
+    b.domain(1, "profile-step")
+    b.nvtx(0, 500, "part", domain_id=1)
+    b.kernel(0, 400, "k")
+    b.copy(10, 110, "d2h", 2**20)
+    b.kernel(1000, 1400, "k")
+    b.copy(1010, 1110, "d2h", 3 * 2**20)
+    (tmp_path / "run").mkdir()
+    b.write(tmp_path / "run" / "trace.sqlite")
+
+    def seen(*window: str) -> tuple[int, int]:
+        v = json.loads(_cli("analyze", "--json", str(tmp_path / "run"), *window))["verdict"]
+        return v["copies"]["d2h"]["count"], v["window_ns"]
+
+    assert seen() == (2, 1400)
+    assert seen("--window", "nvtx:part@*") == (1, 400)
