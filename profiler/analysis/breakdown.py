@@ -12,6 +12,7 @@ import copy
 import re
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -326,8 +327,12 @@ class Breakdown:
 
     @cached_property
     def compiled(self) -> dict[str, Any] | None:
-        """The run folder's ``compiled.json`` beside the trace (``profiler.capture.step_module``), if any."""
-        return compiled_of(self.trace.source_path)
+        """The run folder's ``compiled.json`` beside the trace (``profiler.capture.step_module``), if any;
+        a plan written before its movements named the loop around them gets it from the dump."""
+        from profiler.xla.compiled import with_loop_tops
+
+        doc = compiled_of(self.trace.source_path)
+        return with_loop_tops(doc, Path(self.trace.source_path).parent) if doc else doc
 
     @cached_property
     def module_steps(self) -> ModuleSteps:

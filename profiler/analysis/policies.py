@@ -435,6 +435,10 @@ def planned_vs_moved(run: RunSummary | dict[str, Any], tolerance: float = DIFF_T
     owner: dict[str, tuple[str | None, str | None]] = {}
     for m in (plan or {}).get("movements", []):
         owner.setdefault(m["instruction"], (m.get("layer"), m.get("activation")))
+    # a loop the trace times as one range (a scan's while): its copies carry the loop's name, so the
+    # movements inside it are one row, their layers and activations joined
+    loops = _loop_keys(plan, {op["op"] for op in run.copy_ops} - set(owner))
+    owner.update(loops)
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
 
     def row(layer: str | None, act: str | None, op: str | None = None) -> dict[str, Any]:
@@ -452,10 +456,10 @@ def planned_vs_moved(run: RunSummary | dict[str, Any], tolerance: float = DIFF_T
             },
         )
 
-    for r in by_layer(plan):
-        x = row(r["layer"], r["activation"])
-        x["planned_d2h_bytes"] += r["d2h_bytes"]
-        x["planned_h2d_bytes"] += r["h2d_bytes"]
+    for m in (plan or {}).get("movements", []):  # per step; per execution where the count is unknown
+        loop = m.get("top") if m.get("top") != m["instruction"] else None
+        x = row(*loops[loop]) if loop in loops else row(m.get("layer"), m.get("activation"))
+        x[f"planned_{m['direction']}_bytes"] += m["bytes_per_step"] if m["bytes_per_step"] is not None else m["bytes"]
     seen = {"d2h": 0, "h2d": 0}
     for op in run.copy_ops:
         name = op["op"]
@@ -508,6 +512,25 @@ def planned_vs_moved(run: RunSummary | dict[str, Any], tolerance: float = DIFF_T
         "rows": out,
         "differences": sum(1 for x in out if x["flag"] not in ("ok", HOST_FETCH)),
         **_not_offloaded(plan, run.manifest),
+    }
+
+
+def _loop_keys(plan: dict[str, Any] | None, traced: set[str]) -> dict[str, tuple[str | None, str | None]]:
+    """Per entry instruction that the trace names (*traced*) and the plan moves inside (a scan's
+    ``while``, timed as one range), the row it stands for: the (layer, activation) of its movements,
+    each joined (``a, b``; None where none is known)."""
+    inside: dict[str, list[dict[str, Any]]] = {}
+    for m in (plan or {}).get("movements", []):
+        if m.get("top") and m["top"] != m["instruction"] and m["top"] in traced:
+            inside.setdefault(m["top"], []).append(m)
+
+    def joined(values: list[str | None]) -> str | None:
+        named = sorted({v for v in values if v})
+        return ", ".join(named) if named else None
+
+    return {
+        top: (joined([m.get("layer") for m in ms]), joined([m.get("activation") for m in ms]))
+        for top, ms in inside.items()
     }
 
 

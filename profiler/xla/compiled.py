@@ -201,3 +201,24 @@ def module_name(hlo_text: str) -> str | None:
     if first.startswith("HloModule "):
         return first.split()[1].rstrip(",")
     return None
+
+
+def with_loop_tops(doc: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """A run's ``compiled.json`` (*doc*) whose plans' movements inside a loop name the entry instruction
+    around them (``top``), read from the run's dump where a plan written before that lacks it; a module
+    whose dump is gone, or does not parse, stays as it was."""
+    from profiler.xla.plan import with_tops
+
+    mods = []
+    for m in doc.get("modules") or []:
+        moves = (m.get("plan") or {}).get("movements") or []
+        looped = any(mv.get("executions_per_step") != 1 for mv in moves)
+        after = (m.get("files") or {}).get("after")
+        path = run_dir / (doc.get("dump_dir") or "") / after if after else None
+        if looped and any("top" not in mv for mv in moves) and path is not None and path.is_file():
+            try:
+                m = {**m, "plan": with_tops(m["plan"], load_module(path)[0])}
+            except (HloError, OSError, ValueError):  # a dump that does not read: the plan as it was
+                m = dict(m)
+        mods.append(m)
+    return {**doc, "modules": mods}

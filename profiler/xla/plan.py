@@ -96,6 +96,31 @@ class _Graph:
             comp = caller.computation
         return site, runs, notes
 
+    def top(self, ins: Instruction) -> Instruction:
+        """The instruction of the entry computation that runs *ins* (itself, or the while loop, call or
+        fusion around it): what a trace names when it times the loop as one range."""
+        seen: set[str] = set()
+        while ins.computation != self.module.entry and ins.computation not in seen:
+            seen.add(ins.computation)
+            callers = self.callers.get(ins.computation, [])
+            callers = [c for c in callers if c.opcode not in ("async-done", "async-update")]
+            if not callers:
+                break
+            ins = callers[0]
+        return ins
+
+
+def with_tops(plan: dict[str, Any], module: Module) -> dict[str, Any]:
+    """*plan* (of *module*) with each movement's ``top`` (``_Graph.top``), for a plan written before
+    movements carried it."""
+    g = _Graph(module)
+
+    def top(m: dict[str, Any]) -> str | None:
+        ins = g.get(m["computation"], m["instruction"])
+        return g.top(ins).name if ins is not None else None
+
+    return {**plan, "movements": [{**m, "top": top(m)} for m in plan.get("movements") or []]}
+
 
 def _walk_producer(g: _Graph, ins: Instruction | None, limit: int = 8) -> list[str]:
     """op_names of *ins* and up its operand chain through data-preserving instructions, out of
@@ -205,6 +230,7 @@ def _movement(
         "opcode": site.opcode,
         "moved_by": ins.name if site is not ins else None,
         "computation": site.computation,
+        "top": g.top(site).name,  # the entry's instruction around it (a scan's while loop)
         "direction": direction,
         "bytes": nbytes,
         "executions_per_step": runs,

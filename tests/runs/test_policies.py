@@ -194,3 +194,37 @@ def test_a_module_this_jaxlib_cannot_parse_is_said_as_a_newer_xlas():
     assert not any(n.startswith(UNPARSED) for n in row["notes"])
     assert unparsed_why("another note", "0.11.2") == "another note"
     assert unparsed_why(UNPARSED, None).startswith("no XLA cost analysis: the run's XLA wrote a module that")
+
+
+def test_a_scans_copies_named_by_its_loop_meet_the_movements_planned_inside_it(tmp_path):
+    """A JAX trace names a scanned layer loop's copies by the loop (while.21, while.29): they were
+    'moved, not planned' beside 'planned, not seen' rows of the activations the plan moves inside it.
+    Each loop is one row now, its movements' activations joined. The compiled.json of the pipelined run
+    is copied without its loops' ``top`` (as written before it existed): the run's dump gives it back.
+    That run moves 1.31 of its 1.50 GiB planned: the three copies XLA peeled out of its loop are not seen."""
+    import shutil
+
+    from profiler.trace import load_trace
+
+    h200 = Path(__file__).parents[2] / "sample_traces" / "h200-example"
+
+    def rows(suffix: str, strip: bool = False):
+        (run,) = h200.glob(f"*-{suffix}")
+        copy = tmp_path / run.name
+        shutil.copytree(run, copy)
+        if strip:
+            doc = json.loads((copy / "compiled.json").read_text())
+            for m in doc["modules"]:
+                for mv in (m.get("plan") or {}).get("movements") or []:
+                    mv.pop("top", None)
+            (copy / "compiled.json").write_text(json.dumps(doc))
+        trace = copy / "trace.json.gz"
+        pvm = planned_vs_moved(collect(load_trace(trace), manifest_of(trace)))
+        return [(r["layer"], r["activation"], r["flag"]) for r in pvm["rows"]], pvm["rows"][0]
+
+    said, first = rows("offload_qkv-scan-986b04")
+    assert said[0] == ("layers", "key_proj, query_proj, value_proj", "ok")
+    assert first["planned_d2h_bytes"] == first["moved_d2h_bytes"] == 3 * 8 * 64 * MiB
+    said, first = rows("offload_qkv-scan-lhs-pipelined-28c859", strip=True)
+    assert said[0] == ("layers", None, "d2h differs (-12%)")
+    assert first["moved_d2h_bytes"] == 3 * 7 * 64 * MiB and first["moved_h2d_bytes"] == first["planned_h2d_bytes"]
