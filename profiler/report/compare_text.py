@@ -130,8 +130,14 @@ def verdict(cmp: dict[str, Any]) -> str:
     if metric == "work_rate" and pol.get("work"):
         text += work_because(pol["work"])
     text += layer_blame(pol, metric if metric in ("exposed_ns", "stall_ns") else "exposed_ns")
-    if len(cmp["failures"]) > 1:
-        text += f"; {len(cmp['failures']) - 1} more limit(s) crossed"
+    more = [f for f in cmp["failures"][1:] if "threshold" in f]
+    if more:  # named, the largest first cut at three: a step 4x slower is not "1 more limit"
+        m = [(f["threshold"].split(":")[0], f) for f in more]
+        named = [f"{METRICS[k][0]} in `{f['policy']}` ({change(k, f)})" for k, f in m[:3]]
+        text += "; also crossed: " + ", ".join(named) + (f" and {len(m) - 3} more" if len(m) > 3 else "")
+    findings = len(cmp["failures"]) - 1 - len(more)
+    if findings > 0:
+        text += f"; {findings} new finding(s) gated"
     return text
 
 
@@ -198,6 +204,8 @@ def rank_line(pol: dict[str, Any]) -> str:
 def render_markdown(cmp: dict[str, Any]) -> str:
     """A pull-request comment: verdict, summary table, per-layer details, provenance."""
     out = [f"### {verdict(cmp)}", ""]
+    if line := accelerators_line(cmp):
+        out += [line, ""]
     if cmp["policies"]:
         metrics = shown_metrics(cmp)
         heads = ["policy", "steps (base/head)", *(METRICS[m][0] for m in metrics)]
@@ -362,8 +370,23 @@ def metric_label(m: str, d: dict[str, Any]) -> str:
     return f"{label}, base's {of['base']}, head's {of['head']}"
 
 
+def accelerators_line(cmp: dict[str, Any]) -> str | None:
+    """One line where base and head ran on different devices (by name): what the changes measure."""
+    pairs = {
+        (tuple(sorted(set(pol["runs"]["base"]["gpus"] or ()))), tuple(sorted(set(pol["runs"]["head"]["gpus"] or ()))))
+        for pol in cmp["policies"]
+    }
+    differ = [(b, h) for b, h in pairs if b and h and b != h]
+    if not differ:
+        return None
+    said = "; ".join(f"base ran on {', '.join(b)}, head on {', '.join(h)}" for b, h in sorted(differ))
+    return f"Different accelerators: {said}: each change is the hardware's as much as the code's."
+
+
 def render_terminal(cmp: dict[str, Any]) -> str:
     out = [verdict(cmp).replace("`", "")]
+    if line := accelerators_line(cmp):
+        out.append(line)
     rows = []
     for pol in cmp["policies"]:
         for m in shown_metrics(cmp):
@@ -496,11 +519,13 @@ def work_sections(pol: dict[str, Any]) -> list[tuple[str, list[str], list[list[s
         sides, total, what = work["step"], "step_ns", "the mean included step, per GPU"
     else:
         sides, total, what = work["window"], "span_ns", "the window, per GPU"
+    word = {side: accelerator(pol, side) for side in ("base", "head")}
+    dev = word["base"] if word["base"] == word["head"] else "device"  # a GPU against a TPU: devices
     rows, unit = _split_rows(sides, (*SPLIT_KEYS, "stall_ns"))
+    rows = [[r[0].replace("GPU", dev), *r[1:]] for r in rows]
     head_rows, _ = _split_rows({s: {"t": v[total]} for s, v in sides.items()}, ("t",))
     rows.insert(0, ["step" if work["step"] else "window", *head_rows[0][1:]])
     gpus = work["gpus"]
-    word = {side: accelerator(pol, side) for side in ("base", "head")}
     n = " / ".join(f"{gpus[s]} {word[s]}" + ("s" if gpus[s] > 1 else "") for s in ("base", "head"))
     if gpus["base"] == gpus["head"] and word["base"] == word["head"]:
         n = f"{gpus['base']} {word['base']}" + ("s" if gpus["base"] > 1 else "")
@@ -509,7 +534,7 @@ def work_sections(pol: dict[str, Any]) -> list[tuple[str, list[str], list[list[s
     else:
         what = what.replace("per GPU", "per device")
     out.append((f"Where the time went: {what} ({n})", ["part", f"base {unit}", f"head {unit}", f"change {unit}"], rows))
-    if work["kernels"]:
+    if work["kernels"] and work.get("names_in_common") != 0:  # none in common: every name only on one side
         krows = []
         for k in work["kernels"]:
             c, pc, t = k["calls"], k["per_call_ns"], k["time_ns"]
@@ -524,7 +549,7 @@ def work_sections(pol: dict[str, Any]) -> list[tuple[str, list[str], list[list[s
                     f"{units.scaled(t['base'], tu[1])} → {units.scaled(t['head'], tu[1])} {tu[0]}",
                 ]
             )
-        title = "Kernel names whose calls or time per call changed, by the time the change cost (all GPUs)"
+        title = f"Kernel names whose calls or time per call changed, by the time the change cost (all {dev}s)"
         if work["kernels_listed"] > len(work["kernels"]):
             title += f", the first {len(work['kernels'])} of {work['kernels_listed']}"
         out.append((title, ["kernel", "calls", "time per call", "time"], krows))

@@ -256,6 +256,15 @@ def test_per_layer_rows_that_overlap_say_so_and_compare_names_no_layer_by_them(c
     verdict = out.splitlines()[0]
     assert "no layer named: the layers' exposed times overlap" in verdict and "layer_0" not in verdict
     assert "Where the time went: the mean included step, per device (1 GPU / 1 TPU)" in out
+    # each crossed limit named (the step 4x slower read "1 more limit(s) crossed"), the hardware said, the
+    # devices' parts in one word, and no kernel table where no kernel name is in common
+    assert "; also crossed: step time in offload_qkv (+" in verdict
+    assert out.splitlines()[1] == (
+        "Different accelerators: base ran on NVIDIA H200, head on TPU v5 lite: each change is the hardware's as "
+        "much as the code's."
+    )
+    assert "other device work" in out and "idle (no device op)" in out and "GPU work" not in out
+    assert "Kernel names whose calls" not in out
 
 
 def test_no_async_start_or_done_is_a_kernel_group_beside_copies(cache):
