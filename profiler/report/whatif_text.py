@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from profiler.conventions import device_word
 from profiler.report.text import ms, table
 from profiler.units import human_time, wrap
 
@@ -148,4 +149,11 @@ def render_whatif(doc: dict[str, Any], measured_stalls: dict[str, dict[str, Any]
         out.append("")
         out.append("(copy-free: every h2d/d2h copy at zero time, and no op waits for them: the most that keeping")
         out.append(" the activations on the device can give back)")
-    return "\n".join(out)
+    return _for_devices("\n".join(out), gpus)
+
+
+def _for_devices(text: str, gpus: dict[str, str]) -> str:
+    """*text* in the devices' own words: a TPU's span, and its host's calls rather than CUDA's (the same
+    widths, so that tables stay aligned)."""
+    word = device_word(list(gpus.values()))
+    return text if word == "GPU" else text.replace("GPU", word).replace("CUDA call", "host call")

@@ -285,3 +285,14 @@ def test_the_policy_legend_defines_tflops_and_mfu_with_the_peak(cache):
     assert "TFLOP/s = the compiled step's FLOPs" in said and "recomputation included" in said
     assert "MFU = the model's FLOPs per step" in said
     assert "dense bf16 peak (TPU v5 lite 197 TFLOP/s, Google Cloud's TPU v5e spec)" in said
+
+
+def test_whatif_on_a_tpu_speaks_of_the_tpu(cache):
+    """whatif on a TPU run said "GPU span" and "144 CUDA calls held their thread until GPU work ended"."""
+    (run,) = [p for p in SHAPE_RUNS if label(p) == "offload_qkv"]
+    out = run_cli("whatif", str(run), "--link", "pcie5", env={"PROFILE_STEP_CACHE": cache})
+    assert out.returncode == 0, out.stderr
+    assert "  TPU span:          2.66 s -> 2.56 s (-100 ms, -3.8%)" in out.stdout
+    said = " ".join(out.stdout.split())
+    assert "144 host calls held their thread until TPU work ended" in said
+    assert "GPU" not in out.stdout and "CUDA" not in out.stdout
