@@ -147,9 +147,12 @@ def signed_pct(x: float | None) -> str:
 
 
 def share(x: float) -> str:
-    """A share as a whole percentage, with two significant digits below 10%: ``33%``, ``4.2%``, ``0.0045%``."""
+    """A share as a whole percentage, with two significant digits below 10%: ``33%``, ``4.2%``, ``0.0045%``;
+    under a thousandth of a percent ``<0.001%`` (11 ns of a 2.66 s window is not ``0.00000041%``)."""
     if x == 0 or abs(x) >= 0.1:
         return pct(x, 0)
+    if abs(x) < 1e-5:
+        return "<0.001%" if x > 0 else ">-0.001%"
     digits = max(0, 1 - math.floor(math.log10(abs(100 * x))))
     return f"{100 * x:.{digits}f}%"
 

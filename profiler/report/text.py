@@ -89,8 +89,8 @@ def render_devices(doc: dict[str, Any], link: Link | None = None, wide: bool = F
             + (f", {d['invalid_ops']} invalid ops ignored" if d["invalid_ops"] else "")
         )
         out.append(
-            f"  compute: {d['compute']['count']} kernels, busy {human_time(d['compute']['busy_ns'])}"
-            f"   NCCL: {d['nccl']['count']} kernels, busy {human_time(d['nccl']['busy_ns'])}"
+            f"  compute: {d['compute']['count']} kernels, busy {human_time(d['compute']['busy_ns'], nanoseconds=True)}"
+            f"   NCCL: {d['nccl']['count']} kernels, busy {human_time(d['nccl']['busy_ns'], nanoseconds=True)}"
         )
         if d["copies"]["offload"]["count"]:
             u = offload_units(d["copies"])

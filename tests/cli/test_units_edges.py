@@ -175,6 +175,9 @@ def test_fixed_unit_formatters():
         (0.00999, "1.00%"),  # log10(0.999) = -0.0004, floor -1: two places
         (0.001, "0.10%"),
         (0.000045, "0.0045%"),  # log10(0.0045) = -2.3, floor -3: four places
+        (0.00001, "0.0010%"),  # a thousandth of a percent: still said
+        (0.0000099, "<0.001%"),  # under it: no ten decimals (11 ns of 2.66 s read 0.00000041%)
+        (-0.0000099, ">-0.001%"),
     ],
 )
 def test_share(x, text):
