@@ -146,6 +146,9 @@ def render_calibrated(doc: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+TINY_CLASS = 0.001  # a class under this share of the step gets no measured-over-roofline ratio
+
+
 def _exposed(c: dict[str, Any]) -> list[str]:
     return [human_time(c.get("exposed_ns_before")), human_time(c.get("exposed_ns_after"))]
 
@@ -166,9 +169,10 @@ def render_from_recording(doc: dict[str, Any]) -> str:
         f"  uncalibrated roofline on its own device, {roof['link']}: {human_time(roof['step_ns'])} "
         f"({_pct(roof['error'])}; the roofline was {roof['expected_error']} on real steps)",
     ]
+    tiny = {c for c, v in doc["classes"].items() if v["measured"] < TINY_CLASS * m}
     rows = [
         [c, str(v["instructions"]), human_time(v["measured"], True), human_time(v["roofline"], True),
-         f"{v['measured'] / v['roofline']:.2f}" if v["roofline"] else "-"]
+         f"{v['measured'] / v['roofline']:.2f}" if v["roofline"] and c not in tiny else "-"]
         for c, v in sorted(doc["classes"].items())
     ]  # fmt: skip
     classed = sum(v["measured"] for v in doc["classes"].values())
@@ -179,6 +183,8 @@ def render_from_recording(doc: dict[str, Any]) -> str:
         f"  the classes hold {human_time(classed)} of the {human_time(m)} step; the rest is time the "
         "device waited for copies and ops no class costs",
     ]
+    if tiny:
+        out.append(f"  no ratio for {', '.join(sorted(tiny))}: under 0.1% of the step, its ratio says nothing")
     big = [
         [x["instruction"], human_time(x["measured_ns"], True), human_time(x["roofline_ns"], True)]
         for x in doc["largest"]

@@ -110,3 +110,8 @@ def test_the_unplaced_costs_say_each_reason_once(tmp_path):
     assert text.count(unplaced[0]["why"]) == 1
     first, second = (f"{u['name']} {human_time(u['ns'], True)}" for u in unplaced[:2])
     assert f"(time per step): {unplaced[0]['why']}: {first}, {second}, " in text
+    # a class of one op, 1.47 µs of a 200 ms step, read "other 1 1.47 µs 4 ns 368.00": no ratio under 0.1%
+    tiny = [c for c, v in doc["classes"].items() if v["measured"] < 0.001 * doc["measured_step_ns"]]
+    assert tiny and f"no ratio for {', '.join(sorted(tiny))}: under 0.1% of the step" in text
+    row = next(line for line in render_from_recording(doc).splitlines() if line.startswith(tiny[0] + " "))
+    assert row.split()[-1] == "-"
