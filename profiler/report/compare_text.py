@@ -272,7 +272,10 @@ def render_markdown(cmp: dict[str, Any]) -> str:
             ("head", pol["layers_missing"]["in_head"]),
             ("base", pol["layers_missing"]["in_base"]),
         ):
-            if names:
+            if names and not pol["layers"]:  # one side moved nothing per layer (a policy that offloads nothing)
+                other = "base" if side == "head" else "head"
+                out += [f"No layer of {side} moved anything; {other}'s: " + ", ".join(f"`{n}`" for n in names), ""]
+            elif names:
                 out += [f"Layers missing in {side}: " + ", ".join(f"`{n}`" for n in names), ""]
         out += ["</details>", ""]
     if cmp["policies"]:

@@ -265,6 +265,8 @@ def test_a_metric_row_says_whether_it_is_the_median_steps_or_the_whole_captures(
         "except `none` base's hidden: the whole capture (no step holds it); bytes and GB/s: the whole capture."
     ) in md
     assert "trace `trace.json.gz`; JAX's profiler; jax 0.11.2" in md and "nsys ?" not in md  # recorded by JAX
+    # the none run moves nothing per layer: not "Layers missing in base: layer_0 ... layer_7"
+    assert "No layer of base moved anything; head's: `layer_0`, `layer_1`" in md and "Layers missing" not in md
 
 
 def test_the_help_lists_the_default_thresholds_the_gate_uses():
