@@ -102,7 +102,8 @@ def add(sub: Any, shared: Shared) -> None:
     pl.add_argument(
         "--target",
         default=None,
-        help="h100 (default), h200, b200, a100, or a GpuTargetConfigProto text file; with --from, comma-separated",
+        help="h100 (default for a script), h200, b200, a100, or a GpuTargetConfigProto text file; with --from, "
+        "comma-separated, and by default the recording's own device only",
     )
     pl.add_argument(
         "--from",
