@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from profiler.conventions import is_jax_trace_name
+from profiler.runs import verdict
 from profiler.runs.discover import RunRef
 from profiler.stored.summary import RunSummary
 from profiler.units import human_time, readable_byte_unit, readable_time_unit
@@ -170,11 +171,10 @@ def _status(ref: RunRef) -> str:
 
 
 def offloads(run: RunSummary, off: dict[str, Any] | None) -> bool:
-    """Whether a GPU's copies are an offload: a hidden share, and, where the run has steps, copies inside
-    them (the host's own fetch of a loss lies between steps: the H200 none run's 4 bytes)."""
-    if not off or off["hidden_fraction"] is None:
-        return False
-    return not run.steps or any(s.busy_ns for s in run.included_steps)
+    """Whether a GPU's copies are an offload: a hidden share, and the run offloads as the verdict counts
+    it (``runs.verdict.offloads``: the host's own fetch of a loss between steps, the H200 none run's 4
+    bytes, is not one)."""
+    return bool(off) and off["hidden_fraction"] is not None and verdict.offloads(run)
 
 
 def raw_row(ref: RunRef, run: Run, device: str | None) -> dict[str, Any]:

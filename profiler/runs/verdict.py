@@ -259,21 +259,22 @@ def moved(shown: dict[str, Any]) -> bool:
     return any(shown[d]["count"] or shown[d]["busy_ns"] for d in DIRECTIONS)
 
 
-def _copies_shown(run: RunSummary) -> bool:
-    """Whether the run offloads as the verdict counts copies: a stray 4-byte copy outside the steps,
-    which no step's median holds, is not offloading."""
+def offloads(run: RunSummary) -> bool:
+    """Whether the run offloads, as the verdict counts copies (``copies``): a stray 4-byte copy outside
+    the steps, which no step's median holds, is not offloading (the one rule of the verdict and the
+    dashboard's runs table)."""
     return run.gpu_ran and moved(copies(run))
 
 
 def _shown(runs: list[RunSummary], table: dict[str, Any], best: dict[str, Any] | None) -> tuple[RunSummary, str]:
     """Of several runs, the one whose copies the verdict shows, and why: the fastest that fits when it
-    copies (``_copies_shown``: the copies the verdict would show are not none); else the fastest fitting
+    copies (``offloads``: the copies the verdict would show are not none); else the fastest fitting
     run that copies, so that the reader learns whether offloading's copies were hidden; else (no median
     step) the one with the most exposed copy time."""
     if best and best.get("policy"):
         by_trace = {r.trace: r for r in runs}
         top = by_trace.get(best["trace"])
-        if top is not None and _copies_shown(top):
+        if top is not None and offloads(top):
             return top, "fastest"
         kind = next((is_cpu(r), r.get("device_kind")) for r in table["rows"] if r["trace"] == best["trace"])
         ranked = set(best.get("ranked") or [r["trace"] for r in table["rows"]])
@@ -288,7 +289,7 @@ def _shown(runs: list[RunSummary], table: dict[str, Any], best: dict[str, Any] |
             ),
             key=lambda r: r["median_step_ns"],
         )
-        copying = [by_trace[r["trace"]] for r in rows if r["trace"] in by_trace and _copies_shown(by_trace[r["trace"]])]
+        copying = [by_trace[r["trace"]] for r in rows if r["trace"] in by_trace and offloads(by_trace[r["trace"]])]
         if copying:
             return copying[0], "fastest with copies"
         if top is not None:
