@@ -130,12 +130,11 @@ def verdict(cmp: dict[str, Any]) -> str:
     if metric == "work_rate" and pol.get("work"):
         text += work_because(pol["work"])
     text += layer_blame(pol, metric if metric in ("exposed_ns", "stall_ns") else "exposed_ns")
-    more = [f for f in cmp["failures"][1:] if "threshold" in f]
-    if more:  # named, the largest first cut at three: a step 4x slower is not "1 more limit"
-        m = [(f["threshold"].split(":")[0], f) for f in more]
+    if len(limits) > 1:  # named, three at most, in the gate's order: a step 4x slower is not "1 more limit"
+        m = [(f["threshold"].split(":")[0], f) for f in limits[1:]]
         named = [f"{METRICS[k][0]} in `{f['policy']}` ({change(k, f)})" for k, f in m[:3]]
         text += "; also crossed: " + ", ".join(named) + (f" and {len(m) - 3} more" if len(m) > 3 else "")
-    findings = len(cmp["failures"]) - 1 - len(more)
+    findings = len(cmp["failures"]) - len(limits)
     if findings > 0:
         text += f"; {findings} new finding(s) gated"
     return text
