@@ -125,7 +125,15 @@ def test_a_policy_that_offloads_nothing_shows_no_offload_not_zero_hidden():
     inside = RunSummary.of(
         {
             **run("offload_qkv", [1, 1, 1]),
-            "steps": [{"name": f"step={i}", "duration_ns": 10**6, "busy_ns": 5_000} for i in range(3)],
+            "steps": [
+                {
+                    "name": f"step={i}",
+                    "duration_ns": 10**6,
+                    "busy_ns": 5_000,
+                    "directions": {d: {"count": 1, "busy_ns": 2_500, "exposed_ns": 0} for d in ("d2h", "h2d")},
+                }
+                for i in range(3)
+            ],
         }
     )
     assert rows.offloads(inside, off) and not rows.offloads(inside, {**off, "hidden_fraction": None})
