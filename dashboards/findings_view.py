@@ -160,6 +160,12 @@ def split_by_gpu(found: list[dict[str, Any]], views: list[View]) -> tuple[list[d
     return shown, left
 
 
+def _tried(line: str) -> html.Div:
+    """An 'already tried (rules): ...' line (``findings.tried``), its head in bold, boxed as a finding is."""
+    head, _, rest = line.partition(": ")
+    return html.Div([html.Strong(head[0].upper() + head[1:] + ":"), " " + rest], className="tried")
+
+
 def panel(store: RunStore, views: list[View]) -> list[Any]:
     """The findings of the selected runs: runs with findings first (the most severe first, then the
     largest saving), one section each, its findings by saving; then one line per run without any."""
@@ -209,7 +215,7 @@ def panel(store: RunStore, views: list[View]) -> list[Any]:
         for f in found:
             body.append(_finding(f, rid, run_views, n, order[id(f)]))
             n += 1
-        body += [html.Div(line, className="tried") for line in already.get(rid, [])]
+        body += [_tried(line) for line in already.get(rid, [])]
         if any(f.get("saving_ns") for f in found):
             body.append(html.Div(f"Units: {UNITS}.", className="findings-units muted"))
         if left:
