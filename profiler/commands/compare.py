@@ -33,7 +33,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     base, head = load_sides([args.base, args.head], Path(args.db), args.nsys, skipped)
     for s in dict.fromkeys(skipped):
         print(f"profile-step: not compared: {s.line()}", file=sys.stderr)
-    result = compare(base, head, thresholds, gates, pair=args.pair)
+    # one run on each side, of two policies: the pair is what was meant (said on stderr, as --pair asks it)
+    pair = args.pair or (len(base) == len(head) == 1 and base[0].policy != head[0].policy)
+    if pair and not args.pair:
+        print(
+            f"profile-step: one run on each side, of two policies ({base[0].policy}, "
+            f"{head[0].policy}): compared as a pair (--pair)",
+            file=sys.stderr,
+        )
+    result = compare(base, head, thresholds, gates, pair=pair)
     if args.format == "json":
         print(json_dump(result))
     elif args.format == "markdown":
@@ -75,6 +83,6 @@ def add(sub: Any, shared: Shared) -> None:
         "--pair",
         action="store_true",
         help="one policy on each side, two different ones (two forms of a step): compare them as one pair, "
-        "base → head, instead of per policy",
+        "base → head, instead of per policy (one run on each side is a pair without it)",
     )
     cmp.set_defaults(func=cmd_compare)

@@ -174,7 +174,8 @@ def test_analyze_of_the_folder_reads_every_run_and_says_why_one_has_no_trace(cac
 
 def test_compare_pairs_the_scanned_and_the_unrolled_offload_mlp(cache):
     """Two forms of one step are two policies: --pair compares them as one pair, the step and the waits
-    as analyze measured them; without it there is nothing in common to compare."""
+    as analyze measured them; without it, one run on each side is the pair too (said on stderr: it
+    exited 2 with "no policy in common")."""
     scan, unrolled = (next(p for p in RUNS if label(p) == name) for name in ("offload_mlp-scan", "offload_mlp"))
     env = {"PROFILE_STEP_CACHE": cache}
     proc = run_cli("compare", "--pair", "--format", "json", str(scan), str(unrolled), env=env)
@@ -188,8 +189,12 @@ def test_compare_pairs_the_scanned_and_the_unrolled_offload_mlp(cache):
         for side, run in (("base", scan), ("head", unrolled))
     }
     assert (pair["metrics"]["step_ns"]["base"], pair["metrics"]["step_ns"]["head"]) == (steps["base"], steps["head"])
-    alone = run_cli("compare", str(scan), str(unrolled), env=env)
-    assert alone.returncode == 2 and "--pair" in alone.stdout
+    alone = run_cli("compare", "--format", "json", str(scan), str(unrolled), env=env)
+    assert alone.returncode == 0 and json.loads(alone.stdout)["policies"][0]["policy"] == pair["policy"]
+    assert alone.stderr.strip() == (
+        "profile-step: one run on each side, of two policies (offload_mlp-scan, offload_mlp): compared as a pair "
+        "(--pair)"
+    )
 
 
 def test_findings_give_no_gpu_flag_to_a_tpu(cache):
