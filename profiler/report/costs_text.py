@@ -7,7 +7,7 @@ from typing import Any
 from profiler.analysis.kernels_slowed import MIN_CALLS, SIZE_BIAS_NOTE, no_baseline
 from profiler.report.table import table
 from profiler.trace.jax_profile import NO_WAITS
-from profiler.units import Units, gbps, human_time
+from profiler.units import Units, count, gbps, human_time
 
 CONTEXT_LABELS = (("alone", "alone"), ("kernels", "beside kernels"), ("copies", "beside copies"), ("mixed", "mixed"))
 
@@ -24,7 +24,7 @@ def stall_lines(st: dict[str, Any] | None) -> list[str]:
     off = st["by_blocker"]["offload"]
     kern = st["by_blocker"]["kernel"]
     return [
-        f"  stalled by copies: {human_time(off['stall_ns'], nanoseconds=True)} over {off['count']} ops "
+        f"  stalled by copies: {human_time(off['stall_ns'], nanoseconds=True)} over {count(off['count'], 'op')} "
         f"(compute {human_time(st['compute_stalled_by_offload_ns'], nanoseconds=True)}, "
         f"NCCL {human_time(st['nccl_stalled_by_offload_ns'], nanoseconds=True)}); "
         f"waiting for kernels instead (not copies): {human_time(kern['stall_ns'], nanoseconds=True)}; "

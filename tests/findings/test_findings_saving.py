@@ -28,7 +28,7 @@ from tests.helpers.findings_runs import (
 
 HOST_PACED = (
     "; the replay with the 1 h2d/d2h copies of GPU 0 with exposed time removed gives back only 10.00 µs: the GPU "
-    "work that ends GPU 0's window there (1 ops) follows an op its host launched 10.0 µs before the end; the host "
+    "work that ends GPU 0's window there (1 op) follows an op its host launched 10.0 µs before the end; the host "
     "paces the GPU: the program is host-bound"
 )
 

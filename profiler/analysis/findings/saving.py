@@ -15,6 +15,7 @@ from profiler.analysis.savings import CAPTURE as CAPTURE_WINDOW
 from profiler.analysis.savings import DEVICE, STEPS, WINDOWS, Window
 from profiler.threads import map_in_threads
 from profiler.trace.jax_profile import NO_WAITS
+from profiler.units import count
 
 if TYPE_CHECKING:
     from profiler.analysis.findings import Finding
@@ -84,7 +85,7 @@ def _why_small(ev: Evidence, f: Finding, saving: int, window: Window, paced: dic
     if paced is not None:
         return (
             f"{gone}: the {ev.device_word} work that ends {ev.device_word} {window.device}'s window there "
-            f"({paced['ops']} ops) follows an op "
+            f"({count(paced['ops'], 'op')}) follows an op "
             f"its host launched {dur(paced['before_end_ns'])} before the end; the host paces the GPU: the program "
             "is host-bound"
         )
