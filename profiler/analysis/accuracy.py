@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from profiler.conventions import is_tpu_name
 
-BASIS = "8 real H200 steps of the example (sample_traces/h200-example; benchmarks/README.md)"
+BASIS = "the example's 8 runs on a real H200 (their median steps; sample_traces/h200-example; benchmarks/README.md)"
 
 
 @dataclass(frozen=True)

@@ -131,7 +131,7 @@ def test_tune_says_when_its_choice_ties_and_which_tied_placement_leaves_more_mem
     search = Search(tried=[choice, close, heavy, far, wont_fit])
     line = tie_line(choice, search, names, ROOFLINE)
     assert line is not None and line.startswith("a tie: 2 other fitting placements are predicted within 10% of it")
-    assert "inside the error of these predictions (roofline: 20-33% short on 8 real H200 steps" in line
+    assert "inside the error of these predictions (roofline: 20-33% short on the example's 8 runs on a real" in line
     assert line.endswith(
         "of them keep query_proj; offload mlpwi (+4.0% predicted) leaves 10.0 GiB more device memory free: "
         "pick it for headroom"

@@ -176,7 +176,7 @@ def test_plan_predicts_per_policy_batch_and_link(aot_python, tmp_path):
     assert "predicted (roofline over the compiled schedule, not measured), NVIDIA H100 80GB HBM3:" in text
     assert "link NVLink-C2C: 450 GB/s per direction, as chosen (--link)" in text
     assert "batch 8, PCIe Gen5 x16: " in text
-    assert "error of these predictions on 8 real H200 steps of the example" in " ".join(text.split())
+    assert "error of these predictions on the example's 8 runs on a real H200" in " ".join(text.split())
     bad = run_cli("plan", "--link", "pcie9", str(TRAIN))
     assert bad.returncode == 2 and "--link: unknown link 'pcie9'" in bad.stderr and "Traceback" not in bad.stderr
 
