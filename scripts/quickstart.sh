@@ -53,9 +53,10 @@ fi
 plan_out=$(mktemp)
 trap 'rm -f "$plan_out"' EXIT
 planned=0
+plan_model=(--layers 8 --d-model 1024 --heads 16 --ffn 4096 --seq 4096 --vocab 32000 --dtype bfloat16)
+plan_said="8 layers, d_model 1024, sequence 4096, batches 4 and 16"  # the same model, as the answer says it
 profile-step plan --target h100 --batch 4,16 --link pcie-gen5,nvlink-c2c --policies "$policies" examples/train.py \
-  --layers 8 --d-model 1024 --heads 16 --ffn 4096 --seq 4096 --vocab 32000 --dtype bfloat16 \
-  >"$plan_out" 2>>"$log" || planned=$?
+  "${plan_model[@]}" >"$plan_out" 2>>"$log" || planned=$?
 cat "$plan_out" >>"$log"
 
 # offload_qkv's run when it has a trace, else the last run that has one
@@ -76,9 +77,12 @@ if [ "$on_gpu" = 1 ]; then
   echo "== The answer (the runs just measured) =="
 else
   echo "== The answer (no GPU here: this example's 8 runs measured on an H200, $h200) =="
+  echo "(that model: 8 layers, d_model 4096, sequence 2048, batch 4, bf16, about 1.6 B parameters)"
 fi
 profile-step analyze --verdict-only "${answered[@]}"
 if head -n1 "$plan_out" | grep -q '^The plan ('; then
+  echo "(the plan: another size of the example, $plan_said, compiled here for an H100"
+  echo " without a GPU: another model than the runs above, so its pick may differ)"
   sed -n '1,/^$/p' "$plan_out" | sed '/^$/d'
   sed -i '1,/^$/d' "$plan_out"
 else

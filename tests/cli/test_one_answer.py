@@ -4,6 +4,7 @@ the same verdict on the terminal and the dashboard."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,11 @@ def test_the_quickstart_prints_the_answer_first_and_hands_the_dashboard_its_runs
     assert sum("--verdict-only" in ln for ln in analyses) == 1
     assert all("--no-verdict" in ln for ln in analyses if "--verdict-only" not in ln)
     assert 'profile-step dashboard "${first[@]}"' in text and "first+=(--first" in text
+    # the plan's line says its model is another than the answer's runs, in the words of its own arguments
+    model = dict(re.findall(r"--(layers|d-model|seq) (\d+)", text[text.index("plan_model=(") :].splitlines()[0]))
+    said = re.search(r'plan_said="([^"]*)"', text).group(1)
+    assert said.startswith(f"{model['layers']} layers, d_model {model['d-model']}, sequence {model['seq']}")
+    assert '"${plan_model[@]}"' in text and "another model than the runs above" in text
 
 
 # --- the dashboard's verdict: the terminal's, over the runs it names --------------------------------
