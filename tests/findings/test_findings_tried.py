@@ -1,5 +1,6 @@
-"""Flags a finding suggests, already tried by a run of the same script, arguments and policy
-(``profiler.analysis.findings.tried``): the advice comes with what that run measured."""
+"""Flag advice held against the H200 runs: the flags a finding suggests, already tried by a run of the
+same script, arguments and policy (``profiler.analysis.findings.tried``), come with what that run
+measured; a flag that cannot apply to the run's program is not suggested."""
 
 from __future__ import annotations
 
@@ -66,3 +67,16 @@ def test_the_dashboards_findings_panel_says_it_too(tmp_path):
     (rid,) = [r for r in store.refs if plain.name in str(store.refs[r].trace)]
     shown = str(panel(store, [View(rid, "0")]))
     assert "Already tried (exposed-copies, lhs-off):" in shown and f" {flagged.name} ran the same script" in shown
+
+
+def test_pipelining_is_not_advised_where_no_offload_is_inside_a_loop():
+    # the H200 offload_mlp run (unrolled layers) was told "let XLA pipeline them across iterations": its
+    # compiled plan moves every offload once a step, outside any loop, where the flag does nothing
+    out = run_cli("findings", "--json", str(_run("offload_mlp-8cc877")))
+    (run,) = json.loads(out.stdout)["runs"]
+    (edges,) = [f for f in run["findings"] if f["id"] == "exposed-at-boundaries"]
+    assert (
+        "this step's program moves every offload outside any loop (its layers are unrolled), so the flag does "
+        "not apply" in edges["try"]
+    )
+    assert "let XLA pipeline them" not in edges["try"]

@@ -213,8 +213,7 @@ def _layer_loop_edges(ev: Evidence, flags_note: str) -> list[Finding]:
             f"{pct(ends / total)} of the exposed or stalled copy time ({ms(ends)} of {ms(total)}{_summed(ev)}) "
             "belongs to the "
             f"first and last layer ({names[0]}, {names[-1]}) of {len(names)}",
-            "the copies bunch where the layer loop starts and ends: let XLA pipeline them across iterations, "
-            f"XLA_FLAGS={PIPELINED}=true{flags_note}",
+            _layer_loop_tip(ev, flags_note),
             where={"layers": [names[0], names[-1]]},
             evidence={"at_ends_ns": ends, "exposed_or_stalled_ns": total},
             view="layers",
@@ -226,6 +225,24 @@ def _layer_loop_edges(ev: Evidence, flags_note: str) -> list[Finding]:
             **ev.basis_windows(),
         )
     ]
+
+
+def _layer_loop_tip(ev: Evidence, flags_note: str) -> str:
+    """Pipelining's advice where the step's program offloads inside a loop (or it is unknown); where its
+    compiled plan moves every offload outside any loop (unrolled layers: no iterations to pipeline
+    across), that the flag does not apply, and what does."""
+    moves = ((ev.compiled_step or {}).get("plan") or {}).get("movements") or []
+    if moves and all(m.get("executions_per_step") == 1 for m in moves):
+        return (
+            "the copies bunch where the layers start and end; XLA pipelines offloads across a loop's iterations "
+            f"only ({PIPELINED}), and this step's program moves every offload outside any loop (its layers are "
+            "unrolled), so the flag does not apply: keep the first and last layer's activations on the device "
+            "(or recompute them) and offload the others"
+        )
+    return (
+        "the copies bunch where the layer loop starts and ends: let XLA pipeline them across iterations, "
+        f"XLA_FLAGS={PIPELINED}=true{flags_note}"
+    )
 
 
 def _summed(ev: Evidence) -> str:
