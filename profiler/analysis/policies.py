@@ -437,7 +437,7 @@ def planned_vs_moved(run: RunSummary | dict[str, Any], tolerance: float = DIFF_T
         owner.setdefault(m["instruction"], (m.get("layer"), m.get("activation")))
     # a loop the trace times as one range (a scan's while): its copies carry the loop's name, so the
     # movements inside it are one row, their layers and activations joined
-    loops = _loop_keys(plan, {op["op"] for op in run.copy_ops} - set(owner))
+    loops = _loop_keys(plan, {op["op"] for op in run.copy_ops})
     owner.update(loops)
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
 
@@ -516,13 +516,16 @@ def planned_vs_moved(run: RunSummary | dict[str, Any], tolerance: float = DIFF_T
 
 
 def _loop_keys(plan: dict[str, Any] | None, traced: set[str]) -> dict[str, tuple[str | None, str | None]]:
-    """Per entry instruction that the trace names (*traced*) and the plan moves inside (a scan's
-    ``while``, timed as one range), the row it stands for: the (layer, activation) of its movements,
-    each joined (``a, b``; None where none is known)."""
+    """Per entry instruction that the trace names (*traced*: its copies' ops) and the plan moves inside
+    (a scan's ``while``, timed as one range), the row it stands for: the (layer, activation) of its
+    movements that the trace does not name themselves, each joined (``a, b``; None where none is known)."""
+    moves = (plan or {}).get("movements", [])
+    named = {m["instruction"] for m in moves}
     inside: dict[str, list[dict[str, Any]]] = {}
-    for m in (plan or {}).get("movements", []):
-        if m.get("top") and m["top"] != m["instruction"] and m["top"] in traced:
-            inside.setdefault(m["top"], []).append(m)
+    for m in moves:  # a movement the trace names itself (a TPU's loop body) keeps its own row
+        top = m.get("top")
+        if top and top != m["instruction"] and top in traced and top not in named and m["instruction"] not in traced:
+            inside.setdefault(top, []).append(m)
 
     def joined(values: list[str | None]) -> str | None:
         named = sorted({v for v in values if v})

@@ -228,3 +228,22 @@ def test_a_scans_copies_named_by_its_loop_meet_the_movements_planned_inside_it(t
     said, first = rows("offload_qkv-scan-lhs-pipelined-28c859", strip=True)
     assert said[0] == ("layers", None, "d2h differs (-12%)")
     assert first["moved_d2h_bytes"] == 3 * 7 * 64 * MiB and first["moved_h2d_bytes"] == first["planned_h2d_bytes"]
+
+
+def test_a_tpu_loop_whose_body_the_trace_names_keeps_its_activations_rows():
+    """A TPU trace names the copies inside a scanned loop by their own instructions: those movements keep
+    their rows (they read 'h2d moved, not planned' beside a joined loop row 'h2d differs (-99%)' when the
+    loop took them all); the 21 MiB its copies' ranges leave to the loop stay the loop's."""
+    from profiler.trace import load_trace
+
+    shape = Path(__file__).parents[2] / "sample_traces" / "tpu-v5e-h200-shape"
+    (run,) = shape.glob("*-offload_qkv-scan-??????")
+    trace = run / "trace.json.gz"
+    rows = planned_vs_moved(collect(load_trace(trace), manifest_of(trace)))["rows"]
+    said = {(r["activation"], r["unplanned_op"]): r["flag"] for r in rows}
+    assert said == {
+        ("key_proj", None): "ok",
+        ("query_proj", None): "ok",
+        ("value_proj", None): "ok",
+        (None, "while.2"): "h2d moved, not planned",
+    }
