@@ -146,12 +146,17 @@ def test_bad_sides(pair, tmp_path):
     assert proc.returncode == 2 and "not an SQLite database" in proc.stderr
 
 
-def test_different_policies_and_layers(build):
+def test_different_policies_and_layers(build, tmp_path):
     base = build(training_export(policy="offload_qkv", layers=3), "b.sqlite")
     head = build(training_export(policy="offload_mlp", layers=2), "h.sqlite")
-    proc = run_cli("compare", "--format", "markdown", str(base), str(head))
+    # two runs on the base side: matched by policy, nothing in common (one run a side is a pair)
+    (tmp_path / "base").mkdir()
+    base.rename(tmp_path / "base" / "b.sqlite")
+    build(training_export(policy="none", layers=3), "base/n.sqlite")
+    proc = run_cli("compare", "--format", "markdown", str(tmp_path / "base"), str(head))
     assert proc.returncode == 2
-    assert "Missing in head: `offload_qkv`" in proc.stdout and "Missing in base: `offload_mlp`" in proc.stdout
+    assert "Missing in head: `offload_qkv`, `none`" in proc.stdout and "Missing in base: `offload_mlp`" in proc.stdout
+    base = tmp_path / "base" / "b.sqlite"
     head2 = build(training_export(policy="offload_qkv", layers=2), "h2.sqlite")
     proc = run_cli("compare", "--format", "markdown", str(base), str(head2))
     assert proc.returncode == 0, proc.stdout
