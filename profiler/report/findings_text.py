@@ -33,9 +33,10 @@ def _where(f: dict[str, Any]) -> str:
     return ", ".join(part(k, v) for k, v in f["where"].items() if k not in ("policy",)) or "the run"
 
 
-def saving_text(f: dict[str, Any]) -> str:
+def saving_text(f: dict[str, Any], said: str | None = None) -> str:
     """``saves 20.3 ms, 27% of the median step (75.0 ms); attributed 187.6 ms``; for a cause the replay
-    cannot change, why, and the attributed time with its share; ``no time cost`` for a note."""
+    cannot change, why (``not modelled (above)`` where it is *said*, once for several), and the
+    attributed time with its share; ``no time cost`` for a note."""
     if "attributed_ns" not in f and "cost_ns" in f:  # recorded before savings: its cost was the attributed time
         f = {**f, **{k.replace("cost", "attributed"): v for k, v in f.items() if k.startswith("cost")}}
     saving, attributed = f.get("saving_ns"), f.get("attributed_ns")
@@ -49,7 +50,8 @@ def saving_text(f: dict[str, Any]) -> str:
     text = f"attributed {dur(attributed)}"
     if f.get("attributed_share") is not None:
         text += f", {share(f['attributed_share'])} of {f['attributed_basis']} ({dur(f['attributed_basis_ns'])})"
-    return text + f"; {f.get('saving_basis') or 'no saving modelled'}"
+    why = f.get("saving_basis") or "no saving modelled"
+    return text + ("; not modelled (above)" if said is not None and why == said else f"; {why}")
 
 
 def render_findings(doc: dict[str, Any], width: int = 110) -> str:
@@ -68,11 +70,15 @@ def render_findings(doc: dict[str, Any], width: int = 110) -> str:
         out.append(f"  ({OVERLAP})")
     if attributed > 1:
         out.append(f"  ({ATTRIBUTED})")
+    whys = [f.get("saving_basis") for f in found if f.get("saving_ns") is None and f.get("attributed_ns") is not None]
+    said = next((w for w in dict.fromkeys(whys) if w and whys.count(w) > 1), None)  # one reason for several: once
+    if said is not None:
+        out += textwrap.wrap(f"({said})", width, initial_indent="  ", subsequent_indent="   ")
     if any(f.get("saving_ns") for f in found):
         out += textwrap.wrap(f"({UNITS})", width, initial_indent="  ", subsequent_indent="   ")
     for f in found:
         out += textwrap.wrap(
-            f"{f['id']} ({saving_text(f)}): {f['verdict']}",
+            f"{f['id']} ({saving_text(f, said)}): {f['verdict']}",
             width,
             initial_indent=f"  {LABEL[f['severity']]:7s}  ",
             subsequent_indent=" " * 11,

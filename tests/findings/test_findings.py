@@ -498,3 +498,7 @@ def test_findings_without_a_modelled_saving_say_their_order_and_that_attributed_
     assert "Findings: 2 problems, 1 info; by attributed time, highest first\n" in said
     assert "several causes of the same exposed copies each name it: do not add them" in " ".join(said.split())
     assert "by saving in the replay" not in said
+    # their one reason for no saving, said once above them (it was said in each: 8 times in 120 lines)
+    block = " ".join(said[said.index("Findings:") :].split())
+    assert block.count("a JAX profiler trace holds no stream waits") == 1
+    assert "(attributed 179 ms, 23% of GPU 0's window (777 ms); not modelled (above))" in block
