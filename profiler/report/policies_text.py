@@ -128,7 +128,11 @@ def render_policy_comparison(tab: dict[str, Any]) -> str:
         out.append(f"left out, no value in any run: {', '.join(empty)}")
     if tab.get("baseline"):
         out.append(f"recompute: FLOPs per step against the {tab['baseline']!r} policy")
-    out += [f"{m}: {text}" for m, text in policy_marks(tab)]
+    marks = policy_marks(tab)
+    if len(tab.get("cpu_runs") or []) == len(tab["rows"]):  # all on a CPU: said before the numbers, not after
+        out = [f"{m}: {text}" for m, text in marks if m == "cpu"] + out
+        marks = [(m, text) for m, text in marks if m != "cpu"]
+    out += [f"{m}: {text}" for m, text in marks]
     out += fold_notes(notes, len(tab["rows"]))
     from profiler.report.predict_text import render_against
 

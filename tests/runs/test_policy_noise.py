@@ -41,6 +41,7 @@ def test_noise_is_said_and_a_real_difference_is_not():
     assert re.search(r"^offload\s+3\s", text, re.M)
     assert "~: none and remat differ by 4.480 ms per step, less than the spread of their steps (18.050 ms)" in text
     assert "cpu: all runs ran on a CPU, which does not stand for a GPU" in text
+    assert text.startswith("cpu: all runs ran on a CPU")  # before the numbers, which read as a ranking
 
 
 def test_same_hlo_marks_different_policies_only():
