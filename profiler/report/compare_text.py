@@ -187,7 +187,7 @@ def _failed(pol: dict[str, Any], metric: str) -> bool:
 def rank_line(pol: dict[str, Any]) -> str:
     """Per-rank spread of exposed copy time on both sides of a multi-rank policy."""
     parts = []
-    for side in ("base", "head"):
+    for side in SIDES:
         s = pol["rank_spread"][side]
         if s is None:
             parts.append(f"{side}: one run")
@@ -280,7 +280,7 @@ def render_markdown(cmp: dict[str, Any]) -> str:
     if cmp["policies"]:
         out += ["<details><summary>How these runs were made</summary>", ""]
         for pol in cmp["policies"]:
-            for side in ("base", "head"):
+            for side in SIDES:
                 r = pol["runs"][side]
                 name = Path(r["trace"]).name
                 recorder = "JAX's profiler" if is_jax_trace_name(name) else f"nsys {r['nsys'] or '(version unknown)'}"
@@ -307,7 +307,7 @@ def table_notes(cmp: dict[str, Any]) -> list[tuple[str, str]]:
     out = []
     for pol in cmp["policies"]:
         m = pol["metrics"]
-        tpu = [side for side in ("base", "head") if any(is_tpu_name(g) for g in pol["runs"][side]["gpus"] or ())]
+        tpu = [side for side in SIDES if any(is_tpu_name(g) for g in pol["runs"][side]["gpus"] or ())]
         if any(m[k][side] is not None for k in ("d2h_gbps", "h2d_gbps") for side in tpu):
             out.append(
                 (
@@ -424,7 +424,7 @@ def step_line(pol: dict[str, Any]) -> str | None:
     """One line when the two sides' steps are programs of different names: their numbers per step
     then compare different programs (``profiler.xla.step_program`` chose each)."""
     step = pol.get("step") or {}
-    base, head = (step.get(side) or {} for side in ("base", "head"))
+    base, head = (step.get(side) or {} for side in SIDES)
     if not pol.get("programs_differ"):
         return None  # the same program (xla.same_program): program ids differ from process to process
     return (
@@ -521,14 +521,14 @@ def work_sections(pol: dict[str, Any]) -> list[tuple[str, list[str], list[list[s
         sides, total, what = work["step"], "step_ns", "the mean included step, per GPU"
     else:
         sides, total, what = work["window"], "span_ns", "the window, per GPU"
-    word = {side: accelerator(pol, side) for side in ("base", "head")}
+    word = {side: accelerator(pol, side) for side in SIDES}
     dev = word["base"] if word["base"] == word["head"] else "device"  # a GPU against a TPU: devices
     rows, unit = _split_rows(sides, (*SPLIT_KEYS, "stall_ns"))
     rows = [[r[0].replace("GPU", dev), *r[1:]] for r in rows]
     head_rows, _ = _split_rows({s: {"t": v[total]} for s, v in sides.items()}, ("t",))
     rows.insert(0, ["step" if work["step"] else "window", *head_rows[0][1:]])
     gpus = work["gpus"]
-    n = " / ".join(f"{gpus[s]} {word[s]}" + ("s" if gpus[s] > 1 else "") for s in ("base", "head"))
+    n = " / ".join(f"{gpus[s]} {word[s]}" + ("s" if gpus[s] > 1 else "") for s in SIDES)
     if gpus["base"] == gpus["head"] and word["base"] == word["head"]:
         n = f"{gpus['base']} {word['base']}" + ("s" if gpus["base"] > 1 else "")
     if word["base"] == word["head"]:

@@ -22,9 +22,9 @@ def _stalled(st: dict[str, Any]) -> int:
     return st["by_blocker"]["offload"]["stall_ns"]
 
 
-def _why(doc: dict[str, Any], dev: str, d: dict[str, Any], gpus: dict[str, str]) -> list[str]:
+def _why(doc: dict[str, Any], dev: str, d: dict[str, Any], w: str) -> list[str]:
     """Where a device's saving comes from when its own copies cannot explain it, and the other host
-    model's answer when it differs more than 2x."""
+    model's answer when it differs more than 2x (*w*: what the devices are called, GPU or TPU)."""
     out = []
     saving = d["measured_span_ns"] - d["span_ns"]
     own = d.get("copy_busy_ns")
@@ -36,15 +36,15 @@ def _why(doc: dict[str, Any], dev: str, d: dict[str, Any], gpus: dict[str, str])
         for e, v in sorted(others.items(), key=lambda kv: -kv[1]):
             waits = (d.get("host_waits_on") or {}).get(e)
             how = (
-                f", through host threads that wait for GPU {e}'s work ({waits['calls']} blocking calls held "
+                f", through host threads that wait for {w} {e}'s work ({waits['calls']} blocking calls held "
                 f"them {ms(waits['blocked_ns'])} ms)"
                 if waits
                 else ""
             )
-            parts.append(f"{ms(v)} ms from GPU {e}'s copies alone{how}")
+            parts.append(f"{ms(v)} ms from {w} {e}'s copies alone{how}")
         if parts:
             out.append(
-                f"  the saving ({ms(saving)} ms) exceeds what this GPU's own copies lose ({ms(lost)} ms of copy "
+                f"  the saving ({ms(saving)} ms) exceeds what this {w}'s own copies lose ({ms(lost)} ms of copy "
                 f"time); its own copies alone give back {ms(by.get(dev, 0))} ms, and " + "; ".join(parts)
             )
     other = doc.get("other_host_model")
@@ -59,44 +59,47 @@ def _why(doc: dict[str, Any], dev: str, d: dict[str, Any], gpus: dict[str, str])
             )
             out.append(
                 f"  {label}: {_change(d['measured_span_ns'], other['spans'][dev])}; "
-                f"the GPU span above: {human_time(d['span_ns'], nanoseconds=True)}"
+                f"the {w} span above: {human_time(d['span_ns'], nanoseconds=True)}"
             )
     return out
 
 
-def _which_model(doc: dict[str, Any]) -> str:
-    """Which host model the trace supports, from its blocking calls."""
+def _which_model(doc: dict[str, Any], w: str) -> str:
+    """Which host model the trace supports, from its blocking calls (a TPU's host calls, a GPU's CUDA calls)."""
+    calls = "CUDA calls" if w == "GPU" else "host calls"
     other = doc["other_host_model"]
     n, lag = other["blocking_calls"], other["median_lag_ns"]
     if n:
         return (
-            f"The trace supports modeling host synchronization (the default): {n} CUDA calls held their thread "
-            f"until GPU work ended and returned a median {ms(lag)} ms after it; --no-host-sync keeps the recorded "
+            f"The trace supports modeling host synchronization (the default): {n} {calls} held their thread "
+            f"until {w} work ended and returned a median {ms(lag)} ms after it; --no-host-sync keeps the recorded "
             "launch times, as if the host never waited."
         )
-    return "The trace has no CUDA call that held its thread until GPU work ended: the recorded launch times stand."
+    return f"The trace has no {calls[:-1]} that held its thread until {w} work ended: the recorded launch times stand."
 
 
 def render_whatif(doc: dict[str, Any], measured_stalls: dict[str, dict[str, Any]], gpus: dict[str, str]) -> str:
-    """Per device the span and the copy-caused stalls, measured and predicted, then per step."""
+    """Per device the span and the copy-caused stalls, measured and predicted, then per step; in the
+    devices' own word (*gpus*' names: a TPU's span)."""
+    w = device_word(list(gpus.values()))
     link = doc.get("link")
     scale = doc["copy_scale"]
     how = f"{link['from']} ({link['from_gbps']:g} GB/s) -> {link['to']} ({link['to_gbps']:g} GB/s): " if link else ""
     sync = (
-        "host synchronization modeled: a call that waited for the GPU returns when its work is done, and its "
+        f"host synchronization modeled: a call that waited for the {w} returns when its work is done, and its "
         "thread's later launches move with it"
         if doc["host_sync_modeled"]
         else "host launch times as recorded"
     )
     out = [wrap(f"What-if: {how}every h2d/d2h copy takes {scale:.4g}x its recorded time ({sync})")]
     if not doc["devices"]:
-        return out[0] + "\nNo GPU activity in this trace: nothing to replay."
+        return out[0] + f"\nNo {w} activity in this trace: nothing to replay."
     differs = False
     for dev, d in doc["devices"].items():
         name = gpus.get(dev)
         out.append("")
         out.append(f"Device {dev}{f' ({name})' if name else ''}")
-        out.append(f"  GPU span:          {_change(d['measured_span_ns'], d['span_ns'])}")
+        out.append(f"  {w} span:          {_change(d['measured_span_ns'], d['span_ns'])}")
         if "copy_free_span_ns" in d:
             out.append(f"  copy-free:         {_change(d['measured_span_ns'], d['copy_free_span_ns'])}")
         if doc.get("stalls_measured", True):
@@ -104,10 +107,10 @@ def render_whatif(doc: dict[str, Any], measured_stalls: dict[str, dict[str, Any]
             out.append(f"  stalled by copies: {_change(before, _stalled(d['stalls']))}")
         else:
             out.append("  stalled by copies: not measured (no stream waits in this trace: analyze says the same)")
-        why = _why(doc, dev, d, gpus)
+        why = _why(doc, dev, d, w)
         for line in why:
             out += textwrap.wrap(line.strip(), 110, initial_indent="  ", subsequent_indent="    ")
-        differs = differs or any("the GPU span above" in line for line in why)
+        differs = differs or any(f"the {w} span above" in line for line in why)
         if d["steps"]:
             rows = [
                 [
@@ -129,7 +132,7 @@ def render_whatif(doc: dict[str, Any], measured_stalls: dict[str, dict[str, Any]
                         "measured ms",
                         "predicted ms",
                         "saving ms",
-                        "GPU span ms",
+                        f"{w} span ms",
                         "replayed ms",
                         "by",
                         "excluded",
@@ -139,21 +142,14 @@ def render_whatif(doc: dict[str, Any], measured_stalls: dict[str, dict[str, Any]
                 )
             )
             out.append(
-                "  (by host: the step moves with its thread, which waited for the GPU inside it; "
-                "by gpu: less how much earlier its last GPU op ends)"
+                f"  (by host: the step moves with its thread, which waited for the {w} inside it; "
+                f"by gpu: less how much earlier its last {w} op ends)"
             )
     if differs:
         out.append("")
-        out += textwrap.wrap(_which_model(doc), 110)
+        out += textwrap.wrap(_which_model(doc, w), 110)
     if any("copy_free_span_ns" in d for d in doc["devices"].values()):
         out.append("")
         out.append("(copy-free: every h2d/d2h copy at zero time, and no op waits for them: the most that keeping")
         out.append(" the activations on the device can give back)")
-    return _for_devices("\n".join(out), gpus)
-
-
-def _for_devices(text: str, gpus: dict[str, str]) -> str:
-    """*text* in the devices' own words: a TPU's span, and its host's calls rather than CUDA's (the same
-    widths, so that tables stay aligned)."""
-    word = device_word(list(gpus.values()))
-    return text if word == "GPU" else text.replace("GPU", word).replace("CUDA call", "host call")
+    return "\n".join(out)
