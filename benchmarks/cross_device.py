@@ -228,8 +228,11 @@ def cells_table(doc: dict[str, Any]) -> str:
 def scales_table(doc: dict[str, Any]) -> str:
     """Each source's scale per class (with the measured ms per execution behind it), and each target
     group's own range: what a carried scale would have had to be."""
-    classes = ("matmul", "fusion", "other", "collective")
-    lines = ["| fitted on | step | named | " + " | ".join(classes) + " |", "| --- | ---: | ---: |" + " ---: |" * 4]
+    classes = ("matmul", "fusion", "reduction", "other", "collective")
+    lines = [
+        "| fitted on | step | named | " + " | ".join(classes) + " |",
+        "| --- | ---: | ---: |" + " ---: |" * len(classes),
+    ]
     for s in doc["sources"]:
         vals = [
             f"{s['scale'][c]:.2f} ({s['class_measured_ns'][c] / 1e6:.1f} ms)" if c in s["scale"] else "-"
@@ -256,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         doc = matrix(args.shared if args.shared.is_dir() else None)
     for s in doc["sources"]:
         if not s["scale"]:
-            print(f"{s['source']}: no op class measured (0 ms of {s['step_ns'] / 1e6:.1f} ms named): no row")
+            named = f"{s['named_ns'] / 1e6:.1f} of {s['step_ns'] / 1e6:.1f} ms named"
+            print(f"{s['source']}: no op class got a scale ({named}; {s['notes'][-1]}): no row")
     print(cells_table(doc))
     print()
     print(scales_table(doc))

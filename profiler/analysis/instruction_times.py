@@ -31,7 +31,7 @@ from profiler.xla.step_program import StepProgram, choose, with_flops
 
 I64 = pl.Int64
 SPAN_SCHEMA = {"execution": I64, "hlo_op": pl.String, "start": I64, "end": I64, "bytes": I64, "cls": pl.String}
-OP_CLASSES = ("matmul", "fusion", "collective", "copy", "other")
+OP_CLASSES = ("matmul", "fusion", "reduction", "collective", "copy", "other")
 COLLECTIVE_PREFIXES = (
     "all-gather",
     "all-reduce",
@@ -48,7 +48,8 @@ COLLECTIVE_PREFIXES = (
 def guess_class(opcode: pl.Expr, name: pl.Expr, target: pl.Expr | None = None) -> pl.Expr:
     """The op class when the step's HLO is not at hand (with it, ``profiler.predict.calibrate.
     op_classes`` decides): ``matmul`` (cuBLAS/cuDNN custom calls, GEMM fusions), ``collective``,
-    ``copy``, ``fusion`` (other fusions), ``other``, from opcode (or, NULL, what XLA's instruction
+    ``copy``, ``reduction`` (fusions XLA named for a reduce: ``input_reduce_fusion``), ``fusion`` (other
+    fusions), ``other``, from opcode (or, NULL, what XLA's instruction
     names say: ``fusion.3``, ``copy-start.1``), name and custom-call target."""
     tgt = target.fill_null("") if target is not None else pl.lit("")
     nm = name.fill_null("")
@@ -72,6 +73,8 @@ def guess_class(opcode: pl.Expr, name: pl.Expr, target: pl.Expr | None = None) -
         .then(pl.lit("matmul"))
         .when(copy)
         .then(pl.lit("copy"))
+        .when((op == "fusion") & nm.str.contains("reduce", literal=True))
+        .then(pl.lit("reduction"))
         .when(op == "fusion")
         .then(pl.lit("fusion"))
         .otherwise(pl.lit("other"))

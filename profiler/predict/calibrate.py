@@ -29,16 +29,21 @@ from profiler.analysis.links import Link, host_link
 from profiler.predict import roofline, schedule
 from profiler.predict.measured import Measured
 from profiler.predict.simulate import Prediction, simulate
+from profiler.units import human_time
 from profiler.xla.fingerprint import module_fingerprint
 from profiler.xla.hlo import Module
 
-CLASSES = ("matmul", "fusion", "collective", "other")
+CLASSES = ("matmul", "fusion", "reduction", "collective", "other")
 MIN_SCALE_NS = 10_000  # a class whose roofline time in the run is below this gets no scale factor
 # nor does a class whose measured instructions are under this share of its roofline time in the step:
 # a scale is carried to the class's other ops, so it must be fitted on enough of them (a scanned H200
 # step measures only what ran outside its loops, 8 of 256 ms: its GEMMs outside, 2.2 times their
 # roofline, are not like the loops')
 MIN_COVERAGE = 0.25
+# and a run whose measured instructions hold under this share of its step fits nothing: a few ms
+# outside a scanned step's loops (the H200's 8 of 256 ms) cleared the class rule once fusions that
+# reduce had a class of their own, and carried 13-17% ties
+MIN_NAMED_SHARE = 0.25
 
 
 @dataclass
@@ -115,14 +120,21 @@ def calibrate(m: Measured, spec_text: str) -> Calibration:
     classes = roofline.op_classes(sched)
     cls = class_table(sched, meas, roof, classes=classes)
     covered = _coverage(sched, meas, roof, classes)
+    named = sum(ns * sched.runs.get(n, 1) for n, ns in meas.items() if n in roof)
+    enough = not m.step_ns or named >= MIN_NAMED_SHARE * m.step_ns
     scale = {
         c: v["measured"] / v["roofline"]
         for c, v in cls.items()
-        if v["roofline"] >= MIN_SCALE_NS and v["measured"] > 0 and covered.get(c, 0.0) >= MIN_COVERAGE
+        if enough and v["roofline"] >= MIN_SCALE_NS and v["measured"] > 0 and covered.get(c, 0.0) >= MIN_COVERAGE
     }
     notes = ([f"step: {m.chosen_by}"] if m.chosen_by else []) + list(m.notes)
+    if not enough:
+        notes.append(
+            f"measured instructions hold {human_time(named)} of the {human_time(m.step_ns)} step, under"
+            f" {100 * MIN_NAMED_SHARE:.0f}%: too little to fit a scale (e.g. its loops timed as one range each)"
+        )
     thin = sorted(c for c, v in cls.items() if v["roofline"] >= MIN_SCALE_NS and covered.get(c, 0.0) < MIN_COVERAGE)
-    if thin:
+    if thin and enough:
         said = ", ".join(f"{c} {100 * covered.get(c, 0.0):.0f}%" for c in thin)
         notes.append(
             f"measured instructions cover too little of their class's roofline time per step to fit a scale"
@@ -130,7 +142,9 @@ def calibrate(m: Measured, spec_text: str) -> Calibration:
         )
     if not scale:  # e.g. loops timed as one range: too little named
         why = (
-            "no op class got a scale" if thin else f"no op class has {MIN_SCALE_NS // 1000} us of measured instructions"
+            "no op class got a scale"
+            if thin or not enough
+            else f"no op class has {MIN_SCALE_NS // 1000} us of measured instructions"
         )
         notes.append(f"{why} here: a calibration from this run is the roofline's, its copies' rates aside")
     own = host_link([m.gpu] if m.gpu else [])

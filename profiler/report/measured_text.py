@@ -183,6 +183,8 @@ def render_from_recording(doc: dict[str, Any]) -> str:
         f"  the classes hold {human_time(classed)} of the {human_time(m)} step; the rest is time the "
         "device waited for copies and ops no class costs",
     ]
+    if "reduction" in doc["classes"]:
+        out.append("  reduction: fusions that reduce (softmax, norms, sums); fusion: the other fusions")
     if tiny:
         out.append(f"  no ratio for {', '.join(sorted(tiny))}: under 0.1% of the step, its ratio says nothing")
     big = [

@@ -201,7 +201,7 @@ def test_calibration_on_a_real_pax_archive(shared_traces):
 
     m = pax()
     cal = calibrate.calibrate(m, m.spec_text)
-    assert set(cal.scale) == {"matmul", "fusion", "collective"}  # "other": 2 us, under MIN_SCALE_NS
+    assert set(cal.scale) == {"matmul", "fusion", "reduction", "collective"}  # "other": 2 us, under MIN_SCALE_NS
     assert all(v > 1 for v in cal.scale.values())  # the roofline is optimistic on this A100
     (own,) = calibrate.predict(cal, m.module, m.spec_text, [LINKS["pcie4"]])
     replayed, _ = calibrate.replay(m)

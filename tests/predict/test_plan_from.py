@@ -115,3 +115,20 @@ def test_the_unplaced_costs_say_each_reason_once(tmp_path):
     assert tiny and f"no ratio for {', '.join(sorted(tiny))}: under 0.1% of the step" in text
     row = next(line for line in render_from_recording(doc).splitlines() if line.startswith(tiny[0] + " "))
     assert row.split()[-1] == "-"
+
+
+def test_fusions_that_reduce_are_a_class_of_their_own_and_said(tmp_path):
+    """The H200 step's attention softmax fusions ran about 3.8 times their roofline, its other fusions
+    1.4: one ``fusion`` class mixed them (2.44). They are two rows, and a line says what each holds."""
+    from profiler.predict.from_recording import from_recording
+    from profiler.report.measured_text import render_from_recording
+
+    run = next(H200.glob("*-offload_qkv-b50f27"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PROFILE_STEP_CACHE", str(tmp_path))
+        doc = from_recording(run)
+    red, fus = doc["classes"]["reduction"], doc["classes"]["fusion"]
+    assert red["measured"] / red["roofline"] > 2.5 > 1.6 > fus["measured"] / fus["roofline"] > 1.2
+    assert "reduction: fusions that reduce (softmax, norms, sums); fusion: the other fusions" in render_from_recording(
+        doc
+    )

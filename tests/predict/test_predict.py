@@ -335,7 +335,7 @@ def test_analyze_shows_predicted_against_measured(plan_run):
 def test_op_classes_of_the_real_two_layer_step(two_layer):
     classes = roofline.op_classes(schedule.build(two_layer))
     assert classes["copy-start.4"] == "copy" and classes["gemm_fusion_dot.4"] == "matmul"
-    assert classes["loop_reduce_fusion"] == "fusion"
+    assert classes["loop_reduce_fusion"] == "reduction" and classes["loop_add_fusion"] == "fusion"
     assert "copy-done.4" not in classes and "bitcast.13" not in classes
 
 
