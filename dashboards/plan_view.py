@@ -13,6 +13,7 @@ from dashboards import ids, tab_gate
 from dashboards.data import RunStore, read_plan
 from dashboards.figures import COLORS, LIMIT_COLOR, Figure, esc, grouped_bars, limit_line, note_figure
 from dashboards.styles import CELL, ERROR_COLOR, HEADER_WRAP
+from dashboards.widgets import graph
 from profiler.analysis.policies import plan_table
 from profiler.errors import ProfilerError
 from profiler.report.policies_text import PLAN_LEGEND, plan_notes
@@ -314,7 +315,7 @@ def layout(plans: list[Any]) -> list[Any]:
                 ),
                 className="select-narrow",
             ),
-            dcc.Loading(dcc.Graph(id=ids.PLAN_GRAPH, figure=note_figure("Loading …"), config={"displaylogo": False})),
+            dcc.Loading(graph(ids.PLAN_GRAPH)),
             html.Div(id=ids.PLAN_TABLE_BOX),
             html.Div(id=ids.PLAN_NOTE, className="muted"),
         ]

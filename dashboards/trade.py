@@ -33,6 +33,7 @@ from dashboards.figures import (
 )
 from dashboards.styles import CELL, FAINT_COLOR, HEADER_WRAP, SAME_STEP_BACKGROUND
 from dashboards.view import Page, TabView
+from dashboards.widgets import graph
 from profiler.analysis.policies import frontier, is_cpu, per_step_and_gpu, planned_vs_moved, policy_table
 from profiler.predict.recorded import predicted
 from profiler.report.policies_text import OTHER_PROGRAM, not_offloaded_line, policy_marks
@@ -506,7 +507,7 @@ def layout(page: Page) -> list[Any]:
             ],
             className="control",
         ),
-        dcc.Loading(dcc.Graph(id=ids.TRADE_FRONTIER, figure=note_figure("Loading …"), config={"displaylogo": False})),
+        dcc.Loading(graph(ids.TRADE_FRONTIER)),
         html.Div(id=ids.TRADE_FRONTIER_NOTE, className="muted"),
         html.H4("Per policy (per step and per device)", className="section-title"),
         html.Div(id=ids.TRADE_TABLE_BOX),
@@ -515,7 +516,7 @@ def layout(page: Page) -> list[Any]:
             dcc.Dropdown(id=ids.PVM_RUN, clearable=False, placeholder="run", optionHeight=40),
             className="select-narrow",
         ),
-        dcc.Loading(dcc.Graph(id=ids.PVM_GRAPH, figure=note_figure("Loading …"), config={"displaylogo": False})),
+        dcc.Loading(graph(ids.PVM_GRAPH)),
         html.Ul(id=ids.PVM_FLAGS, className="small"),
         html.H4("Compiled for a GPU target, not measured (profile-step plan)", className="section-title"),
         *plan_view.layout(list(page.store.plans.values())),

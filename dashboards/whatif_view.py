@@ -21,7 +21,7 @@ from dashboards.data import RunStore
 from dashboards.figures import COLORS, TITLE, Figure, esc, figure, note_figure, text_px, unique
 from dashboards.rows import View
 from dashboards.view import Page, TabView
-from dashboards.widgets import choice
+from dashboards.widgets import choice, graph
 from profiler.analysis.links import Link, copy_scale
 from profiler.analysis.whatif import step_medians
 from profiler.units import human_time, time_unit
@@ -299,7 +299,7 @@ def layout(page: Page) -> list[Any]:
             className="control wrap",
         ),
         html.Div(id=ids.WHATIF_NOTE, className="small"),
-        dcc.Loading(dcc.Graph(id=ids.WHATIF_GRAPH, figure=note_figure("Loading …"), config={"displaylogo": False})),
+        dcc.Loading(graph(ids.WHATIF_GRAPH)),
         dcc.Interval(id=ids.WHATIF_POLL, interval=800, disabled=True),
         html.Div(
             "Predicted with profile-step whatif's replay (docs/whatif.md): per selected row, the median of the "

@@ -55,16 +55,22 @@ def test_an_op_waiting_for_two_copies_follows_the_later_one(build):
     assert (same.start == ops.start).all() and (same.end == ops.end).all()
 
 
+def _a_then_b() -> ExportBuilder:
+    """One stream, s7: launch A h2d at 50, [100,1000); launch B kernel at 200, [1000,1100), queued
+    behind A (slack 0)."""
+    b = ExportBuilder()
+    b.gpu(0)
+    b.runtime(50, 55, b.copy(100, 1000, "h2d", MIB, stream=7), name="cuMemcpyAsync")
+    b.runtime(200, 205, b.kernel(1000, 1100, "k", stream=7))
+    return b
+
+
 def test_an_op_queued_behind_the_first_op_of_the_trace(build):
     # one stream; A is the trace's first op (row 0), B is queued behind it:
     # 50 launch A h2d (s7) [100,1000): M = launch 50, slack 50
     # 200 launch B kernel (s7) [1000,1100): M = max(A's end 1000, launch 200) = 1000, slack 0
     # Replayed at F = 0.5: A [100,550) (450 long); B starts max(550, 200) + 0 = 550: [550,650).
-    b = ExportBuilder()
-    b.gpu(0)
-    b.runtime(50, 55, b.copy(100, 1000, "h2d", MIB, stream=7), name="cuMemcpyAsync")
-    b.runtime(200, 205, b.kernel(1000, 1100, "k", stream=7))
-    deps = dependencies(open_trace(build(b)))
+    deps = dependencies(open_trace(build(_a_then_b())))
     assert deps.ops.start.tolist() == [100, 1000] and deps.ops.prev.tolist() == [-1, 0]
     half = replay(deps, 0.5)
     assert (half.start.tolist(), half.end.tolist()) == ([100, 550], [550, 650])
@@ -251,11 +257,7 @@ def test_a_change_sets_durations_down_to_zero_and_never_longer(build):
     # one stream: launch A h2d (s7) 50, [100,1000); launch B 200, [1000,1100) (slack 0 after A).
     # Change: A to last 0 ns (a shorter duration wins; a negative one counts as 0), B to 500
     # (longer than its 100: it keeps 100).  A [100,100), B starts max(100, 200) + 0 = 200: [200,300)
-    b = ExportBuilder()
-    b.gpu(0)
-    b.runtime(50, 55, b.copy(100, 1000, "h2d", MIB, stream=7), name="cuMemcpyAsync")
-    b.runtime(200, 205, b.kernel(1000, 1100, "k", stream=7))
-    deps = dependencies(open_trace(build(b)))
+    deps = dependencies(open_trace(build(_a_then_b())))
     for a_new in (0, -5):
         change = Change("shorter", durations=(np.array([0, 1]), np.array([a_new, 500])))
         rp = replay(deps, 1.0, None, change)

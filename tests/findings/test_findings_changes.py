@@ -20,6 +20,7 @@ from tests.helpers.findings_runs import (
     findings_of,
     fired,
     launched,
+    median_group,
     steps,
     waited_copy,
     write_run,
@@ -96,12 +97,7 @@ def test_synchronous_calls_that_do_not_copy_are_not_changed(tmp_path):
 def test_as_many_kernel_groups_as_the_groups_table_has_columns(tmp_path):
     b = ExportBuilder()
     for j in range(8):  # 8 groups: as many as the table of groups has columns (name, grid, block, median)
-        t = j * 100_000
-        for i in range(3):  # test_findings_saving.py's group: alone 0.8, 1.0, 1.2 us, beside a copy 1.5 us
-            b.kernel(t + i * 2_000, t + i * 2_000 + 800 + 200 * i, f"k{j}")
-            u = t + 10_000 + i * 10_000
-            b.kernel(u, u + 1_500, f"k{j}")
-            b.copy(u, u + 1_000, "d2h", MIB)
+        median_group(b, f"k{j}", j * 100_000)  # test_findings_saving.py's group, 100 us apart
     (f,) = fired(findings_of(write_run(tmp_path, b)), "kernels-slowed-by-copies")
     # each group's three kernels beside copies at its median alone, 1 us; no launches: each keeps its
     # start.  The last, k7's at [730, 731.5) us, ends the window at 731 us: 500 ns given back

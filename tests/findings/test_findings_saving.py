@@ -20,6 +20,7 @@ from tests.helpers.findings_runs import (
     findings_of,
     fired,
     launched,
+    median_group,
     steps,
     waited_copy,
     warmup_in_capture,
@@ -306,11 +307,7 @@ def test_a_links_rate_assumed_for_an_unknown_gpu(tmp_path):
 
 def test_only_the_kernels_beside_copies_at_their_median_alone(tmp_path):
     b = ExportBuilder()
-    for i in range(3):
-        b.kernel(i * 2_000, i * 2_000 + 800 + 200 * i, "k")  # alone: 0.8, 1.0 and 1.2 us, median 1 us
-        u = 10_000 + i * 10_000
-        b.kernel(u, u + 1_500, "k")  # beside a copy: 1.5 us
-        b.copy(u, u + 1_000, "d2h", MIB)
+    median_group(b)  # alone: 0.8, 1.0 and 1.2 us, median 1 us; beside a copy: 1.5 us
     (f,) = fired(findings_of(write_run(tmp_path, b)), "kernels-slowed-by-copies")
     # the three beside (not the alone ones) at 1 us: test_savings.py's case, 500 ns given back
     assert f["replay"]["change"] == "the 3 kernels of 1 group(s) on GPU 0 at their median alone"

@@ -169,3 +169,14 @@ def slowed_group(b: ExportBuilder, name: str, slow: int, t0: int = 0, stream: in
         u = t0 + 100_000 + i * 10_000
         b.kernel(u, u + slow, name, stream=stream)
         b.copy(u, u + slow, "d2h", MIB, stream=20)
+
+
+def median_group(b: ExportBuilder, name: str = "k", t0: int = 0) -> None:
+    """3 kernels of *name* alone (0.8, 1.0 and 1.2 us: lower median 1 us) from *t0*, then 3 of 1.5 us
+    from *t0* + 10 us, 10 us apart, each beside a 1 us d2h copy."""
+    for i in range(3):
+        t = t0 + i * 2_000
+        b.kernel(t, t + 800 + 200 * i, name)
+        u = t0 + 10_000 + i * 10_000
+        b.kernel(u, u + 1_500, name)
+        b.copy(u, u + 1_000, "d2h", MIB)
