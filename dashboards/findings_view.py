@@ -15,7 +15,7 @@ from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.view import Page, TabView
 from profiler.analysis.findings.tried import tried
-from profiler.report.findings_text import UNITS, by_saving, saving_text
+from profiler.report.findings_text import UNITS, by_saving, saving_text, shared_reason
 
 SEVERITY_COLOR = {"problem": "#D55E00", "warning": "#E69F00", "info": "#0072B2"}  # Okabe and Ito's
 SEVERITY_ORDER = ("problem", "warning", "info")
@@ -74,8 +74,9 @@ def evidence_items(evidence: dict[str, Any]) -> list[html.Li]:
     return [html.Li(f"{k}: {v}") for k, v in evidence.items()]
 
 
-def _finding(f: dict[str, Any], rid: str, views: list[View], n: int, i: int) -> html.Div:
-    """One finding (*n*: its place in the panel; *i*: in its run's findings, by saving) with its
+def _finding(f: dict[str, Any], rid: str, views: list[View], n: int, i: int, said: str | None = None) -> html.Div:
+    """One finding (*n*: its place in the panel; *i*: in its run's findings, by saving; *said*: the
+    reason for no saving said once above the run's findings, ``shared_reason``) with its
     evidence folded: sent when first unfolded (``on_evidence``), since it can be tens of kB of text
     (the kernel groups of kernels-slowed-by-copies), which the page took half a second to take in."""
     sev = f["severity"]
@@ -106,7 +107,7 @@ def _finding(f: dict[str, Any], rid: str, views: list[View], n: int, i: int) -> 
                     html.Code(f["id"], className="rule-id"),
                     html.Span(where_text(f.get("where") or {}), className="where"),
                     html.Span(
-                        saving_text(f),
+                        saving_text(f, said),
                         className="cost",
                         **{
                             "data-saving": "" if f.get("saving_ns") is None else str(f["saving_ns"]),
@@ -211,9 +212,10 @@ def panel(store: RunStore, views: list[View]) -> list[Any]:
                 )
             )
             continue
-        body: list[Any] = []
+        said = shared_reason(found)
+        body: list[Any] = [html.Div(f"({said})", className="findings-reason muted")] if said else []
         for f in found:
-            body.append(_finding(f, rid, run_views, n, order[id(f)]))
+            body.append(_finding(f, rid, run_views, n, order[id(f)], said))
             n += 1
         body += [_tried(line) for line in already.get(rid, [])]
         if any(f.get("saving_ns") for f in found):

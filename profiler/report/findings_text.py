@@ -54,6 +54,13 @@ def saving_text(f: dict[str, Any], said: str | None = None) -> str:
     return text + ("; not modelled (above)" if said is not None and why == said else f"; {why}")
 
 
+def shared_reason(found: list[dict[str, Any]]) -> str | None:
+    """The one reason for no saving that several of *found* give, said once above them (the text and
+    the dashboard's panel alike); None where no reason is shared."""
+    whys = [f.get("saving_basis") for f in found if f.get("saving_ns") is None and f.get("attributed_ns") is not None]
+    return next((w for w in dict.fromkeys(whys) if w and whys.count(w) > 1), None)
+
+
 def render_findings(doc: dict[str, Any], width: int = 110) -> str:
     """``Findings`` block, by saving: one verdict per finding with its saving (and the time its rule
     attributes), what to try under it, skipped rules counted."""
@@ -70,8 +77,7 @@ def render_findings(doc: dict[str, Any], width: int = 110) -> str:
         out.append(f"  ({OVERLAP})")
     if attributed > 1:
         out.append(f"  ({ATTRIBUTED})")
-    whys = [f.get("saving_basis") for f in found if f.get("saving_ns") is None and f.get("attributed_ns") is not None]
-    said = next((w for w in dict.fromkeys(whys) if w and whys.count(w) > 1), None)  # one reason for several: once
+    said = shared_reason(found)
     if said is not None:
         out += textwrap.wrap(f"({said})", width, initial_indent="  ", subsequent_indent="   ")
     if any(f.get("saving_ns") for f in found):

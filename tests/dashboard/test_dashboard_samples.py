@@ -307,3 +307,27 @@ def test_show_in_timeline_marks_what_the_finding_names():
         .children[0]
         .children
     )
+
+
+def test_a_reason_for_no_saving_shared_by_findings_is_said_once_in_the_panel(tmp_path):
+    """The H200 scanned run's findings have one reason for no saving (a JAX trace holds no stream waits):
+    the panel says it once above them and each finding refers to it, as ``profile-step findings`` does."""
+    from dashboards.data import RunStore
+    from dashboards.findings_view import panel
+
+    (run,) = H200.glob("*-offload_qkv-scan-986b04")
+    shutil.copytree(run, tmp_path / run.name, ignore=shutil.ignore_patterns("*.profile-step.db", "*.parquet"))
+    store = RunStore([tmp_path / run.name])
+    (rid,) = store.refs
+    store.get(rid)
+
+    def text(node) -> str:
+        if isinstance(node, str | int | float):
+            return str(node)
+        kids = getattr(node, "children", None) if not isinstance(node, list) else node
+        kids = kids if isinstance(kids, list) else [kids] if kids is not None else []
+        return " ".join(text(k) for k in kids)
+
+    said = " ".join(text(panel(store, [View(rid, "0")])).split())
+    assert said.count("a JAX profiler trace holds no stream waits") == 1
+    assert said.count("not modelled (above)") >= 2
