@@ -89,7 +89,9 @@ class ExportBuilder:
         self._corr += 1
         return self._corr
 
-    def gpu(self, device: int, name: str = "NVIDIA H200", total_memory: int = 150_000_000_000) -> None:
+    def gpu(
+        self, device: int, name: str = "NVIDIA H200", total_memory: int = 150_000_000_000, sm_count: int | None = None
+    ) -> None:
         self.rows["TARGET_INFO_GPU"].append(
             {
                 "vmId": VM_BITS,
@@ -98,6 +100,7 @@ class ExportBuilder:
                 "totalMemory": total_memory,
                 "busLocation": f"0000:{device:02x}:00.0",
                 "cuDevice": device,
+                "smCount": sm_count,
             }
         )
 

@@ -811,12 +811,13 @@ class Trace:
     # --- target facts -------------------------------------------------------
     @cached_property
     def devices(self) -> pl.DataFrame:
-        """GPUs named in the export: id, name, total_memory, bus."""
+        """GPUs named in the export: id, name, total_memory, bus, sm_count (NULL where not written)."""
         spec = {
             "id": ("id", I64),
             "name": ("name", STR),
             "total_memory": ("totalMemory", I64),
             "bus": ("busLocation", STR),
+            "sm_count": ("smCount", I64),
         }
         for table in ("TARGET_INFO_GPU", "TARGET_INFO_CUDA_DEVICE"):
             if table in self.tables:

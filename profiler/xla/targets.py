@@ -97,6 +97,12 @@ TARGETS: dict[str, GpuTarget] = {
 }  # fmt: skip
 
 
+def sm_count(name: str | None) -> int | None:
+    """The SMs of the built-in GPU target of that name (``NVIDIA H200``), None for any other name."""
+    key = (name or "").lower()
+    return next((t.sm_count for t in TARGETS.values() if t.description.lower() == key), None)
+
+
 @dataclass(frozen=True)
 class TpuTarget:
     """A TPU chip as the roofline prices it (``profiler.predict.roofline.device_from_spec``). XLA takes

@@ -161,13 +161,15 @@ def warmup_in_capture(tmp_path: Path, name: str = "run") -> tuple[Path, dict]:
     return path, run_findings(trace, None, FindingsConfig(), Breakdown(trace, step_range="^(step|warmup)="))
 
 
-def slowed_group(b: ExportBuilder, name: str, slow: int, t0: int = 0, stream: int = 9) -> None:
-    """3 kernels of *name* alone (1000 ns), then 3 wholly under a d2h copy (*slow* ns)."""
+def slowed_group(
+    b: ExportBuilder, name: str, slow: int, t0: int = 0, stream: int = 9, grid: tuple[int, int, int] = (1, 1, 1)
+) -> None:
+    """3 kernels of *name* alone (1000 ns), then 3 wholly under a d2h copy (*slow* ns), launched on *grid*."""
     for i in range(3):
         t = t0 + i * 10_000
-        b.kernel(t, t + 1000, name, stream=stream)
+        b.kernel(t, t + 1000, name, stream=stream, grid=grid)
         u = t0 + 100_000 + i * 10_000
-        b.kernel(u, u + slow, name, stream=stream)
+        b.kernel(u, u + slow, name, stream=stream, grid=grid)
         b.copy(u, u + slow, "d2h", MIB, stream=20)
 
 

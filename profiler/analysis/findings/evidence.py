@@ -114,6 +114,19 @@ class Evidence:
     def gpu_names(self) -> dict[str, str]:
         return {str(d): str(n) for d, n in self.trace.devices.select("id", "name").iter_rows() if n is not None}
 
+    @cached_property
+    def sm_counts(self) -> dict[str, int]:
+        """Each GPU's SMs: the export's ``smCount``, else the built-in target of its name; GPUs of
+        neither are left out."""
+        from profiler.xla.targets import sm_count
+
+        out = {}
+        for d, name, sms in self.trace.devices.select("id", "name", "sm_count").iter_rows():
+            n = sms or sm_count(name)
+            if n:
+                out[str(d)] = int(n)
+        return out
+
     # --- the window of a finding's time (keyword arguments of a Finding) --------------------------
     def basis_device(self, dev: str | int) -> dict[str, Any]:
         """Time on one GPU: a share of its window (``span_ns``); its saving on that window."""
