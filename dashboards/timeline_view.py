@@ -19,7 +19,7 @@ from dashboards.rows import View
 from dashboards.view import Page, TabView
 from dashboards.widgets import RUN_PROMPT, dropdown, graph
 from profiler.analysis.intervals import union
-from profiler.units import human_time, time_unit
+from profiler.units import human_bytes, human_time, time_unit
 
 # each lane colour mixed 25% with black: the shade of every other op on a lane
 DARKER = {"#0072B2": "#005686", "#CC79A7": "#995B7D", "#E69F00": "#AD7700", "#009E73": "#007756"}
@@ -137,7 +137,7 @@ def timeline_figure(
             stats["occupancy_lanes"].append(name)
             stats["drawn_segments"] += bins
         else:  # neighbouring ops alternate between the lane's colour and a darker shade: each op stays visible
-            names = part["name"].to_list()
+            names = op_labels(part)
             for k, shade in ((0, color), (1, DARKER.get(color, color))):
                 if len(s) > k:
                     data.append(_segments(y, s[k::2], e[k::2], names[k::2], t0, div, shade))
@@ -234,6 +234,23 @@ def _marks(y: int, ops: pl.DataFrame, t0: int, div: float, limit: int = 3000) ->
         "hovertext": [f"marked: {esc(n)}" for n in ops["name"].to_list()],
         "hoverinfo": "text",
     }
+
+
+def op_labels(ops: pl.DataFrame) -> list[str]:
+    """What hovering an op says: a kernel's name; a copy's direction, size and layer (``D2H 64.0 MiB,
+    layer_3``); a memset's size."""
+    cols = [
+        ops[c].to_list() if c in ops.columns else [None] * ops.height for c in ("name", "kind", "cls", "bytes", "layer")
+    ]
+    out = []
+    for name, kind, cls, nbytes, layer in zip(*cols, strict=True):
+        if name is not None:
+            out.append(str(name))
+            continue
+        what = "memset" if kind == "memset" else (cls or "copy").upper()
+        size = f" {human_bytes(nbytes)}" if nbytes is not None else ""
+        out.append(f"{what}{size}" + (f", {layer}" if layer else ""))
+    return out
 
 
 def _segments(

@@ -288,6 +288,9 @@ def test_show_in_timeline_marks_what_the_finding_names():
     assert stats["marked"] == 1
     (marks,) = [t for t in fig["data"] if t.get("name") == "marked by the finding"]
     assert marks["x"] == [pytest.approx(np.mean([100, 180]) / 1e3)]  # µs from the window's start
+    # hovering a copy says what it moved (a copy has no name: it read "None (100 ns)")
+    hovers = {h for t in fig["data"] for h in t.get("hovertext") or []}
+    assert "D2H 1.00 MiB (0.10 µs)" in hovers and not any(h.startswith("None") for h in hovers)
     # a finding whose place the timeline cannot mark says so on its button
     op = {
         "id": "stall-hotspot",
