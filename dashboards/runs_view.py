@@ -193,7 +193,8 @@ def table_part(store: RunStore, raw: list[dict[str, Any]], sel: dict[str, Any]) 
             sort_action="native",
             filter_action="native",
             page_action="none",
-            style_table={"overflowX": "auto", "maxHeight": "340px", "overflowY": "auto"},
+            # eight runs and their header fit a laptop's window (340 px hid two of the example's eight); more scroll
+            style_table={"overflowX": "auto", "maxHeight": "max(340px, 60vh)", "overflowY": "auto"},
             style_header=HEADER_WRAP,
             style_cell={**CELL, "maxWidth": "280px", "overflow": "hidden", "textOverflow": "ellipsis"},
             # long GPU names and policies on two lines: the table fits a 1440-pixel window, date included

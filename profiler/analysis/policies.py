@@ -24,7 +24,9 @@ Definitions (also in the README):
 - *spread of the steps*: the shortest and longest included step (and the
   interquartile range); two policies whose median steps differ by less than the
   larger of their two spreads (longest - shortest) are *within the noise*: the
-  table says so instead of ranking them.
+  table says so instead of ranking them; unless their steps do not overlap
+  (every step of one shorter than every step of the other: one slow step
+  widened a spread, the order is measured).
 - *same step*: runs whose step modules have the same HLO fingerprint
   (``profiler.xla.fingerprint``) ran the same program; when their policies
   differ, the policy had no effect on what the compiler saw.
@@ -318,6 +320,21 @@ def step_difference(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, float]
     return abs(a["median_step_ns"] - b["median_step_ns"]), max(spreads)
 
 
+def disjoint(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether every included step of one row is shorter than every included step of the other."""
+    lo_a, hi_a, lo_b, hi_b = (r.get(k) for r in (a, b) for k in ("step_min_ns", "step_max_ns"))
+    if None in (lo_a, hi_a, lo_b, hi_b):
+        return False
+    return hi_a < lo_b or hi_b < lo_a
+
+
+def within_noise(a: dict[str, Any], b: dict[str, Any]) -> bool | None:
+    """Whether two rows' median steps differ by less than the larger of their spreads while their steps
+    overlap (module docstring); None when they cannot be compared (``step_difference``)."""
+    diff = step_difference(a, b)
+    return None if diff is None else diff[0] < diff[1] and not disjoint(a, b)
+
+
 def _pairs(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any], float, float]]:
     """(a, b, difference of their median steps, the larger spread) for every two rows that can be
     compared (``step_difference``)."""
@@ -342,10 +359,10 @@ def runs_apart(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def within_spread(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Pairs of different policies whose median steps differ by less than the larger of their
-    spreads (see the module docstring); fills each row's ``within_spread_of``."""
+    spreads while their steps overlap (see the module docstring); fills each row's ``within_spread_of``."""
     out = []
     for a, b, diff, spread in _pairs(rows):
-        if a["policy"] != b["policy"] and diff < spread:
+        if a["policy"] != b["policy"] and diff < spread and not disjoint(a, b):
             out.append({"policies": [a["policy"], b["policy"]], "difference_ns": diff, "spread_ns": spread})
             a["within_spread_of"].append(b["policy"])
             b["within_spread_of"].append(a["policy"])

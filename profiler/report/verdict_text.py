@@ -87,6 +87,8 @@ def _fastest(v: dict[str, Any]) -> str | None:
             pass
         elif nxt["within_noise"] is True:
             head += f": within the noise (spread {t(nxt['spread_ns'])})"
+        elif nxt["within_noise"] is False and nxt.get("disjoint") and nxt["margin_ns"] < (nxt["spread_ns"] or 0):
+            head += f", each of its steps shorter than any of {nxt['policy']}'s (spread {t(nxt['spread_ns'])})"
         elif nxt["within_noise"] is False:
             head += f", beyond the noise (spread {t(nxt['spread_ns'])})"
         if nxt.get("other_program"):

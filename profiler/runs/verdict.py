@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from profiler.analysis.policies import is_cpu, policy_table, step_difference, step_spread
+from profiler.analysis.policies import disjoint, is_cpu, policy_table, step_difference, step_spread, within_noise
 from profiler.conventions import device_word as devices_word
 from profiler.stored.summary import RunSummary
 from profiler.xla.same_program import parameter_count, same_program
@@ -243,7 +243,8 @@ def fastest(table: dict[str, Any]) -> dict[str, Any] | None:
             "step_ns": nxt["median_step_ns"],
             "margin_ns": nxt["median_step_ns"] - best["median_step_ns"],
             "spread_ns": diff[1] if diff else None,
-            "within_noise": diff[1] > diff[0] if diff else None,
+            "within_noise": within_noise(best, nxt),
+            "disjoint": disjoint(best, nxt),  # every step of one shorter than every step of the other
             "other_program": same_program(best, nxt) is False,  # their steps are different programs
         }
     return out

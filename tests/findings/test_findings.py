@@ -367,6 +367,28 @@ def test_exposed_at_the_ends_of_the_layer_loop(tmp_path):
         "at_ends_ns": 20_000,
         "exposed_or_stalled_ns": 20_000,
     }
+    assert "belongs to the first and last layer (0, 3) of 4" in f["verdict"]
+
+
+@pytest.mark.parametrize(
+    ("exposed", "named", "which"), [((1_000, 10_000), ["3"], "last"), ((10_000, 500), ["0"], "first")]
+)
+def test_exposed_at_one_end_of_the_layer_loop_names_that_end(tmp_path, exposed, named, which):
+    """An end layer is named when it holds more than an average layer's exposed time: on the H200 example's
+    offload_mlp, layer_7 held 11.7 of 12.2 ms and layer_0 hid its copies, yet both were named and the
+    advice was to keep both on the device."""
+    b = ExportBuilder()
+    b.domain(1, "profile-step", tid=TID)
+    for i in range(4):  # layer 0's and 3's copies exposed for *exposed* ns, 1's and 2's hidden
+        t = i * 100_000
+        b.nvtx(t, t + 50_000, f"layer={i}", tid=TID, domain_id=1)
+        bare = {0: exposed[0], 3: exposed[1]}.get(i, 0)
+        launched(b, t + 10, "copy", t + 1000, t + 11_000, "d2h", MIB, stream=20)
+        launched(b, t + 20, "kernel", t + 1000, t + 11_000 - bare, "k")
+    (f,) = fired(findings_of(write_run(tmp_path, b)), "exposed-at-boundaries")
+    assert f["where"] == {"layers": named} and f["evidence"]["at_ends_ns"] == max(exposed)
+    assert f"belongs to the {which} layer ({named[0]}) of 4" in f["verdict"]
+    assert f["attributed_ns"] == max(exposed)
 
 
 # --- stall-hotspot --------------------------------------------------------------------------

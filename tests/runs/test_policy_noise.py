@@ -87,3 +87,17 @@ def test_two_runs_of_one_policy_further_apart_than_their_spread():
     )
     steady = policy_table([run("none", [5.0, 6.0, 7.0]), run("none", [5.5, 6.5, 7.5])])
     assert steady["runs_apart"] == []
+
+
+def test_policies_whose_steps_do_not_overlap_are_a_measured_difference():
+    """The H200 example's offload_mlp (197.8-202.7 ms) and remat (207.7-216.9 ms): 8.3 ms apart, under
+    remat's 9.2 ms spread (one slow step), yet each of offload_mlp's steps is shorter than any of remat's."""
+    from profiler.analysis.policies import disjoint, within_noise
+
+    tab = policy_table([run("offload_mlp", [197.8, 200.1, 202.7]), run("remat", [207.7, 208.4, 216.9])])
+    a, b = tab["rows"]
+    assert disjoint(a, b) and within_noise(a, b) is False and tab["within_spread"] == []
+    assert "not a measured difference" not in render_policy_comparison(tab)
+    # overlapping by one step: within the noise again
+    tab = policy_table([run("offload_mlp", [197.8, 200.1, 208.0]), run("remat", [207.7, 208.4, 216.9])])
+    assert within_noise(*tab["rows"]) is True and len(tab["within_spread"]) == 1

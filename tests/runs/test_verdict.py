@@ -43,6 +43,7 @@ def test_fastest_that_fits_and_its_margin_against_the_noise():
         "margin_ns": 2 * MS,
         "spread_ns": 6 * MS,
         "within_noise": True,
+        "disjoint": False,
         "other_program": False,  # no step program known: nothing said (tests/runs/test_same_program.py)
     }
     # d: 120 ms, spread 2: 16 ms behind b, beyond b's 6 ms spread
@@ -59,6 +60,16 @@ def test_fastest_that_fits_and_its_margin_against_the_noise():
     assert f["policy"] == "a" and not f["fit_known"] and f["next"]["within_noise"] is True  # 4 ms < 6 ms
     # none fits: said, no fastest
     assert fastest(policy_table([a]))["policy"] is None
+    # e: 110 ms, 109..118: 6 ms behind b, under e's 9 ms spread, but each of b's steps is shorter than any
+    # of e's (one slow step widened e's spread): a measured order (the H200 example's offload_mlp and remat)
+    e = with_memory(run("e", [109, 110, 118]), 50 * GIB, 80 * GIB)
+    f = fastest(policy_table([a, b, e]))
+    assert f["next"]["margin_ns"] == 6 * MS < f["next"]["spread_ns"] == 9 * MS
+    assert f["next"]["within_noise"] is False and f["next"]["disjoint"] is True
+    assert verdict_lines(verdict([a, b, e]))[0][1] == (
+        "Verdict over 3 runs: policy b is the fastest that fits, 104 ms per step, 6.00 ms ahead of e, each of its "
+        "steps shorter than any of e's (spread 9.00 ms); too big: a"
+    )
 
 
 def test_the_two_largest_savings_with_what_to_try():
