@@ -15,12 +15,17 @@ from dashboards import ids, rows, selection, tab_gate
 from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.styles import CELL, HEADER
-from profiler.analysis.kernels_slowed import MIN_CALLS, SIZE_BIAS_NOTE, no_baseline
+from profiler.analysis.kernels_slowed import MIN_CALLS, SIZE_BIAS_NOTE, no_baseline, persistent
 from profiler.errors import ProfilerError
 from profiler.stored.summary import RunSummary
 from profiler.units import human_time
+from profiler.xla.targets import sm_count
 
-CAVEAT = f"Kernels alone: no copy overlaps them; beside: at least half of each under h2d/d2h copies. {SIZE_BIAS_NOTE}."
+CAVEAT = (
+    f"Kernels alone: no copy overlaps them; beside: at least half of each under h2d/d2h copies. {SIZE_BIAS_NOTE}; "
+    "a group of persistent kernels (as many blocks as the GPU has SMs, e.g. cuBLAS's nvjet GEMMs on Hopper) has one "
+    "launch shape for every size, so its slowdown may be size alone: the findings leave such groups out."
+)
 
 
 def entry(run: RunSummary, device: str | None) -> dict[str, Any] | None:
@@ -71,8 +76,8 @@ def _status(kb: dict[str, Any]) -> str:
     )
 
 
-def group_rows(kb: dict[str, Any]) -> list[dict[str, Any]]:
-    """The ``top`` groups as table rows."""
+def group_rows(kb: dict[str, Any], sms: int | None = None) -> list[dict[str, Any]]:
+    """The ``top`` groups as table rows (*sms*: the GPU's, to mark the groups of persistent kernels)."""
     return [
         {
             "kernel": g["name"] or "?",
@@ -80,7 +85,7 @@ def group_rows(kb: dict[str, Any]) -> list[dict[str, Any]]:
             "block": "x".join(map(str, g["block"])),
             "alone (n)": f"{human_time(g['alone']['median_ns'])} ({g['alone']['count']:,})",
             "beside copies (n)": f"{human_time(g['beside']['median_ns'])} ({g['beside']['count']:,})",
-            "slowdown": f"{g['slowdown']:.2f}x",
+            "slowdown": f"{g['slowdown']:.2f}x" + (" (persistent: sizes mixed)" if persistent(g["grid"], sms) else ""),
             "excess": human_time(g["excess_ns"]),
         }
         for g in kb["top"]
@@ -113,7 +118,7 @@ def layer_panel(run: RunSummary, device: str | None) -> list[Any]:
         html.Div(status(kb, kernel_count(run, device)), id=ids.LAYER_KERNELS_STATUS, className="muted"),
     ]
     if kb and kb["top"]:
-        out.append(_table(ids.LAYER_KERNELS_TABLE, group_rows(kb)))
+        out.append(_table(ids.LAYER_KERNELS_TABLE, group_rows(kb, sm_count(run.device_name(device)))))
         out.append(
             html.Div(
                 CAVEAT + " Of an even number of durations, the median is the lower of the two middle ones.",
@@ -135,13 +140,21 @@ def policy_rows(store: RunStore, views: list[View]) -> list[dict[str, Any]]:
             continue  # the policy table's error card says why
         kb = entry(run, view.device)
         worst = kb["top"][0] if kb and kb["top"] else None
+        sms = sm_count(run.device_name(view.device))
+        mixed = sum(g["excess_ns"] for g in (kb or {}).get("top") or [] if persistent(g["grid"], sms))
+        # no group of kernels both alone and beside copies: nothing measured, not 0 ns lost
+        lost = human_time(kb["excess_ns"], nanoseconds=True) if kb and kb["groups"] else "-"
+        if mixed:  # the findings leave these groups out (kernels-slowed-by-copies): say how much of it they are
+            lost += f" ({human_time(mixed, nanoseconds=True)} of it in persistent kernels, sizes mixed: see below)"
         out.append(
             {
                 "run and GPU": rows.label(store.refs[view.rid], run, view.device),
                 "groups": kb["groups"] if kb else "-",
-                # no group of kernels both alone and beside copies: nothing measured, not 0 ns lost
-                "kernel time lost": human_time(kb["excess_ns"], nanoseconds=True) if kb and kb["groups"] else "-",
-                "most excess": f"{worst['name']} {worst['slowdown']:.2f}x" if worst else "-",
+                "kernel time lost": lost,
+                "most excess": f"{worst['name']} {worst['slowdown']:.2f}x"
+                + (" (persistent)" if persistent(worst["grid"], sms) else "")
+                if worst
+                else "-",
                 "what the kernels show": status(kb, kernel_count(run, view.device)),
             }
         )

@@ -642,6 +642,8 @@ def scan_layers(thunks: pl.DataFrame, bounds: np.ndarray) -> pl.DataFrame:
     - a scanned thunk belongs to the iteration whose start it follows; one before the first
       iteration, or after the last run of a body instruction without ``while/body`` in its path
       (``decoder/decoder_norm``), lies outside the loop (no layer);
+    - a loop that ran once per execution (timed as one range: its body's thunks are not) is named
+      ``<family> (every iteration)``, not ``<family>[0]``;
     - a thunk with no op path (``Thunk:#hlo_op=copy-start.4#``: a third of real thunks) takes the
       layer of the thunk with a path before it on its thread, when that one is in an iteration;
       elsewhere it has no layer.
@@ -679,11 +681,14 @@ def scan_layers(thunks: pl.DataFrame, bounds: np.ndarray) -> pl.DataFrame:
     k = pl.when(pl.col("backward")).then(pl.col("_trips") - 1 - pl.col("_k")).otherwise(pl.col("_k"))
     # after the loop body's last run: still inside when the path says so (``while/body``)
     inside = (pl.col("_k") >= 0) & ((pl.col("_later") > 0) | (pl.col("_depth") >= 1))
+    # a loop timed as one range (its body's thunks not timed per iteration: command buffers, or XLA's
+    # while thunk alone) runs once per execution: its one "iteration" is every layer, not layer 0
+    numbered = pl.when(pl.col("_trips") > 1).then(pl.format("{}[{}]", pl.lit(family), k))
     layer = (
         pl.when(~pl.col("_scan"))
         .then(pl.col("layer"))
         .when(inside)
-        .then(pl.format("{}[{}]", pl.lit(family), k))
+        .then(numbered.otherwise(pl.lit(f"{family} (every iteration)")))
         .otherwise(None)
     )
     t = t.with_columns(layer.alias("layer"), pl.col("_scan").alias("inferred"))

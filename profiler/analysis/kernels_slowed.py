@@ -41,6 +41,13 @@ SIZE_BIAS_NOTE = (
 )
 
 
+def persistent(grid: list[int | None] | tuple[int | None, ...], sms: int | None) -> bool:
+    """Whether a launch *grid* holds exactly as many blocks as the GPU's *sms*: a persistent kernel
+    (cuBLAS's nvjet GEMMs on Hopper), whose launch shape is the same for a problem of any size, so
+    that its (name, grid, block) group mixes every size (the size bias, whole)."""
+    return sms is not None and None not in grid and grid[0] * grid[1] * grid[2] == sms  # type: ignore[operator]
+
+
 def _spans(frame: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return tuple(frame[c].to_numpy() for c in ("device", "start", "end"))  # type: ignore[return-value]
 

@@ -264,7 +264,8 @@ def render_markdown(cmp: dict[str, Any]) -> str:
             out.append("| " + " | ".join(heads) + " |")
             out.append("|" + "---|" * len(heads))
             for lay in pol["layers"]:
-                name = f"`{lay['layer']}`" + (" (index inferred)" if lay["inferred_index"] else "")
+                inferred = lay["inferred_index"] and lay["layer"].endswith("]")  # "layers (every iteration)": none
+                name = f"`{lay['layer']}`" + (" (index inferred)" if inferred else "")
                 out.append("| " + " | ".join([name, *(cell(m, lay[m]) for m in LAYER_COLUMNS)]) + " |")
             out.append("")
         for side, names in (

@@ -382,7 +382,7 @@ def render_groups(doc: dict[str, Any], by: str, all_steps: bool = False, wide: b
         u = group_units(g["copies"] for g in groups)
         rows = []
         for g in groups:
-            label = g["name"] + (" (index inferred)" if g.get("inferred_index") else "")
+            label = g["name"] + (" (index inferred)" if g.get("inferred_index") and g["name"].endswith("]") else "")
             tops = g.get("top_kernels", []) if wide else g.get("top_kernels", [])[:2]  # --wide: all, names whole
             top = ", ".join(f"{short_name(t['name'], wide, 22)} {u.t(t['overlap_ns'])}" for t in tops)
             rows.append([*_group_row(short_name(label, wide, 28), g["device"] or "-", g["copies"], u), top])

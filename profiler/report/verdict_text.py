@@ -178,7 +178,8 @@ def _saving(i: int, s: dict[str, Any], word: str = "GPU") -> str:
     elif s.get("attributed_ns") is not None:
         basis = f" of {s['attributed_basis']}" if s.get("attributed_basis") else ""
         if basis and s.get("attributed_basis_ns"):
-            basis += f" ({t(s['attributed_basis_ns'])})"
+            steps = f", {count(s['basis_steps'], 'step')}" if s.get("basis_steps") else ""
+            basis += f" ({t(s['attributed_basis_ns'])}{steps})"
         size = f"attributed {t(s['attributed_ns'])}{basis}, saving not modelled"
     else:
         size = "no time cost"

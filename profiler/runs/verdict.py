@@ -159,6 +159,8 @@ def savings(run: RunSummary, n: int = SAVINGS) -> list[dict[str, Any]]:
             # what the attributed time is a part of (a GPU's whole window, not one step): said beside it
             "attributed_basis": None if saving else f.get("attributed_basis"),
             "attributed_basis_ns": None if saving else f.get("attributed_basis_ns"),
+            # how many steps that window holds: the copies' line above it is per step
+            "basis_steps": None if saving or not f.get("attributed_basis_ns") else len(run.included_steps) or None,
             "try": f.get("try") or "",
         }
         for f, saving, dev in chosen

@@ -233,6 +233,30 @@ def test_layers_from_thunks(build, scan):
         assert rows[name]["inferred_index"] is scan
 
 
+def test_a_scan_timed_as_one_range_is_every_iteration_not_layer_0(build):
+    """The H200 example's scanned run: each direction's loop is one thunk (``while.21``: its body's thunks
+    are not timed per iteration), so the loop runs once per execution. Its copies are every layer's:
+    named ``layers (every iteration)``, not ``layers[0]`` with an index inferred."""
+    b = ExportBuilder()
+    for s in range(2):
+        t0 = s * 2000
+        if s == 0:
+            b.domain(TSL, "TSL", tid=A)
+        b.nvtx(t0, t0 + 1000, f"step={s}", tid=A)
+        b.nvtx(t0 + 1, t0 + 999, "XlaModule:#hlo_module=jit_step,program_id=1#", tid=A, domain_id=TSL)
+        for k, (path, kind) in enumerate(
+            (("jit(step)/jvp(layers)/while", "d2h"), ("jit(step)/transpose(jvp(layers))/while", "h2d"))
+        ):
+            t = t0 + 10 + 400 * k
+            b.nvtx(t, t + 300, f"Thunk:#name={path},hlo_op=while.{21 + 8 * k}#", tid=A, domain_id=TSL)
+            for i in range(2):  # two layers' copies inside the one loop range
+                launch_copy(b, t + 1 + i, (t + 10 + 100 * i, t + 90 + 100 * i), kind, 1000)
+    rows = {r["name"]: r for r in Breakdown(open_trace(build(b))).by_layer()}
+    assert list(rows) == ["layers (every iteration)"]
+    c = rows["layers (every iteration)"]["copies"]
+    assert (c["d2h"]["count"], c["h2d"]["count"]) == (4, 4)  # 2 steps x 2 layers each way
+
+
 def test_steps_and_outliers(build):
     b = ExportBuilder()
     add_annotated_domain(b)

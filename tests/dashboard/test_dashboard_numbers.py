@@ -237,3 +237,31 @@ def test_the_whatif_process_ends_with_its_server(tmp_path):
             break
         time.sleep(0.1)
     assert not running(worker)
+
+
+def test_kernel_time_lost_says_how_much_of_it_is_in_persistent_kernels(tmp_path):
+    """The Policies tab's 'kernel time lost' is METRICS.md's number as it is; where a group of persistent
+    kernels (grid = the GPU's SMs: 132 on an H200) holds part of it, the cell says how much, since the
+    findings leave such groups out (the H200 example: 14.1 ms, 13.8 of it one nvjet group)."""
+    from dashboards.data import RunStore
+    from dashboards.kernels_view import group_rows, policy_rows
+    from dashboards.rows import View
+    from profiler.synthetic.export import ExportBuilder
+    from tests.helpers.kernel_groups import group
+
+    b = ExportBuilder()
+    b.gpu(0, "NVIDIA H200")
+    t = group("nvjet_gemm", [1000] * 3, [4000] * 3, b, 0, grid=(2, 66, 1))  # 9 us lost, persistent
+    group("fusion", [1000] * 3, [2000] * 3, b, t)  # 3 us lost
+    run = tmp_path / "run"
+    run.mkdir()
+    b.write(run / "slowed.sqlite")
+    store = RunStore([run])
+    (rid,) = store.refs
+    store.get(rid)
+    (row,) = policy_rows(store, [View(rid, "0")])
+    assert row["kernel time lost"] == "12.0 µs (9.00 µs of it in persistent kernels, sizes mixed: see below)"
+    assert row["most excess"] == "nvjet_gemm 4.00x (persistent)"
+    kb = store.get(rid).run.kernels_beside_copies["0"]
+    assert [r["slowdown"] for r in group_rows(kb, 132)] == ["4.00x (persistent: sizes mixed)", "2.00x"]
+    assert [r["slowdown"] for r in group_rows(kb)] == ["4.00x", "2.00x"]  # SMs unknown: nothing said

@@ -11,7 +11,7 @@ from profiler.analysis.findings import Finding, changes, rule
 from profiler.analysis.findings.config import exceeds
 from profiler.analysis.findings.evidence import CannotDecide, Evidence
 from profiler.analysis.findings.rules.text import ms, names
-from profiler.analysis.kernels_slowed import SIZE_BIAS_NOTE, group_entry, no_baseline
+from profiler.analysis.kernels_slowed import SIZE_BIAS_NOTE, group_entry, no_baseline, persistent
 
 
 def _judged(ev: Evidence) -> None:
@@ -29,11 +29,8 @@ def _judged(ev: Evidence) -> None:
 
 
 def _persistent(ev: Evidence, dev: str, row: dict[str, Any]) -> bool:
-    """Whether a group's grid holds exactly as many blocks as its GPU has SMs: a persistent kernel
-    (cuBLAS's nvjet GEMMs on Hopper), whose launch shape is the same for a GEMM of any size."""
-    sms = ev.sm_counts.get(dev)
-    blocks = [row[f"grid_{a}"] for a in "xyz"]
-    return sms is not None and None not in blocks and blocks[0] * blocks[1] * blocks[2] == sms
+    """Whether a group (a row of ``kernel_groups``) is of persistent kernels on its GPU."""
+    return persistent([row[f"grid_{a}"] for a in "xyz"], ev.sm_counts.get(dev))
 
 
 def _persistent_note(ev: Evidence, dev: str, groups: list[dict[str, Any]]) -> str:
