@@ -183,6 +183,10 @@ def _saving(i: int, s: dict[str, Any], word: str = "GPU") -> str:
         size = f"attributed {t(s['attributed_ns'])}{basis}, saving not modelled"
     else:
         size = "no time cost"
+    done = s.get("tried")
+    if done:  # the advice's flags were on in a sibling run: its measurement, not the advice blind
+        said = f": {done['outcome']}" if done.get("outcome") else ""
+        return f"{i}. {s['rule']}{where} {size}: already tried in {done['sibling']}{said} (findings: the numbers)"
     return f"{i}. {s['rule']}{where} {size}: {s['try']}"
 
 

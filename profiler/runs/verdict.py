@@ -33,6 +33,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from profiler.analysis.findings.tried import tried_items
 from profiler.analysis.policies import disjoint, is_cpu, policy_table, step_difference, step_spread, within_noise
 from profiler.conventions import device_word as devices_word
 from profiler.stored.summary import RunSummary
@@ -326,4 +327,10 @@ def verdict(runs: Sequence[RunSummary | dict[str, Any]], table: dict[str, Any] |
         "savings": savings(chosen),
         "fastest": best,
     }
+    if len(summaries) > 1:  # a finding whose flags a sibling run already had on: what that run measured
+        mine = tried_items(summaries)[summaries.index(chosen)]
+        for s in out["savings"]:
+            done = next((t for t in mine if s["rule"] in t["rules"]), None)
+            if done:
+                s["tried"] = {"sibling": done["sibling"], "outcome": done["outcome"]}
     return out

@@ -246,3 +246,27 @@ def test_a_fastest_run_without_copies_shows_the_copies_of_the_fastest_that_offlo
     # alone, none's verdict shows its own (empty) copies: the stray copy is in no step
     alone = json.loads(run_cli("analyze", "--json", runs[0]).stdout)["verdict"]
     assert alone["copies"]["d2h"]["count"] == 0 and dict(verdict_lines(alone))["cost"].startswith("nothing to cost")
+
+
+def test_a_finding_whose_flags_a_slower_sibling_had_on_says_what_it_measured():
+    """Two runs of one script and policy, the faster without the latency hiding scheduler: the verdict shows
+    the faster, whose exposed-copies finding says 'turn on --lhs'; its sibling ran with it on and was
+    slower. The verdict's line says so instead of the advice (the findings' 'already tried', one rule)."""
+    manifest = {"script": "train.py", "script_args": ["--layers", "8"], "policy": "offload_qkv"}
+    found = [{"id": "exposed-copies", "attributed_ns": 5 * MS, "where": {}, "try": "turn on --lhs", "replay": None}]
+    plain = {**run("offload_qkv", [100, 101, 102]), "manifest": manifest, "findings": {"findings": found}}
+    plain["trace"] = "/x/plain/trace.sqlite"
+    flags = {"final": "--xla_gpu_enable_latency_hiding_scheduler=true --xla_gpu_enable_pipelined_host_offloading=true"}
+    lhs = {**run("offload_qkv", [110, 111, 112]), "manifest": {**manifest, "xla_flags": flags}}
+    lhs["trace"] = "/x/lhs/trace.sqlite"
+    copies = {d: {"bytes": 0, "exposed_ns": 5 * MS, "hidden_fraction": 0.5, "busy_ns": 10 * MS, "gbps": None}
+              for d in ("d2h", "h2d", "offload")}  # fmt: skip
+    plain["copies"] = lhs["copies"] = copies
+    v = verdict([plain, lhs])
+    (s,) = v["savings"]
+    assert s["tried"] == {"sibling": "lhs", "outcome": "10.0 ms slower with them"}
+    line = dict(verdict_lines(v))["findings"]
+    assert line.endswith("1. exposed-copies attributed 5.00 ms, saving not modelled: already tried in lhs: 10.0 ms "
+                         "slower with them (findings: the numbers)")  # fmt: skip
+    assert "turn on --lhs" not in line
+    assert "tried" not in verdict([plain])["savings"][0]  # no sibling: the advice as it is
