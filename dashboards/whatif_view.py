@@ -24,6 +24,7 @@ from dashboards.view import Page, TabView
 from dashboards.widgets import choice, graph
 from profiler.analysis.links import Link, copy_scale
 from profiler.analysis.whatif import step_medians
+from profiler.trace.jax_profile import NO_WAITS, PLAN_FROM
 from profiler.units import human_time, time_unit
 
 FACTOR = "factor"
@@ -256,7 +257,10 @@ def compute(
     elif waiting:
         fig = note_figure(f"Computing the what-if for {len(waiting)} run(s) …")
     elif gone:  # the replay of these copies would say "no change": what waits for them is not in the trace
-        fig = note_figure(f"No what-if for the selected rows (listed above): not modelled: {'; '.join(unmodelled)}.")
+        hint = f" ({PLAN_FROM})" if NO_WAITS in unmodelled else ""
+        fig = note_figure(
+            f"No what-if for the selected rows (listed above): not modelled: {'; '.join(unmodelled)}.{hint}"
+        )
     else:
         fig = note_figure("None of the selected rows has GPU activity to replay.")
     fig["layout"]["meta"] = {**(fig["layout"].get("meta") or {}), "rows": ready}

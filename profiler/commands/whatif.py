@@ -23,9 +23,9 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     trace = load_trace(one_trace(args.trace), nsys=args.nsys)
     check_device(args.trace, trace, args.device)
     if not trace.waits_recorded:  # the replay follows the copies' waits: without them it would answer nothing
-        from profiler.trace.jax_profile import NO_WAITS
+        from profiler.trace.jax_profile import NO_WAITS, PLAN_FROM
 
-        raise InputError(args.trace, f"not modelled: {NO_WAITS}")
+        raise InputError(args.trace, f"not modelled: {NO_WAITS}; {PLAN_FROM}")
     link_doc = None
     factor = args.copy_scale
     target = given_link(args.link)

@@ -84,6 +84,11 @@ MISSING_NOTE = (
 )
 # what a converted trace cannot say, in the words every report uses
 NO_WAITS = "a JAX profiler trace holds no stream waits: stalls and the copies' cost to the step need an nsys capture"
+# what prices another link for such a trace instead: the compiled schedule's own order, at the measured durations
+PLAN_FROM = (
+    "for another host link, profile-step plan --from RUN --link LINK replays the step's compiled schedule at its "
+    "measured durations (docs/plan.md)"
+)
 XLA_DOMAIN_ID = 1
 MODULE_SUFFIX = ":XLA GPU module"
 COPY_KIND = {"MemcpyH2D": 1, "MemcpyD2H": 2, "MemcpyD2D": 8, "MemcpyP2P": 10}

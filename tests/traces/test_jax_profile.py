@@ -275,7 +275,11 @@ def test_h200_copies_find_their_layer_through_the_compiled_plan(tmp_path, monkey
 
 
 def test_whatif_on_a_jax_trace_says_it_cannot_replay_it(built, tmp_path):
-    """The what-if replays the copies through their waits: a trace without them gets one line, not numbers."""
+    """The what-if replays the copies through their waits: a trace without them gets one line, not numbers,
+    and the line names what prices another link for it (plan --from, the compiled schedule's replay)."""
     proc = run_cli("whatif", "--link", "nvlink-c2c", str(built), env={"PROFILE_STEP_CACHE": str(tmp_path / "c")})
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.strip().splitlines() == [f"profile-step: error: {built}: not modelled: {jax_profile.NO_WAITS}"]
+    assert proc.stderr.strip().splitlines() == [
+        f"profile-step: error: {built}: not modelled: {jax_profile.NO_WAITS}; {jax_profile.PLAN_FROM}"
+    ]
+    assert "profile-step plan --from RUN --link LINK" in jax_profile.PLAN_FROM
