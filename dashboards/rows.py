@@ -274,7 +274,8 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[s
         _col("status", "status", "text"),
         _col("steps", "steps", "numeric", nully="none"),
         _col("step", f"median step ({t_name})", "numeric", SIGNIFICANT, nully="no steps"),
-        _col("bytes", f"copied, D2H + H2D, whole capture ({b_name})", "numeric", SIGNIFICANT),
+        # four significant digits kept, zeros too: "9" beside "8.438" read as a count, not 9.000 GiB
+        _col("bytes", f"copied, D2H + H2D, whole capture ({b_name})", "numeric", ",.4r"),
         _col("copies", "copies", "numeric", ",d"),
         _col(
             "exposed",

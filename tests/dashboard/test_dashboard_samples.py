@@ -93,6 +93,19 @@ def test_first_view_is_the_h200_runs_of_the_example(browser, samples):
         }
         step = page.inner_text("#runs th[data-dash-column='step']")
         assert "median step (ms)" in step
+        # GiB copied with four significant digits kept ("9" beside "8.438" read as a count)
+        assert {r["policy"]: r["bytes"] for r in ticked}["offload_qkv"] == "9.000"
+        # the eight ticked rows fit the table's scrolled box (340 px hid the last two of them)
+        hidden = page.evaluate(
+            """() => {
+              const rows = [...document.querySelectorAll('#runs tr')].filter(tr => tr.querySelector('input:checked'));
+              let box = rows[0].parentElement;
+              while (box && getComputedStyle(box).overflowY !== 'auto') box = box.parentElement;
+              const bottom = box.getBoundingClientRect().bottom;
+              return rows.filter(tr => tr.getBoundingClientRect().bottom > bottom + 1).length;
+            }"""
+        )
+        assert hidden == 0
         for r in ticked:
             assert float(r["step"]) == pytest.approx(policies[r["policy"]]["median_step_ns"] / 1e6, rel=5e-4)
         table = page.inner_text("#runs")
