@@ -36,7 +36,7 @@ from dashboards.view import Page, TabView
 from dashboards.widgets import graph
 from profiler.analysis.policies import frontier, is_cpu, per_step_and_gpu, planned_vs_moved, policy_table
 from profiler.predict.recorded import predicted
-from profiler.report.policies_text import OTHER_PROGRAM, not_offloaded_line, policy_marks
+from profiler.report.policies_text import OTHER_PROGRAM, folded, not_offloaded_line, policy_marks
 from profiler.stored.summary import RunSummary
 from profiler.units import byte_unit, human_bytes, human_time, si, time_unit
 
@@ -324,11 +324,8 @@ def policy_datatable(
         },
         {"id": "pred_exposed", "name": f"predicted exposed ({c_name})", "type": "numeric", "format": sig},
     ]
-    every = len(rows)
-    lines = [
-        f"{text} ({'all runs' if len(who) == every and every > 1 else ', '.join(dict.fromkeys(who))})"
-        for text, who in notes.items()
-    ]
+    # notes of one kind (their numbers aside) once, as the terminal's table folds them
+    lines = [f"{text} ({scope})" for scope, text in folded(notes, len(rows), "profile-step analyze --json")]
     empty = [c for c in columns if c["id"] in OPTIONAL and all(d[c["id"]] in (None, "-") for d in data)]
     if data and empty:
         columns = [c for c in columns if c not in empty]

@@ -148,9 +148,10 @@ def _shape(text: str) -> str:
     return re.sub(r"\d+(?:[.,:]\d+)*", "#", text)
 
 
-def fold_notes(notes: dict[str, list[str]], every: int) -> list[str]:
-    """``note (WHO): TEXT`` once per kind of note: the runs whose notes differ only in their numbers share
-    one line, with the first run's numbers (said so; ``--json`` has each run's)."""
+def folded(notes: dict[str, list[str]], every: int, where: str = "--json") -> list[tuple[str, str]]:
+    """(scope, text) once per kind of note (*notes*: text -> the runs that have it; *every*: how many runs):
+    the runs whose notes differ only in their numbers share one, with the first run's numbers, said so
+    (each run's are in *where*)."""
     kinds: dict[str, list[tuple[str, list[str]]]] = {}
     for text, who in notes.items():
         kinds.setdefault(_shape(text), []).append((text, who))
@@ -159,9 +160,14 @@ def fold_notes(notes: dict[str, list[str]], every: int) -> list[str]:
         who = [p for _, ps in same for p in ps]  # one per run: two runs of one policy count twice
         scope = "all runs" if len(who) == every and every > 1 else ", ".join(dict.fromkeys(who))
         if len(same) > 1:
-            scope += f"; the numbers are {same[0][1][0]}'s, each run's in --json"
-        out.append(f"note ({scope}): {same[0][0]}")
+            scope += f"; the numbers are {same[0][1][0]}'s, each run's in {where}"
+        out.append((scope, same[0][0]))
     return out
+
+
+def fold_notes(notes: dict[str, list[str]], every: int) -> list[str]:
+    """``note (WHO): TEXT`` once per kind of note (``folded``)."""
+    return [f"note ({scope}): {text}" for scope, text in folded(notes, every)]
 
 
 def drop_empty_columns(

@@ -76,6 +76,24 @@ def test_dashboard_policy_table_shows_the_same_facts():
     assert any(c["if"]["filter_query"] == '{same_hlo} != ""' for c in table.style_data_conditional)
 
 
+def test_dashboard_policy_table_folds_notes_that_differ_only_in_their_numbers():
+    """The H200 example's trade tab listed 'no XLA cost analysis ... (was parsing 5726:67: ...)' once per
+    run, eight lines that differ in their numbers: one line, as the terminal's table folds them."""
+    pytest.importorskip("dash")
+    from dashboards.trade import policy_datatable
+
+    a, b = run("none", [3.0, 3.1, 3.2]), run("offload", [4.0, 4.1, 4.2])
+    tab = policy_table([a, b])
+    tab["rows"][0]["notes"] = ["no XLA cost analysis: could not parse (was parsing 5726:67: error)"]
+    tab["rows"][1]["notes"] = ["no XLA cost analysis: could not parse (was parsing 967:40: error)"]
+    _, lines = policy_datatable(tab, ["none (run 1)", "offload (run 2)"])
+    (line,) = [t for t in lines if "no XLA cost analysis" in t]
+    assert line == (
+        "no XLA cost analysis: could not parse (was parsing 5726:67: error) (all runs; the numbers are none "
+        "(run 1)'s, each run's in profile-step analyze --json)"
+    )
+
+
 def test_two_runs_of_one_policy_further_apart_than_their_spread():
     """The issue's offload_all: 21.25 ms in one run, 3.24 ms in the next."""
     tab = policy_table([run("offload_all", [21.0, 21.25, 21.5]), run("offload_all", [3.2, 3.24, 3.3])])
