@@ -281,6 +281,29 @@ def test_compare_gates_on_kernel_excess_by_default(build, beside, fails):
     assert "kernel time lost beside copies" in proc.stdout
 
 
+def test_compare_gate_leaves_out_persistent_kernels(build):
+    """A persistent GEMM's group (grid 2x66x1: the H200's 132 SMs) mixes every size, so its 'slowdown' may
+    be size alone: its growth does not fail the gate (the H200 example's offload_mlp -> offload_qkv:
+    +11.1 ms, +378%, all of it nvjet); the other groups' still does."""
+    from profiler.analysis.compare import DEFAULT_THRESHOLDS, compare, parse_threshold, run_value
+    from profiler.runs.result import collect
+
+    def side(gemm_beside: int, fusion_beside: int, name: str) -> dict:
+        b = ExportBuilder()
+        b.gpu(0, "NVIDIA H200")
+        t = group("nvjet_gemm", [1000] * 3, [gemm_beside] * 3, b, 0, grid=(2, 66, 1))
+        group("fusion", [1000] * 3, [fusion_beside] * 3, b, t)
+        return collect(open_trace(build(b, name)))
+
+    limits = [parse_threshold(t) for t in DEFAULT_THRESHOLDS if t.startswith("kernel_excess_ns")]
+    base = side(2000, 2000, "base.sqlite")
+    assert base["kernel_excess_ns"] == 6000 and run_value(base, "kernel_excess_ns") == 3000
+    grown = side(9000, 2000, "gemm.sqlite")  # the persistent group's excess x8: no failure
+    assert grown["kernel_excess_ns"] == 27_000 and compare([base], [grown], limits)["failures"] == []
+    worse = side(2000, 2500, "fusion.sqlite")  # the fusion's 3000 -> 4500 ns: +50%
+    assert [f["threshold"] for f in compare([base], [worse], limits)["failures"]] == ["kernel_excess_ns:+10%"]
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_group_keys_equal_exactly_where_rows_are(data):
