@@ -15,7 +15,7 @@ from dashboards import ids, rows, selection, tab_gate
 from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.styles import CELL, HEADER
-from profiler.analysis.kernels_slowed import MIN_CALLS, SIZE_BIAS_NOTE, no_baseline, persistent
+from profiler.analysis.kernels_slowed import MIN_CALLS, SIZE_BIAS_NOTE, no_baseline, persistent, persistent_excess
 from profiler.errors import ProfilerError
 from profiler.stored.summary import RunSummary
 from profiler.units import human_time
@@ -141,7 +141,7 @@ def policy_rows(store: RunStore, views: list[View]) -> list[dict[str, Any]]:
         kb = entry(run, view.device)
         worst = kb["top"][0] if kb and kb["top"] else None
         sms = sm_count(run.device_name(view.device))
-        mixed = sum(g["excess_ns"] for g in (kb or {}).get("top") or [] if persistent(g["grid"], sms))
+        mixed = persistent_excess(run, view.device)
         # no group of kernels both alone and beside copies: nothing measured, not 0 ns lost
         lost = human_time(kb["excess_ns"], nanoseconds=True) if kb and kb["groups"] else "-"
         if mixed:  # the findings leave these groups out (kernels-slowed-by-copies): say how much of it they are

@@ -48,16 +48,18 @@ def persistent(grid: list[int | None] | tuple[int | None, ...], sms: int | None)
     return sms is not None and None not in grid and grid[0] * grid[1] * grid[2] == sms  # type: ignore[operator]
 
 
-def persistent_excess(run: Any) -> int:
-    """The excess time of a run's (a ``RunSummary``) listed groups of persistent kernels, over its GPUs
-    (``top``: up to ``TOP`` groups a GPU; SMs from the GPU's name): what the compare gate leaves out of
-    ``kernel_excess_ns``, as the findings leave those groups out."""
+def persistent_excess(run: Any, device: str | None = None) -> int:
+    """The excess time of a run's (a ``RunSummary``) listed groups of persistent kernels, on *device* or
+    over all its GPUs (``top``: up to ``TOP`` groups a GPU; SMs from the GPU's name): what the compare
+    gate leaves out of ``kernel_excess_ns`` and the dashboard says of it, as the findings leave those
+    groups out."""
     from profiler.xla.targets import sm_count
 
     out = 0
     for dev, entry in (run.kernels_beside_copies or {}).items():
-        sms = sm_count(run.device_name(dev))
-        out += sum(g["excess_ns"] for g in (entry or {}).get("top") or [] if persistent(g["grid"], sms))
+        if device is None or dev == device:
+            sms = sm_count(run.device_name(dev))
+            out += sum(g["excess_ns"] for g in (entry or {}).get("top") or [] if persistent(g["grid"], sms))
     return out
 
 

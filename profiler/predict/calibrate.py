@@ -33,7 +33,6 @@ from profiler.units import human_time
 from profiler.xla.fingerprint import module_fingerprint
 from profiler.xla.hlo import Module
 
-CLASSES = ("matmul", "fusion", "reduction", "collective", "other")
 MIN_SCALE_NS = 10_000  # a class whose roofline time in the run is below this gets no scale factor
 # nor does a class whose measured instructions are under this share of its roofline time in the step:
 # a scale is carried to the class's other ops, so it must be fitted on enough of them (a scanned H200

@@ -55,8 +55,9 @@ def _slowed(ev: Evidence, nccl: bool, limit: str) -> list[tuple[str, list[dict[s
         slow = [
             r for r in rows.iter_rows(named=True) if r["excess_ns"] > 0 and exceeds(r["slowdown"], ev.config[limit])
         ]
-        mixed = [group_entry(r) for r in slow if _persistent(ev, dev, r)]
-        kept = [r for r in slow if not _persistent(ev, dev, r)]
+        is_mixed = [_persistent(ev, dev, r) for r in slow]
+        mixed = [group_entry(r) for r, m in zip(slow, is_mixed, strict=True) if m]
+        kept = [r for r, m in zip(slow, is_mixed, strict=True) if not m]
         note = _persistent_note(ev, dev, mixed) if mixed else None
         if kept:
             out.append((dev, [group_entry(r) for r in kept], sum(r["excess_ns"] for r in kept), note))
