@@ -48,8 +48,10 @@ def _screen_text(s: dict[str, Any]) -> str:
     n = s.get("screened_out") or 0
     if not n:
         return ""
+    bests = list(dict.fromkeys(x.get("incumbent") for x in s.get("screened") or [] if x.get("incumbent")))
+    best = f"the best known step ({bests[0]})" if len(bests) == 1 else "the best step known then"
     return (f", {n} change{'s' if n > 1 else ''} not compiled (predicted from each name's effect alone "
-            f"more than {100 * s['screen']:g}% slower than the best so far; --no-screen compiles them)")  # fmt: skip
+            f"no faster than {best} by {100 * s['screen']:g}%: a tie at most; --no-screen compiles them)")  # fmt: skip
 
 
 def render_tune(doc: dict[str, Any], show_all: bool = False, wide: bool = False) -> str:

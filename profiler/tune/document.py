@@ -124,6 +124,7 @@ def document(
             "screen": result.screen,
             "screened": result.screened,
             "screened_out": len(result.screened),
+            "known": result.known,
         },
         "candidates": rows,
         "presets": preset_rows,

@@ -69,8 +69,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-screen",
         action="store_true",
-        help="compile every change of the one-change rounds, also those that the names' effects alone predict "
-        "to be more than 5%% slower than the best so far",
+        help="compile every change of the search, also those that the names' effects alone predict to be no "
+        "faster than the best known step (the search's, or a preset an earlier tune compiled)",
     )
     p.add_argument("--no-presets", action="store_true", help="do not compile JAX's and MaxText's presets beside")
     p.add_argument(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from profiler.errors import InputError, ProfilerError
 from profiler.predict import roofline
 from profiler.stored import folder
 from profiler.tune import forms
-from profiler.tune.candidate import Name
+from profiler.tune.candidate import Candidate, Name
 from profiler.tune.compiler import Compiler
 from profiler.tune.document import document, plan_document
 from profiler.tune.launch import LaunchRecord, LazySession, StaleRecord, hashes, launch_key, python_facts, read_files
@@ -265,9 +265,10 @@ def _tune(
         say(f"tune: {len(seeds)} placement(s) chosen by earlier tunes of this step tried first ({record.folder})")
     only = set(req.only) if req.only else None
     try:
-        result = search(names, compiler, req.max_compiles, say, only, seeds, SCREEN if req.screen else None)
+        kept = kept_presets(names, compiler) if req.presets else []
+        result = search(names, compiler, req.max_compiles, say, only, seeds, SCREEN if req.screen else None, kept)
         search_compiles, search_seconds = compiler.compiles, compiler.seconds
-        presets = evaluate_presets(names, compiler) if req.presets else []
+        presets = evaluate_presets(names, compiler, kept) if req.presets else []
         jobs = compiler.jobs
     finally:
         compiler.finish()
@@ -292,16 +293,34 @@ def open_record(req: TuneRequest, found: dict[str, Any], spec: str, ready: dict[
     return Record(cache_dir("tune"), step_key(found["fingerprint"], spec, req.xla_options, ready.get("jax")))
 
 
-def evaluate_presets(names: list[Name], compiler: Compiler) -> list[Tried]:
-    """JAX's presets, and MaxText's when the step has MaxText's names, compiled and predicted."""
+def preset_candidates(names: list[Name]) -> list[Candidate]:
+    """JAX's presets, and MaxText's first when the step has MaxText's names."""
     cands = forms.jax_presets()
     if any(n.name in forms.MAXTEXT_CUSTOM for n in names):
         cands = forms.maxtext_presets(names) + cands
+    return cands
+
+
+def kept_presets(names: list[Name], compiler: Compiler) -> list[Tried]:
+    """The presets an earlier tune of this step compiled (in the record: a replay each, no compile), read
+    before the search so that its screen compares with them."""
+    return [Tried(c, compiler(c), "preset", None) for c in preset_candidates(names) if compiler.cached(c)]
+
+
+def evaluate_presets(names: list[Name], compiler: Compiler, kept: Iterable[Tried] = ()) -> list[Tried]:
+    """JAX's presets, and MaxText's when the step has MaxText's names, compiled and predicted (those in
+    *kept* taken as they are)."""
+    done = {t.candidate.key(): t for t in kept}
+    cands = preset_candidates(names)
+    todo = [c for c in cands if c.key() not in done]
     prefetch = getattr(compiler, "prefetch", None)
     if prefetch is not None:
-        prefetch(cands)
+        prefetch(todo)
     out = []
     for c in cands:
+        if c.key() in done:
+            out.append(done[c.key()])
+            continue
         before = compiler.compiles
         outcome = compiler(c)
         out.append(Tried(c, outcome, "preset", compiler.compiles if compiler.compiles > before else None))

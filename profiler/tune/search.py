@@ -25,11 +25,16 @@ rounds start from the best of them when it beats the greedy path.  A compiled pl
 gains from a faster link, so a faster link's search seeded with a slower link's choice never
 chooses a slower step than that one (the search alone is greedy: it is not monotone in the link).
 
-*Screen*: before a one-change round, each change is predicted from what each name did alone
-(step 2: its effect on the step is close to additive): the incumbent's step plus, per name it
-moves, the difference of the two placements' effects alone.  A change predicted slower than the
-incumbent by more than ``SCREEN`` of its step is not compiled (``screened``): beside the margin,
-only a strong interaction between names could make it win.
+*Screen*: a change is compiled only when it is predicted to help over the best step known so far
+(the search's, or a preset an earlier tune compiled: ``known``, free to read).  The prediction adds
+what each name did alone (step 2: its effect on the step is close to additive) to a compiled
+placement: for a one-change round, the incumbent's step plus the difference of the moved name's
+two placements' effects alone (measured on MaxText's tiny config's and three test scripts' tunes:
+median 0.1%, 90% within 1.8%; benchmarks/additive_error.py); for the together step, the resting candidate's step plus
+the promising moves' gains (the greedy path's end: not built when even it cannot beat the best
+known).  A change predicted no better than the best known by ``SCREEN`` of its step could only win
+by the prediction's error, which is far inside the tie the verdict calls (10% for the roofline,
+3% calibrated): it is not compiled (``screened``), and ``--no-screen`` compiles it.
 
 "Helps" means faster by more than ``TOLERANCE`` of the step (the model's numbers are
 exact, its meaning is not), within the memory limit.
@@ -45,7 +50,7 @@ from profiler.tune.candidate import Candidate, Name, everywhere, resting
 from profiler.tune.evaluate import Outcome
 
 TOLERANCE = 0.001  # a change helps when it is faster by more than 0.1% of the step
-SCREEN = 0.05  # a change predicted (per-name effects added) slower than the incumbent by more than 5% is not compiled
+SCREEN = TOLERANCE  # a change is compiled when predicted (per-name effects added) faster than the best known by this
 
 
 class Evaluator(Protocol):
@@ -76,8 +81,9 @@ class Search:
     only: set[str] | None = None  # the names searched (--names); None: all
     budget_cut: bool = False  # the compile budget stopped the search before a local optimum
     budget: int = 0
-    screened: list[dict[str, Any]] = field(default_factory=list)  # changes not compiled: predicted to lose
-    screen: float | None = SCREEN
+    screened: list[dict[str, Any]] = field(default_factory=list)  # changes not compiled: predicted not to help
+    screen: float | None = SCREEN  # the predicted gain over the best known a change needs to be compiled
+    known: int = 0  # compiled placements outside the search (kept presets) the screen compared with
 
 
 class OutOfBudget(Exception):
@@ -121,6 +127,11 @@ class _Run:
         self.seen: dict[str, Tried] = {}
         self.only: set[str] | None = None
         self.seeds: list[Candidate] = []
+        self.known: list[Tried] = []
+
+    def best_known(self, current: Tried) -> Tried:
+        """The fastest fitting placement compiled so far: *current*, the search's or a kept preset's."""
+        return best_of([current, *self.out.tried, *self.known]) or current
 
     def seeded(self) -> list[Tried]:
         """The incumbents, the compiled ones first (a replay each, no compile)."""
@@ -175,18 +186,22 @@ def search(
     only: set[str] | None = None,
     seeds: Iterable[Candidate] = (),
     screen: float | None = SCREEN,
+    known: Iterable[Tried] = (),
 ) -> Search:
     """The search of the module docstring over *names*; *evaluate* compiles (and caches); with
     *only*, just those names move (the others stay where they rest); *seeds*: incumbent placements
-    (tried when they are compiled already, or while the budget allows); *screen*: the margin of the
-    screen (None: every change compiled)."""
+    (tried when they are compiled already, or while the budget allows); *screen*: the predicted gain
+    a change needs to be compiled (None: every change compiled); *known*: placements compiled outside
+    the search (kept presets), which the screen compares with but the search never starts from."""
     run = _Run(names, evaluate, budget, echo)
     run.only = only
     run.seeds = usable_seeds(names, seeds, only)
+    run.known = [t for t in known if t.outcome is not None]
     out = run.out
     out.only = only
     out.budget = budget
     out.screen = screen
+    out.known = len(run.known)
     try:
         _search(run)
     except OutOfBudget:
@@ -235,19 +250,31 @@ def _search(run: _Run) -> None:
     for _, name, place in promising:
         moves.setdefault(name, []).append(place)
     current = base
+    if not path_screened(promising, run):
+        current = _together(run, moves, base)
+    # an incumbent or a bound (keeping everything) better than the greedy path: the local search starts
+    # there, so that the choice is a local optimum explored here (a later tune seeded with it compiles nothing)
+    for t in [*seeded, *(t for t in out.tried if t.stage == "bounds")]:
+        if helps(t.outcome, current.outcome):
+            current = t
+    _one_change(run, moves, current)
+
+
+def _together(run: _Run, moves: dict[str, list[str]], current: Tried) -> Tried:
+    """Step 3: the promising moves added one by one; the greedy path's end."""
     for name, places in moves.items():
         for place in places:
             t = run.get(current.candidate.with_(name, place), "together")
             if helps(t.outcome, current.outcome):
                 current = t
                 break
-    # an incumbent or a bound (keeping everything) better than the greedy path: the local search starts
-    # there, so that the choice is a local optimum explored here (a later tune seeded with it compiles nothing)
-    for t in [*seeded, *(t for t in out.tried if t.stage == "bounds")]:
-        if helps(t.outcome, current.outcome):
-            current = t
-    # 4. one change at a time, until none helps
-    rest = {n.name: n.resting for n in names}
+    return current
+
+
+def _one_change(run: _Run, moves: dict[str, list[str]], current: Tried) -> None:
+    """Step 4: one change at a time from *current*, until none helps."""
+    out = run.out
+    rest = {n.name: n.resting for n in run.names}
     while True:
         place_now = current.candidate.place()
         better = current
@@ -297,21 +324,58 @@ def additive_step(c: Candidate, ref: Tried, base: Tried, alone: dict[tuple[str, 
     return step
 
 
+def _needed(run: _Run, current: Tried) -> int | None:
+    """The step a change must be predicted under to be compiled: the best known step less the screen's
+    margin; None when there is no screen or nothing fitting to compare with."""
+    margin, ref = run.out.screen, run.best_known(current)
+    if margin is None or ref.outcome is None or not ref.outcome.fits or run.out.base is None:
+        return None
+    return int(ref.outcome.step_ns * (1 - margin))
+
+
 def screened(changes: list[Candidate], current: Tried, run: _Run) -> list[Candidate]:
     """The changes worth compiling from the fitting incumbent *current*: those not yet tried whose additive
-    step is not slower than its step by more than the screen's margin; the others go to ``screened``."""
-    out, margin = run.out, run.out.screen
-    if margin is None or current.outcome is None or not current.outcome.fits or out.base is None:
+    step is under the best known step by the screen's margin (or cannot be predicted); the others go to
+    ``screened``."""
+    out = run.out
+    needed = _needed(run, current)
+    if needed is None or current.outcome is None or not current.outcome.fits:
         return changes
+    best = run.best_known(current)
     keep = []
     for c in changes:
-        pred = None if c.key() in run.seen else additive_step(c, current, out.base, out.alone)
-        if pred is not None and pred > current.outcome.step_ns * (1 + margin):
-            out.screened.append({"candidate": c.label(run.names), "placements": c.place(),
-                                 "predicted_step_ns": pred, "incumbent_step_ns": current.outcome.step_ns})  # fmt: skip
+        pred = None if c.key() in run.seen else additive_step(c, current, out.base, out.alone)  # type: ignore[arg-type]
+        if pred is not None and pred >= needed:
+            out.screened.append({"candidate": c.label(run.names), "placements": c.place(), "predicted_step_ns": pred,
+                                 "incumbent_step_ns": best.outcome.step_ns,  # type: ignore[union-attr]
+                                 "incumbent": best.candidate.label(run.names)})  # fmt: skip
         else:
             keep.append(c)
     return keep
+
+
+def path_screened(promising: list[tuple[float, str, str]], run: _Run) -> bool:
+    """Whether the greedy path (step 3) is left out: its end, the resting step less each promising name's
+    best gain alone (added), is not under the best known step by the screen's margin.  Said in ``screened``."""
+    base = run.out.base
+    needed = None if base is None else _needed(run, base)
+    if needed is None or base is None or base.outcome is None or not base.outcome.fits:
+        return False
+    best_move: dict[str, tuple[float, str]] = {}
+    for g, name, where in promising:  # the largest gain first
+        best_move.setdefault(name, (g, where))
+    if len(best_move) < 2:
+        return False  # a single move: compiled already, alone
+    end = int(base.outcome.step_ns - sum(g for g, _ in best_move.values()))
+    if end < needed:
+        return False
+    place = {**base.candidate.place(), **{n: w for n, (_, w) in best_move.items()}}
+    best = run.best_known(base)
+    run.out.screened.append({"candidate": f"the greedy path to {Candidate.of(place).label(run.names)}",
+                             "placements": place, "predicted_step_ns": end,
+                             "incumbent_step_ns": best.outcome.step_ns,  # type: ignore[union-attr]
+                             "incumbent": best.candidate.label(run.names)})  # fmt: skip
+    return True
 
 
 def _why_pruned(t: Outcome | None, base: Outcome | None, resting: str = "recomputing") -> str:

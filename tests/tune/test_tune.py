@@ -25,7 +25,7 @@ from profiler.report.tune_text import render_tune
 from profiler.tune import forms
 from profiler.tune.candidate import Candidate, Name
 from profiler.tune.compiler import Compiler
-from profiler.tune.run import evaluate_presets, names_of
+from profiler.tune.run import evaluate_presets, kept_presets, names_of
 from profiler.tune.search import best_of, search
 from profiler.xla import targets
 from tests.helpers.cli import run_cli
@@ -68,9 +68,13 @@ def known(aot_python, tmp_path_factory):
 
 
 def choose(compiler: Compiler, names: list[Name], link: str, limit: int, presets: bool = False, seeds=()):
+    """tune's search on *link* under *limit*, as ``run_tune`` calls it: the presets compiled already
+    (``kept_presets``: in this module's process, every link after the first) are read first, and the
+    screen compares with them."""
     compiler.link, compiler.limit = parse_link(link), limit
-    result = search(names, compiler, budget=24, echo=lambda s: None, seeds=seeds)
-    extra = evaluate_presets(names, compiler) if presets else []
+    kept = kept_presets(names, compiler) if presets else []
+    result = search(names, compiler, budget=24, echo=lambda s: None, seeds=seeds, known=kept)
+    extra = evaluate_presets(names, compiler, kept) if presets else []
     return result, best_of(result.tried + extra), extra
 
 
