@@ -50,8 +50,9 @@ def _screen_text(s: dict[str, Any]) -> str:
         return ""
     bests = list(dict.fromkeys(x.get("incumbent") for x in s.get("screened") or [] if x.get("incumbent")))
     best = f"the best known step ({bests[0]})" if len(bests) == 1 else "the best step known then"
-    return (f", {n} change{'s' if n > 1 else ''} not compiled (predicted from each name's effect alone "
-            f"no faster than {best} by {100 * s['screen']:g}%: a tie at most; --no-screen compiles them)")  # fmt: skip
+    return (f", {n} change{'s' if n > 1 else ''} not compiled (each predicted, from the names' effects alone, "
+            f"no more than {100 * s['screen']:g}% faster than {best}: a tie at most; "
+            "--no-screen compiles them)")  # fmt: skip
 
 
 def render_tune(doc: dict[str, Any], show_all: bool = False, wide: bool = False) -> str:
