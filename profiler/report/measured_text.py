@@ -212,6 +212,14 @@ def render_from_recording(doc: dict[str, Any]) -> str:
         "in-sample), else what such predictions were off on real steps; measured/scaled/roofline: instructions "
         "costed by their own measured time, by their op class's measured-over-roofline scale, by the roofline alone"
     ]
+    own = [p for p in doc["predicted"] if p["error"] is not None and not p["expected_error"] and p["costed"]["copy"]]
+    if own:  # the same kernels' times as the replay line's: only the copies differ, and the page says so
+        p = own[0]
+        out += [
+            f"{p['target']} on {p['link']}: the replay above, but each copy priced for the link instead of taking "
+            f"its measured time ({human_time(p['step_ns'])}, {_pct(p['error'])}, against the replay's "
+            f"{human_time(r['step_ns'])}, {_pct(r['error'])})"
+        ]
     if any(p["error"] is None and not p["expected_error"] for p in doc["predicted"]):
         out += [
             "unchecked: its own device's measured kernels with the copies priced for another link; no step was "

@@ -78,6 +78,7 @@ def test_on_its_own_gpu_over_another_link_the_prediction_is_unchecked(tmp_path):
     from profiler.analysis.links import parse_link
     from profiler.predict.from_recording import from_recording
     from profiler.report.measured_text import render_from_recording
+    from profiler.units import human_time
 
     run = next(H200.glob("*-offload_mlp-??????"))
     with pytest.MonkeyPatch.context() as mp:
@@ -93,6 +94,13 @@ def test_on_its_own_gpu_over_another_link_the_prediction_is_unchecked(tmp_path):
     (row,) = [ln for ln in text.splitlines() if ln.startswith("NVIDIA H200") and "NVLink-C2C" in ln]
     assert "unchecked" in row and "%" not in row
     assert "unchecked: its own device's measured kernels with the copies priced for another link" in text
+    # the own link's row and the replay line print two errors for one step: one line says how they differ
+    said = " ".join(text.split())
+    assert (
+        "NVIDIA H200 on PCIe Gen5 x16: the replay above, but each copy priced for the link instead of taking its "
+        f"measured time ({human_time(own['step_ns'])}, {100 * own['error']:+.1f}%, against the replay's "
+        f"{human_time(doc['replay']['step_ns'])}, {100 * doc['replay']['error']:+.1f}%)"
+    ) in said
 
 
 def test_the_unplaced_costs_say_each_reason_once(tmp_path):
