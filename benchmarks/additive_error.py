@@ -75,7 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     errors = []
     for f in args.docs:
-        doc = json.loads(f.read_text())
+        try:
+            doc = json.loads(f.read_text())
+        except (OSError, ValueError) as exc:
+            print(f"{f}: not a tune document ({exc.__class__.__name__}: {exc})", file=sys.stderr)
+            return 2
         for a, b, pred, got in pairs(doc, args.paths):
             err = (pred - got) / got
             errors.append(abs(err))

@@ -7,7 +7,7 @@ import textwrap
 from typing import Any
 
 from profiler.report.table import table
-from profiler.units import COLUMNS, human_bytes, scaled, time_unit
+from profiler.units import COLUMNS, count, human_bytes, readable_time_unit, scaled
 
 LEGEND = (
     "step = predicted step time; exposed = copy time the compute stream waits for (not hidden); device = the step's "
@@ -44,15 +44,18 @@ def _jobs_text(s: dict[str, Any]) -> str:
 
 
 def _screen_text(s: dict[str, Any]) -> str:
-    """How many changes the screen kept from the compiler (predicted from the names' effects alone)."""
-    n = s.get("screened_out") or 0
-    if not n:
+    """What the screen kept from the compiler: the greedy path, the changes (each predicted from the names'
+    effects alone), and the step they were measured against."""
+    xs = s.get("screened") or []
+    if not xs:
         return ""
-    bests = list(dict.fromkeys(x.get("incumbent") for x in s.get("screened") or [] if x.get("incumbent")))
+    path = any(x.get("kind") == "path" for x in xs)
+    n = sum(1 for x in xs if x.get("kind") != "path")
+    what = " and ".join(w for w in ("the greedy path" if path else "", count(n, "change") if n else "") if w)
+    bests = list(dict.fromkeys(x.get("incumbent") for x in xs if x.get("incumbent")))
     best = f"the best known step ({bests[0]})" if len(bests) == 1 else "the best step known then"
-    return (f", {n} change{'s' if n > 1 else ''} not compiled (each predicted, from the names' effects alone, "
-            f"no more than {100 * s['screen']:g}% faster than {best}: a tie at most; "
-            "--no-screen compiles them)")  # fmt: skip
+    return (f", {what} not compiled (predicted from the names' effects alone not to beat {best} by more than "
+            f"{100 * s['screen']:g}%; --no-screen compiles {'it' if (path + n) == 1 else 'them'})")  # fmt: skip
 
 
 def render_tune(doc: dict[str, Any], show_all: bool = False, wide: bool = False) -> str:
@@ -62,7 +65,7 @@ def render_tune(doc: dict[str, Any], show_all: bool = False, wide: bool = False)
     fitting = doc["fitting"]
     chosen = (doc.get("choice") or {}).get("label")
     everything = doc["candidates"] + doc["presets"]
-    unit, div = time_unit(r["predicted_step_ns"] for r in everything if r["predicted_step_ns"] is not None)
+    unit, div = readable_time_unit(r["predicted_step_ns"] for r in everything if r["predicted_step_ns"] is not None)
     heads = ("candidate", "stage", f"step {unit}", f"exposed {unit}", "device", "host", "fits", "compile")
     link = doc["link"]
     limit = doc.get("limit_bytes")
@@ -85,9 +88,9 @@ def render_tune(doc: dict[str, Any], show_all: bool = False, wide: bool = False)
     s = doc["search"]
     out.append("")
     out += textwrap.wrap(
-        f"search: {s['compiles']} compiles in {s['compile_seconds']:.0f} s{_jobs_text(s)} for {len(doc['names'])} "
-        f"named activations{_screen_text(s)}; "
-        f"stopped: {s['stop']}; then {doc['compiles'] - s['compiles']} compiles for the presets "
+        f"search: {count(s['compiles'], 'compile')} in {s['compile_seconds']:.0f} s{_jobs_text(s)} for "
+        f"{len(doc['names'])} named activations{_screen_text(s)}; "
+        f"stopped: {s['stop']}; then {count(doc['compiles'] - s['compiles'], 'compile')} for the presets "
         f"({doc['seconds']:.0f} s in all)" + _record_text(doc.get("record")),
         width,
         subsequent_indent="  ",
@@ -127,6 +130,8 @@ def render_tune(doc: dict[str, Any], show_all: bool = False, wide: bool = False)
             f"{unit} ({100 * slower:+.1f}% against the choice)",
             width,
         )
+        for line in doc.get("best_named_why") or []:
+            out += textwrap.wrap(line, width, initial_indent="  ", subsequent_indent="    ")
         if named.get("maxtext_form"):
             out.append(f"MaxText: {named['maxtext_form']}")
         out.append(f"JAX:     policy={named['jax_form']}")
@@ -149,8 +154,9 @@ def _record_text(rec: dict[str, Any] | None) -> str:
     else:
         started = ""
     return (
-        f"; {rec['reused']} programs reused from earlier tunes of this step, {rec['seeds']} of their choices tried "
-        f"first, {rec['stored']} new ones kept ({rec['folder']})" + (f"; {started}" if started else "")
+        f"; {count(rec['reused'], 'program')} reused from earlier tunes of this step, {rec['seeds']} of their "
+        f"choices tried first, {rec['stored']} new {'one' if rec['stored'] == 1 else 'ones'} kept ({rec['folder']})"
+        + (f"; {started}" if started else "")
     )
 
 

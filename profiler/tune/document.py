@@ -54,6 +54,19 @@ def row(t: Tried, names: list[Name], compiler: Compiler) -> dict[str, Any]:
     }
 
 
+def _pruned(result: Search, rows: list[dict[str, Any]], names: list[Name]) -> list[dict[str, str]]:
+    """The moves pruned after trying them alone; one that compiled to the resting candidate's own program
+    says so (nothing moved: no faster by construction, not by measure)."""
+    base = result.base.candidate.label(names) if result.base is not None else None
+    programs = {r["label"]: r["fingerprint"] for r in rows if r["fingerprint"]}
+    out = []
+    for p in result.pruned:
+        label = result.base.candidate.with_(p["name"], p["place"]).label(names) if result.base is not None else None
+        same = base is not None and programs.get(label) is not None and programs.get(label) == programs.get(base)
+        out.append({**p, "why": f"the same program as {base}"} if same and label != base else p)
+    return out
+
+
 def document(
     req: Any,
     names: list[Name],
@@ -119,7 +132,7 @@ def document(
             "stop": result.stop,
             "budget_cut": result.budget_cut,
             "seeds": [t.candidate.label(names) for t in result.tried if t.stage == "seed"],
-            "pruned": result.pruned,
+            "pruned": _pruned(result, rows, names),
             "tried": len(result.tried),
             "screen": result.screen,
             "screened": result.screened,
@@ -132,6 +145,9 @@ def document(
         "choice": chosen,
         "why": lines,
         "best_named": best_named,
+        "best_named_why": explain.name_lines(named, result, compiler, names, presets, "this placement")
+        if best_named
+        else [],
     }
 
 

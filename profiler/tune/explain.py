@@ -253,6 +253,18 @@ def lines(choice: Tried, s: Search, compiler: Any, names: list[Name], others: li
             "it saves values the names do not tag"
         )
         return out
+    return out + name_lines(choice, s, compiler, names, others)
+
+
+def name_lines(
+    t: Tried, s: Search, compiler: Any, names: list[Name], others: list[Tried] | None = None, where: str = "the choice"
+) -> list[str]:
+    """One sentence per named activation of the placement *t* (none for a JAX preset): where it is and why;
+    *where*: what *t* is to the reader (the choice, or the best placement of the names beside a JAX policy)."""
+    c, o = t.candidate, t.outcome
+    if o is None or c.jax_policy:
+        return []
+    out = []
     place = c.place()
     alike = same_program(c, [*s.tried, *(others or [])], compiler)
     for n in names:
@@ -262,7 +274,7 @@ def lines(choice: Tried, s: Search, compiler: Any, names: list[Name], others: li
         if alike.get(n.name):
             out.append(_no_difference(n, p, alike[n.name]))
             continue
-        out.append(_name_line(n, p, c, o, s, compiler))
+        out.append(_name_line(n, p, c, o, s, compiler, where))
     return out
 
 
@@ -277,8 +289,8 @@ def _no_difference(n: Name, asked: str, same: list[str]) -> str:
     )
 
 
-def _name_line(n: Name, p: str, c: Candidate, o: Outcome, s: Search, compiler: Any) -> str:
-    """The line of one name whose placement the compiled program follows."""
+def _name_line(n: Name, p: str, c: Candidate, o: Outcome, s: Search, compiler: Any, where: str = "the choice") -> str:
+    """The line of one name whose placement the compiled program follows (*where*: what *c* is to the reader)."""
     rc = recompute_ns(n.name, s)
     copies = _copies(n.name, s, compiler)
     if p == "offload":
@@ -311,5 +323,5 @@ def _name_line(n: Name, p: str, c: Candidate, o: Outcome, s: Search, compiler: A
     others = [_other(c, n.name, q, o, s, compiler.limit) for q in n.options() if q != p]
     others = [x for x in others if x]
     if others:
-        text += "; in the choice, " + "; ".join(others)
+        text += f"; in {where}, " + "; ".join(others)
     return text

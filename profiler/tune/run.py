@@ -148,9 +148,9 @@ def checkpoints_line(found: dict[str, Any]) -> str:
     that differs (a scanned layer: one equation, run once per layer)."""
     regions, sites = found.get("checkpoints") or 0, found.get("checkpoint_sites")
     if sites is None or sites == regions:
-        return f"{regions} jax.checkpoint region(s) a step"
+        return f"{regions} jax.checkpoint region(s) per step"
     return (
-        f"{regions} jax.checkpoint region(s) a step ({sites} jax.checkpoint in the program; one under a "
+        f"{regions} jax.checkpoint region(s) per step ({sites} jax.checkpoint in the program; one under a "
         "scan runs once per iteration)"
     )
 

@@ -104,6 +104,6 @@ def test_tune_says_the_regions_of_a_scanned_step(aot_python, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
     assert (doc["checkpoints"], doc["checkpoint_sites"]) == (LAYERS, 1)
-    assert f"{LAYERS} jax.checkpoint region(s) a step (1 jax.checkpoint in the program" in proc.stderr
+    assert f"{LAYERS} jax.checkpoint region(s) per step (1 jax.checkpoint in the program" in proc.stderr
     assert doc["step"]["name"] == "train_step"
     assert doc["choice"]["maxtext_form"].startswith("remat_policy=custom decoder_layer_input=")

@@ -160,6 +160,31 @@ def test_a_name_left_out_by_names_says_so(known):
     assert "; back " in small and " of the backward compute scheduled between start and done" in small, small
 
 
+def test_beside_a_jax_policy_the_best_placement_of_the_names_says_why(known):
+    """When one of JAX's policies is the choice (it saves values the names do not tag), the page's second
+    answer, the best placement of the names (the one with MaxText's form), has a line per activation,
+    which speaks of "this placement", not of the choice."""
+    from profiler.tune.document import document
+    from profiler.tune.evaluate import Outcome
+    from profiler.tune.run import TuneRequest
+    from profiler.tune.search import Tried
+
+    found, names, compiler = known
+    result, named, _ = choose(compiler, names, "nvlink-c2c", 3 * GiB)
+    fast = named.outcome.step_ns // 2  # a JAX policy far faster than any placement of the names
+    policy = Tried(Candidate.jax("dots_saveable"), Outcome(fast, 0, fast, {}, {}, 1, 0, True), "preset", None)
+    link = HostLink(parse_link("nvlink-c2c"), "given", "test")
+    doc = document(TuneRequest(KNOWN), names, found, result, [policy], compiler, link, 3 * GiB, "test", "H100")
+    doc.update(seconds=1.0, out_dir="OUT", compiles=compiler.compiles)
+    doc["search"].update(compiles=0, compile_seconds=0.0, jobs=1)
+    assert doc["choice"]["label"] == "jax:dots_saveable" and doc["best_named"]["label"] == named.candidate.label(names)
+    assert [line.split(":")[0] for line in doc["best_named_why"]] == [n.name for n in names]
+    assert not any("in the choice" in line for line in doc["best_named_why"])
+    text = " ".join(render_tune(doc).split())
+    assert "the best placement of the named activations: offload small" in text
+    assert "small: offload; its 1.00 GiB per step on NVLink-C2C" in text
+
+
 def test_a_placement_that_changes_nothing_says_so(known):
     """``big`` kept makes ``small`` unneeded (tune_known.py): keeping both compiles to the same program as
     keeping ``big`` alone, so the line of ``small`` in "keep all" says that keeping it made no difference,

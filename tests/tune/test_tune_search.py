@@ -196,23 +196,54 @@ def test_the_screen_compiles_less_and_chooses_the_same():
         assert s["predicted_step_ns"] == step * MS >= s["incumbent_step_ns"] * (1 - SCREEN)
 
 
+MINIMAL = Candidate.of({"d": "device", "e": "offload", "f": "remat", "g": "remat"}, preset="maxtext:minimal")
+
+
+def kept(c: Candidate, step_ms: int) -> Tried:
+    """A preset an earlier tune compiled, as ``run.kept_presets`` reads it from the record."""
+    return Tried(c, Outcome(step_ms * MS, 0, step_ms * MS, {}, {}, 12, 0, True), "preset", None)
+
+
 def test_a_kept_preset_screens_what_cannot_beat_it():
-    """A preset an earlier tune compiled (``known``, read for free) is the step to beat: the greedy path,
-    whose end (the names' best gains added) is not under it, is not built, and no one-change neighbour
-    predicted no better than it is compiled; the search never starts from the preset."""
-    preset = Tried(Candidate.jax("dots_saveable"), Outcome(50 * MS, 0, 50 * MS, {}, {}, 12, 0, True), "preset", None)
+    """A preset of the names an earlier tune compiled (``known``, read for free) is the step to beat: the
+    greedy path, whose end (the names' best gains added) is not under it, is not built, and no one-change
+    neighbour predicted no better than it is compiled; the search never starts from the preset."""
     table = Additive()
-    s = search(ADDITIVE, table, budget=60, echo=lambda s: None, known=[preset])
+    s = search(ADDITIVE, table, budget=60, echo=lambda s: None, known=[kept(MINIMAL, 50)])
     assert s.known == 1
     assert table.compiles == s.compiles == 2 + 8  # the bounds and each move alone
     assert [t.stage for t in s.tried].count("together") == 0
     assert s.screened[0]["candidate"] == "the greedy path to keep all"
     assert s.screened[0]["predicted_step_ns"] == (100 - 20 - 15 - 8 - 4) * MS
-    assert {x["incumbent"] for x in s.screened} == {"jax:dots_saveable"}
+    assert {x["incumbent"] for x in s.screened} == {"maxtext:minimal"}
     assert all(x["predicted_step_ns"] >= 50 * MS * (1 - SCREEN) for x in s.screened)
-    assert all(t.candidate.jax_policy is None for t in s.tried)
+    assert MINIMAL.key() not in {t.candidate.key() for t in s.tried}
     without = search(ADDITIVE, Additive(), budget=60, echo=lambda s: None)
     assert without.compiles > s.compiles and any(t.stage == "together" for t in without.tried)
+
+
+def test_a_jax_policy_is_not_the_step_to_beat():
+    """A JAX policy (dots_saveable) saves values the names do not tag: no placement of the names can reach
+    it, and the best placement of the names is printed beside it, so the screen never compares with it."""
+    jax_preset = kept(Candidate.jax("dots_saveable"), 50)
+    with_it = search(ADDITIVE, Additive(), budget=60, echo=lambda s: None, known=[jax_preset])
+    without = search(ADDITIVE, Additive(), budget=60, echo=lambda s: None)
+    assert with_it.known == 0
+    assert [t.candidate for t in with_it.tried] == [t.candidate for t in without.tried]
+    assert with_it.screened == without.screened
+
+
+def test_a_compiled_placement_is_never_screened():
+    """What an earlier tune compiled (here: each candidate of the full search, as if kept in the record)
+    costs no compile: the screen leaves none of it out, the greedy path is walked through it, and the
+    search tries what the full search tried, compiling nothing."""
+    full = search(ADDITIVE, Additive(), budget=60, echo=lambda s: None, screen=None)
+    table = Additive()
+    table.compiled = {t.candidate.key() for t in full.tried}
+    again = search(ADDITIVE, table, budget=60, echo=lambda s: None, known=[kept(MINIMAL, 50)])
+    assert table.compiles == 0 and not again.screened
+    assert {t.candidate.key() for t in again.tried} == {t.candidate.key() for t in full.tried}
+    assert again.best.candidate == full.best.candidate
 
 
 # Three names where keeping all (a bound) beats the greedy path: x kept alone gains 1 ms, y or z kept alone loses
