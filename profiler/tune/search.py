@@ -28,9 +28,9 @@ chooses a slower step than that one (the search alone is greedy: it is not monot
 *Screen*: a change is compiled only when it is predicted to help over the best step known so far
 (the search's, or a preset that places the names, MaxText's, an earlier tune compiled: ``known``,
 free to read; never a JAX policy, which saves what the names do not tag and so is no placement the
-search could reach).  A placement compiled already is never screened: it costs no compile.  The prediction adds
-what each name did alone (step 2: its effect on the step is close to additive) to a compiled
-placement: for a one-change round, the incumbent's step plus the difference of the moved name's
+search could reach).  A placement compiled already is never screened: it costs no compile.  The
+prediction adds what each name did alone (step 2: its effect on the step is close to additive) to a
+compiled placement: for a one-change round, the incumbent's step plus the difference of the moved name's
 two placements' effects alone (measured on 106 compiled pairs of MaxText's tiny config, the example
 and the known-answer script: median 0.09%, 90% within 0.34%, the largest 10.8%;
 benchmarks/additive_error.py); for the together step, the resting candidate's step plus
@@ -86,7 +86,7 @@ class Search:
     budget: int = 0
     screened: list[dict[str, Any]] = field(default_factory=list)  # changes not compiled: predicted not to help
     screen: float | None = SCREEN  # the predicted gain over the best known a change needs to be compiled
-    known: int = 0  # compiled placements outside the search (kept presets) the screen compared with
+    known: int = 0  # kept presets of the names (compiled outside the search) the screen compared with
 
 
 class OutOfBudget(Exception):
