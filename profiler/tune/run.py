@@ -25,7 +25,7 @@ from profiler.tune.compiler import Compiler
 from profiler.tune.document import document, plan_document
 from profiler.tune.launch import LaunchRecord, LazySession, StaleRecord, hashes, launch_key, python_facts, read_files
 from profiler.tune.record import Record, step_key
-from profiler.tune.search import SCREEN, Tried, search
+from profiler.tune.search import SCREEN, Tried, bounds, search
 from profiler.xla import targets
 
 
@@ -265,6 +265,11 @@ def _tune(
         say(f"tune: {len(seeds)} placement(s) chosen by earlier tunes of this step tried first ({record.folder})")
     only = set(req.only) if req.only else None
     try:
+        # with --jobs: the bounds and the presets, compiled whatever the outcomes, in one batch: the helpers
+        # come up while the first process compiles, and no process idles between the two rounds (the search
+        # and the presets take them in their own order, numbered as with --jobs 1)
+        if req.presets:
+            compiler.prefetch(bounds(names) + preset_candidates(names))
         kept = kept_presets(names, compiler) if req.presets else []
         result = search(names, compiler, req.max_compiles, say, only, seeds, SCREEN if req.screen else None, kept)
         search_compiles, search_seconds = compiler.compiles, compiler.seconds

@@ -226,7 +226,7 @@ def _search(run: _Run) -> None:
     if not names:
         out.stop = "the step's checkpoints name no activation: only the presets were compared"
         return
-    run.ahead([resting(names), everywhere(names, "device")])
+    run.ahead(bounds(names))
     base = out.base = run.get(resting(names), "bounds")
     if base.outcome is None:
         out.stop = "the step does not compile for the target with every named activation recomputed (see its error)"
@@ -240,7 +240,7 @@ def _search(run: _Run) -> None:
             return
     # 2. each name alone
     promising: list[tuple[float, str, str]] = []
-    moved = [(n, p) for n in names if run.only is None or n.name in run.only for p in n.options() if p != n.resting]
+    moved = _moves(names, run.only)
     run.ahead([base.candidate.with_(n.name, place) for n, place in moved])
     for n, place in moved:
         t = run.get(base.candidate.with_(n.name, place), "alone")
@@ -268,6 +268,16 @@ def _search(run: _Run) -> None:
         if helps(t.outcome, current.outcome):
             current = t
     _one_change(run, moves, current)
+
+
+def _moves(names: list[Name], only: set[str] | None) -> list[tuple[Name, str]]:
+    """Step 2's moves: each name searched (*only*: those) to each place but where it rests."""
+    return [(n, p) for n in names if only is None or n.name in only for p in n.options() if p != n.resting]
+
+
+def bounds(names: list[Name]) -> list[Candidate]:
+    """Step 1's candidates, compiled whatever happens next: every name where it rests, every name kept."""
+    return [resting(names), everywhere(names, "device")]
 
 
 def _together(run: _Run, moves: dict[str, list[str]], current: Tried, free_only: bool = False) -> tuple[Tried, int]:
