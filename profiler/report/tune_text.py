@@ -91,7 +91,13 @@ def render_tune(doc: dict[str, Any], show_all: bool = False, wide: bool = False)
         f"search: {count(s['compiles'], 'compile')} in {s['compile_seconds']:.0f} s{_jobs_text(s)} for "
         f"{len(doc['names'])} named activations{_screen_text(s)}; "
         f"stopped: {s['stop']}; then {count(doc['compiles'] - s['compiles'], 'compile')} for the presets "
-        f"({doc['seconds']:.0f} s in all)" + _record_text(doc.get("record")),
+        + (
+            f"(compiled side by side with the bounds before the search, {s['batch_seconds']:.0f} s; "
+            if s.get("batch_seconds") and doc["compiles"] > s["compiles"]
+            else "("
+        )
+        + f"{doc['seconds']:.0f} s in all)"
+        + _record_text(doc.get("record")),
         width,
         subsequent_indent="  ",
     )

@@ -270,9 +270,10 @@ def _tune(
         # and the presets take them in their own order, numbered as with --jobs 1)
         if req.presets:
             compiler.prefetch(bounds(names) + preset_candidates(names))
+        batch_seconds = compiler.seconds
         kept = kept_presets(names, compiler) if req.presets else []
         result = search(names, compiler, req.max_compiles, say, only, seeds, SCREEN if req.screen else None, kept)
-        search_compiles, search_seconds = compiler.compiles, compiler.seconds
+        search_compiles, search_seconds = compiler.compiles, compiler.seconds - batch_seconds
         presets = evaluate_presets(names, compiler, kept) if req.presets else []
         jobs = compiler.jobs
     finally:
@@ -285,7 +286,8 @@ def _tune(
         doc["record"] = {"folder": str(record.folder), "key": record.key, "reused": compiler.reused,
                          "stored": record.stored, "seeds": len(seeds)}  # fmt: skip
     doc["step"] = {"name": ready.get("step"), "chosen_by": ready.get("chosen_by"), "jax": ready.get("jax")}
-    doc["search"].update(compiles=search_compiles, compile_seconds=round(search_seconds, 1), jobs=jobs)
+    doc["search"].update(compiles=search_compiles, compile_seconds=round(search_seconds, 1), jobs=jobs,
+                         batch_seconds=round(batch_seconds, 1))  # fmt: skip
     doc["compiles"] = compiler.compiles
     return doc
 

@@ -14,7 +14,7 @@ from tests.helpers.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 KNOWN = ROOT / "tests" / "scripts" / "tune_known.py"
-TIMINGS = {"seconds", "compile_seconds", "jobs"}
+TIMINGS = {"seconds", "compile_seconds", "batch_seconds", "jobs"}
 
 
 def tune(python: str, out: Path, jobs: int, *more: str) -> dict[str, Any]:

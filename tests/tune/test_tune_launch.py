@@ -19,7 +19,7 @@ from tests.helpers.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "tests" / "scripts"
-TIMINGS = {"seconds", "compile_seconds", "jobs", "launch"}
+TIMINGS = {"seconds", "compile_seconds", "batch_seconds", "jobs", "launch"}
 
 
 class Lazy:
