@@ -100,6 +100,7 @@ def render_tune(doc: dict[str, Any], show_all: bool = False, wide: bool = False)
         + _record_text(doc.get("record")),
         width,
         subsequent_indent="  ",
+        break_on_hyphens=False,  # a folder's path stays whole
     )
     if s["pruned"]:
         verb = {"device": "keep", "offload": "offload", "remat": "recompute"}
