@@ -57,13 +57,15 @@ def row(t: Tried, names: list[Name], compiler: Compiler) -> dict[str, Any]:
 def _pruned(result: Search, rows: list[dict[str, Any]], names: list[Name]) -> list[dict[str, str]]:
     """The moves pruned after trying them alone; one that compiled to the resting candidate's own program
     says so (nothing moved: no faster by construction, not by measure)."""
-    base = result.base.candidate.label(names) if result.base is not None else None
+    if result.base is None:
+        return result.pruned
+    base = result.base.candidate
     programs = {r["label"]: r["fingerprint"] for r in rows if r["fingerprint"]}
+    resting = programs.get(base.label(names))
     out = []
     for p in result.pruned:
-        label = result.base.candidate.with_(p["name"], p["place"]).label(names) if result.base is not None else None
-        same = base is not None and programs.get(label) is not None and programs.get(label) == programs.get(base)
-        out.append({**p, "why": f"the same program as {base}"} if same and label != base else p)
+        same = resting is not None and programs.get(base.with_(p["name"], p["place"]).label(names)) == resting
+        out.append({**p, "why": f"the same program as {base.label(names)}"} if same else p)
     return out
 
 

@@ -319,10 +319,9 @@ def evaluate_presets(names: list[Name], compiler: Compiler, kept: Iterable[Tried
     *kept* taken as they are)."""
     done = {t.candidate.key(): t for t in kept}
     cands = preset_candidates(names)
-    todo = [c for c in cands if c.key() not in done]
     prefetch = getattr(compiler, "prefetch", None)
     if prefetch is not None:
-        prefetch(todo)
+        prefetch(cands)  # the kept ones are cached: not compiled again
     out = []
     for c in cands:
         if c.key() in done:

@@ -351,13 +351,13 @@ def additive_step(c: Candidate, ref: Tried, base: Tried, alone: dict[tuple[str, 
     return step
 
 
-def _needed(run: _Run, current: Tried) -> int | None:
-    """The step a change must be predicted under to be compiled: the best known step less the screen's
-    margin; None when there is no screen or nothing fitting to compare with."""
+def _to_beat(run: _Run, current: Tried) -> tuple[int, Tried] | None:
+    """The step a change must be predicted under to be compiled (the best known step less the screen's
+    margin) and that best known placement; None when there is no screen or nothing fitting to compare with."""
     margin, ref = run.out.screen, run.best_known(current)
     if margin is None or ref.outcome is None or not ref.outcome.fits or run.out.base is None:
         return None
-    return int(ref.outcome.step_ns * (1 - margin))
+    return int(ref.outcome.step_ns * (1 - margin)), ref
 
 
 def screened(changes: list[Candidate], current: Tried, run: _Run) -> list[Candidate]:
@@ -365,10 +365,10 @@ def screened(changes: list[Candidate], current: Tried, run: _Run) -> list[Candid
     step is under the best known step by the screen's margin (or cannot be predicted); the others go to
     ``screened``."""
     out = run.out
-    needed = _needed(run, current)
-    if needed is None or current.outcome is None or not current.outcome.fits:
+    beat = _to_beat(run, current)
+    if beat is None or current.outcome is None or not current.outcome.fits:
         return changes
-    best = run.best_known(current)
+    needed, best = beat
     keep = []
     for c in changes:
         pred = None if run.free(c) else additive_step(c, current, out.base, out.alone)  # type: ignore[arg-type]
@@ -396,9 +396,10 @@ def path_screened(promising: list[tuple[float, str, str]], run: _Run) -> bool:
     """Whether the greedy path (step 3) is left out: its end, the resting step less each promising name's
     best gain alone (added), is not under the best known step by the screen's margin.  Said in ``screened``."""
     base = run.out.base
-    needed = None if base is None else _needed(run, base)
-    if needed is None or base is None or base.outcome is None or not base.outcome.fits:
+    beat = None if base is None else _to_beat(run, base)
+    if beat is None or base is None or base.outcome is None or not base.outcome.fits:
         return False
+    needed, best = beat
     best_move: dict[str, tuple[float, str]] = {}
     for g, name, where in promising:  # the largest gain first
         best_move.setdefault(name, (g, where))
@@ -409,7 +410,7 @@ def path_screened(promising: list[tuple[float, str, str]], run: _Run) -> bool:
         return False
     place = {**base.candidate.place(), **{n: w for n, (_, w) in best_move.items()}}
     label = f"the greedy path to {Candidate.of(place).label(run.names)}"
-    _screen_out(run, "path", label, place, end, run.best_known(base))
+    _screen_out(run, "path", label, place, end, best)
     return True
 
 
