@@ -234,7 +234,7 @@ def test_kernels_slowed_leaves_out_persistent_kernels(tmp_path, gpu, sm_count, p
             slowed_group(b, "loop_add_fusion", 2_000, t0=1_000_000)
         doc = findings_of(write_run(tmp_path, b, name=f"run-{only}"))
         found = fired(doc, "kernels-slowed-by-copies")
-        said = "left out on device 0: 1 group(s) of persistent kernels (nvjet_gemm 2x66x1 4.00x)"
+        said = "left out on GPU 0: 1 group(s) of persistent kernels (nvjet_gemm 2x66x1 4.00x)"
         if not persistent:
             assert found[0]["where"]["kernels"] == ["nvjet_gemm"] + ([] if only else ["loop_add_fusion"])
             assert said not in found[0]["verdict"]
@@ -572,6 +572,6 @@ def test_the_h200_examples_persistent_gemms_are_not_called_slowed_by_copies():
 
     (run,) = (ROOT / "sample_traces" / "h200-example").glob("*-offload_qkv-b50f27")
     said = " ".join(run_cli("findings", "--json", str(run)).stdout.split())
-    assert '"rule": "kernels-slowed-by-copies", "why": "left out on device 0: 1 group(s) of persistent kernels' in said
+    assert '"rule": "kernels-slowed-by-copies", "why": "left out on GPU 0: 1 group(s) of persistent kernels' in said
     assert "nvjet_sm90_tst_128x160_64x5_2x1_v_bz_NNT 2x66x1 3.52x" in said
     assert '"id": "kernels-slowed-by-copies"' not in said

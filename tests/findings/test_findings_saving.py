@@ -45,7 +45,7 @@ def _exposed(tmp_path, launch: int, name: str, **thresholds) -> dict:
 
 
 EXPOSED = (
-    "device 0: 100% of the h2d/d2h copy time ran with no kernel beside it: 100 µs of 100 µs, 91% of the 110 µs "
+    "GPU 0: 100% of the h2d/d2h copy time ran with no kernel beside it: 100 µs of 100 µs, 91% of the 110 µs "
     "window. Copies: 1 h2d of 1.0 MiB, 1.0 MiB in all, 100 µs exposed; spread over the window: 1.00 µs to 11.0 µs "
     "of it in each tenth; most exposed: h2d 1.0 MiB at 0.0 µs (100 µs)"
 )  # the rule's own verdict on these copies (exposed.py)

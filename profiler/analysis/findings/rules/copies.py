@@ -56,7 +56,8 @@ def pageable_copies(ev: Evidence) -> list[Finding]:
             Finding(
                 "pageable-copies",
                 "problem",
-                f"device {dev}: {listed} copies ({size(moved.get(int(dev), 0))}) use pageable host memory: they are "
+                f"{ev.device_word} {dev}: "
+                f"{listed} copies ({size(moved.get(int(dev), 0))}) use pageable host memory: they are "
                 f"staged through a bounce buffer and cannot overlap kernels; {dur(cost)} of them ran with no kernel "
                 "beside them",
                 'put the host side in pinned memory: memory_kind="pinned_host" (not "unpinned_host") in JAX, '
@@ -139,7 +140,7 @@ def copy_on_compute_stream(ev: Evidence) -> list[Finding]:
         Finding(
             "copy-on-compute-stream",
             "problem",
-            f"device {dev}: {n} h2d/d2h copies ({size(nbytes or 0)}) run on stream {stream}, the stream of "
+            f"{ev.device_word} {dev}: {n} h2d/d2h copies ({size(nbytes or 0)}) run on stream {stream}, the stream of "
             f"{pct(share)} of the compute kernels ({k}), for {dur(held.get(int(dev) * (1 << 32) + int(stream), 0))}: "
             "each copy waits for the kernels before it and holds up the kernels after it",
             "give the copies a stream of their own: XLA does for its async copy-start/copy-done; a device_put "
@@ -171,7 +172,9 @@ def slow_link(ev: Evidence) -> list[Finding]:
         name = ev.gpu_names.get(dev)
         chosen = run_link(ev.gpu_names, dev, ev.link)
         if chosen.assumed:  # a slow link is never judged against an assumed one
-            raise CannotDecide(f"the host link of device {dev} ({name or 'unknown GPU'}) is unknown: give --link")
+            raise CannotDecide(
+                f"the host link of {ev.device_word} {dev} ({name or 'unknown GPU'}) is unknown: give --link"
+            )
         link = chosen.link
         judged = True
         for cls, alone in cases:
@@ -184,7 +187,8 @@ def slow_link(ev: Evidence) -> list[Finding]:
                     Finding(
                         "slow-link",
                         "problem",
-                        f"device {dev}: {cls} copies of 1 MiB or more running alone reach {alone['gbps']:.1f} GB/s, "
+                        f"{ev.device_word} {dev}: "
+                        f"{cls} copies of 1 MiB or more running alone reach {alone['gbps']:.1f} GB/s, "
                         f"{pct(frac)} of {link.name} ({link.gbps:g} GB/s per direction); at the link's speed the "
                         f"{dur(exposed)} of exposed {cls} copy time would be {dur(cost)} shorter",
                         "check that the host buffers are pinned and on the GPU's NUMA node (numactl), the link's "
@@ -269,7 +273,8 @@ def copy_contention(ev: Evidence) -> list[Finding]:
                 Finding(
                     "copy-contention",
                     "problem",
-                    f"device {dev}: {cls} copies beside kernels move {ctx['kernels']['gbps']:.1f} GB/s, {slow:.1f}x "
+                    f"{ev.device_word} {dev}: "
+                    f"{cls} copies beside kernels move {ctx['kernels']['gbps']:.1f} GB/s, {slow:.1f}x "
                     f"slower than alone ({ctx['alone']['gbps']:.1f} GB/s): {dur(lost)} of copy time lost, of which "
                     f"{dur(cost)} where the copies were exposed or stalled the GPU"
                     + (f"; most overlapped: {names(listed)}" if listed else ""),

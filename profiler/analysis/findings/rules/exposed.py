@@ -199,7 +199,7 @@ def exposed_copies(ev: Evidence) -> list[Finding]:
             Finding(
                 "exposed-copies",
                 "problem",
-                f"device {dev}: {pct(exposed / busy)} of the h2d/d2h copy time ran with no kernel beside it: "
+                f"{ev.device_word} {dev}: {pct(exposed / busy)} of the h2d/d2h copy time ran with no kernel beside it: "
                 f"{dur(exposed)} of {dur(busy)}, {share(exposed / span) if span else '0%'} of the {dur(span)} window. "
                 f"Copies: {classes}; {_where_text(by_tenth, exposed, span)}; "
                 f"most exposed: {names(worst)}",

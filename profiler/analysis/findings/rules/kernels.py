@@ -36,7 +36,8 @@ def _persistent(ev: Evidence, dev: str, row: dict[str, Any]) -> bool:
 def _persistent_note(ev: Evidence, dev: str, groups: list[dict[str, Any]]) -> str:
     listed = names([f"{g['name']} {'x'.join(map(str, g['grid']))} {g['slowdown']:.2f}x" for g in groups])
     return (
-        f"left out on device {dev}: {len(groups)} group(s) of persistent kernels ({listed}): each launches as "
+        f"left out on {ev.device_word} {dev}: "
+        f"{len(groups)} group(s) of persistent kernels ({listed}): each launches as "
         f"many blocks as the GPU's {ev.sm_counts[dev]} SMs whatever the problem's size, so a group mixes GEMMs "
         "of every size and its calls beside copies may only be the larger ones"
     )
@@ -97,7 +98,7 @@ def _finding(
     return Finding(
         rule_id,
         "problem",
-        f"device {dev}: {len(groups)} {what} group(s) (name, grid/block) run slower beside h2d/d2h copies "
+        f"{ev.device_word} {dev}: {len(groups)} {what} group(s) (name, grid/block) run slower beside h2d/d2h copies "
         f"({names(_listed(groups))}): {ms(excess)} of kernel time lost over {beside} calls beside copies "
         f"(beside minus alone lower-median duration, per call){of_all}: these copies are hidden, not free"
         + (f"; {left_out}" if left_out else ""),
