@@ -10,7 +10,11 @@ For each run (a policy of examples/train.py, compiled and measured on an H200 by
   PCIe Gen5 x16 link;
 - calibrated on A100: the same, with each op class's roofline scaled as measured on the JAX-Toolbox
   Pax archive (FSDP on A100-SXM4-40GB, ``../shared/traces/jax-toolbox``): the cost model carried
-  from one GPU to another through their descriptions (``predict.calibrate``).
+  from one GPU to another through their descriptions (``predict.calibrate``);
+- plan's own: the same step as ``profile-step plan --target h200`` compiles it on a machine without a
+  GPU (jaxlib 0.10.2, no autotuning: ``benchmarks/h200_deviceless/``, compiled with XLA's own estimates
+  in the module), predicted without them (``deviceless_roofline``) and with them (``xla``: what plan
+  and tune print, ``roofline.with_xla``), on the built-in H200 target.
 
 The H200 traces cannot give the replay with their own durations: their kernels ran inside XLA's
 command buffers, where the trace names no instruction (sample_traces/h200-example/README.md).
@@ -34,11 +38,13 @@ from profiler.report.table import table
 from profiler.runs.result import analyzed
 from profiler.trace import load_trace
 from profiler.xla.compiled import load_module
+from profiler.xla.targets import TARGETS
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "sample_traces" / "h200-example"
 PAX = ("NVIDIA__JAX-Toolbox__pax_fsdp4_4proc_proc0.zip", "NVIDIA__JAX-Toolbox__pax_fsdp4_4proc_proc1.zip")
 A100_SPEC = ROOT / "benchmarks" / "specs" / "a100_sxm4_40gb.txtpb"
+DEVICELESS = ROOT / "benchmarks" / "h200_deviceless"  # each run's step as plan compiles it: <policy>.hlo.txt.xz
 
 
 def runs() -> list[Path]:
@@ -62,12 +68,28 @@ def rows(shared: Path | None) -> list[dict[str, Any]]:
         roof = simulate(sched, roofline.costs(sched, roofline.device_from_spec(spec)), link).step_ns
         row = {"run": json.loads((run / "manifest.json").read_text())["policy"], "measured_ns": measured,
                "roofline_ns": roof, "roofline_error": roof / measured - 1}  # fmt: skip
+        row.update(deviceless(row["run"], measured, link))
         for tag, cal in cals:
             s, costs, _ = calibrate.calibrated_costs(cal, module, spec, link, sched)
             pred = simulate(s, costs, link).step_ns
             row[f"a100_{tag}_ns"] = pred
             row[f"a100_{tag}_error"] = pred / measured - 1
         out.append(row)
+    return out
+
+
+def deviceless(policy: str, measured: float, link) -> dict[str, Any]:
+    """The run's step as ``plan --target h200`` compiles it, predicted without and with XLA's estimates."""
+    hlo = DEVICELESS / f"{policy}.hlo.txt.xz"
+    if not hlo.is_file():
+        return {}
+    sched = schedule.build(load_module(hlo)[0])
+    roof = roofline.costs(sched, roofline.device_from_spec(TARGETS["h200"].spec_text()), xla=False)
+    with_xla, taken = roofline.with_xla(sched, roof)
+    out: dict[str, Any] = {"xla_costed": len(taken)}
+    for key, costs in (("deviceless_roofline", roof), ("xla", with_xla)):
+        out[f"{key}_ns"] = simulate(sched, costs, link).step_ns
+        out[f"{key}_error"] = out[f"{key}_ns"] / measured - 1
     return out
 
 
@@ -84,11 +106,14 @@ def main() -> int:
         return 0
     cals = sorted({k.split("_")[1] for r in found for k in r if k.startswith("a100_") and k.endswith("_ns")})
     head = ["run", "measured ms", "roofline ms", "error"] + [h for c in cals for h in (f"A100 {c} ms", "error")]
+    head += ["plan's roofline ms", "error", "plan with XLA's ms", "error"]
     body = [
         [r["run"], f"{r['measured_ns'] / 1e6:.1f}", f"{r['roofline_ns'] / 1e6:.1f}", f"{r['roofline_error']:+.1%}"]
         + [v for c in cals for v in (f"{r[f'a100_{c}_ns'] / 1e6:.1f}", f"{r[f'a100_{c}_error']:+.1%}")]
+        + [v for k in ("deviceless_roofline", "xla") for v in
+           ((f"{r[f'{k}_ns'] / 1e6:.1f}", f"{r[f'{k}_error']:+.1%}") if f"{k}_ns" in r else ("-", "-"))]
         for r in found
-    ]
+    ]  # fmt: skip
     print(table(head, body))
     return 0
 

@@ -16,6 +16,7 @@ from dashboards.styles import CELL, ERROR_COLOR, HEADER_WRAP
 from dashboards.widgets import graph
 from profiler.analysis.policies import plan_table
 from profiler.errors import ProfilerError
+from profiler.predict.step import COSTED
 from profiler.report.policies_text import PLAN_LEGEND, plan_notes
 from profiler.report.predict_text import LEGEND as PREDICTED_LEGEND
 from profiler.report.predict_text import verdict_lines
@@ -368,7 +369,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
         said_predicted = []
         if predicted is not None:
             said_predicted = [
-                f"Predicted (roofline over the compiled schedule, not measured): {PREDICTED_LEGEND}.",
+                f"Predicted ({COSTED}; not measured): {PREDICTED_LEGEND}.",
                 *verdict_lines(tab_doc.get("offload_vs_remat") or [], width=None),
             ]
         calibrated = predicted_datatable(tab_doc, "calibrated")

@@ -36,6 +36,7 @@ from dashboards.view import Page, TabView
 from dashboards.widgets import graph
 from profiler.analysis.policies import frontier, is_cpu, per_step_and_gpu, planned_vs_moved, policy_table
 from profiler.predict.recorded import predicted
+from profiler.predict.step import COSTED
 from profiler.report.policies_text import OTHER_PROGRAM, folded, not_offloaded_line, policy_marks
 from profiler.stored.summary import RunSummary
 from profiler.units import byte_unit, human_bytes, human_time, si, time_unit
@@ -283,9 +284,7 @@ def policy_datatable(
         pred = r.get("predicted") or {}
         if pred.get("predicted_step_ns") is not None:  # which GPU and link the predicted columns are for
             on = f"{pred.get('target') or 'the recorded GPU'}, {pred.get('link') or 'its host link'}"
-            notes.setdefault(
-                f"predicted columns: roofline over the compiled schedule, not measured, on {on}", []
-            ).append(lab)
+            notes.setdefault(f"predicted columns: {COSTED}, not measured, on {on}", []).append(lab)
         for n in r["notes"]:
             notes.setdefault(n, []).append(lab)
         if r["model_flops_per_step"] and r["mfu"] is None:

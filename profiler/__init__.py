@@ -7,6 +7,7 @@
     m = profiler.load_recording("runs/<run>")                  # what a recording measured per instruction
     prediction, error = profiler.replay(m)                     # its schedule with its own durations
     print(profiler.ROOFLINE.line())                            # how far a kind of prediction was off
+    print(profiler.XLA.line())                                 # ... costed by XLA's own estimates (plan, tune)
 
 Imported on first use: ``import profiler`` itself needs nothing beyond the standard library (capture
 runs on machines without polars).
@@ -21,6 +22,7 @@ from typing import Any
 __all__ = [
     "CALIBRATED",
     "ROOFLINE",
+    "XLA",
     "analyzed",
     "calibrate",
     "from_recording",

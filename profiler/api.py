@@ -10,6 +10,7 @@ from typing import Any
 from profiler import __all__ as __all__
 from profiler.analysis.accuracy import CALIBRATED as CALIBRATED
 from profiler.analysis.accuracy import ROOFLINE as ROOFLINE
+from profiler.analysis.accuracy import XLA as XLA
 from profiler.predict import measured
 from profiler.predict.calibrate import calibrate as calibrate
 from profiler.predict.calibrate import replay as replay

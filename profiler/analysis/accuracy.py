@@ -67,7 +67,26 @@ class Accuracy:
 # the H200, -6.6% to -16.9%, pairs at most 2.6% (2026-12-07, reductions a class apart: -6.0% to -16.5%)
 ROOFLINE = Accuracy("roofline", step_low=-0.33, step_high=-0.20, tie=0.10)
 CALIBRATED = Accuracy("calibrated", step_low=-0.17, step_high=-0.059, tie=0.03)
-KINDS = {a.kind: a for a in (ROOFLINE, CALIBRATED)}
+# measured 2026-12-07 (benchmarks/h200_predictions.py, "plan with XLA's"): the same 8 steps as plan compiles
+# them without a GPU (jaxlib 0.10.2, benchmarks/h200_deviceless), GEMMs and fusions that reduce
+# costed by XLA's own estimates written into the module (roofline.with_xla), the rest by the roofline:
+# -11.2% to -17.5% (the same modules by the roofline alone: -26.5% to -33.9%), unrolled pairs' ratios off
+# by at most 0.9% (the roofline's: 10.2%).  Which of XLA's estimates to take per class was chosen on
+# these same steps (roofline.XLA_MODELS): an in-sample figure, one program on one GPU.
+XLA_BASIS = (
+    "the example's 8 runs on a real H200, compiled as plan compiles them (sample_traces/h200-example; in "
+    "sample: XLA's estimates per class were chosen on them)"
+)
+XLA = Accuracy("xla", step_low=-0.18, step_high=-0.11, tie=0.01, basis=XLA_BASIS)
+KINDS = {a.kind: a for a in (ROOFLINE, CALIBRATED, XLA)}
+
+
+def of_costs(cost_models: list[str | None]) -> Accuracy:
+    """The accuracy of predictions costed as *cost_models* say (each prediction's ``cost_model``:
+    ``xla`` or ``roofline``): XLA's figures where every one took XLA's estimates, else the roofline's
+    (a comparison of an XLA-costed step with a roofline-costed one is no better than the roofline)."""
+    return XLA if cost_models and all(m == XLA.kind for m in cost_models) else ROOFLINE
+
 
 # A TPU's recorded program (plan --from) is priced on the TPU's description: measured 2026-12-06
 # (benchmarks/tpu_predictions.py) on 17 TPU v5e runs of two models, the example at d_model 2048

@@ -21,6 +21,7 @@ KEEP = (
     "predicted_exposed_collective_ns",
     "layers",
     "costed_by",
+    "cost_model",
     "late_copies",
     "notes",
 )

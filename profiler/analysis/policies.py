@@ -578,6 +578,7 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
     layers' offloaded data in host memory together.  ``host_live_peak_bytes`` recomputes the
     first from the plan's schedule (a cross-check), ``late_d2h`` counts the device-to-host copies
     scheduled after the backward pass began (their data stays in device memory until then)."""
+    from profiler.analysis.accuracy import of_costs
     from profiler.analysis.offload_vs_remat import calibrated_rows, offload_vs_remat, prediction_rows
 
     target = doc["target"]
@@ -661,7 +662,7 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
         "same_hlo": same,
         "links": doc.get("links") or [],
         "predictions": predictions,
-        "offload_vs_remat": offload_vs_remat(predictions),
+        "offload_vs_remat": offload_vs_remat(predictions, of_costs([p.get("cost_model") for p in predictions])),
         # plan --calibrate: the same predictions with the costs a run measured
         "calibration": doc.get("calibration"),
         "calibrated": calibrated,

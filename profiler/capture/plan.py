@@ -25,6 +25,7 @@ from typing import Any
 from profiler.analysis.links import HostLink, Link, given_link, host_link
 from profiler.capture import policy_arg
 from profiler.capture.shell import output_of
+from profiler.capture.xla_flags import for_target_compile as xla_flags_for_target
 from profiler.conventions import BATCH_ENV, COMPILED_STEP, PLAN_DIR_ENV, PLAN_TARGET_ENV, POLICY_ENV
 from profiler.errors import InputError, ProfilerError
 from profiler.predict.step import predict_file
@@ -186,8 +187,7 @@ def _one(
         }
     )
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    if req.xla_flags:
-        env["XLA_FLAGS"] = " ".join([env.get("XLA_FLAGS", ""), *req.xla_flags]).strip()
+    env["XLA_FLAGS"] = xla_flags_for_target(env.get("XLA_FLAGS"), req.xla_flags)
     env.pop("PROFILE_STEP_RUN_DIR", None)
     if batch is not None:
         env[BATCH_ENV] = str(batch)

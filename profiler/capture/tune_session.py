@@ -22,6 +22,7 @@ from typing import Any
 from profiler.capture import policy_arg
 from profiler.capture.plan import ROOT
 from profiler.capture.step_catch import STEP_ENV, candidates_text
+from profiler.capture.xla_flags import for_target_compile as xla_flags_for_target
 from profiler.conventions import BATCH_ENV, PLAN_DIR_ENV, PLAN_TARGET_ENV, POLICY_ENV, TUNE_FDS_ENV
 from profiler.errors import ProfilerError
 
@@ -73,8 +74,7 @@ class CompileSession:
             env[BATCH_ENV] = str(batch)
         if step:
             env[STEP_ENV] = step
-        if xla_flags:
-            env["XLA_FLAGS"] = " ".join([env.get("XLA_FLAGS", ""), *xla_flags]).strip()
+        env["XLA_FLAGS"] = xla_flags_for_target(env.get("XLA_FLAGS"), xla_flags)
         # the start-up hook (it takes the step of a script that hands none over), then the project
         hook = str(Path(__file__).resolve().parent / "hook")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (hook, str(ROOT), env.get("PYTHONPATH", "")) if p)

@@ -11,6 +11,9 @@ ASYNC_LIMIT = "--xla_gpu_experimental_parallel_async_compute_limit"
 COMMAND_BUFFER = "--xla_gpu_enable_command_buffer"
 DUMP_TO = "--xla_dump_to"
 DUMP_AS_TEXT = "--xla_dump_hlo_as_text"
+# XLA writes its own estimate of each kernel's time into the compiled module (backend_config
+# "reification_cost"), which profiler.predict.roofline takes where it is nearer to a real GPU
+COST_MODEL_STATS = "--xla_gpu_collect_cost_model_stats"
 
 
 def parse(flags: str) -> dict[str, str | None]:
@@ -73,3 +76,10 @@ def plan(
 def forced(plan: FlagPlan) -> list[str]:
     """The presets asked for on the command line (they win over the script's own value too)."""
     return [k for k in (LHS, PIPELINED_OFFLOAD, ASYNC_LIMIT) if k in plan.set_by_preset]
+
+
+def for_target_compile(current: str | None, extra: list[str] | None = None) -> str:
+    """``XLA_FLAGS`` for a compile for a GPU target (plan, tune): *current* (the user's), then *extra*,
+    with XLA's own per-kernel estimates asked for (``COST_MODEL_STATS``) unless either sets it."""
+    flags = " ".join([current or "", *(extra or [])]).strip()
+    return flags if COST_MODEL_STATS in parse(flags) else f"{flags} {COST_MODEL_STATS}=true".strip()

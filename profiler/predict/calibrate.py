@@ -114,7 +114,7 @@ def calibrate(m: Measured, spec_text: str) -> Calibration:
     device = roofline.device_from_spec(spec_text)
     sched = m.sched
     assert sched is not None  # m.module is there
-    roof = roofline.costs(sched, device)
+    roof = roofline.costs(sched, device, xla=False)
     meas = measured_costs(m)
     classes = roofline.op_classes(sched)
     cls = class_table(sched, meas, roof, classes=classes)
@@ -223,7 +223,7 @@ def calibrated_costs(
     the caller has built it already (building it is most of the time)."""
     device = roofline.device_from_spec(spec_text)
     sched = sched if sched is not None else schedule.build(module)
-    roof = roofline.costs(sched, device)
+    roof = roofline.costs(sched, device, xla=False)
     classes = roofline.op_classes(sched)
     shapes = {n: i.shape.text() for n, i in sched.instructions.items()}
     costs: dict[str, int] = {}

@@ -48,7 +48,7 @@ def from_recording(path: Path, targets: list[str] | None = None, links: list[Lin
     sched = m.sched
     assert sched is not None  # m.module is there
     replay, replay_error = calibrate.replay(m)
-    roof = roofline.costs(sched, roofline.device_from_spec(spec))
+    roof = roofline.costs(sched, roofline.device_from_spec(spec), xla=False)
     roof_step = simulate(sched, roof, own_link).step_ns
     measured = calibrate.measured_costs(m)
     largest = sorted(

@@ -106,6 +106,7 @@ def against_measured(row: dict[str, Any], run: RunSummary | dict[str, Any], pred
         "measured_step_ns": m_step,
         "measured_exposed_ns": m_exp,
         "step_error": step / m_step - 1 if step is not None and m_step else None,
+        "cost_model": p.get("cost_model"),
         "exposed_error_ns": exposed - m_exp if exposed is not None and m_exp is not None else None,
         "layers": layers,
         "notes": pred.get("notes") or [],

@@ -11,14 +11,21 @@ from profiler.predict.simulate import Prediction, simulate
 from profiler.xla.compiled import load_module
 from profiler.xla.hlo import HloError, Module
 
-LABEL = "predicted (roofline over the compiled schedule, not measured)"
+# what a predicted number is: the compiled schedule replayed, each kernel at XLA's own estimate where the
+# module carries one (roofline.with_xla), else at the roofline
+COSTED = "the compiled schedule replayed, kernels at XLA's estimates or the roofline"
+LABEL = f"predicted ({COSTED}; not measured)"
+# how the kernels were costed: ``xla`` where the module carries XLA's own estimates (a compile by plan or
+# tune; roofline.XLA_MODELS), else ``roofline``: the kinds of profiler.analysis.accuracy
+XLA_COSTS, ROOFLINE_COSTS = "xla", "roofline"
 
 
-def predict_module(module: Module, device: roofline.Device, links: list[Link]) -> list[Prediction]:
-    """One prediction per link; the roofline costs are computed once."""
+def predict_module(module: Module, device: roofline.Device, links: list[Link]) -> tuple[list[Prediction], int]:
+    """One prediction per link (the costs computed once), and how many instructions XLA's own estimate
+    costed (``roofline.with_xla``)."""
     sched = schedule.build(module)
-    costs = roofline.costs(sched, device)
-    return [simulate(sched, costs, link) for link in links]
+    costs, taken = roofline.with_xla(sched, roofline.costs(sched, device, xla=False))
+    return [simulate(sched, costs, link) for link in links], len(taken)
 
 
 def predict_file(hlo: Path, spec_text: str, links: list[Link], peak_bf16_tflops: float | None = None) -> dict[str, Any]:
@@ -39,10 +46,12 @@ def predict_file(hlo: Path, spec_text: str, links: list[Link], peak_bf16_tflops:
         "interconnect_gbps": device.interconnect_bytes_s / 1e9,
     }
     try:
-        preds = predict_module(module, device, links)
+        preds, by_xla = predict_module(module, device, links)
     except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError) as exc:  # a module the replay misreads
         out["notes"].append(f"no prediction: the replay of {hlo.name} failed ({type(exc).__name__}: {exc})")
         return out
+    model = XLA_COSTS if by_xla else ROOFLINE_COSTS
+    out["cost_model"], out["xla_costed"] = model, by_xla
     for link, pred in zip(links, preds, strict=True):
-        out["predictions"].append({**pred.doc(), "link_name": link.name, "link_gbps": link.gbps})
+        out["predictions"].append({**pred.doc(), "link_name": link.name, "link_gbps": link.gbps, "cost_model": model})
     return out

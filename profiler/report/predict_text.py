@@ -6,7 +6,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from profiler.analysis.accuracy import ROOFLINE
+from profiler.analysis.accuracy import of_costs
 from profiler.analysis.late_copies import fix, sentence
 from profiler.predict.step import LABEL
 from profiler.report.table import table
@@ -43,7 +43,7 @@ def render_predictions(tab: dict[str, Any]) -> list[str]:
     heads = ("policy", "batch", "link", f"step {unit}", f"exposed {unit}", f"compute {unit}", f"D2H {unit}",
              f"H2D {unit}", "fits")  # fmt: skip
     out = [f"\n{LABEL}, {tab['target'].get('label')}:", table(heads, rows, left=(0, 2, 8)), *textwrap.wrap(LEGEND, 118)]
-    out += textwrap.wrap(ROOFLINE.line(), 118)
+    out += textwrap.wrap(of_costs([p.get("cost_model") for p in preds]).line(), 118)
     for link in tab.get("links") or []:
         out.append(f"link {link['name']}: {link['gbps']:g} GB/s per direction, {link['why']}")
     out += verdict_lines(tab.get("offload_vs_remat") or [])
@@ -186,7 +186,7 @@ def render_against(tab: dict[str, Any]) -> list[str]:
     heads = ("policy", f"measured {unit}", f"predicted {unit}", "error", f"exposed {unit}", f"pred. exposed {unit}",
              "link")  # fmt: skip
     out = [f"\n{LABEL} against measured, per step and device:", table(heads, body, left=(0, 6))]
-    out += textwrap.wrap(ROOFLINE.line(), 118)
+    out += textwrap.wrap(of_costs([r["predicted"].get("cost_model") for r in rows]).line(), 118)
     for r in rows:
         p = r["predicted"]
         lays = [x for x in p["layers"] if x["layer"] is not None]

@@ -59,6 +59,7 @@ class Compiled:
     notes: list[str] = field(default_factory=list)
     predictions: dict[str, Prediction] = field(default_factory=dict)  # by link key
     calibration: Any = None  # (profiler.predict.calibrate.Calibration, target spec): costs from a run
+    xla_costed: int = 0  # instructions costed by XLA's own estimate (roofline.with_xla), not the roofline
 
     @property
     def device_bytes(self) -> int | None:
@@ -103,12 +104,12 @@ def compiled_from(answer: dict[str, Any], key: str, device: roofline.Device) -> 
     """The script's answer to a compile request, read: its HLO parsed, scheduled and costed."""
     hlo = Path(answer["hlo_file"])
     notes = list(answer.get("notes") or [])
-    sched, costs, fp = None, {}, None
+    sched, costs, fp, taken = None, {}, None, []
     try:
         module, _, text = load_module(hlo)
         fp = text_fingerprint(text)["value"] if text is not None else None
         sched = schedule.build(module)
-        costs = roofline.costs(sched, device)
+        costs, taken = roofline.with_xla(sched, roofline.costs(sched, device, xla=False))
     except (HloError, OSError, ValueError, KeyError) as exc:
         notes.append(f"no prediction: the compiled module could not be read ({type(exc).__name__}: {exc})")
     d2h = sum(m["bytes_per_step"] or 0 for m in (sched.plan["movements"] if sched else []) if m["direction"] == "d2h")
@@ -123,6 +124,7 @@ def compiled_from(answer: dict[str, Any], key: str, device: roofline.Device) -> 
         costs=costs,
         d2h_bytes=d2h,
         notes=notes,
+        xla_costed=len(taken),
     )
 
 

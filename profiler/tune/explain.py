@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from profiler.analysis.accuracy import CALIBRATED, ROOFLINE, Accuracy
+from profiler.analysis.accuracy import CALIBRATED, Accuracy, of_costs
 from profiler.analysis.late_copies import fix, sentence
 from profiler.tune.candidate import Candidate, Name
 from profiler.tune.evaluate import Outcome, copy_cover
@@ -82,6 +82,12 @@ def _direction(d: str, copy_ns: int, cover: dict[str, Any] | None) -> str:
     if cover.get("top"):
         text += f" ({', '.join(cover['top'])})"
     return text + (": it can hide" if under >= copy_ns else f": {_t(copy_ns - under)} more than that compute")
+
+
+def cost_models(compiler: Any) -> list[str]:
+    """How each step the tune compiled was costed (``xla`` or ``roofline``: ``accuracy.of_costs``)."""
+    cache = getattr(compiler, "cache", None) or {}
+    return ["xla" if c.xla_costed else "roofline" for c in cache.values() if c is not None and c.sched is not None]
 
 
 def program_of(compiler: Any, c: Candidate) -> str | None:
@@ -215,7 +221,7 @@ def verdict(choice: Tried, s: Search, compiler: Any, names: list[Name], others: 
             f"; the search was cut short by its compile budget ({s.budget} compiles; --max-compiles raises it): "
             "a placement it did not try may be faster"
         )
-    acc = CALIBRATED if getattr(compiler, "calibration", None) is not None else ROOFLINE
+    acc = CALIBRATED if getattr(compiler, "calibration", None) is not None else of_costs(cost_models(compiler))
     tie = tie_line(choice, s, names, acc, others, lambda cand: program_of(compiler, cand))
     return text + (f"; {tie}" if tie else "")
 

@@ -43,6 +43,9 @@ class Instruction:
     trip_count_from: str | None = None  # "backend config" or "condition": where trip_count was read
     # for costs (profiler.predict): dot/convolution dimension attributes, collectives' replica_groups
     attrs: dict[str, str] = field(default_factory=dict)
+    # XLA's own estimates of the instruction's time, µs by model ("sol", "indexing-cost-model", "": its
+    # GpuPerformanceModel), where the module was compiled with --xla_gpu_collect_cost_model_stats
+    xla_us: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -103,6 +106,9 @@ _COST_ATTR = re.compile(
     r"(\{[^=]*?\}\}|\{[^}]*\}|\[[^\]]*\][^,\s]*|[\w>-]+)"
 )
 COST_ATTR_OPS = {"dot", "convolution"}
+# one entry of a backend config's "reification_cost" list: its time, then (the fields are printed in
+# this order) its model's name
+_REIFIED = re.compile(r'"exec_time_us"\s*:\s*([0-9.eE+\-]+)[^{}]*?"name"\s*:\s*"([^"]*)"')
 _MASK = re.compile(r'"mask_type":\s*"(\w+)"')
 # a cuBLAS GEMM's dot dimension numbers, in its backend_config JSON ("lhs_contracting_dimensions":["1"])
 _GEMM_DIMS = re.compile(r'"(lhs_contracting|lhs_batch)_dimensions"\s*:\s*\[([^\]]*)\]')
@@ -202,6 +208,10 @@ def parse_instruction(line: str, computation: str, position: int) -> Instruction
         cost_attrs["mask_type"] = mask.group(1) if mask else "NO_MASK"
     literal = int(inner) if opcode == "constant" and not shape.dims and _INT.fullmatch(inner.strip()) else None
     direction = _DIRECTION.search(attrs) if opcode == "compare" else None
+    xla_us = {}
+    if '"reification_cost":[{' in attrs:
+        for us, model in _REIFIED.findall(attrs[attrs.index('"reification_cost":[{') :]):
+            xla_us.setdefault(model, float(us))
     return Instruction(
         name=name,
         opcode=opcode,
@@ -221,6 +231,7 @@ def parse_instruction(line: str, computation: str, position: int) -> Instruction
         parameter_number=int(inner) if opcode == "parameter" and inner.strip().isdigit() else None,
         is_root=root,
         attrs=cost_attrs,
+        xla_us=xla_us,
     )
 
 

@@ -78,7 +78,7 @@ def run(times: dict[str, list[int]], gpu: str | None = H100, copies: pl.DataFram
 def calibrated(m: Measured) -> calibrate.Calibration:
     """``calibrate`` of *m* on the H100's description, with the roofline ROOF."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(roofline, "costs", lambda sched, device, launch_ns=0: dict(ROOF))
+        mp.setattr(roofline, "costs", lambda sched, device, launch_ns=0, **kw: dict(ROOF))
         return calibrate.calibrate(m, TARGETS["h100"].spec_text())
 
 
@@ -170,7 +170,7 @@ def hand(**kw) -> calibrate.Calibration:
 
 def costs_of(cal: calibrate.Calibration, text: str = TEXT, target: str = "h100", link: str = "pcie5"):
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(roofline, "costs", lambda sched, device, launch_ns=0: dict(ROOF))
+        mp.setattr(roofline, "costs", lambda sched, device, launch_ns=0, **kw: dict(ROOF))
         spec = TARGETS[target].spec_text()
         return calibrate.calibrated_costs(
             cal, parse_text(text), spec, LINKS[link] if link in LINKS else parse_link(link)
@@ -219,7 +219,7 @@ def test_predict_replays_each_link():
     cal = hand()
     links = [LINKS["pcie5"], parse_link("32")]
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(roofline, "costs", lambda sched, device, launch_ns=0: dict(ROOF))
+        mp.setattr(roofline, "costs", lambda sched, device, launch_ns=0, **kw: dict(ROOF))
         got = calibrate.predict(cal, parse_text(TEXT), TARGETS["h100"].spec_text(), links)
     assert len(got) == 2
     for p, link in zip(got, links, strict=True):
@@ -325,7 +325,7 @@ def test_a_class_measured_on_under_a_quarter_of_its_roofline_gets_no_scale(out_n
     (the limit is included). mm is covered whole either way."""
     roof = {**ROOF, "g": 20_000, "out": out_ns}
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(roofline, "costs", lambda sched, device, launch_ns=0: dict(roof))
+        mp.setattr(roofline, "costs", lambda sched, device, launch_ns=0, **kw: dict(roof))
         cal = calibrate.calibrate(run({"mm": [80_000], "g": [30_000]}), TARGETS["h100"].spec_text())
     assert cal.scale == ({"matmul": 2.0, "other": 1.5} if fitted else {"matmul": 2.0})
     thin = [n for n in cal.notes if "cover too little" in n]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from profiler.analysis.policies import plan_table
+from profiler.predict.step import COSTED
 from profiler.report.policies_text import render_plan
 from tests.helpers.cli import run_cli
 from tests.helpers.paths import TRAIN
@@ -177,7 +178,7 @@ def test_dashboard_policy_table_says_where_its_prediction_is_for():
     table, lines = policy_datatable(tab, ["offload (run 1)"])
     assert table.data[0]["pred_step"] == pytest.approx(3.0)
     assert (
-        "predicted columns: roofline over the compiled schedule, not measured, on profile-step's h100 target "
+        f"predicted columns: {COSTED}, not measured, on profile-step's h100 target "
         "(NVIDIA H100 80GB HBM3), PCIe Gen5 x16 (offload (run 1))" in lines
     )
 

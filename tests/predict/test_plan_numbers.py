@@ -76,6 +76,12 @@ def test_plan_of_offload_qkv_adds_up(qkv_plan):
     assert plan["host_live_peak_bytes"] == row["host_bytes"]
     doc = json.loads((out / "plan.json").read_text())
     assert doc["target"]["memory_bytes"] == 85_520_809_984
+    # the compile asked XLA for its own estimates, and the prediction took them for the GEMMs
+    (pred,) = printed["plan"]["predictions"]
+    assert pred["cost_model"] == "xla"
+    module = parse_text((out / "offload_qkv-b8" / "step.hlo.txt").read_text())
+    gemms = [i for i in module.instructions() if i.xla_us.get("sol") and "dot_general" in (i.op_name or "")]
+    assert gemms
     text = render_plan(plan_table(doc))
     assert "device memory 79.65 GiB (81,559 MiB); usable 59.74 GiB" in text
     assert "the most memory one step holds at once" in text

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from profiler.analysis.accuracy import ROOFLINE
+from profiler.analysis.accuracy import XLA, of_costs
 from profiler.analysis.links import parse_link
 from profiler.predict import roofline, schedule
 from profiler.predict.simulate import link_ns, simulate
-from profiler.predict.step import predict_file
+from profiler.predict.step import LABEL, predict_file
 from profiler.xla.hlo import parse_text
 from profiler.xla.targets import TARGETS
 from tests.helpers import reference_predict
@@ -157,14 +157,16 @@ def test_plan_predicts_per_policy_batch_and_link(aot_python, tmp_path):
         assert by[("remat", b, "pcie5")]["predicted_step_ns"] == by[("remat", b, "nvlink-c2c")]["predicted_step_ns"]
     for pol in ("remat", "offload_qkv"):
         assert by[(pol, 2, "pcie5")]["predicted_compute_ns"] < by[(pol, 8, "pcie5")]["predicted_compute_ns"]
+    acc = of_costs([p["cost_model"] for p in preds])
+    assert acc is XLA  # plan's compile carries XLA's own estimates: the predictions took them, and say so
     verdicts = {(v["batch"], v["link"]): v for v in tab["offload_vs_remat"]}
     assert set(verdicts) == {(b, k) for b in (2, 8) for k in ("pcie5", "nvlink-c2c")}
     for (b, k), v in verdicts.items():
         rem, off = by[("remat", b, k)]["predicted_step_ns"], by[("offload_qkv", b, k)]["predicted_step_ns"]
-        # a difference inside the roofline's error on real steps (10%) is a tie, said as one
-        won = "tie" if abs(rem - off) < ROOFLINE.tie * max(rem, off) else ("offload" if rem > off else "remat")
+        # a difference inside the predictions' error on real steps is a tie, said as one
+        won = "tie" if abs(rem - off) < acc.tie * max(rem, off) else ("offload" if rem > off else "remat")
         # ... and steps of µs, far below the real steps that error was measured on, are not called at all
-        won = "unchecked" if ROOFLINE.out_of_range(rem, off) else won
+        won = "unchecked" if acc.out_of_range(rem, off) else won
         assert v["saving_ns"] == rem - off and v["winner"] == won
     assert [lk["key"] for lk in tab["links"]] == ["pcie5", "nvlink-c2c"]
     # the text the command prints for the same plan (render_plan of its plan.json, without compiling the
@@ -173,7 +175,7 @@ def test_plan_predicts_per_policy_batch_and_link(aot_python, tmp_path):
     from profiler.report.policies_text import render_plan
 
     text = render_plan(plan_table(json.loads((tmp_path / "j" / "plan.json").read_text())))
-    assert "predicted (roofline over the compiled schedule, not measured), NVIDIA H100 80GB HBM3:" in text
+    assert f"{LABEL}, NVIDIA H100 80GB HBM3:" in text
     assert "link NVLink-C2C: 450 GB/s per direction, as chosen (--link)" in text
     assert "batch 8, PCIe Gen5 x16: " in text
     assert "error of these predictions on the example's 8 runs on a real H200" in " ".join(text.split())
@@ -244,7 +246,7 @@ def test_predicted_against_measured_in_the_policy_table(two_layer, tmp_path):
     assert layers["layer_1"]["measured_exposed_ns"] == 0
     assert tab["rows"][1]["predicted"]["predicted_step_ns"] is None
     text = render_policy_comparison(tab)
-    assert "predicted (roofline over the compiled schedule, not measured) against measured" in text
+    assert f"{LABEL} against measured" in text
     assert f"{100 * p['step_error']:+.1f}%" in text
     assert "cpu: no prediction: a CPU run's compiled step is XLA:CPU's, with no GPU schedule" in text
 

@@ -52,9 +52,13 @@ def test_one_prediction_per_link_with_the_device_it_priced_on(tmp_path):
     assert kernel == 3
     assert slow["predicted_step_ns"] == kernel + 4000 + 4000
     assert fast["predicted_step_ns"] == kernel + 9 + 9
-    assert [p.doc() for p in predict_module(parse_text(STEP), dev, links)] == [
-        {k: v for k, v in p.items() if k not in ("link_name", "link_gbps")} for p in doc["predictions"]
+    preds, by_xla = predict_module(parse_text(STEP), dev, links)
+    assert [p.doc() for p in preds] == [
+        {k: v for k, v in p.items() if k not in ("link_name", "link_gbps", "cost_model")} for p in doc["predictions"]
     ]
+    # a module compiled without XLA's own estimates is costed by the roofline alone, and says so
+    assert by_xla == doc["xla_costed"] == 0
+    assert doc["cost_model"] == "roofline" and {p["cost_model"] for p in doc["predictions"]} == {"roofline"}
 
 
 def test_what_it_cannot_read_is_a_note(tmp_path):

@@ -168,6 +168,7 @@ def test_predicted_against_measured_per_step_device_and_layer(tmp_path):
         "measured_step_ns": 400_000,
         "measured_exposed_ns": 10_000,
         "step_error": step / 400_000 - 1,
+        "cost_model": "roofline",  # the run's own dump: compiled without XLA's estimates
         "exposed_error_ns": exposed - 10_000,
         "layers": [
             {

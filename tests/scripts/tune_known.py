@@ -27,6 +27,11 @@ TFLOP/s bf16, 3.35 TB/s HBM), per layer:
 - memory: keeping every ``small`` on the device adds L x 64 MiB = 1 GiB, every ``big`` 8 GiB;
   offloading keeps about one layer's worth on the device.
 
+(These are the roofline's figures: the tests tune this script with
+``XLA_FLAGS=--xla_gpu_collect_cost_model_stats=false``.  By default plan and tune cost the GEMMs by
+XLA's own estimates, about a quarter above the roofline here: a layer's compute then outlasts
+``small``'s copy on PCIe Gen5 too, and ``small`` is offloaded on both links.)
+
 So, under a memory limit that keeps neither on the device: ``small`` offloaded and ``big``
 recomputed on NVLink-C2C; both recomputed on PCIe Gen5; with room for the smalls (and not the
 bigs), ``small`` kept on the device.  ``--unroll`` unrolls the layers instead: this XLA (jaxlib
