@@ -16,6 +16,7 @@ from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.styles import CELL, HEADER
 from profiler.analysis.kernels_slowed import MIN_CALLS, SIZE_BIAS_NOTE, no_baseline, persistent, persistent_excess
+from profiler.conventions import device_word
 from profiler.errors import ProfilerError
 from profiler.stored.summary import RunSummary
 from profiler.units import human_time
@@ -113,8 +114,9 @@ def _table(tid: str, data: list[dict[str, Any]]) -> dash_table.DataTable:
 def layer_panel(run: RunSummary, device: str | None) -> list[Any]:
     """Per layer tab: the GPU's kernels beside copies (a per-GPU number: kernels are not split by layer)."""
     kb = entry(run, device)
+    which = f"{device_word([run.device_name(device)])} {device}" if device is not None else "no GPU recorded"
     out: list[Any] = [
-        html.Strong(f"Kernels slowed by copies, GPU {device} (the whole window, not per layer)"),
+        html.Strong(f"Kernels slowed by copies, {which} (the whole window, not per layer)"),
         html.Div(status(kb, kernel_count(run, device)), id=ids.LAYER_KERNELS_STATUS, className="muted"),
     ]
     if kb and kb["top"]:

@@ -114,7 +114,7 @@ def layer_figure(layers: dict[str, dict[str, Any]], title: str, stalls: bool = F
         "layer",
         height=400,
         yaxis={
-            "title": {"text": f"{'time' if stalls else 'copy time'} on this GPU, all steps summed ({name})"},
+            "title": {"text": f"{'time' if stalls else 'copy time'} ({name})"},  # the title says whose, summed how
             "rangemode": "tozero",
         },
     )

@@ -42,7 +42,7 @@ LINKS: dict[str, Link] = {
         Link("pcie6", "PCIe Gen6 x16", 121.0),  # 64 GT/s x 16 lanes, FLIT mode (242/256)
         Link("nvlink-c2c", "NVLink-C2C", 450.0),  # Grace Hopper / Grace Blackwell: 900 GB/s both ways together
         # a TPU v5e's host: measured, see TPU_LINKS below
-        Link("tpu-v5e-host", "TPU v5e host link (measured)", 14.16),
+        Link("tpu-v5e-host", "TPU v5e host link as measured", 14.16),
     )
 }
 ALIASES = {

@@ -29,7 +29,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
         before = len(skipped)
         paths = trace_paths(arg, skipped)
         if not paths and len(skipped) == before:
-            raise InputError(arg, "no such trace, run folder or folder of runs")
+            raise InputError(arg, "no such file or folder")
         for path in paths:
             trace = load_trace(path, nsys=args.nsys)
             res = build(

@@ -65,9 +65,9 @@ def value(metric: str, v: float | None) -> str:
     if unit == "fraction":
         return units.pct(v)
     if unit == "FLOPs":
-        return f"{v / 1e9:.3f} GFLOP"
+        return f"{v / 1e12:.2f} TFLOP"  # as analyze prints a step's FLOPs
     if unit == "TFLOP/s":
-        return f"{v:.4g} TFLOP/s"
+        return f"{v:.1f} TFLOP/s"
     return f"{v:.1f}"
 
 
@@ -85,9 +85,9 @@ def change(metric: str, d: dict[str, Any]) -> str:
             return ("-" if d["delta"] < 0 else "+") + units.human_bytes(abs(d["delta"])) + rel
         return f"{d['delta'] / 2**20:+.1f} MiB{rel}"
     if unit == "FLOPs":
-        return f"{d['delta'] / 1e9:+.3f} GFLOP{rel}"
+        return f"{d['delta'] / 1e12:+.2f} TFLOP{rel}"
     if unit == "TFLOP/s":
-        return f"{d['delta']:+.4g} TFLOP/s{rel}"
+        return f"{d['delta']:+.1f} TFLOP/s{rel}"
     return f"{d['delta']:+.1f}{rel}"
 
 

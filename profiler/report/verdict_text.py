@@ -95,7 +95,7 @@ def _fastest(v: dict[str, Any]) -> str | None:
             head += ": their steps are different programs"
     # the qualifiers last: the most important words come first in a line cut at the terminal's width
     if not f["fit_known"]:
-        head += "; memory against the device's not known: each fit the device it ran on, by a margin unknown"
+        head += "; the device's capacity not known: each run fit the device it ran on, by an unknown margin"
     if f["too_big"]:
         head += f"; too big: {', '.join(f['too_big'])}"
     if f.get("other"):

@@ -78,13 +78,19 @@ def _which_model(doc: dict[str, Any], w: str) -> str:
     return f"The trace has no {calls[:-1]} that held its thread until {w} work ended: the recorded launch times stand."
 
 
+def _link(name: str, gbps: float) -> str:
+    """A link as the what-if's first line names it: ``PCIe Gen5 x16 (63 GB/s)``; a link named by its
+    speed (``--link 63``: ``63 GB/s``) once."""
+    return name if name.endswith("GB/s") else f"{name} ({gbps:g} GB/s)"
+
+
 def render_whatif(doc: dict[str, Any], measured_stalls: dict[str, dict[str, Any]], gpus: dict[str, str]) -> str:
     """Per device the span and the copy-caused stalls, measured and predicted, then per step; in the
     devices' own word (*gpus*' names: a TPU's span)."""
     w = device_word(list(gpus.values()))
     link = doc.get("link")
     scale = doc["copy_scale"]
-    how = f"{link['from']} ({link['from_gbps']:g} GB/s) -> {link['to']} ({link['to_gbps']:g} GB/s): " if link else ""
+    how = f"{_link(link['from'], link['from_gbps'])} -> {_link(link['to'], link['to_gbps'])}: " if link else ""
     sync = (
         f"host synchronization modeled: a call that waited for the {w} returns when its work is done, and its "
         "thread's later launches move with it"
@@ -133,17 +139,21 @@ def render_whatif(doc: dict[str, Any], measured_stalls: dict[str, dict[str, Any]
                         "predicted ms",
                         "saving ms",
                         f"{w} span ms",
-                        "replayed ms",
-                        "by",
+                        f"{w} span replayed ms",
+                        "predicted by",
                         "excluded",
                     ),
                     rows,
                     left=(0, 6, 7),
                 )
             )
-            out.append(
-                f"  (by host: the step moves with its thread, which waited for the {w} inside it; "
-                f"by gpu: less how much earlier its last {w} op ends)"
+            out += textwrap.wrap(
+                f"(predicted by host: the step moves with its thread, which waited for the {w} inside it; "
+                f"by gpu: the measured step less how much earlier its last {w} op ends; {w} span: its first "
+                f"{w} op's start to its last one's end, as recorded and replayed)",
+                118,
+                initial_indent="  ",
+                subsequent_indent="   ",
             )
     if differs:
         out.append("")

@@ -135,14 +135,18 @@ def _replayed(f: dict[str, Any], per: str) -> tuple[int | None, str | None]:
 def savings(run: RunSummary, n: int = SAVINGS) -> list[dict[str, Any]]:
     """The *n* findings whose replay saves the most, on the verdict's basis (per step and GPU with
     steps, else over a GPU's window: ``_replayed``), each with rule, where, the saving and what to try;
-    without any saving, the first *n* findings with their ``attributed_ns``."""
+    without any saving, the first *n* findings that are no info (else the first *n*) with their
+    ``attributed_ns``."""
     per = "step" if run.median_step_ns is not None and run.included_steps else "window"
     found = []
     for f in run.finding_list:
         saving, dev = _replayed(f, per)
         found.append((f, saving, dev))
     with_saving = sorted((x for x in found if x[1]), key=lambda x: -x[1])  # type: ignore[operator]
-    chosen = with_saving[:n] if with_saving else [(f, None, None) for f in run.finding_list[:n]]
+    # without a replayed saving, the problems and warnings first: an info (a note, no time cost to speak
+    # of) is named only where nothing else was found
+    ranked = [f for f in run.finding_list if f.get("severity") != "info"] or run.finding_list
+    chosen = with_saving[:n] if with_saving else [(f, None, None) for f in ranked[:n]]
     noise = step_spread(run.included_steps)["step_spread_ns"] if per == "step" else None
     return [
         {

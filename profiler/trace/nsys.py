@@ -138,7 +138,7 @@ def export_report(report: Path, nsys_path: str | None = None) -> Path:
     """
     report = Path(report)
     if not report.is_file():
-        raise InputError(report, "no such file")
+        raise InputError(report, "no such file or folder")
     candidates = export_paths(report)
     for cand in candidates:
         if cand.exists() and _is_export_of(cand, report):

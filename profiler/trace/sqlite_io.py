@@ -54,7 +54,7 @@ def connect_ro(path: Path) -> sqlite3.Connection:
 def check_sqlite_file(path: Path) -> None:
     """Raise InputError unless *path* is a complete SQLite database file."""
     if not path.exists():
-        raise InputError(path, "no such file")
+        raise InputError(path, "no such file or folder")
     if path.is_dir():
         raise InputError(path, "is a directory, not a trace file")
     try:

@@ -110,7 +110,7 @@ def test_plan_from_states_the_carried_error_on_the_other_kind_of_device():
         == f"calibrated on a TPU: {TPU_TO_GPU.error_text()}"
         == "calibrated on a TPU: 14-25% short"
     )
-    assert own["link"] == "TPU v5e host link (measured)" and abs(own["error"]) < 0.01  # its own step, in-sample
+    assert own["link"] == "TPU v5e host link as measured" and abs(own["error"]) < 0.01  # its own step, in-sample
     gpu = next(h200_predictions.H200.glob("*-offload_qkv-b50f27"))
     (tpu_pred,) = from_recording(gpu, ["tpu-v5e"])["predicted"]
     assert tpu_pred["expected_error"] == f"calibrated on a GPU: {GPU_TO_TPU.error_text()}"

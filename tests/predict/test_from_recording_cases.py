@@ -122,7 +122,7 @@ def test_a_tpu_target_the_roofline_alone_and_the_refusals(tmp_path):
     the recording."""
     run = recorded(tmp_path)
     (tpu,) = from_recording(run, ["tpu-v5e"])["predicted"]
-    assert (tpu["target"], tpu["link"]) == ("TPU v5 lite", "TPU v5e host link (measured)") and tpu["error"] is None
+    assert (tpu["target"], tpu["link"]) == ("TPU v5 lite", "TPU v5e host link as measured") and tpu["error"] is None
     assert tpu["expected_error"] == f"calibrated on a GPU: {GPU_TO_TPU.error_text()}"
     plain = recorded(tmp_path / "plain", text=program(matmuls=False))
     (a100,) = from_recording(plain, ["a100"])["predicted"]

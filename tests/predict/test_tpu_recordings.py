@@ -253,7 +253,7 @@ def test_plan_from_a_tpu_run_folder(tpu_measured):
     assert doc["gpu"] == "TPU v5 lite" and doc["replay"]["unplaced_ns"] == 0
     assert abs(doc["replay"]["error"]) <= REPLAY_GOAL and abs(doc["roofline"]["error"]) <= ROOFLINE_GOAL
     assert [r["replayed"] for r in doc["replay"]["regions"]] in ([], ["body", "body"])
-    assert doc["predicted"][0]["link"] == "TPU v5e host link (measured)"
+    assert doc["predicted"][0]["link"] == "TPU v5e host link as measured"
     assert doc["roofline"]["expected_error"] == TPU_ROOFLINE.error_text() == "3-20% short"
     assert doc["accuracy"]["calibrated"] == TPU_CALIBRATED.line()
 
@@ -268,7 +268,7 @@ def test_plan_from_prices_a_tpu_runs_copies_at_its_link_not_at_their_spans(tpu_m
         if "-offload_" not in name:
             continue
         (p,) = from_recording(SAMPLES / name)["predicted"]
-        assert p["link"] == "TPU v5e host link (measured)" and p["expected_error"] is not None, name
+        assert p["link"] == "TPU v5e host link as measured" and p["expected_error"] is not None, name
         assert abs(p["error"]) <= 0.02, (name, p["error"])
 
 

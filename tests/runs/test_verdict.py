@@ -218,7 +218,7 @@ def test_a_tie_is_said_as_one():
     v = verdict([run("a", [1, 1, 1]), run("b", [1, 1, 1])], policy_table([run("a", [1, 1, 1]), run("b", [1, 1, 1])]))
     assert verdict_lines(v)[0][1] == (  # no memory recorded: whether each fits is not known, and said last
         "Verdict over 2 runs: policy a is the fastest, 1.00 ms per step, tied with b; "
-        "memory against the device's not known: each fit the device it ran on, by a margin unknown"
+        "the device's capacity not known: each run fit the device it ran on, by an unknown margin"
     )
 
 

@@ -99,7 +99,8 @@ def warmup_in_capture(ev: Evidence) -> list[Finding]:
         Finding(
             "warmup-in-capture",
             "info",  # no time cost: a note on how the capture was taken
-            f"{len(warm)} warm-up steps ran inside the capture ({ms(spent)}): they are left out of the step "
+            f"{len(warm)} warm-up step{'s' if len(warm) != 1 else ''} ran inside the capture ({ms(spent)}): "
+            f"{'they are' if len(warm) != 1 else 'it is'} left out of the step "
             "medians, but their compilation and autotuning count in the device totals",
             "start capturing after warm-up: enter annotate.capture() after the warm-up steps, or call "
             "cudaProfilerStart() there",
