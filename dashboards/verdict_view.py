@@ -58,7 +58,11 @@ def panel(store: RunStore, views: list[View]) -> list[Any]:
         return [html.Div("Select runs in the table below: the verdict on their copies comes here.", className="muted")]
     rids = [rid for rid, _ in chosen]
     out, keyed = [], False
-    for key, text in verdict_lines(verdict([store.results[r].run for r in rids])):
+    # the run folders beside the selected runs that hold no trace (a step too big for the device): named
+    groups = {store.refs[r].group for r in rids}
+    failed = [((ref.manifest or {}).get("policy") or ref.name, ref.no_trace) for ref in store.refs.values()
+              if ref.no_trace and ref.group in groups]  # fmt: skip
+    for key, text in verdict_lines(verdict([store.results[r].run for r in rids], failed=failed)):
         keyed = keyed or bool(key)  # the head lines (before copies) flush left, the rest under their key
         out.append(_line(key, text, keyed))
     mixed = mixes(store, rids)

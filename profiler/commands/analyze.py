@@ -68,7 +68,7 @@ def cmd_policies(args: argparse.Namespace) -> int:
         return 2
     tab = policy_table(runs, args.peak_tflops, predict=predicted)
     pvm = [planned_vs_moved(r) for r in runs]
-    found = verdict(runs, tab)
+    found = verdict(runs, tab, [(s.policy, s.reason) for s in skipped])
     if args.json:
         doc = {"verdict": found, "policies": tab, "planned_vs_moved": pvm, "no_trace": [s.doc() for s in skipped]}
         print(json_dump(doc))
@@ -158,8 +158,10 @@ def _runs_verdict(args: argparse.Namespace) -> dict[str, Any] | None:
     from profiler.runs.result import load_runs
     from profiler.runs.verdict import verdict
 
-    runs = [r for arg in args.trace for r in load_runs(arg, Path(args.db), args.nsys, [], args.window)]
-    return verdict(runs, policy_table(runs, args.peak_tflops, predict=predicted)) if runs else None
+    skipped: list = []
+    runs = [r for arg in args.trace for r in load_runs(arg, Path(args.db), args.nsys, skipped, args.window)]
+    failed = [(s.policy, s.reason) for s in dict.fromkeys(skipped)]
+    return verdict(runs, policy_table(runs, args.peak_tflops, predict=predicted), failed) if runs else None
 
 
 def cmd_cross_check(args: argparse.Namespace) -> int:

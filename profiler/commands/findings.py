@@ -42,7 +42,7 @@ def cmd_findings(args: argparse.Namespace) -> int:
     skipped = list(dict.fromkeys(skipped))
     for d, lines in zip(docs, tried(summaries), strict=True):
         d["tried"] = lines
-    found = verdict(summaries) if summaries else None
+    found = verdict(summaries, failed=[(s.policy, s.reason) for s in skipped]) if summaries else None
     if args.json:
         print(json_dump({"verdict": found, "runs": docs, "no_trace": [s.doc() for s in skipped]}))
         return 0 if docs else 2

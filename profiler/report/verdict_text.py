@@ -95,7 +95,8 @@ def _fastest(v: dict[str, Any]) -> str | None:
             head += ": their steps are different programs"
     # the qualifiers last: the most important words come first in a line cut at the terminal's width
     if not f["fit_known"]:
-        head += "; the device's capacity not known: each run fit the device it ran on, by an unknown margin"
+        ran = "each run that ran" if v.get("failed") else "each run"
+        head += f"; the device's capacity not known: {ran} fit the device it ran on, by an unknown margin"
     if f["too_big"]:
         head += f"; too big: {', '.join(f['too_big'])}"
     if f.get("other"):
@@ -192,13 +193,15 @@ def _saving(i: int, s: dict[str, Any], word: str = "GPU") -> str:
 
 def verdict_lines(v: dict[str, Any]) -> list[tuple[str, str]]:
     """The verdict as (key, text) lines, at most 6: the head (and the policies' line), copies, cost,
-    the two largest savings."""
+    the two largest savings; a seventh, first under the policies' line, names the runs that did not run."""
     if not v.get("runs"):
         return []
     out: list[tuple[str, str]] = []
     several = _fastest(v)
     if several:
         out.append(("", several))
+    if v.get("failed"):
+        out.append(("", _failed(v["failed"])))
     out.append(("", _head(v)))
     out.append(("copies", _copies(v)))
     if v["gpu"]:
@@ -206,7 +209,13 @@ def verdict_lines(v: dict[str, Any]) -> list[tuple[str, str]]:
     key = "savings" if any(s["saving_ns"] and s.get("measurable") is not False for s in v["savings"]) else "findings"
     for i, s in enumerate(v["savings"], start=1):
         out.append((key if i == 1 else "", _saving(i, s, v["copies"].get("device_word", "GPU"))))
-    return out[:6]
+    return out[:7] if v.get("failed") else out[:6]
+
+
+def _failed(failed: list[dict[str, Any]]) -> str:
+    """``Did not run, so not ranked: none-scan (out of memory on the device: 17.95G needed, 15.75G there)``."""
+    said = [f"{f['policy'] or 'a run'} ({f['why']})" for f in failed]
+    return f"Did not run, so not ranked: {'; '.join(said)}"
 
 
 def _wrapped(text: str, key: str | None, wide: bool) -> str:

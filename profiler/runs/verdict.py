@@ -28,6 +28,7 @@ median step, of the run with the most exposed copy time.
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import Counter
 from collections.abc import Sequence
@@ -305,9 +306,31 @@ def _shown(runs: list[RunSummary], table: dict[str, Any], best: dict[str, Any] |
     return max(runs, key=lambda r: _offload(r, "exposed_ns")), "most exposed"
 
 
-def verdict(runs: Sequence[RunSummary | dict[str, Any]], table: dict[str, Any] | None = None) -> dict[str, Any]:
+# what a failed run's reason says when the step did not fit the device (XLA's words on a GPU and a TPU)
+_OOM = re.compile(r"RESOURCE_EXHAUSTED|out[ _]of[ _]memory|\bOOM\b", re.I)
+_OOM_SIZES = re.compile(r"required for [^(]*\(([\d.]+\s*[KMGT]i?B?)\) exceeds available \w+ \(([\d.]+\s*[KMGT]i?B?)\)")
+
+
+def did_not_run(policy: str | None, reason: str) -> dict[str, Any]:
+    """A run folder without a trace, as the verdict names it: its policy and why, in a few words (a step
+    too big for the device said as such, with XLA's sizes where it gave them)."""
+    if _OOM.search(reason):
+        sizes = _OOM_SIZES.search(reason)
+        why = "out of memory on the device" + (f": {sizes[1]} needed, {sizes[2]} there" if sizes else "")
+        return {"policy": policy, "why": why, "out_of_memory": True}
+    first = reason.split(": ")[0] if len(reason) > 80 else reason
+    return {"policy": policy, "why": first[:80], "out_of_memory": False}
+
+
+def verdict(
+    runs: Sequence[RunSummary | dict[str, Any]],
+    table: dict[str, Any] | None = None,
+    failed: Sequence[tuple[str | None, str]] = (),
+) -> dict[str, Any]:
     """The verdict of one run or several (see the module docstring); *table*: their ``policy_table``
-    when the caller has it (else made here), in the order of *runs*."""
+    when the caller has it (else made here), in the order of *runs*; *failed*: (policy, reason) of the
+    run folders beside them that hold no trace (a step that did not fit the device: the reason to
+    offload), named on a line of their own."""
     summaries = [RunSummary.of(r) for r in runs]
     if not summaries:
         return {"runs": 0}
@@ -330,6 +353,7 @@ def verdict(runs: Sequence[RunSummary | dict[str, Any]], table: dict[str, Any] |
         "cost": copy_cost(chosen),
         "savings": savings(chosen),
         "fastest": best,
+        "failed": [did_not_run(p, why) for p, why in failed],
     }
     if len(summaries) > 1:  # a finding whose flags a sibling run already had on: what that run measured
         mine = tried_items(summaries)[summaries.index(chosen)]

@@ -222,6 +222,30 @@ def test_a_tie_is_said_as_one():
     )
 
 
+def test_a_run_that_did_not_run_is_named_and_the_others_fit_only_for_themselves():
+    """A run folder without a trace beside the runs (the TPU's none-scan: out of memory): a line of its
+    own under the policies' line, XLA's sizes kept; the fit clause speaks of the runs that ran."""
+    from profiler.analysis.policies import policy_table
+    from profiler.runs.verdict import did_not_run
+
+    oom = ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries "
+           "(17.95G) exceeds available HBM (15.75G).")  # fmt: skip
+    assert did_not_run("none-scan", oom) == {
+        "policy": "none-scan",
+        "why": "out of memory on the device: 17.95G needed, 15.75G there",
+        "out_of_memory": True,
+    }
+    assert did_not_run("x", "CUDA_ERROR_OUT_OF_MEMORY")["why"] == "out of memory on the device"
+    crashed = did_not_run("y", "the script exited with code 1: " + "x" * 100)
+    assert crashed == {"policy": "y", "why": "the script exited with code 1", "out_of_memory": False}
+    runs = [run("a", [1, 1, 1]), run("b", [2, 2, 2])]
+    lines = verdict_lines(verdict(runs, policy_table(runs), [("none-scan", oom), (None, "no trace.json")]))
+    assert lines[0][1].endswith("each run that ran fit the device it ran on, by an unknown margin")
+    assert lines[1] == ("", "Did not run, so not ranked: none-scan (out of memory on the device: 17.95G needed, "
+                            "15.75G there); a run (no trace.json)")  # fmt: skip
+    assert all("Did not run" not in text for _, text in verdict_lines(verdict(runs, policy_table(runs))))
+
+
 def test_a_fastest_run_without_copies_shows_the_copies_of_the_fastest_that_offloads(tmp_path):
     """Built runs: ``none`` (no offload copy in its steps, one stray 4-byte copy between two of them) is
     the fastest; the verdict still names it, then shows the copies of ``offload_qkv``, the fastest run
