@@ -83,6 +83,22 @@ def run_prediction(run: RunSummary | dict[str, Any], row: dict[str, Any]) -> dic
     return out
 
 
+def _measured_layer(measured: dict[str, float], name: str) -> float | None:
+    """The measured exposed time of the layer the prediction names *name*: the trace's layer of that
+    name, else its scanned family (a loop's body, ``layers``) as the trace names it: one range for every
+    iteration (``layers (every iteration)``), or the iterations (``layers[0]``...) summed."""
+    if name in measured:
+        return measured[name]
+    if f"{name} (every iteration)" in measured:
+        return measured[f"{name} (every iteration)"]
+    its = [
+        v
+        for k, v in measured.items()
+        if k.startswith(f"{name}[") and k.endswith("]") and k[len(name) + 1 : -1].isdigit()
+    ]
+    return sum(its) if its else None
+
+
 def against_measured(row: dict[str, Any], run: RunSummary | dict[str, Any], pred: dict[str, Any]) -> dict[str, Any]:
     """Predicted against measured for one row: step and exposed copy time per step and device
     (the row's medians), the error, and per layer the exposed copy time (the trace's per layer
@@ -95,7 +111,7 @@ def against_measured(row: dict[str, Any], run: RunSummary | dict[str, Any], pred
     measured_layers = {name: v.offload.get("exposed_ns", 0) / n_steps / n_dev for name, v in run.layers.items()}
     layers = []
     for x in p.get("layers") or []:
-        got = measured_layers.get(x["layer"]) if x["layer"] is not None else None
+        got = _measured_layer(measured_layers, x["layer"]) if x["layer"] is not None else None
         layers.append({"layer": x["layer"], "predicted_exposed_ns": x["exposed_ns"], "measured_exposed_ns": got,
                        "error_ns": x["exposed_ns"] - got if got is not None else None})  # fmt: skip
     return {

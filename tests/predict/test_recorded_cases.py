@@ -218,3 +218,15 @@ def test_what_tune_verify_had_predicted(tmp_path):
     (folder / "tune_prediction.json").unlink()
     assert predicted(summary(folder), ROW)["tune"] is None
     assert against_measured(ROW, {**summary(folder), "trace": None}, {})["tune"] is None
+
+
+def test_a_scanned_layer_is_measured_as_the_trace_names_its_iterations():
+    """The prediction names a scan's body by its family (``layers``); the trace names it ``layers (every
+    iteration)`` where the loop ran as one range (command buffers), or ``layers[k]`` per iteration: the
+    scanned run read 'measured -: no layer ranges' beside analyze's 178.8 ms of its layers."""
+    from profiler.predict.recorded import _measured_layer
+
+    assert _measured_layer({"layers (every iteration)": 5.0, "embed": 1.0}, "layers") == 5.0
+    assert _measured_layer({"layers[0]": 2.0, "layers[1]": 3.0, "layers[x]": 9.0, "layersX[0]": 9.0}, "layers") == 5.0
+    assert _measured_layer({"layers": 7.0, "layers[0]": 2.0}, "layers") == 7.0  # the very name first
+    assert _measured_layer({"mlp": 1.0}, "layers") is None
