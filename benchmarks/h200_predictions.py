@@ -68,7 +68,7 @@ def rows(shared: Path | None) -> list[dict[str, Any]]:
         roof = simulate(sched, roofline.costs(sched, roofline.device_from_spec(spec)), link).step_ns
         row = {"run": json.loads((run / "manifest.json").read_text())["policy"], "measured_ns": measured,
                "roofline_ns": roof, "roofline_error": roof / measured - 1}  # fmt: skip
-        row.update(deviceless(row["run"], measured, link))
+        row.update(deviceless(row["run"], measured, link, cals))
         for tag, cal in cals:
             s, costs, _ = calibrate.calibrated_costs(cal, module, spec, link, sched)
             pred = simulate(s, costs, link).step_ns
@@ -78,16 +78,23 @@ def rows(shared: Path | None) -> list[dict[str, Any]]:
     return out
 
 
-def deviceless(policy: str, measured: float, link) -> dict[str, Any]:
-    """The run's step as ``plan --target h200`` compiles it, predicted without and with XLA's estimates."""
+def deviceless(policy: str, measured: float, link, cals: list) -> dict[str, Any]:
+    """The run's step as ``plan --target h200`` compiles it, predicted without and with XLA's estimates,
+    and as ``plan --calibrate`` on each Pax archive predicts it (XLA's estimates where the module has
+    them, the A100's class scales elsewhere: ``a100_<tag>_xla``)."""
     hlo = DEVICELESS / f"{policy}.hlo.txt.xz"
     if not hlo.is_file():
         return {}
-    sched = schedule.build(load_module(hlo)[0])
-    roof = roofline.costs(sched, roofline.device_from_spec(TARGETS["h200"].spec_text()), xla=False)
+    module = load_module(hlo)[0]
+    sched = schedule.build(module)
+    spec = TARGETS["h200"].spec_text()
+    roof = roofline.costs(sched, roofline.device_from_spec(spec), xla=False)
     with_xla, taken = roofline.with_xla(sched, roof)
+    runs_of = {"deviceless_roofline": roof, "xla": with_xla}
+    for tag, cal in cals:
+        runs_of[f"a100_{tag}_xla"] = calibrate.calibrated_costs(cal, module, spec, link, sched)[1]
     out: dict[str, Any] = {"xla_costed": len(taken)}
-    for key, costs in (("deviceless_roofline", roof), ("xla", with_xla)):
+    for key, costs in runs_of.items():
         out[f"{key}_ns"] = simulate(sched, costs, link).step_ns
         out[f"{key}_error"] = out[f"{key}_ns"] / measured - 1
     return out
@@ -104,13 +111,15 @@ def main() -> int:
     if args.json:
         print(json.dumps(found, indent=2))
         return 0
-    cals = sorted({k.split("_")[1] for r in found for k in r if k.startswith("a100_") and k.endswith("_ns")})
+    cals = sorted({k.split("_")[1] for r in found for k in r if k.startswith("a100_") and k.endswith("_ns")
+                   and not k.endswith("_xla_ns")})  # fmt: skip
     head = ["run", "measured ms", "roofline ms", "error"] + [h for c in cals for h in (f"A100 {c} ms", "error")]
     head += ["plan's roofline ms", "error", "plan with XLA's ms", "error"]
+    head += [h for c in cals for h in (f"plan, A100 {c} + XLA's ms", "error")]
     body = [
         [r["run"], f"{r['measured_ns'] / 1e6:.1f}", f"{r['roofline_ns'] / 1e6:.1f}", f"{r['roofline_error']:+.1%}"]
         + [v for c in cals for v in (f"{r[f'a100_{c}_ns'] / 1e6:.1f}", f"{r[f'a100_{c}_error']:+.1%}")]
-        + [v for k in ("deviceless_roofline", "xla") for v in
+        + [v for k in ("deviceless_roofline", "xla", *(f"a100_{c}_xla" for c in cals)) for v in
            ((f"{r[f'{k}_ns'] / 1e6:.1f}", f"{r[f'{k}_error']:+.1%}") if f"{k}_ns" in r else ("-", "-"))]
         for r in found
     ]  # fmt: skip

@@ -18,7 +18,6 @@ import argparse
 import json
 import sys
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,7 +43,6 @@ def rows(policy: str) -> list[dict[str, Any]]:
     rec = load(run)
     sched = schedule.build(load_module(DEVICELESS / f"{policy}.hlo.txt.xz")[0])
     roof = roofline.costs(sched, roofline.device_from_spec(TARGETS["h200"].spec_text()), xla=False)
-    classes = roofline.op_classes(sched)
     ours: dict[tuple, list[str]] = defaultdict(list)
     for name in dict.fromkeys(op.name for op in sched.ops):
         if name in roof and sched.instructions.get(name) is not None:

@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from profiler.analysis.accuracy import CALIBRATED
+from profiler.analysis.accuracy import CALIBRATED, CALIBRATED_XLA
 from profiler.analysis.offload_expected import declared_offloads
 from profiler.analysis.offload_plan import by_layer, label
 from profiler.conventions import NO_NVTX_NOTE, NVTX_REQUIREMENT, is_tpu_name
@@ -652,6 +652,9 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
                     else ""
                 )
             )
+    # plan --calibrate over modules that carry XLA's own estimates took them (calibrate.calibrated_costs)
+    by_xla = bool(calibrated) and all((p.get("costed") or {}).get("xla") for p in calibrated)
+    cal_acc = CALIBRATED_XLA if by_xla else CALIBRATED
     return {
         "label": doc["label"],
         "target": target,
@@ -666,7 +669,7 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
         # plan --calibrate: the same predictions with the costs a run measured
         "calibration": doc.get("calibration"),
         "calibrated": calibrated,
-        "calibrated_vs_remat": offload_vs_remat(calibrated, CALIBRATED),
+        "calibrated_vs_remat": offload_vs_remat(calibrated, cal_acc),
     }
 
 

@@ -224,10 +224,17 @@ def calibrated_costs(
     device = roofline.device_from_spec(spec_text)
     sched = sched if sched is not None else schedule.build(module)
     roof = roofline.costs(sched, device, xla=False)
+    # a fit carried to another GPU: XLA's own estimate where the module carries one (plan's and tune's
+    # compiles) knows the target, a scale measured on another GPU does not, so it is taken as it is; on
+    # the fit's own GPU its measured scales are the better knowledge (benchmarks/README.md, "XLA's own
+    # estimates")
+    carried = (cal.gpu or "").lower() != device.name.lower()
+    xla, by_xla = roofline.with_xla(sched, roof) if carried else (roof, [])
+    by_xla_set = set(by_xla)
     classes = roofline.op_classes(sched)
     shapes = {n: i.shape.text() for n, i in sched.instructions.items()}
     costs: dict[str, int] = {}
-    how = {"measured": 0, "scaled": 0, "roofline": 0, "copy": 0}
+    how = {"measured": 0, "xla": 0, "scaled": 0, "roofline": 0, "copy": 0}
     # measured durations carry over only to the same program on the same GPU
     same_program = module.name == cal.module and (cal.gpu or "").lower() == device.name.lower()
     if same_program and cal.program is not None:  # a module name is no program (every JAX step is jit_step)
@@ -236,6 +243,9 @@ def calibrated_costs(
         if same_program and name in cal.measured_ns and cal.shapes.get(name) == shapes.get(name):
             costs[name] = cal.measured_ns[name]
             how["measured"] += 1
+        elif name in by_xla_set:
+            costs[name] = xla[name]
+            how["xla"] += 1
         elif classes.get(name) in cal.scale:
             costs[name] = round(ns * cal.scale[classes[name]])
             how["scaled"] += 1
@@ -247,6 +257,8 @@ def calibrated_costs(
             continue
         costs[op.name] = round(copy_time(cal, op.stream, op.bytes, link))
         how["copy"] += 1
+    if not how["xla"]:  # a module without XLA's estimates (a recording): the counts as they always were
+        del how["xla"]
     return sched, costs, how
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from profiler.analysis.accuracy import calibrated
+from profiler.analysis.accuracy import calibrated_accuracy
 from profiler.report.table import table
 from profiler.units import human_bytes, human_time
 from profiler.xla.pgle import PGLE_FLAG
@@ -119,10 +119,10 @@ def render_calibrated(doc: dict[str, Any]) -> str:
     else:
         out.append("copies: none measured: a copy takes its bytes over the link's bandwidth")
     out += [f"note: {n}" for n in cal["notes"]]
-    rows = []
+    rows, hows = [], []
     for r in doc["results"]:
         for p in r.get("calibrated") or []:
-            how = p["costed"]
+            hows.append(p["costed"])
             rows.append(
                 [
                     r["policy"],
@@ -130,16 +130,22 @@ def render_calibrated(doc: dict[str, Any]) -> str:
                     p["link_name"],
                     human_time(p["predicted_step_ns"]),
                     human_time(p["predicted_exposed_ns"]),
-                    f"{how['measured']}/{how['scaled']}/{how['roofline']}",
                 ]
             )
+    # XLA's own estimates (roofline.with_xla) where the compiled modules carry them: a column of their own
+    kinds = ("measured", "xla", "scaled", "roofline") if any(h.get("xla") for h in hows) else ("measured", "scaled",
+                                                                                                "roofline")  # fmt: skip
+    for row, how in zip(rows, hows, strict=True):
+        row.append("/".join(str(how.get(k, 0)) for k in kinds))
     out.append("")
     if rows:
-        heads = ["policy", "batch", "link", "step", "exposed copy", "measured/scaled/roofline"]
+        heads = ["policy", "batch", "link", "step", "exposed copy", "/".join(kinds)]
         out.append(table(heads, rows, left=(0, 2)))
-        out.append(calibrated(cal["gpu"], doc.get("target", {}).get("label")).line())
+        out.append(calibrated_accuracy(cal["gpu"], doc.get("target", {}).get("label"), "xla" in kinds).line())
         out.append(
-            "measured: instructions of the same name and shape as the run's; scaled: roofline x the class's scale"
+            "measured: instructions of the same name and shape as the run's; "
+            + ("xla: XLA's own estimate in the compiled module; " if "xla" in kinds else "")
+            + "scaled: roofline x the class's scale"
         )
     else:
         out.append("no compiled result to predict")

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from profiler.analysis.accuracy import CALIBRATED, Accuracy, of_costs
+from profiler.analysis.accuracy import CALIBRATED, CALIBRATED_XLA, XLA, Accuracy, of_costs
 from profiler.analysis.late_copies import fix, sentence
 from profiler.tune.candidate import Candidate, Name
 from profiler.tune.evaluate import Outcome, copy_cover
@@ -221,7 +221,9 @@ def verdict(choice: Tried, s: Search, compiler: Any, names: list[Name], others: 
             f"; the search was cut short by its compile budget ({s.budget} compiles; --max-compiles raises it): "
             "a placement it did not try may be faster"
         )
-    acc = CALIBRATED if getattr(compiler, "calibration", None) is not None else of_costs(cost_models(compiler))
+    acc = of_costs(cost_models(compiler))
+    if getattr(compiler, "calibration", None) is not None:
+        acc = CALIBRATED_XLA if acc is XLA else CALIBRATED
     tie = tie_line(choice, s, names, acc, others, lambda cand: program_of(compiler, cand))
     return text + (f"; {tie}" if tie else "")
 

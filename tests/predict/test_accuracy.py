@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from benchmarks import h200_predictions
-from profiler.analysis.accuracy import CALIBRATED, ROOFLINE, XLA, Accuracy
+from profiler.analysis.accuracy import CALIBRATED, CALIBRATED_XLA, ROOFLINE, XLA, Accuracy
 from profiler.analysis.offload_vs_remat import offload_vs_remat
 from profiler.report.predict_text import verdict_lines
 from profiler.tune.candidate import Candidate, Name
@@ -64,6 +64,8 @@ def test_xlas_own_estimates_error_is_what_it_was_on_the_h200_steps_as_plan_compi
 def test_the_calibrated_error_is_what_it_was_carried_from_the_a100_to_the_h200(h200_rows):
     for tag in ("proc0", "proc1"):
         _holds(CALIBRATED, h200_rows, f"a100_{tag}_ns")
+        # plan --calibrate on plan's own compiles: XLA's estimates where given, the A100's scales elsewhere
+        _holds(CALIBRATED_XLA, h200_rows, f"a100_{tag}_xla_ns")
 
 
 def _pred(policy: str, ns: int) -> dict:

@@ -117,3 +117,29 @@ def test_the_error_is_xlas_only_where_every_prediction_took_its_estimates():
     assert of_costs(["xla", "xla"]) is XLA
     assert of_costs(["xla", "roofline"]) is ROOFLINE and of_costs([]) is ROOFLINE and of_costs([None]) is ROOFLINE
     assert XLA.error_text() == "11-18% short" and XLA.tie == 0.01
+
+
+def test_a_fit_carried_to_another_gpu_takes_xlas_estimates_its_own_gpu_keeps_its_scales():
+    """``calibrated_costs``: a calibration from another GPU scales only what XLA gave no estimate of (its
+    scale was measured on other kernels); on the fit's own GPU the measured scales win (the roofline x 2 here)."""
+    import polars as pl
+
+    from profiler.analysis.links import parse_link
+    from profiler.predict.calibrate import Calibration, calibrated_costs
+    from profiler.xla.targets import TARGETS
+
+    # on the H100 the dot's roofline is 14 ns and the reduction's 1 ns: estimates of 3.6x and 3x them
+    text = module(cost(("sol", 0.05)), cost(("indexing-cost-model", 0.003)), "backend_config={}")
+    spec = TARGETS["h100"].spec_text()
+    roof = roofline.costs(sched_of(text), roofline.device_from_spec(spec), xla=False)
+
+    def fit(gpu: str) -> Calibration:
+        return Calibration("run", "other", gpu, {}, {}, {"matmul": 2.0, "reduction": 2.0, "fusion": 2.0}, {},
+                           pl.DataFrame(), parse_link("pcie5"), 1.0)  # fmt: skip
+
+    _, costs, how = calibrated_costs(fit("NVIDIA A100-SXM4-40GB"), parse_text(text), spec, parse_link("pcie5"))
+    assert (roof["dot"], roof["red"]) == (14, 1)
+    assert (costs["dot"], costs["red"], costs["neg"]) == (50, 3, round(2 * roof["neg"]))
+    assert (how["xla"], how["scaled"]) == (2, 1)
+    _, costs, how = calibrated_costs(fit("NVIDIA H100 80GB HBM3"), parse_text(text), spec, parse_link("pcie5"))
+    assert costs == {n: round(2 * ns) for n, ns in roof.items()} and "xla" not in how
