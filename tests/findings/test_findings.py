@@ -427,6 +427,7 @@ def test_warmup_in_capture(tmp_path):
     path, doc = warmup_in_capture(tmp_path)
     (f,) = fired(doc, "warmup-in-capture")
     assert f["evidence"] == {"warmup_steps": 1, "warmup_ns": 5000}
+    assert f["verdict"].startswith("1 warm-up step ran inside the capture (") and "it is left out" in f["verdict"]
     assert not fired(findings_of(path), "warmup-in-capture")  # step=N alone: no warm-up in the capture
 
 
