@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from profiler.analysis.accuracy import CALIBRATED, CALIBRATED_XLA
+from profiler.analysis.accuracy import CALIBRATED, CALIBRATED_XLA, of_costs
 from profiler.analysis.offload_expected import declared_offloads
 from profiler.analysis.offload_plan import by_layer, label
 from profiler.conventions import NO_NVTX_NOTE, NVTX_REQUIREMENT, is_tpu_name
@@ -578,7 +578,6 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
     layers' offloaded data in host memory together.  ``host_live_peak_bytes`` recomputes the
     first from the plan's schedule (a cross-check), ``late_d2h`` counts the device-to-host copies
     scheduled after the backward pass began (their data stays in device memory until then)."""
-    from profiler.analysis.accuracy import of_costs
     from profiler.analysis.offload_vs_remat import calibrated_rows, offload_vs_remat, prediction_rows
 
     target = doc["target"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from profiler.analysis.accuracy import ROOFLINE, XLA
 from profiler.analysis.links import Link
 from profiler.predict import roofline, schedule
 from profiler.predict.simulate import Prediction, simulate
@@ -15,9 +16,6 @@ from profiler.xla.hlo import HloError, Module
 # module carries one (roofline.with_xla), else at the roofline
 COSTED = "the compiled schedule replayed, kernels at XLA's estimates or the roofline"
 LABEL = f"predicted ({COSTED}; not measured)"
-# how the kernels were costed: ``xla`` where the module carries XLA's own estimates (a compile by plan or
-# tune; roofline.XLA_MODELS), else ``roofline``: the kinds of profiler.analysis.accuracy
-XLA_COSTS, ROOFLINE_COSTS = "xla", "roofline"
 
 
 def predict_module(module: Module, device: roofline.Device, links: list[Link]) -> tuple[list[Prediction], int]:
@@ -50,7 +48,9 @@ def predict_file(hlo: Path, spec_text: str, links: list[Link], peak_bf16_tflops:
     except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError) as exc:  # a module the replay misreads
         out["notes"].append(f"no prediction: the replay of {hlo.name} failed ({type(exc).__name__}: {exc})")
         return out
-    model = XLA_COSTS if by_xla else ROOFLINE_COSTS
+    # how the kernels were costed, as the accuracy of such predictions is named: XLA's estimates where the
+    # module carries them (a compile by plan or tune), else the roofline
+    model = XLA.kind if by_xla else ROOFLINE.kind
     out["cost_model"], out["xla_costed"] = model, by_xla
     for link, pred in zip(links, preds, strict=True):
         out["predictions"].append({**pred.doc(), "link_name": link.name, "link_gbps": link.gbps, "cost_model": model})

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from profiler.analysis.accuracy import CALIBRATED, CALIBRATED_XLA, XLA, Accuracy, of_costs
+from profiler.analysis.accuracy import CALIBRATED, CALIBRATED_XLA, ROOFLINE, XLA, Accuracy, of_costs
 from profiler.analysis.late_copies import fix, sentence
 from profiler.tune.candidate import Candidate, Name
 from profiler.tune.evaluate import Outcome, copy_cover
@@ -87,7 +87,8 @@ def _direction(d: str, copy_ns: int, cover: dict[str, Any] | None) -> str:
 def cost_models(compiler: Any) -> list[str]:
     """How each step the tune compiled was costed (``xla`` or ``roofline``: ``accuracy.of_costs``)."""
     cache = getattr(compiler, "cache", None) or {}
-    return ["xla" if c.xla_costed else "roofline" for c in cache.values() if c is not None and c.sched is not None]
+    done = [c for c in cache.values() if c is not None and c.sched is not None]
+    return [XLA.kind if c.xla_costed else ROOFLINE.kind for c in done]
 
 
 def program_of(compiler: Any, c: Candidate) -> str | None:
