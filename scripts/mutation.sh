@@ -63,7 +63,7 @@ case "$module" in
     tests="tests/predict/test_command_buffers.py tests/predict/test_measured.py tests/predict/test_replay_invariants.py" ;;
   roofline)  # the cost model alone: FLOPs, bytes, collectives, the device from its description
     sources="profiler/predict/roofline.py"
-    tests="tests/predict/test_roofline_cases.py tests/predict/test_roofline_gemm.py tests/predict/test_roofline_attention.py tests/predict/test_predict_reference.py tests/predict/test_calibrate_cases.py" ;;
+    tests="tests/predict/test_roofline_cases.py tests/predict/test_roofline_gemm.py tests/predict/test_roofline_attention.py tests/predict/test_predict_reference.py tests/predict/test_calibrate_cases.py tests/predict/test_xla_estimates.py" ;;
   step)  # predict_file: the predictions per link, the device, the notes
     sources="profiler/predict/step.py"
     tests="tests/predict/test_predict_file.py tests/predict/test_predict_reference.py tests/capture/test_hlo_tuple_reads.py" ;;

@@ -21,7 +21,7 @@ def test_import_profiler_needs_nothing_but_the_standard_library():
 
 def test_every_name_of_the_api_is_there():
     for name in profiler.__all__:
-        assert callable(getattr(profiler, name)) or name in ("ROOFLINE", "CALIBRATED"), name
+        assert callable(getattr(profiler, name)) or name in ("ROOFLINE", "CALIBRATED", "XLA"), name
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         profiler.nothing  # noqa: B018
 
@@ -45,6 +45,7 @@ def test_the_docstring_lines_on_a_real_run(tmp_path, monkeypatch):
         ": steps 20-33% short; the ratio of two steps of one program shape off by at most 10%, so two predictions "
         "within 10% of each other are a tie"
     )
+    assert "steps 11-18% short" in profiler.XLA.line() and "within 1% of each other are a tie" in profiler.XLA.line()
 
 
 def test_the_package_forwards_every_function_the_facade_defines():
