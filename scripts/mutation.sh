@@ -16,7 +16,7 @@ set -euo pipefail
 main() {
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-module=${1:?usage: bash scripts/mutation.sh MODULE [--report] (units, intervals, overlap, stalls, kernels_slowed, replay, findings_config, findings_rules, savings, findings_savings, predict, command_buffers, roofline, step, schedule, from_recording, replay_rules, plan_costs, recorded, measured)}
+module=${1:?usage: bash scripts/mutation.sh MODULE [--report] (units, intervals, overlap, stalls, kernels_slowed, replay, findings_config, findings_rules, savings, findings_savings, predict, command_buffers, roofline, step, schedule, from_recording, replay_rules, calibrate, plan_costs, recorded, measured)}
 shift
 report_only=0
 if [ "${1:-}" = --report ]; then report_only=1; shift; fi
@@ -66,7 +66,7 @@ case "$module" in
     tests="tests/predict/test_roofline_cases.py tests/predict/test_roofline_gemm.py tests/predict/test_roofline_attention.py tests/predict/test_predict_reference.py tests/predict/test_calibrate_cases.py tests/predict/test_xla_estimates.py" ;;
   step)  # predict_file: the predictions per link, the device, the notes
     sources="profiler/predict/step.py"
-    tests="tests/predict/test_predict_file.py tests/predict/test_predict_reference.py tests/capture/test_hlo_tuple_reads.py" ;;
+    tests="tests/predict/test_predict_file.py tests/predict/test_predict_reference.py tests/capture/test_hlo_tuple_reads.py tests/predict/test_xla_estimates.py" ;;
   schedule)  # the unrolled schedule the simulator replays: ops, kinds, loops, calls, async pairs, payloads
     sources="profiler/predict/schedule.py"
     tests="tests/predict/test_schedule_cases.py tests/predict/test_simulate_cases.py tests/predict/test_replay_invariants.py tests/predict/test_command_buffers.py" ;;
@@ -76,6 +76,9 @@ case "$module" in
   replay_rules)  # the rules both replays keep: the op before each on its stream, rows too early, streams too short
     sources="profiler/analysis/replay_rules.py"
     tests="tests/analysis/test_replay_rules_cases.py tests/predict/test_replay_invariants.py" ;;
+  calibrate)  # costs from a run: the class scales, the measured durations, XLA's estimates of a carried fit
+    sources="profiler/predict/calibrate.py"
+    tests="tests/predict/test_calibrate_cases.py tests/predict/test_xla_estimates.py" ;;
   plan_costs)  # a run's costs in a plan: the PGLE profile, the results' modules and links, plan --pgle and --calibrate
     sources="profiler/predict/plan_costs.py"
     tests="tests/predict/test_plan_costs_cases.py tests/predict/test_host_link.py tests/predict/test_measured.py" ;;

@@ -457,12 +457,15 @@ def with_xla(schedule: Schedule, roof: dict[str, int], launch_ns: int = 0) -> tu
         return roof, []
     classes = op_classes(schedule)
     out, taken = dict(roof), []
-    for name, ns in roof.items():
-        ins = schedule.instructions.get(name)
-        model = XLA_MODELS.get(classes.get(name, ""))
-        us = ins.xla_us.get(model) if ins is not None and model else None
-        est = whole_ns(us * 1e3) + launch_ns if us is not None else 0
-        if ns < est <= XLA_MAX_OVER_ROOFLINE * max(ns, 1):
+    for name, ns in roof.items():  # each an instruction of the schedule (costs skips the others)
+        model = XLA_MODELS.get(classes.get(name))
+        if model is None:
+            continue
+        us = schedule.instructions[name].xla_us.get(model)
+        if us is None:
+            continue
+        est = whole_ns(us * 1e3) + launch_ns
+        if ns < est <= XLA_MAX_OVER_ROOFLINE * ns:  # a kernel the roofline prices at nothing takes none
             out[name] = est
             taken.append(name)
     return out, taken

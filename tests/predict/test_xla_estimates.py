@@ -81,12 +81,14 @@ def test_a_gemm_takes_xlas_latency_estimate_and_a_reduction_its_indexing_model_t
     assert got == {"dot": 60_000, "red": 7_250, "neg": 6_400} and sorted(taken) == ["dot", "red"]
     assert roofline.costs(s, DEV) == got  # costs() takes them by default
     assert roofline.with_xla(s, roof, launch_ns=5)[0]["dot"] == 60_005  # a kernel's launch, as the roofline's
+    assert roofline.costs(s, DEV, launch_ns=5)["dot"] == 60_005
 
 
 @pytest.mark.parametrize(
     ("sol_us", "expected"),
     [
         (40.0, ROOF["dot"]),  # under the roofline (a lower bound on the peaks): the roofline
+        (46.4, ROOF["dot"]),  # the roofline itself: the roofline's, not XLA's
         (185.6, 185_600),  # 4x the roofline: taken
         (185.7, ROOF["dot"]),  # beyond 4x (XLA_MAX_OVER_ROOFLINE): the roofline
     ],
@@ -143,3 +145,39 @@ def test_a_fit_carried_to_another_gpu_takes_xlas_estimates_its_own_gpu_keeps_its
     assert (how["xla"], how["scaled"]) == (2, 1)
     _, costs, how = calibrated_costs(fit("NVIDIA H100 80GB HBM3"), parse_text(text), spec, parse_link("pcie5"))
     assert costs == {n: round(2 * ns) for n, ns in roof.items()} and "xla" not in how
+
+
+def test_an_instruction_the_roofline_prices_at_nothing_takes_no_estimate():
+    """A GEMM of no bytes and no FLOPs on this device (a zero-size dot): XLA's launch-sized estimate is not
+    taken, whatever it is, and what has no estimate keeps the roofline (not 1 ns)."""
+    s = sched_of(module(cost(("sol", 0.003)), "backend_config={}", "backend_config={}"))
+    roof = {"dot": 0, "red": 0, "neg": 0}
+    assert roofline.with_xla(s, roof) == (roof, [])
+
+
+def test_each_instruction_is_looked_at_whatever_comes_before_it():
+    """An instruction of no estimated class (the loop fusion) or without an estimate (this GEMM) before one
+    with an estimate: the later one still takes XLA's."""
+    text = module("backend_config={}", cost(("indexing-cost-model", 7.25)), "backend_config={}")
+    lines = text.splitlines()
+    red = next(i for i, line in enumerate(lines) if line.lstrip().startswith("%red ="))
+    neg = next(i for i, line in enumerate(lines) if line.lstrip().startswith("%neg ="))
+    lines[red], lines[neg] = lines[neg], lines[red]  # the loop fusion runs first, then the reduction
+    s = sched_of("\n".join(lines))
+    assert [op.name for op in s.ops if op.name in ROOF] == ["dot", "neg", "red"]
+    assert roofline.with_xla(s, roofline.costs(s, DEV, xla=False)) == ({**ROOF, "red": 7_250}, ["red"])
+
+
+def test_predict_file_says_a_module_with_estimates_was_costed_by_them(tmp_path):
+    """plan's prediction of a compiled module that carries XLA's estimates: costed by them, and said so
+    (``cost_model``, ``xla_costed``), which decides the error it prints."""
+    from profiler.analysis.links import parse_link
+    from profiler.predict.step import predict_file
+    from profiler.xla.targets import TARGETS
+
+    hlo = tmp_path / "step.hlo.txt"
+    hlo.write_text(module(cost(("sol", 0.05)), cost(("indexing-cost-model", 0.003)), "backend_config={}"))
+    doc = predict_file(hlo, TARGETS["h100"].spec_text(), [parse_link("pcie5")])
+    assert (doc["cost_model"], doc["xla_costed"]) == ("xla", 2)
+    (p,) = doc["predictions"]
+    assert p["cost_model"] == "xla" and p["predicted_compute_ns"] >= 50 + 3  # the GEMM's 50 ns, the reduction's 3
