@@ -380,7 +380,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
             ]
         tables = [plan_datatable(tab_doc)]
         if predicted is not None:
-            tables += [caption("Predicted with roofline costs over the compiled schedule (not measured)"), predicted]
+            tables += [caption(f"Predicted: {COSTED} (not measured)"), predicted]
         if calibrated is not None:
             cal = tab_doc.get("calibration") or {}
             tables += [caption(f"Predicted with the costs {cal.get('source') or 'a run'} measured (not measured)"),

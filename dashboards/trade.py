@@ -388,7 +388,7 @@ HEADER_TIPS = {
     "mfu": "declared model FLOPs per step / median step / the device's dense BF16 peak",
     "exposed": "median per step of offload copy time no kernel overlaps",
     "stalled": "median per step of GPU time stalled waiting for offload copies",
-    "pred_step": "the run's own compiled step replayed with roofline costs on the recorded GPU and its host link "
+    "pred_step": f"the run's own compiled step on the recorded GPU and its host link: {COSTED} "
     "(profile-step's static estimate, not measured)",
     "pred_error": "predicted step / measured median step - 1: how far the static estimate was off",
     "pred_exposed": "predicted copy time the compute stream waits for, per step",

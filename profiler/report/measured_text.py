@@ -87,8 +87,9 @@ def render_pgle_moves(doc: dict[str, Any]) -> str:
         if pr:
             b, a = pr["before"], pr["after"]
             out.append(
-                f"predicted on {pr['link']} (the profile's costs, the roofline elsewhere), schedule compiled "
-                f"without -> with the profile: exposed copy time {human_time(b['predicted_exposed_ns'])} -> "
+                f"predicted on {pr['link']} (the profile's costs, XLA's estimates or the roofline elsewhere), "
+                "schedule compiled without -> with the profile: exposed copy time "
+                f"{human_time(b['predicted_exposed_ns'])} -> "
                 f"{human_time(a['predicted_exposed_ns'])}; step {human_time(b['predicted_step_ns'])} -> "
                 f"{human_time(a['predicted_step_ns'])}"
             )

@@ -7,12 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from profiler.analysis.links import HostLink
+from profiler.predict.step import LABEL
 from profiler.tune import explain, forms
 from profiler.tune.candidate import Name
 from profiler.tune.compiler import Compiler
 from profiler.tune.search import Search, Tried, best_of
-
-LABEL = "predicted (roofline over the compiled schedule, not measured)"
 
 
 def row(t: Tried, names: list[Name], compiler: Compiler) -> dict[str, Any]:
