@@ -276,6 +276,11 @@ def caption(text: str) -> html.Div:
     return html.Div(text, className="bold-line")
 
 
+def _sentence(text: str | None) -> str:
+    """*text* as a sentence of the view (capital first, a full stop last); nothing without a text."""
+    return f"{text[:1].upper()}{text[1:]}." if text else ""
+
+
 def calibration_line(cal: dict[str, Any] | None) -> str:
     """What the calibrated table is: whose measurement set its costs."""
     if not cal:
@@ -370,12 +375,14 @@ def register(app: dash.Dash, store: RunStore) -> None:
         if predicted is not None:
             said_predicted = [
                 f"Predicted ({COSTED}; not measured): {PREDICTED_LEGEND}.",
+                _sentence(tab_doc.get("accuracy")),
                 *verdict_lines(tab_doc.get("offload_vs_remat") or [], width=None),
             ]
         calibrated = predicted_datatable(tab_doc, "calibrated")
         if calibrated is not None:
             said_predicted += [
                 calibration_line(tab_doc["calibration"]),
+                _sentence(tab_doc.get("calibrated_accuracy")),
                 *verdict_lines(tab_doc.get("calibrated_vs_remat") or [], width=None),
             ]
         tables = [plan_datatable(tab_doc)]

@@ -654,6 +654,7 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
     # plan --calibrate over modules that carry XLA's own estimates took them (calibrate.calibrated_costs)
     by_xla = bool(calibrated) and all((p.get("costed") or {}).get("xla") for p in calibrated)
     cal_acc = CALIBRATED_XLA if by_xla else CALIBRATED
+    acc = of_costs([p.get("cost_model") for p in predictions])
     return {
         "label": doc["label"],
         "target": target,
@@ -664,11 +665,14 @@ def plan_table(doc: dict[str, Any], mem_fraction: float = 0.75) -> dict[str, Any
         "same_hlo": same,
         "links": doc.get("links") or [],
         "predictions": predictions,
-        "offload_vs_remat": offload_vs_remat(predictions, of_costs([p.get("cost_model") for p in predictions])),
+        "offload_vs_remat": offload_vs_remat(predictions, acc),
+        # how far such predictions were off on real steps: the line the terminal and the dashboard print
+        "accuracy": acc.line() if predictions else None,
         # plan --calibrate: the same predictions with the costs a run measured
         "calibration": doc.get("calibration"),
         "calibrated": calibrated,
         "calibrated_vs_remat": offload_vs_remat(calibrated, cal_acc),
+        "calibrated_accuracy": cal_acc.line() if calibrated else None,
     }
 
 

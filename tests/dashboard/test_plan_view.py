@@ -84,3 +84,25 @@ def test_a_tune_folder_shows_its_table_and_its_limit(tmp_path):
     assert [r["step"] for r in table.data] == [61.68, 72.47] and table.data[0]["host"] == 1.0  # ms, GiB
     assert tune_lines(doc["tune"])[-2:] == ["MaxText: none (no tensor named small)", "JAX: policy=jax.x"]
     assert tune_fraction(plan(temp_bytes=1)) == 0.75
+
+
+def test_the_plan_says_how_far_its_kind_of_prediction_was_off():
+    """The error line of the plan's predictions is made once (plan_table's ``accuracy``) for the terminal and
+    the dashboard's plan view, by how they were costed: XLA's estimates (plan's compiles) or the roofline."""
+    from profiler.analysis.accuracy import ROOFLINE, XLA
+    from profiler.report.predict_text import render_predictions
+
+    def with_predictions(model: str) -> dict:
+        doc = plan(MiB)
+        for r in doc["results"]:
+            r["prediction"] = {"predictions": [{
+                "link": "pcie5", "link_name": "PCIe Gen5 x16", "link_gbps": 63.0, "predicted_step_ns": 100_000_000,
+                "predicted_exposed_ns": 0, "predicted_compute_ns": 100_000_000, "cost_model": model}]}  # fmt: skip
+        return plan_table(doc)
+
+    assert plan_table(plan(MiB))["accuracy"] is None  # nothing predicted, nothing said
+    for model, acc in (("xla", XLA), ("roofline", ROOFLINE)):
+        tab = with_predictions(model)
+        assert tab["accuracy"] == acc.line()
+        said = " ".join(" ".join(render_predictions(tab)).split())
+        assert " ".join(acc.line().split()) in said
