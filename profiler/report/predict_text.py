@@ -43,7 +43,7 @@ def render_predictions(tab: dict[str, Any]) -> list[str]:
     heads = ("policy", "batch", "link", f"step {unit}", f"exposed {unit}", f"compute {unit}", f"D2H {unit}",
              f"H2D {unit}", "fits")  # fmt: skip
     out = [f"\n{LABEL}, {tab['target'].get('label')}:", table(heads, rows, left=(0, 2, 8)), *textwrap.wrap(LEGEND, 118)]
-    out += textwrap.wrap(tab.get("accuracy") or of_costs([p.get("cost_model") for p in preds]).line(), 118)
+    out += textwrap.wrap(tab.get("accuracy") or "", 118)  # plan_table's: how far such predictions were off
     for link in tab.get("links") or []:
         out.append(f"link {link['name']}: {link['gbps']:g} GB/s per direction, {link['why']}")
     out += verdict_lines(tab.get("offload_vs_remat") or [])
