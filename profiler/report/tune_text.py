@@ -85,6 +85,7 @@ def render_tune(doc: dict[str, Any], show_all: bool = False, wide: bool = False)
     if left_out and not show_all:
         out.append(f"({left_out} candidates that do not fit or failed are not shown; --all shows them)")
     out += textwrap.wrap(LEGEND, width)
+    out += textwrap.wrap(doc.get("accuracy") or "", width)
     s = doc["search"]
     out.append("")
     out += textwrap.wrap(

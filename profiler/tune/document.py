@@ -106,6 +106,8 @@ def document(
     )
     return {
         "label": LABEL,
+        # how far such predictions were off on real steps (the tie the verdict calls is its ``tie``)
+        "accuracy": explain.accuracy_of(compiler).line(),
         "compiled_label": f"compiled for {label}, not measured",
         "script": str(req.script.resolve()),
         "script_args": req.script_args,

@@ -91,6 +91,15 @@ def cost_models(compiler: Any) -> list[str]:
     return [XLA.kind if c.xla_costed else ROOFLINE.kind for c in done]
 
 
+def accuracy_of(compiler: Any) -> Accuracy:
+    """How far the tune's kind of prediction was off on real steps: by how its compiles were costed
+    (XLA's estimates or the roofline), calibrated or not."""
+    acc = of_costs(cost_models(compiler))
+    if getattr(compiler, "calibration", None) is not None:
+        return CALIBRATED_XLA if acc is XLA else CALIBRATED
+    return acc
+
+
 def program_of(compiler: Any, c: Candidate) -> str | None:
     """The HLO fingerprint of *c*'s compiled step (None: not compiled or not read)."""
     comp = compiler.cache.get(compiler._key(c)) if hasattr(compiler, "cache") else None
@@ -222,9 +231,7 @@ def verdict(choice: Tried, s: Search, compiler: Any, names: list[Name], others: 
             f"; the search was cut short by its compile budget ({s.budget} compiles; --max-compiles raises it): "
             "a placement it did not try may be faster"
         )
-    acc = of_costs(cost_models(compiler))
-    if getattr(compiler, "calibration", None) is not None:
-        acc = CALIBRATED_XLA if acc is XLA else CALIBRATED
+    acc = accuracy_of(compiler)
     tie = tie_line(choice, s, names, acc, others, lambda cand: program_of(compiler, cand))
     return text + (f"; {tie}" if tie else "")
 

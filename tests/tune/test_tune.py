@@ -188,6 +188,11 @@ def test_beside_a_jax_policy_the_best_placement_of_the_names_says_why(known):
     text = " ".join(render_tune(doc).split())
     assert "the best placement of the named activations: offload small" in text
     assert "small: offload; its 1.00 GiB per step on NVLink-C2C" in text
+    # every tune prints how far its kind of prediction was off: here the roofline's (this module turns XLA's
+    # own estimates off, own_record above)
+    from profiler.analysis.accuracy import ROOFLINE
+
+    assert doc["accuracy"] == ROOFLINE.line() and " ".join(ROOFLINE.line().split()) in text
 
 
 def test_a_placement_that_changes_nothing_says_so(known):
