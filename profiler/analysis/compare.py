@@ -48,7 +48,7 @@ METRICS: dict[str, tuple[str, str, str | None]] = {
     "tflops": ("TFLOP/s per device", "TFLOP/s", None),
     # head's kernel work per GPU time over base's (profiler.analysis.work.work_rate; base is 1): gated
     # only when a side has no steps, where equal windows can hide less work
-    "work_rate": ("kernel work per GPU time", "fraction", None),
+    "work_rate": ("kernel work per GPU time (base = 100%)", "fraction", None),
     # METRICS.md "Kernels slowed by copies": excess_ns over all devices (None in a run recorded without it)
     "kernel_excess_ns": ("kernel time lost beside copies, persistent kernels aside", "ns", None),
 }

@@ -139,7 +139,7 @@ def test_markdown_and_terminal_show_the_work(build):
     md = run_cli("compare", "--format", "markdown", str(base), str(head))
     assert md.returncode == 1
     first = md.stdout.splitlines()[0]
-    assert "kernel work per GPU time regressed" in first and "`gemm` calls 20 → 16 (-20.0%)" in first
+    assert "kernel work per GPU time (base = 100%) regressed" in first and "`gemm` calls 20 → 16 (-20.0%)" in first
     assert "Where the time went: the window, per GPU (2 GPUs)" in md.stdout
     assert "50.000 → 80.000 µs (+60.0%)" in md.stdout
     term = run_cli("compare", str(base), str(head))
