@@ -21,6 +21,7 @@ from profiler.report.policies_text import PLAN_LEGEND, plan_notes
 from profiler.report.predict_text import LEGEND as PREDICTED_LEGEND
 from profiler.report.predict_text import verdict_lines
 from profiler.units import byte_unit, human_bytes, human_time, si, time_unit
+from profiler.xla.same_program import other_model
 
 FAR_BELOW = 0.05  # bars under this fraction of the usable memory: the limit is written, not drawn
 
@@ -370,6 +371,12 @@ def register(app: dash.Dash, store: RunStore) -> None:
             for r in tab_doc["rows"]
             for n in plan_notes(r)
         ]
+        runs = [{"step_name": c.get("step_name"), "step_signature": c.get("signature")}
+                for c in (res.run.compiled or {} for res in list(store.results.values()))]  # fmt: skip
+        other = other_model(tab_doc["rows"], runs)
+        if other:
+            notes.insert(0, f"Another model than the runs loaded beside it ({other}): the plan's pick is for the "
+                            "model it compiled, not theirs.")  # fmt: skip
         predicted = predicted_datatable(tab_doc)
         said_predicted = []
         if predicted is not None:

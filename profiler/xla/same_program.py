@@ -87,3 +87,13 @@ def short_difference(row: Mapping[str, Any], ref: Mapping[str, Any]) -> str:
     if n is not None and m is not None and n != m:
         return f"{name} with {count(n, 'parameter')} against {m}"
     return f"{name} with parameters {row.get('step_signature')}, not {ref.get('step_signature')}"
+
+
+def other_model(plan_rows: list[Mapping[str, Any]], run_rows: list[Mapping[str, Any]]) -> str | None:
+    """Where no run of known program (*run_rows*) ran any program a plan compiled (*plan_rows*): how they
+    differ, in the fewest words (``short_difference``); None where one did, or nothing is known."""
+    runs = [r for r in run_rows if r.get("step_name")]
+    plans = [p for p in plan_rows if p.get("step_name")]
+    if not runs or not plans or any(same_program(p, r) for p in plans for r in runs):
+        return None
+    return short_difference(plans[0], runs[0])

@@ -179,3 +179,19 @@ def test_the_dashboards_policy_table_marks_the_row_and_gives_no_percentage(tmp_p
     assert other["run"] == "recompute ≠" and other["recompute"] is None
     assert "another program: recompute runs another program than none: jit_scanned, not jit_step: " \
         "no percentage between them" in lines  # fmt: skip
+
+
+def test_a_plan_of_another_model_than_the_runs_says_so():
+    """The dashboard's plan view beside runs of another model (the quickstart's H100 plan, d_model 1024,
+    under the H200 example's runs, d_model 4096): how the programs differ; nothing where a run ran one
+    of the plan's programs, or where no program is known."""
+    from profiler.xla.same_program import other_model
+
+    plan = [{"step_name": "jit_step", "step_signature": "(f32[64]) -> f32[]"},
+            {"step_name": "jit_step", "step_signature": "(f32[64], f32[8]) -> f32[]"}]  # fmt: skip
+    runs = [{"step_name": "jit_step", "step_signature": "(f32[256]) -> f32[]"}, {"step_name": None}]
+    assert other_model(plan, runs) == "jit_step with parameters (f32[64]) -> f32[], not (f32[256]) -> f32[]"
+    assert other_model(plan, [*runs, {"step_name": "jit_step", "step_signature": "(f32[64], f32[8]) -> f32[]"}]) is None
+    other = [{"step_name": "jit_train_step", "step_signature": None}]
+    assert other_model(plan, other) == "jit_step, not jit_train_step"
+    assert other_model(plan, [{"step_name": None}]) is None and other_model([], runs) is None
