@@ -36,8 +36,9 @@ and the known-answer script: median 0.09%, 90% within 0.34%, the largest 10.8%;
 benchmarks/additive_error.py); for the together step, the resting candidate's step plus
 the promising moves' gains (the greedy path's end: not built when even it cannot beat the best
 known).  A change predicted no better than the best known by ``SCREEN`` of its step could only win
-by the prediction's error, which is far inside the tie the verdict calls (10% for the roofline,
-3% calibrated): it is not compiled (``screened``), and ``--no-screen`` compiles it.
+by the prediction's error, nine times in ten inside the tie the verdict calls (1% with XLA's own
+kernel estimates, 10% for the roofline alone, 3% calibrated: docs/tune.md): it is not compiled
+(``screened``), and ``--no-screen`` compiles it.
 
 "Helps" means faster by more than ``TOLERANCE`` of the step (the model's numbers are
 exact, its meaning is not), within the memory limit.
