@@ -331,9 +331,21 @@ def add_annotations(
     )
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def export_parser(doc: str) -> argparse.ArgumentParser:
+    """A generator's command line: its docstring's first line as description, and OUT, the export it writes."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("out", type=Path)
+    return p
+
+
+def refuse_existing(out: Path) -> None:
+    """Stop with one line where *out* exists: a generator never overwrites an export."""
+    if out.exists():
+        raise SystemExit(f"{out} exists; not overwritten")
+
+
+def main() -> None:
+    p = export_parser(__doc__)
     p.add_argument("--kernels", type=int, default=1_000_000)
     p.add_argument("--copies", type=int, default=200_000)
     p.add_argument("--memsets", type=int, default=20_000)
@@ -342,8 +354,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--policy", default="offload_qkv")
     a = p.parse_args()
-    if a.out.exists():
-        raise SystemExit(f"{a.out} exists; not overwritten")
+    refuse_existing(a.out)
     make(a.out, a.kernels, a.copies, a.memsets, seed=a.seed, annotate=a.annotate, policy=a.policy, events=a.events)
     print(a.out)
 

@@ -39,7 +39,6 @@ of the tool's.
 
 from __future__ import annotations
 
-import argparse
 import sqlite3
 import sys
 from pathlib import Path
@@ -49,7 +48,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script, as the docstring says
 
-from benchmarks.make_export import add_enums_and_meta, create, partial_db
+from benchmarks.make_export import add_enums_and_meta, create, export_parser, partial_db, refuse_existing
 from profiler.conventions import CAPTURE_RANGE, DOMAIN
 from profiler.synthetic.export import REAL_SYNC_TYPE, UNSET, global_tid
 
@@ -384,15 +383,13 @@ def make(path: Path, steps: int = 100, layers: int = 48, gpus: int = 2, seed: in
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("out", type=Path)
+    p = export_parser(__doc__)
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--layers", type=int, default=48)
     p.add_argument("--gpus", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
-    if a.out.exists():
-        raise SystemExit(f"{a.out} exists; not overwritten")
+    refuse_existing(a.out)
     make(a.out, a.steps, a.layers, a.gpus, a.seed)
     print(a.out)
 
