@@ -94,13 +94,14 @@ def group_rows(kb: dict[str, Any], sms: int | None = None) -> list[dict[str, Any
 
 
 def _table(tid: str, data: list[dict[str, Any]]) -> dash_table.DataTable:
-    """A plain table; a long cell (a kernel's name) cut at the column's width, whole on hover."""
+    """A plain table; a long cell (a kernel's name, the groups' summary) wraps within its column, so that the
+    table fits a 1344-pixel window; a cell longer than 50 characters is also whole on hover."""
     cols = list(data[0]) if data else []
     return dash_table.DataTable(
         id=tid,
         data=data,
         columns=[{"id": c, "name": c} for c in cols],
-        style_cell={**CELL, "maxWidth": "420px", "overflow": "hidden", "textOverflow": "ellipsis"},
+        style_cell={**CELL, "maxWidth": "300px", "whiteSpace": "normal", "height": "auto", "overflowWrap": "anywhere"},
         style_header=HEADER,
         style_table={"overflowX": "auto"},
         tooltip_data=[

@@ -197,10 +197,10 @@ def table_part(store: RunStore, raw: list[dict[str, Any]], sel: dict[str, Any]) 
             style_table={"overflowX": "auto", "maxHeight": "max(340px, 60vh)", "overflowY": "auto"},
             style_header=HEADER_WRAP,
             style_cell={**CELL, "maxWidth": "280px", "overflow": "hidden", "textOverflow": "ellipsis"},
-            # long GPU names and policies on two lines: the table fits a 1440-pixel window, date included
+            # long GPU names, policies and run names on two lines: the table fits a 1344-pixel window, date included
             style_cell_conditional=[
                 {"if": {"column_id": c}, "minWidth": lo, "maxWidth": hi, "whiteSpace": "normal", "height": "auto"}
-                for c, lo, hi in (("device", "170px", "210px"), ("policy", "190px", "220px"), ("run", "245px", "280px"))
+                for c, lo, hi in (("device", "150px", "190px"), ("policy", "150px", "200px"), ("run", "190px", "250px"))
             ],
             style_data_conditional=[
                 {"if": {"filter_query": "{status} = error"}, "color": ERROR_COLOR},

@@ -349,6 +349,11 @@ def policy_datatable(
         style_table={"overflowX": "auto"},
         style_header=HEADER_WRAP,
         style_cell=CELL,
+        # runs' and policies' names on two lines where long: the table fits a 1344-pixel window
+        style_cell_conditional=[
+            {"if": {"column_id": c}, "maxWidth": w, "whiteSpace": "normal", "height": "auto"}
+            for c, w in (("run", "200px"), ("noise", "170px"), ("same_hlo", "170px"))
+        ],
         style_data_conditional=[
             {"if": {"filter_query": '{same_hlo} != ""'}, "backgroundColor": SAME_STEP_BACKGROUND},
             {"if": {"filter_query": '{noise} != ""', "column_id": ["step", "spread", "noise"]}, "color": FAINT_COLOR},

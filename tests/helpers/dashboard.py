@@ -168,10 +168,30 @@ UNDRAWN_TYPES_JS = """[...document.querySelectorAll('.js-plotly-plot')].flatMap(
   .filter(([asked, drawn]) => asked !== drawn))"""
 
 
+# the shown tables wider than their box (they would scroll sideways), as [id or class, needed px, box px]
+WIDE_TABLES_JS = """[...document.querySelectorAll('.dash-spreadsheet-container, table')]
+  .filter(e => e.offsetParent !== null && e.scrollWidth > e.clientWidth + 2)
+  .map(e => [e.id || e.className.slice(0, 40), e.scrollWidth, e.clientWidth])"""
+LAPTOP = {"width": 1344, "height": 900}  # the narrowest window every table fits
+
+
+def wide_tables(page) -> list[list]:
+    """The shown tables that scroll sideways in a LAPTOP-wide window (the page put back as it was)."""
+    was = page.viewport_size
+    page.set_viewport_size(LAPTOP)
+    page.wait_for_timeout(200)
+    try:
+        return page.evaluate(WIDE_TABLES_JS)
+    finally:
+        page.set_viewport_size(was)
+
+
 def check_page(page, name: str) -> None:
     """No overlapping labels, no silent empty chart, no trace drawn as another type, no console error or
-    warning, the runs table's header in place and a ticked row in view; and a screenshot for review."""
+    warning, the runs table's header in place and a ticked row in view, no table scrolling sideways in a
+    1344-pixel window; and a screenshot for review."""
     page.wait_for_timeout(300)  # let plotly finish laying out its text
+    assert wide_tables(page) == [], name
     assert page.evaluate(OVERLAPS_JS) == [], name
     assert page.evaluate(UNDRAWN_TYPES_JS) == [], name
     assert page.evaluate(EMPTY_JS) == [], name
