@@ -85,8 +85,14 @@ def rank_choices(
     return [{"label": p, "value": p} for p in policies], value, classes
 
 
+def tab_label(store: RunStore, views: list[View]) -> str:
+    """``Ranks``, or ``Ranks (none)`` where no selected run is a rank of a job: the tab would only say so."""
+    return "Ranks" if _ranks(store, views) else "Ranks (none)"
+
+
 def register(app: dash.Dash, store: RunStore) -> None:
     gate = tab_gate.on(app, "ranks")
+    selection.relabel(app, "ranks", tab_label, store)
 
     @app.callback(
         Output(ids.RANK_POLICY, "options"),
@@ -138,4 +144,4 @@ def register(app: dash.Dash, store: RunStore) -> None:
         return fig, items
 
 
-TAB = TabView("ranks", "Ranks", layout, register)
+TAB = TabView("ranks", tab_label, layout, register)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import Input, State
+import dash
+from dash import Input, Output, State
 
 from dashboards import ids, rows
 from dashboards.data import RunStore
@@ -60,3 +61,19 @@ def runs_that(store: RunStore, has: Any, views: list[View], what: str, limit: in
     return (
         f"{', '.join(names)}{more} {verb} {what}: tick {'its' if len(found) == 1 else 'their'} rows in the table above."
     )
+
+
+def relabel(app: Any, name: str, label: Any, store: RunStore) -> None:
+    """Keep tab *name*'s label, ``label(store, views)``, in step with the ticked rows (and with the table's
+    rows as their analyses end); unchanged when it reads the same (a new label re-renders the tab)."""
+
+    @app.callback(
+        Output(ids.tab(name), "label"),
+        Input(ids.RUNS, "selected_rows"),
+        Input(ids.RUNS, "data"),
+        State(ids.tab(name), "label"),
+        prevent_initial_call=True,
+    )
+    def on_ticked(selected, data, shown):
+        new = label(store, selected_views(selected, data))
+        return dash.no_update if new == shown else new

@@ -75,6 +75,13 @@ def not_modelled(store: RunStore, rid: str) -> str | None:
     return ((store.results[rid].run.findings or {}).get("copy_free") or {}).get("not_modelled")
 
 
+def tab_label(store: RunStore, views: list[View]) -> str:
+    """``What-if``, or ``What-if (not modelled)`` where every selected run analyzed so far is one the replay
+    cannot model (``not_modelled``): the tab would only say why."""
+    done = {v.rid for v in views if v.rid in store.results}
+    return "What-if (not modelled)" if done and all(not_modelled(store, rid) for rid in done) else "What-if"
+
+
 def whatif_figure(rows: list[dict[str, Any]], title: str) -> Figure:
     """Per (run, GPU): median step and GPU span, measured and predicted, as horizontal bars."""
     if not rows:
@@ -316,6 +323,7 @@ def layout(page: Page) -> list[Any]:
 
 def register(app: dash.Dash, store: RunStore) -> None:
     gate = tab_gate.on(app, "whatif")
+    selection.relabel(app, "whatif", tab_label, store)
 
     @app.callback(
         Output(ids.WHATIF_VALUE, "disabled"),
@@ -349,4 +357,4 @@ def register(app: dash.Dash, store: RunStore) -> None:
         return fig, notes, not waiting
 
 
-TAB = TabView("whatif", "What-if", layout, register)
+TAB = TabView("whatif", tab_label, layout, register)

@@ -130,8 +130,9 @@ def test_dashboard_end_to_end(browser, server, runs):
     assert {"compute · stream 13", "NCCL · stream 16", "D2H · stream 14", "H2D · stream 15"} <= set(lanes)
     check_page(page, "3-timeline")
 
-    # ranks: none of these runs is a rank: a note, no empty chart, no empty dropdown
-    page.get_by_text("Ranks", exact=True).click()
+    # ranks: none of these runs is a rank: the tab's label says so, then a note, no empty chart or dropdown
+    assert page.inner_text("#ranks-tab") == "Ranks (none)"
+    page.click("#ranks-tab")
     wait_graph(page, "rank-heatmap", "gd.layout.meta && gd.layout.meta.note")
     assert not page.is_visible("#rank-policy")
     check_page(page, "4-ranks")
@@ -275,7 +276,8 @@ def test_rank_heatmap(browser, tmp_path_factory):
         page.goto(url)
         wait_rows(page, 3)
         page.wait_for_function("document.querySelector('#progress').innerText.includes('3 run(s)')", timeout=60_000)
-        page.get_by_text("Ranks", exact=True).click()
+        page.wait_for_function("document.querySelector('#ranks-tab').innerText == 'Ranks'", timeout=30_000)
+        page.click("#ranks-tab")
         wait_graph(page, "rank-heatmap", "gd.data.length == 1 && gd.data[0].y.length == 3")
         (heat,) = figure(page, "rank-heatmap")["data"]
         doc = json.loads(run_cli("analyze", "--ranks", "--json", str(folder)).stdout)

@@ -260,7 +260,7 @@ def test_what_the_copies_cost(browser, costs):
         check_page(page, "10-streams-contexts")
 
         # what-if: copies at half their recorded time; predicted median step = whatif's, per (run, GPU)
-        page.get_by_text("What-if", exact=True).click()
+        page.click("#whatif-tab")
         pick(page, "whatif-to", "multiply every copy's time by a number")
         page.wait_for_function("document.querySelector('#whatif-value').value == '0.5'", timeout=30_000)
         # the figure of factor 0.5, every run replayed: the default link's was there already (the server

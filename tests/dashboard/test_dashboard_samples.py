@@ -175,8 +175,11 @@ def test_first_view_is_the_h200_runs_of_the_example(browser, samples):
         assert "(all 8 runs)" in figure(page, "trade-frontier")["layout"]["meta"]["note"]
         check_page(page, "samples-1-h200-trade")
 
-        # What-if: the replay cannot know what waits for the copies: not modelled, not "no change"
-        page.get_by_text("What-if", exact=True).click()
+        # What-if: the replay cannot know what waits for the copies: not modelled (its label says so before the
+        # click), not "no change"; no rank among the runs, and the Ranks tab's label says that
+        assert page.inner_text("#whatif-tab") == "What-if (not modelled)"
+        assert page.inner_text("#ranks-tab") == "Ranks (none)"
+        page.click("#whatif-tab")
         # its replay runs in a process of its own: under load the placeholder ("Loading …") comes first
         wait_graph(
             page, "whatif-graph", "gd.layout.meta && gd.layout.meta.note && !gd.layout.meta.note.includes('Loading')"
@@ -228,7 +231,7 @@ def test_first_view_is_a_real_public_trace_without_measured_policy_runs(browser,
         for tab, graph_id in (
             ("Per layer", "layer-graph"),
             ("Policy trade", "trade-frontier"),
-            ("Ranks", "rank-heatmap"),
+            ("Ranks (none)", "rank-heatmap"),
         ):
             page.get_by_text(tab, exact=True).click()
             wait_graph(
@@ -266,7 +269,7 @@ def test_first_view_is_a_real_public_trace_without_measured_policy_runs(browser,
         check_page(page, "samples-public-streams-unknown-gpu")
 
         # What-if on a trace without steps: the GPU span alone, no empty "median step" axes
-        page.get_by_text("What-if", exact=True).click()
+        page.click("#whatif-tab")
         wait_graph(page, "whatif-graph", "gd.data.length >= 2")
         layout = page.evaluate("document.querySelector('#whatif-graph .js-plotly-plot').layout")
         assert "no step ranges" in layout["title"]["text"] and "xaxis2" not in layout
