@@ -267,21 +267,11 @@ def layout(page: Page) -> list[Any]:
 
 def register(app: dash.Dash, store: RunStore) -> None:
     gate = tab_gate.on(app, "findings")
+    selection.relabel(app, "findings", count_label, store)
 
-    def label(selected: list[int], data: list[dict[str, Any]], shown: str) -> Any:
-        """The tab's label for the selected rows; unchanged when it says the same (a new label re-renders the tab)."""
-        new = count_label(store, selection.selected_views(selected, data))
-        return dash.no_update if new == shown else new
-
-    @gate(
-        Output(ids.FINDINGS_PANEL, "children"),
-        Output(ids.FINDINGS_TAB, "label"),
-        *selection.TICKED,
-        State(ids.FINDINGS_TAB, "label"),
-        hidden=lambda selected, data, shown: (dash.no_update, label(selected, data, shown)),
-    )
-    def on_findings(selected, data, shown):
-        return panel(store, selection.selected_views(selected, data)), label(selected, data, shown)
+    @gate(Output(ids.FINDINGS_PANEL, "children"), *selection.TICKED)
+    def on_findings(selected, data):
+        return panel(store, selection.selected_views(selected, data))
 
     @app.callback(
         Output({"type": ids.FINDING_EVIDENCE, "run": MATCH, "i": MATCH}, "children"),

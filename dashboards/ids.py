@@ -32,7 +32,6 @@ POLICY_KERNELS = "policy-kernels"
 POLICY_KERNELS_TABLE = "policy-kernels-table"
 
 # Findings
-FINDINGS_TAB = tab("findings")
 FINDINGS_PANEL = "findings-panel"
 FINDING_OPEN = "finding-open"  # the type of a finding's button (a pattern-matching id)
 FINDING_EVIDENCE = "finding-evidence"  # the type of a finding's evidence list, filled when first unfolded
