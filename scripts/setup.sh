@@ -56,6 +56,8 @@ stamp=.venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)
 if [ ! -f "$stamp" ]; then
   echo "setup: installing Python packages (jax, polars, dash, nvtx, pytest, ...)" >&2
   .venv/bin/python -m pip install -qq --disable-pip-version-check -U pip
+  # the package was called offload-profiler before it took its command's name: an older set-up's copy goes
+  .venv/bin/python -m pip uninstall -qq -y offload-profiler 2>/dev/null || true
   .venv/bin/python -m pip install -qq --disable-pip-version-check -e '.[capture,recipes,test]'
   rm -f .venv/.installed-*
   touch "$stamp"

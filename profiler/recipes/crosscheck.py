@@ -364,7 +364,7 @@ def cross_check(path: str, nsys_arg: str | None = None) -> dict[str, Any]:
     if missing:
         raise CrossCheckError(
             f"nsys's recipes run in this environment ({sys.prefix}), which lacks {', '.join(missing)}: "
-            "pip install 'offload-profiler[recipes]' (bash scripts/setup.sh does)"
+            "pip install 'profile-step[recipes]' (bash scripts/setup.sh does)"
         )
     devices = analyze(trace)["devices"]
     results = run_recipes(nsys, Path(path), Path(trace.path))

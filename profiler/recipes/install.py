@@ -112,7 +112,7 @@ def install(nsys_arg: str | None = None, into: str | None = None) -> Installed:
     if missing:
         raise RecipeInstallError(
             f"this environment ({sys.prefix}) lacks {', '.join(missing)}, which nsys's recipe framework imports: "
-            "pip install 'offload-profiler[recipes]' (bash scripts/setup.sh does)"
+            "pip install 'profile-step[recipes]' (bash scripts/setup.sh does)"
         )
     if into is not None:
         folder = Path(into)
