@@ -48,8 +48,8 @@ SUBCOMMANDS = tuple(COMMANDS)
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, with one line of profile-step's instead of argparse's error where it has a better one
-    (its subcommands' parsers are of this class too)."""
+    """argparse, whose usage errors are one line (the usage block left to ``--help``), profile-step's own
+    where it has a better one (its subcommands' parsers are of this class too)."""
 
     argv: ClassVar[list[str]] = []  # the words being parsed (main sets them)
 
@@ -62,7 +62,10 @@ class Parser(argparse.ArgumentParser):
             json_error(self.argv[0] if self.argv else None, said or message, 2)
         if said:
             self.exit(2, f"profile-step: error: {said}\n")
-        super().error(message)
+        prog = self.prog  # the top parser says what its subcommand's did not parse: named after the subcommand
+        if " " not in prog and self.argv and self.argv[0] in SUBCOMMANDS:
+            prog = f"{prog} {self.argv[0]}"
+        self.exit(2, f"{prog}: error: {message} (see {prog} --help)\n")  # one line, no usage block
 
 
 def build_parser() -> argparse.ArgumentParser:

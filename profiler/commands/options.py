@@ -57,6 +57,21 @@ def findings_request(args: argparse.Namespace, link: Any) -> Any:
     return configure(args.findings_config, args.disable_finding, link, rule_ids())
 
 
+def regex(text: str) -> str:
+    """An option's regular expression, as polars (which matches the ranges' names) reads it; a bad one is
+    argparse's one-line error, not a failure in the middle of the analysis."""
+    import polars as pl
+
+    try:
+        pl.Series([""]).str.contains(text)
+    except pl.exceptions.PolarsError as exc:
+        said = [line.strip() for line in str(exc).splitlines() if line.strip().startswith("error:")]
+        raise argparse.ArgumentTypeError(
+            f"not a regular expression: {text!r} ({said[-1].removeprefix('error: ') if said else 'unreadable'})"
+        ) from None
+    return text
+
+
 def parent(*arguments: tuple[tuple[str, ...], dict[str, Any]]) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     for flags, kw in arguments:
@@ -118,6 +133,7 @@ def shared_options() -> Shared:
             arg(
                 "--layer-pattern",
                 default=None,
+                type=regex,
                 metavar="REGEX",
                 help="regex whose first group names the layer in XLA op_name paths (default, by convention: "
                 "layer_3, layers_3, x_layers_3, layers/3, block_3, h_3; a scan (while/body, layers, decoder): one "
@@ -126,6 +142,7 @@ def shared_options() -> Shared:
             arg(
                 "--step-range",
                 default=None,
+                type=regex,
                 metavar="REGEX",
                 help="NVTX range names that mark steps (default: profile-step's step=N ranges, "
                 "else the executions of the step program: docs/capture.md)",

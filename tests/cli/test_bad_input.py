@@ -202,7 +202,29 @@ def test_a_usage_error_under_json_is_a_json_object_too(words, error, capsys):
     assert stop.value.code == 2
     out, err = capsys.readouterr()
     assert json.loads(out) == {"error": error, "exit_code": 2}
-    assert err.strip().splitlines()[-1].endswith(f": error: {error}")  # argparse names the subcommand
+    (line,) = err.strip().splitlines()  # one line: argparse's usage block is left to --help
+    assert line == f"profile-step {words[0]}: error: {error} (see profile-step {words[0]} --help)"
+
+
+@pytest.mark.parametrize(
+    ("words", "error"),
+    [
+        (["--by", "banana"], "argument --by: invalid choice: 'banana'"),
+        (["--step-range", "("], "argument --step-range: not a regular expression: '(' (unclosed group)"),
+        (
+            ["--layer-pattern", "layer_(?=\\d)"],
+            "argument --layer-pattern: not a regular expression: 'layer_(?=\\\\d)' (look-around",
+        ),
+    ],
+)
+def test_a_bad_option_value_is_one_line_before_any_work(words, error):
+    """A choice or a regular expression polars cannot read: one line, exit 2, before the trace is read
+    (a bad --step-range failed in the middle of the analysis as an internal error, exit 3)."""
+    proc = run_cli("analyze", *words, "no-such-trace.sqlite")
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"profile-step analyze: error: {error}"), line
+    assert line.endswith("(see profile-step analyze --help)")
 
 
 def test_plan_with_a_bad_target_or_script_says_that_line_alone(tmp_path):
