@@ -97,7 +97,12 @@ def render_whatif(doc: dict[str, Any], measured_stalls: dict[str, dict[str, Any]
         if doc["host_sync_modeled"]
         else "host launch times as recorded"
     )
-    out = [wrap(f"What-if: {how}every h2d/d2h copy takes {scale:.4g}x its recorded time ({sync})")]
+    copies = (
+        "every h2d/d2h copy takes no time (0x its recorded time; the copy-free line below also drops the waits on them)"
+        if scale == 0
+        else f"every h2d/d2h copy takes {scale:.4g}x its recorded time"
+    )
+    out = [wrap(f"What-if: {how}{copies}; {sync}")]
     if not doc["devices"]:
         return out[0] + f"\nNo {w} activity in this trace: nothing to replay."
     differs = False

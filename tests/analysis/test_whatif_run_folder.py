@@ -28,3 +28,16 @@ def test_whatif_on_a_run_folder_is_whatif_on_its_trace(tmp_path):
         f"profile-step: error: {runs}: holds 2 traces ({runs / 'a' / 'trace.sqlite'}, "
         f"{runs / 'b' / 'trace.sqlite'}): give one of them"
     )
+
+
+def test_the_header_says_what_the_copies_take(tmp_path):
+    """The copy-free default reads "no time", not "0x its recorded time"; a scale reads as the factor."""
+    b = ExportBuilder()
+    b.gpu(0, "NVIDIA H100 80GB HBM3")
+    prefetch_stall(b)
+    b.write(tmp_path / "trace.sqlite")
+    free = run_cli("whatif", str(tmp_path / "trace.sqlite"), "--copy-scale", "0")
+    half = run_cli("whatif", str(tmp_path / "trace.sqlite"), "--copy-scale", "0.5")
+    assert free.returncode == half.returncode == 0, free.stderr + half.stderr
+    assert free.stdout.startswith("What-if: every h2d/d2h copy takes no time (0x its recorded time;")
+    assert half.stdout.startswith("What-if: every h2d/d2h copy takes 0.5x its recorded time; host synchronization")
