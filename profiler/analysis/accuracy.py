@@ -43,10 +43,16 @@ class Accuracy:
             return f"{lo}-{hi}% long"
         return f"{lo:+d}% to {hi:+d}%"
 
+    @property
+    def costed(self) -> str:
+        """How this kind prices the kernels, in words (two tables of one output with two error lines say
+        which is which)."""
+        return {"roofline": "the roofline alone", "xla": "XLA's own kernel estimates"}.get(self.kind, self.kind)
+
     def line(self) -> str:
         """One line for a table of predictions of this kind."""
         return (
-            f"error of these predictions on {self.basis}: steps {self.error_text()}; the ratio of two "
+            f"error of these predictions ({self.costed}) on {self.basis}: steps {self.error_text()}; the ratio of two "
             f"steps of one program shape off by at most {100 * self.tie:.0f}%, so two predictions within "
             f"{100 * self.tie:.0f}% of each other are a tie"
         )

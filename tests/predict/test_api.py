@@ -38,7 +38,9 @@ def test_the_docstring_lines_on_a_real_run(tmp_path, monkeypatch):
     assert result.steps.median_ns == doc["measured_step_ns"] == m.step_ns
     assert prediction.step_ns == doc["replay"]["step_ns"] and error == doc["replay"]["error"]
     assert [(p["target"], p["link"]) for p in doc["predicted"]] == [("NVIDIA H100 80GB HBM3", "PCIe Gen5 x16")]
-    assert profiler.ROOFLINE.line().startswith("error of these predictions on the example's 8 runs on a real H200")
+    assert profiler.ROOFLINE.line().startswith(
+        "error of these predictions (the roofline alone) on the example's 8 runs on a real H200"
+    )
     # the tie is the ratio's error, not the step's: the line says which figure is which (a 10% tie read as
     # unbacked beside a 20-33% error)
     assert profiler.ROOFLINE.line().endswith(
