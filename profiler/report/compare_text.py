@@ -12,6 +12,7 @@ from profiler.conventions import device_word, is_tpu_name
 from profiler.report.findings_text import by_saving, findings_markdown, saving_text
 from profiler.report.text import table
 from profiler.trace.jax_profile import is_jax_trace_name
+from profiler.units import wrap
 
 SIDES = ("base", "head")
 TENTH_MIB = 2**20 / 20  # under it a byte count in MiB with one decimal reads 0.0
@@ -387,9 +388,11 @@ def accelerators_line(cmp: dict[str, Any]) -> str | None:
 
 
 def render_terminal(cmp: dict[str, Any]) -> str:
-    out = [verdict(cmp).replace("`", "")]
+    """The comparison for a terminal: its verdict, the table, then notes and findings, each wrapped to the
+    terminal's width (the table aside)."""
+    out = [wrap(verdict(cmp).replace("`", ""))]
     if line := accelerators_line(cmp):
-        out.append(line)
+        out.append(wrap(line))
     rows = []
     for pol in cmp["policies"]:
         for m in shown_metrics(cmp):
@@ -406,13 +409,14 @@ def render_terminal(cmp: dict[str, Any]) -> str:
             )
     if rows:
         out += ["", table(("policy", "metric", "base", "head", "change", "gate"), rows, left=(0, 1, 5))]
-        out += [f"note ({p}): {line}" for p, line in table_notes(cmp)]
+        out += [wrap(f"note ({p}): {line}") for p, line in table_notes(cmp)]
     for side, names in (("head", cmp["missing"]["in_head"]), ("base", cmp["missing"]["in_base"])):
         if names:
             out.append(f"missing in {side}: {', '.join(names)}")
     for pol in cmp["policies"]:
         for f in by_saving((pol.get("findings") or {}).get("new", [])):
-            out.append(f"new in head ({pol['policy']}): {f['severity']} {f['id']} ({saving_text(f)}): {f['verdict']}")
+            said = f"new in head ({pol['policy']}): {f['severity']} {f['id']} ({saving_text(f)}): {f['verdict']}"
+            out.append(wrap(said))
     for pol in cmp["policies"]:
         out += work_terminal(pol)
     out += [line for pol in cmp["policies"] if (line := step_line(pol))]
