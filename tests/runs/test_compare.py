@@ -292,3 +292,20 @@ def test_a_few_bytes_are_bytes_not_zero_mib():
     assert change("d2h_bytes", delta(12, 0)) == "-12 B, -100.0%"
     assert change("d2h_bytes", delta(4608 * 2**20, 4608 * 2**20 - 12)) == "-12 B, -0.0%"
     assert change("d2h_bytes", delta(0, 3 * 2**20)) == "+3.0 MiB"
+
+
+def test_the_terminals_prose_is_wrapped_at_its_width():
+    """compare's terminal text on two real runs (the H200 example's none and offload_mlp): every line of
+    prose (verdict, notes, new findings) at most 160 columns; only the table's rows may be wider."""
+    from profiler.units import COLUMNS
+    from tests.helpers.paths import ROOT
+
+    runs = sorted((ROOT / "sample_traces" / "h200-example").glob("*-none-*")) + sorted(
+        (ROOT / "sample_traces" / "h200-example").glob("*-offload_mlp-*")
+    )
+    proc = run_cli("compare", str(runs[0]), str(runs[1]))
+    assert proc.returncode in (0, 1), proc.stderr
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith("new in head") for line in lines)
+    rows = [line for line in lines if line.startswith(("none → ", "policy ", "-----"))]
+    assert [line for line in lines if len(line) > COLUMNS and line not in rows] == []
