@@ -101,7 +101,7 @@ def _table(tid: str, data: list[dict[str, Any]]) -> dash_table.DataTable:
         id=tid,
         data=data,
         columns=[{"id": c, "name": c} for c in cols],
-        style_cell={**CELL, "maxWidth": "300px", "whiteSpace": "normal", "height": "auto", "overflowWrap": "anywhere"},
+        style_cell={**CELL, "maxWidth": "300px", "whiteSpace": "normal", "height": "auto", "wordBreak": "break-word"},
         style_header=HEADER,
         style_table={"overflowX": "auto"},
         tooltip_data=[
