@@ -130,7 +130,7 @@ def plan_datatable(tab: dict[str, Any]) -> dash_table.DataTable:
     columns = [
         {"id": "policy", "name": "policy", "type": "text"},
         {"id": "batch", "name": "batch", "type": "text"},
-        {"id": "status", "name": "status", "type": "text"},
+        {"id": "status", "name": "compile", "type": "text"},
         {"id": "device", "name": f"device ({name})", "type": "numeric", "format": sig},
         {"id": "usable", "name": "of usable (%)", "type": "numeric", "format": {"specifier": ".1f", "nully": "-"}},
         {"id": "fits", "name": "fits", "type": "text"},

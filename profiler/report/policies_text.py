@@ -473,7 +473,7 @@ def render_plan(tab: dict[str, Any]) -> str:
             (
                 "policy",
                 "batch",
-                "status",
+                "compile",
                 "device",
                 "of usable",
                 "fits",
