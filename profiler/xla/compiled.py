@@ -32,14 +32,15 @@ NO_JAXLIB = "no cost analysis: jaxlib is not installed here"
 def unparsed_why(note: str, written_by: str | None) -> str:
     """*note* (``UNPARSED``'s, as a run folder keeps it) said as what it is: the run's XLA (its jaxlib,
     when the run names it) wrote a module the jaxlib that analyzed the run could not parse: a newer
-    XLA's text, not a broken run.  Which jaxlib that was is not recorded: none is named."""
+    XLA's text, not a broken run (the parser's own message stays in compiled.json: a line number of the
+    module means nothing to a reader of the note).  Which jaxlib that was is not recorded: none is named."""
     if not note.startswith(UNPARSED):
         return note
     wrote = f"the run's XLA (jaxlib {written_by})" if written_by else "the run's XLA"
-    detail = note[len(UNPARSED) :].strip()
+    said = " (the parser's words are in the run folder's compiled.json)" if note[len(UNPARSED) :].strip() else ""
     return (
-        f"no XLA cost analysis: {wrote} wrote a module that the jaxlib analyzing the run could not parse"
-        f"{' ' + detail if detail else ''}"
+        f"no XLA cost analysis: {wrote} wrote a module that the jaxlib analyzing the run could not parse, "
+        f"a newer XLA's text{said}"
     )
 
 

@@ -178,7 +178,7 @@ def test_a_scalar_the_host_fetches_is_not_an_unplanned_offload(tmp_path):
 def test_a_module_this_jaxlib_cannot_parse_is_said_as_a_newer_xlas():
     """The H200 runs' compiled.json keep jaxlib's parse error of their module (written by jaxlib
     0.11.2); the row says which XLA wrote it, that the jaxlib analyzing it could not read it (which one
-    that was is not recorded), and keeps the error."""
+    that was is not recorded), and where the parser's error is."""
     from profiler.xla.compiled import UNPARSED, unparsed_why
     from tests.helpers.paths import ROOT
 
@@ -187,10 +187,11 @@ def test_a_module_this_jaxlib_cannot_parse_is_said_as_a_newer_xlas():
 
     row = policy_row(collect(load_trace(run / "trace.json.gz"), manifest_of(run / "trace.json.gz")))
     (note,) = [n for n in row["notes"] if "cost analysis" in n and "XLA" in n.split(":")[0]]
-    assert note.startswith(
+    assert note == (
         "no XLA cost analysis: the run's XLA (jaxlib 0.11.2) wrote a module that the jaxlib analyzing the run "
-        "could not parse (was parsing "
+        "could not parse, a newer XLA's text (the parser's words are in the run folder's compiled.json)"
     )
+    assert "(was parsing " in (run / "compiled.json").read_text()  # where the note says they are
     assert not any(n.startswith(UNPARSED) for n in row["notes"])
     assert unparsed_why("another note", "0.11.2") == "another note"
     assert unparsed_why(UNPARSED, None).startswith("no XLA cost analysis: the run's XLA wrote a module that")
