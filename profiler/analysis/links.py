@@ -187,7 +187,10 @@ def recorded_link(gpu_names: list[str | None]) -> Link:
     link = found.pop() if len(found) == 1 else None
     if link is None:
         what = ", ".join(sorted({str(n) for n in gpu_names})) or "no GPU named in the export"
-        raise ValueError(f"cannot tell which host link its GPUs ({what}) use: give it with --from-link NAME")
+        raise ValueError(
+            f"cannot tell which host link its GPUs ({what}) use: give it with --from-link NAME (the what-if scales "
+            "each copy by the ratio of two links, so it does not assume one, as analyze's GB/s column does)"
+        )
     return link
 
 
