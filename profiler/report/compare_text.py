@@ -15,7 +15,6 @@ from profiler.trace.jax_profile import is_jax_trace_name
 from profiler.units import wrap
 
 SIDES = ("base", "head")
-TENTH_MIB = 2**20 / 20  # under it a byte count in MiB with one decimal reads 0.0
 
 SUMMARY_METRICS = (
     "step_ns",
@@ -61,8 +60,8 @@ def value(metric: str, v: float | None) -> str:
     unit = METRICS[metric][1] if metric in METRICS else ("fraction" if "fraction" in metric else "ns")
     if unit == "ns":
         return units.ms(v, unit=True)
-    if unit == "bytes":  # a few bytes (the none run's 4-byte copy) are not "0.0 MiB"
-        return units.mib(v, 1, unit=True) if not 0 < abs(v) < TENTH_MIB else units.human_bytes(v)
+    if unit == "bytes":  # each size in its own unit, as analyze prints them: 12 B, 4.50 GiB (not "0.0 MiB")
+        return units.human_bytes(v)
     if unit == "fraction":
         return units.pct(v)
     if unit == "FLOPs":
@@ -82,9 +81,7 @@ def change(metric: str, d: dict[str, Any]) -> str:
     if unit == "ns":
         return f"{d['delta'] / 1e6:+.3f} ms{rel}"
     if unit == "bytes":
-        if 0 < abs(d["delta"]) < TENTH_MIB:
-            return ("-" if d["delta"] < 0 else "+") + units.human_bytes(abs(d["delta"])) + rel
-        return f"{d['delta'] / 2**20:+.1f} MiB{rel}"
+        return ("-" if d["delta"] < 0 else "+") + units.human_bytes(abs(d["delta"])) + rel
     if unit == "FLOPs":
         return f"{d['delta'] / 1e12:+.2f} TFLOP{rel}"
     if unit == "TFLOP/s":
@@ -304,8 +301,8 @@ def render_markdown(cmp: dict[str, Any]) -> str:
 
 def table_notes(cmp: dict[str, Any]) -> list[tuple[str, str]]:
     """What a number of the table is, where it is not what its name suggests: GB/s of a TPU side
-    (METRICS.md ``gbps``: bytes over the copies' summed time), and kernel work per GPU time where the
-    two sides ran no kernel name in common (not compared)."""
+    (METRICS.md ``gbps``: bytes over the copies' summed time), kernel work per GPU time where the
+    two sides ran no kernel name in common (not compared), or where it and TFLOP/s move apart."""
     out = []
     for pol in cmp["policies"]:
         m = pol["metrics"]
@@ -317,6 +314,16 @@ def table_notes(cmp: dict[str, Any]) -> list[tuple[str, str]]:
                     f"GB/s on the TPU ({' and '.join(tpu)}) is bytes over the copies' summed time "
                     "(docs/metrics.md gbps): a TPU copy spans from its start to the end of its done, with several in "
                     "flight at once, so it is not the host link's rate",
+                )
+            )
+        rate, tflops = m.get("work_rate") or {}, m.get("tflops") or {}
+        if rate.get("delta") and tflops.get("delta") and (rate["delta"] > 0) != (tflops["delta"] > 0):
+            out.append(
+                (
+                    pol["policy"],
+                    "kernel work per GPU time and TFLOP/s per device move apart: the work counts each kernel name's "
+                    "calls at base's time per call, which misprices a name that runs other sizes in head (one cuBLAS "
+                    "GEMM kernel runs every size); where FLOPs are known, TFLOP/s measures the work",
                 )
             )
         work = pol.get("work") or {}

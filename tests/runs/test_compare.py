@@ -283,15 +283,16 @@ def test_the_help_lists_the_default_thresholds_the_gate_uses():
 
 
 def test_a_few_bytes_are_bytes_not_zero_mib():
-    # the H200 remat run's 12 bytes against the TPU's none read "0.0 MiB → 0.0 MiB (-0.0 MiB, -100.0%)"
+    # the H200 remat run's 12 bytes against the TPU's none read "0.0 MiB → 0.0 MiB (-0.0 MiB, -100.0%)";
+    # a newcomer read "12 B" beside "0.0 MiB" and "4608.0 MiB" beside analyze's 4.50 GiB: each size in its unit
     from profiler.analysis.compare import delta
     from profiler.report.compare_text import change, value
 
-    assert value("d2h_bytes", 12) == "12 B" and value("d2h_bytes", 0) == "0.0 MiB"
-    assert value("d2h_bytes", 4608 * 2**20) == "4608.0 MiB"
+    assert value("d2h_bytes", 12) == "12 B" and value("d2h_bytes", 0) == "0 B"
+    assert value("d2h_bytes", 4608 * 2**20) == "4.50 GiB"
     assert change("d2h_bytes", delta(12, 0)) == "-12 B, -100.0%"
     assert change("d2h_bytes", delta(4608 * 2**20, 4608 * 2**20 - 12)) == "-12 B, -0.0%"
-    assert change("d2h_bytes", delta(0, 3 * 2**20)) == "+3.0 MiB"
+    assert change("d2h_bytes", delta(0, 3 * 2**20)) == "+3.00 MiB"
 
 
 def test_the_terminals_prose_is_wrapped_at_its_width():
@@ -309,3 +310,7 @@ def test_the_terminals_prose_is_wrapped_at_its_width():
     assert any(line.startswith("new in head") for line in lines)
     rows = [line for line in lines if line.startswith(("none → ", "policy ", "-----"))]
     assert [line for line in lines if len(line) > COLUMNS and line not in rows] == []
+    # kernel work per GPU time reads 124.0% while TFLOP/s falls 5.2%: a note says why they move apart
+    said = " ".join(proc.stdout.split())
+    assert "+24.0 pt" in said and "-5.2%" in said
+    assert "note (none → offload_mlp): kernel work per GPU time and TFLOP/s per device move apart" in said
