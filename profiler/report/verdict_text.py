@@ -142,6 +142,10 @@ def _copies(v: dict[str, Any]) -> str:
         parts.append(
             f"{LABELS[d]} {t(m['busy_ns'])}, {share(m['hidden_fraction'] or 0)} hidden, {t(m['exposed_ns'])} exposed"
         )
+    both = c.get("offload") or {}
+    if all(c[d]["busy_ns"] for d in ("d2h", "h2d")) and both.get("busy_ns"):
+        # the two directions overlap each other: their union is what the policy tables' exposed column counts
+        parts.append(f"both as one {t(both['exposed_ns'])} exposed")
     return "; ".join(parts)
 
 

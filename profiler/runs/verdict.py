@@ -37,7 +37,7 @@ from typing import Any
 from profiler.analysis.findings.tried import tried_items
 from profiler.analysis.policies import disjoint, is_cpu, policy_table, step_difference, step_spread, within_noise
 from profiler.conventions import device_word as devices_word
-from profiler.stored.summary import RunSummary
+from profiler.stored.summary import RunSummary, StepRow
 from profiler.xla.same_program import parameter_count, same_program
 
 DIRECTIONS = ("d2h", "h2d")
@@ -53,20 +53,31 @@ def device_word(run: RunSummary) -> str:
     return devices_word(run.gpus or ())
 
 
+def _of_step(s: StepRow, d: str, key: str) -> int:
+    """A step's *key* (count, busy_ns, exposed_ns) of direction *d*, all GPUs; of ``offload`` (both as
+    one), the step's own numbers, its count both directions'."""
+    if d != "offload":
+        return s.directions[d][key]  # type: ignore[index]
+    if key == "count":
+        return sum(s.directions[k]["count"] for k in DIRECTIONS)  # type: ignore[index]
+    return getattr(s, key) or 0
+
+
 def copies(run: RunSummary) -> dict[str, Any]:
-    """Per direction: count, busy_ns, hidden_ns, exposed_ns and ``hidden_fraction``; ``per`` says of what
-    (``step``: median per included step and GPU; ``window``: the analysis window, the GPUs together)."""
+    """Per direction, and for both as one (``offload``: their union, what the policy tables' exposed time
+    counts): count, busy_ns, hidden_ns, exposed_ns and ``hidden_fraction``; ``per`` says of what (``step``:
+    median per included step and GPU; ``window``: the analysis window, the GPUs together)."""
     steps = [s for s in run.included_steps if s.directions]
     gpus = run.device_count
     out: dict[str, Any] = {"per": "step" if steps else "window", "gpus": len(run.devices or {})}
     if device_word(run) == "TPU":
         out["device_word"] = "TPU"  # what the text calls a device (GPU where absent)
-    for d in DIRECTIONS:
+    for d in (*DIRECTIONS, "offload"):  # offload: the two directions as one (their union), as the tables count
         if steps:
-            busy = _median([s.directions[d]["busy_ns"] // gpus for s in steps if s.directions])  # type: ignore[index]
-            exposed = _median([s.directions[d]["exposed_ns"] // gpus for s in steps if s.directions])  # type: ignore[index]
+            busy = _median([_of_step(s, d, "busy_ns") // gpus for s in steps])
+            exposed = _median([_of_step(s, d, "exposed_ns") // gpus for s in steps])
             # per GPU as busy and exposed are: 28 a step on each of 2 GPUs is 28, not 56
-            count = _median([s.directions[d]["count"] // gpus for s in steps if s.directions])  # type: ignore[index]
+            count = _median([_of_step(s, d, "count") // gpus for s in steps])
         else:
             per = [(run.devices or {})[dev].get(d) or {} for dev in run.device_ids]
             busy = sum(m.get("busy_ns", 0) for m in per)

@@ -294,3 +294,17 @@ def test_a_finding_whose_flags_a_slower_sibling_had_on_says_what_it_measured():
                          "slower with them (findings: the numbers)")  # fmt: skip
     assert "turn on --lhs" not in line
     assert "tried" not in verdict([plain])["savings"][0]  # no sibling: the advice as it is
+
+
+def test_the_verdicts_copies_reconcile_with_the_policy_table():
+    """The H200 example: the verdict's two directions overlap each other, so their exposed times do not add
+    up to the policy table's exposed per step (4.37 + 1.28 against 4.947 ms): the verdict also says both as
+    one, the same figure as the table's, per step and GPU."""
+    doc = json.loads(run_cli("analyze", "--json", str(ROOT / "sample_traces" / "h200-example")).stdout)
+    v = doc["verdict"]
+    row = next(r for r in doc["policies"]["rows"] if r["policy"] == v["policy"])
+    both = v["copies"]["offload"]
+    assert both["exposed_ns"] == row["exposed_ns"]
+    assert both["exposed_ns"] < v["copies"]["d2h"]["exposed_ns"] + v["copies"]["h2d"]["exposed_ns"]
+    (copies,) = [text for key, text in verdict_lines(v) if key == "copies"]
+    assert copies.endswith(f"; both as one {both['exposed_ns'] / 1e6:.2f} ms exposed")
