@@ -104,7 +104,7 @@ def limit_line(y: float) -> dict[str, Any]:
     return {"type": "line", "xref": "paper", "yref": "y", "x0": 0, "x1": 1, "y0": y, "y1": y, "line": line}
 
 
-def note_figure(message: str, height: int = 220, width_chars: int = 130) -> Figure:
+def note_figure(message: str, height: int = 110, width_chars: int = 130) -> Figure:
     """No data to draw: a figure with no axes that says why (long messages wrapped: plotly does not)."""
     lines = textwrap.wrap(message, width_chars) or [""]
     return figure(

@@ -33,7 +33,7 @@ def plan_figure(tab: dict[str, Any]) -> Figure:
     ok = [r for r in rows if r["device_bytes"] is not None]
     if not ok:
         why = "; ".join(dict.fromkeys(n for r in rows for n in r["notes"])) or "no policy compiled"
-        return note_figure(f"Nothing compiled in this plan: {why.rstrip('.')}.", height=200)
+        return note_figure(f"Nothing compiled in this plan: {why.rstrip('.')}.")
     cats = [esc(f"{r['policy']}" + ("" if r["batch"] is None else f" · batch {r['batch']}")) for r in ok]
     lim = tab["limit_bytes"]
     biggest = max([r["device_bytes"] for r in ok] + [r["host_bytes"] or 0 for r in ok])
@@ -356,7 +356,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
             tab_doc = plan_table(doc, tune_fraction(doc))
         except (ProfilerError, KeyError, TypeError) as exc:
             why = str(exc) if isinstance(exc, ProfilerError) else f"{ref.path}: not a plan document ({exc})"
-            return note_figure(f"Cannot show this plan: {why}", height=200), [], ""
+            return note_figure(f"Cannot show this plan: {why}"), [], ""
         said = fit_sentences(tab_doc["rows"])
         usable = f"device memory x {tab_doc['mem_fraction']:g} (XLA_PYTHON_CLIENT_MEM_FRACTION)"
         if (doc.get("tune") or {}).get("limit_bytes"):

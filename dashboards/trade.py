@@ -121,7 +121,7 @@ def frontier_figure(points: list[dict[str, Any]], labels: list[str], x_mode: str
             reasons = f"{next(iter(why_not))} (all {len(points)} runs)"
         else:
             reasons = "; ".join(left_out)
-        return note_figure(f"Nothing to draw for the selected runs: {reasons}.", height=260), []
+        return note_figure(f"Nothing to draw for the selected runs: {reasons}."), []
     t_name, t_div = time_unit([p["step_ns"] for p, _ in shown])
     limits = sorted({p["limit_bytes"] for p, _ in shown if p["limit_bytes"]})
     m_name, m_div = byte_unit([p["memory_bytes"] for p, _ in shown] + limits)
@@ -595,7 +595,7 @@ def register(app: dash.Dash, store: RunStore) -> None:
     @gate(Output(ids.PVM_GRAPH, "figure"), Output(ids.PVM_FLAGS, "children"), Input(ids.PVM_RUN, "value"))
     def on_pvm(rid):
         if not rid or rid not in store.results:
-            return note_figure("Select runs in the table above, then pick one here.", height=200), []
+            return note_figure("Select runs in the table above, then pick one here."), []
         run = store.results[rid].run
         label, _ = selection.run_label(store, rid)
         fig, flags = pvm_figure(planned_vs_moved(run), run, label)
