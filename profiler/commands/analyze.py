@@ -91,7 +91,7 @@ def cmd_policies(args: argparse.Namespace) -> int:
         for s in skipped:
             print(f"  {s.line()}")
     print()
-    print(fit(render_planned_vs_moved_all(pvm), args.wide))
+    print(fit(render_planned_vs_moved_all(pvm, args.wide), args.wide))
     return 0
 
 

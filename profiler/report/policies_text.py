@@ -8,8 +8,9 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from profiler.analysis.policies import HOST_FETCH
 from profiler.report.table import table
-from profiler.units import human_bytes, ms, pct, si, signed_pct, tflops
+from profiler.units import count, human_bytes, ms, pct, si, signed_pct, tflops
 from profiler.xla.names import ACTIVATION_NAMES
 from profiler.xla.same_program import short_difference
 
@@ -282,13 +283,14 @@ def policy_marks(tab: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def render_planned_vs_moved_all(pvms: list[dict[str, Any]]) -> str:
-    """Planned vs moved for every run; runs with nothing planned nor moved share one line per reason."""
+def render_planned_vs_moved_all(pvms: list[dict[str, Any]], whole: bool = False) -> str:
+    """Planned vs moved for every run; runs with nothing planned nor moved share one line per reason (a run
+    whose every planned copy moved as planned: one line, its table with *whole*, ``--wide``)."""
     empty: dict[str, list[str]] = {}
     out = []
     for p in pvms:
         if p["rows"]:
-            out.append(render_planned_vs_moved(p))
+            out.append(render_planned_vs_moved(p, whole))
         else:
             empty.setdefault(p.get("plan_note") or "no plan and no copies", []).append(p["policy"])
     for why, policies in empty.items():
@@ -303,7 +305,31 @@ def step_sentence(program: str, chosen_by: str | None) -> str:
     return f"step: {chosen_by}" if chosen_by.startswith(program) else f"step: {program} ({chosen_by})"
 
 
-def render_planned_vs_moved(pvm: dict[str, Any]) -> str:
+def _as_planned(pvm: dict[str, Any], head: str) -> str | None:
+    """One line where every row moved as planned (flag ``ok``) but the host's own copies: what moved, how many
+    layers and activations; None where a row says otherwise (the table shows it)."""
+    rows = pvm["rows"]
+    ok = [x for x in rows if x["flag"] == "ok"]
+    host = [x for x in rows if x["flag"] == HOST_FETCH]
+    if len(ok) + len(host) != len(rows) or 0 < len(ok) <= 3:  # a few rows: the table is as short
+        return None
+    own = sum(x["moved_d2h_bytes"] + x["moved_h2d_bytes"] for x in host)
+    host_said = f"the host's own copies moved {size(own)}, not an offload" if host else ""
+    if not ok:
+        return f"{head}: nothing planned; {host_said}"
+    layers = list(dict.fromkeys(x["layer"] or "-" for x in ok))
+    acts = list(dict.fromkeys(x["activation"] or UNNAMED for x in ok))
+    where = layers[0] if len(layers) == 1 else f"{len(layers)} layers ({layers[0]} to {layers[-1]})"
+    d2h, h2d = (sum(x[f"moved_{d}_bytes"] for x in ok) for d in ("d2h", "h2d"))
+    return (
+        f"{head}: every planned copy moved as planned, {size(d2h)} D2H and {size(h2d)} H2D: {where} x "
+        f"{', '.join(acts)} ({count(len(ok), 'row')}: --wide lists them){'; ' + host_said if host else ''}"
+    )
+
+
+def render_planned_vs_moved(pvm: dict[str, Any], whole: bool = True) -> str:
+    """A run's planned against moved copies, a row per (layer, activation) or unplanned op; without *whole*,
+    one line where every copy moved as planned (``_as_planned``)."""
     shown = pvm.get("step_program") or (pvm["step_module"] or "").split(".", 1)[-1]
     module = f"step {shown}" if shown else "no step program"
     stepped = pvm["per"] == "per step and GPU"
@@ -321,6 +347,8 @@ def render_planned_vs_moved(pvm: dict[str, Any]) -> str:
             f"{pvm['per'] if stepped else 'per GPU over the whole capture'} "
             f"({len(pvm['rows'])} {'op' if len(pvm['rows']) == 1 else 'ops'})"
         )
+    if not whole and (line := _as_planned(pvm, head)):
+        return "\n".join([line, *not_offloaded_line(pvm)])
     rows = [
         [
             x["layer"] or "-",

@@ -248,3 +248,26 @@ def test_a_tpu_loop_whose_body_the_trace_names_keeps_its_activations_rows():
         ("value_proj", None): "ok",
         (None, "while.2"): "h2d moved, not planned",
     }
+
+
+def test_a_run_whose_copies_all_moved_as_planned_is_one_line_unless_wide():
+    """The H200 example's offload_qkv: 24 rows of 'ok' read as one line (what moved, over which layers and
+    activations), the whole table with --wide; a run with nothing planned says so with its host's copies."""
+    from tests.helpers.paths import ROOT
+
+    h200 = ROOT / "sample_traces" / "h200-example"
+    qkv = next(h200.glob("*-offload_qkv-b50f27"))
+    none = next(h200.glob("*-none-*"))
+    short = " ".join(run_cli("analyze", "--no-findings", str(qkv), str(none)).stdout.split())
+    assert (
+        "every planned copy moved as planned, 1.50 GiB D2H and 1.50 GiB H2D: 8 layers (layer_0 to layer_7) x "
+        "key_proj, query_proj, value_proj (24 rows: --wide lists them); the host's own copies moved 4 B, not an "
+        "offload"
+    ) in short
+    assert (
+        "policy none (3 step ranges; step jit_step (program 14589)): nothing planned; the host's own copies moved 4 B"
+        in short
+    )
+    wide = run_cli("analyze", "--no-findings", "--wide", str(qkv)).stdout
+    rows = [line.split() for line in wide.splitlines() if line.startswith("layer_")]
+    assert len([r for r in rows if r[-1] == "ok"]) == 24 and "as planned" not in wide
