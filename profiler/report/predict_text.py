@@ -196,7 +196,7 @@ def render_against(tab: dict[str, Any]) -> list[str]:
                 f"{human_time(x['measured_exposed_ns'])}"
                 for x in lays
             ]
-            out.append(f"exposed per layer, {r['policy']}: " + "; ".join(parts))
+            out.append(f"exposed per layer and step, {r['policy']}: " + "; ".join(parts))
             if all(x["measured_exposed_ns"] is None for x in lays):
                 out.append(f"  (measured -: the trace of {r['policy']} has no layer ranges to measure layers by)")
         if p.get("target"):
