@@ -164,8 +164,15 @@ def _cost(v: dict[str, Any]) -> str:
     host = "" if cost.get("host_sync_modeled") is not False else "; host synchronization not modeled"
     without = "the step" if cost["per"] == "step" else "the window"
     word = v["copies"].get("device_word", "GPU")
+    own = cost.get("own_copies_ns")
+    more = (
+        f" (more than {word} {cost['device']}'s own {t(own)} of copies: it also waits for the "
+        f"other {word}s' work, which their copies delay; whatif says how much each {word}'s copies give back)"
+        if own is not None and cost["saving_ns"] > own
+        else ""
+    )
     return (
-        f"the copies' time costs {t(cost['saving_ns'])} {per}{of} on {word} {cost['device']}: "
+        f"the copies' time costs {t(cost['saving_ns'])} {per}{of} on {word} {cost['device']}{more}: "
         f"{without} replayed without any h2d/d2h copy on any {word}, kernels at their measured times{host}; "
         f"{RELATION}"
     )

@@ -110,11 +110,14 @@ def copy_cost(run: RunSummary) -> dict[str, Any] | None:
     if saving is None:
         return None
     basis = run.median_step_ns if per_step else top.get("window_ns")
+    # over the window, that GPU's own copy time: a saving above it comes from the other GPUs' copies too
+    own = None if per_step else ((run.devices or {}).get(dev) or {}).get("offload", {}).get("busy_ns")
     return {
         "saving_ns": saving,
         "per": "step" if per_step else "window",
         "device": dev,
         "basis_ns": basis,
+        "own_copies_ns": own,
         "share": saving / basis if basis else None,
         "host_sync_modeled": (run.findings or {}).get("copy_free", {}).get("host_sync_modeled"),
     }
