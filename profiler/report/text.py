@@ -9,7 +9,7 @@ from typing import Any
 from profiler.analysis.links import Link, run_link
 from profiler.report.costs_text import context_table, kernels_beside_lines, short_name, stall_lines
 from profiler.report.table import table
-from profiler.units import UNITS_NOTE, Units, gbps, human_time, ms, pct, wrap
+from profiler.units import UNITS_NOTE, Units, gbps, human_bytes, human_time, ms, pct, wrap
 
 
 def offload_headers(u: Units) -> tuple[str, ...]:
@@ -390,7 +390,28 @@ def render_groups(doc: dict[str, Any], by: str, all_steps: bool = False, wide: b
         out = table((by, *headers, f"kernels that hid the copies ({u.time})"), rows, left=(0, 1, len(headers) + 1))
         out = f"Copies per {by}{policy}, summed over the analysis window (every step in it, not per step):\n{out}"
         notes += groups_overlap_notes(groups, doc.get("devices") or {}, by, u)
+        if by == "layer":
+            notes += outside_layers_notes(groups, doc.get("devices") or {})
     return "\n".join([out, *(f"note: {n}" for n in notes)])
+
+
+def outside_layers_notes(groups: list[dict[str, Any]], devices: dict[str, Any]) -> list[str]:
+    """Per device and direction, the copy bytes launched outside every layer's ranges (in no row): a loop's
+    offloads XLA pipelines out of its iterations land there, while planned vs moved, which matches a copy
+    to its layer by the XLA instruction that moved it, counts them in the layer."""
+    out = []
+    for dev, d in devices.items():
+        for direction in ("d2h", "h2d"):
+            whole = (d["copies"].get(direction) or {}).get("bytes") or 0
+            inside = sum((g["copies"].get(direction) or {}).get("bytes") or 0 for g in groups if g.get("device") == dev)
+            if whole - inside >= 2**20:
+                out.append(
+                    f"device {dev}: {human_bytes(whole - inside)} of its {human_bytes(whole)} {direction} were "
+                    "launched outside every layer's ranges and are in no row (as a scanned loop's offloads are where "
+                    "XLA pipelines them out of its iterations); planned vs moved matches each copy to its layer by "
+                    "the XLA instruction that moved it, so its layers hold them"
+                )
+    return out
 
 
 def groups_overlap(groups: list[dict[str, Any]], devices: dict[str, Any]) -> dict[str, dict[str, int]]:

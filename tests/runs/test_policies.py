@@ -271,3 +271,22 @@ def test_a_run_whose_copies_all_moved_as_planned_is_one_line_unless_wide():
     wide = run_cli("analyze", "--no-findings", "--wide", str(qkv)).stdout
     rows = [line.split() for line in wide.splitlines() if line.startswith("layer_")]
     assert len([r for r in rows if r[-1] == "ok"]) == 24 and "as planned" not in wide
+
+
+def test_the_per_layer_table_says_which_copies_no_layer_launched():
+    """The H200 example's offload_qkv-scan-lhs-pipelined: XLA pipelines the scanned loop's offloads out of its
+    iterations, so the per-layer table (copies by the range that launched them) holds no d2h, while planned
+    vs moved (by instruction) gives the loop 1.31 GiB per step: a note reconciles the two; an unrolled run
+    whose layers launched every copy has none."""
+    from tests.helpers.paths import ROOT
+
+    h200 = ROOT / "sample_traces" / "h200-example"
+    scan = next(h200.glob("*-offload_qkv-scan-lhs-pipelined-*"))
+    doc = json.loads(run_cli("analyze", "--json", "--by", "layer", "--no-findings", str(scan)).stdout)
+    whole = doc["devices"]["0"]["copies"]["d2h"]["bytes"]
+    assert whole > 2**30 and sum(g["copies"]["d2h"]["bytes"] for g in doc["layers"]) == 0
+    text = " ".join(run_cli("analyze", "--by", "layer", "--no-findings", str(scan)).stdout.split())
+    size = f"{whole / 2**30:.2f} GiB"
+    assert f"note: device 0: {size} of its {size} d2h were launched outside every layer's ranges" in text
+    qkv = next(h200.glob("*-offload_qkv-b50f27"))
+    assert "outside every layer" not in run_cli("analyze", "--by", "layer", "--no-findings", str(qkv)).stdout
