@@ -148,7 +148,11 @@ def policy_rows(store: RunStore, views: list[View]) -> list[dict[str, Any]]:
         # no group of kernels both alone and beside copies: nothing measured, not 0 ns lost
         lost = human_time(kb["excess_ns"], nanoseconds=True) if kb and kb["groups"] else "-"
         if mixed:  # the findings leave these groups out (kernels-slowed-by-copies): say how much of it they are
-            lost += f" ({human_time(mixed, nanoseconds=True)} of it in persistent kernels, sizes mixed: see below)"
+            aside = human_time(kb["excess_ns"] - mixed, nanoseconds=True)
+            lost += (
+                f" ({human_time(mixed, nanoseconds=True)} of it in persistent kernels, sizes mixed: see below; "
+                f"{aside} aside from them, as compare counts it)"
+            )
         out.append(
             {
                 "run and GPU": rows.label(store.refs[view.rid], run, view.device),
