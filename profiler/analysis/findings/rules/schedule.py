@@ -215,8 +215,9 @@ def _layer_loop_edges(ev: Evidence, flags_note: str) -> list[Finding]:
         Finding(
             "exposed-at-boundaries",
             "problem",
-            f"{pct(ends / total)} of the exposed or stalled copy time ({ms(ends)} of {ms(total)}{_summed(ev)}) "
-            f"belongs to the {which} layer ({', '.join(named)}) of {len(names)}",
+            f"{pct(ends / total)} of the exposed or stalled copy time ({ms(ends)} of {ms(total)}, the layers' own "
+            f"figures summed{_summed(ev)}: copies of several layers in flight together count in each) belongs to "
+            f"the {which} layer ({', '.join(named)}) of {len(names)}",
             _layer_loop_tip(ev, flags_note, which),
             where={"layers": named},
             evidence={"at_ends_ns": ends, "exposed_or_stalled_ns": total},
