@@ -92,6 +92,12 @@ CALIBRATED_XLA = Accuracy("calibrated, XLA's estimates where given", step_low=-0
 KINDS = {a.kind: a for a in (ROOFLINE, CALIBRATED, XLA, CALIBRATED_XLA)}
 
 
+def cost_model(xla_costed: int) -> str:
+    """How a compiled step was costed, as its prediction's ``cost_model`` names it: ``xla`` where XLA's own
+    estimate costed any instruction (``roofline.with_xla``), else ``roofline``."""
+    return XLA.kind if xla_costed else ROOFLINE.kind
+
+
 def of_costs(cost_models: list[str | None]) -> Accuracy:
     """The accuracy of predictions costed as *cost_models* say (each prediction's ``cost_model``:
     ``xla`` or ``roofline``): XLA's figures where every one took XLA's estimates, else the roofline's

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from profiler.analysis.accuracy import ROOFLINE, XLA
+from profiler.analysis.accuracy import cost_model
 from profiler.analysis.links import Link
 from profiler.predict import roofline, schedule
 from profiler.predict.simulate import Prediction, simulate
@@ -50,7 +50,7 @@ def predict_file(hlo: Path, spec_text: str, links: list[Link], peak_bf16_tflops:
         return out
     # how the kernels were costed, as the accuracy of such predictions is named: XLA's estimates where the
     # module carries them (a compile by plan or tune), else the roofline
-    model = XLA.kind if by_xla else ROOFLINE.kind
+    model = cost_model(by_xla)
     out["cost_model"], out["xla_costed"] = model, by_xla
     for link, pred in zip(links, preds, strict=True):
         out["predictions"].append({**pred.doc(), "link_name": link.name, "link_gbps": link.gbps, "cost_model": model})

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from profiler.analysis.accuracy import CALIBRATED, CALIBRATED_XLA, ROOFLINE, XLA, Accuracy, of_costs
+from profiler.analysis.accuracy import CALIBRATED, CALIBRATED_XLA, XLA, Accuracy, cost_model, of_costs
 from profiler.analysis.late_copies import fix, sentence
 from profiler.tune.candidate import Candidate, Name
 from profiler.tune.evaluate import Outcome, copy_cover
@@ -88,7 +88,7 @@ def cost_models(compiler: Any) -> list[str]:
     """How each step the tune compiled was costed (``xla`` or ``roofline``: ``accuracy.of_costs``)."""
     cache = getattr(compiler, "cache", None) or {}
     done = [c for c in cache.values() if c is not None and c.sched is not None]
-    return [XLA.kind if c.xla_costed else ROOFLINE.kind for c in done]
+    return [cost_model(c.xla_costed) for c in done]
 
 
 def accuracy_of(compiler: Any) -> Accuracy:
