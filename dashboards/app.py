@@ -136,7 +136,7 @@ def create_app(store: RunStore) -> dash.Dash:
     tab_gate.register(app, tuple(t.name for t in TABS))
     runs_view.register(app, store, PER_RUN)
     for tab in TABS:
-        tab.register(app, store)
+        tab.wire(app, store)
     app.layout = layout  # a function: each page load gets the runs analyzed so far
     return app
 

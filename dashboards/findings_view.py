@@ -267,7 +267,6 @@ def layout(page: Page) -> list[Any]:
 
 def register(app: dash.Dash, store: RunStore) -> None:
     gate = tab_gate.on(app, "findings")
-    selection.relabel(app, "findings", count_label, store)
 
     @gate(Output(ids.FINDINGS_PANEL, "children"), *selection.TICKED)
     def on_findings(selected, data):

@@ -92,7 +92,6 @@ def tab_label(store: RunStore, views: list[View]) -> str:
 
 def register(app: dash.Dash, store: RunStore) -> None:
     gate = tab_gate.on(app, "ranks")
-    selection.relabel(app, "ranks", tab_label, store)
 
     @app.callback(
         Output(ids.RANK_POLICY, "options"),

@@ -13,7 +13,7 @@ from typing import Any
 import dash
 from dash import dcc
 
-from dashboards import ids
+from dashboards import ids, selection
 from dashboards.data import RunStore
 from dashboards.rows import View
 
@@ -39,8 +39,9 @@ class Page:
 class TabView:
     """A tab: *name* is its value (``opened-<name>`` of ``tab_gate``, and what ``Finding.view`` names);
     *label* a text, or a function of the runs and the selected views (then the tab has an id,
-    ``<name>-tab``, for a callback to change it); *run_choice* the id of its (run, GPU) dropdown when
-    it shows one run, which the runs table's selection fills in and a finding's button sets."""
+    ``<name>-tab``, and :meth:`wire` keeps the label in step with the ticked rows); *run_choice* the id of
+    its (run, GPU) dropdown when it shows one run, which the runs table's selection fills in and a
+    finding's button sets."""
 
     name: str
     label: str | Callable[[RunStore, list[View]], str]
@@ -62,3 +63,9 @@ class TabView:
                 children=self.layout(page),
             )
         return dcc.Tab(label=self.label, value=self.name, children=self.layout(page))
+
+    def wire(self, app: dash.Dash, store: RunStore) -> None:
+        """The tab's callbacks, and a label that follows the ticked rows when it is a function."""
+        self.register(app, store)
+        if callable(self.label):
+            selection.relabel(app, self.name, self.label, store)

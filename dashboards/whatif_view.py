@@ -323,7 +323,6 @@ def layout(page: Page) -> list[Any]:
 
 def register(app: dash.Dash, store: RunStore) -> None:
     gate = tab_gate.on(app, "whatif")
-    selection.relabel(app, "whatif", tab_label, store)
 
     @app.callback(
         Output(ids.WHATIF_VALUE, "disabled"),
