@@ -31,6 +31,7 @@ from profiler.capture.plan import predict_links
 from profiler.predict import roofline
 from profiler.tune.candidate import Candidate
 from profiler.tune.compiler import Compiler
+from profiler.tune.document import brief
 from profiler.tune.run import TuneRequest, evaluate_presets, limit_of, names_of, open_session
 from profiler.tune.search import best_of, search
 from profiler.units import human_bytes, parse_bytes
@@ -143,9 +144,7 @@ def main() -> int:
             "seconds": round(est["seconds"], 1),
         },
         "tune": {
-            "label": choice.candidate.label(names) if choice else None,
-            "placements": choice.candidate.place() if choice else None,
-            "outcome": vars(choice.outcome) if choice else None,
+            **brief(choice, names),
             "compiles": tune_c.compiles,
             "search_compiles": result.compiles,
             "stop": result.stop,

@@ -40,6 +40,7 @@ from profiler.capture.plan import predict_links, usable_fraction
 from profiler.predict import roofline
 from profiler.tune.candidate import Candidate, Name, resting
 from profiler.tune.compiler import Compiler
+from profiler.tune.document import brief
 from profiler.tune.run import TuneRequest, limit_of, names_of, open_session
 from profiler.tune.search import best_of, search
 from profiler.units import human_bytes, parse_bytes
@@ -134,9 +135,7 @@ def main() -> int:
         "names": [{"name": n.name, "bytes_per_step": n.bytes_per_step, "count": n.count} for n in names],
         "rows": {k: vars(v) if v is not None else None for k, v in rows.items()},
         "tune": {
-            "choice": choice.candidate.label(names) if choice else None,
-            "placements": choice.candidate.place() if choice else None,
-            "outcome": vars(choice.outcome) if choice else None,
+            **brief(choice, names),
             "compiles": result.compiles,
             "stop": result.stop,
         },
@@ -147,7 +146,7 @@ def main() -> int:
     print(f"\n{args.model} ({doc['program']}) on {label}, {link.link.name}; predicted, not measured")
     print(f"  limit {human_bytes(limit)} ({why})")
     base = rows["remat"]
-    for k, o in [*rows.items(), (f"tune: {doc['tune']['choice']}", choice.outcome if choice else None)]:
+    for k, o in [*rows.items(), (f"tune: {doc['tune']['label']}", choice.outcome if choice else None)]:
         if o is None:
             print(f"  {k}: {'no candidate tried fits the limit' if k.startswith('tune') else 'did not compile'}")
             continue

@@ -53,6 +53,15 @@ def row(t: Tried, names: list[Name], compiler: Compiler) -> dict[str, Any]:
     }
 
 
+def brief(t: Tried | None, names: list[Name]) -> dict[str, Any]:
+    """A chosen candidate as the benchmarks keep it: its label, placements and predicted outcome."""
+    return {
+        "label": t.candidate.label(names) if t else None,
+        "placements": t.candidate.place() if t else None,
+        "outcome": vars(t.outcome) if t else None,
+    }
+
+
 def _pruned(result: Search, rows: list[dict[str, Any]], names: list[Name]) -> list[dict[str, str]]:
     """The moves pruned after trying them alone; one that compiled to the resting candidate's own program
     says so (nothing moved: no faster by construction, not by measure)."""

@@ -144,7 +144,7 @@ def test_compare_mesh_limit_is_a_gb200s_usable_memory_and_tune_searches(mesh_com
     # 3 compiles under the flags on: the two rows, then the search's other bound (every name kept)
     assert tune["compiles"] == 1 and "budget" in tune["stop"]
     assert doc["compiles"] == 5  # and the write-up policy and remat with the flags off
-    assert tune["choice"] in ("recompute all", "keep all")
+    assert tune["label"] in ("recompute all", "keep all")
     assert tune["outcome"]["fits"]
 
 
