@@ -20,7 +20,7 @@ from profiler.report.text import offload_units
 from profiler.synthetic.demo import StepModel, write_demo_runs
 from profiler.units import human_time
 from tests.helpers.cli import run_cli
-from tests.helpers.dashboard import bar_units, dashboard, unit_of, wait_rows
+from tests.helpers.dashboard import bar_units, dashboard, open_page, unit_of
 
 MODEL = replace(StepModel(), layers=2, steps=3)
 TRACE = "synthetic-trace.sqlite"
@@ -172,10 +172,7 @@ def test_the_dashboard_shows_the_same_numbers(browser, built):
     doc = cli_json("analyze", str(head / TRACE))
     devices, found = doc["devices"], doc["findings"]["findings"]
     with dashboard(head.parent) as (url, _):
-        page = browser.new_page(viewport={"width": 1440, "height": 1000})
-        page.goto(url)
-        wait_rows(page, 2)
-        page.wait_for_function("document.querySelectorAll('#policy-bars .row-label').length == 2", timeout=60_000)
+        page = open_page(browser, url, 2, bars=2)
 
         # the runs table: exposed copy time (both directions, counted once), steps, median step
         heads = page.evaluate("[...document.querySelectorAll('#runs th')].map(e => e.innerText.trim())")

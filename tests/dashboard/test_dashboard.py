@@ -20,10 +20,10 @@ from tests.helpers.dashboard import (
     check_page,
     dashboard,
     figure,
+    open_page,
     pick,
     unit_of,
     wait_graph,
-    wait_rows,
 )
 from tests.helpers.training_traces import training_export
 
@@ -55,10 +55,7 @@ def server(runs):
 
 def test_dashboard_end_to_end(browser, server, runs):
     url, _ = server
-    page = browser.new_page(viewport={"width": 1440, "height": 1000})
-    page.goto(url)
-    wait_rows(page, 6)
-    page.wait_for_function("document.querySelector('#progress').innerText.includes('5 run(s)')", timeout=60_000)
+    page = open_page(browser, url, 6, analyzed=5)
     table = page.inner_text("#runs")
     assert "offload_qkv" in table and "offload_mlp" in table and "error" in table
     # a two-GPU run is two rows, each with its own device, labelled synthetic
@@ -154,9 +151,7 @@ def test_dashboard_end_to_end(browser, server, runs):
 def test_the_browsers_own_functions_are_kept(browser, server):
     """Dash's @babel/polyfill replaces the trims, parseFloat and parseInt with slower JavaScript ones;
     the page puts the browser's own back before it draws (``app.NATIVES``)."""
-    page = browser.new_page()
-    page.goto(server[0])
-    wait_rows(page, 6)
+    page = open_page(browser, server[0], 6, viewport=None)
     # the polyfill also makes Function.prototype.toString say "[native code]" of its own functions:
     # the source is read with the toString of a fresh frame
     replaced = page.evaluate(
@@ -180,9 +175,7 @@ def test_the_browsers_own_functions_are_kept(browser, server):
 def test_one_line_in_the_terminal(runs, browser):
     """waitress, no request log, no development-server warning: one line with the address."""
     with dashboard(runs) as (url, proc):
-        page = browser.new_page()
-        page.goto(url)
-        wait_rows(page, 4)
+        page = open_page(browser, url, 4, viewport=None)
         page.get_by_text("Per layer", exact=True).click()
         wait_graph(page, "layer-graph")
         page.close()
@@ -195,9 +188,7 @@ def test_one_line_in_the_terminal(runs, browser):
 
 def test_names_are_text_not_html(browser, runs):
     with dashboard(runs) as (url, _):
-        page = browser.new_page()
-        page.goto(url)
-        wait_rows(page, 4)
+        page = open_page(browser, url, 4, viewport=None)
         assert "<i>evil</i>" in page.inner_text("#runs")  # shown literally
         page.get_by_text("Per layer", exact=True).click()
         pick(page, "layer-run", "<i>evil</i> · evil · GPU 0")
@@ -272,10 +263,7 @@ def test_rank_heatmap(browser, tmp_path_factory):
             folder / f"report.{r}.sqlite"
         )
     with dashboard(folder) as (url, _):
-        page = browser.new_page(viewport={"width": 1440, "height": 1000})
-        page.goto(url)
-        wait_rows(page, 3)
-        page.wait_for_function("document.querySelector('#progress').innerText.includes('3 run(s)')", timeout=60_000)
+        page = open_page(browser, url, 3, analyzed=3)
         page.wait_for_function("document.querySelector('#ranks-tab').innerText == 'Ranks'", timeout=30_000)
         page.click("#ranks-tab")
         wait_graph(page, "rank-heatmap", "gd.data.length == 1 && gd.data[0].y.length == 3")

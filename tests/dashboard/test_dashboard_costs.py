@@ -23,7 +23,7 @@ from profiler.stored.folder import manifest_of
 from profiler.synthetic.demo import StepModel, write_demo_runs
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
-from tests.helpers.dashboard import DIVISORS, bar_units, check_page, dashboard, pick, wait_graph, wait_rows
+from tests.helpers.dashboard import DIVISORS, bar_units, check_page, dashboard, open_page, pick, wait_graph
 from tests.helpers.policy_runs import AOT, A, MiB, step_trace
 
 pytestmark = pytest.mark.browser
@@ -146,9 +146,7 @@ def test_what_the_copies_cost(browser, costs):
     demo = runs["synthetic-4-offload_all"]
     n_rows = 4 + (2 if have_aot else 0)
     with dashboard(costs) as (url, _):
-        page = browser.new_page(viewport={"width": 1440, "height": 1000})
-        page.goto(url)
-        wait_rows(page, n_rows)
+        page = open_page(browser, url, n_rows)
         page.wait_for_function(
             f"document.querySelectorAll('#policy-bars .row-label').length == {n_rows}", timeout=60_000
         )

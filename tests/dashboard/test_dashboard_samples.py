@@ -19,7 +19,16 @@ from dashboards.timeline_view import timeline_figure
 from profiler.report.verdict_text import verdict_lines
 from profiler.trace.jax_profile import NO_WAITS
 from tests.helpers.cli import analyze_json, run_cli
-from tests.helpers.dashboard import bar_units, check_page, dashboard, figure, pick, unit_of, wait_graph, wait_rows
+from tests.helpers.dashboard import (
+    bar_units,
+    check_page,
+    dashboard,
+    figure,
+    open_page,
+    pick,
+    unit_of,
+    wait_graph,
+)
 from tests.helpers.paths import ROOT
 
 SAMPLES = ROOT / "sample_traces"
@@ -80,11 +89,7 @@ def test_first_view_is_the_h200_runs_of_the_example(browser, samples):
     policies = {r["policy"]: r for r in doc["policies"]["rows"]}
     assert len(policies) == 8
     with dashboard(samples) as (url, _):
-        page = browser.new_page(viewport={"width": 1440, "height": 1000})
-        page.goto(url)
-        wait_rows(page, 12)
-        page.wait_for_function("document.querySelector('#progress').innerText.includes('12 run(s)')", timeout=120_000)
-        page.wait_for_function("document.querySelectorAll('#policy-bars .row-label').length == 8", timeout=60_000)
+        page = open_page(browser, url, 12, analyzed=12, bars=8)
         # the ticked rows: the eight H200 runs, measured on a real GPU by jax.profiler, with analyze's steps
         ticked = page.evaluate(TABLE_ROWS_JS, ["runs", True])
         assert sorted(r["policy"] for r in ticked) == sorted(policies)
@@ -202,10 +207,7 @@ def test_first_view_is_the_h200_runs_of_the_example(browser, samples):
 def test_first_view_is_a_real_public_trace_without_measured_policy_runs(browser, public_samples):
     samples = public_samples
     with dashboard(samples) as (url, _):
-        page = browser.new_page(viewport={"width": 1440, "height": 1000})
-        page.goto(url)
-        wait_rows(page, 6)
-        page.wait_for_function("document.querySelector('#progress').innerText.includes('4 run(s)')", timeout=120_000)
+        page = open_page(browser, url, 6, analyzed=4)
         page.wait_for_function(
             "document.querySelectorAll('#policy-bars .row-label').length == 2"
             " && document.querySelector('#policy-bars').innerText.includes('nsight_report7')",

@@ -11,7 +11,7 @@ import pytest
 
 from profiler.trace.jax_profile import NO_WAITS
 from tests.helpers.cli import run_cli
-from tests.helpers.dashboard import check_page, dashboard, wait_rows
+from tests.helpers.dashboard import check_page, dashboard, open_page
 from tests.helpers.paths import ROOT
 
 TPU = ROOT / "sample_traces" / "tpu-v5e-example"
@@ -30,9 +30,7 @@ def test_the_tpu_runs_with_their_steps_and_stalls(browser, tmp_path):
     doc = json.loads(run_cli("analyze", "--json", str(folder)).stdout)
     policies = {r["policy"]: r for r in doc["policies"]["rows"]}
     with dashboard(folder) as (url, _):
-        page = browser.new_page(viewport={"width": 1440, "height": 1000})
-        page.goto(url)
-        wait_rows(page, 11)
+        page = open_page(browser, url, 11)
         page.wait_for_function("document.querySelectorAll('#policy-bars .row-label').length >= 10", timeout=120_000)
         rows = page.evaluate(ROWS_JS)
         measured = [r for r in rows if r["policy"] in policies]

@@ -13,7 +13,7 @@ from profiler.runs.result import collect
 from profiler.synthetic.export import ExportBuilder
 from profiler.trace import open_trace
 from profiler.units import human_time
-from tests.helpers.dashboard import dashboard, pick, wait_rows
+from tests.helpers.dashboard import dashboard, open_page, pick
 from tests.helpers.kernel_groups import group
 
 pytestmark = pytest.mark.browser
@@ -39,9 +39,7 @@ def test_policies_and_layer_views_show_the_summary(browser, tmp_path):
     kb0, kb1 = (summary["kernels_beside_copies"][d] for d in ("0", "1"))
     assert kb0["excess_ns"] == 3000 and kb1 == {**kb1, "groups": 0, "calls_alone": 0, "calls_beside": 4}
     with dashboard(tmp_path) as (url, _):
-        page = browser.new_page(viewport={"width": 1440, "height": 1000})
-        page.goto(url)
-        wait_rows(page, 2)
+        page = open_page(browser, url, 2)
         page.wait_for_function("document.querySelectorAll('#policy-kernels-table tr').length >= 3", timeout=60_000)
         policy = text_of(page, "#policy-kernels")
         assert "Kernels slowed by copies" in policy and "size bias" in policy

@@ -124,6 +124,25 @@ def wait_rows(page, n: int) -> None:
     page.wait_for_function(f"document.querySelectorAll('#runs tr').length >= {n} + 2", timeout=60_000)
 
 
+WIDE = {"width": 1440, "height": 1000}
+
+
+def open_page(browser, url: str, rows: int, *, analyzed: int | None = None, bars: int | None = None, viewport=WIDE):
+    """A new page on *url* once the runs table has *rows* rows, the progress line counts *analyzed* runs
+    and the Policies tab draws *bars* policy rows (each when given); ``viewport=None``: Playwright's own
+    (1280 x 720)."""
+    page = browser.new_page(viewport=viewport) if viewport else browser.new_page()
+    page.goto(url)
+    wait_rows(page, rows)
+    if analyzed is not None:
+        page.wait_for_function(
+            f"document.querySelector('#progress').innerText.includes('{analyzed} run(s)')", timeout=120_000
+        )
+    if bars is not None:
+        page.wait_for_function(f"document.querySelectorAll('#policy-bars .row-label').length == {bars}", timeout=60_000)
+    return page
+
+
 def wait_graph(page, graph_id: str, condition: str = "gd.data.length > 0") -> None:
     page.wait_for_function(
         f"(() => {{ const gd = document.querySelector('#{graph_id} .js-plotly-plot');"
