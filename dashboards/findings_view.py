@@ -14,7 +14,7 @@ from dashboards import ids, layers_view, runs_view, selection, streams_view, tab
 from dashboards.data import RunStore
 from dashboards.rows import View
 from dashboards.view import Page, TabView
-from profiler.analysis.findings.tried import tried
+from profiler.analysis.findings.tried import tried_items, try_notes
 from profiler.report.findings_text import UNITS, by_saving, saving_text, shared_reason
 
 SEVERITY_COLOR = {"problem": "#D55E00", "warning": "#E69F00", "info": "#0072B2"}  # Okabe and Ito's
@@ -74,9 +74,12 @@ def evidence_items(evidence: dict[str, Any]) -> list[html.Li]:
     return [html.Li(f"{k}: {v}") for k, v in evidence.items()]
 
 
-def _finding(f: dict[str, Any], rid: str, views: list[View], n: int, i: int, said: str | None = None) -> html.Div:
+def _finding(
+    f: dict[str, Any], rid: str, views: list[View], n: int, i: int, said: str | None = None, done: str | None = None
+) -> html.Div:
     """One finding (*n*: its place in the panel; *i*: in its run's findings, by saving; *said*: the
-    reason for no saving said once above the run's findings, ``shared_reason``) with its
+    reason for no saving said once above the run's findings, ``shared_reason``; *done*: what a sibling
+    run that tried its advice measured, ``tried.try_notes``) with its
     evidence folded: sent when first unfolded (``on_evidence``), since it can be tens of kB of text
     (the kernel groups of kernels-slowed-by-copies), which the page took half a second to take in."""
     sev = f["severity"]
@@ -117,7 +120,11 @@ def _finding(f: dict[str, Any], rid: str, views: list[View], n: int, i: int, sai
                 ]
             ),
             html.Div(f["verdict"], className="verdict"),
-            html.Div([html.Strong("Try: "), f["try"]], className="try"),
+            html.Div(
+                [html.Strong("Try: "), f["try"]]
+                + ([" ", html.Span(f"({done}; the numbers below)", className="tried-note")] if done else []),
+                className="try",
+            ),
             html.Div(
                 [
                     html.Button(
@@ -183,7 +190,7 @@ def panel(store: RunStore, views: list[View]) -> list[Any]:
     quiet: list[Any] = []
     n = 0
     loaded = list(store.results)  # a flag's sibling run may be loaded and not selected
-    already = dict(zip(loaded, tried([store.results[r].run for r in loaded]), strict=True))
+    already = dict(zip(loaded, tried_items([store.results[r].run for r in loaded]), strict=True))
     for rid, run_views in sorted(runs, key=rank):
         short, full = selection.run_label(store, rid)
         doc = store.results[rid].run.findings
@@ -214,10 +221,11 @@ def panel(store: RunStore, views: list[View]) -> list[Any]:
             continue
         said = shared_reason(found)
         body: list[Any] = [html.Div(f"({said})", className="findings-reason muted")] if said else []
+        notes = try_notes(already.get(rid, []))
         for f in found:
-            body.append(_finding(f, rid, run_views, n, order[id(f)], said))
+            body.append(_finding(f, rid, run_views, n, order[id(f)], said, notes.get(f["id"])))
             n += 1
-        body += [_tried(line) for line in already.get(rid, [])]
+        body += [_tried(t["line"]) for t in already.get(rid, [])]
         if any(f.get("saving_ns") for f in found):
             body.append(html.Div(f"Units: {UNITS}.", className="findings-units muted"))
         if left:

@@ -10,7 +10,7 @@ from profiler.commands.options import Shared, findings_request, json_dump
 
 def cmd_findings(args: argparse.Namespace) -> int:
     """``findings TRACE|RUN...``: the verdict, then the findings, for every trace the paths name."""
-    from profiler.analysis.findings.tried import tried
+    from profiler.analysis.findings.tried import tried_items, try_notes
     from profiler.analysis.links import given_link
     from profiler.errors import InputError
     from profiler.report.findings_text import render_findings
@@ -40,18 +40,20 @@ def cmd_findings(args: argparse.Namespace) -> int:
             policy = (res.manifest or {}).get("policy") or res.breakdown.policy  # None: a trace that names none
             docs.append({"trace": str(path), "policy": policy, **(res.findings or {})})
     skipped = list(dict.fromkeys(skipped))
-    for d, lines in zip(docs, tried(summaries), strict=True):
-        d["tried"] = lines
+    notes = []
+    for d, items in zip(docs, tried_items(summaries), strict=True):
+        d["tried"] = [t["line"] for t in items]
+        notes.append(try_notes(items))
     found = verdict(summaries, failed=[(s.policy, s.reason) for s in skipped]) if summaries else None
     if args.json:
         print(json_dump({"verdict": found, "runs": docs, "no_trace": [s.doc() for s in skipped]}))
         return 0 if docs else 2
     if found:
         print(render_verdict(found, wide=args.wide))
-    for d in docs:
+    for d, said in zip(docs, notes, strict=True):
         print()
         print(f"{d['trace']}" + (f"  (policy {d['policy']})" if d["policy"] else ""))
-        print(fit(render_findings(d), args.wide))
+        print(fit(render_findings(d, tried=said), args.wide))
         for line in d["tried"]:
             print(fit(f"  {line}", args.wide))
     for s in skipped:

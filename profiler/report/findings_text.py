@@ -61,9 +61,10 @@ def shared_reason(found: list[dict[str, Any]]) -> str | None:
     return next((w for w in dict.fromkeys(whys) if w and whys.count(w) > 1), None)
 
 
-def render_findings(doc: dict[str, Any], width: int = 110) -> str:
+def render_findings(doc: dict[str, Any], width: int = 110, tried: dict[str, str] | None = None) -> str:
     """``Findings`` block, by saving: one verdict per finding with its saving (and the time its rule
-    attributes), what to try under it, skipped rules counted."""
+    attributes), what to try under it (and what a sibling run that tried it measured: *tried*, rule id ->
+    ``tried.try_notes``' words, the numbers under the block), skipped rules counted."""
     found, skipped = doc.get("findings") or [], doc.get("skipped") or []
     counts = {s: sum(f["severity"] == s for f in found) for s in ("problem", "warning", "info")}
     head = ", ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n) or "nothing to report"
@@ -89,7 +90,11 @@ def render_findings(doc: dict[str, Any], width: int = 110) -> str:
             initial_indent=f"  {LABEL[f['severity']]:7s}  ",
             subsequent_indent=" " * 11,
         )
-        out += textwrap.wrap(f"try: {f['try']}", width, initial_indent=" " * 11, subsequent_indent=" " * 16)
+        done = (tried or {}).get(f["id"])
+        advice = f"try: {f['try']}" + (f" ({done}; the numbers below)" if done else "")
+        out += textwrap.wrap(  # not within a flag or a run folder's name
+            advice, width, initial_indent=" " * 11, subsequent_indent=" " * 16, break_on_hyphens=False
+        )
     if skipped:
         rules = ", ".join(s["rule"] for s in skipped)
         out.append(f"  ({len(skipped)} rules could not decide on this trace: {rules}; --json says why)")

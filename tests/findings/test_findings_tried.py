@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from profiler.analysis.findings.tried import experiment
+from profiler.analysis.findings.tried import experiment, try_notes
 from tests.helpers.cli import run_cli
 from tests.helpers.paths import ROOT
 
@@ -38,6 +38,22 @@ def test_the_h200_offload_qkv_run_is_told_what_its_flagged_sibling_measured():
     assert by_run[flagged.name] == [] and by_run[scan.name] == []
     said = " ".join(run_cli("findings", str(plain), str(flagged)).stdout.split())
     assert "already tried (exposed-copies, lhs-off): " + flagged.name in said
+    # and each finding's own advice says so where it is given, not only below the block
+    tail = f"(already tried in {flagged.name}: no measured gain; the numbers below)"
+    assert "(profile-step --lhs); it schedules async copies to overlap compute " + tail in said
+    assert "host offloading (--pipelined-offload) " + tail in said
+
+
+def test_try_notes_name_every_sibling_of_a_rule():
+    items = [
+        {"rules": ["exposed-copies", "lhs-off"], "sibling": "a", "outcome": "no measured gain", "line": "..."},
+        {"rules": ["lhs-off"], "sibling": "b", "outcome": None, "line": "..."},
+    ]
+    assert try_notes(items) == {
+        "exposed-copies": "already tried in a: no measured gain",
+        "lhs-off": "already tried in a: no measured gain; already tried in b: no step to compare",
+    }
+    assert try_notes([]) == {}
 
 
 def test_an_experiment_is_the_script_its_arguments_and_the_policy_it_ran():
@@ -67,6 +83,7 @@ def test_the_dashboards_findings_panel_says_it_too(tmp_path):
     (rid,) = [r for r in store.refs if plain.name in str(store.refs[r].trace)]
     shown = str(panel(store, [View(rid, "0")]))
     assert "Already tried (exposed-copies, lhs-off):" in shown and f" {flagged.name} ran the same script" in shown
+    assert shown.count(f"(already tried in {flagged.name}: no measured gain; the numbers below)") == 2  # each try
 
 
 def test_pipelining_is_not_advised_where_no_offload_is_inside_a_loop():

@@ -95,6 +95,17 @@ def tried_items(runs: Sequence[RunSummary]) -> list[list[dict[str, Any]]]:
     return out
 
 
+def try_notes(items: list[dict[str, Any]]) -> dict[str, str]:
+    """Rule id -> what its advice already gave, for the finding's own try line (one run's
+    ``tried_items``): "already tried in RUN: no measured gain", several siblings joined by "; "."""
+    notes: dict[str, list[str]] = {}
+    for t in items:
+        for rule in t["rules"]:
+            outcome = t["outcome"] or "no step to compare"
+            notes.setdefault(rule, []).append(f"already tried in {t['sibling']}: {outcome}")
+    return {rule: "; ".join(said) for rule, said in notes.items()}
+
+
 def tried(runs: Sequence[RunSummary]) -> list[list[str]]:
     """``tried_items``' lines: per run, one line per sibling that already tried its findings' flags."""
     return [[t["line"] for t in items] for items in tried_items(runs)]
