@@ -5,7 +5,8 @@ Where: ``$PROFILE_STEP_CACHE`` when set (``--cache-dir`` sets it for one command
 cache (``cache_dir(name)``): ``exports`` (the SQLite exports profile-step makes itself: conversions
 of JAX profiler traces, a report's export where nsys's own ``REPORT.sqlite`` cannot go) and
 ``dashboard`` (each trace's analysis, its timeline's frames, its what-ifs and their replay graph).  Entries are keyed by
-the trace's resolved path, so two traces never share one.  A folder profile-step creates holds a
+the trace's resolved path, so two traces never share one; an analysis is remade when the trace or
+profile-step's own code changes (``runs.store.code_digest``).  A folder profile-step creates holds a
 ``CACHEDIR.TAG`` (the Cache Directory Tagging convention: backups skip it); ``clear`` empties only a
 folder holding that tag.
 """

@@ -328,11 +328,11 @@ class Breakdown:
     @cached_property
     def compiled(self) -> dict[str, Any] | None:
         """The run folder's ``compiled.json`` beside the trace (``profiler.capture.step_module``), if any;
-        a plan written before its movements named the loop around them gets it from the dump."""
-        from profiler.xla.compiled import with_loop_tops
+        what one written by an older profile-step lacks comes from the dump (``xla.compiled.upgraded``)."""
+        from profiler.xla.compiled import upgraded
 
         doc = compiled_of(self.trace.source_path)
-        return with_loop_tops(doc, Path(self.trace.source_path).parent) if doc else doc
+        return upgraded(doc, Path(self.trace.source_path).parent) if doc else doc
 
     @cached_property
     def module_steps(self) -> ModuleSteps:

@@ -15,6 +15,8 @@ ranges in Parquet for the timeline and the what-ifs computed so far (one row per
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import json
 import os
 import sqlite3
@@ -150,9 +152,24 @@ def cache_base(trace: Path) -> Path:
     return cache_dir("dashboard") / f"{path_key(trace)}-{trace.name}"
 
 
+@functools.cache
+def code_digest() -> str:
+    """A digest of profiler/'s own source: an analysis cached by other code (another release, a local
+    change) is not read back as this code's."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def _stamp(trace: Path) -> str:
+    """What a cached analysis of *trace* is valid for: the export as it was (size, time) and the code."""
     st = trace.stat()
-    return json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "version": CACHE_VERSION}, sort_keys=True)
+    return json.dumps(
+        {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "version": CACHE_VERSION, "code": code_digest()},
+        sort_keys=True,
+    )
 
 
 def _write_atomic(path: Path, writer: Any) -> None:

@@ -8,6 +8,8 @@ empty with a note, and the rest of the description stays.
 
 from __future__ import annotations
 
+import contextlib
+import lzma
 import os
 import re
 import sys
@@ -204,10 +206,21 @@ def module_name(hlo_text: str) -> str | None:
     return None
 
 
-def with_loop_tops(doc: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """A run's ``compiled.json`` (*doc*) whose plans' movements inside a loop name the entry instruction
-    around them (``top``), read from the run's dump where a plan written before that lacks it; a module
-    whose dump is gone, or does not parse, stays as it was."""
+HEADER_CHARS = 1 << 20  # an HLO text's header, entry_computation_layout included, even for thousands of parameters
+
+
+def _text_head(path: Path) -> str:
+    """The first ``HEADER_CHARS`` characters of a text dump (only those decompressed, for an ``.xz``)."""
+    opener = lzma.open if path.suffix == ".xz" else open
+    with opener(path, "rt", errors="replace") as f:
+        return f.read(HEADER_CHARS)
+
+
+def upgraded(doc: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """A run's ``compiled.json`` (*doc*) with what a file written before them lacks, read from the run's
+    dump: the entry instruction around the movements inside a loop (``top``), and each module's
+    ``signature`` (``same_program.entry_signature``, from a text dump's header).  A module whose dump is
+    gone, or does not read, stays as it was."""
     from profiler.xla.plan import with_tops
 
     mods = []
@@ -216,10 +229,15 @@ def with_loop_tops(doc: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         looped = any(mv.get("executions_per_step") != 1 for mv in moves)
         after = (m.get("files") or {}).get("after")
         path = run_dir / (doc.get("dump_dir") or "") / after if after else None
-        if looped and any("top" not in mv for mv in moves) and path is not None and path.is_file():
-            try:
-                m = {**m, "plan": with_tops(m["plan"], load_module(path)[0])}
-            except (HloError, OSError, ValueError):  # a dump that does not read: the plan as it was
-                m = dict(m)
+        if path is None or not path.is_file():
+            mods.append(m)
+            continue
+        m = dict(m)
+        if looped and any("top" not in mv for mv in moves):
+            with contextlib.suppress(HloError, OSError, ValueError):  # a dump that does not read: the plan as it was
+                m["plan"] = with_tops(m["plan"], load_module(path)[0])
+        if "signature" not in m and not path.name.endswith((".pb", ".pb.xz")):
+            with contextlib.suppress(OSError, EOFError, lzma.LZMAError):
+                m["signature"] = entry_signature(_text_head(path))
         mods.append(m)
     return {**doc, "modules": mods}

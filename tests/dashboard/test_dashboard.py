@@ -235,8 +235,9 @@ def test_remote_binding_needs_a_flag(runs):
     assert "--allow-remote" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_cache_is_written_in_the_cache_folder_and_reused(runs):
+def test_cache_is_written_in_the_cache_folder_and_reused(runs, monkeypatch):
     from dashboards.data import RunStore
+    from profiler.runs import store as stored
     from profiler.runs.store import CacheFiles
 
     files = CacheFiles.of(runs / "qkv.sqlite")
@@ -254,6 +255,12 @@ def test_cache_is_written_in_the_cache_folder_and_reused(runs):
     store2 = RunStore([runs])
     assert store2.get(rid).summary["copies"] == first["copies"]
     assert cache.stat().st_mtime_ns != before
+    # another profile-step's code (an upgrade, a local change): its cached analysis is not this code's
+    again = cache.stat().st_mtime_ns
+    assert RunStore([runs]).get(rid).summary == store2.get(rid).summary and cache.stat().st_mtime_ns == again
+    monkeypatch.setattr(stored, "code_digest", lambda: "other code")
+    assert RunStore([runs]).get(rid).summary["copies"] == first["copies"]
+    assert cache.stat().st_mtime_ns != again
 
 
 def test_rank_heatmap(browser, tmp_path_factory):

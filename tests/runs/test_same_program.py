@@ -195,3 +195,43 @@ def test_a_plan_of_another_model_than_the_runs_says_so():
     other = [{"step_name": "jit_train_step", "step_signature": None}]
     assert other_model(plan, other) == "jit_step, not jit_train_step"
     assert other_model(plan, [{"step_name": None}]) is None and other_model([], runs) is None
+
+
+def test_a_run_folder_written_before_signatures_gets_them_from_its_dump(tmp_path):
+    """The H200 example's run folders were written before compiled.json kept ``signature``: the
+    analysis reads it from the dump's header (``xla.compiled.upgraded``), so their program is known
+    beside a plan of another size, and the folder is left as it was."""
+    import hashlib
+    import lzma
+    import shutil
+
+    import pytest
+
+    from profiler.runs.result import build
+    from profiler.stored import folder
+    from profiler.trace import load_trace
+    from profiler.xla.same_program import other_model
+    from tests.helpers.paths import ROOT
+
+    runs = sorted((ROOT / "sample_traces" / "h200-example").glob("*-none-*"))
+    if not runs:
+        pytest.skip("the H200 example's runs are not in sample_traces/")
+    run = shutil.copytree(runs[0], tmp_path / runs[0].name)
+    doc = json.loads((run / "compiled.json").read_text())
+    assert all("signature" not in m for m in doc["modules"])  # as it was recorded
+    before = hashlib.sha256((run / "compiled.json").read_bytes()).hexdigest()
+    (dump,) = (run / "xla_dump").glob("*after_optimizations.txt.xz")
+    want = entry_signature(lzma.decompress(dump.read_bytes()).decode())
+    assert want is not None and want.startswith("(bf16[4096], bf16[4096], bf16[4096,16384]")
+    trace = run / "trace.json.gz"
+    summary = build(load_trace(trace), folder.manifest_of(trace)).brief()
+    assert summary.compiled["signature"] == want
+    assert hashlib.sha256((run / "compiled.json").read_bytes()).hexdigest() == before
+    # the quickstart's plan compiles another size of the same jit_step: another model, said
+    row = {"step_name": summary.compiled["step_name"], "step_signature": want}
+    plan = [{"step_name": "jit_step", "step_signature": "(bf16[1024], bf16[1024]) -> bf16[]"}]
+    assert other_model(plan, [row]).startswith("jit_step with ")
+    # a dump that is gone leaves the module as it was: nothing known, nothing said
+    shutil.rmtree(run / "xla_dump")
+    gone = build(load_trace(trace), folder.manifest_of(trace)).brief()
+    assert gone.compiled["signature"] is None
