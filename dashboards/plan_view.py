@@ -336,6 +336,20 @@ def layout(plans: list[Any]) -> list[Any]:
     ]
 
 
+def model_note(store: RunStore, rows: list[dict[str, Any]]) -> str | None:
+    """Where the plan's rows (*rows*) compiled another model than every run analysed so far: how they
+    differ (``same_program.other_model``); None where a run ran one of its programs, or none is known."""
+    runs = [{"step_name": c.get("step_name"), "step_signature": c.get("signature")}
+            for c in (res.run.compiled or {} for res in list(store.results.values()))]  # fmt: skip
+    other = other_model(rows, runs)
+    if not other:
+        return None
+    return (
+        f"Another model than the runs loaded beside it: {other}. The plan's pick is for the model it compiled, "
+        "not theirs."
+    )
+
+
 def register(app: dash.Dash, store: RunStore) -> None:
     if not store.plans:
         return
@@ -371,12 +385,9 @@ def register(app: dash.Dash, store: RunStore) -> None:
             for r in tab_doc["rows"]
             for n in plan_notes(r)
         ]
-        runs = [{"step_name": c.get("step_name"), "step_signature": c.get("signature")}
-                for c in (res.run.compiled or {} for res in list(store.results.values()))]  # fmt: skip
-        other = other_model(tab_doc["rows"], runs)
+        other = model_note(store, tab_doc["rows"])
         if other:
-            notes.insert(0, f"Another model than the runs loaded beside it ({other}): the plan's pick is for the "
-                            "model it compiled, not theirs.")  # fmt: skip
+            notes.insert(0, other)
         predicted = predicted_datatable(tab_doc)
         said_predicted = []
         if predicted is not None:

@@ -18,7 +18,7 @@ from profiler.report.compare_text import render_terminal
 from profiler.report.policies_text import render_plan, render_policy_comparison
 from profiler.runs.result import collect
 from profiler.trace import open_trace
-from profiler.xla.same_program import entry_signature, same_program
+from profiler.xla.same_program import entry_signature, parameter_count, same_program
 from tests.helpers.hook_runs import hook_export
 
 SIG = "(f32[4,256,256], f32[64,256])->f32[]"
@@ -95,10 +95,12 @@ def test_the_runs_of_one_other_program_share_one_mark(tmp_path):
 def test_the_same_name_with_other_shapes_is_another_program(tmp_path):
     tab = policy_table(runs(tmp_path, "jit_step", SIG.replace("64,256", "128,256")))
     assert tab["rows"][1]["recompute_overhead"] is None
-    assert "with parameters (f32[4,256,256], f32[128,256])->f32[]" in tab["rows"][1]["program_differs"]
+    assert tab["rows"][1]["program_differs"] == (
+        "another program: jit_step with parameter 1 f32[128,256], not f32[64,256] as the 'none' run"
+    )
     assert (
-        "≠: recompute runs another program than none: jit_step with parameters (f32[4,256,256], f32[128,256])->f32[], "
-        f"not {SIG}: no percentage between them"
+        "≠: recompute runs another program than none: jit_step with parameter 1 f32[128,256], not f32[64,256]: "
+        "no percentage between them"
     ) in render_policy_comparison(tab)
     same = policy_table(runs(tmp_path / "same", "jit_step", SIG))  # the same program: the percentage stands
     assert same["rows"][1]["program_differs"] is None
@@ -190,7 +192,7 @@ def test_a_plan_of_another_model_than_the_runs_says_so():
     plan = [{"step_name": "jit_step", "step_signature": "(f32[64]) -> f32[]"},
             {"step_name": "jit_step", "step_signature": "(f32[64], f32[8]) -> f32[]"}]  # fmt: skip
     runs = [{"step_name": "jit_step", "step_signature": "(f32[256]) -> f32[]"}, {"step_name": None}]
-    assert other_model(plan, runs) == "jit_step with parameters (f32[64]) -> f32[], not (f32[256]) -> f32[]"
+    assert other_model(plan, runs) == "jit_step with parameter 0 f32[64], not f32[256]"
     assert other_model(plan, [*runs, {"step_name": "jit_step", "step_signature": "(f32[64], f32[8]) -> f32[]"}]) is None
     other = [{"step_name": "jit_train_step", "step_signature": None}]
     assert other_model(plan, other) == "jit_step, not jit_train_step"
@@ -230,8 +232,44 @@ def test_a_run_folder_written_before_signatures_gets_them_from_its_dump(tmp_path
     # the quickstart's plan compiles another size of the same jit_step: another model, said
     row = {"step_name": summary.compiled["step_name"], "step_signature": want}
     plan = [{"step_name": "jit_step", "step_signature": "(bf16[1024], bf16[1024]) -> bf16[]"}]
-    assert other_model(plan, [row]).startswith("jit_step with ")
+    assert other_model(plan, [row]) == "jit_step with 2 parameters against 66"
+    # a plan of the same parameter count: the first shape that differs, and how many do, not both lists
+    wide = "(" + ", ".join(["bf16[1024]"] * 66) + ")->f32[]"
+    said = other_model([{"step_name": "jit_step", "step_signature": wide}], [row])
+    assert said == "jit_step with parameter 0 bf16[1024], not bf16[4096] (66 of 66 parameters differ)"
     # a dump that is gone leaves the module as it was: nothing known, nothing said
     shutil.rmtree(run / "xla_dump")
     gone = build(load_trace(trace), folder.manifest_of(trace)).brief()
     assert gone.compiled["signature"] is None
+
+
+def test_the_printers_index_marks_do_not_make_another_program():
+    marked = "(f32[4], f32[8], /*index=2*/f32[16])->f32[]"
+    assert same_program(
+        {"step_name": "s", "step_signature": marked},
+        {"step_name": "s", "step_signature": "(f32[4], f32[8], f32[16]) -> f32[]"},
+    )
+    assert parameter_count(marked) == 3
+
+
+def test_the_plan_view_says_another_model_beside_the_h200_runs():
+    """The quickstart's dashboard: its H100 plan (d_model 1024) beside the H200 example's runs (d_model
+    4096), whose run folders carry no signature of their own (read from their dumps)."""
+    import pytest
+
+    from dashboards.data import RunStore
+    from dashboards.plan_view import model_note
+    from tests.helpers.paths import ROOT
+
+    h200 = ROOT / "sample_traces" / "h200-example"
+    if not h200.is_dir():
+        pytest.skip("the H200 example's runs are not in sample_traces/")
+    store = RunStore([h200])
+    for rid in store.refs:
+        store.get(rid)
+    plan = [{"step_name": "jit_step", "step_signature": "(" + ", ".join(["bf16[1024]"] * 66) + ")->f32[]"}]
+    assert model_note(store, plan) == (
+        "Another model than the runs loaded beside it: jit_step with parameter 0 bf16[1024], not bf16[4096] "
+        "(66 of 66 parameters differ). The plan's pick is for the model it compiled, not theirs."
+    )
+    assert model_note(store, [{"step_name": "jit_step", "step_signature": None}]) is None  # nothing known
