@@ -122,7 +122,7 @@ def _finding(
             html.Div(f["verdict"], className="verdict"),
             html.Div(
                 [html.Strong("Try: "), f["try"]]
-                + ([" ", html.Span(f"({done}; the numbers below)", className="tried-note")] if done else []),
+                + ([" ", html.Span(f"({done}; see below)", className="tried-note")] if done else []),
                 className="try",
             ),
             html.Div(

@@ -236,8 +236,13 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         print()
         print(fit(render_groups(doc, args.by, all_steps=args.all_steps, wide=args.wide), args.wide))
     if "findings" in doc:
+        from profiler.analysis.findings.tried import tried_beside, try_notes
+
+        beside = tried_beside(res.brief(), Path(args.trace[0]))
         print()
-        print(fit(render_findings(doc["findings"]), args.wide))
+        print(fit(render_findings(doc["findings"], tried=try_notes(beside)), args.wide))
+        for t in beside:
+            print(fit(f"  {t['line']}", args.wide))
     return 0
 
 

@@ -91,7 +91,7 @@ def render_findings(doc: dict[str, Any], width: int = 110, tried: dict[str, str]
             subsequent_indent=" " * 11,
         )
         done = (tried or {}).get(f["id"])
-        advice = f"try: {f['try']}" + (f" ({done}; the numbers below)" if done else "")
+        advice = f"try: {f['try']}" + (f" ({done}; see below)" if done else "")
         out += textwrap.wrap(  # not within a flag or a run folder's name
             advice, width, initial_indent=" " * 11, subsequent_indent=" " * 16, break_on_hyphens=False
         )

@@ -39,7 +39,7 @@ def test_the_h200_offload_qkv_run_is_told_what_its_flagged_sibling_measured():
     said = " ".join(run_cli("findings", str(plain), str(flagged)).stdout.split())
     assert "already tried (exposed-copies, lhs-off): " + flagged.name in said
     # and each finding's own advice says so where it is given, not only below the block
-    tail = f"(already tried in {flagged.name}: no measured gain; the numbers below)"
+    tail = f"(already tried in {flagged.name}: no measured gain; see below)"
     assert "(profile-step --lhs); it schedules async copies to overlap compute " + tail in said
     assert "host offloading (--pipelined-offload) " + tail in said
 
@@ -51,7 +51,7 @@ def test_try_notes_name_every_sibling_of_a_rule():
     ]
     assert try_notes(items) == {
         "exposed-copies": "already tried in a: no measured gain",
-        "lhs-off": "already tried in a: no measured gain; already tried in b: no step to compare",
+        "lhs-off": "already tried in a: no measured gain; already tried in b",
     }
     assert try_notes([]) == {}
 
@@ -83,7 +83,7 @@ def test_the_dashboards_findings_panel_says_it_too(tmp_path):
     (rid,) = [r for r in store.refs if plain.name in str(store.refs[r].trace)]
     shown = str(panel(store, [View(rid, "0")]))
     assert "Already tried (exposed-copies, lhs-off):" in shown and f" {flagged.name} ran the same script" in shown
-    assert shown.count(f"(already tried in {flagged.name}: no measured gain; the numbers below)") == 2  # each try
+    assert shown.count(f"(already tried in {flagged.name}: no measured gain; see below)") == 2  # each try
 
 
 def test_pipelining_is_not_advised_where_no_offload_is_inside_a_loop():
@@ -97,3 +97,30 @@ def test_pipelining_is_not_advised_where_no_offload_is_inside_a_loop():
         "not apply" in edges["try"]
     )
     assert "let XLA pipeline them" not in edges["try"]
+
+
+def test_analyze_of_one_run_names_the_sibling_folder_that_tried_its_advice(tmp_path):
+    """The quickstart's per-layer look at the H200 offload_qkv run (analyze, one trace): its --lhs advice
+    names the run folder beside it that had the flags on, from its manifest alone; with no such folder
+    beside it, nothing is said."""
+    import shutil
+
+    plain, flagged, none = (
+        _run("offload_qkv-b50f27"),
+        _run("offload_qkv-lhs-pipelined-f90d55"),
+        _run("none-8c28dc"),
+    )
+    out = run_cli("analyze", "--no-verdict", str(plain / "trace.json.gz"))
+    assert out.returncode == 0, out.stderr
+    said = " ".join(out.stdout.split())
+    assert f"(profile-step --lhs); it schedules async copies to overlap compute (already tried in {flagged.name}; " \
+        "see below)" in said  # fmt: skip
+    assert (
+        f"already tried (exposed-copies, lhs-off): {flagged.name} ran the same script, arguments and policy with the "
+        "latency hiding scheduler and pipelined host offloading on; profile-step findings on both runs compares them"
+    ) in said
+    for run in (plain, none):  # a sibling of another policy is another experiment
+        shutil.copytree(run, tmp_path / run.name)
+    alone = run_cli("analyze", "--no-verdict", str(tmp_path / plain.name / "trace.json.gz"))
+    assert alone.returncode == 0 and "already tried" not in alone.stdout
+    assert "try: turn it on: XLA_FLAGS=--xla_gpu_enable_latency_hiding_scheduler=true" in alone.stdout

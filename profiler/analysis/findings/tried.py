@@ -15,6 +15,8 @@ from typing import Any
 from profiler.analysis.compare import run_value
 from profiler.analysis.findings.evidence import LHS, PIPELINED, flag_value, parse_flags
 from profiler.analysis.policies import step_spread
+from profiler.conventions import MANIFEST
+from profiler.stored.folder import manifest_in
 from profiler.stored.summary import RunSummary
 from profiler.units import human_time
 
@@ -70,6 +72,18 @@ def _said(run: RunSummary, sib: RunSummary, flags: list[str]) -> tuple[str, str 
     return text + f" ({outcome})", outcome
 
 
+def _wanted(run: RunSummary, flags: dict[str, str | None]) -> dict[str, list[str]]:
+    """Rule id -> the flags its advice turns on that the run lacks, for the run's findings that advise flags."""
+    ids = [f["id"] for f in ((run.findings or {}).get("findings") or []) if f["id"] in SUGGESTS]
+    return {rule_id: [f for f in SUGGESTS[rule_id] if not flag_value(flags, f)] for rule_id in ids}
+
+
+def _met(wanted: dict[str, list[str]], flags: dict[str, str | None]) -> tuple[list[str], list[str]]:
+    """(the rules whose lacking flags a sibling with *flags* had all on, those flags)."""
+    met = [r for r, fl in wanted.items() if fl and all(flag_value(flags, f) for f in fl)]
+    return met, [f for f in (LHS, PIPELINED) if any(f in wanted[r] for r in met)]
+
+
 def tried_items(runs: Sequence[RunSummary]) -> list[list[dict[str, Any]]]:
     """Per run, one item per sibling run (same ``experiment``) that had on the flags this run's findings
     suggest and it lacks (``SUGGESTS``): the findings (``rules``), the sibling's folder name, the outcome
@@ -79,15 +93,13 @@ def tried_items(runs: Sequence[RunSummary]) -> list[list[dict[str, Any]]]:
     flags = [_flags(r) for r in runs]
     out: list[list[dict[str, Any]]] = []
     for i, run in enumerate(runs):
-        ids = [f["id"] for f in ((run.findings or {}).get("findings") or []) if f["id"] in SUGGESTS]
-        wanted = {rule_id: [f for f in SUGGESTS[rule_id] if not flag_value(flags[i], f)] for rule_id in ids}
+        wanted = _wanted(run, flags[i])
         items = []
         for j, sib in enumerate(runs):
             if j == i or keys[i] is None or keys[j] != keys[i]:
                 continue
-            met = [r for r, fl in wanted.items() if fl and all(flag_value(flags[j], f) for f in fl)]
+            met, on = _met(wanted, flags[j])
             if met:
-                on = [f for f in (LHS, PIPELINED) if any(f in wanted[r] for r in met)]
                 text, outcome = _said(run, sib, on)
                 line = f"already tried ({', '.join(met)}): {text}"
                 items.append({"rules": met, "sibling": _name(sib), "outcome": outcome, "line": line})
@@ -95,14 +107,40 @@ def tried_items(runs: Sequence[RunSummary]) -> list[list[dict[str, Any]]]:
     return out
 
 
+def tried_beside(run: RunSummary, trace: Path) -> list[dict[str, Any]]:
+    """``tried_items`` of a run analysed alone: the run folders beside its own (one parent) of the same
+    experiment that had on the flags its findings suggest, from their manifests only (no analysis, so no
+    numbers: ``outcome`` None, and the line says which command compares them)."""
+    own = Path(trace).resolve().parent
+    key = experiment(run.manifest)
+    wanted = _wanted(run, _flags(run))
+    if key is None or not any(wanted.values()) or not (own / MANIFEST).is_file():
+        return []
+    items = []
+    for folder in sorted(p for p in own.parent.iterdir() if p.is_dir() and p != own):
+        man = manifest_in(folder)
+        if man is None or experiment(man) != key:
+            continue
+        met, on = _met(wanted, parse_flags(((man.get("xla_flags") or {}).get("final")) or ""))
+        if met:
+            words = " and ".join(FLAG_WORDS[f] for f in on)
+            line = (
+                f"already tried ({', '.join(met)}): {folder.name} ran the same script, arguments and policy with "
+                f"{words} on; profile-step findings on both runs compares them"
+            )
+            items.append({"rules": met, "sibling": folder.name, "outcome": None, "line": line})
+    return items
+
+
 def try_notes(items: list[dict[str, Any]]) -> dict[str, str]:
     """Rule id -> what its advice already gave, for the finding's own try line (one run's
-    ``tried_items``): "already tried in RUN: no measured gain", several siblings joined by "; "."""
+    ``tried_items``): "already tried in RUN: no measured gain" (without the outcome where none is known),
+    several siblings joined by "; "."""
     notes: dict[str, list[str]] = {}
     for t in items:
         for rule in t["rules"]:
-            outcome = t["outcome"] or "no step to compare"
-            notes.setdefault(rule, []).append(f"already tried in {t['sibling']}: {outcome}")
+            said = f": {t['outcome']}" if t["outcome"] else ""
+            notes.setdefault(rule, []).append(f"already tried in {t['sibling']}{said}")
     return {rule: "; ".join(said) for rule, said in notes.items()}
 
 
