@@ -18,17 +18,9 @@ from dashboards.rows import View
 from dashboards.timeline_view import timeline_figure
 from profiler.report.verdict_text import verdict_lines
 from profiler.trace.jax_profile import NO_WAITS
+from tests.helpers import dashboard as ui
 from tests.helpers.cli import analyze_json, run_cli
-from tests.helpers.dashboard import (
-    bar_units,
-    check_page,
-    dashboard,
-    figure,
-    open_page,
-    pick,
-    unit_of,
-    wait_graph,
-)
+from tests.helpers.dashboard import check_page, dashboard, open_page, wait_graph
 from tests.helpers.paths import ROOT
 
 SAMPLES = ROOT / "sample_traces"
@@ -129,7 +121,7 @@ def test_first_view_is_the_h200_runs_of_the_example(browser, samples):
         assert "stalled by copies" not in bars and "no stream waits," not in bars
         qkv = next(p.parent.name for p in (samples / "h200-example").glob("*-offload_qkv-??????/trace.json.gz"))
         dev = analyze_json(samples / "h200-example" / qkv / "trace.json.gz")["devices"]["0"]
-        t_div, b_div = bar_units(page)
+        t_div, b_div = ui.bar_units(page)
         values = page.evaluate(
             "[...document.querySelectorAll('#policy-bars .bar')]"
             ".map(b => [b.dataset.row, b.dataset.series, +b.dataset.value])"
@@ -155,9 +147,9 @@ def test_first_view_is_the_h200_runs_of_the_example(browser, samples):
             for r in analyze_json(samples / "h200-example" / qkv / "trace.json.gz", "--by", "layer")["layers"]
         }
         assert len(layers) == 8
-        fig = figure(page, "layer-graph")
+        fig = ui.figure(page, "layer-graph")
         drawn = {t["name"]: t for t in fig["data"]}
-        div = unit_of(page.evaluate("document.querySelector('#layer-graph .ytitle').textContent"))
+        div = ui.unit_of(page.evaluate("document.querySelector('#layer-graph .ytitle').textContent"))
         assert drawn["H2D exposed"]["x"] == sorted(layers)
         for i, name in enumerate(drawn["H2D exposed"]["x"]):
             assert drawn["H2D exposed"]["y"][i] == pytest.approx(layers[name]["h2d"]["exposed_ns"] / div)
@@ -177,7 +169,7 @@ def test_first_view_is_the_h200_runs_of_the_example(browser, samples):
         assert f"stalled / step not measured: {NO_WAITS} (all runs)" in box
         wait_graph(page, "pvm-graph", "gd.data.length == 4")  # offload_qkv's plan against what moved
         wait_graph(page, "trade-frontier", "gd.layout.meta && gd.layout.meta.note")
-        assert "(all 8 runs)" in figure(page, "trade-frontier")["layout"]["meta"]["note"]
+        assert "(all 8 runs)" in ui.figure(page, "trade-frontier")["layout"]["meta"]["note"]
         check_page(page, "samples-1-h200-trade")
 
         # What-if: the replay cannot know what waits for the copies: not modelled (its label says so before the
@@ -258,12 +250,12 @@ def test_first_view_is_a_real_public_trace_without_measured_policy_runs(browser,
         row = page.locator("#runs tr", has_text="h100_2gpu_1s").filter(has_text="GPU 1")
         assert "unknown GPU" in row.inner_text()
         row.locator("input").click()
-        pick(page, "streams-run", "h100_2gpu_1s · GPU 1")
+        ui.pick(page, "streams-run", "h100_2gpu_1s · GPU 1")
         page.wait_for_function("document.querySelector('#link-note').innerText.includes('unknown GPU')", timeout=60_000)
         note = page.inner_text("#link-note")
         assert "PCIe Gen4 x16" in note and "assumed: unknown GPU" in note
         wait_graph(page, "streams-graph", "(gd.layout.title.text || '').includes('h100')")
-        bars = figure(page, "streams-graph")["data"][0]
+        bars = ui.figure(page, "streams-graph")["data"][0]
         both = [i for i, x in enumerate(bars["x"]) if "D2H" in x and "H2D" in x]
         assert both, bars["x"]  # the compute stream carries both directions: striped, not the grey of "mixed"
         assert all(bars["marker"]["pattern"]["shape"][i] == "/" for i in both)
