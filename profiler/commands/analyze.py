@@ -222,6 +222,12 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     )
     doc = res.analysis_json(args.by)
     found = verdict([res.brief()])
+    beside = []
+    if "findings" in doc:  # the run folders beside this run's that already tried its flag advice
+        from profiler.analysis.findings.tried import tried_beside
+
+        beside = tried_beside(res.brief(), Path(args.trace[0]))
+        doc["findings"] = {**doc["findings"], "tried": [t["line"] for t in beside]}
     if args.json:
         print(json_dump({"verdict": found, **doc}))
         return 0
@@ -236,9 +242,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         print()
         print(fit(render_groups(doc, args.by, all_steps=args.all_steps, wide=args.wide), args.wide))
     if "findings" in doc:
-        from profiler.analysis.findings.tried import tried_beside, try_notes
+        from profiler.analysis.findings.tried import try_notes
 
-        beside = tried_beside(res.brief(), Path(args.trace[0]))
         print()
         print(fit(render_findings(doc["findings"], tried=try_notes(beside)), args.wide))
         for t in beside:

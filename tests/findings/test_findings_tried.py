@@ -119,6 +119,8 @@ def test_analyze_of_one_run_names_the_sibling_folder_that_tried_its_advice(tmp_p
         f"already tried (exposed-copies, lhs-off): {flagged.name} ran the same script, arguments and policy with the "
         "latency hiding scheduler and pipelined host offloading on; profile-step findings on both runs compares them"
     ) in said
+    doc = json.loads(run_cli("analyze", "--json", str(plain / "trace.json.gz")).stdout)
+    assert [line.split(":")[0] for line in doc["findings"]["tried"]] == ["already tried (exposed-copies, lhs-off)"]
     for run in (plain, none):  # a sibling of another policy is another experiment
         shutil.copytree(run, tmp_path / run.name)
     alone = run_cli("analyze", "--no-verdict", str(tmp_path / plain.name / "trace.json.gz"))
