@@ -199,8 +199,15 @@ def render_against(tab: dict[str, Any]) -> list[str]:
             out.append(f"exposed per layer and step, {r['policy']}: " + "; ".join(parts))
             if all(x["measured_exposed_ns"] is None for x in lays):
                 out.append(f"  (measured -: the trace of {r['policy']} has no layer ranges to measure layers by)")
-        if p.get("target"):
-            out.append(f"target of {r['policy']}: {p['target']}")
+    targets: dict[str, list[str]] = {}  # one line per target, not one per run (each run's own dump: one)
+    for r in rows:
+        t = r["predicted"].get("target")
+        if t:
+            own = t.startswith("the dump's ") and t.endswith(".gpu_target_config.pbtxt")
+            targets.setdefault("its own dump's gpu_target_config.pbtxt" if own else t, []).append(r["policy"])
+    for t, policies in targets.items():
+        who = "every run" if len(policies) == len(rows) > 1 else ", ".join(policies)
+        out.append(f"target of {who}: {t}")
     missing = [r["policy"] for r in tab["rows"] if r not in rows]
     for r in tab["rows"]:
         if r["policy"] in missing:
