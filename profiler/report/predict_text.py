@@ -187,18 +187,7 @@ def render_against(tab: dict[str, Any]) -> list[str]:
              "link")  # fmt: skip
     out = [f"\n{LABEL} against measured, per step and device:", table(heads, body, left=(0, 6))]
     out += textwrap.wrap(of_costs([r["predicted"].get("cost_model") for r in rows]).line(), 118)
-    for r in rows:
-        p = r["predicted"]
-        lays = [x for x in p["layers"] if x["layer"] is not None]
-        if lays:
-            parts = [
-                f"{x['layer']} predicted {human_time(x['predicted_exposed_ns'])}, measured "
-                f"{human_time(x['measured_exposed_ns'])}"
-                for x in lays
-            ]
-            out.append(f"exposed per layer and step, {r['policy']}: " + "; ".join(parts))
-            if all(x["measured_exposed_ns"] is None for x in lays):
-                out.append(f"  (measured -: the trace of {r['policy']} has no layer ranges to measure layers by)")
+    out += _layers_table(rows)
     targets: dict[str, list[str]] = {}  # one line per target, not one per run (each run's own dump: one)
     for r in rows:
         t = r["predicted"].get("target")
@@ -214,6 +203,42 @@ def render_against(tab: dict[str, Any]) -> list[str]:
             why = next(iter((r.get("predicted") or {}).get("notes") or []), "no prediction")
             out.append(f"{r['policy']}: {why}")
     out += tune_lines(tab)
+    return out
+
+
+TABLE_WIDTH = 160  # the terminal width fit() keeps; a wider per-layer table is said per policy instead
+
+
+def _layers_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Exposed copy time per layer and step, predicted / measured: a table, one row per policy and one
+    column per layer (a scanned step's loop is one column, ``layers``), where it fits the terminal;
+    else a line per policy."""
+    per = {r["policy"]: {x["layer"]: x for x in r["predicted"]["layers"] if x["layer"] is not None} for r in rows}
+    per = {policy: lays for policy, lays in per.items() if lays}
+    names = list(dict.fromkeys(n for lays in per.values() for n in lays))
+    if not names:
+        return []
+    keys = ("predicted_exposed_ns", "measured_exposed_ns")
+    unit, div = time_unit([x[k] for lays in per.values() for x in lays.values() for k in keys if x[k] is not None])
+
+    def cell(x: dict[str, Any] | None) -> str:
+        return "" if x is None else " / ".join(scaled(x[k], div) for k in keys)
+
+    body = [[policy, *(cell(lays.get(n)) for n in names)] for policy, lays in per.items()]
+    grid = table(("policy", *names), body)
+    if max(len(line) for line in grid.splitlines()) <= TABLE_WIDTH:
+        out = [f"exposed copy time per layer and step ({unit}), predicted / measured:", grid]
+    else:
+        out = [
+            f"exposed per layer and step, {policy}: "
+            + "; ".join(
+                f"{n} predicted {human_time(x[keys[0]])}, measured {human_time(x[keys[1]])}" for n, x in lays.items()
+            )
+            for policy, lays in per.items()
+        ]
+    unmeasured = [p for p, lays in per.items() if all(x["measured_exposed_ns"] is None for x in lays.values())]
+    if unmeasured:
+        out.append(f"  (measured -: the traces of {', '.join(unmeasured)} have no layer ranges to measure layers by)")
     return out
 
 

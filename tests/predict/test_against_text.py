@@ -40,3 +40,32 @@ def test_other_targets_are_grouped_by_target():
         "target of offload_qkv: its own dump's gpu_target_config.pbtxt",
     ]
     assert _targets([_row("none", built_in)]) == [f"target of none: {built_in}"]
+
+
+def _layers(row: dict, layers: dict) -> dict:
+    row["predicted"]["layers"] = [
+        {"layer": n, "predicted_exposed_ns": p, "measured_exposed_ns": m} for n, (p, m) in layers.items()
+    ] + [{"layer": None, "predicted_exposed_ns": 1, "measured_exposed_ns": 1}]  # outside any layer: no column
+    return row
+
+
+def test_exposed_per_layer_is_one_table_of_predicted_and_measured():
+    rows = [
+        _layers(_row("offload_qkv", None), {"layer_0": (0, 110_000), "layer_1": (2_660_000, 2_840_000)}),
+        _layers(_row("offload_qkv-scan", None), {"layers": (25_570_000, 59_600_000)}),
+        _row("none", None),  # no layer: no row
+    ]
+    lines = render_against({"rows": rows})
+    i = lines.index("exposed copy time per layer and step (ms), predicted / measured:")
+    head, _, qkv, scan = lines[i + 1].splitlines()
+    assert head.split() == ["policy", "layer_0", "layer_1", "layers"]
+    assert qkv.split() == ["offload_qkv", "0", "/", "0.11", "2.66", "/", "2.84"]
+    assert scan.split() == ["offload_qkv-scan", "25.57", "/", "59.60"] and scan.endswith("25.57 / 59.60")
+
+
+def test_a_table_too_wide_for_the_terminal_is_said_per_policy():
+    many = {f"layer_{i}": (1_000_000, None) for i in range(30)}  # and no layer ranges in the trace
+    lines = render_against({"rows": [_layers(_row("offload_all", None), many)]})
+    (said,) = [line for line in lines if line.startswith("exposed per layer and step, offload_all: ")]
+    assert said.count("predicted 1.00 ms, measured -") == 30
+    assert "  (measured -: the traces of offload_all have no layer ranges to measure layers by)" in lines
