@@ -226,7 +226,24 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if "findings" in doc:  # the run folders beside this run's that already tried its flag advice
         from profiler.analysis.findings.tried import tried_beside
 
-        beside = tried_beside(res.brief(), Path(args.trace[0]))
+        def summarize(run_dir: Path) -> Any:  # a sibling's numbers: its analysis, without findings
+            from profiler.errors import ProfilerError
+            from profiler.runs.discover import trace_paths
+            from profiler.runs.result import build
+            from profiler.stored.folder import manifest_of
+
+            paths = trace_paths(str(run_dir), [])
+            if len(paths) != 1:
+                return None
+            try:
+                sib = load_trace(paths[0], nsys=args.nsys, window=args.window)
+                return build(
+                    sib, manifest_of(paths[0]), layer_pattern=args.layer_pattern, step_range=args.step_range
+                ).brief()
+            except ProfilerError:
+                return None
+
+        beside = tried_beside(res.brief(), Path(args.trace[0]), summarize)
         doc["findings"] = {**doc["findings"], "tried": [t["line"] for t in beside]}
     if args.json:
         print(json_dump({"verdict": found, **doc}))

@@ -8,7 +8,7 @@ to try the flags that its offload_qkv-lhs-pipelined sibling shows change nothing
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -107,10 +107,14 @@ def tried_items(runs: Sequence[RunSummary]) -> list[list[dict[str, Any]]]:
     return out
 
 
-def tried_beside(run: RunSummary, trace: Path) -> list[dict[str, Any]]:
+def tried_beside(
+    run: RunSummary, trace: Path, summarize: Callable[[Path], RunSummary | None] | None = None
+) -> list[dict[str, Any]]:
     """``tried_items`` of a run analysed alone: the run folders beside its own (one parent) of the same
-    experiment that had on the flags its findings suggest, from their manifests only (no analysis, so no
-    numbers: ``outcome`` None, and the line says which command compares them)."""
+    experiment that had on the flags its findings suggest, found by their manifests; *summarize* (a run
+    folder -> its analysis, None where it has none) gives each one's numbers, as ``findings`` on both
+    runs would (without it, or where it gives None: no numbers, ``outcome`` None, and the line says
+    which command compares them)."""
     own = Path(trace).resolve().parent
     key = experiment(run.manifest)
     wanted = _wanted(run, _flags(run))
@@ -122,13 +126,26 @@ def tried_beside(run: RunSummary, trace: Path) -> list[dict[str, Any]]:
         if man is None or experiment(man) != key:
             continue
         met, on = _met(wanted, parse_flags(((man.get("xla_flags") or {}).get("final")) or ""))
-        if met:
+        if not met:
+            continue
+        sib = summarize(folder) if summarize is not None else None
+        if sib is not None:
+            text, outcome = _said(run, sib, on)
+        else:
             words = " and ".join(FLAG_WORDS[f] for f in on)
-            line = (
-                f"already tried ({', '.join(met)}): {folder.name} ran the same script, arguments and policy with "
-                f"{words} on; profile-step findings on both runs compares them"
+            text = (
+                f"{folder.name} ran the same script, arguments and policy with {words} on; profile-step findings "
+                "on both runs compares them"
             )
-            items.append({"rules": met, "sibling": folder.name, "outcome": None, "line": line})
+            outcome = None
+        items.append(
+            {
+                "rules": met,
+                "sibling": folder.name,
+                "outcome": outcome,
+                "line": f"already tried ({', '.join(met)}): {text}",
+            }
+        )
     return items
 
 
