@@ -77,22 +77,8 @@ def _fastest(v: dict[str, Any]) -> str | None:
     head = f"Verdict over {over}: policy {f['policy']} is the fastest"
     head += " that fits" if f["fit_known"] else ""
     head += f", {t(f['step_ns'])} per step"
-    nxt = f.get("next")
-    if nxt:
-        if not nxt["margin_ns"]:  # the same median step: no order to say, noise or not
-            head += f", tied with {nxt['policy']}"
-        else:
-            head += f", {t(nxt['margin_ns'])} ahead of {nxt['policy']}"
-        if not nxt["margin_ns"]:
-            pass
-        elif nxt["within_noise"] is True:
-            head += f": within the noise (spread {t(nxt['spread_ns'])})"
-        elif nxt["within_noise"] is False and nxt.get("disjoint") and nxt["margin_ns"] < (nxt["spread_ns"] or 0):
-            head += f", each of its steps shorter than any of {nxt['policy']}'s (spread {t(nxt['spread_ns'])})"
-        elif nxt["within_noise"] is False:
-            head += f", beyond the noise (spread {t(nxt['spread_ns'])})"
-        if nxt.get("other_program"):
-            head += ": their steps are different programs"
+    if f.get("next"):
+        head += _margin(f["next"])
     # the qualifiers last: the most important words come first in a line cut at the terminal's width
     if not f["fit_known"]:
         ran = "each run that ran" if v.get("failed") else "each run"
@@ -106,6 +92,36 @@ def _fastest(v: dict[str, Any]) -> str | None:
     if f.get("program"):
         head += f"; {_others(f['program'])}"
     return head
+
+
+def _margin(nxt: dict[str, Any]) -> str:
+    """``, 32.0 ms ahead of offload_mlp, beyond the noise (spread 4.93 ms)``: a margin (``verdict.margin``)
+    against the noise of the two policies' steps."""
+    if not nxt["margin_ns"]:  # the same median step: no order to say, noise or not
+        said = f", tied with {nxt['policy']}"
+    else:
+        said = f", {t(nxt['margin_ns'])} ahead of {nxt['policy']}"
+    if not nxt["margin_ns"]:
+        pass
+    elif nxt["within_noise"] is True:
+        said += f": within the noise (spread {t(nxt['spread_ns'])})"
+    elif nxt["within_noise"] is False and nxt.get("disjoint") and nxt["margin_ns"] < (nxt["spread_ns"] or 0):
+        said += f", each of its steps shorter than any of {nxt['policy']}'s (spread {t(nxt['spread_ns'])})"
+    elif nxt["within_noise"] is False:
+        said += f", beyond the noise (spread {t(nxt['spread_ns'])})"
+    if nxt.get("other_program"):
+        said += ": their steps are different programs"
+    return said
+
+
+def _offload_vs_remat(v: dict[str, Any]) -> str | None:
+    """The plan's question answered by the measured runs: the fastest offload policy against remat."""
+    o = (v.get("fastest") or {}).get("offload_vs_remat")
+    if not o:
+        return None
+    return (
+        f"Offloading against rematerialization, measured: {o['policy']}, {t(o['step_ns'])} per step{_margin(o['next'])}"
+    )
 
 
 def _over(runs: int, program: dict[str, Any] | None) -> str:
@@ -204,13 +220,17 @@ def _saving(i: int, s: dict[str, Any], word: str = "GPU") -> str:
 
 def verdict_lines(v: dict[str, Any]) -> list[tuple[str, str]]:
     """The verdict as (key, text) lines, at most 6: the head (and the policies' line), copies, cost,
-    the two largest savings; a seventh, first under the policies' line, names the runs that did not run."""
+    the two largest savings; under the policies' line, one more for the runs that did not run, and one
+    for the fastest offload policy against remat where both ran."""
     if not v.get("runs"):
         return []
     out: list[tuple[str, str]] = []
     several = _fastest(v)
     if several:
         out.append(("", several))
+    trade = _offload_vs_remat(v)
+    if trade:
+        out.append(("", trade))
     if v.get("failed"):
         out.append(("", _failed(v["failed"])))
     out.append(("", _head(v)))
@@ -220,7 +240,7 @@ def verdict_lines(v: dict[str, Any]) -> list[tuple[str, str]]:
     key = "savings" if any(s["saving_ns"] and s.get("measurable") is not False for s in v["savings"]) else "findings"
     for i, s in enumerate(v["savings"], start=1):
         out.append((key if i == 1 else "", _saving(i, s, v["copies"].get("device_word", "GPU"))))
-    return out[:7] if v.get("failed") else out[:6]
+    return out[: 6 + bool(v.get("failed")) + bool(trade)]
 
 
 def _failed(failed: list[dict[str, Any]]) -> str:

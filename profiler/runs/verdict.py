@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from profiler.analysis.findings.tried import tried_items
+from profiler.analysis.offload_vs_remat import OFFLOAD_PREFIX, REMAT
 from profiler.analysis.policies import disjoint, is_cpu, policy_table, step_difference, step_spread, within_noise
 from profiler.conventions import device_word as devices_word
 from profiler.stored.summary import RunSummary, StepRow
@@ -258,18 +259,29 @@ def fastest(table: dict[str, Any]) -> dict[str, Any] | None:
         "next": None,
     }
     if len(ordered) > 1:
-        nxt = ordered[1]
-        diff = step_difference(best, nxt)
-        out["next"] = {
-            "policy": nxt["policy"],
-            "step_ns": nxt["median_step_ns"],
-            "margin_ns": nxt["median_step_ns"] - best["median_step_ns"],
-            "spread_ns": diff[1] if diff else None,
-            "within_noise": within_noise(best, nxt),
-            "disjoint": disjoint(best, nxt),  # every step of one shorter than every step of the other
-            "other_program": same_program(best, nxt) is False,  # their steps are different programs
-        }
+        out["next"] = margin(best, ordered[1])
+    # the plan's question on the measured runs: the fastest offload policy against remat (both fitting)
+    remat = next((r for r in ordered if r["policy"] == REMAT), None)
+    offload = next((r for r in ordered if r["policy"].startswith(OFFLOAD_PREFIX)), None)
+    if remat is not None and offload is not None:
+        first, second = sorted((offload, remat), key=lambda r: r["median_step_ns"])
+        out["offload_vs_remat"] = {"policy": first["policy"], "step_ns": first["median_step_ns"],
+                                   "remat_step_ns": remat["median_step_ns"], "next": margin(first, second)}  # fmt: skip
     return out
+
+
+def margin(best: dict[str, Any], nxt: dict[str, Any]) -> dict[str, Any]:
+    """How far policy row *nxt* is behind the faster row *best*, against the noise of their steps."""
+    diff = step_difference(best, nxt)
+    return {
+        "policy": nxt["policy"],
+        "step_ns": nxt["median_step_ns"],
+        "margin_ns": nxt["median_step_ns"] - best["median_step_ns"],
+        "spread_ns": diff[1] if diff else None,
+        "within_noise": within_noise(best, nxt),
+        "disjoint": disjoint(best, nxt),  # every step of one shorter than every step of the other
+        "other_program": same_program(best, nxt) is False,  # their steps are different programs
+    }
 
 
 def _offload(run: RunSummary, key: str) -> int:
