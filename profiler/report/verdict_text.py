@@ -206,7 +206,9 @@ def _saving(i: int, s: dict[str, Any], word: str = "GPU") -> str:
     elif s.get("attributed_ns") is not None:
         basis = f" of {s['attributed_basis']}" if s.get("attributed_basis") else ""
         if basis and s.get("attributed_basis_ns"):
-            steps = f", {count(s['basis_steps'], 'step')}" if s.get("basis_steps") else ""
+            n = s.get("basis_steps")
+            # the window holds n steps: the line above is per step, so this one says its figure a step too
+            steps = f", {count(n, 'step')}: {t(s['attributed_ns'] / n)} a step on average" if n else ""
             basis += f" ({t(s['attributed_basis_ns'])}{steps})"
         size = f"attributed {t(s['attributed_ns'])}{basis}, saving not modelled"
     else:

@@ -101,8 +101,8 @@ def test_the_two_largest_savings_with_what_to_try():
 
 def test_a_finding_without_a_saving_says_what_its_attributed_time_is_part_of():
     """Without any replay saving, the findings' attributed times: over a GPU's window, not per step, and
-    said so beside the time with the steps the window holds (the verdict's copies are per step and GPU:
-    12.2 ms beside 4.37 ms exposed per step read as a contradiction)."""
+    said so beside the time with the steps the window holds and the average a step (the verdict's copies
+    are per step and GPU: 12.2 ms beside 4.37 ms exposed per step read as a contradiction)."""
     doc = run("offload_mlp", [200, 200, 200])
     found = [
         {"id": "exposed-at-boundaries", "attributed_ns": 12_198_471, "attributed_basis": "GPU 0's window",
@@ -112,8 +112,8 @@ def test_a_finding_without_a_saving_says_what_its_attributed_time_is_part_of():
     v = verdict([{**doc, "findings": {"findings": found}}])
     lines = [text for key, text in verdict_lines(v) if key in ("findings", "")][-2:]
     assert lines == [
-        "1. exposed-at-boundaries attributed 12.2 ms of GPU 0's window (608 ms, 3 steps), saving not modelled: "
-        "pipeline",
+        "1. exposed-at-boundaries attributed 12.2 ms of GPU 0's window (608 ms, 3 steps: 4.07 ms a step on "
+        "average), saving not modelled: pipeline",
         "2. offload-missing attributed 2.00 ms, saving not modelled: check",  # no basis given: none said
     ]
 
