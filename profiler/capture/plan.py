@@ -18,11 +18,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from profiler.analysis.links import HostLink, Link, given_link, host_link
+from profiler.analysis.links import HostLink, Link, given_link, host_link, link_of_gpu
 from profiler.capture import policy_arg
 from profiler.capture.shell import output_of
 from profiler.capture.xla_flags import for_target_compile as xla_flags_for_target
@@ -156,7 +156,15 @@ def predict_links(given: Sequence[Link | str] | None, label: str) -> list[HostLi
     """The links to predict on: those given (``--link a,b``, parsed by the command; a name is parsed
     here, for callers that hold one), else the target's own host link."""
     if given:
-        links = [host_link([], g if isinstance(g, Link) else given_link(g)) for g in given]
+        own = link_of_gpu(label)
+        links = []
+        for g in given:
+            chosen = host_link([], g if isinstance(g, Link) else given_link(g))
+            if own is not None and chosen.link.key != own.key:  # another GPU's link: a what-if, said so
+                chosen = replace(
+                    chosen, why=f"{chosen.why}, not the {label}'s own ({own.name}): another machine's link"
+                )
+            links.append(chosen)
         return list({h.link.key: h for h in links}.values())  # each link once, in the order given
     return [host_link([label])]
 

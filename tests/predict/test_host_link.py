@@ -159,3 +159,16 @@ def test_a_bad_link_is_one_line_naming_its_flag(tmp_path, command, flag):
         f"profile-step: error: {flag}: unknown link 'warp9': use pcie3, pcie4, pcie5, pcie6, nvlink-c2c, "
         "tpu-v5e-host or a bandwidth in GB/s"
     ]
+
+
+def test_a_plan_link_the_target_does_not_have_is_said_to_be_another_machines():
+    """The quickstart asks for an H100 on PCIe Gen5 and on NVLink-C2C (a Grace Hopper's): the second is a
+    what-if for that GPU, and the plan's link line says so; a target whose own link is unknown says nothing."""
+    from profiler.capture.plan import predict_links
+
+    pcie, c2c = predict_links(["pcie5", "nvlink-c2c"], "NVIDIA H100 80GB HBM3")
+    assert pcie.why == "as chosen (--link)"
+    assert c2c.why == "as chosen (--link), not the NVIDIA H100 80GB HBM3's own (PCIe Gen5 x16): another machine's link"
+    assert [h.why for h in predict_links(["nvlink-c2c"], "a GPU of its own")] == ["as chosen (--link)"]
+    (own,) = predict_links(None, "NVIDIA H100 80GB HBM3")
+    assert (own.link.key, own.source) == ("pcie5", "gpu")
