@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from profiler.analysis.kernels_slowed import MIN_CALLS, SIZE_BIAS_NOTE, no_baseline
+from profiler.analysis.kernels_slowed import MIN_CALLS, SIZE_BIAS_NOTE, no_baseline, persistent
 from profiler.report.table import table
 from profiler.trace.jax_profile import NO_WAITS
 from profiler.units import Units, count, gbps, human_time
@@ -54,11 +54,14 @@ def short_name(name: str, wide: bool = False, width: int = 48) -> str:
     return name if wide or len(name) <= width else name[: width - 1] + "…"
 
 
-def kernels_beside_lines(kb: dict[str, Any] | None, kernels: int | None = None, wide: bool = False) -> list[str]:
+def kernels_beside_lines(
+    kb: dict[str, Any] | None, kernels: int | None = None, wide: bool = False, sms: int | None = None
+) -> list[str]:
     """Kernels slowed by copies (METRICS.md): a line on the device's kernels alone and beside
     h2d/d2h copies and, when groups count, their medians and excess time, with the size-bias caveat.
     *kernels*: the device's kernels (compute and NCCL), to say how many are in neither side; kernel
-    names shortened unless *wide*."""
+    names shortened unless *wide*; *sms*: the GPU's, to mark the groups of persistent kernels (one
+    launch shape for every size: their slowdown may be size alone), as the dashboard does."""
     if not kb or not (kb["calls_alone"] or kb["calls_beside"]):
         return []
     neither = None if kernels is None else kernels - kb["calls_alone"] - kb["calls_beside"]
@@ -90,19 +93,32 @@ def kernels_beside_lines(kb: dict[str, Any] | None, kernels: int | None = None, 
             "x".join(map(str, g["block"])),
             f"{u.t(g['alone']['median_ns'])} ({g['alone']['count']})",
             f"{u.t(g['beside']['median_ns'])} ({g['beside']['count']})",
-            f"{g['slowdown']:.2f}x",
+            f"{g['slowdown']:.2f}x" + (" (persistent)" if persistent(g["grid"], sms) else ""),
             e.t(g["excess_ns"]),
         ]
         for g in top
     ]
+    mixed = sum(g["excess_ns"] for g in top if persistent(g["grid"], sms))  # kernels_slowed.persistent_excess's
     headers = ("kernel", "grid", "block", f"alone {u.time} (n)", f"beside {u.time} (n)", "slowdown", f"excess {e.time}")
     shown = f"the {len(top)} with most excess" if kb["groups"] > len(top) else "all"
     return [
         "",
         head + f"{sides}; {_n(kb['groups'], 'group')} (name, grid, block) with {MIN_CALLS}+ of each, {shown} below; "
-        f"excess kernel time {e.t(kb['excess_ns'])} {e.time} (from median durations)",
+        f"excess kernel time {e.t(kb['excess_ns'])} {e.time} (from median durations)"
+        + (
+            f"; {e.t(mixed)} {e.time} of it in persistent kernels, {e.t(kb['excess_ns'] - mixed)} {e.time} aside "
+            "from them, as compare counts it"
+            if mixed
+            else ""
+        ),
         table(headers, rows, left=(0, 1, 2)),
-        f"  caveat: {SIZE_BIAS_NOTE}",
+        f"  caveat: {SIZE_BIAS_NOTE}"
+        + (
+            "; (persistent): as many blocks as the GPU has SMs (cuBLAS's nvjet GEMMs on Hopper), one launch shape "
+            "for every size, so the group mixes sizes and its slowdown may be size alone (the findings leave it out)"
+            if mixed
+            else ""
+        ),
     ]
 
 

@@ -10,6 +10,7 @@ from profiler.analysis.links import Link, run_link
 from profiler.report.costs_text import context_table, kernels_beside_lines, short_name, stall_lines
 from profiler.report.table import table
 from profiler.units import UNITS_NOTE, Units, gbps, human_bytes, human_time, ms, pct, wrap
+from profiler.xla.targets import sm_count
 
 
 def offload_headers(u: Units) -> tuple[str, ...]:
@@ -102,7 +103,7 @@ def render_devices(doc: dict[str, Any], link: Link | None = None, wide: bool = F
             chosen = run_link(gpus, dev, link)
             out.append(f"  host link: {chosen.link.name} ({chosen.link.gbps:g} GB/s per direction), {chosen.why}")
         out += kernels_beside_lines(
-            d.get("kernels_beside_copies"), d["compute"]["count"] + d["nccl"]["count"], wide=wide
+            d.get("kernels_beside_copies"), d["compute"]["count"] + d["nccl"]["count"], wide=wide, sms=sm_count(name)
         )
         kinds = [c for c in ("d2d", "p2p", "other") if d["copies"][c]["count"]]
         if kinds:

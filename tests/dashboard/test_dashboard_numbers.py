@@ -268,3 +268,11 @@ def test_kernel_time_lost_says_how_much_of_it_is_in_persistent_kernels(tmp_path)
     kb = store.get(rid).run.kernels_beside_copies["0"]
     assert [r["slowdown"] for r in group_rows(kb, 132)] == ["4.00x (persistent: sizes mixed)", "2.00x"]
     assert [r["slowdown"] for r in group_rows(kb)] == ["4.00x", "2.00x"]  # SMs unknown: nothing said
+    # the terminal (analyze's devices view) says the same of the same groups
+    from tests.helpers.cli import run_cli
+
+    said = run_cli("analyze", "--no-verdict", str(run / "slowed.sqlite")).stdout
+    assert "excess kernel time 12.000 µs (from median durations); 9.000 µs of it in persistent kernels, 3.000 µs" \
+        in " ".join(said.split())  # fmt: skip
+    assert "4.00x (persistent)" in said and "2.00x (persistent)" not in said
+    assert "(persistent): as many blocks as the GPU has SMs" in " ".join(said.split())
