@@ -114,6 +114,7 @@ def create_app(store: RunStore) -> dash.Dash:
                 dcc.Interval(id=ids.WARM, interval=100, max_intervals=WARM_TICKS),
                 html.Div(id=ids.PLOTLY_WARM, className="hidden"),
                 html.Div(sel["errors"], id=ids.ERRORS),
+                dcc.Store(id=ids.RUN_DEFAULT, data=sel["first"]),
                 *tab_gate.stores(tuple(t.name for t in TABS)),
                 dcc.Tabs(id=ids.TABS, value=TABS[0].name, children=[t.component(page) for t in TABS]),
             ],

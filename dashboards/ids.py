@@ -7,6 +7,7 @@ from __future__ import annotations
 VERDICT = "verdict"
 PROGRESS = "progress"
 POLL = "poll"  # the table fills in while runs are analyzed
+RUN_DEFAULT = "run-default"  # the (run, GPU) the per-run tabs opened on, until the user picks another
 RUNS = "runs"
 TABLE_NOTE = "table-note"
 PROVENANCE = "provenance"

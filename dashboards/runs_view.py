@@ -64,9 +64,12 @@ def options(store: RunStore, view_ids: list[str]) -> list[dict[str, Any]]:
     return out
 
 
-def follow_rows(store: RunStore, views: list[View], current: list[str | None]) -> dict[str, Any]:
+def follow_rows(
+    store: RunStore, views: list[View], current: list[str | None], default: str | None = None
+) -> dict[str, Any]:
     """Everything that follows from the selected rows: the policy figure, error cards, provenance,
-    and the run choices (with their values kept where possible) of the per-run tabs."""
+    and the run choices of the per-run tabs: each one's value kept where the user picked it, the
+    (run, GPU) the verdict shows (``first``) where it was the one the tab opened on (*default*) or none."""
     good, cards, items, prov, seen, with_copies = [], [], [], [], set(), set()
     jax: dict[str, dict[str, list[str]]] = {}  # jax.profiler runs with GPU activity: folder -> GPU -> labels
     for view in views:
@@ -109,20 +112,25 @@ def follow_rows(store: RunStore, views: list[View], current: list[str | None]) -
                     ]
                 )
             )
-    # a per-run view opens on the first selected row with copies (else the first row)
-    first = next((v for v in good if v in with_copies), good[0] if good else None)
-    values = [v if v in good else first for v in current]
+    # a per-run view opens on the run whose copies the verdict shows (the fastest that offloads, say), else
+    # on the first selected row with copies, else the first row
+    found = verdict_view.of(store, [v for v in views if v.id in good])
+    shown = (found or {}).get("trace")
+    mine = [v.id for v in views if v.id in with_copies and store.results[v.rid].run.trace == shown]
+    first = next(iter(mine), next((v for v in good if v in with_copies), good[0] if good else None))
+    values = [v if v in good and v != default else first for v in current]
     failed = [widgets.card(msg) for rid, msg in list(store.errors.items()) if rid not in {v.rid for v in views}]
     provenance = jax_provenance(jax, store.paths)
     if prov:
         provenance += [html.Strong("Real traces from public repositories (not made by this project):"), html.Ul(prov)]
     return {
-        "verdict": verdict_view.panel(store, [v for v in views if v.id in good]),
+        "verdict": verdict_view.panel(store, [v for v in views if v.id in good], found),
         "bars": bars.policy_table(items),
         "errors": cards + failed,  # every run that cannot be read, selected or not
         "provenance": provenance,
         "options": options(store, good),
         "values": values,
+        "first": first,
     }
 
 
@@ -261,14 +269,16 @@ def register(app: dash.Dash, store: RunStore, per_run: Sequence[TabView]) -> Non
         Output(ids.POLICY_BARS, "children"),
         Output(ids.ERRORS, "children"),
         Output(ids.PROVENANCE, "children"),
+        Output(ids.RUN_DEFAULT, "data"),
         *[out for c in choices for out in (Output(c, "options"), Output(c, "value"))],
         Input(ids.RUNS, "selected_rows"),
         Input(ids.RUNS, "data"),  # an analysis that ends changes the rows under the same indices: follow them
+        State(ids.RUN_DEFAULT, "data"),
         *[State(c, "value") for c in choices],
         prevent_initial_call=True,
     )
-    def on_select(selected, data, *current):
-        sel = follow_rows(store, selection.selected_views(selected, data), list(current))
+    def on_select(selected, data, default, *current):
+        sel = follow_rows(store, selection.selected_views(selected, data), list(current), default)
         # a value the tab already shows is not sent again: its views are not redrawn (a layer's open detail,
         # a what-if under way) when only the rows changed, as they do while runs are analyzed
         runs = [
@@ -276,4 +286,4 @@ def register(app: dash.Dash, store: RunStore, per_run: Sequence[TabView]) -> Non
             for value, now in zip(sel["values"], current, strict=True)
             for out in (sel["options"], dash.no_update if value == now else value)
         ]
-        return sel["verdict"], sel["bars"], sel["errors"], sel["provenance"], *runs
+        return sel["verdict"], sel["bars"], sel["errors"], sel["provenance"], sel["first"], *runs

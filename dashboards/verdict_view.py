@@ -50,19 +50,27 @@ def mixes(store: RunStore, rids: list[str]) -> str | None:
     )
 
 
-def panel(store: RunStore, views: list[View]) -> list[Any]:
-    """The verdict's lines for the runs of the selected rows (all their GPUs), the runs it covers and what
-    they mix; or what to do first."""
-    chosen = selected_runs(store, views)
-    if not chosen:
-        return [html.Div("Select runs in the table below: the verdict on their copies comes here.", className="muted")]
-    rids = [rid for rid, _ in chosen]
-    out, keyed = [], False
+def of(store: RunStore, views: list[View]) -> dict[str, Any] | None:
+    """The verdict (``runs.verdict``) of the runs of the selected rows, all their GPUs; None without any."""
+    rids = [rid for rid, _ in selected_runs(store, views)]
+    if not rids:
+        return None
     # the run folders beside the selected runs that hold no trace (a step too big for the device): named
     groups = {store.refs[r].group for r in rids}
     failed = [((ref.manifest or {}).get("policy") or ref.name, ref.no_trace) for ref in store.refs.values()
               if ref.no_trace and ref.group in groups]  # fmt: skip
-    for key, text in verdict_lines(verdict([store.results[r].run for r in rids], failed=failed)):
+    return verdict([store.results[r].run for r in rids], failed=failed)
+
+
+def panel(store: RunStore, views: list[View], found: dict[str, Any] | None = None) -> list[Any]:
+    """The verdict's lines for the runs of the selected rows (all their GPUs; *found*: their verdict, ``of``,
+    when the caller has it), the runs it covers and what they mix; or what to do first."""
+    found = found if found is not None else of(store, views)
+    if found is None:
+        return [html.Div("Select runs in the table below: the verdict on their copies comes here.", className="muted")]
+    rids = [rid for rid, _ in selected_runs(store, views)]
+    out, keyed = [], False
+    for key, text in verdict_lines(found):
         keyed = keyed or bool(key)  # the head lines (before copies) flush left, the rest under their key
         out.append(_line(key, text, keyed))
     mixed = mixes(store, rids)

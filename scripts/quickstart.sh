@@ -98,15 +98,16 @@ if [ "$on_gpu" = 1 ]; then
   echo "== offload_qkv per layer =="
   profile-step analyze --no-verdict --by layer "$trace"
 else
-  qkv=$(ls -d "$h200"/*-offload_qkv-??????/ | head -n1)
+  # the run whose copies the answer above shows (the fastest that offloads), as the dashboard opens on it
+  mlp=$(ls -d "$h200"/*-offload_mlp-??????/ | head -n1)
   echo "== Real copies of this example, measured on an H200 =="
   echo "No GPU ran here, so nothing moved between host and device. Real copies of this same example"
   echo "instead, recorded by this project on an H200 (1.6 B parameters, bf16, jax.profiler;"
-  echo "$h200/README.md): one row per policy, then offload_qkv per layer:"
+  echo "$h200/README.md): one row per policy, then offload_mlp per layer (the run the answer shows):"
   echo
   profile-step analyze --no-verdict "$h200"
   echo
-  profile-step analyze --no-verdict --by layer "${qkv%/}/trace.json.gz"
+  profile-step analyze --no-verdict --by layer "${mlp%/}/trace.json.gz"
 fi
 echo
 echo "== The plan for an H100 in full =="

@@ -139,12 +139,15 @@ def test_first_view_is_the_h200_runs_of_the_example(browser, samples):
         assert all(k["kernel time lost"] != "-" for k in kernels if k["groups"] != "0")
         check_page(page, "samples-1-first-view")
 
-        # Per layer: offload_qkv's copies per layer, as analyze --by layer gives them; stalls not measured
+        # Per layer: it opens on the run whose copies the verdict shows (offload_mlp, the fastest that
+        # offloads), its copies per layer as analyze --by layer gives them; stalls not measured
         page.get_by_text("Per layer", exact=True).click()
         wait_graph(page, "layer-graph", "gd.data.length >= 4")
+        mlp = next(p.parent.name for p in (samples / "h200-example").glob("*-offload_mlp-??????/trace.json.gz"))
+        assert page.inner_text("#layer-run").startswith(f"offload_mlp · {mlp.rsplit('-', 1)[1]}")
         layers = {
             r["name"]: r["copies"]
-            for r in analyze_json(samples / "h200-example" / qkv / "trace.json.gz", "--by", "layer")["layers"]
+            for r in analyze_json(samples / "h200-example" / mlp / "trace.json.gz", "--by", "layer")["layers"]
         }
         assert len(layers) == 8
         fig = ui.figure(page, "layer-graph")
