@@ -457,15 +457,54 @@ def plan_notes(r: dict[str, Any]) -> list[str]:
     return out
 
 
+def _by_policy(said: list[tuple[dict[str, Any], str]]) -> str:
+    """``offload_qkv batch 4 X, batch 16 Y; offload_mlp ...``: one figure per compile, grouped by policy."""
+    per: dict[str, list[str]] = {}
+    for r, text in said:
+        per.setdefault(r["policy"], []).append(text if r["batch"] is None else f"batch {r['batch']} {text}")
+    return "; ".join(f"{policy} {', '.join(texts)}" for policy, texts in per.items())
+
+
+def folded_plan_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """``plan_notes``' two kinds, one line each over every compile (the terminal's plan had twelve lines
+    for an example of three offload policies at two batches): host memory under what is sent to host,
+    and the device-to-host copies scheduled after the first copy back (why offloading lowers the device
+    peak less than it moves)."""
+    reuse, late = [], []
+    for r in rows:
+        host, sent, peak = r.get("host_bytes"), r.get("planned_d2h_bytes_per_step"), r.get("host_live_peak_bytes")
+        if host is not None and sent and host < sent:
+            other = "" if peak is None or peak == host else f", the plan's schedule {size(peak)}"
+            reuse.append((r, f"{size(host)} of {size(sent)}{other}"))
+        lt = r.get("late_d2h")
+        if lt and lt["late"]:
+            late.append((r, f"{lt['late']} of {lt['of']} ({size(lt['late_bytes'])})"))
+    out = []
+    if reuse:
+        out.append(
+            "note: host memory under what is sent to host per step (at most that much offloaded data is in host "
+            f"memory at once: XLA reuses the host space of copies that are never there together): {_by_policy(reuse)}"
+        )
+    if late:
+        out.append(
+            "note: device-to-host copies XLA scheduled after the first copy back to the device (the backward pass "
+            "had begun: their data stays in device memory until then, so offloading lowers the device peak less "
+            f"than it moves): {_by_policy(late)}"
+        )
+    return out
+
+
 def grouped_plan_notes(rows: list[dict[str, Any]]) -> list[str]:
     """``note: WHO: TEXT`` once per text: a note every compile has (how the step was found) is one line
-    naming the policies (``every compile`` when all have it), not one line per policy."""
+    naming the policies (``every compile`` when all have it), not one line per policy; ``plan_notes``'
+    figures folded into a line each (``folded_plan_notes``)."""
     who: dict[str, list[str]] = {}
     for r in rows:
         at = "" if r["batch"] is None else f" batch {r['batch']}"
-        for n in [*plan_notes(r), *r["notes"]]:
+        for n in r["notes"]:
             who.setdefault(n, []).append(f"{r['policy']}{at}")
-    return [f"note: {'every compile' if len(w) == len(rows) > 1 else ', '.join(w)}: {n}" for n, w in who.items()]
+    said = [f"note: {'every compile' if len(w) == len(rows) > 1 else ', '.join(w)}: {n}" for n, w in who.items()]
+    return [*said, *folded_plan_notes(rows)]
 
 
 def render_plan(tab: dict[str, Any]) -> str:

@@ -63,6 +63,27 @@ def test_plan_notes_explain_host_against_sent():
     assert plan_notes({**row, "host_bytes": 3 * 2**30, "late_d2h": None}) == []
 
 
+def test_the_terminals_plan_folds_those_notes_into_a_line_each():
+    """Three offload policies at two batches made twelve note lines: one line per kind, a figure per compile."""
+    from profiler.report.policies_text import grouped_plan_notes
+
+    def row(policy, batch, host, sent, late, of):
+        late_d2h = {"late": late, "late_bytes": late * 128 * MiB, "of": of}
+        return {"policy": policy, "batch": batch, "notes": [], "host_bytes": host, "planned_d2h_bytes_per_step": sent,
+                "host_live_peak_bytes": host, "late_d2h": late_d2h}  # fmt: skip
+
+    rows = [row("offload_qkv", 4, 128 * MiB, 768 * MiB, 20, 24), row("offload_qkv", 16, 384 * MiB, 3 * 2**30, 21, 24),
+            row("offload_mlp", 4, 256 * MiB, 2**30, 0, 8), {"policy": "remat", "batch": 4, "notes": ["x"]}]  # fmt: skip
+    reuse, late = grouped_plan_notes(rows)[1:]
+    assert grouped_plan_notes(rows)[0] == "note: remat batch 4: x"
+    assert reuse.endswith(
+        "offload_qkv batch 4 128.00 MiB of 768.00 MiB, batch 16 384.00 MiB of 3.00 GiB; offload_mlp batch 4 256.00 MiB "
+        "of 1.00 GiB"
+    )
+    assert "so offloading lowers the device peak less than it moves" in late
+    assert late.endswith("offload_qkv batch 4 20 of 24 (2.50 GiB), batch 16 21 of 24 (2.62 GiB)")  # mlp: none late
+
+
 def test_plan_of_offload_qkv_adds_up(qkv_plan):
     """The real GPU compiler: host memory from memory_analysis() equals the most the plan's schedule holds in
     host memory at once; the bytes sent are every layer's q, k and v; the header shows the real capacity."""
