@@ -239,6 +239,17 @@ def _layers_table(rows: list[dict[str, Any]]) -> list[str]:
     unmeasured = [p for p, lays in per.items() if all(x["measured_exposed_ns"] is None for x in lays.values())]
     if unmeasured:
         out.append(f"  (measured -: the traces of {', '.join(unmeasured)} have no layer ranges to measure layers by)")
+    whole = {r["policy"]: r["predicted"].get("measured_exposed_ns") for r in rows}
+    short = []  # runs whose layers hold much less exposed time than the run: copies launched outside them
+    for policy, lays in per.items():
+        inside = sum(x["measured_exposed_ns"] or 0 for x in lays.values())
+        if whole.get(policy) and inside < 0.9 * whole[policy]:
+            short.append(f"{policy} {human_time(inside)} of {human_time(whole[policy])}")
+    if short:
+        out.append(
+            "  (measured per layer: the copies launched inside the layers' own ranges; the rest of a run's exposed "
+            f"time ran outside every layer: {'; '.join(short)})"
+        )
     return out
 
 

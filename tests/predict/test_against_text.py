@@ -69,3 +69,18 @@ def test_a_table_too_wide_for_the_terminal_is_said_per_policy():
     (said,) = [line for line in lines if line.startswith("exposed per layer and step, offload_all: ")]
     assert said.count("predicted 1.00 ms, measured -") == 30
     assert "  (measured -: the traces of offload_all have no layer ranges to measure layers by)" in lines
+
+
+def test_layers_that_hold_much_less_than_the_run_say_where_the_rest_ran():
+    """The H200 offload_qkv-scan-lhs-pipelined run: 29.1 ms exposed inside the loop's range, 54.6 ms in the
+    run (the pipelined copies peeled out of the loop): the table says why its two figures differ."""
+    short = _layers(_row("scan-pipelined", None), {"layers": (45_280_000, 29_140_000)})
+    short["predicted"]["measured_exposed_ns"] = 54_580_000
+    whole = _layers(_row("unrolled", None), {"layer_0": (1, 3_000_000), "layer_1": (1, 3_000_000)})
+    whole["predicted"]["measured_exposed_ns"] = 5_000_000  # the layers' own unions overlap: more, not less
+    said = " ".join(" ".join(render_against({"rows": [short, whole]})).split())
+    assert (
+        "(measured per layer: the copies launched inside the layers' own ranges; the rest of a run's exposed time "
+        "ran outside every layer: scan-pipelined 29.1 ms of 54.6 ms)"
+    ) in said
+    assert "unrolled 6.00 ms" not in said
