@@ -18,6 +18,12 @@ COSTED = "the compiled schedule replayed, kernels at XLA's estimates or the roof
 LABEL = f"predicted ({COSTED}; not measured)"
 
 
+def label_of(costed: str) -> str:
+    """``LABEL`` for predictions all costed one way (``Accuracy.costed``: the roofline alone, XLA's own
+    kernel estimates), so that a table's head names the cost model its error line is about."""
+    return f"predicted (the compiled schedule replayed, costed by {costed}; not measured)"
+
+
 def predict_module(module: Module, device: roofline.Device, links: list[Link]) -> tuple[list[Prediction], int]:
     """One prediction per link (the costs computed once), and how many instructions XLA's own estimate
     costed (``roofline.with_xla``)."""

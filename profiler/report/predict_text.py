@@ -8,7 +8,7 @@ from typing import Any
 
 from profiler.analysis.accuracy import of_costs
 from profiler.analysis.late_copies import fix, sentence
-from profiler.predict.step import LABEL
+from profiler.predict.step import label_of
 from profiler.report.table import table
 from profiler.units import human_bytes, human_time, scaled, time_unit
 
@@ -42,7 +42,8 @@ def render_predictions(tab: dict[str, Any]) -> list[str]:
         )
     heads = ("policy", "batch", "link", f"step {unit}", f"exposed {unit}", f"compute {unit}", f"D2H {unit}",
              f"H2D {unit}", "fits")  # fmt: skip
-    out = [f"\n{LABEL}, {tab['target'].get('label')}:", table(heads, rows, left=(0, 2, 8)), *textwrap.wrap(LEGEND, 118)]
+    head = label_of(of_costs([p.get("cost_model") for p in preds]).costed)
+    out = [f"\n{head}, {tab['target'].get('label')}:", table(heads, rows, left=(0, 2, 8)), *textwrap.wrap(LEGEND, 118)]
     out += textwrap.wrap(tab.get("accuracy") or "", 118)  # plan_table's: how far such predictions were off
     for link in tab.get("links") or []:
         out.append(f"link {link['name']}: {link['gbps']:g} GB/s per direction, {link['why']}")
@@ -185,8 +186,9 @@ def render_against(tab: dict[str, Any]) -> list[str]:
         )
     heads = ("policy", f"measured {unit}", f"predicted {unit}", "error", f"exposed {unit}", f"pred. exposed {unit}",
              "link")  # fmt: skip
-    out = [f"\n{LABEL} against measured, per step and device:", table(heads, body, left=(0, 6))]
-    out += textwrap.wrap(of_costs([r["predicted"].get("cost_model") for r in rows]).line(), 118)
+    acc = of_costs([r["predicted"].get("cost_model") for r in rows])
+    out = [f"\n{label_of(acc.costed)} against measured, per step and device:", table(heads, body, left=(0, 6))]
+    out += textwrap.wrap(acc.line(), 118)
     out += _layers_table(rows)
     targets: dict[str, list[str]] = {}  # one line per target, not one per run (each run's own dump: one)
     for r in rows:
@@ -242,6 +244,8 @@ def _layers_table(rows: list[dict[str, Any]]) -> list[str]:
     whole = {r["policy"]: r["predicted"].get("measured_exposed_ns") for r in rows}
     short = []  # runs whose layers hold much less exposed time than the run: copies launched outside them
     for policy, lays in per.items():
+        if policy in unmeasured:
+            continue
         inside = sum(x["measured_exposed_ns"] or 0 for x in lays.values())
         if whole.get(policy) and inside < 0.9 * whole[policy]:
             short.append(f"{policy} {human_time(inside)} of {human_time(whole[policy])}")

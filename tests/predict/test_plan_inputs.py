@@ -191,10 +191,12 @@ def test_predicted_layers_without_measured_layers_say_why():
             "predicted_exposed_ns": 10_000, "measured_exposed_ns": 12_000, "link": "PCIe Gen5 x16", "target": None,
             "layers": [{"layer": "layer_0", "predicted_exposed_ns": 10_000, "measured_exposed_ns": None}]}  # fmt: skip
     text = "\n".join(render_against({"rows": [{"policy": "offload_mlp", "predicted": pred}]}))
-    assert "layer_0 predicted 10.0 µs, measured -" in text
-    assert "has no layer ranges" in text
+    assert "exposed copy time per layer and step (µs), predicted / measured:" in text
+    assert text.splitlines()[-2].split() == ["offload_mlp", "10.00", "/", "-"]  # the table's row, then the note
+    assert "(measured -: the traces of offload_mlp have no layer ranges to measure layers by)" in text
+    assert "outside every layer" not in text  # not measured: nothing said of where the rest ran
     pred["layers"][0]["measured_exposed_ns"] = 9_000
-    assert "has no layer ranges" not in "\n".join(render_against({"rows": [{"policy": "x", "predicted": pred}]}))
+    assert "have no layer ranges" not in "\n".join(render_against({"rows": [{"policy": "x", "predicted": pred}]}))
 
 
 def test_a_name_declared_for_offloading_that_the_step_never_moves_is_said():

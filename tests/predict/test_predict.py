@@ -19,7 +19,7 @@ from profiler.analysis.accuracy import XLA, of_costs
 from profiler.analysis.links import parse_link
 from profiler.predict import roofline, schedule
 from profiler.predict.simulate import link_ns, simulate
-from profiler.predict.step import LABEL, predict_file
+from profiler.predict.step import label_of, predict_file
 from profiler.xla.hlo import parse_text
 from profiler.xla.targets import TARGETS
 from tests.helpers import reference_predict
@@ -175,7 +175,8 @@ def test_plan_predicts_per_policy_batch_and_link(aot_python, tmp_path):
     from profiler.report.policies_text import render_plan
 
     text = render_plan(plan_table(json.loads((tmp_path / "j" / "plan.json").read_text())))
-    assert f"{LABEL}, NVIDIA H100 80GB HBM3:" in text
+    # the head names the cost model these predictions took, as the error line under it does
+    assert f"{label_of(acc.costed)}, NVIDIA H100 80GB HBM3:" in text and "costed by XLA's own kernel estimates" in text
     assert "link NVLink-C2C: 450 GB/s per direction, as chosen (--link)" in text
     assert "batch 8, PCIe Gen5 x16: " in text
     said = " ".join(text.split())  # the line names the cost model the plan used (the roofline or XLA's)
@@ -249,7 +250,8 @@ def test_predicted_against_measured_in_the_policy_table(two_layer, tmp_path):
     assert layers["layer_1"]["measured_exposed_ns"] == 0
     assert tab["rows"][1]["predicted"]["predicted_step_ns"] is None
     text = render_policy_comparison(tab)
-    assert f"{LABEL} against measured" in text
+    assert "predicted (the compiled schedule replayed, costed by the roofline alone; not measured) against measured" \
+        in text  # fmt: skip
     assert f"{100 * p['step_error']:+.1f}%" in text
     assert "cpu: no prediction: a CPU run's compiled step is XLA:CPU's, with no GPU schedule" in text
 
