@@ -48,6 +48,12 @@ def persistent(grid: list[int | None] | tuple[int | None, ...], sms: int | None)
     return sms is not None and None not in grid and grid[0] * grid[1] * grid[2] == sms  # type: ignore[operator]
 
 
+def persistent_in(entry: dict[str, Any] | None, sms: int | None) -> int:
+    """The excess time of one GPU's listed groups (``kernels_beside_copies``' entry, its ``top``) of
+    persistent kernels (*sms*: the GPU's)."""
+    return sum(g["excess_ns"] for g in (entry or {}).get("top") or [] if persistent(g["grid"], sms))
+
+
 def persistent_excess(run: Any, device: str | None = None) -> int:
     """The excess time of a run's (a ``RunSummary``) listed groups of persistent kernels, on *device* or
     over all its GPUs (``top``: up to ``TOP`` groups a GPU; SMs from the GPU's name): what the compare
@@ -58,8 +64,7 @@ def persistent_excess(run: Any, device: str | None = None) -> int:
     out = 0
     for dev, entry in (run.kernels_beside_copies or {}).items():
         if device is None or dev == device:
-            sms = sm_count(run.device_name(dev))
-            out += sum(g["excess_ns"] for g in (entry or {}).get("top") or [] if persistent(g["grid"], sms))
+            out += persistent_in(entry, sm_count(run.device_name(dev)))
     return out
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from profiler.analysis.kernels_slowed import MIN_CALLS, SIZE_BIAS_NOTE, no_baseline, persistent
+from profiler.analysis.kernels_slowed import MIN_CALLS, SIZE_BIAS_NOTE, no_baseline, persistent, persistent_in
 from profiler.report.table import table
 from profiler.trace.jax_profile import NO_WAITS
 from profiler.units import Units, count, gbps, human_time
@@ -98,7 +98,7 @@ def kernels_beside_lines(
         ]
         for g in top
     ]
-    mixed = sum(g["excess_ns"] for g in top if persistent(g["grid"], sms))  # kernels_slowed.persistent_excess's
+    mixed = persistent_in(kb, sms)
     headers = ("kernel", "grid", "block", f"alone {u.time} (n)", f"beside {u.time} (n)", "slowdown", f"excess {e.time}")
     shown = f"the {len(top)} with most excess" if kb["groups"] > len(top) else "all"
     return [
