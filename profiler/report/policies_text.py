@@ -287,12 +287,24 @@ def render_planned_vs_moved_all(pvms: list[dict[str, Any]], whole: bool = False)
     """Planned vs moved for every run; runs with nothing planned nor moved share one line per reason (a run
     whose every planned copy moved as planned: one line, its table with *whole*, ``--wide``)."""
     empty: dict[str, list[str]] = {}
+    # runs that planned nothing and moved only the host's own copies, per step: one line for those of one amount
+    own: dict[int, list[dict[str, Any]]] = {}
+    for p in pvms:
+        host_only = p["rows"] and all(x["flag"] == HOST_FETCH for x in p["rows"])
+        if host_only and not whole and p["per"] == "per step and GPU":
+            own.setdefault(sum(x["moved_d2h_bytes"] + x["moved_h2d_bytes"] for x in p["rows"]), []).append(p)
+    alone = {id(p) for runs in own.values() if len(runs) == 1 for p in runs}
     out = []
     for p in pvms:
-        if p["rows"]:
+        if p["rows"] and (id(p) in alone or not any(p in runs for runs in own.values())):
             out.append(render_planned_vs_moved(p, whole))
-        else:
+        elif not p["rows"]:
             empty.setdefault(p.get("plan_note") or "no plan and no copies", []).append(p["policy"])
+    for moved, runs in own.items():
+        if len(runs) > 1:
+            names = ", ".join(dict.fromkeys(p["policy"] for p in runs))
+            out.append(f"planned vs moved per step, {names}: nothing planned; the host's own copies moved "
+                       f"{size(moved)} each, not an offload")  # fmt: skip
     for why, policies in empty.items():
         out.append(f"planned vs moved, {', '.join(dict.fromkeys(policies))}: nothing planned and nothing moved ({why})")
     return "\n\n".join(out)

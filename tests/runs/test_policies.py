@@ -268,6 +268,11 @@ def test_a_run_whose_copies_all_moved_as_planned_is_one_line_unless_wide():
         "policy none (3 step ranges; step jit_step (program 14589)): nothing planned; the host's own copies moved 4 B"
         in short
     )
+    # two runs of that kind share one line (the H200 example's none and remat)
+    remat = next(h200.glob("*-remat-*"))
+    both = " ".join(run_cli("analyze", "--no-findings", str(qkv), str(none), str(remat)).stdout.split())
+    assert "planned vs moved per step, none, remat: nothing planned; the host's own copies moved 4 B each" in both
+    assert "policy none (3 step ranges" not in both
     wide = run_cli("analyze", "--no-findings", "--wide", str(qkv)).stdout
     rows = [line.split() for line in wide.splitlines() if line.startswith("layer_")]
     assert len([r for r in rows if r[-1] == "ok"]) == 24 and "as planned" not in wide
