@@ -447,11 +447,22 @@ PLAN_LEGEND = (
 )
 
 
+def _reuse_and_late(r: dict[str, Any]) -> tuple[tuple[int, int, int | None] | None, dict[str, Any] | None]:
+    """A plan row's (host, sent, the schedule's peak) where its host memory is under what it sends to host,
+    and its device-to-host copies scheduled late (``late_d2h``) where any is; None for either otherwise."""
+    host, sent, peak = r.get("host_bytes"), r.get("planned_d2h_bytes_per_step"), r.get("host_live_peak_bytes")
+    late = r.get("late_d2h")
+    return ((host, sent, peak) if host is not None and sent and host < sent else None), (
+        late if late and late["late"] else None
+    )
+
+
 def plan_notes(r: dict[str, Any]) -> list[str]:
     """Why a plan row's host memory is smaller than what it sends to host, and offloads scheduled late."""
     out = []
-    host, sent, peak = r.get("host_bytes"), r.get("planned_d2h_bytes_per_step"), r.get("host_live_peak_bytes")
-    if host is not None and sent and host < sent:
+    reuse, late = _reuse_and_late(r)
+    if reuse is not None:
+        host, sent, peak = reuse
         check = ""
         if peak is not None:
             check = f" (the plan's schedule gives {size(peak)}" + (", the same)" if peak == host else ")")
@@ -459,8 +470,7 @@ def plan_notes(r: dict[str, Any]) -> list[str]:
             f"host {size(host)} against {size(sent)} sent to host per step: at most {size(host)} of offloaded data is "
             f"in host memory at once{check}; XLA reuses the host space of copies that are never there together"
         )
-    late = r.get("late_d2h")
-    if late and late["late"]:
+    if late is not None:
         out.append(
             f"XLA scheduled {late['late']} of {late['of']} device-to-host copies ({size(late['late_bytes'])}) after "
             "the first copy back to the device (the backward pass had begun): their data stays in device memory "
@@ -484,12 +494,12 @@ def folded_plan_notes(rows: list[dict[str, Any]]) -> list[str]:
     peak less than it moves)."""
     reuse, late = [], []
     for r in rows:
-        host, sent, peak = r.get("host_bytes"), r.get("planned_d2h_bytes_per_step"), r.get("host_live_peak_bytes")
-        if host is not None and sent and host < sent:
+        under, lt = _reuse_and_late(r)
+        if under is not None:
+            host, sent, peak = under
             other = "" if peak is None or peak == host else f", the plan's schedule {size(peak)}"
             reuse.append((r, f"{size(host)} of {size(sent)}{other}"))
-        lt = r.get("late_d2h")
-        if lt and lt["late"]:
+        if lt is not None:
             late.append((r, f"{lt['late']} of {lt['of']} ({size(lt['late_bytes'])})"))
     out = []
     if reuse:

@@ -50,11 +50,15 @@ def _name(run: RunSummary) -> str:
     return Path(run.trace).parent.name if run.trace else run.policy
 
 
+def _ran_with(name: str, flags: list[str]) -> str:
+    """``RUN ran the same script, arguments and policy with the latency hiding scheduler on``."""
+    return f"{name} ran the same script, arguments and policy with {' and '.join(FLAG_WORDS[f] for f in flags)} on"
+
+
 def _said(run: RunSummary, sib: RunSummary, flags: list[str]) -> tuple[str, str | None]:
     """(the sibling's numbers against the run's: exposed copy time and step, and whether the steps
     differ; that outcome alone, None without both steps)."""
-    words = " and ".join(FLAG_WORDS[f] for f in flags)
-    text = f"{_name(sib)} ran the same script, arguments and policy with {words} on"
+    text = _ran_with(_name(sib), flags)
     exp = run_value(sib, "exposed_ns"), run_value(run, "exposed_ns")
     step = run_value(sib, "step_ns"), run_value(run, "step_ns")
     if None not in exp:
@@ -132,12 +136,7 @@ def tried_beside(
         if sib is not None:
             text, outcome = _said(run, sib, on)
         else:
-            words = " and ".join(FLAG_WORDS[f] for f in on)
-            text = (
-                f"{folder.name} ran the same script, arguments and policy with {words} on; profile-step findings "
-                "on both runs compares them"
-            )
-            outcome = None
+            text, outcome = f"{_ran_with(folder.name, on)}; profile-step findings on both runs compares them", None
         items.append(
             {
                 "rules": met,
@@ -159,8 +158,3 @@ def try_notes(items: list[dict[str, Any]]) -> dict[str, str]:
             said = f": {t['outcome']}" if t["outcome"] else ""
             notes.setdefault(rule, []).append(f"already tried in {t['sibling']}{said}")
     return {rule: "; ".join(said) for rule, said in notes.items()}
-
-
-def tried(runs: Sequence[RunSummary]) -> list[list[str]]:
-    """``tried_items``' lines: per run, one line per sibling that already tried its findings' flags."""
-    return [[t["line"] for t in items] for items in tried_items(runs)]
